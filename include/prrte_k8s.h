@@ -1,0 +1,114 @@
+/*
+ * prrte_k8s.h - the C ABI between prrte-k8s's C shim and its Rust code.
+ *
+ * The shared library that PRRTE loads as prte_mca_ras_k8s.so / prte_mca_plm_k8s.so is written in
+ * Rust. PRRTE offers some of its interface only as C macros and inline functions (object
+ * construction, state activation, list and array access, libevent wrappers); the shim implements
+ * exactly those as the plain functions declared here, and the Rust side calls them. PRRTE objects
+ * cross this boundary as opaque pointers, so this header does not depend on PRRTE's headers.
+ *
+ * Every function the Rust side exports to C runs behind a panic boundary and reports one of the
+ * result codes below. The numeric values are stable.
+ */
+#ifndef PRRTE_K8S_H
+#define PRRTE_K8S_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of this ABI; bumped on any incompatible change. */
+#define PRRTE_K8S_ABI_VERSION 1
+
+/* Result codes of our own functions (stable numbers). */
+typedef enum prrte_k8s_rc {
+    PRRTE_K8S_OK = 0,
+    PRRTE_K8S_ERR_INVALID_ARG = 1,  /* a NULL or malformed argument */
+    PRRTE_K8S_ERR_PANIC = 2,        /* the Rust side panicked; the panic was contained */
+    PRRTE_K8S_ERR_CONFIG = 3,       /* a bad MCA parameter value */
+    PRRTE_K8S_ERR_DISCOVERY = 4,    /* pods could not be discovered */
+    PRRTE_K8S_ERR_LAUNCH = 5,       /* a daemon could not be launched */
+    PRRTE_K8S_ERR_PRRTE = 6,        /* a PRRTE call failed */
+    PRRTE_K8S_ERR_NOT_AVAILABLE = 7 /* no Kubernetes environment: the component declines */
+} prrte_k8s_rc_t;
+
+/* Sizes the C compiler sees, for checking the Rust bindings' layout (prrte_k8s_shim_sizeof). */
+typedef enum prrte_k8s_type_id {
+    PRRTE_K8S_TYPE_COMPONENT = 0, /* pmix_mca_base_component_t */
+    PRRTE_K8S_TYPE_NODE = 1,      /* prte_node_t */
+    PRRTE_K8S_TYPE_JOB = 2,       /* prte_job_t */
+    PRRTE_K8S_TYPE_PROC = 3,      /* prte_proc_t */
+    PRRTE_K8S_TYPE_JOB_MAP = 4,   /* prte_job_map_t */
+    PRRTE_K8S_TYPE_RAS_MODULE = 5,/* prte_ras_base_module_t */
+    PRRTE_K8S_TYPE_PLM_MODULE = 6,/* prte_plm_base_module_t */
+    PRRTE_K8S_TYPE_STATE_MODULE = 7, /* prte_state_base_module_t */
+    PRRTE_K8S_TYPE_LIST = 8,      /* pmix_list_t */
+    PRRTE_K8S_TYPE_COUNT = 9
+} prrte_k8s_type_id_t;
+
+/* Callback for a readable file descriptor, run on PRRTE's event thread. */
+typedef void (*prrte_k8s_fd_cb_t)(int fd, short flags, void *arg);
+
+/* ---- implemented by the C shim, called from Rust -------------------------------------------- */
+
+/* PRRTE_K8S_ABI_VERSION as compiled into the shim. */
+int prrte_k8s_shim_abi_version(void);
+/* sizeof() of a PRRTE type as the C compiler sees it; 0 for an unknown id. */
+size_t prrte_k8s_shim_sizeof(int type_id);
+
+/* PMIX_NEW(pmix_list_t). */
+void *prrte_k8s_shim_list_new(void);
+/* PMIX_LIST_RELEASE: releases the list and every item on it. */
+void prrte_k8s_shim_list_release(void *list);
+/* pmix_list_append(list, item). */
+void prrte_k8s_shim_list_append(void *list, void *item);
+/* pmix_list_get_size(list). */
+size_t prrte_k8s_shim_list_size(void *list);
+/* pmix_pointer_array_get_item(array, index). */
+void *prrte_k8s_shim_pointer_array_get(void *array, int index);
+/* PMIX_NEW(prte_node_t); strdup's name and (if not NULL) rawname. NULL on allocation failure. */
+void *prrte_k8s_shim_node_new(const char *name, const char *rawname);
+/* PMIX_RETAIN / PMIX_RELEASE on any PMIx object. */
+void prrte_k8s_shim_retain(void *obj);
+void prrte_k8s_shim_release(void *obj);
+
+/* PRTE_ACTIVATE_JOB_STATE(jdata, state) / PRTE_ACTIVATE_PROC_STATE(proc_name, state). */
+void prrte_k8s_shim_activate_job_state(void *jdata, int state);
+void prrte_k8s_shim_activate_proc_state(void *proc_name, int state);
+/* PRTE_UPDATE_EXIT_STATUS(status). */
+void prrte_k8s_shim_update_exit_status(int status);
+
+/* A persistent read event on PRRTE's event base; NULL on failure. */
+void *prrte_k8s_shim_fd_event_new(int fd, prrte_k8s_fd_cb_t cb, void *arg);
+/* Delete and free an event made by prrte_k8s_shim_fd_event_new. */
+void prrte_k8s_shim_event_free(void *ev);
+
+/* prte_plm_base_prted_exit(PRTE_DAEMON_EXIT_CMD): tell every daemon to exit. */
+int prrte_k8s_shim_prted_exit(void);
+
+/* pmix_output(0, "%s", msg): PRRTE's error output. */
+void prrte_k8s_shim_output(const char *msg);
+/* pmix_output_verbose(level, <framework output of "ras" or "plm">, "%s", msg). */
+void prrte_k8s_shim_verbose(int framework, int level, const char *msg);
+#define PRRTE_K8S_FRAMEWORK_RAS 0
+#define PRRTE_K8S_FRAMEWORK_PLM 1
+
+/* ---- implemented in Rust, callable from C ---------------------------------------------------- */
+
+/* PRRTE_K8S_ABI_VERSION as compiled into the Rust side. */
+int prrte_k8s_abi_version(void);
+/* A static, NUL-terminated description of a result code ("unknown result code" otherwise). */
+const char *prrte_k8s_strerror(int rc);
+/* The module structs the components hand PRRTE (prte_ras_base_module_t / prte_plm_base_module_t),
+ * for inspection; PRRTE itself gets them through the components' query functions. */
+const void *prrte_k8s_ras_module(void);
+const void *prrte_k8s_plm_module(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PRRTE_K8S_H */

