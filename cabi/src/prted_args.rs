@@ -1,0 +1,123 @@
+//! prted's command line as PRRTE builds it, adapted for a launch through the pod's agent.
+//!
+//! PRRTE's helpers produce `[prted, --prtemca, key, value, ...]` with a placeholder where each
+//! daemon's vpid goes. The agent runs its own configured prted, so the executable is dropped;
+//! our own selections (`ras`, `ras_k8s_*`, `plm_k8s_*`) are removed so prted does not go looking
+//! for components it has no use for.
+
+/// MCA flags that take `key value`.
+const MCA_FLAGS: [&str; 4] = ["--prtemca", "-prtemca", "--pmixmca", "-pmixmca"];
+
+fn ours(key: &str) -> bool {
+    key == "ras" || key == "plm" || key.starts_with("ras_k8s_") || key.starts_with("plm_k8s_")
+}
+
+/// The argument template for the agents and the index of the vpid in it.
+///
+/// `argv` is the full command (executable first) and `vpid_index` the index PRRTE reported for
+/// the vpid placeholder in it. Returns `None` if the index does not fall inside the arguments.
+pub fn agent_template(argv: &[String], vpid_index: usize) -> Option<(Vec<String>, usize)> {
+    if argv.is_empty() || vpid_index == 0 || vpid_index >= argv.len() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(argv.len());
+    let mut new_index = None;
+    let mut i = 1;
+    while i < argv.len() {
+        let a = &argv[i];
+        if MCA_FLAGS.contains(&a.as_str()) && i + 2 < argv.len() {
+            if ours(&argv[i + 1]) && vpid_index != i + 2 {
+                i += 3;
+                continue;
+            }
+        }
+        if i == vpid_index {
+            new_index = Some(out.len());
+        }
+        out.push(a.clone());
+        i += 1;
+    }
+    new_index.map(|n| (out, n))
+}
+
+/// The template with one daemon's vpid filled in.
+pub fn for_vpid(template: &[String], index: usize, vpid: u32) -> Vec<String> {
+    let mut v = template.to_vec();
+    if let Some(slot) = v.get_mut(index) {
+        *slot = vpid.to_string();
+    }
+    v
+}
+
+/// Environment forwarded with a launch: the MCA settings of prte's own environment, less our
+/// own selections. (PRRTE also passes them on the command line; the agent accepts only
+/// `PRTE_*`, `PMIX_*` and `OMPI_*` names.)
+pub fn forwarded_env(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = vars
+        .filter(|(k, _)| {
+            let key = k
+                .strip_prefix("PRTE_MCA_")
+                .or_else(|| k.strip_prefix("PMIX_MCA_"))
+                .or_else(|| k.strip_prefix("OMPI_MCA_"));
+            matches!(key, Some(key) if !ours(key))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn drops_executable_and_our_selections_and_tracks_vpid() {
+        let argv = s(&[
+            "prted", "--prtemca", "ess", "env", "--prtemca", "ras", "k8s", "--prtemca", "ess_base_vpid", "<template>",
+            "--prtemca", "ras_k8s_selector", "app=x", "--prtemca", "prte_hnp_uri", "uri", "--pmixmca", "ptl_base_if_include", "eth0",
+        ]);
+        let (t, idx) = agent_template(&argv, 9).unwrap();
+        assert_eq!(
+            t,
+            s(&["--prtemca", "ess", "env", "--prtemca", "ess_base_vpid", "<template>", "--prtemca", "prte_hnp_uri", "uri", "--pmixmca", "ptl_base_if_include", "eth0"])
+        );
+        assert_eq!(t[idx], "<template>");
+        let one = for_vpid(&t, idx, 7);
+        assert_eq!(one[idx], "7");
+        assert_eq!(one.len(), t.len());
+    }
+
+    #[test]
+    fn rejects_bad_index() {
+        let argv = s(&["prted", "--prtemca", "ess_base_vpid", "<template>"]);
+        assert!(agent_template(&argv, 0).is_none());
+        assert!(agent_template(&argv, 4).is_none());
+        assert_eq!(agent_template(&argv, 3).unwrap().1, 2);
+    }
+
+    #[test]
+    fn env_keeps_mca_settings_only() {
+        let env = forwarded_env(
+            vec![
+                ("PRTE_MCA_prte_if_include".to_string(), "10.0.0.0/24".to_string()),
+                ("PRTE_MCA_ras".to_string(), "k8s".to_string()),
+                ("PRTE_MCA_plm_k8s_secret_file".to_string(), "/s".to_string()),
+                ("PMIX_MCA_ptl_base_if_include".to_string(), "eth0".to_string()),
+                ("HOME".to_string(), "/root".to_string()),
+                ("PRTE_PREFIX".to_string(), "/opt".to_string()),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(
+            env,
+            vec![
+                ("PMIX_MCA_ptl_base_if_include".to_string(), "eth0".to_string()),
+                ("PRTE_MCA_prte_if_include".to_string(), "10.0.0.0/24".to_string()),
+            ]
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! RAS `k8s`: PRRTE's allocation comes from the job's pods.
+//!
+//! `allocate` returns `PRTE_ERR_ALLOCATION_PENDING` at once; discovery (Kubernetes API calls and
+//! the readiness watch) runs on our own thread, and its result is applied on PRRTE's event
+//! thread: nodes inserted, `ALLOCATION_COMPLETE` activated, or the allocation failed with our
+//! message.
+use crate::{ffi, mainloop, params, pods, prrte, shim};
+use prrte_k8s::discovery::{self, Allocation, DiscoveryConfig, DiscoveryError};
+use std::os::raw::{c_int, c_void};
+use std::path::PathBuf;
+use std::time::Duration;
+
+static mut MODULE: ffi::prte_ras_base_module_t = ffi::prte_ras_base_module_t {
+    init: Some(init),
+    allocate: Some(allocate),
+    deallocate: None,
+    finalize: Some(finalize),
+};
+
+/// The module PRRTE gets from `query`.
+pub fn module_ptr() -> *const ffi::prte_ras_base_module_t {
+    // SAFETY: taking the address of a static never reads or writes it.
+    unsafe { std::ptr::addr_of!(MODULE) }
+}
+
+pub unsafe extern "C" fn register_params() -> c_int {
+    crate::abi::boundary("ras k8s register", prrte::ERROR, || {
+        params::register_ras(crate::component::ras_component_ptr());
+        prrte::SUCCESS
+    })
+}
+
+/// Whether this process looks like it runs in (or is pointed at) a Kubernetes cluster.
+fn kubernetes_environment(p: &params::RasParams) -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() || p.kubeconfig.is_some() || p.selector.is_some()
+}
+
+pub unsafe extern "C" fn query(module: *mut *mut ffi::pmix_mca_base_module_t, priority: *mut c_int) -> c_int {
+    crate::abi::boundary("ras k8s query", prrte::ERROR, || {
+        if module.is_null() || priority.is_null() {
+            return prrte::ERROR;
+        }
+        // SAFETY: PMIx passes valid out-pointers.
+        unsafe {
+            *module = std::ptr::null_mut();
+            *priority = 0;
+        }
+        if !prrte::is_master() {
+            return prrte::ERROR;
+        }
+        let p = params::ras();
+        // SAFETY: taking the address of PRRTE's framework struct.
+        let fw = unsafe { std::ptr::addr_of!(ffi::prte_ras_base_framework) };
+        let explicit = prrte::selection_names(prrte::framework_selection(fw).as_deref(), "k8s");
+        if !explicit && !kubernetes_environment(&p) {
+            shim::verbose(shim::FRAMEWORK_RAS, 2, "ras:k8s: no Kubernetes environment (KUBERNETES_SERVICE_HOST unset, no ras_k8s_kubeconfig or ras_k8s_selector): declining");
+            return prrte::ERROR;
+        }
+        shim::verbose(shim::FRAMEWORK_RAS, 2, &format!("ras:k8s: available (explicit={explicit}, priority {})", p.priority));
+        // SAFETY: out-pointers are valid; MODULE is a static that lives for the process.
+        unsafe {
+            *module = std::ptr::addr_of_mut!(MODULE) as *mut ffi::pmix_mca_base_module_t;
+            *priority = p.priority;
+        }
+        prrte::SUCCESS
+    })
+}
+
+unsafe extern "C" fn init() -> c_int {
+    crate::abi::boundary("ras k8s init", prrte::ERROR, || prrte::SUCCESS)
+}
+
+unsafe extern "C" fn finalize() -> c_int {
+    crate::abi::boundary("ras k8s finalize", prrte::ERROR, || prrte::SUCCESS)
+}
+
+/// The discovery configuration from our MCA parameters; a clear message for bad values.
+pub fn config_from(p: &params::RasParams) -> Result<DiscoveryConfig, String> {
+    let slots = match &p.slots {
+        None => discovery::SlotsPolicy::Auto,
+        Some(s) => s.parse::<discovery::SlotsPolicy>().map_err(|e| format!("ras_k8s_slots: {e}"))?,
+    };
+    if p.timeout <= 0 {
+        return Err(format!("ras_k8s_timeout must be a positive number of seconds, not {}; set e.g. --prtemca ras_k8s_timeout 300", p.timeout));
+    }
+    if p.expected_pods < 0 {
+        return Err(format!("ras_k8s_expected_pods must be 0 (infer) or a positive count, not {}", p.expected_pods));
+    }
+    let mut cfg = DiscoveryConfig::default();
+    cfg.namespace = p.namespace.clone();
+    cfg.selector = p.selector.clone();
+    cfg.expected_pods = if p.expected_pods > 0 { Some(p.expected_pods as u32) } else { None };
+    cfg.timeout = Duration::from_secs(p.timeout as u64);
+    cfg.slots = slots;
+    cfg.kubeconfig = p.kubeconfig.as_ref().map(PathBuf::from);
+    cfg.self_pod = p.self_pod.clone();
+    Ok(cfg)
+}
+
+unsafe extern "C" fn allocate(jdata: *mut ffi::prte_job_t, _nodes: *mut ffi::pmix_list_t) -> c_int {
+    crate::abi::boundary("ras k8s allocate", prrte::ERROR, || {
+        let cfg = match config_from(&params::ras()) {
+            Ok(c) => c,
+            Err(msg) => {
+                prrte::error_box("The k8s RAS component has a bad MCA parameter value.", &msg);
+                return ffi::PRTE_ERR_BAD_PARAM;
+            }
+        };
+        if let Err(e) = mainloop::ensure() {
+            prrte::error_box("The k8s RAS component could not set up its event.", &e);
+            return prrte::ERROR;
+        }
+        // SAFETY: keep the job object alive until our completion runs.
+        unsafe { shim::prrte_k8s_shim_retain(jdata as *mut c_void) };
+        let job = jdata as usize;
+        shim::verbose(shim::FRAMEWORK_RAS, 1, "ras:k8s: discovering the job's pods on a background thread");
+        let spawned = std::thread::Builder::new().name("prrte-k8s-ras".into()).spawn(move || {
+            let result = discovery::discover_blocking(&cfg);
+            mainloop::post(move || complete(job as *mut ffi::prte_job_t, result));
+        });
+        if let Err(e) = spawned {
+            // SAFETY: undo the retain above.
+            unsafe { shim::prrte_k8s_shim_release(jdata as *mut c_void) };
+            prrte::error_box("The k8s RAS component could not start its discovery thread.", &e.to_string());
+            return prrte::ERROR;
+        }
+        ffi::PRTE_ERR_ALLOCATION_PENDING
+    })
+}
+
+/// On PRRTE's event thread: apply the discovery result.
+fn complete(jdata: *mut ffi::prte_job_t, result: Result<Allocation, DiscoveryError>) {
+    match result {
+        Ok(alloc) => {
+            if let Err(msg) = insert(jdata, &alloc) {
+                prrte::error_box("The k8s RAS component could not hand the pods to PRRTE.", &msg);
+                prrte::activate_job_state(jdata, ffi::PRTE_JOB_STATE_ALLOC_FAILED);
+            }
+        }
+        Err(e) => {
+            prrte::error_box("The k8s RAS component could not build an allocation from the job's pods.", &e.to_string());
+            // SAFETY: a plain global int PRRTE reports as its exit status.
+            unsafe { shim::prrte_k8s_shim_update_exit_status(1) };
+            prrte::activate_job_state(jdata, ffi::PRTE_JOB_STATE_ALLOC_FAILED);
+        }
+    }
+    // SAFETY: release the reference taken in `allocate`.
+    unsafe { shim::prrte_k8s_shim_release(jdata as *mut c_void) };
+}
+
+fn insert(jdata: *mut ffi::prte_job_t, alloc: &Allocation) -> Result<(), String> {
+    if alloc.nodes.is_empty() {
+        return Err("discovery returned no pods".into());
+    }
+    // SAFETY: shim allocation of a PMIx list.
+    let list = unsafe { shim::prrte_k8s_shim_list_new() };
+    if list.is_null() {
+        return Err("out of memory".into());
+    }
+    for n in &alloc.nodes {
+        let name = crate::abi::cstring(&n.hostname);
+        let ip = crate::abi::cstring(&n.ip.to_string());
+        // SAFETY: the shim strdup's both strings.
+        let node = unsafe { shim::prrte_k8s_shim_node_new(name.as_ptr(), ip.as_ptr()) } as *mut ffi::prte_node_t;
+        if node.is_null() {
+            // SAFETY: release the list and what is on it.
+            unsafe { shim::prrte_k8s_shim_list_release(list) };
+            return Err("out of memory".into());
+        }
+        // SAFETY: `node` is a fresh prte_node_t we own until it is appended to the list.
+        unsafe {
+            (*node).state = ffi::PRTE_NODE_STATE_UP as ffi::prte_node_state_t;
+            (*node).slots = n.slots as i32;
+            (*node).slots_max = 0;
+            (*node).flags |= ffi::PRTE_NODE_FLAG_SLOTS_GIVEN as ffi::prte_node_flags_t;
+            shim::prrte_k8s_shim_list_append(list, node as *mut c_void);
+        }
+        pods::record(&n.hostname, pods::PodAddr { pod: n.pod.clone(), namespace: n.namespace.clone(), ip: n.ip });
+        shim::verbose(shim::FRAMEWORK_RAS, 1, &format!(
+            "ras:k8s: pod {} (index {}) as node {} at {} with {} slots{}",
+            n.pod,
+            n.index.map(|i| i.to_string()).unwrap_or_else(|| "-".into()),
+            n.hostname,
+            n.ip,
+            n.slots,
+            if n.is_self { " (this pod)" } else { "" }
+        ));
+    }
+    // SAFETY: main thread; PRRTE globals and the job object are ours to update here, exactly as
+    // PRRTE's own allocation step does after a module returns nodes.
+    unsafe {
+        ffi::prte_managed_allocation = true;
+        ffi::prte_do_not_resolve = true;
+        let rc = ffi::prte_ras_base_node_insert(list as *mut ffi::pmix_list_t, jdata);
+        shim::prrte_k8s_shim_list_release(list);
+        if rc != prrte::SUCCESS {
+            return Err(format!("prte_ras_base_node_insert failed with PRRTE error {rc}"));
+        }
+        let display = ffi::prte_get_attribute(
+            &mut (*jdata).attributes,
+            ffi::PRTE_JOB_DISPLAY_ALLOC as u16,
+            std::ptr::null_mut(),
+            ffi::PMIX_BOOL as ffi::pmix_data_type_t,
+        ) || ffi::pmix_output_get_verbosity(ffi::prte_ras_base_framework.framework_output) > 4;
+        if display {
+            ffi::prte_ras_base_display_alloc(jdata);
+        }
+        (*jdata).total_slots_alloc = ffi::prte_ras_base.total_slots_alloc;
+    }
+    prrte::activate_job_state(jdata, ffi::PRTE_JOB_STATE_ALLOCATION_COMPLETE);
+    Ok(())
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Fails if tests left sandbox namespaces, links or PRRTE/agent processes behind.
+# Sandbox resources are all named with the "pk8s" prefix.
+set -u
+bad=0
+ns=$(ip netns list 2>/dev/null | awk '{print $1}' | grep '^pk8s' | tr '\n' ' ')
+[[ -n "${ns// /}" ]] && { echo "leftover network namespaces: $ns"; bad=1; }
+links=$(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep '^pk8' | tr '\n' ' ')
+[[ -n "${links// /}" ]] && { echo "leftover links: $links"; bad=1; }
+procs=$(ps -eo pid=,comm= | awk '$2 ~ /^(prte|prted|prterun|prun|prrte-k8s-agen|prrte-k8s-sand)/ {print $2"("$1")"}' | tr '\n' ' ')
+[[ -n "${procs// /}" ]] && { echo "leftover processes: $procs"; bad=1; }
+if ((bad)); then
+    echo "check-leftovers: FAILED (tests must clean up what they create)"
+else
+    echo "check-leftovers: nothing left behind"
+fi
+exit $bad
