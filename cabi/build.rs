@@ -105,6 +105,8 @@ fn main() {
     println!("cargo:rustc-link-search=native={}", libdir.display());
     println!("cargo:rustc-link-lib=dylib=prrte");
     println!("cargo:rustc-link-lib=dylib=pmix");
+    // libevent, which PRRTE is built on (the shim calls it for PRRTE's event macros).
+    println!("cargo:rustc-link-lib=dylib=event_core");
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", libdir.display());
 }
 

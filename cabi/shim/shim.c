@@ -94,7 +94,9 @@ void prrte_k8s_shim_update_exit_status(int status)
 
 void *prrte_k8s_shim_fd_event_new(int fd, prrte_k8s_fd_cb_t cb, void *arg)
 {
-    prte_event_t *ev = prte_event_new(prte_event_base, fd, PRTE_EV_READ | PRTE_EV_PERSIST, cb, arg);
+    /* prte_event_new is declared by PRRTE 3.0.8 but not defined; use libevent's event_new on
+     * PRRTE's event base, as PRRTE's own macros do for add/del/free. */
+    prte_event_t *ev = event_new(prte_event_base, fd, PRTE_EV_READ | PRTE_EV_PERSIST, cb, arg);
     if (NULL == ev) {
         return NULL;
     }

@@ -65,11 +65,9 @@ pub static mut prte_mca_plm_k8s_component: ffi::pmix_mca_base_component_t =
     component("plm", (2, 0, 0), Some(crate::plm::query), Some(crate::plm::register_params));
 
 pub fn ras_component_ptr() -> *const ffi::pmix_mca_base_component_t {
-    // SAFETY: taking the address of a static never reads or writes it.
-    unsafe { std::ptr::addr_of!(prte_mca_ras_k8s_component) }
+    std::ptr::addr_of!(prte_mca_ras_k8s_component)
 }
 
 pub fn plm_component_ptr() -> *const ffi::pmix_mca_base_component_t {
-    // SAFETY: as above.
-    unsafe { std::ptr::addr_of!(prte_mca_plm_k8s_component) }
+    std::ptr::addr_of!(prte_mca_plm_k8s_component)
 }

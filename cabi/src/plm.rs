@@ -44,8 +44,7 @@ static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
 
 /// The module PRRTE gets from `query`.
 pub fn module_ptr() -> *const ffi::prte_plm_base_module_t {
-    // SAFETY: taking the address of a static never reads or writes it.
-    unsafe { std::ptr::addr_of!(MODULE) }
+    std::ptr::addr_of!(MODULE)
 }
 
 pub unsafe extern "C" fn register_params() -> c_int {
@@ -69,8 +68,7 @@ pub unsafe extern "C" fn query(module: *mut *mut ffi::pmix_mca_base_module_t, pr
             return prrte::ERROR;
         }
         let p = params::plm();
-        // SAFETY: taking the address of PRRTE's framework struct.
-        let fw = unsafe { std::ptr::addr_of!(ffi::prte_plm_base_framework) };
+        let fw = std::ptr::addr_of!(ffi::prte_plm_base_framework);
         let explicit = prrte::selection_names(prrte::framework_selection(fw).as_deref(), "k8s");
         let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
             && p.secret_file.as_deref().is_some_and(|f| std::path::Path::new(f).is_file());

@@ -38,7 +38,10 @@ pub fn selection_names(selection: Option<&str>, name: &str) -> bool {
 /// The daemons' job object (the DVM job).
 pub fn daemons_job() -> *mut ffi::prte_job_t {
     // SAFETY: prte_process_info.myproc.nspace is a NUL-terminated nspace set at init.
-    unsafe { ffi::prte_get_job_data_object(ffi::prte_process_info.myproc.nspace.as_ptr()) }
+    unsafe {
+        let info = std::ptr::addr_of!(ffi::prte_process_info);
+        ffi::prte_get_job_data_object((*info).myproc.nspace.as_ptr())
+    }
 }
 
 /// Copy a C string (or NULL) to a Rust string.

@@ -19,8 +19,7 @@ static mut MODULE: ffi::prte_ras_base_module_t = ffi::prte_ras_base_module_t {
 
 /// The module PRRTE gets from `query`.
 pub fn module_ptr() -> *const ffi::prte_ras_base_module_t {
-    // SAFETY: taking the address of a static never reads or writes it.
-    unsafe { std::ptr::addr_of!(MODULE) }
+    std::ptr::addr_of!(MODULE)
 }
 
 pub unsafe extern "C" fn register_params() -> c_int {
@@ -49,8 +48,7 @@ pub unsafe extern "C" fn query(module: *mut *mut ffi::pmix_mca_base_module_t, pr
             return prrte::ERROR;
         }
         let p = params::ras();
-        // SAFETY: taking the address of PRRTE's framework struct.
-        let fw = unsafe { std::ptr::addr_of!(ffi::prte_ras_base_framework) };
+        let fw = std::ptr::addr_of!(ffi::prte_ras_base_framework);
         let explicit = prrte::selection_names(prrte::framework_selection(fw).as_deref(), "k8s");
         if !explicit && !kubernetes_environment(&p) {
             shim::verbose(shim::FRAMEWORK_RAS, 2, "ras:k8s: no Kubernetes environment (KUBERNETES_SERVICE_HOST unset, no ras_k8s_kubeconfig or ras_k8s_selector): declining");
