@@ -1,0 +1,198 @@
+//! An MPI job in the sandbox: pods running only the prrte-k8s agent, the launcher's RBAC from
+//! prrte-config/k8s/rbac.yaml, and helpers to run PRRTE with the k8s components.
+#![allow(dead_code)]
+use anyhow::{bail, Context, Result};
+use sandbox::cluster::{Cluster, ClusterOptions};
+use sandbox::harness::{self, TestDir};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+pub const NS: &str = "default";
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+pub struct Job {
+    pub name: String,
+    pub dir: TestDir,
+    pub cluster: Cluster,
+    pub components: PathBuf,
+    pub secret: PathBuf,
+    /// Pod names in index order.
+    pub pods: Vec<String>,
+    /// Pod hostnames in index order.
+    pub hostnames: Vec<String>,
+}
+
+/// How the job's pods are made.
+pub struct JobSpec<'a> {
+    pub name: &'a str,
+    pub pods: usize,
+    /// CPU request of each pod, by index (default "1").
+    pub cpus: Vec<&'a str>,
+    /// prted executable each agent runs, by index (default the real prted).
+    pub prted: Vec<Option<PathBuf>>,
+    /// A secret file for the agents different from the launcher's, by index.
+    pub agent_secret: Vec<Option<PathBuf>>,
+}
+
+impl<'a> JobSpec<'a> {
+    pub fn new(name: &'a str, pods: usize) -> Self {
+        JobSpec { name, pods, cpus: vec![], prted: vec![], agent_secret: vec![] }
+    }
+}
+
+fn agent_pod(job: &str, i: usize, spec: &JobSpec, agent: &Path, prted: &Path, secret: &Path, tmp: &Path) -> Value {
+    let cpu = spec.cpus.get(i).copied().unwrap_or("1");
+    let host = format!("{job}-{i}");
+    let podtmp = tmp.join(&host);
+    std::fs::create_dir_all(&podtmp).unwrap();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": format!("{job}-{i}-x{i:03}"),
+            "labels": {
+                "batch.kubernetes.io/job-name": job, "job-name": job,
+                "batch.kubernetes.io/job-completion-index": i.to_string(),
+                "app": job,
+            },
+            "annotations": {"batch.kubernetes.io/job-completion-index": i.to_string()},
+        },
+        "spec": {
+            "hostname": host, "subdomain": job,
+            "serviceAccountName": "prrte-launcher",
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "worker",
+                "command": [agent.to_str().unwrap(), "--prted", prted.to_str().unwrap(),
+                            "--secret-file", secret.to_str().unwrap(), "--tmpdir", podtmp.to_str().unwrap(),
+                            "--kill-grace", "2"],
+                "env": [
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "TMPDIR", "value": podtmp.to_str().unwrap()},
+                ],
+                "resources": {"requests": {"cpu": cpu}},
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 7118}, "periodSeconds": 1},
+            }],
+        }
+    })
+}
+
+impl Job {
+    /// Start a sandbox cluster and a job of pods (plain Pods labelled like an Indexed Job's, so
+    /// each can have its own resources), and wait until all are Ready.
+    pub async fn start(spec: JobSpec<'_>) -> Result<Job> {
+        harness::require_prrte()?;
+        let dir = TestDir::new(spec.name)?;
+        let components = harness::component_dir(dir.path())?;
+        let secret = dir.secret("secret")?;
+        let agent = harness::workspace_bin("prrte-k8s-agent")?;
+        let prted = harness::prefix().join("bin/prted");
+        let cluster = Cluster::start(ClusterOptions { dir: Some(dir.path().join("cluster")), ..Default::default() }).await?;
+        let rbac = std::fs::read_to_string(repo().join("prrte-config/k8s/rbac.yaml"))?;
+        cluster.apply_yaml(&rbac).context("applying prrte-config/k8s/rbac.yaml")?;
+        let tmp = dir.sub("podtmp")?;
+        let mut docs = Vec::new();
+        for i in 0..spec.pods {
+            let p = spec.prted.get(i).cloned().flatten().unwrap_or_else(|| prted.clone());
+            let s = spec.agent_secret.get(i).cloned().flatten().unwrap_or_else(|| secret.clone());
+            docs.push(serde_yaml::to_string(&agent_pod(spec.name, i, &spec, &agent, &p, &s, &tmp))?);
+        }
+        cluster.apply_yaml(&docs.join("---\n"))?;
+        let ready = cluster
+            .wait_ready(NS, &format!("batch.kubernetes.io/job-name={}", spec.name), spec.pods, Duration::from_secs(60))
+            .await?;
+        let mut pods: Vec<(usize, String, String)> = ready
+            .iter()
+            .map(|p| {
+                let idx: usize = p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"].as_str().unwrap().parse().unwrap();
+                (idx, p["metadata"]["name"].as_str().unwrap().to_string(), p["spec"]["hostname"].as_str().unwrap().to_string())
+            })
+            .collect();
+        pods.sort();
+        Ok(Job {
+            name: spec.name.to_string(),
+            dir,
+            cluster,
+            components,
+            secret,
+            pods: pods.iter().map(|p| p.1.clone()).collect(),
+            hostnames: pods.iter().map(|p| p.2.clone()).collect(),
+        })
+    }
+
+    /// A PRRTE command (prte, prterun, prun, pterm) run inside pod `index` with the pod's
+    /// environment, the components, and a private TMPDIR.
+    pub fn in_pod(&self, index: usize, tool: &str, args: &[&str]) -> Result<Command> {
+        let tmp = self.dir.sub(&format!("launcher-tmp-{index}"))?;
+        let exe = harness::prefix().join("bin").join(tool);
+        let mut argv: Vec<String> = vec![
+            "env".into(),
+            format!("TMPDIR={}", tmp.display()),
+            format!("PRTE_PKGLIBDIR={}", self.components.display()),
+            format!("PRTE_MCA_plm_k8s_secret_file={}", self.secret.display()),
+            exe.to_string_lossy().into_owned(),
+        ];
+        argv.extend(args.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = argv.iter().map(|s| s.as_str()).collect();
+        self.cluster.pod_exec(&self.pods[index], &refs)
+    }
+
+    /// Run a PRRTE command in pod `index` to completion (bounded).
+    pub fn run_in_pod(&self, index: usize, tool: &str, args: &[&str], limit: Duration) -> Result<Output> {
+        harness::run_with_timeout(self.in_pod(index, tool, args)?, limit)
+    }
+
+    /// Host pids of `comm` processes in pod `index`.
+    pub fn pids_in_pod(&self, index: usize, comm: &str) -> Result<Vec<u32>> {
+        let pids = self.cluster.pod_host_pids(&self.pods[index])?;
+        Ok(pids
+            .into_iter()
+            .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).map(|c| c.trim_end() == comm).unwrap_or(false))
+            .collect())
+    }
+
+    /// Every prted in any pod of the job.
+    pub fn prteds(&self) -> Result<Vec<u32>> {
+        let mut all = Vec::new();
+        for i in 0..self.pods.len() {
+            all.extend(self.pids_in_pod(i, "prted")?);
+        }
+        Ok(all)
+    }
+
+    /// Wait until no prted runs in any pod, or fail naming what is left.
+    pub fn wait_no_prteds(&self, limit: Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let left = self.prteds()?;
+            if left.is_empty() {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                bail!("prted processes still running after {limit:?}: {left:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+pub fn text(o: &Output) -> String {
+    format!("--- stdout\n{}\n--- stderr\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// The `allreduce` lines of an MPI run: (rank, size, host, ok).
+pub fn allreduce_lines(stdout: &str) -> Vec<(usize, usize, String, bool)> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("allreduce "))
+        .map(|l| {
+            let field = |k: &str| l.split_whitespace().find_map(|w| w.strip_prefix(&format!("{k}="))).unwrap_or("").to_string();
+            (field("rank").parse().unwrap_or(usize::MAX), field("size").parse().unwrap_or(0), field("host"), l.ends_with(" OK"))
+        })
+        .collect()
+}
