@@ -86,6 +86,12 @@ void *prrte_k8s_shim_fd_event_new(int fd, prrte_k8s_fd_cb_t cb, void *arg);
 /* Delete and free an event made by prrte_k8s_shim_fd_event_new. */
 void prrte_k8s_shim_event_free(void *ev);
 
+/* PRTE_BINDING_POLICY_IS_SET(prte_hwloc_default_binding_policy): 1 if a default binding policy
+ * was given (hwloc_default_binding_policy), else 0. */
+int prrte_k8s_shim_default_binding_is_set(void);
+/* PRTE_SET_BINDING_POLICY(prte_hwloc_default_binding_policy, PRTE_BIND_TO_NONE). */
+void prrte_k8s_shim_set_default_binding_none(void);
+
 /* prte_plm_base_prted_exit(PRTE_DAEMON_EXIT_CMD): tell every daemon to exit. */
 int prrte_k8s_shim_prted_exit(void);
 

@@ -17,6 +17,7 @@
 #include "src/util/pmix_argv.h"
 
 #include "src/event/event-internal.h"
+#include "src/hwloc/hwloc-internal.h"
 #include "src/runtime/prte_globals.h"
 #include "src/util/proc_info.h"
 #include "src/util/name_fns.h"

@@ -131,3 +131,13 @@ int prrte_k8s_shim_prted_exit(void)
 {
     return prte_plm_base_prted_exit(PRTE_DAEMON_EXIT_CMD);
 }
+
+int prrte_k8s_shim_default_binding_is_set(void)
+{
+    return PRTE_BINDING_POLICY_IS_SET(prte_hwloc_default_binding_policy) ? 1 : 0;
+}
+
+void prrte_k8s_shim_set_default_binding_none(void)
+{
+    PRTE_SET_BINDING_POLICY(prte_hwloc_default_binding_policy, PRTE_BIND_TO_NONE);
+}

@@ -19,6 +19,7 @@ pub struct RasStorage {
     pub kubeconfig: *mut c_char,
     pub self_pod: *mut c_char,
     pub priority: c_int,
+    pub bind_none: bool,
 }
 
 /// Storage of the `plm_k8s_*` parameters.
@@ -75,6 +76,7 @@ pub fn register_ras(component: *const ffi::pmix_mca_base_component_t) {
         kubeconfig: std::ptr::null_mut(),
         self_pod: std::ptr::null_mut(),
         priority: 60,
+        bind_none: true,
     }));
     register(component, c"namespace", c"Kubernetes namespace of the job's pods (default: the namespace of the pod prte runs in, from its service-account files, else the kubeconfig context's)", Kind::Str, &mut s.namespace as *mut _ as *mut _);
     register(component, c"selector", c"Label selector of the job's pods, e.g. 'batch.kubernetes.io/job-name=mpi' (default: inferred from the labels of the pod prte runs in: Job, JobSet, Kubeflow job or StatefulSet)", Kind::Str, &mut s.selector as *mut _ as *mut _);
@@ -84,6 +86,7 @@ pub fn register_ras(component: *const ffi::pmix_mca_base_component_t) {
     register(component, c"kubeconfig", c"Kubeconfig file to use instead of the in-cluster service account (default: in-cluster, else $KUBECONFIG or ~/.kube/config)", Kind::Str, &mut s.kubeconfig as *mut _ as *mut _);
     register(component, c"self_pod", c"Name of the pod prte runs in (default: $POD_NAME, else the hostname)", Kind::Str, &mut s.self_pod as *mut _ as *mut _);
     register(component, c"priority", c"Selection priority of the k8s RAS component when a Kubernetes environment is detected", Kind::Int, &mut s.priority as *mut _ as *mut _);
+    register(component, c"bind_none", c"Pods share their node's cores (a CPU request is a share, not a set of cores), so unless a binding policy is given (--bind-to, hwloc_default_binding_policy) ranks are not bound; set false to keep PRRTE's default core binding", Kind::Bool, &mut s.bind_none as *mut _ as *mut _);
     RAS.store(s, Ordering::Release);
 }
 
@@ -129,6 +132,7 @@ pub struct RasParams {
     pub kubeconfig: Option<String>,
     pub self_pod: Option<String>,
     pub priority: i32,
+    pub bind_none: bool,
 }
 
 /// A snapshot of the PLM parameters (main thread).
@@ -145,7 +149,7 @@ pub struct PlmParams {
 pub fn ras() -> RasParams {
     let p = RAS.load(Ordering::Acquire);
     if p.is_null() {
-        return RasParams { timeout: 300, priority: 60, ..Default::default() };
+        return RasParams { timeout: 300, priority: 60, bind_none: true, ..Default::default() };
     }
     // SAFETY: the storage was leaked at registration and is only written by PMIx on the main
     // thread during parameter processing; we read it on the main thread too.
@@ -159,6 +163,7 @@ pub fn ras() -> RasParams {
         kubeconfig: opt_string(s.kubeconfig),
         self_pod: opt_string(s.self_pod),
         priority: s.priority,
+        bind_none: s.bind_none,
     }
 }
 

@@ -204,6 +204,10 @@ fn insert(jdata: *mut ffi::prte_job_t, alloc: &Allocation) -> Result<(), String>
             ffi::prte_ras_base_display_alloc(jdata);
         }
         (*jdata).total_slots_alloc = ffi::prte_ras_base.total_slots_alloc;
+        if params::ras().bind_none && shim::prrte_k8s_shim_default_binding_is_set() == 0 {
+            shim::prrte_k8s_shim_set_default_binding_none();
+            shim::verbose(shim::FRAMEWORK_RAS, 1, "ras:k8s: pods share their node's cores: ranks are not bound unless a binding policy is given");
+        }
     }
     prrte::activate_job_state(jdata, ffi::PRTE_JOB_STATE_ALLOCATION_COMPLETE);
     Ok(())

@@ -38,6 +38,8 @@ extern "C" {
     pub fn prrte_k8s_shim_fd_event_new(fd: c_int, cb: FdCallback, arg: *mut c_void) -> *mut c_void;
     pub fn prrte_k8s_shim_event_free(ev: *mut c_void);
     pub fn prrte_k8s_shim_prted_exit() -> c_int;
+    pub fn prrte_k8s_shim_default_binding_is_set() -> c_int;
+    pub fn prrte_k8s_shim_set_default_binding_none();
     pub fn prrte_k8s_shim_output(msg: *const c_char);
     pub fn prrte_k8s_shim_verbose(framework: c_int, level: c_int, msg: *const c_char);
 }

@@ -155,9 +155,10 @@ impl Guarded {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+    /// Signal the whole process group (a command run through nsenter is a child of it).
     pub fn signal(&self, sig: nix::sys::signal::Signal) {
         if let Some(c) = &self.child {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), sig);
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(c.id() as i32), sig);
         }
     }
     pub fn what(&self) -> &str {

@@ -32,3 +32,120 @@ async fn allreduce_across_eight_pods_through_agents() {
     }
     job.wait_no_prteds(Duration::from_secs(10)).unwrap();
 }
+
+/// Issue acceptance: pods with different CPU requests, allocated in index order with their
+/// derived slots; `worker-10` follows `worker-9`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocation_follows_pod_index_with_slots_from_cpu() {
+    let mut spec = JobSpec::new("alloc", 12);
+    // slots: 1,2,3,1,2,3,... ; "1500m" rounds down to 1
+    spec.cpus = (0..12).map(|i| ["1500m", "2", "3"][i % 3]).collect();
+    let job = Job::start(spec).await.unwrap();
+    let slots: Vec<usize> = (0..12).map(|i| [1, 2, 3][i % 3]).collect();
+    let total: usize = slots.iter().sum();
+    let out = job
+        .run_in_pod(
+            0,
+            "prterun",
+            &["--allow-run-as-root", "--prtemca", "ras", "k8s", "--prtemca", "plm", "k8s", "--display", "alloc", "-n", &total.to_string(), "sh", "-c", "echo on=$(hostname); sleep 0.3"],
+            Duration::from_secs(120),
+        )
+        .unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "prterun failed: {t}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // --display alloc lists the nodes in allocation order with their slots (the first listing
+    // is the allocation as the RAS made it).
+    let first = stdout.split("ALLOCATED NODES").nth(1).expect("an allocation display");
+    let first = first.split("=====").find(|s| s.contains("slots=")).unwrap_or(first);
+    let listed: Vec<(String, usize)> = first
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let (name, rest) = l.split_once(':')?;
+            let slots = rest.split_whitespace().find_map(|w| w.strip_prefix("slots="))?.parse().ok()?;
+            Some((name.trim().to_string(), slots))
+        })
+        .collect();
+    let expected: Vec<(String, usize)> = job.hostnames.iter().cloned().zip(slots.iter().copied()).collect();
+    assert_eq!(listed, expected, "allocation order/slots: {t}");
+    // Every slot filled: per pod exactly its slots.
+    for (i, h) in job.hostnames.iter().enumerate() {
+        let n = stdout.lines().filter(|l| *l == format!("on={h}")).count();
+        assert_eq!(n, slots[i], "ranks on {h}: {t}");
+    }
+}
+
+/// mpi4py from the PyPI wheels, across pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpi4py_allreduce_across_pods() {
+    let mut spec = JobSpec::new("py4", 4);
+    spec.cpus = vec!["2"; 4];
+    let job = Job::start(spec).await.unwrap();
+    let py = harness::venv().join("bin/python");
+    let code = "from mpi4py import MPI; import socket; c = MPI.COMM_WORLD; s = c.allreduce(c.rank + 1); \
+                print('py', c.rank, c.size, socket.gethostname(), s, flush=True)";
+    let out = job
+        .run_in_pod(0, "prterun", &["--allow-run-as-root", "--prtemca", "ras", "k8s", "--prtemca", "plm", "k8s", "-n", "8", py.to_str().unwrap(), "-c", code], Duration::from_secs(120))
+        .unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "prterun failed: {t}");
+    let lines: Vec<Vec<String>> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("py "))
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect();
+    assert_eq!(lines.len(), 8, "{t}");
+    assert!(lines.iter().all(|l| l[2] == "8" && l[4] == "36"), "{t}");
+    let hosts: BTreeSet<&str> = lines.iter().map(|l| l[3].as_str()).collect();
+    assert_eq!(hosts.len(), 4, "{t}");
+}
+
+/// A persistent DVM: prte with ras/plm k8s, several prun jobs in a row, then pterm; no prted
+/// is left in any pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_dvm_runs_several_jobs_then_pterm() {
+    let mut spec = JobSpec::new("dvm", 4);
+    spec.cpus = vec!["2"; 4];
+    let job = Job::start(spec).await.unwrap();
+    let prog = harness::mpi_program("allreduce").unwrap();
+    let uri = job.dir.path().join("dvm.uri");
+    let prte = job
+        .in_pod(0, "prte", &["--allow-run-as-root", "--prtemca", "ras", "k8s", "--prtemca", "plm", "k8s", "--report-uri", uri.to_str().unwrap()])
+        .unwrap();
+    let mut prte = harness::Guarded::spawn(prte, "prte", job.dir.path()).unwrap();
+    wait_for_text(&job.dir.path().join("prte.out"), "DVM ready", Duration::from_secs(60)).unwrap();
+    for i in 0..4 {
+        let n = job.pids_in_pod(i, "prted").unwrap().len();
+        assert_eq!(n > 0, i > 0, "pod {i} has {n} prted processes: one prted in each pod but prte's");
+    }
+    let dvm = format!("file:{}", uri.display());
+    for round in 0..3 {
+        let out = job.run_in_pod(0, "prun", &["--allow-run-as-root", "--dvm-uri", &dvm, "-n", "8", prog.to_str().unwrap()], Duration::from_secs(60)).unwrap();
+        let t = text(&out);
+        assert!(out.status.success(), "prun round {round}: {t}");
+        let lines = allreduce_lines(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(lines.len(), 8, "round {round}: {t}");
+        assert!(lines.iter().all(|l| l.3), "round {round}: {t}");
+    }
+    let out = job.run_in_pod(0, "pterm", &["--dvm-uri", &dvm], Duration::from_secs(60)).unwrap();
+    assert!(out.status.success(), "pterm: {}", text(&out));
+    let st = prte.wait_timeout(Duration::from_secs(20)).unwrap();
+    assert!(st.is_some(), "prte did not exit after pterm");
+    job.wait_no_prteds(Duration::from_secs(10)).unwrap();
+}
+
+/// SIGKILL of prte: the agents see their connections drop and kill every prted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_prte_leaves_no_prted() {
+    let job = Job::start(JobSpec::new("kill", 4)).await.unwrap();
+    let prte = job.in_pod(0, "prte", &["--allow-run-as-root", "--prtemca", "ras", "k8s", "--prtemca", "plm", "k8s"]).unwrap();
+    let prte = harness::Guarded::spawn(prte, "prte", job.dir.path()).unwrap();
+    wait_for_text(&job.dir.path().join("prte.out"), "DVM ready", Duration::from_secs(60)).unwrap();
+    for i in 1..4 {
+        assert!(!job.pids_in_pod(i, "prted").unwrap().is_empty(), "no prted in pod {i} before the kill");
+    }
+    prte.signal(nix::sys::signal::Signal::SIGKILL);
+    job.wait_no_prteds(Duration::from_secs(10)).unwrap();
+    drop(prte);
+}

@@ -196,3 +196,27 @@ pub fn allreduce_lines(stdout: &str) -> Vec<(usize, usize, String, bool)> {
         })
         .collect()
 }
+
+/// Wait until a file contains `needle` (bounded).
+pub fn wait_for_text(path: &Path, needle: &str, limit: Duration) -> Result<String> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let t = std::fs::read_to_string(path).unwrap_or_default();
+        if t.contains(needle) {
+            return Ok(t);
+        }
+        if std::time::Instant::now() >= deadline {
+            bail!("{:?} not seen in {} within {limit:?}; it holds:\n{t}", needle, path.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A small executable script in the test directory.
+pub fn script(dir: &TestDir, name: &str, body: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.path().join(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n"))?;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
+    Ok(p)
+}
