@@ -1,0 +1,135 @@
+//! `prrte-k8s`: command-line tools around PRRTE's Kubernetes components.
+//!
+//! `prrte-k8s pods` shows the allocation PRRTE's `ras k8s` component would get: the same
+//! discovery code, the same parameters (also read from the `PRTE_MCA_ras_k8s_*` environment
+//! variables PRRTE itself reads).
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use prrte_k8s::discovery::{self, render, DiscoveryConfig, Progress, SlotsPolicy};
+use prrte_k8s::kubeconfig::Environment;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(name = "prrte-k8s", version, about = "Kubernetes tools for PRRTE (prte --prtemca ras k8s)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Discover the job's pods and print the allocation as PRRTE would see it.
+    Pods(PodsArgs),
+}
+
+#[derive(Args, Debug)]
+struct PodsArgs {
+    /// Namespace of the pods [default: our pod's namespace, else the kubeconfig context's, else "default"].
+    #[arg(long, short = 'n', env = "PRTE_MCA_ras_k8s_namespace")]
+    namespace: Option<String>,
+    /// Label selector of the job's pods [default: inferred from our own pod's labels].
+    #[arg(long, short = 'l', env = "PRTE_MCA_ras_k8s_selector")]
+    selector: Option<String>,
+    /// Number of pods to wait for; 0 = infer [default: from the owning Job/StatefulSet/JobSet, else the pods found].
+    #[arg(long, env = "PRTE_MCA_ras_k8s_expected_pods")]
+    expected: Option<u32>,
+    /// Seconds to wait for the pods to be ready (bounds the whole discovery).
+    #[arg(long, value_name = "SECS", default_value = "120", value_parser = parse_seconds, env = "PRTE_MCA_ras_k8s_timeout")]
+    timeout: Duration,
+    /// Slots per pod: auto (annotation prrte.k8s.io/slots, else GPUs, else CPUs, else 1), annotation, gpu, cpu, one.
+    #[arg(long, value_name = "POLICY", default_value = "auto", env = "PRTE_MCA_ras_k8s_slots")]
+    slots: SlotsPolicy,
+    /// Kubeconfig file [default: in-cluster service account, else $KUBECONFIG, else ~/.kube/config].
+    #[arg(long, value_name = "PATH", env = "PRTE_MCA_ras_k8s_kubeconfig")]
+    kubeconfig: Option<PathBuf>,
+    /// Name of the pod this runs in [default: $POD_NAME, else $HOSTNAME, else the host name].
+    #[arg(long, value_name = "POD", env = "PRTE_MCA_ras_k8s_self_pod")]
+    self_pod: Option<String>,
+    /// Print a PRRTE hostfile: one `IP slots=N` line per pod (IPs, since pod hostnames need not resolve).
+    #[arg(long, conflicts_with = "json")]
+    hostfile: bool,
+    /// Print the allocation as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Report progress (ready counts, watch restarts) on stderr.
+    #[arg(long, short = 'v')]
+    verbose: bool,
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 * 365.0 {
+        return Err(format!("{s:?} must be a positive number of seconds"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn pods(args: PodsArgs) -> i32 {
+    let cfg = DiscoveryConfig {
+        namespace: args.namespace,
+        selector: args.selector,
+        expected_pods: args.expected.filter(|n| *n > 0),
+        timeout: args.timeout,
+        slots: args.slots,
+        kubeconfig: args.kubeconfig,
+        self_pod: args.self_pod,
+    };
+    let verbose = args.verbose;
+    let mut report = |p: &Progress| {
+        if !verbose {
+            return;
+        }
+        match p {
+            Progress::Resolved { namespace, selector, selector_source, expected, expected_source } => eprintln!(
+                "prrte-k8s: namespace {namespace}, selector {selector:?} ({selector_source}), expecting {expected} pods ({expected_source})"
+            ),
+            Progress::Ready { ready, expected, waiting_for } if waiting_for.is_empty() => {
+                eprintln!("prrte-k8s: {ready} of {expected} pods ready")
+            }
+            Progress::Ready { ready, expected, waiting_for } => {
+                eprintln!("prrte-k8s: {ready} of {expected} pods ready; waiting for {}", waiting_for.join(", "))
+            }
+            Progress::Watching { resource_version } => eprintln!("prrte-k8s: watching pods from resource version {resource_version}"),
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("prrte-k8s: error: cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    let env = Environment::from_process();
+    match runtime.block_on(discovery::discover_with(&cfg, &env, &mut report)) {
+        Ok(alloc) => {
+            let text = if args.json {
+                render::json(&alloc) + "\n"
+            } else if args.hostfile {
+                render::hostfile(&alloc)
+            } else {
+                render::table(&alloc)
+            };
+            print!("{text}");
+            0
+        }
+        Err(e) => {
+            eprintln!("prrte-k8s: error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = EnvFilter::try_from_env("PRRTE_K8S_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
+    let code = match cli.command {
+        Command::Pods(args) => pods(args),
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}

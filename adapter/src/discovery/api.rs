@@ -1,0 +1,149 @@
+//! Bounded API calls and the mapping of client errors to [`DiscoveryError`].
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::error::DiscoveryError;
+use crate::kubeconfig::{error_chain, ApiClient};
+
+/// What discovery is doing when a call fails, for messages and RBAC rules.
+#[derive(Debug, Clone)]
+pub struct Operation {
+    pub verb: &'static str,
+    pub resource: &'static str,
+    pub group: &'static str,
+    pub namespace: String,
+    pub name: Option<String>,
+    pub selector: Option<String>,
+}
+
+impl Operation {
+    pub fn pods(verb: &'static str, namespace: &str) -> Operation {
+        Operation { verb, resource: "pods", group: "", namespace: namespace.to_string(), name: None, selector: None }
+    }
+
+    pub fn named(mut self, name: &str) -> Operation {
+        self.name = Some(name.to_string());
+        self
+    }
+
+    pub fn selecting(mut self, selector: &str) -> Operation {
+        self.selector = Some(selector.to_string());
+        self
+    }
+
+    pub fn describe(&self) -> String {
+        let mut s = format!("{} {}", self.verb, self.resource);
+        if !self.group.is_empty() {
+            s.push_str(&format!(".{}", self.group));
+        }
+        if let Some(n) = &self.name {
+            s.push_str(&format!(" {n:?}"));
+        }
+        s.push_str(&format!(" in namespace {:?}", self.namespace));
+        if let Some(sel) = &self.selector {
+            s.push_str(&format!(" with label selector {sel:?}"));
+        }
+        s
+    }
+}
+
+/// The client plus the overall deadline every call is bounded by.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    pub api: ApiClient,
+    pub deadline: Instant,
+    pub timeout: Duration,
+}
+
+impl Ctx {
+    /// Maps a client error for `op` to a discovery error.
+    pub fn map_error(&self, op: &Operation, err: kube::Error) -> DiscoveryError {
+        let url = self.api.url.clone();
+        let source_desc = self.api.source.to_string();
+        match err {
+            kube::Error::Api(status) => {
+                let message = if status.message.is_empty() { status.reason.clone() } else { status.message.clone() };
+                match status.code {
+                    401 => DiscoveryError::Unauthorized { url, source_desc, operation: op.describe(), message },
+                    403 => DiscoveryError::Forbidden {
+                        source_desc,
+                        verb: op.verb,
+                        resource: op.resource,
+                        group: op.group,
+                        namespace: op.namespace.clone(),
+                        message: message.into(),
+                    },
+                    400 if op.selector.is_some() => DiscoveryError::InvalidSelector {
+                        selector: op.selector.clone().unwrap_or_default(),
+                        reason: format!("the API server rejected it: {message}"),
+                    },
+                    code => DiscoveryError::Api {
+                        url,
+                        operation: op.describe(),
+                        code,
+                        reason: status.reason.clone(),
+                        message,
+                    },
+                }
+            }
+            kube::Error::Auth(e) => DiscoveryError::Credentials { url, source_desc, detail: error_chain(&e) },
+            e @ (kube::Error::HyperError(_)
+            | kube::Error::Service(_)
+            | kube::Error::RustlsTls(_)
+            | kube::Error::ReadEvents(_)) => {
+                DiscoveryError::Unreachable { url, source_desc, operation: op.describe(), detail: error_chain(&e) }
+            }
+            e => DiscoveryError::Api {
+                url,
+                operation: op.describe(),
+                code: 0,
+                reason: "unexpected response".into(),
+                message: error_chain(&e),
+            },
+        }
+    }
+
+    /// The error for a call that did not finish before the deadline.
+    pub fn deadline_error(&self, op: &Operation) -> DiscoveryError {
+        DiscoveryError::Unreachable {
+            url: self.api.url.clone(),
+            source_desc: self.api.source.to_string(),
+            operation: op.describe(),
+            detail: format!("no answer within the {}s timeout (ras_k8s_timeout)", self.timeout.as_secs_f64()),
+        }
+    }
+
+    /// Runs one API call, bounded by the deadline.
+    pub async fn call<T>(
+        &self,
+        op: &Operation,
+        fut: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, DiscoveryError> {
+        match tokio::time::timeout_at(self.deadline, fut).await {
+            Err(_) => Err(self.deadline_error(op)),
+            Ok(Err(e)) => Err(self.map_error(op, e)),
+            Ok(Ok(v)) => Ok(v),
+        }
+    }
+
+    /// Runs one API call whose "not found" or "forbidden" answer is not fatal: those give
+    /// `Ok(None)`. Used for optional lookups (owner Jobs, StatefulSets, JobSets).
+    pub async fn call_optional<T>(
+        &self,
+        op: &Operation,
+        fut: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<Option<T>, DiscoveryError> {
+        match tokio::time::timeout_at(self.deadline, fut).await {
+            Err(_) => Err(self.deadline_error(op)),
+            Ok(Ok(v)) => Ok(Some(v)),
+            Ok(Err(kube::Error::Api(status))) if matches!(status.code, 403 | 404) => {
+                tracing::debug!(code = status.code, "optional lookup {} skipped: {}", op.describe(), status.message);
+                Ok(None)
+            }
+            Ok(Err(e)) => Err(self.map_error(op, e)),
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! Discovery errors. Each one displays as a paragraph naming the cause and the remedy.
+
+/// The broad class of a [`DiscoveryError`], for callers that map errors to codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorKind {
+    /// A parameter is malformed (selector syntax, slots policy, slot annotation, counts).
+    InvalidConfig,
+    /// Not inside a cluster and no kubeconfig to be found, or the kubeconfig is unusable.
+    NoCluster,
+    /// The API server could not be reached or did not answer in time.
+    Unreachable,
+    /// The API server rejected the credentials (401), or none could be obtained.
+    Unauthorized,
+    /// The credentials lack an RBAC permission (403).
+    Forbidden,
+    /// No selector was given and none could be inferred from our own pod.
+    SelectorNotInferable,
+    /// No pod matches the selector.
+    NoPods,
+    /// Not enough pods became ready in time.
+    Timeout,
+    /// Any other answer of the API server.
+    Api,
+    /// Local failure (e.g. the async runtime could not start).
+    Internal,
+}
+
+impl ErrorKind {
+    /// Process exit code for this kind (the `prrte-k8s` CLI exits with it).
+    pub fn exit_code(self) -> i32 {
+        match self {
+            ErrorKind::InvalidConfig => 2,
+            ErrorKind::NoCluster => 3,
+            ErrorKind::Unreachable => 4,
+            ErrorKind::Unauthorized => 5,
+            ErrorKind::Forbidden => 6,
+            ErrorKind::SelectorNotInferable => 7,
+            ErrorKind::NoPods => 8,
+            ErrorKind::Timeout => 9,
+            ErrorKind::Api => 10,
+            ErrorKind::Internal => 11,
+        }
+    }
+}
+
+/// The RBAC rule the discovering identity needs on pods.
+pub const PODS_RULE: &str = "- apiGroups: [\"\"]\n  resources: [\"pods\"]\n  verbs: [\"get\", \"list\", \"watch\"]";
+
+/// Everything that can make discovery fail.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DiscoveryError {
+    #[error(
+        "Invalid label selector {selector:?}: {reason}. Set ras_k8s_selector (--selector) to a valid Kubernetes label selector, for example \"batch.kubernetes.io/job-name=my-job\" or \"app=mpi,role in (launcher,worker)\"."
+    )]
+    InvalidSelector { selector: String, reason: String },
+
+    #[error("Invalid value {value:?} for {param}: {reason}.")]
+    InvalidConfig { param: String, value: String, reason: String },
+
+    #[error(
+        "Pod {namespace}/{pod} has annotation prrte.k8s.io/slots={value:?}, which is not a valid slot count: {reason}. Fix the annotation in the pod template (a positive integer such as \"4\"), or set ras_k8s_slots (--slots) to gpu, cpu or one to ignore it."
+    )]
+    InvalidSlotsAnnotation { pod: String, namespace: String, value: String, reason: String },
+
+    #[error(
+        "No Kubernetes cluster configuration found: {}. Run inside a pod with a service account token mounted (automountServiceAccountToken must not be false), or point ras_k8s_kubeconfig (--kubeconfig) or $KUBECONFIG at a kubeconfig file.",
+        tried.join("; ")
+    )]
+    NoCluster { tried: Vec<String> },
+
+    #[error(
+        "Cannot use the Kubernetes client configuration from {source_desc}: {detail}. Fix or regenerate that configuration, or point ras_k8s_kubeconfig (--kubeconfig) at a working kubeconfig."
+    )]
+    BadKubeconfig { source_desc: String, detail: String },
+
+    #[error(
+        "Cannot reach the Kubernetes API server at {url} (configuration from {source_desc}) while trying to {operation}: {detail}. Check that the server address is right and reachable from here (network policies, firewalls, proxy settings), that its certificate is signed by the configured CA, and that the cluster is up; raise ras_k8s_timeout (--timeout) if the server is just slow."
+    )]
+    Unreachable { url: String, source_desc: String, operation: String, detail: String },
+
+    #[error(
+        "The Kubernetes API server at {url} rejected the credentials from {source_desc} (401 Unauthorized) while trying to {operation}: {message}. The token or client certificate is invalid or expired: refresh the kubeconfig (e.g. log in again), or, inside a pod, make sure the service account token is mounted and current."
+    )]
+    Unauthorized { url: String, source_desc: String, operation: String, message: String },
+
+    #[error(
+        "Could not obtain credentials for the Kubernetes API server at {url} from {source_desc}: {detail}. Check the user entry of the kubeconfig (token file, client certificate, exec plugin) or the mounted service account token."
+    )]
+    Credentials { url: String, source_desc: String, detail: String },
+
+    #[error(
+        "Permission denied (403 Forbidden): the identity from {source_desc} may not {verb} {resource} in API group {group:?} in namespace {namespace:?}. The API server said: {message}. Grant it with a Role in namespace {namespace:?} containing the rule\n{}\nand a RoleBinding of that Role to the service account the pods run as (or to your user).",
+        required_rule(.group, .resource, .verb)
+    )]
+    Forbidden {
+        source_desc: String,
+        verb: &'static str,
+        resource: &'static str,
+        group: &'static str,
+        namespace: String,
+        /// The API server's own words.
+        message: Box<str>,
+    },
+
+    #[error(
+        "Cannot infer which pods belong to this job: our own pod {pod:?} (name from {name_source}) was not found in namespace {namespace:?}. Set ras_k8s_selector (--selector) to a label selector for the job's pods, or make the pod name known through the POD_NAME environment variable (fieldRef metadata.name), or set ras_k8s_namespace if the pod is in another namespace."
+    )]
+    SelfPodNotFound { pod: String, name_source: String, namespace: String },
+
+    #[error(
+        "Cannot infer which pods belong to this job: our own pod {namespace}/{pod} has none of the labels {} and no StatefulSet owner. Set ras_k8s_selector (--selector) to a label selector for the job's pods, for example \"app=my-mpi-job\".",
+        looked_for.join(", ")
+    )]
+    SelectorNotInferable { pod: String, namespace: String, looked_for: Vec<String> },
+
+    #[error(
+        "No pods match the label selector {selector:?} in namespace {namespace:?} (excluding terminating and finished pods{}). Check ras_k8s_selector (--selector) and ras_k8s_namespace (--namespace), e.g. with `kubectl get pods -n {namespace} -l '{selector}'`, or set ras_k8s_expected_pods (--expected) to wait for pods that are still being created.",
+        if excluded.is_empty() { String::new() } else { format!("; excluded: {}", excluded.join("; ")) }
+    )]
+    NoPods { namespace: String, selector: String, excluded: Vec<String> },
+
+    #[error(
+        "Timed out after {}s waiting for {expected} pods ({expected_source}) matching {selector:?} in namespace {namespace:?} to be Running and Ready with an IP: {ready} of {expected} ready. {}. Check these pods (`kubectl describe pod -n {namespace} ...`), raise ras_k8s_timeout (--timeout) if they are just slow to start, or lower ras_k8s_expected_pods (--expected) if fewer pods are intended.",
+        *waited_ms as f64 / 1000.0,
+        problems.join("; ")
+    )]
+    Timeout {
+        namespace: String,
+        selector: String,
+        expected: u32,
+        expected_source: String,
+        ready: u32,
+        /// How long discovery waited, in milliseconds.
+        waited_ms: u64,
+        /// One entry per unready, missing or excluded pod.
+        problems: Vec<String>,
+    },
+
+    #[error(
+        "The Kubernetes API server at {url} refused to {operation}: HTTP {code} {reason}: {message}. Check the parameters (ras_k8s_namespace, ras_k8s_selector) and the API server's health."
+    )]
+    Api { url: String, operation: String, code: u16, reason: String, message: String },
+
+    #[error("Internal error during pod discovery: {detail}.")]
+    Internal { detail: String },
+}
+
+impl DiscoveryError {
+    /// The class of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            DiscoveryError::InvalidSelector { .. }
+            | DiscoveryError::InvalidConfig { .. }
+            | DiscoveryError::InvalidSlotsAnnotation { .. } => ErrorKind::InvalidConfig,
+            DiscoveryError::NoCluster { .. } | DiscoveryError::BadKubeconfig { .. } => ErrorKind::NoCluster,
+            DiscoveryError::Unreachable { .. } => ErrorKind::Unreachable,
+            DiscoveryError::Unauthorized { .. } | DiscoveryError::Credentials { .. } => ErrorKind::Unauthorized,
+            DiscoveryError::Forbidden { .. } => ErrorKind::Forbidden,
+            DiscoveryError::SelfPodNotFound { .. } | DiscoveryError::SelectorNotInferable { .. } => {
+                ErrorKind::SelectorNotInferable
+            }
+            DiscoveryError::NoPods { .. } => ErrorKind::NoPods,
+            DiscoveryError::Timeout { .. } => ErrorKind::Timeout,
+            DiscoveryError::Api { .. } => ErrorKind::Api,
+            DiscoveryError::Internal { .. } => ErrorKind::Internal,
+        }
+    }
+
+    /// Process exit code for this error; see [`ErrorKind::exit_code`].
+    pub fn exit_code(&self) -> i32 {
+        self.kind().exit_code()
+    }
+}
+
+/// The Role rule that grants what discovery needs on `resource`: all of get, list and watch on
+/// pods (discovery uses the three), else the one verb that was refused.
+pub fn required_rule(group: &str, resource: &str, verb: &str) -> String {
+    if group.is_empty() && resource == "pods" {
+        PODS_RULE.to_string()
+    } else {
+        rbac_rule(group, resource, &[verb])
+    }
+}
+
+/// Renders an RBAC rule in Role YAML form.
+pub fn rbac_rule(group: &str, resource: &str, verbs: &[&str]) -> String {
+    let verbs: Vec<String> = verbs.iter().map(|v| format!("{v:?}")).collect();
+    format!("- apiGroups: [{group:?}]\n  resources: [{resource:?}]\n  verbs: [{}]", verbs.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_rule_matches_renderer() {
+        assert_eq!(rbac_rule("", "pods", &["get", "list", "watch"]), PODS_RULE);
+        assert_eq!(required_rule("", "pods", "watch"), PODS_RULE);
+        assert_eq!(
+            required_rule("batch", "jobs", "get"),
+            "- apiGroups: [\"batch\"]\n  resources: [\"jobs\"]\n  verbs: [\"get\"]"
+        );
+    }
+
+    #[test]
+    fn errors_stay_small() {
+        assert!(std::mem::size_of::<DiscoveryError>() < 128, "{}", std::mem::size_of::<DiscoveryError>());
+    }
+
+    #[test]
+    fn forbidden_names_permission_and_rule() {
+        let e = DiscoveryError::Forbidden {
+            source_desc: "kubeconfig /k".into(),
+            verb: "list",
+            resource: "pods",
+            group: "",
+            namespace: "ns1".into(),
+            message: "pods is forbidden".into(),
+        };
+        let s = e.to_string();
+        assert!(s.contains("may not list pods"), "{s}");
+        assert!(s.contains("namespace \"ns1\""), "{s}");
+        assert!(s.contains(PODS_RULE), "{s}");
+        assert_eq!(e.exit_code(), 6);
+    }
+
+    #[test]
+    fn timeout_lists_problems() {
+        let e = DiscoveryError::Timeout {
+            namespace: "ns".into(),
+            selector: "app=x".into(),
+            expected: 3,
+            expected_source: "from Job x".into(),
+            ready: 2,
+            waited_ms: 1500,
+            problems: vec!["pod w-2: phase Pending".into()],
+        };
+        let s = e.to_string();
+        assert!(s.contains("1.5s") && s.contains("2 of 3 ready") && s.contains("pod w-2: phase Pending"), "{s}");
+        assert_eq!(e.kind(), ErrorKind::Timeout);
+    }
+
+    #[test]
+    fn exit_codes_are_distinct() {
+        use ErrorKind::*;
+        let kinds = [
+            InvalidConfig,
+            NoCluster,
+            Unreachable,
+            Unauthorized,
+            Forbidden,
+            SelectorNotInferable,
+            NoPods,
+            Timeout,
+            Api,
+            Internal,
+        ];
+        let mut codes: Vec<i32> = kinds.iter().map(|k| k.exit_code()).collect();
+        assert!(codes.iter().all(|c| *c != 0 && *c != 1));
+        codes.sort();
+        codes.dedup();
+        assert_eq!(codes.len(), kinds.len());
+    }
+}

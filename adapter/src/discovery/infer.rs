@@ -1,0 +1,509 @@
+//! Inferring what the configuration leaves open: our own pod, the selector, the expected
+//! number of pods.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::core::GroupVersionKind;
+
+use super::api::{Ctx, Operation};
+use super::error::DiscoveryError;
+use super::readiness::{classify, PodReadiness};
+use super::selector::validate_value;
+
+pub const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
+pub const JOBSET_REPLICATED_JOB_LABEL: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+pub const KUBEFLOW_JOB_LABEL: &str = "training.kubeflow.org/job-name";
+pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+pub const LEGACY_JOB_NAME_LABEL: &str = "job-name";
+
+/// The labels looked for on our own pod, most encompassing workload first: a JobSet's pods
+/// also carry the name of their child Job, and the whole JobSet is the MPI job.
+pub const INFERENCE_LABELS: &[&str] = &[JOBSET_NAME_LABEL, KUBEFLOW_JOB_LABEL, JOB_NAME_LABEL, LEGACY_JOB_NAME_LABEL];
+
+/// Labels a StatefulSet sets per pod or per revision; never part of a selector for all pods.
+const PER_POD_LABELS: &[&str] = &[
+    "statefulset.kubernetes.io/pod-name",
+    "apps.kubernetes.io/pod-index",
+    "controller-revision-hash",
+    "pod-template-hash",
+];
+
+/// How the name of our own pod was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelfNameSource {
+    /// `DiscoveryConfig::self_pod` (MCA param / CLI).
+    Config,
+    /// The `POD_NAME` environment variable.
+    PodNameEnv,
+    /// The `HOSTNAME` environment variable.
+    HostnameEnv,
+    /// gethostname(2).
+    Gethostname,
+}
+
+impl SelfNameSource {
+    pub fn describe(self) -> &'static str {
+        match self {
+            SelfNameSource::Config => "the self_pod setting",
+            SelfNameSource::PodNameEnv => "$POD_NAME",
+            SelfNameSource::HostnameEnv => "$HOSTNAME",
+            SelfNameSource::Gethostname => "the host name",
+        }
+    }
+
+    /// A host name equals the pod name unless the pod sets spec.hostname.
+    pub fn is_hostname(self) -> bool {
+        matches!(self, SelfNameSource::HostnameEnv | SelfNameSource::Gethostname)
+    }
+}
+
+/// Who we are, as far as the environment tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelfIdentity {
+    pub name: String,
+    pub source: SelfNameSource,
+}
+
+impl SelfIdentity {
+    /// From the configuration, else `POD_NAME`, else `HOSTNAME`, else gethostname(2).
+    pub fn resolve(
+        configured: Option<&str>,
+        pod_name_env: Option<&str>,
+        hostname_env: Option<&str>,
+    ) -> Option<SelfIdentity> {
+        let pick = |v: Option<&str>, source| {
+            v.map(str::trim).filter(|v| !v.is_empty()).map(|v| SelfIdentity { name: v.to_string(), source })
+        };
+        pick(configured, SelfNameSource::Config)
+            .or_else(|| pick(pod_name_env, SelfNameSource::PodNameEnv))
+            .or_else(|| pick(hostname_env, SelfNameSource::HostnameEnv))
+            .or_else(|| {
+                let h = nix::unistd::gethostname().ok()?.into_string().ok()?;
+                pick(Some(&h), SelfNameSource::Gethostname)
+            })
+    }
+
+    /// Whether `pod` is the pod we run in.
+    pub fn matches(&self, pod: &Pod) -> bool {
+        if pod.metadata.name.as_deref() == Some(self.name.as_str()) {
+            return true;
+        }
+        self.source.is_hostname() && pod.spec.as_ref().and_then(|s| s.hostname.as_deref()) == Some(self.name.as_str())
+    }
+}
+
+/// The workload the selected pods belong to, used to find the expected pod count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Workload {
+    Job(String),
+    StatefulSet(String),
+    /// A JobSet; `replicated_jobs` limits the count to those replicated jobs (None: all).
+    JobSet {
+        name: String,
+        replicated_jobs: Option<BTreeSet<String>>,
+    },
+}
+
+/// A selector inferred from our own pod.
+#[derive(Debug, Clone)]
+pub struct InferredSelector {
+    pub selector: String,
+    /// Human-readable basis ("label batch.kubernetes.io/job-name of pod ns/x").
+    pub basis: String,
+    pub workload: Option<Workload>,
+    pub own_pod: Pod,
+    /// The StatefulSet read during inference, reused for the expected count.
+    pub statefulset: Option<StatefulSet>,
+}
+
+fn pods_api(ctx: &Ctx, ns: &str) -> Api<Pod> {
+    Api::namespaced(ctx.api.client.clone(), ns)
+}
+
+/// Finds our own pod in `ns`. A name taken from the host name may be the pod's spec.hostname
+/// rather than its name; then the pod with that hostname is looked for.
+pub async fn find_own_pod(ctx: &Ctx, ns: &str, me: Option<&SelfIdentity>) -> Result<Pod, DiscoveryError> {
+    let Some(me) = me else {
+        return Err(DiscoveryError::SelfPodNotFound {
+            pod: "(unknown)".into(),
+            name_source: "no POD_NAME, HOSTNAME or host name available".into(),
+            namespace: ns.to_string(),
+        });
+    };
+    let api = pods_api(ctx, ns);
+    let op = Operation::pods("get", ns).named(&me.name);
+    if let Some(pod) = ctx.call(&op, api.get_opt(&me.name)).await? {
+        return Ok(pod);
+    }
+    if me.source.is_hostname() {
+        let op = Operation::pods("list", ns);
+        let list = ctx.call(&op, api.list(&ListParams::default())).await?;
+        let mut found: Vec<Pod> = list
+            .items
+            .into_iter()
+            .filter(|p| me.matches(p) && !matches!(classify(p), PodReadiness::Excluded(_)))
+            .collect();
+        if found.len() == 1 {
+            return Ok(found.remove(0));
+        }
+    }
+    Err(DiscoveryError::SelfPodNotFound {
+        pod: me.name.clone(),
+        name_source: me.source.describe().to_string(),
+        namespace: ns.to_string(),
+    })
+}
+
+fn controller_of<'a>(pod: &'a Pod, kind: &str) -> Option<&'a OwnerReference> {
+    let owners = pod.metadata.owner_references.as_ref()?;
+    owners
+        .iter()
+        .find(|o| o.kind == kind && o.controller == Some(true))
+        .or_else(|| owners.iter().find(|o| o.kind == kind))
+}
+
+/// Renders a LabelSelector in selector-string syntax.
+pub fn label_selector_string(sel: &LabelSelector) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    for (k, v) in sel.match_labels.iter().flatten() {
+        parts.push(format!("{k}={v}"));
+    }
+    for e in sel.match_expressions.iter().flatten() {
+        let values = e.values.clone().unwrap_or_default().join(",");
+        match e.operator.as_str() {
+            "In" => parts.push(format!("{} in ({values})", e.key)),
+            "NotIn" => parts.push(format!("{} notin ({values})", e.key)),
+            "Exists" => parts.push(e.key.clone()),
+            "DoesNotExist" => parts.push(format!("!{}", e.key)),
+            _ => return None,
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join(","))
+}
+
+/// Infers the selector from our own pod: a workload label, else the StatefulSet that owns it.
+pub async fn infer_selector(
+    ctx: &Ctx,
+    ns: &str,
+    me: Option<&SelfIdentity>,
+) -> Result<InferredSelector, DiscoveryError> {
+    let own = find_own_pod(ctx, ns, me).await?;
+    let own_name = own.metadata.name.clone().unwrap_or_default();
+    let labels = own.metadata.labels.clone().unwrap_or_default();
+    for key in INFERENCE_LABELS {
+        if let Some(value) = labels.get(*key).filter(|v| !v.is_empty() && validate_value(v).is_ok()) {
+            let workload = match *key {
+                JOBSET_NAME_LABEL => Some(Workload::JobSet { name: value.clone(), replicated_jobs: None }),
+                JOB_NAME_LABEL | LEGACY_JOB_NAME_LABEL => Some(Workload::Job(value.clone())),
+                _ => None,
+            };
+            return Ok(InferredSelector {
+                selector: format!("{key}={value}"),
+                basis: format!("label {key} of our pod {ns}/{own_name}"),
+                workload,
+                own_pod: own,
+                statefulset: None,
+            });
+        }
+    }
+    if let Some(owner) = controller_of(&own, "StatefulSet") {
+        let sts_name = owner.name.clone();
+        let api: Api<StatefulSet> = Api::namespaced(ctx.api.client.clone(), ns);
+        let op = Operation {
+            verb: "get",
+            resource: "statefulsets",
+            group: "apps",
+            namespace: ns.into(),
+            name: Some(sts_name.clone()),
+            selector: None,
+        };
+        let sts = ctx.call_optional(&op, api.get(&sts_name)).await?;
+        let from_sts = sts.as_ref().and_then(|s| s.spec.as_ref()).and_then(|s| label_selector_string(&s.selector));
+        let (selector, basis) = match from_sts {
+            Some(sel) => (sel, format!("spec.selector of StatefulSet {ns}/{sts_name}, owner of our pod {own_name}")),
+            None => {
+                // The StatefulSet is unreadable: its pods share the template labels, which
+                // include everything its selector matches on.
+                let template: Vec<String> = labels
+                    .iter()
+                    .filter(|(k, _)| !PER_POD_LABELS.contains(&k.as_str()))
+                    .filter(|(k, v)| super::selector::validate_key(k).is_ok() && validate_value(v).is_ok())
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                if template.is_empty() {
+                    return Err(not_inferable(ns, &own_name));
+                }
+                (
+                    template.join(","),
+                    format!("template labels of our pod {ns}/{own_name} (owned by StatefulSet {sts_name})"),
+                )
+            }
+        };
+        return Ok(InferredSelector {
+            selector,
+            basis,
+            workload: Some(Workload::StatefulSet(sts_name)),
+            own_pod: own,
+            statefulset: sts,
+        });
+    }
+    Err(not_inferable(ns, &own_name))
+}
+
+fn not_inferable(ns: &str, pod: &str) -> DiscoveryError {
+    DiscoveryError::SelectorNotInferable {
+        pod: pod.to_string(),
+        namespace: ns.to_string(),
+        looked_for: INFERENCE_LABELS.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// Guesses the workload of pods selected by an explicit selector: all of them in one JobSet,
+/// or all controlled by one Job or StatefulSet.
+pub fn workload_of(pods: &[&Pod]) -> Option<Workload> {
+    if pods.is_empty() {
+        return None;
+    }
+    let label = |p: &Pod, k: &str| p.metadata.labels.as_ref().and_then(|l| l.get(k)).cloned();
+    let jobsets: BTreeSet<Option<String>> = pods.iter().map(|p| label(p, JOBSET_NAME_LABEL)).collect();
+    if jobsets.len() == 1 {
+        if let Some(Some(name)) = jobsets.into_iter().next() {
+            let rjobs: BTreeSet<String> = pods.iter().filter_map(|p| label(p, JOBSET_REPLICATED_JOB_LABEL)).collect();
+            return Some(Workload::JobSet { name, replicated_jobs: (!rjobs.is_empty()).then_some(rjobs) });
+        }
+    }
+    for kind in ["Job", "StatefulSet"] {
+        let owners: BTreeSet<Option<String>> =
+            pods.iter().map(|p| controller_of(p, kind).map(|o| o.name.clone())).collect();
+        if owners.len() == 1 {
+            if let Some(Some(name)) = owners.into_iter().next() {
+                return Some(if kind == "Job" { Workload::Job(name) } else { Workload::StatefulSet(name) });
+            }
+        }
+    }
+    None
+}
+
+/// The number of pods a Job runs at once: parallelism (default 1), at most completions.
+pub fn job_pod_count(job: &Job) -> Option<u32> {
+    let spec = job.spec.as_ref()?;
+    let parallelism = spec.parallelism.unwrap_or(1);
+    let n = match spec.completions {
+        Some(c) => parallelism.min(c),
+        None => parallelism,
+    };
+    u32::try_from(n).ok().filter(|n| *n > 0)
+}
+
+/// The replica count of a StatefulSet (default 1).
+pub fn statefulset_pod_count(sts: &StatefulSet) -> Option<u32> {
+    let replicas = sts.spec.as_ref().map(|s| s.replicas.unwrap_or(1))?;
+    u32::try_from(replicas).ok().filter(|n| *n > 0)
+}
+
+/// Pods of a JobSet: sum over replicated jobs of replicas × pods per job.
+pub fn jobset_pod_count(spec: &serde_json::Value, only: Option<&BTreeSet<String>>) -> Option<u32> {
+    let rjobs = spec.get("replicatedJobs")?.as_array()?;
+    let mut total: u64 = 0;
+    let mut counted = 0;
+    for rj in rjobs {
+        let name = rj.get("name").and_then(|n| n.as_str()).unwrap_or("");
+        if only.is_some_and(|o| !o.contains(name)) {
+            continue;
+        }
+        let replicas = rj.get("replicas").and_then(|r| r.as_u64()).unwrap_or(1);
+        let jspec = rj.get("template").and_then(|t| t.get("spec"));
+        let parallelism = jspec.and_then(|s| s.get("parallelism")).and_then(|p| p.as_u64()).unwrap_or(1);
+        let per_job = match jspec.and_then(|s| s.get("completions")).and_then(|c| c.as_u64()) {
+            Some(c) => parallelism.min(c),
+            None => parallelism,
+        };
+        total = total.saturating_add(replicas.saturating_mul(per_job));
+        counted += 1;
+    }
+    if counted == 0 {
+        return None;
+    }
+    u32::try_from(total).ok().filter(|n| *n > 0)
+}
+
+/// Reads the expected pod count from the workload; `None` when it cannot be read.
+/// Returns the count and a description of where it came from.
+pub async fn expected_from_workload(
+    ctx: &Ctx,
+    ns: &str,
+    workload: &Workload,
+    known_sts: Option<&StatefulSet>,
+) -> Result<Option<(u32, String)>, DiscoveryError> {
+    match workload {
+        Workload::Job(name) => {
+            let api: Api<Job> = Api::namespaced(ctx.api.client.clone(), ns);
+            let op = Operation {
+                verb: "get",
+                resource: "jobs",
+                group: "batch",
+                namespace: ns.into(),
+                name: Some(name.clone()),
+                selector: None,
+            };
+            let job = ctx.call_optional(&op, api.get(name)).await?;
+            Ok(job.as_ref().and_then(job_pod_count).map(|n| (n, format!("spec.parallelism of Job {ns}/{name}"))))
+        }
+        Workload::StatefulSet(name) => {
+            let sts = match known_sts {
+                Some(s) => Some(s.clone()),
+                None => {
+                    let api: Api<StatefulSet> = Api::namespaced(ctx.api.client.clone(), ns);
+                    let op = Operation {
+                        verb: "get",
+                        resource: "statefulsets",
+                        group: "apps",
+                        namespace: ns.into(),
+                        name: Some(name.clone()),
+                        selector: None,
+                    };
+                    ctx.call_optional(&op, api.get(name)).await?
+                }
+            };
+            Ok(sts
+                .as_ref()
+                .and_then(statefulset_pod_count)
+                .map(|n| (n, format!("spec.replicas of StatefulSet {ns}/{name}"))))
+        }
+        Workload::JobSet { name, replicated_jobs } => {
+            let gvk = GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet");
+            let ar = ApiResource::from_gvk_with_plural(&gvk, "jobsets");
+            let api: Api<DynamicObject> = Api::namespaced_with(ctx.api.client.clone(), ns, &ar);
+            let op = Operation {
+                verb: "get",
+                resource: "jobsets",
+                group: "jobset.x-k8s.io",
+                namespace: ns.into(),
+                name: Some(name.clone()),
+                selector: None,
+            };
+            let js = ctx.call_optional(&op, api.get(name)).await?;
+            Ok(js
+                .as_ref()
+                .and_then(|o| o.data.get("spec"))
+                .and_then(|spec| jobset_pod_count(spec, replicated_jobs.as_ref()))
+                .map(|n| (n, format!("replicated jobs of JobSet {ns}/{name}"))))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::batch::v1::JobSpec;
+    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn owned(name: &str, kind: &str, owner: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.owner_references = Some(vec![OwnerReference {
+            kind: kind.into(),
+            name: owner.into(),
+            controller: Some(true),
+            api_version: "batch/v1".into(),
+            uid: "u".into(),
+            ..Default::default()
+        }]);
+        p
+    }
+
+    #[test]
+    fn self_identity_precedence() {
+        let r = SelfIdentity::resolve(Some("cfg"), Some("env"), Some("host")).unwrap();
+        assert_eq!((r.name.as_str(), r.source), ("cfg", SelfNameSource::Config));
+        let r = SelfIdentity::resolve(Some(" "), Some("env"), Some("host")).unwrap();
+        assert_eq!((r.name.as_str(), r.source), ("env", SelfNameSource::PodNameEnv));
+        let r = SelfIdentity::resolve(None, None, Some("host")).unwrap();
+        assert_eq!((r.name.as_str(), r.source), ("host", SelfNameSource::HostnameEnv));
+        let r = SelfIdentity::resolve(None, None, None).unwrap();
+        assert_eq!(r.source, SelfNameSource::Gethostname);
+    }
+
+    #[test]
+    fn hostname_identity_matches_spec_hostname() {
+        let mut p = Pod::default();
+        p.metadata.name = Some("job-0-x7k2p".into());
+        p.spec = Some(PodSpec { hostname: Some("job-0".into()), ..Default::default() });
+        let by_host = SelfIdentity { name: "job-0".into(), source: SelfNameSource::HostnameEnv };
+        let by_name = SelfIdentity { name: "job-0".into(), source: SelfNameSource::PodNameEnv };
+        assert!(by_host.matches(&p));
+        assert!(!by_name.matches(&p));
+        assert!(SelfIdentity { name: "job-0-x7k2p".into(), source: SelfNameSource::PodNameEnv }.matches(&p));
+    }
+
+    #[test]
+    fn label_selector_rendering() {
+        let sel = LabelSelector {
+            match_labels: Some([("app".to_string(), "mpi".to_string())].into()),
+            match_expressions: Some(vec![
+                LabelSelectorRequirement {
+                    key: "tier".into(),
+                    operator: "In".into(),
+                    values: Some(vec!["a".into(), "b".into()]),
+                },
+                LabelSelectorRequirement { key: "x".into(), operator: "DoesNotExist".into(), values: None },
+            ]),
+        };
+        let s = label_selector_string(&sel).unwrap();
+        assert_eq!(s, "app=mpi,tier in (a,b),!x");
+        assert!(super::super::selector::parse_selector(&s).is_ok());
+        assert_eq!(label_selector_string(&LabelSelector::default()), None);
+    }
+
+    #[test]
+    fn workload_detection() {
+        let a = owned("a", "Job", "j1");
+        let b = owned("b", "Job", "j1");
+        assert_eq!(workload_of(&[&a, &b]), Some(Workload::Job("j1".into())));
+        let c = owned("c", "Job", "j2");
+        assert_eq!(workload_of(&[&a, &c]), None);
+        let s = owned("s-0", "StatefulSet", "s");
+        assert_eq!(workload_of(&[&s]), Some(Workload::StatefulSet("s".into())));
+        let mut j1 = owned("x", "Job", "js-w-0");
+        let mut j2 = owned("y", "Job", "js-w-1");
+        for p in [&mut j1, &mut j2] {
+            p.metadata.labels = Some(
+                [
+                    (JOBSET_NAME_LABEL.to_string(), "js".to_string()),
+                    (JOBSET_REPLICATED_JOB_LABEL.to_string(), "w".to_string()),
+                ]
+                .into(),
+            );
+        }
+        assert_eq!(
+            workload_of(&[&j1, &j2]),
+            Some(Workload::JobSet { name: "js".into(), replicated_jobs: Some(["w".to_string()].into()) })
+        );
+        assert_eq!(workload_of(&[]), None);
+    }
+
+    #[test]
+    fn counts_from_specs() {
+        let job = |p: Option<i32>, c: Option<i32>| Job {
+            spec: Some(JobSpec { parallelism: p, completions: c, ..Default::default() }),
+            ..Default::default()
+        };
+        assert_eq!(job_pod_count(&job(Some(4), None)), Some(4));
+        assert_eq!(job_pod_count(&job(Some(8), Some(3))), Some(3));
+        assert_eq!(job_pod_count(&job(None, None)), Some(1));
+        assert_eq!(job_pod_count(&job(Some(0), None)), None);
+        let spec = serde_json::json!({"replicatedJobs": [
+            {"name": "driver", "replicas": 1, "template": {"spec": {"parallelism": 1}}},
+            {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 4, "completions": 4}}},
+        ]});
+        assert_eq!(jobset_pod_count(&spec, None), Some(9));
+        assert_eq!(jobset_pod_count(&spec, Some(&["workers".to_string()].into())), Some(8));
+        assert_eq!(jobset_pod_count(&spec, Some(&["nope".to_string()].into())), None);
+    }
+}

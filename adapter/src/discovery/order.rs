@@ -1,0 +1,236 @@
+//! The order in which pods become PRRTE nodes (node 0 first).
+//!
+//! Pods are sorted by their workload index, read from a label or annotation:
+//!
+//! * `batch.kubernetes.io/job-completion-index` (Indexed Jobs),
+//! * `apps.kubernetes.io/pod-index` (StatefulSets),
+//! * `jobset.sigs.k8s.io/job-global-index`, else `jobset.sigs.k8s.io/job-index` (JobSets).
+//!
+//! A JobSet pod carries both a job index (which child Job) and a completion index (which pod
+//! of that Job). Such pods sort by the pair (job index, completion index), which is the order of
+//! `job_index * parallelism + completion_index` without needing to know the parallelism. The
+//! number reported as [`PodNode::index`](super::PodNode::index) for them is exactly that
+//! product, with the parallelism taken as one more than the largest completion index among
+//! the allocated JobSet pods.
+//!
+//! Pods with an index come before pods without one. Pods without an index, and ties, are
+//! ordered by natural name order (digit runs compare as numbers, so `worker-10` follows
+//! `worker-9`), then by plain name.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+
+pub const JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+pub const STATEFULSET_POD_INDEX: &str = "apps.kubernetes.io/pod-index";
+pub const JOBSET_JOB_INDEX: &str = "jobset.sigs.k8s.io/job-index";
+pub const JOBSET_JOB_GLOBAL_INDEX: &str = "jobset.sigs.k8s.io/job-global-index";
+
+/// The index of a pod within its workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PodIndex {
+    /// One index (Job completion index, StatefulSet ordinal, or JobSet job index alone).
+    Single(u64),
+    /// A JobSet pod: (job index, completion index within that job).
+    Pair(u64, u64),
+}
+
+impl PodIndex {
+    fn sort_key(&self) -> (u64, u64) {
+        match *self {
+            PodIndex::Single(i) => (0, i),
+            PodIndex::Pair(j, c) => (j, c),
+        }
+    }
+}
+
+fn lookup(pod: &Pod, key: &str) -> Option<u64> {
+    let from = |m: &Option<BTreeMap<String, String>>| {
+        m.as_ref().and_then(|m| m.get(key)).and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    from(&pod.metadata.labels).or_else(|| from(&pod.metadata.annotations))
+}
+
+/// Reads a pod's workload index from its labels or annotations.
+pub fn pod_index(pod: &Pod) -> Option<PodIndex> {
+    let completion = lookup(pod, JOB_COMPLETION_INDEX);
+    let jobset_job = lookup(pod, JOBSET_JOB_GLOBAL_INDEX).or_else(|| lookup(pod, JOBSET_JOB_INDEX));
+    match (jobset_job, completion) {
+        (Some(j), Some(c)) => Some(PodIndex::Pair(j, c)),
+        (None, Some(c)) => Some(PodIndex::Single(c)),
+        (j, None) => lookup(pod, STATEFULSET_POD_INDEX).or(j).map(PodIndex::Single),
+    }
+}
+
+/// Natural order: runs of digits compare numerically, everything else byte-wise.
+pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        if a[i].is_ascii_digit() && b[j].is_ascii_digit() {
+            let si = i;
+            while i < a.len() && a[i].is_ascii_digit() {
+                i += 1;
+            }
+            let sj = j;
+            while j < b.len() && b[j].is_ascii_digit() {
+                j += 1;
+            }
+            let na = trim_zeros(&a[si..i]);
+            let nb = trim_zeros(&b[sj..j]);
+            let ord = na.len().cmp(&nb.len()).then_with(|| na.cmp(nb));
+            if ord != Ordering::Equal {
+                return ord;
+            }
+        } else {
+            let ord = a[i].cmp(&b[j]);
+            if ord != Ordering::Equal {
+                return ord;
+            }
+            i += 1;
+            j += 1;
+        }
+    }
+    (a.len() - i).cmp(&(b.len() - j))
+}
+
+fn trim_zeros(d: &[u8]) -> &[u8] {
+    let n = d.iter().take_while(|c| **c == b'0').count();
+    &d[n..]
+}
+
+fn name(pod: &Pod) -> &str {
+    pod.metadata.name.as_deref().unwrap_or("")
+}
+
+/// Compares two pods for allocation order.
+pub fn compare_pods(a: &Pod, b: &Pod) -> Ordering {
+    let by_index = match (pod_index(a), pod_index(b)) {
+        (Some(x), Some(y)) => x.sort_key().cmp(&y.sort_key()),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    };
+    by_index.then_with(|| natural_cmp(name(a), name(b))).then_with(|| name(a).cmp(name(b)))
+}
+
+/// Sorts pods into allocation order.
+pub fn sort_pods(pods: &mut [Pod]) {
+    pods.sort_by(compare_pods);
+}
+
+/// The number reported as each pod's index, for pods already in allocation order.
+pub fn reported_indices(pods: &[Pod]) -> Vec<Option<u64>> {
+    let indices: Vec<Option<PodIndex>> = pods.iter().map(pod_index).collect();
+    let stride = indices
+        .iter()
+        .filter_map(|i| match i {
+            Some(PodIndex::Pair(_, c)) => Some(c.saturating_add(1)),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(1);
+    indices
+        .into_iter()
+        .map(|i| {
+            i.map(|i| match i {
+                PodIndex::Single(n) => n,
+                PodIndex::Pair(j, c) => j.saturating_mul(stride).saturating_add(c),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.into());
+        let m = |kv: &[(&str, &str)]| {
+            (!kv.is_empty()).then(|| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+        };
+        p.metadata.labels = m(labels);
+        p.metadata.annotations = m(annotations);
+        p
+    }
+
+    fn names(pods: &[Pod]) -> Vec<String> {
+        pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect()
+    }
+
+    #[test]
+    fn twelve_workers_sort_numerically_by_name() {
+        // Lexicographic order would put w-10 and w-11 right after w-1.
+        let mut pods: Vec<Pod> =
+            [3, 11, 0, 10, 1, 7, 2, 9, 5, 8, 4, 6].iter().map(|i| pod(&format!("w-{i}"), &[], &[])).collect();
+        sort_pods(&mut pods);
+        let expected: Vec<String> = (0..12).map(|i| format!("w-{i}")).collect();
+        assert_eq!(names(&pods), expected);
+        assert_eq!(reported_indices(&pods), vec![None; 12]);
+    }
+
+    #[test]
+    fn index_labels_beat_names() {
+        // Indexed Job pods: the random suffix would order them wrongly.
+        let mut pods = vec![
+            pod("job-zzz", &[(JOB_COMPLETION_INDEX, "0")], &[]),
+            pod("job-aaa", &[(JOB_COMPLETION_INDEX, "2")], &[]),
+            pod("job-mmm", &[], &[(JOB_COMPLETION_INDEX, "10")]),
+            pod("job-bbb", &[(JOB_COMPLETION_INDEX, "1")], &[]),
+        ];
+        sort_pods(&mut pods);
+        assert_eq!(names(&pods), ["job-zzz", "job-bbb", "job-aaa", "job-mmm"]);
+        assert_eq!(reported_indices(&pods), vec![Some(0), Some(1), Some(2), Some(10)]);
+    }
+
+    #[test]
+    fn statefulset_ordinal_label() {
+        let mut pods =
+            vec![pod("b-9", &[(STATEFULSET_POD_INDEX, "1")], &[]), pod("a-1", &[(STATEFULSET_POD_INDEX, "0")], &[])];
+        sort_pods(&mut pods);
+        assert_eq!(names(&pods), ["a-1", "b-9"]);
+    }
+
+    #[test]
+    fn indexed_pods_come_before_unindexed() {
+        let mut pods = vec![pod("a", &[], &[]), pod("z", &[(STATEFULSET_POD_INDEX, "5")], &[])];
+        sort_pods(&mut pods);
+        assert_eq!(names(&pods), ["z", "a"]);
+    }
+
+    #[test]
+    fn jobset_pairs_and_composite_index() {
+        let js = |name: &str, job: &str, c: &str| pod(name, &[(JOBSET_JOB_INDEX, job), (JOB_COMPLETION_INDEX, c)], &[]);
+        let mut pods = vec![js("x-1-0", "1", "0"), js("x-0-1", "0", "1"), js("x-1-1", "1", "1"), js("x-0-0", "0", "0")];
+        sort_pods(&mut pods);
+        assert_eq!(names(&pods), ["x-0-0", "x-0-1", "x-1-0", "x-1-1"]);
+        assert_eq!(reported_indices(&pods), vec![Some(0), Some(1), Some(2), Some(3)]);
+        // The global index, when present, overrides the per-replicated-job index.
+        let g = pod("y", &[(JOBSET_JOB_INDEX, "0"), (JOB_COMPLETION_INDEX, "0")], &[(JOBSET_JOB_GLOBAL_INDEX, "3")]);
+        assert_eq!(pod_index(&g), Some(PodIndex::Pair(3, 0)));
+        // A JobSet job index alone is a single index.
+        assert_eq!(pod_index(&pod("z", &[(JOBSET_JOB_INDEX, "4")], &[])), Some(PodIndex::Single(4)));
+    }
+
+    #[test]
+    fn unparsable_index_is_ignored() {
+        assert_eq!(pod_index(&pod("a", &[(JOB_COMPLETION_INDEX, "x")], &[])), None);
+    }
+
+    #[test]
+    fn natural_order_details() {
+        assert_eq!(natural_cmp("worker-9", "worker-10"), Ordering::Less);
+        assert_eq!(natural_cmp("worker-10", "worker-9"), Ordering::Greater);
+        assert_eq!(natural_cmp("a-2-b", "a-10-a"), Ordering::Less);
+        assert_eq!(natural_cmp("a", "a-0"), Ordering::Less);
+        assert_eq!(natural_cmp("w-01", "w-1"), Ordering::Equal);
+        assert_eq!(natural_cmp("w-99999999999999999999999", "w-100000000000000000000000"), Ordering::Less);
+        // Equal natural order still gives a total order through the plain name.
+        let mut pods = vec![pod("w-1", &[], &[]), pod("w-01", &[], &[])];
+        sort_pods(&mut pods);
+        assert_eq!(names(&pods), ["w-01", "w-1"]);
+    }
+}

@@ -1,0 +1,423 @@
+//! Client-side validation of Kubernetes label selectors.
+//!
+//! The accepted language is the one `kubectl -l` and the API server's `labelSelector` accept:
+//! comma-separated requirements, each one of `key`, `!key`, `key=value`, `key==value`,
+//! `key!=value`, `key in (v1,v2)`, `key notin (v1,v2)`, `key>N`, `key<N`. Keys are qualified
+//! names (`[prefix/]name`), values are label values. Validating here turns a typo into a precise
+//! message instead of an opaque 400 from the server.
+
+use std::collections::BTreeMap;
+
+/// One parsed requirement of a label selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requirement {
+    Exists(String),
+    DoesNotExist(String),
+    Equals(String, String),
+    NotEquals(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    GreaterThan(String, i64),
+    LessThan(String, i64),
+}
+
+impl Requirement {
+    /// Whether a set of labels satisfies this requirement (same semantics as the API server).
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        match self {
+            Requirement::Exists(k) => labels.contains_key(k),
+            Requirement::DoesNotExist(k) => !labels.contains_key(k),
+            Requirement::Equals(k, v) => labels.get(k) == Some(v),
+            Requirement::NotEquals(k, v) => labels.get(k) != Some(v),
+            Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
+            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
+            Requirement::GreaterThan(k, n) => labels.get(k).and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v > *n),
+            Requirement::LessThan(k, n) => labels.get(k).and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v < *n),
+        }
+    }
+}
+
+/// A validated label selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selector {
+    pub requirements: Vec<Requirement>,
+}
+
+impl Selector {
+    /// Whether a set of labels satisfies every requirement.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.requirements.iter().all(|r| r.matches(labels))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    Ident(String),
+    Bang,
+    Eq,
+    DoubleEq,
+    NotEq,
+    Gt,
+    Lt,
+    Comma,
+    Open,
+    Close,
+}
+
+impl Token {
+    fn describe(&self) -> String {
+        match self {
+            Token::Ident(s) => format!("{s:?}"),
+            Token::Bang => "'!'".into(),
+            Token::Eq => "'='".into(),
+            Token::DoubleEq => "'=='".into(),
+            Token::NotEq => "'!='".into(),
+            Token::Gt => "'>'".into(),
+            Token::Lt => "'<'".into(),
+            Token::Comma => "','".into(),
+            Token::Open => "'('".into(),
+            Token::Close => "')'".into(),
+        }
+    }
+}
+
+fn is_special(c: char) -> bool {
+    matches!(c, '!' | '=' | ',' | '(' | ')' | '<' | '>')
+}
+
+fn lex(input: &str) -> Vec<Token> {
+    let chars: Vec<char> = input.chars().collect();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_whitespace() {
+            i += 1;
+            continue;
+        }
+        let next = chars.get(i + 1).copied();
+        let (tok, len) = match (c, next) {
+            ('!', Some('=')) => (Token::NotEq, 2),
+            ('=', Some('=')) => (Token::DoubleEq, 2),
+            ('!', _) => (Token::Bang, 1),
+            ('=', _) => (Token::Eq, 1),
+            ('>', _) => (Token::Gt, 1),
+            ('<', _) => (Token::Lt, 1),
+            (',', _) => (Token::Comma, 1),
+            ('(', _) => (Token::Open, 1),
+            (')', _) => (Token::Close, 1),
+            _ => {
+                let start = i;
+                while i < chars.len() && !chars[i].is_whitespace() && !is_special(chars[i]) {
+                    i += 1;
+                }
+                tokens.push(Token::Ident(chars[start..i].iter().collect()));
+                continue;
+            }
+        };
+        tokens.push(tok);
+        i += len;
+    }
+    tokens
+}
+
+/// Parses and validates a label selector; the error is a sentence saying what is wrong.
+pub fn parse_selector(input: &str) -> Result<Selector, String> {
+    if input.trim().is_empty() {
+        return Err("the selector is empty (it would select every pod in the namespace)".into());
+    }
+    let tokens = lex(input);
+    let mut p = Parser { tokens, pos: 0 };
+    let mut requirements = Vec::new();
+    loop {
+        requirements.push(p.requirement()?);
+        match p.next() {
+            None => break,
+            Some(Token::Comma) => {
+                if p.peek().is_none() {
+                    return Err("the selector ends with a ',' and no requirement after it".into());
+                }
+            }
+            Some(t) => {
+                return Err(format!(
+                    "expected ',' or the end of the selector after a requirement, found {}",
+                    t.describe()
+                ))
+            }
+        }
+    }
+    Ok(Selector { requirements })
+}
+
+struct Parser {
+    tokens: Vec<Token>,
+    pos: usize,
+}
+
+impl Parser {
+    fn peek(&self) -> Option<&Token> {
+        self.tokens.get(self.pos)
+    }
+
+    fn next(&mut self) -> Option<Token> {
+        let t = self.tokens.get(self.pos).cloned();
+        self.pos += 1;
+        t
+    }
+
+    fn key(&mut self) -> Result<String, String> {
+        match self.next() {
+            Some(Token::Ident(k)) => {
+                validate_key(&k)?;
+                Ok(k)
+            }
+            Some(t) => Err(format!("expected a label key, found {}", t.describe())),
+            None => Err("expected a label key, found the end of the selector".into()),
+        }
+    }
+
+    fn requirement(&mut self) -> Result<Requirement, String> {
+        if self.peek() == Some(&Token::Bang) {
+            self.pos += 1;
+            let key = self.key()?;
+            return Ok(Requirement::DoesNotExist(key));
+        }
+        let key = self.key()?;
+        match self.peek().cloned() {
+            None | Some(Token::Comma) => Ok(Requirement::Exists(key)),
+            Some(Token::Eq) | Some(Token::DoubleEq) => {
+                self.pos += 1;
+                Ok(Requirement::Equals(key, self.value()?))
+            }
+            Some(Token::NotEq) => {
+                self.pos += 1;
+                Ok(Requirement::NotEquals(key, self.value()?))
+            }
+            Some(op @ (Token::Gt | Token::Lt)) => {
+                self.pos += 1;
+                let v = self.value()?;
+                let n: i64 = v.parse().map_err(|_| {
+                    format!("the value after {} for key {key:?} must be an integer, found {v:?}", op.describe())
+                })?;
+                Ok(if op == Token::Gt { Requirement::GreaterThan(key, n) } else { Requirement::LessThan(key, n) })
+            }
+            Some(Token::Ident(word)) if word == "in" || word == "notin" => {
+                self.pos += 1;
+                let values = self.value_set(&key, &word)?;
+                Ok(if word == "in" { Requirement::In(key, values) } else { Requirement::NotIn(key, values) })
+            }
+            Some(t) => Err(format!(
+                "expected an operator (=, ==, !=, in, notin, >, <), ',' or the end after key {key:?}, found {}",
+                t.describe()
+            )),
+        }
+    }
+
+    /// A value after `=`, `==` or `!=`: possibly empty (`key=` selects an empty value).
+    fn value(&mut self) -> Result<String, String> {
+        match self.peek().cloned() {
+            Some(Token::Ident(v)) => {
+                self.pos += 1;
+                validate_value(&v)?;
+                Ok(v)
+            }
+            None | Some(Token::Comma) => Ok(String::new()),
+            Some(t) => Err(format!("expected a label value, found {}", t.describe())),
+        }
+    }
+
+    fn value_set(&mut self, key: &str, op: &str) -> Result<Vec<String>, String> {
+        match self.next() {
+            Some(Token::Open) => {}
+            Some(t) => return Err(format!("expected '(' after {op:?} for key {key:?}, found {}", t.describe())),
+            None => return Err(format!("expected '(' after {op:?} for key {key:?}, found the end of the selector")),
+        }
+        let mut values = Vec::new();
+        let mut expect_value = true;
+        loop {
+            match self.next() {
+                Some(Token::Close) => {
+                    if expect_value && !values.is_empty() {
+                        values.push(String::new());
+                    }
+                    break;
+                }
+                Some(Token::Ident(v)) if expect_value => {
+                    validate_value(&v)?;
+                    values.push(v);
+                    expect_value = false;
+                }
+                Some(Token::Comma) => {
+                    if expect_value {
+                        values.push(String::new());
+                    }
+                    expect_value = true;
+                }
+                Some(t) => return Err(format!("unexpected {} in the value list of {key:?} {op}", t.describe())),
+                None => return Err(format!("the value list of {key:?} {op} is not closed with ')'")),
+            }
+        }
+        if values.is_empty() {
+            return Err(format!("the value list of {key:?} {op} is empty; give at least one value"));
+        }
+        Ok(values)
+    }
+}
+
+fn is_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            let b = label.as_bytes();
+            !b.is_empty()
+                && b.len() <= 63
+                && b[0].is_ascii_alphanumeric()
+                && b[b.len() - 1].is_ascii_alphanumeric()
+                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        })
+}
+
+/// Validates a label key: `[prefix/]name`, prefix a DNS subdomain, name at most 63 characters
+/// of alphanumerics, '-', '_' and '.', starting and ending alphanumeric.
+pub fn validate_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix.filter(|p| !is_dns_subdomain(p)) {
+        return Err(format!(
+            "label key {key:?} has an invalid prefix {p:?}: it must be a lowercase DNS subdomain (like example.com) of at most 253 characters"
+        ));
+    }
+    if !is_name_part(name) {
+        return Err(format!(
+            "label key {key:?} is invalid: its name part must be 1-63 characters of letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
+/// Validates a label value: empty, or at most 63 characters of alphanumerics, '-', '_' and
+/// '.', starting and ending alphanumeric.
+pub fn validate_value(value: &str) -> Result<(), String> {
+    if value.is_empty() || is_name_part(value) {
+        Ok(())
+    } else {
+        Err(format!(
+            "label value {value:?} is invalid: it must be at most 63 characters of letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn parses_every_operator() {
+        let s = parse_selector("a=1, b==2,c!=3, d in (x, y), e notin (z), f, !g, h>5, i<7").unwrap();
+        assert_eq!(
+            s.requirements,
+            vec![
+                Requirement::Equals("a".into(), "1".into()),
+                Requirement::Equals("b".into(), "2".into()),
+                Requirement::NotEquals("c".into(), "3".into()),
+                Requirement::In("d".into(), vec!["x".into(), "y".into()]),
+                Requirement::NotIn("e".into(), vec!["z".into()]),
+                Requirement::Exists("f".into()),
+                Requirement::DoesNotExist("g".into()),
+                Requirement::GreaterThan("h".into(), 5),
+                Requirement::LessThan("i".into(), 7),
+            ]
+        );
+    }
+
+    #[test]
+    fn accepts_prefixed_keys_and_empty_values() {
+        let s = parse_selector("batch.kubernetes.io/job-name=pi-job").unwrap();
+        assert_eq!(s.requirements, vec![Requirement::Equals("batch.kubernetes.io/job-name".into(), "pi-job".into())]);
+        let s = parse_selector("tier=").unwrap();
+        assert_eq!(s.requirements, vec![Requirement::Equals("tier".into(), String::new())]);
+        let s = parse_selector("tier=,app=x").unwrap();
+        assert_eq!(s.requirements.len(), 2);
+        parse_selector("app.kubernetes.io/name=My_App.v1").unwrap();
+    }
+
+    #[test]
+    fn rejects_bad_syntax_with_reasons() {
+        let cases: &[(&str, &str)] = &[
+            ("", "empty"),
+            ("   ", "empty"),
+            ("app=", ""), // valid, sanity check below
+            ("app==x==y", "expected ','"),
+            ("app=x,", "ends with a ','"),
+            (",app=x", "expected a label key"),
+            ("app in x", "expected '('"),
+            ("app in (x", "not closed"),
+            ("app in ()", "empty"),
+            ("app notin (a b)", "unexpected"),
+            ("app>x", "must be an integer"),
+            ("=x", "expected a label key"),
+            ("app=x y", "expected ','"),
+            ("-app=x", "is invalid"),
+            ("app=-x", "is invalid"),
+            ("Example.com/app=x", "invalid prefix"),
+            ("/app=x", "invalid prefix"),
+            ("a/b/c=x", "is invalid"),
+            ("app=this-value-is-far-too-long-for-a-kubernetes-label-value-it-has-70ch", "is invalid"),
+            ("app)", "found ')'"),
+        ];
+        for (input, needle) in cases {
+            if input == &"app=" {
+                assert!(parse_selector(input).is_ok());
+                continue;
+            }
+            let err = parse_selector(input).expect_err(input);
+            assert!(err.contains(needle), "{input:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn matching_follows_api_semantics() {
+        let pod = labels(&[("app", "mpi"), ("role", "worker"), ("gen", "3")]);
+        let yes = [
+            "app=mpi",
+            "app==mpi,role in (worker,launcher)",
+            "role notin (launcher)",
+            "!missing",
+            "gen>2",
+            "gen<4",
+            "app",
+            "missing!=x",
+        ];
+        let no = [
+            "app=other",
+            "role in (launcher)",
+            "role notin (worker)",
+            "!app",
+            "gen>3",
+            "missing",
+            "app!=mpi",
+            "missing in (x)",
+        ];
+        for s in yes {
+            assert!(parse_selector(s).unwrap().matches(&pod), "{s} should match");
+        }
+        for s in no {
+            assert!(!parse_selector(s).unwrap().matches(&pod), "{s} should not match");
+        }
+    }
+}
