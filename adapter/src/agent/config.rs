@@ -1,0 +1,358 @@
+//! Command line and environment of `prrte-k8s-agent`, and the checks made before serving.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use crate::launch::{read_secret_file, SecretError};
+use crate::protocol::{DEFAULT_AGENT_PORT, DEFAULT_HEALTH_PORT, DEFAULT_MAX_FRAME};
+
+/// Default location of the mounted per-job Secret.
+pub const DEFAULT_SECRET_FILE: &str = "/etc/prrte-k8s/secret/key";
+/// Smallest `--max-frame` accepted (a launch request must fit).
+pub const MIN_MAX_FRAME: usize = 4096;
+/// Largest `--max-frame` accepted.
+pub const MAX_MAX_FRAME: usize = 64 * 1024 * 1024;
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The in-pod agent that starts PRRTE's prted on behalf of `prterun --prtemca plm k8s`.
+///
+/// It accepts authenticated launch requests over TCP, starts only the configured prted in its
+/// own process group, reports its exit, and kills the whole group when the launcher's
+/// connection goes away. It can run as the pod's entrypoint (PID 1): it reaps every zombie and
+/// forwards SIGTERM/SIGINT to prted before exiting.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "prrte-k8s-agent",
+    version,
+    max_term_width = 100,
+    args_override_self = true
+)]
+pub struct AgentArgs {
+    /// Address for launch connections [default: $POD_IP:PORT if POD_IP is set, else 0.0.0.0:PORT]
+    #[arg(long, env = "PRRTE_K8S_AGENT_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+
+    /// Port used when --listen is not given
+    #[arg(long, env = "PRRTE_K8S_AGENT_PORT", value_name = "PORT", default_value_t = DEFAULT_AGENT_PORT)]
+    pub port: u16,
+
+    /// Absolute path of the prted executable; the only program this agent ever starts
+    #[arg(long, env = "PRRTE_K8S_PRTED", value_name = "PATH")]
+    pub prted: PathBuf,
+
+    /// File holding the per-job secret shared with the launcher (a mounted Kubernetes Secret)
+    #[arg(long, env = "PRRTE_K8S_SECRET_FILE", value_name = "PATH", default_value = DEFAULT_SECRET_FILE)]
+    pub secret_file: PathBuf,
+
+    /// Serve without authentication when no secret file exists (anyone who can reach the port
+    /// can then start prted; every connection logs a warning)
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+
+    /// HTTP readiness endpoint (GET /healthz answers 200 "ok" while serving), or "off"
+    /// [default: $POD_IP:7118 if POD_IP is set, else 0.0.0.0:7118]
+    #[arg(long, env = "PRRTE_K8S_AGENT_HEALTH_LISTEN", value_name = "ADDR|off")]
+    pub health_listen: Option<String>,
+
+    /// TMPDIR given to prted [default: the agent's own TMPDIR, else /tmp]
+    #[arg(long, env = "PRRTE_K8S_AGENT_TMPDIR", value_name = "DIR")]
+    pub tmpdir: Option<PathBuf>,
+
+    /// Seconds between SIGTERM and SIGKILL when stopping prted's process group
+    #[arg(
+        long,
+        env = "PRRTE_K8S_AGENT_KILL_GRACE",
+        value_name = "SECS",
+        default_value_t = 5
+    )]
+    pub kill_grace: u64,
+
+    /// Largest accepted frame in bytes
+    #[arg(long, env = "PRRTE_K8S_AGENT_MAX_FRAME", value_name = "BYTES", default_value_t = DEFAULT_MAX_FRAME)]
+    pub max_frame: usize,
+
+    /// Extra variables of the agent's environment to pass to prted (comma-separated names),
+    /// besides PATH, HOME, HOSTNAME, LANG, LC_ALL, TZ, USER, LD_LIBRARY_PATH and the agent's
+    /// own PRTE_*, PMIX_* and OMPI_* variables
+    #[arg(
+        long,
+        env = "PRRTE_K8S_AGENT_PASS_ENV",
+        value_name = "NAMES",
+        value_delimiter = ','
+    )]
+    pub pass_env: Vec<String>,
+
+    /// Log format (filter with PRRTE_K8S_LOG, e.g. "debug")
+    #[arg(
+        long,
+        env = "PRRTE_K8S_AGENT_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+}
+
+/// The checked configuration the agent serves with.
+#[derive(Clone)]
+pub struct AgentConfig {
+    pub listen: SocketAddr,
+    pub health_listen: Option<SocketAddr>,
+    pub prted: PathBuf,
+    /// `None` only with `--insecure-no-auth` and no secret file.
+    pub secret: Option<Vec<u8>>,
+    pub secret_file: PathBuf,
+    pub tmpdir: PathBuf,
+    pub kill_grace: Duration,
+    pub max_frame: usize,
+    /// Names of agent environment variables passed to prted (besides the prefixes).
+    pub pass_env: Vec<String>,
+}
+
+impl std::fmt::Debug for AgentConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentConfig")
+            .field("listen", &self.listen)
+            .field("health_listen", &self.health_listen)
+            .field("prted", &self.prted)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("secret_file", &self.secret_file)
+            .field("tmpdir", &self.tmpdir)
+            .field("kill_grace", &self.kill_grace)
+            .field("max_frame", &self.max_frame)
+            .field("pass_env", &self.pass_env)
+            .finish()
+    }
+}
+
+/// Why the agent refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--prted {0}: must be an absolute path (the agent never searches PATH)")]
+    PrtedNotAbsolute(PathBuf),
+    #[error("--prted {path}: {why}")]
+    PrtedUnusable { path: PathBuf, why: String },
+    #[error("{0}; or start the agent with --insecure-no-auth to serve without authentication (not recommended)")]
+    NoSecret(SecretError),
+    #[error("{0}")]
+    Secret(SecretError),
+    #[error("--tmpdir {path}: {why}")]
+    Tmpdir { path: PathBuf, why: String },
+    #[error("--max-frame {0}: must be between {MIN_MAX_FRAME} and {MAX_MAX_FRAME} bytes")]
+    MaxFrame(usize),
+    #[error("--health-listen {0:?}: expected ADDR:PORT or \"off\"")]
+    HealthListen(String),
+    #[error("POD_IP {0:?} is not an IP address; set --listen explicitly")]
+    PodIp(String),
+}
+
+impl AgentConfig {
+    /// Checks the arguments; `env` looks up the agent's environment (POD_IP, TMPDIR).
+    pub fn from_args(
+        args: &AgentArgs,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<AgentConfig, ConfigError> {
+        let pod_ip = match env("POD_IP").filter(|s| !s.is_empty()) {
+            Some(s) => Some(
+                s.parse::<IpAddr>()
+                    .map_err(|_| ConfigError::PodIp(s.clone()))?,
+            ),
+            None => None,
+        };
+        let default_ip = pod_ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        let listen = args
+            .listen
+            .unwrap_or(SocketAddr::new(default_ip, args.port));
+        let health_listen = match args.health_listen.as_deref().map(str::trim) {
+            None => Some(SocketAddr::new(default_ip, DEFAULT_HEALTH_PORT)),
+            Some("off") | Some("") => None,
+            Some(s) => Some(
+                s.parse()
+                    .map_err(|_| ConfigError::HealthListen(s.to_owned()))?,
+            ),
+        };
+        check_prted(&args.prted)?;
+
+        let secret = match read_secret_file(&args.secret_file) {
+            Ok(s) => Some(s),
+            Err(e @ SecretError::Missing { .. }) => {
+                if args.insecure_no_auth {
+                    None
+                } else {
+                    return Err(ConfigError::NoSecret(e));
+                }
+            }
+            Err(e) => return Err(ConfigError::Secret(e)),
+        };
+
+        let tmpdir = args
+            .tmpdir
+            .clone()
+            .or_else(|| env("TMPDIR").filter(|s| !s.is_empty()).map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("/tmp"));
+        match std::fs::metadata(&tmpdir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(ConfigError::Tmpdir {
+                    path: tmpdir,
+                    why: "not a directory".into(),
+                })
+            }
+            Err(e) => {
+                return Err(ConfigError::Tmpdir {
+                    path: tmpdir,
+                    why: e.to_string(),
+                })
+            }
+        }
+
+        if !(MIN_MAX_FRAME..=MAX_MAX_FRAME).contains(&args.max_frame) {
+            return Err(ConfigError::MaxFrame(args.max_frame));
+        }
+        Ok(AgentConfig {
+            listen,
+            health_listen,
+            prted: args.prted.clone(),
+            secret,
+            secret_file: args.secret_file.clone(),
+            tmpdir,
+            kill_grace: Duration::from_secs(args.kill_grace),
+            max_frame: args.max_frame,
+            pass_env: args
+                .pass_env
+                .iter()
+                .filter(|n| !n.is_empty())
+                .cloned()
+                .collect(),
+        })
+    }
+}
+
+/// Checks that `path` is absolute, a regular file and executable by this process.
+pub fn check_prted(path: &Path) -> Result<(), ConfigError> {
+    if !path.is_absolute() {
+        return Err(ConfigError::PrtedNotAbsolute(path.to_owned()));
+    }
+    let unusable = |why: String| ConfigError::PrtedUnusable {
+        path: path.to_owned(),
+        why,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| unusable(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(unusable("not a regular file".into()));
+    }
+    nix::unistd::access(path, nix::unistd::AccessFlags::X_OK)
+        .map_err(|e| unusable(format!("not executable by this user ({})", e.desc())))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn args(dir: &Path, extra: &[&str]) -> AgentArgs {
+        let prted = dir.join("prted");
+        let mut v = vec![
+            "prrte-k8s-agent".to_string(),
+            "--prted".into(),
+            prted.display().to_string(),
+            "--secret-file".into(),
+            dir.join("key").display().to_string(),
+        ];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        AgentArgs::try_parse_from(v).unwrap()
+    }
+
+    fn setup() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("prted"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(
+            d.path().join("prted"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        std::fs::write(d.path().join("key"), "s3cret\n").unwrap();
+        d
+    }
+
+    #[test]
+    fn defaults_follow_pod_ip() {
+        let d = setup();
+        let a = args(d.path(), &[]);
+        let c = AgentConfig::from_args(&a, |k| (k == "POD_IP").then(|| "10.1.2.3".into())).unwrap();
+        assert_eq!(c.listen, "10.1.2.3:7117".parse().unwrap());
+        assert_eq!(c.health_listen, Some("10.1.2.3:7118".parse().unwrap()));
+        assert_eq!(c.secret.as_deref(), Some(&b"s3cret"[..]));
+        assert_eq!(c.kill_grace, Duration::from_secs(5));
+        assert_eq!(c.max_frame, 1024 * 1024);
+        assert_eq!(c.tmpdir, PathBuf::from("/tmp"));
+        let c = AgentConfig::from_args(&a, |_| None).unwrap();
+        assert_eq!(c.listen, "0.0.0.0:7117".parse().unwrap());
+        let c = AgentConfig::from_args(&a, |k| (k == "POD_IP").then(|| "fd00::5".into())).unwrap();
+        assert_eq!(c.listen, "[fd00::5]:7117".parse().unwrap());
+        let a = args(d.path(), &["--port", "9000", "--health-listen", "off"]);
+        let c = AgentConfig::from_args(&a, |_| None).unwrap();
+        assert_eq!(c.listen, "0.0.0.0:9000".parse().unwrap());
+        assert_eq!(c.health_listen, None);
+    }
+
+    #[test]
+    fn refuses_bad_prted_and_missing_secret() {
+        let d = setup();
+        let mut a = args(d.path(), &[]);
+        a.prted = PathBuf::from("prted");
+        assert!(matches!(
+            AgentConfig::from_args(&a, |_| None),
+            Err(ConfigError::PrtedNotAbsolute(_))
+        ));
+        std::fs::write(d.path().join("noexec"), "x").unwrap();
+        a.prted = d.path().join("noexec");
+        let e = AgentConfig::from_args(&a, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not executable"), "{e}");
+        a.prted = d.path().to_owned();
+        let e = AgentConfig::from_args(&a, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+
+        std::fs::remove_file(d.path().join("key")).unwrap();
+        let a = args(d.path(), &[]);
+        let e = AgentConfig::from_args(&a, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--insecure-no-auth") && e.contains("key"), "{e}");
+        let a = args(d.path(), &["--insecure-no-auth"]);
+        assert!(AgentConfig::from_args(&a, |_| None)
+            .unwrap()
+            .secret
+            .is_none());
+    }
+
+    #[test]
+    fn refuses_bad_limits() {
+        let d = setup();
+        let a = args(d.path(), &["--max-frame", "10"]);
+        assert!(matches!(
+            AgentConfig::from_args(&a, |_| None),
+            Err(ConfigError::MaxFrame(10))
+        ));
+        let a = args(d.path(), &["--tmpdir", "/nonexistent-prrte-k8s"]);
+        assert!(matches!(
+            AgentConfig::from_args(&a, |_| None),
+            Err(ConfigError::Tmpdir { .. })
+        ));
+    }
+}

@@ -1,0 +1,802 @@
+//! `prrte-k8s-agent`: runs in every pod and starts PRRTE's prted when an authenticated launcher
+//! asks it to (see [`crate::protocol`] for the wire protocol).
+//!
+//! * Only the configured prted executable is ever started, with `argv[1..]` and extra
+//!   `PRTE_*`/`PMIX_*`/`OMPI_*` variables from the request, in its own process group, with
+//!   stdin from `/dev/null` and stdout/stderr shared with the agent (raw, unprefixed).
+//! * prted's environment is a minimal base, not the agent's whole environment: `PATH` (the
+//!   agent's, or a standard default), `HOME` (the agent's, or `/`), `HOSTNAME` (the agent's, or
+//!   the host name), `TMPDIR` (`--tmpdir`), `LANG`, `LC_ALL`, `TZ`, `USER` and
+//!   `LD_LIBRARY_PATH` when the agent has them, the variables named by `--pass-env`, and the
+//!   agent's own `PRTE_*`, `PMIX_*` and `OMPI_*` variables (so a pod spec can set site defaults
+//!   such as `PRTE_MCA_*`). The request's variables come last and override. The agent's own
+//!   `PRRTE_K8S_*` settings (secret location and so on) are never passed on.
+//! * One prted at a time. The connection that launched it controls it: `kill`, or the end of
+//!   that connection, stops prted's whole process group (SIGTERM, SIGKILL after the grace period)
+//!   and reaps it. When prted ends by itself, anything left in its group is stopped the same way
+//!   before `exited` is reported.
+//! * The agent reaps every child (it may be PID 1) and makes itself a child subreaper, so
+//!   descendants of prted that left its process group are reparented to it; those left in the
+//!   agent's session after prted ends are stopped too. No process outlives its job.
+//! * SIGTERM/SIGINT: stop accepting, report 503 on the health endpoint, stop the running prted
+//!   as above (reporting `exited` to its launcher), and exit 0.
+
+pub mod config;
+pub mod health;
+pub mod process;
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::protocol::{
+    self, agent_proof, decode_message, decode_request, encode_message, new_nonce, parse_nonce,
+    recv_frame, send_frame, validate_launch, verify_client_proof, AuthMode, FramedConn, Plain,
+    ProtocolError, Reply, Request, Role, Session, AUTH_FAILED_REASON, HANDSHAKE_MAX_FRAME,
+};
+pub use config::{AgentArgs, AgentConfig, ConfigError, LogFormat};
+use process::{ExitStatus, Job, Reaper};
+
+/// How long an unauthenticated peer may take for each handshake step.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the agent waits for a peer to take a frame it sends.
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Extra time, beyond the kill grace period, that shutdown waits for connections to finish.
+const SHUTDOWN_SLACK: Duration = Duration::from_secs(15);
+/// How long, and how many bytes, a closing connection is drained.
+const LINGER: Duration = Duration::from_secs(1);
+const LINGER_MAX_BYTES: usize = 1 << 20;
+/// `PATH` for prted when the agent has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Agent variables passed to prted when set (besides PATH, HOME, HOSTNAME, TMPDIR).
+const BASE_PASSTHROUGH: &[&str] = &["LANG", "LC_ALL", "TZ", "USER", "LD_LIBRARY_PATH"];
+
+/// Why the agent could not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot set up signal handling: {0}")]
+    Signals(std::io::Error),
+}
+
+/// Which connection launched the running prted.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    pid: u32,
+    peer: SocketAddr,
+    conn: u64,
+}
+
+struct Shared {
+    config: AgentConfig,
+    reaper: Arc<Reaper>,
+    slot: Mutex<Option<Slot>>,
+    child_env: Vec<(OsString, OsString)>,
+}
+
+impl Shared {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Slot>> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The running prted of one connection; dropping it frees the agent's job slot and, if prted's
+/// group was not stopped properly (a panic, an aborted task), kills it outright.
+struct ActiveJob {
+    job: Job,
+    shared: Arc<Shared>,
+    conn: u64,
+    peer: SocketAddr,
+    started: Instant,
+}
+
+impl Drop for ActiveJob {
+    fn drop(&mut self) {
+        let pgid = self.job.pid as i32;
+        if process::group_exists(pgid) {
+            error!(
+                pgid,
+                "prted's process group still exists while its job is dropped; killing it"
+            );
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        }
+        let mut slot = self.shared.slot();
+        if slot.is_some_and(|s| s.conn == self.conn) {
+            *slot = None;
+        }
+    }
+}
+
+/// A bound, not yet serving agent.
+pub struct Agent {
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    health: Option<TcpListener>,
+}
+
+impl Agent {
+    /// Binds the launch and health listeners. Must run inside a tokio runtime.
+    pub async fn bind(config: AgentConfig) -> Result<Agent, AgentError> {
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| AgentError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let health = match config.health_listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| AgentError::Bind { addr, source })?,
+            ),
+            None => None,
+        };
+        let child_env = base_env(&config, |k| std::env::var_os(k), std::env::vars_os());
+        Ok(Agent {
+            shared: Arc::new(Shared {
+                config,
+                reaper: Reaper::new(),
+                slot: Mutex::new(None),
+                child_env,
+            }),
+            listener,
+            health,
+        })
+    }
+
+    /// The address launch connections reach.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("bound listener has an address")
+    }
+
+    /// The address of the health endpoint, if enabled.
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// Serves until `shutdown` completes, then stops the running prted and returns.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+        let Agent {
+            shared,
+            listener,
+            health,
+        } = self;
+        let sigchld = signal(SignalKind::child()).map_err(AgentError::Signals)?;
+        let reaper_task = tokio::spawn(shared.reaper.clone().run(sigchld));
+        if std::process::id() != 1 {
+            if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+                warn!(error = %e, "cannot become a child subreaper; orphaned descendants of prted will be reaped by init instead");
+            }
+        }
+        let serving = Arc::new(AtomicBool::new(true));
+        let health_addr = health.as_ref().and_then(|l| l.local_addr().ok());
+        let health_task = health.map(|l| tokio::spawn(health::serve(l, serving.clone())));
+        let addr = listener.local_addr().map_err(|source| AgentError::Bind {
+            addr: shared.config.listen,
+            source,
+        })?;
+        let auth = if shared.config.secret.is_some() {
+            "hmac-sha256"
+        } else {
+            "NONE (insecure)"
+        };
+        info!(
+            addr = %addr,
+            health = %health_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
+            prted = %shared.config.prted.display(),
+            auth,
+            pid = std::process::id(),
+            "listening"
+        );
+        if shared.config.secret.is_none() {
+            warn!(
+                secret_file = %shared.config.secret_file.display(),
+                "INSECURE: no secret file, serving without authentication (--insecure-no-auth); \
+                 anyone who can reach {addr} can start prted"
+            );
+        }
+
+        let stop = CancellationToken::new();
+        let next_conn = AtomicU64::new(1);
+        let mut conns = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let id = next_conn.fetch_add(1, Ordering::Relaxed);
+                        conns.spawn(handle_connection(shared.clone(), stream, peer, id, stop.clone()));
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                _ = &mut shutdown => break,
+            }
+        }
+
+        serving.store(false, Ordering::SeqCst);
+        drop(listener);
+        info!(
+            connections = conns.len(),
+            "shutting down: stopping prted and closing connections"
+        );
+        stop.cancel();
+        let limit = shared.config.kill_grace + SHUTDOWN_SLACK;
+        if tokio::time::timeout(limit, async { while conns.join_next().await.is_some() {} })
+            .await
+            .is_err()
+        {
+            error!("connections did not finish within {limit:?}; aborting them");
+            conns.shutdown().await;
+        }
+        if let Some(slot) = *shared.slot() {
+            error!(
+                pid = slot.pid,
+                "prted still registered at exit; killing its process group"
+            );
+            let _ = killpg(Pid::from_raw(slot.pid as i32), Signal::SIGKILL);
+        }
+        shared.reaper.reap_all();
+        reaper_task.abort();
+        if let Some(t) = health_task {
+            t.abort();
+        }
+        info!("agent stopped");
+        Ok(())
+    }
+}
+
+/// Binds, serves until SIGTERM or SIGINT, stops prted, returns.
+pub async fn run_until_signalled(config: AgentConfig) -> Result<(), AgentError> {
+    let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(AgentError::Signals)?;
+    let agent = Agent::bind(config).await?;
+    agent
+        .run(async move {
+            let name = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+            info!(signal = name, "received signal");
+        })
+        .await
+}
+
+/// prted's base environment (see the module documentation).
+fn base_env(
+    config: &AgentConfig,
+    get: impl Fn(&str) -> Option<OsString>,
+    all: impl Iterator<Item = (OsString, OsString)>,
+) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = Vec::new();
+    let mut put = |k: &str, v: OsString| env.push((k.into(), v));
+    put(
+        "PATH",
+        get("PATH")
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| DEFAULT_PATH.into()),
+    );
+    put(
+        "HOME",
+        get("HOME")
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| "/".into()),
+    );
+    let hostname = get("HOSTNAME")
+        .filter(|v| !v.is_empty())
+        .or_else(|| nix::unistd::gethostname().ok());
+    if let Some(h) = hostname {
+        put("HOSTNAME", h);
+    }
+    for name in BASE_PASSTHROUGH
+        .iter()
+        .copied()
+        .chain(config.pass_env.iter().map(String::as_str))
+    {
+        if let Some(v) = get(name) {
+            put(name, v);
+        }
+    }
+    for (k, v) in all {
+        if let Some(key) = k.to_str() {
+            if ["PRTE_", "PMIX_", "OMPI_"]
+                .iter()
+                .any(|p| key.starts_with(p))
+            {
+                env.push((k, v));
+            }
+        }
+    }
+    env.push(("TMPDIR".into(), config.tmpdir.clone().into_os_string()));
+    env
+}
+
+fn set_keepalive(stream: &TcpStream) {
+    if let Err(e) = protocol::set_keepalive(stream) {
+        debug!(error = %e, "cannot enable TCP keepalive");
+    }
+}
+
+/// Sends a plain frame during the handshake, ignoring failures (the connection closes next).
+async fn send_plain(conn: &mut FramedConn<TcpStream>, msg: Plain) {
+    let _ = send_frame(conn, encode_message(&msg), SEND_TIMEOUT).await;
+}
+
+fn describe_bad_frame(e: &ProtocolError) -> String {
+    match e {
+        ProtocolError::FrameTooLarge { max } => format!(
+            "frame exceeds the maximum of {max} bytes (--max-frame); this port speaks the \
+             prrte-k8s agent protocol (u32 big-endian length + JSON)"
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// The agent side of the handshake; `None` when the connection is to be closed.
+async fn agent_handshake(
+    shared: &Shared,
+    conn: &mut FramedConn<TcpStream>,
+    peer: SocketAddr,
+) -> Option<Session> {
+    let key = shared.config.secret.clone();
+    let agent_nonce = new_nonce();
+    let challenge = Plain::Challenge {
+        auth: if key.is_some() {
+            AuthMode::HmacSha256
+        } else {
+            AuthMode::None
+        },
+        nonce: hex::encode(agent_nonce),
+        agent: format!("prrte-k8s-agent {}", env!("CARGO_PKG_VERSION")),
+    };
+    send_frame(conn, encode_message(&challenge), SEND_TIMEOUT)
+        .await
+        .ok()?;
+    let frame = match recv_frame(conn, Some(HANDSHAKE_TIMEOUT)).await {
+        Ok(f) => f,
+        Err(e @ (ProtocolError::FrameTooLarge { .. } | ProtocolError::Malformed(_))) => {
+            let reason = describe_bad_frame(&e);
+            warn!(%peer, %reason, "refusing a bad frame before authentication");
+            send_plain(conn, Plain::Error { reason }).await;
+            return None;
+        }
+        Err(e) => {
+            debug!(%peer, error = %e, "connection ended during the handshake");
+            return None;
+        }
+    };
+    let (nonce, mac) = match decode_message::<Plain>(&frame) {
+        Ok(Plain::Response { nonce, mac }) => (nonce, mac),
+        Ok(other) => {
+            let reason = format!(
+                "expected a `response` to the challenge, got `{}`",
+                protocol::plain_kind(&other)
+            );
+            warn!(%peer, %reason, "handshake failed");
+            send_plain(conn, Plain::Error { reason }).await;
+            return None;
+        }
+        Err(e) => {
+            let reason = describe_bad_frame(&e);
+            warn!(%peer, %reason, "handshake failed");
+            send_plain(conn, Plain::Error { reason }).await;
+            return None;
+        }
+    };
+    let client_nonce = match parse_nonce(&nonce) {
+        Ok(n) => n,
+        Err(e) => {
+            warn!(%peer, error = %e, "handshake failed");
+            send_plain(
+                conn,
+                Plain::Error {
+                    reason: e.to_string(),
+                },
+            )
+            .await;
+            return None;
+        }
+    };
+    let welcome_mac = match &key {
+        Some(k) => {
+            let ok = mac
+                .as_deref()
+                .is_some_and(|m| verify_client_proof(k, &agent_nonce, &client_nonce, m));
+            if !ok {
+                warn!(%peer, "authentication failed: the launcher's secret does not match ours");
+                send_plain(
+                    conn,
+                    Plain::Refused {
+                        reason: AUTH_FAILED_REASON.into(),
+                    },
+                )
+                .await;
+                return None;
+            }
+            Some(agent_proof(k, &agent_nonce, &client_nonce))
+        }
+        None => None,
+    };
+    send_frame(
+        conn,
+        encode_message(&Plain::Welcome { mac: welcome_mac }),
+        SEND_TIMEOUT,
+    )
+    .await
+    .ok()?;
+    debug!(%peer, "authenticated");
+    Some(Session::new(Role::Agent, key, agent_nonce, client_nonce))
+}
+
+/// Closes a connection so that the peer reads everything sent so far (in particular a final
+/// `error` or `refused`): FIN first, then discard what the peer still sends for a short while,
+/// instead of closing with unread data (which makes the kernel send a reset).
+async fn close_gracefully(conn: FramedConn<TcpStream>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = conn.into_inner();
+    if stream.shutdown().await.is_err() {
+        return;
+    }
+    let drain = async {
+        let mut buf = [0u8; 8192];
+        let mut total = 0usize;
+        while total < LINGER_MAX_BYTES {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, drain).await;
+}
+
+async fn wait_job(job: &mut Option<ActiveJob>) -> ExitStatus {
+    match job {
+        Some(j) => j.job.wait_exit().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn exited_reply(pid: u32, status: ExitStatus) -> Reply {
+    match status {
+        ExitStatus::Code(c) => Reply::Exited {
+            pid,
+            code: Some(c),
+            signal: None,
+        },
+        ExitStatus::Signal(s) => Reply::Exited {
+            pid,
+            code: None,
+            signal: Some(s),
+        },
+    }
+}
+
+/// What to do with the connection after a request.
+enum Next {
+    Continue,
+    Close(String),
+}
+
+struct Conn {
+    shared: Arc<Shared>,
+    conn: FramedConn<TcpStream>,
+    session: Session,
+    peer: SocketAddr,
+    id: u64,
+    job: Option<ActiveJob>,
+}
+
+impl Conn {
+    async fn reply(&mut self, msg: &Reply) -> Result<(), ProtocolError> {
+        let frame = self.session.seal(msg);
+        send_frame(&mut self.conn, frame, SEND_TIMEOUT).await
+    }
+
+    /// Stops the running prted (if any), frees the slot and returns its pid and status.
+    async fn stop_job(&mut self, grace: Duration) -> Option<(u32, ExitStatus)> {
+        let mut active = self.job.take()?;
+        let status = active.job.terminate(grace, &self.shared.reaper).await;
+        let pid = active.job.pid;
+        info!(
+            peer = %active.peer,
+            pid,
+            status = %status,
+            ran_ms = active.started.elapsed().as_millis() as u64,
+            "prted stopped"
+        );
+        drop(active);
+        Some((pid, status))
+    }
+
+    async fn handle_frame(&mut self, frame: &[u8]) -> Next {
+        let body = match self.session.open(frame) {
+            Ok(b) => b,
+            Err(e) => {
+                let reason = format!("frame refused: {e}");
+                warn!(peer = %self.peer, %reason, "closing the connection");
+                let _ = self
+                    .reply(&Reply::Error {
+                        reason: reason.clone(),
+                    })
+                    .await;
+                return Next::Close(reason);
+            }
+        };
+        let t0 = Instant::now();
+        let request = match decode_request(body.as_bytes()) {
+            Ok(r) => r,
+            Err(reason) => {
+                info!(peer = %self.peer, request = "invalid", outcome = "refused", %reason,
+                      duration_ms = t0.elapsed().as_millis() as u64, "request");
+                return self.send_or_close(&Reply::Failed { reason }).await;
+            }
+        };
+        let kind = request.kind();
+        let (reply, outcome) = match request {
+            Request::Launch { argv, env } => self.launch(argv, env),
+            Request::Kill { grace_ms } => {
+                let mut grace = self.shared.config.kill_grace;
+                if let Some(ms) = grace_ms {
+                    grace = grace.min(Duration::from_millis(ms));
+                }
+                match self.stop_job(grace).await {
+                    Some((pid, status)) => (
+                        exited_reply(pid, status),
+                        format!("killed pid {pid}: {status}"),
+                    ),
+                    None => {
+                        let reason = match *self.shared.slot() {
+                            Some(s) => format!(
+                                "the running prted (pid {}) was launched by another connection ({}); only that connection can kill it",
+                                s.pid, s.peer
+                            ),
+                            None => "no prted is running".to_owned(),
+                        };
+                        (
+                            Reply::Failed {
+                                reason: reason.clone(),
+                            },
+                            format!("refused: {reason}"),
+                        )
+                    }
+                }
+            }
+            Request::Ping {} => (Reply::Pong {}, "pong".to_owned()),
+            Request::Status {} => {
+                let slot = *self.shared.slot();
+                (
+                    Reply::Status {
+                        running: slot.is_some(),
+                        pid: slot.map(|s| s.pid),
+                        launched_by: slot.map(|s| s.peer.to_string()),
+                    },
+                    format!("running: {}", slot.is_some()),
+                )
+            }
+        };
+        info!(peer = %self.peer, request = kind, %outcome,
+              duration_ms = t0.elapsed().as_millis() as u64, "request");
+        self.send_or_close(&reply).await
+    }
+
+    async fn send_or_close(&mut self, reply: &Reply) -> Next {
+        match self.reply(reply).await {
+            Ok(()) => Next::Continue,
+            Err(e) => Next::Close(format!("cannot send reply: {e}")),
+        }
+    }
+
+    fn launch(
+        &mut self,
+        argv: Vec<String>,
+        env: std::collections::BTreeMap<String, String>,
+    ) -> (Reply, String) {
+        let refuse = |reason: String| {
+            let outcome = format!("refused: {reason}");
+            (Reply::Failed { reason }, outcome)
+        };
+        if let Err(reason) = validate_launch(&argv, &env) {
+            return refuse(reason);
+        }
+        let config = &self.shared.config;
+        let mut slot = self.shared.slot();
+        if let Some(s) = *slot {
+            return refuse(format!(
+                "a prted launched by {} is already running (pid {}); this agent runs one at a time",
+                s.peer, s.pid
+            ));
+        }
+        let mut cmd = Command::new(&config.prted);
+        cmd.args(&argv)
+            .env_clear()
+            .envs(self.shared.child_env.iter().map(|(k, v)| (k, v)))
+            .envs(&env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            .process_group(0);
+        match self.shared.reaper.spawn(&mut cmd) {
+            Ok((pid, exit_rx)) => {
+                *slot = Some(Slot {
+                    pid,
+                    peer: self.peer,
+                    conn: self.id,
+                });
+                drop(slot);
+                self.job = Some(ActiveJob {
+                    job: Job::new(pid, exit_rx),
+                    shared: self.shared.clone(),
+                    conn: self.id,
+                    peer: self.peer,
+                    started: Instant::now(),
+                });
+                (Reply::Started { pid }, format!("started pid {pid}"))
+            }
+            Err(e) => {
+                let reason = format!("cannot execute {}: {e}", config.prted.display());
+                (
+                    Reply::Failed {
+                        reason: reason.clone(),
+                    },
+                    format!("failed: {reason}"),
+                )
+            }
+        }
+    }
+}
+
+async fn handle_connection(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    id: u64,
+    stop: CancellationToken,
+) {
+    let opened = Instant::now();
+    set_keepalive(&stream);
+    if shared.config.secret.is_none() {
+        warn!(%peer, "INSECURE: accepting a connection without authentication (--insecure-no-auth)");
+    } else {
+        debug!(%peer, "connection accepted");
+    }
+    let mut framed = protocol::framed(stream, HANDSHAKE_MAX_FRAME);
+    let session = tokio::select! {
+        s = agent_handshake(&shared, &mut framed, peer) => s,
+        _ = stop.cancelled() => None,
+    };
+    let Some(session) = session else {
+        close_gracefully(framed).await;
+        return;
+    };
+    framed
+        .codec_mut()
+        .set_max_frame_length(shared.config.max_frame);
+    let mut c = Conn {
+        shared: shared.clone(),
+        conn: framed,
+        session,
+        peer,
+        id,
+        job: None,
+    };
+
+    let reason = loop {
+        tokio::select! {
+            frame = recv_frame(&mut c.conn, None) => match frame {
+                Ok(bytes) => match c.handle_frame(&bytes).await {
+                    Next::Continue => {}
+                    Next::Close(reason) => break reason,
+                },
+                Err(ProtocolError::Closed) => break "closed by the launcher".to_owned(),
+                Err(e @ (ProtocolError::FrameTooLarge { .. } | ProtocolError::Malformed(_))) => {
+                    let reason = describe_bad_frame(&e);
+                    warn!(%peer, %reason, "closing the connection");
+                    let _ = c.reply(&Reply::Error { reason: reason.clone() }).await;
+                    break reason;
+                }
+                Err(e) => break e.to_string(),
+            },
+            status = wait_job(&mut c.job) => {
+                let pid = c.job.as_ref().map(|j| j.job.pid).unwrap_or_default();
+                info!(%peer, pid, status = %status, "prted exited");
+                let (pid, status) = c.stop_job(shared.config.kill_grace).await.unwrap_or((pid, status));
+                if let Err(e) = c.reply(&exited_reply(pid, status)).await {
+                    break format!("cannot report prted's exit: {e}");
+                }
+            }
+            _ = stop.cancelled() => {
+                if let Some((pid, status)) = c.stop_job(shared.config.kill_grace).await {
+                    let _ = c.reply(&exited_reply(pid, status)).await;
+                }
+                let _ = c.reply(&Reply::Error { reason: "the agent is shutting down".into() }).await;
+                break "agent shutting down".to_owned();
+            }
+        }
+    };
+    if let Some(pid) = c.job.as_ref().map(|j| j.job.pid) {
+        warn!(%peer, pid, %reason, "the launcher's connection ended while prted runs; stopping prted's process group");
+        c.stop_job(shared.config.kill_grace).await;
+    }
+    close_gracefully(c.conn).await;
+    info!(%peer, %reason, connected_ms = opened.elapsed().as_millis() as u64, "connection closed");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_env_is_minimal_and_documented() {
+        let d = tempfile::tempdir().unwrap();
+        let config = AgentConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            health_listen: None,
+            prted: "/bin/true".into(),
+            secret: None,
+            secret_file: "/nonexistent".into(),
+            tmpdir: d.path().to_owned(),
+            kill_grace: Duration::from_secs(1),
+            max_frame: 4096,
+            pass_env: vec!["EXTRA".into()],
+        };
+        let agent_env: Vec<(OsString, OsString)> = [
+            ("PATH", "/opt/bin"),
+            ("SECRET_TOKEN", "x"),
+            ("PRRTE_K8S_SECRET_FILE", "/s"),
+            ("PRTE_MCA_a", "1"),
+            ("OMPI_MCA_b", "2"),
+            ("EXTRA", "e"),
+            ("LANG", "C.UTF-8"),
+            ("HOSTNAME", "pod-0"),
+        ]
+        .iter()
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+        .collect();
+        let lookup = |k: &str| {
+            agent_env
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+        };
+        let env = base_env(&config, lookup, agent_env.clone().into_iter());
+        let get = |k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.to_str().unwrap().to_owned())
+        };
+        assert_eq!(get("PATH").as_deref(), Some("/opt/bin"));
+        assert_eq!(get("HOME").as_deref(), Some("/"));
+        assert_eq!(get("HOSTNAME").as_deref(), Some("pod-0"));
+        assert_eq!(get("LANG").as_deref(), Some("C.UTF-8"));
+        assert_eq!(get("EXTRA").as_deref(), Some("e"));
+        assert_eq!(get("PRTE_MCA_a").as_deref(), Some("1"));
+        assert_eq!(get("OMPI_MCA_b").as_deref(), Some("2"));
+        assert_eq!(get("TMPDIR").as_deref(), Some(d.path().to_str().unwrap()));
+        assert_eq!(get("SECRET_TOKEN"), None);
+        assert_eq!(get("PRRTE_K8S_SECRET_FILE"), None);
+    }
+}

@@ -1,0 +1,318 @@
+//! Child processes of the agent: one reaper for every child (the agent may be PID 1 or a child
+//! subreaper), spawning prted in its own process group, and stopping that group.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use tokio::sync::oneshot;
+use tracing::{debug, error, warn};
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+}
+
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExitStatus::Code(c) => write!(f, "exit code {c}"),
+            ExitStatus::Signal(s) => write!(f, "signal {s} ({})", signal_name(*s)),
+        }
+    }
+}
+
+/// `SIGKILL` for 9, and so on; `"unknown signal"` if the number is not a signal here.
+pub fn signal_name(sig: i32) -> &'static str {
+    Signal::try_from(sig)
+        .map(|s| s.as_str())
+        .unwrap_or("unknown signal")
+}
+
+/// Reaps every child of the agent and hands the statuses of registered children to their waiters.
+///
+/// Spawning and reaping take the same lock, so a child cannot be reaped before it is registered,
+/// and the standard library's own wait for a child whose `exec` failed cannot be pre-empted.
+#[derive(Default)]
+pub struct Reaper {
+    waiters: Mutex<HashMap<i32, oneshot::Sender<ExitStatus>>>,
+}
+
+impl Reaper {
+    pub fn new() -> Arc<Reaper> {
+        Arc::new(Reaper::default())
+    }
+
+    /// Spawns `cmd` and registers it; the receiver gets its exit status once it is reaped.
+    pub fn spawn(
+        &self,
+        cmd: &mut Command,
+    ) -> std::io::Result<(u32, oneshot::Receiver<ExitStatus>)> {
+        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        let child = cmd.spawn()?;
+        let pid = child.id();
+        let (tx, rx) = oneshot::channel();
+        waiters.insert(pid as i32, tx);
+        Ok((pid, rx))
+    }
+
+    /// Reaps every child that has ended; returns how many were reaped.
+    pub fn reap_all(&self) -> usize {
+        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        let mut n = 0;
+        loop {
+            let (pid, status) = match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) => (pid, ExitStatus::Code(code)),
+                Ok(WaitStatus::Signaled(pid, sig, _)) => (pid, ExitStatus::Signal(sig as i32)),
+                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => break,
+                Ok(_) => continue,
+                Err(Errno::EINTR) => continue,
+                Err(e) => {
+                    warn!(error = %e, "waitpid failed");
+                    break;
+                }
+            };
+            n += 1;
+            match waiters.remove(&pid.as_raw()) {
+                Some(tx) => {
+                    let _ = tx.send(status);
+                }
+                None => debug!(pid = pid.as_raw(), %status, "reaped an orphaned process"),
+            }
+        }
+        n
+    }
+
+    /// Reaps children whenever SIGCHLD arrives (and every second as a safety net), forever.
+    pub async fn run(self: Arc<Self>, mut sigchld: tokio::signal::unix::Signal) {
+        loop {
+            tokio::select! {
+                _ = sigchld.recv() => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            self.reap_all();
+        }
+    }
+}
+
+/// Whether any process is left in process group `pgid` (zombies count until reaped).
+pub fn group_exists(pgid: i32) -> bool {
+    !matches!(killpg(Pid::from_raw(pgid), None), Err(Errno::ESRCH))
+}
+
+fn signal_group(pgid: i32, sig: Signal) {
+    match killpg(Pid::from_raw(pgid), sig) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => warn!(pgid, signal = sig.as_str(), error = %e, "cannot signal process group"),
+    }
+}
+
+const POLL: Duration = Duration::from_millis(20);
+/// How long to wait for processes to disappear after SIGKILL.
+const AFTER_KILL: Duration = Duration::from_secs(10);
+
+/// A running prted: its pid (= process group id) and the channel bringing its exit status.
+pub struct Job {
+    pub pid: u32,
+    exit_rx: oneshot::Receiver<ExitStatus>,
+    status: Option<ExitStatus>,
+}
+
+impl Job {
+    pub fn new(pid: u32, exit_rx: oneshot::Receiver<ExitStatus>) -> Job {
+        Job {
+            pid,
+            exit_rx,
+            status: None,
+        }
+    }
+
+    /// Waits until prted itself has ended (cancel-safe).
+    pub async fn wait_exit(&mut self) -> ExitStatus {
+        if let Some(s) = self.status {
+            return s;
+        }
+        let s = match (&mut self.exit_rx).await {
+            Ok(s) => s,
+            Err(_) => {
+                error!(pid = self.pid, "lost track of prted's exit status");
+                ExitStatus::Code(-1)
+            }
+        };
+        self.status = Some(s);
+        s
+    }
+
+    fn poll_status(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            match self.exit_rx.try_recv() {
+                Ok(s) => self.status = Some(s),
+                Err(oneshot::error::TryRecvError::Empty) => {}
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    self.status = Some(ExitStatus::Code(-1))
+                }
+            }
+        }
+        self.status
+    }
+
+    /// Waits up to `within` until prted has ended and its process group is empty.
+    async fn wait_all_gone(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.poll_status().is_some() && !group_exists(self.pid as i32) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Stops prted's whole process group: SIGTERM, SIGKILL after `grace`, and waits until
+    /// everything in it has been reaped; then stops any descendant that left the group.
+    /// Also used after prted ended by itself, to stop whatever it left behind.
+    /// Returns prted's own exit status.
+    pub async fn terminate(&mut self, grace: Duration, reaper: &Reaper) -> ExitStatus {
+        let pgid = self.pid as i32;
+        if self.poll_status().is_none() || group_exists(pgid) {
+            signal_group(pgid, Signal::SIGTERM);
+            if !self.wait_all_gone(grace).await {
+                debug!(
+                    pgid,
+                    "process group still alive after the grace period, sending SIGKILL"
+                );
+                signal_group(pgid, Signal::SIGKILL);
+                if !self.wait_all_gone(AFTER_KILL).await {
+                    error!(pgid, "processes of prted's group survive SIGKILL");
+                }
+            }
+        }
+        sweep_descendants(grace, reaper).await;
+        self.wait_exit().await
+    }
+}
+
+/// One line of `/proc/PID/stat`, the fields the agent needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    pub pid: i32,
+    pub state: char,
+    pub ppid: i32,
+    pub pgrp: i32,
+    pub session: i32,
+}
+
+/// Parses `/proc/PID/stat` text (the command name may contain spaces and parentheses).
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    let pid = text.split_whitespace().next()?.parse().ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let ppid = f.next()?.parse().ok()?;
+    let pgrp = f.next()?.parse().ok()?;
+    let session = f.next()?.parse().ok()?;
+    Some(ProcStat {
+        pid,
+        state,
+        ppid,
+        pgrp,
+        session,
+    })
+}
+
+/// Reads `/proc/PID/stat`.
+pub fn read_stat(pid: i32) -> Option<ProcStat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Children of this process in its own session: with the agent as a child subreaper (or PID 1),
+/// these are descendants of a prted that were orphaned after leaving prted's process group.
+fn stray_children() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let Some(my_session) = read_stat(me).map(|s| s.session) else {
+        return Vec::new();
+    };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(read_stat)
+        .filter(|s| s.ppid == me && s.session == my_session && s.state != 'Z')
+        .map(|s| s.pid)
+        .collect()
+}
+
+/// Stops stray children (see [`stray_children`]): SIGTERM, SIGKILL after `grace`; repeats for
+/// the grandchildren that get reparented meanwhile. Bounded in time.
+async fn sweep_descendants(grace: Duration, reaper: &Reaper) {
+    for _round in 0..4 {
+        reaper.reap_all();
+        let strays = stray_children();
+        if strays.is_empty() {
+            return;
+        }
+        warn!(pids = ?strays, "stopping processes that prted left behind outside its process group");
+        for &pid in &strays {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + grace;
+        let alive = |pids: &[i32]| -> Vec<i32> {
+            pids.iter()
+                .copied()
+                .filter(|p| read_stat(*p).is_some_and(|s| s.state != 'Z'))
+                .collect()
+        };
+        while !alive(&strays).is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(POLL).await;
+        }
+        for pid in alive(&strays) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        let deadline = Instant::now() + AFTER_KILL;
+        while !alive(&strays).is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(POLL).await;
+        }
+    }
+    reaper.reap_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_parse() {
+        let s = parse_stat("1234 (we ird) name)) S 1 1234 77 0 -1 4194560 0 0").unwrap();
+        assert_eq!(
+            s,
+            ProcStat {
+                pid: 1234,
+                state: 'S',
+                ppid: 1,
+                pgrp: 1234,
+                session: 77
+            }
+        );
+        assert!(parse_stat("garbage").is_none());
+        let me = read_stat(std::process::id() as i32).unwrap();
+        assert_eq!(me.pid, std::process::id() as i32);
+    }
+
+    #[test]
+    fn signal_names() {
+        assert_eq!(signal_name(9), "SIGKILL");
+        assert_eq!(signal_name(15), "SIGTERM");
+        assert_eq!(ExitStatus::Signal(9).to_string(), "signal 9 (SIGKILL)");
+        assert_eq!(ExitStatus::Code(3).to_string(), "exit code 3");
+    }
+}

@@ -1,0 +1,628 @@
+//! The launcher: connects to the `prrte-k8s-agent` of every target pod, authenticates, asks it
+//! to start prted, and supervises the connections until the daemons end.
+//!
+//! This is what PRRTE's k8s PLM component drives (through the C ABI) from its own thread.
+//! [`Launcher::start`] returns at once; all network work runs on the launcher's own tokio
+//! runtime (two worker threads), and results arrive through the `sink` callback.
+//!
+//! Per target, the sink sees exactly one [`LaunchEvent::Started`] or [`LaunchEvent::Failed`]
+//! first; after `Started`, exactly one [`LaunchEvent::Exited`] follows when prted ends, when the
+//! agent connection is lost, or during [`Launcher::shutdown`]. Every wait for an agent's answer
+//! is bounded by [`LaunchOptions::request_timeout`] and connecting by
+//! [`LaunchOptions::connect_timeout`], so every target gets its first event in bounded time.
+//!
+//! Sink calls are serialized (one at a time, from the launcher's threads) and must return
+//! quickly. The sink must not call [`Launcher::shutdown`] nor drop the [`Launcher`]. After
+//! `shutdown` returns every target has had its final event; after the `Launcher` is dropped the
+//! sink is never called again.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::protocol::{
+    self, client_handshake, decode_message, recv_frame, send_frame, validate_launch, FramedConn,
+    HandshakeError, ProtocolError, Reply, Request, Session, DEFAULT_MAX_FRAME,
+};
+
+/// One daemon to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchTarget {
+    /// The daemon's vpid.
+    pub id: u32,
+    /// Pod name, for messages.
+    pub pod: String,
+    /// The agent's address.
+    pub addr: SocketAddr,
+}
+
+/// What to start: prted's arguments after the executable, and extra environment.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LaunchRequest {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+/// Launcher settings.
+#[derive(Clone)]
+pub struct LaunchOptions {
+    /// The per-job secret shared with the agents; `None` = insecure mode, accepted only by
+    /// agents that run with `--insecure-no-auth` and no secret.
+    pub secret: Option<Vec<u8>>,
+    /// Bound on establishing each TCP connection.
+    pub connect_timeout: Duration,
+    /// Bound on each wait for an agent's answer before prted has started.
+    pub request_timeout: Duration,
+    /// Grace period between SIGTERM and SIGKILL asked of agents on shutdown (agents use the
+    /// smaller of this and their own `--kill-grace`).
+    pub kill_grace: Duration,
+}
+
+impl Default for LaunchOptions {
+    fn default() -> Self {
+        LaunchOptions {
+            secret: None,
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            kill_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+impl fmt::Debug for LaunchOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LaunchOptions")
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("kill_grace", &self.kill_grace)
+            .finish()
+    }
+}
+
+/// How a started prted ended, as far as the launcher knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExitDesc {
+    /// prted exited with this code.
+    Code(i32),
+    /// prted was killed by this signal.
+    Signal(i32),
+    /// The agent connection ended before an exit was reported (the agent stops prted then).
+    ConnectionLost(String),
+}
+
+impl fmt::Display for ExitDesc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExitDesc::Code(c) => write!(f, "exit code {c}"),
+            ExitDesc::Signal(s) => {
+                write!(
+                    f,
+                    "killed by signal {s} ({})",
+                    crate::agent::process::signal_name(*s)
+                )
+            }
+            ExitDesc::ConnectionLost(why) => write!(f, "agent connection lost: {why}"),
+        }
+    }
+}
+
+/// Progress of one target, reported through the sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaunchEvent {
+    Started {
+        id: u32,
+        pod: String,
+        pid: u32,
+    },
+    Failed {
+        id: u32,
+        pod: String,
+        reason: String,
+    },
+    Exited {
+        id: u32,
+        pod: String,
+        status: ExitDesc,
+    },
+}
+
+type Sink = Box<dyn Fn(LaunchEvent) + Send + Sync>;
+
+/// Serializes sink calls and stops them for good once the launcher is dropped.
+struct Emitter {
+    sink: Mutex<Option<Sink>>,
+}
+
+impl Emitter {
+    fn emit(&self, event: LaunchEvent) {
+        let sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sink) = sink.as_ref() {
+            sink(event);
+        }
+    }
+
+    fn close(&self) {
+        *self.sink.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// Counts targets that have not had their final event yet.
+struct Progress {
+    remaining: Mutex<usize>,
+    cv: Condvar,
+}
+
+impl Progress {
+    fn done(&self) {
+        let mut n = self.remaining.lock().unwrap_or_else(|p| p.into_inner());
+        *n = n.saturating_sub(1);
+        self.cv.notify_all();
+    }
+
+    /// Waits until every target is finished or `deadline` passes; true if all finished.
+    fn wait_until(&self, deadline: Instant) -> bool {
+        let mut n = self.remaining.lock().unwrap_or_else(|p| p.into_inner());
+        while *n > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            n = self
+                .cv
+                .wait_timeout(n, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        true
+    }
+}
+
+/// Marks a target finished even if its task is dropped.
+struct DoneGuard(Arc<Progress>);
+
+impl Drop for DoneGuard {
+    fn drop(&mut self) {
+        self.0.done();
+    }
+}
+
+#[derive(Clone)]
+struct Control {
+    /// Set by `shutdown`: ask agents to kill prted.
+    shutting_down: CancellationToken,
+    /// Set when waiting is over: close connections now.
+    closing: CancellationToken,
+}
+
+/// How long `shutdown` waits for tasks to report after closing connections.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// Launches prted through the agents of a set of pods; see the module documentation.
+pub struct Launcher {
+    runtime: Option<tokio::runtime::Runtime>,
+    control: Control,
+    progress: Arc<Progress>,
+    emitter: Arc<Emitter>,
+}
+
+impl Launcher {
+    /// Returns at once; connects to all targets in parallel on its own threads/tokio runtime,
+    /// authenticates, sends each target's request, and reports through `sink` (called from the
+    /// launcher's threads; must not block long).
+    pub fn start(
+        targets: Vec<(LaunchTarget, LaunchRequest)>,
+        opts: LaunchOptions,
+        sink: Box<dyn Fn(LaunchEvent) + Send + Sync>,
+    ) -> Launcher {
+        let emitter = Arc::new(Emitter {
+            sink: Mutex::new(Some(sink)),
+        });
+        let progress = Arc::new(Progress {
+            remaining: Mutex::new(targets.len()),
+            cv: Condvar::new(),
+        });
+        let control = Control {
+            shutting_down: CancellationToken::new(),
+            closing: CancellationToken::new(),
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("prrte-k8s-launch")
+            .enable_all()
+            .build();
+        let runtime = match runtime {
+            Ok(rt) => rt,
+            Err(e) => {
+                for (t, _) in targets {
+                    emitter.emit(LaunchEvent::Failed {
+                        id: t.id,
+                        pod: t.pod,
+                        reason: format!("cannot start the launcher's threads: {e}"),
+                    });
+                    progress.done();
+                }
+                return Launcher {
+                    runtime: None,
+                    control,
+                    progress,
+                    emitter,
+                };
+            }
+        };
+        let opts = Arc::new(opts);
+        for (target, request) in targets {
+            let guard = DoneGuard(progress.clone());
+            let (opts, control, emitter) = (opts.clone(), control.clone(), emitter.clone());
+            runtime.spawn(async move {
+                run_target(target, request, &opts, &control, &emitter).await;
+                drop(guard);
+            });
+        }
+        Launcher {
+            runtime: Some(runtime),
+            control,
+            progress,
+            emitter,
+        }
+    }
+
+    /// Ask every agent to kill its prted, wait for their `exited` (bounded by `timeout`), close
+    /// connections. Targets still connecting are abandoned (reported `Failed`); targets whose
+    /// agent did not report in time are reported `Exited` with [`ExitDesc::ConnectionLost`] (their
+    /// agents stop prted when the connection closes). Every target has had its final event when
+    /// this returns.
+    pub fn shutdown(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        self.control.shutting_down.cancel();
+        if !self.progress.wait_until(deadline) {
+            self.control.closing.cancel();
+            self.progress.wait_until(Instant::now() + CLOSE_WAIT);
+        }
+    }
+}
+
+impl Drop for Launcher {
+    /// Closes every connection immediately (agents then kill their prted); the sink is not
+    /// called again. Does not wait for agents.
+    fn drop(&mut self) {
+        self.emitter.close();
+        self.control.closing.cancel();
+        if let Some(rt) = self.runtime.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                // Dropping a runtime inside another runtime's context panics; let a plain
+                // thread do it.
+                std::thread::spawn(move || rt.shutdown_timeout(Duration::from_secs(1)));
+            } else {
+                rt.shutdown_timeout(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+async fn run_target(
+    target: LaunchTarget,
+    request: LaunchRequest,
+    opts: &LaunchOptions,
+    control: &Control,
+    emitter: &Emitter,
+) {
+    let (id, pod) = (target.id, target.pod.clone());
+    let launched = tokio::select! {
+        biased;
+        _ = control.closing.cancelled() => Err(format!(
+            "the launcher closed before prted was started in pod {} ({})",
+            target.pod, target.addr
+        )),
+        r = launch_one(&target, &request, opts) => r,
+        _ = control.shutting_down.cancelled() => Err(format!(
+            "the launcher shut down before prted was started in pod {} ({})",
+            target.pod, target.addr
+        )),
+    };
+    let (mut conn, mut session, pid) = match launched {
+        Ok(x) => x,
+        Err(reason) => {
+            emitter.emit(LaunchEvent::Failed { id, pod, reason });
+            return;
+        }
+    };
+    emitter.emit(LaunchEvent::Started {
+        id,
+        pod: pod.clone(),
+        pid,
+    });
+    let status = supervise(&mut conn, &mut session, opts, control).await;
+    drop(conn);
+    emitter.emit(LaunchEvent::Exited { id, pod, status });
+}
+
+fn unreachable_reason(target: &LaunchTarget, what: &str) -> String {
+    format!(
+        "cannot reach the prrte-k8s agent of pod {} at {}: {what}; is the agent running in the \
+         pod and listening on port {}? is a NetworkPolicy blocking the launcher?",
+        target.pod,
+        target.addr,
+        target.addr.port()
+    )
+}
+
+fn handshake_reason(target: &LaunchTarget, e: HandshakeError) -> String {
+    let who = format!("the agent of pod {} at {}", target.pod, target.addr);
+    match e {
+        HandshakeError::Refused(reason) if reason.starts_with("authentication failed") => {
+            format!("{who} refused the launcher: {reason}")
+        }
+        HandshakeError::Refused(reason) => format!(
+            "{who} refused the launcher: {reason} (if this is an authentication failure, the \
+             launcher's secret does not match the agent's; mount the same Secret in both)"
+        ),
+        HandshakeError::AgentNotProven => format!(
+            "authentication failed: {who} could not prove that it holds the launcher's secret \
+             (secret mismatch, or not a prrte-k8s agent); mount the same Secret in both"
+        ),
+        HandshakeError::Protocol(ProtocolError::Timeout(t)) => {
+            format!("{who} did not answer within {t:?} during authentication (stalled)")
+        }
+        HandshakeError::Protocol(ProtocolError::Closed) => format!(
+            "the peer at {} closed the connection before the handshake completed; is a \
+             prrte-k8s agent listening on port {}?",
+            target.addr,
+            target.addr.port()
+        ),
+        HandshakeError::Protocol(
+            e @ (ProtocolError::Malformed(_)
+            | ProtocolError::Version { .. }
+            | ProtocolError::FrameTooLarge { .. }),
+        ) => format!(
+            "the peer at {} does not speak the prrte-k8s agent protocol ({e}); is port {} the \
+             agent's?",
+            target.addr,
+            target.addr.port()
+        ),
+        other => format!("{who}: {other}"),
+    }
+}
+
+async fn launch_one(
+    target: &LaunchTarget,
+    request: &LaunchRequest,
+    opts: &LaunchOptions,
+) -> Result<(FramedConn<TcpStream>, Session, u32), String> {
+    let env: BTreeMap<String, String> = request.env.iter().cloned().collect();
+    validate_launch(&request.argv, &env)
+        .map_err(|reason| format!("launch request for pod {} not sent: {reason}", target.pod))?;
+    let stream =
+        match tokio::time::timeout(opts.connect_timeout, TcpStream::connect(target.addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(unreachable_reason(target, &e.to_string())),
+            Err(_) => {
+                return Err(unreachable_reason(
+                    target,
+                    &format!("no connection within {:?}", opts.connect_timeout),
+                ))
+            }
+        };
+    let _ = stream.set_nodelay(true);
+    let _ = protocol::set_keepalive(&stream);
+    let mut conn = protocol::framed(stream, DEFAULT_MAX_FRAME);
+    let mut session = client_handshake(&mut conn, opts.secret.as_deref(), opts.request_timeout)
+        .await
+        .map_err(|e| handshake_reason(target, e))?;
+
+    let who = format!("the agent of pod {} at {}", target.pod, target.addr);
+    let launch = Request::Launch {
+        argv: request.argv.clone(),
+        env,
+    };
+    send_frame(&mut conn, session.seal(&launch), opts.request_timeout)
+        .await
+        .map_err(|e| format!("cannot send the launch request to {who}: {e}"))?;
+    loop {
+        let frame = match recv_frame(&mut conn, Some(opts.request_timeout)).await {
+            Ok(f) => f,
+            Err(ProtocolError::Timeout(t)) => {
+                return Err(format!(
+                    "{who} did not answer the launch request within {t:?} (stalled)"
+                ))
+            }
+            Err(e) => return Err(format!("{who} did not answer the launch request: {e}")),
+        };
+        let reply = session
+            .open(&frame)
+            .and_then(|body| decode_message::<Reply>(body.as_bytes()))
+            .map_err(|e| format!("protocol error from {who}: {e}"))?;
+        match reply {
+            Reply::Started { pid } => return Ok((conn, session, pid)),
+            Reply::Failed { reason } => return Err(format!("{who} did not start prted: {reason}")),
+            Reply::Error { reason } => return Err(format!("{who} reported an error: {reason}")),
+            // Not an answer to `launch`; keep waiting.
+            Reply::Pong {} | Reply::Status { .. } | Reply::Exited { .. } => continue,
+        }
+    }
+}
+
+fn closed_by_launcher() -> ExitDesc {
+    ExitDesc::ConnectionLost(
+        "the launcher closed the connection before the agent reported prted's exit (the agent \
+         stops prted when the connection ends)"
+            .into(),
+    )
+}
+
+async fn supervise(
+    conn: &mut FramedConn<TcpStream>,
+    session: &mut Session,
+    opts: &LaunchOptions,
+    control: &Control,
+) -> ExitDesc {
+    let mut kill_sent = false;
+    loop {
+        tokio::select! {
+            biased;
+            _ = control.closing.cancelled() => return closed_by_launcher(),
+            frame = recv_frame(conn, None) => {
+                let frame = match frame {
+                    Ok(f) => f,
+                    Err(ProtocolError::Closed) => {
+                        return ExitDesc::ConnectionLost(
+                            "the agent closed the connection without reporting prted's exit \
+                             (was the agent or its pod stopped?)".into(),
+                        )
+                    }
+                    Err(e) => return ExitDesc::ConnectionLost(e.to_string()),
+                };
+                let reply = session
+                    .open(&frame)
+                    .and_then(|body| decode_message::<Reply>(body.as_bytes()));
+                match reply {
+                    Ok(Reply::Exited { code: Some(c), .. }) => return ExitDesc::Code(c),
+                    Ok(Reply::Exited { signal: Some(s), .. }) => return ExitDesc::Signal(s),
+                    Ok(Reply::Exited { .. }) => {
+                        return ExitDesc::ConnectionLost("the agent reported an exit without a status".into())
+                    }
+                    Ok(Reply::Error { reason }) => {
+                        return ExitDesc::ConnectionLost(format!("the agent reported an error: {reason}"))
+                    }
+                    Ok(_) => continue,
+                    Err(e) => return ExitDesc::ConnectionLost(format!("protocol error: {e}")),
+                }
+            }
+            _ = control.shutting_down.cancelled(), if !kill_sent => {
+                kill_sent = true;
+                let grace_ms = u64::try_from(opts.kill_grace.as_millis()).unwrap_or(u64::MAX);
+                let kill = session.seal(&Request::Kill { grace_ms: Some(grace_ms) });
+                tokio::select! {
+                    biased;
+                    _ = control.closing.cancelled() => return closed_by_launcher(),
+                    sent = send_frame(conn, kill, opts.request_timeout) => if let Err(e) = sent {
+                        return ExitDesc::ConnectionLost(format!("cannot send the kill request: {e}"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Why the per-job secret could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("secret file {} does not exist: mount the job's Kubernetes Secret there, or point the secret-file setting (agent: --secret-file / PRRTE_K8S_SECRET_FILE; launcher: its secret-file parameter) at the mounted key", path.display())]
+    Missing { path: PathBuf },
+    #[error("cannot read secret file {}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("secret file {} is empty: the Secret's key must hold the shared secret (for example 32 random bytes)", path.display())]
+    Empty { path: PathBuf },
+}
+
+/// Reads the per-job secret. Trailing line breaks (`\n`, `\r\n`) are not part of the secret, so a
+/// key written with `echo` and one created from a literal work the same.
+pub fn read_secret_file(path: &Path) -> Result<Vec<u8>, SecretError> {
+    let mut bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(SecretError::Missing {
+                path: path.to_owned(),
+            })
+        }
+        Err(source) => {
+            return Err(SecretError::Unreadable {
+                path: path.to_owned(),
+                source,
+            })
+        }
+    };
+    while matches!(bytes.last(), Some(b'\n' | b'\r')) {
+        bytes.pop();
+    }
+    if bytes.is_empty() {
+        return Err(SecretError::Empty {
+            path: path.to_owned(),
+        });
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_desc_display() {
+        assert_eq!(ExitDesc::Code(3).to_string(), "exit code 3");
+        assert_eq!(
+            ExitDesc::Signal(9).to_string(),
+            "killed by signal 9 (SIGKILL)"
+        );
+        assert_eq!(
+            ExitDesc::ConnectionLost("reset".into()).to_string(),
+            "agent connection lost: reset"
+        );
+    }
+
+    #[test]
+    fn secret_file_errors_are_clear() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("key");
+        let e = read_secret_file(&p).unwrap_err();
+        assert!(matches!(e, SecretError::Missing { .. }));
+        assert!(
+            e.to_string().contains("mount") && e.to_string().contains("key"),
+            "{e}"
+        );
+        std::fs::write(&p, "\n").unwrap();
+        assert!(matches!(
+            read_secret_file(&p),
+            Err(SecretError::Empty { .. })
+        ));
+        std::fs::write(&p, "abc\r\n").unwrap();
+        assert_eq!(read_secret_file(&p).unwrap(), b"abc");
+        std::fs::write(&p, [0u8, 1, 2, 255]).unwrap();
+        assert_eq!(read_secret_file(&p).unwrap(), vec![0u8, 1, 2, 255]);
+        let e = read_secret_file(d.path()).unwrap_err();
+        assert!(matches!(e, SecretError::Unreadable { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn invalid_requests_fail_without_connecting() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = Mutex::new(tx);
+        // Nothing listens on port 1, so reaching the network would fail with another reason.
+        let target = LaunchTarget {
+            id: 4,
+            pod: "p-4".into(),
+            addr: "127.0.0.1:1".parse().unwrap(),
+        };
+        let request = LaunchRequest {
+            argv: vec![],
+            env: vec![("LD_PRELOAD".into(), "x".into())],
+        };
+        let l = Launcher::start(
+            vec![(target, request)],
+            LaunchOptions::default(),
+            Box::new(move |e| tx.lock().unwrap().send(e).unwrap()),
+        );
+        match rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+            LaunchEvent::Failed { id: 4, reason, .. } => {
+                assert!(
+                    reason.contains("LD_PRELOAD") && reason.contains("not sent"),
+                    "{reason}"
+                )
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        l.shutdown(Duration::from_secs(5));
+        assert!(rx.try_recv().is_err(), "no event after Failed");
+    }
+}
