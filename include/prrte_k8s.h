@@ -92,6 +92,10 @@ int prrte_k8s_shim_default_binding_is_set(void);
 /* PRTE_SET_BINDING_POLICY(prte_hwloc_default_binding_policy, PRTE_BIND_TO_NONE). */
 void prrte_k8s_shim_set_default_binding_none(void);
 
+/* The URI of this process's PMIx listener (PMIx_Get of PMIX_MYSERVER_URI on itself), as
+ * "<nspace>.<rank>;tcp4://<ip>:<port>"; malloc'ed (free it), NULL if unknown. */
+char *prrte_k8s_shim_server_uri(void);
+
 /* prte_plm_base_prted_exit(PRTE_DAEMON_EXIT_CMD): tell every daemon to exit. */
 int prrte_k8s_shim_prted_exit(void);
 

@@ -141,3 +141,19 @@ void prrte_k8s_shim_set_default_binding_none(void)
 {
     PRTE_SET_BINDING_POLICY(prte_hwloc_default_binding_policy, PRTE_BIND_TO_NONE);
 }
+
+char *prrte_k8s_shim_server_uri(void)
+{
+    pmix_value_t *val = NULL;
+    char *uri = NULL;
+
+    if (PMIX_SUCCESS == PMIx_Get(PRTE_PROC_MY_NAME, PMIX_MYSERVER_URI, NULL, 0, &val) && NULL != val) {
+        if (PMIX_STRING == val->type && NULL != val->data.string) {
+            uri = strdup(val->data.string);
+        }
+    }
+    if (NULL != val) {
+        PMIX_VALUE_RELEASE(val);
+    }
+    return uri;
+}

@@ -38,6 +38,7 @@ extern "C" {
     pub fn prrte_k8s_shim_fd_event_new(fd: c_int, cb: FdCallback, arg: *mut c_void) -> *mut c_void;
     pub fn prrte_k8s_shim_event_free(ev: *mut c_void);
     pub fn prrte_k8s_shim_prted_exit() -> c_int;
+    pub fn prrte_k8s_shim_server_uri() -> *mut c_char;
     pub fn prrte_k8s_shim_default_binding_is_set() -> c_int;
     pub fn prrte_k8s_shim_set_default_binding_none();
     pub fn prrte_k8s_shim_output(msg: *const c_char);
@@ -57,4 +58,18 @@ pub fn verbose(framework: c_int, level: c_int, msg: &str) {
     // SAFETY: as in `output`; the framework stream exists once the framework is open, which it is
     // whenever our component code runs.
     unsafe { prrte_k8s_shim_verbose(framework, level, c.as_ptr()) }
+}
+
+/// The URI of prte's PMIx listener (what `--report-uri` writes), if PMIx knows it.
+pub fn server_uri() -> Option<String> {
+    // SAFETY: the shim returns a malloc'ed NUL-terminated string or NULL; we copy and free it.
+    unsafe {
+        let p = prrte_k8s_shim_server_uri();
+        if p.is_null() {
+            return None;
+        }
+        let s = std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned();
+        libc::free(p as *mut std::ffi::c_void);
+        Some(s)
+    }
 }
