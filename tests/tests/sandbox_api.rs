@@ -170,21 +170,32 @@ async fn pages_through_ten_thousand_pods_and_many_watches_keep_up() {
     let store = server.store();
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
     const N: usize = 10_000;
-    const WATCHERS: usize = 8;
+    const SHARDS: usize = 16;
 
-    // Watches open before the pods are created must each see every ADDED event.
+    // Watches open before the pods are created: one sees every ADDED event, and one per shard
+    // label value sees exactly its shard's (the server filters per watcher).
     let rv = pods.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
     let mut tasks = Vec::new();
-    for _ in 0..WATCHERS {
-        let s = pods.watch(&WatchParams::default(), &rv).await.unwrap();
+    for shard in std::iter::once(None).chain((0..SHARDS).map(Some)) {
+        let wp = match shard {
+            Some(k) => WatchParams::default().labels(&format!("shard=s{k}")),
+            None => WatchParams::default(),
+        };
+        let want = if shard.is_some() { N / SHARDS } else { N };
+        let s = pods.watch(&wp, &rv).await.unwrap();
         tasks.push(tokio::spawn(async move {
             let mut s = s.boxed();
             let mut n = 0;
-            while n < N {
+            while n < want {
                 match tokio::time::timeout(Duration::from_secs(60), s.try_next()).await {
-                    Ok(Ok(Some(WatchEvent::Added(_)))) => n += 1,
+                    Ok(Ok(Some(WatchEvent::Added(p)))) => {
+                        if let Some(k) = shard {
+                            assert_eq!(p.metadata.labels.unwrap()["shard"], format!("s{k}"));
+                        }
+                        n += 1
+                    }
                     Ok(Ok(Some(WatchEvent::Bookmark(_)))) => {}
-                    other => panic!("watch ended after {n} of {N} events: {other:?}"),
+                    other => panic!("watch (shard {shard:?}) ended after {n} of {want} events: {other:?}"),
                 }
             }
             n
@@ -196,13 +207,14 @@ async fn pages_through_ten_thousand_pods_and_many_watches_keep_up() {
         let mut p = template.clone();
         p["metadata"]["name"] = json!(format!("pod-{i:05}"));
         p["metadata"]["labels"]["parity"] = json!(if i % 2 == 0 { "even" } else { "odd" });
+        p["metadata"]["labels"]["shard"] = json!(format!("s{}", i % SHARDS));
         store.create(&sandbox::api::resources::PODS, &ns, p, false).unwrap();
     }
     let created = t0.elapsed();
     for t in tasks {
-        assert_eq!(t.await.unwrap(), N);
+        t.await.unwrap();
     }
-    eprintln!("created {N} pods in {created:?}; {WATCHERS} watches saw all after {:?}", t0.elapsed());
+    eprintln!("created {N} pods in {created:?}; {} watches saw theirs after {:?}", SHARDS + 1, t0.elapsed());
 
     // Page through with limit=500 while pods elsewhere change: every pod exactly once.
     let mut seen = std::collections::HashSet::new();
@@ -546,8 +558,72 @@ async fn kubectl_get_wide_watch_and_delete() {
         let cm: k8s_openapi::api::core::v1::ConfigMap = Api::namespaced(c.clone(), &ns).get("cm").await.unwrap();
         assert_eq!(cm.data.unwrap()["a"], "2");
 
-        // auth can-i (a SelfSubjectAccessReview) for the admin.
-        let out = kc(&["auth", "can-i", "list", "pods"]).output().await.unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "yes", "{kubectl:?} auth can-i: {}", String::from_utf8_lossy(&out.stderr));
+        // Typed create commands (protobuf bodies from kubectl 1.32+) and auth can-i
+        // (SelfSubjectAccessReview), also impersonating a service account.
+        for args in [
+            &["create", "serviceaccount", "robot"][..],
+            &["create", "secret", "generic", "sec", "--from-literal=k=v"],
+            &["create", "role", "reader", "--verb=get,list", "--resource=pods"],
+            &["create", "rolebinding", "reader", "--role=reader", &format!("--serviceaccount={ns}:robot")],
+        ] {
+            let out = kc(args).output().await.unwrap();
+            assert!(out.status.success(), "{kubectl:?} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let sec: Secret = Api::namespaced(c.clone(), &ns).get("sec").await.unwrap();
+        assert_eq!(sec.data.unwrap()["k"].0, b"v");
+        let robot = format!("--as=system:serviceaccount:{ns}:robot");
+        for (args, want) in [
+            (vec!["auth", "can-i", "list", "pods"], "yes"),
+            (vec!["auth", "can-i", "list", "pods", &robot], "yes"),
+            (vec!["auth", "can-i", "list", "secrets", &robot], "no"),
+        ] {
+            let out = kc(&args).output().await.unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), want, "{kubectl:?} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let out = kc(&["get", "secrets", &robot]).output().await.unwrap();
+        assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Forbidden"), "{kubectl:?}: impersonated get secrets must be forbidden");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_lists_and_bookmarks() {
+    let server = ApiServer::start(ApiOptions::default()).await.unwrap();
+    server.set_bookmark_interval(Duration::from_millis(100));
+    let c = admin(&server).await;
+    let ns = unique("stream");
+    make_ns(&c, &ns).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
+    for n in ["a", "b"] {
+        pods.create(&PostParams::default(), &pod(n, json!({}))).await.unwrap();
+    }
+    // sendInitialEvents: ADDED for what exists, then the initial-events-end bookmark.
+    let mut w = watcher(pods.clone(), watcher::Config::default().streaming_lists()).boxed();
+    let mut initial = Vec::new();
+    loop {
+        match next_event(&mut w, "the streamed initial list").await.unwrap() {
+            watcher::Event::Init => {}
+            watcher::Event::InitApply(p) => initial.push(p.metadata.name.unwrap()),
+            watcher::Event::InitDone => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    initial.sort();
+    assert_eq!(initial, ["a", "b"]);
+    pods.create(&PostParams::default(), &pod("c", json!({}))).await.unwrap();
+    match next_event(&mut w, "pod c").await.unwrap() {
+        watcher::Event::Apply(p) => assert_eq!(p.metadata.name.as_deref(), Some("c")),
+        other => panic!("unexpected {other:?}"),
+    }
+    // Periodic bookmarks carry the latest resourceVersion.
+    let rv = pods.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut raw = pods.watch(&WatchParams::default().labels("none=here"), &rv).await.unwrap().boxed();
+    pods.create(&PostParams::default(), &pod("d", json!({}))).await.unwrap();
+    let d_rv: u64 = pods.get("d").await.unwrap().metadata.resource_version.unwrap().parse().unwrap();
+    loop {
+        match next_event(&mut raw, "a bookmark").await.unwrap() {
+            WatchEvent::Bookmark(b) if b.metadata.resource_version.parse::<u64>().unwrap() >= d_rv => break,
+            WatchEvent::Bookmark(_) => {}
+            other => panic!("the selector matches nothing, so only bookmarks come: {other:?}"),
+        }
     }
 }

@@ -1,0 +1,257 @@
+//! The sandbox Kubernetes API server: HTTPS with a self-signed CA, bearer tokens, RBAC for
+//! service accounts, and real Kubernetes JSON for the resources PRRTE's components and
+//! kubectl use.
+
+pub mod auth;
+pub mod defaults;
+pub mod http;
+mod protobuf;
+pub mod resources;
+pub mod selector;
+pub mod status;
+pub mod store;
+pub mod table;
+mod tls;
+
+pub use auth::Rule;
+pub use status::ApiError;
+pub use store::{DeleteOptions, EventType, ListQuery, Obj, Part, Patch, Store, StoreEvent};
+
+use anyhow::Context;
+use auth::{Identity, RightsSource};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::json;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// How to start an [`ApiServer`].
+#[derive(Clone, Debug)]
+pub struct ApiOptions {
+    /// Address to listen on (default 127.0.0.1:0, an ephemeral port).
+    pub bind: SocketAddr,
+    /// Where to write the CA certificate and kubeconfigs (default: a temporary directory
+    /// removed when the server is dropped).
+    pub dir: Option<PathBuf>,
+    /// More IP addresses the server certificate is valid for.
+    pub extra_san_ips: Vec<IpAddr>,
+}
+
+impl Default for ApiOptions {
+    fn default() -> Self {
+        ApiOptions { bind: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0), dir: None, extra_san_ips: Vec::new() }
+    }
+}
+
+/// A running API server; dropping it stops it (and ends its watches).
+pub struct ApiServer {
+    state: Arc<http::State>,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    url: String,
+    ca_path: PathBuf,
+    kubeconfig: PathBuf,
+    admin_token: String,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+fn random_token(prefix: &str) -> String {
+    let b: [u8; 24] = rand::random();
+    format!("{prefix}{}", hex::encode(b))
+}
+
+impl ApiServer {
+    /// Starts the server on the current tokio runtime.
+    pub async fn start(opts: ApiOptions) -> anyhow::Result<ApiServer> {
+        let listener = TcpListener::bind(opts.bind)
+            .await
+            .with_context(|| format!("binding the API server to {} (is the address local and the port free?)", opts.bind))?;
+        let addr = listener.local_addr()?;
+        let host_ip = if addr.ip().is_unspecified() { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { addr.ip() };
+        let mut ips = vec![IpAddr::V4(Ipv4Addr::LOCALHOST), host_ip];
+        ips.extend(opts.extra_san_ips.iter().copied());
+        let pki = tls::make(&ips)?;
+
+        let (tmp, dir) = match &opts.dir {
+            Some(d) => {
+                std::fs::create_dir_all(d).with_context(|| format!("creating the API server directory {}", d.display()))?;
+                (None, d.clone())
+            }
+            None => {
+                let t = tempfile::Builder::new().prefix("prrte-k8s-api-").tempdir().context("creating a temporary directory")?;
+                let p = t.path().to_path_buf();
+                (Some(t), p)
+            }
+        };
+        let ca_path = dir.join("ca.crt");
+        std::fs::write(&ca_path, &pki.ca_pem).with_context(|| format!("writing {}", ca_path.display()))?;
+
+        let store = Store::new();
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            store
+                .create(&resources::NAMESPACES, "", json!({"metadata": {"name": ns}}), false)
+                .map_err(|e| anyhow::anyhow!("seeding namespace {ns}: {e}"))?;
+        }
+        for role in auth::builtin_cluster_roles() {
+            store.create(&resources::CLUSTERROLES, "", role, false).map_err(|e| anyhow::anyhow!("seeding cluster roles: {e}"))?;
+        }
+
+        let admin_token = random_token("admin-");
+        let mut tokens = HashMap::new();
+        tokens.insert(
+            admin_token.clone(),
+            Identity {
+                user: "kubernetes-admin".into(),
+                uid: String::new(),
+                groups: vec!["system:masters".into(), "system:authenticated".into()],
+                source: RightsSource::Static { namespace: None, rules: vec![Rule::all()] },
+            },
+        );
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let state = Arc::new(http::State {
+            store,
+            tokens: RwLock::new(tokens),
+            addr,
+            shutdown: shutdown_rx.clone(),
+            bookmark_ms: std::sync::atomic::AtomicU64::new(5000),
+            logs: RwLock::new(None),
+        });
+        let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config.clone());
+        let st = state.clone();
+        let mut sd = shutdown_rx.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let (tcp, _) = tokio::select! {
+                    _ = sd.changed() => return,
+                    r = listener.accept() => match r {
+                        Ok(x) => x,
+                        Err(e) => {
+                            tracing::warn!("API server accept failed: {e}");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    },
+                };
+                let _ = tcp.set_nodelay(true);
+                let acceptor = acceptor.clone();
+                let st = st.clone();
+                let mut sd = sd.clone();
+                tokio::spawn(async move {
+                    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                        Ok(Ok(t)) => t,
+                        _ => return,
+                    };
+                    let svc = hyper::service::service_fn(move |req| {
+                        let st = st.clone();
+                        async move { Ok::<_, Infallible>(http::handle(st, req).await) }
+                    });
+                    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    let conn = builder.serve_connection(TokioIo::new(tls), svc);
+                    tokio::select! {
+                        _ = conn => {}
+                        _ = sd.changed() => {}
+                    }
+                });
+            }
+        });
+        let url = format!("https://{}", SocketAddr::new(host_ip, addr.port()));
+        let server = ApiServer {
+            state,
+            shutdown,
+            task,
+            url,
+            ca_path,
+            kubeconfig: dir.join("admin.kubeconfig"),
+            admin_token,
+            _tmp: tmp,
+        };
+        server.write_kubeconfig(&server.kubeconfig, &server.admin_token.clone(), "default")?;
+        Ok(server)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.state.addr
+    }
+
+    /// "https://IP:PORT".
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    pub fn ca_pem_path(&self) -> &Path {
+        &self.ca_path
+    }
+
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    /// A kubeconfig for the admin token, context namespace "default".
+    pub fn admin_kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Registers a token for `user` with fixed rules, valid in `namespace` only (or, with
+    /// None, everywhere). Unknown tokens get 401; known ones without a matching rule get 403.
+    pub fn add_token(&self, token: &str, user: &str, namespace: Option<&str>, rules: Vec<Rule>) {
+        let id = Identity {
+            user: user.to_string(),
+            uid: String::new(),
+            groups: vec!["system:authenticated".into()],
+            source: RightsSource::Static { namespace: namespace.map(String::from), rules },
+        };
+        self.state.tokens.write().unwrap_or_else(|p| p.into_inner()).insert(token.to_string(), id);
+    }
+
+    /// Mints and registers a token for `system:serviceaccount:NS:NAME`, whose rights come
+    /// from the Role/RoleBinding and ClusterRole/ClusterRoleBinding objects in the store.
+    pub fn service_account_token(&self, ns: &str, name: &str) -> String {
+        http::mint_sa_token(&self.state, ns, name)
+    }
+
+    /// Writes a kubeconfig for this server with `token`, its context in `namespace`.
+    pub fn write_kubeconfig(&self, path: &Path, token: &str, namespace: &str) -> anyhow::Result<()> {
+        let cfg = json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "preferences": {},
+            "clusters": [{"name": "sandbox", "cluster": {"server": self.url, "certificate-authority": self.ca_path.to_string_lossy()}}],
+            "users": [{"name": "sandbox-user", "user": {"token": token}}],
+            "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "sandbox-user", "namespace": namespace}}],
+            "current-context": "sandbox",
+        });
+        let text = serde_yaml::to_string(&cfg)?;
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(path, text).with_context(|| format!("writing kubeconfig {}", path.display()))?;
+        Ok(())
+    }
+
+    /// A handle to the object store.
+    pub fn store(&self) -> Store {
+        self.state.store.clone()
+    }
+
+    /// Lets `GET .../pods/NAME/log` serve pod logs: `f(namespace, name)` gives the log file.
+    pub fn set_log_source(&self, f: impl Fn(&str, &str) -> Option<PathBuf> + Send + Sync + 'static) {
+        *self.state.logs.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(f));
+    }
+
+    /// How often watches that allow bookmarks get one (default 5 s).
+    pub fn set_bookmark_interval(&self, d: Duration) {
+        self.state.bookmark_ms.store(d.as_millis().max(1) as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        self.task.abort();
+    }
+}

@@ -1,0 +1,167 @@
+//! The resource types the sandbox API server serves, with their discovery data and the
+//! k8s-openapi type each stored object is checked against.
+
+use k8s_openapi::api::{apps, authentication, authorization, batch, core, rbac};
+use serde::{de::DeserializeOwned, Serialize};
+use serde_json::Value;
+
+/// One served resource (or a create-only review resource).
+pub struct ResourceType {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub kind: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    pub verbs: &'static [&'static str],
+    /// Subresources served for this resource ("status", "log", "token").
+    pub subresources: &'static [&'static str],
+    /// Whether objects are kept in the store (false for access reviews).
+    pub stored: bool,
+    /// Round-trips an object through its k8s-openapi type: rejects malformed objects and
+    /// drops unknown fields, as a real server's decoding does.
+    pub normalize: fn(Value) -> Result<Value, String>,
+}
+
+impl ResourceType {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+    /// The key under which the store keeps this resource's objects.
+    pub fn key(&self) -> &'static str {
+        self.plural
+    }
+    pub fn has_status(&self) -> bool {
+        self.subresources.contains(&"status")
+    }
+    pub fn is(&self, group: &str, plural: &str) -> bool {
+        self.group == group && self.plural == plural
+    }
+    /// "pods" or "jobs.batch", as used in messages.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+}
+
+impl std::fmt::Debug for ResourceType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.qualified())
+    }
+}
+
+impl PartialEq for ResourceType {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+fn norm<K: DeserializeOwned + Serialize>(v: Value) -> Result<Value, String> {
+    let k: K = serde_json::from_value(v).map_err(|e| e.to_string())?;
+    serde_json::to_value(&k).map_err(|e| e.to_string())
+}
+
+const RW: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const STATUS: &[&str] = &["status"];
+
+macro_rules! rt {
+    ($g:expr, $v:expr, $plural:expr, $singular:expr, $kind:expr, $ns:expr, $short:expr, $cat:expr, $verbs:expr, $sub:expr, $stored:expr, $ty:ty) => {
+        ResourceType {
+            group: $g,
+            version: $v,
+            plural: $plural,
+            singular: $singular,
+            kind: $kind,
+            namespaced: $ns,
+            short_names: $short,
+            categories: $cat,
+            verbs: $verbs,
+            subresources: $sub,
+            stored: $stored,
+            normalize: norm::<$ty>,
+        }
+    };
+}
+
+pub static PODS: ResourceType = rt!("", "v1", "pods", "pod", "Pod", true, &["po"], &["all"], RW, &["status", "log"], true, core::v1::Pod);
+pub static SECRETS: ResourceType = rt!("", "v1", "secrets", "secret", "Secret", true, &[], &[], RW, &[], true, core::v1::Secret);
+pub static EVENTS: ResourceType = rt!("", "v1", "events", "event", "Event", true, &["ev"], &[], RW, &[], true, core::v1::Event);
+pub static NAMESPACES: ResourceType = rt!("", "v1", "namespaces", "namespace", "Namespace", false, &["ns"], &[], &["create", "delete", "get", "list", "patch", "update", "watch"], STATUS, true, core::v1::Namespace);
+pub static SERVICEACCOUNTS: ResourceType = rt!("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, &["sa"], &[], RW, &["token"], true, core::v1::ServiceAccount);
+pub static CONFIGMAPS: ResourceType = rt!("", "v1", "configmaps", "configmap", "ConfigMap", true, &["cm"], &[], RW, &[], true, core::v1::ConfigMap);
+pub static SERVICES: ResourceType = rt!("", "v1", "services", "service", "Service", true, &["svc"], &["all"], &["create", "delete", "get", "list", "patch", "update", "watch"], STATUS, true, core::v1::Service);
+pub static NODES: ResourceType = rt!("", "v1", "nodes", "node", "Node", false, &["no"], &[], RW, STATUS, true, core::v1::Node);
+pub static JOBS: ResourceType = rt!("batch", "v1", "jobs", "job", "Job", true, &[], &["all"], RW, STATUS, true, batch::v1::Job);
+pub static STATEFULSETS: ResourceType = rt!("apps", "v1", "statefulsets", "statefulset", "StatefulSet", true, &["sts"], &["all"], RW, STATUS, true, apps::v1::StatefulSet);
+pub static ROLES: ResourceType = rt!("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", true, &[], &[], RW, &[], true, rbac::v1::Role);
+pub static ROLEBINDINGS: ResourceType = rt!("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", true, &[], &[], RW, &[], true, rbac::v1::RoleBinding);
+pub static CLUSTERROLES: ResourceType = rt!("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", false, &[], &[], RW, &[], true, rbac::v1::ClusterRole);
+pub static CLUSTERROLEBINDINGS: ResourceType = rt!("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", false, &[], &[], RW, &[], true, rbac::v1::ClusterRoleBinding);
+pub static SELFSUBJECTACCESSREVIEWS: ResourceType = rt!("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "selfsubjectaccessreview", "SelfSubjectAccessReview", false, &[], &[], &["create"], &[], false, authorization::v1::SelfSubjectAccessReview);
+pub static SELFSUBJECTRULESREVIEWS: ResourceType = rt!("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "selfsubjectrulesreview", "SelfSubjectRulesReview", false, &[], &[], &["create"], &[], false, authorization::v1::SelfSubjectRulesReview);
+pub static SELFSUBJECTREVIEWS: ResourceType = rt!("authentication.k8s.io", "v1", "selfsubjectreviews", "selfsubjectreview", "SelfSubjectReview", false, &[], &[], &["create"], &[], false, authentication::v1::SelfSubjectReview);
+
+/// Every served resource, in discovery order.
+pub static ALL: &[&ResourceType] = &[
+    &PODS,
+    &SECRETS,
+    &EVENTS,
+    &NAMESPACES,
+    &SERVICEACCOUNTS,
+    &CONFIGMAPS,
+    &SERVICES,
+    &NODES,
+    &JOBS,
+    &STATEFULSETS,
+    &ROLES,
+    &ROLEBINDINGS,
+    &CLUSTERROLES,
+    &CLUSTERROLEBINDINGS,
+    &SELFSUBJECTACCESSREVIEWS,
+    &SELFSUBJECTRULESREVIEWS,
+    &SELFSUBJECTREVIEWS,
+];
+
+/// The API groups served besides the core group, with their one version each.
+pub fn groups() -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    for rt in ALL {
+        if !rt.group.is_empty() && !out.iter().any(|(g, _)| *g == rt.group) {
+            out.push((rt.group, rt.version));
+        }
+    }
+    out
+}
+
+pub fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
+    ALL.iter()
+        .copied()
+        .find(|rt| rt.group == group && rt.version == version && rt.plural == plural)
+}
+
+/// Finds a stored resource type by apiVersion and kind (as written in a manifest).
+pub fn by_kind(api_version: &str, kind: &str) -> Option<&'static ResourceType> {
+    ALL.iter()
+        .copied()
+        .find(|rt| rt.kind == kind && rt.api_version() == api_version)
+}
+
+/// Finds the resource type of a k8s-openapi type.
+pub fn of<K: k8s_openapi::Resource>() -> &'static ResourceType {
+    ALL.iter()
+        .copied()
+        .find(|rt| rt.group == K::GROUP && rt.version == K::VERSION && rt.kind == K::KIND)
+        .unwrap_or_else(|| panic!("{} {} is not a resource the sandbox API server serves", K::API_VERSION, K::KIND))
+}

@@ -1,0 +1,35 @@
+//! Finding a kubectl to drive the sandbox with.
+
+use std::path::{Path, PathBuf};
+
+/// Where the setup script extracts Debian's kubernetes-client package.
+pub const DEBIAN_KUBECTL: &str = "/opt/prrte-k8s/kubernetes-client/usr/bin/kubectl";
+
+/// The kubectl tests use: `$PRRTE_K8S_KUBECTL`, else Debian's kubectl extracted to
+/// [`DEBIAN_KUBECTL`], else `kubectl` on PATH. None if there is none.
+pub fn find() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("PRRTE_K8S_KUBECTL").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    if Path::new(DEBIAN_KUBECTL).is_file() {
+        return Some(PathBuf::from(DEBIAN_KUBECTL));
+    }
+    on_path("kubectl")
+}
+
+/// Every distinct kubectl available: the one [`find`] picks and the one on PATH.
+pub fn all() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = Vec::new();
+    for p in [find(), on_path("kubectl")].into_iter().flatten() {
+        let canon = std::fs::canonicalize(&p).unwrap_or(p.clone());
+        if !v.iter().any(|q| std::fs::canonicalize(q).unwrap_or(q.clone()) == canon) {
+            v.push(p);
+        }
+    }
+    v
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
+}

@@ -1,0 +1,9 @@
+//! The sandbox cluster: a Kubernetes API server (real Kubernetes JSON over TLS with bearer
+//! tokens) and pods that are Linux network, UTS, mount and PID namespaces on a bridge.
+
+pub mod api;
+pub mod harness;
+pub mod podnet;
+pub mod kubectl;
+pub mod cli;
+pub mod cluster;
