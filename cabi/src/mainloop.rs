@@ -68,8 +68,18 @@ pub fn post(f: impl FnOnce() + Send + 'static) {
     let _ = (&m.tx).write(&[1u8]);
 }
 
+/// Run what has been posted but not yet run (main thread; used at finalize, when PRRTE's event
+/// loop no longer runs, so that outcomes that arrived during shutdown are still reported).
+pub fn run_pending() {
+    drain();
+}
+
 unsafe extern "C" fn on_wake(_fd: c_int, _flags: c_short, _arg: *mut c_void) {
-    crate::abi::boundary("the event-loop wake-up", (), || {
+    crate::abi::boundary("the event-loop wake-up", (), drain)
+}
+
+fn drain() {
+    {
         let Some(m) = MAILBOX.get() else { return };
         let mut buf = [0u8; 256];
         loop {
@@ -87,5 +97,5 @@ unsafe extern "C" fn on_wake(_fd: c_int, _flags: c_short, _arg: *mut c_void) {
                 None => break,
             }
         }
-    })
+    }
 }

@@ -40,7 +40,12 @@ struct Round {
 
 static ROUNDS: Mutex<Vec<Round>> = Mutex::new(Vec::new());
 static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// Set when PRRTE orders the daemons to exit: from then on a daemon ending is expected.
 static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
+/// Set at finalize once the agents were told to stop their daemons.
+static FINAL_SWEEP: AtomicBool = AtomicBool::new(false);
+/// Set at the end of finalize: nothing more is reported.
+static FINALIZED: AtomicBool = AtomicBool::new(false);
 
 /// The module PRRTE gets from `query`.
 pub fn module_ptr() -> *const ffi::prte_plm_base_module_t {
@@ -126,15 +131,26 @@ unsafe extern "C" fn terminate_orteds() -> c_int {
 unsafe extern "C" fn finalize() -> c_int {
     crate::abi::boundary("plm k8s finalize", prrte::ERROR, || {
         SHUTTING_DOWN.store(true, Ordering::Release);
-        let rounds: Vec<Round> = std::mem::take(&mut *ROUNDS.lock().unwrap_or_else(|e| e.into_inner()));
-        for r in &rounds {
-            if let Some(l) = &r.launcher {
-                // The event loop has stopped; waiting here (bounded) delays nothing else. Agents
-                // stop whatever prted is still running and report back.
-                l.shutdown(Duration::from_secs(5));
-            }
+        // Outcomes that arrived while PRRTE was shutting down (e.g. the agent's report of the
+        // daemon whose loss made PRRTE stop) are reported before anything else is torn down.
+        mainloop::run_pending();
+        // The event loop has stopped; waiting here (bounded) delays nothing else. Agents stop
+        // whatever prted is still running and report every final outcome, which we look at once
+        // more: a daemon killed by anything but our own SIGTERM, or failing, is still reported.
+        let launchers: Vec<Launcher> = ROUNDS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter_mut()
+            .filter_map(|r| r.launcher.take())
+            .collect();
+        for l in &launchers {
+            l.shutdown(Duration::from_secs(5));
         }
-        drop(rounds);
+        FINAL_SWEEP.store(true, Ordering::Release);
+        mainloop::run_pending();
+        FINALIZED.store(true, Ordering::Release);
+        drop(launchers);
+        ROUNDS.lock().unwrap_or_else(|e| e.into_inner()).clear();
         mainloop::shutdown();
         // SAFETY: main thread at PLM finalize, as PRRTE's own launchers do.
         unsafe { ffi::prte_plm_base_comm_stop() }
@@ -242,7 +258,7 @@ fn launch_round(jdata: *mut ffi::prte_job_t) {
                 names.insert(vpid, (pod.clone(), name.clone()));
                 targets.push((
                     LaunchTarget { id: vpid, pod, addr: SocketAddr::new(ip, port) },
-                    LaunchRequest { argv: prted_args::for_vpid(&template, vpid_slot, vpid), env: env.clone() },
+                    LaunchRequest { argv: prted_args::for_vpid(&template, vpid_slot, vpid), env: env.clone(), dvm_uri: None },
                 ));
             }
             None => unresolved.push(name),
@@ -367,7 +383,18 @@ fn fail_daemon(daemons: *mut ffi::prte_job_t, vpid: u32) {
 }
 
 fn on_event(generation: u64, ev: LaunchEvent) {
-    if SHUTTING_DOWN.load(Ordering::Acquire) {
+    if FINALIZED.load(Ordering::Acquire) {
+        return;
+    }
+    // While PRRTE shuts the daemons down, only an abnormal end (a signal, a non-zero code, a lost
+    // agent) is still worth reporting: it may be why PRRTE is shutting down.
+    if SHUTTING_DOWN.load(Ordering::Acquire) && !matches!(&ev, LaunchEvent::Exited { status, .. } if abnormal(status)) {
+        return;
+    }
+    // After we asked the agents to stop their daemons, SIGTERM and a lost connection are ours.
+    if FINAL_SWEEP.load(Ordering::Acquire)
+        && matches!(&ev, LaunchEvent::Exited { status: ExitDesc::Signal(15) | ExitDesc::ConnectionLost(_), .. })
+    {
         return;
     }
     let Some((daemons, node)) = with_round(generation, |r| {
@@ -391,9 +418,11 @@ fn on_event(generation: u64, ev: LaunchEvent) {
             fail_daemon(daemons, id);
         }
         LaunchEvent::Exited { id, pod, status } => {
-            let running = matches!(daemon_state(daemons, id), Some((_, s)) if s == ffi::PRTE_PROC_STATE_RUNNING);
+            // Below RUNNING: the daemon never reported back (later states, errors included,
+            // mean it had).
+            let reported = matches!(daemon_state(daemons, id), Some((_, s)) if s >= ffi::PRTE_PROC_STATE_RUNNING);
             let already = with_round(generation, |r| !r.failed.insert(id)).unwrap_or(true);
-            if !running {
+            if !reported {
                 if !already {
                     prrte::error_box(
                         &format!("PRRTE's daemon in pod {pod} exited before it reported back."),
@@ -401,7 +430,10 @@ fn on_event(generation: u64, ev: LaunchEvent) {
                     );
                     fail_daemon(daemons, id);
                 }
-            } else if !matches!(status, ExitDesc::Code(0)) {
+            } else if abnormal(&status) {
+                // The DVM cannot continue without it; make prte's own exit say so.
+                // SAFETY: a plain global PRRTE reports as its exit status.
+                unsafe { shim::prrte_k8s_shim_update_exit_status(1) };
                 prrte::error_box(
                     &format!("PRRTE's daemon in pod {pod} ended while the DVM was running."),
                     &format!("Daemon {id} (node {node}): {status}. PRRTE will now shut the DVM down."),
@@ -409,6 +441,11 @@ fn on_event(generation: u64, ev: LaunchEvent) {
             }
         }
     }
+}
+
+/// An end of a daemon that is not a normal exit.
+fn abnormal(status: &ExitDesc) -> bool {
+    !matches!(status, ExitDesc::Code(0))
 }
 
 fn on_timeout(generation: u64, timeout: Duration) {

@@ -23,6 +23,8 @@ async fn allreduce_across_eight_pods_through_agents() {
     assert!(lines.iter().all(|l| l.1 == 16 && l.3), "a rank got the wrong sum: {t}");
     let ranks: BTreeSet<usize> = lines.iter().map(|l| l.0).collect();
     assert_eq!(ranks, (0..16).collect());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("k8s PLM") && !stderr.contains("daemon in pod"), "a clean run reports no failure: {t}");
     let hosts: BTreeSet<String> = lines.iter().map(|l| l.2.clone()).collect();
     let expected: BTreeSet<String> = job.hostnames.iter().cloned().collect();
     assert_eq!(hosts, expected, "ranks must run on all 8 pods: {t}");
@@ -132,6 +134,9 @@ async fn persistent_dvm_runs_several_jobs_then_pterm() {
     assert!(out.status.success(), "pterm: {}", text(&out));
     let st = prte.wait_timeout(Duration::from_secs(20)).unwrap();
     assert!(st.is_some(), "prte did not exit after pterm");
+    assert!(st.unwrap().success(), "prte's exit after pterm");
+    let out = std::fs::read_to_string(job.dir.path().join("prte.out")).unwrap() + &std::fs::read_to_string(job.dir.path().join("prte.err")).unwrap();
+    assert!(!out.contains("daemon in pod"), "a clean shutdown reports no failure: {out}");
     job.wait_no_prteds(Duration::from_secs(10)).unwrap();
 }
 

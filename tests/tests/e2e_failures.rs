@@ -126,3 +126,25 @@ async fn missing_rbac_names_the_permission() {
     assert!(err.contains("pods") && err.contains("list") || err.contains("get"), "names the permission: {t}");
     assert!(err.contains("resources: [\"pods\"]"), "shows the Role rule: {t}");
 }
+
+/// A prted that dies while the DVM runs: prte reports which pod and how it ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prted_death_while_running_is_reported_with_pod_and_signal() {
+    let job = Job::start(JobSpec::new("prteddie", 3)).await.unwrap();
+    let prte = job.in_pod(0, "prte", &["--allow-run-as-root", "--prtemca", "ras", "k8s", "--prtemca", "plm", "k8s"]).unwrap();
+    let mut prte = harness::Guarded::spawn(prte, "prte", job.dir.path()).unwrap();
+    wait_for_text(&job.dir.path().join("prte.out"), "DVM ready", Duration::from_secs(60)).unwrap();
+    let victims = job.pids_in_pod(1, "prted").unwrap();
+    assert!(!victims.is_empty(), "no prted in pod 1");
+    for pid in &victims {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid as i32), nix::sys::signal::Signal::SIGKILL);
+    }
+    let st = prte.wait_timeout(Duration::from_secs(30)).unwrap().expect("prte kept running after losing a daemon");
+    // prte writes PRRTE's error output to stdout or stderr depending on its mode: read both
+    let err = ["prte.err", "prte.out"].iter().map(|f| std::fs::read_to_string(job.dir.path().join(f)).unwrap_or_default()).collect::<Vec<_>>().join("\n");
+    eprintln!("{st:?}\n{err}");
+    assert!(!st.success(), "prte must fail after losing a daemon");
+    assert!(err.contains(&job.pods[1]), "names the pod: {err}");
+    assert!(err.contains("signal 9") || err.contains("SIGKILL"), "says how it ended: {err}");
+    job.wait_no_prteds(Duration::from_secs(10)).unwrap();
+}
