@@ -48,6 +48,52 @@ pub struct LaunchTarget {
 pub struct LaunchRequest {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// The DVM's PMIx tool URI for the agent to publish in its pod (see
+    /// [`protocol::validate_dvm_uri`]); the PLM passes prte's own listener URI when it is
+    /// reachable from other pods.
+    pub dvm_uri: Option<String>,
+}
+
+/// Writes `uri` (plus a newline) to `path` atomically: a temporary file in the same directory,
+/// mode 0644, renamed over `path`, so readers see either the old or the new content in full.
+pub fn write_dvm_uri_file(path: &Path, uri: &str) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the DVM URI path names no file",
+        )
+    })?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(
+        ".tmp.{}.{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    let tmp = dir.join(tmp_name);
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        // The umask may have cleared bits of the mode given to open.
+        f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        f.write_all(uri.as_bytes())?;
+        f.write_all(b"\n")?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
 }
 
 /// Launcher settings.
@@ -391,14 +437,12 @@ fn handshake_reason(target: &LaunchTarget, e: HandshakeError) -> String {
     }
 }
 
-async fn launch_one(
+/// Connects to a target's agent and runs the client side of the handshake, bounded by the
+/// options' timeouts; errors name the cause and the remedy.
+async fn connect_authenticated(
     target: &LaunchTarget,
-    request: &LaunchRequest,
     opts: &LaunchOptions,
-) -> Result<(FramedConn<TcpStream>, Session, u32), String> {
-    let env: BTreeMap<String, String> = request.env.iter().cloned().collect();
-    validate_launch(&request.argv, &env)
-        .map_err(|reason| format!("launch request for pod {} not sent: {reason}", target.pod))?;
+) -> Result<(FramedConn<TcpStream>, Session), String> {
     let stream =
         match tokio::time::timeout(opts.connect_timeout, TcpStream::connect(target.addr)).await {
             Ok(Ok(s)) => s,
@@ -413,14 +457,66 @@ async fn launch_one(
     let _ = stream.set_nodelay(true);
     let _ = protocol::set_keepalive(&stream);
     let mut conn = protocol::framed(stream, DEFAULT_MAX_FRAME);
-    let mut session = client_handshake(&mut conn, opts.secret.as_deref(), opts.request_timeout)
+    let session = client_handshake(&mut conn, opts.secret.as_deref(), opts.request_timeout)
         .await
         .map_err(|e| handshake_reason(target, e))?;
+    Ok((conn, session))
+}
+
+/// Connects to a target's agent, authenticates with `opts.secret` (both sides prove they hold
+/// it) and exchanges `ping`/`pong`. Bounded by the options' timeouts. Returns the round-trip
+/// time of the whole exchange; the error names the cause and the remedy.
+pub async fn ping_agent(target: &LaunchTarget, opts: &LaunchOptions) -> Result<Duration, String> {
+    let t0 = Instant::now();
+    let (mut conn, mut session) = connect_authenticated(target, opts).await?;
+    let who = format!("the agent of pod {} at {}", target.pod, target.addr);
+    send_frame(
+        &mut conn,
+        session.seal(&Request::Ping {}),
+        opts.request_timeout,
+    )
+    .await
+    .map_err(|e| format!("cannot send a ping to {who}: {e}"))?;
+    let frame = match recv_frame(&mut conn, Some(opts.request_timeout)).await {
+        Ok(f) => f,
+        Err(ProtocolError::Timeout(t)) => {
+            return Err(format!(
+                "{who} did not answer a ping within {t:?} (stalled)"
+            ))
+        }
+        Err(e) => return Err(format!("{who} did not answer a ping: {e}")),
+    };
+    let reply = session
+        .open(&frame)
+        .and_then(|body| decode_message::<Reply>(body.as_bytes()))
+        .map_err(|e| format!("protocol error from {who}: {e}"))?;
+    match reply {
+        Reply::Pong {} => Ok(t0.elapsed()),
+        other => Err(format!("{who} answered a ping with {other:?}")),
+    }
+}
+
+async fn launch_one(
+    target: &LaunchTarget,
+    request: &LaunchRequest,
+    opts: &LaunchOptions,
+) -> Result<(FramedConn<TcpStream>, Session, u32), String> {
+    let env: BTreeMap<String, String> = request.env.iter().cloned().collect();
+    validate_launch(&request.argv, &env)
+        .map_err(|reason| format!("launch request for pod {} not sent: {reason}", target.pod))?;
+    let dvm_uri = request.dvm_uri.clone();
+    if let Some(uri) = &dvm_uri {
+        protocol::validate_dvm_uri(uri).map_err(|reason| {
+            format!("launch request for pod {} not sent: {reason}", target.pod)
+        })?;
+    }
+    let (mut conn, mut session) = connect_authenticated(target, opts).await?;
 
     let who = format!("the agent of pod {} at {}", target.pod, target.addr);
     let launch = Request::Launch {
         argv: request.argv.clone(),
         env,
+        dvm_uri,
     };
     send_frame(&mut conn, session.seal(&launch), opts.request_timeout)
         .await
@@ -607,6 +703,7 @@ mod tests {
         let request = LaunchRequest {
             argv: vec![],
             env: vec![("LD_PRELOAD".into(), "x".into())],
+            dvm_uri: None,
         };
         let l = Launcher::start(
             vec![(target, request)],

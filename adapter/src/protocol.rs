@@ -54,6 +54,10 @@
 //!   name an executable (there is no field for one; a field such as `executable` or `program`, or
 //!   an `argv[0]` that looks like a path to a program, is refused). `env` keys must match
 //!   `^(PRTE|PMIX|OMPI)_[A-Za-z0-9_]*$` and values must not contain NUL (see [`validate_launch`]).
+//!   An optional `"dvm_uri":"<nspace>.<rank>;tcp4://<ipv4>:<port>"` is the URI of the DVM's
+//!   PMIx tool server (prte's); the agent writes it to its DVM URI file (default
+//!   `/var/run/prrte-k8s/dvm.uri`) while that prted runs, so `prrte-k8s prun` works from any pod.
+//!   Any other form is refused (see [`validate_dvm_uri`]).
 //! * `{"v":1,"type":"kill","grace_ms":2000}` — terminate the running prted: SIGTERM to its whole
 //!   process group, SIGKILL after the grace period (the smaller of `grace_ms`, if given, and the
 //!   agent's `--kill-grace`), then `exited`.
@@ -187,6 +191,10 @@ pub enum Request {
         /// Extra environment for prted (`PRTE_*`, `PMIX_*`, `OMPI_*` only).
         #[serde(default)]
         env: BTreeMap<String, String>,
+        /// The DVM's PMIx tool URI (`<nspace>.<rank>;tcp4://<ipv4>:<port>`, see
+        /// [`validate_dvm_uri`]); the agent writes it to its DVM URI file while this prted runs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dvm_uri: Option<String>,
     },
     Kill {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -341,6 +349,59 @@ pub fn validate_launch<'a>(
         }
     }
     Ok(())
+}
+
+/// Longest DVM URI accepted in a launch request.
+pub const MAX_DVM_URI_LEN: usize = 1024;
+
+/// Checks a DVM URI of the form `<nspace>.<rank>;tcp4://<ipv4>:<port>` (what prte's
+/// `--report-uri` writes, e.g. `prte-pod-0-77@0.0;tcp4://10.0.0.5:7120`). The namespace is
+/// printable ASCII without whitespace or `;`, the rank a decimal number, the address a dotted
+/// IPv4 address and the port 1..=65535. Anything else is refused with the reason.
+pub fn validate_dvm_uri(uri: &str) -> Result<(), String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "invalid dvm_uri {:?}: {why}; expected <nspace>.<rank>;tcp4://<ipv4>:<port> (what \
+             prte --report-uri writes)",
+            uri.chars().take(120).collect::<String>()
+        ))
+    };
+    if uri.len() > MAX_DVM_URI_LEN {
+        return bad(&format!("longer than {MAX_DVM_URI_LEN} bytes"));
+    }
+    let Some((proc_part, addr_part)) = uri.split_once(';') else {
+        return bad("no `;` between the process name and the address");
+    };
+    let Some((nspace, rank)) = proc_part.rsplit_once('.') else {
+        return bad("the process name has no `.<rank>`");
+    };
+    if nspace.is_empty()
+        || !nspace
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b';' && b != b'\\')
+    {
+        return bad("the namespace must be non-empty printable ASCII without spaces, `;` or `\\`");
+    }
+    if rank.is_empty() || !rank.bytes().all(|b| b.is_ascii_digit()) || rank.parse::<u32>().is_err()
+    {
+        return bad("the rank is not a decimal number");
+    }
+    let Some(hostport) = addr_part.strip_prefix("tcp4://") else {
+        return bad("the address does not start with tcp4://");
+    };
+    let Some((host, port)) = hostport.rsplit_once(':') else {
+        return bad("the address has no :<port>");
+    };
+    if host.parse::<std::net::Ipv4Addr>().is_err() {
+        return bad("the host is not an IPv4 address");
+    }
+    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return bad("the port is not a number");
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => bad("the port is not in 1..=65535"),
+    }
 }
 
 /// The framing codec: u32 big-endian length prefix, at most `max` bytes of body.
@@ -922,5 +983,55 @@ mod tests {
             matches!(e, ProtocolError::FrameTooLarge { max: 8 }),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn dvm_uris_are_checked() {
+        for ok in [
+            "prte-pod-0-77@0.0;tcp4://10.0.0.5:7120",
+            "ns.0;tcp4://127.0.0.1:1",
+            "a.b.c.12;tcp4://192.168.1.200:65535",
+        ] {
+            assert_eq!(validate_dvm_uri(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("", "`;`"),
+            ("ns.0", "`;`"),
+            ("ns;tcp4://10.0.0.1:7120", "rank"),
+            ("ns.x;tcp4://10.0.0.1:7120", "rank"),
+            (".0;tcp4://10.0.0.1:7120", "namespace"),
+            ("n s.0;tcp4://10.0.0.1:7120", "namespace"),
+            ("ns.0;tcp6://[::1]:7120", "tcp4://"),
+            ("ns.0;tcp4://10.0.0.1", "port"),
+            ("ns.0;tcp4://host:7120", "IPv4"),
+            ("ns.0;tcp4://10.0.0.1:0", "1..=65535"),
+            ("ns.0;tcp4://10.0.0.1:70000", "1..=65535"),
+            ("ns.0;tcp4://10.0.0.1:7120;tcp4://10.0.0.2:7120", "IPv4"),
+            ("ns.0;tcp4://10.0.0.1:7120\n", "port"),
+        ] {
+            let e = validate_dvm_uri(bad).unwrap_err();
+            assert!(e.contains(why) && e.contains("expected"), "{bad:?}: {e}");
+        }
+        assert!(validate_dvm_uri(&format!("{}.0;tcp4://1.2.3.4:5", "n".repeat(2000))).is_err());
+    }
+
+    #[test]
+    fn launch_dvm_uri_round_trips_and_unknown_fields_are_refused() {
+        let req = Request::Launch {
+            argv: vec!["--x".into()],
+            env: BTreeMap::new(),
+            dvm_uri: Some("ns.0;tcp4://10.0.0.1:7120".into()),
+        };
+        let body = encode_message(&req);
+        assert_eq!(decode_request(&body).unwrap(), req);
+        let plain = Request::Launch {
+            argv: vec![],
+            env: BTreeMap::new(),
+            dvm_uri: None,
+        };
+        let text = String::from_utf8(encode_message(&plain)).unwrap();
+        assert!(!text.contains("dvm_uri"), "{text}");
+        let e = decode_request(br#"{"v":1,"type":"launch","argv":[],"dvm":"x"}"#).unwrap_err();
+        assert!(e.contains("unknown field"), "{e}");
     }
 }

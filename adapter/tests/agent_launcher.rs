@@ -35,6 +35,7 @@ fn request(args: &[&str]) -> LaunchRequest {
     LaunchRequest {
         argv: args.iter().map(|s| s.to_string()).collect(),
         env: vec![],
+        dvm_uri: None,
     }
 }
 
@@ -158,6 +159,7 @@ fn argv_and_env_arrive_exactly() {
             LaunchRequest {
                 argv: argv.clone(),
                 env: env.clone(),
+                dvm_uri: None,
             },
         )],
         opts(Some(&td.secret)),

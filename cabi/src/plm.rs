@@ -230,6 +230,15 @@ fn launch_round(jdata: *mut ffi::prte_job_t) {
         return launch_error(jdata, "plm_k8s_launch_timeout and plm_k8s_connect_timeout must be positive numbers of seconds");
     }
 
+    // prte's own PMIx tool URI, for the agents to publish in their pods (so `prrte-k8s prun`
+    // works from any pod), when it is one other pods can reach.
+    let dvm_uri = shim::server_uri().filter(|u| {
+        prrte_k8s::protocol::validate_dvm_uri(u).is_ok() && !u.contains("tcp4://127.")
+    });
+    if dvm_uri.is_none() {
+        shim::verbose(shim::FRAMEWORK_PLM, 1, "plm:k8s: prte's tool listener is not reachable from other pods (set --pmixmca ptl_base_if_include to the pod network); no DVM URI published");
+    }
+
     let mut targets = Vec::new();
     let mut names = BTreeMap::new();
     let mut unresolved = Vec::new();
@@ -258,7 +267,7 @@ fn launch_round(jdata: *mut ffi::prte_job_t) {
                 names.insert(vpid, (pod.clone(), name.clone()));
                 targets.push((
                     LaunchTarget { id: vpid, pod, addr: SocketAddr::new(ip, port) },
-                    LaunchRequest { argv: prted_args::for_vpid(&template, vpid_slot, vpid), env: env.clone(), dvm_uri: None },
+                    LaunchRequest { argv: prted_args::for_vpid(&template, vpid_slot, vpid), env: env.clone(), dvm_uri: dvm_uri.clone() },
                 ));
             }
             None => unresolved.push(name),

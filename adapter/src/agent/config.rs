@@ -16,6 +16,23 @@ pub const MIN_MAX_FRAME: usize = 4096;
 /// Largest `--max-frame` accepted.
 pub const MAX_MAX_FRAME: usize = 64 * 1024 * 1024;
 
+/// Default location of the file holding the DVM's PMIx tool URI in every pod.
+pub const DEFAULT_DVM_URI_FILE: &str = "/var/run/prrte-k8s/dvm.uri";
+/// Default TCP port of the DVM head's PMIx tool listener.
+pub const DEFAULT_TOOL_PORT: u16 = 7120;
+
+/// Whether this agent starts the DVM (prte) itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DvmHead {
+    /// Only in the pod with index 0 (JOB_COMPLETION_INDEX, else POD_INDEX, else a host name
+    /// ending in `-0`).
+    Auto,
+    /// In this pod, whatever its index.
+    Always,
+    /// Never: a launcher (prte/prterun run by the user) starts the DVM.
+    Never,
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -93,6 +110,30 @@ pub struct AgentArgs {
     )]
     pub pass_env: Vec<String>,
 
+    /// File where the DVM's PMIx tool URI is published in this pod, for `prrte-k8s prun`
+    /// (written while a prted launched with a `dvm_uri` runs, or by the DVM head's prte)
+    #[arg(long, env = "PRRTE_K8S_DVM_URI_FILE", value_name = "PATH", default_value = DEFAULT_DVM_URI_FILE)]
+    pub dvm_uri_file: PathBuf,
+
+    /// Start the DVM (prte --prtemca ras k8s --prtemca plm k8s) from this agent: "auto" in the
+    /// pod with index 0 ($JOB_COMPLETION_INDEX, else $POD_INDEX, else a host name ending in
+    /// "-0"), "always", or "never"
+    #[arg(long, env = "PRRTE_K8S_DVM_HEAD", value_enum, default_value = "never")]
+    pub dvm_head: DvmHead,
+
+    /// Absolute path of prte for the DVM head [default: prte next to --prted]
+    #[arg(long, env = "PRRTE_K8S_PRTE", value_name = "PATH")]
+    pub prte: Option<PathBuf>,
+
+    /// TCP port of the DVM head's PMIx tool listener (on the pod IP)
+    #[arg(long, env = "PRRTE_K8S_TOOL_PORT", value_name = "PORT", default_value_t = DEFAULT_TOOL_PORT)]
+    pub tool_port: u16,
+
+    /// Extra argument for the DVM head's prte (repeatable, e.g. --prte-arg=--prtemca
+    /// --prte-arg=oob_tcp_static_ipv4_ports --prte-arg=7121)
+    #[arg(long = "prte-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub prte_args: Vec<String>,
+
     /// Log format (filter with PRRTE_K8S_LOG, e.g. "debug")
     #[arg(
         long,
@@ -117,6 +158,49 @@ pub struct AgentConfig {
     pub max_frame: usize,
     /// Names of agent environment variables passed to prted (besides the prefixes).
     pub pass_env: Vec<String>,
+    /// Where the DVM URI is published in this pod.
+    pub dvm_uri_file: PathBuf,
+    /// Set when this agent starts the DVM itself.
+    pub head: Option<HeadConfig>,
+}
+
+/// How the DVM head (prte started by the agent) runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadConfig {
+    /// Absolute path of prte.
+    pub prte: PathBuf,
+    /// The pod's IPv4 address: the PMIx tool listener binds to it.
+    pub pod_ip: Ipv4Addr,
+    pub tool_port: u16,
+    /// Extra arguments after the built-in ones.
+    pub extra_args: Vec<String>,
+    /// Why this agent is the head (for the log).
+    pub reason: String,
+}
+
+/// The pod's index in its workload and where it came from: `JOB_COMPLETION_INDEX` (Indexed Job),
+/// else `POD_INDEX` (set from a label such as `apps.kubernetes.io/pod-index` through the downward
+/// API), else the number after the last `-` of the host name (`HOSTNAME`, else the kernel's).
+pub fn pod_index(env: &impl Fn(&str) -> Option<String>) -> Option<(u64, String)> {
+    for var in ["JOB_COMPLETION_INDEX", "POD_INDEX"] {
+        if let Some(v) = env(var)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+        {
+            if let Ok(i) = v.parse::<u64>() {
+                return Some((i, format!("{var}={v}")));
+            }
+        }
+    }
+    let host = env("HOSTNAME")
+        .filter(|h| !h.is_empty())
+        .or_else(|| nix::unistd::gethostname().ok()?.into_string().ok())?;
+    let (_, digits) = host.rsplit_once('-')?;
+    let i = digits
+        .parse::<u64>()
+        .ok()
+        .filter(|_| digits.bytes().all(|b| b.is_ascii_digit()))?;
+    Some((i, format!("host name {host}")))
 }
 
 impl std::fmt::Debug for AgentConfig {
@@ -131,6 +215,8 @@ impl std::fmt::Debug for AgentConfig {
             .field("kill_grace", &self.kill_grace)
             .field("max_frame", &self.max_frame)
             .field("pass_env", &self.pass_env)
+            .field("dvm_uri_file", &self.dvm_uri_file)
+            .field("head", &self.head)
             .finish()
     }
 }
@@ -154,6 +240,10 @@ pub enum ConfigError {
     HealthListen(String),
     #[error("POD_IP {0:?} is not an IP address; set --listen explicitly")]
     PodIp(String),
+    #[error("--prte {path}: {why} (the DVM head runs prte; give its absolute path with --prte or PRRTE_K8S_PRTE)")]
+    Prte { path: PathBuf, why: String },
+    #[error("--dvm-head: the DVM head binds prte's tool listener to the pod's IPv4 address, but {0}; set POD_IP from the downward API (fieldPath: status.podIP)")]
+    HeadAddress(String),
 }
 
 impl AgentConfig {
@@ -219,6 +309,52 @@ impl AgentConfig {
         if !(MIN_MAX_FRAME..=MAX_MAX_FRAME).contains(&args.max_frame) {
             return Err(ConfigError::MaxFrame(args.max_frame));
         }
+        let head_reason = match args.dvm_head {
+            DvmHead::Never => None,
+            DvmHead::Always => Some("--dvm-head always".to_owned()),
+            DvmHead::Auto => match pod_index(&env) {
+                Some((0, source)) => Some(format!("--dvm-head auto, pod index 0 ({source})")),
+                _ => None,
+            },
+        };
+        let head = match head_reason {
+            None => None,
+            Some(reason) => {
+                let prte = match &args.prte {
+                    Some(p) => p.clone(),
+                    None => args.prted.with_file_name("prte"),
+                };
+                check_prted(&prte).map_err(|e| match e {
+                    ConfigError::PrtedNotAbsolute(path) => ConfigError::Prte {
+                        path,
+                        why: "must be an absolute path".into(),
+                    },
+                    ConfigError::PrtedUnusable { path, why } => ConfigError::Prte { path, why },
+                    other => other,
+                })?;
+                let pod_ip = match (pod_ip, listen.ip()) {
+                    (Some(IpAddr::V4(ip)), _) => ip,
+                    (Some(IpAddr::V6(ip)), _) => {
+                        return Err(ConfigError::HeadAddress(format!(
+                            "POD_IP {ip} is an IPv6 address (PRRTE's tool URI is tcp4)"
+                        )))
+                    }
+                    (None, IpAddr::V4(ip)) if !ip.is_unspecified() => ip,
+                    (None, _) => {
+                        return Err(ConfigError::HeadAddress(
+                            "POD_IP is not set and --listen gives no IPv4 address".into(),
+                        ))
+                    }
+                };
+                Some(HeadConfig {
+                    prte,
+                    pod_ip,
+                    tool_port: args.tool_port,
+                    extra_args: args.prte_args.clone(),
+                    reason,
+                })
+            }
+        };
         Ok(AgentConfig {
             listen,
             health_listen,
@@ -234,6 +370,8 @@ impl AgentConfig {
                 .filter(|n| !n.is_empty())
                 .cloned()
                 .collect(),
+            dvm_uri_file: args.dvm_uri_file.clone(),
+            head,
         })
     }
 }
@@ -354,5 +492,86 @@ mod tests {
             AgentConfig::from_args(&a, |_| None),
             Err(ConfigError::Tmpdir { .. })
         ));
+    }
+
+    #[test]
+    fn pod_index_sources_in_order() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let e = env(&[
+            ("JOB_COMPLETION_INDEX", "3"),
+            ("POD_INDEX", "0"),
+            ("HOSTNAME", "w-0"),
+        ]);
+        assert_eq!(pod_index(&e).unwrap().0, 3);
+        let e = env(&[("POD_INDEX", "0"), ("HOSTNAME", "w-5")]);
+        assert_eq!(pod_index(&e).unwrap(), (0, "POD_INDEX=0".to_string()));
+        let e = env(&[("JOB_COMPLETION_INDEX", "x"), ("HOSTNAME", "mpi-worker-10")]);
+        assert_eq!(pod_index(&e).unwrap().0, 10);
+        let e = env(&[("HOSTNAME", "mpi-worker-0")]);
+        assert_eq!(pod_index(&e).unwrap().0, 0);
+        let e = env(&[("HOSTNAME", "launcher-abc")]);
+        assert_eq!(pod_index(&e), None);
+    }
+
+    #[test]
+    fn dvm_head_needs_prte_and_an_ipv4_pod_ip() {
+        let d = setup();
+        std::fs::write(d.path().join("prte"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(
+            d.path().join("prte"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        let a = args(
+            d.path(),
+            &[
+                "--dvm-head",
+                "auto",
+                "--prte-arg=--prtemca",
+                "--prte-arg",
+                "x",
+            ],
+        );
+        let pod = |idx: &'static str| {
+            move |k: &str| match k {
+                "POD_IP" => Some("10.1.2.3".to_string()),
+                "JOB_COMPLETION_INDEX" => Some(idx.to_string()),
+                _ => None,
+            }
+        };
+        let c = AgentConfig::from_args(&a, pod("0")).unwrap();
+        let h = c.head.unwrap();
+        assert_eq!(h.prte, d.path().join("prte"));
+        assert_eq!(h.pod_ip, Ipv4Addr::new(10, 1, 2, 3));
+        assert_eq!(h.tool_port, DEFAULT_TOOL_PORT);
+        assert_eq!(h.extra_args, vec!["--prtemca".to_string(), "x".into()]);
+        assert!(h.reason.contains("JOB_COMPLETION_INDEX=0"), "{}", h.reason);
+        assert_eq!(c.dvm_uri_file, PathBuf::from(DEFAULT_DVM_URI_FILE));
+        assert!(AgentConfig::from_args(&a, pod("1")).unwrap().head.is_none());
+        let never = args(d.path(), &[]);
+        assert!(AgentConfig::from_args(&never, pod("0"))
+            .unwrap()
+            .head
+            .is_none());
+        let always = args(d.path(), &["--dvm-head", "always"]);
+        let e = AgentConfig::from_args(&always, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("POD_IP"), "{e}");
+        let missing = args(
+            d.path(),
+            &["--dvm-head", "always", "--prte", "/nonexistent/prte"],
+        );
+        let e = AgentConfig::from_args(&missing, pod("0"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--prte /nonexistent/prte"), "{e}");
     }
 }

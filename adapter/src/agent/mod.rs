@@ -22,6 +22,7 @@
 //!   as above (reporting `exited` to its launcher), and exit 0.
 
 pub mod config;
+pub mod head;
 pub mod health;
 pub mod process;
 
@@ -47,7 +48,7 @@ use crate::protocol::{
     recv_frame, send_frame, validate_launch, verify_client_proof, AuthMode, FramedConn, Plain,
     ProtocolError, Reply, Request, Role, Session, AUTH_FAILED_REASON, HANDSHAKE_MAX_FRAME,
 };
-pub use config::{AgentArgs, AgentConfig, ConfigError, LogFormat};
+pub use config::{AgentArgs, AgentConfig, ConfigError, DvmHead, HeadConfig, LogFormat};
 use process::{ExitStatus, Job, Reaper};
 
 /// How long an unauthenticated peer may take for each handshake step.
@@ -105,10 +106,15 @@ struct ActiveJob {
     conn: u64,
     peer: SocketAddr,
     started: Instant,
+    /// Whether this prted's launch published a DVM URI file (removed when the job ends).
+    published_uri: bool,
 }
 
 impl Drop for ActiveJob {
     fn drop(&mut self) {
+        if self.published_uri {
+            unpublish_dvm_uri(&self.shared.config.dvm_uri_file);
+        }
         let pgid = self.job.pid as i32;
         if process::group_exists(pgid) {
             error!(
@@ -121,6 +127,44 @@ impl Drop for ActiveJob {
         if slot.is_some_and(|s| s.conn == self.conn) {
             *slot = None;
         }
+    }
+}
+
+/// Writes the DVM URI file (creating its directory); failures are logged, not fatal: the job
+/// runs either way, only `prrte-k8s prun` in this pod needs the file.
+pub(crate) fn publish_dvm_uri(path: &std::path::Path, uri: &str) -> bool {
+    if !publish_dvm_uri_dir(path) {
+        return false;
+    }
+    match crate::launch::write_dvm_uri_file(path, uri) {
+        Ok(()) => {
+            info!(file = %path.display(), uri, "published the DVM URI");
+            true
+        }
+        Err(e) => {
+            warn!(file = %path.display(), error = %e, "cannot write the DVM URI file; `prrte-k8s prun` will not find the DVM in this pod (set --dvm-uri-file to a writable place)");
+            false
+        }
+    }
+}
+
+/// Creates the directory of the DVM URI file; logs and returns false if it cannot.
+pub(crate) fn publish_dvm_uri_dir(path: &std::path::Path) -> bool {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            warn!(dir = %dir.display(), error = %e, "cannot create the DVM URI directory; `prrte-k8s prun` will not find the DVM in this pod (set --dvm-uri-file to a writable place)");
+            return false;
+        }
+    }
+    true
+}
+
+/// Removes the DVM URI file (if it exists).
+pub(crate) fn unpublish_dvm_uri(path: &std::path::Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => info!(file = %path.display(), "removed the DVM URI file"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => warn!(file = %path.display(), error = %e, "cannot remove the DVM URI file"),
     }
 }
 
@@ -217,6 +261,15 @@ impl Agent {
         }
 
         let stop = CancellationToken::new();
+        let head_task = shared.config.head.clone().map(|head| {
+            tokio::spawn(head::run(
+                head,
+                shared.config.clone(),
+                shared.reaper.clone(),
+                health_addr,
+                stop.clone(),
+            ))
+        });
         let next_conn = AtomicU64::new(1);
         let mut conns = JoinSet::new();
         tokio::pin!(shutdown);
@@ -251,6 +304,12 @@ impl Agent {
         {
             error!("connections did not finish within {limit:?}; aborting them");
             conns.shutdown().await;
+        }
+        if let Some(mut t) = head_task {
+            if tokio::time::timeout(limit, &mut t).await.is_err() {
+                error!("the DVM head did not stop within {limit:?}; aborting it");
+                t.abort();
+            }
         }
         if let Some(slot) = *shared.slot() {
             error!(
@@ -557,7 +616,7 @@ impl Conn {
         };
         let kind = request.kind();
         let (reply, outcome) = match request {
-            Request::Launch { argv, env } => self.launch(argv, env),
+            Request::Launch { argv, env, dvm_uri } => self.launch(argv, env, dvm_uri),
             Request::Kill { grace_ms } => {
                 let mut grace = self.shared.config.kill_grace;
                 if let Some(ms) = grace_ms {
@@ -614,12 +673,16 @@ impl Conn {
         &mut self,
         argv: Vec<String>,
         env: std::collections::BTreeMap<String, String>,
+        dvm_uri: Option<String>,
     ) -> (Reply, String) {
         let refuse = |reason: String| {
             let outcome = format!("refused: {reason}");
             (Reply::Failed { reason }, outcome)
         };
         if let Err(reason) = validate_launch(&argv, &env) {
+            return refuse(reason);
+        }
+        if let Some(Err(reason)) = dvm_uri.as_deref().map(protocol::validate_dvm_uri) {
             return refuse(reason);
         }
         let config = &self.shared.config;
@@ -647,12 +710,16 @@ impl Conn {
                     conn: self.id,
                 });
                 drop(slot);
+                let published_uri = dvm_uri
+                    .as_deref()
+                    .is_some_and(|uri| publish_dvm_uri(&config.dvm_uri_file, uri));
                 self.job = Some(ActiveJob {
                     job: Job::new(pid, exit_rx),
                     shared: self.shared.clone(),
                     conn: self.id,
                     peer: self.peer,
                     started: Instant::now(),
+                    published_uri,
                 });
                 (Reply::Started { pid }, format!("started pid {pid}"))
             }
@@ -762,6 +829,8 @@ mod tests {
             kill_grace: Duration::from_secs(1),
             max_frame: 4096,
             pass_env: vec!["EXTRA".into()],
+            dvm_uri_file: d.path().join("dvm.uri"),
+            head: None,
         };
         let agent_env: Vec<(OsString, OsString)> = [
             ("PATH", "/opt/bin"),

@@ -3,7 +3,16 @@
 //! `prrte-k8s pods` shows the allocation PRRTE's `ras k8s` component would get: the same
 //! discovery code, the same parameters (also read from the `PRTE_MCA_ras_k8s_*` environment
 //! variables PRRTE itself reads).
+//!
+//! `prrte-k8s prun ARGS...` / `prrte-k8s pterm ARGS...` run PRRTE's tools against the job's DVM
+//! from any pod: the DVM URI comes from the file the agent publishes (`dvm-uri` prints it).
+//! `prrte-k8s doctor` checks what PRRTE's k8s components need, one line per check.
 #![forbid(unsafe_code)]
+
+#[path = "prrte-k8s/doctor.rs"]
+mod doctor;
+#[path = "prrte-k8s/tools.rs"]
+mod tools;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,6 +34,14 @@ struct Cli {
 enum Command {
     /// Discover the job's pods and print the allocation as PRRTE would see it.
     Pods(PodsArgs),
+    /// Print the URI of the job's DVM (published in every pod by the prrte-k8s agent).
+    DvmUri(tools::DvmUriArgs),
+    /// Run PRRTE's prun against the job's DVM: `prrte-k8s prun -n 12 ./app`.
+    Prun(tools::ToolArgs),
+    /// Run PRRTE's pterm against the job's DVM (stops the DVM).
+    Pterm(tools::ToolArgs),
+    /// Check cluster access, RBAC, the job's pods and agents, and the PRRTE install.
+    Doctor(doctor::DoctorArgs),
 }
 
 #[derive(Args, Debug)]
@@ -61,7 +78,7 @@ struct PodsArgs {
     verbose: bool,
 }
 
-fn parse_seconds(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
     let secs: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
     if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 * 365.0 {
         return Err(format!("{s:?} must be a positive number of seconds"));
@@ -130,6 +147,10 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
     let code = match cli.command {
         Command::Pods(args) => pods(args),
+        Command::DvmUri(args) => tools::dvm_uri(args),
+        Command::Prun(args) => tools::exec_tool("prun", args),
+        Command::Pterm(args) => tools::exec_tool("pterm", args),
+        Command::Doctor(args) => doctor::run(args),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

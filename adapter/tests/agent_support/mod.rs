@@ -122,7 +122,11 @@ impl Drop for TestDir {
     /// (pids recorded inside another PID namespace must not hit unrelated processes here).
     fn drop(&mut self) {
         let read_pid = |name: &str| -> Option<i32> {
-            std::fs::read_to_string(self.path(name)).ok()?.trim().parse().ok()
+            std::fs::read_to_string(self.path(name))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
         };
         let prted_path = self.prted.display().to_string();
         let child = read_pid("child.pid").filter(|p| cmdline(*p).starts_with("sleep 1000"));
@@ -142,7 +146,12 @@ impl Drop for TestDir {
 /// A process's command line with NULs shown as spaces ("" if it does not exist).
 pub fn cmdline(pid: i32) -> String {
     std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| String::from_utf8_lossy(&b).replace('\0', " ").trim_end().to_owned())
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .replace('\0', " ")
+                .trim_end()
+                .to_owned()
+        })
         .unwrap_or_default()
 }
 
@@ -466,19 +475,26 @@ pub fn launch(args: &[&str]) -> Request {
     Request::Launch {
         argv: args.iter().map(|s| s.to_string()).collect(),
         env: Default::default(),
+        dvm_uri: None,
     }
 }
 
-/// A client that checks that the agent is alive and idle.
+/// A client that checks that the agent is alive and becomes idle (bounded by [`WAIT`]: the
+/// agent frees its slot just after prted's processes are gone, so a status taken at that very
+/// moment may still show the job).
 pub async fn assert_idle(addr: SocketAddr, secret: &[u8]) {
     let mut c = RawClient::connect(addr, Some(secret)).await.unwrap();
     assert_eq!(c.request(&Request::Ping {}).await, Reply::Pong {});
-    match c.request(&Request::Status {}).await {
-        Reply::Status {
-            running: false,
-            pid: None,
-            ..
-        } => {}
-        other => panic!("agent not idle: {other:?}"),
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match c.request(&Request::Status {}).await {
+            Reply::Status {
+                running: false,
+                pid: None,
+                ..
+            } => return,
+            other if Instant::now() >= deadline => panic!("agent not idle within {WAIT:?}: {other:?}"),
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
     }
 }

@@ -37,19 +37,41 @@ pub struct JobSpec<'a> {
     pub prted: Vec<Option<PathBuf>>,
     /// A secret file for the agents different from the launcher's, by index.
     pub agent_secret: Vec<Option<PathBuf>>,
+    /// Extra arguments for the agent, by index (appended to its command line).
+    pub agent_args: Vec<Vec<String>>,
+    /// Extra environment of every pod (name, value); in values, `@COMPONENTS@` stands for the
+    /// component directory and `@SECRET@` for the job's secret file (`$(VAR)` references to
+    /// earlier variables such as TMPDIR are expanded as by the kubelet).
+    pub env: Vec<(String, String)>,
 }
 
 impl<'a> JobSpec<'a> {
     pub fn new(name: &'a str, pods: usize) -> Self {
-        JobSpec { name, pods, cpus: vec![], prted: vec![], agent_secret: vec![] }
+        JobSpec { name, pods, cpus: vec![], prted: vec![], agent_secret: vec![], agent_args: vec![], env: vec![] }
     }
 }
 
-fn agent_pod(job: &str, i: usize, spec: &JobSpec, agent: &Path, prted: &Path, secret: &Path, tmp: &Path) -> Value {
+#[allow(clippy::too_many_arguments)]
+fn agent_pod(job: &str, i: usize, spec: &JobSpec, agent: &Path, prted: &Path, secret: &Path, tmp: &Path, subst: &[(&str, &Path)]) -> Value {
     let cpu = spec.cpus.get(i).copied().unwrap_or("1");
     let host = format!("{job}-{i}");
     let podtmp = tmp.join(&host);
     std::fs::create_dir_all(&podtmp).unwrap();
+    let mut command: Vec<String> = [agent, Path::new("--prted"), prted, Path::new("--secret-file"), secret, Path::new("--tmpdir"), podtmp.as_path()]
+        .iter()
+        .map(|p| p.to_str().unwrap().to_string())
+        .collect();
+    command.extend(["--kill-grace".to_string(), "2".into()]);
+    command.extend(spec.agent_args.get(i).cloned().unwrap_or_default());
+    let mut env = vec![
+        json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
+        json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+        json!({"name": "TMPDIR", "value": podtmp.to_str().unwrap()}),
+    ];
+    env.extend(spec.env.iter().map(|(k, v)| {
+        let v = subst.iter().fold(v.clone(), |v, (from, to)| v.replace(from, to.to_str().unwrap()));
+        json!({"name": k, "value": v})
+    }));
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
@@ -67,14 +89,8 @@ fn agent_pod(job: &str, i: usize, spec: &JobSpec, agent: &Path, prted: &Path, se
             "restartPolicy": "Never",
             "containers": [{
                 "name": "worker",
-                "command": [agent.to_str().unwrap(), "--prted", prted.to_str().unwrap(),
-                            "--secret-file", secret.to_str().unwrap(), "--tmpdir", podtmp.to_str().unwrap(),
-                            "--kill-grace", "2"],
-                "env": [
-                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                    {"name": "TMPDIR", "value": podtmp.to_str().unwrap()},
-                ],
+                "command": command,
+                "env": env,
                 "resources": {"requests": {"cpu": cpu}},
                 "readinessProbe": {"httpGet": {"path": "/healthz", "port": 7118}, "periodSeconds": 1},
             }],
@@ -100,7 +116,8 @@ impl Job {
         for i in 0..spec.pods {
             let p = spec.prted.get(i).cloned().flatten().unwrap_or_else(|| prted.clone());
             let s = spec.agent_secret.get(i).cloned().flatten().unwrap_or_else(|| secret.clone());
-            docs.push(serde_yaml::to_string(&agent_pod(spec.name, i, &spec, &agent, &p, &s, &tmp))?);
+            let subst = [("@COMPONENTS@", components.as_path()), ("@SECRET@", secret.as_path())];
+            docs.push(serde_yaml::to_string(&agent_pod(spec.name, i, &spec, &agent, &p, &s, &tmp, &subst))?);
         }
         cluster.apply_yaml(&docs.join("---\n"))?;
         let ready = cluster
@@ -140,6 +157,16 @@ impl Job {
         argv.extend(args.iter().map(|s| s.to_string()));
         let refs: Vec<&str> = argv.iter().map(|s| s.as_str()).collect();
         self.cluster.pod_exec(&self.pods[index], &refs)
+    }
+
+    /// Run any command in pod `index` with the pod's environment to completion (bounded).
+    pub fn exec_in_pod(&self, index: usize, argv: &[&str], limit: Duration) -> Result<Output> {
+        harness::run_with_timeout(self.cluster.pod_exec(&self.pods[index], argv)?, limit)
+    }
+
+    /// The per-pod directory (the pod's TMPDIR, `podtmp/<hostname>`) on the host.
+    pub fn pod_tmp(&self, index: usize) -> PathBuf {
+        self.dir.path().join("podtmp").join(&self.hostnames[index])
     }
 
     /// Run a PRRTE command in pod `index` to completion (bounded).

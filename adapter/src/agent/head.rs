@@ -1,0 +1,195 @@
+//! The DVM head: with `--dvm-head auto|always` the agent of pod 0 (or this pod) starts the DVM
+//! itself, so no launcher pod is needed and users run `prrte-k8s prun` from any pod.
+//!
+//! The agent runs `prte --prtemca ras k8s --prtemca plm k8s --report-uri <dvm-uri-file>
+//! --pmixmca ptl_base_if_include <pod IP>/31 --pmixmca ptl_base_ipv4_port <tool port>`
+//! (plus `--allow-run-as-root` as root, plus `--prte-arg`s) in its own process group, with the
+//! agent's environment, `TMPDIR` set to `--tmpdir`, the secret file for the k8s PLM
+//! (`PRTE_MCA_plm_k8s_secret_file`, unless set); the k8s PLM inside prte hands prte's URI to
+//! every agent it starts prted through. PRRTE 3.0.8's
+//! PMIx tool listener binds to 127.0.0.1 unless told otherwise: `ptl_base_if_include` moves it
+//! to the pod address, where `prun --dvm-uri file:...` from other pods reaches it.
+//!
+//! prte's stdout/stderr go to the agent's (the pod log). Its exit is logged and its URI file
+//! removed; it is not restarted (`pterm` stops the DVM for good, the agent keeps serving). When
+//! the agent stops, prte's process group is stopped like prted's.
+
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::config::{AgentConfig, HeadConfig};
+use super::process::{Job, Reaper};
+use super::{publish_dvm_uri_dir, unpublish_dvm_uri};
+
+/// How long the head waits for the agent's own health endpoint before starting prte anyway.
+const HEALTH_WAIT: Duration = Duration::from_secs(30);
+
+/// prte's command line (after the executable).
+pub fn prte_args(head: &HeadConfig, config: &AgentConfig, root: bool) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--prtemca",
+        "ras",
+        "k8s",
+        "--prtemca",
+        "plm",
+        "k8s",
+        "--report-uri",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(config.dvm_uri_file.display().to_string());
+    args.extend([
+        "--pmixmca".to_string(),
+        "ptl_base_if_include".into(),
+        // Not /32: PMIx 5.0.5 computes the /32 netmask as `(1 << 32) - 1`, which is 0 on x86,
+        // so a /32 matches every interface (loopback first). A /31 holds the pod IP and one
+        // neighbour address, which no other interface of a pod has.
+        format!("{}/31", head.pod_ip),
+        "--pmixmca".into(),
+        "ptl_base_ipv4_port".into(),
+        head.tool_port.to_string(),
+    ]);
+    if root {
+        args.push("--allow-run-as-root".into());
+    }
+    args.extend(head.extra_args.iter().cloned());
+    args
+}
+
+/// Whether `GET /healthz` at `addr` answers 200.
+async fn health_ok(addr: SocketAddr) -> bool {
+    let probe = async {
+        let mut s = TcpStream::connect(addr).await?;
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
+            .await?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await?;
+        Ok::<_, std::io::Error>(buf.starts_with(b"HTTP/1.1 200"))
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), probe).await,
+        Ok(Ok(true))
+    )
+}
+
+/// Waits (bounded) until the agent's health endpoint serves, so that the pod is Ready before
+/// prte's discovery looks for ready pods.
+async fn wait_health(addr: Option<SocketAddr>, stop: &CancellationToken) {
+    let Some(mut addr) = addr else { return };
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let deadline = Instant::now() + HEALTH_WAIT;
+    while !health_ok(addr).await {
+        if Instant::now() >= deadline {
+            warn!(%addr, "the agent's health endpoint does not answer; starting the DVM head anyway");
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Runs the DVM head until prte ends or `stop` is cancelled (then stops prte's group).
+pub async fn run(
+    head: HeadConfig,
+    config: AgentConfig,
+    reaper: Arc<Reaper>,
+    health: Option<SocketAddr>,
+    stop: CancellationToken,
+) {
+    wait_health(health, &stop).await;
+    if stop.is_cancelled() {
+        return;
+    }
+    let uri_file = config.dvm_uri_file.clone();
+    // A stale URI (from an earlier prte) must not send tools to a dead address.
+    unpublish_dvm_uri(&uri_file);
+    publish_dvm_uri_dir(&uri_file);
+    let root = nix::unistd::geteuid().is_root();
+    let args = prte_args(&head, &config, root);
+    let mut cmd = Command::new(&head.prte);
+    cmd.args(&args)
+        .env("TMPDIR", &config.tmpdir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .process_group(0);
+    if std::env::var_os("PRTE_MCA_plm_k8s_secret_file").is_none() && config.secret.is_some() {
+        cmd.env("PRTE_MCA_plm_k8s_secret_file", &config.secret_file);
+    }
+    let (pid, exit_rx) = match reaper.spawn(&mut cmd) {
+        Ok(x) => x,
+        Err(e) => {
+            error!(prte = %head.prte.display(), error = %e, "cannot start the DVM head (prte)");
+            return;
+        }
+    };
+    info!(pid, prte = %head.prte.display(), args = ?args, reason = %head.reason, "started the DVM head (prte)");
+    let started = Instant::now();
+    let mut job = Job::new(pid, exit_rx);
+    tokio::select! {
+        status = job.wait_exit() => {
+            info!(pid, %status, ran_ms = started.elapsed().as_millis() as u64, "the DVM head (prte) exited; the agent keeps serving");
+            // Stop whatever prte left in its process group.
+            job.terminate(config.kill_grace, &reaper).await;
+        }
+        _ = stop.cancelled() => {
+            let status = job.terminate(config.kill_grace, &reaper).await;
+            info!(pid, %status, "stopped the DVM head (prte)");
+        }
+    }
+    unpublish_dvm_uri(&uri_file);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prte_command_line() {
+        let head = HeadConfig {
+            prte: "/opt/p/bin/prte".into(),
+            pod_ip: "10.0.0.7".parse().unwrap(),
+            tool_port: 7120,
+            extra_args: vec![
+                "--prtemca".into(),
+                "oob_tcp_static_ipv4_ports".into(),
+                "7121".into(),
+            ],
+            reason: "test".into(),
+        };
+        let config = AgentConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            health_listen: None,
+            prted: "/opt/p/bin/prted".into(),
+            secret: None,
+            secret_file: "/s".into(),
+            tmpdir: "/tmp".into(),
+            kill_grace: Duration::from_secs(1),
+            max_frame: 4096,
+            pass_env: vec![],
+            dvm_uri_file: "/var/run/prrte-k8s/dvm.uri".into(),
+            head: Some(head.clone()),
+        };
+        let a = prte_args(&head, &config, true).join(" ");
+        assert_eq!(
+            a,
+            "--prtemca ras k8s --prtemca plm k8s --report-uri /var/run/prrte-k8s/dvm.uri \
+             --pmixmca ptl_base_if_include 10.0.0.7/31 --pmixmca ptl_base_ipv4_port 7120 \
+             --allow-run-as-root --prtemca oob_tcp_static_ipv4_ports 7121"
+        );
+        assert!(!prte_args(&head, &config, false).contains(&"--allow-run-as-root".to_string()));
+    }
+}

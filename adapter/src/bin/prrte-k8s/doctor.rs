@@ -1,0 +1,371 @@
+//! `prrte-k8s doctor`: checks, one line each (`[ok]` or `[FAIL]` with a remedy), everything PRRTE's
+//! k8s components need in this pod. Exits non-zero if any check fails. Every check is bounded
+//! in time.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, PostParams};
+use kube::Api;
+use prrte_k8s::agent::config::DEFAULT_SECRET_FILE;
+use prrte_k8s::discovery::{self, Allocation, DiscoveryConfig, SlotsPolicy};
+use prrte_k8s::kubeconfig::{self, error_chain, Environment, SERVICE_ACCOUNT_DIR};
+use prrte_k8s::launch::{ping_agent, read_secret_file, LaunchOptions, LaunchTarget};
+use prrte_k8s::protocol::DEFAULT_AGENT_PORT;
+
+use crate::parse_seconds;
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// Namespace of the job's pods [default: our pod's namespace].
+    #[arg(long, short = 'n', env = "PRTE_MCA_ras_k8s_namespace")]
+    namespace: Option<String>,
+    /// Label selector of the job's pods [default: inferred from our own pod's labels].
+    #[arg(long, short = 'l', env = "PRTE_MCA_ras_k8s_selector")]
+    selector: Option<String>,
+    /// Number of pods to expect; 0 = infer.
+    #[arg(long, env = "PRTE_MCA_ras_k8s_expected_pods")]
+    expected: Option<u32>,
+    /// Seconds to wait for the job's pods to be ready.
+    #[arg(long, value_name = "SECS", default_value = "15", value_parser = parse_seconds)]
+    timeout: Duration,
+    /// The per-job secret shared with the agents [default: $PRTE_MCA_plm_k8s_secret_file, else
+    /// $PRRTE_K8S_SECRET_FILE, else /etc/prrte-k8s/secret/key].
+    #[arg(long, value_name = "PATH")]
+    secret_file: Option<PathBuf>,
+    /// TCP port of the agents.
+    #[arg(long, value_name = "PORT", env = "PRTE_MCA_plm_k8s_agent_port", default_value_t = DEFAULT_AGENT_PORT)]
+    agent_port: u16,
+    /// Seconds allowed for each agent's connection and each answer.
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_seconds)]
+    agent_timeout: Duration,
+}
+
+/// How long API calls of the RBAC check may take.
+const API_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Default)]
+struct Report {
+    failed: usize,
+}
+
+impl Report {
+    fn ok(&mut self, what: &str) {
+        println!("[ok]   {what}");
+    }
+    fn fail(&mut self, what: &str, remedy: &str) {
+        self.failed += 1;
+        println!("[FAIL] {what}");
+        println!("       remedy: {remedy}");
+    }
+    fn skip(&mut self, what: &str) {
+        println!("[skip] {what}");
+    }
+}
+
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+fn check_in_cluster(r: &mut Report, env: &Environment) {
+    let dir = Path::new(SERVICE_ACCOUNT_DIR);
+    let mut missing: Vec<String> = ["token", "ca.crt", "namespace"]
+        .iter()
+        .filter(|f| !dir.join(f).is_file())
+        .map(|f| dir.join(f).display().to_string())
+        .collect();
+    if env.service_host.is_none() {
+        missing.insert(0, "$KUBERNETES_SERVICE_HOST".into());
+    }
+    if missing.is_empty() {
+        r.ok(&format!(
+            "in-cluster config: service account at {SERVICE_ACCOUNT_DIR}, API server {}:{}",
+            env.service_host.as_deref().unwrap_or(""),
+            env.service_port.as_deref().unwrap_or("443")
+        ));
+    } else {
+        r.fail(
+            &format!("in-cluster config: missing {}", missing.join(", ")),
+            "run inside a pod of the job whose service account token is mounted (do not set \
+             automountServiceAccountToken: false; use serviceAccountName: prrte-launcher from \
+             prrte-config/k8s/rbac.yaml)",
+        );
+    }
+}
+
+async fn ssar(client: &kube::Client, ns: &str, verb: &str) -> Result<(bool, String), kube::Error> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(ns.to_owned()),
+                verb: Some(verb.to_owned()),
+                resource: Some("pods".to_owned()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let out = api.create(&PostParams::default(), &review).await?;
+    let status = out.status.unwrap_or_default();
+    Ok((status.allowed, status.reason.unwrap_or_default()))
+}
+
+const RBAC_REMEDY: &str = "bind the job's service account to a Role with `- apiGroups: [\"\"] \
+     resources: [\"pods\"] verbs: [\"get\", \"list\", \"watch\"]` (kubectl apply -f \
+     prrte-config/k8s/rbac.yaml; the pods must use serviceAccountName: prrte-launcher)";
+
+async fn check_rbac(r: &mut Report, env: &Environment, namespace: &str) {
+    let client = match tokio::time::timeout(API_TIMEOUT, kubeconfig::connect_with_env(None, env, API_TIMEOUT)).await {
+        Ok(Ok(c)) => c.client,
+        Ok(Err(e)) => {
+            r.fail(&format!("RBAC: cannot build an API client: {e}"), "fix the in-cluster config check above");
+            return;
+        }
+        Err(_) => {
+            r.fail("RBAC: building an API client did not finish in time", "check the API server's health");
+            return;
+        }
+    };
+    let mut denied = Vec::new();
+    let mut reasons: Vec<String> = Vec::new();
+    let mut review_failed = None;
+    for verb in ["get", "list", "watch"] {
+        match tokio::time::timeout(API_TIMEOUT, ssar(&client, namespace, verb)).await {
+            Ok(Ok((true, _))) => {}
+            Ok(Ok((false, reason))) => {
+                denied.push(verb);
+                if !reason.is_empty() && !reasons.contains(&reason) {
+                    reasons.push(reason);
+                }
+            }
+            Ok(Err(e)) => {
+                review_failed = Some(error_chain(&e));
+                break;
+            }
+            Err(_) => {
+                review_failed = Some(format!("no answer within {API_TIMEOUT:?}"));
+                break;
+            }
+        }
+    }
+    if let Some(why) = review_failed {
+        // No SelfSubjectAccessReview: try the list itself.
+        let pods: Api<Pod> = Api::namespaced(client, namespace);
+        match tokio::time::timeout(API_TIMEOUT, pods.list(&ListParams::default().limit(1))).await {
+            Ok(Ok(_)) => r.ok(&format!(
+                "RBAC: may list pods in namespace {namespace} (trial list; access review unavailable: {why})"
+            )),
+            Ok(Err(e)) => r.fail(&format!("RBAC: cannot list pods in namespace {namespace}: {}", error_chain(&e)), RBAC_REMEDY),
+            Err(_) => r.fail(&format!("RBAC: listing pods in namespace {namespace} did not answer within {API_TIMEOUT:?}"), "check the API server's health"),
+        }
+        return;
+    }
+    if denied.is_empty() {
+        r.ok(&format!("RBAC: may get, list and watch pods in namespace {namespace}"));
+    } else {
+        r.fail(
+            &format!(
+                "RBAC: the service account may not {} pods in namespace {namespace}{}",
+                denied.join(", "),
+                if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join("; ")) }
+            ),
+            RBAC_REMEDY,
+        );
+    }
+}
+
+async fn check_discovery(r: &mut Report, args: &DoctorArgs, env: &Environment) -> Option<Allocation> {
+    let cfg = DiscoveryConfig {
+        namespace: args.namespace.clone(),
+        selector: args.selector.clone(),
+        expected_pods: args.expected.filter(|n| *n > 0),
+        timeout: args.timeout,
+        slots: SlotsPolicy::Auto,
+        kubeconfig: None,
+        self_pod: None,
+    };
+    let bound = args.timeout + Duration::from_secs(5);
+    match tokio::time::timeout(bound, discovery::discover_with(&cfg, env, &mut |_| {})).await {
+        Ok(Ok(alloc)) => {
+            r.ok(&format!(
+                "pods: {} ready pods of the job (selector {:?}, namespace {}, {} slots)",
+                alloc.nodes.len(),
+                alloc.selector,
+                alloc.namespace,
+                alloc.total_slots()
+            ));
+            Some(alloc)
+        }
+        Ok(Err(e)) => {
+            r.fail(&format!("pods: discovery failed: {e}"), "see the message above; `prrte-k8s pods -v` shows the discovery step by step");
+            None
+        }
+        Err(_) => {
+            r.fail(&format!("pods: discovery did not finish within {bound:?}"), "check that the job's pods are Ready and the API server answers");
+            None
+        }
+    }
+}
+
+fn secret_path(args: &DoctorArgs) -> PathBuf {
+    args.secret_file
+        .clone()
+        .or_else(|| env_path("PRTE_MCA_plm_k8s_secret_file"))
+        .or_else(|| env_path("PRRTE_K8S_SECRET_FILE"))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_SECRET_FILE))
+}
+
+async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocation>) {
+    let Some(alloc) = alloc else {
+        r.skip("agents: not checked (the job's pods are unknown; fix the checks above)");
+        return;
+    };
+    let path = secret_path(args);
+    let secret = match read_secret_file(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            r.fail(&format!("agents: cannot read the per-job secret: {e}"), "mount the job's Secret in this pod, or pass --secret-file");
+            return;
+        }
+    };
+    let opts = LaunchOptions {
+        secret: Some(secret),
+        connect_timeout: args.agent_timeout,
+        request_timeout: args.agent_timeout,
+        ..Default::default()
+    };
+    let targets: Vec<(LaunchTarget, bool)> = alloc
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let t = LaunchTarget { id: i as u32, pod: n.pod.clone(), addr: SocketAddr::new(n.ip.into(), args.agent_port) };
+            (t, n.is_self)
+        })
+        .collect();
+    let results = futures::future::join_all(targets.iter().map(|(t, _)| ping_agent(t, &opts))).await;
+    for ((t, is_self), res) in targets.iter().zip(results) {
+        match res {
+            Ok(rtt) => r.ok(&format!(
+                "agent of pod {} at {}: authenticated with {} (ping {} ms)",
+                t.pod,
+                t.addr,
+                path.display(),
+                rtt.as_millis()
+            )),
+            Err(e) if *is_self && e.contains("cannot reach") => r.ok(&format!(
+                "agent of pod {} (this pod) not reachable at {}; fine if prte runs here, the launcher's pod needs no agent",
+                t.pod, t.addr
+            )),
+            Err(e) if e.contains("authentication failed") || e.contains("secret") => r.fail(
+                &format!("agent of pod {}: {e}", t.pod),
+                "mount the same Secret in every pod of the job (the agents' --secret-file and this pod's secret file must hold the same key), then restart the mismatching pod",
+            ),
+            Err(e) => r.fail(
+                &format!("agent of pod {}: {e}", t.pod),
+                "make prrte-k8s-agent the pod's entrypoint listening on the agent port (PRTE_MCA_plm_k8s_agent_port, default 7117) and allow that port in the NetworkPolicy (prrte-config/k8s/networkpolicy.yaml)",
+            ),
+        }
+    }
+}
+
+/// The PRRTE install prefix: configured, else found from `prte` on PATH.
+fn find_prefix() -> Option<(PathBuf, String)> {
+    if let Some(p) = crate::tools::configured_prefix() {
+        let how = if env_path("PRRTE_K8S_PREFIX").is_some() { "$PRRTE_K8S_PREFIX" } else { "$PRRTE_K8S_PRTED" };
+        return Some((p, how.to_owned()));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("prte"))
+        .find(|p| p.is_file())
+        .and_then(|p| Some((p.parent()?.parent()?.to_path_buf(), "prte on PATH".to_owned())))
+}
+
+fn executable(p: &Path) -> bool {
+    p.is_file() && nix::unistd::access(p, nix::unistd::AccessFlags::X_OK).is_ok()
+}
+
+fn check_prrte(r: &mut Report) {
+    let Some((prefix, how)) = find_prefix() else {
+        r.fail(
+            "PRRTE: no install prefix ($PRRTE_K8S_PREFIX and $PRRTE_K8S_PRTED unset, no prte on PATH)",
+            "set PRRTE_K8S_PREFIX to the PRRTE install prefix (the directory holding bin/prte)",
+        );
+        r.skip("k8s components: not checked (no PRRTE prefix)");
+        return;
+    };
+    let missing: Vec<String> = ["prte", "prted", "prun", "pterm"]
+        .iter()
+        .map(|t| prefix.join("bin").join(t))
+        .filter(|p| !executable(p))
+        .map(|p| p.display().to_string())
+        .collect();
+    if missing.is_empty() {
+        r.ok(&format!("PRRTE: prefix {} ({how}) has prte, prted, prun and pterm", prefix.display()));
+    } else {
+        r.fail(
+            &format!("PRRTE: prefix {} ({how}) lacks {}", prefix.display(), missing.join(", ")),
+            "install PRRTE 3.0.8 there (prrte-config/setup.sh) or point PRRTE_K8S_PREFIX at the right prefix",
+        );
+    }
+    let (dir, how) = match env_path("PRTE_PKGLIBDIR") {
+        Some(d) => (d, "$PRTE_PKGLIBDIR"),
+        None => (prefix.join("lib/prte"), "the prefix"),
+    };
+    let missing: Vec<String> = ["ras", "plm"]
+        .iter()
+        .map(|f| dir.join(format!("prte_mca_{f}_k8s.so")))
+        .filter(|p| !p.exists())
+        .map(|p| p.display().to_string())
+        .collect();
+    if missing.is_empty() {
+        r.ok(&format!("k8s components: prte_mca_ras_k8s.so and prte_mca_plm_k8s.so in {} ({how})", dir.display()));
+    } else {
+        r.fail(
+            &format!("k8s components: not installed: {} missing ({how})", missing.join(", ")),
+            "install them with prrte-config/install-components.sh (or `make install`), or point PRTE_PKGLIBDIR at the directory holding them",
+        );
+    }
+}
+
+async fn run_checks(args: DoctorArgs) -> usize {
+    let mut r = Report::default();
+    let env = Environment::from_process();
+    check_in_cluster(&mut r, &env);
+    let namespace = args
+        .namespace
+        .clone()
+        .filter(|n| !n.trim().is_empty())
+        .or_else(|| env.service_account_namespace())
+        .unwrap_or_else(|| "default".into());
+    check_rbac(&mut r, &env, &namespace).await;
+    let alloc = check_discovery(&mut r, &args, &env).await;
+    check_agents(&mut r, &args, alloc.as_ref()).await;
+    check_prrte(&mut r);
+    r.failed
+}
+
+pub fn run(args: DoctorArgs) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("prrte-k8s: error: cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    let failed = runtime.block_on(run_checks(args));
+    if failed == 0 {
+        println!("all checks passed");
+        0
+    } else {
+        println!("{failed} check(s) failed");
+        1
+    }
+}

@@ -1,0 +1,119 @@
+//! `prrte-k8s dvm-uri`, `prrte-k8s prun`, `prrte-k8s pterm`.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use prrte_k8s::agent::config::DEFAULT_DVM_URI_FILE;
+use prrte_k8s::protocol::validate_dvm_uri;
+
+#[derive(Args, Debug)]
+pub struct DvmUriArgs {
+    /// The DVM URI file the agent publishes.
+    #[arg(long, value_name = "PATH", env = "PRRTE_K8S_DVM_URI_FILE", default_value = DEFAULT_DVM_URI_FILE)]
+    pub file: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct ToolArgs {
+    /// The DVM URI file the agent publishes.
+    #[arg(long = "dvm-uri-file", value_name = "PATH", env = "PRRTE_K8S_DVM_URI_FILE", default_value = DEFAULT_DVM_URI_FILE)]
+    pub file: PathBuf,
+    /// Arguments for the PRRTE tool (everything after the subcommand).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "ARGS")]
+    pub args: Vec<OsString>,
+}
+
+/// Reads and checks the published DVM URI; the error names the cause and the remedy.
+pub fn read_dvm_uri(file: &Path) -> Result<String, String> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!(
+                "no DVM URI at {}: no DVM is running for this job, or it has not reached this pod. \
+                 Start one (the pod-0 agent with --dvm-head auto, or `prte --prtemca ras k8s \
+                 --prtemca plm k8s` in a pod of the job), wait until it is ready, and retry; if \
+                 the agent publishes elsewhere, pass --dvm-uri-file or set PRRTE_K8S_DVM_URI_FILE",
+                file.display()
+            ))
+        }
+        Err(e) => return Err(format!("cannot read the DVM URI file {}: {e}", file.display())),
+    };
+    let uri = text.lines().next().unwrap_or("").trim().to_owned();
+    if uri.is_empty() {
+        return Err(format!(
+            "the DVM URI file {} is empty: the DVM is still starting; retry in a moment",
+            file.display()
+        ));
+    }
+    validate_dvm_uri(&uri).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(uri)
+}
+
+pub fn dvm_uri(args: DvmUriArgs) -> i32 {
+    match read_dvm_uri(&args.file) {
+        Ok(uri) => {
+            println!("{uri}");
+            0
+        }
+        Err(e) => {
+            eprintln!("prrte-k8s: error: {e}");
+            1
+        }
+    }
+}
+
+/// The PRRTE install prefix if one is configured: `$PRRTE_K8S_PREFIX`, else the directory
+/// above the one holding `$PRRTE_K8S_PRTED`.
+pub fn configured_prefix() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("PRRTE_K8S_PREFIX").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let prted = PathBuf::from(std::env::var_os("PRRTE_K8S_PRTED").filter(|p| !p.is_empty())?);
+    Some(prted.parent()?.parent()?.to_path_buf())
+}
+
+/// Where a PRRTE tool is: `$PRRTE_K8S_PREFIX/bin/TOOL`, else next to `$PRRTE_K8S_PRTED`, else
+/// the bare name (found through PATH).
+pub fn tool_path(tool: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os("PRRTE_K8S_PREFIX").filter(|p| !p.is_empty()) {
+        return Path::new(&p).join("bin").join(tool);
+    }
+    if let Some(prted) = std::env::var_os("PRRTE_K8S_PRTED").filter(|p| !p.is_empty()) {
+        return Path::new(&prted).with_file_name(tool);
+    }
+    PathBuf::from(tool)
+}
+
+/// The tool's argument list: `--dvm-uri file:<file>` first (a 3.0.8 prted must never receive a
+/// tool connection, so the tool is always pointed at prte), `--allow-run-as-root` for prun as
+/// root (pterm refuses that flag), then the user's arguments.
+pub fn tool_argv(tool: &str, file: &Path, root: bool, user: &[OsString]) -> Vec<OsString> {
+    let mut uri = OsString::from("file:");
+    uri.push(file.as_os_str());
+    let mut argv = vec![OsString::from("--dvm-uri"), uri];
+    if root && tool == "prun" {
+        argv.push("--allow-run-as-root".into());
+    }
+    argv.extend(user.iter().cloned());
+    argv
+}
+
+/// Replaces this process with the PRRTE tool; returns only on failure.
+pub fn exec_tool(tool: &str, args: ToolArgs) -> i32 {
+    if let Err(e) = read_dvm_uri(&args.file) {
+        eprintln!("prrte-k8s {tool}: error: {e}");
+        return 1;
+    }
+    let path = tool_path(tool);
+    let root = nix::unistd::geteuid().is_root();
+    let argv = tool_argv(tool, &args.file, root, &args.args);
+    let e = std::process::Command::new(&path).args(&argv).exec();
+    eprintln!(
+        "prrte-k8s {tool}: error: cannot run {}: {e}; set PRRTE_K8S_PREFIX to the PRRTE install \
+         prefix (or PRRTE_K8S_PRTED to its prted, or put {tool} on PATH)",
+        path.display()
+    );
+    127
+}
