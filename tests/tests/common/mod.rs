@@ -67,6 +67,8 @@ fn agent_pod(job: &str, i: usize, spec: &JobSpec, agent: &Path, prted: &Path, se
         json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
         json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
         json!({"name": "TMPDIR", "value": podtmp.to_str().unwrap()}),
+        // pods share the host's file system here: keep each pod's DVM URI file its own
+        json!({"name": "PRRTE_K8S_DVM_URI_FILE", "value": podtmp.join("dvm.uri").to_str().unwrap()}),
     ];
     env.extend(spec.env.iter().map(|(k, v)| {
         let v = subst.iter().fold(v.clone(), |v, (from, to)| v.replace(from, to.to_str().unwrap()));
