@@ -198,7 +198,9 @@ fn launch_round(jdata: *mut ffi::prte_job_t) {
     };
     // SAFETY: the daemon job's map is set by setup_virtual_machine.
     let map = unsafe { (*daemons).map };
-    if do_not_launch || (!map.is_null() && unsafe { (*map).num_new_daemons } == 0) {
+    // SAFETY: read only when the map exists.
+    let new_daemons = if map.is_null() { 0 } else { unsafe { (*map).num_new_daemons } };
+    if do_not_launch || (!map.is_null() && new_daemons == 0) {
         shim::verbose(shim::FRAMEWORK_PLM, 1, "plm:k8s: no new daemons to launch");
         return daemons_reported_now(jdata);
     }
@@ -243,9 +245,11 @@ fn launch_round(jdata: *mut ffi::prte_job_t) {
     let mut names = BTreeMap::new();
     let mut unresolved = Vec::new();
     // SAFETY: map->nodes is a live pointer array of prte_node_t on the main thread.
-    let size = unsafe { (*(*map).nodes).size };
+    let nodes = unsafe { (*map).nodes };
+    // SAFETY: as above.
+    let size = unsafe { (*nodes).size };
     for i in 0..size {
-        let node: *mut ffi::prte_node_t = prrte::array_get(unsafe { (*map).nodes }, i);
+        let node: *mut ffi::prte_node_t = prrte::array_get(nodes, i);
         if node.is_null() {
             continue;
         }

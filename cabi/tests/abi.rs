@@ -141,8 +141,8 @@ fn library_exports_both_components() {
     // SAFETY: loading our own library; its initialisers only set up Rust statics.
     let lib = unsafe { libloading::Library::new(&lib_path) }.expect("dlopen the component library");
     for (sym, ty) in [("prte_mca_ras_k8s_component", "ras"), ("prte_mca_plm_k8s_component", "plm")] {
-        // SAFETY: the symbol is a pmix_mca_base_component_t static (bindgen layout).
         let comp: libloading::Symbol<*const ffi::pmix_mca_base_component_t> =
+            // SAFETY: the symbol is a pmix_mca_base_component_t static (bindgen layout).
             unsafe { lib.get(sym.as_bytes()) }.unwrap_or_else(|e| panic!("{sym} not exported: {e}"));
         // SAFETY: the pointer refers to the static inside the loaded library.
         let c = unsafe { &**comp };
@@ -159,6 +159,7 @@ fn library_exports_both_components() {
     // The modules: every pointer PRRTE calls without checking must be set.
     // SAFETY: functions of our ABI returning pointers to static module structs.
     let ras_fn: libloading::Symbol<unsafe extern "C" fn() -> *const c_void> = unsafe { lib.get(b"prrte_k8s_ras_module") }.unwrap();
+    // SAFETY: as above.
     let plm_fn: libloading::Symbol<unsafe extern "C" fn() -> *const c_void> = unsafe { lib.get(b"prrte_k8s_plm_module") }.unwrap();
     // SAFETY: as above; the structs have the bindgen layout of PRRTE's module types.
     let ras = unsafe { &*(ras_fn() as *const ffi::prte_ras_base_module_t) };
@@ -172,6 +173,7 @@ fn library_exports_both_components() {
     // Our own exported functions behave as the header says.
     // SAFETY: functions of our ABI.
     let ver: libloading::Symbol<unsafe extern "C" fn() -> c_int> = unsafe { lib.get(b"prrte_k8s_abi_version") }.unwrap();
+    // SAFETY: takes no arguments, returns a constant.
     assert_eq!(unsafe { ver() }, ABI_VERSION);
     // SAFETY: as above.
     let strerror: libloading::Symbol<unsafe extern "C" fn(c_int) -> *const c_char> = unsafe { lib.get(b"prrte_k8s_strerror") }.unwrap();
