@@ -140,17 +140,28 @@ async fn persistent_dvm_runs_several_jobs_then_pterm() {
     job.wait_no_prteds(Duration::from_secs(10)).unwrap();
 }
 
-/// SIGKILL of prte: the agents see their connections drop and kill every prted.
+/// SIGKILL (the agents see their connections drop) or SIGTERM (prte finalizes) of prte: no
+/// prted is left in any pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_prte_leaves_no_prted() {
-    let job = Job::start(JobSpec::new("kill", 4)).await.unwrap();
+    end_prte_with(nix::sys::signal::Signal::SIGKILL, "kill").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_of_prte_leaves_no_prted() {
+    end_prte_with(nix::sys::signal::Signal::SIGTERM, "term").await;
+}
+
+async fn end_prte_with(signal: nix::sys::signal::Signal, name: &str) {
+    let job = Job::start(JobSpec::new(name, 4)).await.unwrap();
     let prte = job.in_pod(0, "prte", &["--allow-run-as-root", "--prtemca", "ras", "k8s", "--prtemca", "plm", "k8s"]).unwrap();
     let prte = harness::Guarded::spawn(prte, "prte", job.dir.path()).unwrap();
     wait_for_text(&job.dir.path().join("prte.out"), "DVM ready", Duration::from_secs(60)).unwrap();
     for i in 1..4 {
         assert!(!job.pids_in_pod(i, "prted").unwrap().is_empty(), "no prted in pod {i} before the kill");
     }
-    prte.signal(nix::sys::signal::Signal::SIGKILL);
+    prte.signal(signal);
     job.wait_no_prteds(Duration::from_secs(10)).unwrap();
-    drop(prte);
+    let mut prte = prte;
+    assert!(prte.wait_timeout(Duration::from_secs(10)).unwrap().is_some(), "prte still running after {signal}");
 }
