@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::protocol::{
     self, client_handshake, decode_message, recv_frame, send_frame, validate_launch, FramedConn,
-    HandshakeError, ProtocolError, Reply, Request, Session, DEFAULT_MAX_FRAME,
+    HandshakeError, ProtocolError, Reply, Request, Session, DEFAULT_MAX_FRAME, HANDSHAKE_MAX_FRAME,
 };
 
 /// One daemon to start.
@@ -400,8 +400,13 @@ fn unreachable_reason(target: &LaunchTarget, what: &str) -> String {
     )
 }
 
+/// "the agent of pod P at ADDR", for messages.
+fn agent_name(target: &LaunchTarget) -> String {
+    format!("the agent of pod {} at {}", target.pod, target.addr)
+}
+
 fn handshake_reason(target: &LaunchTarget, e: HandshakeError) -> String {
-    let who = format!("the agent of pod {} at {}", target.pod, target.addr);
+    let who = agent_name(target);
     match e {
         HandshakeError::Refused(reason) if reason.starts_with("authentication failed") => {
             format!("{who} refused the launcher: {reason}")
@@ -456,11 +461,53 @@ async fn connect_authenticated(
         };
     let _ = stream.set_nodelay(true);
     let _ = protocol::set_keepalive(&stream);
-    let mut conn = protocol::framed(stream, DEFAULT_MAX_FRAME);
+    // An unauthenticated peer gets no more than the agent grants its clients before the handshake.
+    let mut conn = protocol::framed(stream, HANDSHAKE_MAX_FRAME);
     let session = client_handshake(&mut conn, opts.secret.as_deref(), opts.request_timeout)
         .await
         .map_err(|e| handshake_reason(target, e))?;
+    conn.codec_mut().set_max_frame_length(DEFAULT_MAX_FRAME);
     Ok((conn, session))
+}
+
+/// Sends `request` (`what` names it in messages) to the agent `who`, bounded by `timeout`.
+async fn send_request(
+    conn: &mut FramedConn<TcpStream>,
+    session: &mut Session,
+    request: &Request,
+    what: &str,
+    who: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    send_frame(conn, session.seal(request), timeout)
+        .await
+        .map_err(|e| format!("cannot send {what} to {who}: {e}"))
+}
+
+/// Receives and opens the agent's next reply to `what`, waiting until `deadline` at most
+/// (`timeout` is the whole allowance, for the message).
+async fn recv_reply(
+    conn: &mut FramedConn<TcpStream>,
+    session: &mut Session,
+    what: &str,
+    who: &str,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<Reply, String> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let frame = match recv_frame(conn, Some(left)).await {
+        Ok(f) => f,
+        Err(ProtocolError::Timeout(_)) => {
+            return Err(format!(
+                "{who} did not answer {what} within {timeout:?} (stalled)"
+            ))
+        }
+        Err(e) => return Err(format!("{who} did not answer {what}: {e}")),
+    };
+    session
+        .open(&frame)
+        .and_then(|body| decode_message::<Reply>(body.as_bytes()))
+        .map_err(|e| format!("protocol error from {who}: {e}"))
 }
 
 /// Connects to a target's agent, authenticates with `opts.secret` (both sides prove they hold
@@ -469,28 +516,19 @@ async fn connect_authenticated(
 pub async fn ping_agent(target: &LaunchTarget, opts: &LaunchOptions) -> Result<Duration, String> {
     let t0 = Instant::now();
     let (mut conn, mut session) = connect_authenticated(target, opts).await?;
-    let who = format!("the agent of pod {} at {}", target.pod, target.addr);
-    send_frame(
+    let who = agent_name(target);
+    let (what, timeout) = ("a ping", opts.request_timeout);
+    send_request(
         &mut conn,
-        session.seal(&Request::Ping {}),
-        opts.request_timeout,
+        &mut session,
+        &Request::Ping {},
+        what,
+        &who,
+        timeout,
     )
-    .await
-    .map_err(|e| format!("cannot send a ping to {who}: {e}"))?;
-    let frame = match recv_frame(&mut conn, Some(opts.request_timeout)).await {
-        Ok(f) => f,
-        Err(ProtocolError::Timeout(t)) => {
-            return Err(format!(
-                "{who} did not answer a ping within {t:?} (stalled)"
-            ))
-        }
-        Err(e) => return Err(format!("{who} did not answer a ping: {e}")),
-    };
-    let reply = session
-        .open(&frame)
-        .and_then(|body| decode_message::<Reply>(body.as_bytes()))
-        .map_err(|e| format!("protocol error from {who}: {e}"))?;
-    match reply {
+    .await?;
+    let deadline = Instant::now() + timeout;
+    match recv_reply(&mut conn, &mut session, what, &who, deadline, timeout).await? {
         Reply::Pong {} => Ok(t0.elapsed()),
         other => Err(format!("{who} answered a ping with {other:?}")),
     }
@@ -512,30 +550,18 @@ async fn launch_one(
     }
     let (mut conn, mut session) = connect_authenticated(target, opts).await?;
 
-    let who = format!("the agent of pod {} at {}", target.pod, target.addr);
+    let who = agent_name(target);
     let launch = Request::Launch {
         argv: request.argv.clone(),
         env,
         dvm_uri,
     };
-    send_frame(&mut conn, session.seal(&launch), opts.request_timeout)
-        .await
-        .map_err(|e| format!("cannot send the launch request to {who}: {e}"))?;
+    let (what, timeout) = ("the launch request", opts.request_timeout);
+    send_request(&mut conn, &mut session, &launch, what, &who, timeout).await?;
+    // One bound for the answer, however many unrelated replies come first.
+    let deadline = Instant::now() + timeout;
     loop {
-        let frame = match recv_frame(&mut conn, Some(opts.request_timeout)).await {
-            Ok(f) => f,
-            Err(ProtocolError::Timeout(t)) => {
-                return Err(format!(
-                    "{who} did not answer the launch request within {t:?} (stalled)"
-                ))
-            }
-            Err(e) => return Err(format!("{who} did not answer the launch request: {e}")),
-        };
-        let reply = session
-            .open(&frame)
-            .and_then(|body| decode_message::<Reply>(body.as_bytes()))
-            .map_err(|e| format!("protocol error from {who}: {e}"))?;
-        match reply {
+        match recv_reply(&mut conn, &mut session, what, &who, deadline, timeout).await? {
             Reply::Started { pid } => return Ok((conn, session, pid)),
             Reply::Failed { reason } => return Err(format!("{who} did not start prted: {reason}")),
             Reply::Error { reason } => return Err(format!("{who} reported an error: {reason}")),

@@ -13,6 +13,7 @@ use nix::sys::signal::Signal;
 use prrte_k8s::launch::{
     ExitDesc, LaunchEvent, LaunchOptions, LaunchRequest, LaunchTarget, Launcher,
 };
+use prrte_k8s::protocol;
 
 fn opts(secret: Option<&[u8]>) -> LaunchOptions {
     LaunchOptions {
@@ -545,4 +546,108 @@ fn shutdown_abandons_targets_that_have_not_started() {
         }
         other => panic!("unexpected {other:?}"),
     }
+}
+
+/// A fake agent on a thread of its own: accepts one connection and hands it to `serve`.
+fn fake_agent<F, Fut>(serve: F) -> SocketAddr
+where
+    F: FnOnce(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            listener.set_nonblocking(true).unwrap();
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let (stream, _) = listener.accept().await.unwrap();
+            serve(stream).await;
+        });
+    });
+    addr
+}
+
+#[test]
+fn oversized_frame_before_authentication_is_refused() {
+    use tokio::io::AsyncWriteExt;
+    // Far below the post-handshake limit, above what an unauthenticated peer may send.
+    let addr = fake_agent(|mut s| async move {
+        let body = vec![b' '; protocol::HANDSHAKE_MAX_FRAME + 1];
+        let _ = s.write_all(&protocol::encode_frame(&body)).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    let (launcher, rx) = start(
+        vec![(target(6, addr), request(&["--sleep"]))],
+        opts(Some(b"k")),
+    );
+    match next(&rx) {
+        LaunchEvent::Failed { id: 6, reason, .. } => {
+            let max = protocol::HANDSHAKE_MAX_FRAME.to_string();
+            assert!(reason.contains(&max), "{reason}");
+            assert!(
+                reason.contains("does not speak the prrte-k8s agent protocol"),
+                "{reason}"
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    drop(launcher);
+}
+
+#[test]
+fn the_launch_answer_is_bounded_even_if_the_agent_keeps_talking() {
+    use protocol::{Plain, Reply, Role, Session};
+    let secret = b"job secret".to_vec();
+    let key = secret.clone();
+    // Authenticates properly, then answers the launch request only with pongs, forever.
+    let addr = fake_agent(move |s| async move {
+        let mut conn = protocol::framed(s, protocol::DEFAULT_MAX_FRAME);
+        let na = protocol::new_nonce();
+        let challenge = Plain::Challenge {
+            auth: protocol::AuthMode::HmacSha256,
+            nonce: hex::encode(na),
+            agent: "fake".into(),
+        };
+        let t = Duration::from_secs(5);
+        protocol::send_frame(&mut conn, protocol::encode_message(&challenge), t)
+            .await
+            .unwrap();
+        let frame = protocol::recv_frame(&mut conn, Some(t)).await.unwrap();
+        let Ok(Plain::Response { nonce, .. }) = protocol::decode_message::<Plain>(&frame) else {
+            panic!("no response");
+        };
+        let nc = protocol::parse_nonce(&nonce).unwrap();
+        let welcome = Plain::Welcome {
+            mac: Some(protocol::agent_proof(&key, &na, &nc)),
+        };
+        protocol::send_frame(&mut conn, protocol::encode_message(&welcome), t)
+            .await
+            .unwrap();
+        let mut session = Session::new(Role::Agent, Some(key), na, nc);
+        while protocol::send_frame(&mut conn, session.seal(&Reply::Pong {}), t)
+            .await
+            .is_ok()
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let mut o = opts(Some(&secret));
+    o.request_timeout = Duration::from_millis(800);
+    let t0 = Instant::now();
+    let (launcher, rx) = start(vec![(target(2, addr), request(&["--sleep"]))], o);
+    match next(&rx) {
+        LaunchEvent::Failed { id: 2, reason, .. } => {
+            assert!(
+                reason.contains("did not answer the launch request"),
+                "{reason}"
+            )
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    drop(launcher);
 }

@@ -115,14 +115,8 @@ impl Drop for ActiveJob {
         if self.published_uri {
             unpublish_dvm_uri(&self.shared.config.dvm_uri_file);
         }
-        let pgid = self.job.pid as i32;
-        if process::group_exists(pgid) {
-            error!(
-                pgid,
-                "prted's process group still exists while its job is dropped; killing it"
-            );
-            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-        }
+        // Before the slot is freed: no second prted while the first one's group is alive.
+        self.job.kill_leftovers();
         let mut slot = self.shared.slot();
         if slot.is_some_and(|s| s.conn == self.conn) {
             *slot = None;
@@ -724,7 +718,11 @@ impl Conn {
                 (Reply::Started { pid }, format!("started pid {pid}"))
             }
             Err(e) => {
-                let reason = format!("cannot execute {}: {e}", config.prted.display());
+                let reason = format!(
+                    "cannot execute {}: {e}; --prted (PRRTE_K8S_PRTED) must name an executable \
+                     prted in this pod's image",
+                    config.prted.display()
+                );
                 (
                     Reply::Failed {
                         reason: reason.clone(),

@@ -91,6 +91,14 @@ impl Reaper {
         n
     }
 
+    /// Whether `pid` is a child spawned through this reaper that has not been reaped yet.
+    pub fn tracks(&self, pid: i32) -> bool {
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&pid)
+    }
+
     /// Reaps children whenever SIGCHLD arrives (and every second as a safety net), forever.
     pub async fn run(self: Arc<Self>, mut sigchld: tokio::signal::unix::Signal) {
         loop {
@@ -118,12 +126,24 @@ fn signal_group(pgid: i32, sig: Signal) {
 const POLL: Duration = Duration::from_millis(20);
 /// How long to wait for processes to disappear after SIGKILL.
 const AFTER_KILL: Duration = Duration::from_secs(10);
+/// How long `terminate` still waits for prted's exit status once its group has been stopped.
+const STATUS_WAIT: Duration = Duration::from_secs(2);
 
-/// A running prted: its pid (= process group id) and the channel bringing its exit status.
+/// A running prted (or the DVM head's prte): its pid (= process group id) and the channel
+/// bringing its exit status. Dropping a job that was not [`terminate`](Job::terminate)d kills
+/// whatever is left in its process group.
 pub struct Job {
     pub pid: u32,
     exit_rx: oneshot::Receiver<ExitStatus>,
     status: Option<ExitStatus>,
+    /// Set once `terminate` has stopped the group (its pgid may be reused afterwards).
+    terminated: bool,
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        self.kill_leftovers();
+    }
 }
 
 impl Job {
@@ -132,6 +152,23 @@ impl Job {
             pid,
             exit_rx,
             status: None,
+            terminated: false,
+        }
+    }
+
+    /// For a job abandoned without [`terminate`](Job::terminate) (a panic, an aborted task):
+    /// SIGKILL to whatever is left in its process group. Does nothing after `terminate`.
+    pub fn kill_leftovers(&mut self) {
+        if std::mem::replace(&mut self.terminated, true) {
+            return;
+        }
+        let pgid = self.pid as i32;
+        if group_exists(pgid) {
+            error!(
+                pgid,
+                "the process group is still there while its job is dropped; killing it"
+            );
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
         }
     }
 
@@ -198,7 +235,18 @@ impl Job {
             }
         }
         sweep_descendants(grace, reaper).await;
-        self.wait_exit().await
+        self.terminated = true;
+        match tokio::time::timeout(STATUS_WAIT, self.wait_exit()).await {
+            Ok(status) => status,
+            Err(_) => {
+                error!(
+                    pid = self.pid,
+                    "no exit status after SIGKILL (the process is stuck in the kernel); \
+                     reporting exit code -1"
+                );
+                ExitStatus::Code(-1)
+            }
+        }
     }
 }
 
@@ -235,9 +283,11 @@ pub fn read_stat(pid: i32) -> Option<ProcStat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
-/// Children of this process in its own session: with the agent as a child subreaper (or PID 1),
-/// these are descendants of a prted that were orphaned after leaving prted's process group.
-fn stray_children() -> Vec<i32> {
+/// Children of this process in its own session that `reaper` did not spawn: with the agent as a
+/// child subreaper (or PID 1), these are descendants of a prted that were orphaned after leaving
+/// prted's process group. The agent's own children (a running prted, the DVM head's prte) are
+/// not strays.
+fn stray_children(reaper: &Reaper) -> Vec<i32> {
     let me = std::process::id() as i32;
     let Some(my_session) = read_stat(me).map(|s| s.session) else {
         return Vec::new();
@@ -249,6 +299,7 @@ fn stray_children() -> Vec<i32> {
         .filter_map(read_stat)
         .filter(|s| s.ppid == me && s.session == my_session && s.state != 'Z')
         .map(|s| s.pid)
+        .filter(|pid| !reaper.tracks(*pid))
         .collect()
 }
 
@@ -257,7 +308,7 @@ fn stray_children() -> Vec<i32> {
 async fn sweep_descendants(grace: Duration, reaper: &Reaper) {
     for _round in 0..4 {
         reaper.reap_all();
-        let strays = stray_children();
+        let strays = stray_children(reaper);
         if strays.is_empty() {
             return;
         }
@@ -306,6 +357,51 @@ mod tests {
         assert!(parse_stat("garbage").is_none());
         let me = read_stat(std::process::id() as i32).unwrap();
         assert_eq!(me.pid, std::process::id() as i32);
+    }
+
+    fn spawn_sleep(reaper: &Reaper) -> (u32, oneshot::Receiver<ExitStatus>) {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new("sleep");
+        cmd.arg("100").process_group(0);
+        reaper.spawn(&mut cmd).unwrap()
+    }
+
+    #[test]
+    fn the_reapers_own_children_are_not_strays() {
+        let reaper = Reaper::default();
+        let (pid, _rx) = spawn_sleep(&reaper);
+        let pid = pid as i32;
+        assert!(reaper.tracks(pid));
+        assert!(!stray_children(&reaper).contains(&pid));
+        // A reaper that did not spawn it sees a stray.
+        assert!(stray_children(&Reaper::default()).contains(&pid));
+        kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+        waitpid(Pid::from_raw(pid), None).unwrap();
+    }
+
+    #[test]
+    fn dropping_a_job_that_was_not_terminated_kills_its_group() {
+        let reaper = Reaper::default();
+        let (pid, rx) = spawn_sleep(&reaper);
+        let job = Job::new(pid, rx);
+        assert!(group_exists(pid as i32));
+        drop(job);
+        let pid = Pid::from_raw(pid as i32);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let status = loop {
+            match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) if Instant::now() < deadline => std::thread::sleep(POLL),
+                other => break other,
+            }
+        };
+        if matches!(status, Ok(WaitStatus::StillAlive)) {
+            let _ = kill(pid, Signal::SIGKILL);
+            let _ = waitpid(pid, None);
+        }
+        assert!(
+            matches!(status, Ok(WaitStatus::Signaled(_, Signal::SIGKILL, _))),
+            "{status:?}"
+        );
     }
 
     #[test]
