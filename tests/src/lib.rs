@@ -7,3 +7,5 @@ pub mod podnet;
 pub mod kubectl;
 pub mod cli;
 pub mod cluster;
+pub mod mpijob;
+pub mod sshd;
