@@ -24,6 +24,11 @@ impl Operation {
         Operation { verb, resource: "pods", group: "", namespace: namespace.to_string(), name: None, selector: None }
     }
 
+    /// `get` of one named object of a namespaced resource.
+    pub fn get_named(resource: &'static str, group: &'static str, namespace: &str, name: &str) -> Operation {
+        Operation { verb: "get", resource, group, namespace: namespace.to_string(), name: Some(name.to_string()), selector: None }
+    }
+
     pub fn named(mut self, name: &str) -> Operation {
         self.name = Some(name.to_string());
         self

@@ -214,14 +214,7 @@ pub async fn infer_selector(
     if let Some(owner) = controller_of(&own, "StatefulSet") {
         let sts_name = owner.name.clone();
         let api: Api<StatefulSet> = Api::namespaced(ctx.api.client.clone(), ns);
-        let op = Operation {
-            verb: "get",
-            resource: "statefulsets",
-            group: "apps",
-            namespace: ns.into(),
-            name: Some(sts_name.clone()),
-            selector: None,
-        };
+        let op = Operation::get_named("statefulsets", "apps", ns, &sts_name);
         let sts = ctx.call_optional(&op, api.get(&sts_name)).await?;
         let from_sts = sts.as_ref().and_then(|s| s.spec.as_ref()).and_then(|s| label_selector_string(&s.selector));
         let (selector, basis) = match from_sts {
@@ -343,14 +336,7 @@ pub async fn expected_from_workload(
     match workload {
         Workload::Job(name) => {
             let api: Api<Job> = Api::namespaced(ctx.api.client.clone(), ns);
-            let op = Operation {
-                verb: "get",
-                resource: "jobs",
-                group: "batch",
-                namespace: ns.into(),
-                name: Some(name.clone()),
-                selector: None,
-            };
+            let op = Operation::get_named("jobs", "batch", ns, &name);
             let job = ctx.call_optional(&op, api.get(name)).await?;
             Ok(job.as_ref().and_then(job_pod_count).map(|n| (n, format!("spec.parallelism of Job {ns}/{name}"))))
         }
@@ -359,14 +345,7 @@ pub async fn expected_from_workload(
                 Some(s) => Some(s.clone()),
                 None => {
                     let api: Api<StatefulSet> = Api::namespaced(ctx.api.client.clone(), ns);
-                    let op = Operation {
-                        verb: "get",
-                        resource: "statefulsets",
-                        group: "apps",
-                        namespace: ns.into(),
-                        name: Some(name.clone()),
-                        selector: None,
-                    };
+                    let op = Operation::get_named("statefulsets", "apps", ns, &name);
                     ctx.call_optional(&op, api.get(name)).await?
                 }
             };
@@ -379,14 +358,7 @@ pub async fn expected_from_workload(
             let gvk = GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet");
             let ar = ApiResource::from_gvk_with_plural(&gvk, "jobsets");
             let api: Api<DynamicObject> = Api::namespaced_with(ctx.api.client.clone(), ns, &ar);
-            let op = Operation {
-                verb: "get",
-                resource: "jobsets",
-                group: "jobset.x-k8s.io",
-                namespace: ns.into(),
-                name: Some(name.clone()),
-                selector: None,
-            };
+            let op = Operation::get_named("jobsets", "jobset.x-k8s.io", ns, &name);
             let js = ctx.call_optional(&op, api.get(name)).await?;
             Ok(js
                 .as_ref()
