@@ -9,4 +9,5 @@ pub mod discovery;
 pub mod kubeconfig;
 pub mod agent;
 pub mod launch;
+pub mod manifest;
 pub mod protocol;

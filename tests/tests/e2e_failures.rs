@@ -108,7 +108,7 @@ async fn missing_rbac_names_the_permission() {
     let out = harness::run_with_timeout(
         {
             let mut c = std::process::Command::new(&kubectl);
-            c.arg("--kubeconfig").arg(job.cluster.kubeconfig()).args(["delete", "rolebinding", "prrte-k8s-launcher"]);
+            c.arg("--kubeconfig").arg(job.cluster.kubeconfig()).args(["delete", "rolebinding", ROLEBINDING]);
             c
         },
         Duration::from_secs(30),

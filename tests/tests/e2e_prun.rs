@@ -180,7 +180,7 @@ async fn doctor_names_failures_and_remedies() {
 
     let kubectl = sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh unpacks Debian's)");
     let mut c = std::process::Command::new(&kubectl);
-    c.arg("--kubeconfig").arg(job.cluster.kubeconfig()).args(["delete", "rolebinding", "prrte-k8s-launcher"]);
+    c.arg("--kubeconfig").arg(job.cluster.kubeconfig()).args(["delete", "rolebinding", ROLEBINDING]);
     let del = harness::run_with_timeout(c, Duration::from_secs(30)).unwrap();
     assert!(del.status.success(), "kubectl delete rolebinding: {}", text(&del));
     let out = job.exec_in_pod(0, &[&exe, "doctor", "--timeout", "5"], TOOL_LIMIT).unwrap();
