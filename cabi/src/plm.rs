@@ -219,7 +219,7 @@ fn launch_round(jdata: *mut ffi::prte_job_t) {
         None
     } else {
         let file = p.secret_file.clone().unwrap_or_default();
-        match launch::read_secret_file(std::path::Path::new(&file)) {
+        match prrte_k8s::protocol::read_secret_file(std::path::Path::new(&file)) {
             Ok(s) => Some(s),
             Err(e) => return launch_error(jdata, &format!("{e} (parameter plm_k8s_secret_file = {file})")),
         }

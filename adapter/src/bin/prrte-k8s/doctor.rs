@@ -11,11 +11,10 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessR
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::Api;
-use prrte_k8s::agent::config::DEFAULT_SECRET_FILE;
 use prrte_k8s::discovery::{self, Allocation, DiscoveryConfig, SlotsPolicy};
 use prrte_k8s::kubeconfig::{self, error_chain, Environment, SERVICE_ACCOUNT_DIR};
-use prrte_k8s::launch::{ping_agent, read_secret_file, LaunchOptions, LaunchTarget};
-use prrte_k8s::protocol::DEFAULT_AGENT_PORT;
+use prrte_k8s::launch::{ping_agent, LaunchOptions, LaunchTarget};
+use prrte_k8s::protocol::{read_secret_file, DEFAULT_AGENT_PORT, DEFAULT_SECRET_FILE};
 
 use crate::parse_seconds;
 
