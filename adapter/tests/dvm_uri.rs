@@ -10,9 +10,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use agent_support::*;
+use prrte_k8s::agent::write_dvm_uri_file;
 use prrte_k8s::launch::{
-    ping_agent, write_dvm_uri_file, LaunchEvent, LaunchOptions, LaunchRequest, LaunchTarget,
-    Launcher,
+    ping_agent, LaunchEvent, LaunchOptions, LaunchRequest, LaunchTarget, Launcher,
 };
 use prrte_k8s::protocol::{Reply, Request};
 
