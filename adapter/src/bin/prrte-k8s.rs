@@ -44,17 +44,25 @@ enum Command {
     Doctor(doctor::DoctorArgs),
 }
 
-#[derive(Args, Debug)]
-struct PodsArgs {
+/// Which pods make up the job (the `ras_k8s_*` parameters of the same names), for every
+/// subcommand that discovers them.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct JobArgs {
     /// Namespace of the pods [default: our pod's namespace, else the kubeconfig context's, else "default"].
     #[arg(long, short = 'n', env = "PRTE_MCA_ras_k8s_namespace")]
-    namespace: Option<String>,
+    pub namespace: Option<String>,
     /// Label selector of the job's pods [default: inferred from our own pod's labels].
     #[arg(long, short = 'l', env = "PRTE_MCA_ras_k8s_selector")]
-    selector: Option<String>,
+    pub selector: Option<String>,
     /// Number of pods to wait for; 0 = infer [default: from the owning Job/StatefulSet/JobSet, else the pods found].
     #[arg(long, env = "PRTE_MCA_ras_k8s_expected_pods")]
-    expected: Option<u32>,
+    pub expected: Option<u32>,
+}
+
+#[derive(Args, Debug)]
+struct PodsArgs {
+    #[command(flatten)]
+    job: JobArgs,
     /// Seconds to wait for the pods to be ready (bounds the whole discovery).
     #[arg(long, value_name = "SECS", default_value = "120", value_parser = parse_seconds, env = "PRTE_MCA_ras_k8s_timeout")]
     timeout: Duration,
@@ -88,9 +96,9 @@ pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
 
 fn pods(args: PodsArgs) -> i32 {
     let cfg = DiscoveryConfig {
-        namespace: args.namespace,
-        selector: args.selector,
-        expected_pods: args.expected.filter(|n| *n > 0),
+        namespace: args.job.namespace,
+        selector: args.job.selector,
+        expected_pods: args.job.expected.filter(|n| *n > 0),
         timeout: args.timeout,
         slots: args.slots,
         kubeconfig: args.kubeconfig,

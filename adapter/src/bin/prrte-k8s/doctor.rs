@@ -16,19 +16,12 @@ use prrte_k8s::kubeconfig::{self, error_chain, Environment, SERVICE_ACCOUNT_DIR}
 use prrte_k8s::launch::{ping_agent, LaunchOptions, LaunchTarget};
 use prrte_k8s::protocol::{read_secret_file, DEFAULT_AGENT_PORT, DEFAULT_SECRET_FILE};
 
-use crate::parse_seconds;
+use crate::{parse_seconds, JobArgs};
 
 #[derive(Args, Debug)]
 pub struct DoctorArgs {
-    /// Namespace of the job's pods [default: our pod's namespace].
-    #[arg(long, short = 'n', env = "PRTE_MCA_ras_k8s_namespace")]
-    namespace: Option<String>,
-    /// Label selector of the job's pods [default: inferred from our own pod's labels].
-    #[arg(long, short = 'l', env = "PRTE_MCA_ras_k8s_selector")]
-    selector: Option<String>,
-    /// Number of pods to expect; 0 = infer.
-    #[arg(long, env = "PRTE_MCA_ras_k8s_expected_pods")]
-    expected: Option<u32>,
+    #[command(flatten)]
+    job: JobArgs,
     /// Seconds to wait for the job's pods to be ready.
     #[arg(long, value_name = "SECS", default_value = "15", value_parser = parse_seconds)]
     timeout: Duration,
@@ -181,9 +174,9 @@ async fn check_rbac(r: &mut Report, env: &Environment, namespace: &str) {
 
 async fn check_discovery(r: &mut Report, args: &DoctorArgs, env: &Environment) -> Option<Allocation> {
     let cfg = DiscoveryConfig {
-        namespace: args.namespace.clone(),
-        selector: args.selector.clone(),
-        expected_pods: args.expected.filter(|n| *n > 0),
+        namespace: args.job.namespace.clone(),
+        selector: args.job.selector.clone(),
+        expected_pods: args.job.expected.filter(|n| *n > 0),
         timeout: args.timeout,
         slots: SlotsPolicy::Auto,
         kubeconfig: None,
@@ -268,7 +261,7 @@ async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocati
             ),
             Err(e) => r.fail(
                 &format!("agent of pod {}: {e}", t.pod),
-                "make prrte-k8s-agent the pod's entrypoint listening on the agent port (PRTE_MCA_plm_k8s_agent_port, default 7117) and allow that port in the NetworkPolicy (prrte-config/k8s/networkpolicy.yaml)",
+                &format!("make prrte-k8s-agent the pod's entrypoint listening on the agent port (PRTE_MCA_plm_k8s_agent_port, default {DEFAULT_AGENT_PORT}) and allow that port in the NetworkPolicy (prrte-config/k8s/networkpolicy.yaml)"),
             ),
         }
     }
@@ -339,6 +332,7 @@ async fn run_checks(args: DoctorArgs) -> usize {
     let env = Environment::from_process();
     check_in_cluster(&mut r, &env);
     let namespace = args
+        .job
         .namespace
         .clone()
         .filter(|n| !n.trim().is_empty())
