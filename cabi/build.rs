@@ -54,10 +54,16 @@ fn main() {
     build.flag_if_supported("-Wno-unused-parameter");
     build.compile("prrte_k8s_shim");
 
-    // Bindings: PRRTE/PMIx types, functions and globals the components use.
+    // Bindings: PRRTE/PMIx types, functions and globals the components use, and the shim's
+    // functions from include/prrte_k8s.h.
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     let bindings = bindgen::Builder::default()
         .header(shim_dir.join("prrte_headers.h").to_string_lossy())
+        // Our own ABI: the shim's functions as the header declares them.
+        .header(include_dir.join("prrte_k8s.h").to_string_lossy())
+        .allowlist_function("prrte_k8s_shim_.*")
+        .allowlist_type("prrte_k8s_type_id_t|prrte_k8s_fd_cb_t")
+        .allowlist_var("PRRTE_K8S_FRAMEWORK_.*")
         .clang_arg("-DHAVE_CONFIG_H")
         .clang_arg("-DNDEBUG")
         .clang_args(&inc_args)

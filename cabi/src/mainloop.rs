@@ -43,7 +43,7 @@ pub fn ensure() -> Result<(), String> {
     }
     // SAFETY: called on PRRTE's event thread after the event base exists (our components run
     // only after PRRTE initialised it); the fd stays open for the life of the process (static).
-    let ev = unsafe { crate::shim::prrte_k8s_shim_fd_event_new(m.rx.as_raw_fd(), on_wake, std::ptr::null_mut()) };
+    let ev = unsafe { crate::ffi::prrte_k8s_shim_fd_event_new(m.rx.as_raw_fd(), Some(on_wake), std::ptr::null_mut()) };
     if ev.is_null() {
         return Err("cannot register an event on PRRTE's event base".into());
     }
@@ -56,7 +56,7 @@ pub fn shutdown() {
     let ev = EVENT.swap(0, Ordering::AcqRel);
     if ev != 0 {
         // SAFETY: `ev` came from prrte_k8s_shim_fd_event_new and is freed exactly once (swap).
-        unsafe { crate::shim::prrte_k8s_shim_event_free(ev as *mut c_void) };
+        unsafe { crate::ffi::prrte_k8s_shim_event_free(ev as *mut c_void) };
     }
 }
 
@@ -74,8 +74,13 @@ pub fn run_pending() {
     drain();
 }
 
+/// The wake-up event's callback (PRRTE's event thread).
+///
+/// # Safety
+///
+/// Called by libevent with the arguments given at registration; none is dereferenced.
 unsafe extern "C" fn on_wake(_fd: c_int, _flags: c_short, _arg: *mut c_void) {
-    crate::abi::boundary("the event-loop wake-up", (), drain)
+    crate::boundary::boundary("the event-loop wake-up", (), drain)
 }
 
 fn drain() {
@@ -93,7 +98,7 @@ fn drain() {
         loop {
             let job = m.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
             match job {
-                Some(job) => crate::abi::boundary("an event-loop task", (), job),
+                Some(job) => crate::boundary::boundary("an event-loop task", (), job),
                 None => break,
             }
         }

@@ -1,34 +1,30 @@
-//! PLM `k8s`: PRRTE's daemons are started by each pod's agent.
+//! Rounds of daemon launches through the pods' agents.
 //!
-//! On `LAUNCH_DAEMONS` (PRRTE's event thread) we set up the virtual machine, build prted's
-//! arguments with PRRTE's own helpers and hand every launch to the launcher, which talks to the
-//! agents in parallel on its own threads. Outcomes come back through the main-loop mailbox.
-//! We add what PRRTE lacks: a daemon-startup timeout, and a message naming the pod and the reason
-//! whenever a daemon fails to start or dies.
-use crate::{ffi, mainloop, params, pods, prrte, prted_args, shim};
-use prrte_k8s::launch::{self, ExitDesc, LaunchEvent, LaunchOptions, LaunchRequest, LaunchTarget, Launcher};
+//! On `LAUNCH_DAEMONS` (PRRTE's event thread) [`launch_round`] sets up the virtual machine,
+//! builds prted's arguments with PRRTE's own helpers and hands every launch to the launcher, which
+//! talks to the agents in parallel on its own threads. Outcomes come back through the main-loop
+//! mailbox. We add what PRRTE lacks: a daemon-startup timeout, and a message naming the pod and
+//! the reason whenever a daemon fails to start or dies.
+use super::prted_args;
+use crate::cstr;
+use crate::prrte::JobRef;
+use crate::shim::{self, Framework};
+use crate::{ffi, mainloop, params, pods, prrte};
+use prrte_k8s::launch::{
+    ExitDesc, LaunchEvent, LaunchOptions, LaunchRequest, LaunchTarget, Launcher,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
-use std::os::raw::{c_int, c_short, c_void};
+use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
-static mut MODULE: ffi::prte_plm_base_module_t = ffi::prte_plm_base_module_t {
-    init: Some(init),
-    set_hnp_name: Some(ffi::prte_plm_base_set_hnp_name),
-    spawn: Some(spawn),
-    remote_spawn: Some(remote_spawn),
-    terminate_job: Some(ffi::prte_plm_base_prted_terminate_job),
-    terminate_orteds: Some(terminate_orteds),
-    terminate_procs: Some(ffi::prte_plm_base_prted_kill_local_procs),
-    signal_job: Some(ffi::prte_plm_base_prted_signal_local_procs),
-    finalize: Some(finalize),
-};
-
 /// One round of daemon launches (the initial DVM, or daemons added later).
 struct Round {
     generation: u64,
+    /// The daemon job object (an address: rounds are shared with the launcher's threads, which
+    /// never touch it); it lives until prte exits.
     daemons: usize,
     /// vpid -> (pod, node name)
     targets: BTreeMap<u32, (String, String)>,
@@ -47,90 +43,15 @@ static FINAL_SWEEP: AtomicBool = AtomicBool::new(false);
 /// Set at the end of finalize: nothing more is reported.
 static FINALIZED: AtomicBool = AtomicBool::new(false);
 
-/// The module PRRTE gets from `query`.
-pub fn module_ptr() -> *const ffi::prte_plm_base_module_t {
-    std::ptr::addr_of!(MODULE)
+/// PRRTE ordered the daemons to exit: from now on a daemon ending is expected.
+pub fn shutting_down() {
+    SHUTTING_DOWN.store(true, Ordering::Release);
 }
 
-pub unsafe extern "C" fn register_params() -> c_int {
-    crate::abi::boundary("plm k8s register", prrte::ERROR, || {
-        params::register_plm(crate::component::plm_component_ptr());
-        prrte::SUCCESS
-    })
-}
-
-pub unsafe extern "C" fn query(module: *mut *mut ffi::pmix_mca_base_module_t, priority: *mut c_int) -> c_int {
-    crate::abi::boundary("plm k8s query", prrte::ERROR, || {
-        if module.is_null() || priority.is_null() {
-            return prrte::ERROR;
-        }
-        // SAFETY: PMIx passes valid out-pointers.
-        unsafe {
-            *module = std::ptr::null_mut();
-            *priority = 0;
-        }
-        if !prrte::is_master() {
-            return prrte::ERROR;
-        }
-        let p = params::plm();
-        let fw = std::ptr::addr_of!(ffi::prte_plm_base_framework);
-        let explicit = prrte::selection_names(prrte::framework_selection(fw).as_deref(), "k8s");
-        let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
-            && p.secret_file.as_deref().is_some_and(|f| std::path::Path::new(f).is_file());
-        if !explicit && !in_cluster {
-            shim::verbose(shim::FRAMEWORK_PLM, 2, "plm:k8s: not in a Kubernetes pod with an agent secret mounted: declining");
-            return prrte::ERROR;
-        }
-        // SAFETY: out-pointers are valid; MODULE lives for the process (PRRTE copies it).
-        unsafe {
-            *module = std::ptr::addr_of_mut!(MODULE) as *mut ffi::pmix_mca_base_module_t;
-            *priority = p.priority;
-        }
-        prrte::SUCCESS
-    })
-}
-
-unsafe extern "C" fn init() -> c_int {
-    crate::abi::boundary("plm k8s init", prrte::ERROR, || {
-        if let Err(e) = mainloop::ensure() {
-            prrte::error_box("The k8s PLM component could not set up its event.", &e);
-            return prrte::ERROR;
-        }
-        // SAFETY: main thread during PLM init; these are PRRTE's documented hooks for a launcher.
-        unsafe {
-            let rc = ffi::prte_plm_base_comm_start();
-            if rc != prrte::SUCCESS {
-                return rc;
-            }
-            ffi::prte_plm_globals.daemon_nodes_assigned_at_launch = true;
-            let add = ffi::prte_state.add_job_state.expect("PRRTE's state module has add_job_state");
-            add(ffi::PRTE_JOB_STATE_LAUNCH_DAEMONS as ffi::prte_job_state_t, Some(launch_daemons))
-        }
-    })
-}
-
-unsafe extern "C" fn spawn(jdata: *mut ffi::prte_job_t) -> c_int {
-    crate::abi::boundary("plm k8s spawn", prrte::ERROR, || {
-        prrte::activate_job_state(jdata, ffi::PRTE_JOB_STATE_INIT);
-        prrte::SUCCESS
-    })
-}
-
-unsafe extern "C" fn remote_spawn() -> c_int {
-    crate::abi::boundary("plm k8s remote_spawn", prrte::ERROR, || ffi::PRTE_ERR_NOT_SUPPORTED)
-}
-
-unsafe extern "C" fn terminate_orteds() -> c_int {
-    crate::abi::boundary("plm k8s terminate_orteds", prrte::ERROR, || {
-        SHUTTING_DOWN.store(true, Ordering::Release);
-        // SAFETY: main thread; PRRTE's own way to order every daemon to exit.
-        unsafe { shim::prrte_k8s_shim_prted_exit() }
-    })
-}
-
-unsafe extern "C" fn finalize() -> c_int {
-    crate::abi::boundary("plm k8s finalize", prrte::ERROR, || {
-        SHUTTING_DOWN.store(true, Ordering::Release);
+/// At PLM finalize (main thread, PRRTE's event loop stopped): report what is still pending, ask
+/// every agent to stop its daemon, report the final outcomes, and drop every round.
+pub fn finalize() {
+    SHUTTING_DOWN.store(true, Ordering::Release);
         // Outcomes that arrived while PRRTE was shutting down (e.g. the agent's report of the
         // daemon whose loss made PRRTE stop) are reported before anything else is torn down.
         mainloop::run_pending();
@@ -151,48 +72,34 @@ unsafe extern "C" fn finalize() -> c_int {
         FINALIZED.store(true, Ordering::Release);
         drop(launchers);
         ROUNDS.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        mainloop::shutdown();
-        // SAFETY: main thread at PLM finalize, as PRRTE's own launchers do.
-        unsafe { ffi::prte_plm_base_comm_stop() }
-    })
 }
 
 /// Why the launch could not even be handed to the agents.
-fn launch_error(state_job: *mut ffi::prte_job_t, msg: &str) {
+fn launch_error(state_job: JobRef, msg: &str) {
     prrte::error_box("The k8s PLM component could not launch PRRTE's daemons.", msg);
-    // SAFETY: a plain global PRRTE reports as its exit status.
-    unsafe { shim::prrte_k8s_shim_update_exit_status(1) };
-    prrte::activate_job_state(state_job, ffi::PRTE_JOB_STATE_FAILED_TO_START);
+    shim::update_exit_status(1);
+    state_job.activate(ffi::PRTE_JOB_STATE_FAILED_TO_START);
 }
 
-unsafe extern "C" fn launch_daemons(_fd: c_int, _args: c_short, cbdata: *mut c_void) {
-    crate::abi::boundary("plm k8s launch_daemons", (), || {
-        let caddy = cbdata as *mut ffi::prte_state_caddy_t;
-        // SAFETY: PRRTE passes the state caddy of this activation; we release it when done.
-        let jdata = unsafe { (*caddy).jdata };
-        launch_round(jdata);
-        // SAFETY: the caddy is ours to release (PMIX_RELEASE), as every state callback does.
-        unsafe { shim::prrte_k8s_shim_release(caddy as *mut c_void) };
-    })
+/// Same steps PRRTE's launchers take when nothing needs launching.
+fn daemons_reported_now(job: JobRef) {
+    job.set_state(ffi::PRTE_JOB_STATE_DAEMONS_LAUNCHED);
+    job.activate(ffi::PRTE_JOB_STATE_DAEMONS_REPORTED);
 }
 
-fn daemons_reported_now(jdata: *mut ffi::prte_job_t) {
-    // SAFETY: main thread; same steps PRRTE's launchers take when nothing needs launching.
-    unsafe { (*jdata).state = ffi::PRTE_JOB_STATE_DAEMONS_LAUNCHED as ffi::prte_job_state_t };
-    prrte::activate_job_state(jdata, ffi::PRTE_JOB_STATE_DAEMONS_REPORTED);
-}
-
-fn launch_round(jdata: *mut ffi::prte_job_t) {
-    let daemons = prrte::daemons_job();
-    if daemons.is_null() {
+/// Launches the daemons `jdata` needs (PRRTE's `LAUNCH_DAEMONS` state, main thread).
+pub fn launch_round(jdata: JobRef) {
+    let Some(daemons_ref) = prrte::daemons_job() else {
         return launch_error(jdata, "PRRTE has no daemon job object");
-    }
-    // SAFETY: main thread; PRRTE's helper computes which nodes need new daemons.
-    let rc = unsafe { ffi::prte_plm_base_setup_virtual_machine(jdata) };
+    };
+    let daemons = daemons_ref.as_ptr();
+    // SAFETY: main thread, live job (`JobRef`); PRRTE's helper computes which nodes need new
+    // daemons.
+    let rc = unsafe { ffi::prte_plm_base_setup_virtual_machine(jdata.as_ptr()) };
     if rc != prrte::SUCCESS {
         return launch_error(jdata, &format!("setting up the virtual machine failed (PRRTE error {rc})"));
     }
-    // SAFETY: attribute lookup on a live job object.
+    // SAFETY: attribute lookup on the live daemon job object (`JobRef`).
     let do_not_launch = unsafe {
         ffi::prte_get_attribute(&mut (*daemons).attributes, ffi::PRTE_JOB_DO_NOT_LAUNCH as u16, std::ptr::null_mut(), ffi::PMIX_BOOL as ffi::pmix_data_type_t)
     };
@@ -201,7 +108,7 @@ fn launch_round(jdata: *mut ffi::prte_job_t) {
     // SAFETY: read only when the map exists.
     let new_daemons = if map.is_null() { 0 } else { unsafe { (*map).num_new_daemons } };
     if do_not_launch || (!map.is_null() && new_daemons == 0) {
-        shim::verbose(shim::FRAMEWORK_PLM, 1, "plm:k8s: no new daemons to launch");
+        shim::verbose(Framework::Plm, 1, "plm:k8s: no new daemons to launch");
         return daemons_reported_now(jdata);
     }
     if map.is_null() {
@@ -238,7 +145,7 @@ fn launch_round(jdata: *mut ffi::prte_job_t) {
         prrte_k8s::protocol::validate_dvm_uri(u).is_ok() && !u.contains("tcp4://127.")
     });
     if dvm_uri.is_none() {
-        shim::verbose(shim::FRAMEWORK_PLM, 1, "plm:k8s: prte's tool listener is not reachable from other pods (set --pmixmca ptl_base_if_include to the pod network); no DVM URI published");
+        shim::verbose(Framework::Plm, 1, "plm:k8s: prte's tool listener is not reachable from other pods (set --pmixmca ptl_base_if_include to the pod network); no DVM URI published");
     }
 
     let mut targets = Vec::new();
@@ -249,12 +156,13 @@ fn launch_round(jdata: *mut ffi::prte_job_t) {
     // SAFETY: as above.
     let size = unsafe { (*nodes).size };
     for i in 0..size {
-        let node: *mut ffi::prte_node_t = prrte::array_get(nodes, i);
+        // SAFETY: the map's node array holds prte_node_t, main thread.
+        let node: *mut ffi::prte_node_t = unsafe { prrte::array_get(nodes, i) };
         if node.is_null() {
             continue;
         }
         // SAFETY: a live node of the map.
-        let (flags, daemon, name, raw) = unsafe { ((*node).flags, (*node).daemon, prrte::string((*node).name), prrte::string((*node).rawname)) };
+        let (flags, daemon, name, raw) = unsafe { ((*node).flags, (*node).daemon, cstr::string((*node).name), cstr::string((*node).rawname)) };
         if flags & ffi::PRTE_NODE_FLAG_DAEMON_LAUNCHED as ffi::prte_node_flags_t != 0 || daemon.is_null() {
             continue;
         }
@@ -289,14 +197,18 @@ fn launch_round(jdata: *mut ffi::prte_job_t) {
     }
 
     let generation = GENERATION.fetch_add(1, Ordering::AcqRel) + 1;
-    shim::verbose(shim::FRAMEWORK_PLM, 1, &format!("plm:k8s: launching {} daemons through their pods' agents", targets.len()));
+    shim::verbose(Framework::Plm, 1, &format!("plm:k8s: launching {} daemons through their pods' agents", targets.len()));
     let opts = LaunchOptions {
         secret,
         connect_timeout: Duration::from_secs(p.connect_timeout as u64),
         request_timeout: Duration::from_secs(p.launch_timeout as u64),
         kill_grace: Duration::from_secs(5),
     };
-    let launcher = Launcher::start(targets, opts, Box::new(move |ev| mainloop::post(move || on_event(generation, ev))));
+    let launcher = Launcher::start(
+        targets,
+        opts,
+        Box::new(move |ev| mainloop::post(move || on_event(generation, ev))),
+    );
 
     // The startup timeout PRRTE lacks.
     let (timer_tx, timer_rx) = mpsc::channel::<()>();
@@ -314,11 +226,9 @@ fn launch_round(jdata: *mut ffi::prte_job_t) {
         launcher: Some(launcher),
         _timer: timer_tx,
     });
-    // SAFETY: main thread; as PRRTE's launchers: launched, and the daemons' callbacks do the rest.
-    unsafe {
-        (*jdata).state = ffi::PRTE_JOB_STATE_DAEMONS_LAUNCHED as ffi::prte_job_state_t;
-        (*daemons).state = ffi::PRTE_JOB_STATE_DAEMONS_LAUNCHED as ffi::prte_job_state_t;
-    }
+    // As PRRTE's launchers: launched, and the daemons' callbacks do the rest.
+    jdata.set_state(ffi::PRTE_JOB_STATE_DAEMONS_LAUNCHED);
+    daemons_ref.set_state(ffi::PRTE_JOB_STATE_DAEMONS_LAUNCHED);
 }
 
 /// prted's arguments (without the executable) and the index of the vpid in them.
@@ -326,7 +236,7 @@ fn build_template() -> Result<(Vec<String>, usize), String> {
     let mut argc: c_int = 0;
     let mut argv: *mut *mut std::os::raw::c_char = std::ptr::null_mut();
     let mut vpid_index: c_int = -1;
-    let ess = crate::abi::cstring("env");
+    let ess = cstr::cstring("env");
     // SAFETY: PRRTE's helpers append to a PMIx argv we own and free below; `ess` outlives the call.
     let rc = unsafe {
         let rc = ffi::prte_plm_base_setup_prted_cmd(&mut argc, &mut argv);
@@ -345,7 +255,8 @@ fn build_template() -> Result<(Vec<String>, usize), String> {
             if p.is_null() {
                 break;
             }
-            full.push(prrte::string(p).unwrap_or_default());
+            // SAFETY: `p` is one of the argv's NUL-terminated strings, freed only below.
+            full.push(unsafe { cstr::string(p) }.unwrap_or_default());
             i += 1;
         }
         // SAFETY: frees the argv PMIx allocated.
@@ -354,7 +265,7 @@ fn build_template() -> Result<(Vec<String>, usize), String> {
     if rc != prrte::SUCCESS {
         return Err(format!("building prted's command line failed (PRRTE error {rc})"));
     }
-    shim::verbose(shim::FRAMEWORK_PLM, 2, &format!("plm:k8s: prted command: {}", full.join(" ")));
+    shim::verbose(Framework::Plm, 2, &format!("plm:k8s: prted command: {}", full.join(" ")));
     usize::try_from(vpid_index)
         .ok()
         .and_then(|i| prted_args::agent_template(&full, i))
@@ -366,33 +277,49 @@ fn with_round<R>(generation: u64, f: impl FnOnce(&mut Round) -> R) -> Option<R> 
     rounds.iter_mut().find(|r| r.generation == generation).map(f)
 }
 
+/// The daemon job of a round, on the main thread.
+fn round_daemons(daemons: usize) -> Option<JobRef> {
+    // SAFETY: `Round::daemons` is the daemon job object, which lives until prte exits; rounds'
+    // outcomes are handled on the main thread (posted through the mailbox).
+    unsafe { JobRef::new(daemons as *mut ffi::prte_job_t) }
+}
+
 /// Current state of a daemon proc, if it exists.
-fn daemon_state(daemons: *mut ffi::prte_job_t, vpid: u32) -> Option<(*mut ffi::prte_proc_t, u32)> {
-    // SAFETY: main thread; the daemon job's procs array holds prte_proc_t by vpid.
-    let procs = unsafe { (*daemons).procs };
-    let proc_: *mut ffi::prte_proc_t = prrte::array_get(procs, vpid as c_int);
+fn daemon_state(daemons: JobRef, vpid: u32) -> Option<(*mut ffi::prte_proc_t, u32)> {
+    // SAFETY: main thread, live daemon job (`JobRef`); its procs array holds prte_proc_t by vpid.
+    let proc_: *mut ffi::prte_proc_t =
+        unsafe { prrte::array_get((*daemons.as_ptr()).procs, vpid as c_int) };
     if proc_.is_null() {
         None
     } else {
-        // SAFETY: a live proc object.
+        // SAFETY: a live proc object of the daemon job.
         Some((proc_, unsafe { (*proc_).state } as u32))
     }
 }
 
 /// Mark a daemon failed to start, the way PRRTE's launchers do; PRRTE then aborts the DVM.
-fn fail_daemon(daemons: *mut ffi::prte_job_t, vpid: u32) {
-    let Some((proc_, state)) = daemon_state(daemons, vpid) else { return };
+fn fail_daemon(daemons: JobRef, vpid: u32) {
+    let Some((proc_, state)) = daemon_state(daemons, vpid) else {
+        return;
+    };
     if state == ffi::PRTE_PROC_STATE_FAILED_TO_START {
         return;
     }
-    // SAFETY: main thread; updates of PRRTE's daemon bookkeeping as its own launchers make them.
+    // SAFETY: main thread, live daemon job and proc; updates of PRRTE's daemon bookkeeping as its
+    // own launchers make them.
     unsafe {
         (*proc_).state = ffi::PRTE_PROC_STATE_FAILED_TO_START as ffi::prte_proc_state_t;
-        (*daemons).num_terminated += 1;
+        (*daemons.as_ptr()).num_terminated += 1;
         ffi::prte_rml_route_lost(vpid);
-        shim::prrte_k8s_shim_update_exit_status(1);
-        shim::prrte_k8s_shim_activate_proc_state(&mut (*proc_).name as *mut _ as *mut c_void, ffi::PRTE_PROC_STATE_FAILED_TO_START as c_int);
     }
+    shim::update_exit_status(1);
+    // SAFETY: as above; the state machine copies the proc's name.
+    unsafe {
+        ffi::prrte_k8s_shim_activate_proc_state(
+            std::ptr::addr_of_mut!((*proc_).name).cast(),
+            ffi::PRTE_PROC_STATE_FAILED_TO_START as c_int,
+        )
+    };
 }
 
 fn on_event(generation: u64, ev: LaunchEvent) {
@@ -414,13 +341,16 @@ fn on_event(generation: u64, ev: LaunchEvent) {
         let id = match &ev {
             LaunchEvent::Started { id, .. } | LaunchEvent::Failed { id, .. } | LaunchEvent::Exited { id, .. } => *id,
         };
-        (r.daemons as *mut ffi::prte_job_t, r.targets.get(&id).map(|t| t.1.clone()).unwrap_or_default())
+        (r.daemons, r.targets.get(&id).map(|t| t.1.clone()).unwrap_or_default())
     }) else {
+        return;
+    };
+    let Some(daemons) = round_daemons(daemons) else {
         return;
     };
     match ev {
         LaunchEvent::Started { id, pod, pid } => {
-            shim::verbose(shim::FRAMEWORK_PLM, 1, &format!("plm:k8s: daemon {id} started in pod {pod} (node {node}) as pid {pid}"));
+            shim::verbose(Framework::Plm, 1, &format!("plm:k8s: daemon {id} started in pod {pod} (node {node}) as pid {pid}"));
         }
         LaunchEvent::Failed { id, pod, reason } => {
             with_round(generation, |r| r.failed.insert(id));
@@ -445,8 +375,7 @@ fn on_event(generation: u64, ev: LaunchEvent) {
                 }
             } else if abnormal(&status) {
                 // The DVM cannot continue without it; make prte's own exit say so.
-                // SAFETY: a plain global PRRTE reports as its exit status.
-                unsafe { shim::prrte_k8s_shim_update_exit_status(1) };
+                shim::update_exit_status(1);
                 prrte::error_box(
                     &format!("PRRTE's daemon in pod {pod} ended while the DVM was running."),
                     &format!("Daemon {id} (node {node}): {status}. PRRTE will now shut the DVM down."),
@@ -465,7 +394,10 @@ fn on_timeout(generation: u64, timeout: Duration) {
     if SHUTTING_DOWN.load(Ordering::Acquire) {
         return;
     }
-    let Some((daemons, targets, failed)) = with_round(generation, |r| (r.daemons as *mut ffi::prte_job_t, r.targets.clone(), r.failed.clone())) else {
+    let Some((daemons, targets, failed)) = with_round(generation, |r| (r.daemons, r.targets.clone(), r.failed.clone())) else {
+        return;
+    };
+    let Some(daemons) = round_daemons(daemons) else {
         return;
     };
     let missing: Vec<(u32, String, String)> = targets
