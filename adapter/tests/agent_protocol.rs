@@ -1,5 +1,6 @@
 //! The agent binary against raw protocol clients: authentication, frame integrity, request
 //! validation, one-job-at-a-time, supervision and process cleanup, start-up checks, health.
+#![forbid(unsafe_code)]
 
 mod agent_support;
 

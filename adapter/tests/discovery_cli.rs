@@ -1,4 +1,5 @@
 //! `prrte-k8s pods` against the sandbox API server.
+#![forbid(unsafe_code)]
 
 mod discovery_support;
 

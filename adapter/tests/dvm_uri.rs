@@ -1,5 +1,6 @@
 //! The DVM URI: carried in launch requests, published by the agent while that prted runs,
 //! refused when malformed; `ping_agent`; and the `prrte-k8s dvm-uri|prun|pterm` CLI.
+#![forbid(unsafe_code)]
 
 mod agent_support;
 

@@ -1,6 +1,7 @@
 //! The launch benchmark's ssh baseline works at all (not timed): with an sshd and an agent in
 //! each of two pods, a DVM through the agents and then prte with `plm ssh` (tree spawn and not)
 //! reach "DVM ready", pterm ends each, and no prted or ssh session is left.
+#![forbid(unsafe_code)]
 use sandbox::mpijob::{Job, JobSpec};
 use sandbox::sshd::{self, SshBaseline, Spawn};
 use std::time::Duration;

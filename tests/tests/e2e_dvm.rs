@@ -1,5 +1,6 @@
 //! PRRTE with the k8s components in the sandbox cluster: allocation from pods, daemons through
 //! the agents (no sshd anywhere), real MPI programs across pods.
+#![forbid(unsafe_code)]
 mod common;
 
 use common::*;

@@ -1,6 +1,7 @@
 //! PRRTE with the k8s components when things go wrong: each failure ends prte with a non-zero
 //! exit and a message naming the pod and the cause, without hanging and without leaving any
 //! prted behind.
+#![forbid(unsafe_code)]
 mod common;
 
 use common::*;

@@ -1,5 +1,6 @@
 //! `prrte-k8s prun` from any pod against a DVM started by the pod-0 agent (`--dvm-head auto`),
 //! `prrte-k8s pterm`, and `prrte-k8s doctor` on a good job and on broken ones.
+#![forbid(unsafe_code)]
 mod common;
 
 use common::*;

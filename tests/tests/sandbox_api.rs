@@ -1,4 +1,5 @@
 //! The sandbox API server on its own (no pods run): real clients (kube-rs, kubectl) against it.
+#![forbid(unsafe_code)]
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, ServiceAccount};

@@ -1,4 +1,5 @@
 //! The prrte-k8s-sandbox command line: up / exec / kill / status / down (needs root).
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,4 +1,5 @@
 //! The sandbox cluster with real pods (network namespaces): needs root.
+#![forbid(unsafe_code)]
 
 use sandbox::api::Obj;
 use sandbox::cluster::{Cluster, ClusterOptions};

@@ -2,6 +2,7 @@
 //! daemons started through the agents (`plm k8s`) and, side by side on the same pods, through a
 //! real sshd in every pod (`plm ssh`, the mpi-operator way). Prints a table; not part of
 //! `make test` (run `make bench`). Needs root, like the sandbox.
+#![forbid(unsafe_code)]
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use sandbox::harness::{self, TestDir};
