@@ -10,6 +10,7 @@
 //! plain threads (the PRRTE RAS component).
 
 pub mod api;
+pub mod client;
 pub mod error;
 pub mod infer;
 pub mod order;
@@ -31,7 +32,7 @@ pub use error::{DiscoveryError, ErrorKind, PODS_RULE};
 pub use infer::{SelfIdentity, SelfNameSource};
 pub use slots::{ParseSlotsPolicyError, SlotsPolicy, SLOTS_ANNOTATION};
 
-use crate::kubeconfig::{self, Environment};
+use client::Environment;
 use api::{Ctx, Operation};
 use readiness::{classify, PodReadiness};
 
@@ -55,8 +56,8 @@ pub struct DiscoveryConfig {
     pub timeout: Duration,
     /// Where slot counts come from.
     pub slots: SlotsPolicy,
-    /// Explicit kubeconfig; else in-cluster, else `$KUBECONFIG` / `~/.kube/config`. An empty
-    /// path counts as unset.
+    /// Explicit kubeconfig; else `$KUBECONFIG`, else in-cluster, else `~/.kube/config` (see
+    /// [`client`]). An empty path counts as unset.
     pub kubeconfig: Option<PathBuf>,
     /// Name of the pod we run in. Default: `$POD_NAME`, else `$HOSTNAME`, else the host name.
     pub self_pod: Option<String>,
@@ -120,8 +121,9 @@ pub enum Progress {
     Resolved { namespace: String, selector: String, selector_source: String, expected: u32, expected_source: String },
     /// The number of ready pods changed (also sent once after the first list).
     Ready { ready: u32, expected: u32, waiting_for: Vec<String> },
-    /// A watch was established from this resource version.
-    Watching { resource_version: String },
+    /// The pod watcher listed the selected pods (`listed` of them) and watches from there; sent
+    /// again whenever it has to list anew (its resource version expired).
+    Watching { listed: u32 },
 }
 
 /// Discovers the allocation (see the module docs).
@@ -202,7 +204,7 @@ pub async fn discover_with(
     let deadline = tokio::time::Instant::now() + cfg.timeout;
     let connect_timeout = cfg.timeout.min(Duration::from_secs(30));
     let explicit_kubeconfig = cfg.kubeconfig.as_deref().filter(|p| !p.as_os_str().is_empty());
-    let resolved = match tokio::time::timeout_at(deadline, kubeconfig::resolve_config(explicit_kubeconfig, env)).await {
+    let resolved = match tokio::time::timeout_at(deadline, client::resolve_config(explicit_kubeconfig, env)).await {
         Ok(r) => r?,
         Err(_) => {
             return Err(DiscoveryError::Internal {
@@ -210,7 +212,7 @@ pub async fn discover_with(
             })
         }
     };
-    let client = kubeconfig::client_from_config(resolved, connect_timeout)?;
+    let client = client::client_from_config(resolved, connect_timeout)?;
     let namespace = cfg
         .namespace
         .as_deref()

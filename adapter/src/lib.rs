@@ -6,7 +6,6 @@
 #![forbid(unsafe_code)]
 
 pub mod discovery;
-pub mod kubeconfig;
 pub mod agent;
 pub mod launch;
 pub mod protocol;

@@ -1,5 +1,6 @@
 //! Pod discovery against the sandbox API server: readiness through the watch, RBAC and
 //! credential errors, selector and expected-count inference, ordering, exclusion and slots.
+#![forbid(unsafe_code)]
 
 mod discovery_support;
 
@@ -11,7 +12,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, PostParams};
 use prrte_k8s::discovery::{self, DiscoveryError, ErrorKind, Progress, SlotsPolicy, PODS_RULE};
-use prrte_k8s::kubeconfig::Environment;
+use prrte_k8s::discovery::client::Environment;
 use sandbox::api::Rule;
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -87,6 +88,42 @@ async fn allocation_waits_through_the_watch_for_late_pods() {
     assert_eq!(alloc.namespace, "late");
     assert_eq!(alloc.selector, "app=late");
     assert!(alloc.nodes.iter().all(|n| n.slots == 1 && !n.is_self && !n.uid.is_empty()));
+}
+
+/// The watch breaks mid-wait twice: once dropped (the watcher resumes from the last resource
+/// version it saw), once dropped after the store compacted its history (the resumed watch gets
+/// 410 Gone and the watcher lists again). Pods that became ready in between are not missed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_watch_and_a_410_mid_wait_still_give_the_right_allocation() {
+    let f = Fixture::new("gone").await;
+    for i in 0..4 {
+        f.create_pod(&format!("g-{i}"), json!({"app": "gone"}), json!({})).await;
+    }
+    // A pod of another job, ready all along: never part of the allocation.
+    f.create_pod("other-0", json!({"app": "other"}), json!({})).await;
+    f.make_ready("other-0", "10.3.0.99").await;
+    let cfg = discovery::DiscoveryConfig { selector: Some("app=gone".into()), ..f.config() };
+    let (handle, mut rx) = spawn_discovery(cfg);
+    progress_until(&mut rx, "the watch", |p| matches!(p, Progress::Watching { listed: 4 })).await;
+
+    // 1. The watch is dropped; changes made before it is resumed are replayed.
+    f.server.drop_watches();
+    f.make_ready("g-0", "10.3.0.10").await;
+    progress_until(&mut rx, "1 ready", ready_count(1)).await;
+
+    // 2. History compacted, then the watch dropped: resuming gets 410, the watcher lists again.
+    f.make_ready("g-1", "10.3.0.11").await;
+    f.server.store().compact();
+    f.server.drop_watches();
+    progress_until(&mut rx, "a new list after 410", |p| matches!(p, Progress::Watching { listed: 4 })).await;
+    assert!(!handle.is_finished(), "discovery returned before the pods were ready");
+
+    f.make_ready("g-2", "10.3.0.12").await;
+    f.make_ready("g-3", "10.3.0.13").await;
+    let alloc = tokio::time::timeout(WAIT, handle).await.expect("discovery finishes").unwrap().expect("allocation");
+    assert_eq!(names(&alloc), ["g-0", "g-1", "g-2", "g-3"]);
+    let ips: Vec<String> = alloc.nodes.iter().map(|n| n.ip.to_string()).collect();
+    assert_eq!(ips, ["10.3.0.10", "10.3.0.11", "10.3.0.12", "10.3.0.13"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -112,7 +112,7 @@ pub static RAS_PARAMS: [Param<RasParams>; 9] = [
     },
     Param {
         name: c"kubeconfig",
-        help: c"Kubeconfig file to use instead of the in-cluster service account (default: in-cluster, else $KUBECONFIG or ~/.kube/config)",
+        help: c"Kubeconfig file to use instead of the in-cluster service account (default: the files in $KUBECONFIG, else in-cluster, else ~/.kube/config)",
         field: Field::Str(|p| &mut p.kubeconfig),
     },
     Param {

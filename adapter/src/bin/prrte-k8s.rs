@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use prrte_k8s::discovery::{self, render, DiscoveryConfig, Progress, SlotsPolicy};
-use prrte_k8s::kubeconfig::Environment;
+use prrte_k8s::discovery::client::Environment;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -69,7 +69,7 @@ struct PodsArgs {
     /// Slots per pod: auto (annotation prrte.k8s.io/slots, else GPUs, else CPUs, else 1), annotation, gpu, cpu, one.
     #[arg(long, value_name = "POLICY", default_value = "auto", env = "PRTE_MCA_ras_k8s_slots")]
     slots: SlotsPolicy,
-    /// Kubeconfig file [default: in-cluster service account, else $KUBECONFIG, else ~/.kube/config].
+    /// Kubeconfig file [default: $KUBECONFIG, else the in-cluster service account, else ~/.kube/config].
     #[arg(long, value_name = "PATH", env = "PRTE_MCA_ras_k8s_kubeconfig")]
     kubeconfig: Option<PathBuf>,
     /// Name of the pod this runs in [default: $POD_NAME, else $HOSTNAME, else the host name].
@@ -119,7 +119,7 @@ fn pods(args: PodsArgs) -> i32 {
             Progress::Ready { ready, expected, waiting_for } => {
                 eprintln!("prrte-k8s: {ready} of {expected} pods ready; waiting for {}", waiting_for.join(", "))
             }
-            Progress::Watching { resource_version } => eprintln!("prrte-k8s: watching pods from resource version {resource_version}"),
+            Progress::Watching { listed } => eprintln!("prrte-k8s: listed {listed} pods, watching for changes"),
         }
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::error::DiscoveryError;
-use crate::kubeconfig::{error_chain, ApiClient};
+use super::client::{error_chain, ApiClient};
 
 /// What discovery is doing when a call fails, for messages and RBAC rules.
 #[derive(Debug, Clone)]

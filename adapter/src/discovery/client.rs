@@ -3,10 +3,16 @@
 //! Configuration is looked for in this order:
 //!
 //! 1. an explicit kubeconfig file (MCA param `ras_k8s_kubeconfig`, CLI `--kubeconfig`);
-//! 2. in-cluster: `KUBERNETES_SERVICE_HOST` (+ `KUBERNETES_SERVICE_PORT`, default 443) with the
+//! 2. the files in `$KUBECONFIG` (colon-separated, merged; names of missing files are skipped);
+//! 3. in-cluster: `KUBERNETES_SERVICE_HOST` (+ `KUBERNETES_SERVICE_PORT`, default 443) with the
 //!    service account token and CA certificate mounted in
 //!    `/var/run/secrets/kubernetes.io/serviceaccount`;
-//! 3. the files in `$KUBECONFIG` (colon-separated, merged), else `~/.kube/config`.
+//! 4. `~/.kube/config`.
+//!
+//! As in client-go (kubectl), an explicitly set `KUBECONFIG` wins over the in-cluster
+//! configuration. Unlike client-go, `~/.kube/config` comes after it: a kubeconfig left in an
+//! image's home directory must not silently point a pod away from the cluster it runs in, while
+//! setting `KUBECONFIG` is a deliberate choice.
 //!
 //! The process environment is read through [`Environment`] so tests can supply their own.
 
@@ -19,7 +25,7 @@ use kube::config::{
     AuthInfo, Cluster, Context, KubeConfigOptions, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext,
 };
 
-use crate::discovery::DiscoveryError;
+use super::error::DiscoveryError;
 
 /// Where a pod's service account credentials are mounted.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -219,19 +225,6 @@ pub async fn resolve_config(explicit: Option<&Path>, env: &Environment) -> Resul
     }
 
     let mut tried = Vec::new();
-    match env.in_cluster_available() {
-        Ok(url) => {
-            let dir = env.service_account_dir.clone().unwrap_or_default();
-            let source = ConfigSource::InCluster { service_account_dir: dir.clone() };
-            let ca = dir.join("ca.crt");
-            if !ca.is_file() {
-                return Err(bad(&source, format!("the CA certificate {} is missing", ca.display())));
-            }
-            return from_kubeconfig(in_cluster_kubeconfig(&url, env), source).await;
-        }
-        Err(why) => tried.push(why),
-    }
-
     if let Some(value) = &env.kubeconfig_env {
         let paths: Vec<PathBuf> = std::env::split_paths(value).filter(|p| !p.as_os_str().is_empty()).collect();
         let existing: Vec<PathBuf> = paths.iter().filter(|p| p.is_file()).cloned().collect();
@@ -249,6 +242,19 @@ pub async fn resolve_config(explicit: Option<&Path>, env: &Environment) -> Resul
         }
     } else {
         tried.push("$KUBECONFIG is not set".into());
+    }
+
+    match env.in_cluster_available() {
+        Ok(url) => {
+            let dir = env.service_account_dir.clone().unwrap_or_default();
+            let source = ConfigSource::InCluster { service_account_dir: dir.clone() };
+            let ca = dir.join("ca.crt");
+            if !ca.is_file() {
+                return Err(bad(&source, format!("the CA certificate {} is missing", ca.display())));
+            }
+            return from_kubeconfig(in_cluster_kubeconfig(&url, env), source).await;
+        }
+        Err(why) => tried.push(why),
     }
 
     match &env.home {
@@ -398,6 +404,35 @@ current-context: ctx
         assert!(matches!(r.source, ConfigSource::HomeKubeconfig(_)));
     }
 
+    /// client-go's precedence: an explicitly set KUBECONFIG wins over the in-cluster service
+    /// account; without it the service account wins over ~/.kube/config.
+    #[tokio::test]
+    async fn kubeconfig_env_wins_over_in_cluster_which_wins_over_home() {
+        let dir = tempfile::tempdir().unwrap();
+        let sa = dir.path().join("sa");
+        std::fs::create_dir_all(&sa).unwrap();
+        for f in ["token", "ca.crt", "namespace"] {
+            std::fs::write(sa.join(f), "x").unwrap();
+        }
+        let path = dir.path().join("kc.yaml");
+        std::fs::write(&path, KUBECONFIG_YAML).unwrap();
+        std::fs::create_dir_all(dir.path().join(".kube")).unwrap();
+        std::fs::copy(&path, dir.path().join(".kube/config")).unwrap();
+        let mut env = env_in(dir.path());
+        env.service_host = Some("10.96.0.1".into());
+        env.home = Some(dir.path().to_path_buf());
+        env.kubeconfig_env = Some(path.clone().into_os_string());
+        let r = resolve_config(None, &env).await.unwrap();
+        assert_eq!(r.source, ConfigSource::KubeconfigEnv(vec![path.clone()]));
+
+        env.kubeconfig_env = None;
+        match resolve_config(None, &env).await {
+            Ok(r) => assert!(matches!(r.source, ConfigSource::InCluster { .. }), "{:?}", r.source),
+            // The fake CA is not a certificate: in-cluster was chosen, and its CA is what fails.
+            Err(e) => assert!(e.to_string().contains("in-cluster service account"), "{e}"),
+        }
+    }
+
     #[tokio::test]
     async fn explicit_kubeconfig_errors_name_the_file() {
         let dir = tempfile::tempdir().unwrap();
@@ -412,6 +447,6 @@ current-context: ctx
         let nocontext = dir.path().join("nocontext.yaml");
         std::fs::write(&nocontext, "apiVersion: v1\nkind: Config\n").unwrap();
         let err = resolve_config(Some(&nocontext), &env).await.unwrap_err();
-        assert_eq!(err.kind(), crate::discovery::ErrorKind::NoCluster, "{err}");
+        assert_eq!(err.kind(), super::super::ErrorKind::NoCluster, "{err}");
     }
 }

@@ -4,9 +4,8 @@
 //! comma-separated requirements, each one of `key`, `!key`, `key=value`, `key==value`,
 //! `key!=value`, `key in (v1,v2)`, `key notin (v1,v2)`, `key>N`, `key<N`. Keys are qualified
 //! names (`[prefix/]name`), values are label values. Validating here turns a typo into a precise
-//! message instead of an opaque 400 from the server.
-
-use std::collections::BTreeMap;
+//! message instead of an opaque 400 from the server. Matching pods against a selector is the API
+//! server's job (discovery lists and watches with the selector), so there is no matcher here.
 
 /// One parsed requirement of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,33 +20,10 @@ pub enum Requirement {
     LessThan(String, i64),
 }
 
-impl Requirement {
-    /// Whether a set of labels satisfies this requirement (same semantics as the API server).
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        match self {
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::DoesNotExist(k) => !labels.contains_key(k),
-            Requirement::Equals(k, v) => labels.get(k) == Some(v),
-            Requirement::NotEquals(k, v) => labels.get(k) != Some(v),
-            Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
-            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
-            Requirement::GreaterThan(k, n) => labels.get(k).and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v > *n),
-            Requirement::LessThan(k, n) => labels.get(k).and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v < *n),
-        }
-    }
-}
-
 /// A validated label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selector {
     pub requirements: Vec<Requirement>,
-}
-
-impl Selector {
-    /// Whether a set of labels satisfies every requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.requirements.iter().all(|r| r.matches(labels))
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -322,10 +298,6 @@ pub fn validate_value(value: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-    }
-
     #[test]
     fn parses_every_operator() {
         let s = parse_selector("a=1, b==2,c!=3, d in (x, y), e notin (z), f, !g, h>5, i<7").unwrap();
@@ -387,37 +359,6 @@ mod tests {
             }
             let err = parse_selector(input).expect_err(input);
             assert!(err.contains(needle), "{input:?}: {err}");
-        }
-    }
-
-    #[test]
-    fn matching_follows_api_semantics() {
-        let pod = labels(&[("app", "mpi"), ("role", "worker"), ("gen", "3")]);
-        let yes = [
-            "app=mpi",
-            "app==mpi,role in (worker,launcher)",
-            "role notin (launcher)",
-            "!missing",
-            "gen>2",
-            "gen<4",
-            "app",
-            "missing!=x",
-        ];
-        let no = [
-            "app=other",
-            "role in (launcher)",
-            "role notin (worker)",
-            "!app",
-            "gen>3",
-            "missing",
-            "app!=mpi",
-            "missing in (x)",
-        ];
-        for s in yes {
-            assert!(parse_selector(s).unwrap().matches(&pod), "{s} should match");
-        }
-        for s in no {
-            assert!(!parse_selector(s).unwrap().matches(&pod), "{s} should not match");
         }
     }
 }

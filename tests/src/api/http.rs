@@ -34,6 +34,8 @@ pub struct State {
     /// How often watches that allow bookmarks get one, in milliseconds.
     pub bookmark_ms: std::sync::atomic::AtomicU64,
     pub logs: RwLock<Option<LogSource>>,
+    /// Bumped to end every open watch (see [`super::ApiServer::drop_watches`]).
+    pub watch_drops: watch::Sender<u64>,
 }
 
 const MAX_BODY: usize = 16 << 20;
@@ -695,6 +697,7 @@ fn start_watch(
     };
     if let Some(start) = start {
         let mut shutdown = st.shutdown.clone();
+        let mut drops = st.watch_drops.subscribe();
         let interval = Duration::from_millis(st.bookmark_ms.load(std::sync::atomic::Ordering::Relaxed));
         tokio::spawn(async move {
             let mut last_rv = start.resource_version;
@@ -724,6 +727,7 @@ fn start_watch(
             loop {
                 tokio::select! {
                     _ = shutdown.changed() => return,
+                    _ = drops.changed() => return,
                     _ = tx.closed() => return,
                     _ = &mut deadline => return,
                     _ = tick.tick(), if bookmarks => {

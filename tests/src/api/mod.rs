@@ -120,6 +120,7 @@ impl ApiServer {
             shutdown: shutdown_rx.clone(),
             bookmark_ms: std::sync::atomic::AtomicU64::new(5000),
             logs: RwLock::new(None),
+            watch_drops: watch::channel(0).0,
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config.clone());
         let st = state.clone();
@@ -241,6 +242,13 @@ impl ApiServer {
     /// Lets `GET .../pods/NAME/log` serve pod logs: `f(namespace, name)` gives the log file.
     pub fn set_log_source(&self, f: impl Fn(&str, &str) -> Option<PathBuf> + Send + Sync + 'static) {
         *self.state.logs.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(f));
+    }
+
+    /// Ends every open watch stream at once, as a dropped connection or an API server restart
+    /// would (clients see the stream end and watch again; a watch from a resource version the
+    /// store has compacted away, see [`Store::compact`], then gets 410 Gone).
+    pub fn drop_watches(&self) {
+        self.state.watch_drops.send_modify(|n| *n += 1);
     }
 
     /// How often watches that allow bookmarks get one (default 5 s).

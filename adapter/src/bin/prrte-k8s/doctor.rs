@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::Api;
 use prrte_k8s::discovery::{self, Allocation, DiscoveryConfig, SlotsPolicy};
-use prrte_k8s::kubeconfig::{self, error_chain, Environment, SERVICE_ACCOUNT_DIR};
+use prrte_k8s::discovery::client::{error_chain, Environment, SERVICE_ACCOUNT_DIR};
 use prrte_k8s::launch::{ping_agent, LaunchOptions, LaunchTarget};
 use prrte_k8s::protocol::{read_secret_file, DEFAULT_AGENT_PORT, DEFAULT_SECRET_FILE};
 
@@ -64,6 +64,21 @@ fn env_path(name: &str) -> Option<PathBuf> {
 }
 
 fn check_in_cluster(r: &mut Report, env: &Environment) {
+    // Same precedence as discovery (and client-go): an explicit $KUBECONFIG wins over the
+    // in-cluster service account.
+    if let Some(value) = &env.kubeconfig_env {
+        let existing: Vec<String> = std::env::split_paths(value)
+            .filter(|p| p.is_file())
+            .map(|p| p.display().to_string())
+            .collect();
+        if !existing.is_empty() {
+            r.ok(&format!(
+                "client config: kubeconfig {} ($KUBECONFIG, which takes precedence over the in-cluster service account; unset it to use the pod's own)",
+                existing.join(":")
+            ));
+            return;
+        }
+    }
     let dir = Path::new(SERVICE_ACCOUNT_DIR);
     let mut missing: Vec<String> = ["token", "ca.crt", "namespace"]
         .iter()
@@ -113,7 +128,7 @@ const RBAC_REMEDY: &str = "bind the job's service account to a Role with `- apiG
      prrte-config/k8s/rbac.yaml; the pods must use serviceAccountName: prrte-launcher)";
 
 async fn check_rbac(r: &mut Report, env: &Environment, namespace: &str) {
-    let client = match tokio::time::timeout(API_TIMEOUT, kubeconfig::connect_with_env(None, env, API_TIMEOUT)).await {
+    let client = match tokio::time::timeout(API_TIMEOUT, discovery::client::connect_with_env(None, env, API_TIMEOUT)).await {
         Ok(Ok(c)) => c.client,
         Ok(Err(e)) => {
             r.fail(&format!("RBAC: cannot build an API client: {e}"), "fix the in-cluster config check above");
