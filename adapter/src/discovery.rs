@@ -30,14 +30,15 @@ use kube::api::{Api, ListParams};
 
 pub use error::{DiscoveryError, ErrorKind, PODS_RULE};
 pub use infer::{SelfIdentity, SelfNameSource};
-pub use slots::{ParseSlotsPolicyError, SlotsPolicy, SLOTS_ANNOTATION};
+pub use slots::{ParseSlotsPolicyError, SlotsPolicy, DEPRECATED_SLOTS_ANNOTATION, SLOTS_ANNOTATION};
 
 use client::Environment;
 use api::{Ctx, Operation};
 use readiness::{classify, PodReadiness};
 
-/// Default bound of a discovery call.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default bound of a discovery call: the default of `ras_k8s_timeout` and of
+/// `prrte-k8s pods --timeout`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// What to discover and how (the `ras_k8s_*` MCA parameters).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -318,6 +319,7 @@ pub fn build_nodes(
             let slots = slots::pod_slots(p, policy).map_err(|b| DiscoveryError::InvalidSlotsAnnotation {
                 pod: name.clone(),
                 namespace: namespace.to_string(),
+                annotation: b.annotation.to_string(),
                 value: b.value,
                 reason: b.reason.to_string(),
             })?;

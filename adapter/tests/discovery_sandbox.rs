@@ -466,7 +466,7 @@ async fn finished_and_deleted_pods_are_never_allocated() {
 async fn slots_from_annotation_gpu_and_cpu() {
     let f = Fixture::new("slots").await;
     let with = |resources: serde_json::Value| json!({"spec": {"containers": [{"name": "main", "image": "mpi", "resources": resources}]}});
-    f.create_pod("s-0", json!({"app": "s"}), json!({"metadata": {"annotations": {"prrte.k8s.io/slots": "6"}}})).await;
+    f.create_pod("s-0", json!({"app": "s"}), json!({"metadata": {"annotations": {"prrte-k8s.io/slots": "6"}}})).await;
     f.create_pod(
         "s-1",
         json!({"app": "s"}),

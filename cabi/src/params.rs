@@ -10,6 +10,7 @@
 //! PMIx keeps pointers to the storage, so it lives for the life of the process (leaked once).
 use crate::cstr::cstring;
 use crate::{ffi, shim};
+use prrte_k8s::discovery;
 use prrte_k8s::protocol::{DEFAULT_AGENT_PORT, DEFAULT_SECRET_FILE};
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
@@ -35,7 +36,7 @@ impl Default for RasParams {
             namespace: None,
             selector: None,
             expected_pods: 0,
-            timeout: 300,
+            timeout: discovery::DEFAULT_TIMEOUT.as_secs() as i32,
             slots: Some("auto".into()),
             kubeconfig: None,
             self_pod: None,
@@ -107,7 +108,7 @@ pub static RAS_PARAMS: [Param<RasParams>; 9] = [
     },
     Param {
         name: c"slots",
-        help: c"How slots per pod are derived: auto (annotation prrte.k8s.io/slots, else GPUs, else whole CPUs, else 1), annotation, gpu, cpu, one",
+        help: c"How slots per pod are derived: auto (annotation prrte-k8s.io/slots, or the deprecated prrte.k8s.io/slots, else GPUs, else whole CPUs, else 1), annotation, gpu, cpu, one",
         field: Field::Str(|p| &mut p.slots),
     },
     Param {

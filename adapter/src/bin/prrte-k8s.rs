@@ -49,7 +49,8 @@ enum Command {
 #[derive(Args, Debug, Clone)]
 pub(crate) struct JobArgs {
     /// Namespace of the pods [default: our pod's namespace, else the kubeconfig context's, else "default"].
-    #[arg(long, short = 'n', env = "PRTE_MCA_ras_k8s_namespace")]
+    /// (No `-n`: in prrte-k8s, as in PRRTE's tools, `-n` is a process count.)
+    #[arg(long, env = "PRTE_MCA_ras_k8s_namespace")]
     pub namespace: Option<String>,
     /// Label selector of the job's pods [default: inferred from our own pod's labels].
     #[arg(long, short = 'l', env = "PRTE_MCA_ras_k8s_selector")]
@@ -63,10 +64,11 @@ pub(crate) struct JobArgs {
 struct PodsArgs {
     #[command(flatten)]
     job: JobArgs,
-    /// Seconds to wait for the pods to be ready (bounds the whole discovery).
-    #[arg(long, value_name = "SECS", default_value = "120", value_parser = parse_seconds, env = "PRTE_MCA_ras_k8s_timeout")]
-    timeout: Duration,
-    /// Slots per pod: auto (annotation prrte.k8s.io/slots, else GPUs, else CPUs, else 1), annotation, gpu, cpu, one.
+    /// Seconds to wait for the pods to be ready (bounds the whole discovery); the same variable and
+    /// default as ras_k8s_timeout.
+    #[arg(long, value_name = "SECS", default_value_t = Seconds(discovery::DEFAULT_TIMEOUT), env = "PRTE_MCA_ras_k8s_timeout")]
+    timeout: Seconds,
+    /// Slots per pod: auto (annotation prrte-k8s.io/slots, else GPUs, else CPUs, else 1), annotation, gpu, cpu, one.
     #[arg(long, value_name = "POLICY", default_value = "auto", env = "PRTE_MCA_ras_k8s_slots")]
     slots: SlotsPolicy,
     /// Kubeconfig file [default: $KUBECONFIG, else the in-cluster service account, else ~/.kube/config].
@@ -86,7 +88,24 @@ struct PodsArgs {
     verbose: bool,
 }
 
-pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
+/// A positive number of seconds on the command line (fractions allowed).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Seconds(pub Duration);
+
+impl std::str::FromStr for Seconds {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Seconds, String> {
+        parse_seconds(s).map(Seconds)
+    }
+}
+
+impl std::fmt::Display for Seconds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0.as_secs_f64())
+    }
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
     let secs: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
     if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 * 365.0 {
         return Err(format!("{s:?} must be a positive number of seconds"));
@@ -99,7 +118,7 @@ fn pods(args: PodsArgs) -> i32 {
         namespace: args.job.namespace,
         selector: args.job.selector,
         expected_pods: args.job.expected.filter(|n| *n > 0),
-        timeout: args.timeout,
+        timeout: args.timeout.0,
         slots: args.slots,
         kubeconfig: args.kubeconfig,
         self_pod: args.self_pod,

@@ -59,9 +59,9 @@ pub enum DiscoveryError {
     InvalidConfig { param: String, value: String, reason: String },
 
     #[error(
-        "Pod {namespace}/{pod} has annotation prrte.k8s.io/slots={value:?}, which is not a valid slot count: {reason}. Fix the annotation in the pod template (a positive integer such as \"4\"), or set ras_k8s_slots (--slots) to gpu, cpu or one to ignore it."
+        "Pod {namespace}/{pod} has annotation {annotation}={value:?}, which is not a valid slot count: {reason}. Fix the annotation in the pod template (a positive integer such as \"4\"), or set ras_k8s_slots (--slots) to gpu, cpu or one to ignore it."
     )]
-    InvalidSlotsAnnotation { pod: String, namespace: String, value: String, reason: String },
+    InvalidSlotsAnnotation { pod: String, namespace: String, annotation: String, value: String, reason: String },
 
     #[error(
         "No Kubernetes cluster configuration found: {}. Run inside a pod with a service account token mounted (automountServiceAccountToken must not be false), or point ras_k8s_kubeconfig (--kubeconfig) or $KUBECONFIG at a kubeconfig file.",

@@ -10,14 +10,18 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use super::quantity::Quantity;
 
 /// Pod annotation giving the slot count explicitly.
-pub const SLOTS_ANNOTATION: &str = "prrte.k8s.io/slots";
+pub const SLOTS_ANNOTATION: &str = "prrte-k8s.io/slots";
+
+/// The annotation's former name, still read when [`SLOTS_ANNOTATION`] is absent. Deprecated:
+/// `k8s.io` and its subdomains are reserved for Kubernetes itself.
+pub const DEPRECATED_SLOTS_ANNOTATION: &str = "prrte.k8s.io/slots";
 
 /// Extended resources counted as GPUs.
 pub const GPU_RESOURCES: &[&str] = &["nvidia.com/gpu", "amd.com/gpu"];
 
 /// Where the slot count of a pod comes from (MCA param `ras_k8s_slots`).
 ///
-/// Every policy gives at least one slot per pod. A malformed `prrte.k8s.io/slots` annotation is
+/// Every policy gives at least one slot per pod. A malformed `prrte-k8s.io/slots` annotation is
 /// an error under `Auto` and `Annotation`; the other policies ignore the annotation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -82,6 +86,8 @@ impl FromStr for SlotsPolicy {
 /// A slot annotation that is not a positive integer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadSlotsAnnotation {
+    /// The annotation's name ([`SLOTS_ANNOTATION`] or [`DEPRECATED_SLOTS_ANNOTATION`]).
+    pub annotation: &'static str,
     pub value: String,
     pub reason: &'static str,
 }
@@ -89,8 +95,8 @@ pub struct BadSlotsAnnotation {
 /// Largest slot count accepted from an annotation.
 pub const MAX_SLOTS: u32 = 1 << 20;
 
-fn parse_annotation(value: &str) -> Result<u32, BadSlotsAnnotation> {
-    let bad = |reason| BadSlotsAnnotation { value: value.to_string(), reason };
+fn parse_annotation((annotation, value): (&'static str, &str)) -> Result<u32, BadSlotsAnnotation> {
+    let bad = |reason| BadSlotsAnnotation { annotation, value: value.to_string(), reason };
     let v = value.trim();
     if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad("it must be a positive integer such as \"4\""));
@@ -156,13 +162,28 @@ fn clamp_slots(n: u64) -> u32 {
     n.clamp(1, u64::from(MAX_SLOTS)) as u32
 }
 
+/// The pod's slot annotation (name and value): [`SLOTS_ANNOTATION`], else the deprecated
+/// [`DEPRECATED_SLOTS_ANNOTATION`] (with a warning).
+fn slots_annotation(pod: &Pod) -> Option<(&'static str, &str)> {
+    let annotations = pod.metadata.annotations.as_ref()?;
+    if let Some(v) = annotations.get(SLOTS_ANNOTATION) {
+        return Some((SLOTS_ANNOTATION, v));
+    }
+    let v = annotations.get(DEPRECATED_SLOTS_ANNOTATION)?;
+    tracing::warn!(
+        pod = pod.metadata.name.as_deref().unwrap_or(""),
+        "annotation {DEPRECATED_SLOTS_ANNOTATION} is deprecated; name it {SLOTS_ANNOTATION}"
+    );
+    Some((DEPRECATED_SLOTS_ANNOTATION, v))
+}
+
 /// The slot count of a pod under a policy. Errors only for a malformed annotation under the
 /// `Auto` and `Annotation` policies.
 pub fn pod_slots(pod: &Pod, policy: SlotsPolicy) -> Result<u32, BadSlotsAnnotation> {
-    let annotation = pod.metadata.annotations.as_ref().and_then(|a| a.get(SLOTS_ANNOTATION));
+    let annotation = slots_annotation(pod);
     match policy {
         SlotsPolicy::One => Ok(1),
-        SlotsPolicy::Annotation => annotation.map(|v| parse_annotation(v)).unwrap_or(Ok(1)),
+        SlotsPolicy::Annotation => annotation.map(parse_annotation).unwrap_or(Ok(1)),
         SlotsPolicy::Gpu => Ok(clamp_slots(gpus(pod))),
         SlotsPolicy::Cpu => Ok(clamp_slots(cpus(pod).unwrap_or(1))),
         SlotsPolicy::Auto => {
@@ -232,6 +253,17 @@ mod tests {
         assert_eq!(pod_slots(&p, SlotsPolicy::Gpu), Ok(2));
         assert_eq!(pod_slots(&p, SlotsPolicy::Cpu), Ok(8));
         assert_eq!(pod_slots(&p, SlotsPolicy::One), Ok(1));
+    }
+
+    #[test]
+    fn the_deprecated_annotation_is_read_when_the_new_one_is_absent() {
+        let mut p = pod(vec![res(&[("cpu", "8")], &[])], None);
+        p.metadata.annotations = Some([(DEPRECATED_SLOTS_ANNOTATION.to_string(), "5".to_string())].into());
+        assert_eq!(pod_slots(&p, SlotsPolicy::Auto), Ok(5));
+        p.metadata.annotations.as_mut().unwrap().insert(SLOTS_ANNOTATION.to_string(), "2".to_string());
+        assert_eq!(pod_slots(&p, SlotsPolicy::Annotation), Ok(2), "the new name wins");
+        p.metadata.annotations = Some([(DEPRECATED_SLOTS_ANNOTATION.to_string(), "x".to_string())].into());
+        assert_eq!(pod_slots(&p, SlotsPolicy::Auto).unwrap_err().annotation, DEPRECATED_SLOTS_ANNOTATION);
     }
 
     #[test]

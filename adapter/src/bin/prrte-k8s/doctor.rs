@@ -16,15 +16,16 @@ use prrte_k8s::discovery::client::{error_chain, Environment, SERVICE_ACCOUNT_DIR
 use prrte_k8s::launch::{ping_agent, LaunchOptions, LaunchTarget};
 use prrte_k8s::protocol::{read_secret_file, DEFAULT_AGENT_PORT, DEFAULT_SECRET_FILE};
 
-use crate::{parse_seconds, JobArgs};
+use crate::{JobArgs, Seconds};
 
 #[derive(Args, Debug)]
 pub struct DoctorArgs {
     #[command(flatten)]
     job: JobArgs,
-    /// Seconds to wait for the job's pods to be ready.
-    #[arg(long, value_name = "SECS", default_value = "15", value_parser = parse_seconds)]
-    timeout: Duration,
+    /// Seconds to wait for the job's pods to be ready. Shorter than ras_k8s_timeout (and not read
+    /// from it): doctor checks the job as it is now rather than waiting for pods to start.
+    #[arg(long, value_name = "SECS", default_value_t = Seconds(DOCTOR_TIMEOUT))]
+    timeout: Seconds,
     /// The per-job secret shared with the agents [default: $PRTE_MCA_plm_k8s_secret_file, else
     /// $PRRTE_K8S_SECRET_FILE, else /etc/prrte-k8s/secret/key].
     #[arg(long, value_name = "PATH")]
@@ -33,9 +34,12 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "PORT", env = "PRTE_MCA_plm_k8s_agent_port", default_value_t = DEFAULT_AGENT_PORT)]
     agent_port: u16,
     /// Seconds allowed for each agent's connection and each answer.
-    #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_seconds)]
-    agent_timeout: Duration,
+    #[arg(long, value_name = "SECS", default_value_t = Seconds(Duration::from_secs(5)))]
+    agent_timeout: Seconds,
 }
+
+/// How long doctor waits for the job's pods by default.
+const DOCTOR_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How long API calls of the RBAC check may take.
 const API_TIMEOUT: Duration = Duration::from_secs(10);
@@ -192,12 +196,12 @@ async fn check_discovery(r: &mut Report, args: &DoctorArgs, env: &Environment) -
         namespace: args.job.namespace.clone(),
         selector: args.job.selector.clone(),
         expected_pods: args.job.expected.filter(|n| *n > 0),
-        timeout: args.timeout,
+        timeout: args.timeout.0,
         slots: SlotsPolicy::Auto,
         kubeconfig: None,
         self_pod: None,
     };
-    let bound = args.timeout + Duration::from_secs(5);
+    let bound = args.timeout.0 + Duration::from_secs(5);
     match tokio::time::timeout(bound, discovery::discover_with(&cfg, env, &mut |_| {})).await {
         Ok(Ok(alloc)) => {
             r.ok(&format!(
@@ -243,8 +247,8 @@ async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocati
     };
     let opts = LaunchOptions {
         secret: Some(secret),
-        connect_timeout: args.agent_timeout,
-        request_timeout: args.agent_timeout,
+        connect_timeout: args.agent_timeout.0,
+        request_timeout: args.agent_timeout.0,
         ..Default::default()
     };
     let targets: Vec<(LaunchTarget, bool)> = alloc
