@@ -189,7 +189,11 @@ static PLM: OnceLock<Storage> = OnceLock::new();
 
 /// Registers every parameter of `table` for `component`, seeded with `defaults`; the storage is
 /// leaked (PMIx keeps pointers into it).
-fn register<P>(
+///
+/// # Safety
+///
+/// `component` points to one of our static component structs; main thread.
+unsafe fn register<P>(
     component: *const ffi::pmix_mca_base_component_t,
     table: &[Param<P>],
     mut defaults: P,
@@ -219,8 +223,8 @@ fn register<P>(
             Field::Bool(_) => ffi::pmix_mca_base_var_type_t_PMIX_MCA_BASE_VAR_TYPE_BOOL,
         };
         let storage = slot as *mut Slot as *mut c_void;
-        // SAFETY: `component` is one of our static component structs, the strings are static,
-        // and `storage` points to a leaked slot that lives for the whole process and holds the
+        // SAFETY: `component` is one of our static component structs (our caller's promise), the
+        // strings are static, and `storage` points to a leaked slot that lives for the whole process and holds the
         // C type PMIx expects for `ty` (a C string pointer, an int or a bool at its start).
         let rc = unsafe {
             ffi::pmix_mca_base_component_var_register(
@@ -278,13 +282,23 @@ fn opt_string(p: *mut c_char) -> Option<String> {
 }
 
 /// Register the RAS parameters (called once by PMIx through `register_component_params`).
-pub fn register_ras(component: *const ffi::pmix_mca_base_component_t) {
-    RAS.get_or_init(|| register(component, &RAS_PARAMS, RasParams::default()));
+///
+/// # Safety
+///
+/// `component` points to the RAS component struct; main thread.
+pub unsafe fn register_ras(component: *const ffi::pmix_mca_base_component_t) {
+    // SAFETY: as promised by our caller.
+    RAS.get_or_init(|| unsafe { register(component, &RAS_PARAMS, RasParams::default()) });
 }
 
 /// Register the PLM parameters.
-pub fn register_plm(component: *const ffi::pmix_mca_base_component_t) {
-    PLM.get_or_init(|| register(component, &PLM_PARAMS, PlmParams::default()));
+///
+/// # Safety
+///
+/// `component` points to the PLM component struct; main thread.
+pub unsafe fn register_plm(component: *const ffi::pmix_mca_base_component_t) {
+    // SAFETY: as promised by our caller.
+    PLM.get_or_init(|| unsafe { register(component, &PLM_PARAMS, PlmParams::default()) });
 }
 
 /// The RAS parameters as set now (the defaults before registration).

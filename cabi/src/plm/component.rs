@@ -22,7 +22,8 @@ pub fn component_ptr() -> *const ffi::pmix_mca_base_component_t {
 /// Called by PMIx on the main thread, like every MCA callback.
 pub unsafe extern "C" fn register_params() -> c_int {
     boundary("plm k8s register", prrte::ERROR, || {
-        params::register_plm(component_ptr());
+        // SAFETY: our own component struct, on the main thread PMIx calls us on.
+        unsafe { params::register_plm(component_ptr()) };
         prrte::SUCCESS
     })
 }
