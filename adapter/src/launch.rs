@@ -18,7 +18,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -106,11 +105,7 @@ impl fmt::Display for ExitDesc {
         match self {
             ExitDesc::Code(c) => write!(f, "exit code {c}"),
             ExitDesc::Signal(s) => {
-                write!(
-                    f,
-                    "killed by signal {s} ({})",
-                    protocol::signal_name(*s)
-                )
+                write!(f, "killed by signal {s} ({})", protocol::signal_name(*s))
             }
             ExitDesc::ConnectionLost(why) => write!(f, "agent connection lost: {why}"),
         }

@@ -85,7 +85,9 @@ impl JobRef {
     pub fn activate(self, state: u32) {
         // SAFETY: the job is live and we are on the main thread (`JobRef::new`'s contract); the
         // state machine copies what it needs.
-        unsafe { ffi::prrte_k8s_shim_activate_job_state(self.as_ptr() as *mut c_void, state as c_int) }
+        unsafe {
+            ffi::prrte_k8s_shim_activate_job_state(self.as_ptr() as *mut c_void, state as c_int)
+        }
     }
 
     /// Sets the job's state field without activating anything (as PRRTE's launchers do).

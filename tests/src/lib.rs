@@ -3,10 +3,10 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod harness;
-pub mod podnet;
-pub mod kubectl;
 pub mod cli;
 pub mod cluster;
+pub mod harness;
+pub mod kubectl;
 pub mod mpijob;
+pub mod podnet;
 pub mod sshd;

@@ -19,12 +19,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use prrte_k8s::discovery::{self, render, DiscoveryConfig, Progress, SlotsPolicy};
 use prrte_k8s::discovery::client::Environment;
+use prrte_k8s::discovery::{self, render, DiscoveryConfig, Progress, SlotsPolicy};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
-#[command(name = "prrte-k8s", version, about = "Kubernetes tools for PRRTE (prte --prtemca ras k8s)")]
+#[command(
+    name = "prrte-k8s",
+    version,
+    about = "Kubernetes tools for PRRTE (prte --prtemca ras k8s)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -69,7 +73,12 @@ struct PodsArgs {
     #[arg(long, value_name = "SECS", default_value_t = Seconds(discovery::DEFAULT_TIMEOUT), env = "PRTE_MCA_ras_k8s_timeout")]
     timeout: Seconds,
     /// Slots per pod: auto (annotation prrte-k8s.io/slots, else GPUs, else CPUs, else 1), annotation, gpu, cpu, one.
-    #[arg(long, value_name = "POLICY", default_value = "auto", env = "PRTE_MCA_ras_k8s_slots")]
+    #[arg(
+        long,
+        value_name = "POLICY",
+        default_value = "auto",
+        env = "PRTE_MCA_ras_k8s_slots"
+    )]
     slots: SlotsPolicy,
     /// Kubeconfig file [default: $KUBECONFIG, else the in-cluster service account, else ~/.kube/config].
     #[arg(long, value_name = "PATH", env = "PRTE_MCA_ras_k8s_kubeconfig")]
@@ -106,7 +115,10 @@ impl std::fmt::Display for Seconds {
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
     if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 * 365.0 {
         return Err(format!("{s:?} must be a positive number of seconds"));
     }
@@ -141,7 +153,10 @@ fn pods(args: PodsArgs) -> i32 {
             Progress::Watching { listed } => eprintln!("prrte-k8s: listed {listed} pods, watching for changes"),
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("prrte-k8s: error: cannot start the async runtime: {e}");
@@ -170,8 +185,13 @@ fn pods(args: PodsArgs) -> i32 {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = EnvFilter::try_from_env("PRRTE_K8S_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
+    let filter =
+        EnvFilter::try_from_env("PRRTE_K8S_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
     let code = match cli.command {
         Command::Pods(args) => pods(args),
         Command::DvmUri(args) => tools::dvm_uri(args),

@@ -205,8 +205,17 @@ impl Parser {
     fn value_set(&mut self, key: &str, op: &str) -> Result<Vec<String>, String> {
         match self.next() {
             Some(Token::Open) => {}
-            Some(t) => return Err(format!("expected '(' after {op:?} for key {key:?}, found {}", t.describe())),
-            None => return Err(format!("expected '(' after {op:?} for key {key:?}, found the end of the selector")),
+            Some(t) => {
+                return Err(format!(
+                    "expected '(' after {op:?} for key {key:?}, found {}",
+                    t.describe()
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "expected '(' after {op:?} for key {key:?}, found the end of the selector"
+                ))
+            }
         }
         let mut values = Vec::new();
         let mut expect_value = true;
@@ -229,12 +238,23 @@ impl Parser {
                     }
                     expect_value = true;
                 }
-                Some(t) => return Err(format!("unexpected {} in the value list of {key:?} {op}", t.describe())),
-                None => return Err(format!("the value list of {key:?} {op} is not closed with ')'")),
+                Some(t) => {
+                    return Err(format!(
+                        "unexpected {} in the value list of {key:?} {op}",
+                        t.describe()
+                    ))
+                }
+                None => {
+                    return Err(format!(
+                        "the value list of {key:?} {op} is not closed with ')'"
+                    ))
+                }
             }
         }
         if values.is_empty() {
-            return Err(format!("the value list of {key:?} {op} is empty; give at least one value"));
+            return Err(format!(
+                "the value list of {key:?} {op} is empty; give at least one value"
+            ));
         }
         Ok(values)
     }
@@ -246,7 +266,8 @@ fn is_name_part(s: &str) -> bool {
         && b.len() <= 63
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
 fn is_dns_subdomain(s: &str) -> bool {
@@ -258,7 +279,8 @@ fn is_dns_subdomain(s: &str) -> bool {
                 && b.len() <= 63
                 && b[0].is_ascii_alphanumeric()
                 && b[b.len() - 1].is_ascii_alphanumeric()
-                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         })
 }
 
@@ -300,7 +322,8 @@ mod tests {
 
     #[test]
     fn parses_every_operator() {
-        let s = parse_selector("a=1, b==2,c!=3, d in (x, y), e notin (z), f, !g, h>5, i<7").unwrap();
+        let s =
+            parse_selector("a=1, b==2,c!=3, d in (x, y), e notin (z), f, !g, h>5, i<7").unwrap();
         assert_eq!(
             s.requirements,
             vec![
@@ -320,9 +343,18 @@ mod tests {
     #[test]
     fn accepts_prefixed_keys_and_empty_values() {
         let s = parse_selector("batch.kubernetes.io/job-name=pi-job").unwrap();
-        assert_eq!(s.requirements, vec![Requirement::Equals("batch.kubernetes.io/job-name".into(), "pi-job".into())]);
+        assert_eq!(
+            s.requirements,
+            vec![Requirement::Equals(
+                "batch.kubernetes.io/job-name".into(),
+                "pi-job".into()
+            )]
+        );
         let s = parse_selector("tier=").unwrap();
-        assert_eq!(s.requirements, vec![Requirement::Equals("tier".into(), String::new())]);
+        assert_eq!(
+            s.requirements,
+            vec![Requirement::Equals("tier".into(), String::new())]
+        );
         let s = parse_selector("tier=,app=x").unwrap();
         assert_eq!(s.requirements.len(), 2);
         parse_selector("app.kubernetes.io/name=My_App.v1").unwrap();
@@ -349,7 +381,10 @@ mod tests {
             ("Example.com/app=x", "invalid prefix"),
             ("/app=x", "invalid prefix"),
             ("a/b/c=x", "is invalid"),
-            ("app=this-value-is-far-too-long-for-a-kubernetes-label-value-it-has-70ch", "is invalid"),
+            (
+                "app=this-value-is-far-too-long-for-a-kubernetes-label-value-it-has-70ch",
+                "is invalid",
+            ),
             ("app)", "found ')'"),
         ];
         for (input, needle) in cases {

@@ -78,7 +78,9 @@ impl FromStr for SlotsPolicy {
             "gpu" | "gpus" => Ok(SlotsPolicy::Gpu),
             "cpu" | "cpus" => Ok(SlotsPolicy::Cpu),
             "one" | "1" => Ok(SlotsPolicy::One),
-            _ => Err(ParseSlotsPolicyError { value: s.to_string() }),
+            _ => Err(ParseSlotsPolicyError {
+                value: s.to_string(),
+            }),
         }
     }
 }
@@ -96,7 +98,11 @@ pub struct BadSlotsAnnotation {
 pub const MAX_SLOTS: u32 = 1 << 20;
 
 fn parse_annotation((annotation, value): (&'static str, &str)) -> Result<u32, BadSlotsAnnotation> {
-    let bad = |reason| BadSlotsAnnotation { annotation, value: value.to_string(), reason };
+    let bad = |reason| BadSlotsAnnotation {
+        annotation,
+        value: value.to_string(),
+        reason,
+    };
     let v = value.trim();
     if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad("it must be a positive integer such as \"4\""));
@@ -120,9 +126,17 @@ fn quantity_millis(q: &K8sQuantity) -> u128 {
 
 /// The quantity of `resource` a container asks for: limits first when `prefer_limits`, else
 /// requests first; the other map is the fallback.
-fn container_amount(res: Option<&ResourceRequirements>, resource: &str, prefer_limits: bool) -> Option<u128> {
+fn container_amount(
+    res: Option<&ResourceRequirements>,
+    resource: &str,
+    prefer_limits: bool,
+) -> Option<u128> {
     let res = res?;
-    let get = |m: &Option<BTreeMap<String, K8sQuantity>>| m.as_ref().and_then(|m| m.get(resource)).map(quantity_millis);
+    let get = |m: &Option<BTreeMap<String, K8sQuantity>>| {
+        m.as_ref()
+            .and_then(|m| m.get(resource))
+            .map(quantity_millis)
+    };
     if prefer_limits {
         get(&res.limits).or_else(|| get(&res.requests))
     } else {
@@ -147,8 +161,10 @@ fn pod_amount_millis(pod: &Pod, resource: &str, prefer_limits: bool) -> Option<u
 
 /// Whole GPUs requested by the pod (limits, else requests; both vendors summed).
 pub fn gpus(pod: &Pod) -> u64 {
-    let millis: u128 =
-        GPU_RESOURCES.iter().filter_map(|r| pod_amount_millis(pod, r, true)).fold(0u128, |a, b| a.saturating_add(b));
+    let millis: u128 = GPU_RESOURCES
+        .iter()
+        .filter_map(|r| pod_amount_millis(pod, r, true))
+        .fold(0u128, |a, b| a.saturating_add(b));
     u64::try_from(millis / 1000).unwrap_or(u64::MAX)
 }
 
@@ -206,9 +222,17 @@ mod tests {
 
     fn res(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> ResourceRequirements {
         let m = |kv: &[(&str, &str)]| {
-            (!kv.is_empty()).then(|| kv.iter().map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string()))).collect())
+            (!kv.is_empty()).then(|| {
+                kv.iter()
+                    .map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string())))
+                    .collect()
+            })
         };
-        ResourceRequirements { requests: m(requests), limits: m(limits), ..Default::default() }
+        ResourceRequirements {
+            requests: m(requests),
+            limits: m(limits),
+            ..Default::default()
+        }
     }
 
     fn pod(containers: Vec<ResourceRequirements>, annotation: Option<&str>) -> Pod {
@@ -221,7 +245,11 @@ mod tests {
             containers: containers
                 .into_iter()
                 .enumerate()
-                .map(|(i, r)| Container { name: format!("c{i}"), resources: Some(r), ..Default::default() })
+                .map(|(i, r)| Container {
+                    name: format!("c{i}"),
+                    resources: Some(r),
+                    ..Default::default()
+                })
                 .collect(),
             ..Default::default()
         });
@@ -234,12 +262,18 @@ mod tests {
         assert_eq!(" GPU ".parse::<SlotsPolicy>().unwrap(), SlotsPolicy::Gpu);
         assert_eq!("Cpu".parse::<SlotsPolicy>().unwrap(), SlotsPolicy::Cpu);
         assert_eq!("one".parse::<SlotsPolicy>().unwrap(), SlotsPolicy::One);
-        assert_eq!("annotation".parse::<SlotsPolicy>().unwrap(), SlotsPolicy::Annotation);
+        assert_eq!(
+            "annotation".parse::<SlotsPolicy>().unwrap(),
+            SlotsPolicy::Annotation
+        );
         let e = "cores".parse::<SlotsPolicy>().unwrap_err().to_string();
         for v in SlotsPolicy::VALID {
             assert!(e.contains(v), "{e}");
         }
-        assert!(e.contains("\"cores\"") && e.contains("ras_k8s_slots"), "{e}");
+        assert!(
+            e.contains("\"cores\"") && e.contains("ras_k8s_slots"),
+            "{e}"
+        );
         for v in SlotsPolicy::VALID {
             assert_eq!(v.parse::<SlotsPolicy>().unwrap().as_str(), *v);
         }
@@ -247,7 +281,10 @@ mod tests {
 
     #[test]
     fn annotation_wins_under_auto() {
-        let p = pod(vec![res(&[("cpu", "8"), ("nvidia.com/gpu", "2")], &[])], Some("3"));
+        let p = pod(
+            vec![res(&[("cpu", "8"), ("nvidia.com/gpu", "2")], &[])],
+            Some("3"),
+        );
         assert_eq!(pod_slots(&p, SlotsPolicy::Auto), Ok(3));
         assert_eq!(pod_slots(&p, SlotsPolicy::Annotation), Ok(3));
         assert_eq!(pod_slots(&p, SlotsPolicy::Gpu), Ok(2));
@@ -258,12 +295,25 @@ mod tests {
     #[test]
     fn the_deprecated_annotation_is_read_when_the_new_one_is_absent() {
         let mut p = pod(vec![res(&[("cpu", "8")], &[])], None);
-        p.metadata.annotations = Some([(DEPRECATED_SLOTS_ANNOTATION.to_string(), "5".to_string())].into());
+        p.metadata.annotations =
+            Some([(DEPRECATED_SLOTS_ANNOTATION.to_string(), "5".to_string())].into());
         assert_eq!(pod_slots(&p, SlotsPolicy::Auto), Ok(5));
-        p.metadata.annotations.as_mut().unwrap().insert(SLOTS_ANNOTATION.to_string(), "2".to_string());
-        assert_eq!(pod_slots(&p, SlotsPolicy::Annotation), Ok(2), "the new name wins");
-        p.metadata.annotations = Some([(DEPRECATED_SLOTS_ANNOTATION.to_string(), "x".to_string())].into());
-        assert_eq!(pod_slots(&p, SlotsPolicy::Auto).unwrap_err().annotation, DEPRECATED_SLOTS_ANNOTATION);
+        p.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(SLOTS_ANNOTATION.to_string(), "2".to_string());
+        assert_eq!(
+            pod_slots(&p, SlotsPolicy::Annotation),
+            Ok(2),
+            "the new name wins"
+        );
+        p.metadata.annotations =
+            Some([(DEPRECATED_SLOTS_ANNOTATION.to_string(), "x".to_string())].into());
+        assert_eq!(
+            pod_slots(&p, SlotsPolicy::Auto).unwrap_err().annotation,
+            DEPRECATED_SLOTS_ANNOTATION
+        );
     }
 
     #[test]
@@ -276,7 +326,10 @@ mod tests {
             // Policies that do not read the annotation are unaffected.
             assert_eq!(pod_slots(&p, SlotsPolicy::One), Ok(1));
         }
-        assert_eq!(pod_slots(&pod(vec![], Some(" 12 ")), SlotsPolicy::Auto), Ok(12));
+        assert_eq!(
+            pod_slots(&pod(vec![], Some(" 12 ")), SlotsPolicy::Auto),
+            Ok(12)
+        );
     }
 
     #[test]
@@ -296,24 +349,69 @@ mod tests {
 
     #[test]
     fn gpu_limits_preferred_over_requests() {
-        let p = pod(vec![res(&[("nvidia.com/gpu", "1")], &[("nvidia.com/gpu", "4")])], None);
+        let p = pod(
+            vec![res(&[("nvidia.com/gpu", "1")], &[("nvidia.com/gpu", "4")])],
+            None,
+        );
         assert_eq!(gpus(&p), 4);
     }
 
     #[test]
     fn cpus_floor_and_minimum() {
-        assert_eq!(pod_slots(&pod(vec![res(&[("cpu", "500m")], &[])], None), SlotsPolicy::Auto), Ok(1));
-        assert_eq!(pod_slots(&pod(vec![res(&[("cpu", "1.5")], &[])], None), SlotsPolicy::Auto), Ok(1));
-        assert_eq!(pod_slots(&pod(vec![res(&[("cpu", "2500m")], &[])], None), SlotsPolicy::Auto), Ok(2));
+        assert_eq!(
+            pod_slots(
+                &pod(vec![res(&[("cpu", "500m")], &[])], None),
+                SlotsPolicy::Auto
+            ),
+            Ok(1)
+        );
+        assert_eq!(
+            pod_slots(
+                &pod(vec![res(&[("cpu", "1.5")], &[])], None),
+                SlotsPolicy::Auto
+            ),
+            Ok(1)
+        );
+        assert_eq!(
+            pod_slots(
+                &pod(vec![res(&[("cpu", "2500m")], &[])], None),
+                SlotsPolicy::Auto
+            ),
+            Ok(2)
+        );
         // 1.5 + 500m = 2 whole CPUs: the sum is floored, not each container.
         assert_eq!(
-            pod_slots(&pod(vec![res(&[("cpu", "1.5")], &[]), res(&[("cpu", "500m")], &[])], None), SlotsPolicy::Cpu),
+            pod_slots(
+                &pod(
+                    vec![res(&[("cpu", "1.5")], &[]), res(&[("cpu", "500m")], &[])],
+                    None
+                ),
+                SlotsPolicy::Cpu
+            ),
             Ok(2)
         );
         // Requests win over limits; limits are used when a container has no request.
-        assert_eq!(pod_slots(&pod(vec![res(&[("cpu", "2")], &[("cpu", "8")])], None), SlotsPolicy::Auto), Ok(2));
-        assert_eq!(pod_slots(&pod(vec![res(&[], &[("cpu", "6")])], None), SlotsPolicy::Auto), Ok(6));
-        assert_eq!(pod_slots(&pod(vec![res(&[("memory", "1Gi")], &[])], None), SlotsPolicy::Auto), Ok(1));
+        assert_eq!(
+            pod_slots(
+                &pod(vec![res(&[("cpu", "2")], &[("cpu", "8")])], None),
+                SlotsPolicy::Auto
+            ),
+            Ok(2)
+        );
+        assert_eq!(
+            pod_slots(
+                &pod(vec![res(&[], &[("cpu", "6")])], None),
+                SlotsPolicy::Auto
+            ),
+            Ok(6)
+        );
+        assert_eq!(
+            pod_slots(
+                &pod(vec![res(&[("memory", "1Gi")], &[])], None),
+                SlotsPolicy::Auto
+            ),
+            Ok(1)
+        );
         assert_eq!(pod_slots(&pod(vec![], None), SlotsPolicy::Auto), Ok(1));
         assert_eq!(pod_slots(&Pod::default(), SlotsPolicy::Auto), Ok(1));
         assert_eq!(pod_slots(&pod(vec![], None), SlotsPolicy::Gpu), Ok(1));

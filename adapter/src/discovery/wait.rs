@@ -50,13 +50,18 @@ pub fn evaluate<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Evaluation {
         }
     }
     sort_pods(&mut e.ready);
-    e.not_ready.sort_by(|a, b| super::order::natural_cmp(&a.0, &b.0));
+    e.not_ready
+        .sort_by(|a, b| super::order::natural_cmp(&a.0, &b.0));
     e
 }
 
 /// What is missing for `expected` ready pods, one entry per pod or gap.
 pub fn problems(pods: &BTreeMap<String, Pod>, eval: &Evaluation, expected: u32) -> Vec<String> {
-    let mut out: Vec<String> = eval.not_ready.iter().map(|(n, d)| format!("pod {n} is not ready ({d})")).collect();
+    let mut out: Vec<String> = eval
+        .not_ready
+        .iter()
+        .map(|(n, d)| format!("pod {n} is not ready ({d})"))
+        .collect();
     let candidates = eval.ready.len() + eval.not_ready.len();
     let expected_us = expected as usize;
     if candidates < expected_us {
@@ -77,8 +82,11 @@ pub fn problems(pods: &BTreeMap<String, Pod>, eval: &Evaluation, expected: u32) 
             })
             .collect();
         if !present.is_empty() {
-            let absent: Vec<String> =
-                (0..u64::from(expected)).filter(|i| !present.contains(i)).take(32).map(|i| i.to_string()).collect();
+            let absent: Vec<String> = (0..u64::from(expected))
+                .filter(|i| !present.contains(i))
+                .take(32)
+                .map(|i| i.to_string())
+                .collect();
             if !absent.is_empty() {
                 text.push_str(&format!(": no live pod with index {}", absent.join(", ")));
             }
@@ -143,8 +151,17 @@ impl Waiter<'_> {
             *last_ready = Some(eval.ready.len());
             let waiting_for = eval.not_ready.iter().map(|(n, _)| n.clone()).collect();
             let ready = u32::try_from(eval.ready.len()).unwrap_or(u32::MAX);
-            tracing::info!(ready, expected = self.expected, "pods ready: {ready} of {}", self.expected);
-            (self.progress)(&Progress::Ready { ready, expected: self.expected, waiting_for });
+            tracing::info!(
+                ready,
+                expected = self.expected,
+                "pods ready: {ready} of {}",
+                self.expected
+            );
+            (self.progress)(&Progress::Ready {
+                ready,
+                expected: self.expected,
+                waiting_for,
+            });
         }
         if eval.ready.len() >= self.expected as usize {
             let mut chosen = eval.ready.clone();
@@ -168,7 +185,10 @@ impl Waiter<'_> {
         match status {
             Some(s) if matches!(s.code, 400 | 401 | 403) => {
                 let op = Operation::pods(verb, self.namespace).selecting(self.selector);
-                WatchTrouble::Fatal(self.ctx.map_error(&op, kube::Error::Api(Box::new(s.clone()))))
+                WatchTrouble::Fatal(
+                    self.ctx
+                        .map_error(&op, kube::Error::Api(Box::new(s.clone()))),
+                )
             }
             Some(s) if s.code == 410 => WatchTrouble::Retry(format!(
                 "the watch's resource version expired (410 {}), listing again",
@@ -189,9 +209,13 @@ impl Waiter<'_> {
         let deadline = self.ctx.deadline;
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
         // The server ends each watch call after this long; the watcher then resumes it.
-        let secs = u32::try_from(remaining.as_secs().saturating_add(1)).unwrap_or(u32::MAX).clamp(1, 290);
+        let secs = u32::try_from(remaining.as_secs().saturating_add(1))
+            .unwrap_or(u32::MAX)
+            .clamp(1, 290);
         let api: Api<Pod> = Api::namespaced(self.ctx.api.client.clone(), self.namespace);
-        let config = watcher::Config::default().labels(self.selector).timeout(secs);
+        let config = watcher::Config::default()
+            .labels(self.selector)
+            .timeout(secs);
         let (store, writer) = reflector::store();
         let events = reflector(writer, watcher(api, config)).default_backoff();
         let mut events = std::pin::pin!(events);
@@ -203,7 +227,9 @@ impl Waiter<'_> {
                     return Err(self.timeout_error(&pods, &eval, last_error.as_deref()));
                 }
                 Ok(None) => {
-                    return Err(DiscoveryError::Internal { detail: "the pod watcher ended".into() });
+                    return Err(DiscoveryError::Internal {
+                        detail: "the pod watcher ended".into(),
+                    });
                 }
                 Ok(Some(item)) => item,
             };
@@ -211,7 +237,11 @@ impl Waiter<'_> {
                 // The store takes a (re)list in full at InitDone.
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
                 Ok(watcher::Event::InitDone) => {
-                    pods = store.state().iter().map(|p| (name(p), Pod::clone(p))).collect();
+                    pods = store
+                        .state()
+                        .iter()
+                        .map(|p| (name(p), Pod::clone(p)))
+                        .collect();
                     let listed = u32::try_from(pods.len()).unwrap_or(u32::MAX);
                     tracing::debug!(listed, "watching pods");
                     (self.progress)(&Progress::Watching { listed });
@@ -240,7 +270,12 @@ impl Waiter<'_> {
 
 /// Pods by name, and the list's resource version ("0" when the server gave none).
 pub fn into_map(list: ObjectList<Pod>) -> (BTreeMap<String, Pod>, String) {
-    let rv = list.metadata.resource_version.clone().filter(|v| !v.is_empty()).unwrap_or_else(|| "0".into());
+    let rv = list
+        .metadata
+        .resource_version
+        .clone()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "0".into());
     let pods = list.items.into_iter().map(|p| (name(&p), p)).collect();
     (pods, rv)
 }
@@ -254,7 +289,13 @@ mod tests {
         let mut p = Pod::default();
         p.metadata.name = Some(name.into());
         if let Some(i) = index {
-            p.metadata.labels = Some([(super::super::order::JOB_COMPLETION_INDEX.to_string(), i.to_string())].into());
+            p.metadata.labels = Some(
+                [(
+                    super::super::order::JOB_COMPLETION_INDEX.to_string(),
+                    i.to_string(),
+                )]
+                .into(),
+            );
         }
         p.status = Some(PodStatus {
             phase: Some(phase.into()),
@@ -282,7 +323,10 @@ mod tests {
             pod("w-4", "Failed", false, None),
         ]);
         let e = evaluate(pods.values());
-        assert_eq!(e.ready.iter().map(name).collect::<Vec<_>>(), ["w-2", "w-10"]);
+        assert_eq!(
+            e.ready.iter().map(name).collect::<Vec<_>>(),
+            ["w-2", "w-10"]
+        );
         assert_eq!(e.not_ready.len(), 1);
         assert_eq!(e.excluded.len(), 1);
     }
@@ -297,9 +341,18 @@ mod tests {
         let e = evaluate(pods.values());
         let p = problems(&pods, &e, 4);
         let text = p.join(" | ");
-        assert!(text.contains("pod j-b is not ready (phase Pending"), "{text}");
-        assert!(text.contains("2 expected pods do not exist yet (2 non-terminated pods match"), "{text}");
+        assert!(
+            text.contains("pod j-b is not ready (phase Pending"),
+            "{text}"
+        );
+        assert!(
+            text.contains("2 expected pods do not exist yet (2 non-terminated pods match"),
+            "{text}"
+        );
         assert!(text.contains("no live pod with index 1, 3"), "{text}");
-        assert!(text.contains("pod j-c is excluded (finished: phase Failed"), "{text}");
+        assert!(
+            text.contains("pod j-c is excluded (finished: phase Failed"),
+            "{text}"
+        );
     }
 }

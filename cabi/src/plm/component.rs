@@ -49,8 +49,7 @@ pub unsafe extern "C" fn query(
         unsafe {
             component::query(module, priority, Framework::Plm, framework, offer, || {
                 let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
-                    && p
-                        .secret_file
+                    && p.secret_file
                         .as_deref()
                         .is_some_and(|f| std::path::Path::new(f).is_file());
                 if in_cluster {

@@ -52,31 +52,34 @@ pub fn shutting_down() {
 /// every agent to stop its daemon, report the final outcomes, and drop every round.
 pub fn finalize() {
     SHUTTING_DOWN.store(true, Ordering::Release);
-        // Outcomes that arrived while PRRTE was shutting down (e.g. the agent's report of the
-        // daemon whose loss made PRRTE stop) are reported before anything else is torn down.
-        mainloop::run_pending();
-        // The event loop has stopped; waiting here (bounded) delays nothing else. Agents stop
-        // whatever prted is still running and report every final outcome, which we look at once
-        // more: a daemon killed by anything but our own SIGTERM, or failing, is still reported.
-        let launchers: Vec<Launcher> = ROUNDS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter_mut()
-            .filter_map(|r| r.launcher.take())
-            .collect();
-        for l in &launchers {
-            l.shutdown(Duration::from_secs(5));
-        }
-        FINAL_SWEEP.store(true, Ordering::Release);
-        mainloop::run_pending();
-        FINALIZED.store(true, Ordering::Release);
-        drop(launchers);
-        ROUNDS.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    // Outcomes that arrived while PRRTE was shutting down (e.g. the agent's report of the
+    // daemon whose loss made PRRTE stop) are reported before anything else is torn down.
+    mainloop::run_pending();
+    // The event loop has stopped; waiting here (bounded) delays nothing else. Agents stop
+    // whatever prted is still running and report every final outcome, which we look at once
+    // more: a daemon killed by anything but our own SIGTERM, or failing, is still reported.
+    let launchers: Vec<Launcher> = ROUNDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter_mut()
+        .filter_map(|r| r.launcher.take())
+        .collect();
+    for l in &launchers {
+        l.shutdown(Duration::from_secs(5));
+    }
+    FINAL_SWEEP.store(true, Ordering::Release);
+    mainloop::run_pending();
+    FINALIZED.store(true, Ordering::Release);
+    drop(launchers);
+    ROUNDS.lock().unwrap_or_else(|e| e.into_inner()).clear();
 }
 
 /// Why the launch could not even be handed to the agents.
 fn launch_error(state_job: JobRef, msg: &str) {
-    prrte::error_box("The k8s PLM component could not launch PRRTE's daemons.", msg);
+    prrte::error_box(
+        "The k8s PLM component could not launch PRRTE's daemons.",
+        msg,
+    );
     shim::update_exit_status(1);
     state_job.activate(ffi::PRTE_JOB_STATE_FAILED_TO_START);
 }
@@ -97,16 +100,28 @@ pub fn launch_round(jdata: JobRef) {
     // daemons.
     let rc = unsafe { ffi::prte_plm_base_setup_virtual_machine(jdata.as_ptr()) };
     if rc != prrte::SUCCESS {
-        return launch_error(jdata, &format!("setting up the virtual machine failed (PRRTE error {rc})"));
+        return launch_error(
+            jdata,
+            &format!("setting up the virtual machine failed (PRRTE error {rc})"),
+        );
     }
     // SAFETY: attribute lookup on the live daemon job object (`JobRef`).
     let do_not_launch = unsafe {
-        ffi::prte_get_attribute(&mut (*daemons).attributes, ffi::PRTE_JOB_DO_NOT_LAUNCH as u16, std::ptr::null_mut(), ffi::PMIX_BOOL as ffi::pmix_data_type_t)
+        ffi::prte_get_attribute(
+            &mut (*daemons).attributes,
+            ffi::PRTE_JOB_DO_NOT_LAUNCH as u16,
+            std::ptr::null_mut(),
+            ffi::PMIX_BOOL as ffi::pmix_data_type_t,
+        )
     };
     // SAFETY: the daemon job's map is set by setup_virtual_machine.
     let map = unsafe { (*daemons).map };
-    // SAFETY: read only when the map exists.
-    let new_daemons = if map.is_null() { 0 } else { unsafe { (*map).num_new_daemons } };
+    let new_daemons = if map.is_null() {
+        0
+    } else {
+        // SAFETY: the map exists (not NULL) and belongs to the live daemon job.
+        unsafe { (*map).num_new_daemons }
+    };
     if do_not_launch || (!map.is_null() && new_daemons == 0) {
         shim::verbose(Framework::Plm, 1, "plm:k8s: no new daemons to launch");
         return daemons_reported_now(jdata);
@@ -128,12 +143,25 @@ pub fn launch_round(jdata: JobRef) {
         let file = p.secret_file.clone().unwrap_or_default();
         match prrte_k8s::protocol::read_secret_file(std::path::Path::new(&file)) {
             Ok(s) => Some(s),
-            Err(e) => return launch_error(jdata, &format!("{e} (parameter plm_k8s_secret_file = {file})")),
+            Err(e) => {
+                return launch_error(
+                    jdata,
+                    &format!("{e} (parameter plm_k8s_secret_file = {file})"),
+                )
+            }
         }
     };
     let port = match u16::try_from(p.agent_port) {
         Ok(port) if port > 0 => port,
-        _ => return launch_error(jdata, &format!("plm_k8s_agent_port must be a TCP port (1-65535), not {}", p.agent_port)),
+        _ => {
+            return launch_error(
+                jdata,
+                &format!(
+                    "plm_k8s_agent_port must be a TCP port (1-65535), not {}",
+                    p.agent_port
+                ),
+            )
+        }
     };
     if p.launch_timeout <= 0 || p.connect_timeout <= 0 {
         return launch_error(jdata, "plm_k8s_launch_timeout and plm_k8s_connect_timeout must be positive numbers of seconds");
@@ -141,9 +169,8 @@ pub fn launch_round(jdata: JobRef) {
 
     // prte's own PMIx tool URI, for the agents to publish in their pods (so `prrte-k8s prun`
     // works from any pod), when it is one other pods can reach.
-    let dvm_uri = shim::server_uri().filter(|u| {
-        prrte_k8s::protocol::validate_dvm_uri(u).is_ok() && !u.contains("tcp4://127.")
-    });
+    let dvm_uri = shim::server_uri()
+        .filter(|u| prrte_k8s::protocol::validate_dvm_uri(u).is_ok() && !u.contains("tcp4://127."));
     if dvm_uri.is_none() {
         shim::verbose(Framework::Plm, 1, "plm:k8s: prte's tool listener is not reachable from other pods (set --pmixmca ptl_base_if_include to the pod network); no DVM URI published");
     }
@@ -162,8 +189,17 @@ pub fn launch_round(jdata: JobRef) {
             continue;
         }
         // SAFETY: a live node of the map.
-        let (flags, daemon, name, raw) = unsafe { ((*node).flags, (*node).daemon, cstr::string((*node).name), cstr::string((*node).rawname)) };
-        if flags & ffi::PRTE_NODE_FLAG_DAEMON_LAUNCHED as ffi::prte_node_flags_t != 0 || daemon.is_null() {
+        let (flags, daemon, name, raw) = unsafe {
+            (
+                (*node).flags,
+                (*node).daemon,
+                cstr::string((*node).name),
+                cstr::string((*node).rawname),
+            )
+        };
+        if flags & ffi::PRTE_NODE_FLAG_DAEMON_LAUNCHED as ffi::prte_node_flags_t != 0
+            || daemon.is_null()
+        {
             continue;
         }
         let name = name.unwrap_or_default();
@@ -173,13 +209,23 @@ pub fn launch_round(jdata: JobRef) {
             .as_deref()
             .and_then(|r| r.parse::<IpAddr>().ok())
             .or_else(|| pods::lookup(&name).map(|a| IpAddr::V4(a.ip)));
-        let pod = pods::lookup(&name).map(|a| a.pod).unwrap_or_else(|| name.clone());
+        let pod = pods::lookup(&name)
+            .map(|a| a.pod)
+            .unwrap_or_else(|| name.clone());
         match addr {
             Some(ip) => {
                 names.insert(vpid, (pod.clone(), name.clone()));
                 targets.push((
-                    LaunchTarget { id: vpid, pod, addr: SocketAddr::new(ip, port) },
-                    LaunchRequest { argv: prted_args::for_vpid(&template, vpid_slot, vpid), env: env.clone(), dvm_uri: dvm_uri.clone() },
+                    LaunchTarget {
+                        id: vpid,
+                        pod,
+                        addr: SocketAddr::new(ip, port),
+                    },
+                    LaunchRequest {
+                        argv: prted_args::for_vpid(&template, vpid_slot, vpid),
+                        env: env.clone(),
+                        dvm_uri: dvm_uri.clone(),
+                    },
                 ));
             }
             None => unresolved.push(name),
@@ -197,7 +243,14 @@ pub fn launch_round(jdata: JobRef) {
     }
 
     let generation = GENERATION.fetch_add(1, Ordering::AcqRel) + 1;
-    shim::verbose(Framework::Plm, 1, &format!("plm:k8s: launching {} daemons through their pods' agents", targets.len()));
+    shim::verbose(
+        Framework::Plm,
+        1,
+        &format!(
+            "plm:k8s: launching {} daemons through their pods' agents",
+            targets.len()
+        ),
+    );
     let opts = LaunchOptions {
         secret,
         connect_timeout: Duration::from_secs(p.connect_timeout as u64),
@@ -213,19 +266,24 @@ pub fn launch_round(jdata: JobRef) {
     // The startup timeout PRRTE lacks.
     let (timer_tx, timer_rx) = mpsc::channel::<()>();
     let timeout = Duration::from_secs(p.launch_timeout as u64);
-    let _ = std::thread::Builder::new().name("prrte-k8s-launch-timer".into()).spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = timer_rx.recv_timeout(timeout) {
-            mainloop::post(move || on_timeout(generation, timeout));
-        }
-    });
-    ROUNDS.lock().unwrap_or_else(|e| e.into_inner()).push(Round {
-        generation,
-        daemons: daemons as usize,
-        targets: names,
-        failed: BTreeSet::new(),
-        launcher: Some(launcher),
-        _timer: timer_tx,
-    });
+    let _ = std::thread::Builder::new()
+        .name("prrte-k8s-launch-timer".into())
+        .spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = timer_rx.recv_timeout(timeout) {
+                mainloop::post(move || on_timeout(generation, timeout));
+            }
+        });
+    ROUNDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(Round {
+            generation,
+            daemons: daemons as usize,
+            targets: names,
+            failed: BTreeSet::new(),
+            launcher: Some(launcher),
+            _timer: timer_tx,
+        });
     // As PRRTE's launchers: launched, and the daemons' callbacks do the rest.
     jdata.set_state(ffi::PRTE_JOB_STATE_DAEMONS_LAUNCHED);
     daemons_ref.set_state(ffi::PRTE_JOB_STATE_DAEMONS_LAUNCHED);
@@ -243,7 +301,12 @@ fn build_template() -> Result<(Vec<String>, usize), String> {
         if rc < 0 {
             rc
         } else {
-            ffi::prte_plm_base_prted_append_basic_args(&mut argc, &mut argv, ess.as_ptr() as *mut _, &mut vpid_index)
+            ffi::prte_plm_base_prted_append_basic_args(
+                &mut argc,
+                &mut argv,
+                ess.as_ptr() as *mut _,
+                &mut vpid_index,
+            )
         }
     };
     let mut full = Vec::new();
@@ -263,9 +326,15 @@ fn build_template() -> Result<(Vec<String>, usize), String> {
         unsafe { ffi::PMIx_Argv_free(argv) };
     }
     if rc != prrte::SUCCESS {
-        return Err(format!("building prted's command line failed (PRRTE error {rc})"));
+        return Err(format!(
+            "building prted's command line failed (PRRTE error {rc})"
+        ));
     }
-    shim::verbose(Framework::Plm, 2, &format!("plm:k8s: prted command: {}", full.join(" ")));
+    shim::verbose(
+        Framework::Plm,
+        2,
+        &format!("plm:k8s: prted command: {}", full.join(" ")),
+    );
     usize::try_from(vpid_index)
         .ok()
         .and_then(|i| prted_args::agent_template(&full, i))
@@ -274,7 +343,10 @@ fn build_template() -> Result<(Vec<String>, usize), String> {
 
 fn with_round<R>(generation: u64, f: impl FnOnce(&mut Round) -> R) -> Option<R> {
     let mut rounds = ROUNDS.lock().unwrap_or_else(|e| e.into_inner());
-    rounds.iter_mut().find(|r| r.generation == generation).map(f)
+    rounds
+        .iter_mut()
+        .find(|r| r.generation == generation)
+        .map(f)
 }
 
 /// The daemon job of a round, on the main thread.
@@ -293,7 +365,7 @@ fn daemon_state(daemons: JobRef, vpid: u32) -> Option<(*mut ffi::prte_proc_t, u3
         None
     } else {
         // SAFETY: a live proc object of the daemon job.
-        Some((proc_, unsafe { (*proc_).state } as u32))
+        Some((proc_, unsafe { (*proc_).state }))
     }
 }
 
@@ -328,20 +400,33 @@ fn on_event(generation: u64, ev: LaunchEvent) {
     }
     // While PRRTE shuts the daemons down, only an abnormal end (a signal, a non-zero code, a lost
     // agent) is still worth reporting: it may be why PRRTE is shutting down.
-    if SHUTTING_DOWN.load(Ordering::Acquire) && !matches!(&ev, LaunchEvent::Exited { status, .. } if abnormal(status)) {
+    if SHUTTING_DOWN.load(Ordering::Acquire)
+        && !matches!(&ev, LaunchEvent::Exited { status, .. } if abnormal(status))
+    {
         return;
     }
     // After we asked the agents to stop their daemons, SIGTERM and a lost connection are ours.
     if FINAL_SWEEP.load(Ordering::Acquire)
-        && matches!(&ev, LaunchEvent::Exited { status: ExitDesc::Signal(15) | ExitDesc::ConnectionLost(_), .. })
+        && matches!(
+            &ev,
+            LaunchEvent::Exited {
+                status: ExitDesc::Signal(15) | ExitDesc::ConnectionLost(_),
+                ..
+            }
+        )
     {
         return;
     }
     let Some((daemons, node)) = with_round(generation, |r| {
         let id = match &ev {
-            LaunchEvent::Started { id, .. } | LaunchEvent::Failed { id, .. } | LaunchEvent::Exited { id, .. } => *id,
+            LaunchEvent::Started { id, .. }
+            | LaunchEvent::Failed { id, .. }
+            | LaunchEvent::Exited { id, .. } => *id,
         };
-        (r.daemons, r.targets.get(&id).map(|t| t.1.clone()).unwrap_or_default())
+        (
+            r.daemons,
+            r.targets.get(&id).map(|t| t.1.clone()).unwrap_or_default(),
+        )
     }) else {
         return;
     };
@@ -350,7 +435,11 @@ fn on_event(generation: u64, ev: LaunchEvent) {
     };
     match ev {
         LaunchEvent::Started { id, pod, pid } => {
-            shim::verbose(Framework::Plm, 1, &format!("plm:k8s: daemon {id} started in pod {pod} (node {node}) as pid {pid}"));
+            shim::verbose(
+                Framework::Plm,
+                1,
+                &format!("plm:k8s: daemon {id} started in pod {pod} (node {node}) as pid {pid}"),
+            );
         }
         LaunchEvent::Failed { id, pod, reason } => {
             with_round(generation, |r| r.failed.insert(id));
@@ -378,7 +467,9 @@ fn on_event(generation: u64, ev: LaunchEvent) {
                 shim::update_exit_status(1);
                 prrte::error_box(
                     &format!("PRRTE's daemon in pod {pod} ended while the DVM was running."),
-                    &format!("Daemon {id} (node {node}): {status}. PRRTE will now shut the DVM down."),
+                    &format!(
+                        "Daemon {id} (node {node}): {status}. PRRTE will now shut the DVM down."
+                    ),
                 );
             }
         }
@@ -394,7 +485,9 @@ fn on_timeout(generation: u64, timeout: Duration) {
     if SHUTTING_DOWN.load(Ordering::Acquire) {
         return;
     }
-    let Some((daemons, targets, failed)) = with_round(generation, |r| (r.daemons, r.targets.clone(), r.failed.clone())) else {
+    let Some((daemons, targets, failed)) = with_round(generation, |r| {
+        (r.daemons, r.targets.clone(), r.failed.clone())
+    }) else {
         return;
     };
     let Some(daemons) = round_daemons(daemons) else {
@@ -409,7 +502,10 @@ fn on_timeout(generation: u64, timeout: Duration) {
     if missing.is_empty() {
         return;
     }
-    let list: Vec<String> = missing.iter().map(|(id, pod, node)| format!("  pod {pod} (node {node}, daemon {id})")).collect();
+    let list: Vec<String> = missing
+        .iter()
+        .map(|(id, pod, node)| format!("  pod {pod} (node {node}, daemon {id})"))
+        .collect();
     prrte::error_box(
         &format!("PRRTE's daemons in {} pod(s) did not report back within {} s.", missing.len(), timeout.as_secs()),
         &format!(

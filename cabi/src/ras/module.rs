@@ -6,8 +6,8 @@
 //! message.
 use crate::boundary::boundary;
 use crate::cstr::cstring;
-use crate::shim::{self, Framework};
 use crate::prrte::JobRef;
+use crate::shim::{self, Framework};
 use crate::{ffi, mainloop, params, pods, prrte};
 use prrte_k8s::discovery::{self, Allocation, DiscoveryConfig, DiscoveryError};
 use std::os::raw::{c_int, c_void};
@@ -190,9 +190,7 @@ fn insert(job: JobRef, alloc: &Allocation) -> Result<(), String> {
             &format!(
                 "ras:k8s: pod {} (index {}) as node {} at {} with {} slots{}",
                 n.pod,
-                n.index
-                    .map(|i| i.to_string())
-                    .unwrap_or_else(|| "-".into()),
+                n.index.map(|i| i.to_string()).unwrap_or_else(|| "-".into()),
                 n.hostname,
                 n.ip,
                 n.slots,
@@ -213,12 +211,13 @@ fn insert(job: JobRef, alloc: &Allocation) -> Result<(), String> {
                 "prte_ras_base_node_insert failed with PRRTE error {rc}"
             ));
         }
-        let display = ffi::prte_get_attribute(
-            &mut (*jdata).attributes,
-            ffi::PRTE_JOB_DISPLAY_ALLOC as u16,
-            std::ptr::null_mut(),
-            ffi::PMIX_BOOL as ffi::pmix_data_type_t,
-        ) || ffi::pmix_output_get_verbosity(ffi::prte_ras_base_framework.framework_output) > 4;
+        let display =
+            ffi::prte_get_attribute(
+                &mut (*jdata).attributes,
+                ffi::PRTE_JOB_DISPLAY_ALLOC as u16,
+                std::ptr::null_mut(),
+                ffi::PMIX_BOOL as ffi::pmix_data_type_t,
+            ) || ffi::pmix_output_get_verbosity(ffi::prte_ras_base_framework.framework_output) > 4;
         if display {
             ffi::prte_ras_base_display_alloc(jdata);
         }

@@ -7,12 +7,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::Api;
-use prrte_k8s::discovery::{self, Allocation, DiscoveryConfig, SlotsPolicy};
 use prrte_k8s::discovery::client::{error_chain, Environment, SERVICE_ACCOUNT_DIR};
+use prrte_k8s::discovery::{self, Allocation, DiscoveryConfig, SlotsPolicy};
 use prrte_k8s::launch::{ping_agent, LaunchOptions, LaunchTarget};
 use prrte_k8s::protocol::{read_secret_file, DEFAULT_AGENT_PORT, DEFAULT_SECRET_FILE};
 
@@ -64,7 +66,9 @@ impl Report {
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
 fn check_in_cluster(r: &mut Report, env: &Environment) {
@@ -132,14 +136,25 @@ const RBAC_REMEDY: &str = "bind the job's service account to a Role with `- apiG
      prrte-config/k8s/rbac.yaml; the pods must use serviceAccountName: prrte-launcher)";
 
 async fn check_rbac(r: &mut Report, env: &Environment, namespace: &str) {
-    let client = match tokio::time::timeout(API_TIMEOUT, discovery::client::connect_with_env(None, env, API_TIMEOUT)).await {
+    let client = match tokio::time::timeout(
+        API_TIMEOUT,
+        discovery::client::connect_with_env(None, env, API_TIMEOUT),
+    )
+    .await
+    {
         Ok(Ok(c)) => c.client,
         Ok(Err(e)) => {
-            r.fail(&format!("RBAC: cannot build an API client: {e}"), "fix the in-cluster config check above");
+            r.fail(
+                &format!("RBAC: cannot build an API client: {e}"),
+                "fix the in-cluster config check above",
+            );
             return;
         }
         Err(_) => {
-            r.fail("RBAC: building an API client did not finish in time", "check the API server's health");
+            r.fail(
+                "RBAC: building an API client did not finish in time",
+                "check the API server's health",
+            );
             return;
         }
     };
@@ -178,20 +193,30 @@ async fn check_rbac(r: &mut Report, env: &Environment, namespace: &str) {
         return;
     }
     if denied.is_empty() {
-        r.ok(&format!("RBAC: may get, list and watch pods in namespace {namespace}"));
+        r.ok(&format!(
+            "RBAC: may get, list and watch pods in namespace {namespace}"
+        ));
     } else {
         r.fail(
             &format!(
                 "RBAC: the service account may not {} pods in namespace {namespace}{}",
                 denied.join(", "),
-                if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join("; ")) }
+                if reasons.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", reasons.join("; "))
+                }
             ),
             RBAC_REMEDY,
         );
     }
 }
 
-async fn check_discovery(r: &mut Report, args: &DoctorArgs, env: &Environment) -> Option<Allocation> {
+async fn check_discovery(
+    r: &mut Report,
+    args: &DoctorArgs,
+    env: &Environment,
+) -> Option<Allocation> {
     let cfg = DiscoveryConfig {
         namespace: args.job.namespace.clone(),
         selector: args.job.selector.clone(),
@@ -214,11 +239,17 @@ async fn check_discovery(r: &mut Report, args: &DoctorArgs, env: &Environment) -
             Some(alloc)
         }
         Ok(Err(e)) => {
-            r.fail(&format!("pods: discovery failed: {e}"), "see the message above; `prrte-k8s pods -v` shows the discovery step by step");
+            r.fail(
+                &format!("pods: discovery failed: {e}"),
+                "see the message above; `prrte-k8s pods -v` shows the discovery step by step",
+            );
             None
         }
         Err(_) => {
-            r.fail(&format!("pods: discovery did not finish within {bound:?}"), "check that the job's pods are Ready and the API server answers");
+            r.fail(
+                &format!("pods: discovery did not finish within {bound:?}"),
+                "check that the job's pods are Ready and the API server answers",
+            );
             None
         }
     }
@@ -241,7 +272,10 @@ async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocati
     let secret = match read_secret_file(&path) {
         Ok(s) => s,
         Err(e) => {
-            r.fail(&format!("agents: cannot read the per-job secret: {e}"), "mount the job's Secret in this pod, or pass --secret-file");
+            r.fail(
+                &format!("agents: cannot read the per-job secret: {e}"),
+                "mount the job's Secret in this pod, or pass --secret-file",
+            );
             return;
         }
     };
@@ -256,11 +290,16 @@ async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocati
         .iter()
         .enumerate()
         .map(|(i, n)| {
-            let t = LaunchTarget { id: i as u32, pod: n.pod.clone(), addr: SocketAddr::new(n.ip.into(), args.agent_port) };
+            let t = LaunchTarget {
+                id: i as u32,
+                pod: n.pod.clone(),
+                addr: SocketAddr::new(n.ip.into(), args.agent_port),
+            };
             (t, n.is_self)
         })
         .collect();
-    let results = futures::future::join_all(targets.iter().map(|(t, _)| ping_agent(t, &opts))).await;
+    let results =
+        futures::future::join_all(targets.iter().map(|(t, _)| ping_agent(t, &opts))).await;
     for ((t, is_self), res) in targets.iter().zip(results) {
         match res {
             Ok(rtt) => r.ok(&format!(
@@ -289,14 +328,23 @@ async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocati
 /// The PRRTE install prefix: configured, else found from `prte` on PATH.
 fn find_prefix() -> Option<(PathBuf, String)> {
     if let Some(p) = crate::tools::configured_prefix() {
-        let how = if env_path("PRRTE_K8S_PREFIX").is_some() { "$PRRTE_K8S_PREFIX" } else { "$PRRTE_K8S_PRTED" };
+        let how = if env_path("PRRTE_K8S_PREFIX").is_some() {
+            "$PRRTE_K8S_PREFIX"
+        } else {
+            "$PRRTE_K8S_PRTED"
+        };
         return Some((p, how.to_owned()));
     }
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join("prte"))
         .find(|p| p.is_file())
-        .and_then(|p| Some((p.parent()?.parent()?.to_path_buf(), "prte on PATH".to_owned())))
+        .and_then(|p| {
+            Some((
+                p.parent()?.parent()?.to_path_buf(),
+                "prte on PATH".to_owned(),
+            ))
+        })
 }
 
 fn executable(p: &Path) -> bool {
@@ -319,7 +367,10 @@ fn check_prrte(r: &mut Report) {
         .map(|p| p.display().to_string())
         .collect();
     if missing.is_empty() {
-        r.ok(&format!("PRRTE: prefix {} ({how}) has prte, prted, prun and pterm", prefix.display()));
+        r.ok(&format!(
+            "PRRTE: prefix {} ({how}) has prte, prted, prun and pterm",
+            prefix.display()
+        ));
     } else {
         r.fail(
             &format!("PRRTE: prefix {} ({how}) lacks {}", prefix.display(), missing.join(", ")),
@@ -337,7 +388,10 @@ fn check_prrte(r: &mut Report) {
         .map(|p| p.display().to_string())
         .collect();
     if missing.is_empty() {
-        r.ok(&format!("k8s components: prte_mca_ras_k8s.so and prte_mca_plm_k8s.so in {} ({how})", dir.display()));
+        r.ok(&format!(
+            "k8s components: prte_mca_ras_k8s.so and prte_mca_plm_k8s.so in {} ({how})",
+            dir.display()
+        ));
     } else {
         r.fail(
             &format!("k8s components: not installed: {} missing ({how})", missing.join(", ")),
@@ -365,7 +419,10 @@ async fn run_checks(args: DoctorArgs) -> usize {
 }
 
 pub fn run(args: DoctorArgs) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("prrte-k8s: error: cannot start the async runtime: {e}");
