@@ -5,8 +5,11 @@
 pub mod api;
 pub mod cli;
 pub mod cluster;
+pub mod container;
 pub mod harness;
+pub mod images;
 pub mod kubectl;
 pub mod mpijob;
+pub mod netpol;
 pub mod podnet;
 pub mod sshd;

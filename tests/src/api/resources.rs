@@ -1,7 +1,7 @@
 //! The resource types the sandbox API server serves, with their discovery data and the
 //! k8s-openapi type each stored object is checked against.
 
-use k8s_openapi::api::{apps, authentication, authorization, batch, core, rbac};
+use k8s_openapi::api::{apps, authentication, authorization, batch, core, networking, rbac};
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;
 
@@ -244,6 +244,20 @@ pub static STATEFULSETS: ResourceType = rt!(
     true,
     apps::v1::StatefulSet
 );
+pub static NETWORKPOLICIES: ResourceType = rt!(
+    "networking.k8s.io",
+    "v1",
+    "networkpolicies",
+    "networkpolicy",
+    "NetworkPolicy",
+    true,
+    &["netpol"],
+    &[],
+    RW,
+    &[],
+    true,
+    networking::v1::NetworkPolicy
+);
 pub static ROLES: ResourceType = rt!(
     "rbac.authorization.k8s.io",
     "v1",
@@ -355,6 +369,7 @@ pub static ALL: &[&ResourceType] = &[
     &NODES,
     &JOBS,
     &STATEFULSETS,
+    &NETWORKPOLICIES,
     &ROLES,
     &ROLEBINDINGS,
     &CLUSTERROLES,
