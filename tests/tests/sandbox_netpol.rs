@@ -128,6 +128,25 @@ async fn network_policy_admits_only_the_jobs_pods_on_listed_ports() {
         ))
         .unwrap();
     let rules = cluster.sync_network_policies().unwrap().expect("rules");
+    let kubectl =
+        sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh unpacks Debian's)");
+    let cache = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .args(["-n", &ns, "get", "networkpolicy"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && table.contains("POD-SELECTOR")
+            && table.contains(&format!("job={job}")),
+        "{table}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(rules.contains(&format!("ip daddr {ip_a} ")), "{rules}");
     assert_eq!(
         podnet::leftovers(&prefix).nft_tables,
@@ -150,6 +169,19 @@ async fn network_policy_admits_only_the_jobs_pods_on_listed_ports() {
     );
     // Connections the isolated pod opens itself still work (their replies pass).
     assert_open(&cluster, &a, &ip_out, 7117);
+    // A job pod that appears later is admitted without anyone calling sync: the rules follow
+    // the pods.
+    let late = format!("{job}-2");
+    cluster
+        .apply_yaml(&server_pod(&ns, &late, &format!("{{job: {job}}}"), &[7117]))
+        .unwrap();
+    cluster
+        .wait_ready(&ns, &format!("job={job}"), 3, WAIT)
+        .await
+        .unwrap();
+    let late = format!("{ns}/{late}");
+    assert_open(&cluster, &late, &ip_a, 7117);
+    assert_blocked(&cluster, &late, &ip_a, 7200);
 
     // A second policy admits the namespaces labelled team=blue (on every port).
     cluster
@@ -186,6 +218,32 @@ async fn network_policy_admits_only_the_jobs_pods_on_listed_ports() {
     cluster.sync_network_policies().unwrap();
     assert_blocked(&cluster, &b, &ip_a, 7117);
     cluster.shutdown().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !podnet::leftovers(&prefix).is_empty() {
+        assert!(Instant::now() < deadline, "{}", podnet::leftovers(&prefix));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_test_leaves_no_rules_behind() {
+    let cluster = Cluster::start(ClusterOptions::default()).await.unwrap();
+    let prefix = cluster.network().prefix();
+    let ns = unique("np-fail");
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n---\n{}apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: deny, namespace: {ns}}}\nspec:\n  podSelector: {{}}\n",
+            server_pod(&ns, "p", "{app: p}", &[7117])
+        ))
+        .unwrap();
+    cluster.wait_ready(&ns, "app=p", 1, WAIT).await.unwrap();
+    assert!(cluster.sync_network_policies().unwrap().is_some());
+    assert_eq!(podnet::leftovers(&prefix).nft_tables.len(), 1);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _owned = cluster;
+        panic!("the test body fails");
+    }));
+    assert!(r.is_err());
     let deadline = Instant::now() + Duration::from_secs(10);
     while !podnet::leftovers(&prefix).is_empty() {
         assert!(Instant::now() < deadline, "{}", podnet::leftovers(&prefix));
