@@ -349,7 +349,11 @@ fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
             ]
         }
         ("networking.k8s.io", "networkpolicies") => {
-            vec![name, json!(label_selector_text(obj.pointer("/spec/podSelector"))), json!(age(obj, now))]
+            vec![
+                name,
+                json!(label_selector_text(obj.pointer("/spec/podSelector"))),
+                json!(age(obj, now)),
+            ]
         }
         _ => vec![name, json!(age(obj, now))],
     }
@@ -357,11 +361,23 @@ fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
 
 /// A structured label selector as kubectl prints it ("a=b,c in (d,e)"; "<none>" when empty).
 fn label_selector_text(sel: Option<&Value>) -> String {
-    let Some(sel) = sel else { return "<none>".into() };
-    let mut parts: Vec<String> = sel["matchLabels"].as_object().into_iter().flatten().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect();
+    let Some(sel) = sel else {
+        return "<none>".into();
+    };
+    let mut parts: Vec<String> = sel["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .collect();
     for e in sel["matchExpressions"].as_array().into_iter().flatten() {
         let key = e["key"].as_str().unwrap_or("");
-        let values: Vec<&str> = e["values"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let values: Vec<&str> = e["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
         parts.push(match e["operator"].as_str().unwrap_or("") {
             "In" => format!("{key} in ({})", values.join(",")),
             "NotIn" => format!("{key} notin ({})", values.join(",")),
