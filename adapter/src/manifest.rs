@@ -114,7 +114,7 @@ pub struct ManifestArgs {
     /// Extended resource name of a GPU
     #[arg(long, default_value = "nvidia.com/gpu", value_name = "RESOURCE")]
     pub gpu_resource: String,
-    /// MPI slots per pod (annotation prrte.k8s.io/slots) [default: GPUs, else whole CPUs]
+    /// MPI slots per pod (annotation prrte-k8s.io/slots) [default: GPUs, else whole CPUs]
     #[arg(long)]
     pub slots: Option<u32>,
     /// Batch: when the Job is complete
@@ -156,7 +156,8 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("{s:?}: expected NAME=VALUE"))?;
     let ok = !k.is_empty()
         && !k.starts_with(|c: char| c.is_ascii_digit())
-        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-');
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-');
     if !ok {
         return Err(format!("{k:?} is not a valid environment variable name"));
     }
@@ -229,17 +230,21 @@ fn rbac(a: &ManifestArgs) -> Vec<Value> {
     let n = names(a);
     let owner = match a.kind {
         Kind::Job => json!({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]}),
-        Kind::Statefulset => json!({"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get"]}),
-        Kind::Jobset => json!({"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]}),
+        Kind::Statefulset => {
+            json!({"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get"]})
+        }
+        Kind::Jobset => {
+            json!({"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]})
+        }
     };
     let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(a, &n.sa),
         // Mounted only where the pod template asks for it.
         "automountServiceAccountToken": false});
     let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(a, &n.role),
-        "rules": [
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-            owner,
-        ]});
+    "rules": [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        owner,
+    ]});
     let mut subject = json!({"kind": "ServiceAccount", "name": n.sa});
     if let Some(ns) = &a.namespace {
         subject["namespace"] = json!(ns);
@@ -271,9 +276,18 @@ fn pod_env(a: &ManifestArgs) -> Vec<Value> {
         ("PRTE_MCA_ras".into(), "k8s".into()),
         ("PRTE_MCA_plm".into(), "k8s".into()),
         // Pinned ports (the NetworkPolicy admits exactly these).
-        ("PRTE_MCA_oob_tcp_static_ipv4_ports".into(), OOB_PORT.to_string()),
-        ("OMPI_MCA_btl_tcp_port_min_v4".into(), BTL_PORT_MIN.to_string()),
-        ("OMPI_MCA_btl_tcp_port_range_v4".into(), BTL_PORT_RANGE.to_string()),
+        (
+            "PRTE_MCA_oob_tcp_static_ipv4_ports".into(),
+            OOB_PORT.to_string(),
+        ),
+        (
+            "OMPI_MCA_btl_tcp_port_min_v4".into(),
+            BTL_PORT_MIN.to_string(),
+        ),
+        (
+            "OMPI_MCA_btl_tcp_port_range_v4".into(),
+            BTL_PORT_RANGE.to_string(),
+        ),
         // MPI traffic between pods only through the TCP BTL (no fabric with its own ports).
         ("OMPI_MCA_pml".into(), "ob1".into()),
         ("OMPI_MCA_btl".into(), "self,sm,tcp".into()),
@@ -342,11 +356,12 @@ fn pod_template(a: &ManifestArgs, batch: bool) -> Value {
         container["imagePullPolicy"] = json!(p);
     }
     let (lk, lv) = job_label(a);
-    let mut labels = json!({"app.kubernetes.io/name": "prrte-k8s", "app.kubernetes.io/instance": a.name});
+    let mut labels =
+        json!({"app.kubernetes.io/name": "prrte-k8s", "app.kubernetes.io/instance": a.name});
     labels[lk] = json!(lv);
     let mut pod_meta = json!({"labels": labels});
     if let Some(s) = a.slots {
-        pod_meta["annotations"] = json!({"prrte.k8s.io/slots": s.to_string()});
+        pod_meta["annotations"] = json!({crate::discovery::SLOTS_ANNOTATION: s.to_string()});
     }
     let mut spec = json!({
         "serviceAccountName": n.sa,
@@ -457,10 +472,16 @@ pub fn check(a: &ManifestArgs) -> Result<(), String> {
         return Err("--kind statefulset runs interactive jobs only (a StatefulSet restarts pods that exit); use --kind job or jobset for a command".into());
     }
     if !a.agent.starts_with('/') && a.agent.contains('/') {
-        return Err(format!("--agent {:?}: give an absolute path or a bare name found on the image's PATH", a.agent));
+        return Err(format!(
+            "--agent {:?}: give an absolute path or a bare name found on the image's PATH",
+            a.agent
+        ));
     }
     if !a.prrte_prefix.starts_with('/') {
-        return Err(format!("--prrte-prefix {:?}: must be absolute", a.prrte_prefix));
+        return Err(format!(
+            "--prrte-prefix {:?}: must be absolute",
+            a.prrte_prefix
+        ));
     }
     Ok(())
 }
@@ -491,15 +512,26 @@ pub fn objects(a: &ManifestArgs, key: Option<&str>) -> Result<Vec<Value>, String
 /// the Secret if it is left out), then the objects as YAML documents.
 pub fn render(a: &ManifestArgs, argv_text: &str, key: Option<&str>) -> Result<String, String> {
     let objs = objects(a, key)?;
-    let mut text = format!("# Generated by: prrte-k8s manifest{}{argv_text}\n", if argv_text.is_empty() { "" } else { " " });
+    let mut text = format!(
+        "# Generated by: prrte-k8s manifest{}{argv_text}\n",
+        if argv_text.is_empty() { "" } else { " " }
+    );
     let mode = if a.command.is_empty() {
-        "interactive: the agent of pod 0 runs the DVM head; `prrte-k8s prun` from any pod".to_string()
+        "interactive: the agent of pod 0 runs the DVM head; `prrte-k8s prun` from any pod"
+            .to_string()
     } else {
-        format!("batch: pod 0 runs `{}`; the job ends when it does", a.command.join(" "))
+        format!(
+            "batch: pod 0 runs `{}`; the job ends when it does",
+            a.command.join(" ")
+        )
     };
     text.push_str(&format!("# {mode}\n"));
     if key.is_none() && (a.only.is_empty() || a.only.contains(&Part::Secret)) {
-        let ns = a.namespace.as_ref().map(|n| format!(" -n {n}")).unwrap_or_default();
+        let ns = a
+            .namespace
+            .as_ref()
+            .map(|n| format!(" -n {n}"))
+            .unwrap_or_default();
         text.push_str(&format!(
             "# Create the per-job Secret first:\n#   kubectl create secret generic {}{ns} --from-literal=key=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \\n')\n",
             names(a).secret
@@ -543,20 +575,50 @@ mod tests {
     }
 
     fn kinds(objs: &[Value]) -> Vec<String> {
-        objs.iter().map(|o| o["kind"].as_str().unwrap().to_string()).collect()
+        objs.iter()
+            .map(|o| o["kind"].as_str().unwrap().to_string())
+            .collect()
     }
 
     #[test]
     fn batch_job_has_everything() {
-        let a = args(&["--name", "ar", "--pods", "4", "--cpu", "2", "--", "mpirun", "-n", "8", "./allreduce"]);
+        let a = args(&[
+            "--name",
+            "ar",
+            "--pods",
+            "4",
+            "--cpu",
+            "2",
+            "--",
+            "mpirun",
+            "-n",
+            "8",
+            "./allreduce",
+        ]);
         let key = fresh_key();
         assert_eq!(key.len(), 64);
         assert_ne!(key, fresh_key());
         let objs = objects(&a, Some(&key)).unwrap();
-        assert_eq!(kinds(&objs), ["ServiceAccount", "Role", "RoleBinding", "Secret", "Job", "NetworkPolicy"]);
+        assert_eq!(
+            kinds(&objs),
+            [
+                "ServiceAccount",
+                "Role",
+                "RoleBinding",
+                "Secret",
+                "Job",
+                "NetworkPolicy"
+            ]
+        );
         let role = &objs[1];
-        assert_eq!(role["rules"][0], json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}));
-        assert_eq!(role["rules"][1], json!({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]}));
+        assert_eq!(
+            role["rules"][0],
+            json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]})
+        );
+        assert_eq!(
+            role["rules"][1],
+            json!({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]})
+        );
         assert_eq!(role["rules"].as_array().unwrap().len(), 2);
         let job = &objs[4];
         let spec = &job["spec"];
@@ -568,8 +630,26 @@ mod tests {
         assert_eq!(spec["ttlSecondsAfterFinished"], 3600);
         let pod = &spec["template"]["spec"];
         let c = &pod["containers"][0];
-        let cmd: Vec<&str> = c["command"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-        assert_eq!(cmd, ["prrte-k8s-agent", "--prted", "/opt/prrte/bin/prted", "--run", "--", "mpirun", "-n", "8", "./allreduce"]);
+        let cmd: Vec<&str> = c["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            cmd,
+            [
+                "prrte-k8s-agent",
+                "--prted",
+                "/opt/prrte/bin/prted",
+                "--run",
+                "--",
+                "mpirun",
+                "-n",
+                "8",
+                "./allreduce"
+            ]
+        );
         assert_eq!(c["resources"]["requests"]["cpu"], "2");
         assert!(!c["image"].as_str().unwrap().is_empty());
         // restricted pod security
@@ -580,71 +660,182 @@ mod tests {
         assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
         assert!(pod["securityContext"]["runAsUser"].as_u64().unwrap() >= 1000);
         assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-        let mounts: Vec<&str> = c["volumeMounts"].as_array().unwrap().iter().map(|m| m["mountPath"].as_str().unwrap()).collect();
+        let mounts: Vec<&str> = c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["mountPath"].as_str().unwrap())
+            .collect();
         for p in ["/tmp", "/var/run/prrte-k8s", "/dev/shm", SECRET_DIR] {
             assert!(mounts.contains(&p), "{p} mounted: {mounts:?}");
         }
         assert_eq!(pod["volumes"][3]["emptyDir"]["medium"], "Memory");
         // pinned ports in the env, and exactly those in the policy
-        let env = |k: &str| c["env"].as_array().unwrap().iter().find(|e| e["name"] == k).map(|e| e["value"].clone());
-        assert_eq!(env("PRTE_MCA_oob_tcp_static_ipv4_ports"), Some(json!("7121")));
+        let env = |k: &str| {
+            c["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == k)
+                .map(|e| e["value"].clone())
+        };
+        assert_eq!(
+            env("PRTE_MCA_oob_tcp_static_ipv4_ports"),
+            Some(json!("7121"))
+        );
         assert_eq!(env("OMPI_MCA_btl_tcp_port_min_v4"), Some(json!("7200")));
         assert_eq!(env("OMPI_MCA_btl_tcp_port_range_v4"), Some(json!("100")));
         let np = &objs[5]["spec"];
-        assert_eq!(np["podSelector"]["matchLabels"]["batch.kubernetes.io/job-name"], "ar");
-        assert_eq!(np["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["batch.kubernetes.io/job-name"], "ar");
-        let ports: Vec<(u64, Option<u64>)> =
-            np["ingress"][0]["ports"].as_array().unwrap().iter().map(|p| (p["port"].as_u64().unwrap(), p["endPort"].as_u64())).collect();
-        assert_eq!(ports, [(7117, None), (7118, None), (7121, None), (7200, Some(7299))], "batch: no tool port");
+        assert_eq!(
+            np["podSelector"]["matchLabels"]["batch.kubernetes.io/job-name"],
+            "ar"
+        );
+        assert_eq!(
+            np["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
+                ["batch.kubernetes.io/job-name"],
+            "ar"
+        );
+        let ports: Vec<(u64, Option<u64>)> = np["ingress"][0]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["port"].as_u64().unwrap(), p["endPort"].as_u64()))
+            .collect();
+        assert_eq!(
+            ports,
+            [(7117, None), (7118, None), (7121, None), (7200, Some(7299))],
+            "batch: no tool port"
+        );
         // the Secret carries the key
         use base64::Engine;
-        let stored = base64::engine::general_purpose::STANDARD.decode(objs[3]["data"]["key"].as_str().unwrap()).unwrap();
+        let stored = base64::engine::general_purpose::STANDARD
+            .decode(objs[3]["data"]["key"].as_str().unwrap())
+            .unwrap();
         assert_eq!(stored, key.as_bytes());
     }
 
     #[test]
     fn interactive_statefulset_and_jobset() {
-        let a = args(&["--kind", "statefulset", "--name", "dvm", "--pods", "3", "--gpus", "1", "-n", "hpc"]);
+        let a = args(&[
+            "--kind",
+            "statefulset",
+            "--name",
+            "dvm",
+            "--pods",
+            "3",
+            "--gpus",
+            "1",
+            "-n",
+            "hpc",
+        ]);
         let objs = objects(&a, None).unwrap();
-        assert_eq!(kinds(&objs), ["ServiceAccount", "Role", "RoleBinding", "StatefulSet", "NetworkPolicy"]);
+        assert_eq!(
+            kinds(&objs),
+            [
+                "ServiceAccount",
+                "Role",
+                "RoleBinding",
+                "StatefulSet",
+                "NetworkPolicy"
+            ]
+        );
         assert_eq!(objs[1]["rules"][1]["resources"], json!(["statefulsets"]));
         assert_eq!(objs[2]["subjects"][0]["namespace"], "hpc");
         let sts = &objs[3];
         assert_eq!(sts["metadata"]["namespace"], "hpc");
         let c = &sts["spec"]["template"]["spec"]["containers"][0];
-        assert!(c["command"].as_array().unwrap().contains(&json!("--dvm-head")));
+        assert!(c["command"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("--dvm-head")));
         assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], "1");
-        assert!(c["env"].as_array().unwrap().iter().any(|e| e["name"] == "POD_INDEX"));
-        assert!(sts["spec"]["template"]["spec"].get("restartPolicy").is_none());
-        assert!(objs[4]["spec"]["ingress"][0]["ports"].as_array().unwrap().iter().any(|p| p["port"] == 7120));
+        assert!(c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "POD_INDEX"));
+        assert!(sts["spec"]["template"]["spec"]
+            .get("restartPolicy")
+            .is_none());
+        assert!(objs[4]["spec"]["ingress"][0]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["port"] == 7120));
         let e = objects(&args(&["--kind", "statefulset", "--", "true"]), None).unwrap_err();
         assert!(e.contains("interactive"), "{e}");
 
-        let a = args(&["--kind", "jobset", "--name", "js", "--success", "all", "--deadline", "600", "--", "mpirun", "./x"]);
+        let a = args(&[
+            "--kind",
+            "jobset",
+            "--name",
+            "js",
+            "--success",
+            "all",
+            "--deadline",
+            "600",
+            "--",
+            "mpirun",
+            "./x",
+        ]);
         let objs = objects(&a, None).unwrap();
         assert_eq!(objs[1]["rules"][1]["resources"], json!(["jobsets"]));
         let js = &objs[3];
         let job = &js["spec"]["replicatedJobs"][0]["template"]["spec"];
         assert!(job.get("successPolicy").is_none(), "--success all");
         assert_eq!(job["activeDeadlineSeconds"], 600);
-        assert_eq!(objs[4]["spec"]["podSelector"]["matchLabels"]["jobset.sigs.k8s.io/jobset-name"], "js");
+        assert_eq!(
+            objs[4]["spec"]["podSelector"]["matchLabels"]["jobset.sigs.k8s.io/jobset-name"],
+            "js"
+        );
     }
 
     #[test]
     fn options_are_checked_and_header_says_how() {
-        assert!(objects(&args(&["--name", "Bad_Name"]), None).unwrap_err().contains("--name"));
-        let a = args(&["--name", "x", "--only", "rbac,networkpolicy", "--env", "A=b c", "--slots", "3"]);
+        assert!(objects(&args(&["--name", "Bad_Name"]), None)
+            .unwrap_err()
+            .contains("--name"));
+        let a = args(&[
+            "--name",
+            "x",
+            "--only",
+            "rbac,networkpolicy",
+            "--env",
+            "A=b c",
+            "--slots",
+            "3",
+        ]);
         let objs = objects(&a, Some("k")).unwrap();
-        assert_eq!(kinds(&objs), ["ServiceAccount", "Role", "RoleBinding", "NetworkPolicy"]);
-        let a = args(&["--name", "x", "--env", "A=b c", "--slots", "3", "--", "sh", "-c", "echo 'hi'"]);
+        assert_eq!(
+            kinds(&objs),
+            ["ServiceAccount", "Role", "RoleBinding", "NetworkPolicy"]
+        );
+        let a = args(&[
+            "--name",
+            "x",
+            "--env",
+            "A=b c",
+            "--slots",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            "echo 'hi'",
+        ]);
         let t = render(&a, "--name x -- sh -c 'echo '\\''hi'\\'''", None).unwrap();
         assert!(t.starts_with("# Generated by: prrte-k8s manifest --name x"));
         assert!(t.contains("kubectl create secret generic x-prrte"));
         assert!(!t.contains("kind: Secret"));
         let objs = objects(&a, None).unwrap();
         let tmpl = &objs[3]["spec"]["template"];
-        assert_eq!(tmpl["metadata"]["annotations"]["prrte.k8s.io/slots"], "3");
-        assert!(tmpl["spec"]["containers"][0]["env"].as_array().unwrap().contains(&json!({"name": "A", "value": "b c"})));
+        assert_eq!(
+            tmpl["metadata"]["annotations"][crate::discovery::SLOTS_ANNOTATION],
+            "3"
+        );
+        assert!(tmpl["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "A", "value": "b c"})));
         assert_eq!(quote("echo 'hi'"), "'echo '\\''hi'\\'''");
         assert_eq!(quote("-n"), "-n");
         assert!(parse_env("1X=2").is_err() && parse_env("noequals").is_err());

@@ -139,7 +139,10 @@ impl BatchState {
                 *l = Link::Finished { code }
             }
         });
-        (Reply::Ack {}, format!("finishing (command exit status {code})"))
+        (
+            Reply::Ack {},
+            format!("finishing (command exit status {code})"),
+        )
     }
 
     /// A connection ended: if it was the attached launcher's, the launcher is lost.
@@ -156,7 +159,9 @@ impl BatchState {
 
 fn not_a_worker(config: &AgentConfig, what: &str) -> (Reply, String) {
     let reason = match &config.batch {
-        None => format!("this agent does not run in batch mode (--run); `{what}` is for batch workers"),
+        None => {
+            format!("this agent does not run in batch mode (--run); `{what}` is for batch workers")
+        }
         Some(_) => format!("this agent is the batch launcher; `{what}` is for batch workers"),
     };
     (
@@ -251,7 +256,16 @@ async fn attach_one(target: LaunchTarget, opts: &LaunchOptions) -> Result<Attach
     )
     .await?;
     let deadline = Instant::now() + PEER_TIMEOUT;
-    match recv_reply(&mut conn, &mut session, "attach", &who, deadline, PEER_TIMEOUT).await? {
+    match recv_reply(
+        &mut conn,
+        &mut session,
+        "attach",
+        &who,
+        deadline,
+        PEER_TIMEOUT,
+    )
+    .await?
+    {
         Reply::Ack {} => Ok(Attached {
             target,
             conn,
@@ -331,15 +345,20 @@ async fn find_peers(config: &AgentConfig, timeout: Duration) -> Result<Vec<Launc
 
 /// The launcher: attach to the other agents, run the command, tell them how it ended.
 pub async fn run_launcher(
-    command: Vec<String>,
-    pods_timeout: Duration,
-    reason: String,
     config: AgentConfig,
     reaper: Arc<Reaper>,
     health: Option<SocketAddr>,
     batch: Arc<BatchState>,
     stop: CancellationToken,
 ) {
+    let Some(super::BatchConfig::Launcher {
+        command,
+        pods_timeout,
+        reason,
+    }) = config.batch.clone()
+    else {
+        return;
+    };
     super::head::wait_health(health, &stop).await;
     if stop.is_cancelled() {
         batch.exit(143);
@@ -368,7 +387,9 @@ pub async fn run_launcher(
     for a in attempts {
         match a {
             Ok(l) => links.push(l),
-            Err(e) => warn!(error = %e, "batch launcher: cannot attach to a worker's agent; it will give up by itself"),
+            Err(e) => {
+                warn!(error = %e, "batch launcher: cannot attach to a worker's agent; it will give up by itself")
+            }
         }
     }
     info!(workers = links.len(), command = ?command, "batch launcher: running the job's command");
@@ -381,7 +402,12 @@ pub async fn run_launcher(
             warn!(pod = %t.pod, error = %e, "batch launcher: cannot tell a worker that the job ended");
         }
     }
-    info!(code, told, workers = n, "batch launcher: the job's command ended; exiting with its status");
+    info!(
+        code,
+        told,
+        workers = n,
+        "batch launcher: the job's command ended; exiting with its status"
+    );
     batch.exit(code);
 }
 
@@ -460,14 +486,22 @@ mod tests {
         assert_eq!(b.attach(&config, 1, peer).0, Reply::Ack {});
         assert_eq!(b.link(), Link::Attached { conn: 1, peer });
         b.connection_closed(2);
-        assert_eq!(b.link(), Link::Attached { conn: 1, peer }, "another connection");
+        assert_eq!(
+            b.link(),
+            Link::Attached { conn: 1, peer },
+            "another connection"
+        );
         b.connection_closed(1);
         assert_eq!(b.link(), Link::Lost { peer });
         assert_eq!(b.finish(&config, peer, 3).0, Reply::Ack {});
         assert_eq!(b.link(), Link::Finished { code: 3 });
         assert!(matches!(b.attach(&config, 3, peer).0, Reply::Failed { .. }));
         b.finish(&config, peer, 0);
-        assert_eq!(b.link(), Link::Finished { code: 3 }, "the first word counts");
+        assert_eq!(
+            b.link(),
+            Link::Finished { code: 3 },
+            "the first word counts"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -504,7 +538,11 @@ mod tests {
         b.link.send_replace(Link::Attached { conn: 1, peer });
         let w = tokio::spawn(run_worker(b.clone(), Duration::from_secs(1), stop.clone()));
         tokio::time::sleep(Duration::from_secs(5)).await;
-        assert_eq!(b.exit_code(), None, "an attached worker waits past launcher_wait");
+        assert_eq!(
+            b.exit_code(),
+            None,
+            "an attached worker waits past launcher_wait"
+        );
         b.link.send_replace(Link::Finished { code: 0 });
         w.await.unwrap();
         assert_eq!(b.exit_code(), Some(0));

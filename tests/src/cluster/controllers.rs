@@ -60,10 +60,16 @@ async fn run(store: Store) {
 }
 
 fn reconcile_all(store: &Store) {
-    for (rt, f) in [(&JOBS, reconcile_job as fn(&Store, &str, &str)), (&STATEFULSETS, reconcile_sts)] {
+    for (rt, f) in [
+        (&JOBS, reconcile_job as fn(&Store, &str, &str)),
+        (&STATEFULSETS, reconcile_sts),
+    ] {
         if let Ok(l) = store.list(rt, None, &Default::default()) {
             for o in l.items {
-                let ns = o["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+                let ns = o["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
                 let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
                 f(store, &ns, &name);
             }
@@ -100,13 +106,18 @@ fn owner_ref(api_version: &str, kind: &str, owner: &Value) -> Value {
 }
 
 fn phase(p: &Value) -> &str {
-    p.pointer("/status/phase").and_then(Value::as_str).unwrap_or("Pending")
+    p.pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("Pending")
 }
 
 fn is_ready(p: &Value) -> bool {
     p.pointer("/status/conditions")
         .and_then(Value::as_array)
-        .is_some_and(|a| a.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        .is_some_and(|a| {
+            a.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
 }
 
 fn owned_pods(store: &Store, owner: &Value) -> Vec<Arc<Value>> {
@@ -127,7 +138,11 @@ pub fn compress_indexes(set: &BTreeSet<i64>) -> String {
         while it.peek().is_some_and(|&&n| n == end + 1) {
             end = *it.next().expect("peeked");
         }
-        out.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
+        out.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
     }
     out.join(",")
 }
@@ -183,19 +198,35 @@ pub fn success_rule_met(policy: &Value, succeeded: &BTreeSet<i64>) -> Option<usi
 /// message the Job controller writes.
 pub fn pod_failure_rule(policy: &Value, pod: &Value) -> Option<(String, usize, String)> {
     let rules = policy["rules"].as_array()?;
-    let pod_name = format!("{}/{}", pod["metadata"]["namespace"].as_str().unwrap_or(""), pod["metadata"]["name"].as_str().unwrap_or(""));
+    let pod_name = format!(
+        "{}/{}",
+        pod["metadata"]["namespace"].as_str().unwrap_or(""),
+        pod["metadata"]["name"].as_str().unwrap_or("")
+    );
     for (i, r) in rules.iter().enumerate() {
         let action = r["action"].as_str().unwrap_or("Count").to_string();
         if let Some(oc) = r.get("onExitCodes").filter(|v| v.is_object()) {
-            let values: Vec<i64> = oc["values"].as_array().map(|a| a.iter().filter_map(Value::as_i64).collect()).unwrap_or_default();
+            let values: Vec<i64> = oc["values"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_i64).collect())
+                .unwrap_or_default();
             let want_in = oc["operator"] != "NotIn";
             let only = oc["containerName"].as_str();
-            let statuses = pod.pointer("/status/containerStatuses").and_then(Value::as_array).cloned().unwrap_or_default();
+            let statuses = pod
+                .pointer("/status/containerStatuses")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
             for cs in statuses {
                 if only.is_some_and(|n| cs["name"] != n) {
                     continue;
                 }
-                let Some(code) = cs.pointer("/state/terminated/exitCode").and_then(Value::as_i64) else { continue };
+                let Some(code) = cs
+                    .pointer("/state/terminated/exitCode")
+                    .and_then(Value::as_i64)
+                else {
+                    continue;
+                };
                 if code == 0 {
                     continue;
                 }
@@ -209,12 +240,25 @@ pub fn pod_failure_rule(policy: &Value, pod: &Value) -> Option<(String, usize, S
             }
         }
         if let Some(pcs) = r.get("onPodConditions").and_then(Value::as_array) {
-            let conds = pod.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+            let conds = pod
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
             for pc in pcs {
                 // Defaults to True (the typed round trip of the store leaves it empty).
-                let status = pc["status"].as_str().filter(|s| !s.is_empty()).unwrap_or("True");
-                if conds.iter().any(|c| c["type"] == pc["type"] && c["status"] == status) {
-                    let msg = format!("Pod {pod_name} has condition {} matching {action} rule at index {i}", pc["type"].as_str().unwrap_or(""));
+                let status = pc["status"]
+                    .as_str()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or("True");
+                if conds
+                    .iter()
+                    .any(|c| c["type"] == pc["type"] && c["status"] == status)
+                {
+                    let msg = format!(
+                        "Pod {pod_name} has condition {} matching {action} rule at index {i}",
+                        pc["type"].as_str().unwrap_or("")
+                    );
                     return Some((action, i, msg));
                 }
             }
@@ -229,7 +273,9 @@ fn seconds_since(rfc3339: &str) -> Option<i64> {
 }
 
 fn condition_true<'a>(conds: &'a [Value], ty: &str) -> Option<&'a Value> {
-    conds.iter().find(|c| c["type"] == ty && c["status"] == "True")
+    conds
+        .iter()
+        .find(|c| c["type"] == ty && c["status"] == "True")
 }
 
 /// Brings one Job's pods and status in line with its spec: Indexed or not, backoffLimit,
@@ -237,14 +283,27 @@ fn condition_true<'a>(conds: &'a [Value], ty: &str) -> Option<&'a Value> {
 /// ttlSecondsAfterFinished, and the conditions Complete, Failed, SuccessCriteriaMet and
 /// FailureTarget. A finishing Job's remaining pods are deleted (terminated by the kubelet).
 pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
-    let Ok(job) = store.get(&JOBS, ns, name) else { return };
+    let Ok(job) = store.get(&JOBS, ns, name) else {
+        return;
+    };
     let spec = &job["spec"];
-    let conds: Vec<Value> = job.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
-    let finished_cond = condition_true(&conds, "Complete").or_else(|| condition_true(&conds, "Failed")).cloned();
+    let conds: Vec<Value> = job
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let finished_cond = condition_true(&conds, "Complete")
+        .or_else(|| condition_true(&conds, "Failed"))
+        .cloned();
     // ttlSecondsAfterFinished: the Job (and with it its pods) goes.
     if let (Some(c), Some(ttl)) = (&finished_cond, spec["ttlSecondsAfterFinished"].as_i64()) {
-        if seconds_since(c["lastTransitionTime"].as_str().unwrap_or("")).is_some_and(|age| age >= ttl) {
-            let opts = DeleteOptions { propagation: Some("Background".into()), ..Default::default() };
+        if seconds_since(c["lastTransitionTime"].as_str().unwrap_or(""))
+            .is_some_and(|age| age >= ttl)
+        {
+            let opts = DeleteOptions {
+                propagation: Some("Background".into()),
+                ..Default::default()
+            };
             let _ = store.delete(&JOBS, ns, name, &opts);
             return;
         }
@@ -256,7 +315,10 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
     let parallelism = spec["parallelism"].as_i64().unwrap_or(1).max(0);
     let backoff = spec["backoffLimit"].as_i64().unwrap_or(6);
     let suspended = spec["suspend"].as_bool().unwrap_or(false);
-    let active: Vec<&Arc<Value>> = pods.iter().filter(|p| !matches!(phase(p), "Succeeded" | "Failed")).collect();
+    let active: Vec<&Arc<Value>> = pods
+        .iter()
+        .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
+        .collect();
     let failure_policy = &spec["podFailurePolicy"];
     // Failed pods and what the pod failure policy says about each.
     let mut fail_job: Option<String> = None;
@@ -277,15 +339,21 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
             .and_then(Value::as_str)
             .and_then(|s| s.parse().ok())
     };
-    let succeeded_idx: BTreeSet<i64> =
-        pods.iter().filter(|p| phase(p) == "Succeeded").filter_map(|p| index_of(p)).collect();
+    let succeeded_idx: BTreeSet<i64> = pods
+        .iter()
+        .filter(|p| phase(p) == "Succeeded")
+        .filter_map(|p| index_of(p))
+        .collect();
     let succeeded = if indexed {
         succeeded_idx.len() as i64
     } else {
         pods.iter().filter(|p| phase(p) == "Succeeded").count() as i64
     };
     let deadline_passed = spec["activeDeadlineSeconds"].as_i64().is_some_and(|limit| {
-        job.pointer("/status/startTime").and_then(Value::as_str).and_then(seconds_since).is_some_and(|age| age >= limit)
+        job.pointer("/status/startTime")
+            .and_then(Value::as_str)
+            .and_then(seconds_since)
+            .is_some_and(|age| age >= limit)
     });
     let mut new_conds = conds.clone();
     let mut done_now = false;
@@ -294,13 +362,23 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
         let failure = if let Some(msg) = fail_job {
             Some(("PodFailurePolicy", msg))
         } else if failed > backoff {
-            Some(("BackoffLimitExceeded", "Job has reached the specified backoff limit".to_string()))
+            Some((
+                "BackoffLimitExceeded",
+                "Job has reached the specified backoff limit".to_string(),
+            ))
         } else if deadline_passed {
-            Some(("DeadlineExceeded", "Job was active longer than specified deadline".to_string()))
+            Some((
+                "DeadlineExceeded",
+                "Job was active longer than specified deadline".to_string(),
+            ))
         } else {
             None
         };
-        let success_rule = if indexed { success_rule_met(&spec["successPolicy"], &succeeded_idx) } else { None };
+        let success_rule = if indexed {
+            success_rule_met(&spec["successPolicy"], &succeeded_idx)
+        } else {
+            None
+        };
         if let Some((reason, msg)) = failure {
             set_condition(&mut new_conds, "FailureTarget", reason, &msg);
             set_condition(&mut new_conds, "Failed", reason, &msg);
@@ -318,11 +396,30 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
                 None => succeeded >= 1 && active.is_empty(),
             };
             if complete {
-                set_condition(&mut new_conds, "SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods");
-                set_condition(&mut new_conds, "Complete", "CompletionsReached", "Reached expected number of succeeded pods");
+                set_condition(
+                    &mut new_conds,
+                    "SuccessCriteriaMet",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                );
+                set_condition(
+                    &mut new_conds,
+                    "Complete",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                );
                 done_now = true;
             } else {
-                create_job_pods(store, &job, &active, &succeeded_idx, indexed, completions, parallelism, succeeded);
+                create_job_pods(
+                    store,
+                    &job,
+                    &active,
+                    &succeeded_idx,
+                    indexed,
+                    completions,
+                    parallelism,
+                    succeeded,
+                );
             }
         }
     }
@@ -333,8 +430,14 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
             let _ = store.delete(&PODS, ns, pn, &DeleteOptions::default());
         }
     }
-    let active_now = owned_pods(store, &job).iter().filter(|p| !matches!(phase(p), "Succeeded" | "Failed")).count() as i64;
-    let ready = owned_pods(store, &job).iter().filter(|p| is_ready(p)).count() as i64;
+    let active_now = owned_pods(store, &job)
+        .iter()
+        .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
+        .count() as i64;
+    let ready = owned_pods(store, &job)
+        .iter()
+        .filter(|p| is_ready(p))
+        .count() as i64;
     let _ = store.modify(&JOBS, ns, name, Part::Status, |v| {
         let st = &mut v["status"];
         if !st.is_object() {
@@ -355,7 +458,10 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
         if !new_conds.is_empty() {
             st["conditions"] = json!(new_conds);
         }
-        if done_now && new_conds.iter().any(|c| c["type"] == "Complete") && st.get("completionTime").is_none() {
+        if done_now
+            && new_conds.iter().any(|c| c["type"] == "Complete")
+            && st.get("completionTime").is_none()
+        {
             st["completionTime"] = json!(now_rfc3339());
         }
         for k in ["active", "succeeded", "failed", "terminating"] {
@@ -371,8 +477,13 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
 /// Whether a Job needs reconciling as time passes (a deadline, or a TTL after finishing).
 fn has_timers(job: &Value) -> bool {
     let spec = &job["spec"];
-    let conds: Vec<Value> = job.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
-    let finished = condition_true(&conds, "Complete").is_some() || condition_true(&conds, "Failed").is_some();
+    let conds: Vec<Value> = job
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let finished =
+        condition_true(&conds, "Complete").is_some() || condition_true(&conds, "Failed").is_some();
     if finished {
         spec["ttlSecondsAfterFinished"].is_i64()
     } else {
@@ -407,7 +518,11 @@ fn create_job_pods(
         let total = completions.unwrap_or(0);
         let active_idx: BTreeSet<i64> = active
             .iter()
-            .filter_map(|p| p.pointer("/metadata/annotations").and_then(|a| a.get(INDEX_KEY)).and_then(Value::as_str))
+            .filter_map(|p| {
+                p.pointer("/metadata/annotations")
+                    .and_then(|a| a.get(INDEX_KEY))
+                    .and_then(Value::as_str)
+            })
             .filter_map(|s| s.parse().ok())
             .collect();
         let want = parallelism.min(total - succeeded_idx.len() as i64) - active.len() as i64;
@@ -450,7 +565,13 @@ pub fn job_pod(job: &Value, index: Option<i64>) -> Value {
     if !m.is_object() {
         *m = json!({});
     }
-    for k in ["name", "namespace", "uid", "resourceVersion", "creationTimestamp"] {
+    for k in [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+    ] {
         if let Some(o) = m.as_object_mut() {
             o.remove(k);
         }
@@ -535,7 +656,10 @@ pub fn sts_pod(sts: &Value, i: i64) -> Value {
     m["labels"]["statefulset.kubernetes.io/pod-name"] = json!(pod_name);
     m["labels"]["controller-revision-hash"] = json!(format!("{name}-{}", revision_hash(sts)));
     pod["spec"]["hostname"] = json!(pod_name);
-    if let Some(svc) = sts["spec"]["serviceName"].as_str().filter(|s| !s.is_empty()) {
+    if let Some(svc) = sts["spec"]["serviceName"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+    {
         pod["spec"]["subdomain"] = json!(svc);
     }
     pod["metadata"]["ownerReferences"] = owner_ref("apps/v1", "StatefulSet", sts);
@@ -544,20 +668,31 @@ pub fn sts_pod(sts: &Value, i: i64) -> Value {
 
 /// Brings one StatefulSet's pods and status in line with its spec.
 pub fn reconcile_sts(store: &Store, ns: &str, name: &str) {
-    let Ok(sts) = store.get(&STATEFULSETS, ns, name) else { return };
+    let Ok(sts) = store.get(&STATEFULSETS, ns, name) else {
+        return;
+    };
     let replicas = sts["spec"]["replicas"].as_i64().unwrap_or(1).max(0);
     let parallel = sts["spec"]["podManagementPolicy"] == "Parallel";
     let prefix = format!("{name}-");
     let mut by_ord: BTreeMap<i64, Arc<Value>> = BTreeMap::new();
     for p in owned_pods(store, &sts) {
-        if let Some(i) = p["metadata"]["name"].as_str().and_then(|n| n.strip_prefix(&prefix)).and_then(|s| s.parse().ok()) {
+        if let Some(i) = p["metadata"]["name"]
+            .as_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|s| s.parse().ok())
+        {
             by_ord.insert(i, p);
         }
     }
     // Failed pods are deleted and made again, as the real controller does.
     for (i, p) in by_ord.clone() {
         if phase(&p) == "Failed" || i >= replicas {
-            let _ = store.delete(&PODS, ns, p["metadata"]["name"].as_str().unwrap_or(""), &DeleteOptions::default());
+            let _ = store.delete(
+                &PODS,
+                ns,
+                p["metadata"]["name"].as_str().unwrap_or(""),
+                &DeleteOptions::default(),
+            );
             by_ord.remove(&i);
         }
     }
@@ -604,7 +739,13 @@ mod tests {
 
     fn store() -> Store {
         let s = Store::new();
-        s.create(&NAMESPACES, "", json!({"metadata": {"name": "default"}}), false).unwrap();
+        s.create(
+            &NAMESPACES,
+            "",
+            json!({"metadata": {"name": "default"}}),
+            false,
+        )
+        .unwrap();
         s
     }
 
@@ -628,9 +769,20 @@ mod tests {
         )
         .unwrap();
         reconcile_job(&s, "default", "j");
-        let pods = s.list(&PODS, Some("default"), &Default::default()).unwrap().items;
+        let pods = s
+            .list(&PODS, Some("default"), &Default::default())
+            .unwrap()
+            .items;
         assert_eq!(pods.len(), 3);
-        let mut idx: Vec<String> = pods.iter().map(|p| p["metadata"]["annotations"][INDEX_KEY].as_str().unwrap().to_string()).collect();
+        let mut idx: Vec<String> = pods
+            .iter()
+            .map(|p| {
+                p["metadata"]["annotations"][INDEX_KEY]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
         idx.sort();
         assert_eq!(idx, ["0", "1", "2"]);
         for p in &pods {
@@ -638,24 +790,52 @@ mod tests {
             assert_eq!(p["spec"]["hostname"], format!("j-{i}"));
             assert_eq!(p["spec"]["subdomain"], "svc");
             assert_eq!(p["metadata"]["labels"]["job-name"], "j");
-            assert!(p["metadata"]["name"].as_str().unwrap().starts_with(&format!("j-{i}-")));
+            assert!(p["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("j-{i}-")));
             assert_eq!(p["metadata"]["ownerReferences"][0]["kind"], "Job");
-            assert_eq!(p["spec"]["containers"][0]["env"][0]["name"], "JOB_COMPLETION_INDEX");
+            assert_eq!(
+                p["spec"]["containers"][0]["env"][0]["name"],
+                "JOB_COMPLETION_INDEX"
+            );
         }
         // Reconciling again makes nothing new.
         reconcile_job(&s, "default", "j");
-        assert_eq!(s.list(&PODS, Some("default"), &Default::default()).unwrap().items.len(), 3);
+        assert_eq!(
+            s.list(&PODS, Some("default"), &Default::default())
+                .unwrap()
+                .items
+                .len(),
+            3
+        );
         for p in &pods {
-            s.modify(&PODS, "default", p["metadata"]["name"].as_str().unwrap(), Part::Status, |v| v["status"]["phase"] = json!("Succeeded")).unwrap();
+            s.modify(
+                &PODS,
+                "default",
+                p["metadata"]["name"].as_str().unwrap(),
+                Part::Status,
+                |v| v["status"]["phase"] = json!("Succeeded"),
+            )
+            .unwrap();
         }
         reconcile_job(&s, "default", "j");
         let j = s.get(&JOBS, "default", "j").unwrap();
         assert_eq!(j["status"]["succeeded"], 3);
         assert_eq!(j["status"]["completedIndexes"], "0-2");
-        assert!(j["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Complete"));
+        assert!(j["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Complete"));
         // Deleting the job deletes its pods.
-        s.delete(&JOBS, "default", "j", &DeleteOptions::default()).unwrap();
-        assert!(s.list(&PODS, Some("default"), &Default::default()).unwrap().items.is_empty());
+        s.delete(&JOBS, "default", "j", &DeleteOptions::default())
+            .unwrap();
+        assert!(s
+            .list(&PODS, Some("default"), &Default::default())
+            .unwrap()
+            .items
+            .is_empty());
     }
 
     fn indexed_job(s: &Store, name: &str, n: i64, extra: Value) -> Vec<Arc<Value>> {
@@ -665,34 +845,69 @@ mod tests {
         for (k, v) in extra.as_object().unwrap() {
             spec[k] = v.clone();
         }
-        s.create(&JOBS, "default", json!({"metadata": {"name": name}, "spec": spec}), false).unwrap();
+        s.create(
+            &JOBS,
+            "default",
+            json!({"metadata": {"name": name}, "spec": spec}),
+            false,
+        )
+        .unwrap();
         reconcile_job(s, "default", name);
-        let mut pods = s.list(&PODS, Some("default"), &Default::default()).unwrap().items;
+        let mut pods = s
+            .list(&PODS, Some("default"), &Default::default())
+            .unwrap()
+            .items;
         pods.retain(|p| p["metadata"]["labels"]["job-name"] == name);
-        pods.sort_by_key(|p| p["metadata"]["labels"][INDEX_KEY].as_str().unwrap().parse::<i64>().unwrap());
+        pods.sort_by_key(|p| {
+            p["metadata"]["labels"][INDEX_KEY]
+                .as_str()
+                .unwrap()
+                .parse::<i64>()
+                .unwrap()
+        });
         pods
     }
 
     fn end_pod(s: &Store, p: &Value, phase: &str, code: i64, conds: Value) {
-        s.modify(&PODS, "default", p["metadata"]["name"].as_str().unwrap(), Part::Status, |v| {
-            v["status"]["phase"] = json!(phase);
-            v["status"]["containerStatuses"] = json!([{"name": "c", "state": {"terminated": {"exitCode": code}}}]);
-            v["status"]["conditions"] = conds;
-        })
+        s.modify(
+            &PODS,
+            "default",
+            p["metadata"]["name"].as_str().unwrap(),
+            Part::Status,
+            |v| {
+                v["status"]["phase"] = json!(phase);
+                v["status"]["containerStatuses"] =
+                    json!([{"name": "c", "state": {"terminated": {"exitCode": code}}}]);
+                v["status"]["conditions"] = conds;
+            },
+        )
         .unwrap();
     }
 
     fn cond<'a>(j: &'a Value, ty: &str) -> Option<&'a Value> {
-        j["status"]["conditions"].as_array().and_then(|a| a.iter().find(|c| c["type"] == ty && c["status"] == "True"))
+        j["status"]["conditions"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["type"] == ty && c["status"] == "True"))
     }
 
     fn names(s: &Store) -> Vec<String> {
-        s.list(&PODS, Some("default"), &Default::default()).unwrap().items.iter().map(|p| p["metadata"]["name"].as_str().unwrap().to_string()).collect()
+        s.list(&PODS, Some("default"), &Default::default())
+            .unwrap()
+            .items
+            .iter()
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
     }
 
     #[test]
     fn index_sets_parse() {
-        assert_eq!(parse_indexes("0-2,5").unwrap().into_iter().collect::<Vec<_>>(), [0, 1, 2, 5]);
+        assert_eq!(
+            parse_indexes("0-2,5")
+                .unwrap()
+                .into_iter()
+                .collect::<Vec<_>>(),
+            [0, 1, 2, 5]
+        );
         assert_eq!(parse_indexes("").unwrap().len(), 0);
         assert!(parse_indexes("3-1").is_none() && parse_indexes("x").is_none());
     }
@@ -700,7 +915,12 @@ mod tests {
     #[test]
     fn success_policy_on_index_0_completes_and_terminates_the_rest() {
         let s = store();
-        let pods = indexed_job(&s, "sp", 3, json!({"successPolicy": {"rules": [{"succeededIndexes": "0"}]}}));
+        let pods = indexed_job(
+            &s,
+            "sp",
+            3,
+            json!({"successPolicy": {"rules": [{"succeededIndexes": "0"}]}}),
+        );
         assert_eq!(pods.len(), 3);
         // Index 1 succeeding is not enough.
         end_pod(&s, &pods[1], "Succeeded", 0, json!([]));
@@ -709,11 +929,17 @@ mod tests {
         end_pod(&s, &pods[0], "Succeeded", 0, json!([]));
         reconcile_job(&s, "default", "sp");
         let j = s.get(&JOBS, "default", "sp").unwrap();
-        assert_eq!(cond(&j, "SuccessCriteriaMet").unwrap()["reason"], "SuccessPolicy");
+        assert_eq!(
+            cond(&j, "SuccessCriteriaMet").unwrap()["reason"],
+            "SuccessPolicy"
+        );
         assert_eq!(cond(&j, "Complete").unwrap()["reason"], "SuccessPolicy");
         assert!(j["status"]["completionTime"].is_string());
         let left = names(&s);
-        assert!(!left.contains(&pods[2]["metadata"]["name"].as_str().unwrap().to_string()), "index 2 was still running: terminated");
+        assert!(
+            !left.contains(&pods[2]["metadata"]["name"].as_str().unwrap().to_string()),
+            "index 2 was still running: terminated"
+        );
         assert_eq!(left.len(), 2, "finished pods stay: {left:?}");
     }
 
@@ -724,10 +950,17 @@ mod tests {
         end_pod(&s, &pods[0], "Failed", 3, json!([]));
         reconcile_job(&s, "default", "bl");
         let j = s.get(&JOBS, "default", "bl").unwrap();
-        assert_eq!(cond(&j, "Failed").unwrap()["reason"], "BackoffLimitExceeded");
+        assert_eq!(
+            cond(&j, "Failed").unwrap()["reason"],
+            "BackoffLimitExceeded"
+        );
         assert!(cond(&j, "FailureTarget").is_some());
         assert!(cond(&j, "Complete").is_none());
-        assert_eq!(names(&s), [pods[0]["metadata"]["name"].as_str().unwrap()], "only the failed pod is left");
+        assert_eq!(
+            names(&s),
+            [pods[0]["metadata"]["name"].as_str().unwrap()],
+            "only the failed pod is left"
+        );
         assert_eq!(j["status"]["failed"], 1);
         assert!(j["status"].get("active").is_none());
         // Nothing is made again.
@@ -744,7 +977,13 @@ mod tests {
         let s = store();
         let pods = indexed_job(&s, "pf", 2, policy.clone());
         // Evicted: ignored, not counted, the index is made again.
-        end_pod(&s, &pods[1], "Failed", 137, json!([{"type": "DisruptionTarget", "status": "True"}]));
+        end_pod(
+            &s,
+            &pods[1],
+            "Failed",
+            137,
+            json!([{"type": "DisruptionTarget", "status": "True"}]),
+        );
         reconcile_job(&s, "default", "pf");
         let j = s.get(&JOBS, "default", "pf").unwrap();
         assert!(cond(&j, "Failed").is_none());
@@ -755,20 +994,44 @@ mod tests {
         reconcile_job(&s, "default", "pf");
         assert!(cond(&s.get(&JOBS, "default", "pf").unwrap(), "Failed").is_none());
         // Exit code 42 fails the Job at once, naming the rule.
-        let fresh: Vec<Arc<Value>> = s.list(&PODS, Some("default"), &Default::default()).unwrap().items.into_iter().filter(|p| phase(p) != "Failed").collect();
+        let fresh: Vec<Arc<Value>> = s
+            .list(&PODS, Some("default"), &Default::default())
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|p| phase(p) != "Failed")
+            .collect();
         end_pod(&s, &fresh[0], "Failed", 42, json!([]));
         reconcile_job(&s, "default", "pf");
         let j = s.get(&JOBS, "default", "pf").unwrap();
         let f = cond(&j, "Failed").unwrap();
         assert_eq!(f["reason"], "PodFailurePolicy");
-        assert!(f["message"].as_str().unwrap().contains("exit code 42 matching FailJob rule at index 1"), "{f}");
-        assert!(s.list(&PODS, Some("default"), &Default::default()).unwrap().items.iter().all(|p| phase(p) == "Failed"), "no pod left running");
+        assert!(
+            f["message"]
+                .as_str()
+                .unwrap()
+                .contains("exit code 42 matching FailJob rule at index 1"),
+            "{f}"
+        );
+        assert!(
+            s.list(&PODS, Some("default"), &Default::default())
+                .unwrap()
+                .items
+                .iter()
+                .all(|p| phase(p) == "Failed"),
+            "no pod left running"
+        );
     }
 
     #[test]
     fn deadline_fails_and_ttl_deletes() {
         let s = store();
-        let pods = indexed_job(&s, "dl", 2, json!({"activeDeadlineSeconds": 0, "ttlSecondsAfterFinished": 0}));
+        let pods = indexed_job(
+            &s,
+            "dl",
+            2,
+            json!({"activeDeadlineSeconds": 0, "ttlSecondsAfterFinished": 0}),
+        );
         assert_eq!(pods.len(), 2);
         reconcile_job(&s, "default", "dl");
         let j = s.get(&JOBS, "default", "dl").unwrap();
@@ -776,7 +1039,10 @@ mod tests {
         assert!(names(&s).is_empty(), "running pods terminated");
         assert!(has_timers(&j));
         reconcile_timed_jobs(&s);
-        assert!(s.get(&JOBS, "default", "dl").is_err(), "the TTL removed the Job");
+        assert!(
+            s.get(&JOBS, "default", "dl").is_err(),
+            "the TTL removed the Job"
+        );
         // A TTL in the future keeps it.
         let pods = indexed_job(&s, "keep", 1, json!({"ttlSecondsAfterFinished": 3600}));
         end_pod(&s, &pods[0], "Succeeded", 0, json!([]));
@@ -799,10 +1065,16 @@ mod tests {
         )
         .unwrap();
         reconcile_sts(&s, "default", "w");
-        let pods = s.list(&PODS, Some("default"), &Default::default()).unwrap().items;
+        let pods = s
+            .list(&PODS, Some("default"), &Default::default())
+            .unwrap()
+            .items;
         assert_eq!(pods.len(), 1, "OrderedReady waits for w-0");
         assert_eq!(pods[0]["metadata"]["name"], "w-0");
-        assert_eq!(pods[0]["metadata"]["labels"]["apps.kubernetes.io/pod-index"], "0");
+        assert_eq!(
+            pods[0]["metadata"]["labels"]["apps.kubernetes.io/pod-index"],
+            "0"
+        );
         assert_eq!(pods[0]["spec"]["subdomain"], "w");
         s.modify(&PODS, "default", "w-0", Part::Status, |v| {
             v["status"]["phase"] = json!("Running");
@@ -811,6 +1083,9 @@ mod tests {
         .unwrap();
         reconcile_sts(&s, "default", "w");
         assert!(s.get(&PODS, "default", "w-1").is_ok());
-        assert_eq!(s.get(&STATEFULSETS, "default", "w").unwrap()["status"]["readyReplicas"], 1);
+        assert_eq!(
+            s.get(&STATEFULSETS, "default", "w").unwrap()["status"]["readyReplicas"],
+            1
+        );
     }
 }
