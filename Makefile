@@ -3,7 +3,7 @@
 #   make test   everything the project tests
 #   make bench  DVM-ready time, daemons through the agents vs through an sshd in each pod
 SHELL := /bin/bash
-export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5
+export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s1
 
 .PHONY: setup build test demo bench clean-leftovers
 

