@@ -432,15 +432,7 @@ fn exec(dir: &Path, pod: &str, argv: &[String]) -> Result<i32> {
     if !pid_alive(info.pid) {
         bail!("pod {} is not running any more", p.name);
     }
-    let wd = Path::new(&format!("/proc/{}/root", info.pid)).join(info.workdir.trim_start_matches('/'));
-    let status = Command::new("nsenter")
-        .arg("--target")
-        .arg(info.pid.to_string())
-        .args(["--net", "--uts", "--mount", "--pid"])
-        .arg(format!("--wd={}", wd.display()))
-        .arg("--")
-        .args(argv)
-        .env_clear()
+    let status = crate::podnet::exec_command(info.pid, Path::new(&info.workdir), info.container.as_deref(), argv)
         .envs(info.env.iter().map(|(k, v)| (k, v)))
         .status()
         .context("running nsenter (util-linux)")?;

@@ -2,10 +2,13 @@
 //! tokens) and pods that are Linux network, UTS, mount and PID namespaces on a bridge.
 
 pub mod api;
-pub mod harness;
-pub mod podnet;
-pub mod kubectl;
 pub mod cli;
 pub mod cluster;
+pub mod container;
+pub mod harness;
+pub mod images;
+pub mod kubectl;
 pub mod mpijob;
+pub mod netpol;
+pub mod podnet;
 pub mod sshd;

@@ -1,7 +1,7 @@
 //! The resource types the sandbox API server serves, with their discovery data and the
 //! k8s-openapi type each stored object is checked against.
 
-use k8s_openapi::api::{apps, authentication, authorization, batch, core, rbac};
+use k8s_openapi::api::{apps, authentication, authorization, batch, core, networking, rbac};
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;
 
@@ -105,6 +105,7 @@ pub static SERVICES: ResourceType = rt!("", "v1", "services", "service", "Servic
 pub static NODES: ResourceType = rt!("", "v1", "nodes", "node", "Node", false, &["no"], &[], RW, STATUS, true, core::v1::Node);
 pub static JOBS: ResourceType = rt!("batch", "v1", "jobs", "job", "Job", true, &[], &["all"], RW, STATUS, true, batch::v1::Job);
 pub static STATEFULSETS: ResourceType = rt!("apps", "v1", "statefulsets", "statefulset", "StatefulSet", true, &["sts"], &["all"], RW, STATUS, true, apps::v1::StatefulSet);
+pub static NETWORKPOLICIES: ResourceType = rt!("networking.k8s.io", "v1", "networkpolicies", "networkpolicy", "NetworkPolicy", true, &["netpol"], &[], RW, &[], true, networking::v1::NetworkPolicy);
 pub static ROLES: ResourceType = rt!("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", true, &[], &[], RW, &[], true, rbac::v1::Role);
 pub static ROLEBINDINGS: ResourceType = rt!("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", true, &[], &[], RW, &[], true, rbac::v1::RoleBinding);
 pub static CLUSTERROLES: ResourceType = rt!("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", false, &[], &[], RW, &[], true, rbac::v1::ClusterRole);
@@ -125,6 +126,7 @@ pub static ALL: &[&ResourceType] = &[
     &NODES,
     &JOBS,
     &STATEFULSETS,
+    &NETWORKPOLICIES,
     &ROLES,
     &ROLEBINDINGS,
     &CLUSTERROLES,

@@ -73,6 +73,9 @@ fn columns(rt: &ResourceType) -> Vec<Col> {
         ("", "namespaces") => vec![NAME, col("Status", "string", "The status of the namespace.", 0), AGE],
         ("", "configmaps") => vec![NAME, col("Data", "string", "The number of keys in the config map.", 0), AGE],
         ("", "nodes") => vec![NAME, col("Status", "string", "The status of the node.", 0), AGE],
+        ("networking.k8s.io", "networkpolicies") => {
+            vec![NAME, col("Pod-Selector", "string", "Selects the pods the policy applies to.", 0), AGE]
+        }
         _ => vec![NAME, AGE],
     }
 }
@@ -220,7 +223,32 @@ fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
                 .unwrap_or(false);
             vec![name, json!(if ready { "Ready" } else { "NotReady" }), json!(age(obj, now))]
         }
+        ("networking.k8s.io", "networkpolicies") => {
+            vec![name, json!(label_selector_text(obj.pointer("/spec/podSelector"))), json!(age(obj, now))]
+        }
         _ => vec![name, json!(age(obj, now))],
+    }
+}
+
+/// A structured label selector as kubectl prints it ("a=b,c in (d,e)"; "<none>" when empty).
+fn label_selector_text(sel: Option<&Value>) -> String {
+    let Some(sel) = sel else { return "<none>".into() };
+    let mut parts: Vec<String> = sel["matchLabels"].as_object().into_iter().flatten().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect();
+    for e in sel["matchExpressions"].as_array().into_iter().flatten() {
+        let key = e["key"].as_str().unwrap_or("");
+        let values: Vec<&str> = e["values"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        parts.push(match e["operator"].as_str().unwrap_or("") {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_string(),
+            "DoesNotExist" => format!("!{key}"),
+            op => format!("{key} {op}"),
+        });
+    }
+    if parts.is_empty() {
+        "<none>".into()
+    } else {
+        parts.join(",")
     }
 }
 

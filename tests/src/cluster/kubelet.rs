@@ -4,7 +4,11 @@
 use crate::api::defaults::now_rfc3339;
 use crate::api::resources::{CONFIGMAPS, EVENTS, PODS, SECRETS, SERVICEACCOUNTS};
 use crate::api::{ApiServer, EventType, Part, Store};
+use super::security;
+use crate::container::{Container, Tmpfs};
+use crate::images::{self, ImageStore, MountedImage};
 use crate::podnet::{Network, PodExit, PodSpec, RunningPod};
+use std::os::unix::fs::PermissionsExt;
 use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine;
 use serde_json::{json, Value};
@@ -60,6 +64,10 @@ pub struct ExecInfo {
     pub netns: String,
     pub workdir: String,
     pub env: Vec<(String, String)>,
+    /// The init program's configuration when the pod runs an image (exec then enters the
+    /// container's root as its user: see [`crate::podnet::exec_command`]).
+    #[serde(default)]
+    pub container: Option<PathBuf>,
 }
 
 pub(crate) struct Kubelet {
@@ -77,6 +85,8 @@ pub(crate) struct Kubelet {
     pub max_pods: usize,
     /// Held while allocating an address or (re)starting a pod on it.
     pub ip_lock: Arc<Mutex<()>>,
+    /// Root filesystems of the images pods run.
+    pub images: Arc<ImageStore>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -161,6 +171,7 @@ impl Kubelet {
         let (tx, rx) = channel();
         let running = Arc::new(Mutex::new(None));
         let ctx = PodCtx {
+            images: self.images.clone(),
             node: self.node.clone(),
             store: self.store.clone(),
             api,
@@ -263,6 +274,8 @@ impl Kubelet {
         for t in dying {
             let _ = t.join();
         }
+        // Every pod is gone: the images' working containers can go.
+        self.images.release();
     }
 }
 
@@ -270,6 +283,7 @@ struct IpLock(Arc<Mutex<()>>);
 
 /// Everything a pod's thread needs.
 struct PodCtx {
+    images: Arc<ImageStore>,
     node: String,
     store: Store,
     api: Arc<ApiServer>,
@@ -398,23 +412,46 @@ impl PodCtx {
         }
         let c = &containers[0];
         let cname = c["name"].as_str().unwrap_or("main").to_string();
+        let image = c["image"].as_str().unwrap_or("").to_string();
+
+        // The image's root filesystem, unless the pod runs host programs; an image the local
+        // store does not have keeps the pod Pending, as a failed pull does on a node.
+        let mounted = if images::runs_on_host(&image) {
+            None
+        } else {
+            match self.pull(rx, c, &cname, &image) {
+                Some(m) => Some(m),
+                None => return Ok(()),
+            }
+        };
+        let image_id = mounted.as_ref().map(|m| format!("sha256:{}", m.config.id)).unwrap_or_default();
 
         // Volumes and environment; a missing Secret/ConfigMap keeps the pod waiting, as on a node.
+        let mut last_config_error = String::new();
         let prepared = loop {
-            match self.prepare(&pod, c) {
+            match self.prepare(&pod, c, mounted.as_deref()) {
                 Ok(p) => break p,
                 Err(PrepareError::Fatal(m)) => {
                     self.fail("CreateContainerError", &m);
                     return Ok(());
                 }
-                Err(PrepareError::Retry(m)) => {
-                    let cn = cname.clone();
+                Err(e @ (PrepareError::Retry(_) | PrepareError::Config(..))) => {
+                    let (reason, m) = match e {
+                        PrepareError::Retry(m) => ("CreateContainerConfigError", m),
+                        PrepareError::Config(r, m) => (r, m),
+                        PrepareError::Fatal(_) => unreachable!("handled above"),
+                    };
+                    if m != last_config_error {
+                        self.event("Warning", "Failed", &format!("Error: {m}"));
+                        last_config_error = m.clone();
+                    }
+                    let (cn, img, iid) = (cname.clone(), image.clone(), image_id.clone());
                     let msg = m.clone();
                     self.status(|st| {
                         st["containerStatuses"] = json!([{
                             "name": cn, "ready": false, "restartCount": 0, "started": false,
-                            "image": "", "imageID": "",
-                            "state": {"waiting": {"reason": "CreateContainerConfigError", "message": msg}},
+                            "image": img, "imageID": iid,
+                            "state": {"waiting": {"reason": reason, "message": msg}},
                         }]);
                     });
                     match rx.recv_timeout(Duration::from_secs(1)) {
@@ -442,7 +479,6 @@ impl PodCtx {
         };
         let restart_policy = s(&pod, "/spec/restartPolicy");
         let probe = c.get("readinessProbe").and_then(|p| parse_probe(p, c));
-        let image = c["image"].as_str().unwrap_or("").to_string();
         let mut restarts: i64 = 0;
         let mut last_state = Value::Null;
         let mut backoff = Duration::from_millis(500);
@@ -460,6 +496,7 @@ impl PodCtx {
                 workdir: prepared.workdir.clone(),
                 bind_mounts: prepared.mounts.clone(),
                 log_path: self.dir.join("container.log"),
+                container: prepared.container.clone(),
             };
             let started = match previous.take() {
                 // A restart reuses the address: release it and take it again under the lock.
@@ -481,7 +518,7 @@ impl PodCtx {
                         st["message"] = json!(format!("the sandbox could not start the pod: {msg}"));
                         st["startTime"] = json!(st0);
                         st["containerStatuses"] = json!([{
-                            "name": cn, "ready": false, "restartCount": restarts, "started": false, "image": img, "imageID": "",
+                            "name": cn, "ready": false, "restartCount": restarts, "started": false, "image": img, "imageID": image_id,
                             "state": {"terminated": {"exitCode": 128, "reason": "StartError", "message": msg}},
                         }]);
                     });
@@ -498,6 +535,7 @@ impl PodCtx {
                 netns: rp.netns().to_string(),
                 workdir: prepared.workdir.clone().unwrap_or_else(|| PathBuf::from("/")).to_string_lossy().into_owned(),
                 env: rp.env().to_vec(),
+                container: rp.container_config().map(Path::to_path_buf),
             };
             let container_id = format!("sandbox://{}", rp.netns());
             *lock(&self.running) = Some(rp);
@@ -518,7 +556,7 @@ impl PodCtx {
                 st["startTime"] = json!(st0);
                 let mut cs = json!({
                     "name": cn, "ready": ready_now, "restartCount": restarts, "started": true,
-                    "image": img, "imageID": "", "containerID": cid,
+                    "image": img, "imageID": image_id, "containerID": cid,
                     "state": {"running": {"startedAt": sa}},
                 });
                 if !ls.is_null() {
@@ -554,7 +592,7 @@ impl PodCtx {
                         st["message"] = json!(msg);
                         st["containerStatuses"] = json!([{
                             "name": cn, "ready": false, "restartCount": restarts, "started": false,
-                            "image": img, "imageID": "", "containerID": cid,
+                            "image": img, "imageID": image_id, "containerID": cid,
                             "state": {"terminated": term},
                         }]);
                         let now = now_rfc3339();
@@ -582,7 +620,7 @@ impl PodCtx {
                     st["phase"] = json!(if exit.success() { "Succeeded" } else { "Failed" });
                     let mut cs = json!({
                         "name": cn, "ready": false, "restartCount": restarts, "started": false,
-                        "image": img, "imageID": "", "containerID": cid,
+                        "image": img, "imageID": image_id, "containerID": cid,
                         "state": {"terminated": t},
                     });
                     if !ls.is_null() {
@@ -609,7 +647,7 @@ impl PodCtx {
             self.event("Warning", "BackOff", &msg);
             self.status(|st| {
                 st["containerStatuses"] = json!([{
-                    "name": cn, "ready": false, "restartCount": restarts, "started": false, "image": img, "imageID": "",
+                    "name": cn, "ready": false, "restartCount": restarts, "started": false, "image": img, "imageID": image_id,
                     "lastState": ls, "state": {"waiting": {"reason": "CrashLoopBackOff", "message": msg}},
                 }]);
                 let now = now_rfc3339();
@@ -706,8 +744,118 @@ impl PodCtx {
         }
     }
 
-    fn prepare(&self, pod: &Value, c: &Value) -> Result<Prepared, PrepareError> {
+    /// The image's root filesystem from the local store. While the store does not have the image
+    /// the pod stays Pending with the kubelet's waiting reason (`ErrImageNeverPull` for
+    /// `imagePullPolicy: Never`, else `ErrImagePull` then `ImagePullBackOff`), and the store is
+    /// checked again now and then (the sandbox has no registry: build or tag the image locally).
+    /// `None` when the pod went away meanwhile.
+    fn pull(
+        &self,
+        rx: &Receiver<Ctl>,
+        c: &Value,
+        cname: &str,
+        image: &str,
+    ) -> Option<Arc<MountedImage>> {
+        let policy = c["imagePullPolicy"]
+            .as_str()
+            .unwrap_or("IfNotPresent")
+            .to_string();
+        let mut attempts = 0u32;
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let (reason, message) = match self.images.get(image) {
+                Ok(Some(m)) => {
+                    self.event(
+                        "Normal",
+                        "Pulled",
+                        &format!("Container image \"{image}\" already present on machine"),
+                    );
+                    return Some(m);
+                }
+                Ok(None) if policy == "Never" => (
+                    "ErrImageNeverPull",
+                    format!("Container image \"{image}\" is not present with pull policy of Never"),
+                ),
+                Ok(None) => (
+                    if attempts == 0 {
+                        "ErrImagePull"
+                    } else {
+                        "ImagePullBackOff"
+                    },
+                    if attempts == 0 {
+                        format!("failed to pull image \"{image}\": the sandbox has no registry and its local image store (containers-storage) does not have this image; build or tag it there (buildah bud -t {image} ...)")
+                    } else {
+                        format!("Back-off pulling image \"{image}\"")
+                    },
+                ),
+                Err(e) => (
+                    if attempts == 0 {
+                        "ErrImagePull"
+                    } else {
+                        "ImagePullBackOff"
+                    },
+                    format!("failed to pull image \"{image}\": {e:#}"),
+                ),
+            };
+            if attempts == 0 {
+                if reason == "ErrImageNeverPull" {
+                    self.event("Warning", "ErrImageNeverPull", &message);
+                    self.event("Warning", "Failed", "Error: ErrImageNeverPull");
+                } else {
+                    self.event("Normal", "Pulling", &format!("Pulling image \"{image}\""));
+                    self.event("Warning", "Failed", &message);
+                    self.event("Warning", "Failed", "Error: ErrImagePull");
+                }
+            } else if attempts == 1 && reason == "ImagePullBackOff" {
+                self.event("Normal", "BackOff", &message);
+                self.event("Warning", "Failed", "Error: ImagePullBackOff");
+            }
+            attempts += 1;
+            let (cn, img, r, m) = (
+                cname.to_string(),
+                image.to_string(),
+                reason,
+                message.clone(),
+            );
+            self.status(|st| {
+                st["phase"] = json!("Pending");
+                st["containerStatuses"] = json!([{
+                    "name": cn, "ready": false, "restartCount": 0, "started": false, "image": img, "imageID": "",
+                    "state": {"waiting": {"reason": r, "message": m}},
+                }]);
+                let now = now_rfc3339();
+                set_cond(st, "PodReadyToStartContainers", true, &now);
+                set_cond(st, "Initialized", true, &now);
+                set_cond_reason(st, "Ready", false, &now, "ContainersNotReady", &format!("containers with unready status: [{cn}]"));
+                set_cond_reason(st, "ContainersReady", false, &now, "ContainersNotReady", &format!("containers with unready status: [{cn}]"));
+            });
+            match rx.recv_timeout(backoff) {
+                Ok(Ctl::Evict(_, done)) => {
+                    let _ = done.send(Err(anyhow!(
+                        "pod {} has not started yet ({reason}: {message})",
+                        self.name
+                    )));
+                }
+                Ok(_) | Err(RecvTimeoutError::Disconnected) => return None,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            // The pod went away meanwhile.
+            self.pod()?;
+        }
+    }
+
+    fn prepare(&self, pod: &Value, c: &Value, image: Option<&MountedImage>) -> Result<Prepared, PrepareError> {
         let fatal = |m: String| PrepareError::Fatal(m);
+        // What the container runs as (image pods only); refusals keep the pod waiting.
+        let security = match image {
+            Some(mi) => Some(security::resolve(pod, c, &mi.config, &mi.rootfs).map_err(|e| PrepareError::Config(e.reason, e.message))?),
+            None => None,
+        };
+        let fs_group = security.as_ref().and_then(|s| s.fs_group);
+        let mut tmpfs: Vec<Tmpfs> = Vec::new();
+        let mut memory_volumes: Vec<String> = Vec::new();
+        let mut read_only_mounts: Vec<PathBuf> = Vec::new();
         std::fs::create_dir_all(&self.dir).map_err(|e| fatal(format!("creating {}: {e}", self.dir.display())))?;
         let mut mounts: Vec<(PathBuf, PathBuf)> = Vec::new();
         // Service account: token, CA and namespace, mounted where in-cluster clients look.
@@ -750,6 +898,9 @@ impl PodCtx {
                     Ok(obj) => {
                         let data = decoded(&obj["data"]);
                         write_items(&d, &data, sec.get("items")).map_err(fatal)?;
+                        if image.is_some() {
+                            volume_modes(&d, sec, fs_group).map_err(fatal)?;
+                        }
                     }
                     Err(_) if optional => {}
                     Err(_) => return Err(PrepareError::Retry(format!("secret \"{name}\" not found (volume {vname})"))),
@@ -766,6 +917,9 @@ impl PodCtx {
                             .unwrap_or_default();
                         data.extend(decoded(&obj["binaryData"]));
                         write_items(&d, &data, cm.get("items")).map_err(fatal)?;
+                        if image.is_some() {
+                            volume_modes(&d, cm, fs_group).map_err(fatal)?;
+                        }
                     }
                     Err(_) if optional => {}
                     Err(_) => return Err(PrepareError::Retry(format!("configmap \"{name}\" not found (volume {vname})"))),
@@ -787,8 +941,21 @@ impl PodCtx {
                     };
                     write_file(&d, path, text.as_bytes()).map_err(fatal)?;
                 }
-            } else if v.get("emptyDir").is_some() {
+                if image.is_some() {
+                    volume_modes(&d, da, fs_group).map_err(fatal)?;
+                }
+            } else if let Some(ed) = v.get("emptyDir") {
                 mkdir(&d)?;
+                if image.is_some() {
+                    // As the kubelet: world-writable, group fsGroup with setgid; medium Memory is a
+                    // tmpfs in the container.
+                    let mode = if fs_group.is_some() { 0o2777 } else { 0o777 };
+                    if ed["medium"] == "Memory" {
+                        memory_volumes.push(vname.clone());
+                    }
+                    std::os::unix::fs::chown(&d, None, fs_group).map_err(|e| fatal(format!("chown {}: {e}", d.display())))?;
+                    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).map_err(|e| fatal(format!("chmod {}: {e}", d.display())))?;
+                }
             } else if let Some(hp) = v.get("hostPath") {
                 let p = PathBuf::from(hp["path"].as_str().unwrap_or(""));
                 if hp["type"].as_str().is_some_and(|t| t == "DirectoryOrCreate") {
@@ -820,6 +987,14 @@ impl PodCtx {
             if !Path::new(path).is_absolute() {
                 return Err(fatal(format!("volumeMount path {path:?} is not absolute")));
             }
+            if image.is_some() && memory_volumes.iter().any(|v| v == vname) {
+                let mode = if fs_group.is_some() { 0o2777 } else { 0o777 };
+                tmpfs.push(Tmpfs { path: PathBuf::from(path), mode, gid: fs_group.unwrap_or(0) });
+                continue;
+            }
+            if m["readOnly"].as_bool().unwrap_or(false) {
+                read_only_mounts.push(PathBuf::from(path));
+            }
             mounts.push((src, PathBuf::from(path)));
         }
         // Environment.
@@ -828,6 +1003,12 @@ impl PodCtx {
             env.retain(|(n, _)| *n != k);
             env.push((k, v));
         };
+        // The image's environment comes first; the pod's overrides it.
+        if let Some(mi) = image {
+            for (k, v) in &mi.config.env {
+                set(&mut env, k.clone(), v.clone());
+            }
+        }
         let api = self.api.addr();
         let host = self.net.gateway().to_string();
         let port = api.port().to_string();
@@ -908,11 +1089,41 @@ impl PodCtx {
             };
             set(&mut env, name, value);
         }
-        let mut command: Vec<String> = c["command"]
-            .as_array()
-            .map(|a| a.iter().map(|x| expand(x.as_str().unwrap_or(""), &env)).collect())
-            .unwrap_or_default();
-        command.extend(c["args"].as_array().map(|a| a.iter().map(|x| expand(x.as_str().unwrap_or(""), &env)).collect::<Vec<_>>()).unwrap_or_default());
+        let list = |k: &str| -> Vec<String> { c[k].as_array().map(|a| a.iter().map(|x| expand(x.as_str().unwrap_or(""), &env)).collect()).unwrap_or_default() };
+        let (cmd_field, args_field) = (list("command"), list("args"));
+        if let (Some(mi), Some(sec)) = (image, security) {
+            // Kubernetes' rules: command replaces ENTRYPOINT (and drops CMD), args replaces CMD.
+            let (mut command, args) = match (cmd_field.is_empty(), args_field.is_empty()) {
+                (false, _) => (cmd_field, args_field),
+                (true, false) => (mi.config.entrypoint.clone(), args_field),
+                (true, true) => (mi.config.entrypoint.clone(), mi.config.cmd.clone()),
+            };
+            command.extend(args);
+            if command.is_empty() {
+                return Err(PrepareError::Config(
+                    "CreateContainerError",
+                    format!("failed to create container {}: no command specified (neither the pod nor image {} sets one)", c["name"].as_str().unwrap_or(""), mi.config.resolved),
+                ));
+            }
+            if !env.iter().any(|(k, _)| k == "HOME") {
+                set(&mut env, "HOME".into(), sec.home.clone().unwrap_or_else(|| "/".into()));
+            }
+            let workdir = c["workingDir"].as_str().filter(|s| !s.is_empty()).or(Some(mi.config.workdir.as_str()).filter(|s| !s.is_empty())).map(PathBuf::from);
+            let container = Container {
+                rootfs: mi.rootfs.clone(),
+                read_only_root: sec.read_only_root,
+                uid: sec.uid,
+                gid: sec.gid,
+                groups: sec.groups,
+                capabilities: sec.capabilities,
+                no_new_privs: sec.no_new_privs,
+                read_only_mounts,
+                tmpfs,
+            };
+            return Ok(Prepared { hostname, command, env, workdir, mounts, container: Some(container) });
+        }
+        let mut command = cmd_field;
+        command.extend(args_field);
         if command.is_empty() {
             return Err(fatal(format!(
                 "container {} has no command: sandbox pods run host programs, not images, so spec.containers[].command is required",
@@ -929,7 +1140,7 @@ impl PodCtx {
             )));
         }
         let workdir = c["workingDir"].as_str().filter(|s| !s.is_empty()).map(PathBuf::from);
-        Ok(Prepared { hostname, command, env, workdir, mounts })
+        Ok(Prepared { hostname, command, env, workdir, mounts, container: None })
     }
 }
 
@@ -942,6 +1153,8 @@ struct Prepared {
     env: Vec<(String, String)>,
     workdir: Option<PathBuf>,
     mounts: Vec<(PathBuf, PathBuf)>,
+    /// Set for pods that run an image.
+    container: Option<Container>,
 }
 
 enum PrepareError {
@@ -949,6 +1162,9 @@ enum PrepareError {
     Fatal(String),
     /// Waits for something to appear (Secret, ConfigMap, ServiceAccount).
     Retry(String),
+    /// The container cannot be created as specified (e.g. runAsNonRoot with a root image): the
+    /// pod stays Pending with this waiting reason, as on a node.
+    Config(&'static str, String),
 }
 
 fn set_cond(st: &mut Value, ty: &str, status: bool, now: &str) {
@@ -1057,6 +1273,43 @@ fn write_items(dir: &Path, data: &[(String, Vec<u8>)], items: Option<&Value>) ->
             Ok(())
         }
     }
+}
+
+/// File modes (`defaultMode`, items' `mode`) and fsGroup ownership of a secret, configMap or
+/// downwardAPI volume, as the kubelet sets them: files root-owned with group fsGroup and at
+/// least group-readable, directories setgid.
+fn volume_modes(dir: &Path, src: &Value, fs_group: Option<u32>) -> Result<(), String> {
+    let default_mode = src["defaultMode"].as_u64().unwrap_or(0o644) as u32;
+    let item_modes: HashMap<String, u32> = src["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|it| Some((it["path"].as_str().or(it["key"].as_str())?.to_string(), it["mode"].as_u64()? as u32)))
+        .collect();
+    fn walk(d: &Path, rel: &str, out: &mut Vec<(PathBuf, String, bool)>) -> std::io::Result<()> {
+        for e in std::fs::read_dir(d)? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let r = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+            let is_dir = e.file_type()?.is_dir();
+            out.push((e.path(), r.clone(), is_dir));
+            if is_dir {
+                walk(&e.path(), &r, out)?;
+            }
+        }
+        Ok(())
+    }
+    let mut entries = vec![(dir.to_path_buf(), String::new(), true)];
+    walk(dir, "", &mut entries).map_err(|e| format!("reading {}: {e}", dir.display()))?;
+    for (p, rel, is_dir) in entries {
+        let mut mode = if is_dir { 0o755 } else { item_modes.get(&rel).copied().unwrap_or(default_mode) & 0o777 };
+        if let Some(g) = fs_group {
+            std::os::unix::fs::chown(&p, Some(0), Some(g)).map_err(|e| format!("chown {}: {e}", p.display()))?;
+            mode |= if is_dir { 0o2000 | 0o050 } else { 0o440 };
+        }
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).map_err(|e| format!("chmod {}: {e}", p.display()))?;
+    }
+    Ok(())
 }
 
 /// The value of a downward-API field of a pod.

@@ -3,6 +3,7 @@
 
 pub mod controllers;
 pub mod kubelet;
+pub mod security;
 
 use crate::api::resources::{self, NODES, PODS};
 use crate::api::{ApiOptions, ApiServer, Obj, Part, Store};
@@ -45,6 +46,7 @@ pub struct Cluster {
     api: Arc<ApiServer>,
     net: Arc<Network>,
     kubelet: Arc<Kubelet>,
+    netpol: Arc<crate::netpol::Enforcer>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
@@ -91,11 +93,13 @@ impl Cluster {
             stopping: Default::default(),
             dying: Default::default(),
             ip_lock: Arc::new(Mutex::new(())),
+            images: Arc::new(crate::images::ImageStore::new(&net.prefix())),
         });
         let weak = Arc::downgrade(&kubelet);
         api.set_log_source(move |ns, name| weak.upgrade().and_then(|k| k.log_path(ns, name)));
-        let tasks = vec![tokio::spawn(kubelet.clone().run()), controllers::spawn(store)];
-        Ok(Cluster { api, net, kubelet, tasks: Mutex::new(tasks), dir, _tmp: tmp })
+        let netpol = Arc::new(crate::netpol::Enforcer::new(&net.prefix(), store.clone()));
+        let tasks = vec![tokio::spawn(kubelet.clone().run()), tokio::spawn(netpol.clone().run()), controllers::spawn(store)];
+        Ok(Cluster { api, net, kubelet, netpol, tasks: Mutex::new(tasks), dir, _tmp: tmp })
     }
 
     pub fn api(&self) -> &ApiServer {
@@ -193,6 +197,18 @@ impl Cluster {
         .map_err(|e| anyhow!("waiting for pod {ns}/{name} to be {}: {e}", phases.join(" or ")))
     }
 
+    /// Enforces the NetworkPolicies now in the store at once (the cluster also does so by itself
+    /// on every change of a policy, pod or namespace, a moment later). Returns the nftables
+    /// ruleset in force, None when there is no policy.
+    pub fn sync_network_policies(&self) -> Result<Option<String>> {
+        self.netpol.sync()
+    }
+
+    /// The nftables table (family bridge) holding this cluster's NetworkPolicy rules.
+    pub fn network_policy_table(&self) -> &str {
+        self.netpol.table()
+    }
+
     /// Stops everything: pods, network, API server (Drop does the same).
     pub fn shutdown(self) -> Result<()> {
         self.stop();
@@ -206,6 +222,7 @@ impl Cluster {
             t.abort();
         }
         self.kubelet.shutdown();
+        self.netpol.stop();
     }
 }
 
