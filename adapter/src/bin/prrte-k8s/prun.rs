@@ -27,6 +27,8 @@ pub const SLOTS_FILLED: &str = "are already filled";
 const FIND_JOB_FOR: Duration = Duration::from_secs(5);
 /// Bound for one pquery/pctrl run.
 const PMIX_TOOL_LIMIT: Duration = Duration::from_secs(10);
+/// How long a killed job may take to leave the DVM (its slots are free then).
+const JOB_GONE_WITHIN: Duration = Duration::from_secs(20);
 /// How long prun gets to end after its job was killed, before it is signalled itself.
 const PRUN_EXIT_GRACE: Duration = Duration::from_secs(15);
 
@@ -205,7 +207,7 @@ async fn end_job(file: &Path, pset: &str) -> Result<String, String> {
         "pctrl",
         &[
             "--uri".to_owned(),
-            uri_arg,
+            uri_arg.clone(),
             "--kill".to_owned(),
             "--targets".to_owned(),
             format!("{ns}:*"),
@@ -213,6 +215,18 @@ async fn end_job(file: &Path, pset: &str) -> Result<String, String> {
     )
     .await?;
     if ok && out.contains("granted") {
+        // The DVM frees the job's slots when it has recorded the job's end: wait for that, so
+        // that a prun started after we exit finds them free.
+        let deadline = tokio::time::Instant::now() + JOB_GONE_WITHIN;
+        while list_jobs(&uri_arg).await.contains(&ns) {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "job {ns} was killed but is still in the DVM after {JOB_GONE_WITHIN:?}; end it with\n    {}",
+                    kill_command(file, &ns)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         Ok(ns)
     } else {
         Err(format!(
