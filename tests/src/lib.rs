@@ -1,5 +1,6 @@
 //! The sandbox cluster: a Kubernetes API server (real Kubernetes JSON over TLS with bearer
 //! tokens) and pods that are Linux network, UTS, mount and PID namespaces on a bridge.
+#![forbid(unsafe_code)]
 
 pub mod api;
 pub mod cli;

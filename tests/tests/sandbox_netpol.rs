@@ -1,5 +1,6 @@
 //! NetworkPolicy enforcement on the sandbox's pod network (nftables, bridge family). Needs root
 //! and nftables.
+#![forbid(unsafe_code)]
 
 use sandbox::cluster::{Cluster, ClusterOptions};
 use sandbox::podnet;

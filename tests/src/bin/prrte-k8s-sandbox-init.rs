@@ -1,5 +1,6 @@
 //! PID 1 of sandbox pods that run an image: sets up the container's root filesystem and
 //! security settings, then `exec`s the container command (see `sandbox::container`).
+#![forbid(unsafe_code)]
 
 fn main() {
     std::process::exit(sandbox::container::init_main(
