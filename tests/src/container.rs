@@ -30,6 +30,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
+/// `PATH` given to pods (and to `exec`) whose environment does not set one.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// File name of the init program next to the test binaries (see [`init_binary`]).
 pub const INIT_BIN: &str = "prrte-k8s-sandbox-init";
 
@@ -461,7 +464,7 @@ fn lookup(command: &[String], env: &[(String, String)]) -> Result<PathBuf> {
         .rev()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.as_str())
-        .unwrap_or(crate::podnet::DEFAULT_PATH);
+        .unwrap_or(DEFAULT_PATH);
     path.split(':')
         .filter(|d| !d.is_empty())
         .map(|d| Path::new(d).join(cmd))
