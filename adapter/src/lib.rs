@@ -10,3 +10,4 @@ pub mod kubeconfig;
 pub mod agent;
 pub mod launch;
 pub mod protocol;
+pub mod text;
