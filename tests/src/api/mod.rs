@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod defaults;
+pub mod faults;
 pub mod http;
 mod protobuf;
 pub mod resources;
@@ -120,6 +121,7 @@ impl ApiServer {
             shutdown: shutdown_rx.clone(),
             bookmark_ms: std::sync::atomic::AtomicU64::new(5000),
             logs: RwLock::new(None),
+            faults: faults::Faults::default(),
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config.clone());
         let st = state.clone();
@@ -137,6 +139,12 @@ impl ApiServer {
                         }
                     },
                 };
+                if st.faults.is_down() {
+                    // Injected outage: the connection closes before TLS completes.
+                    st.faults.refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    drop(tcp);
+                    continue;
+                }
                 let _ = tcp.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let st = st.clone();
@@ -241,6 +249,27 @@ impl ApiServer {
     /// Lets `GET .../pods/NAME/log` serve pod logs: `f(namespace, name)` gives the log file.
     pub fn set_log_source(&self, f: impl Fn(&str, &str) -> Option<PathBuf> + Send + Sync + 'static) {
         *self.state.logs.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(f));
+    }
+
+    /// Adds an injected fault (see [`faults`]); the handle counts how often it applied.
+    pub fn inject(&self, rule: faults::FaultRule) -> faults::FaultHandle {
+        self.state.faults.add(rule)
+    }
+
+    /// Removes every injected fault.
+    pub fn clear_faults(&self) {
+        self.state.faults.clear();
+    }
+
+    /// Takes the server down (every new connection is closed at once) or up again. Watches
+    /// already streaming are not affected; end them with a [`faults::Fault`] if needed.
+    pub fn set_down(&self, down: bool) {
+        self.state.faults.set_down(down);
+    }
+
+    /// How many connections were closed while the server was down.
+    pub fn refused_while_down(&self) -> u64 {
+        self.state.faults.refused.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// How often watches that allow bookmarks get one (default 5 s).
