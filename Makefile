@@ -5,13 +5,18 @@
 SHELL := /bin/bash
 export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5
 
-.PHONY: setup build test demo bench clean-leftovers
+.PHONY: setup build lint test demo bench clean-leftovers
 
 setup:
 	bash prrte-config/setup.sh
 
 build: setup
 	cargo build --workspace --all-targets
+
+# What CI checks before the tests: formatting and clippy with warnings as errors.
+lint: setup
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
 
 test: build
 	bash tests/run-tests.sh

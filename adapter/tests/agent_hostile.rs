@@ -2,6 +2,7 @@
 //! and replayed handshakes, out-of-order and deeply nested frames, simultaneous launches,
 //! launch parameters that would make prted run other code, forged log lines, DVM URIs that
 //! point elsewhere, and DVM URI files the agent did not write.
+#![forbid(unsafe_code)]
 mod agent_support;
 
 use std::net::SocketAddr;

@@ -3,6 +3,7 @@
 //! `--leave-session-attached`) must still be stopped by `kill`, by the end of the launcher's
 //! connection and when prted itself ends, both with a cgroup per launch and with the
 //! process-tree sweep (`--cgroup off`).
+#![forbid(unsafe_code)]
 mod agent_support;
 
 use std::os::unix::fs::PermissionsExt;

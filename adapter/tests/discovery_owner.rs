@@ -3,6 +3,7 @@
 //! its API is not served), discovery fails naming the rule and `ras_k8s_expected_pods`, instead
 //! of silently allocating only the pods found at the first list; with `ras_k8s_expected_pods`
 //! set, the owner is not needed.
+#![forbid(unsafe_code)]
 
 mod discovery_support;
 

@@ -17,6 +17,7 @@
 //!
 //! A failing case is printed (minimized) with the seed that found it; add the input to the
 //! corpus when fixing it.
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,6 +1,7 @@
 //! Fault injection in the sandbox API server, seen by a real client (kube-rs): injected status
 //! codes, expired and dropped watches, an outage; and kube's watcher getting every change
 //! through dropped and expired watches.
+#![forbid(unsafe_code)]
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -164,6 +165,7 @@ async fn no_change_is_lost_through_dropped_and_expired_watches() {
     );
     server.inject(
         FaultRule::new(Fault::Status(500))
+            .method("GET")
             .path("/pods")
             .list()
             .times(2),

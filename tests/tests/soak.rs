@@ -13,6 +13,7 @@
 //! ```
 //!
 //! (`PRRTE_K8S_SOAK_PODS` changes the pod count.)
+#![forbid(unsafe_code)]
 mod common;
 
 use common::*;

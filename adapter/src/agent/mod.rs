@@ -22,6 +22,7 @@
 //!   as above (reporting `exited` to its launcher), and exit 0.
 
 pub mod config;
+pub mod dvm_uri;
 pub mod head;
 pub mod health;
 pub mod limits;
@@ -54,6 +55,8 @@ use crate::protocol::{
 pub use config::{
     AgentArgs, AgentConfig, CgroupMode, ConfigError, ConnLimits, DvmHead, HeadConfig, LogFormat,
 };
+pub(crate) use dvm_uri::{publish_dvm_uri, publish_dvm_uri_dir, unpublish_dvm_uri};
+pub use dvm_uri::{write_dvm_uri_file, FileId};
 use limits::Pending;
 use process::{ExitStatus, Job, Reaper};
 use tracking::Tracking;
@@ -136,75 +139,6 @@ impl Drop for ActiveJob {
         if slot.is_some_and(|s| s.conn == self.conn) {
             *slot = None;
         }
-    }
-}
-
-/// Identity of a file the agent wrote (device and inode), so that it removes only that file and
-/// never one somebody else put at the same path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileId {
-    dev: u64,
-    ino: u64,
-}
-
-impl FileId {
-    /// The identity of the file at `path` itself (a symbolic link is not followed).
-    pub fn of(path: &std::path::Path) -> Option<FileId> {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::symlink_metadata(path).ok()?;
-        Some(FileId {
-            dev: m.dev(),
-            ino: m.ino(),
-        })
-    }
-}
-
-/// Writes the DVM URI file (creating its directory) and returns its identity; failures are
-/// logged, not fatal: the job runs either way, only `prrte-k8s prun` in this pod needs the file.
-pub(crate) fn publish_dvm_uri(path: &std::path::Path, uri: &str) -> Option<FileId> {
-    if !publish_dvm_uri_dir(path) {
-        return None;
-    }
-    match crate::launch::write_dvm_uri_file(path, uri) {
-        Ok(()) => {
-            info!(file = %path.display(), uri, "published the DVM URI");
-            FileId::of(path)
-        }
-        Err(e) => {
-            warn!(file = %path.display(), error = %e, "cannot write the DVM URI file; `prrte-k8s prun` will not find the DVM in this pod (set --dvm-uri-file to a writable place)");
-            None
-        }
-    }
-}
-
-/// Creates the directory of the DVM URI file; logs and returns false if it cannot.
-pub(crate) fn publish_dvm_uri_dir(path: &std::path::Path) -> bool {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if let Err(e) = std::fs::create_dir_all(dir) {
-            warn!(dir = %dir.display(), error = %e, "cannot create the DVM URI directory; `prrte-k8s prun` will not find the DVM in this pod (set --dvm-uri-file to a writable place)");
-            return false;
-        }
-    }
-    true
-}
-
-/// Removes the DVM URI file if it is still the file `written` (the one the agent wrote); with
-/// `None`, whatever is there (only for a file the agent's own child wrote).
-pub(crate) fn unpublish_dvm_uri(path: &std::path::Path, written: Option<FileId>) {
-    if let Some(id) = written {
-        match FileId::of(path) {
-            Some(now) if now == id => {}
-            Some(_) => {
-                warn!(file = %path.display(), "the DVM URI file was replaced by someone else; leaving it");
-                return;
-            }
-            None => return,
-        }
-    }
-    match std::fs::remove_file(path) {
-        Ok(()) => info!(file = %path.display(), "removed the DVM URI file"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => warn!(file = %path.display(), error = %e, "cannot remove the DVM URI file"),
     }
 }
 
