@@ -21,18 +21,6 @@ fn processes(job: &Job, i: usize) -> Vec<String> {
         .collect()
 }
 
-/// Processes of the job (prted, the ranks, prterun) left in pod `i`.
-fn leftovers(job: &Job, i: usize, rank_comm: &str) -> Vec<String> {
-    processes(job, i)
-        .into_iter()
-        .filter(|p| {
-            ["prted(", "prterun(", "prte(", &format!("{rank_comm}(")]
-                .iter()
-                .any(|c| p.starts_with(c))
-        })
-        .collect()
-}
-
 /// The real prted in a pod runs as the agent's child in the agent's session: one prted per pod
 /// (it did not fork a daemon into its own session).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
