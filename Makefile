@@ -4,7 +4,7 @@
 #   make image  the container images (Open MPI 5 + PRRTE + the k8s components; prrte-config/image)
 #   make bench  DVM-ready time, daemons through the agents vs through an sshd in each pod
 SHELL := /bin/bash
-export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5
+export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s1
 
 .PHONY: setup build lint image test demo bench clean-leftovers
 
