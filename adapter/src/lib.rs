@@ -10,3 +10,4 @@ pub mod discovery;
 pub mod launch;
 pub mod manifest;
 pub mod protocol;
+pub mod text;

@@ -562,6 +562,8 @@ mod tests {
             dvm_uri_file: dir.join("dvm.uri"),
             head: None,
             batch: None,
+            cgroup: false,
+            limits: Default::default(),
         }
     }
 }
