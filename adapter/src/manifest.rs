@@ -272,9 +272,9 @@ fn pod_env(a: &ManifestArgs) -> Vec<Value> {
     }
     let fixed: Vec<(String, String)> = vec![
         ("TMPDIR".into(), "/tmp".into()),
-        // PRRTE through the Kubernetes components, whatever the image's param file says.
-        ("PRTE_MCA_ras".into(), "k8s".into()),
-        ("PRTE_MCA_plm".into(), "k8s".into()),
+        // `ras k8s` and `plm k8s` are not set here: every prted inherits the pod's environment
+        // and must not select `plm k8s`. The agent sets both for the batch command, the DVM
+        // head passes them to prte, and `prrte-k8s prun` talks to that DVM.
         // Pinned ports (the NetworkPolicy admits exactly these).
         (
             "PRTE_MCA_oob_tcp_static_ipv4_ports".into(),

@@ -431,6 +431,15 @@ async fn run_command(
     if std::env::var_os("PRTE_MCA_plm_k8s_secret_file").is_none() && config.secret.is_some() {
         cmd.env("PRTE_MCA_plm_k8s_secret_file", &config.secret_file);
     }
+    // The job's launcher allocates and launches through the Kubernetes components. Set here,
+    // for this command only, never in the pod's environment: every prted inherits that, and a
+    // prted told to use `plm k8s` (which only the launcher can select) has no PLM and exits.
+    // prterun itself never forwards `plm` to the daemons it starts.
+    for (name, value) in [("PRTE_MCA_ras", "k8s"), ("PRTE_MCA_plm", "k8s")] {
+        if std::env::var_os(name).is_none() {
+            cmd.env(name, value);
+        }
+    }
     let (pid, exit_rx) = match reaper.spawn(&mut cmd) {
         Ok(x) => x,
         Err(e) => {
