@@ -1,11 +1,12 @@
 # prrte-k8s: the two commands a newcomer needs (as root on Debian 12):
 #   make demo   sandbox cluster, a DVM through ras k8s / plm k8s, a real MPI program across pods
 #   make test   everything the project tests
+#   make image  the container images (Open MPI 5 + PRRTE + the k8s components; prrte-config/image)
 #   make bench  DVM-ready time, daemons through the agents vs through an sshd in each pod
 SHELL := /bin/bash
 export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5
 
-.PHONY: setup build test demo bench clean-leftovers
+.PHONY: setup build image test demo bench clean-leftovers
 
 setup:
 	bash prrte-config/setup.sh
@@ -13,12 +14,16 @@ setup:
 build: setup
 	cargo build --workspace --all-targets
 
-test: build
+# the images are built (or found up to date in seconds) first: tests run pods from them
+test: build image
 	bash tests/run-tests.sh
 
 # BENCH_ARGS, e.g. "--quick" or "--pods 4,16 --runs 3" (prrte-k8s-bench --help)
 bench: build
 	target/debug/prrte-k8s-bench $(BENCH_ARGS)
+
+image: setup
+	bash prrte-config/image/build.sh
 
 demo: setup
 	bash prrte-config/demo.sh

@@ -9,10 +9,6 @@
 # Idempotent: a second run with the same versions does nothing and says so.
 set -euo pipefail
 
-OMPI_VERSION=5.0.7
-DEB_SUITE=trixie
-TARBALL=openmpi_${OMPI_VERSION}.orig.tar.xz
-TARBALL_SHA256=97f10c04e9b9a1771db3fd005009e4c07afa3ce739f940e41eb0fc7397cb9473
 PMIX_VERSION=5.0.5
 PRRTE_VERSION=3.0.8
 KEY="prrte-${PRRTE_VERSION}-pmix-${PMIX_VERSION}"
@@ -46,27 +42,14 @@ fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/prrte-k8s-build.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
-# --- fetch Debian's source package with a private apt configuration -------------------------
-say "fetching Debian's openmpi ${OMPI_VERSION} source package (${DEB_SUITE}) with a private apt configuration"
-A="$WORK/apt"
-mkdir -p "$A/lists/partial" "$A/cache/archives/partial" "$A/etc"
-echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian ${DEB_SUITE} main" >"$A/etc/sources.list"
-: >"$A/etc/status"
-APT_OPTS=(-o "Dir::Etc::SourceList=$A/etc/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
-          -o "Dir::State::Lists=$A/lists" -o "Dir::Cache=$A/cache" -o "Dir::State::Status=$A/etc/status"
-          -o "APT::Sandbox::User=root" -q)
-apt-get "${APT_OPTS[@]}" update >"$WORK/apt-update.log" 2>&1 \
-  || { cat "$WORK/apt-update.log" >&2; die "apt-get update of the private deb-src list failed (network? keyring for ${DEB_SUITE}?)"; }
-( cd "$WORK" && apt-get "${APT_OPTS[@]}" source --download-only "openmpi=${OMPI_VERSION}-1" ) >"$WORK/apt-source.log" 2>&1 \
-  || { cat "$WORK/apt-source.log" >&2; die "could not fetch source package openmpi=${OMPI_VERSION}-1 from ${DEB_SUITE}"; }
-[[ -f "$WORK/$TARBALL" ]] || die "source download did not produce $TARBALL"
-got=$(sha256sum "$WORK/$TARBALL" | cut -d' ' -f1)
-[[ "$got" == "$TARBALL_SHA256" ]] || die "checksum mismatch for $TARBALL: got $got, expected $TARBALL_SHA256"
-say "sha256 of $TARBALL verified"
+# --- fetch and verify Debian's source package (shared with build-ompi.sh) -------------------
+# shellcheck source=ompi-source.sh
+source "$(dirname "$0")/ompi-source.sh"
+tarball=$(ompi_source_tarball "$WORK") || die "could not get a verified $OMPI_TARBALL"
 
 # --- unpack only the two runtimes we build ---------------------------------------------------
 say "unpacking PMIx and PRRTE"
-tar -xJf "$WORK/$TARBALL" -C "$WORK" "openmpi-${OMPI_VERSION}/3rd-party/openpmix" "openmpi-${OMPI_VERSION}/3rd-party/prrte"
+tar -xJf "$tarball" -C "$WORK" "openmpi-${OMPI_VERSION}/3rd-party/openpmix" "openmpi-${OMPI_VERSION}/3rd-party/prrte"
 rm -rf "$SRC"; mkdir -p "$SRC"
 mv "$WORK/openmpi-${OMPI_VERSION}/3rd-party/openpmix" "$SRC/openpmix"
 mv "$WORK/openmpi-${OMPI_VERSION}/3rd-party/prrte" "$SRC/prrte"

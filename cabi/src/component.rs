@@ -44,7 +44,7 @@ const fn component(
         pmix_mca_component_major_version: VERSION.0,
         pmix_mca_component_minor_version: VERSION.1,
         pmix_mca_component_release_version: VERSION.2,
-        pmix_mca_open_component: None,
+        pmix_mca_open_component: Some(crate::version_guard::open),
         pmix_mca_close_component: None,
         pmix_mca_query_component: query,
         pmix_mca_register_component_params: register,
@@ -56,13 +56,13 @@ const fn component(
 #[no_mangle]
 #[used]
 pub static mut prte_mca_ras_k8s_component: ffi::pmix_mca_base_component_t =
-    component("ras", (2, 0, 0), Some(crate::ras::query), Some(crate::ras::register_params));
+    component("ras", (2, 0, 0), Some(crate::ras::query), Some(crate::version_guard::ras_register));
 
 /// The PLM component (`prte --prtemca plm k8s`). PLM framework version 2.0.0.
 #[no_mangle]
 #[used]
 pub static mut prte_mca_plm_k8s_component: ffi::pmix_mca_base_component_t =
-    component("plm", (2, 0, 0), Some(crate::plm::query), Some(crate::plm::register_params));
+    component("plm", (2, 0, 0), Some(crate::plm::query), Some(crate::version_guard::plm_register));
 
 pub fn ras_component_ptr() -> *const ffi::pmix_mca_base_component_t {
     std::ptr::addr_of!(prte_mca_ras_k8s_component)

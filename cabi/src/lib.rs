@@ -15,3 +15,4 @@ pub mod prrte;
 pub mod prted_args;
 pub mod ras;
 pub mod shim;
+pub mod version_guard;

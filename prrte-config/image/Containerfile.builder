@@ -1,0 +1,21 @@
+# prrte-k8s builder image: the runtime image plus a C/C++ toolchain and Open MPI's headers, so
+# `mpicc`/`mpicxx` compile applications against exactly the libmpi the runtime image ships. Use it
+# as the first stage of an application image (Containerfile.app). Runs as uid 1000 too.
+#
+# Build with `make image`; the build context is the staging directory prrte-config/image/build.sh
+# assembles (see Containerfile): here only ompi-include/ (Open MPI's installed headers) is used.
+ARG RUNTIME=localhost/prrte-k8s:latest
+FROM ${RUNTIME}
+
+ARG OMPI_PREFIX
+USER root
+RUN apt-get update -q \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      gcc g++ libc6-dev make \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log
+COPY ompi-include/ ${OMPI_PREFIX}/include/
+
+USER 1000:1000
+WORKDIR /home/mpi
+ENTRYPOINT []
+CMD ["/bin/bash"]

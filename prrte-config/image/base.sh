@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The base image the Containerfiles start FROM, made locally from Debian packages (no registry is
+# needed): `mmdebstrap --variant=minbase bookworm` (the Debian release the host builds run on, so
+# host-built binaries run in it), imported into buildah's local store and tagged under the exact
+# name the Containerfiles' FROM uses. Elsewhere the same Containerfiles pull that name from a
+# registry instead.
+#
+#   base.sh [NAME]   default docker.io/library/debian:bookworm-slim
+#
+# Cached by content: the image carries a label with a hash of this script; when the store already
+# has NAME with that label, nothing is done.
+set -euo pipefail
+NAME=${1:-docker.io/library/debian:bookworm-slim}
+SUITE=bookworm
+say() { printf '[image-base] %s\n' "$*"; }
+die() { printf '[image-base] ERROR: %s\n' "$*" >&2; exit 1; }
+command -v mmdebstrap >/dev/null && command -v buildah >/dev/null \
+    || die "mmdebstrap and buildah are needed (apt-get install mmdebstrap buildah)"
+
+key=$(sha256sum "$0" | cut -c1-16)
+have=$(buildah inspect --type image --format '{{index .ImageAnnotations "org.prrte-k8s.key"}}{{index .OCIv1.Config.Labels "org.prrte-k8s.key"}}' "$NAME" 2>/dev/null || true)
+if [[ "$have" == "$key" ]]; then
+    say "$NAME (mmdebstrap $SUITE, key $key) already in the local store; nothing to do."
+    exit 0
+fi
+
+t0=$SECONDS
+work=$(mktemp -d "${TMPDIR:-/tmp}/prrte-k8s-base.XXXXXX")
+ctr=""
+cleanup() { [[ -n "$ctr" ]] && buildah rm "$ctr" >/dev/null 2>&1; rm -rf "$work"; }
+trap cleanup EXIT
+say "mmdebstrap --variant=minbase $SUITE (with $SUITE-updates and $SUITE-security)"
+mmdebstrap --quiet --variant=minbase --components=main \
+    --aptopt='Acquire::Languages "none"' \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/var/log/*.log' \
+    --customize-hook='echo "path-exclude=/usr/share/doc/*
+path-include=/usr/share/doc/*/copyright
+path-exclude=/usr/share/man/*
+path-exclude=/usr/share/locale/*" > "$1"/etc/dpkg/dpkg.cfg.d/docker-slim' \
+    "$SUITE" "$work/base.tar" \
+    "deb http://deb.debian.org/debian $SUITE main" \
+    "deb http://deb.debian.org/debian $SUITE-updates main" \
+    "deb http://deb.debian.org/debian-security $SUITE-security main" \
+  || die "mmdebstrap failed"
+ctr=$(buildah from scratch)
+buildah add --quiet "$ctr" "$work/base.tar" / >/dev/null
+buildah config --cmd /bin/bash --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --label "org.prrte-k8s.key=$key" --label "org.prrte-k8s.made-by=mmdebstrap --variant=minbase $SUITE" "$ctr"
+buildah commit --quiet --rm "$ctr" "$NAME" >/dev/null
+ctr=""
+size=$(buildah images --format '{{.Size}}' "$NAME" | head -1)
+say "tagged $NAME ($size) in $((SECONDS - t0)) s"
