@@ -6,13 +6,18 @@
 SHELL := /bin/bash
 export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5
 
-.PHONY: setup build image test demo bench clean-leftovers
+.PHONY: setup build lint image test demo bench clean-leftovers
 
 setup:
 	bash prrte-config/setup.sh
 
 build: setup
 	cargo build --workspace --all-targets
+
+# What CI checks before the tests: formatting and clippy with warnings as errors.
+lint: setup
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
 
 # the images are built (or found up to date in seconds) first: tests run pods from them
 test: build image

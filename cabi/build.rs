@@ -22,13 +22,20 @@ fn main() {
     println!("cargo:rerun-if-changed=shim/prrte_headers.h");
     println!("cargo:rerun-if-changed=../include/prrte_k8s.h");
 
-    let prefix = PathBuf::from(env::var("PRRTE_K8S_PREFIX").unwrap_or_else(|_| DEFAULT_PREFIX.into()));
-    let src = env::var("PRRTE_SRC").map(PathBuf::from).unwrap_or_else(|_| prefix.join("src/prrte"));
-    let remedy = "build PRRTE first with `prrte-config/build-prrte.sh` (or point PRRTE_K8S_PREFIX at its \
+    let prefix =
+        PathBuf::from(env::var("PRRTE_K8S_PREFIX").unwrap_or_else(|_| DEFAULT_PREFIX.into()));
+    let src = env::var("PRRTE_SRC")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| prefix.join("src/prrte"));
+    let remedy =
+        "build PRRTE first with `prrte-config/build-prrte.sh` (or point PRRTE_K8S_PREFIX at its \
                   install prefix and PRRTE_SRC at the configured PRRTE source tree)";
     let prte_config = src.join("src/include/prte_config.h");
     if !prte_config.is_file() {
-        fail(&format!("the configured PRRTE tree is missing: {} not found; {remedy}", prte_config.display()));
+        fail(&format!(
+            "the configured PRRTE tree is missing: {} not found; {remedy}",
+            prte_config.display()
+        ));
     }
     let pmix_h = prefix.join("include/pmix.h");
     let pmix_internal = prefix.join("include/pmix/src/include/pmix_config.h");
@@ -47,17 +54,26 @@ fn main() {
 
     // The shim: PRRTE's macros and inline functions as plain functions.
     let mut build = cc::Build::new();
-    build.file(shim_dir.join("shim.c")).define("HAVE_CONFIG_H", None).define("NDEBUG", None);
+    build
+        .file(shim_dir.join("shim.c"))
+        .define("HAVE_CONFIG_H", None)
+        .define("NDEBUG", None);
     for a in &inc_args {
         build.flag(a);
     }
     build.flag_if_supported("-Wno-unused-parameter");
     build.compile("prrte_k8s_shim");
 
-    // Bindings: PRRTE/PMIx types, functions and globals the components use.
+    // Bindings: PRRTE/PMIx types, functions and globals the components use, and the shim's
+    // functions from include/prrte_k8s.h.
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     let bindings = bindgen::Builder::default()
         .header(shim_dir.join("prrte_headers.h").to_string_lossy())
+        // Our own ABI: the shim's functions as the header declares them.
+        .header(include_dir.join("prrte_k8s.h").to_string_lossy())
+        .allowlist_function("prrte_k8s_shim_.*")
+        .allowlist_type("prrte_k8s_type_id_t|prrte_k8s_fd_cb_t")
+        .allowlist_var("PRRTE_K8S_FRAMEWORK_.*")
         .clang_arg("-DHAVE_CONFIG_H")
         .clang_arg("-DNDEBUG")
         .clang_args(&inc_args)
@@ -99,7 +115,10 @@ fn main() {
     }
     std::fs::write(out.join("prrte_bindings.rs"), text)
         .unwrap_or_else(|e| fail(&format!("cannot write bindings: {e}")));
-    println!("cargo:rustc-env=PRRTE_K8S_BUILD_PREFIX={}", prefix.display());
+    println!(
+        "cargo:rustc-env=PRRTE_K8S_BUILD_PREFIX={}",
+        prefix.display()
+    );
     // Link against PRRTE and PMIx: inside prte/prted these resolve to the libraries already loaded
     // (same sonames); for our own test binaries they make the shim's references resolvable.
     let libdir = prefix.join("lib");

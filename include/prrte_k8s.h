@@ -3,12 +3,18 @@
  *
  * The shared library that PRRTE loads as prte_mca_ras_k8s.so / prte_mca_plm_k8s.so is written in
  * Rust. PRRTE offers some of its interface only as C macros and inline functions (object
- * construction, state activation, list and array access, libevent wrappers); the shim implements
- * exactly those as the plain functions declared here, and the Rust side calls them. PRRTE objects
- * cross this boundary as opaque pointers, so this header does not depend on PRRTE's headers.
+ * construction, state activation, list and array access, libevent wrappers, output streams); the
+ * shim (cabi/shim/shim.c) implements exactly those as the plain functions declared here. The Rust
+ * declarations of these functions are generated from this header by bindgen at build time
+ * (cabi/build.rs), so both sides always agree on the signatures. PRRTE objects cross this
+ * boundary as opaque pointers, so this header does not depend on PRRTE's headers.
  *
- * Every function the Rust side exports to C runs behind a panic boundary and reports one of the
- * result codes below. The numeric values are stable.
+ * The Rust side exports the two component structs PRRTE looks up by name
+ * (prte_mca_ras_k8s_component, prte_mca_plm_k8s_component; their type is PRRTE's
+ * pmix_mca_base_component_t) and the two module accessors at the end of this file. Every
+ * function the Rust side exports runs behind a panic boundary: a panic is reported on PRRTE's
+ * error output and turned into the function's error value (PRTE_ERROR, or NULL here) instead of
+ * unwinding into C.
  */
 #ifndef PRRTE_K8S_H
 #define PRRTE_K8S_H
@@ -19,21 +25,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Version of this ABI; bumped on any incompatible change. */
-#define PRRTE_K8S_ABI_VERSION 1
-
-/* Result codes of our own functions (stable numbers). */
-typedef enum prrte_k8s_rc {
-    PRRTE_K8S_OK = 0,
-    PRRTE_K8S_ERR_INVALID_ARG = 1,  /* a NULL or malformed argument */
-    PRRTE_K8S_ERR_PANIC = 2,        /* the Rust side panicked; the panic was contained */
-    PRRTE_K8S_ERR_CONFIG = 3,       /* a bad MCA parameter value */
-    PRRTE_K8S_ERR_DISCOVERY = 4,    /* pods could not be discovered */
-    PRRTE_K8S_ERR_LAUNCH = 5,       /* a daemon could not be launched */
-    PRRTE_K8S_ERR_PRRTE = 6,        /* a PRRTE call failed */
-    PRRTE_K8S_ERR_NOT_AVAILABLE = 7 /* no Kubernetes environment: the component declines */
-} prrte_k8s_rc_t;
 
 /* Sizes the C compiler sees, for checking the Rust bindings' layout (prrte_k8s_shim_sizeof). */
 typedef enum prrte_k8s_type_id {
@@ -54,8 +45,6 @@ typedef void (*prrte_k8s_fd_cb_t)(int fd, short flags, void *arg);
 
 /* ---- implemented by the C shim, called from Rust -------------------------------------------- */
 
-/* PRRTE_K8S_ABI_VERSION as compiled into the shim. */
-int prrte_k8s_shim_abi_version(void);
 /* sizeof() of a PRRTE type as the C compiler sees it; 0 for an unknown id. */
 size_t prrte_k8s_shim_sizeof(int type_id);
 
@@ -65,8 +54,6 @@ void *prrte_k8s_shim_list_new(void);
 void prrte_k8s_shim_list_release(void *list);
 /* pmix_list_append(list, item). */
 void prrte_k8s_shim_list_append(void *list, void *item);
-/* pmix_list_get_size(list). */
-size_t prrte_k8s_shim_list_size(void *list);
 /* pmix_pointer_array_get_item(array, index). */
 void *prrte_k8s_shim_pointer_array_get(void *array, int index);
 /* PMIX_NEW(prte_node_t); strdup's name and (if not NULL) rawname. NULL on allocation failure. */
@@ -108,10 +95,6 @@ void prrte_k8s_shim_verbose(int framework, int level, const char *msg);
 
 /* ---- implemented in Rust, callable from C ---------------------------------------------------- */
 
-/* PRRTE_K8S_ABI_VERSION as compiled into the Rust side. */
-int prrte_k8s_abi_version(void);
-/* A static, NUL-terminated description of a result code ("unknown result code" otherwise). */
-const char *prrte_k8s_strerror(int rc);
 /* The module structs the components hand PRRTE (prte_ras_base_module_t / prte_plm_base_module_t),
  * for inspection; PRRTE itself gets them through the components' query functions. */
 const void *prrte_k8s_ras_module(void);

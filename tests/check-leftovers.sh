@@ -7,6 +7,10 @@ ns=$(ip netns list 2>/dev/null | awk '{print $1}' | grep '^pk8s' | tr '\n' ' ')
 [[ -n "${ns// /}" ]] && { echo "leftover network namespaces: $ns"; bad=1; }
 links=$(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep '^pk8' | tr '\n' ' ')
 [[ -n "${links// /}" ]] && { echo "leftover links: $links"; bad=1; }
+tables=$(nft list tables bridge 2>/dev/null | awk '{print $3}' | grep '^pk8s' | tr '\n' ' ')
+[[ -n "${tables// /}" ]] && { echo "leftover nftables tables (bridge): $tables"; bad=1; }
+ctrs=$(buildah containers --format '{{.ContainerName}}' 2>/dev/null | grep '^pk8s' | tr '\n' ' ')
+[[ -n "${ctrs// /}" ]] && { echo "leftover buildah working containers: $ctrs"; bad=1; }
 procs=$(ps -eo pid=,comm= | awk '$2 ~ /^(prte|prted|prterun|prun|prrte-k8s-agen|prrte-k8s-sand)/ {print $2"("$1")"}' | tr '\n' ' ')
 [[ -n "${procs// /}" ]] && { echo "leftover processes: $procs"; bad=1; }
 if ((bad)); then

@@ -10,6 +10,7 @@
 //! plain threads (the PRRTE RAS component).
 
 pub mod api;
+pub mod client;
 pub mod error;
 pub mod infer;
 pub mod order;
@@ -29,14 +30,17 @@ use kube::api::{Api, ListParams};
 
 pub use error::{DiscoveryError, ErrorKind, PODS_RULE};
 pub use infer::{SelfIdentity, SelfNameSource};
-pub use slots::{ParseSlotsPolicyError, SlotsPolicy, SLOTS_ANNOTATION};
+pub use slots::{
+    ParseSlotsPolicyError, SlotsPolicy, DEPRECATED_SLOTS_ANNOTATION, SLOTS_ANNOTATION,
+};
 
-use crate::kubeconfig::{self, Environment};
 use api::{Ctx, Operation};
+use client::Environment;
 use readiness::{classify, PodReadiness};
 
-/// Default bound of a discovery call.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default bound of a discovery call: the default of `ras_k8s_timeout` and of
+/// `prrte-k8s pods --timeout`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// What to discover and how (the `ras_k8s_*` MCA parameters).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,8 +59,8 @@ pub struct DiscoveryConfig {
     pub timeout: Duration,
     /// Where slot counts come from.
     pub slots: SlotsPolicy,
-    /// Explicit kubeconfig; else in-cluster, else `$KUBECONFIG` / `~/.kube/config`. An empty
-    /// path counts as unset.
+    /// Explicit kubeconfig; else `$KUBECONFIG`, else in-cluster, else `~/.kube/config` (see
+    /// [`client`]). An empty path counts as unset.
     pub kubeconfig: Option<PathBuf>,
     /// Name of the pod we run in. Default: `$POD_NAME`, else `$HOSTNAME`, else the host name.
     pub self_pod: Option<String>,
@@ -117,11 +121,22 @@ impl Allocation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Progress {
     /// Namespace, selector and expected count are settled and the first list is done.
-    Resolved { namespace: String, selector: String, selector_source: String, expected: u32, expected_source: String },
+    Resolved {
+        namespace: String,
+        selector: String,
+        selector_source: String,
+        expected: u32,
+        expected_source: String,
+    },
     /// The number of ready pods changed (also sent once after the first list).
-    Ready { ready: u32, expected: u32, waiting_for: Vec<String> },
-    /// A watch was established from this resource version.
-    Watching { resource_version: String },
+    Ready {
+        ready: u32,
+        expected: u32,
+        waiting_for: Vec<String>,
+    },
+    /// The pod watcher listed the selected pods (`listed` of them) and watches from there; sent
+    /// again whenever it has to list anew (its resource version expired).
+    Watching { listed: u32 },
 }
 
 /// Discovers the allocation (see the module docs).
@@ -136,14 +151,18 @@ pub fn discover_blocking(cfg: &DiscoveryConfig) -> Result<Allocation, DiscoveryE
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| DiscoveryError::Internal { detail: format!("cannot start the async runtime: {e}") })?;
+            .map_err(|e| DiscoveryError::Internal {
+                detail: format!("cannot start the async runtime: {e}"),
+            })?;
         rt.block_on(discover(cfg))
     };
     if tokio::runtime::Handle::try_current().is_ok() {
         std::thread::scope(|s| {
-            s.spawn(run)
-                .join()
-                .unwrap_or_else(|_| Err(DiscoveryError::Internal { detail: "the discovery thread panicked".into() }))
+            s.spawn(run).join().unwrap_or_else(|_| {
+                Err(DiscoveryError::Internal {
+                    detail: "the discovery thread panicked".into(),
+                })
+            })
         })
     } else {
         run()
@@ -151,7 +170,11 @@ pub fn discover_blocking(cfg: &DiscoveryConfig) -> Result<Allocation, DiscoveryE
 }
 
 fn invalid(param: &str, value: impl ToString, reason: impl ToString) -> DiscoveryError {
-    DiscoveryError::InvalidConfig { param: param.to_string(), value: value.to_string(), reason: reason.to_string() }
+    DiscoveryError::InvalidConfig {
+        param: param.to_string(),
+        value: value.to_string(),
+        reason: reason.to_string(),
+    }
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -160,13 +183,18 @@ fn is_dns_label(s: &str) -> bool {
         && b.len() <= 63
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 /// Checks the parts of the configuration that need no cluster; returns the explicit selector.
 pub fn validate_config(cfg: &DiscoveryConfig) -> Result<Option<String>, DiscoveryError> {
     if cfg.timeout.is_zero() {
-        return Err(invalid("ras_k8s_timeout", "0", "the timeout must be positive; it bounds the whole discovery"));
+        return Err(invalid(
+            "ras_k8s_timeout",
+            "0",
+            "the timeout must be positive; it bounds the whole discovery",
+        ));
     }
     if cfg.expected_pods == Some(0) {
         return Err(invalid(
@@ -184,11 +212,19 @@ pub fn validate_config(cfg: &DiscoveryConfig) -> Result<Option<String>, Discover
             ));
         }
     }
-    match cfg.selector.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+    match cfg
+        .selector
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
         None => Ok(None),
         Some(s) => selector::parse_selector(s)
             .map(|_| Some(s.to_string()))
-            .map_err(|reason| DiscoveryError::InvalidSelector { selector: s.to_string(), reason }),
+            .map_err(|reason| DiscoveryError::InvalidSelector {
+                selector: s.to_string(),
+                reason,
+            }),
     }
 }
 
@@ -201,16 +237,22 @@ pub async fn discover_with(
     let explicit_selector = validate_config(cfg)?;
     let deadline = tokio::time::Instant::now() + cfg.timeout;
     let connect_timeout = cfg.timeout.min(Duration::from_secs(30));
-    let explicit_kubeconfig = cfg.kubeconfig.as_deref().filter(|p| !p.as_os_str().is_empty());
-    let resolved = match tokio::time::timeout_at(deadline, kubeconfig::resolve_config(explicit_kubeconfig, env)).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(DiscoveryError::Internal {
-                detail: "reading the client configuration did not finish in time".into(),
-            })
-        }
-    };
-    let client = kubeconfig::client_from_config(resolved, connect_timeout)?;
+    let explicit_kubeconfig = cfg
+        .kubeconfig
+        .as_deref()
+        .filter(|p| !p.as_os_str().is_empty());
+    let resolved =
+        match tokio::time::timeout_at(deadline, client::resolve_config(explicit_kubeconfig, env))
+            .await
+        {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(DiscoveryError::Internal {
+                    detail: "reading the client configuration did not finish in time".into(),
+                })
+            }
+        };
+    let client = client::client_from_config(resolved, connect_timeout)?;
     let namespace = cfg
         .namespace
         .as_deref()
@@ -220,8 +262,16 @@ pub async fn discover_with(
         .or_else(|| env.service_account_namespace())
         .or_else(|| client.context_namespace.clone())
         .unwrap_or_else(|| "default".to_string());
-    let ctx = Ctx { api: client, deadline, timeout: cfg.timeout };
-    let me = SelfIdentity::resolve(cfg.self_pod.as_deref(), env.pod_name.as_deref(), env.hostname.as_deref());
+    let ctx = Ctx {
+        api: client,
+        deadline,
+        timeout: cfg.timeout,
+    };
+    let me = SelfIdentity::resolve(
+        cfg.self_pod.as_deref(),
+        env.pod_name.as_deref(),
+        env.hostname.as_deref(),
+    );
     tracing::debug!(namespace = %namespace, self_pod = ?me, "discovering pods via {}", ctx.api.url);
 
     let (selector, selector_source, mut workload, own_pod, known_sts) = match explicit_selector {
@@ -229,16 +279,30 @@ pub async fn discover_with(
         None => {
             let inf = infer::infer_selector(&ctx, &namespace, me.as_ref()).await?;
             tracing::info!("selector {:?} inferred from {}", inf.selector, inf.basis);
-            (inf.selector, inf.basis, inf.workload, Some(inf.own_pod), inf.statefulset)
+            (
+                inf.selector,
+                inf.basis,
+                inf.workload,
+                Some(inf.own_pod),
+                inf.statefulset,
+            )
         }
     };
 
     let pods_api: Api<Pod> = Api::namespaced(ctx.api.client.clone(), &namespace);
     let list_op = Operation::pods("list", &namespace).selecting(&selector);
-    let first = ctx.call(&list_op, pods_api.list(&ListParams::default().labels(&selector))).await?;
+    let first = ctx
+        .call(
+            &list_op,
+            pods_api.list(&ListParams::default().labels(&selector)),
+        )
+        .await?;
 
-    let candidates: Vec<&Pod> =
-        first.items.iter().filter(|p| !matches!(classify(p), PodReadiness::Excluded(_))).collect();
+    let candidates: Vec<&Pod> = first
+        .items
+        .iter()
+        .filter(|p| !matches!(classify(p), PodReadiness::Excluded(_)))
+        .collect();
     let (expected, expected_source) = match cfg.expected_pods {
         Some(n) => (n, "set by ras_k8s_expected_pods".to_string()),
         None => {
@@ -246,7 +310,9 @@ pub async fn discover_with(
                 workload = infer::workload_of(&candidates);
             }
             let from_workload = match &workload {
-                Some(w) => infer::expected_from_workload(&ctx, &namespace, w, known_sts.as_ref()).await?,
+                Some(w) => {
+                    infer::expected_from_workload(&ctx, &namespace, w, known_sts.as_ref()).await?
+                }
                 None => None,
             };
             match from_workload {
@@ -257,16 +323,24 @@ pub async fn discover_with(
                             .items
                             .iter()
                             .filter_map(|p| match classify(p) {
-                                PodReadiness::Excluded(d) => {
-                                    Some(format!("{} ({d})", p.metadata.name.as_deref().unwrap_or("")))
-                                }
+                                PodReadiness::Excluded(d) => Some(format!(
+                                    "{} ({d})",
+                                    p.metadata.name.as_deref().unwrap_or("")
+                                )),
                                 _ => None,
                             })
                             .collect();
-                        return Err(DiscoveryError::NoPods { namespace, selector, excluded });
+                        return Err(DiscoveryError::NoPods {
+                            namespace,
+                            selector,
+                            excluded,
+                        });
                     }
                     let n = u32::try_from(candidates.len()).unwrap_or(u32::MAX);
-                    (n, "the number of matching pods at the first list".to_string())
+                    (
+                        n,
+                        "the number of matching pods at the first list".to_string(),
+                    )
                 }
             }
         }
@@ -296,7 +370,11 @@ pub async fn discover_with(
         Some(uid) => p.metadata.uid.as_ref() == Some(uid),
         None => me.as_ref().is_some_and(|m| m.matches(p)),
     })?;
-    Ok(Allocation { namespace, selector, nodes })
+    Ok(Allocation {
+        namespace,
+        selector,
+        nodes,
+    })
 }
 
 /// Turns ready pods (already in allocation order) into nodes.
@@ -311,13 +389,17 @@ pub fn build_nodes(
         .zip(indices)
         .map(|(p, index)| {
             let name = p.metadata.name.clone().unwrap_or_default();
-            let ip = readiness::pod_ipv4(p)
-                .ok_or_else(|| DiscoveryError::Internal { detail: format!("ready pod {name} has no IPv4 address") })?;
-            let slots = slots::pod_slots(p, policy).map_err(|b| DiscoveryError::InvalidSlotsAnnotation {
-                pod: name.clone(),
-                namespace: namespace.to_string(),
-                value: b.value,
-                reason: b.reason.to_string(),
+            let ip = readiness::pod_ipv4(p).ok_or_else(|| DiscoveryError::Internal {
+                detail: format!("ready pod {name} has no IPv4 address"),
+            })?;
+            let slots = slots::pod_slots(p, policy).map_err(|b| {
+                DiscoveryError::InvalidSlotsAnnotation {
+                    pod: name.clone(),
+                    namespace: namespace.to_string(),
+                    annotation: b.annotation.to_string(),
+                    value: b.value,
+                    reason: b.reason.to_string(),
+                }
             })?;
             let hostname = p
                 .spec
@@ -346,21 +428,51 @@ mod tests {
 
     #[test]
     fn config_validation() {
-        let ok = DiscoveryConfig { selector: Some(" app=x ".into()), ..Default::default() };
+        let ok = DiscoveryConfig {
+            selector: Some(" app=x ".into()),
+            ..Default::default()
+        };
         assert_eq!(validate_config(&ok).unwrap().as_deref(), Some("app=x"));
-        let empty = DiscoveryConfig { selector: Some("".into()), ..Default::default() };
+        let empty = DiscoveryConfig {
+            selector: Some("".into()),
+            ..Default::default()
+        };
         assert_eq!(validate_config(&empty).unwrap(), None);
-        let bad = DiscoveryConfig { selector: Some("app in (x".into()), ..Default::default() };
+        let bad = DiscoveryConfig {
+            selector: Some("app in (x".into()),
+            ..Default::default()
+        };
         let e = validate_config(&bad).unwrap_err();
         assert!(matches!(e, DiscoveryError::InvalidSelector { .. }));
-        assert!(e.to_string().contains("not closed") && e.to_string().contains("ras_k8s_selector"), "{e}");
+        assert!(
+            e.to_string().contains("not closed") && e.to_string().contains("ras_k8s_selector"),
+            "{e}"
+        );
         assert_eq!(e.exit_code(), 2);
-        let zero = DiscoveryConfig { timeout: Duration::ZERO, ..Default::default() };
-        assert!(validate_config(&zero).unwrap_err().to_string().contains("ras_k8s_timeout"));
-        let none = DiscoveryConfig { expected_pods: Some(0), ..Default::default() };
-        assert!(validate_config(&none).unwrap_err().to_string().contains("ras_k8s_expected_pods"));
-        let ns = DiscoveryConfig { namespace: Some("Bad_NS".into()), ..Default::default() };
-        assert!(validate_config(&ns).unwrap_err().to_string().contains("ras_k8s_namespace"));
+        let zero = DiscoveryConfig {
+            timeout: Duration::ZERO,
+            ..Default::default()
+        };
+        assert!(validate_config(&zero)
+            .unwrap_err()
+            .to_string()
+            .contains("ras_k8s_timeout"));
+        let none = DiscoveryConfig {
+            expected_pods: Some(0),
+            ..Default::default()
+        };
+        assert!(validate_config(&none)
+            .unwrap_err()
+            .to_string()
+            .contains("ras_k8s_expected_pods"));
+        let ns = DiscoveryConfig {
+            namespace: Some("Bad_NS".into()),
+            ..Default::default()
+        };
+        assert!(validate_config(&ns)
+            .unwrap_err()
+            .to_string()
+            .contains("ras_k8s_namespace"));
     }
 
     #[test]
@@ -370,14 +482,27 @@ mod tests {
             p.metadata.name = Some(name.into());
             p.metadata.uid = Some(format!("uid-{name}"));
             if let Some(a) = ann {
-                p.metadata.annotations = Some([(SLOTS_ANNOTATION.to_string(), a.to_string())].into());
+                p.metadata.annotations =
+                    Some([(SLOTS_ANNOTATION.to_string(), a.to_string())].into());
             }
-            p.spec = Some(PodSpec { hostname: hostname.map(String::from), ..Default::default() });
-            p.status = Some(PodStatus { pod_ip: Some(ip.into()), ..Default::default() });
+            p.spec = Some(PodSpec {
+                hostname: hostname.map(String::from),
+                ..Default::default()
+            });
+            p.status = Some(PodStatus {
+                pod_ip: Some(ip.into()),
+                ..Default::default()
+            });
             p
         };
-        let pods = vec![mk("a", Some("host-a"), "10.0.0.1", Some("4")), mk("b", None, "10.0.0.2", None)];
-        let nodes = build_nodes(&pods, "ns", SlotsPolicy::Auto, |p| p.metadata.name.as_deref() == Some("b")).unwrap();
+        let pods = vec![
+            mk("a", Some("host-a"), "10.0.0.1", Some("4")),
+            mk("b", None, "10.0.0.2", None),
+        ];
+        let nodes = build_nodes(&pods, "ns", SlotsPolicy::Auto, |p| {
+            p.metadata.name.as_deref() == Some("b")
+        })
+        .unwrap();
         assert_eq!(nodes[0].hostname, "host-a");
         assert_eq!(nodes[0].slots, 4);
         assert!(!nodes[0].is_self);
@@ -394,9 +519,18 @@ mod tests {
     #[test]
     fn blocking_works_inside_a_runtime_too() {
         // Fails fast on configuration, both from a plain thread and from inside a runtime.
-        let cfg = DiscoveryConfig { timeout: Duration::ZERO, ..Default::default() };
-        assert_eq!(discover_blocking(&cfg).unwrap_err().kind(), ErrorKind::InvalidConfig);
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let cfg = DiscoveryConfig {
+            timeout: Duration::ZERO,
+            ..Default::default()
+        };
+        assert_eq!(
+            discover_blocking(&cfg).unwrap_err().kind(),
+            ErrorKind::InvalidConfig
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let e = rt.block_on(async { discover_blocking(&cfg) }).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidConfig);
     }

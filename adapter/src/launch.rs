@@ -18,9 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -52,48 +50,6 @@ pub struct LaunchRequest {
     /// [`protocol::validate_dvm_uri`]); the PLM passes prte's own listener URI when it is
     /// reachable from other pods.
     pub dvm_uri: Option<String>,
-}
-
-/// Writes `uri` (plus a newline) to `path` atomically: a temporary file in the same directory,
-/// mode 0644, renamed over `path`, so readers see either the old or the new content in full.
-pub fn write_dvm_uri_file(path: &Path, uri: &str) -> io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path.file_name().ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "the DVM URI path names no file",
-        )
-    })?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(
-        ".tmp.{}.{}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    let tmp = dir.join(tmp_name);
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&tmp)?;
-        // The umask may have cleared bits of the mode given to open.
-        f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
-        f.write_all(uri.as_bytes())?;
-        f.write_all(b"\n")?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// Launcher settings.
@@ -149,11 +105,7 @@ impl fmt::Display for ExitDesc {
         match self {
             ExitDesc::Code(c) => write!(f, "exit code {c}"),
             ExitDesc::Signal(s) => {
-                write!(
-                    f,
-                    "killed by signal {s} ({})",
-                    crate::agent::process::signal_name(*s)
-                )
+                write!(f, "killed by signal {s} ({})", protocol::signal_name(*s))
             }
             ExitDesc::ConnectionLost(why) => write!(f, "agent connection lost: {why}"),
         }
@@ -633,49 +585,6 @@ async fn supervise(
     }
 }
 
-/// Why the per-job secret could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum SecretError {
-    #[error("secret file {} does not exist: mount the job's Kubernetes Secret there, or point the secret-file setting (agent: --secret-file / PRRTE_K8S_SECRET_FILE; launcher: its secret-file parameter) at the mounted key", path.display())]
-    Missing { path: PathBuf },
-    #[error("cannot read secret file {}: {source}", path.display())]
-    Unreadable {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("secret file {} is empty: the Secret's key must hold the shared secret (for example 32 random bytes)", path.display())]
-    Empty { path: PathBuf },
-}
-
-/// Reads the per-job secret. Trailing line breaks (`\n`, `\r\n`) are not part of the secret, so a
-/// key written with `echo` and one created from a literal work the same.
-pub fn read_secret_file(path: &Path) -> Result<Vec<u8>, SecretError> {
-    let mut bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(SecretError::Missing {
-                path: path.to_owned(),
-            })
-        }
-        Err(source) => {
-            return Err(SecretError::Unreadable {
-                path: path.to_owned(),
-                source,
-            })
-        }
-    };
-    while matches!(bytes.last(), Some(b'\n' | b'\r')) {
-        bytes.pop();
-    }
-    if bytes.is_empty() {
-        return Err(SecretError::Empty {
-            path: path.to_owned(),
-        });
-    }
-    Ok(bytes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -691,29 +600,6 @@ mod tests {
             ExitDesc::ConnectionLost("reset".into()).to_string(),
             "agent connection lost: reset"
         );
-    }
-
-    #[test]
-    fn secret_file_errors_are_clear() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("key");
-        let e = read_secret_file(&p).unwrap_err();
-        assert!(matches!(e, SecretError::Missing { .. }));
-        assert!(
-            e.to_string().contains("mount") && e.to_string().contains("key"),
-            "{e}"
-        );
-        std::fs::write(&p, "\n").unwrap();
-        assert!(matches!(
-            read_secret_file(&p),
-            Err(SecretError::Empty { .. })
-        ));
-        std::fs::write(&p, "abc\r\n").unwrap();
-        assert_eq!(read_secret_file(&p).unwrap(), b"abc");
-        std::fs::write(&p, [0u8, 1, 2, 255]).unwrap();
-        assert_eq!(read_secret_file(&p).unwrap(), vec![0u8, 1, 2, 255]);
-        let e = read_secret_file(d.path()).unwrap_err();
-        assert!(matches!(e, SecretError::Unreadable { .. }), "{e:?}");
     }
 
     #[test]

@@ -5,8 +5,7 @@
 //! drives. The `cabi` crate wraps this for PRRTE.
 #![forbid(unsafe_code)]
 
-pub mod discovery;
-pub mod kubeconfig;
 pub mod agent;
+pub mod discovery;
 pub mod launch;
 pub mod protocol;

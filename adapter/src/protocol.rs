@@ -14,7 +14,7 @@
 //! # Handshake (mutual challenge-response)
 //!
 //! Both sides hold the same per-job secret `K` (a Kubernetes Secret mounted as a file, read with
-//! [`read_secret_file`](crate::launch::read_secret_file)). `MAC(...)` is HMAC-SHA256 keyed with
+//! [`read_secret_file`]). `MAC(...)` is HMAC-SHA256 keyed with
 //! `K`, nonces are 32 random bytes, hex-encoded on the wire, and `||` is concatenation.
 //!
 //! 1. agent → client, as soon as the connection is accepted:
@@ -91,6 +91,12 @@ use sha2::Sha256;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::bytes::Bytes;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
+
+mod secret;
+mod signal;
+
+pub use secret::{read_secret_file, SecretError, DEFAULT_SECRET_FILE};
+pub use signal::signal_name;
 
 /// Protocol version carried as `"v"` in every frame.
 pub const VERSION: u64 = 1;

@@ -1,4 +1,5 @@
 //! The launcher client library against real agents (and against addresses where none listens).
+#![forbid(unsafe_code)]
 
 mod agent_support;
 

@@ -1,5 +1,6 @@
 //! The agent binary against raw protocol clients: authentication, frame integrity, request
 //! validation, one-job-at-a-time, supervision and process cleanup, start-up checks, health.
+#![forbid(unsafe_code)]
 
 mod agent_support;
 
@@ -803,19 +804,28 @@ fn help_documents_every_setting_and_default() {
 /// signal actions).
 #[tokio::test]
 async fn agent_as_pid_1_reaps_orphans_and_stops_on_sigterm() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("needs root for a PID namespace; not run");
-        return;
-    }
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test needs root for a PID namespace: run the suite as root (make test)"
+    );
     let td = TestDir::new();
     let args = AgentProc::test_args(&td, &[]);
     let mut agent = AgentProc::spawn_wrapped(
-        &["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--"],
+        &[
+            "unshare",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "--",
+        ],
         &args,
         &[],
     )
     .expect("agent did not start in a PID namespace");
-    let listening = agent.wait_log(WAIT, |v| v["message"] == "listening").unwrap();
+    let listening = agent
+        .wait_log(WAIT, |v| v["message"] == "listening")
+        .unwrap();
     assert_eq!(listening["pid"], 1, "the agent is not PID 1: {listening}");
     // Host-side pid of the agent: the only child of `unshare`.
     let host_pid = wait_for(WAIT, || {
@@ -824,7 +834,9 @@ async fn agent_as_pid_1_reaps_orphans_and_stops_on_sigterm() {
     })
     .expect("cannot find the agent's host pid");
 
-    let mut c = RawClient::connect(agent.addr, Some(&td.secret)).await.unwrap();
+    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+        .await
+        .unwrap();
     let pid = match c.request(&launch(&["--orphan"])).await {
         Reply::Started { pid } => pid,
         other => panic!("unexpected {other:?}"),
@@ -835,16 +847,33 @@ async fn agent_as_pid_1_reaps_orphans_and_stops_on_sigterm() {
         let kids = children_of(host_pid);
         (kids.len() == 2 && kids.iter().all(|k| k.state != 'Z')).then_some(())
     })
-    .unwrap_or_else(|| panic!("orphan not reparented to the agent: {:?}", children_of(host_pid)));
+    .unwrap_or_else(|| {
+        panic!(
+            "orphan not reparented to the agent: {:?}",
+            children_of(host_pid)
+        )
+    });
 
     match c.request(&Request::Kill { grace_ms: None }).await {
-        Reply::Exited { pid: p, signal: Some(15), .. } => assert_eq!(p, pid),
+        Reply::Exited {
+            pid: p,
+            signal: Some(15),
+            ..
+        } => assert_eq!(p, pid),
         other => panic!("unexpected {other:?}"),
     }
     // `exited` means everything was reaped: no children, not even zombies.
-    assert_eq!(children_of(host_pid), vec![], "the agent left children or zombies");
+    assert_eq!(
+        children_of(host_pid),
+        vec![],
+        "the agent left children or zombies"
+    );
 
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(host_pid), Signal::SIGTERM).unwrap();
     c.expect_closed().await;
-    assert_eq!(agent.wait_exit(WAIT), Some(0), "the agent (PID 1) did not exit cleanly");
+    assert_eq!(
+        agent.wait_exit(WAIT),
+        Some(0),
+        "the agent (PID 1) did not exit cleanly"
+    );
 }

@@ -1,4 +1,5 @@
 //! `prrte-k8s pods` against the sandbox API server.
+#![forbid(unsafe_code)]
 
 mod discovery_support;
 
@@ -30,8 +31,12 @@ async fn fixture_with_pods() -> Fixture {
     let f = Fixture::new("cli").await;
     for (i, slots) in [(0, "2"), (1, "3"), (10, "1"), (2, "4")] {
         let name = format!("rank-{i}");
-        f.create_pod(&name, json!({"app": "cli"}), json!({"metadata": {"annotations": {"prrte.k8s.io/slots": slots}}}))
-            .await;
+        f.create_pod(
+            &name,
+            json!({"app": "cli"}),
+            json!({"metadata": {"annotations": {"prrte.k8s.io/slots": slots}}}),
+        )
+        .await;
         f.make_ready(&name, &format!("10.20.0.{}", i + 1)).await;
     }
     f
@@ -59,7 +64,10 @@ async fn hostfile_json_and_table_outputs() {
     args.push("--hostfile".into());
     let out = run(args).await;
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "10.20.0.1 slots=2\n10.20.0.2 slots=3\n10.20.0.3 slots=4\n10.20.0.11 slots=1\n");
+    assert_eq!(
+        text(&out.stdout),
+        "10.20.0.1 slots=2\n10.20.0.2 slots=3\n10.20.0.3 slots=4\n10.20.0.11 slots=1\n"
+    );
 
     let mut args = base_args(&f);
     args.extend(["--json".into(), "--self-pod".into(), "rank-2".into()]);
@@ -68,13 +76,25 @@ async fn hostfile_json_and_table_outputs() {
     let alloc: Allocation = serde_json::from_slice(&out.stdout).expect("JSON allocation");
     assert_eq!(alloc.namespace, "cli");
     assert_eq!(
-        alloc.nodes.iter().map(|n| n.pod.as_str()).collect::<Vec<_>>(),
+        alloc
+            .nodes
+            .iter()
+            .map(|n| n.pod.as_str())
+            .collect::<Vec<_>>(),
         ["rank-0", "rank-1", "rank-2", "rank-10"]
     );
-    assert_eq!(alloc.nodes.iter().map(|n| n.is_self).collect::<Vec<_>>(), [false, false, true, false]);
+    assert_eq!(
+        alloc.nodes.iter().map(|n| n.is_self).collect::<Vec<_>>(),
+        [false, false, true, false]
+    );
 
     let mut args = base_args(&f);
-    args.extend(["--slots".into(), "one".into(), "--self-pod".into(), "rank-10".into()]);
+    args.extend([
+        "--slots".into(),
+        "one".into(),
+        "--self-pod".into(),
+        "rank-10".into(),
+    ]);
     let out = run(args).await;
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let table = text(&out.stdout);
@@ -95,7 +115,10 @@ async fn errors_print_the_paragraph_and_exit_with_the_kind_code() {
     let out = run(args).await;
     assert_eq!(out.status.code(), Some(5), "stderr: {}", text(&out.stderr));
     let err = text(&out.stderr);
-    assert!(err.starts_with("prrte-k8s: error: ") && err.contains("401"), "{err}");
+    assert!(
+        err.starts_with("prrte-k8s: error: ") && err.contains("401"),
+        "{err}"
+    );
     assert!(out.stdout.is_empty());
 
     let mut args = base_args(&f);
@@ -103,7 +126,11 @@ async fn errors_print_the_paragraph_and_exit_with_the_kind_code() {
     args.extend(["--expected".into(), "5".into()]);
     let out = run(args).await;
     assert_eq!(out.status.code(), Some(9), "stderr: {}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("4 of 5 ready"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("4 of 5 ready"),
+        "{}",
+        text(&out.stderr)
+    );
 
     let mut args = base_args(&f);
     args.extend(["--slots".into(), "cores".into()]);
@@ -123,5 +150,9 @@ async fn errors_print_the_paragraph_and_exit_with_the_kind_code() {
     args[6] = "app=(".into();
     let out = run(args).await;
     assert_eq!(out.status.code(), Some(2), "stderr: {}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("Invalid label selector"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("Invalid label selector"),
+        "{}",
+        text(&out.stderr)
+    );
 }

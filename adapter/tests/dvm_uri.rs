@@ -1,5 +1,6 @@
 //! The DVM URI: carried in launch requests, published by the agent while that prted runs,
 //! refused when malformed; `ping_agent`; and the `prrte-k8s dvm-uri|prun|pterm` CLI.
+#![forbid(unsafe_code)]
 
 mod agent_support;
 
@@ -10,9 +11,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use agent_support::*;
+use prrte_k8s::agent::write_dvm_uri_file;
 use prrte_k8s::launch::{
-    ping_agent, write_dvm_uri_file, LaunchEvent, LaunchOptions, LaunchRequest, LaunchTarget,
-    Launcher,
+    ping_agent, LaunchEvent, LaunchOptions, LaunchRequest, LaunchTarget, Launcher,
 };
 use prrte_k8s::protocol::{Reply, Request};
 

@@ -5,11 +5,6 @@
 #include "prrte_headers.h"
 #include "prrte_k8s.h"
 
-int prrte_k8s_shim_abi_version(void)
-{
-    return PRRTE_K8S_ABI_VERSION;
-}
-
 size_t prrte_k8s_shim_sizeof(int type_id)
 {
     switch (type_id) {
@@ -40,11 +35,6 @@ void prrte_k8s_shim_list_release(void *list)
 void prrte_k8s_shim_list_append(void *list, void *item)
 {
     pmix_list_append((pmix_list_t *) list, (pmix_list_item_t *) item);
-}
-
-size_t prrte_k8s_shim_list_size(void *list)
-{
-    return pmix_list_get_size((pmix_list_t *) list);
 }
 
 void *prrte_k8s_shim_pointer_array_get(void *array, int index)

@@ -1,9 +1,12 @@
-//! The two MCA components PRRTE loads from this library: `ras k8s` and `plm k8s`.
+//! What the two MCA components PRRTE loads from this library (`ras k8s` in [`crate::ras`],
+//! `plm k8s` in [`crate::plm`]) have in common: the component struct PMIx reads, and the answer to
+//! PRRTE's selection query.
 //!
 //! PRRTE finds a component by file name (`prte_mca_<framework>_<name>.so`) and the exported
 //! symbol `prte_mca_<framework>_<name>_component`. The same library is installed under both
 //! names (one file and a link to it), so both components share one copy of our state.
-use crate::ffi;
+use crate::shim::{self, Framework};
+use crate::{ffi, prrte};
 use std::os::raw::{c_char, c_int};
 
 /// A fixed-size, NUL-padded C char array from a string (compile time).
@@ -22,7 +25,8 @@ const fn name<const N: usize>(s: &str) -> [c_char; N] {
 /// Our component version (reported by prte_info).
 pub const VERSION: (c_int, c_int, c_int) = (0, 1, 0);
 
-const fn component(
+/// The component struct of framework `type_name` (framework API `type_version`), named `k8s`.
+pub const fn component(
     type_name: &str,
     type_version: (c_int, c_int, c_int),
     query: ffi::pmix_mca_base_query_component_2_0_0_fn_t,
@@ -52,22 +56,64 @@ const fn component(
     }
 }
 
-/// The RAS component (`prte --prtemca ras k8s`). RAS framework version 2.0.0.
-#[no_mangle]
-#[used]
-pub static mut prte_mca_ras_k8s_component: ffi::pmix_mca_base_component_t =
-    component("ras", (2, 0, 0), Some(crate::ras::query), Some(crate::version_guard::ras_register));
-
-/// The PLM component (`prte --prtemca plm k8s`). PLM framework version 2.0.0.
-#[no_mangle]
-#[used]
-pub static mut prte_mca_plm_k8s_component: ffi::pmix_mca_base_component_t =
-    component("plm", (2, 0, 0), Some(crate::plm::query), Some(crate::version_guard::plm_register));
-
-pub fn ras_component_ptr() -> *const ffi::pmix_mca_base_component_t {
-    std::ptr::addr_of!(prte_mca_ras_k8s_component)
+/// A component's answer to the selection query.
+pub struct Offer {
+    /// The module PRRTE gets if the component is selected.
+    pub module: *const ffi::pmix_mca_base_module_t,
+    /// The component's `<framework>_k8s_priority`.
+    pub priority: c_int,
 }
 
-pub fn plm_component_ptr() -> *const ffi::pmix_mca_base_component_t {
-    std::ptr::addr_of!(prte_mca_plm_k8s_component)
+/// Answers PMIx's `query_component` the way both components do: only in prte (the DVM master),
+/// and only when the framework's selection names `k8s` explicitly or `available` (called with
+/// `explicit` false) finds a Kubernetes environment. `available` returns why not when it
+/// declines (a verbose message on the framework's stream says so).
+///
+/// # Safety
+///
+/// `module` and `priority` are NULL or valid out-pointers (PMIx passes valid ones), and
+/// `framework` points to PRRTE's registered framework struct of `fw`.
+pub unsafe fn query(
+    module: *mut *mut ffi::pmix_mca_base_module_t,
+    priority: *mut c_int,
+    fw: Framework,
+    framework: *const ffi::pmix_mca_base_framework_t,
+    offer: Offer,
+    available: impl FnOnce() -> Result<(), &'static str>,
+) -> c_int {
+    if module.is_null() || priority.is_null() {
+        return prrte::ERROR;
+    }
+    // SAFETY: both out-pointers are valid (caller's promise) and not NULL.
+    unsafe {
+        *module = std::ptr::null_mut();
+        *priority = 0;
+    }
+    if !prrte::is_master() {
+        return prrte::ERROR;
+    }
+    // SAFETY: `framework` is PRRTE's registered framework struct (caller's promise).
+    let selection = unsafe { prrte::framework_selection(framework) };
+    let explicit = prrte::selection_names(selection.as_deref(), "k8s");
+    if !explicit {
+        if let Err(why) = available() {
+            shim::verbose(fw, 2, &format!("{}:k8s: {why}: declining", fw.name()));
+            return prrte::ERROR;
+        }
+    }
+    shim::verbose(
+        fw,
+        2,
+        &format!(
+            "{}:k8s: available (explicit={explicit}, priority {})",
+            fw.name(),
+            offer.priority
+        ),
+    );
+    // SAFETY: as above; the module is a static that lives for the process (PRRTE copies it).
+    unsafe {
+        *module = offer.module.cast_mut();
+        *priority = offer.priority;
+    }
+    prrte::SUCCESS
 }

@@ -3,16 +3,27 @@
 //! Only glue lives here: the MCA component structs, PRRTE's callbacks, and moving results onto
 //! PRRTE's event thread. Kubernetes discovery and the agent protocol are in the `prrte-k8s`
 //! crate. All `unsafe` of the project is in this crate, each block with its justification.
-#![allow(clippy::missing_safety_doc)]
+//!
+//! Layout, as PRRTE lays out its own components: `ras/` and `plm/` each hold the component
+//! (registration of its MCA parameters and the selection query, `component.rs`) apart from the
+//! module functions PRRTE calls once the component is selected (`module.rs`). Around them:
+//! [`component`] (the component struct and the query both components answer the same way),
+//! [`params`] (the MCA parameter tables), [`ffi`] (bindgen's view of PRRTE and of our C shim),
+//! [`shim`] (safe wrappers of the shim), [`prrte`] (typed access to PRRTE objects),
+//! [`mainloop`] (waking PRRTE's event loop from our threads), [`boundary`] (the panic boundary)
+//! and [`cstr`] (C string helpers). [`abi`] holds the functions exported to C besides the
+//! component structs.
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod abi;
+pub mod boundary;
 pub mod component;
+pub mod cstr;
 pub mod ffi;
 pub mod mainloop;
 pub mod params;
 pub mod plm;
 pub mod pods;
 pub mod prrte;
-pub mod prted_args;
 pub mod ras;
 pub mod shim;
 pub mod version_guard;

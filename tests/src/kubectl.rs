@@ -22,7 +22,10 @@ pub fn all() -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = Vec::new();
     for p in [find(), on_path("kubectl")].into_iter().flatten() {
         let canon = std::fs::canonicalize(&p).unwrap_or(p.clone());
-        if !v.iter().any(|q| std::fs::canonicalize(q).unwrap_or(q.clone()) == canon) {
+        if !v
+            .iter()
+            .any(|q| std::fs::canonicalize(q).unwrap_or(q.clone()) == canon)
+        {
             v.push(p);
         }
     }
@@ -31,5 +34,7 @@ pub fn all() -> Vec<PathBuf> {
 
 fn on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
 }

@@ -1,11 +1,15 @@
 //! The sandbox cluster: a Kubernetes API server (real Kubernetes JSON over TLS with bearer
 //! tokens) and pods that are Linux network, UTS, mount and PID namespaces on a bridge.
+#![forbid(unsafe_code)]
 
 pub mod api;
-pub mod harness;
-pub mod podnet;
-pub mod kubectl;
 pub mod cli;
 pub mod cluster;
+pub mod container;
+pub mod harness;
+pub mod images;
+pub mod kubectl;
 pub mod mpijob;
+pub mod netpol;
+pub mod podnet;
 pub mod sshd;

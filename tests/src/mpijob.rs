@@ -1,9 +1,9 @@
 //! An MPI job in the sandbox: pods running the prrte-k8s agent, the launcher's RBAC from
 //! prrte-config/k8s/rbac.yaml, and helpers to run PRRTE with the k8s components. Used by the
 //! end-to-end tests and the launch benchmark.
-use anyhow::{bail, Context, Result};
 use crate::cluster::{Cluster, ClusterOptions};
 use crate::harness::{self, TestDir};
+use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -12,7 +12,10 @@ use std::time::Duration;
 pub const NS: &str = "default";
 
 pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 pub struct Job {
@@ -52,21 +55,54 @@ pub struct JobSpec<'a> {
 
 impl<'a> JobSpec<'a> {
     pub fn new(name: &'a str, pods: usize) -> Self {
-        JobSpec { name, pods, cpus: vec![], prted: vec![], agent_secret: vec![], agent_args: vec![], env: vec![], entrypoint_prefix: vec![], empty_dirs: vec![] }
+        JobSpec {
+            name,
+            pods,
+            cpus: vec![],
+            prted: vec![],
+            agent_secret: vec![],
+            agent_args: vec![],
+            env: vec![],
+            entrypoint_prefix: vec![],
+            empty_dirs: vec![],
+        }
     }
 }
 
 #[allow(clippy::too_many_arguments)]
-fn agent_pod(job: &str, i: usize, spec: &JobSpec, agent: &Path, prted: &Path, secret: &Path, tmp: &Path, subst: &[(&str, &Path)]) -> Value {
+fn agent_pod(
+    job: &str,
+    i: usize,
+    spec: &JobSpec,
+    agent: &Path,
+    prted: &Path,
+    secret: &Path,
+    tmp: &Path,
+    subst: &[(&str, &Path)],
+) -> Value {
     let cpu = spec.cpus.get(i).copied().unwrap_or("1");
     let host = format!("{job}-{i}");
     let podtmp = tmp.join(&host);
     std::fs::create_dir_all(&podtmp).unwrap();
-    let sub = |v: &str| subst.iter().fold(v.to_string(), |v, (from, to)| v.replace(from, to.to_str().unwrap()));
+    let sub = |v: &str| {
+        subst.iter().fold(v.to_string(), |v, (from, to)| {
+            v.replace(from, to.to_str().unwrap())
+        })
+    };
     let mut command: Vec<String> = spec.entrypoint_prefix.iter().map(|a| sub(a)).collect();
-    command.extend([agent, Path::new("--prted"), prted, Path::new("--secret-file"), secret, Path::new("--tmpdir"), podtmp.as_path()]
+    command.extend(
+        [
+            agent,
+            Path::new("--prted"),
+            prted,
+            Path::new("--secret-file"),
+            secret,
+            Path::new("--tmpdir"),
+            podtmp.as_path(),
+        ]
         .iter()
-        .map(|p| p.to_str().unwrap().to_string()));
+        .map(|p| p.to_str().unwrap().to_string()),
+    );
     command.extend(["--kill-grace".to_string(), "2".into()]);
     command.extend(spec.agent_args.get(i).cloned().unwrap_or_default());
     let mut env = vec![
@@ -76,9 +112,20 @@ fn agent_pod(job: &str, i: usize, spec: &JobSpec, agent: &Path, prted: &Path, se
         // pods share the host's file system here: keep each pod's DVM URI file its own
         json!({"name": "PRRTE_K8S_DVM_URI_FILE", "value": podtmp.join("dvm.uri").to_str().unwrap()}),
     ];
-    env.extend(spec.env.iter().map(|(k, v)| json!({"name": k, "value": sub(v)})));
-    let volumes: Vec<Value> = (0..spec.empty_dirs.len()).map(|n| json!({"name": format!("scratch-{n}"), "emptyDir": {}})).collect();
-    let mounts: Vec<Value> = spec.empty_dirs.iter().enumerate().map(|(n, p)| json!({"name": format!("scratch-{n}"), "mountPath": p})).collect();
+    env.extend(
+        spec.env
+            .iter()
+            .map(|(k, v)| json!({"name": k, "value": sub(v)})),
+    );
+    let volumes: Vec<Value> = (0..spec.empty_dirs.len())
+        .map(|n| json!({"name": format!("scratch-{n}"), "emptyDir": {}}))
+        .collect();
+    let mounts: Vec<Value> = spec
+        .empty_dirs
+        .iter()
+        .enumerate()
+        .map(|(n, p)| json!({"name": format!("scratch-{n}"), "mountPath": p}))
+        .collect();
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
@@ -117,26 +164,61 @@ impl Job {
         let secret = dir.secret("secret")?;
         let agent = harness::workspace_bin("prrte-k8s-agent")?;
         let prted = harness::prefix().join("bin/prted");
-        let cluster = Cluster::start(ClusterOptions { dir: Some(dir.path().join("cluster")), ..Default::default() }).await?;
+        let cluster = Cluster::start(ClusterOptions {
+            dir: Some(dir.path().join("cluster")),
+            ..Default::default()
+        })
+        .await?;
         let rbac = std::fs::read_to_string(repo().join("prrte-config/k8s/rbac.yaml"))?;
-        cluster.apply_yaml(&rbac).context("applying prrte-config/k8s/rbac.yaml")?;
+        cluster
+            .apply_yaml(&rbac)
+            .context("applying prrte-config/k8s/rbac.yaml")?;
         let tmp = dir.sub("podtmp")?;
         let mut docs = Vec::new();
         for i in 0..spec.pods {
-            let p = spec.prted.get(i).cloned().flatten().unwrap_or_else(|| prted.clone());
-            let s = spec.agent_secret.get(i).cloned().flatten().unwrap_or_else(|| secret.clone());
-            let subst = [("@COMPONENTS@", components.as_path()), ("@SECRET@", secret.as_path())];
-            docs.push(serde_yaml::to_string(&agent_pod(spec.name, i, &spec, &agent, &p, &s, &tmp, &subst))?);
+            let p = spec
+                .prted
+                .get(i)
+                .cloned()
+                .flatten()
+                .unwrap_or_else(|| prted.clone());
+            let s = spec
+                .agent_secret
+                .get(i)
+                .cloned()
+                .flatten()
+                .unwrap_or_else(|| secret.clone());
+            let subst = [
+                ("@COMPONENTS@", components.as_path()),
+                ("@SECRET@", secret.as_path()),
+            ];
+            docs.push(serde_yaml::to_string(&agent_pod(
+                spec.name, i, &spec, &agent, &p, &s, &tmp, &subst,
+            ))?);
         }
         cluster.apply_yaml(&docs.join("---\n"))?;
         let ready = cluster
-            .wait_ready(NS, &format!("batch.kubernetes.io/job-name={}", spec.name), spec.pods, Duration::from_secs(60))
+            .wait_ready(
+                NS,
+                &format!("batch.kubernetes.io/job-name={}", spec.name),
+                spec.pods,
+                Duration::from_secs(60),
+            )
             .await?;
         let mut pods: Vec<(usize, String, String)> = ready
             .iter()
             .map(|p| {
-                let idx: usize = p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"].as_str().unwrap().parse().unwrap();
-                (idx, p["metadata"]["name"].as_str().unwrap().to_string(), p["spec"]["hostname"].as_str().unwrap().to_string())
+                let idx: usize = p["metadata"]["labels"]
+                    ["batch.kubernetes.io/job-completion-index"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                (
+                    idx,
+                    p["metadata"]["name"].as_str().unwrap().to_string(),
+                    p["spec"]["hostname"].as_str().unwrap().to_string(),
+                )
             })
             .collect();
         pods.sort();
@@ -179,7 +261,13 @@ impl Job {
     }
 
     /// Run a PRRTE command in pod `index` to completion (bounded).
-    pub fn run_in_pod(&self, index: usize, tool: &str, args: &[&str], limit: Duration) -> Result<Output> {
+    pub fn run_in_pod(
+        &self,
+        index: usize,
+        tool: &str,
+        args: &[&str],
+        limit: Duration,
+    ) -> Result<Output> {
         harness::run_with_timeout(self.in_pod(index, tool, args)?, limit)
     }
 
@@ -188,7 +276,11 @@ impl Job {
         let pids = self.cluster.pod_host_pids(&self.pods[index])?;
         Ok(pids
             .into_iter()
-            .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).map(|c| c.trim_end() == comm).unwrap_or(false))
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .map(|c| c.trim_end() == comm)
+                    .unwrap_or(false)
+            })
             .collect())
     }
 
@@ -246,7 +338,13 @@ impl Job {
         let cmd = self.in_pod(0, "prte", &argv)?;
         let out = self.dir.path().join(format!("{tag}.out"));
         let err = self.dir.path().join(format!("{tag}.err"));
-        let output = || format!("{}{}", std::fs::read_to_string(&out).unwrap_or_default(), std::fs::read_to_string(&err).unwrap_or_default());
+        let output = || {
+            format!(
+                "{}{}",
+                std::fs::read_to_string(&out).unwrap_or_default(),
+                std::fs::read_to_string(&err).unwrap_or_default()
+            )
+        };
         let t0 = std::time::Instant::now();
         let mut prte = harness::Guarded::spawn(cmd, tag, self.dir.path())?;
         let ready = loop {
@@ -254,13 +352,19 @@ impl Job {
                 break t0.elapsed();
             }
             if let Some(st) = prte.wait_timeout(Duration::ZERO)? {
-                bail!("prte ({tag}) exited with {st} before \"DVM ready\":\n{}", output());
+                bail!(
+                    "prte ({tag}) exited with {st} before \"DVM ready\":\n{}",
+                    output()
+                );
             }
             if cancelled() {
                 bail!("interrupted");
             }
             if t0.elapsed() >= limit {
-                bail!("prte ({tag}) printed no \"DVM ready\" within {limit:?}:\n{}", output());
+                bail!(
+                    "prte ({tag}) printed no \"DVM ready\" within {limit:?}:\n{}",
+                    output()
+                );
             }
             std::thread::sleep(Duration::from_millis(5));
         };
@@ -281,7 +385,11 @@ impl Job {
 }
 
 pub fn text(o: &Output) -> String {
-    format!("--- stdout\n{}\n--- stderr\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "--- stdout\n{}\n--- stderr\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 /// The `allreduce` lines of an MPI run: (rank, size, host, ok).
@@ -290,8 +398,18 @@ pub fn allreduce_lines(stdout: &str) -> Vec<(usize, usize, String, bool)> {
         .lines()
         .filter(|l| l.starts_with("allreduce "))
         .map(|l| {
-            let field = |k: &str| l.split_whitespace().find_map(|w| w.strip_prefix(&format!("{k}="))).unwrap_or("").to_string();
-            (field("rank").parse().unwrap_or(usize::MAX), field("size").parse().unwrap_or(0), field("host"), l.ends_with(" OK"))
+            let field = |k: &str| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(&format!("{k}=")))
+                    .unwrap_or("")
+                    .to_string()
+            };
+            (
+                field("rank").parse().unwrap_or(usize::MAX),
+                field("size").parse().unwrap_or(0),
+                field("host"),
+                l.ends_with(" OK"),
+            )
         })
         .collect()
 }
@@ -305,7 +423,11 @@ pub fn wait_for_text(path: &Path, needle: &str, limit: Duration) -> Result<Strin
             return Ok(t);
         }
         if std::time::Instant::now() >= deadline {
-            bail!("{:?} not seen in {} within {limit:?}; it holds:\n{t}", needle, path.display());
+            bail!(
+                "{:?} not seen in {} within {limit:?}; it holds:\n{t}",
+                needle,
+                path.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }

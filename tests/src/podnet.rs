@@ -43,6 +43,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use crate::container::{Container, InitConfig};
 use anyhow::{anyhow, bail, Context, Result};
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{kill, Signal};
@@ -589,6 +590,7 @@ impl Network {
             pidns: String::new(),
             env,
             workdir,
+            container: None,
             inner,
             net: Arc::downgrade(&self.state),
             host,
@@ -679,36 +681,66 @@ impl Network {
         let runtime_err = File::create(&runtime_err_path).with_context(ctx)?;
         let ready = state_dir.join("ready");
         let mut cmd = Command::new(&tools.ip);
-        cmd.args(["netns", "exec", n])
-            .arg(&tools.unshare)
-            .args([
-                "--uts",
-                "--mount",
-                "--pid",
-                "--fork",
-                "--kill-child",
-                "--mount-proc",
-                "--propagation",
-                "slave",
-                "--",
-            ])
-            .arg(&tools.sh)
-            .arg("-c")
-            .arg(POD_INIT.replace("PUNCH_FS", PUNCH_FS))
-            .arg(INIT_ARG0)
-            .arg(&ready)
-            .arg(&pod.hostname)
-            .arg(&pod.workdir)
-            .arg(&tools.env)
-            .arg(binds.len().to_string());
-        for (src, dst) in &binds {
-            cmd.arg(src).arg(dst);
+        cmd.args(["netns", "exec", n]).arg(&tools.unshare).args([
+            "--uts",
+            "--mount",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "--propagation",
+            "slave",
+            "--",
+        ]);
+        // What PID 1 runs right before it becomes the container command.
+        let final_stage: Vec<u8>;
+        if let Some(c) = &spec.container {
+            let init = crate::container::init_binary().with_context(ctx)?;
+            let config = state_dir.join("container.json");
+            let ic = InitConfig {
+                container: c.clone(),
+                layer_dir: state_dir.join("layer"),
+                hostname: pod.hostname.clone(),
+                workdir: pod.workdir.clone(),
+                env: pod.env.clone(),
+                command: spec.command.clone(),
+                binds: binds.clone(),
+                ready: ready.clone(),
+            };
+            fs::write(&config, serde_json::to_vec_pretty(&ic)?)
+                .with_context(|| format!("writing {}", config.display()))
+                .with_context(ctx)?;
+            cmd.arg(&init).arg("run").arg(&config);
+            final_stage = {
+                let mut p = init.as_os_str().as_encoded_bytes().to_vec();
+                p.push(0);
+                p
+            };
+            pod.container = Some(config);
+        } else {
+            cmd.arg(&tools.sh)
+                .arg("-c")
+                .arg(POD_INIT.replace("PUNCH_FS", PUNCH_FS))
+                .arg(INIT_ARG0)
+                .arg(&ready)
+                .arg(&pod.hostname)
+                .arg(&pod.workdir)
+                .arg(&tools.env)
+                .arg(binds.len().to_string());
+            for (src, dst) in &binds {
+                cmd.arg(src).arg(dst);
+            }
+            for (k, v) in &pod.env {
+                cmd.arg(format!("{k}={v}"));
+            }
+            cmd.args(&spec.command);
+            final_stage = {
+                let mut p = tools.env.as_os_str().as_encoded_bytes().to_vec();
+                p.extend_from_slice(b"\0-i\0--\0");
+                p
+            };
         }
-        for (k, v) in &pod.env {
-            cmd.arg(format!("{k}={v}"));
-        }
-        cmd.args(&spec.command)
-            .env_clear()
+        cmd.env_clear()
             .env("PATH", SYSTEM_PATH)
             .env("LC_ALL", "C")
             .stdin(Stdio::null())
@@ -720,11 +752,6 @@ impl Network {
 
         // Find PID 1 (the child of `unshare`) and wait for its setup to finish.
         let own_pidns = ns_id(std::process::id(), "pid");
-        let env_stage = {
-            let mut p = tools.env.as_os_str().as_encoded_bytes().to_vec();
-            p.extend_from_slice(b"\0-i\0--\0");
-            p
-        };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             let exited = {
@@ -762,7 +789,7 @@ impl Network {
             }
             if setup_done && pod.pid1 != 0 {
                 match cmdline(pod.pid1) {
-                    Some(c) if !c.is_empty() && !c.starts_with(&env_stage) => break,
+                    Some(c) if !c.is_empty() && !c.starts_with(&final_stage) => break,
                     _ => {}
                 }
             }
@@ -1013,6 +1040,9 @@ pub struct PodSpec {
     /// File (created or truncated) that gets the command's stdout and stderr, and the pod setup
     /// program's error messages.
     pub log_path: PathBuf,
+    /// Run in an image's root filesystem with these settings instead of the host's filesystem
+    /// (see [`crate::container`]).
+    pub container: Option<Container>,
 }
 
 impl Default for PodSpec {
@@ -1026,6 +1056,7 @@ impl Default for PodSpec {
             workdir: None,
             bind_mounts: Vec::new(),
             log_path: PathBuf::new(),
+            container: None,
         }
     }
 }
@@ -1204,6 +1235,8 @@ pub struct RunningPod {
     pidns: String,
     env: Vec<(String, String)>,
     workdir: PathBuf,
+    /// The init program's configuration, for pods that run an image.
+    container: Option<PathBuf>,
     inner: Arc<Mutex<PodInner>>,
     net: Weak<Mutex<NetState>>,
     host: u8,
@@ -1271,22 +1304,12 @@ impl RunningPod {
     /// PID) in the pod's working directory, with the pod's environment overridden by `env`.
     /// The process is in the pod's PID namespace, so it dies with the pod. The caller sets
     /// stdio and spawns it; `argv[0]` is looked up in the resulting `PATH`.
+    ///
+    /// In a pod that runs an image, the command runs in the container's root filesystem as
+    /// the container's user, with its capabilities and `no_new_privs`, as `kubectl exec` does.
     pub fn exec(&self, argv: &[String], env: &[(String, String)]) -> Command {
-        let nsenter = tools()
-            .map(|t| t.nsenter.clone())
-            .unwrap_or_else(|_| PathBuf::from("/usr/bin/nsenter"));
-        let mut c = Command::new(nsenter);
-        // The working directory is resolved in the pod's mount namespace via PID 1's root.
-        let wd = Path::new(&format!("/proc/{}/root", self.pid1))
-            .join(self.workdir.strip_prefix("/").unwrap_or(&self.workdir));
-        c.arg("--target")
-            .arg(self.pid1.to_string())
-            .args(["--net", "--uts", "--mount", "--pid"])
-            .arg(format!("--wd={}", wd.display()))
-            .arg("--")
-            .args(argv)
-            .env_clear()
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
+        let mut c = exec_command(self.pid1, &self.workdir, self.container.as_deref(), argv);
+        c.envs(self.env.iter().map(|(k, v)| (k, v)))
             .envs(env.iter().map(|(k, v)| (k, v)));
         c
     }
@@ -1344,6 +1367,51 @@ impl fmt::Debug for RunningPod {
     }
 }
 
+/// A command that runs `argv` in the pod whose PID 1 has host pid `pid1` (see
+/// [`RunningPod::exec`]), with an empty environment for the caller to fill. `container` is the
+/// init program's configuration of a pod that runs an image.
+pub fn exec_command(
+    pid1: u32,
+    workdir: &Path,
+    container: Option<&Path>,
+    argv: &[String],
+) -> Command {
+    let nsenter = tools()
+        .map(|t| t.nsenter.clone())
+        .unwrap_or_else(|_| PathBuf::from("/usr/bin/nsenter"));
+    let mut c = Command::new(nsenter);
+    c.arg("--target").arg(pid1.to_string());
+    match (container, crate::container::init_binary()) {
+        (Some(config), Ok(init)) => {
+            // The init program enters the mount namespace itself (its own path is a host path)
+            // and drops to the container's user.
+            c.args(["--net", "--uts", "--pid", "--"])
+                .arg(init)
+                .arg("exec")
+                .arg(config)
+                .arg(pid1.to_string())
+                .arg("--");
+        }
+        _ => {
+            // The working directory is resolved in the pod's mount namespace via PID 1's root.
+            let wd = Path::new(&format!("/proc/{pid1}/root"))
+                .join(workdir.strip_prefix("/").unwrap_or(workdir));
+            c.args(["--net", "--uts", "--mount", "--pid"])
+                .arg(format!("--wd={}", wd.display()))
+                .arg("--");
+        }
+    }
+    c.args(argv).env_clear();
+    c
+}
+
+impl RunningPod {
+    /// The init program's configuration, for a pod that runs an image.
+    pub fn container_config(&self) -> Option<&Path> {
+        self.container.as_deref()
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Leftovers
 // ---------------------------------------------------------------------------------------------
@@ -1360,6 +1428,10 @@ pub struct Leftovers {
     pub processes: Vec<(u32, String)>,
     /// Pod state directories under `/run/prrte-k8s-sandbox/pods`.
     pub state_dirs: Vec<PathBuf>,
+    /// buildah working containers holding image root filesystems.
+    pub containers: Vec<String>,
+    /// nftables tables (family bridge) enforcing NetworkPolicies.
+    pub nft_tables: Vec<String>,
 }
 
 impl Leftovers {
@@ -1368,6 +1440,8 @@ impl Leftovers {
             && self.links.is_empty()
             && self.processes.is_empty()
             && self.state_dirs.is_empty()
+            && self.containers.is_empty()
+            && self.nft_tables.is_empty()
     }
 }
 
@@ -1378,8 +1452,13 @@ impl fmt::Display for Leftovers {
         }
         write!(
             f,
-            "netns {:?}; links {:?}; processes {:?}; state dirs {:?}",
-            self.netns, self.links, self.processes, self.state_dirs
+            "netns {:?}; links {:?}; processes {:?}; state dirs {:?}; image containers {:?}; nft tables {:?}",
+            self.netns,
+            self.links,
+            self.processes,
+            self.state_dirs,
+            self.containers,
+            self.nft_tables
         )
     }
 }
@@ -1429,11 +1508,21 @@ pub fn leftovers(prefix: &str) -> Leftovers {
             processes.push((pid, describe_process(pid)));
         }
     }
+    let (containers, nft_tables) = if prefix.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        (
+            crate::images::working_containers(prefix),
+            crate::netpol::tables(prefix),
+        )
+    };
     Leftovers {
         netns,
         links,
         processes,
         state_dirs,
+        containers,
+        nft_tables,
     }
 }
 
@@ -1466,6 +1555,16 @@ pub fn cleanup_leftovers(prefix: &str) -> Result<Leftovers> {
     for d in &found.state_dirs {
         if let Err(e) = fs::remove_dir_all(d) {
             errors.push(format!("removing {}: {e}", d.display()));
+        }
+    }
+    for c in &found.containers {
+        if let Err(e) = crate::images::remove_working_container(c) {
+            errors.push(format!("{e:#}"));
+        }
+    }
+    for t in &found.nft_tables {
+        if let Err(e) = crate::netpol::delete_table(t) {
+            errors.push(format!("{e:#}"));
         }
     }
     if errors.is_empty() {

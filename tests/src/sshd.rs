@@ -107,13 +107,26 @@ impl SshBaseline {
         let out = harness::run_with_timeout(
             {
                 let mut c = Command::new(SSH_KEYGEN);
-                c.args(["-q", "-t", "ed25519", "-N", "", "-C", "prrte-k8s-bench", "-f"]).arg(&key);
+                c.args([
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    "prrte-k8s-bench",
+                    "-f",
+                ])
+                .arg(&key);
                 c
             },
             Duration::from_secs(20),
         )?;
         if !out.status.success() {
-            bail!("ssh-keygen failed: {}", String::from_utf8_lossy(&out.stderr));
+            bail!(
+                "ssh-keygen failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         // The options live in a file: prte hands its MCA parameters on to the prteds with
         // everything after a '=' in `plm_ssh_agent` cut off, so `-o Key=value` would not survive.
@@ -127,19 +140,36 @@ impl SshBaseline {
             ),
         )?;
         let wrapper = dir.join("sshd-entrypoint.sh");
-        let body = WRAPPER.replace("@KEYGEN@", SSH_KEYGEN).replace("@SSHD@", SSHD).replace("@PORT@", &PORT.to_string());
+        let body = WRAPPER
+            .replace("@KEYGEN@", SSH_KEYGEN)
+            .replace("@SSHD@", SSHD)
+            .replace("@PORT@", &PORT.to_string());
         std::fs::write(&wrapper, body)?;
         std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))?;
-        Ok(SshBaseline { key, config, wrapper })
+        Ok(SshBaseline {
+            key,
+            config,
+            wrapper,
+        })
     }
 
     /// Make every pod of `spec` run its own sshd next to the agent.
     pub fn apply(&self, spec: &mut JobSpec) {
-        spec.entrypoint_prefix = vec!["/bin/sh".into(), self.wrapper.to_string_lossy().into_owned()];
+        spec.entrypoint_prefix = vec![
+            "/bin/sh".into(),
+            self.wrapper.to_string_lossy().into_owned(),
+        ];
         spec.empty_dirs.push(PRIVSEP_DIR.into());
-        spec.env.push(("SSHD_AUTHORIZED_KEYS".into(), self.key.with_extension("pub").to_string_lossy().into_owned()));
+        spec.env.push((
+            "SSHD_AUTHORIZED_KEYS".into(),
+            self.key
+                .with_extension("pub")
+                .to_string_lossy()
+                .into_owned(),
+        ));
         // What an image would have installed: the components, for the prteds sshd starts.
-        spec.env.push(("PRTE_PKGLIBDIR".into(), "@COMPONENTS@".into()));
+        spec.env
+            .push(("PRTE_PKGLIBDIR".into(), "@COMPONENTS@".into()));
     }
 
     /// The `plm_ssh_agent` value (PRRTE splits it at spaces and ':', and prteds get it cut at
@@ -151,15 +181,33 @@ impl SshBaseline {
     /// prte's arguments for the ssh baseline (allocation still from `ras k8s`).
     pub fn prte_args(&self, spawn: Spawn) -> Vec<String> {
         let prted = harness::prefix().join("bin/prted");
-        let mut a: Vec<String> = ["--allow-run-as-root", "--prtemca", "ras", "k8s", "--prtemca", "plm", "ssh", "--prtemca", "plm_ssh_agent"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let mut a: Vec<String> = [
+            "--allow-run-as-root",
+            "--prtemca",
+            "ras",
+            "k8s",
+            "--prtemca",
+            "plm",
+            "ssh",
+            "--prtemca",
+            "plm_ssh_agent",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         a.push(self.ssh_agent());
         // Tree-spawned daemons run a bare `prted` otherwise, which sshd's PATH lacks.
-        a.extend(["--prtemca".into(), "prte_launch_agent".into(), prted.to_string_lossy().into_owned()]);
+        a.extend([
+            "--prtemca".into(),
+            "prte_launch_agent".into(),
+            prted.to_string_lossy().into_owned(),
+        ]);
         if spawn == Spawn::NoTree {
-            a.extend(["--prtemca".into(), "plm_ssh_no_tree_spawn".into(), "1".into()]);
+            a.extend([
+                "--prtemca".into(),
+                "plm_ssh_no_tree_spawn".into(),
+                "1".into(),
+            ]);
         }
         a
     }
@@ -168,7 +216,14 @@ impl SshBaseline {
 /// Read a `/proc/<pid>/status` field in kB (e.g. "VmHWM").
 pub fn status_kb(pid: u32, field: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok())
+    s.lines().find_map(|l| {
+        l.strip_prefix(field)?
+            .strip_prefix(':')?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
 }
 
 /// Host pids of processes in pod `index` whose command name starts with `comm`.
@@ -176,7 +231,11 @@ pub fn pids_like(job: &Job, index: usize, comm: &str) -> Result<Vec<u32>> {
     let pids = job.cluster.pod_host_pids(&job.pods[index])?;
     Ok(pids
         .into_iter()
-        .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).map(|c| c.trim_end().starts_with(comm)).unwrap_or(false))
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm"))
+                .map(|c| c.trim_end().starts_with(comm))
+                .unwrap_or(false)
+        })
         .collect())
 }
 

@@ -1,5 +1,6 @@
 //! PRRTE with the k8s components in the sandbox cluster: allocation from pods, daemons through
 //! the agents (no sshd anywhere), real MPI programs across pods.
+#![forbid(unsafe_code)]
 mod common;
 
 use common::*;
@@ -14,17 +15,39 @@ async fn allreduce_across_eight_pods_through_agents() {
     let job = Job::start(spec).await.unwrap();
     let prog = harness::mpi_program("allreduce").unwrap();
     let out = job
-        .run_in_pod(0, "prterun", &["--allow-run-as-root", "--prtemca", "ras", "k8s", "--prtemca", "plm", "k8s", "-n", "16", prog.to_str().unwrap()], Duration::from_secs(120))
+        .run_in_pod(
+            0,
+            "prterun",
+            &[
+                "--allow-run-as-root",
+                "--prtemca",
+                "ras",
+                "k8s",
+                "--prtemca",
+                "plm",
+                "k8s",
+                "-n",
+                "16",
+                prog.to_str().unwrap(),
+            ],
+            Duration::from_secs(120),
+        )
         .unwrap();
     let t = text(&out);
     assert!(out.status.success(), "prterun failed: {t}");
     let lines = allreduce_lines(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(lines.len(), 16, "{t}");
-    assert!(lines.iter().all(|l| l.1 == 16 && l.3), "a rank got the wrong sum: {t}");
+    assert!(
+        lines.iter().all(|l| l.1 == 16 && l.3),
+        "a rank got the wrong sum: {t}"
+    );
     let ranks: BTreeSet<usize> = lines.iter().map(|l| l.0).collect();
     assert_eq!(ranks, (0..16).collect());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("k8s PLM") && !stderr.contains("daemon in pod"), "a clean run reports no failure: {t}");
+    assert!(
+        !stderr.contains("k8s PLM") && !stderr.contains("daemon in pod"),
+        "a clean run reports no failure: {t}"
+    );
     let hosts: BTreeSet<String> = lines.iter().map(|l| l.2.clone()).collect();
     let expected: BTreeSet<String> = job.hostnames.iter().cloned().collect();
     assert_eq!(hosts, expected, "ranks must run on all 8 pods: {t}");
@@ -49,7 +72,22 @@ async fn allocation_follows_pod_index_with_slots_from_cpu() {
         .run_in_pod(
             0,
             "prterun",
-            &["--allow-run-as-root", "--prtemca", "ras", "k8s", "--prtemca", "plm", "k8s", "--display", "alloc", "-n", &total.to_string(), "sh", "-c", "echo on=$(hostname); sleep 0.3"],
+            &[
+                "--allow-run-as-root",
+                "--prtemca",
+                "ras",
+                "k8s",
+                "--prtemca",
+                "plm",
+                "k8s",
+                "--display",
+                "alloc",
+                "-n",
+                &total.to_string(),
+                "sh",
+                "-c",
+                "echo on=$(hostname); sleep 0.3",
+            ],
             Duration::from_secs(120),
         )
         .unwrap();
@@ -58,18 +96,33 @@ async fn allocation_follows_pod_index_with_slots_from_cpu() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     // --display alloc lists the nodes in allocation order with their slots (the first listing
     // is the allocation as the RAS made it).
-    let first = stdout.split("ALLOCATED NODES").nth(1).expect("an allocation display");
-    let first = first.split("=====").find(|s| s.contains("slots=")).unwrap_or(first);
+    let first = stdout
+        .split("ALLOCATED NODES")
+        .nth(1)
+        .expect("an allocation display");
+    let first = first
+        .split("=====")
+        .find(|s| s.contains("slots="))
+        .unwrap_or(first);
     let listed: Vec<(String, usize)> = first
         .lines()
         .filter_map(|l| {
             let l = l.trim();
             let (name, rest) = l.split_once(':')?;
-            let slots = rest.split_whitespace().find_map(|w| w.strip_prefix("slots="))?.parse().ok()?;
+            let slots = rest
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("slots="))?
+                .parse()
+                .ok()?;
             Some((name.trim().to_string(), slots))
         })
         .collect();
-    let expected: Vec<(String, usize)> = job.hostnames.iter().cloned().zip(slots.iter().copied()).collect();
+    let expected: Vec<(String, usize)> = job
+        .hostnames
+        .iter()
+        .cloned()
+        .zip(slots.iter().copied())
+        .collect();
     assert_eq!(listed, expected, "allocation order/slots: {t}");
     // Every slot filled: per pod exactly its slots.
     for (i, h) in job.hostnames.iter().enumerate() {
@@ -85,10 +138,29 @@ async fn mpi4py_allreduce_across_pods() {
     spec.cpus = vec!["2"; 4];
     let job = Job::start(spec).await.unwrap();
     let py = harness::venv().join("bin/python");
-    let code = "from mpi4py import MPI; import socket; c = MPI.COMM_WORLD; s = c.allreduce(c.rank + 1); \
+    let code =
+        "from mpi4py import MPI; import socket; c = MPI.COMM_WORLD; s = c.allreduce(c.rank + 1); \
                 print('py', c.rank, c.size, socket.gethostname(), s, flush=True)";
     let out = job
-        .run_in_pod(0, "prterun", &["--allow-run-as-root", "--prtemca", "ras", "k8s", "--prtemca", "plm", "k8s", "-n", "8", py.to_str().unwrap(), "-c", code], Duration::from_secs(120))
+        .run_in_pod(
+            0,
+            "prterun",
+            &[
+                "--allow-run-as-root",
+                "--prtemca",
+                "ras",
+                "k8s",
+                "--prtemca",
+                "plm",
+                "k8s",
+                "-n",
+                "8",
+                py.to_str().unwrap(),
+                "-c",
+                code,
+            ],
+            Duration::from_secs(120),
+        )
         .unwrap();
     let t = text(&out);
     assert!(out.status.success(), "prterun failed: {t}");
@@ -113,30 +185,73 @@ async fn persistent_dvm_runs_several_jobs_then_pterm() {
     let prog = harness::mpi_program("allreduce").unwrap();
     let uri = job.dir.path().join("dvm.uri");
     let prte = job
-        .in_pod(0, "prte", &["--allow-run-as-root", "--prtemca", "ras", "k8s", "--prtemca", "plm", "k8s", "--report-uri", uri.to_str().unwrap()])
+        .in_pod(
+            0,
+            "prte",
+            &[
+                "--allow-run-as-root",
+                "--prtemca",
+                "ras",
+                "k8s",
+                "--prtemca",
+                "plm",
+                "k8s",
+                "--report-uri",
+                uri.to_str().unwrap(),
+            ],
+        )
         .unwrap();
     let mut prte = harness::Guarded::spawn(prte, "prte", job.dir.path()).unwrap();
-    wait_for_text(&job.dir.path().join("prte.out"), "DVM ready", Duration::from_secs(60)).unwrap();
+    wait_for_text(
+        &job.dir.path().join("prte.out"),
+        "DVM ready",
+        Duration::from_secs(60),
+    )
+    .unwrap();
     for i in 0..4 {
         let n = job.pids_in_pod(i, "prted").unwrap().len();
-        assert_eq!(n > 0, i > 0, "pod {i} has {n} prted processes: one prted in each pod but prte's");
+        assert_eq!(
+            n > 0,
+            i > 0,
+            "pod {i} has {n} prted processes: one prted in each pod but prte's"
+        );
     }
     let dvm = format!("file:{}", uri.display());
     for round in 0..3 {
-        let out = job.run_in_pod(0, "prun", &["--allow-run-as-root", "--dvm-uri", &dvm, "-n", "8", prog.to_str().unwrap()], Duration::from_secs(60)).unwrap();
+        let out = job
+            .run_in_pod(
+                0,
+                "prun",
+                &[
+                    "--allow-run-as-root",
+                    "--dvm-uri",
+                    &dvm,
+                    "-n",
+                    "8",
+                    prog.to_str().unwrap(),
+                ],
+                Duration::from_secs(60),
+            )
+            .unwrap();
         let t = text(&out);
         assert!(out.status.success(), "prun round {round}: {t}");
         let lines = allreduce_lines(&String::from_utf8_lossy(&out.stdout));
         assert_eq!(lines.len(), 8, "round {round}: {t}");
         assert!(lines.iter().all(|l| l.3), "round {round}: {t}");
     }
-    let out = job.run_in_pod(0, "pterm", &["--dvm-uri", &dvm], Duration::from_secs(60)).unwrap();
+    let out = job
+        .run_in_pod(0, "pterm", &["--dvm-uri", &dvm], Duration::from_secs(60))
+        .unwrap();
     assert!(out.status.success(), "pterm: {}", text(&out));
     let st = prte.wait_timeout(Duration::from_secs(20)).unwrap();
     assert!(st.is_some(), "prte did not exit after pterm");
     assert!(st.unwrap().success(), "prte's exit after pterm");
-    let out = std::fs::read_to_string(job.dir.path().join("prte.out")).unwrap() + &std::fs::read_to_string(job.dir.path().join("prte.err")).unwrap();
-    assert!(!out.contains("daemon in pod"), "a clean shutdown reports no failure: {out}");
+    let out = std::fs::read_to_string(job.dir.path().join("prte.out")).unwrap()
+        + &std::fs::read_to_string(job.dir.path().join("prte.err")).unwrap();
+    assert!(
+        !out.contains("daemon in pod"),
+        "a clean shutdown reports no failure: {out}"
+    );
     job.wait_no_prteds(Duration::from_secs(10)).unwrap();
 }
 
@@ -154,14 +269,41 @@ async fn sigterm_of_prte_leaves_no_prted() {
 
 async fn end_prte_with(signal: nix::sys::signal::Signal, name: &str) {
     let job = Job::start(JobSpec::new(name, 4)).await.unwrap();
-    let prte = job.in_pod(0, "prte", &["--allow-run-as-root", "--prtemca", "ras", "k8s", "--prtemca", "plm", "k8s"]).unwrap();
+    let prte = job
+        .in_pod(
+            0,
+            "prte",
+            &[
+                "--allow-run-as-root",
+                "--prtemca",
+                "ras",
+                "k8s",
+                "--prtemca",
+                "plm",
+                "k8s",
+            ],
+        )
+        .unwrap();
     let prte = harness::Guarded::spawn(prte, "prte", job.dir.path()).unwrap();
-    wait_for_text(&job.dir.path().join("prte.out"), "DVM ready", Duration::from_secs(60)).unwrap();
+    wait_for_text(
+        &job.dir.path().join("prte.out"),
+        "DVM ready",
+        Duration::from_secs(60),
+    )
+    .unwrap();
     for i in 1..4 {
-        assert!(!job.pids_in_pod(i, "prted").unwrap().is_empty(), "no prted in pod {i} before the kill");
+        assert!(
+            !job.pids_in_pod(i, "prted").unwrap().is_empty(),
+            "no prted in pod {i} before the kill"
+        );
     }
     prte.signal(signal);
     job.wait_no_prteds(Duration::from_secs(10)).unwrap();
     let mut prte = prte;
-    assert!(prte.wait_timeout(Duration::from_secs(10)).unwrap().is_some(), "prte still running after {signal}");
+    assert!(
+        prte.wait_timeout(Duration::from_secs(10))
+            .unwrap()
+            .is_some(),
+        "prte still running after {signal}"
+    );
 }

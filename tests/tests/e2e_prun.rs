@@ -1,5 +1,6 @@
 //! `prrte-k8s prun` from any pod against a DVM started by the pod-0 agent (`--dvm-head auto`),
 //! `prrte-k8s pterm`, and `prrte-k8s doctor` on a good job and on broken ones.
+#![forbid(unsafe_code)]
 mod common;
 
 use common::*;
@@ -19,8 +20,14 @@ fn spec(name: &str, pods: usize) -> JobSpec<'_> {
     let mut spec = JobSpec::new(name, pods);
     spec.cpus = vec!["4"; pods];
     spec.env = vec![
-        ("PRRTE_K8S_DVM_URI_FILE".into(), "$(TMPDIR)/dvm/dvm.uri".into()),
-        ("PRRTE_K8S_PREFIX".into(), harness::prefix().display().to_string()),
+        (
+            "PRRTE_K8S_DVM_URI_FILE".into(),
+            "$(TMPDIR)/dvm/dvm.uri".into(),
+        ),
+        (
+            "PRRTE_K8S_PREFIX".into(),
+            harness::prefix().display().to_string(),
+        ),
         ("PRTE_PKGLIBDIR".into(), "@COMPONENTS@".into()),
         ("PRRTE_K8S_SECRET_FILE".into(), "@SECRET@".into()),
     ];
@@ -32,7 +39,10 @@ fn uri_file(job: &Job, i: usize) -> PathBuf {
 }
 
 fn cli() -> String {
-    harness::workspace_bin("prrte-k8s").unwrap().display().to_string()
+    harness::workspace_bin("prrte-k8s")
+        .unwrap()
+        .display()
+        .to_string()
 }
 
 /// `prrte-k8s ARGS` in pod `i` (bounded).
@@ -44,7 +54,10 @@ fn prrte_k8s(job: &Job, i: usize, args: &[&str]) -> Output {
 }
 
 fn pod_ip(job: &Job, i: usize) -> String {
-    job.cluster.pod_exec_info(NS, &job.pods[i]).expect("exec info of a running pod").ip
+    job.cluster
+        .pod_exec_info(NS, &job.pods[i])
+        .expect("exec info of a running pod")
+        .ip
 }
 
 fn check_allreduce(out: &Output, n: usize, what: &str) {
@@ -52,7 +65,10 @@ fn check_allreduce(out: &Output, n: usize, what: &str) {
     assert!(out.status.success(), "{what} failed: {t}");
     let lines = allreduce_lines(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(lines.len(), n, "{what}: {t}");
-    assert!(lines.iter().all(|l| l.1 == n && l.3), "{what}: a rank got the wrong sum: {t}");
+    assert!(
+        lines.iter().all(|l| l.1 == n && l.3),
+        "{what}: a rank got the wrong sum: {t}"
+    );
     let ranks: BTreeSet<usize> = lines.iter().map(|l| l.0).collect();
     assert_eq!(ranks, (0..n).collect(), "{what}: {t}");
 }
@@ -72,7 +88,10 @@ fn wait_no_prrte(job: &Job, limit: Duration) {
         if left.is_empty() {
             return;
         }
-        assert!(Instant::now() < deadline, "still running after {limit:?}: {left:?}");
+        assert!(
+            Instant::now() < deadline,
+            "still running after {limit:?}: {left:?}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -94,11 +113,18 @@ async fn prun_from_any_pod_against_the_pod0_dvm_head() {
     }
     let uri = std::fs::read_to_string(uri_file(&job, 0)).unwrap();
     let ip0 = pod_ip(&job, 0);
-    assert!(uri.contains(&format!("tcp4://{ip0}:7120")), "prte's tool listener is on pod 0's address: {uri}");
+    assert!(
+        uri.contains(&format!("tcp4://{ip0}:7120")),
+        "prte's tool listener is on pod 0's address: {uri}"
+    );
     // prte's --report-uri file holds the URI, then the PMIx version.
     let uri = uri.lines().next().unwrap().to_string();
     for i in 1..6 {
-        assert_eq!(std::fs::read_to_string(uri_file(&job, i)).unwrap(), format!("{uri}\n"), "pod {i}'s URI");
+        assert_eq!(
+            std::fs::read_to_string(uri_file(&job, i)).unwrap(),
+            format!("{uri}\n"),
+            "pod {i}'s URI"
+        );
     }
     let out = prrte_k8s(&job, 3, &["dvm-uri"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -107,14 +133,28 @@ async fn prun_from_any_pod_against_the_pod0_dvm_head() {
     let doctor = prrte_k8s(&job, 3, &["doctor"]);
     let t = text(&doctor);
     eprintln!("{t}");
-    assert!(doctor.status.success(), "doctor must pass in a good job: {t}");
+    assert!(
+        doctor.status.success(),
+        "doctor must pass in a good job: {t}"
+    );
     let stdout = String::from_utf8_lossy(&doctor.stdout);
     assert!(!stdout.contains("[FAIL]"), "{t}");
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("[ok]") && l.contains("agent of pod")).count(), 6, "{t}");
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("[ok]") && l.contains("agent of pod"))
+            .count(),
+        6,
+        "{t}"
+    );
 
     // Two pruns at the same time, from pods 4 and 2.
     let exe = cli();
-    let cmd = |i: usize| job.cluster.pod_exec(&job.pods[i], &[exe.as_str(), "prun", "-n", "12", prog]).unwrap();
+    let cmd = |i: usize| {
+        job.cluster
+            .pod_exec(&job.pods[i], &[exe.as_str(), "prun", "-n", "12", prog])
+            .unwrap()
+    };
     let (c4, c2) = (cmd(4), cmd(2));
     let (o4, o2) = std::thread::scope(|s| {
         let a = s.spawn(move || harness::run_with_timeout(c4, TOOL_LIMIT));
@@ -128,7 +168,10 @@ async fn prun_from_any_pod_against_the_pod0_dvm_head() {
     assert!(out.status.success(), "pterm from pod 5: {}", text(&out));
     wait_no_prrte(&job, Duration::from_secs(30));
     for i in 0..6 {
-        assert!(!job.pids_in_pod(i, "prrte-k8s-agent").unwrap().is_empty(), "the agent of pod {i} keeps running");
+        assert!(
+            !job.pids_in_pod(i, "prrte-k8s-agent").unwrap().is_empty(),
+            "the agent of pod {i} keeps running"
+        );
     }
     // The URI is withdrawn everywhere, and the CLI says what to do.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -139,11 +182,18 @@ async fn prun_from_any_pod_against_the_pod0_dvm_head() {
     let out = prrte_k8s(&job, 3, &["prun", "-n", "1", "true"]);
     let t = text(&out);
     assert!(!out.status.success(), "{t}");
-    assert!(t.contains("no DVM URI") && t.contains("--dvm-head auto"), "names cause and remedy: {t}");
+    assert!(
+        t.contains("no DVM URI") && t.contains("--dvm-head auto"),
+        "names cause and remedy: {t}"
+    );
 }
 
 fn fail_lines(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.starts_with("[FAIL]") || l.contains("remedy:")).collect::<Vec<_>>().join("\n")
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with("[FAIL]") || l.contains("remedy:"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `prrte-k8s doctor` names each failure with its remedy: an agent holding another secret, a pod
@@ -160,7 +210,13 @@ async fn doctor_names_failures_and_remedies() {
     let job = Job::start(spec).await.unwrap();
     let exe = cli();
     let pkglib = format!("PRTE_PKGLIBDIR={}", empty.display());
-    let out = job.exec_in_pod(0, &["env", &pkglib, &exe, "doctor", "--agent-timeout", "3"], TOOL_LIMIT).unwrap();
+    let out = job
+        .exec_in_pod(
+            0,
+            &["env", &pkglib, &exe, "doctor", "--agent-timeout", "3"],
+            TOOL_LIMIT,
+        )
+        .unwrap();
     let t = text(&out);
     eprintln!("{t}");
     assert!(!out.status.success(), "doctor must fail: {t}");
@@ -169,26 +225,71 @@ async fn doctor_names_failures_and_remedies() {
     assert!(stdout.contains("[ok]   in-cluster config"), "{t}");
     assert!(stdout.contains("[ok]   RBAC"), "{t}");
     assert!(stdout.contains("[ok]   pods: 3 ready pods"), "{t}");
-    assert!(stdout.contains(&format!("[ok]   agent of pod {}", job.pods[0])), "{t}");
-    assert!(fails.contains(&format!("[FAIL] agent of pod {}", job.pods[1])) && fails.contains("authentication failed"), "wrong secret named: {fails}");
-    assert!(fails.contains("mount the same Secret"), "secret remedy: {fails}");
-    assert!(fails.contains(&format!("[FAIL] agent of pod {}", job.pods[2])) && fails.contains("cannot reach"), "agent down named: {fails}");
+    assert!(
+        stdout.contains(&format!("[ok]   agent of pod {}", job.pods[0])),
+        "{t}"
+    );
+    assert!(
+        fails.contains(&format!("[FAIL] agent of pod {}", job.pods[1]))
+            && fails.contains("authentication failed"),
+        "wrong secret named: {fails}"
+    );
+    assert!(
+        fails.contains("mount the same Secret"),
+        "secret remedy: {fails}"
+    );
+    assert!(
+        fails.contains(&format!("[FAIL] agent of pod {}", job.pods[2]))
+            && fails.contains("cannot reach"),
+        "agent down named: {fails}"
+    );
     assert!(fails.contains("entrypoint"), "agent remedy: {fails}");
-    assert!(fails.contains("[FAIL] k8s components: not installed") && fails.contains("prte_mca_ras_k8s.so"), "{fails}");
-    assert!(fails.contains("PRTE_PKGLIBDIR") && fails.contains("install-components.sh"), "{fails}");
-    assert_eq!(stdout.matches("[FAIL]").count(), 3, "exactly the three broken things: {t}");
+    assert!(
+        fails.contains("[FAIL] k8s components: not installed")
+            && fails.contains("prte_mca_ras_k8s.so"),
+        "{fails}"
+    );
+    assert!(
+        fails.contains("PRTE_PKGLIBDIR") && fails.contains("install-components.sh"),
+        "{fails}"
+    );
+    assert_eq!(
+        stdout.matches("[FAIL]").count(),
+        3,
+        "exactly the three broken things: {t}"
+    );
 
-    let kubectl = sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh unpacks Debian's)");
+    let kubectl =
+        sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh unpacks Debian's)");
     let mut c = std::process::Command::new(&kubectl);
-    c.arg("--kubeconfig").arg(job.cluster.kubeconfig()).args(["delete", "rolebinding", "prrte-k8s-launcher"]);
+    c.arg("--kubeconfig").arg(job.cluster.kubeconfig()).args([
+        "delete",
+        "rolebinding",
+        "prrte-k8s-launcher",
+    ]);
     let del = harness::run_with_timeout(c, Duration::from_secs(30)).unwrap();
-    assert!(del.status.success(), "kubectl delete rolebinding: {}", text(&del));
-    let out = job.exec_in_pod(0, &[&exe, "doctor", "--timeout", "5"], TOOL_LIMIT).unwrap();
+    assert!(
+        del.status.success(),
+        "kubectl delete rolebinding: {}",
+        text(&del)
+    );
+    let out = job
+        .exec_in_pod(0, &[&exe, "doctor", "--timeout", "5"], TOOL_LIMIT)
+        .unwrap();
     let t = text(&out);
     eprintln!("{t}");
     assert!(!out.status.success(), "{t}");
     let fails = fail_lines(&out);
-    assert!(fails.contains("[FAIL] RBAC: the service account may not get, list, watch pods"), "{t}");
-    assert!(fails.contains("rbac.yaml") && fails.contains("resources: [\"pods\"]"), "RBAC remedy: {t}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("[ok]   in-cluster config"), "{t}");
+    assert!(
+        fails.contains("[FAIL] RBAC: the service account may not get, list, watch pods"),
+        "{t}"
+    );
+    assert!(
+        fails.contains("rbac.yaml") && fails.contains("resources: [\"pods\"]"),
+        "RBAC remedy: {t}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("[ok]   in-cluster config"),
+        "{t}"
+    );
 }

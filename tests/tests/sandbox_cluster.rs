@@ -1,4 +1,5 @@
 //! The sandbox cluster with real pods (network namespaces): needs root.
+#![forbid(unsafe_code)]
 
 use sandbox::api::Obj;
 use sandbox::cluster::{Cluster, ClusterOptions};
@@ -36,11 +37,18 @@ fn run_in(c: &Cluster, pod: &str, argv: &[&str]) -> (i32, String, String) {
 fn wait_gone(pids: &[u32], what: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let alive: Vec<u32> = pids.iter().copied().filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists()).collect();
+        let alive: Vec<u32> = pids
+            .iter()
+            .copied()
+            .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+            .collect();
         if alive.is_empty() {
             return;
         }
-        assert!(Instant::now() < deadline, "{what}: processes {alive:?} still alive after 20s");
+        assert!(
+            Instant::now() < deadline,
+            "{what}: processes {alive:?} still alive after 20s"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -84,21 +92,46 @@ spec:
 "#
         ))
         .unwrap();
-    let pods = cluster.wait_ready("default", &format!("job-name={job}"), 8, WAIT).await.unwrap();
+    let pods = cluster
+        .wait_ready("default", &format!("job-name={job}"), 8, WAIT)
+        .await
+        .unwrap();
     assert_eq!(pods.len(), 8);
     let mut seen_idx = std::collections::BTreeSet::new();
     let mut ips = std::collections::BTreeSet::new();
     for p in &pods {
         let n = name(p);
-        let idx = p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"].as_str().unwrap().to_string();
+        let idx = p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+            .as_str()
+            .unwrap()
+            .to_string();
         let ip = p["status"]["podIP"].as_str().unwrap().to_string();
         assert!(seen_idx.insert(idx.clone()));
         assert!(ips.insert(ip.clone()), "pod IPs are unique");
         let (code, host, err) = run_in(&cluster, &n, &["hostname"]);
-        assert_eq!((code, host.as_str()), (0, format!("{job}-{idx}").as_str()), "{err}");
-        let (_, addr, _) = run_in(&cluster, &n, &["ip", "-4", "-o", "addr", "show", "dev", "eth0"]);
-        assert!(addr.contains(&format!("inet {ip}/24")), "pod {n} has {ip}: {addr}");
-        let (_, env, _) = run_in(&cluster, &n, &["sh", "-c", "echo $JOB_COMPLETION_INDEX $MY_POD_IP $GREETING $HOSTNAME"]);
+        assert_eq!(
+            (code, host.as_str()),
+            (0, format!("{job}-{idx}").as_str()),
+            "{err}"
+        );
+        let (_, addr, _) = run_in(
+            &cluster,
+            &n,
+            &["ip", "-4", "-o", "addr", "show", "dev", "eth0"],
+        );
+        assert!(
+            addr.contains(&format!("inet {ip}/24")),
+            "pod {n} has {ip}: {addr}"
+        );
+        let (_, env, _) = run_in(
+            &cluster,
+            &n,
+            &[
+                "sh",
+                "-c",
+                "echo $JOB_COMPLETION_INDEX $MY_POD_IP $GREETING $HOSTNAME",
+            ],
+        );
         assert_eq!(env, format!("{idx} {ip} hi-{n} {job}-{idx}"));
     }
     assert_eq!(seen_idx.len(), 8);
@@ -114,10 +147,27 @@ spec:
     assert_eq!(code, 0, "{out}\n{err}");
     let mut lines = out.lines();
     assert_eq!(lines.next(), Some("default"));
-    assert_eq!(lines.next().unwrap(), format!("{}:{}", cluster.network().gateway(), cluster.api().addr().port()));
-    let body: serde_json::Value = serde_json::from_str(&lines.collect::<Vec<_>>().join("\n")).unwrap();
-    assert_eq!(body["code"], 403, "the default service account may not list pods: {body}");
-    assert!(body["message"].as_str().unwrap().contains("system:serviceaccount:default:default"), "{body}");
+    assert_eq!(
+        lines.next().unwrap(),
+        format!(
+            "{}:{}",
+            cluster.network().gateway(),
+            cluster.api().addr().port()
+        )
+    );
+    let body: serde_json::Value =
+        serde_json::from_str(&lines.collect::<Vec<_>>().join("\n")).unwrap();
+    assert_eq!(
+        body["code"], 403,
+        "the default service account may not list pods: {body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("system:serviceaccount:default:default"),
+        "{body}"
+    );
 
     // A TCP connection from one pod to another's IP.
     let (a, b) = (name(&pods[0]), name(&pods[1]));
@@ -221,30 +271,92 @@ spec:
 "#
         ))
         .unwrap();
-    let ok = cluster.wait_phase("default", &format!("{t}-ok"), &["Succeeded", "Failed"], WAIT).await.unwrap();
+    let ok = cluster
+        .wait_phase(
+            "default",
+            &format!("{t}-ok"),
+            &["Succeeded", "Failed"],
+            WAIT,
+        )
+        .await
+        .unwrap();
     assert_eq!(ok["status"]["phase"], "Succeeded");
-    assert_eq!(ok["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 0);
-    let bad = cluster.wait_phase("default", &format!("{t}-bad"), &["Succeeded", "Failed"], WAIT).await.unwrap();
+    assert_eq!(
+        ok["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        0
+    );
+    let bad = cluster
+        .wait_phase(
+            "default",
+            &format!("{t}-bad"),
+            &["Succeeded", "Failed"],
+            WAIT,
+        )
+        .await
+        .unwrap();
     assert_eq!(bad["status"]["phase"], "Failed");
     let term = &bad["status"]["containerStatuses"][0]["state"]["terminated"];
-    assert_eq!((term["exitCode"].as_i64(), term["reason"].as_str()), (Some(3), Some("Error")));
-    let log = std::fs::read_to_string(cluster.pod_log("default", &format!("{t}-bad")).unwrap()).unwrap();
+    assert_eq!(
+        (term["exitCode"].as_i64(), term["reason"].as_str()),
+        (Some(3), Some("Error"))
+    );
+    let log =
+        std::fs::read_to_string(cluster.pod_log("default", &format!("{t}-bad")).unwrap()).unwrap();
     assert_eq!(log.trim(), "failing");
-    let retry = cluster.wait_phase("default", &format!("{t}-retry"), &["Succeeded", "Failed"], WAIT).await.unwrap();
-    assert_eq!(retry["status"]["phase"], "Succeeded", "OnFailure restarts in place, keeping emptyDir: {retry}");
+    let retry = cluster
+        .wait_phase(
+            "default",
+            &format!("{t}-retry"),
+            &["Succeeded", "Failed"],
+            WAIT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        retry["status"]["phase"], "Succeeded",
+        "OnFailure restarts in place, keeping emptyDir: {retry}"
+    );
     assert_eq!(retry["status"]["containerStatuses"][0]["restartCount"], 1);
-    assert_eq!(retry["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"], 1);
+    assert_eq!(
+        retry["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"],
+        1
+    );
 
     // Readiness follows the probe: not Ready before the listener is up, Ready after.
-    let ready = cluster.wait_ready("default", &format!("app={t}"), 3, WAIT).await.unwrap();
+    let ready = cluster
+        .wait_ready("default", &format!("app={t}"), 3, WAIT)
+        .await
+        .unwrap();
     assert_eq!(ready.len(), 3);
-    let probe = cluster.store().get(&sandbox::api::resources::PODS, "default", &format!("{t}-probe")).unwrap();
+    let probe = cluster
+        .store()
+        .get(
+            &sandbox::api::resources::PODS,
+            "default",
+            &format!("{t}-probe"),
+        )
+        .unwrap();
     let conds = probe["status"]["conditions"].as_array().unwrap();
     let ready_cond = conds.iter().find(|c| c["type"] == "Ready").unwrap();
-    let started: k8s_openapi::jiff::Timestamp = probe["status"]["startTime"].as_str().unwrap().parse().unwrap();
-    let became: k8s_openapi::jiff::Timestamp = ready_cond["lastTransitionTime"].as_str().unwrap().parse().unwrap();
-    assert!(became.as_second() > started.as_second(), "Ready only after the listener came up (start {started}, ready {became})");
-    let (_, out, _) = run_in(&cluster, &format!("{t}-probe"), &["sh", "-c", "echo $PASSWORD; cat /etc/sec/file.txt"]);
+    let started: k8s_openapi::jiff::Timestamp = probe["status"]["startTime"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let became: k8s_openapi::jiff::Timestamp = ready_cond["lastTransitionTime"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        became.as_second() > started.as_second(),
+        "Ready only after the listener came up (start {started}, ready {became})"
+    );
+    let (_, out, _) = run_in(
+        &cluster,
+        &format!("{t}-probe"),
+        &["sh", "-c", "echo $PASSWORD; cat /etc/sec/file.txt"],
+    );
     assert_eq!(out, "s3cret\nfrom-secret");
 
     // Deleting a pod (with kubectl, as a user would) kills its processes.
@@ -258,9 +370,21 @@ spec:
             .args(["delete", "pod", &sleeper, "--wait=true"])
             .output()
             .unwrap();
-        assert!(out.status.success(), "kubectl delete: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "kubectl delete: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     } else {
-        cluster.store().delete(&sandbox::api::resources::PODS, "default", &sleeper, &Default::default()).unwrap();
+        cluster
+            .store()
+            .delete(
+                &sandbox::api::resources::PODS,
+                "default",
+                &sleeper,
+                &Default::default(),
+            )
+            .unwrap();
     }
     wait_gone(&pids, "deleted pod");
 
@@ -269,8 +393,17 @@ spec:
     let pids = cluster.pod_host_pids(&victim).unwrap();
     cluster.evict(&victim).unwrap();
     wait_gone(&pids, "evicted pod");
-    let v = cluster.store().get(&sandbox::api::resources::PODS, "default", &victim).unwrap();
-    assert_eq!((v["status"]["phase"].as_str(), v["status"]["reason"].as_str()), (Some("Failed"), Some("Evicted")));
+    let v = cluster
+        .store()
+        .get(&sandbox::api::resources::PODS, "default", &victim)
+        .unwrap();
+    assert_eq!(
+        (
+            v["status"]["phase"].as_str(),
+            v["status"]["reason"].as_str()
+        ),
+        (Some("Failed"), Some("Evicted"))
+    );
     assert!(cluster.pod_exec(&victim, &["true"]).is_err());
 
     drop(cluster);
@@ -279,30 +412,75 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_beyond_capacity_wait_and_other_nodes_pods_are_left_alone() {
-    let cluster = Cluster::start(ClusterOptions { max_pods: 2, ..Default::default() }).await.unwrap();
+    let cluster = Cluster::start(ClusterOptions {
+        max_pods: 2,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     let prefix = cluster.network().prefix();
     let t = unique("cap");
-    let pod = |n: &str, extra: &str| format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {t}-{n}, labels: {{app: {t}}}}}\nspec:\n  {extra}containers: [{{name: c, command: [sleep, \"600\"]}}]\n");
-    cluster.apply_yaml(&[pod("a", ""), pod("b", "")].join("---\n")).unwrap();
-    cluster.wait_ready("default", &format!("app={t}"), 2, WAIT).await.unwrap();
-    cluster.apply_yaml(&[pod("c", ""), pod("elsewhere", "nodeName: another-node\n  ")].join("---\n")).unwrap();
+    let pod = |n: &str, extra: &str| {
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {t}-{n}, labels: {{app: {t}}}}}\nspec:\n  {extra}containers: [{{name: c, command: [sleep, \"600\"]}}]\n")
+    };
+    cluster
+        .apply_yaml(&[pod("a", ""), pod("b", "")].join("---\n"))
+        .unwrap();
+    cluster
+        .wait_ready("default", &format!("app={t}"), 2, WAIT)
+        .await
+        .unwrap();
+    cluster
+        .apply_yaml(&[pod("c", ""), pod("elsewhere", "nodeName: another-node\n  ")].join("---\n"))
+        .unwrap();
     let store = cluster.store();
     let c = sandbox::cluster::wait_pods(&store, "default", "", WAIT, |pods| {
         pods.iter()
-            .find(|p| p["metadata"]["name"] == format!("{t}-c").as_str() && p["status"]["conditions"].as_array().is_some_and(|a| a.iter().any(|c| c["reason"] == "Unschedulable")))
+            .find(|p| {
+                p["metadata"]["name"] == format!("{t}-c").as_str()
+                    && p["status"]["conditions"]
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|c| c["reason"] == "Unschedulable"))
+            })
             .cloned()
     })
     .await
     .unwrap();
     assert_eq!(c["status"]["phase"], "Pending");
     // Room again: the waiting pod starts.
-    store.delete(&sandbox::api::resources::PODS, "default", &format!("{t}-a"), &Default::default()).unwrap();
-    let ready = cluster.wait_ready("default", &format!("app={t}"), 2, WAIT).await.unwrap();
-    assert!(ready.iter().any(|p| p["metadata"]["name"] == format!("{t}-c").as_str()));
+    store
+        .delete(
+            &sandbox::api::resources::PODS,
+            "default",
+            &format!("{t}-a"),
+            &Default::default(),
+        )
+        .unwrap();
+    let ready = cluster
+        .wait_ready("default", &format!("app={t}"), 2, WAIT)
+        .await
+        .unwrap();
+    assert!(ready
+        .iter()
+        .any(|p| p["metadata"]["name"] == format!("{t}-c").as_str()));
     // A pod bound to another node is never run here.
-    let e = store.get(&sandbox::api::resources::PODS, "default", &format!("{t}-elsewhere")).unwrap();
-    assert_eq!((e["status"]["phase"].as_str(), e["spec"]["nodeName"].as_str()), (Some("Pending"), Some("another-node")));
-    assert!(cluster.pod_exec(&format!("{t}-elsewhere"), &["true"]).is_err());
+    let e = store
+        .get(
+            &sandbox::api::resources::PODS,
+            "default",
+            &format!("{t}-elsewhere"),
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            e["status"]["phase"].as_str(),
+            e["spec"]["nodeName"].as_str()
+        ),
+        (Some("Pending"), Some("another-node"))
+    );
+    assert!(cluster
+        .pod_exec(&format!("{t}-elsewhere"), &["true"])
+        .is_err());
     drop(cluster);
     assert_no_leftovers(&prefix);
 }
@@ -344,8 +522,14 @@ spec:
     let store = cluster.store();
     let job = format!("{t}-job");
     let j = sandbox::cluster::wait_pods(&store, "default", "", WAIT, |_| {
-        let j = store.get(&sandbox::api::resources::JOBS, "default", &job).ok()?;
-        j["status"]["conditions"].as_array()?.iter().any(|c| c["type"] == "Complete" && c["status"] == "True").then_some(j)
+        let j = store
+            .get(&sandbox::api::resources::JOBS, "default", &job)
+            .ok()?;
+        j["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Complete" && c["status"] == "True")
+            .then_some(j)
     })
     .await
     .unwrap();
@@ -353,27 +537,59 @@ spec:
     assert_eq!(j["status"]["completedIndexes"], "0-2");
     assert!(j["status"]["completionTime"].is_string());
 
-    let ready = cluster.wait_ready("default", &format!("app={t}-sts"), 3, WAIT).await.unwrap();
+    let ready = cluster
+        .wait_ready("default", &format!("app={t}-sts"), 3, WAIT)
+        .await
+        .unwrap();
     let mut names: Vec<String> = ready.iter().map(name).collect();
     names.sort();
-    assert_eq!(names, [format!("{t}-sts-0"), format!("{t}-sts-1"), format!("{t}-sts-2")]);
+    assert_eq!(
+        names,
+        [
+            format!("{t}-sts-0"),
+            format!("{t}-sts-1"),
+            format!("{t}-sts-2")
+        ]
+    );
     for p in &ready {
         let n = name(p);
         let (_, host, _) = run_in(&cluster, &n, &["hostname"]);
         assert_eq!(host, n);
         assert_eq!(p["spec"]["subdomain"], format!("{t}-svc"));
-        assert_eq!(p["metadata"]["labels"]["statefulset.kubernetes.io/pod-name"], n.as_str());
+        assert_eq!(
+            p["metadata"]["labels"]["statefulset.kubernetes.io/pod-name"],
+            n.as_str()
+        );
     }
     // OrderedReady: pod i+1 was created only after pod i became Ready.
     let ready_at = |n: &str| -> String {
         let p = ready.iter().find(|p| name(p) == n).unwrap();
-        p["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap()["lastTransitionTime"].as_str().unwrap().to_string()
+        p["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap()["lastTransitionTime"]
+            .as_str()
+            .unwrap()
+            .to_string()
     };
-    let created_at = |n: &str| ready.iter().find(|p| name(p) == n).unwrap()["metadata"]["creationTimestamp"].as_str().unwrap().to_string();
+    let created_at = |n: &str| {
+        ready.iter().find(|p| name(p) == n).unwrap()["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
     for i in 0..2 {
         assert!(created_at(&format!("{t}-sts-{}", i + 1)) >= ready_at(&format!("{t}-sts-{i}")));
     }
-    let sts = store.get(&sandbox::api::resources::STATEFULSETS, "default", &format!("{t}-sts")).unwrap();
+    let sts = store
+        .get(
+            &sandbox::api::resources::STATEFULSETS,
+            "default",
+            &format!("{t}-sts"),
+        )
+        .unwrap();
     assert_eq!(sts["status"]["readyReplicas"], 3);
     drop(cluster);
     assert_no_leftovers(&prefix);

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-use crate::launch::{read_secret_file, SecretError};
-use crate::protocol::{DEFAULT_AGENT_PORT, DEFAULT_HEALTH_PORT, DEFAULT_MAX_FRAME};
+use crate::protocol::{
+    read_secret_file, SecretError, DEFAULT_AGENT_PORT, DEFAULT_HEALTH_PORT, DEFAULT_MAX_FRAME,
+    DEFAULT_SECRET_FILE,
+};
 
-/// Default location of the mounted per-job Secret.
-pub const DEFAULT_SECRET_FILE: &str = "/etc/prrte-k8s/secret/key";
 /// Smallest `--max-frame` accepted (a launch request must fit).
 pub const MIN_MAX_FRAME: usize = 4096;
 /// Largest `--max-frame` accepted.

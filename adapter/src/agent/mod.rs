@@ -22,6 +22,7 @@
 //!   as above (reporting `exited` to its launcher), and exit 0.
 
 pub mod config;
+pub mod dvm_uri;
 pub mod head;
 pub mod health;
 pub mod process;
@@ -49,6 +50,8 @@ use crate::protocol::{
     ProtocolError, Reply, Request, Role, Session, AUTH_FAILED_REASON, HANDSHAKE_MAX_FRAME,
 };
 pub use config::{AgentArgs, AgentConfig, ConfigError, DvmHead, HeadConfig, LogFormat};
+pub use dvm_uri::write_dvm_uri_file;
+pub(crate) use dvm_uri::{publish_dvm_uri, publish_dvm_uri_dir, unpublish_dvm_uri};
 use process::{ExitStatus, Job, Reaper};
 
 /// How long an unauthenticated peer may take for each handshake step.
@@ -121,44 +124,6 @@ impl Drop for ActiveJob {
         if slot.is_some_and(|s| s.conn == self.conn) {
             *slot = None;
         }
-    }
-}
-
-/// Writes the DVM URI file (creating its directory); failures are logged, not fatal: the job
-/// runs either way, only `prrte-k8s prun` in this pod needs the file.
-pub(crate) fn publish_dvm_uri(path: &std::path::Path, uri: &str) -> bool {
-    if !publish_dvm_uri_dir(path) {
-        return false;
-    }
-    match crate::launch::write_dvm_uri_file(path, uri) {
-        Ok(()) => {
-            info!(file = %path.display(), uri, "published the DVM URI");
-            true
-        }
-        Err(e) => {
-            warn!(file = %path.display(), error = %e, "cannot write the DVM URI file; `prrte-k8s prun` will not find the DVM in this pod (set --dvm-uri-file to a writable place)");
-            false
-        }
-    }
-}
-
-/// Creates the directory of the DVM URI file; logs and returns false if it cannot.
-pub(crate) fn publish_dvm_uri_dir(path: &std::path::Path) -> bool {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if let Err(e) = std::fs::create_dir_all(dir) {
-            warn!(dir = %dir.display(), error = %e, "cannot create the DVM URI directory; `prrte-k8s prun` will not find the DVM in this pod (set --dvm-uri-file to a writable place)");
-            return false;
-        }
-    }
-    true
-}
-
-/// Removes the DVM URI file (if it exists).
-pub(crate) fn unpublish_dvm_uri(path: &std::path::Path) {
-    match std::fs::remove_file(path) {
-        Ok(()) => info!(file = %path.display(), "removed the DVM URI file"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => warn!(file = %path.display(), error = %e, "cannot remove the DVM URI file"),
     }
 }
 

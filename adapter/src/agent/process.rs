@@ -14,6 +14,8 @@ use nix::unistd::Pid;
 use tokio::sync::oneshot;
 use tracing::{debug, error, warn};
 
+use crate::protocol::signal_name;
+
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {
@@ -28,13 +30,6 @@ impl fmt::Display for ExitStatus {
             ExitStatus::Signal(s) => write!(f, "signal {s} ({})", signal_name(*s)),
         }
     }
-}
-
-/// `SIGKILL` for 9, and so on; `"unknown signal"` if the number is not a signal here.
-pub fn signal_name(sig: i32) -> &'static str {
-    Signal::try_from(sig)
-        .map(|s| s.as_str())
-        .unwrap_or("unknown signal")
 }
 
 /// Reaps every child of the agent and hands the statuses of registered children to their waiters.
@@ -342,6 +337,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn exit_status_names_the_signal() {
+        assert_eq!(ExitStatus::Signal(9).to_string(), "signal 9 (SIGKILL)");
+        assert_eq!(ExitStatus::Code(3).to_string(), "exit code 3");
+    }
+
+    #[test]
     fn stat_lines_parse() {
         let s = parse_stat("1234 (we ird) name)) S 1 1234 77 0 -1 4194560 0 0").unwrap();
         assert_eq!(
@@ -402,13 +403,5 @@ mod tests {
             matches!(status, Ok(WaitStatus::Signaled(_, Signal::SIGKILL, _))),
             "{status:?}"
         );
-    }
-
-    #[test]
-    fn signal_names() {
-        assert_eq!(signal_name(9), "SIGKILL");
-        assert_eq!(signal_name(15), "SIGTERM");
-        assert_eq!(ExitStatus::Signal(9).to_string(), "signal 9 (SIGKILL)");
-        assert_eq!(ExitStatus::Code(3).to_string(), "exit code 3");
     }
 }

@@ -19,12 +19,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use prrte_k8s::discovery::client::Environment;
 use prrte_k8s::discovery::{self, render, DiscoveryConfig, Progress, SlotsPolicy};
-use prrte_k8s::kubeconfig::Environment;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
-#[command(name = "prrte-k8s", version, about = "Kubernetes tools for PRRTE (prte --prtemca ras k8s)")]
+#[command(
+    name = "prrte-k8s",
+    version,
+    about = "Kubernetes tools for PRRTE (prte --prtemca ras k8s)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -44,24 +48,39 @@ enum Command {
     Doctor(doctor::DoctorArgs),
 }
 
-#[derive(Args, Debug)]
-struct PodsArgs {
+/// Which pods make up the job (the `ras_k8s_*` parameters of the same names), for every
+/// subcommand that discovers them.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct JobArgs {
     /// Namespace of the pods [default: our pod's namespace, else the kubeconfig context's, else "default"].
-    #[arg(long, short = 'n', env = "PRTE_MCA_ras_k8s_namespace")]
-    namespace: Option<String>,
+    /// (No `-n`: in prrte-k8s, as in PRRTE's tools, `-n` is a process count.)
+    #[arg(long, env = "PRTE_MCA_ras_k8s_namespace")]
+    pub namespace: Option<String>,
     /// Label selector of the job's pods [default: inferred from our own pod's labels].
     #[arg(long, short = 'l', env = "PRTE_MCA_ras_k8s_selector")]
-    selector: Option<String>,
+    pub selector: Option<String>,
     /// Number of pods to wait for; 0 = infer [default: from the owning Job/StatefulSet/JobSet, else the pods found].
     #[arg(long, env = "PRTE_MCA_ras_k8s_expected_pods")]
-    expected: Option<u32>,
-    /// Seconds to wait for the pods to be ready (bounds the whole discovery).
-    #[arg(long, value_name = "SECS", default_value = "120", value_parser = parse_seconds, env = "PRTE_MCA_ras_k8s_timeout")]
-    timeout: Duration,
-    /// Slots per pod: auto (annotation prrte.k8s.io/slots, else GPUs, else CPUs, else 1), annotation, gpu, cpu, one.
-    #[arg(long, value_name = "POLICY", default_value = "auto", env = "PRTE_MCA_ras_k8s_slots")]
+    pub expected: Option<u32>,
+}
+
+#[derive(Args, Debug)]
+struct PodsArgs {
+    #[command(flatten)]
+    job: JobArgs,
+    /// Seconds to wait for the pods to be ready (bounds the whole discovery); the same variable and
+    /// default as ras_k8s_timeout.
+    #[arg(long, value_name = "SECS", default_value_t = Seconds(discovery::DEFAULT_TIMEOUT), env = "PRTE_MCA_ras_k8s_timeout")]
+    timeout: Seconds,
+    /// Slots per pod: auto (annotation prrte-k8s.io/slots, else GPUs, else CPUs, else 1), annotation, gpu, cpu, one.
+    #[arg(
+        long,
+        value_name = "POLICY",
+        default_value = "auto",
+        env = "PRTE_MCA_ras_k8s_slots"
+    )]
     slots: SlotsPolicy,
-    /// Kubeconfig file [default: in-cluster service account, else $KUBECONFIG, else ~/.kube/config].
+    /// Kubeconfig file [default: $KUBECONFIG, else the in-cluster service account, else ~/.kube/config].
     #[arg(long, value_name = "PATH", env = "PRTE_MCA_ras_k8s_kubeconfig")]
     kubeconfig: Option<PathBuf>,
     /// Name of the pod this runs in [default: $POD_NAME, else $HOSTNAME, else the host name].
@@ -78,8 +97,28 @@ struct PodsArgs {
     verbose: bool,
 }
 
-pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+/// A positive number of seconds on the command line (fractions allowed).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Seconds(pub Duration);
+
+impl std::str::FromStr for Seconds {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Seconds, String> {
+        parse_seconds(s).map(Seconds)
+    }
+}
+
+impl std::fmt::Display for Seconds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0.as_secs_f64())
+    }
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
     if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 * 365.0 {
         return Err(format!("{s:?} must be a positive number of seconds"));
     }
@@ -88,10 +127,10 @@ pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
 
 fn pods(args: PodsArgs) -> i32 {
     let cfg = DiscoveryConfig {
-        namespace: args.namespace,
-        selector: args.selector,
-        expected_pods: args.expected.filter(|n| *n > 0),
-        timeout: args.timeout,
+        namespace: args.job.namespace,
+        selector: args.job.selector,
+        expected_pods: args.job.expected.filter(|n| *n > 0),
+        timeout: args.timeout.0,
         slots: args.slots,
         kubeconfig: args.kubeconfig,
         self_pod: args.self_pod,
@@ -111,10 +150,13 @@ fn pods(args: PodsArgs) -> i32 {
             Progress::Ready { ready, expected, waiting_for } => {
                 eprintln!("prrte-k8s: {ready} of {expected} pods ready; waiting for {}", waiting_for.join(", "))
             }
-            Progress::Watching { resource_version } => eprintln!("prrte-k8s: watching pods from resource version {resource_version}"),
+            Progress::Watching { listed } => eprintln!("prrte-k8s: listed {listed} pods, watching for changes"),
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("prrte-k8s: error: cannot start the async runtime: {e}");
@@ -143,8 +185,13 @@ fn pods(args: PodsArgs) -> i32 {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = EnvFilter::try_from_env("PRRTE_K8S_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
+    let filter =
+        EnvFilter::try_from_env("PRRTE_K8S_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
     let code = match cli.command {
         Command::Pods(args) => pods(args),
         Command::DvmUri(args) => tools::dvm_uri(args),

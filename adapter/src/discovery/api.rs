@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::client::{error_chain, ApiClient};
 use super::error::DiscoveryError;
-use crate::kubeconfig::{error_chain, ApiClient};
 
 /// What discovery is doing when a call fails, for messages and RBAC rules.
 #[derive(Debug, Clone)]
@@ -21,12 +21,31 @@ pub struct Operation {
 
 impl Operation {
     pub fn pods(verb: &'static str, namespace: &str) -> Operation {
-        Operation { verb, resource: "pods", group: "", namespace: namespace.to_string(), name: None, selector: None }
+        Operation {
+            verb,
+            resource: "pods",
+            group: "",
+            namespace: namespace.to_string(),
+            name: None,
+            selector: None,
+        }
     }
 
     /// `get` of one named object of a namespaced resource.
-    pub fn get_named(resource: &'static str, group: &'static str, namespace: &str, name: &str) -> Operation {
-        Operation { verb: "get", resource, group, namespace: namespace.to_string(), name: Some(name.to_string()), selector: None }
+    pub fn get_named(
+        resource: &'static str,
+        group: &'static str,
+        namespace: &str,
+        name: &str,
+    ) -> Operation {
+        Operation {
+            verb: "get",
+            resource,
+            group,
+            namespace: namespace.to_string(),
+            name: Some(name.to_string()),
+            selector: None,
+        }
     }
 
     pub fn named(mut self, name: &str) -> Operation {
@@ -70,9 +89,18 @@ impl Ctx {
         let source_desc = self.api.source.to_string();
         match err {
             kube::Error::Api(status) => {
-                let message = if status.message.is_empty() { status.reason.clone() } else { status.message.clone() };
+                let message = if status.message.is_empty() {
+                    status.reason.clone()
+                } else {
+                    status.message.clone()
+                };
                 match status.code {
-                    401 => DiscoveryError::Unauthorized { url, source_desc, operation: op.describe(), message },
+                    401 => DiscoveryError::Unauthorized {
+                        url,
+                        source_desc,
+                        operation: op.describe(),
+                        message,
+                    },
                     403 => DiscoveryError::Forbidden {
                         source_desc,
                         verb: op.verb,
@@ -94,13 +122,20 @@ impl Ctx {
                     },
                 }
             }
-            kube::Error::Auth(e) => DiscoveryError::Credentials { url, source_desc, detail: error_chain(&e) },
+            kube::Error::Auth(e) => DiscoveryError::Credentials {
+                url,
+                source_desc,
+                detail: error_chain(&e),
+            },
             e @ (kube::Error::HyperError(_)
             | kube::Error::Service(_)
             | kube::Error::RustlsTls(_)
-            | kube::Error::ReadEvents(_)) => {
-                DiscoveryError::Unreachable { url, source_desc, operation: op.describe(), detail: error_chain(&e) }
-            }
+            | kube::Error::ReadEvents(_)) => DiscoveryError::Unreachable {
+                url,
+                source_desc,
+                operation: op.describe(),
+                detail: error_chain(&e),
+            },
             e => DiscoveryError::Api {
                 url,
                 operation: op.describe(),
@@ -117,7 +152,10 @@ impl Ctx {
             url: self.api.url.clone(),
             source_desc: self.api.source.to_string(),
             operation: op.describe(),
-            detail: format!("no answer within the {}s timeout (ras_k8s_timeout)", self.timeout.as_secs_f64()),
+            detail: format!(
+                "no answer within the {}s timeout (ras_k8s_timeout)",
+                self.timeout.as_secs_f64()
+            ),
         }
     }
 
@@ -145,7 +183,12 @@ impl Ctx {
             Err(_) => Err(self.deadline_error(op)),
             Ok(Ok(v)) => Ok(Some(v)),
             Ok(Err(kube::Error::Api(status))) if matches!(status.code, 403 | 404) => {
-                tracing::debug!(code = status.code, "optional lookup {} skipped: {}", op.describe(), status.message);
+                tracing::debug!(
+                    code = status.code,
+                    "optional lookup {} skipped: {}",
+                    op.describe(),
+                    status.message
+                );
                 Ok(None)
             }
             Ok(Err(e)) => Err(self.map_error(op, e)),

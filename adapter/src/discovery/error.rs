@@ -45,7 +45,8 @@ impl ErrorKind {
 }
 
 /// The RBAC rule the discovering identity needs on pods.
-pub const PODS_RULE: &str = "- apiGroups: [\"\"]\n  resources: [\"pods\"]\n  verbs: [\"get\", \"list\", \"watch\"]";
+pub const PODS_RULE: &str =
+    "- apiGroups: [\"\"]\n  resources: [\"pods\"]\n  verbs: [\"get\", \"list\", \"watch\"]";
 
 /// Everything that can make discovery fail.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -56,12 +57,22 @@ pub enum DiscoveryError {
     InvalidSelector { selector: String, reason: String },
 
     #[error("Invalid value {value:?} for {param}: {reason}.")]
-    InvalidConfig { param: String, value: String, reason: String },
+    InvalidConfig {
+        param: String,
+        value: String,
+        reason: String,
+    },
 
     #[error(
-        "Pod {namespace}/{pod} has annotation prrte.k8s.io/slots={value:?}, which is not a valid slot count: {reason}. Fix the annotation in the pod template (a positive integer such as \"4\"), or set ras_k8s_slots (--slots) to gpu, cpu or one to ignore it."
+        "Pod {namespace}/{pod} has annotation {annotation}={value:?}, which is not a valid slot count: {reason}. Fix the annotation in the pod template (a positive integer such as \"4\"), or set ras_k8s_slots (--slots) to gpu, cpu or one to ignore it."
     )]
-    InvalidSlotsAnnotation { pod: String, namespace: String, value: String, reason: String },
+    InvalidSlotsAnnotation {
+        pod: String,
+        namespace: String,
+        annotation: String,
+        value: String,
+        reason: String,
+    },
 
     #[error(
         "No Kubernetes cluster configuration found: {}. Run inside a pod with a service account token mounted (automountServiceAccountToken must not be false), or point ras_k8s_kubeconfig (--kubeconfig) or $KUBECONFIG at a kubeconfig file.",
@@ -77,17 +88,31 @@ pub enum DiscoveryError {
     #[error(
         "Cannot reach the Kubernetes API server at {url} (configuration from {source_desc}) while trying to {operation}: {detail}. Check that the server address is right and reachable from here (network policies, firewalls, proxy settings), that its certificate is signed by the configured CA, and that the cluster is up; raise ras_k8s_timeout (--timeout) if the server is just slow."
     )]
-    Unreachable { url: String, source_desc: String, operation: String, detail: String },
+    Unreachable {
+        url: String,
+        source_desc: String,
+        operation: String,
+        detail: String,
+    },
 
     #[error(
         "The Kubernetes API server at {url} rejected the credentials from {source_desc} (401 Unauthorized) while trying to {operation}: {message}. The token or client certificate is invalid or expired: refresh the kubeconfig (e.g. log in again), or, inside a pod, make sure the service account token is mounted and current."
     )]
-    Unauthorized { url: String, source_desc: String, operation: String, message: String },
+    Unauthorized {
+        url: String,
+        source_desc: String,
+        operation: String,
+        message: String,
+    },
 
     #[error(
         "Could not obtain credentials for the Kubernetes API server at {url} from {source_desc}: {detail}. Check the user entry of the kubeconfig (token file, client certificate, exec plugin) or the mounted service account token."
     )]
-    Credentials { url: String, source_desc: String, detail: String },
+    Credentials {
+        url: String,
+        source_desc: String,
+        detail: String,
+    },
 
     #[error(
         "Permission denied (403 Forbidden): the identity from {source_desc} may not {verb} {resource} in API group {group:?} in namespace {namespace:?}. The API server said: {message}. Grant it with a Role in namespace {namespace:?} containing the rule\n{}\nand a RoleBinding of that Role to the service account the pods run as (or to your user).",
@@ -106,19 +131,31 @@ pub enum DiscoveryError {
     #[error(
         "Cannot infer which pods belong to this job: our own pod {pod:?} (name from {name_source}) was not found in namespace {namespace:?}. Set ras_k8s_selector (--selector) to a label selector for the job's pods, or make the pod name known through the POD_NAME environment variable (fieldRef metadata.name), or set ras_k8s_namespace if the pod is in another namespace."
     )]
-    SelfPodNotFound { pod: String, name_source: String, namespace: String },
+    SelfPodNotFound {
+        pod: String,
+        name_source: String,
+        namespace: String,
+    },
 
     #[error(
         "Cannot infer which pods belong to this job: our own pod {namespace}/{pod} has none of the labels {} and no StatefulSet owner. Set ras_k8s_selector (--selector) to a label selector for the job's pods, for example \"app=my-mpi-job\".",
         looked_for.join(", ")
     )]
-    SelectorNotInferable { pod: String, namespace: String, looked_for: Vec<String> },
+    SelectorNotInferable {
+        pod: String,
+        namespace: String,
+        looked_for: Vec<String>,
+    },
 
     #[error(
         "No pods match the label selector {selector:?} in namespace {namespace:?} (excluding terminating and finished pods{}). Check ras_k8s_selector (--selector) and ras_k8s_namespace (--namespace), e.g. with `kubectl get pods -n {namespace} -l '{selector}'`, or set ras_k8s_expected_pods (--expected) to wait for pods that are still being created.",
         if excluded.is_empty() { String::new() } else { format!("; excluded: {}", excluded.join("; ")) }
     )]
-    NoPods { namespace: String, selector: String, excluded: Vec<String> },
+    NoPods {
+        namespace: String,
+        selector: String,
+        excluded: Vec<String>,
+    },
 
     #[error(
         "Timed out after {}s waiting for {expected} pods ({expected_source}) matching {selector:?} in namespace {namespace:?} to be Running and Ready with an IP: {ready} of {expected} ready. {}. Check these pods (`kubectl describe pod -n {namespace} ...`), raise ras_k8s_timeout (--timeout) if they are just slow to start, or lower ras_k8s_expected_pods (--expected) if fewer pods are intended.",
@@ -140,7 +177,13 @@ pub enum DiscoveryError {
     #[error(
         "The Kubernetes API server at {url} refused to {operation}: HTTP {code} {reason}: {message}. Check the parameters (ras_k8s_namespace, ras_k8s_selector) and the API server's health."
     )]
-    Api { url: String, operation: String, code: u16, reason: String, message: String },
+    Api {
+        url: String,
+        operation: String,
+        code: u16,
+        reason: String,
+        message: String,
+    },
 
     #[error("Internal error during pod discovery: {detail}.")]
     Internal { detail: String },
@@ -153,13 +196,16 @@ impl DiscoveryError {
             DiscoveryError::InvalidSelector { .. }
             | DiscoveryError::InvalidConfig { .. }
             | DiscoveryError::InvalidSlotsAnnotation { .. } => ErrorKind::InvalidConfig,
-            DiscoveryError::NoCluster { .. } | DiscoveryError::BadKubeconfig { .. } => ErrorKind::NoCluster,
-            DiscoveryError::Unreachable { .. } => ErrorKind::Unreachable,
-            DiscoveryError::Unauthorized { .. } | DiscoveryError::Credentials { .. } => ErrorKind::Unauthorized,
-            DiscoveryError::Forbidden { .. } => ErrorKind::Forbidden,
-            DiscoveryError::SelfPodNotFound { .. } | DiscoveryError::SelectorNotInferable { .. } => {
-                ErrorKind::SelectorNotInferable
+            DiscoveryError::NoCluster { .. } | DiscoveryError::BadKubeconfig { .. } => {
+                ErrorKind::NoCluster
             }
+            DiscoveryError::Unreachable { .. } => ErrorKind::Unreachable,
+            DiscoveryError::Unauthorized { .. } | DiscoveryError::Credentials { .. } => {
+                ErrorKind::Unauthorized
+            }
+            DiscoveryError::Forbidden { .. } => ErrorKind::Forbidden,
+            DiscoveryError::SelfPodNotFound { .. }
+            | DiscoveryError::SelectorNotInferable { .. } => ErrorKind::SelectorNotInferable,
             DiscoveryError::NoPods { .. } => ErrorKind::NoPods,
             DiscoveryError::Timeout { .. } => ErrorKind::Timeout,
             DiscoveryError::Api { .. } => ErrorKind::Api,
@@ -186,7 +232,10 @@ pub fn required_rule(group: &str, resource: &str, verb: &str) -> String {
 /// Renders an RBAC rule in Role YAML form.
 pub fn rbac_rule(group: &str, resource: &str, verbs: &[&str]) -> String {
     let verbs: Vec<String> = verbs.iter().map(|v| format!("{v:?}")).collect();
-    format!("- apiGroups: [{group:?}]\n  resources: [{resource:?}]\n  verbs: [{}]", verbs.join(", "))
+    format!(
+        "- apiGroups: [{group:?}]\n  resources: [{resource:?}]\n  verbs: [{}]",
+        verbs.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -205,7 +254,11 @@ mod tests {
 
     #[test]
     fn errors_stay_small() {
-        assert!(std::mem::size_of::<DiscoveryError>() < 128, "{}", std::mem::size_of::<DiscoveryError>());
+        assert!(
+            std::mem::size_of::<DiscoveryError>() < 128,
+            "{}",
+            std::mem::size_of::<DiscoveryError>()
+        );
     }
 
     #[test]
@@ -237,7 +290,12 @@ mod tests {
             problems: vec!["pod w-2: phase Pending".into()],
         };
         let s = e.to_string();
-        assert!(s.contains("1.5s") && s.contains("2 of 3 ready") && s.contains("pod w-2: phase Pending"), "{s}");
+        assert!(
+            s.contains("1.5s")
+                && s.contains("2 of 3 ready")
+                && s.contains("pod w-2: phase Pending"),
+            "{s}"
+        );
         assert_eq!(e.kind(), ErrorKind::Timeout);
     }
 

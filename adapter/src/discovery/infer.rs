@@ -23,7 +23,12 @@ pub const LEGACY_JOB_NAME_LABEL: &str = "job-name";
 
 /// The labels looked for on our own pod, most encompassing workload first: a JobSet's pods
 /// also carry the name of their child Job, and the whole JobSet is the MPI job.
-pub const INFERENCE_LABELS: &[&str] = &[JOBSET_NAME_LABEL, KUBEFLOW_JOB_LABEL, JOB_NAME_LABEL, LEGACY_JOB_NAME_LABEL];
+pub const INFERENCE_LABELS: &[&str] = &[
+    JOBSET_NAME_LABEL,
+    KUBEFLOW_JOB_LABEL,
+    JOB_NAME_LABEL,
+    LEGACY_JOB_NAME_LABEL,
+];
 
 /// Labels a StatefulSet sets per pod or per revision; never part of a selector for all pods.
 const PER_POD_LABELS: &[&str] = &[
@@ -58,7 +63,10 @@ impl SelfNameSource {
 
     /// A host name equals the pod name unless the pod sets spec.hostname.
     pub fn is_hostname(self) -> bool {
-        matches!(self, SelfNameSource::HostnameEnv | SelfNameSource::Gethostname)
+        matches!(
+            self,
+            SelfNameSource::HostnameEnv | SelfNameSource::Gethostname
+        )
     }
 }
 
@@ -77,7 +85,12 @@ impl SelfIdentity {
         hostname_env: Option<&str>,
     ) -> Option<SelfIdentity> {
         let pick = |v: Option<&str>, source| {
-            v.map(str::trim).filter(|v| !v.is_empty()).map(|v| SelfIdentity { name: v.to_string(), source })
+            v.map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(|v| SelfIdentity {
+                    name: v.to_string(),
+                    source,
+                })
         };
         pick(configured, SelfNameSource::Config)
             .or_else(|| pick(pod_name_env, SelfNameSource::PodNameEnv))
@@ -93,7 +106,8 @@ impl SelfIdentity {
         if pod.metadata.name.as_deref() == Some(self.name.as_str()) {
             return true;
         }
-        self.source.is_hostname() && pod.spec.as_ref().and_then(|s| s.hostname.as_deref()) == Some(self.name.as_str())
+        self.source.is_hostname()
+            && pod.spec.as_ref().and_then(|s| s.hostname.as_deref()) == Some(self.name.as_str())
     }
 }
 
@@ -127,7 +141,11 @@ fn pods_api(ctx: &Ctx, ns: &str) -> Api<Pod> {
 
 /// Finds our own pod in `ns`. A name taken from the host name may be the pod's spec.hostname
 /// rather than its name; then the pod with that hostname is looked for.
-pub async fn find_own_pod(ctx: &Ctx, ns: &str, me: Option<&SelfIdentity>) -> Result<Pod, DiscoveryError> {
+pub async fn find_own_pod(
+    ctx: &Ctx,
+    ns: &str,
+    me: Option<&SelfIdentity>,
+) -> Result<Pod, DiscoveryError> {
     let Some(me) = me else {
         return Err(DiscoveryError::SelfPodNotFound {
             pod: "(unknown)".into(),
@@ -196,9 +214,15 @@ pub async fn infer_selector(
     let own_name = own.metadata.name.clone().unwrap_or_default();
     let labels = own.metadata.labels.clone().unwrap_or_default();
     for key in INFERENCE_LABELS {
-        if let Some(value) = labels.get(*key).filter(|v| !v.is_empty() && validate_value(v).is_ok()) {
+        if let Some(value) = labels
+            .get(*key)
+            .filter(|v| !v.is_empty() && validate_value(v).is_ok())
+        {
             let workload = match *key {
-                JOBSET_NAME_LABEL => Some(Workload::JobSet { name: value.clone(), replicated_jobs: None }),
+                JOBSET_NAME_LABEL => Some(Workload::JobSet {
+                    name: value.clone(),
+                    replicated_jobs: None,
+                }),
                 JOB_NAME_LABEL | LEGACY_JOB_NAME_LABEL => Some(Workload::Job(value.clone())),
                 _ => None,
             };
@@ -216,16 +240,26 @@ pub async fn infer_selector(
         let api: Api<StatefulSet> = Api::namespaced(ctx.api.client.clone(), ns);
         let op = Operation::get_named("statefulsets", "apps", ns, &sts_name);
         let sts = ctx.call_optional(&op, api.get(&sts_name)).await?;
-        let from_sts = sts.as_ref().and_then(|s| s.spec.as_ref()).and_then(|s| label_selector_string(&s.selector));
+        let from_sts = sts
+            .as_ref()
+            .and_then(|s| s.spec.as_ref())
+            .and_then(|s| label_selector_string(&s.selector));
         let (selector, basis) = match from_sts {
-            Some(sel) => (sel, format!("spec.selector of StatefulSet {ns}/{sts_name}, owner of our pod {own_name}")),
+            Some(sel) => (
+                sel,
+                format!(
+                    "spec.selector of StatefulSet {ns}/{sts_name}, owner of our pod {own_name}"
+                ),
+            ),
             None => {
                 // The StatefulSet is unreadable: its pods share the template labels, which
                 // include everything its selector matches on.
                 let template: Vec<String> = labels
                     .iter()
                     .filter(|(k, _)| !PER_POD_LABELS.contains(&k.as_str()))
-                    .filter(|(k, v)| super::selector::validate_key(k).is_ok() && validate_value(v).is_ok())
+                    .filter(|(k, v)| {
+                        super::selector::validate_key(k).is_ok() && validate_value(v).is_ok()
+                    })
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect();
                 if template.is_empty() {
@@ -263,19 +297,32 @@ pub fn workload_of(pods: &[&Pod]) -> Option<Workload> {
         return None;
     }
     let label = |p: &Pod, k: &str| p.metadata.labels.as_ref().and_then(|l| l.get(k)).cloned();
-    let jobsets: BTreeSet<Option<String>> = pods.iter().map(|p| label(p, JOBSET_NAME_LABEL)).collect();
+    let jobsets: BTreeSet<Option<String>> =
+        pods.iter().map(|p| label(p, JOBSET_NAME_LABEL)).collect();
     if jobsets.len() == 1 {
         if let Some(Some(name)) = jobsets.into_iter().next() {
-            let rjobs: BTreeSet<String> = pods.iter().filter_map(|p| label(p, JOBSET_REPLICATED_JOB_LABEL)).collect();
-            return Some(Workload::JobSet { name, replicated_jobs: (!rjobs.is_empty()).then_some(rjobs) });
+            let rjobs: BTreeSet<String> = pods
+                .iter()
+                .filter_map(|p| label(p, JOBSET_REPLICATED_JOB_LABEL))
+                .collect();
+            return Some(Workload::JobSet {
+                name,
+                replicated_jobs: (!rjobs.is_empty()).then_some(rjobs),
+            });
         }
     }
     for kind in ["Job", "StatefulSet"] {
-        let owners: BTreeSet<Option<String>> =
-            pods.iter().map(|p| controller_of(p, kind).map(|o| o.name.clone())).collect();
+        let owners: BTreeSet<Option<String>> = pods
+            .iter()
+            .map(|p| controller_of(p, kind).map(|o| o.name.clone()))
+            .collect();
         if owners.len() == 1 {
             if let Some(Some(name)) = owners.into_iter().next() {
-                return Some(if kind == "Job" { Workload::Job(name) } else { Workload::StatefulSet(name) });
+                return Some(if kind == "Job" {
+                    Workload::Job(name)
+                } else {
+                    Workload::StatefulSet(name)
+                });
             }
         }
     }
@@ -311,8 +358,14 @@ pub fn jobset_pod_count(spec: &serde_json::Value, only: Option<&BTreeSet<String>
         }
         let replicas = rj.get("replicas").and_then(|r| r.as_u64()).unwrap_or(1);
         let jspec = rj.get("template").and_then(|t| t.get("spec"));
-        let parallelism = jspec.and_then(|s| s.get("parallelism")).and_then(|p| p.as_u64()).unwrap_or(1);
-        let per_job = match jspec.and_then(|s| s.get("completions")).and_then(|c| c.as_u64()) {
+        let parallelism = jspec
+            .and_then(|s| s.get("parallelism"))
+            .and_then(|p| p.as_u64())
+            .unwrap_or(1);
+        let per_job = match jspec
+            .and_then(|s| s.get("completions"))
+            .and_then(|c| c.as_u64())
+        {
             Some(c) => parallelism.min(c),
             None => parallelism,
         };
@@ -336,16 +389,19 @@ pub async fn expected_from_workload(
     match workload {
         Workload::Job(name) => {
             let api: Api<Job> = Api::namespaced(ctx.api.client.clone(), ns);
-            let op = Operation::get_named("jobs", "batch", ns, &name);
+            let op = Operation::get_named("jobs", "batch", ns, name);
             let job = ctx.call_optional(&op, api.get(name)).await?;
-            Ok(job.as_ref().and_then(job_pod_count).map(|n| (n, format!("spec.parallelism of Job {ns}/{name}"))))
+            Ok(job
+                .as_ref()
+                .and_then(job_pod_count)
+                .map(|n| (n, format!("spec.parallelism of Job {ns}/{name}"))))
         }
         Workload::StatefulSet(name) => {
             let sts = match known_sts {
                 Some(s) => Some(s.clone()),
                 None => {
                     let api: Api<StatefulSet> = Api::namespaced(ctx.api.client.clone(), ns);
-                    let op = Operation::get_named("statefulsets", "apps", ns, &name);
+                    let op = Operation::get_named("statefulsets", "apps", ns, name);
                     ctx.call_optional(&op, api.get(name)).await?
                 }
             };
@@ -354,11 +410,14 @@ pub async fn expected_from_workload(
                 .and_then(statefulset_pod_count)
                 .map(|n| (n, format!("spec.replicas of StatefulSet {ns}/{name}"))))
         }
-        Workload::JobSet { name, replicated_jobs } => {
+        Workload::JobSet {
+            name,
+            replicated_jobs,
+        } => {
             let gvk = GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet");
             let ar = ApiResource::from_gvk_with_plural(&gvk, "jobsets");
             let api: Api<DynamicObject> = Api::namespaced_with(ctx.api.client.clone(), ns, &ar);
-            let op = Operation::get_named("jobsets", "jobset.x-k8s.io", ns, &name);
+            let op = Operation::get_named("jobsets", "jobset.x-k8s.io", ns, name);
             let js = ctx.call_optional(&op, api.get(name)).await?;
             Ok(js
                 .as_ref()
@@ -395,9 +454,15 @@ mod tests {
         let r = SelfIdentity::resolve(Some("cfg"), Some("env"), Some("host")).unwrap();
         assert_eq!((r.name.as_str(), r.source), ("cfg", SelfNameSource::Config));
         let r = SelfIdentity::resolve(Some(" "), Some("env"), Some("host")).unwrap();
-        assert_eq!((r.name.as_str(), r.source), ("env", SelfNameSource::PodNameEnv));
+        assert_eq!(
+            (r.name.as_str(), r.source),
+            ("env", SelfNameSource::PodNameEnv)
+        );
         let r = SelfIdentity::resolve(None, None, Some("host")).unwrap();
-        assert_eq!((r.name.as_str(), r.source), ("host", SelfNameSource::HostnameEnv));
+        assert_eq!(
+            (r.name.as_str(), r.source),
+            ("host", SelfNameSource::HostnameEnv)
+        );
         let r = SelfIdentity::resolve(None, None, None).unwrap();
         assert_eq!(r.source, SelfNameSource::Gethostname);
     }
@@ -406,12 +471,25 @@ mod tests {
     fn hostname_identity_matches_spec_hostname() {
         let mut p = Pod::default();
         p.metadata.name = Some("job-0-x7k2p".into());
-        p.spec = Some(PodSpec { hostname: Some("job-0".into()), ..Default::default() });
-        let by_host = SelfIdentity { name: "job-0".into(), source: SelfNameSource::HostnameEnv };
-        let by_name = SelfIdentity { name: "job-0".into(), source: SelfNameSource::PodNameEnv };
+        p.spec = Some(PodSpec {
+            hostname: Some("job-0".into()),
+            ..Default::default()
+        });
+        let by_host = SelfIdentity {
+            name: "job-0".into(),
+            source: SelfNameSource::HostnameEnv,
+        };
+        let by_name = SelfIdentity {
+            name: "job-0".into(),
+            source: SelfNameSource::PodNameEnv,
+        };
         assert!(by_host.matches(&p));
         assert!(!by_name.matches(&p));
-        assert!(SelfIdentity { name: "job-0-x7k2p".into(), source: SelfNameSource::PodNameEnv }.matches(&p));
+        assert!(SelfIdentity {
+            name: "job-0-x7k2p".into(),
+            source: SelfNameSource::PodNameEnv
+        }
+        .matches(&p));
     }
 
     #[test]
@@ -424,7 +502,11 @@ mod tests {
                     operator: "In".into(),
                     values: Some(vec!["a".into(), "b".into()]),
                 },
-                LabelSelectorRequirement { key: "x".into(), operator: "DoesNotExist".into(), values: None },
+                LabelSelectorRequirement {
+                    key: "x".into(),
+                    operator: "DoesNotExist".into(),
+                    values: None,
+                },
             ]),
         };
         let s = label_selector_string(&sel).unwrap();
@@ -455,7 +537,10 @@ mod tests {
         }
         assert_eq!(
             workload_of(&[&j1, &j2]),
-            Some(Workload::JobSet { name: "js".into(), replicated_jobs: Some(["w".to_string()].into()) })
+            Some(Workload::JobSet {
+                name: "js".into(),
+                replicated_jobs: Some(["w".to_string()].into())
+            })
         );
         assert_eq!(workload_of(&[]), None);
     }
@@ -463,7 +548,11 @@ mod tests {
     #[test]
     fn counts_from_specs() {
         let job = |p: Option<i32>, c: Option<i32>| Job {
-            spec: Some(JobSpec { parallelism: p, completions: c, ..Default::default() }),
+            spec: Some(JobSpec {
+                parallelism: p,
+                completions: c,
+                ..Default::default()
+            }),
             ..Default::default()
         };
         assert_eq!(job_pod_count(&job(Some(4), None)), Some(4));
@@ -475,7 +564,13 @@ mod tests {
             {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 4, "completions": 4}}},
         ]});
         assert_eq!(jobset_pod_count(&spec, None), Some(9));
-        assert_eq!(jobset_pod_count(&spec, Some(&["workers".to_string()].into())), Some(8));
-        assert_eq!(jobset_pod_count(&spec, Some(&["nope".to_string()].into())), None);
+        assert_eq!(
+            jobset_pod_count(&spec, Some(&["workers".to_string()].into())),
+            Some(8)
+        );
+        assert_eq!(
+            jobset_pod_count(&spec, Some(&["nope".to_string()].into())),
+            None
+        );
     }
 }

@@ -47,7 +47,9 @@ impl PodIndex {
 
 fn lookup(pod: &Pod, key: &str) -> Option<u64> {
     let from = |m: &Option<BTreeMap<String, String>>| {
-        m.as_ref().and_then(|m| m.get(key)).and_then(|v| v.trim().parse::<u64>().ok())
+        m.as_ref()
+            .and_then(|m| m.get(key))
+            .and_then(|v| v.trim().parse::<u64>().ok())
     };
     from(&pod.metadata.labels).or_else(|| from(&pod.metadata.annotations))
 }
@@ -59,7 +61,9 @@ pub fn pod_index(pod: &Pod) -> Option<PodIndex> {
     match (jobset_job, completion) {
         (Some(j), Some(c)) => Some(PodIndex::Pair(j, c)),
         (None, Some(c)) => Some(PodIndex::Single(c)),
-        (j, None) => lookup(pod, STATEFULSET_POD_INDEX).or(j).map(PodIndex::Single),
+        (j, None) => lookup(pod, STATEFULSET_POD_INDEX)
+            .or(j)
+            .map(PodIndex::Single),
     }
 }
 
@@ -112,7 +116,9 @@ pub fn compare_pods(a: &Pod, b: &Pod) -> Ordering {
         (None, Some(_)) => Ordering::Greater,
         (None, None) => Ordering::Equal,
     };
-    by_index.then_with(|| natural_cmp(name(a), name(b))).then_with(|| name(a).cmp(name(b)))
+    by_index
+        .then_with(|| natural_cmp(name(a), name(b)))
+        .then_with(|| name(a).cmp(name(b)))
 }
 
 /// Sorts pods into allocation order.
@@ -150,7 +156,11 @@ mod tests {
         let mut p = Pod::default();
         p.metadata.name = Some(name.into());
         let m = |kv: &[(&str, &str)]| {
-            (!kv.is_empty()).then(|| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+            (!kv.is_empty()).then(|| {
+                kv.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            })
         };
         p.metadata.labels = m(labels);
         p.metadata.annotations = m(annotations);
@@ -158,14 +168,18 @@ mod tests {
     }
 
     fn names(pods: &[Pod]) -> Vec<String> {
-        pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect()
+        pods.iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect()
     }
 
     #[test]
     fn twelve_workers_sort_numerically_by_name() {
         // Lexicographic order would put w-10 and w-11 right after w-1.
-        let mut pods: Vec<Pod> =
-            [3, 11, 0, 10, 1, 7, 2, 9, 5, 8, 4, 6].iter().map(|i| pod(&format!("w-{i}"), &[], &[])).collect();
+        let mut pods: Vec<Pod> = [3, 11, 0, 10, 1, 7, 2, 9, 5, 8, 4, 6]
+            .iter()
+            .map(|i| pod(&format!("w-{i}"), &[], &[]))
+            .collect();
         sort_pods(&mut pods);
         let expected: Vec<String> = (0..12).map(|i| format!("w-{i}")).collect();
         assert_eq!(names(&pods), expected);
@@ -183,41 +197,73 @@ mod tests {
         ];
         sort_pods(&mut pods);
         assert_eq!(names(&pods), ["job-zzz", "job-bbb", "job-aaa", "job-mmm"]);
-        assert_eq!(reported_indices(&pods), vec![Some(0), Some(1), Some(2), Some(10)]);
+        assert_eq!(
+            reported_indices(&pods),
+            vec![Some(0), Some(1), Some(2), Some(10)]
+        );
     }
 
     #[test]
     fn statefulset_ordinal_label() {
-        let mut pods =
-            vec![pod("b-9", &[(STATEFULSET_POD_INDEX, "1")], &[]), pod("a-1", &[(STATEFULSET_POD_INDEX, "0")], &[])];
+        let mut pods = vec![
+            pod("b-9", &[(STATEFULSET_POD_INDEX, "1")], &[]),
+            pod("a-1", &[(STATEFULSET_POD_INDEX, "0")], &[]),
+        ];
         sort_pods(&mut pods);
         assert_eq!(names(&pods), ["a-1", "b-9"]);
     }
 
     #[test]
     fn indexed_pods_come_before_unindexed() {
-        let mut pods = vec![pod("a", &[], &[]), pod("z", &[(STATEFULSET_POD_INDEX, "5")], &[])];
+        let mut pods = vec![
+            pod("a", &[], &[]),
+            pod("z", &[(STATEFULSET_POD_INDEX, "5")], &[]),
+        ];
         sort_pods(&mut pods);
         assert_eq!(names(&pods), ["z", "a"]);
     }
 
     #[test]
     fn jobset_pairs_and_composite_index() {
-        let js = |name: &str, job: &str, c: &str| pod(name, &[(JOBSET_JOB_INDEX, job), (JOB_COMPLETION_INDEX, c)], &[]);
-        let mut pods = vec![js("x-1-0", "1", "0"), js("x-0-1", "0", "1"), js("x-1-1", "1", "1"), js("x-0-0", "0", "0")];
+        let js = |name: &str, job: &str, c: &str| {
+            pod(
+                name,
+                &[(JOBSET_JOB_INDEX, job), (JOB_COMPLETION_INDEX, c)],
+                &[],
+            )
+        };
+        let mut pods = vec![
+            js("x-1-0", "1", "0"),
+            js("x-0-1", "0", "1"),
+            js("x-1-1", "1", "1"),
+            js("x-0-0", "0", "0"),
+        ];
         sort_pods(&mut pods);
         assert_eq!(names(&pods), ["x-0-0", "x-0-1", "x-1-0", "x-1-1"]);
-        assert_eq!(reported_indices(&pods), vec![Some(0), Some(1), Some(2), Some(3)]);
+        assert_eq!(
+            reported_indices(&pods),
+            vec![Some(0), Some(1), Some(2), Some(3)]
+        );
         // The global index, when present, overrides the per-replicated-job index.
-        let g = pod("y", &[(JOBSET_JOB_INDEX, "0"), (JOB_COMPLETION_INDEX, "0")], &[(JOBSET_JOB_GLOBAL_INDEX, "3")]);
+        let g = pod(
+            "y",
+            &[(JOBSET_JOB_INDEX, "0"), (JOB_COMPLETION_INDEX, "0")],
+            &[(JOBSET_JOB_GLOBAL_INDEX, "3")],
+        );
         assert_eq!(pod_index(&g), Some(PodIndex::Pair(3, 0)));
         // A JobSet job index alone is a single index.
-        assert_eq!(pod_index(&pod("z", &[(JOBSET_JOB_INDEX, "4")], &[])), Some(PodIndex::Single(4)));
+        assert_eq!(
+            pod_index(&pod("z", &[(JOBSET_JOB_INDEX, "4")], &[])),
+            Some(PodIndex::Single(4))
+        );
     }
 
     #[test]
     fn unparsable_index_is_ignored() {
-        assert_eq!(pod_index(&pod("a", &[(JOB_COMPLETION_INDEX, "x")], &[])), None);
+        assert_eq!(
+            pod_index(&pod("a", &[(JOB_COMPLETION_INDEX, "x")], &[])),
+            None
+        );
     }
 
     #[test]
@@ -227,7 +273,10 @@ mod tests {
         assert_eq!(natural_cmp("a-2-b", "a-10-a"), Ordering::Less);
         assert_eq!(natural_cmp("a", "a-0"), Ordering::Less);
         assert_eq!(natural_cmp("w-01", "w-1"), Ordering::Equal);
-        assert_eq!(natural_cmp("w-99999999999999999999999", "w-100000000000000000000000"), Ordering::Less);
+        assert_eq!(
+            natural_cmp("w-99999999999999999999999", "w-100000000000000000000000"),
+            Ordering::Less
+        );
         // Equal natural order still gives a total order through the plain name.
         let mut pods = vec![pod("w-1", &[], &[]), pod("w-01", &[], &[])];
         sort_pods(&mut pods);

@@ -49,7 +49,10 @@ const MAX_DIGITS: usize = 38;
 impl Quantity {
     /// Parses a quantity string exactly as the API server serializes it.
     pub fn parse(input: &str) -> Result<Quantity, QuantityError> {
-        let err = |reason| QuantityError { input: input.to_string(), reason };
+        let err = |reason| QuantityError {
+            input: input.to_string(),
+            reason,
+        };
         let bytes = input.as_bytes();
         if bytes.is_empty() {
             return Err(err("empty string"));
@@ -91,14 +94,24 @@ impl Quantity {
         let mut significant = significant.to_string();
         while significant.len() > 1 && significant.ends_with('0') {
             significant.pop();
-            exp10 = exp10.checked_add(1).ok_or_else(|| err("exponent out of range"))?;
+            exp10 = exp10
+                .checked_add(1)
+                .ok_or_else(|| err("exponent out of range"))?;
         }
         if significant.len() > MAX_DIGITS {
             return Err(err("too many significant digits"));
         }
-        let digits: u128 =
-            if significant.is_empty() { 0 } else { significant.parse().map_err(|_| err("invalid digits"))? };
-        Ok(Quantity { negative: negative && digits != 0, digits, exp10, exp2 })
+        let digits: u128 = if significant.is_empty() {
+            0
+        } else {
+            significant.parse().map_err(|_| err("invalid digits"))?
+        };
+        Ok(Quantity {
+            negative: negative && digits != 0,
+            digits,
+            exp10,
+            exp2,
+        })
     }
 
     /// True for quantities below zero.
@@ -153,7 +166,8 @@ impl Quantity {
     /// The whole units contained in the quantity, rounded down ("1.5" -> 1, "2500m" -> 2),
     /// clamped to `u64`. Negative quantities give `None`.
     pub fn whole_floor(&self) -> Option<u64> {
-        self.millis_ceil().map(|m| u64::try_from(m / 1000).unwrap_or(u64::MAX))
+        self.millis_ceil()
+            .map(|m| u64::try_from(m / 1000).unwrap_or(u64::MAX))
     }
 }
 
@@ -188,8 +202,13 @@ fn parse_suffix(suffix: &str) -> Option<(i32, u32)> {
     if known.is_some() {
         return known;
     }
-    let rest = suffix.strip_prefix('e').or_else(|| suffix.strip_prefix('E'))?;
-    let digits = rest.strip_prefix('+').or_else(|| rest.strip_prefix('-')).unwrap_or(rest);
+    let rest = suffix
+        .strip_prefix('e')
+        .or_else(|| suffix.strip_prefix('E'))?;
+    let digits = rest
+        .strip_prefix('+')
+        .or_else(|| rest.strip_prefix('-'))
+        .unwrap_or(rest);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -206,7 +225,10 @@ mod tests {
     use super::*;
 
     fn millis(s: &str) -> u128 {
-        Quantity::parse(s).unwrap_or_else(|e| panic!("{e}")).millis_ceil().unwrap()
+        Quantity::parse(s)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .millis_ceil()
+            .unwrap()
     }
 
     #[test]
@@ -242,7 +264,10 @@ mod tests {
         assert_eq!(millis("1Ki"), 1_024_000);
         assert_eq!(millis("2Mi"), 2 * 1024 * 1024 * 1000);
         assert_eq!(millis("1.5Gi"), 1536 * 1024 * 1024 * 1000);
-        assert_eq!(Quantity::parse("1Ei").unwrap().whole_floor(), Some(1u64 << 60));
+        assert_eq!(
+            Quantity::parse("1Ei").unwrap().whole_floor(),
+            Some(1u64 << 60)
+        );
     }
 
     #[test]
@@ -266,9 +291,18 @@ mod tests {
 
     #[test]
     fn equal_values_parse_equal() {
-        assert_eq!(Quantity::parse("1.5").unwrap(), Quantity::parse("1500m").unwrap());
-        assert_eq!(Quantity::parse("1k").unwrap(), Quantity::parse("1000").unwrap());
-        assert_eq!(Quantity::parse("-0").unwrap(), Quantity::parse("0").unwrap());
+        assert_eq!(
+            Quantity::parse("1.5").unwrap(),
+            Quantity::parse("1500m").unwrap()
+        );
+        assert_eq!(
+            Quantity::parse("1k").unwrap(),
+            Quantity::parse("1000").unwrap()
+        );
+        assert_eq!(
+            Quantity::parse("-0").unwrap(),
+            Quantity::parse("0").unwrap()
+        );
     }
 
     #[test]
@@ -282,7 +316,10 @@ mod tests {
     #[test]
     fn huge_values_saturate() {
         assert_eq!(millis("1e300"), u128::MAX);
-        assert_eq!(Quantity::parse("1e300").unwrap().whole_floor(), Some(u64::MAX));
+        assert_eq!(
+            Quantity::parse("1e300").unwrap().whole_floor(),
+            Some(u64::MAX)
+        );
         assert_eq!(millis("999999999999999999999999999999999999Ei"), u128::MAX);
         // Tiny positive values still round up to one milli.
         assert_eq!(millis("1e-200"), 1);
@@ -291,8 +328,8 @@ mod tests {
     #[test]
     fn rejects_malformed() {
         for bad in [
-            "", "m", "-", ".", "1.2.3", "1x", "1 ", " 1", "1KI", "1ki", "1e", "1e+", "1ee3", "Ki", "1.5.m", "1e3.5",
-            "--1", "0x10", "1,5",
+            "", "m", "-", ".", "1.2.3", "1x", "1 ", " 1", "1KI", "1ki", "1e", "1e+", "1ee3", "Ki",
+            "1.5.m", "1e3.5", "--1", "0x10", "1,5",
         ] {
             let e = Quantity::parse(bad).expect_err(bad);
             assert_eq!(e.input, bad);

@@ -27,7 +27,9 @@ pub fn classify(pod: &Pod) -> PodReadiness {
     let status = pod.status.as_ref();
     let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("Unknown");
     if pod.metadata.deletion_timestamp.is_some() {
-        return PodReadiness::Excluded(format!("terminating (deletionTimestamp set, phase {phase})"));
+        return PodReadiness::Excluded(format!(
+            "terminating (deletionTimestamp set, phase {phase})"
+        ));
     }
     if phase == "Failed" || phase == "Succeeded" {
         return PodReadiness::Excluded(format!("finished: {}", describe(pod)));
@@ -47,8 +49,15 @@ pub fn classify(pod: &Pod) -> PodReadiness {
                 .map(|ips| ips.iter().map(|i| i.ip.clone()).collect())
                 .unwrap_or_default();
             let podip = status.and_then(|s| s.pod_ip.clone());
-            let shown = if !ips.is_empty() { ips.join(", ") } else { podip.unwrap_or_else(|| "none".into()) };
-            PodReadiness::NotReady(format!("{}; no IPv4 pod IP yet (pod IPs: {shown})", describe(pod)))
+            let shown = if !ips.is_empty() {
+                ips.join(", ")
+            } else {
+                podip.unwrap_or_else(|| "none".into())
+            };
+            PodReadiness::NotReady(format!(
+                "{}; no IPv4 pod IP yet (pod IPs: {shown})",
+                describe(pod)
+            ))
         }
     }
 }
@@ -56,7 +65,12 @@ pub fn classify(pod: &Pod) -> PodReadiness {
 /// The pod's IPv4 address: the first IPv4 entry of status.podIPs, else status.podIP.
 pub fn pod_ipv4(pod: &Pod) -> Option<Ipv4Addr> {
     let status = pod.status.as_ref()?;
-    if let Some(ip) = status.pod_ips.iter().flatten().find_map(|i| i.ip.parse::<Ipv4Addr>().ok()) {
+    if let Some(ip) = status
+        .pod_ips
+        .iter()
+        .flatten()
+        .find_map(|i| i.ip.parse::<Ipv4Addr>().ok())
+    {
         return Some(ip);
     }
     status.pod_ip.as_deref().and_then(|ip| ip.parse().ok())
@@ -67,7 +81,10 @@ pub fn describe(pod: &Pod) -> String {
     let Some(status) = pod.status.as_ref() else {
         return "phase Unknown (no status reported yet)".into();
     };
-    let mut parts = vec![format!("phase {}", status.phase.as_deref().unwrap_or("Unknown"))];
+    let mut parts = vec![format!(
+        "phase {}",
+        status.phase.as_deref().unwrap_or("Unknown")
+    )];
     if let Some(reason) = status.reason.as_deref().filter(|r| !r.is_empty()) {
         parts.push(format!("reason {reason}"));
     }
@@ -99,7 +116,11 @@ pub fn describe(pod: &Pod) -> String {
         let waiting = cs.state.as_ref().and_then(|s| s.waiting.as_ref());
         let terminated = cs.state.as_ref().and_then(|s| s.terminated.as_ref());
         if let Some(w) = waiting {
-            parts.push(format!("container {} waiting: {}", cs.name, w.reason.as_deref().unwrap_or("unknown reason")));
+            parts.push(format!(
+                "container {} waiting: {}",
+                cs.name,
+                w.reason.as_deref().unwrap_or("unknown reason")
+            ));
         } else if let Some(t) = terminated {
             parts.push(format!(
                 "container {} terminated: {} (exit {})",
@@ -158,10 +179,18 @@ mod tests {
             "{r:?}"
         );
         let r = classify(&pod("Running", Some("True"), None));
-        assert!(matches!(&r, PodReadiness::NotReady(d) if d.contains("no IPv4 pod IP")), "{r:?}");
+        assert!(
+            matches!(&r, PodReadiness::NotReady(d) if d.contains("no IPv4 pod IP")),
+            "{r:?}"
+        );
         let r = classify(&pod("Running", Some("True"), Some("fd00::5")));
-        assert!(matches!(&r, PodReadiness::NotReady(d) if d.contains("fd00::5")), "{r:?}");
-        assert!(matches!(classify(&Pod::default()), PodReadiness::NotReady(d) if d.contains("no status")));
+        assert!(
+            matches!(&r, PodReadiness::NotReady(d) if d.contains("fd00::5")),
+            "{r:?}"
+        );
+        assert!(
+            matches!(classify(&Pod::default()), PodReadiness::NotReady(d) if d.contains("no status"))
+        );
     }
 
     #[test]
@@ -170,15 +199,30 @@ mod tests {
         p.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         assert!(matches!(classify(&p), PodReadiness::Excluded(d) if d.contains("terminating")));
         let r = classify(&pod("Failed", Some("True"), Some("10.0.0.1")));
-        assert!(matches!(&r, PodReadiness::Excluded(d) if d.contains("phase Failed")), "{r:?}");
-        assert!(matches!(classify(&pod("Succeeded", None, Some("10.0.0.1"))), PodReadiness::Excluded(_)));
+        assert!(
+            matches!(&r, PodReadiness::Excluded(d) if d.contains("phase Failed")),
+            "{r:?}"
+        );
+        assert!(matches!(
+            classify(&pod("Succeeded", None, Some("10.0.0.1"))),
+            PodReadiness::Excluded(_)
+        ));
     }
 
     #[test]
     fn prefers_ipv4_from_pod_ips() {
         let mut p = pod("Running", Some("True"), Some("fd00::1"));
-        p.status.as_mut().unwrap().pod_ips =
-            Some(vec![PodIP { ip: "fd00::1".into() }, PodIP { ip: "10.9.8.7".into() }]);
-        assert_eq!(classify(&p), PodReadiness::Ready(Ipv4Addr::new(10, 9, 8, 7)));
+        p.status.as_mut().unwrap().pod_ips = Some(vec![
+            PodIP {
+                ip: "fd00::1".into(),
+            },
+            PodIP {
+                ip: "10.9.8.7".into(),
+            },
+        ]);
+        assert_eq!(
+            classify(&p),
+            PodReadiness::Ready(Ipv4Addr::new(10, 9, 8, 7))
+        );
     }
 }

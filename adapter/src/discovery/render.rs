@@ -57,12 +57,16 @@ pub fn table(a: &Allocation) -> String {
 /// A PRRTE hostfile: one `IP slots=N` line per node, in allocation order. IPs rather than
 /// hostnames, because pod hostnames need not resolve and the launcher connects by IP.
 pub fn hostfile(a: &Allocation) -> String {
-    a.nodes.iter().map(|n| format!("{} slots={}\n", n.ip, n.slots)).collect()
+    a.nodes
+        .iter()
+        .map(|n| format!("{} slots={}\n", n.ip, n.slots))
+        .collect()
 }
 
 /// Pretty-printed JSON of the allocation.
 pub fn json(a: &Allocation) -> String {
-    serde_json::to_string_pretty(a).unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()))
+    serde_json::to_string_pretty(a)
+        .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()))
 }
 
 #[cfg(test)]
@@ -85,7 +89,10 @@ mod tests {
         Allocation {
             namespace: "ns".into(),
             selector: "app=x".into(),
-            nodes: vec![node("w-0", [10, 0, 0, 5], 2, Some(0), true), node("w-1", [10, 0, 0, 6], 4, None, false)],
+            nodes: vec![
+                node("w-0", [10, 0, 0, 5], 2, Some(0), true),
+                node("w-1", [10, 0, 0, 6], 4, None, false),
+            ],
         }
     }
 
@@ -98,7 +105,10 @@ mod tests {
     fn table_has_all_columns() {
         let t = table(&alloc());
         let lines: Vec<&str> = t.lines().collect();
-        assert!(lines[0].contains("selector app=x") && lines[0].contains("slots 6"), "{t}");
+        assert!(
+            lines[0].contains("selector app=x") && lines[0].contains("slots 6"),
+            "{t}"
+        );
         assert!(lines[1].starts_with("#  POD"), "{t}");
         let cols: Vec<&str> = lines[2].split_whitespace().collect();
         assert_eq!(cols, ["0", "w-0", "w-0", "10.0.0.5", "2", "0", "*"]);

@@ -10,14 +10,18 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use super::quantity::Quantity;
 
 /// Pod annotation giving the slot count explicitly.
-pub const SLOTS_ANNOTATION: &str = "prrte.k8s.io/slots";
+pub const SLOTS_ANNOTATION: &str = "prrte-k8s.io/slots";
+
+/// The annotation's former name, still read when [`SLOTS_ANNOTATION`] is absent. Deprecated:
+/// `k8s.io` and its subdomains are reserved for Kubernetes itself.
+pub const DEPRECATED_SLOTS_ANNOTATION: &str = "prrte.k8s.io/slots";
 
 /// Extended resources counted as GPUs.
 pub const GPU_RESOURCES: &[&str] = &["nvidia.com/gpu", "amd.com/gpu"];
 
 /// Where the slot count of a pod comes from (MCA param `ras_k8s_slots`).
 ///
-/// Every policy gives at least one slot per pod. A malformed `prrte.k8s.io/slots` annotation is
+/// Every policy gives at least one slot per pod. A malformed `prrte-k8s.io/slots` annotation is
 /// an error under `Auto` and `Annotation`; the other policies ignore the annotation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -74,7 +78,9 @@ impl FromStr for SlotsPolicy {
             "gpu" | "gpus" => Ok(SlotsPolicy::Gpu),
             "cpu" | "cpus" => Ok(SlotsPolicy::Cpu),
             "one" | "1" => Ok(SlotsPolicy::One),
-            _ => Err(ParseSlotsPolicyError { value: s.to_string() }),
+            _ => Err(ParseSlotsPolicyError {
+                value: s.to_string(),
+            }),
         }
     }
 }
@@ -82,6 +88,8 @@ impl FromStr for SlotsPolicy {
 /// A slot annotation that is not a positive integer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadSlotsAnnotation {
+    /// The annotation's name ([`SLOTS_ANNOTATION`] or [`DEPRECATED_SLOTS_ANNOTATION`]).
+    pub annotation: &'static str,
     pub value: String,
     pub reason: &'static str,
 }
@@ -89,8 +97,12 @@ pub struct BadSlotsAnnotation {
 /// Largest slot count accepted from an annotation.
 pub const MAX_SLOTS: u32 = 1 << 20;
 
-fn parse_annotation(value: &str) -> Result<u32, BadSlotsAnnotation> {
-    let bad = |reason| BadSlotsAnnotation { value: value.to_string(), reason };
+fn parse_annotation((annotation, value): (&'static str, &str)) -> Result<u32, BadSlotsAnnotation> {
+    let bad = |reason| BadSlotsAnnotation {
+        annotation,
+        value: value.to_string(),
+        reason,
+    };
     let v = value.trim();
     if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad("it must be a positive integer such as \"4\""));
@@ -114,9 +126,17 @@ fn quantity_millis(q: &K8sQuantity) -> u128 {
 
 /// The quantity of `resource` a container asks for: limits first when `prefer_limits`, else
 /// requests first; the other map is the fallback.
-fn container_amount(res: Option<&ResourceRequirements>, resource: &str, prefer_limits: bool) -> Option<u128> {
+fn container_amount(
+    res: Option<&ResourceRequirements>,
+    resource: &str,
+    prefer_limits: bool,
+) -> Option<u128> {
     let res = res?;
-    let get = |m: &Option<BTreeMap<String, K8sQuantity>>| m.as_ref().and_then(|m| m.get(resource)).map(quantity_millis);
+    let get = |m: &Option<BTreeMap<String, K8sQuantity>>| {
+        m.as_ref()
+            .and_then(|m| m.get(resource))
+            .map(quantity_millis)
+    };
     if prefer_limits {
         get(&res.limits).or_else(|| get(&res.requests))
     } else {
@@ -141,8 +161,10 @@ fn pod_amount_millis(pod: &Pod, resource: &str, prefer_limits: bool) -> Option<u
 
 /// Whole GPUs requested by the pod (limits, else requests; both vendors summed).
 pub fn gpus(pod: &Pod) -> u64 {
-    let millis: u128 =
-        GPU_RESOURCES.iter().filter_map(|r| pod_amount_millis(pod, r, true)).fold(0u128, |a, b| a.saturating_add(b));
+    let millis: u128 = GPU_RESOURCES
+        .iter()
+        .filter_map(|r| pod_amount_millis(pod, r, true))
+        .fold(0u128, |a, b| a.saturating_add(b));
     u64::try_from(millis / 1000).unwrap_or(u64::MAX)
 }
 
@@ -156,13 +178,28 @@ fn clamp_slots(n: u64) -> u32 {
     n.clamp(1, u64::from(MAX_SLOTS)) as u32
 }
 
+/// The pod's slot annotation (name and value): [`SLOTS_ANNOTATION`], else the deprecated
+/// [`DEPRECATED_SLOTS_ANNOTATION`] (with a warning).
+fn slots_annotation(pod: &Pod) -> Option<(&'static str, &str)> {
+    let annotations = pod.metadata.annotations.as_ref()?;
+    if let Some(v) = annotations.get(SLOTS_ANNOTATION) {
+        return Some((SLOTS_ANNOTATION, v));
+    }
+    let v = annotations.get(DEPRECATED_SLOTS_ANNOTATION)?;
+    tracing::warn!(
+        pod = pod.metadata.name.as_deref().unwrap_or(""),
+        "annotation {DEPRECATED_SLOTS_ANNOTATION} is deprecated; name it {SLOTS_ANNOTATION}"
+    );
+    Some((DEPRECATED_SLOTS_ANNOTATION, v))
+}
+
 /// The slot count of a pod under a policy. Errors only for a malformed annotation under the
 /// `Auto` and `Annotation` policies.
 pub fn pod_slots(pod: &Pod, policy: SlotsPolicy) -> Result<u32, BadSlotsAnnotation> {
-    let annotation = pod.metadata.annotations.as_ref().and_then(|a| a.get(SLOTS_ANNOTATION));
+    let annotation = slots_annotation(pod);
     match policy {
         SlotsPolicy::One => Ok(1),
-        SlotsPolicy::Annotation => annotation.map(|v| parse_annotation(v)).unwrap_or(Ok(1)),
+        SlotsPolicy::Annotation => annotation.map(parse_annotation).unwrap_or(Ok(1)),
         SlotsPolicy::Gpu => Ok(clamp_slots(gpus(pod))),
         SlotsPolicy::Cpu => Ok(clamp_slots(cpus(pod).unwrap_or(1))),
         SlotsPolicy::Auto => {
@@ -185,9 +222,17 @@ mod tests {
 
     fn res(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> ResourceRequirements {
         let m = |kv: &[(&str, &str)]| {
-            (!kv.is_empty()).then(|| kv.iter().map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string()))).collect())
+            (!kv.is_empty()).then(|| {
+                kv.iter()
+                    .map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string())))
+                    .collect()
+            })
         };
-        ResourceRequirements { requests: m(requests), limits: m(limits), ..Default::default() }
+        ResourceRequirements {
+            requests: m(requests),
+            limits: m(limits),
+            ..Default::default()
+        }
     }
 
     fn pod(containers: Vec<ResourceRequirements>, annotation: Option<&str>) -> Pod {
@@ -200,7 +245,11 @@ mod tests {
             containers: containers
                 .into_iter()
                 .enumerate()
-                .map(|(i, r)| Container { name: format!("c{i}"), resources: Some(r), ..Default::default() })
+                .map(|(i, r)| Container {
+                    name: format!("c{i}"),
+                    resources: Some(r),
+                    ..Default::default()
+                })
                 .collect(),
             ..Default::default()
         });
@@ -213,12 +262,18 @@ mod tests {
         assert_eq!(" GPU ".parse::<SlotsPolicy>().unwrap(), SlotsPolicy::Gpu);
         assert_eq!("Cpu".parse::<SlotsPolicy>().unwrap(), SlotsPolicy::Cpu);
         assert_eq!("one".parse::<SlotsPolicy>().unwrap(), SlotsPolicy::One);
-        assert_eq!("annotation".parse::<SlotsPolicy>().unwrap(), SlotsPolicy::Annotation);
+        assert_eq!(
+            "annotation".parse::<SlotsPolicy>().unwrap(),
+            SlotsPolicy::Annotation
+        );
         let e = "cores".parse::<SlotsPolicy>().unwrap_err().to_string();
         for v in SlotsPolicy::VALID {
             assert!(e.contains(v), "{e}");
         }
-        assert!(e.contains("\"cores\"") && e.contains("ras_k8s_slots"), "{e}");
+        assert!(
+            e.contains("\"cores\"") && e.contains("ras_k8s_slots"),
+            "{e}"
+        );
         for v in SlotsPolicy::VALID {
             assert_eq!(v.parse::<SlotsPolicy>().unwrap().as_str(), *v);
         }
@@ -226,12 +281,39 @@ mod tests {
 
     #[test]
     fn annotation_wins_under_auto() {
-        let p = pod(vec![res(&[("cpu", "8"), ("nvidia.com/gpu", "2")], &[])], Some("3"));
+        let p = pod(
+            vec![res(&[("cpu", "8"), ("nvidia.com/gpu", "2")], &[])],
+            Some("3"),
+        );
         assert_eq!(pod_slots(&p, SlotsPolicy::Auto), Ok(3));
         assert_eq!(pod_slots(&p, SlotsPolicy::Annotation), Ok(3));
         assert_eq!(pod_slots(&p, SlotsPolicy::Gpu), Ok(2));
         assert_eq!(pod_slots(&p, SlotsPolicy::Cpu), Ok(8));
         assert_eq!(pod_slots(&p, SlotsPolicy::One), Ok(1));
+    }
+
+    #[test]
+    fn the_deprecated_annotation_is_read_when_the_new_one_is_absent() {
+        let mut p = pod(vec![res(&[("cpu", "8")], &[])], None);
+        p.metadata.annotations =
+            Some([(DEPRECATED_SLOTS_ANNOTATION.to_string(), "5".to_string())].into());
+        assert_eq!(pod_slots(&p, SlotsPolicy::Auto), Ok(5));
+        p.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(SLOTS_ANNOTATION.to_string(), "2".to_string());
+        assert_eq!(
+            pod_slots(&p, SlotsPolicy::Annotation),
+            Ok(2),
+            "the new name wins"
+        );
+        p.metadata.annotations =
+            Some([(DEPRECATED_SLOTS_ANNOTATION.to_string(), "x".to_string())].into());
+        assert_eq!(
+            pod_slots(&p, SlotsPolicy::Auto).unwrap_err().annotation,
+            DEPRECATED_SLOTS_ANNOTATION
+        );
     }
 
     #[test]
@@ -244,7 +326,10 @@ mod tests {
             // Policies that do not read the annotation are unaffected.
             assert_eq!(pod_slots(&p, SlotsPolicy::One), Ok(1));
         }
-        assert_eq!(pod_slots(&pod(vec![], Some(" 12 ")), SlotsPolicy::Auto), Ok(12));
+        assert_eq!(
+            pod_slots(&pod(vec![], Some(" 12 ")), SlotsPolicy::Auto),
+            Ok(12)
+        );
     }
 
     #[test]
@@ -264,24 +349,69 @@ mod tests {
 
     #[test]
     fn gpu_limits_preferred_over_requests() {
-        let p = pod(vec![res(&[("nvidia.com/gpu", "1")], &[("nvidia.com/gpu", "4")])], None);
+        let p = pod(
+            vec![res(&[("nvidia.com/gpu", "1")], &[("nvidia.com/gpu", "4")])],
+            None,
+        );
         assert_eq!(gpus(&p), 4);
     }
 
     #[test]
     fn cpus_floor_and_minimum() {
-        assert_eq!(pod_slots(&pod(vec![res(&[("cpu", "500m")], &[])], None), SlotsPolicy::Auto), Ok(1));
-        assert_eq!(pod_slots(&pod(vec![res(&[("cpu", "1.5")], &[])], None), SlotsPolicy::Auto), Ok(1));
-        assert_eq!(pod_slots(&pod(vec![res(&[("cpu", "2500m")], &[])], None), SlotsPolicy::Auto), Ok(2));
+        assert_eq!(
+            pod_slots(
+                &pod(vec![res(&[("cpu", "500m")], &[])], None),
+                SlotsPolicy::Auto
+            ),
+            Ok(1)
+        );
+        assert_eq!(
+            pod_slots(
+                &pod(vec![res(&[("cpu", "1.5")], &[])], None),
+                SlotsPolicy::Auto
+            ),
+            Ok(1)
+        );
+        assert_eq!(
+            pod_slots(
+                &pod(vec![res(&[("cpu", "2500m")], &[])], None),
+                SlotsPolicy::Auto
+            ),
+            Ok(2)
+        );
         // 1.5 + 500m = 2 whole CPUs: the sum is floored, not each container.
         assert_eq!(
-            pod_slots(&pod(vec![res(&[("cpu", "1.5")], &[]), res(&[("cpu", "500m")], &[])], None), SlotsPolicy::Cpu),
+            pod_slots(
+                &pod(
+                    vec![res(&[("cpu", "1.5")], &[]), res(&[("cpu", "500m")], &[])],
+                    None
+                ),
+                SlotsPolicy::Cpu
+            ),
             Ok(2)
         );
         // Requests win over limits; limits are used when a container has no request.
-        assert_eq!(pod_slots(&pod(vec![res(&[("cpu", "2")], &[("cpu", "8")])], None), SlotsPolicy::Auto), Ok(2));
-        assert_eq!(pod_slots(&pod(vec![res(&[], &[("cpu", "6")])], None), SlotsPolicy::Auto), Ok(6));
-        assert_eq!(pod_slots(&pod(vec![res(&[("memory", "1Gi")], &[])], None), SlotsPolicy::Auto), Ok(1));
+        assert_eq!(
+            pod_slots(
+                &pod(vec![res(&[("cpu", "2")], &[("cpu", "8")])], None),
+                SlotsPolicy::Auto
+            ),
+            Ok(2)
+        );
+        assert_eq!(
+            pod_slots(
+                &pod(vec![res(&[], &[("cpu", "6")])], None),
+                SlotsPolicy::Auto
+            ),
+            Ok(6)
+        );
+        assert_eq!(
+            pod_slots(
+                &pod(vec![res(&[("memory", "1Gi")], &[])], None),
+                SlotsPolicy::Auto
+            ),
+            Ok(1)
+        );
         assert_eq!(pod_slots(&pod(vec![], None), SlotsPolicy::Auto), Ok(1));
         assert_eq!(pod_slots(&Pod::default(), SlotsPolicy::Auto), Ok(1));
         assert_eq!(pod_slots(&pod(vec![], None), SlotsPolicy::Gpu), Ok(1));

@@ -1,13 +1,24 @@
-//! Waiting, through a list + watch, until enough selected pods are ready.
+//! Waiting, through kube-runtime's watcher, until enough selected pods are ready.
+//!
+//! The wait starts from the first list discovery made (no watch at all if enough pods are ready
+//! already), then follows a [`kube::runtime::watcher`] of the selected pods, mirrored into a
+//! [`reflector`] store: the watcher lists, watches from the list's resource version, resumes a
+//! dropped watch from the last version it saw, and lists again when that version has expired
+//! (410 Gone). Its errors are retried with kube-runtime's default backoff until the deadline,
+//! except those no retry can fix: 400 (a selector the server rejects), 401 and 403 end the wait
+//! at once with the message for that cause.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, ObjectList, WatchEvent, WatchParams};
+use kube::api::{Api, ObjectList};
+use kube::runtime::reflector::{self, reflector};
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::WatchStreamExt;
 
 use super::api::{Ctx, Operation};
+use super::client::error_chain;
 use super::error::DiscoveryError;
 use super::order::{pod_index, sort_pods, PodIndex};
 use super::readiness::{classify, PodReadiness};
@@ -39,13 +50,18 @@ pub fn evaluate<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Evaluation {
         }
     }
     sort_pods(&mut e.ready);
-    e.not_ready.sort_by(|a, b| super::order::natural_cmp(&a.0, &b.0));
+    e.not_ready
+        .sort_by(|a, b| super::order::natural_cmp(&a.0, &b.0));
     e
 }
 
 /// What is missing for `expected` ready pods, one entry per pod or gap.
 pub fn problems(pods: &BTreeMap<String, Pod>, eval: &Evaluation, expected: u32) -> Vec<String> {
-    let mut out: Vec<String> = eval.not_ready.iter().map(|(n, d)| format!("pod {n} is not ready ({d})")).collect();
+    let mut out: Vec<String> = eval
+        .not_ready
+        .iter()
+        .map(|(n, d)| format!("pod {n} is not ready ({d})"))
+        .collect();
     let candidates = eval.ready.len() + eval.not_ready.len();
     let expected_us = expected as usize;
     if candidates < expected_us {
@@ -66,8 +82,11 @@ pub fn problems(pods: &BTreeMap<String, Pod>, eval: &Evaluation, expected: u32) 
             })
             .collect();
         if !present.is_empty() {
-            let absent: Vec<String> =
-                (0..u64::from(expected)).filter(|i| !present.contains(i)).take(32).map(|i| i.to_string()).collect();
+            let absent: Vec<String> = (0..u64::from(expected))
+                .filter(|i| !present.contains(i))
+                .take(32)
+                .map(|i| i.to_string())
+                .collect();
             if !absent.is_empty() {
                 text.push_str(&format!(": no live pod with index {}", absent.join(", ")));
             }
@@ -89,8 +108,13 @@ pub struct Waiter<'a> {
     pub progress: &'a mut (dyn FnMut(&Progress) + Send),
 }
 
-fn rv_of(p: &Pod) -> Option<String> {
-    p.metadata.resource_version.clone().filter(|v| !v.is_empty())
+/// What to do about an error of the watcher.
+enum WatchTrouble {
+    /// Retrying cannot help: end the wait with this error.
+    Fatal(DiscoveryError),
+    /// The watcher retries (after its backoff); this says what went wrong, for the timeout
+    /// message.
+    Retry(String),
 }
 
 impl Waiter<'_> {
@@ -127,8 +151,17 @@ impl Waiter<'_> {
             *last_ready = Some(eval.ready.len());
             let waiting_for = eval.not_ready.iter().map(|(n, _)| n.clone()).collect();
             let ready = u32::try_from(eval.ready.len()).unwrap_or(u32::MAX);
-            tracing::info!(ready, expected = self.expected, "pods ready: {ready} of {}", self.expected);
-            (self.progress)(&Progress::Ready { ready, expected: self.expected, waiting_for });
+            tracing::info!(
+                ready,
+                expected = self.expected,
+                "pods ready: {ready} of {}",
+                self.expected
+            );
+            (self.progress)(&Progress::Ready {
+                ready,
+                expected: self.expected,
+                waiting_for,
+            });
         }
         if eval.ready.len() >= self.expected as usize {
             let mut chosen = eval.ready.clone();
@@ -138,128 +171,111 @@ impl Waiter<'_> {
         (eval, None)
     }
 
+    /// Sorts a watcher error into fatal (400, 401, 403) and retried (everything else,
+    /// including 410 Gone, after which the watcher lists again).
+    fn trouble(&self, err: watcher::Error) -> WatchTrouble {
+        let (verb, status) = match &err {
+            watcher::Error::InitialListFailed(kube::Error::Api(s)) => ("list", Some(s.as_ref())),
+            watcher::Error::WatchStartFailed(kube::Error::Api(s))
+            | watcher::Error::WatchFailed(kube::Error::Api(s)) => ("watch", Some(s.as_ref())),
+            watcher::Error::WatchError(s) => ("watch", Some(s.as_ref())),
+            watcher::Error::InitialListFailed(_) => ("list", None),
+            _ => ("watch", None),
+        };
+        match status {
+            Some(s) if matches!(s.code, 400 | 401 | 403) => {
+                let op = Operation::pods(verb, self.namespace).selecting(self.selector);
+                WatchTrouble::Fatal(
+                    self.ctx
+                        .map_error(&op, kube::Error::Api(Box::new(s.clone()))),
+                )
+            }
+            Some(s) if s.code == 410 => WatchTrouble::Retry(format!(
+                "the watch's resource version expired (410 {}), listing again",
+                s.reason
+            )),
+            _ => WatchTrouble::Retry(error_chain(&err)),
+        }
+    }
+
     /// Waits from the state of a first list until `expected` pods are ready; returns them in
     /// allocation order.
     pub async fn wait(mut self, first: ObjectList<Pod>) -> Result<Vec<Pod>, DiscoveryError> {
-        let api: Api<Pod> = Api::namespaced(self.ctx.api.client.clone(), self.namespace);
-        let (mut pods, mut rv) = into_map(first);
+        let (mut pods, _) = into_map(first);
         let mut last_ready = None;
-        let mut last_error: Option<String> = None;
-        let mut backoff = Duration::from_millis(100);
+        if let (_, Some(chosen)) = self.check(&pods, &mut last_ready) {
+            return Ok(chosen);
+        }
         let deadline = self.ctx.deadline;
-        let op = Operation::pods("watch", self.namespace).selecting(self.selector);
-        let (ctx, namespace, selector) = (self.ctx, self.namespace, self.selector);
-
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        // The server ends each watch call after this long; the watcher then resumes it.
+        let secs = u32::try_from(remaining.as_secs().saturating_add(1))
+            .unwrap_or(u32::MAX)
+            .clamp(1, 290);
+        let api: Api<Pod> = Api::namespaced(self.ctx.api.client.clone(), self.namespace);
+        let config = watcher::Config::default()
+            .labels(self.selector)
+            .timeout(secs);
+        let (store, writer) = reflector::store();
+        let events = reflector(writer, watcher(api, config)).default_backoff();
+        let mut events = std::pin::pin!(events);
+        let mut last_error: Option<String> = None;
         loop {
-            let (eval, done) = self.check(&pods, &mut last_ready);
-            if let Some(chosen) = done {
-                return Ok(chosen);
-            }
-            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if remaining.is_zero() {
-                return Err(self.timeout_error(&pods, &eval, last_error.as_deref()));
-            }
-            let secs = u32::try_from(remaining.as_secs().saturating_add(1)).unwrap_or(u32::MAX).clamp(1, 290);
-            let wp = WatchParams::default().labels(self.selector).timeout(secs);
-            let stream = match tokio::time::timeout_at(deadline, api.watch(&wp, &rv)).await {
-                Err(_) => return Err(self.timeout_error(&pods, &eval, last_error.as_deref())),
-                Ok(Ok(s)) => s,
-                Ok(Err(kube::Error::Api(s))) if s.code == 410 => {
-                    (pods, rv) = relist(ctx, namespace, selector, &api).await?;
-                    continue;
-                }
-                Ok(Err(e)) => match self.ctx.map_error(&op, e) {
-                    DiscoveryError::Unreachable { detail, .. } => {
-                        // A connection problem after the list worked: retry until the deadline.
-                        tracing::warn!("watching pods failed, retrying: {detail}");
-                        last_error = Some(detail);
-                        if tokio::time::timeout_at(deadline, tokio::time::sleep(backoff)).await.is_err() {
-                            return Err(self.timeout_error(&pods, &eval, last_error.as_deref()));
-                        }
-                        backoff = (backoff * 2).min(Duration::from_secs(2));
-                        continue;
-                    }
-                    other => return Err(other),
-                },
-            };
-            (self.progress)(&Progress::Watching { resource_version: rv.clone() });
-            tracing::debug!(resource_version = %rv, "watching pods");
-            let mut stream = std::pin::pin!(stream);
-            let mut events = 0usize;
-            loop {
-                let item = match tokio::time::timeout_at(deadline, stream.next()).await {
-                    Err(_) => {
-                        let eval = evaluate(pods.values());
-                        return Err(self.timeout_error(&pods, &eval, last_error.as_deref()));
-                    }
-                    Ok(None) => break,
-                    Ok(Some(item)) => item,
-                };
-                match item {
-                    Ok(WatchEvent::Added(p)) | Ok(WatchEvent::Modified(p)) => {
-                        if let Some(v) = rv_of(&p) {
-                            rv = v;
-                        }
-                        pods.insert(name(&p), p);
-                    }
-                    Ok(WatchEvent::Deleted(p)) => {
-                        if let Some(v) = rv_of(&p) {
-                            rv = v;
-                        }
-                        pods.remove(&name(&p));
-                    }
-                    Ok(WatchEvent::Bookmark(b)) => {
-                        if !b.metadata.resource_version.is_empty() {
-                            rv = b.metadata.resource_version;
-                        }
-                    }
-                    Ok(WatchEvent::Error(s)) if s.code == 410 => {
-                        (pods, rv) = relist(ctx, namespace, selector, &api).await?;
-                        events += 1;
-                        break;
-                    }
-                    Ok(WatchEvent::Error(s)) => return Err(self.ctx.map_error(&op, kube::Error::Api(s))),
-                    Err(e) => {
-                        let detail = crate::kubeconfig::error_chain(&e);
-                        tracing::warn!("the pod watch broke, restarting it: {detail}");
-                        last_error = Some(detail);
-                        break;
-                    }
-                }
-                events += 1;
-                backoff = Duration::from_millis(100);
-                let (_, done) = self.check(&pods, &mut last_ready);
-                if let Some(chosen) = done {
-                    return Ok(chosen);
-                }
-            }
-            if events == 0 {
-                // The watch ended without telling anything: do not spin on a server that
-                // closes watches at once.
-                if tokio::time::timeout_at(deadline, tokio::time::sleep(backoff)).await.is_err() {
+            let item = match tokio::time::timeout_at(deadline, events.next()).await {
+                Err(_) => {
                     let eval = evaluate(pods.values());
                     return Err(self.timeout_error(&pods, &eval, last_error.as_deref()));
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                Ok(None) => {
+                    return Err(DiscoveryError::Internal {
+                        detail: "the pod watcher ended".into(),
+                    });
+                }
+                Ok(Some(item)) => item,
+            };
+            match item {
+                // The store takes a (re)list in full at InitDone.
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
+                Ok(watcher::Event::InitDone) => {
+                    pods = store
+                        .state()
+                        .iter()
+                        .map(|p| (name(p), Pod::clone(p)))
+                        .collect();
+                    let listed = u32::try_from(pods.len()).unwrap_or(u32::MAX);
+                    tracing::debug!(listed, "watching pods");
+                    (self.progress)(&Progress::Watching { listed });
+                }
+                Ok(watcher::Event::Apply(p)) => {
+                    pods.insert(name(&p), p);
+                }
+                Ok(watcher::Event::Delete(p)) => {
+                    pods.remove(&name(&p));
+                }
+                Err(e) => match self.trouble(e) {
+                    WatchTrouble::Fatal(e) => return Err(e),
+                    WatchTrouble::Retry(detail) => {
+                        tracing::warn!("watching pods: {detail}; retrying");
+                        last_error = Some(detail);
+                        continue;
+                    }
+                },
+            }
+            if let (_, Some(chosen)) = self.check(&pods, &mut last_ready) {
+                return Ok(chosen);
             }
         }
     }
 }
 
-async fn relist(
-    ctx: &Ctx,
-    namespace: &str,
-    selector: &str,
-    api: &Api<Pod>,
-) -> Result<(BTreeMap<String, Pod>, String), DiscoveryError> {
-    let op = Operation::pods("list", namespace).selecting(selector);
-    let list = ctx.call(&op, api.list(&ListParams::default().labels(selector))).await?;
-    Ok(into_map(list))
-}
-
 /// Pods by name, and the list's resource version ("0" when the server gave none).
 pub fn into_map(list: ObjectList<Pod>) -> (BTreeMap<String, Pod>, String) {
-    let rv = list.metadata.resource_version.clone().filter(|v| !v.is_empty()).unwrap_or_else(|| "0".into());
+    let rv = list
+        .metadata
+        .resource_version
+        .clone()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "0".into());
     let pods = list.items.into_iter().map(|p| (name(&p), p)).collect();
     (pods, rv)
 }
@@ -273,7 +289,13 @@ mod tests {
         let mut p = Pod::default();
         p.metadata.name = Some(name.into());
         if let Some(i) = index {
-            p.metadata.labels = Some([(super::super::order::JOB_COMPLETION_INDEX.to_string(), i.to_string())].into());
+            p.metadata.labels = Some(
+                [(
+                    super::super::order::JOB_COMPLETION_INDEX.to_string(),
+                    i.to_string(),
+                )]
+                .into(),
+            );
         }
         p.status = Some(PodStatus {
             phase: Some(phase.into()),
@@ -301,7 +323,10 @@ mod tests {
             pod("w-4", "Failed", false, None),
         ]);
         let e = evaluate(pods.values());
-        assert_eq!(e.ready.iter().map(name).collect::<Vec<_>>(), ["w-2", "w-10"]);
+        assert_eq!(
+            e.ready.iter().map(name).collect::<Vec<_>>(),
+            ["w-2", "w-10"]
+        );
         assert_eq!(e.not_ready.len(), 1);
         assert_eq!(e.excluded.len(), 1);
     }
@@ -316,9 +341,18 @@ mod tests {
         let e = evaluate(pods.values());
         let p = problems(&pods, &e, 4);
         let text = p.join(" | ");
-        assert!(text.contains("pod j-b is not ready (phase Pending"), "{text}");
-        assert!(text.contains("2 expected pods do not exist yet (2 non-terminated pods match"), "{text}");
+        assert!(
+            text.contains("pod j-b is not ready (phase Pending"),
+            "{text}"
+        );
+        assert!(
+            text.contains("2 expected pods do not exist yet (2 non-terminated pods match"),
+            "{text}"
+        );
         assert!(text.contains("no live pod with index 1, 3"), "{text}");
-        assert!(text.contains("pod j-c is excluded (finished: phase Failed"), "{text}");
+        assert!(
+            text.contains("pod j-c is excluded (finished: phase Failed"),
+            "{text}"
+        );
     }
 }

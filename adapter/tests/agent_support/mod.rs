@@ -493,7 +493,9 @@ pub async fn assert_idle(addr: SocketAddr, secret: &[u8]) {
                 pid: None,
                 ..
             } => return,
-            other if Instant::now() >= deadline => panic!("agent not idle within {WAIT:?}: {other:?}"),
+            other if Instant::now() >= deadline => {
+                panic!("agent not idle within {WAIT:?}: {other:?}")
+            }
             _ => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }

@@ -23,20 +23,32 @@ pub struct Fixture {
 
 pub async fn client_for(kubeconfig: &Path) -> kube::Client {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig parses");
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("kubeconfig loads");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("kubeconfig loads");
     kube::Client::try_from(cfg).expect("client")
 }
 
 impl Fixture {
     /// A fresh API server with namespace `ns` created in it.
     pub async fn new(ns: &str) -> Fixture {
-        let server = ApiServer::start(ApiOptions::default()).await.expect("sandbox API server starts");
+        let server = ApiServer::start(ApiOptions::default())
+            .await
+            .expect("sandbox API server starts");
         let client = client_for(server.admin_kubeconfig()).await;
         let nss: Api<Namespace> = Api::all(client.clone());
-        nss.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
-            .await
-            .expect("create namespace");
-        Fixture { server, client, ns: ns.to_string(), dir: tempfile::tempdir().unwrap() }
+        nss.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+        )
+        .await
+        .expect("create namespace");
+        Fixture {
+            server,
+            client,
+            ns: ns.to_string(),
+            dir: tempfile::tempdir().unwrap(),
+        }
     }
 
     pub fn pods(&self) -> Api<Pod> {
@@ -55,7 +67,10 @@ impl Fixture {
 
     /// Writes a kubeconfig for `token` (context namespace = ours) and returns its path.
     pub fn kubeconfig_for(&self, token: &str) -> PathBuf {
-        let p = self.dir.path().join(format!("kc-{}.yaml", rand::random::<u32>()));
+        let p = self
+            .dir
+            .path()
+            .join(format!("kc-{}.yaml", rand::random::<u32>()));
         self.server.write_kubeconfig(&p, token, &self.ns).unwrap();
         p
     }
@@ -68,7 +83,10 @@ impl Fixture {
         });
         merge(&mut body, &extra);
         let pod: Pod = serde_json::from_value(body).expect("pod JSON");
-        self.pods().create(&PostParams::default(), &pod).await.unwrap_or_else(|e| panic!("create pod {name}: {e}"))
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("create pod {name}: {e}"))
     }
 
     /// Sets the pod Running + Ready with `ip`, as a kubelet would report it.
@@ -92,7 +110,11 @@ impl Fixture {
 
     pub async fn set_status(&self, name: &str, status: Value) -> Pod {
         self.pods()
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(json!({ "status": status })))
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
             .await
             .unwrap_or_else(|e| panic!("patch status of {name}: {e}"))
     }

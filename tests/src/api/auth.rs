@@ -18,7 +18,11 @@ impl Rule {
     /// A rule from string slices.
     pub fn new(verbs: &[&str], api_groups: &[&str], resources: &[&str]) -> Rule {
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect();
-        Rule { verbs: v(verbs), api_groups: v(api_groups), resources: v(resources) }
+        Rule {
+            verbs: v(verbs),
+            api_groups: v(api_groups),
+            resources: v(resources),
+        }
     }
 
     /// Every verb on every resource.
@@ -31,13 +35,24 @@ impl Rule {
         let strs = |k: &str| -> Vec<String> {
             v.get(k)
                 .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(String::from))
+                        .collect()
+                })
                 .unwrap_or_default()
         };
         if v.get("nonResourceURLs").is_some() && v.get("resources").is_none() {
             return None;
         }
-        Some((Rule { verbs: strs("verbs"), api_groups: strs("apiGroups"), resources: strs("resources") }, strs("resourceNames")))
+        Some((
+            Rule {
+                verbs: strs("verbs"),
+                api_groups: strs("apiGroups"),
+                resources: strs("resources"),
+            },
+            strs("resourceNames"),
+        ))
     }
 
     pub fn to_json(&self) -> Value {
@@ -49,11 +64,16 @@ impl Rule {
         if !any(&self.verbs, &a.verb) || !any(&self.api_groups, &a.group) {
             return false;
         }
-        let full = if a.subresource.is_empty() { a.resource.clone() } else { format!("{}/{}", a.resource, a.subresource) };
+        let full = if a.subresource.is_empty() {
+            a.resource.clone()
+        } else {
+            format!("{}/{}", a.resource, a.subresource)
+        };
         let res_ok = self.resources.iter().any(|r| {
             r == "*"
                 || *r == full
-                || (!a.subresource.is_empty() && r.strip_prefix("*/") == Some(a.subresource.as_str()))
+                || (!a.subresource.is_empty()
+                    && r.strip_prefix("*/") == Some(a.subresource.as_str()))
         });
         res_ok
     }
@@ -73,7 +93,11 @@ pub struct Attributes {
 impl Attributes {
     /// The message of a 403, worded as the real server does.
     pub fn forbidden_message(&self, user: &str) -> String {
-        let full = if self.subresource.is_empty() { self.resource.clone() } else { format!("{}/{}", self.resource, self.subresource) };
+        let full = if self.subresource.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}/{}", self.resource, self.subresource)
+        };
         let what = match &self.name {
             Some(n) => format!("{full} \"{n}\""),
             None => full.clone(),
@@ -101,7 +125,10 @@ pub struct Identity {
 #[derive(Clone, Debug)]
 pub enum RightsSource {
     /// Fixed rules, valid in one namespace or (None) everywhere.
-    Static { namespace: Option<String>, rules: Vec<Rule> },
+    Static {
+        namespace: Option<String>,
+        rules: Vec<Rule>,
+    },
     /// RBAC objects in the store.
     Rbac,
 }
@@ -117,14 +144,20 @@ pub struct ScopedRule {
 
 impl ScopedRule {
     fn plain(namespace: Option<String>, rule: Rule) -> ScopedRule {
-        ScopedRule { namespace, rule, resource_names: Vec::new() }
+        ScopedRule {
+            namespace,
+            rule,
+            resource_names: Vec::new(),
+        }
     }
 
     pub fn allows(&self, a: &Attributes) -> bool {
         self.rule.allows(a)
             && (self.namespace.is_none() || self.namespace == a.namespace)
             && (self.resource_names.is_empty()
-                || a.name.as_deref().is_some_and(|n| self.resource_names.iter().any(|r| r == n)))
+                || a.name
+                    .as_deref()
+                    .is_some_and(|n| self.resource_names.iter().any(|r| r == n)))
     }
 }
 
@@ -146,7 +179,11 @@ fn subject_matches(id: &Identity, s: &Value, binding_ns: &str) -> bool {
     let name = s.get("name").and_then(Value::as_str).unwrap_or("");
     match kind {
         "ServiceAccount" => {
-            let ns = s.get("namespace").and_then(Value::as_str).filter(|n| !n.is_empty()).unwrap_or(binding_ns);
+            let ns = s
+                .get("namespace")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .unwrap_or(binding_ns);
             id.user == format!("system:serviceaccount:{ns}:{name}")
         }
         "User" => id.user == name,
@@ -162,40 +199,79 @@ impl Identity {
             // What every authenticated user may do (system:basic-user).
             ScopedRule::plain(
                 None,
-                Rule::new(&["create"], &["authorization.k8s.io"], &["selfsubjectaccessreviews", "selfsubjectrulesreviews"]),
+                Rule::new(
+                    &["create"],
+                    &["authorization.k8s.io"],
+                    &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                ),
             ),
-            ScopedRule::plain(None, Rule::new(&["create"], &["authentication.k8s.io"], &["selfsubjectreviews"])),
+            ScopedRule::plain(
+                None,
+                Rule::new(
+                    &["create"],
+                    &["authentication.k8s.io"],
+                    &["selfsubjectreviews"],
+                ),
+            ),
         ];
         match &self.source {
             RightsSource::Static { namespace, rules } => {
-                out.extend(rules.iter().map(|r| ScopedRule::plain(namespace.clone(), r.clone())));
+                out.extend(
+                    rules
+                        .iter()
+                        .map(|r| ScopedRule::plain(namespace.clone(), r.clone())),
+                );
             }
             RightsSource::Rbac => {
                 if let Ok(l) = store.list(&CLUSTERROLEBINDINGS, None, &ListQuery::default()) {
                     for b in l.items {
-                        let subjects = b.get("subjects").and_then(Value::as_array).cloned().unwrap_or_default();
+                        let subjects = b
+                            .get("subjects")
+                            .and_then(Value::as_array)
+                            .cloned()
+                            .unwrap_or_default();
                         if subjects.iter().any(|s| subject_matches(self, s, "")) {
-                            let name = b.pointer("/roleRef/name").and_then(Value::as_str).unwrap_or("");
-                            out.extend(
-                                role_rules(store, "ClusterRole", "", name)
-                                    .into_iter()
-                                    .map(|(rule, resource_names)| ScopedRule { namespace: None, rule, resource_names }),
-                            );
+                            let name = b
+                                .pointer("/roleRef/name")
+                                .and_then(Value::as_str)
+                                .unwrap_or("");
+                            out.extend(role_rules(store, "ClusterRole", "", name).into_iter().map(
+                                |(rule, resource_names)| ScopedRule {
+                                    namespace: None,
+                                    rule,
+                                    resource_names,
+                                },
+                            ));
                         }
                     }
                 }
                 if let Ok(l) = store.list(&ROLEBINDINGS, None, &ListQuery::default()) {
                     for b in l.items {
-                        let ns = b.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
-                        let subjects = b.get("subjects").and_then(Value::as_array).cloned().unwrap_or_default();
+                        let ns = b
+                            .pointer("/metadata/namespace")
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        let subjects = b
+                            .get("subjects")
+                            .and_then(Value::as_array)
+                            .cloned()
+                            .unwrap_or_default();
                         if subjects.iter().any(|s| subject_matches(self, s, ns)) {
-                            let kind = b.pointer("/roleRef/kind").and_then(Value::as_str).unwrap_or("");
-                            let name = b.pointer("/roleRef/name").and_then(Value::as_str).unwrap_or("");
-                            out.extend(
-                                role_rules(store, kind, ns, name)
-                                    .into_iter()
-                                    .map(|(rule, resource_names)| ScopedRule { namespace: Some(ns.to_string()), rule, resource_names }),
-                            );
+                            let kind = b
+                                .pointer("/roleRef/kind")
+                                .and_then(Value::as_str)
+                                .unwrap_or("");
+                            let name = b
+                                .pointer("/roleRef/name")
+                                .and_then(Value::as_str)
+                                .unwrap_or("");
+                            out.extend(role_rules(store, kind, ns, name).into_iter().map(
+                                |(rule, resource_names)| ScopedRule {
+                                    namespace: Some(ns.to_string()),
+                                    rule,
+                                    resource_names,
+                                },
+                            ));
                         }
                     }
                 }
@@ -213,20 +289,59 @@ impl Identity {
 /// The cluster roles a fresh cluster has (user-facing ones, simplified).
 pub fn builtin_cluster_roles() -> Vec<Value> {
     let read = ["get", "list", "watch"];
-    let all = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+    let all = [
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    ];
     let view = vec![
-        Rule::new(&read, &[""], &["pods", "pods/log", "pods/status", "configmaps", "events", "serviceaccounts", "services", "namespaces"]),
+        Rule::new(
+            &read,
+            &[""],
+            &[
+                "pods",
+                "pods/log",
+                "pods/status",
+                "configmaps",
+                "events",
+                "serviceaccounts",
+                "services",
+                "namespaces",
+            ],
+        ),
         Rule::new(&read, &["apps"], &["statefulsets", "statefulsets/status"]),
         Rule::new(&read, &["batch"], &["jobs", "jobs/status"]),
     ];
     let edit = vec![
-        Rule::new(&all, &[""], &["pods", "pods/log", "pods/status", "configmaps", "events", "serviceaccounts", "services", "secrets"]),
+        Rule::new(
+            &all,
+            &[""],
+            &[
+                "pods",
+                "pods/log",
+                "pods/status",
+                "configmaps",
+                "events",
+                "serviceaccounts",
+                "services",
+                "secrets",
+            ],
+        ),
         Rule::new(&all, &["apps"], &["statefulsets", "statefulsets/status"]),
         Rule::new(&all, &["batch"], &["jobs", "jobs/status"]),
         Rule::new(&read, &[""], &["namespaces"]),
     ];
     let mut admin = edit.clone();
-    admin.push(Rule::new(&all, &["rbac.authorization.k8s.io"], &["roles", "rolebindings"]));
+    admin.push(Rule::new(
+        &all,
+        &["rbac.authorization.k8s.io"],
+        &["roles", "rolebindings"],
+    ));
     let role = |name: &str, rules: Vec<Rule>| {
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -266,7 +381,8 @@ mod tests {
         assert!(!r.allows(&attrs("watch", "", "pods", "", Some("a"))));
         assert!(!r.allows(&attrs("get", "", "pods", "log", Some("a"))));
         assert!(!r.allows(&attrs("get", "batch", "pods", "", Some("a"))));
-        assert!(Rule::new(&["*"], &["*"], &["*/status"]).allows(&attrs("patch", "batch", "jobs", "status", None)));
+        assert!(Rule::new(&["*"], &["*"], &["*/status"])
+            .allows(&attrs("patch", "batch", "jobs", "status", None)));
         assert!(Rule::all().allows(&attrs("delete", "apps", "statefulsets", "", None)));
     }
 

@@ -13,7 +13,10 @@ pub fn now_rfc3339() -> String {
 
 /// Seconds since the Unix epoch.
 pub fn now_secs() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
 }
 
 /// A Unix time as RFC 3339 with second precision.
@@ -29,13 +32,23 @@ pub fn new_uid() -> String {
     let b: [u8; 16] = rand::random();
     let h = hex::encode(b);
     let variant = ["8", "9", "a", "b"][(b[8] >> 6) as usize];
-    format!("{}-{}-4{}-{}{}-{}", &h[0..8], &h[8..12], &h[13..16], variant, &h[17..20], &h[20..32])
+    format!(
+        "{}-{}-4{}-{}{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[13..16],
+        variant,
+        &h[17..20],
+        &h[20..32]
+    )
 }
 
 /// Five random characters from the alphabet used for generated names.
 pub fn random_suffix() -> String {
     const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    (0..5).map(|_| ALPHA[rand::random::<usize>() % ALPHA.len()] as char).collect()
+    (0..5)
+        .map(|_| ALPHA[rand::random::<usize>() % ALPHA.len()] as char)
+        .collect()
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -44,7 +57,8 @@ fn is_dns_label(s: &str) -> bool {
         && b.len() <= 63
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 fn is_dns_subdomain(s: &str) -> bool {
@@ -57,7 +71,11 @@ pub fn check_name(rt: &ResourceType, name: &str) -> Result<(), String> {
         "namespaces" | "services" => is_dns_label(name),
         // RBAC objects accept path-segment names (e.g. "system:controller:foo").
         "roles" | "rolebindings" | "clusterroles" | "clusterrolebindings" => {
-            !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('%')
+            !name.is_empty()
+                && name != "."
+                && name != ".."
+                && !name.contains('/')
+                && !name.contains('%')
         }
         _ => is_dns_subdomain(name),
     };
@@ -88,7 +106,9 @@ pub fn ensure_object(obj: &mut Value, ptr: &str) {
             *cur = Value::Object(Map::new());
         }
         let m = cur.as_object_mut().expect("just made an object");
-        cur = m.entry(part.to_string()).or_insert_with(|| Value::Object(Map::new()));
+        cur = m
+            .entry(part.to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
     }
     if !cur.is_object() {
         *cur = Value::Object(Map::new());
@@ -129,7 +149,11 @@ fn pod_spec_defaults(spec: &mut Value) {
 }
 
 fn qos_class(spec: &Value) -> &'static str {
-    let cs = spec.get("containers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let cs = spec
+        .get("containers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let mut any = false;
     let mut guaranteed = !cs.is_empty();
     for c in &cs {
@@ -194,8 +218,16 @@ pub fn apply(rt: &ResourceType, obj: &mut Value, creating: bool) {
             }
         }
         ("batch", "jobs") => {
-            let uid = obj.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
-            let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+            let uid = obj
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let name = obj
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
             ensure_object(obj, "/spec");
             let par_set = obj.pointer("/spec/parallelism").is_some();
             set_default(obj, "/spec/parallelism", json!(1));
@@ -205,12 +237,26 @@ pub fn apply(rt: &ResourceType, obj: &mut Value, creating: bool) {
             set_default(obj, "/spec/backoffLimit", json!(6));
             set_default(obj, "/spec/completionMode", json!("NonIndexed"));
             set_default(obj, "/spec/suspend", json!(false));
-            set_default(obj, "/spec/podReplacementPolicy", json!("TerminatingOrFailed"));
-            let manual = obj.pointer("/spec/manualSelector").and_then(Value::as_bool).unwrap_or(false);
+            set_default(
+                obj,
+                "/spec/podReplacementPolicy",
+                json!("TerminatingOrFailed"),
+            );
+            let manual = obj
+                .pointer("/spec/manualSelector")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
             if !manual && !uid.is_empty() {
-                set_default(obj, "/spec/selector", json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}));
+                set_default(
+                    obj,
+                    "/spec/selector",
+                    json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
+                );
                 ensure_object(obj, "/spec/template/metadata/labels");
-                let labels = obj.pointer_mut("/spec/template/metadata/labels").and_then(Value::as_object_mut).expect("object");
+                let labels = obj
+                    .pointer_mut("/spec/template/metadata/labels")
+                    .and_then(Value::as_object_mut)
+                    .expect("object");
                 for (k, v) in [
                     ("batch.kubernetes.io/controller-uid", &uid),
                     ("controller-uid", &uid),
@@ -229,11 +275,19 @@ pub fn apply(rt: &ResourceType, obj: &mut Value, creating: bool) {
             ensure_object(obj, "/spec");
             set_default(obj, "/spec/replicas", json!(1));
             set_default(obj, "/spec/podManagementPolicy", json!("OrderedReady"));
-            set_default(obj, "/spec/updateStrategy", json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}));
+            set_default(
+                obj,
+                "/spec/updateStrategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+            );
             set_default(obj, "/spec/revisionHistoryLimit", json!(10));
             template_defaults(obj);
             if creating {
-                set_default(obj, "/status", json!({"replicas": 0, "availableReplicas": 0}));
+                set_default(
+                    obj,
+                    "/status",
+                    json!({"replicas": 0, "availableReplicas": 0}),
+                );
             }
         }
         _ => {}
@@ -241,7 +295,10 @@ pub fn apply(rt: &ResourceType, obj: &mut Value, creating: bool) {
 }
 
 fn check_labels(obj: &Value, causes: &mut Vec<(String, String)>) {
-    for (field, ptr) in [("metadata.labels", "/metadata/labels"), ("metadata.annotations", "/metadata/annotations")] {
+    for (field, ptr) in [
+        ("metadata.labels", "/metadata/labels"),
+        ("metadata.annotations", "/metadata/annotations"),
+    ] {
         if let Some(m) = obj.pointer(ptr).and_then(Value::as_object) {
             for (k, v) in m {
                 if let Err(e) = check_label_key(k) {
@@ -254,7 +311,10 @@ fn check_labels(obj: &Value, causes: &mut Vec<(String, String)>) {
                                 causes.push((format!("{field}[{k}]"), e));
                             }
                         }
-                        None => causes.push((format!("{field}[{k}]"), "label values must be strings".into())),
+                        None => causes.push((
+                            format!("{field}[{k}]"),
+                            "label values must be strings".into(),
+                        )),
                     }
                 }
             }
@@ -269,7 +329,9 @@ fn check_pod_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<(String, St
     };
     match spec.get("containers").and_then(Value::as_array) {
         None => causes.push((format!("{path}.containers"), "Required value".into())),
-        Some(cs) if cs.is_empty() => causes.push((format!("{path}.containers"), "Required value".into())),
+        Some(cs) if cs.is_empty() => {
+            causes.push((format!("{path}.containers"), "Required value".into()))
+        }
         Some(cs) => {
             let mut seen = std::collections::HashSet::new();
             for (i, c) in cs.iter().enumerate() {
@@ -300,7 +362,10 @@ fn check_pod_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<(String, St
 
 /// Validates an object about to be stored; `old` is the stored object on update.
 pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
-    let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let mut causes = Vec::new();
     check_labels(obj, &mut causes);
     match (rt.group, rt.plural) {
@@ -308,41 +373,69 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
             check_pod_spec(obj.get("spec"), "spec", &mut causes);
             if let Some(old) = old {
                 if old.pointer("/spec/containers") != obj.pointer("/spec/containers")
-                    && strip_images(old.pointer("/spec/containers")) != strip_images(obj.pointer("/spec/containers"))
+                    && strip_images(old.pointer("/spec/containers"))
+                        != strip_images(obj.pointer("/spec/containers"))
                 {
                     causes.push(("spec".into(), "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing tolerations) or `spec.terminationGracePeriodSeconds`".into()));
                 }
             }
         }
         ("batch", "jobs") => {
-            check_pod_spec(obj.pointer("/spec/template/spec"), "spec.template.spec", &mut causes);
-            match obj.pointer("/spec/template/spec/restartPolicy").and_then(Value::as_str) {
+            check_pod_spec(
+                obj.pointer("/spec/template/spec"),
+                "spec.template.spec",
+                &mut causes,
+            );
+            match obj
+                .pointer("/spec/template/spec/restartPolicy")
+                .and_then(Value::as_str)
+            {
                 Some("Never") | Some("OnFailure") => {}
                 other => causes.push((
                     "spec.template.spec.restartPolicy".into(),
-                    format!("Unsupported value: {:?}: supported values: \"OnFailure\", \"Never\"", other.unwrap_or("Always")),
+                    format!(
+                        "Unsupported value: {:?}: supported values: \"OnFailure\", \"Never\"",
+                        other.unwrap_or("Always")
+                    ),
                 )),
             }
             if obj.pointer("/spec/completionMode").and_then(Value::as_str) == Some("Indexed")
                 && obj.pointer("/spec/completions").is_none_or(Value::is_null)
             {
-                causes.push(("spec.completions".into(), "Required value: when completion mode is Indexed".into()));
+                causes.push((
+                    "spec.completions".into(),
+                    "Required value: when completion mode is Indexed".into(),
+                ));
             }
             for f in ["parallelism", "completions", "backoffLimit"] {
-                if obj.pointer(&format!("/spec/{f}")).and_then(Value::as_i64).is_some_and(|n| n < 0) {
-                    causes.push((format!("spec.{f}"), "Invalid value: must be greater than or equal to 0".into()));
+                if obj
+                    .pointer(&format!("/spec/{f}"))
+                    .and_then(Value::as_i64)
+                    .is_some_and(|n| n < 0)
+                {
+                    causes.push((
+                        format!("spec.{f}"),
+                        "Invalid value: must be greater than or equal to 0".into(),
+                    ));
                 }
             }
             check_selector_matches(obj, &mut causes);
         }
         ("apps", "statefulsets") => {
-            check_pod_spec(obj.pointer("/spec/template/spec"), "spec.template.spec", &mut causes);
+            check_pod_spec(
+                obj.pointer("/spec/template/spec"),
+                "spec.template.spec",
+                &mut causes,
+            );
             if obj.pointer("/spec/selector").is_none() {
                 causes.push(("spec.selector".into(), "Required value".into()));
             } else {
                 check_selector_matches(obj, &mut causes);
             }
-            if let Some(rp) = obj.pointer("/spec/template/spec/restartPolicy").and_then(Value::as_str) {
+            if let Some(rp) = obj
+                .pointer("/spec/template/spec/restartPolicy")
+                .and_then(Value::as_str)
+            {
                 if rp != "Always" {
                     causes.push((
                         "spec.template.spec.restartPolicy".into(),
@@ -350,19 +443,40 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
                     ));
                 }
             }
-            if obj.pointer("/spec/replicas").and_then(Value::as_i64).is_some_and(|n| n < 0) {
-                causes.push(("spec.replicas".into(), "Invalid value: must be greater than or equal to 0".into()));
+            if obj
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .is_some_and(|n| n < 0)
+            {
+                causes.push((
+                    "spec.replicas".into(),
+                    "Invalid value: must be greater than or equal to 0".into(),
+                ));
             }
         }
-        ("rbac.authorization.k8s.io", "rolebindings") | ("rbac.authorization.k8s.io", "clusterrolebindings") => {
-            let kind = obj.pointer("/roleRef/kind").and_then(Value::as_str).unwrap_or("");
-            let ok = if rt.plural == "rolebindings" { ["Role", "ClusterRole"].contains(&kind) } else { kind == "ClusterRole" };
+        ("rbac.authorization.k8s.io", "rolebindings")
+        | ("rbac.authorization.k8s.io", "clusterrolebindings") => {
+            let kind = obj
+                .pointer("/roleRef/kind")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let ok = if rt.plural == "rolebindings" {
+                ["Role", "ClusterRole"].contains(&kind)
+            } else {
+                kind == "ClusterRole"
+            };
             if !ok {
-                causes.push(("roleRef.kind".into(), format!("Unsupported value: {kind:?}")));
+                causes.push((
+                    "roleRef.kind".into(),
+                    format!("Unsupported value: {kind:?}"),
+                ));
             }
             if let Some(old) = old {
                 if old.get("roleRef") != obj.get("roleRef") {
-                    causes.push(("roleRef".into(), "Invalid value: cannot change roleRef".into()));
+                    causes.push((
+                        "roleRef".into(),
+                        "Invalid value: cannot change roleRef".into(),
+                    ));
                 }
             }
         }
@@ -393,9 +507,15 @@ fn check_selector_matches(obj: &Value, causes: &mut Vec<(String, String)>) {
             Ok(s) => {
                 let tmpl = json!({"metadata": {"labels": obj.pointer("/spec/template/metadata/labels").cloned().unwrap_or(json!({}))}});
                 if s.is_empty() {
-                    causes.push(("spec.selector".into(), "Invalid value: empty selector is invalid for deployment".into()));
+                    causes.push((
+                        "spec.selector".into(),
+                        "Invalid value: empty selector is invalid for deployment".into(),
+                    ));
                 } else if !s.matches(&tmpl) {
-                    causes.push(("spec.template.metadata.labels".into(), "Invalid value: `selector` does not match template `labels`".into()));
+                    causes.push((
+                        "spec.template.metadata.labels".into(),
+                        "Invalid value: `selector` does not match template `labels`".into(),
+                    ));
                 }
             }
             Err(e) => causes.push(("spec.selector".into(), e)),

@@ -34,6 +34,8 @@ pub struct State {
     /// How often watches that allow bookmarks get one, in milliseconds.
     pub bookmark_ms: std::sync::atomic::AtomicU64,
     pub logs: RwLock<Option<LogSource>>,
+    /// Bumped to end every open watch (see [`super::ApiServer::drop_watches`]).
+    pub watch_drops: watch::Sender<u64>,
 }
 
 const MAX_BODY: usize = 16 << 20;
@@ -68,8 +70,18 @@ fn text_response(code: u16, s: impl Into<Bytes>) -> Response<Body> {
 pub async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().to_string();
-    let ct = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-    let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
     let resp = match route(&st, req).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
@@ -79,23 +91,41 @@ pub async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
 }
 
 fn parse_query(q: Option<&str>) -> HashMap<String, String> {
-    form_urlencoded::parse(q.unwrap_or("").as_bytes()).into_owned().collect()
+    form_urlencoded::parse(q.unwrap_or("").as_bytes())
+        .into_owned()
+        .collect()
 }
 
 fn authenticate(st: &State, headers: &HeaderMap) -> Result<Identity, ApiError> {
-    let auth = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let token = auth.strip_prefix("Bearer ").or_else(|| auth.strip_prefix("bearer ")).map(str::trim);
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let token = auth
+        .strip_prefix("Bearer ")
+        .or_else(|| auth.strip_prefix("bearer "))
+        .map(str::trim);
     let Some(token) = token.filter(|t| !t.is_empty()) else {
         return Err(ApiError::unauthorized());
     };
-    let id = st.tokens.read().unwrap_or_else(|p| p.into_inner()).get(token).cloned().ok_or_else(ApiError::unauthorized)?;
+    let id = st
+        .tokens
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(token)
+        .cloned()
+        .ok_or_else(ApiError::unauthorized)?;
     impersonate(st, id, headers)
 }
 
 /// Honours `Impersonate-User` / `Impersonate-Group` (kubectl --as / --as-group) for callers
 /// allowed to impersonate; the impersonated identity's rights come from RBAC objects.
 fn impersonate(st: &State, id: Identity, headers: &HeaderMap) -> Result<Identity, ApiError> {
-    let Some(user) = headers.get("Impersonate-User").and_then(|v| v.to_str().ok()).map(str::to_string) else {
+    let Some(user) = headers
+        .get("Impersonate-User")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+    else {
         return Ok(id);
     };
     let groups: Vec<String> = headers
@@ -103,11 +133,21 @@ fn impersonate(st: &State, id: Identity, headers: &HeaderMap) -> Result<Identity
         .iter()
         .filter_map(|v| v.to_str().ok().map(String::from))
         .collect();
-    let (kind, ns, name) = match user.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':')) {
+    let (kind, ns, name) = match user
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|r| r.split_once(':'))
+    {
         Some((ns, n)) => ("serviceaccounts", Some(ns.to_string()), n.to_string()),
         None => ("users", None, user.clone()),
     };
-    let a = Attributes { verb: "impersonate".into(), group: String::new(), resource: kind.into(), subresource: String::new(), namespace: ns.clone(), name: Some(name) };
+    let a = Attributes {
+        verb: "impersonate".into(),
+        group: String::new(),
+        resource: kind.into(),
+        subresource: String::new(),
+        namespace: ns.clone(),
+        name: Some(name),
+    };
     if !id.allowed(&st.store, &a) {
         let mut e = ApiError::new(403, "Forbidden", a.forbidden_message(&id.user));
         e.details = Some(json!({"name": user, "kind": kind}));
@@ -115,10 +155,18 @@ fn impersonate(st: &State, id: Identity, headers: &HeaderMap) -> Result<Identity
     }
     let mut all_groups = groups;
     if let Some(ns) = &ns {
-        all_groups.extend(["system:serviceaccounts".to_string(), format!("system:serviceaccounts:{ns}")]);
+        all_groups.extend([
+            "system:serviceaccounts".to_string(),
+            format!("system:serviceaccounts:{ns}"),
+        ]);
     }
     all_groups.push("system:authenticated".into());
-    Ok(Identity { user, uid: String::new(), groups: all_groups, source: RightsSource::Rbac })
+    Ok(Identity {
+        user,
+        uid: String::new(),
+        groups: all_groups,
+        source: RightsSource::Rbac,
+    })
 }
 
 fn version_info() -> Value {
@@ -150,7 +198,11 @@ async fn route(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body>
         return Ok(openapi_v2(&parts.headers));
     }
     let id = authenticate(st, &parts.headers)?;
-    if parts.method != Method::GET && matches!(segs.first(), Some(&"api") | Some(&"apis")) && segs.len() <= 3 && !(segs.len() == 3 && segs[0] == "api") {
+    if parts.method != Method::GET
+        && matches!(segs.first(), Some(&"api") | Some(&"apis"))
+        && segs.len() <= 3
+        && !(segs.len() == 3 && segs[0] == "api")
+    {
         return Err(ApiError::method_not_allowed(&path));
     }
     match segs.as_slice() {
@@ -173,7 +225,11 @@ async fn route(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body>
                 json_response(200, &grp)
             })
             .ok_or_else(ApiError::no_route),
-        ["apis", g, v] if resources::groups().iter().any(|(gg, vv)| gg == g && vv == v) => {
+        ["apis", g, v]
+            if resources::groups()
+                .iter()
+                .any(|(gg, vv)| gg == g && vv == v) =>
+        {
             Ok(json_response(200, &resource_list(g, v)))
         }
         ["api", "v1", rest @ ..] => {
@@ -191,7 +247,10 @@ async fn route(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body>
 
 fn resource_list(group: &str, version: &str) -> Value {
     let mut out = Vec::new();
-    for rt in resources::ALL.iter().filter(|r| r.group == group && r.version == version) {
+    for rt in resources::ALL
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
         let mut r = json!({
             "name": rt.plural,
             "singularName": rt.singular,
@@ -227,7 +286,11 @@ fn resource_list(group: &str, version: &str) -> Value {
             out.push(s);
         }
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out})
 }
 
@@ -251,7 +314,10 @@ enum Shape {
 }
 
 fn negotiate(headers: &HeaderMap) -> Shape {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     for cand in accept.split(',') {
         let mut it = cand.split(';').map(str::trim);
         let media = it.next().unwrap_or("");
@@ -284,15 +350,20 @@ fn negotiate(headers: &HeaderMap) -> Shape {
 
 async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
     let limited = http_body_util::Limited::new(body, MAX_BODY);
-    limited
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .map_err(|e| ApiError::new(413, "RequestEntityTooLarge", format!("could not read the request body: {e}")))
+    limited.collect().await.map(|c| c.to_bytes()).map_err(|e| {
+        ApiError::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("could not read the request body: {e}"),
+        )
+    })
 }
 
 fn parse_body(headers: &HeaderMap, bytes: &[u8]) -> Result<Value, ApiError> {
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
     if ct.contains("protobuf") {
         return super::protobuf::decode_object(bytes).map_err(|e| {
             let mut err = ApiError::unsupported_media_type(ct);
@@ -301,29 +372,44 @@ fn parse_body(headers: &HeaderMap, bytes: &[u8]) -> Result<Value, ApiError> {
         });
     }
     if bytes.is_empty() {
-        return Err(ApiError::bad_request("the request body is empty; send a JSON object"));
+        return Err(ApiError::bad_request(
+            "the request body is empty; send a JSON object",
+        ));
     }
     if ct.contains("yaml") {
-        serde_yaml::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))
+        serde_yaml::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))
     } else {
-        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+        serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
     }
 }
 
 fn list_query(rt: &ResourceType, q: &HashMap<String, String>) -> Result<ListQuery, ApiError> {
     let labels = match q.get("labelSelector") {
-        Some(s) => LabelSelector::parse(s).map_err(|e| ApiError::bad_request(format!("invalid labelSelector {s:?}: {e}")))?,
+        Some(s) => LabelSelector::parse(s)
+            .map_err(|e| ApiError::bad_request(format!("invalid labelSelector {s:?}: {e}")))?,
         None => LabelSelector::default(),
     };
     let fields = match q.get("fieldSelector") {
-        Some(s) => FieldSelector::parse(rt, s).map_err(|e| ApiError::bad_request(format!("invalid fieldSelector {s:?}: {e}")))?,
+        Some(s) => FieldSelector::parse(rt, s)
+            .map_err(|e| ApiError::bad_request(format!("invalid fieldSelector {s:?}: {e}")))?,
         None => FieldSelector::default(),
     };
     let limit = match q.get("limit").filter(|s| !s.is_empty()) {
-        Some(s) => Some(s.parse::<usize>().map_err(|_| ApiError::bad_request(format!("invalid limit {s:?}: must be a non-negative integer")))?),
+        Some(s) => Some(s.parse::<usize>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "invalid limit {s:?}: must be a non-negative integer"
+            ))
+        })?),
         None => None,
     };
-    Ok(ListQuery { labels, fields, limit, continue_token: q.get("continue").cloned().filter(|s| !s.is_empty()) })
+    Ok(ListQuery {
+        labels,
+        fields,
+        limit,
+        continue_token: q.get("continue").cloned().filter(|s| !s.is_empty()),
+    })
 }
 
 fn flag(q: &HashMap<String, String>, k: &str) -> bool {
@@ -379,15 +465,33 @@ async fn resource_request(
     }
     let watching = legacy_watch || flag(&query, "watch");
     let verb = match (&parts.method, name.is_some()) {
-        (&Method::GET, false) => if watching { "watch" } else { "list" },
-        (&Method::GET, true) => if watching { "watch" } else { "get" },
+        (&Method::GET, false) => {
+            if watching {
+                "watch"
+            } else {
+                "list"
+            }
+        }
+        (&Method::GET, true) => {
+            if watching {
+                "watch"
+            } else {
+                "get"
+            }
+        }
         (&Method::POST, false) => "create",
         (&Method::POST, true) if sub == "token" => "create",
         (&Method::PUT, true) => "update",
         (&Method::PATCH, true) => "patch",
         (&Method::DELETE, true) => "delete",
         (&Method::DELETE, false) => "deletecollection",
-        _ => return Err(ApiError::method_not_allowed(&format!("{} {}", parts.method, parts.uri.path()))),
+        _ => {
+            return Err(ApiError::method_not_allowed(&format!(
+                "{} {}",
+                parts.method,
+                parts.uri.path()
+            )))
+        }
     };
     let verb_ok = match sub.as_str() {
         "" => rt.verbs.contains(&verb),
@@ -395,11 +499,23 @@ async fn resource_request(
         "token" => verb == "create",
         _ => ["get", "update", "patch"].contains(&verb),
     };
-    if !verb_ok || (rt.namespaced && ns.is_none() && !["list", "watch", "deletecollection"].contains(&verb) && verb != "create") {
-        return Err(ApiError::method_not_allowed(&format!("{} {}", parts.method, parts.uri.path())));
+    if !verb_ok
+        || (rt.namespaced
+            && ns.is_none()
+            && !["list", "watch", "deletecollection"].contains(&verb)
+            && verb != "create")
+    {
+        return Err(ApiError::method_not_allowed(&format!(
+            "{} {}",
+            parts.method,
+            parts.uri.path()
+        )));
     }
     if rt.namespaced && ns.is_none() && verb == "create" {
-        return Err(ApiError::method_not_allowed(&format!("POST {} (create namespaced objects under /namespaces/NAMESPACE/)", parts.uri.path())));
+        return Err(ApiError::method_not_allowed(&format!(
+            "POST {} (create namespaced objects under /namespaces/NAMESPACE/)",
+            parts.uri.path()
+        )));
     }
     let attrs = Attributes {
         verb: verb.to_string(),
@@ -437,7 +553,13 @@ async fn resource_request(
             let out = match shape {
                 Shape::Table(tv) => {
                     let objs: Vec<&Value> = r.items.iter().map(|o| o.as_ref()).collect();
-                    table::table(rt, &objs, IncludeObject::parse(query.get("includeObject").map(String::as_str)), tv, meta)
+                    table::table(
+                        rt,
+                        &objs,
+                        IncludeObject::parse(query.get("includeObject").map(String::as_str)),
+                        tv,
+                        meta,
+                    )
                 }
                 Shape::Partial(pv) => json!({
                     "kind": "PartialObjectMetadataList",
@@ -473,7 +595,13 @@ async fn resource_request(
             let out = match shape {
                 Shape::Table(tv) => {
                     let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
-                    table::table(rt, &[obj.as_ref()], IncludeObject::parse(query.get("includeObject").map(String::as_str)), tv, meta)
+                    table::table(
+                        rt,
+                        &[obj.as_ref()],
+                        IncludeObject::parse(query.get("includeObject").map(String::as_str)),
+                        tv,
+                        meta,
+                    )
                 }
                 Shape::Partial(pv) => table::partial_metadata(&obj, pv),
                 Shape::Full => (*obj).clone(),
@@ -495,54 +623,106 @@ async fn resource_request(
         "update" => {
             let bytes = read_body(body).await?;
             let v = parse_body(&parts.headers, &bytes)?;
-            let part = if sub == "status" { Part::Status } else { Part::Main };
-            let obj = st.store.update(rt, &ns_str, name.as_deref().unwrap_or(""), v, part, dry_run(&query))?;
+            let part = if sub == "status" {
+                Part::Status
+            } else {
+                Part::Main
+            };
+            let obj = st.store.update(
+                rt,
+                &ns_str,
+                name.as_deref().unwrap_or(""),
+                v,
+                part,
+                dry_run(&query),
+            )?;
             Ok(json_response(200, &obj))
         }
         "patch" => {
             let bytes = read_body(body).await?;
-            let ct = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+            let ct = parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
             let media = ct.split(';').next().unwrap_or("").trim();
             let patch = match media {
                 "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
-                    Patch::Merge(serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?)
+                    Patch::Merge(serde_json::from_slice(&bytes).map_err(|e| {
+                        ApiError::bad_request(format!("the patch is not valid JSON: {e}"))
+                    })?)
                 }
                 "application/json-patch+json" => {
-                    Patch::Json(serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?)
+                    Patch::Json(serde_json::from_slice(&bytes).map_err(|e| {
+                        ApiError::bad_request(format!("the patch is not valid JSON: {e}"))
+                    })?)
                 }
                 "application/apply-patch+yaml" | "application/apply-patch+json" => {
-                    Patch::Apply(serde_yaml::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("the apply patch is not valid YAML: {e}")))?)
+                    Patch::Apply(serde_yaml::from_slice(&bytes).map_err(|e| {
+                        ApiError::bad_request(format!("the apply patch is not valid YAML: {e}"))
+                    })?)
                 }
                 other => return Err(ApiError::unsupported_media_type(other)),
             };
-            let part = if sub == "status" { Part::Status } else { Part::Main };
-            let obj = st.store.patch(rt, &ns_str, name.as_deref().unwrap_or(""), patch, part, dry_run(&query))?;
+            let part = if sub == "status" {
+                Part::Status
+            } else {
+                Part::Main
+            };
+            let obj = st.store.patch(
+                rt,
+                &ns_str,
+                name.as_deref().unwrap_or(""),
+                patch,
+                part,
+                dry_run(&query),
+            )?;
             Ok(json_response(200, &obj))
         }
         "delete" | "deletecollection" => {
             let bytes = read_body(body).await?;
-            let mut opts = DeleteOptions { dry_run: dry_run(&query), propagation: query.get("propagationPolicy").cloned(), ..Default::default() };
+            let mut opts = DeleteOptions {
+                dry_run: dry_run(&query),
+                propagation: query.get("propagationPolicy").cloned(),
+                ..Default::default()
+            };
             if !bytes.is_empty() {
-                let v: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}")))?;
+                let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
+                    ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}"))
+                })?;
                 if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
                     opts.propagation = Some(p.to_string());
                 }
                 if v.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
                     opts.propagation = Some("Orphan".into());
                 }
-                opts.precondition_uid = v.pointer("/preconditions/uid").and_then(Value::as_str).map(String::from);
-                opts.precondition_rv = v.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(String::from);
-                if v.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|x| x == "All")) {
+                opts.precondition_uid = v
+                    .pointer("/preconditions/uid")
+                    .and_then(Value::as_str)
+                    .map(String::from);
+                opts.precondition_rv = v
+                    .pointer("/preconditions/resourceVersion")
+                    .and_then(Value::as_str)
+                    .map(String::from);
+                if v.get("dryRun")
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| a.iter().any(|x| x == "All"))
+                {
                     opts.dry_run = true;
                 }
             }
             if let Some(p) = &opts.propagation {
                 if !["Orphan", "Background", "Foreground"].contains(&p.as_str()) {
-                    return Err(ApiError::bad_request(format!("invalid propagationPolicy {p:?}: use Orphan, Background or Foreground")));
+                    return Err(ApiError::bad_request(format!(
+                        "invalid propagationPolicy {p:?}: use Orphan, Background or Foreground"
+                    )));
                 }
             }
             if verb == "delete" {
-                let obj = st.store.delete(rt, &ns_str, name.as_deref().unwrap_or(""), &opts)?;
+                let obj = st
+                    .store
+                    .delete(rt, &ns_str, name.as_deref().unwrap_or(""), &opts)?;
                 Ok(json_response(200, &obj))
             } else {
                 let q = list_query(rt, &query)?;
@@ -565,7 +745,10 @@ async fn resource_request(
 /// An OpenAPI v2 document without schemas: kubectl downloads one before creating objects from
 /// files, and skips client-side validation of kinds it does not describe.
 fn openapi_v2(headers: &HeaderMap) -> Response<Body> {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     if accept.contains("protobuf") {
         // gnostic openapi_v2.Document: swagger (1) = "2.0", info (2) = {title (1), version (2)}.
         fn field(tag: u8, bytes: &[u8]) -> Vec<u8> {
@@ -577,11 +760,17 @@ fn openapi_v2(headers: &HeaderMap) -> Response<Body> {
         let doc = [field(1, b"2.0"), field(2, &info)].concat();
         return Response::builder()
             .status(200)
-            .header(header::CONTENT_TYPE, "application/com.github.proto-openapi.spec.v2.v1.0+protobuf")
+            .header(
+                header::CONTENT_TYPE,
+                "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+            )
             .body(full(doc))
             .expect("valid response");
     }
-    json_response(200, &json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.33.0"}, "paths": {}, "definitions": {}}))
+    json_response(
+        200,
+        &json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.33.0"}, "paths": {}, "definitions": {}}),
+    )
 }
 
 // ---- watch ----
@@ -616,7 +805,10 @@ impl WatchFilter {
             b.extend_from_slice(b"}\n");
             return Some(Bytes::from(b));
         }
-        Some(event_line(kind.as_str(), &render(shape, self.rt, include, &obj)))
+        Some(event_line(
+            kind.as_str(),
+            &render(shape, self.rt, include, &obj),
+        ))
     }
 
     /// What a watcher with this filter should see for a store event.
@@ -672,20 +864,35 @@ fn start_watch(
 ) -> Result<Response<Body>, ApiError> {
     let since = match query.get("resourceVersion").map(String::as_str) {
         None | Some("") | Some("0") => None,
-        Some(s) => Some(s.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {s:?}: must be a resourceVersion this server returned")))?),
+        Some(s) => Some(s.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "invalid resourceVersion {s:?}: must be a resourceVersion this server returned"
+            ))
+        })?),
     };
     let send_initial = flag(query, "sendInitialEvents");
     let bookmarks = flag(query, "allowWatchBookmarks");
     let timeout = match query.get("timeoutSeconds").filter(|s| !s.is_empty()) {
-        Some(s) => Duration::from_secs(s.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {s:?}")))?),
+        Some(s) => Duration::from_secs(
+            s.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {s:?}")))?,
+        ),
         None => Duration::from_secs(1800),
     };
     let include = IncludeObject::parse(query.get("includeObject").map(String::as_str));
     let pinned = q.fields.pinned_name().map(String::from);
-    let filter = WatchFilter { rt, ns: ns.clone(), q, pinned };
+    let filter = WatchFilter {
+        rt,
+        ns: ns.clone(),
+        q,
+        pinned,
+    };
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     // A watch from a resourceVersion that is too old answers 200 with one ERROR event.
-    let start = match st.store.watch(rt, ns.as_deref(), if send_initial { None } else { since }) {
+    let start = match st
+        .store
+        .watch(rt, ns.as_deref(), if send_initial { None } else { since })
+    {
         Ok(s) => Some(s),
         Err(e) if e.code == 410 => {
             let _ = tx.try_send(event_line("ERROR", &e.to_status()));
@@ -695,7 +902,9 @@ fn start_watch(
     };
     if let Some(start) = start {
         let mut shutdown = st.shutdown.clone();
-        let interval = Duration::from_millis(st.bookmark_ms.load(std::sync::atomic::Ordering::Relaxed));
+        let mut drops = st.watch_drops.subscribe();
+        let interval =
+            Duration::from_millis(st.bookmark_ms.load(std::sync::atomic::Ordering::Relaxed));
         tokio::spawn(async move {
             let mut last_rv = start.resource_version;
             let initial_end = send_initial || since.is_none();
@@ -711,9 +920,16 @@ fn start_watch(
                 if initial_end {
                     meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
                 }
-                event_line("BOOKMARK", &json!({"kind": filter.rt.kind, "apiVersion": filter.rt.api_version(), "metadata": meta}))
+                event_line(
+                    "BOOKMARK",
+                    &json!({"kind": filter.rt.kind, "apiVersion": filter.rt.api_version(), "metadata": meta}),
+                )
             };
-            if send_initial && bookmarks && initial_end && tx.send(bookmark(last_rv, true)).await.is_err() {
+            if send_initial
+                && bookmarks
+                && initial_end
+                && tx.send(bookmark(last_rv, true)).await.is_err()
+            {
                 return;
             }
             let mut rx = start.rx;
@@ -724,6 +940,7 @@ fn start_watch(
             loop {
                 tokio::select! {
                     _ = shutdown.changed() => return,
+                    _ = drops.changed() => return,
                     _ = tx.closed() => return,
                     _ = &mut deadline => return,
                     _ = tick.tick(), if bookmarks => {
@@ -750,7 +967,9 @@ fn start_watch(
         });
     }
     let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
     });
     Ok(Response::builder()
         .status(200)
@@ -762,11 +981,18 @@ fn start_watch(
 
 // ---- logs ----
 
-async fn pod_log(st: &Arc<State>, ns: &str, name: &str, q: &HashMap<String, String>) -> Result<Response<Body>, ApiError> {
+async fn pod_log(
+    st: &Arc<State>,
+    ns: &str,
+    name: &str,
+    q: &HashMap<String, String>,
+) -> Result<Response<Body>, ApiError> {
     let pod = st.store.get(&resources::PODS, ns, name)?;
     let src = st.logs.read().unwrap_or_else(|p| p.into_inner()).clone();
     let path = src.and_then(|f| f(ns, name)).ok_or_else(|| {
-        ApiError::bad_request(format!("no log is available for pod \"{name}\": only pods the sandbox kubelet runs have logs"))
+        ApiError::bad_request(format!(
+            "no log is available for pod \"{name}\": only pods the sandbox kubelet runs have logs"
+        ))
     })?;
     let data = tokio::fs::read(&path).await.unwrap_or_default();
     let tail = q.get("tailLines").and_then(|s| s.parse::<usize>().ok());
@@ -783,19 +1009,36 @@ async fn pod_log(st: &Arc<State>, ns: &str, name: &str, q: &HashMap<String, Stri
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let store = st.store.clone();
     let mut shutdown = st.shutdown.clone();
-    let (ns, name, uid) = (ns.to_string(), name.to_string(), pod["metadata"]["uid"].clone());
-    let mut offset = tokio::fs::metadata(&path).await.map(|m| m.len()).unwrap_or(0);
+    let (ns, name, uid) = (
+        ns.to_string(),
+        name.to_string(),
+        pod["metadata"]["uid"].clone(),
+    );
+    let mut offset = tokio::fs::metadata(&path)
+        .await
+        .map(|m| m.len())
+        .unwrap_or(0);
     let _ = tx.send(Bytes::from(text)).await;
     tokio::spawn(async move {
         let mut feed = store.subscribe();
         loop {
             let done = match store.get(&resources::PODS, &ns, &name) {
-                Ok(p) => p["metadata"]["uid"] != uid || matches!(p.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded") | Some("Failed")),
+                Ok(p) => {
+                    p["metadata"]["uid"] != uid
+                        || matches!(
+                            p.pointer("/status/phase").and_then(Value::as_str),
+                            Some("Succeeded") | Some("Failed")
+                        )
+                }
                 Err(_) => true,
             };
             if let Ok(data) = tokio::fs::read(&path).await {
                 if (data.len() as u64) > offset {
-                    if tx.send(Bytes::copy_from_slice(&data[offset as usize..])).await.is_err() {
+                    if tx
+                        .send(Bytes::copy_from_slice(&data[offset as usize..]))
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                     offset = data.len() as u64;
@@ -814,7 +1057,9 @@ async fn pod_log(st: &Arc<State>, ns: &str, name: &str, q: &HashMap<String, Stri
         }
     });
     let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
     });
     Ok(Response::builder()
         .status(200)
@@ -834,7 +1079,11 @@ pub fn mint_sa_token(st: &State, ns: &str, name: &str) -> String {
         .store
         .get(&resources::SERVICEACCOUNTS, ns, name)
         .ok()
-        .and_then(|o| o.pointer("/metadata/uid").and_then(Value::as_str).map(String::from))
+        .and_then(|o| {
+            o.pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(String::from)
+        })
         .unwrap_or_default();
     let user = format!("system:serviceaccount:{ns}:{name}");
     let header = json!({"alg": "RS256", "kid": "prrte-k8s-sandbox"});
@@ -858,10 +1107,17 @@ pub fn mint_sa_token(st: &State, ns: &str, name: &str) -> String {
     let id = Identity {
         user,
         uid: sa_uid,
-        groups: vec!["system:serviceaccounts".into(), format!("system:serviceaccounts:{ns}"), "system:authenticated".into()],
+        groups: vec![
+            "system:serviceaccounts".into(),
+            format!("system:serviceaccounts:{ns}"),
+            "system:authenticated".into(),
+        ],
         source: RightsSource::Rbac,
     };
-    st.tokens.write().unwrap_or_else(|p| p.into_inner()).insert(token.clone(), id);
+    st.tokens
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(token.clone(), id);
     token
 }
 
@@ -883,15 +1139,27 @@ fn token_request(st: &State, ns: &str, sa: &str, body: Value) -> Result<Response
 }
 
 fn non_resource_allowed(id: &Identity, path: &str, verb: &str) -> bool {
-    let discovery = ["/api", "/apis", "/version", "/healthz", "/livez", "/readyz", "/openapi"];
-    if verb == "get" && discovery.iter().any(|p| path == *p || path.starts_with(&format!("{p}/"))) {
+    let discovery = [
+        "/api", "/apis", "/version", "/healthz", "/livez", "/readyz", "/openapi",
+    ];
+    if verb == "get"
+        && discovery
+            .iter()
+            .any(|p| path == *p || path.starts_with(&format!("{p}/")))
+    {
         return true;
     }
     matches!(&id.source, RightsSource::Static { namespace: None, rules } if rules.iter().any(|r| r.verbs.iter().any(|v| v == "*") && r.resources.iter().any(|x| x == "*")))
 }
 
-fn review(st: &State, id: &Identity, rt: &ResourceType, body: Value) -> Result<Response<Body>, ApiError> {
-    let body = (rt.normalize)(body).map_err(|e| ApiError::bad_request(format!("{} cannot be decoded: {e}", rt.kind)))?;
+fn review(
+    st: &State,
+    id: &Identity,
+    rt: &ResourceType,
+    body: Value,
+) -> Result<Response<Body>, ApiError> {
+    let body = (rt.normalize)(body)
+        .map_err(|e| ApiError::bad_request(format!("{} cannot be decoded: {e}", rt.kind)))?;
     let mut out = body.clone();
     out["apiVersion"] = json!(rt.api_version());
     out["kind"] = json!(rt.kind);
@@ -919,14 +1187,21 @@ fn review(st: &State, id: &Identity, rt: &ResourceType, body: Value) -> Result<R
             } else {
                 return Err(ApiError::invalid(rt, "", &[("spec.resourceAttributes".into(), "Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified".into())]));
             };
-            let reason = if allowed { format!("allowed for user \"{}\"", id.user) } else { String::new() };
+            let reason = if allowed {
+                format!("allowed for user \"{}\"", id.user)
+            } else {
+                String::new()
+            };
             out["status"] = json!({"allowed": allowed});
             if allowed {
                 out["status"]["reason"] = json!(reason);
             }
         }
         "selfsubjectrulesreviews" => {
-            let ns = body.pointer("/spec/namespace").and_then(Value::as_str).unwrap_or("");
+            let ns = body
+                .pointer("/spec/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or("");
             let rules: Vec<Value> = id
                 .rules(&st.store)
                 .into_iter()
@@ -946,10 +1221,10 @@ fn review(st: &State, id: &Identity, rt: &ResourceType, body: Value) -> Result<R
             });
         }
         "selfsubjectreviews" => {
-            out["status"] = json!({"userInfo": {"username": id.user, "uid": id.uid, "groups": id.groups}});
+            out["status"] =
+                json!({"userInfo": {"username": id.user, "uid": id.uid, "groups": id.groups}});
         }
         _ => return Err(ApiError::method_not_allowed(rt.plural)),
     }
     Ok(json_response(201, &out))
 }
-

@@ -44,7 +44,11 @@ pub struct ApiOptions {
 
 impl Default for ApiOptions {
     fn default() -> Self {
-        ApiOptions { bind: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0), dir: None, extra_san_ips: Vec::new() }
+        ApiOptions {
+            bind: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            dir: None,
+            extra_san_ips: Vec::new(),
+        }
     }
 }
 
@@ -68,37 +72,57 @@ fn random_token(prefix: &str) -> String {
 impl ApiServer {
     /// Starts the server on the current tokio runtime.
     pub async fn start(opts: ApiOptions) -> anyhow::Result<ApiServer> {
-        let listener = TcpListener::bind(opts.bind)
-            .await
-            .with_context(|| format!("binding the API server to {} (is the address local and the port free?)", opts.bind))?;
+        let listener = TcpListener::bind(opts.bind).await.with_context(|| {
+            format!(
+                "binding the API server to {} (is the address local and the port free?)",
+                opts.bind
+            )
+        })?;
         let addr = listener.local_addr()?;
-        let host_ip = if addr.ip().is_unspecified() { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { addr.ip() };
+        let host_ip = if addr.ip().is_unspecified() {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        } else {
+            addr.ip()
+        };
         let mut ips = vec![IpAddr::V4(Ipv4Addr::LOCALHOST), host_ip];
         ips.extend(opts.extra_san_ips.iter().copied());
         let pki = tls::make(&ips)?;
 
         let (tmp, dir) = match &opts.dir {
             Some(d) => {
-                std::fs::create_dir_all(d).with_context(|| format!("creating the API server directory {}", d.display()))?;
+                std::fs::create_dir_all(d).with_context(|| {
+                    format!("creating the API server directory {}", d.display())
+                })?;
                 (None, d.clone())
             }
             None => {
-                let t = tempfile::Builder::new().prefix("prrte-k8s-api-").tempdir().context("creating a temporary directory")?;
+                let t = tempfile::Builder::new()
+                    .prefix("prrte-k8s-api-")
+                    .tempdir()
+                    .context("creating a temporary directory")?;
                 let p = t.path().to_path_buf();
                 (Some(t), p)
             }
         };
         let ca_path = dir.join("ca.crt");
-        std::fs::write(&ca_path, &pki.ca_pem).with_context(|| format!("writing {}", ca_path.display()))?;
+        std::fs::write(&ca_path, &pki.ca_pem)
+            .with_context(|| format!("writing {}", ca_path.display()))?;
 
         let store = Store::new();
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             store
-                .create(&resources::NAMESPACES, "", json!({"metadata": {"name": ns}}), false)
+                .create(
+                    &resources::NAMESPACES,
+                    "",
+                    json!({"metadata": {"name": ns}}),
+                    false,
+                )
                 .map_err(|e| anyhow::anyhow!("seeding namespace {ns}: {e}"))?;
         }
         for role in auth::builtin_cluster_roles() {
-            store.create(&resources::CLUSTERROLES, "", role, false).map_err(|e| anyhow::anyhow!("seeding cluster roles: {e}"))?;
+            store
+                .create(&resources::CLUSTERROLES, "", role, false)
+                .map_err(|e| anyhow::anyhow!("seeding cluster roles: {e}"))?;
         }
 
         let admin_token = random_token("admin-");
@@ -109,7 +133,10 @@ impl ApiServer {
                 user: "kubernetes-admin".into(),
                 uid: String::new(),
                 groups: vec!["system:masters".into(), "system:authenticated".into()],
-                source: RightsSource::Static { namespace: None, rules: vec![Rule::all()] },
+                source: RightsSource::Static {
+                    namespace: None,
+                    rules: vec![Rule::all()],
+                },
             },
         );
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -120,6 +147,7 @@ impl ApiServer {
             shutdown: shutdown_rx.clone(),
             bookmark_ms: std::sync::atomic::AtomicU64::new(5000),
             logs: RwLock::new(None),
+            watch_drops: watch::channel(0).0,
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config.clone());
         let st = state.clone();
@@ -142,15 +170,19 @@ impl ApiServer {
                 let st = st.clone();
                 let mut sd = sd.clone();
                 tokio::spawn(async move {
-                    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-                        Ok(Ok(t)) => t,
-                        _ => return,
-                    };
+                    let tls =
+                        match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
+                            .await
+                        {
+                            Ok(Ok(t)) => t,
+                            _ => return,
+                        };
                     let svc = hyper::service::service_fn(move |req| {
                         let st = st.clone();
                         async move { Ok::<_, Infallible>(http::handle(st, req).await) }
                     });
-                    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    let builder =
+                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                     let conn = builder.serve_connection(TokioIo::new(tls), svc);
                     tokio::select! {
                         _ = conn => {}
@@ -203,9 +235,16 @@ impl ApiServer {
             user: user.to_string(),
             uid: String::new(),
             groups: vec!["system:authenticated".into()],
-            source: RightsSource::Static { namespace: namespace.map(String::from), rules },
+            source: RightsSource::Static {
+                namespace: namespace.map(String::from),
+                rules,
+            },
         };
-        self.state.tokens.write().unwrap_or_else(|p| p.into_inner()).insert(token.to_string(), id);
+        self.state
+            .tokens
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token.to_string(), id);
     }
 
     /// Mints and registers a token for `system:serviceaccount:NS:NAME`, whose rights come
@@ -215,7 +254,12 @@ impl ApiServer {
     }
 
     /// Writes a kubeconfig for this server with `token`, its context in `namespace`.
-    pub fn write_kubeconfig(&self, path: &Path, token: &str, namespace: &str) -> anyhow::Result<()> {
+    pub fn write_kubeconfig(
+        &self,
+        path: &Path,
+        token: &str,
+        namespace: &str,
+    ) -> anyhow::Result<()> {
         let cfg = json!({
             "apiVersion": "v1",
             "kind": "Config",
@@ -227,9 +271,11 @@ impl ApiServer {
         });
         let text = serde_yaml::to_string(&cfg)?;
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
         }
-        std::fs::write(path, text).with_context(|| format!("writing kubeconfig {}", path.display()))?;
+        std::fs::write(path, text)
+            .with_context(|| format!("writing kubeconfig {}", path.display()))?;
         Ok(())
     }
 
@@ -239,13 +285,26 @@ impl ApiServer {
     }
 
     /// Lets `GET .../pods/NAME/log` serve pod logs: `f(namespace, name)` gives the log file.
-    pub fn set_log_source(&self, f: impl Fn(&str, &str) -> Option<PathBuf> + Send + Sync + 'static) {
+    pub fn set_log_source(
+        &self,
+        f: impl Fn(&str, &str) -> Option<PathBuf> + Send + Sync + 'static,
+    ) {
         *self.state.logs.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(f));
+    }
+
+    /// Ends every open watch stream at once, as a dropped connection or an API server restart
+    /// would (clients see the stream end and watch again; a watch from a resource version the
+    /// store has compacted away, see [`Store::compact`], then gets 410 Gone).
+    pub fn drop_watches(&self) {
+        self.state.watch_drops.send_modify(|n| *n += 1);
     }
 
     /// How often watches that allow bookmarks get one (default 5 s).
     pub fn set_bookmark_interval(&self, d: Duration) {
-        self.state.bookmark_ms.store(d.as_millis().max(1) as u64, std::sync::atomic::Ordering::Relaxed);
+        self.state.bookmark_ms.store(
+            d.as_millis().max(1) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 }
 

@@ -44,8 +44,17 @@ const META: &[Field] = &[
     (13, "ownerReferences", F::RepMsg(OWNER_REF)),
     (14, "finalizers", F::RepStr),
 ];
-const NAMESPACE: &[Field] = &[(1, "metadata", F::Msg(META)), (2, "spec", F::Msg(&[(1, "finalizers", F::RepStr)]))];
-const OBJ_REF: &[Field] = &[(1, "kind", F::Str), (2, "namespace", F::Str), (3, "name", F::Str), (4, "uid", F::Str), (5, "apiVersion", F::Str)];
+const NAMESPACE: &[Field] = &[
+    (1, "metadata", F::Msg(META)),
+    (2, "spec", F::Msg(&[(1, "finalizers", F::RepStr)])),
+];
+const OBJ_REF: &[Field] = &[
+    (1, "kind", F::Str),
+    (2, "namespace", F::Str),
+    (3, "name", F::Str),
+    (4, "uid", F::Str),
+    (5, "apiVersion", F::Str),
+];
 const LOCAL_REF: &[Field] = &[(1, "name", F::Str)];
 const SERVICE_ACCOUNT: &[Field] = &[
     (1, "metadata", F::Msg(META)),
@@ -77,9 +86,23 @@ const RESOURCE_ATTRS: &[Field] = &[
 ];
 const SSAR: &[Field] = &[
     (1, "metadata", F::Msg(META)),
-    (2, "spec", F::Msg(&[(1, "resourceAttributes", F::Msg(RESOURCE_ATTRS)), (2, "nonResourceAttributes", F::Msg(&[(1, "path", F::Str), (2, "verb", F::Str)]))])),
+    (
+        2,
+        "spec",
+        F::Msg(&[
+            (1, "resourceAttributes", F::Msg(RESOURCE_ATTRS)),
+            (
+                2,
+                "nonResourceAttributes",
+                F::Msg(&[(1, "path", F::Str), (2, "verb", F::Str)]),
+            ),
+        ]),
+    ),
 ];
-const SSRR: &[Field] = &[(1, "metadata", F::Msg(META)), (2, "spec", F::Msg(&[(1, "namespace", F::Str)]))];
+const SSRR: &[Field] = &[
+    (1, "metadata", F::Msg(META)),
+    (2, "spec", F::Msg(&[(1, "namespace", F::Str)])),
+];
 const SSR: &[Field] = &[(1, "metadata", F::Msg(META))];
 const TOKEN_REQUEST: &[Field] = &[
     (1, "metadata", F::Msg(META)),
@@ -89,7 +112,16 @@ const TOKEN_REQUEST: &[Field] = &[
         F::Msg(&[
             (1, "audiences", F::RepStr),
             (4, "expirationSeconds", F::Int),
-            (3, "boundObjectRef", F::Msg(&[(1, "kind", F::Str), (2, "apiVersion", F::Str), (3, "name", F::Str), (4, "uid", F::Str)])),
+            (
+                3,
+                "boundObjectRef",
+                F::Msg(&[
+                    (1, "kind", F::Str),
+                    (2, "apiVersion", F::Str),
+                    (3, "name", F::Str),
+                    (4, "uid", F::Str),
+                ]),
+            ),
         ]),
     ),
 ];
@@ -100,11 +132,31 @@ const POLICY_RULE: &[Field] = &[
     (4, "resourceNames", F::RepStr),
     (5, "nonResourceURLs", F::RepStr),
 ];
-const ROLE: &[Field] = &[(1, "metadata", F::Msg(META)), (2, "rules", F::RepMsg(POLICY_RULE))];
-const SUBJECT: &[Field] = &[(1, "kind", F::Str), (2, "apiGroup", F::Str), (3, "name", F::Str), (4, "namespace", F::Str)];
-const ROLE_REF: &[Field] = &[(1, "apiGroup", F::Str), (2, "kind", F::Str), (3, "name", F::Str)];
-const BINDING: &[Field] = &[(1, "metadata", F::Msg(META)), (2, "subjects", F::RepMsg(SUBJECT)), (3, "roleRef", F::Msg(ROLE_REF))];
-const KEY_SELECTOR: &[Field] = &[(1, "localObjectReference", F::Msg(LOCAL_REF)), (2, "key", F::Str), (3, "optional", F::Bool)];
+const ROLE: &[Field] = &[
+    (1, "metadata", F::Msg(META)),
+    (2, "rules", F::RepMsg(POLICY_RULE)),
+];
+const SUBJECT: &[Field] = &[
+    (1, "kind", F::Str),
+    (2, "apiGroup", F::Str),
+    (3, "name", F::Str),
+    (4, "namespace", F::Str),
+];
+const ROLE_REF: &[Field] = &[
+    (1, "apiGroup", F::Str),
+    (2, "kind", F::Str),
+    (3, "name", F::Str),
+];
+const BINDING: &[Field] = &[
+    (1, "metadata", F::Msg(META)),
+    (2, "subjects", F::RepMsg(SUBJECT)),
+    (3, "roleRef", F::Msg(ROLE_REF)),
+];
+const KEY_SELECTOR: &[Field] = &[
+    (1, "localObjectReference", F::Msg(LOCAL_REF)),
+    (2, "key", F::Str),
+    (3, "optional", F::Bool),
+];
 const ENV_VAR: &[Field] = &[
     (1, "name", F::Str),
     (2, "value", F::Str),
@@ -112,7 +164,11 @@ const ENV_VAR: &[Field] = &[
         3,
         "valueFrom",
         F::Msg(&[
-            (1, "fieldRef", F::Msg(&[(1, "apiVersion", F::Str), (2, "fieldPath", F::Str)])),
+            (
+                1,
+                "fieldRef",
+                F::Msg(&[(1, "apiVersion", F::Str), (2, "fieldPath", F::Str)]),
+            ),
             (3, "configMapKeyRef", F::Msg(KEY_SELECTOR)),
             (4, "secretKeyRef", F::Msg(KEY_SELECTOR)),
         ]),
@@ -124,9 +180,21 @@ const CONTAINER: &[Field] = &[
     (3, "command", F::RepStr),
     (4, "args", F::RepStr),
     (5, "workingDir", F::Str),
-    (6, "ports", F::RepMsg(&[(1, "name", F::Str), (3, "containerPort", F::Int), (4, "protocol", F::Str)])),
+    (
+        6,
+        "ports",
+        F::RepMsg(&[
+            (1, "name", F::Str),
+            (3, "containerPort", F::Int),
+            (4, "protocol", F::Str),
+        ]),
+    ),
     (7, "env", F::RepMsg(ENV_VAR)),
-    (8, "resources", F::Msg(&[(1, "limits", F::MapQty), (2, "requests", F::MapQty)])),
+    (
+        8,
+        "resources",
+        F::Msg(&[(1, "limits", F::MapQty), (2, "requests", F::MapQty)]),
+    ),
     (13, "terminationMessagePath", F::Str),
     (14, "imagePullPolicy", F::Str),
 ];
@@ -172,8 +240,10 @@ fn schema(api_version: &str, kind: &str) -> Option<&'static [Field]> {
         ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => SSRR,
         ("authentication.k8s.io/v1", "SelfSubjectReview") => SSR,
         ("authentication.k8s.io/v1", "TokenRequest") => TOKEN_REQUEST,
-        ("rbac.authorization.k8s.io/v1", "Role") | ("rbac.authorization.k8s.io/v1", "ClusterRole") => ROLE,
-        ("rbac.authorization.k8s.io/v1", "RoleBinding") | ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => BINDING,
+        ("rbac.authorization.k8s.io/v1", "Role")
+        | ("rbac.authorization.k8s.io/v1", "ClusterRole") => ROLE,
+        ("rbac.authorization.k8s.io/v1", "RoleBinding")
+        | ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => BINDING,
         _ => return None,
     })
 }
@@ -198,7 +268,11 @@ impl<'a> Reader<'a> {
     }
     fn bytes(&mut self) -> Result<&'a [u8], String> {
         let n = self.varint()? as usize;
-        let end = self.pos.checked_add(n).filter(|e| *e <= self.b.len()).ok_or("truncated field")?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|e| *e <= self.b.len())
+            .ok_or("truncated field")?;
         let s = &self.b[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -269,11 +343,19 @@ fn decode(b: &[u8], fields: &[Field]) -> Result<Value, String> {
             }
             F::RepStr => {
                 let v = utf8(r.bytes()?)?;
-                out.entry(name).or_insert_with(|| json!([])).as_array_mut().expect("array").push(json!(v));
+                out.entry(name)
+                    .or_insert_with(|| json!([]))
+                    .as_array_mut()
+                    .expect("array")
+                    .push(json!(v));
             }
             F::RepMsg(s) => {
                 let v = decode(r.bytes()?, s)?;
-                out.entry(name).or_insert_with(|| json!([])).as_array_mut().expect("array").push(v);
+                out.entry(name)
+                    .or_insert_with(|| json!([]))
+                    .as_array_mut()
+                    .expect("array")
+                    .push(v);
             }
             F::MapStr | F::MapBytes | F::MapQty => {
                 let vf = match f {
@@ -284,11 +366,18 @@ fn decode(b: &[u8], fields: &[Field]) -> Result<Value, String> {
                 let entry = decode(r.bytes()?, &[(1, "k", F::Str), (2, "v", vf)])?;
                 let k = entry["k"].as_str().unwrap_or("").to_string();
                 let v = entry.get("v").cloned().unwrap_or(json!(""));
-                out.entry(name).or_insert_with(|| json!({})).as_object_mut().expect("object").insert(k, v);
+                out.entry(name)
+                    .or_insert_with(|| json!({}))
+                    .as_object_mut()
+                    .expect("object")
+                    .insert(k, v);
             }
             F::Time => {
                 let t = decode(r.bytes()?, &[(1, "s", F::Int), (2, "n", F::Int)])?;
-                out.insert(name, json!(super::defaults::rfc3339(t["s"].as_i64().unwrap_or(0))));
+                out.insert(
+                    name,
+                    json!(super::defaults::rfc3339(t["s"].as_i64().unwrap_or(0))),
+                );
             }
             F::Qty => {
                 let q = decode(r.bytes()?, &[(1, "q", F::Str)])?;
@@ -301,14 +390,24 @@ fn decode(b: &[u8], fields: &[Field]) -> Result<Value, String> {
 
 /// Decodes a `k8s\0`-prefixed protobuf object into its JSON form.
 pub fn decode_object(body: &[u8]) -> Result<Value, String> {
-    let raw_env = body.strip_prefix(b"k8s\0").ok_or("the body does not start with the Kubernetes protobuf magic bytes")?;
+    let raw_env = body
+        .strip_prefix(b"k8s\0")
+        .ok_or("the body does not start with the Kubernetes protobuf magic bytes")?;
     const TYPE_META: &[Field] = &[(1, "apiVersion", F::Str), (2, "kind", F::Str)];
-    let env = decode(raw_env, &[(1, "typeMeta", F::Msg(TYPE_META)), (2, "raw", F::Bytes)])?;
-    let av = env["typeMeta"]["apiVersion"].as_str().unwrap_or("").to_string();
+    let env = decode(
+        raw_env,
+        &[(1, "typeMeta", F::Msg(TYPE_META)), (2, "raw", F::Bytes)],
+    )?;
+    let av = env["typeMeta"]["apiVersion"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     let kind = env["typeMeta"]["kind"].as_str().unwrap_or("").to_string();
     let s = schema(&av, &kind).ok_or_else(|| format!("{av} {kind} in protobuf"))?;
     use base64::Engine;
-    let raw = base64::engine::general_purpose::STANDARD.decode(env["raw"].as_str().unwrap_or("")).map_err(|e| e.to_string())?;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(env["raw"].as_str().unwrap_or(""))
+        .map_err(|e| e.to_string())?;
     let mut v = decode(&raw, s)?;
     v["apiVersion"] = json!(av);
     v["kind"] = json!(kind);
@@ -347,14 +446,26 @@ mod tests {
 
     #[test]
     fn decodes_a_namespace() {
-        let meta = [field(1, b"ns1"), field(11, &[field(1, b"a"), field(2, b"b")].concat())].concat();
+        let meta = [
+            field(1, b"ns1"),
+            field(11, &[field(1, b"a"), field(2, b"b")].concat()),
+        ]
+        .concat();
         let obj = field(1, &meta);
         let tm = [field(1, b"v1"), field(2, b"Namespace")].concat();
         let unknown = [field(1, &tm), field(2, &obj)].concat();
         let body = [b"k8s\0".to_vec(), unknown].concat();
         let v = decode_object(&body).unwrap();
-        assert_eq!(v, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1", "labels": {"a": "b"}}}));
-        let empty = [b"k8s\0".to_vec(), field(1, &tm), field(2, &field(1, &field(2, b"")))].concat();
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1", "labels": {"a": "b"}}})
+        );
+        let empty = [
+            b"k8s\0".to_vec(),
+            field(1, &tm),
+            field(2, &field(1, &field(2, b""))),
+        ]
+        .concat();
         assert_eq!(decode_object(&empty).unwrap()["metadata"], json!({}));
     }
 

@@ -1,7 +1,7 @@
 //! The resource types the sandbox API server serves, with their discovery data and the
 //! k8s-openapi type each stored object is checked against.
 
-use k8s_openapi::api::{apps, authentication, authorization, batch, core, rbac};
+use k8s_openapi::api::{apps, authentication, authorization, batch, core, networking, rbac};
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;
 
@@ -73,7 +73,16 @@ fn norm<K: DeserializeOwned + Serialize>(v: Value) -> Result<Value, String> {
     serde_json::to_value(&k).map_err(|e| e.to_string())
 }
 
-const RW: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const RW: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 const STATUS: &[&str] = &["status"];
 
 macro_rules! rt {
@@ -95,23 +104,258 @@ macro_rules! rt {
     };
 }
 
-pub static PODS: ResourceType = rt!("", "v1", "pods", "pod", "Pod", true, &["po"], &["all"], RW, &["status", "log"], true, core::v1::Pod);
-pub static SECRETS: ResourceType = rt!("", "v1", "secrets", "secret", "Secret", true, &[], &[], RW, &[], true, core::v1::Secret);
-pub static EVENTS: ResourceType = rt!("", "v1", "events", "event", "Event", true, &["ev"], &[], RW, &[], true, core::v1::Event);
-pub static NAMESPACES: ResourceType = rt!("", "v1", "namespaces", "namespace", "Namespace", false, &["ns"], &[], &["create", "delete", "get", "list", "patch", "update", "watch"], STATUS, true, core::v1::Namespace);
-pub static SERVICEACCOUNTS: ResourceType = rt!("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, &["sa"], &[], RW, &["token"], true, core::v1::ServiceAccount);
-pub static CONFIGMAPS: ResourceType = rt!("", "v1", "configmaps", "configmap", "ConfigMap", true, &["cm"], &[], RW, &[], true, core::v1::ConfigMap);
-pub static SERVICES: ResourceType = rt!("", "v1", "services", "service", "Service", true, &["svc"], &["all"], &["create", "delete", "get", "list", "patch", "update", "watch"], STATUS, true, core::v1::Service);
-pub static NODES: ResourceType = rt!("", "v1", "nodes", "node", "Node", false, &["no"], &[], RW, STATUS, true, core::v1::Node);
-pub static JOBS: ResourceType = rt!("batch", "v1", "jobs", "job", "Job", true, &[], &["all"], RW, STATUS, true, batch::v1::Job);
-pub static STATEFULSETS: ResourceType = rt!("apps", "v1", "statefulsets", "statefulset", "StatefulSet", true, &["sts"], &["all"], RW, STATUS, true, apps::v1::StatefulSet);
-pub static ROLES: ResourceType = rt!("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", true, &[], &[], RW, &[], true, rbac::v1::Role);
-pub static ROLEBINDINGS: ResourceType = rt!("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", true, &[], &[], RW, &[], true, rbac::v1::RoleBinding);
-pub static CLUSTERROLES: ResourceType = rt!("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", false, &[], &[], RW, &[], true, rbac::v1::ClusterRole);
-pub static CLUSTERROLEBINDINGS: ResourceType = rt!("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", false, &[], &[], RW, &[], true, rbac::v1::ClusterRoleBinding);
-pub static SELFSUBJECTACCESSREVIEWS: ResourceType = rt!("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "selfsubjectaccessreview", "SelfSubjectAccessReview", false, &[], &[], &["create"], &[], false, authorization::v1::SelfSubjectAccessReview);
-pub static SELFSUBJECTRULESREVIEWS: ResourceType = rt!("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "selfsubjectrulesreview", "SelfSubjectRulesReview", false, &[], &[], &["create"], &[], false, authorization::v1::SelfSubjectRulesReview);
-pub static SELFSUBJECTREVIEWS: ResourceType = rt!("authentication.k8s.io", "v1", "selfsubjectreviews", "selfsubjectreview", "SelfSubjectReview", false, &[], &[], &["create"], &[], false, authentication::v1::SelfSubjectReview);
+pub static PODS: ResourceType = rt!(
+    "",
+    "v1",
+    "pods",
+    "pod",
+    "Pod",
+    true,
+    &["po"],
+    &["all"],
+    RW,
+    &["status", "log"],
+    true,
+    core::v1::Pod
+);
+pub static SECRETS: ResourceType = rt!(
+    "",
+    "v1",
+    "secrets",
+    "secret",
+    "Secret",
+    true,
+    &[],
+    &[],
+    RW,
+    &[],
+    true,
+    core::v1::Secret
+);
+pub static EVENTS: ResourceType = rt!(
+    "",
+    "v1",
+    "events",
+    "event",
+    "Event",
+    true,
+    &["ev"],
+    &[],
+    RW,
+    &[],
+    true,
+    core::v1::Event
+);
+pub static NAMESPACES: ResourceType = rt!(
+    "",
+    "v1",
+    "namespaces",
+    "namespace",
+    "Namespace",
+    false,
+    &["ns"],
+    &[],
+    &["create", "delete", "get", "list", "patch", "update", "watch"],
+    STATUS,
+    true,
+    core::v1::Namespace
+);
+pub static SERVICEACCOUNTS: ResourceType = rt!(
+    "",
+    "v1",
+    "serviceaccounts",
+    "serviceaccount",
+    "ServiceAccount",
+    true,
+    &["sa"],
+    &[],
+    RW,
+    &["token"],
+    true,
+    core::v1::ServiceAccount
+);
+pub static CONFIGMAPS: ResourceType = rt!(
+    "",
+    "v1",
+    "configmaps",
+    "configmap",
+    "ConfigMap",
+    true,
+    &["cm"],
+    &[],
+    RW,
+    &[],
+    true,
+    core::v1::ConfigMap
+);
+pub static SERVICES: ResourceType = rt!(
+    "",
+    "v1",
+    "services",
+    "service",
+    "Service",
+    true,
+    &["svc"],
+    &["all"],
+    &["create", "delete", "get", "list", "patch", "update", "watch"],
+    STATUS,
+    true,
+    core::v1::Service
+);
+pub static NODES: ResourceType = rt!(
+    "",
+    "v1",
+    "nodes",
+    "node",
+    "Node",
+    false,
+    &["no"],
+    &[],
+    RW,
+    STATUS,
+    true,
+    core::v1::Node
+);
+pub static JOBS: ResourceType = rt!(
+    "batch",
+    "v1",
+    "jobs",
+    "job",
+    "Job",
+    true,
+    &[],
+    &["all"],
+    RW,
+    STATUS,
+    true,
+    batch::v1::Job
+);
+pub static STATEFULSETS: ResourceType = rt!(
+    "apps",
+    "v1",
+    "statefulsets",
+    "statefulset",
+    "StatefulSet",
+    true,
+    &["sts"],
+    &["all"],
+    RW,
+    STATUS,
+    true,
+    apps::v1::StatefulSet
+);
+pub static NETWORKPOLICIES: ResourceType = rt!(
+    "networking.k8s.io",
+    "v1",
+    "networkpolicies",
+    "networkpolicy",
+    "NetworkPolicy",
+    true,
+    &["netpol"],
+    &[],
+    RW,
+    &[],
+    true,
+    networking::v1::NetworkPolicy
+);
+pub static ROLES: ResourceType = rt!(
+    "rbac.authorization.k8s.io",
+    "v1",
+    "roles",
+    "role",
+    "Role",
+    true,
+    &[],
+    &[],
+    RW,
+    &[],
+    true,
+    rbac::v1::Role
+);
+pub static ROLEBINDINGS: ResourceType = rt!(
+    "rbac.authorization.k8s.io",
+    "v1",
+    "rolebindings",
+    "rolebinding",
+    "RoleBinding",
+    true,
+    &[],
+    &[],
+    RW,
+    &[],
+    true,
+    rbac::v1::RoleBinding
+);
+pub static CLUSTERROLES: ResourceType = rt!(
+    "rbac.authorization.k8s.io",
+    "v1",
+    "clusterroles",
+    "clusterrole",
+    "ClusterRole",
+    false,
+    &[],
+    &[],
+    RW,
+    &[],
+    true,
+    rbac::v1::ClusterRole
+);
+pub static CLUSTERROLEBINDINGS: ResourceType = rt!(
+    "rbac.authorization.k8s.io",
+    "v1",
+    "clusterrolebindings",
+    "clusterrolebinding",
+    "ClusterRoleBinding",
+    false,
+    &[],
+    &[],
+    RW,
+    &[],
+    true,
+    rbac::v1::ClusterRoleBinding
+);
+pub static SELFSUBJECTACCESSREVIEWS: ResourceType = rt!(
+    "authorization.k8s.io",
+    "v1",
+    "selfsubjectaccessreviews",
+    "selfsubjectaccessreview",
+    "SelfSubjectAccessReview",
+    false,
+    &[],
+    &[],
+    &["create"],
+    &[],
+    false,
+    authorization::v1::SelfSubjectAccessReview
+);
+pub static SELFSUBJECTRULESREVIEWS: ResourceType = rt!(
+    "authorization.k8s.io",
+    "v1",
+    "selfsubjectrulesreviews",
+    "selfsubjectrulesreview",
+    "SelfSubjectRulesReview",
+    false,
+    &[],
+    &[],
+    &["create"],
+    &[],
+    false,
+    authorization::v1::SelfSubjectRulesReview
+);
+pub static SELFSUBJECTREVIEWS: ResourceType = rt!(
+    "authentication.k8s.io",
+    "v1",
+    "selfsubjectreviews",
+    "selfsubjectreview",
+    "SelfSubjectReview",
+    false,
+    &[],
+    &[],
+    &["create"],
+    &[],
+    false,
+    authentication::v1::SelfSubjectReview
+);
 
 /// Every served resource, in discovery order.
 pub static ALL: &[&ResourceType] = &[
@@ -125,6 +369,7 @@ pub static ALL: &[&ResourceType] = &[
     &NODES,
     &JOBS,
     &STATEFULSETS,
+    &NETWORKPOLICIES,
     &ROLES,
     &ROLEBINDINGS,
     &CLUSTERROLES,
@@ -163,5 +408,11 @@ pub fn of<K: k8s_openapi::Resource>() -> &'static ResourceType {
     ALL.iter()
         .copied()
         .find(|rt| rt.group == K::GROUP && rt.version == K::VERSION && rt.kind == K::KIND)
-        .unwrap_or_else(|| panic!("{} {} is not a resource the sandbox API server serves", K::API_VERSION, K::KIND))
+        .unwrap_or_else(|| {
+            panic!(
+                "{} {} is not a resource the sandbox API server serves",
+                K::API_VERSION,
+                K::KIND
+            )
+        })
 }

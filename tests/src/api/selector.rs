@@ -117,7 +117,8 @@ fn is_name_part(s: &str, max: usize) -> bool {
         && b.len() <= max
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_' || *c == b'.')
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_' || *c == b'.')
 }
 
 fn is_dns_subdomain(s: &str) -> bool {
@@ -128,7 +129,8 @@ fn is_dns_subdomain(s: &str) -> bool {
             !b.is_empty()
                 && b[0].is_ascii_alphanumeric()
                 && b[b.len() - 1].is_ascii_alphanumeric()
-                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         })
 }
 
@@ -141,7 +143,9 @@ pub fn check_label_key(k: &str) -> Result<(), String> {
     };
     if let Some(p) = prefix {
         if !is_dns_subdomain(p) {
-            return Err(format!("invalid label key {k:?}: prefix part must be a lowercase DNS subdomain"));
+            return Err(format!(
+                "invalid label key {k:?}: prefix part must be a lowercase DNS subdomain"
+            ));
         }
     }
     if !is_name_part(name, 63) {
@@ -208,7 +212,9 @@ impl Parser {
                     match self.next() {
                         Some(Tok::Comma) => continue,
                         Some(Tok::Close) => break,
-                        Some(t) => return Err(format!("found {}, expected: ',' or ')'", t.describe())),
+                        Some(t) => {
+                            return Err(format!("found {}, expected: ',' or ')'", t.describe()))
+                        }
                         None => return Err("found end of input, expected: ')'".into()),
                     }
                 }
@@ -226,7 +232,10 @@ impl Parser {
             self.next();
             let key = self.ident("label key")?;
             check_label_key(&key)?;
-            return Ok(Requirement { key, op: Op::NotExists });
+            return Ok(Requirement {
+                key,
+                op: Op::NotExists,
+            });
         }
         let key = self.ident("label key")?;
         check_label_key(&key)?;
@@ -253,7 +262,10 @@ impl Parser {
                 Op::NotIn(self.set()?)
             }
             Some(t) => {
-                return Err(format!("found {}, expected: '=', '!=', '==', 'in', 'notin', ',' or end of input", t.describe()))
+                return Err(format!(
+                    "found {}, expected: '=', '!=', '==', 'in', 'notin', ',' or end of input",
+                    t.describe()
+                ))
             }
         };
         Ok(Requirement { key, op })
@@ -270,11 +282,19 @@ impl LabelSelector {
             return Ok(LabelSelector { reqs });
         }
         loop {
-            reqs.push(p.requirement().map_err(|e| format!("unable to parse requirement: {e}"))?);
+            reqs.push(
+                p.requirement()
+                    .map_err(|e| format!("unable to parse requirement: {e}"))?,
+            );
             match p.next() {
                 None => break,
                 Some(Tok::Comma) => continue,
-                Some(t) => return Err(format!("unable to parse requirement: found {}, expected: ','", t.describe())),
+                Some(t) => {
+                    return Err(format!(
+                        "unable to parse requirement: found {}, expected: ','",
+                        t.describe()
+                    ))
+                }
             }
         }
         Ok(LabelSelector { reqs })
@@ -285,16 +305,27 @@ impl LabelSelector {
         let mut reqs = Vec::new();
         if let Some(m) = sel.get("matchLabels").and_then(Value::as_object) {
             for (k, v) in m {
-                reqs.push(Requirement { key: k.clone(), op: Op::Eq(v.as_str().unwrap_or("").to_string()) });
+                reqs.push(Requirement {
+                    key: k.clone(),
+                    op: Op::Eq(v.as_str().unwrap_or("").to_string()),
+                });
             }
         }
         if let Some(exprs) = sel.get("matchExpressions").and_then(Value::as_array) {
             for e in exprs {
-                let key = e.get("key").and_then(Value::as_str).unwrap_or("").to_string();
+                let key = e
+                    .get("key")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
                 let vals: Vec<String> = e
                     .get("values")
                     .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(String::from))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 let op = match e.get("operator").and_then(Value::as_str) {
                     Some("In") => Op::In(vals),
@@ -373,10 +404,18 @@ fn supported_fields(rt: &ResourceType) -> &'static [&'static str] {
 
 fn field_value(obj: &Value, field: &str) -> String {
     if field == "status.successful" {
-        return obj.pointer("/status/succeeded").and_then(Value::as_i64).unwrap_or(0).to_string();
+        return obj
+            .pointer("/status/succeeded")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            .to_string();
     }
     if field == "source" {
-        return obj.pointer("/source/component").and_then(Value::as_str).unwrap_or("").to_string();
+        return obj
+            .pointer("/source/component")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
     }
     let ptr = format!("/{}", field.replace('.', "/"));
     match obj.pointer(&ptr) {
@@ -406,8 +445,14 @@ impl FieldSelector {
                 return Err(format!("invalid selector: '{part}'; can't understand '{part}' (expected FIELD=VALUE, FIELD==VALUE or FIELD!=VALUE)"));
             };
             let field = field.trim();
-            if field != "metadata.name" && field != "metadata.namespace" && !supported_fields(rt).contains(&field) {
-                return Err(format!("field label not supported: {field} (for {})", rt.qualified()));
+            if field != "metadata.name"
+                && field != "metadata.namespace"
+                && !supported_fields(rt).contains(&field)
+            {
+                return Err(format!(
+                    "field label not supported: {field} (for {})",
+                    rt.qualified()
+                ));
             }
             reqs.push((field.to_string(), eq, value.trim().to_string()));
         }
@@ -419,12 +464,17 @@ impl FieldSelector {
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
-        self.reqs.iter().all(|(f, eq, v)| (field_value(obj, f) == *v) == *eq)
+        self.reqs
+            .iter()
+            .all(|(f, eq, v)| (field_value(obj, f) == *v) == *eq)
     }
 
     /// If the selector pins metadata.name, that name (lets a watch of one object skip others fast).
     pub fn pinned_name(&self) -> Option<&str> {
-        self.reqs.iter().find(|(f, eq, _)| f == "metadata.name" && *eq).map(|(_, _, v)| v.as_str())
+        self.reqs
+            .iter()
+            .find(|(f, eq, _)| f == "metadata.name" && *eq)
+            .map(|(_, _, v)| v.as_str())
     }
 }
 
@@ -466,7 +516,17 @@ mod tests {
 
     #[test]
     fn malformed_label_selectors() {
-        for s in ["app=(x)", "app in x", "app in ()", "=x", "app=x,", "a b", "app in (x", "bad key!=1=2", "-bad=1"] {
+        for s in [
+            "app=(x)",
+            "app in x",
+            "app in ()",
+            "=x",
+            "app=x,",
+            "a b",
+            "app in (x",
+            "bad key!=1=2",
+            "-bad=1",
+        ] {
             assert!(LabelSelector::parse(s).is_err(), "{s} should not parse");
         }
     }
@@ -474,11 +534,22 @@ mod tests {
     #[test]
     fn field_selectors() {
         let rt = &super::super::resources::PODS;
-        let o = json!({"metadata": {"name": "p", "namespace": "n"}, "status": {"phase": "Running"}});
-        assert!(FieldSelector::parse(rt, "status.phase=Running").unwrap().matches(&o));
-        assert!(!FieldSelector::parse(rt, "status.phase!=Running").unwrap().matches(&o));
-        assert!(FieldSelector::parse(rt, "metadata.name==p,metadata.namespace=n").unwrap().matches(&o));
-        assert!(FieldSelector::parse(rt, "spec.nodeName=").unwrap().matches(&o));
+        let o =
+            json!({"metadata": {"name": "p", "namespace": "n"}, "status": {"phase": "Running"}});
+        assert!(FieldSelector::parse(rt, "status.phase=Running")
+            .unwrap()
+            .matches(&o));
+        assert!(!FieldSelector::parse(rt, "status.phase!=Running")
+            .unwrap()
+            .matches(&o));
+        assert!(
+            FieldSelector::parse(rt, "metadata.name==p,metadata.namespace=n")
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(FieldSelector::parse(rt, "spec.nodeName=")
+            .unwrap()
+            .matches(&o));
         assert!(FieldSelector::parse(rt, "spec.bogus=1").is_err());
         assert!(FieldSelector::parse(rt, "nonsense").is_err());
     }

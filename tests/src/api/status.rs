@@ -30,7 +30,12 @@ fn details(rt: &ResourceType, name: &str) -> Value {
 
 impl ApiError {
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        ApiError { code, reason, message: message.into(), details: None }
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
@@ -47,7 +52,11 @@ impl ApiError {
         }
     }
     pub fn no_route() -> Self {
-        Self::new(404, "NotFound", "the server could not find the requested resource")
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
     }
     pub fn already_exists(rt: &ResourceType, name: &str) -> Self {
         ApiError {
@@ -61,7 +70,12 @@ impl ApiError {
         ApiError {
             code: 409,
             reason: "Conflict",
-            message: format!("Operation cannot be fulfilled on {} \"{}\": {}", rt.qualified(), name, why),
+            message: format!(
+                "Operation cannot be fulfilled on {} \"{}\": {}",
+                rt.qualified(),
+                name,
+                why
+            ),
             details: Some(details(rt, name)),
         }
     }
@@ -86,7 +100,11 @@ impl ApiError {
         Self::new(410, "Expired", message)
     }
     pub fn method_not_allowed(what: &str) -> Self {
-        Self::new(405, "MethodNotAllowed", format!("the server does not allow this method on the requested resource: {what}"))
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            format!("the server does not allow this method on the requested resource: {what}"),
+        )
     }
     pub fn unsupported_media_type(ct: &str) -> Self {
         if ct.contains("protobuf") {

@@ -52,7 +52,13 @@ pub struct StoreEvent {
 impl StoreEvent {
     /// The object as JSON bytes (computed once, shared by every watcher).
     pub fn object_json(&self) -> bytes::Bytes {
-        self.json.get_or_init(|| bytes::Bytes::from(serde_json::to_vec(&*self.object).expect("JSON values serialize"))).clone()
+        self.json
+            .get_or_init(|| {
+                bytes::Bytes::from(
+                    serde_json::to_vec(&*self.object).expect("JSON values serialize"),
+                )
+            })
+            .clone()
     }
 }
 
@@ -135,13 +141,19 @@ const BROADCAST_CAPACITY: usize = 1 << 16;
 const DEFAULT_HISTORY: usize = 200_000;
 
 fn meta_str<'a>(v: &'a Value, field: &str) -> Option<&'a str> {
-    v.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str)
+    v.get("metadata")
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
 }
 
 fn owner_uids(v: &Value) -> Vec<String> {
     v.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|o| o.get("uid").and_then(Value::as_str).map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|o| o.get("uid").and_then(Value::as_str).map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -232,13 +244,25 @@ impl Store {
     /// Objects owned (via ownerReferences) by the object with this uid.
     pub fn dependents(&self, uid: &str) -> Vec<Obj> {
         let g = self.lock();
-        let Some(set) = g.dependents.get(uid) else { return Vec::new() };
+        let Some(set) = g.dependents.get(uid) else {
+            return Vec::new();
+        };
         set.iter()
-            .filter_map(|(k, ns, n)| g.tables.get(k).and_then(|t| t.get(&(ns.clone(), n.clone()))).cloned())
+            .filter_map(|(k, ns, n)| {
+                g.tables
+                    .get(k)
+                    .and_then(|t| t.get(&(ns.clone(), n.clone())))
+                    .cloned()
+            })
             .collect()
     }
 
-    pub fn list(&self, rt: &'static ResourceType, ns: Option<&str>, q: &ListQuery) -> Result<ListResult, ApiError> {
+    pub fn list(
+        &self,
+        rt: &'static ResourceType,
+        ns: Option<&str>,
+        q: &ListQuery,
+    ) -> Result<ListResult, ApiError> {
         let g = self.lock();
         let (snapshot_rv, start) = match &q.continue_token {
             Some(tok) if !tok.is_empty() => {
@@ -292,8 +316,15 @@ impl Store {
         }
         let continue_token = if remaining > 0 {
             let k = last.expect("a page with a remainder has a last item");
-            let t = ContinueToken { v: snapshot_rv, ns: k.0.clone(), name: k.1.clone() };
-            Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(&t).expect("serializable")))
+            let t = ContinueToken {
+                v: snapshot_rv,
+                ns: k.0.clone(),
+                name: k.1.clone(),
+            };
+            Some(
+                base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .encode(serde_json::to_vec(&t).expect("serializable")),
+            )
         } else {
             None
         };
@@ -307,7 +338,12 @@ impl Store {
 
     /// Starts a watch of one resource. `since: None` begins with an ADDED event for every
     /// current object; `Some(rv)` replays retained changes after `rv` (410 if compacted away).
-    pub fn watch(&self, rt: &'static ResourceType, ns: Option<&str>, since: Option<u64>) -> Result<WatchStart, ApiError> {
+    pub fn watch(
+        &self,
+        rt: &'static ResourceType,
+        ns: Option<&str>,
+        since: Option<u64>,
+    ) -> Result<WatchStart, ApiError> {
         let g = self.lock();
         let in_ns = |e_ns: &str| ns.is_none_or(|n| n == e_ns);
         let initial: Vec<Arc<StoreEvent>> = match since {
@@ -317,14 +353,19 @@ impl Store {
                 let iter: Box<dyn Iterator<Item = (&Key, &Obj)>> = match ns {
                     Some(n) => Box::new(
                         table
-                            .range((Bound::Included((n.to_string(), String::new())), Bound::Unbounded))
+                            .range((
+                                Bound::Included((n.to_string(), String::new())),
+                                Bound::Unbounded,
+                            ))
                             .take_while(move |(k, _)| k.0 == n),
                     ),
                     None => Box::new(table.iter()),
                 };
                 iter.map(|(k, v)| {
                     Arc::new(StoreEvent {
-                        rv: meta_str(v, "resourceVersion").and_then(|s| s.parse().ok()).unwrap_or(0),
+                        rv: meta_str(v, "resourceVersion")
+                            .and_then(|s| s.parse().ok())
+                            .unwrap_or(0),
                         kind: EventType::Added,
                         resource: rt,
                         namespace: k.0.clone(),
@@ -338,7 +379,11 @@ impl Store {
             }
             Some(rv) => {
                 if rv < g.compacted {
-                    return Err(ApiError::gone(format!("too old resource version: {} ({})", rv, g.compacted + 1)));
+                    return Err(ApiError::gone(format!(
+                        "too old resource version: {} ({})",
+                        rv,
+                        g.compacted + 1
+                    )));
                 }
                 let from = g.history.partition_point(|e| e.rv <= rv);
                 g.history
@@ -349,7 +394,11 @@ impl Store {
             }
         };
         let rx = self.tx.subscribe();
-        Ok(WatchStart { initial, rx, resource_version: g.rv })
+        Ok(WatchStart {
+            initial,
+            rx,
+            resource_version: g.rv,
+        })
     }
 
     // ---- writes ----
@@ -387,7 +436,10 @@ impl Store {
         } else {
             table.insert(key, obj.clone());
             for uid in owner_uids(&obj) {
-                g.dependents.entry(uid).or_default().insert((rt.key(), ns.clone(), name.clone()));
+                g.dependents
+                    .entry(uid)
+                    .or_default()
+                    .insert((rt.key(), ns.clone(), name.clone()));
             }
         }
         let ev = Arc::new(StoreEvent {
@@ -397,7 +449,11 @@ impl Store {
             namespace: ns,
             name,
             object: obj.clone(),
-            old: if kind == EventType::Modified { old } else { None },
+            old: if kind == EventType::Modified {
+                old
+            } else {
+                None
+            },
             json: Default::default(),
         });
         g.history.push_back(ev.clone());
@@ -411,7 +467,13 @@ impl Store {
     }
 
     /// Creates an object of `rt` in namespace `ns` ("" for cluster-scoped resources).
-    pub fn create(&self, rt: &'static ResourceType, ns: &str, obj: Value, dry_run: bool) -> Result<Obj, ApiError> {
+    pub fn create(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        obj: Value,
+        dry_run: bool,
+    ) -> Result<Obj, ApiError> {
         let mut g = self.lock();
         self.create_locked(&mut g, rt, ns, obj, dry_run)
     }
@@ -425,7 +487,10 @@ impl Store {
         dry_run: bool,
     ) -> Result<Obj, ApiError> {
         if !obj.is_object() {
-            return Err(ApiError::bad_request(format!("the body of a {} create must be a JSON object", rt.kind)));
+            return Err(ApiError::bad_request(format!(
+                "the body of a {} create must be a JSON object",
+                rt.kind
+            )));
         }
         check_type(rt, &obj)?;
         obj["apiVersion"] = json!(rt.api_version());
@@ -439,10 +504,17 @@ impl Store {
                 )));
             }
             if ns.is_empty() {
-                return Err(ApiError::bad_request(format!("{} must be created in a namespace", rt.qualified())));
+                return Err(ApiError::bad_request(format!(
+                    "{} must be created in a namespace",
+                    rt.qualified()
+                )));
             }
             let ns_key = (String::new(), ns.to_string());
-            if !g.tables.get(resources::NAMESPACES.key()).is_some_and(|t| t.contains_key(&ns_key)) {
+            if !g
+                .tables
+                .get(resources::NAMESPACES.key())
+                .is_some_and(|t| t.contains_key(&ns_key))
+            {
                 return Err(ApiError::not_found(&resources::NAMESPACES, ns));
             }
             obj["metadata"]["namespace"] = json!(ns);
@@ -452,8 +524,18 @@ impl Store {
         let table = g.tables.entry(rt.key()).or_default();
         let mut name = meta_str(&obj, "name").unwrap_or("").to_string();
         if name.is_empty() {
-            let Some(prefix) = meta_str(&obj, "generateName").filter(|s| !s.is_empty()).map(String::from) else {
-                return Err(ApiError::invalid(rt, "", &[("metadata.name".into(), "Required value: name or generateName is required".into())]));
+            let Some(prefix) = meta_str(&obj, "generateName")
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+            else {
+                return Err(ApiError::invalid(
+                    rt,
+                    "",
+                    &[(
+                        "metadata.name".into(),
+                        "Required value: name or generateName is required".into(),
+                    )],
+                ));
             };
             for _ in 0..100 {
                 let candidate = format!("{prefix}{}", random_suffix());
@@ -463,7 +545,11 @@ impl Store {
                 }
             }
             if name.is_empty() {
-                return Err(ApiError::new(409, "AlreadyExists", format!("could not generate a unique name from generateName {prefix:?}")));
+                return Err(ApiError::new(
+                    409,
+                    "AlreadyExists",
+                    format!("could not generate a unique name from generateName {prefix:?}"),
+                ));
             }
             obj["metadata"]["name"] = json!(name);
         }
@@ -473,7 +559,9 @@ impl Store {
         if table.contains_key(&(ns.to_string(), name.clone())) {
             return Err(ApiError::already_exists(rt, &name));
         }
-        let m = obj["metadata"].as_object_mut().expect("metadata is an object");
+        let m = obj["metadata"]
+            .as_object_mut()
+            .expect("metadata is an object");
         m.insert("uid".into(), json!(new_uid()));
         m.insert("creationTimestamp".into(), json!(now_rfc3339()));
         m.remove("resourceVersion");
@@ -489,9 +577,17 @@ impl Store {
         defaults::validate(rt, &obj, None)?;
         if rt.is("", "pods") {
             // The ServiceAccount admission check.
-            let sa = obj.pointer("/spec/serviceAccountName").and_then(Value::as_str).unwrap_or("default").to_string();
+            let sa = obj
+                .pointer("/spec/serviceAccountName")
+                .and_then(Value::as_str)
+                .unwrap_or("default")
+                .to_string();
             let sa_key = (ns.to_string(), sa.clone());
-            if !g.tables.get(resources::SERVICEACCOUNTS.key()).is_some_and(|t| t.contains_key(&sa_key)) {
+            if !g
+                .tables
+                .get(resources::SERVICEACCOUNTS.key())
+                .is_some_and(|t| t.contains_key(&sa_key))
+            {
                 return Err(ApiError::new(
                     403,
                     "Forbidden",
@@ -539,7 +635,10 @@ impl Store {
         dry_run: bool,
     ) -> Result<Obj, ApiError> {
         if !obj.is_object() {
-            return Err(ApiError::bad_request(format!("the body of a {} update must be a JSON object", rt.kind)));
+            return Err(ApiError::bad_request(format!(
+                "the body of a {} update must be a JSON object",
+                rt.kind
+            )));
         }
         check_type(rt, &obj)?;
         let key = (ns.to_string(), name.to_string());
@@ -604,9 +703,21 @@ impl Store {
         new["apiVersion"] = json!(rt.api_version());
         new["kind"] = json!(rt.kind);
         {
-            let om = old["metadata"].as_object().expect("stored objects have metadata");
-            let nm = new["metadata"].as_object_mut().expect("metadata is an object");
-            for f in ["uid", "creationTimestamp", "namespace", "name", "deletionTimestamp", "deletionGracePeriodSeconds", "generateName"] {
+            let om = old["metadata"]
+                .as_object()
+                .expect("stored objects have metadata");
+            let nm = new["metadata"]
+                .as_object_mut()
+                .expect("metadata is an object");
+            for f in [
+                "uid",
+                "creationTimestamp",
+                "namespace",
+                "name",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generateName",
+            ] {
                 match om.get(f) {
                     Some(v) => nm.insert(f.into(), v.clone()),
                     None => nm.remove(f),
@@ -623,7 +734,10 @@ impl Store {
         defaults::validate(rt, &new, Some(&old))?;
         let mut new = normalize(rt, new)?;
         if new.get("spec") != old.get("spec") && new.get("spec").is_some() {
-            let gen = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
+            let gen = old
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
             new["metadata"]["generation"] = json!(gen + 1);
         }
         if without_rv(&new) == without_rv(&old) {
@@ -667,14 +781,21 @@ impl Store {
                 json_patch::merge(&mut doc, &p);
             }
             Patch::Json(p) => {
-                let ops: json_patch::Patch = serde_json::from_value(p)
-                    .map_err(|e| ApiError::bad_request(format!("the JSON patch is malformed: {e}")))?;
-                json_patch::patch(&mut doc, &ops)
-                    .map_err(|e| ApiError::new(422, "Invalid", format!("the JSON patch could not be applied: {e}")))?;
+                let ops: json_patch::Patch = serde_json::from_value(p).map_err(|e| {
+                    ApiError::bad_request(format!("the JSON patch is malformed: {e}"))
+                })?;
+                json_patch::patch(&mut doc, &ops).map_err(|e| {
+                    ApiError::new(
+                        422,
+                        "Invalid",
+                        format!("the JSON patch could not be applied: {e}"),
+                    )
+                })?;
             }
         }
         // A resourceVersion in the patch is a precondition.
-        let rv_in_patch = meta_str(&doc, "resourceVersion") != meta_str(&current, "resourceVersion");
+        let rv_in_patch =
+            meta_str(&doc, "resourceVersion") != meta_str(&current, "resourceVersion");
         self.update_locked(&mut g, rt, ns, name, doc, part, rv_in_patch, dry_run)
     }
 
@@ -702,7 +823,13 @@ impl Store {
 
     /// Deletes an object (immediately, whatever the grace period) and, unless the propagation
     /// policy is "Orphan", the objects it owns; deleting a namespace deletes its contents.
-    pub fn delete(&self, rt: &'static ResourceType, ns: &str, name: &str, opts: &DeleteOptions) -> Result<Obj, ApiError> {
+    pub fn delete(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Obj, ApiError> {
         let mut g = self.lock();
         self.delete_locked(&mut g, rt, ns, name, opts)
     }
@@ -727,7 +854,10 @@ impl Store {
                 return Err(ApiError::conflict(
                     rt,
                     name,
-                    &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta_str(&old, "uid").unwrap_or("")),
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        meta_str(&old, "uid").unwrap_or("")
+                    ),
                 ));
             }
         }
@@ -759,10 +889,13 @@ impl Store {
                     g.tables
                         .get(r.key())
                         .map(|t| {
-                            t.range((Bound::Included((name.to_string(), String::new())), Bound::Unbounded))
-                                .take_while(|(k, _)| k.0 == name)
-                                .map(|(k, _)| (*r, k.1.clone()))
-                                .collect::<Vec<_>>()
+                            t.range((
+                                Bound::Included((name.to_string(), String::new())),
+                                Bound::Unbounded,
+                            ))
+                            .take_while(|(k, _)| k.0 == name)
+                            .map(|(k, _)| (*r, k.1.clone()))
+                            .collect::<Vec<_>>()
                         })
                         .unwrap_or_default()
                 })
@@ -773,19 +906,30 @@ impl Store {
         }
         // Garbage collection of dependents.
         if let Some(uid) = meta_str(&old, "uid").map(String::from) {
-            let deps: Vec<(&'static str, String, String)> =
-                g.dependents.get(&uid).map(|s| s.iter().cloned().collect()).unwrap_or_default();
+            let deps: Vec<(&'static str, String, String)> = g
+                .dependents
+                .get(&uid)
+                .map(|s| s.iter().cloned().collect())
+                .unwrap_or_default();
             let orphan = opts.propagation.as_deref() == Some("Orphan");
             for (k, dns, dname) in deps {
-                let Some(drt) = resources::ALL.iter().copied().find(|r| r.key() == k) else { continue };
+                let Some(drt) = resources::ALL.iter().copied().find(|r| r.key() == k) else {
+                    continue;
+                };
                 if orphan {
                     let dkey = (dns.clone(), dname.clone());
                     if let Some(cur) = g.tables.get(k).and_then(|t| t.get(&dkey)).cloned() {
                         let mut doc = (*cur).clone();
-                        if let Some(a) = doc.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) {
-                            a.retain(|o| o.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
+                        if let Some(a) = doc
+                            .pointer_mut("/metadata/ownerReferences")
+                            .and_then(Value::as_array_mut)
+                        {
+                            a.retain(|o| {
+                                o.get("uid").and_then(Value::as_str) != Some(uid.as_str())
+                            });
                         }
-                        let _ = self.update_locked(g, drt, &dns, &dname, doc, Part::Main, false, false);
+                        let _ =
+                            self.update_locked(g, drt, &dns, &dname, doc, Part::Main, false, false);
                     }
                 } else {
                     let _ = self.delete_locked(g, drt, &dns, &dname, &DeleteOptions::default());
@@ -803,7 +947,12 @@ impl Store {
         q: &ListQuery,
         opts: &DeleteOptions,
     ) -> Result<Vec<Obj>, ApiError> {
-        let all = ListQuery { labels: q.labels.clone(), fields: q.fields.clone(), limit: None, continue_token: None };
+        let all = ListQuery {
+            labels: q.labels.clone(),
+            fields: q.fields.clone(),
+            limit: None,
+            continue_token: None,
+        };
         let items = self.list(rt, ns, &all)?.items;
         let mut g = self.lock();
         let mut out = Vec::new();
@@ -820,27 +969,47 @@ impl Store {
     // ---- typed helpers for in-process users (kubelet, controllers, tests) ----
 
     /// Creates a typed object; its namespace comes from metadata.namespace (default "default").
-    pub fn create_obj<K: k8s_openapi::Resource + Serialize + DeserializeOwned>(&self, obj: &K) -> Result<K, ApiError> {
+    pub fn create_obj<K: k8s_openapi::Resource + Serialize + DeserializeOwned>(
+        &self,
+        obj: &K,
+    ) -> Result<K, ApiError> {
         let rt = resources::of::<K>();
         let v = serde_json::to_value(obj).map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let ns = if rt.namespaced { meta_str(&v, "namespace").filter(|s| !s.is_empty()).unwrap_or("default").to_string() } else { String::new() };
+        let ns = if rt.namespaced {
+            meta_str(&v, "namespace")
+                .filter(|s| !s.is_empty())
+                .unwrap_or("default")
+                .to_string()
+        } else {
+            String::new()
+        };
         from_obj(&*self.create(rt, &ns, v, false)?)
     }
 
     /// Gets a typed object ("" namespace for cluster-scoped kinds).
-    pub fn get_obj<K: k8s_openapi::Resource + DeserializeOwned>(&self, ns: &str, name: &str) -> Result<K, ApiError> {
+    pub fn get_obj<K: k8s_openapi::Resource + DeserializeOwned>(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<K, ApiError> {
         from_obj(&*self.get(resources::of::<K>(), ns, name)?)
     }
 
     /// Lists typed objects in a namespace (or all namespaces).
-    pub fn list_objs<K: k8s_openapi::Resource + DeserializeOwned>(&self, ns: Option<&str>) -> Vec<K> {
+    pub fn list_objs<K: k8s_openapi::Resource + DeserializeOwned>(
+        &self,
+        ns: Option<&str>,
+    ) -> Vec<K> {
         self.list(resources::of::<K>(), ns, &ListQuery::default())
             .map(|l| l.items.iter().filter_map(|o| from_obj(o).ok()).collect())
             .unwrap_or_default()
     }
 
     /// Replaces a typed object (conflict if its resourceVersion is stale).
-    pub fn update_obj<K: k8s_openapi::Resource + Serialize + DeserializeOwned>(&self, obj: &K) -> Result<K, ApiError> {
+    pub fn update_obj<K: k8s_openapi::Resource + Serialize + DeserializeOwned>(
+        &self,
+        obj: &K,
+    ) -> Result<K, ApiError> {
         let rt = resources::of::<K>();
         let v = serde_json::to_value(obj).map_err(|e| ApiError::bad_request(e.to_string()))?;
         let ns = meta_str(&v, "namespace").unwrap_or("").to_string();
@@ -858,15 +1027,17 @@ impl Store {
     ) -> Result<K, ApiError> {
         let rt = resources::of::<K>();
         let mut err = None;
-        let out = self.modify(rt, ns, name, part, |v| match serde_json::from_value::<K>(v.clone()) {
-            Ok(mut k) => {
-                f(&mut k);
-                match serde_json::to_value(&k) {
-                    Ok(n) => *v = n,
-                    Err(e) => err = Some(ApiError::internal(e.to_string())),
+        let out = self.modify(rt, ns, name, part, |v| {
+            match serde_json::from_value::<K>(v.clone()) {
+                Ok(mut k) => {
+                    f(&mut k);
+                    match serde_json::to_value(&k) {
+                        Ok(n) => *v = n,
+                        Err(e) => err = Some(ApiError::internal(e.to_string())),
+                    }
                 }
+                Err(e) => err = Some(ApiError::internal(e.to_string())),
             }
-            Err(e) => err = Some(ApiError::internal(e.to_string())),
         })?;
         if let Some(e) = err {
             return Err(e);
@@ -875,7 +1046,11 @@ impl Store {
     }
 
     /// Deletes a typed object (and its dependents).
-    pub fn delete_obj<K: k8s_openapi::Resource + DeserializeOwned>(&self, ns: &str, name: &str) -> Result<K, ApiError> {
+    pub fn delete_obj<K: k8s_openapi::Resource + DeserializeOwned>(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<K, ApiError> {
         from_obj(&*self.delete(resources::of::<K>(), ns, name, &DeleteOptions::default())?)
     }
 }
@@ -901,7 +1076,10 @@ fn check_type(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
 
 fn normalize(rt: &ResourceType, obj: Value) -> Result<Value, ApiError> {
     (rt.normalize)(obj).map_err(|e| {
-        ApiError::bad_request(format!("{} in version \"{}\" cannot be handled as a {}: {e}", rt.kind, rt.version, rt.kind))
+        ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: {e}",
+            rt.kind, rt.version, rt.kind
+        ))
     })
 }
 
@@ -912,7 +1090,13 @@ mod tests {
 
     fn store() -> Store {
         let s = Store::new();
-        s.create(&NAMESPACES, "", json!({"metadata": {"name": "default"}}), false).unwrap();
+        s.create(
+            &NAMESPACES,
+            "",
+            json!({"metadata": {"name": "default"}}),
+            false,
+        )
+        .unwrap();
         s
     }
 
@@ -929,12 +1113,24 @@ mod tests {
         let e = s.create(&PODS, "default", pod("a"), false).unwrap_err();
         assert_eq!(e.code, 409);
         let mut stale = (*p).clone();
-        s.modify(&PODS, "default", "a", Part::Main, |v| v["metadata"]["labels"]["b"] = json!("c")).unwrap();
+        s.modify(&PODS, "default", "a", Part::Main, |v| {
+            v["metadata"]["labels"]["b"] = json!("c")
+        })
+        .unwrap();
         stale["metadata"]["labels"]["z"] = json!("1");
-        assert_eq!(s.update(&PODS, "default", "a", stale, Part::Main, false).unwrap_err().reason, "Conflict");
-        s.delete(&PODS, "default", "a", &DeleteOptions::default()).unwrap();
+        assert_eq!(
+            s.update(&PODS, "default", "a", stale, Part::Main, false)
+                .unwrap_err()
+                .reason,
+            "Conflict"
+        );
+        s.delete(&PODS, "default", "a", &DeleteOptions::default())
+            .unwrap();
         assert_eq!(s.get(&PODS, "default", "a").unwrap_err().code, 404);
-        assert_eq!(s.create(&PODS, "nope", pod("a"), false).unwrap_err().code, 404);
+        assert_eq!(
+            s.create(&PODS, "nope", pod("a"), false).unwrap_err().code,
+            404
+        );
     }
 
     #[test]
@@ -942,11 +1138,25 @@ mod tests {
         let s = store();
         s.create(&PODS, "default", pod("a"), false).unwrap();
         let p = s
-            .patch(&PODS, "default", "a", Patch::Merge(json!({"status": {"phase": "Running"}})), Part::Main, false)
+            .patch(
+                &PODS,
+                "default",
+                "a",
+                Patch::Merge(json!({"status": {"phase": "Running"}})),
+                Part::Main,
+                false,
+            )
             .unwrap();
         assert_eq!(p["status"]["phase"], "Pending");
         let p = s
-            .patch(&PODS, "default", "a", Patch::Merge(json!({"status": {"phase": "Running"}})), Part::Status, false)
+            .patch(
+                &PODS,
+                "default",
+                "a",
+                Patch::Merge(json!({"status": {"phase": "Running"}})),
+                Part::Status,
+                false,
+            )
             .unwrap();
         assert_eq!(p["status"]["phase"], "Running");
     }
@@ -955,28 +1165,56 @@ mod tests {
     fn pages_and_gone() {
         let s = store();
         for i in 0..25 {
-            s.create(&PODS, "default", pod(&format!("p{i:03}")), false).unwrap();
+            s.create(&PODS, "default", pod(&format!("p{i:03}")), false)
+                .unwrap();
         }
         let mut seen = Vec::new();
-        let mut q = ListQuery { limit: Some(10), ..Default::default() };
+        let mut q = ListQuery {
+            limit: Some(10),
+            ..Default::default()
+        };
         loop {
             let r = s.list(&PODS, Some("default"), &q).unwrap();
-            seen.extend(r.items.iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_string()));
+            seen.extend(
+                r.items
+                    .iter()
+                    .map(|o| o["metadata"]["name"].as_str().unwrap().to_string()),
+            );
             match r.continue_token {
                 Some(t) => q.continue_token = Some(t),
                 None => break,
             }
         }
         assert_eq!(seen.len(), 25);
-        let first = s.list(&PODS, None, &ListQuery { limit: Some(10), ..Default::default() }).unwrap();
+        let first = s
+            .list(
+                &PODS,
+                None,
+                &ListQuery {
+                    limit: Some(10),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
         assert_eq!(first.remaining, Some(15));
         s.compact();
         s.create(&PODS, "default", pod("late"), false).unwrap();
         let e = s
-            .list(&PODS, None, &ListQuery { limit: Some(10), continue_token: first.continue_token, ..Default::default() })
+            .list(
+                &PODS,
+                None,
+                &ListQuery {
+                    limit: Some(10),
+                    continue_token: first.continue_token,
+                    ..Default::default()
+                },
+            )
             .unwrap_err();
         assert_eq!(e.code, 410);
-        assert_eq!(s.watch(&PODS, None, Some(3)).err().map(|e| e.code), Some(410));
+        assert_eq!(
+            s.watch(&PODS, None, Some(3)).err().map(|e| e.code),
+            Some(410)
+        );
     }
 
     #[test]
@@ -984,11 +1222,15 @@ mod tests {
         let s = store();
         let owner = s.create(&PODS, "default", pod("owner"), false).unwrap();
         let mut d = pod("dep");
-        d["metadata"]["ownerReferences"] =
-            json!([{"apiVersion": "v1", "kind": "Pod", "name": "owner", "uid": owner["metadata"]["uid"]}]);
+        d["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Pod", "name": "owner", "uid": owner["metadata"]["uid"]}]);
         s.create(&PODS, "default", d, false).unwrap();
-        assert_eq!(s.dependents(owner["metadata"]["uid"].as_str().unwrap()).len(), 1);
-        s.delete(&PODS, "default", "owner", &DeleteOptions::default()).unwrap();
+        assert_eq!(
+            s.dependents(owner["metadata"]["uid"].as_str().unwrap())
+                .len(),
+            1
+        );
+        s.delete(&PODS, "default", "owner", &DeleteOptions::default())
+            .unwrap();
         assert_eq!(s.get(&PODS, "default", "dep").unwrap_err().code, 404);
     }
 }

@@ -30,8 +30,19 @@ struct Col {
     priority: i32,
 }
 
-const fn col(name: &'static str, ty: &'static str, description: &'static str, priority: i32) -> Col {
-    Col { name, ty, format: "", description, priority }
+const fn col(
+    name: &'static str,
+    ty: &'static str,
+    description: &'static str,
+    priority: i32,
+) -> Col {
+    Col {
+        name,
+        ty,
+        format: "",
+        description,
+        priority,
+    }
 }
 
 const NAME: Col = Col {
@@ -41,7 +52,12 @@ const NAME: Col = Col {
     description: "Name must be unique within a namespace.",
     priority: 0,
 };
-const AGE: Col = col("Age", "string", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0);
+const AGE: Col = col(
+    "Age",
+    "string",
+    "CreationTimestamp is a timestamp representing the server time when this object was created.",
+    0,
+);
 
 fn columns(rt: &ResourceType) -> Vec<Col> {
     match (rt.group, rt.plural) {
@@ -73,6 +89,9 @@ fn columns(rt: &ResourceType) -> Vec<Col> {
         ("", "namespaces") => vec![NAME, col("Status", "string", "The status of the namespace.", 0), AGE],
         ("", "configmaps") => vec![NAME, col("Data", "string", "The number of keys in the config map.", 0), AGE],
         ("", "nodes") => vec![NAME, col("Status", "string", "The status of the node.", 0), AGE],
+        ("networking.k8s.io", "networkpolicies") => {
+            vec![NAME, col("Pod-Selector", "string", "Selects the pods the policy applies to.", 0), AGE]
+        }
         _ => vec![NAME, AGE],
     }
 }
@@ -84,20 +103,36 @@ pub fn human_age(secs: i64) -> String {
     if s < 120 {
         format!("{s}s")
     } else if m < 10 {
-        if s % 60 == 0 { format!("{m}m") } else { format!("{m}m{}s", s % 60) }
+        if s % 60 == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{}s", s % 60)
+        }
     } else if h < 3 {
         format!("{m}m")
     } else if h < 8 {
-        if m % 60 == 0 { format!("{h}h") } else { format!("{h}h{}m", m % 60) }
+        if m % 60 == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{}m", m % 60)
+        }
     } else if d < 2 {
         format!("{h}h")
     } else if d < 8 {
-        if h % 24 == 0 { format!("{d}d") } else { format!("{d}d{}h", h % 24) }
+        if h % 24 == 0 {
+            format!("{d}d")
+        } else {
+            format!("{d}d{}h", h % 24)
+        }
     } else if d < 365 * 2 {
         format!("{d}d")
     } else if d < 365 * 8 {
         let y = d / 365;
-        if d % 365 == 0 { format!("{y}y") } else { format!("{y}y{}d", d % 365) }
+        if d % 365 == 0 {
+            format!("{y}y")
+        } else {
+            format!("{y}y{}d", d % 365)
+        }
     } else {
         format!("{}y", d / 365)
     }
@@ -130,16 +165,31 @@ pub fn pod_status_reason(pod: &Value) -> String {
         .unwrap_or("Pending")
         .to_string();
     let evicted = reason == "Evicted";
-    if let Some(cs) = pod.pointer("/status/containerStatuses").and_then(Value::as_array).filter(|_| !evicted) {
+    if let Some(cs) = pod
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .filter(|_| !evicted)
+    {
         for c in cs.iter().rev() {
-            if let Some(r) = c.pointer("/state/waiting/reason").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+            if let Some(r) = c
+                .pointer("/state/waiting/reason")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+            {
                 reason = r.to_string();
             } else if let Some(t) = c.pointer("/state/terminated") {
-                reason = match t.get("reason").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+                reason = match t
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                {
                     Some(r) => r.to_string(),
                     None => match t.get("signal").and_then(Value::as_i64).filter(|s| *s != 0) {
                         Some(sig) => format!("Signal:{sig}"),
-                        None => format!("ExitCode:{}", t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)),
+                        None => format!(
+                            "ExitCode:{}",
+                            t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)
+                        ),
                     },
                 };
             }
@@ -152,14 +202,33 @@ pub fn pod_status_reason(pod: &Value) -> String {
 }
 
 fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
-    let name = json!(obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""));
+    let name = json!(obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or(""));
     match (rt.group, rt.plural) {
         ("", "pods") => {
-            let total = obj.pointer("/spec/containers").and_then(Value::as_array).map_or(0, Vec::len);
-            let statuses = obj.pointer("/status/containerStatuses").and_then(Value::as_array).cloned().unwrap_or_default();
-            let ready = statuses.iter().filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true)).count();
-            let restarts: i64 = statuses.iter().filter_map(|c| c.get("restartCount").and_then(Value::as_i64)).sum();
-            let gates = obj.pointer("/spec/readinessGates").and_then(Value::as_array).map_or(0, Vec::len);
+            let total = obj
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let statuses = obj
+                .pointer("/status/containerStatuses")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let ready = statuses
+                .iter()
+                .filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true))
+                .count();
+            let restarts: i64 = statuses
+                .iter()
+                .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
+                .sum();
+            let gates = obj
+                .pointer("/spec/readinessGates")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
             vec![
                 name,
                 json!(format!("{ready}/{total}")),
@@ -168,13 +237,28 @@ fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
                 json!(age(obj, now)),
                 none_if_empty(obj.pointer("/status/podIP").and_then(Value::as_str)),
                 none_if_empty(obj.pointer("/spec/nodeName").and_then(Value::as_str)),
-                none_if_empty(obj.pointer("/status/nominatedNodeName").and_then(Value::as_str)),
-                if gates == 0 { json!("<none>") } else { json!(format!("0/{gates}")) },
+                none_if_empty(
+                    obj.pointer("/status/nominatedNodeName")
+                        .and_then(Value::as_str),
+                ),
+                if gates == 0 {
+                    json!("<none>")
+                } else {
+                    json!(format!("0/{gates}"))
+                },
             ]
         }
         ("batch", "jobs") => {
-            let conds = obj.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
-            let has = |t: &str| conds.iter().any(|c| c["type"] == t && c["status"] == "True");
+            let conds = obj
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let has = |t: &str| {
+                conds
+                    .iter()
+                    .any(|c| c["type"] == t && c["status"] == "True")
+            };
             let status = if has("Complete") {
                 "Complete"
             } else if has("Failed") {
@@ -184,31 +268,71 @@ fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
             } else {
                 "Running"
             };
-            let succeeded = obj.pointer("/status/succeeded").and_then(Value::as_i64).unwrap_or(0);
+            let succeeded = obj
+                .pointer("/status/succeeded")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
             let completions = match obj.pointer("/spec/completions").and_then(Value::as_i64) {
                 Some(c) => format!("{succeeded}/{c}"),
-                None => format!("{succeeded}/1 of {}", obj.pointer("/spec/parallelism").and_then(Value::as_i64).unwrap_or(1)),
+                None => format!(
+                    "{succeeded}/1 of {}",
+                    obj.pointer("/spec/parallelism")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1)
+                ),
             };
             let start = parse_time(obj.pointer("/status/startTime"));
             let end = parse_time(obj.pointer("/status/completionTime")).unwrap_or(now);
             let duration = start.map(|s| human_age(end - s)).unwrap_or_default();
-            vec![name, json!(status), json!(completions), json!(duration), json!(age(obj, now))]
+            vec![
+                name,
+                json!(status),
+                json!(completions),
+                json!(duration),
+                json!(age(obj, now)),
+            ]
         }
         ("apps", "statefulsets") => {
-            let ready = obj.pointer("/status/readyReplicas").and_then(Value::as_i64).unwrap_or(0);
-            let want = obj.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
+            let ready = obj
+                .pointer("/status/readyReplicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            let want = obj
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
             vec![name, json!(format!("{ready}/{want}")), json!(age(obj, now))]
         }
         ("", "secrets") => {
-            let n = obj.get("data").and_then(Value::as_object).map_or(0, |m| m.len());
-            vec![name, obj.get("type").cloned().unwrap_or(json!("Opaque")), json!(n), json!(age(obj, now))]
+            let n = obj
+                .get("data")
+                .and_then(Value::as_object)
+                .map_or(0, |m| m.len());
+            vec![
+                name,
+                obj.get("type").cloned().unwrap_or(json!("Opaque")),
+                json!(n),
+                json!(age(obj, now)),
+            ]
         }
         ("", "namespaces") => {
-            vec![name, obj.pointer("/status/phase").cloned().unwrap_or(json!("Active")), json!(age(obj, now))]
+            vec![
+                name,
+                obj.pointer("/status/phase")
+                    .cloned()
+                    .unwrap_or(json!("Active")),
+                json!(age(obj, now)),
+            ]
         }
         ("", "configmaps") => {
-            let n = obj.get("data").and_then(Value::as_object).map_or(0, |m| m.len())
-                + obj.get("binaryData").and_then(Value::as_object).map_or(0, |m| m.len());
+            let n = obj
+                .get("data")
+                .and_then(Value::as_object)
+                .map_or(0, |m| m.len())
+                + obj
+                    .get("binaryData")
+                    .and_then(Value::as_object)
+                    .map_or(0, |m| m.len());
             vec![name, json!(n), json!(age(obj, now))]
         }
         ("", "nodes") => {
@@ -218,9 +342,54 @@ fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
                 .and_then(|a| a.iter().find(|c| c["type"] == "Ready"))
                 .map(|c| c["status"] == "True")
                 .unwrap_or(false);
-            vec![name, json!(if ready { "Ready" } else { "NotReady" }), json!(age(obj, now))]
+            vec![
+                name,
+                json!(if ready { "Ready" } else { "NotReady" }),
+                json!(age(obj, now)),
+            ]
+        }
+        ("networking.k8s.io", "networkpolicies") => {
+            vec![
+                name,
+                json!(label_selector_text(obj.pointer("/spec/podSelector"))),
+                json!(age(obj, now)),
+            ]
         }
         _ => vec![name, json!(age(obj, now))],
+    }
+}
+
+/// A structured label selector as kubectl prints it ("a=b,c in (d,e)"; "<none>" when empty).
+fn label_selector_text(sel: Option<&Value>) -> String {
+    let Some(sel) = sel else {
+        return "<none>".into();
+    };
+    let mut parts: Vec<String> = sel["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .collect();
+    for e in sel["matchExpressions"].as_array().into_iter().flatten() {
+        let key = e["key"].as_str().unwrap_or("");
+        let values: Vec<&str> = e["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        parts.push(match e["operator"].as_str().unwrap_or("") {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_string(),
+            "DoesNotExist" => format!("!{key}"),
+            op => format!("{key} {op}"),
+        });
+    }
+    if parts.is_empty() {
+        "<none>".into()
+    } else {
+        parts.join(",")
     }
 }
 
@@ -233,7 +402,13 @@ pub fn partial_metadata(obj: &Value, api_version: &str) -> Value {
     })
 }
 
-fn row(rt: &ResourceType, obj: &Value, include: IncludeObject, table_version: &str, now: i64) -> Value {
+fn row(
+    rt: &ResourceType,
+    obj: &Value,
+    include: IncludeObject,
+    table_version: &str,
+    now: i64,
+) -> Value {
     let mut r = json!({ "cells": cells(rt, obj, now) });
     match include {
         IncludeObject::None => {}
@@ -285,7 +460,13 @@ mod tests {
             "spec": {"containers": [{"name": "c"}], "nodeName": "n"},
             "status": {"phase": "Running", "podIP": "10.0.0.5", "containerStatuses": [{"name": "c", "ready": true, "restartCount": 0, "state": {"running": {}}}]}
         });
-        let t = table(&super::super::resources::PODS, &[&pod], IncludeObject::Metadata, "meta.k8s.io/v1", json!({}));
+        let t = table(
+            &super::super::resources::PODS,
+            &[&pod],
+            IncludeObject::Metadata,
+            "meta.k8s.io/v1",
+            json!({}),
+        );
         let c = &t["rows"][0]["cells"];
         assert_eq!(c[0], "p");
         assert_eq!(c[1], "1/1");

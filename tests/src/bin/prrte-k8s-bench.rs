@@ -2,11 +2,12 @@
 //! daemons started through the agents (`plm k8s`) and, side by side on the same pods, through a
 //! real sshd in every pod (`plm ssh`, the mpi-operator way). Prints a table; not part of
 //! `make test` (run `make bench`). Needs root, like the sandbox.
+#![forbid(unsafe_code)]
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use sandbox::harness::{self, TestDir};
 use sandbox::mpijob::{Job, JobSpec};
-use sandbox::sshd::{self, SshBaseline, Spawn};
+use sandbox::sshd::{self, Spawn, SshBaseline};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -88,7 +89,10 @@ fn median_u(v: &[u64]) -> u64 {
 }
 
 fn min_max(v: &[f64]) -> (f64, f64) {
-    (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max))
+    (
+        v.iter().copied().fold(f64::INFINITY, f64::min),
+        v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    )
 }
 
 /// Peak RSS of processes in worker pods while the DVM of `variant` is up.
@@ -99,16 +103,28 @@ fn measure_rss(job: &Job, variant: Variant, rss: &mut Rss) -> Result<()> {
             for i in 1..job.pods.len() {
                 // comm is cut to 15 characters: "prrte-k8s-agen"
                 let pids = sshd::pids_like(job, i, "prrte-k8s-agen")?;
-                rss.agent.push(pids.iter().filter_map(|p| sshd::status_kb(*p, "VmHWM")).sum());
+                rss.agent.push(
+                    pids.iter()
+                        .filter_map(|p| sshd::status_kb(*p, "VmHWM"))
+                        .sum(),
+                );
             }
         }
         Variant::Ssh => {
             rss.sshd.clear();
             for i in 1..job.pods.len() {
                 let pids = sshd::pids_like(job, i, "sshd")?;
-                rss.sshd.push(pids.iter().filter_map(|p| sshd::status_kb(*p, "VmHWM")).sum());
+                rss.sshd.push(
+                    pids.iter()
+                        .filter_map(|p| sshd::status_kb(*p, "VmHWM"))
+                        .sum(),
+                );
             }
-            rss.clients = job.pids_in_pod(0, "ssh")?.iter().filter_map(|p| sshd::status_kb(*p, "VmHWM")).sum();
+            rss.clients = job
+                .pids_in_pod(0, "ssh")?
+                .iter()
+                .filter_map(|p| sshd::status_kb(*p, "VmHWM"))
+                .sum();
         }
         Variant::SshNoTree => {}
     }
@@ -116,9 +132,27 @@ fn measure_rss(job: &Job, variant: Variant, rss: &mut Rss) -> Result<()> {
 }
 
 /// One DVM start/stop of `variant`; returns seconds to "DVM ready".
-fn one(job: &Job, ssh: &SshBaseline, variant: Variant, tag: &str, limit: Duration, rss: Option<&mut Rss>) -> Result<f64> {
+fn one(
+    job: &Job,
+    ssh: &SshBaseline,
+    variant: Variant,
+    tag: &str,
+    limit: Duration,
+    rss: Option<&mut Rss>,
+) -> Result<f64> {
     let args: Vec<String> = match variant {
-        Variant::Agent => ["--allow-run-as-root", "--prtemca", "ras", "k8s", "--prtemca", "plm", "k8s"].iter().map(|s| s.to_string()).collect(),
+        Variant::Agent => [
+            "--allow-run-as-root",
+            "--prtemca",
+            "ras",
+            "k8s",
+            "--prtemca",
+            "plm",
+            "k8s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
         Variant::Ssh => ssh.prte_args(Spawn::Tree),
         Variant::SshNoTree => ssh.prte_args(Spawn::NoTree),
     };
@@ -135,7 +169,8 @@ fn one(job: &Job, ssh: &SshBaseline, variant: Variant, tag: &str, limit: Duratio
         Ok(String::new())
     })?;
     if variant != Variant::Agent {
-        sshd::wait_sessions_closed(job, Duration::from_secs(15)).with_context(|| format!("{tag}: ssh sessions left"))?;
+        sshd::wait_sessions_closed(job, Duration::from_secs(15))
+            .with_context(|| format!("{tag}: ssh sessions left"))?;
     }
     Ok(cycle.ready.as_secs_f64())
 }
@@ -166,7 +201,14 @@ async fn bench_pods(n: usize, runs: usize, variants: &[Variant], limit: Duration
             let idx = (k + r) % variants.len();
             let v = variants[idx];
             let last = r + 1 == runs;
-            let t = one(&job, &ssh, v, &format!("run{r}-{}", v.tag()), limit, if last { Some(&mut rss) } else { None })?;
+            let t = one(
+                &job,
+                &ssh,
+                v,
+                &format!("run{r}-{}", v.tag()),
+                limit,
+                if last { Some(&mut rss) } else { None },
+            )?;
             eprintln!("[{n} pods] run {}/{runs} {:<10} {t:.3} s", r + 1, v.tag());
             times[idx].1.push(t);
         }
@@ -174,14 +216,20 @@ async fn bench_pods(n: usize, runs: usize, variants: &[Variant], limit: Duration
     job.wait_no_prteds(Duration::from_secs(10))?;
     drop(job);
     drop(keys);
-    Ok(Row { pods: n, times, rss })
+    Ok(Row {
+        pods: n,
+        times,
+        rss,
+    })
 }
 
 fn print_tables(rows: &[Row], runs: usize) {
     let Some(first) = rows.first() else { return };
     let variants: Vec<Variant> = first.times.iter().map(|t| t.0).collect();
     println!();
-    println!("DVM-ready time: prte started in pod 0 until it prints \"DVM ready\" (all prteds reported)");
+    println!(
+        "DVM-ready time: prte started in pod 0 until it prints \"DVM ready\" (all prteds reported)"
+    );
     println!("median of {runs} runs in seconds, [min-max]; ratio = ssh median / agent median");
     let mut head = format!("{:>5} | {:<24}", "pods", "agent (plm k8s)");
     for v in &variants[1..] {
@@ -210,7 +258,10 @@ fn print_tables(rows: &[Row], runs: usize) {
         println!("Peak RSS (VmHWM, MiB) while the DVM is up, in the last timed run; per worker pod: median over pods 1..N-1");
         println!("(agent: the prrte-k8s-agent process, plm k8s run; sshd: the listener plus the connection's sshd");
         println!(" processes, plm ssh tree run; ssh clients: all ssh processes prte keeps in pod 0 then, summed)");
-        let head = format!("{:>5} | {:>8} | {:>8} | {:>16}", "pods", "agent", "sshd", "ssh clients pod0");
+        let head = format!(
+            "{:>5} | {:>8} | {:>8} | {:>16}",
+            "pods", "agent", "sshd", "ssh clients pod0"
+        );
         println!("{head}");
         println!("{}", "-".repeat(head.len()));
         for row in rows {
@@ -279,6 +330,10 @@ async fn main() {
     }
     if let Some(e) = failed {
         eprintln!("prrte-k8s-bench: {e:#}");
-        std::process::exit(if INTERRUPTED.load(Ordering::SeqCst) { 130 } else { 1 });
+        std::process::exit(if INTERRUPTED.load(Ordering::SeqCst) {
+            130
+        } else {
+            1
+        });
     }
 }

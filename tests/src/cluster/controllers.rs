@@ -50,10 +50,16 @@ async fn run(store: Store) {
 }
 
 fn reconcile_all(store: &Store) {
-    for (rt, f) in [(&JOBS, reconcile_job as fn(&Store, &str, &str)), (&STATEFULSETS, reconcile_sts)] {
+    for (rt, f) in [
+        (&JOBS, reconcile_job as fn(&Store, &str, &str)),
+        (&STATEFULSETS, reconcile_sts),
+    ] {
         if let Ok(l) = store.list(rt, None, &Default::default()) {
             for o in l.items {
-                let ns = o["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+                let ns = o["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
                 let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
                 f(store, &ns, &name);
             }
@@ -90,13 +96,18 @@ fn owner_ref(api_version: &str, kind: &str, owner: &Value) -> Value {
 }
 
 fn phase(p: &Value) -> &str {
-    p.pointer("/status/phase").and_then(Value::as_str).unwrap_or("Pending")
+    p.pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("Pending")
 }
 
 fn is_ready(p: &Value) -> bool {
     p.pointer("/status/conditions")
         .and_then(Value::as_array)
-        .is_some_and(|a| a.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        .is_some_and(|a| {
+            a.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
 }
 
 fn owned_pods(store: &Store, owner: &Value) -> Vec<Arc<Value>> {
@@ -117,7 +128,11 @@ pub fn compress_indexes(set: &BTreeSet<i64>) -> String {
         while it.peek().is_some_and(|&&n| n == end + 1) {
             end = *it.next().expect("peeked");
         }
-        out.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
+        out.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
     }
     out.join(",")
 }
@@ -134,17 +149,28 @@ fn set_condition(conds: &mut Vec<Value>, ty: &str, reason: &str, message: &str) 
 
 /// Brings one Job's pods and status in line with its spec.
 pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
-    let Ok(job) = store.get(&JOBS, ns, name) else { return };
+    let Ok(job) = store.get(&JOBS, ns, name) else {
+        return;
+    };
     let spec = &job["spec"];
-    let conds: Vec<Value> = job.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
-    let finished = conds.iter().any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True");
+    let conds: Vec<Value> = job
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let finished = conds
+        .iter()
+        .any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True");
     let pods = owned_pods(store, &job);
     let indexed = spec["completionMode"] == "Indexed";
     let completions = spec["completions"].as_i64();
     let parallelism = spec["parallelism"].as_i64().unwrap_or(1).max(0);
     let backoff = spec["backoffLimit"].as_i64().unwrap_or(6);
     let suspended = spec["suspend"].as_bool().unwrap_or(false);
-    let active: Vec<&Arc<Value>> = pods.iter().filter(|p| !matches!(phase(p), "Succeeded" | "Failed")).collect();
+    let active: Vec<&Arc<Value>> = pods
+        .iter()
+        .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
+        .collect();
     let failed = pods.iter().filter(|p| phase(p) == "Failed").count() as i64;
     let index_of = |p: &Value| -> Option<i64> {
         p.pointer("/metadata/annotations")
@@ -152,8 +178,11 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
             .and_then(Value::as_str)
             .and_then(|s| s.parse().ok())
     };
-    let succeeded_idx: BTreeSet<i64> =
-        pods.iter().filter(|p| phase(p) == "Succeeded").filter_map(|p| index_of(p)).collect();
+    let succeeded_idx: BTreeSet<i64> = pods
+        .iter()
+        .filter(|p| phase(p) == "Succeeded")
+        .filter_map(|p| index_of(p))
+        .collect();
     let succeeded = if indexed {
         succeeded_idx.len() as i64
     } else {
@@ -163,8 +192,18 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
     let mut done_now = false;
     if !finished && !suspended {
         if failed > backoff {
-            set_condition(&mut new_conds, "FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit");
-            set_condition(&mut new_conds, "Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit");
+            set_condition(
+                &mut new_conds,
+                "FailureTarget",
+                "BackoffLimitExceeded",
+                "Job has reached the specified backoff limit",
+            );
+            set_condition(
+                &mut new_conds,
+                "Failed",
+                "BackoffLimitExceeded",
+                "Job has reached the specified backoff limit",
+            );
             for p in &active {
                 let pn = p["metadata"]["name"].as_str().unwrap_or("");
                 let _ = store.delete(&PODS, ns, pn, &DeleteOptions::default());
@@ -176,16 +215,41 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
                 None => succeeded >= 1 && active.is_empty(),
             };
             if complete {
-                set_condition(&mut new_conds, "SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods");
-                set_condition(&mut new_conds, "Complete", "CompletionsReached", "Reached expected number of succeeded pods");
+                set_condition(
+                    &mut new_conds,
+                    "SuccessCriteriaMet",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                );
+                set_condition(
+                    &mut new_conds,
+                    "Complete",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                );
                 done_now = true;
             } else {
-                create_job_pods(store, &job, &active, &succeeded_idx, indexed, completions, parallelism, succeeded);
+                create_job_pods(
+                    store,
+                    &job,
+                    &active,
+                    &succeeded_idx,
+                    indexed,
+                    completions,
+                    parallelism,
+                    succeeded,
+                );
             }
         }
     }
-    let active_now = owned_pods(store, &job).iter().filter(|p| !matches!(phase(p), "Succeeded" | "Failed")).count() as i64;
-    let ready = owned_pods(store, &job).iter().filter(|p| is_ready(p)).count() as i64;
+    let active_now = owned_pods(store, &job)
+        .iter()
+        .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
+        .count() as i64;
+    let ready = owned_pods(store, &job)
+        .iter()
+        .filter(|p| is_ready(p))
+        .count() as i64;
     let _ = store.modify(&JOBS, ns, name, Part::Status, |v| {
         let st = &mut v["status"];
         if !st.is_object() {
@@ -206,7 +270,10 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
         if !new_conds.is_empty() {
             st["conditions"] = json!(new_conds);
         }
-        if done_now && new_conds.iter().any(|c| c["type"] == "Complete") && st.get("completionTime").is_none() {
+        if done_now
+            && new_conds.iter().any(|c| c["type"] == "Complete")
+            && st.get("completionTime").is_none()
+        {
             st["completionTime"] = json!(now_rfc3339());
         }
         for k in ["active", "succeeded", "failed", "terminating"] {
@@ -236,7 +303,11 @@ fn create_job_pods(
         let total = completions.unwrap_or(0);
         let active_idx: BTreeSet<i64> = active
             .iter()
-            .filter_map(|p| p.pointer("/metadata/annotations").and_then(|a| a.get(INDEX_KEY)).and_then(Value::as_str))
+            .filter_map(|p| {
+                p.pointer("/metadata/annotations")
+                    .and_then(|a| a.get(INDEX_KEY))
+                    .and_then(Value::as_str)
+            })
             .filter_map(|s| s.parse().ok())
             .collect();
         let want = parallelism.min(total - succeeded_idx.len() as i64) - active.len() as i64;
@@ -279,7 +350,13 @@ pub fn job_pod(job: &Value, index: Option<i64>) -> Value {
     if !m.is_object() {
         *m = json!({});
     }
-    for k in ["name", "namespace", "uid", "resourceVersion", "creationTimestamp"] {
+    for k in [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+    ] {
         if let Some(o) = m.as_object_mut() {
             o.remove(k);
         }
@@ -364,7 +441,10 @@ pub fn sts_pod(sts: &Value, i: i64) -> Value {
     m["labels"]["statefulset.kubernetes.io/pod-name"] = json!(pod_name);
     m["labels"]["controller-revision-hash"] = json!(format!("{name}-{}", revision_hash(sts)));
     pod["spec"]["hostname"] = json!(pod_name);
-    if let Some(svc) = sts["spec"]["serviceName"].as_str().filter(|s| !s.is_empty()) {
+    if let Some(svc) = sts["spec"]["serviceName"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+    {
         pod["spec"]["subdomain"] = json!(svc);
     }
     pod["metadata"]["ownerReferences"] = owner_ref("apps/v1", "StatefulSet", sts);
@@ -373,20 +453,31 @@ pub fn sts_pod(sts: &Value, i: i64) -> Value {
 
 /// Brings one StatefulSet's pods and status in line with its spec.
 pub fn reconcile_sts(store: &Store, ns: &str, name: &str) {
-    let Ok(sts) = store.get(&STATEFULSETS, ns, name) else { return };
+    let Ok(sts) = store.get(&STATEFULSETS, ns, name) else {
+        return;
+    };
     let replicas = sts["spec"]["replicas"].as_i64().unwrap_or(1).max(0);
     let parallel = sts["spec"]["podManagementPolicy"] == "Parallel";
     let prefix = format!("{name}-");
     let mut by_ord: BTreeMap<i64, Arc<Value>> = BTreeMap::new();
     for p in owned_pods(store, &sts) {
-        if let Some(i) = p["metadata"]["name"].as_str().and_then(|n| n.strip_prefix(&prefix)).and_then(|s| s.parse().ok()) {
+        if let Some(i) = p["metadata"]["name"]
+            .as_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|s| s.parse().ok())
+        {
             by_ord.insert(i, p);
         }
     }
     // Failed pods are deleted and made again, as the real controller does.
     for (i, p) in by_ord.clone() {
         if phase(&p) == "Failed" || i >= replicas {
-            let _ = store.delete(&PODS, ns, p["metadata"]["name"].as_str().unwrap_or(""), &DeleteOptions::default());
+            let _ = store.delete(
+                &PODS,
+                ns,
+                p["metadata"]["name"].as_str().unwrap_or(""),
+                &DeleteOptions::default(),
+            );
             by_ord.remove(&i);
         }
     }
@@ -433,7 +524,13 @@ mod tests {
 
     fn store() -> Store {
         let s = Store::new();
-        s.create(&NAMESPACES, "", json!({"metadata": {"name": "default"}}), false).unwrap();
+        s.create(
+            &NAMESPACES,
+            "",
+            json!({"metadata": {"name": "default"}}),
+            false,
+        )
+        .unwrap();
         s
     }
 
@@ -457,9 +554,20 @@ mod tests {
         )
         .unwrap();
         reconcile_job(&s, "default", "j");
-        let pods = s.list(&PODS, Some("default"), &Default::default()).unwrap().items;
+        let pods = s
+            .list(&PODS, Some("default"), &Default::default())
+            .unwrap()
+            .items;
         assert_eq!(pods.len(), 3);
-        let mut idx: Vec<String> = pods.iter().map(|p| p["metadata"]["annotations"][INDEX_KEY].as_str().unwrap().to_string()).collect();
+        let mut idx: Vec<String> = pods
+            .iter()
+            .map(|p| {
+                p["metadata"]["annotations"][INDEX_KEY]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
         idx.sort();
         assert_eq!(idx, ["0", "1", "2"]);
         for p in &pods {
@@ -467,24 +575,52 @@ mod tests {
             assert_eq!(p["spec"]["hostname"], format!("j-{i}"));
             assert_eq!(p["spec"]["subdomain"], "svc");
             assert_eq!(p["metadata"]["labels"]["job-name"], "j");
-            assert!(p["metadata"]["name"].as_str().unwrap().starts_with(&format!("j-{i}-")));
+            assert!(p["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("j-{i}-")));
             assert_eq!(p["metadata"]["ownerReferences"][0]["kind"], "Job");
-            assert_eq!(p["spec"]["containers"][0]["env"][0]["name"], "JOB_COMPLETION_INDEX");
+            assert_eq!(
+                p["spec"]["containers"][0]["env"][0]["name"],
+                "JOB_COMPLETION_INDEX"
+            );
         }
         // Reconciling again makes nothing new.
         reconcile_job(&s, "default", "j");
-        assert_eq!(s.list(&PODS, Some("default"), &Default::default()).unwrap().items.len(), 3);
+        assert_eq!(
+            s.list(&PODS, Some("default"), &Default::default())
+                .unwrap()
+                .items
+                .len(),
+            3
+        );
         for p in &pods {
-            s.modify(&PODS, "default", p["metadata"]["name"].as_str().unwrap(), Part::Status, |v| v["status"]["phase"] = json!("Succeeded")).unwrap();
+            s.modify(
+                &PODS,
+                "default",
+                p["metadata"]["name"].as_str().unwrap(),
+                Part::Status,
+                |v| v["status"]["phase"] = json!("Succeeded"),
+            )
+            .unwrap();
         }
         reconcile_job(&s, "default", "j");
         let j = s.get(&JOBS, "default", "j").unwrap();
         assert_eq!(j["status"]["succeeded"], 3);
         assert_eq!(j["status"]["completedIndexes"], "0-2");
-        assert!(j["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Complete"));
+        assert!(j["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Complete"));
         // Deleting the job deletes its pods.
-        s.delete(&JOBS, "default", "j", &DeleteOptions::default()).unwrap();
-        assert!(s.list(&PODS, Some("default"), &Default::default()).unwrap().items.is_empty());
+        s.delete(&JOBS, "default", "j", &DeleteOptions::default())
+            .unwrap();
+        assert!(s
+            .list(&PODS, Some("default"), &Default::default())
+            .unwrap()
+            .items
+            .is_empty());
     }
 
     #[test]
@@ -501,10 +637,16 @@ mod tests {
         )
         .unwrap();
         reconcile_sts(&s, "default", "w");
-        let pods = s.list(&PODS, Some("default"), &Default::default()).unwrap().items;
+        let pods = s
+            .list(&PODS, Some("default"), &Default::default())
+            .unwrap()
+            .items;
         assert_eq!(pods.len(), 1, "OrderedReady waits for w-0");
         assert_eq!(pods[0]["metadata"]["name"], "w-0");
-        assert_eq!(pods[0]["metadata"]["labels"]["apps.kubernetes.io/pod-index"], "0");
+        assert_eq!(
+            pods[0]["metadata"]["labels"]["apps.kubernetes.io/pod-index"],
+            "0"
+        );
         assert_eq!(pods[0]["spec"]["subdomain"], "w");
         s.modify(&PODS, "default", "w-0", Part::Status, |v| {
             v["status"]["phase"] = json!("Running");
@@ -513,6 +655,9 @@ mod tests {
         .unwrap();
         reconcile_sts(&s, "default", "w");
         assert!(s.get(&PODS, "default", "w-1").is_ok());
-        assert_eq!(s.get(&STATEFULSETS, "default", "w").unwrap()["status"]["readyReplicas"], 1);
+        assert_eq!(
+            s.get(&STATEFULSETS, "default", "w").unwrap()["status"]["readyReplicas"],
+            1
+        );
     }
 }

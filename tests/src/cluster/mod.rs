@@ -3,6 +3,7 @@
 
 pub mod controllers;
 pub mod kubelet;
+pub mod security;
 
 use crate::api::resources::{self, NODES, PODS};
 use crate::api::{ApiOptions, ApiServer, Obj, Part, Store};
@@ -36,7 +37,13 @@ pub struct ClusterOptions {
 
 impl Default for ClusterOptions {
     fn default() -> Self {
-        ClusterOptions { node_name: "sandbox-node".into(), dir: None, api_port: 0, extra_san_ips: Vec::new(), max_pods: kubelet::MAX_PODS }
+        ClusterOptions {
+            node_name: "sandbox-node".into(),
+            dir: None,
+            api_port: 0,
+            extra_san_ips: Vec::new(),
+            max_pods: kubelet::MAX_PODS,
+        }
     }
 }
 
@@ -45,6 +52,7 @@ pub struct Cluster {
     api: Arc<ApiServer>,
     net: Arc<Network>,
     kubelet: Arc<Kubelet>,
+    netpol: Arc<crate::netpol::Enforcer>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
@@ -60,12 +68,16 @@ impl Cluster {
                 (None, d.clone())
             }
             None => {
-                let t = tempfile::Builder::new().prefix("prrte-k8s-cluster-").tempdir()?;
+                let t = tempfile::Builder::new()
+                    .prefix("prrte-k8s-cluster-")
+                    .tempdir()?;
                 let p = t.path().to_path_buf();
                 (Some(t), p)
             }
         };
-        let net = tokio::task::spawn_blocking(Network::create).await.context("creating the pod network")??;
+        let net = tokio::task::spawn_blocking(Network::create)
+            .await
+            .context("creating the pod network")??;
         let net = Arc::new(net);
         let gw = net.gateway();
         let mut sans = opts.extra_san_ips.clone();
@@ -91,11 +103,25 @@ impl Cluster {
             stopping: Default::default(),
             dying: Default::default(),
             ip_lock: Arc::new(Mutex::new(())),
+            images: Arc::new(crate::images::ImageStore::new(&net.prefix())),
         });
         let weak = Arc::downgrade(&kubelet);
         api.set_log_source(move |ns, name| weak.upgrade().and_then(|k| k.log_path(ns, name)));
-        let tasks = vec![tokio::spawn(kubelet.clone().run()), controllers::spawn(store)];
-        Ok(Cluster { api, net, kubelet, tasks: Mutex::new(tasks), dir, _tmp: tmp })
+        let netpol = Arc::new(crate::netpol::Enforcer::new(&net.prefix(), store.clone()));
+        let tasks = vec![
+            tokio::spawn(kubelet.clone().run()),
+            tokio::spawn(netpol.clone().run()),
+            controllers::spawn(store),
+        ];
+        Ok(Cluster {
+            api,
+            net,
+            kubelet,
+            netpol,
+            tasks: Mutex::new(tasks),
+            dir,
+            _tmp: tmp,
+        })
     }
 
     pub fn api(&self) -> &ApiServer {
@@ -133,7 +159,10 @@ impl Cluster {
 
     /// Kills a running pod ("name" or "namespace/name") and marks it Failed with reason Evicted.
     pub fn evict(&self, pod: &str) -> Result<()> {
-        self.kubelet.evict(pod, "The sandbox evicted this pod (node-pressure eviction).")
+        self.kubelet.evict(
+            pod,
+            "The sandbox evicted this pod (node-pressure eviction).",
+        )
     }
 
     /// A command that runs `argv` inside a running pod ("name" or "namespace/name") with the
@@ -171,7 +200,13 @@ impl Cluster {
 
     /// Waits until `count` pods in `ns` matching `selector` are Running and Ready; returns them
     /// in name order. On timeout the error lists every matching pod with its phase and reason.
-    pub async fn wait_ready(&self, ns: &str, selector: &str, count: usize, timeout: Duration) -> Result<Vec<Obj>> {
+    pub async fn wait_ready(
+        &self,
+        ns: &str,
+        selector: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Obj>> {
         wait_pods(&self.store(), ns, selector, timeout, |pods| {
             let ready: Vec<Obj> = pods.iter().filter(|p| pod_ready(p)).cloned().collect();
             (ready.len() >= count).then_some(ready)
@@ -181,16 +216,42 @@ impl Cluster {
     }
 
     /// Waits until a pod is in one of `phases`.
-    pub async fn wait_phase(&self, ns: &str, name: &str, phases: &[&str], timeout: Duration) -> Result<Obj> {
+    pub async fn wait_phase(
+        &self,
+        ns: &str,
+        name: &str,
+        phases: &[&str],
+        timeout: Duration,
+    ) -> Result<Obj> {
         let sel = String::new();
         let name = name.to_string();
         wait_pods(&self.store(), ns, &sel, timeout, |pods| {
             pods.iter()
-                .find(|p| p["metadata"]["name"] == name.as_str() && phases.contains(&p["status"]["phase"].as_str().unwrap_or("")))
+                .find(|p| {
+                    p["metadata"]["name"] == name.as_str()
+                        && phases.contains(&p["status"]["phase"].as_str().unwrap_or(""))
+                })
                 .cloned()
         })
         .await
-        .map_err(|e| anyhow!("waiting for pod {ns}/{name} to be {}: {e}", phases.join(" or ")))
+        .map_err(|e| {
+            anyhow!(
+                "waiting for pod {ns}/{name} to be {}: {e}",
+                phases.join(" or ")
+            )
+        })
+    }
+
+    /// Enforces the NetworkPolicies now in the store at once (the cluster also does so by itself
+    /// on every change of a policy, pod or namespace, a moment later). Returns the nftables
+    /// ruleset in force, None when there is no policy.
+    pub fn sync_network_policies(&self) -> Result<Option<String>> {
+        self.netpol.sync()
+    }
+
+    /// The nftables table (family bridge) holding this cluster's NetworkPolicy rules.
+    pub fn network_policy_table(&self) -> &str {
+        self.netpol.table()
     }
 
     /// Stops everything: pods, network, API server (Drop does the same).
@@ -202,10 +263,16 @@ impl Cluster {
     /// Stops the kubelet and controllers and kills every pod (blocks until they are gone);
     /// the network and API server go when the cluster is dropped.
     pub fn stop(&self) {
-        for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+        for t in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
             t.abort();
         }
         self.kubelet.shutdown();
+        self.netpol.stop();
     }
 }
 
@@ -220,7 +287,10 @@ impl Drop for Cluster {
 /// Whether a pod is Running with condition Ready=True.
 pub fn pod_ready(p: &Value) -> bool {
     p["status"]["phase"] == "Running"
-        && p["status"]["conditions"].as_array().is_some_and(|a| a.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        && p["status"]["conditions"].as_array().is_some_and(|a| {
+            a.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
 }
 
 /// One line per pod for error messages: "name: Phase (reason: message)".
@@ -237,7 +307,11 @@ pub fn describe_pods(pods: &[Obj]) -> String {
                 }
             }
             if let Some(w) = p.pointer("/status/containerStatuses/0/state/waiting") {
-                why.push(format!("{}: {}", w["reason"].as_str().unwrap_or(""), w["message"].as_str().unwrap_or("")));
+                why.push(format!(
+                    "{}: {}",
+                    w["reason"].as_str().unwrap_or(""),
+                    w["message"].as_str().unwrap_or("")
+                ));
             }
             if let Some(t) = p.pointer("/status/containerStatuses/0/state/terminated") {
                 why.push(format!("exit code {}", t["exitCode"]));
@@ -247,7 +321,11 @@ pub fn describe_pods(pods: &[Obj]) -> String {
                 "{}: {}, {ready}{}",
                 p["metadata"]["name"].as_str().unwrap_or(""),
                 p["status"]["phase"].as_str().unwrap_or("Pending"),
-                if why.is_empty() { String::new() } else { format!(" ({})", why.join("; ")) }
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", why.join("; "))
+                }
             )
         })
         .collect::<Vec<_>>()
@@ -263,18 +341,28 @@ pub async fn wait_pods<T>(
     timeout: Duration,
     mut check: impl FnMut(&[Obj]) -> Option<T>,
 ) -> Result<T> {
-    let labels = crate::api::selector::LabelSelector::parse(selector).map_err(|e| anyhow!("bad selector {selector:?}: {e}"))?;
-    let q = crate::api::ListQuery { labels, ..Default::default() };
+    let labels = crate::api::selector::LabelSelector::parse(selector)
+        .map_err(|e| anyhow!("bad selector {selector:?}: {e}"))?;
+    let q = crate::api::ListQuery {
+        labels,
+        ..Default::default()
+    };
     let mut rx = store.subscribe();
     let deadline = Instant::now() + timeout;
     loop {
-        let pods = store.list(&PODS, Some(ns), &q).map_err(|e| anyhow!("{e}"))?.items;
+        let pods = store
+            .list(&PODS, Some(ns), &q)
+            .map_err(|e| anyhow!("{e}"))?
+            .items;
         if let Some(t) = check(&pods) {
             return Ok(t);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            bail!("timed out after {timeout:?}; pods now:\n  {}", describe_pods(&pods));
+            bail!(
+                "timed out after {timeout:?}; pods now:\n  {}",
+                describe_pods(&pods)
+            );
         }
         match tokio::time::timeout(left, rx.recv()).await {
             Ok(Ok(_)) | Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
@@ -285,10 +373,17 @@ pub async fn wait_pods<T>(
 }
 
 fn register_node(store: &Store, node: &str, ip: &str, max_pods: usize) -> Result<()> {
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let mem_kib = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|m| m.lines().find(|l| l.starts_with("MemTotal:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|n| n.parse::<u64>().ok()))
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
         .unwrap_or(0);
     let capacity = json!({"cpu": cpus.to_string(), "memory": format!("{mem_kib}Ki"), "pods": max_pods.to_string(), "ephemeral-storage": "0"});
     let now = crate::api::defaults::now_rfc3339();
@@ -305,9 +400,13 @@ fn register_node(store: &Store, node: &str, ip: &str, max_pods: usize) -> Result
             "nodeInfo": {"kubeletVersion": "v1.33.0", "operatingSystem": "linux", "architecture": "amd64", "containerRuntimeVersion": "prrte-k8s-sandbox://podnet", "osImage": "", "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "systemUUID": "", "bootID": ""},
         },
     });
-    store.create(&NODES, "", node_obj.clone(), false).map_err(|e| anyhow!("registering node {node}: {e}"))?;
     store
-        .modify(&NODES, "", node, Part::Status, |v| v["status"] = node_obj["status"].clone())
+        .create(&NODES, "", node_obj.clone(), false)
+        .map_err(|e| anyhow!("registering node {node}: {e}"))?;
+    store
+        .modify(&NODES, "", node, Part::Status, |v| {
+            v["status"] = node_obj["status"].clone()
+        })
         .map_err(|e| anyhow!("setting node status: {e}"))?;
     Ok(())
 }
@@ -317,7 +416,8 @@ pub fn apply_yaml(store: &Store, yaml: &str) -> Result<Vec<Obj>> {
     use serde::Deserialize;
     let mut docs = Vec::new();
     for (i, d) in serde_yaml::Deserializer::from_str(yaml).enumerate() {
-        let v = Value::deserialize(d).with_context(|| format!("manifest document {} is not valid YAML", i + 1))?;
+        let v = Value::deserialize(d)
+            .with_context(|| format!("manifest document {} is not valid YAML", i + 1))?;
         if v.is_null() {
             continue;
         }
@@ -334,13 +434,36 @@ pub fn apply_yaml(store: &Store, yaml: &str) -> Result<Vec<Obj>> {
         let rt = resources::by_kind(av, kind).filter(|r| r.stored).ok_or_else(|| {
             anyhow!("manifest document {}: apiVersion {av:?} kind {kind:?} is not a kind the sandbox serves", i + 1)
         })?;
-        let ns = if rt.namespaced { v["metadata"]["namespace"].as_str().filter(|s| !s.is_empty()).unwrap_or("default").to_string() } else { String::new() };
+        let ns = if rt.namespaced {
+            v["metadata"]["namespace"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .unwrap_or("default")
+                .to_string()
+        } else {
+            String::new()
+        };
         let name = v["metadata"]["name"].as_str().unwrap_or("").to_string();
-        let what = format!("{kind} {}{}", if ns.is_empty() { String::new() } else { format!("{ns}/") }, name);
+        let what = format!(
+            "{kind} {}{}",
+            if ns.is_empty() {
+                String::new()
+            } else {
+                format!("{ns}/")
+            },
+            name
+        );
         let obj = match store.create(rt, &ns, v.clone(), false) {
             Ok(o) => o,
             Err(e) if e.code == 409 && !name.is_empty() => store
-                .patch(rt, &ns, &name, crate::api::Patch::Merge(v), Part::Main, false)
+                .patch(
+                    rt,
+                    &ns,
+                    &name,
+                    crate::api::Patch::Merge(v),
+                    Part::Main,
+                    false,
+                )
                 .map_err(|e| anyhow!("updating {what}: {e}"))?,
             Err(e) => bail!("creating {what}: {e}"),
         };

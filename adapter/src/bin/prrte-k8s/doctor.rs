@@ -7,32 +7,27 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::Api;
-use prrte_k8s::agent::config::DEFAULT_SECRET_FILE;
+use prrte_k8s::discovery::client::{error_chain, Environment, SERVICE_ACCOUNT_DIR};
 use prrte_k8s::discovery::{self, Allocation, DiscoveryConfig, SlotsPolicy};
-use prrte_k8s::kubeconfig::{self, error_chain, Environment, SERVICE_ACCOUNT_DIR};
-use prrte_k8s::launch::{ping_agent, read_secret_file, LaunchOptions, LaunchTarget};
-use prrte_k8s::protocol::DEFAULT_AGENT_PORT;
+use prrte_k8s::launch::{ping_agent, LaunchOptions, LaunchTarget};
+use prrte_k8s::protocol::{read_secret_file, DEFAULT_AGENT_PORT, DEFAULT_SECRET_FILE};
 
-use crate::parse_seconds;
+use crate::{JobArgs, Seconds};
 
 #[derive(Args, Debug)]
 pub struct DoctorArgs {
-    /// Namespace of the job's pods [default: our pod's namespace].
-    #[arg(long, short = 'n', env = "PRTE_MCA_ras_k8s_namespace")]
-    namespace: Option<String>,
-    /// Label selector of the job's pods [default: inferred from our own pod's labels].
-    #[arg(long, short = 'l', env = "PRTE_MCA_ras_k8s_selector")]
-    selector: Option<String>,
-    /// Number of pods to expect; 0 = infer.
-    #[arg(long, env = "PRTE_MCA_ras_k8s_expected_pods")]
-    expected: Option<u32>,
-    /// Seconds to wait for the job's pods to be ready.
-    #[arg(long, value_name = "SECS", default_value = "15", value_parser = parse_seconds)]
-    timeout: Duration,
+    #[command(flatten)]
+    job: JobArgs,
+    /// Seconds to wait for the job's pods to be ready. Shorter than ras_k8s_timeout (and not read
+    /// from it): doctor checks the job as it is now rather than waiting for pods to start.
+    #[arg(long, value_name = "SECS", default_value_t = Seconds(DOCTOR_TIMEOUT))]
+    timeout: Seconds,
     /// The per-job secret shared with the agents [default: $PRTE_MCA_plm_k8s_secret_file, else
     /// $PRRTE_K8S_SECRET_FILE, else /etc/prrte-k8s/secret/key].
     #[arg(long, value_name = "PATH")]
@@ -41,9 +36,12 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "PORT", env = "PRTE_MCA_plm_k8s_agent_port", default_value_t = DEFAULT_AGENT_PORT)]
     agent_port: u16,
     /// Seconds allowed for each agent's connection and each answer.
-    #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_seconds)]
-    agent_timeout: Duration,
+    #[arg(long, value_name = "SECS", default_value_t = Seconds(Duration::from_secs(5)))]
+    agent_timeout: Seconds,
 }
+
+/// How long doctor waits for the job's pods by default.
+const DOCTOR_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How long API calls of the RBAC check may take.
 const API_TIMEOUT: Duration = Duration::from_secs(10);
@@ -68,10 +66,27 @@ impl Report {
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
 fn check_in_cluster(r: &mut Report, env: &Environment) {
+    // Same precedence as discovery (and client-go): an explicit $KUBECONFIG wins over the
+    // in-cluster service account.
+    if let Some(value) = &env.kubeconfig_env {
+        let existing: Vec<String> = std::env::split_paths(value)
+            .filter(|p| p.is_file())
+            .map(|p| p.display().to_string())
+            .collect();
+        if !existing.is_empty() {
+            r.ok(&format!(
+                "client config: kubeconfig {} ($KUBECONFIG, which takes precedence over the in-cluster service account; unset it to use the pod's own)",
+                existing.join(":")
+            ));
+            return;
+        }
+    }
     let dir = Path::new(SERVICE_ACCOUNT_DIR);
     let mut missing: Vec<String> = ["token", "ca.crt", "namespace"]
         .iter()
@@ -121,14 +136,25 @@ const RBAC_REMEDY: &str = "bind the job's service account to a Role with `- apiG
      prrte-config/k8s/rbac.yaml; the pods must use serviceAccountName: prrte-launcher)";
 
 async fn check_rbac(r: &mut Report, env: &Environment, namespace: &str) {
-    let client = match tokio::time::timeout(API_TIMEOUT, kubeconfig::connect_with_env(None, env, API_TIMEOUT)).await {
+    let client = match tokio::time::timeout(
+        API_TIMEOUT,
+        discovery::client::connect_with_env(None, env, API_TIMEOUT),
+    )
+    .await
+    {
         Ok(Ok(c)) => c.client,
         Ok(Err(e)) => {
-            r.fail(&format!("RBAC: cannot build an API client: {e}"), "fix the in-cluster config check above");
+            r.fail(
+                &format!("RBAC: cannot build an API client: {e}"),
+                "fix the in-cluster config check above",
+            );
             return;
         }
         Err(_) => {
-            r.fail("RBAC: building an API client did not finish in time", "check the API server's health");
+            r.fail(
+                "RBAC: building an API client did not finish in time",
+                "check the API server's health",
+            );
             return;
         }
     };
@@ -167,30 +193,40 @@ async fn check_rbac(r: &mut Report, env: &Environment, namespace: &str) {
         return;
     }
     if denied.is_empty() {
-        r.ok(&format!("RBAC: may get, list and watch pods in namespace {namespace}"));
+        r.ok(&format!(
+            "RBAC: may get, list and watch pods in namespace {namespace}"
+        ));
     } else {
         r.fail(
             &format!(
                 "RBAC: the service account may not {} pods in namespace {namespace}{}",
                 denied.join(", "),
-                if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join("; ")) }
+                if reasons.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", reasons.join("; "))
+                }
             ),
             RBAC_REMEDY,
         );
     }
 }
 
-async fn check_discovery(r: &mut Report, args: &DoctorArgs, env: &Environment) -> Option<Allocation> {
+async fn check_discovery(
+    r: &mut Report,
+    args: &DoctorArgs,
+    env: &Environment,
+) -> Option<Allocation> {
     let cfg = DiscoveryConfig {
-        namespace: args.namespace.clone(),
-        selector: args.selector.clone(),
-        expected_pods: args.expected.filter(|n| *n > 0),
-        timeout: args.timeout,
+        namespace: args.job.namespace.clone(),
+        selector: args.job.selector.clone(),
+        expected_pods: args.job.expected.filter(|n| *n > 0),
+        timeout: args.timeout.0,
         slots: SlotsPolicy::Auto,
         kubeconfig: None,
         self_pod: None,
     };
-    let bound = args.timeout + Duration::from_secs(5);
+    let bound = args.timeout.0 + Duration::from_secs(5);
     match tokio::time::timeout(bound, discovery::discover_with(&cfg, env, &mut |_| {})).await {
         Ok(Ok(alloc)) => {
             r.ok(&format!(
@@ -203,11 +239,17 @@ async fn check_discovery(r: &mut Report, args: &DoctorArgs, env: &Environment) -
             Some(alloc)
         }
         Ok(Err(e)) => {
-            r.fail(&format!("pods: discovery failed: {e}"), "see the message above; `prrte-k8s pods -v` shows the discovery step by step");
+            r.fail(
+                &format!("pods: discovery failed: {e}"),
+                "see the message above; `prrte-k8s pods -v` shows the discovery step by step",
+            );
             None
         }
         Err(_) => {
-            r.fail(&format!("pods: discovery did not finish within {bound:?}"), "check that the job's pods are Ready and the API server answers");
+            r.fail(
+                &format!("pods: discovery did not finish within {bound:?}"),
+                "check that the job's pods are Ready and the API server answers",
+            );
             None
         }
     }
@@ -230,14 +272,17 @@ async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocati
     let secret = match read_secret_file(&path) {
         Ok(s) => s,
         Err(e) => {
-            r.fail(&format!("agents: cannot read the per-job secret: {e}"), "mount the job's Secret in this pod, or pass --secret-file");
+            r.fail(
+                &format!("agents: cannot read the per-job secret: {e}"),
+                "mount the job's Secret in this pod, or pass --secret-file",
+            );
             return;
         }
     };
     let opts = LaunchOptions {
         secret: Some(secret),
-        connect_timeout: args.agent_timeout,
-        request_timeout: args.agent_timeout,
+        connect_timeout: args.agent_timeout.0,
+        request_timeout: args.agent_timeout.0,
         ..Default::default()
     };
     let targets: Vec<(LaunchTarget, bool)> = alloc
@@ -245,11 +290,16 @@ async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocati
         .iter()
         .enumerate()
         .map(|(i, n)| {
-            let t = LaunchTarget { id: i as u32, pod: n.pod.clone(), addr: SocketAddr::new(n.ip.into(), args.agent_port) };
+            let t = LaunchTarget {
+                id: i as u32,
+                pod: n.pod.clone(),
+                addr: SocketAddr::new(n.ip.into(), args.agent_port),
+            };
             (t, n.is_self)
         })
         .collect();
-    let results = futures::future::join_all(targets.iter().map(|(t, _)| ping_agent(t, &opts))).await;
+    let results =
+        futures::future::join_all(targets.iter().map(|(t, _)| ping_agent(t, &opts))).await;
     for ((t, is_self), res) in targets.iter().zip(results) {
         match res {
             Ok(rtt) => r.ok(&format!(
@@ -269,7 +319,7 @@ async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocati
             ),
             Err(e) => r.fail(
                 &format!("agent of pod {}: {e}", t.pod),
-                "make prrte-k8s-agent the pod's entrypoint listening on the agent port (PRTE_MCA_plm_k8s_agent_port, default 7117) and allow that port in the NetworkPolicy (prrte-config/k8s/networkpolicy.yaml)",
+                &format!("make prrte-k8s-agent the pod's entrypoint listening on the agent port (PRTE_MCA_plm_k8s_agent_port, default {DEFAULT_AGENT_PORT}) and allow that port in the NetworkPolicy (prrte-config/k8s/networkpolicy.yaml)"),
             ),
         }
     }
@@ -278,14 +328,23 @@ async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocati
 /// The PRRTE install prefix: configured, else found from `prte` on PATH.
 fn find_prefix() -> Option<(PathBuf, String)> {
     if let Some(p) = crate::tools::configured_prefix() {
-        let how = if env_path("PRRTE_K8S_PREFIX").is_some() { "$PRRTE_K8S_PREFIX" } else { "$PRRTE_K8S_PRTED" };
+        let how = if env_path("PRRTE_K8S_PREFIX").is_some() {
+            "$PRRTE_K8S_PREFIX"
+        } else {
+            "$PRRTE_K8S_PRTED"
+        };
         return Some((p, how.to_owned()));
     }
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join("prte"))
         .find(|p| p.is_file())
-        .and_then(|p| Some((p.parent()?.parent()?.to_path_buf(), "prte on PATH".to_owned())))
+        .and_then(|p| {
+            Some((
+                p.parent()?.parent()?.to_path_buf(),
+                "prte on PATH".to_owned(),
+            ))
+        })
 }
 
 fn executable(p: &Path) -> bool {
@@ -308,7 +367,10 @@ fn check_prrte(r: &mut Report) {
         .map(|p| p.display().to_string())
         .collect();
     if missing.is_empty() {
-        r.ok(&format!("PRRTE: prefix {} ({how}) has prte, prted, prun and pterm", prefix.display()));
+        r.ok(&format!(
+            "PRRTE: prefix {} ({how}) has prte, prted, prun and pterm",
+            prefix.display()
+        ));
     } else {
         r.fail(
             &format!("PRRTE: prefix {} ({how}) lacks {}", prefix.display(), missing.join(", ")),
@@ -326,7 +388,10 @@ fn check_prrte(r: &mut Report) {
         .map(|p| p.display().to_string())
         .collect();
     if missing.is_empty() {
-        r.ok(&format!("k8s components: prte_mca_ras_k8s.so and prte_mca_plm_k8s.so in {} ({how})", dir.display()));
+        r.ok(&format!(
+            "k8s components: prte_mca_ras_k8s.so and prte_mca_plm_k8s.so in {} ({how})",
+            dir.display()
+        ));
     } else {
         r.fail(
             &format!("k8s components: not installed: {} missing ({how})", missing.join(", ")),
@@ -340,6 +405,7 @@ async fn run_checks(args: DoctorArgs) -> usize {
     let env = Environment::from_process();
     check_in_cluster(&mut r, &env);
     let namespace = args
+        .job
         .namespace
         .clone()
         .filter(|n| !n.trim().is_empty())
@@ -353,7 +419,10 @@ async fn run_checks(args: DoctorArgs) -> usize {
 }
 
 pub fn run(args: DoctorArgs) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("prrte-k8s: error: cannot start the async runtime: {e}");

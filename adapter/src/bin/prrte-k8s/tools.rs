@@ -21,7 +21,11 @@ pub struct ToolArgs {
     #[arg(long = "dvm-uri-file", value_name = "PATH", env = "PRRTE_K8S_DVM_URI_FILE", default_value = DEFAULT_DVM_URI_FILE)]
     pub file: PathBuf,
     /// Arguments for the PRRTE tool (everything after the subcommand).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "ARGS")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
     pub args: Vec<OsString>,
 }
 
@@ -38,7 +42,12 @@ pub fn read_dvm_uri(file: &Path) -> Result<String, String> {
                 file.display()
             ))
         }
-        Err(e) => return Err(format!("cannot read the DVM URI file {}: {e}", file.display())),
+        Err(e) => {
+            return Err(format!(
+                "cannot read the DVM URI file {}: {e}",
+                file.display()
+            ))
+        }
     };
     let uri = text.lines().next().unwrap_or("").trim().to_owned();
     if uri.is_empty() {

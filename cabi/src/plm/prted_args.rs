@@ -25,11 +25,13 @@ pub fn agent_template(argv: &[String], vpid_index: usize) -> Option<(Vec<String>
     let mut i = 1;
     while i < argv.len() {
         let a = &argv[i];
-        if MCA_FLAGS.contains(&a.as_str()) && i + 2 < argv.len() {
-            if ours(&argv[i + 1]) && vpid_index != i + 2 {
-                i += 3;
-                continue;
-            }
+        if MCA_FLAGS.contains(&a.as_str())
+            && i + 2 < argv.len()
+            && ours(&argv[i + 1])
+            && vpid_index != i + 2
+        {
+            i += 3;
+            continue;
         }
         if i == vpid_index {
             new_index = Some(out.len());
@@ -77,13 +79,43 @@ mod tests {
     #[test]
     fn drops_executable_and_our_selections_and_tracks_vpid() {
         let argv = s(&[
-            "prted", "--prtemca", "ess", "env", "--prtemca", "ras", "k8s", "--prtemca", "ess_base_vpid", "<template>",
-            "--prtemca", "ras_k8s_selector", "app=x", "--prtemca", "prte_hnp_uri", "uri", "--pmixmca", "ptl_base_if_include", "eth0",
+            "prted",
+            "--prtemca",
+            "ess",
+            "env",
+            "--prtemca",
+            "ras",
+            "k8s",
+            "--prtemca",
+            "ess_base_vpid",
+            "<template>",
+            "--prtemca",
+            "ras_k8s_selector",
+            "app=x",
+            "--prtemca",
+            "prte_hnp_uri",
+            "uri",
+            "--pmixmca",
+            "ptl_base_if_include",
+            "eth0",
         ]);
         let (t, idx) = agent_template(&argv, 9).unwrap();
         assert_eq!(
             t,
-            s(&["--prtemca", "ess", "env", "--prtemca", "ess_base_vpid", "<template>", "--prtemca", "prte_hnp_uri", "uri", "--pmixmca", "ptl_base_if_include", "eth0"])
+            s(&[
+                "--prtemca",
+                "ess",
+                "env",
+                "--prtemca",
+                "ess_base_vpid",
+                "<template>",
+                "--prtemca",
+                "prte_hnp_uri",
+                "uri",
+                "--pmixmca",
+                "ptl_base_if_include",
+                "eth0"
+            ])
         );
         assert_eq!(t[idx], "<template>");
         let one = for_vpid(&t, idx, 7);
@@ -103,10 +135,16 @@ mod tests {
     fn env_keeps_mca_settings_only() {
         let env = forwarded_env(
             vec![
-                ("PRTE_MCA_prte_if_include".to_string(), "10.0.0.0/24".to_string()),
+                (
+                    "PRTE_MCA_prte_if_include".to_string(),
+                    "10.0.0.0/24".to_string(),
+                ),
                 ("PRTE_MCA_ras".to_string(), "k8s".to_string()),
                 ("PRTE_MCA_plm_k8s_secret_file".to_string(), "/s".to_string()),
-                ("PMIX_MCA_ptl_base_if_include".to_string(), "eth0".to_string()),
+                (
+                    "PMIX_MCA_ptl_base_if_include".to_string(),
+                    "eth0".to_string(),
+                ),
                 ("HOME".to_string(), "/root".to_string()),
                 ("PRTE_PREFIX".to_string(), "/opt".to_string()),
             ]
@@ -115,8 +153,14 @@ mod tests {
         assert_eq!(
             env,
             vec![
-                ("PMIX_MCA_ptl_base_if_include".to_string(), "eth0".to_string()),
-                ("PRTE_MCA_prte_if_include".to_string(), "10.0.0.0/24".to_string()),
+                (
+                    "PMIX_MCA_ptl_base_if_include".to_string(),
+                    "eth0".to_string()
+                ),
+                (
+                    "PRTE_MCA_prte_if_include".to_string(),
+                    "10.0.0.0/24".to_string()
+                ),
             ]
         );
     }

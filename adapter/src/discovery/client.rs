@@ -3,10 +3,16 @@
 //! Configuration is looked for in this order:
 //!
 //! 1. an explicit kubeconfig file (MCA param `ras_k8s_kubeconfig`, CLI `--kubeconfig`);
-//! 2. in-cluster: `KUBERNETES_SERVICE_HOST` (+ `KUBERNETES_SERVICE_PORT`, default 443) with the
+//! 2. the files in `$KUBECONFIG` (colon-separated, merged; names of missing files are skipped);
+//! 3. in-cluster: `KUBERNETES_SERVICE_HOST` (+ `KUBERNETES_SERVICE_PORT`, default 443) with the
 //!    service account token and CA certificate mounted in
 //!    `/var/run/secrets/kubernetes.io/serviceaccount`;
-//! 3. the files in `$KUBECONFIG` (colon-separated, merged), else `~/.kube/config`.
+//! 4. `~/.kube/config`.
+//!
+//! As in client-go (kubectl), an explicitly set `KUBECONFIG` wins over the in-cluster
+//! configuration. Unlike client-go, `~/.kube/config` comes after it: a kubeconfig left in an
+//! image's home directory must not silently point a pod away from the cluster it runs in, while
+//! setting `KUBECONFIG` is a deliberate choice.
 //!
 //! The process environment is read through [`Environment`] so tests can supply their own.
 
@@ -16,10 +22,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kube::config::{
-    AuthInfo, Cluster, Context, KubeConfigOptions, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext,
+    AuthInfo, Cluster, Context, KubeConfigOptions, Kubeconfig, NamedAuthInfo, NamedCluster,
+    NamedContext,
 };
 
-use crate::discovery::DiscoveryError;
+use super::error::DiscoveryError;
 
 /// Where a pod's service account credentials are mounted.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -40,9 +47,17 @@ pub enum ConfigSource {
 impl fmt::Display for ConfigSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigSource::Explicit(p) => write!(f, "kubeconfig {} (ras_k8s_kubeconfig)", p.display()),
-            ConfigSource::InCluster { service_account_dir } => {
-                write!(f, "the in-cluster service account ({})", service_account_dir.display())
+            ConfigSource::Explicit(p) => {
+                write!(f, "kubeconfig {} (ras_k8s_kubeconfig)", p.display())
+            }
+            ConfigSource::InCluster {
+                service_account_dir,
+            } => {
+                write!(
+                    f,
+                    "the in-cluster service account ({})",
+                    service_account_dir.display()
+                )
             }
             ConfigSource::KubeconfigEnv(paths) => {
                 let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
@@ -83,7 +98,9 @@ impl Environment {
             service_port: non_empty("KUBERNETES_SERVICE_PORT"),
             service_account_dir: Some(PathBuf::from(SERVICE_ACCOUNT_DIR)),
             kubeconfig_env: std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()),
-            home: std::env::var_os("HOME").filter(|v| !v.is_empty()).map(PathBuf::from),
+            home: std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
             pod_name: non_empty("POD_NAME"),
             hostname: non_empty("HOSTNAME"),
         }
@@ -92,7 +109,10 @@ impl Environment {
     /// The namespace of the pod we run in, from the service account's `namespace` file.
     pub fn service_account_namespace(&self) -> Option<String> {
         let dir = self.service_account_dir.as_ref()?;
-        std::fs::read_to_string(dir.join("namespace")).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+        std::fs::read_to_string(dir.join("namespace"))
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
     }
 
     fn in_cluster_available(&self) -> Result<String, String> {
@@ -100,7 +120,10 @@ impl Environment {
             return Err("not in a pod: KUBERNETES_SERVICE_HOST is not set".into());
         };
         let Some(dir) = &self.service_account_dir else {
-            return Err("KUBERNETES_SERVICE_HOST is set but no service account directory is configured".into());
+            return Err(
+                "KUBERNETES_SERVICE_HOST is set but no service account directory is configured"
+                    .into(),
+            );
         };
         let token = dir.join("token");
         if !token.is_file() {
@@ -111,11 +134,22 @@ impl Environment {
         }
         let port: u16 = match &self.service_port {
             None => 443,
-            Some(p) => p.trim().parse().map_err(|_| format!("KUBERNETES_SERVICE_PORT {p:?} is not a port number"))?,
+            Some(p) => p
+                .trim()
+                .parse()
+                .map_err(|_| format!("KUBERNETES_SERVICE_PORT {p:?} is not a port number"))?,
         };
         let host = host.trim();
-        let host = if host.parse::<std::net::Ipv6Addr>().is_ok() { format!("[{host}]") } else { host.to_string() };
-        Ok(if port == 443 { format!("https://{host}") } else { format!("https://{host}:{port}") })
+        let host = if host.parse::<std::net::Ipv6Addr>().is_ok() {
+            format!("[{host}]")
+        } else {
+            host.to_string()
+        };
+        Ok(if port == 443 {
+            format!("https://{host}")
+        } else {
+            format!("https://{host}:{port}")
+        })
     }
 }
 
@@ -140,12 +174,18 @@ pub struct ApiClient {
 
 impl fmt::Debug for ApiClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ApiClient").field("url", &self.url).field("source", &self.source).finish()
+        f.debug_struct("ApiClient")
+            .field("url", &self.url)
+            .field("source", &self.source)
+            .finish()
     }
 }
 
 fn bad(source: &ConfigSource, detail: impl fmt::Display) -> DiscoveryError {
-    DiscoveryError::BadKubeconfig { source_desc: source.to_string(), detail: detail.to_string() }
+    DiscoveryError::BadKubeconfig {
+        source_desc: source.to_string(),
+        detail: detail.to_string(),
+    }
 }
 
 fn context_namespace(kc: &Kubeconfig) -> Option<String> {
@@ -158,12 +198,19 @@ fn context_namespace(kc: &Kubeconfig) -> Option<String> {
         .filter(|n| !n.is_empty())
 }
 
-async fn from_kubeconfig(kc: Kubeconfig, source: ConfigSource) -> Result<ResolvedConfig, DiscoveryError> {
+async fn from_kubeconfig(
+    kc: Kubeconfig,
+    source: ConfigSource,
+) -> Result<ResolvedConfig, DiscoveryError> {
     let context_namespace = context_namespace(&kc);
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| bad(&source, error_chain(&e)))?;
-    Ok(ResolvedConfig { config, source, context_namespace })
+    Ok(ResolvedConfig {
+        config,
+        source,
+        context_namespace,
+    })
 }
 
 fn read_kubeconfig(path: &Path, source: &ConfigSource) -> Result<Kubeconfig, DiscoveryError> {
@@ -208,47 +255,65 @@ fn in_cluster_kubeconfig(url: &str, env: &Environment) -> Kubeconfig {
 }
 
 /// Finds the client configuration (see the module docs for the order).
-pub async fn resolve_config(explicit: Option<&Path>, env: &Environment) -> Result<ResolvedConfig, DiscoveryError> {
+pub async fn resolve_config(
+    explicit: Option<&Path>,
+    env: &Environment,
+) -> Result<ResolvedConfig, DiscoveryError> {
     if let Some(path) = explicit {
         let source = ConfigSource::Explicit(path.to_path_buf());
         if !path.is_file() {
-            return Err(bad(&source, "the file does not exist or is not a regular file"));
+            return Err(bad(
+                &source,
+                "the file does not exist or is not a regular file",
+            ));
         }
         let kc = read_kubeconfig(path, &source)?;
         return from_kubeconfig(kc, source).await;
     }
 
     let mut tried = Vec::new();
-    match env.in_cluster_available() {
-        Ok(url) => {
-            let dir = env.service_account_dir.clone().unwrap_or_default();
-            let source = ConfigSource::InCluster { service_account_dir: dir.clone() };
-            let ca = dir.join("ca.crt");
-            if !ca.is_file() {
-                return Err(bad(&source, format!("the CA certificate {} is missing", ca.display())));
-            }
-            return from_kubeconfig(in_cluster_kubeconfig(&url, env), source).await;
-        }
-        Err(why) => tried.push(why),
-    }
-
     if let Some(value) = &env.kubeconfig_env {
-        let paths: Vec<PathBuf> = std::env::split_paths(value).filter(|p| !p.as_os_str().is_empty()).collect();
+        let paths: Vec<PathBuf> = std::env::split_paths(value)
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect();
         let existing: Vec<PathBuf> = paths.iter().filter(|p| p.is_file()).cloned().collect();
         if existing.is_empty() {
             let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-            tried.push(format!("$KUBECONFIG names {} but no such file exists", shown.join(":")));
+            tried.push(format!(
+                "$KUBECONFIG names {} but no such file exists",
+                shown.join(":")
+            ));
         } else {
             let source = ConfigSource::KubeconfigEnv(existing.clone());
             let mut merged = Kubeconfig::default();
             for p in &existing {
                 let kc = read_kubeconfig(p, &source)?;
-                merged = merged.merge(kc).map_err(|e| bad(&source, error_chain(&e)))?;
+                merged = merged
+                    .merge(kc)
+                    .map_err(|e| bad(&source, error_chain(&e)))?;
             }
             return from_kubeconfig(merged, source).await;
         }
     } else {
         tried.push("$KUBECONFIG is not set".into());
+    }
+
+    match env.in_cluster_available() {
+        Ok(url) => {
+            let dir = env.service_account_dir.clone().unwrap_or_default();
+            let source = ConfigSource::InCluster {
+                service_account_dir: dir.clone(),
+            };
+            let ca = dir.join("ca.crt");
+            if !ca.is_file() {
+                return Err(bad(
+                    &source,
+                    format!("the CA certificate {} is missing", ca.display()),
+                ));
+            }
+            return from_kubeconfig(in_cluster_kubeconfig(&url, env), source).await;
+        }
+        Err(why) => tried.push(why),
     }
 
     match &env.home {
@@ -267,16 +332,35 @@ pub async fn resolve_config(explicit: Option<&Path>, env: &Environment) -> Resul
 }
 
 /// Builds a client from a resolved configuration; `connect_timeout` bounds TCP/TLS setup.
-pub fn client_from_config(resolved: ResolvedConfig, connect_timeout: Duration) -> Result<ApiClient, DiscoveryError> {
-    let ResolvedConfig { mut config, source, context_namespace } = resolved;
-    let url = config.cluster_url.to_string().trim_end_matches('/').to_string();
+pub fn client_from_config(
+    resolved: ResolvedConfig,
+    connect_timeout: Duration,
+) -> Result<ApiClient, DiscoveryError> {
+    let ResolvedConfig {
+        mut config,
+        source,
+        context_namespace,
+    } = resolved;
+    let url = config
+        .cluster_url
+        .to_string()
+        .trim_end_matches('/')
+        .to_string();
     config.connect_timeout = Some(connect_timeout);
     let client = kube::Client::try_from(config).map_err(|e| bad(&source, error_chain(&e)))?;
-    Ok(ApiClient { client, url, source, context_namespace })
+    Ok(ApiClient {
+        client,
+        url,
+        source,
+        context_namespace,
+    })
 }
 
 /// Resolves the configuration from the process environment and builds a client.
-pub async fn connect(explicit: Option<&Path>, connect_timeout: Duration) -> Result<ApiClient, DiscoveryError> {
+pub async fn connect(
+    explicit: Option<&Path>,
+    connect_timeout: Duration,
+) -> Result<ApiClient, DiscoveryError> {
     connect_with_env(explicit, &Environment::from_process(), connect_timeout).await
 }
 
@@ -329,7 +413,10 @@ current-context: ctx
 "#;
 
     fn env_in(dir: &Path) -> Environment {
-        Environment { service_account_dir: Some(dir.join("sa")), ..Default::default() }
+        Environment {
+            service_account_dir: Some(dir.join("sa")),
+            ..Default::default()
+        }
     }
 
     #[tokio::test]
@@ -354,7 +441,10 @@ current-context: ctx
         let mut env = env_in(dir.path());
         env.service_host = Some("10.0.0.1".into());
         let err = resolve_config(None, &env).await.unwrap_err();
-        assert!(err.to_string().contains("no service account token"), "{err}");
+        assert!(
+            err.to_string().contains("no service account token"),
+            "{err}"
+        );
     }
 
     #[tokio::test]
@@ -372,8 +462,15 @@ current-context: ctx
         let err = resolve_config(None, &env).await.unwrap_err();
         assert!(err.to_string().contains("ca.crt"), "{err}");
         assert_eq!(env.service_account_namespace().as_deref(), Some("jobs"));
-        assert_eq!(env.in_cluster_available().unwrap(), "https://[fd00::1]:6443");
-        let env443 = Environment { service_port: None, service_host: Some("10.96.0.1".into()), ..env.clone() };
+        assert_eq!(
+            env.in_cluster_available().unwrap(),
+            "https://[fd00::1]:6443"
+        );
+        let env443 = Environment {
+            service_port: None,
+            service_host: Some("10.96.0.1".into()),
+            ..env.clone()
+        };
         assert_eq!(env443.in_cluster_available().unwrap(), "https://10.96.0.1");
         let kc = in_cluster_kubeconfig("https://10.96.0.1", &env);
         assert_eq!(context_namespace(&kc).as_deref(), Some("jobs"));
@@ -385,7 +482,11 @@ current-context: ctx
         let path = dir.path().join("kc.yaml");
         std::fs::write(&path, KUBECONFIG_YAML).unwrap();
         let mut env = env_in(dir.path());
-        env.kubeconfig_env = Some(OsString::from(format!("{}:{}", dir.path().join("nope").display(), path.display())));
+        env.kubeconfig_env = Some(OsString::from(format!(
+            "{}:{}",
+            dir.path().join("nope").display(),
+            path.display()
+        )));
         let r = resolve_config(None, &env).await.unwrap();
         assert_eq!(r.source, ConfigSource::KubeconfigEnv(vec![path.clone()]));
         assert_eq!(r.context_namespace.as_deref(), Some("team-a"));
@@ -393,9 +494,45 @@ current-context: ctx
 
         std::fs::create_dir_all(dir.path().join(".kube")).unwrap();
         std::fs::copy(&path, dir.path().join(".kube/config")).unwrap();
-        let env = Environment { home: Some(dir.path().to_path_buf()), ..env_in(dir.path()) };
+        let env = Environment {
+            home: Some(dir.path().to_path_buf()),
+            ..env_in(dir.path())
+        };
         let r = resolve_config(None, &env).await.unwrap();
         assert!(matches!(r.source, ConfigSource::HomeKubeconfig(_)));
+    }
+
+    /// client-go's precedence: an explicitly set KUBECONFIG wins over the in-cluster service
+    /// account; without it the service account wins over ~/.kube/config.
+    #[tokio::test]
+    async fn kubeconfig_env_wins_over_in_cluster_which_wins_over_home() {
+        let dir = tempfile::tempdir().unwrap();
+        let sa = dir.path().join("sa");
+        std::fs::create_dir_all(&sa).unwrap();
+        for f in ["token", "ca.crt", "namespace"] {
+            std::fs::write(sa.join(f), "x").unwrap();
+        }
+        let path = dir.path().join("kc.yaml");
+        std::fs::write(&path, KUBECONFIG_YAML).unwrap();
+        std::fs::create_dir_all(dir.path().join(".kube")).unwrap();
+        std::fs::copy(&path, dir.path().join(".kube/config")).unwrap();
+        let mut env = env_in(dir.path());
+        env.service_host = Some("10.96.0.1".into());
+        env.home = Some(dir.path().to_path_buf());
+        env.kubeconfig_env = Some(path.clone().into_os_string());
+        let r = resolve_config(None, &env).await.unwrap();
+        assert_eq!(r.source, ConfigSource::KubeconfigEnv(vec![path.clone()]));
+
+        env.kubeconfig_env = None;
+        match resolve_config(None, &env).await {
+            Ok(r) => assert!(
+                matches!(r.source, ConfigSource::InCluster { .. }),
+                "{:?}",
+                r.source
+            ),
+            // The fake CA is not a certificate: in-cluster was chosen, and its CA is what fails.
+            Err(e) => assert!(e.to_string().contains("in-cluster service account"), "{e}"),
+        }
     }
 
     #[tokio::test]
@@ -412,6 +549,6 @@ current-context: ctx
         let nocontext = dir.path().join("nocontext.yaml");
         std::fs::write(&nocontext, "apiVersion: v1\nkind: Config\n").unwrap();
         let err = resolve_config(Some(&nocontext), &env).await.unwrap_err();
-        assert_eq!(err.kind(), crate::discovery::ErrorKind::NoCluster, "{err}");
+        assert_eq!(err.kind(), super::super::ErrorKind::NoCluster, "{err}");
     }
 }

@@ -1,0 +1,6 @@
+//! RAS `k8s`: PRRTE's allocation comes from the job's pods.
+//!
+//! [`component`] registers the `ras_k8s_*` parameters and answers PRRTE's selection query;
+//! [`module`] holds the module functions PRRTE calls once the component is selected.
+pub mod component;
+pub mod module;

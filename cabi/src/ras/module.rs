@@ -1,0 +1,236 @@
+//! The `ras k8s` module functions.
+//!
+//! `allocate` returns `PRTE_ERR_ALLOCATION_PENDING` at once; discovery (Kubernetes API calls and
+//! the readiness watch) runs on our own thread, and its result is applied on PRRTE's event
+//! thread: nodes inserted, `ALLOCATION_COMPLETE` activated, or the allocation failed with our
+//! message.
+use crate::boundary::boundary;
+use crate::cstr::cstring;
+use crate::prrte::JobRef;
+use crate::shim::{self, Framework};
+use crate::{ffi, mainloop, params, pods, prrte};
+use prrte_k8s::discovery::{self, Allocation, DiscoveryConfig, DiscoveryError};
+use std::os::raw::{c_int, c_void};
+use std::path::PathBuf;
+use std::time::Duration;
+
+static mut MODULE: ffi::prte_ras_base_module_t = ffi::prte_ras_base_module_t {
+    init: Some(init),
+    allocate: Some(allocate),
+    deallocate: None,
+    finalize: Some(finalize),
+};
+
+/// The module PRRTE gets from `query`.
+pub fn module_ptr() -> *const ffi::prte_ras_base_module_t {
+    std::ptr::addr_of!(MODULE)
+}
+
+unsafe extern "C" fn init() -> c_int {
+    boundary("ras k8s init", prrte::ERROR, || prrte::SUCCESS)
+}
+
+unsafe extern "C" fn finalize() -> c_int {
+    boundary("ras k8s finalize", prrte::ERROR, || prrte::SUCCESS)
+}
+
+/// The discovery configuration from our MCA parameters; a clear message for bad values.
+pub fn config_from(p: &params::RasParams) -> Result<DiscoveryConfig, String> {
+    let slots = match &p.slots {
+        None => discovery::SlotsPolicy::Auto,
+        Some(s) => s
+            .parse::<discovery::SlotsPolicy>()
+            .map_err(|e| format!("ras_k8s_slots: {e}"))?,
+    };
+    if p.timeout <= 0 {
+        return Err(format!("ras_k8s_timeout must be a positive number of seconds, not {}; set e.g. --prtemca ras_k8s_timeout 300", p.timeout));
+    }
+    if p.expected_pods < 0 {
+        return Err(format!(
+            "ras_k8s_expected_pods must be 0 (infer) or a positive count, not {}",
+            p.expected_pods
+        ));
+    }
+    Ok(DiscoveryConfig {
+        namespace: p.namespace.clone(),
+        selector: p.selector.clone(),
+        expected_pods: if p.expected_pods > 0 {
+            Some(p.expected_pods as u32)
+        } else {
+            None
+        },
+        timeout: Duration::from_secs(p.timeout as u64),
+        slots,
+        kubeconfig: p.kubeconfig.as_ref().map(PathBuf::from),
+        self_pod: p.self_pod.clone(),
+    })
+}
+
+/// The module's `allocate`: starts discovery on our own thread and returns at once.
+///
+/// # Safety
+///
+/// `jdata` is the live job object PRRTE allocates for; main thread.
+unsafe extern "C" fn allocate(jdata: *mut ffi::prte_job_t, _nodes: *mut ffi::pmix_list_t) -> c_int {
+    boundary("ras k8s allocate", prrte::ERROR, || {
+        if jdata.is_null() {
+            return prrte::ERROR;
+        }
+        let cfg = match config_from(&params::ras()) {
+            Ok(c) => c,
+            Err(msg) => {
+                prrte::error_box("The k8s RAS component has a bad MCA parameter value.", &msg);
+                return ffi::PRTE_ERR_BAD_PARAM;
+            }
+        };
+        if let Err(e) = mainloop::ensure() {
+            prrte::error_box("The k8s RAS component could not set up its event.", &e);
+            return prrte::ERROR;
+        }
+        // SAFETY: `jdata` is live (our caller's promise); keep it alive until our completion runs.
+        unsafe { ffi::prrte_k8s_shim_retain(jdata as *mut c_void) };
+        let job = jdata as usize;
+        shim::verbose(
+            Framework::Ras,
+            1,
+            "ras:k8s: discovering the job's pods on a background thread",
+        );
+        let spawned = std::thread::Builder::new()
+            .name("prrte-k8s-ras".into())
+            .spawn(move || {
+                let result = discovery::discover_blocking(&cfg);
+                mainloop::post(move || {
+                    // SAFETY: the job object was retained above and is released only by
+                    // `complete`; the mailbox runs this on the main thread.
+                    if let Some(job) = unsafe { JobRef::new(job as *mut ffi::prte_job_t) } {
+                        complete(job, result);
+                    }
+                });
+            });
+        if let Err(e) = spawned {
+            // SAFETY: undo the retain above.
+            unsafe { ffi::prrte_k8s_shim_release(jdata as *mut c_void) };
+            prrte::error_box(
+                "The k8s RAS component could not start its discovery thread.",
+                &e.to_string(),
+            );
+            return prrte::ERROR;
+        }
+        ffi::PRTE_ERR_ALLOCATION_PENDING
+    })
+}
+
+/// On PRRTE's event thread: apply the discovery result, then release the reference to the job
+/// object that `allocate` took.
+fn complete(job: JobRef, result: Result<Allocation, DiscoveryError>) {
+    match result {
+        Ok(alloc) => {
+            if let Err(msg) = insert(job, &alloc) {
+                prrte::error_box(
+                    "The k8s RAS component could not hand the pods to PRRTE.",
+                    &msg,
+                );
+                job.activate(ffi::PRTE_JOB_STATE_ALLOC_FAILED);
+            }
+        }
+        Err(e) => {
+            prrte::error_box(
+                "The k8s RAS component could not build an allocation from the job's pods.",
+                &e.to_string(),
+            );
+            shim::update_exit_status(1);
+            job.activate(ffi::PRTE_JOB_STATE_ALLOC_FAILED);
+        }
+    }
+    // SAFETY: releases the reference taken in `allocate` (the `JobRef` is not used after this).
+    unsafe { ffi::prrte_k8s_shim_release(job.as_ptr() as *mut c_void) };
+}
+
+/// Inserts the pods as PRRTE nodes and completes the allocation.
+fn insert(job: JobRef, alloc: &Allocation) -> Result<(), String> {
+    let jdata = job.as_ptr();
+    if alloc.nodes.is_empty() {
+        return Err("discovery returned no pods".into());
+    }
+    // SAFETY: shim allocation of a PMIx list.
+    let list = unsafe { ffi::prrte_k8s_shim_list_new() };
+    if list.is_null() {
+        return Err("out of memory".into());
+    }
+    for n in &alloc.nodes {
+        let name = cstring(&n.hostname);
+        let ip = cstring(&n.ip.to_string());
+        // SAFETY: the shim strdup's both strings.
+        let node = unsafe { ffi::prrte_k8s_shim_node_new(name.as_ptr(), ip.as_ptr()) }
+            as *mut ffi::prte_node_t;
+        if node.is_null() {
+            // SAFETY: release the list and what is on it.
+            unsafe { ffi::prrte_k8s_shim_list_release(list) };
+            return Err("out of memory".into());
+        }
+        // SAFETY: `node` is a fresh prte_node_t we own until it is appended to the list.
+        unsafe {
+            (*node).state = ffi::PRTE_NODE_STATE_UP as ffi::prte_node_state_t;
+            (*node).slots = n.slots as i32;
+            (*node).slots_max = 0;
+            (*node).flags |= ffi::PRTE_NODE_FLAG_SLOTS_GIVEN as ffi::prte_node_flags_t;
+            ffi::prrte_k8s_shim_list_append(list, node as *mut c_void);
+        }
+        pods::record(
+            &n.hostname,
+            pods::PodAddr {
+                pod: n.pod.clone(),
+                namespace: n.namespace.clone(),
+                ip: n.ip,
+            },
+        );
+        shim::verbose(
+            Framework::Ras,
+            1,
+            &format!(
+                "ras:k8s: pod {} (index {}) as node {} at {} with {} slots{}",
+                n.pod,
+                n.index.map(|i| i.to_string()).unwrap_or_else(|| "-".into()),
+                n.hostname,
+                n.ip,
+                n.slots,
+                if n.is_self { " (this pod)" } else { "" }
+            ),
+        );
+    }
+    // SAFETY: main thread and `jdata` live (`JobRef`); PRRTE globals and the job object are
+    // ours to update here, exactly as PRRTE's own allocation step does after a module
+    // returns nodes.
+    unsafe {
+        ffi::prte_managed_allocation = true;
+        ffi::prte_do_not_resolve = true;
+        let rc = ffi::prte_ras_base_node_insert(list as *mut ffi::pmix_list_t, jdata);
+        ffi::prrte_k8s_shim_list_release(list);
+        if rc != prrte::SUCCESS {
+            return Err(format!(
+                "prte_ras_base_node_insert failed with PRRTE error {rc}"
+            ));
+        }
+        let display =
+            ffi::prte_get_attribute(
+                &mut (*jdata).attributes,
+                ffi::PRTE_JOB_DISPLAY_ALLOC as u16,
+                std::ptr::null_mut(),
+                ffi::PMIX_BOOL as ffi::pmix_data_type_t,
+            ) || ffi::pmix_output_get_verbosity(ffi::prte_ras_base_framework.framework_output) > 4;
+        if display {
+            ffi::prte_ras_base_display_alloc(jdata);
+        }
+        (*jdata).total_slots_alloc = ffi::prte_ras_base.total_slots_alloc;
+        if params::ras().bind_none && ffi::prrte_k8s_shim_default_binding_is_set() == 0 {
+            ffi::prrte_k8s_shim_set_default_binding_none();
+            shim::verbose(
+                Framework::Ras,
+                1,
+                "ras:k8s: pods share their node's cores: ranks are not bound unless a binding policy is given",
+            );
+        }
+    }
+    job.activate(ffi::PRTE_JOB_STATE_ALLOCATION_COMPLETE);
+    Ok(())
+}
