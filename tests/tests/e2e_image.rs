@@ -200,6 +200,5 @@ async fn indexed_job_from_the_image_runs_mpirun_with_ras_and_plm_k8s_as_uid_1000
         &text(&o),
     );
 
-    drop(exec);
     cluster.shutdown().unwrap();
 }
