@@ -168,8 +168,13 @@ fn a_library_built_for_another_prrte_declines_with_one_line_and_prrte_carries_on
         ],
         built_for_other.path(),
     );
-    assert!(!ok, "ras k8s cannot be selected: {out}{err}");
+    // (prterun 3.0.8 reports this with exit status 0, so only the messages are checked)
+    let _ = ok;
     assert!(err.contains("built for PRRTE 3.0.7"), "{err}");
+    assert!(
+        err.contains("A requested component was not found") && err.contains("Component: k8s"),
+        "PRRTE says ras k8s is not there: {out}{err}"
+    );
     assert!(
         !err.contains("Segmentation") && !err.contains("signal"),
         "{err}"
