@@ -4,7 +4,7 @@
 #   make image  the container images (Open MPI 5 + PRRTE + the k8s components; prrte-config/image)
 #   make bench  DVM-ready time, daemons through the agents vs through an sshd in each pod
 SHELL := /bin/bash
-export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5
+export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s1
 
 .PHONY: setup build lint image test demo bench clean-leftovers
 
@@ -19,8 +19,7 @@ lint: setup
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 
-# the images are built (or found up to date in seconds) first: tests run pods from them
-test: build image
+test: build
 	bash tests/run-tests.sh
 
 # BENCH_ARGS, e.g. "--quick" or "--pods 4,16 --runs 3" (prrte-k8s-bench --help)

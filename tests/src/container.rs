@@ -30,6 +30,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
+/// `PATH` given to pods (and to `exec`) whose environment does not set one.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// File name of the init program next to the test binaries (see [`init_binary`]).
 pub const INIT_BIN: &str = "prrte-k8s-sandbox-init";
 
@@ -166,16 +169,63 @@ fn read_config(path: &Path) -> Result<InitConfig> {
     serde_json::from_slice(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
-/// `path` (absolute, inside the container) below `root`; `..` is refused.
+/// `path` (inside the container) as a host path below `root`, with the symbolic links of the
+/// image resolved inside `root` as the container will see them (an absolute link such as
+/// Debian's `/var/run -> /run` points into the image, never into the host's filesystem); `..`
+/// stops at the root.
 fn inside(root: &Path, path: &Path) -> Result<PathBuf> {
-    let mut out = root.to_path_buf();
-    for c in path.components() {
-        match c {
-            Component::RootDir | Component::CurDir => {}
-            Component::Normal(n) => out.push(n),
-            _ => bail!("path {} must be absolute and without '..'", path.display()),
+    let mut pending: std::collections::VecDeque<std::ffi::OsString> =
+        std::collections::VecDeque::new();
+    let push_all =
+        |pending: &mut std::collections::VecDeque<std::ffi::OsString>, p: &Path, front: bool| {
+            let parts: Vec<std::ffi::OsString> = p
+                .components()
+                .filter_map(|c| match c {
+                    Component::Normal(n) => Some(n.to_os_string()),
+                    Component::ParentDir => Some("..".into()),
+                    _ => None,
+                })
+                .collect();
+            if front {
+                for part in parts.into_iter().rev() {
+                    pending.push_front(part);
+                }
+            } else {
+                pending.extend(parts);
+            }
+        };
+    push_all(&mut pending, path, false);
+    let mut resolved: Vec<std::ffi::OsString> = Vec::new();
+    let mut links = 0;
+    while let Some(part) = pending.pop_front() {
+        if part == ".." {
+            resolved.pop();
+            continue;
+        }
+        let mut candidate = root.to_path_buf();
+        candidate.extend(&resolved);
+        candidate.push(&part);
+        match fs::symlink_metadata(&candidate) {
+            Ok(m) if m.file_type().is_symlink() => {
+                links += 1;
+                if links > 40 {
+                    bail!(
+                        "too many levels of symbolic links resolving {} in the image",
+                        path.display()
+                    );
+                }
+                let target = fs::read_link(&candidate)
+                    .with_context(|| format!("reading link {}", candidate.display()))?;
+                if target.is_absolute() {
+                    resolved.clear();
+                }
+                push_all(&mut pending, &target, true);
+            }
+            _ => resolved.push(part),
         }
     }
+    let mut out = root.to_path_buf();
+    out.extend(&resolved);
     Ok(out)
 }
 
@@ -414,7 +464,7 @@ fn lookup(command: &[String], env: &[(String, String)]) -> Result<PathBuf> {
         .rev()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.as_str())
-        .unwrap_or(crate::podnet::DEFAULT_PATH);
+        .unwrap_or(DEFAULT_PATH);
     path.split(':')
         .filter(|d| !d.is_empty())
         .map(|d| Path::new(d).join(cmd))
@@ -489,11 +539,25 @@ mod tests {
 
     #[test]
     fn paths_stay_inside() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        fs::create_dir_all(r.join("run/x")).unwrap();
+        fs::create_dir_all(r.join("etc")).unwrap();
+        std::os::unix::fs::symlink("/run", r.join("var-run")).unwrap();
+        std::os::unix::fs::symlink("../../../../etc", r.join("run/up")).unwrap();
+        std::os::unix::fs::symlink("loop", r.join("loop")).unwrap();
+        assert_eq!(inside(r, Path::new("/a/b")).unwrap(), r.join("a/b"));
+        assert_eq!(inside(r, Path::new("/a/../../etc")).unwrap(), r.join("etc"));
+        // Absolute links resolve inside the root, not on the host.
         assert_eq!(
-            inside(Path::new("/r"), Path::new("/a/b")).unwrap(),
-            Path::new("/r/a/b")
+            inside(r, Path::new("/var-run/x/new")).unwrap(),
+            r.join("run/x/new")
         );
-        assert!(inside(Path::new("/r"), Path::new("/a/../../etc")).is_err());
+        assert_eq!(
+            inside(r, Path::new("/run/up/passwd")).unwrap(),
+            r.join("etc/passwd")
+        );
+        assert!(inside(r, Path::new("/loop/x")).is_err());
     }
 
     #[test]

@@ -325,7 +325,7 @@ pub fn test_image(root: bool) -> Result<String> {
     if !is_static(&bytes) {
         bail!("{} is not statically linked; install Debian's busybox-static (prrte-config/setup.sh does)", busybox.display());
     }
-    const RECIPE: u32 = 1;
+    const RECIPE: u32 = 2;
     let key = {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -370,6 +370,10 @@ pub fn test_image(root: bool) -> Result<String> {
         {
             let _ = std::os::unix::fs::symlink("busybox", m.join("bin").join(applet));
         }
+        // As in Debian: /var/run is an absolute link (mount paths must resolve in the image).
+        std::fs::create_dir_all(m.join("run"))?;
+        std::fs::create_dir_all(m.join("var"))?;
+        std::os::unix::fs::symlink("/run", m.join("var/run"))?;
         std::fs::write(m.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")?;
         std::fs::write(
             m.join("etc/group"),

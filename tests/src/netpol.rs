@@ -134,12 +134,12 @@ impl Enforcer {
                 .map_err(|e| anyhow!("{e}"))
         };
         let policies = list(&NETWORKPOLICIES)?;
-        let pods = list(&PODS)?;
-        let namespaces = list(&NAMESPACES)?;
         let refs = |v: &[Arc<Value>]| v.iter().map(|o| o.as_ref().clone()).collect::<Vec<Value>>();
         let want = if policies.is_empty() {
             None
         } else {
+            let pods = list(&PODS)?;
+            let namespaces = list(&NAMESPACES)?;
             Some(render(
                 &self.table,
                 &self.veths,

@@ -55,8 +55,7 @@ pub const NAME_PREFIX: &str = "pk8s";
 /// Host directory for the lock file and the per-pod state directories.
 pub const STATE_DIR: &str = "/run/prrte-k8s-sandbox";
 
-/// `PATH` given to pods (and to `exec`) whose environment does not set one.
-pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub use crate::container::DEFAULT_PATH;
 
 /// `HOME` given to pods whose environment does not set one.
 pub const DEFAULT_HOME: &str = "/root";

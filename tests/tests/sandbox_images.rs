@@ -119,7 +119,9 @@ spec:
     - {{name: shm, mountPath: /dev/shm}}
     - {{name: creds, mountPath: /etc/creds, readOnly: true}}
     - {{name: info, mountPath: /etc/podinfo}}
+    - {{name: run, mountPath: /var/run/{pod}}}
   volumes:
+  - {{name: run, emptyDir: {{}}}}
   - {{name: tmp, emptyDir: {{}}}}
   - {{name: shm, emptyDir: {{medium: Memory}}}}
   - {{name: creds, secret: {{secretName: {pod}-creds, defaultMode: 256}}}}
@@ -226,6 +228,17 @@ spec:
     assert_eq!(
         ok_in(&cluster, &pod, "cat /etc/podinfo/labels"),
         "app=\"images\""
+    );
+    // A mount path through the image's absolute link /var/run -> /run lands in the image's /run,
+    // not in the host's.
+    ok_in(
+        &cluster,
+        &pod,
+        &format!("echo r > /var/run/{pod}/f && test -f /run/{pod}/f"),
+    );
+    assert!(
+        !std::path::Path::new("/run").join(&pod).exists(),
+        "a mount point was created on the host"
     );
     // The service-account files are readable by the non-root user.
     assert_eq!(

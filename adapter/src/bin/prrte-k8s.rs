@@ -5,12 +5,15 @@
 //! variables PRRTE itself reads).
 //!
 //! `prrte-k8s prun ARGS...` / `prrte-k8s pterm ARGS...` run PRRTE's tools against the job's DVM
-//! from any pod: the DVM URI comes from the file the agent publishes (`dvm-uri` prints it).
+//! from any pod: the DVM URI comes from the file the agent publishes (`dvm-uri` prints it). An
+//! interrupted `prrte-k8s prun` kills its job in the DVM (PRRTE's own prun leaves it running).
 //! `prrte-k8s doctor` checks what PRRTE's k8s components need, one line per check.
 #![forbid(unsafe_code)]
 
 #[path = "prrte-k8s/doctor.rs"]
 mod doctor;
+#[path = "prrte-k8s/prun.rs"]
+mod prun;
 #[path = "prrte-k8s/tools.rs"]
 mod tools;
 
@@ -40,7 +43,8 @@ enum Command {
     Pods(PodsArgs),
     /// Print the URI of the job's DVM (published in every pod by the prrte-k8s agent).
     DvmUri(tools::DvmUriArgs),
-    /// Run PRRTE's prun against the job's DVM: `prrte-k8s prun -n 12 ./app`.
+    /// Run PRRTE's prun against the job's DVM: `prrte-k8s prun -n 12 ./app`. Interrupted
+    /// (SIGINT, SIGTERM, SIGHUP), it kills its job in the DVM, so the job's slots are freed.
     Prun(tools::ToolArgs),
     /// Run PRRTE's pterm against the job's DVM (stops the DVM).
     Pterm(tools::ToolArgs),
@@ -195,7 +199,7 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Pods(args) => pods(args),
         Command::DvmUri(args) => tools::dvm_uri(args),
-        Command::Prun(args) => tools::exec_tool("prun", args),
+        Command::Prun(args) => prun::run(args),
         Command::Pterm(args) => tools::exec_tool("pterm", args),
         Command::Doctor(args) => doctor::run(args),
     };

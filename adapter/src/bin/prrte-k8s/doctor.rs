@@ -360,7 +360,8 @@ fn check_prrte(r: &mut Report) {
         r.skip("k8s components: not checked (no PRRTE prefix)");
         return;
     };
-    let missing: Vec<String> = ["prte", "prted", "prun", "pterm"]
+    // pquery and pctrl (PMIx's) let `prrte-k8s prun` end its job when it is interrupted.
+    let missing: Vec<String> = ["prte", "prted", "prun", "pterm", "pquery", "pctrl"]
         .iter()
         .map(|t| prefix.join("bin").join(t))
         .filter(|p| !executable(p))
@@ -368,7 +369,7 @@ fn check_prrte(r: &mut Report) {
         .collect();
     if missing.is_empty() {
         r.ok(&format!(
-            "PRRTE: prefix {} ({how}) has prte, prted, prun and pterm",
+            "PRRTE: prefix {} ({how}) has prte, prted, prun, pterm, pquery and pctrl",
             prefix.display()
         ));
     } else {
