@@ -58,7 +58,7 @@ spec:
       - {{name: tmp, emptyDir: {{}}}}
       - {{name: run, emptyDir: {{}}}}
       - {{name: shm, emptyDir: {{medium: Memory}}}}
-      - {{name: secret, secret: {{secretName: {job}-prrte, defaultMode: 0440}}}}
+      - {{name: secret, secret: {{secretName: {job}-prrte, defaultMode: 288}}}}
 "#
     )
 }
