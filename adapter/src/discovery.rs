@@ -309,9 +309,23 @@ pub async fn discover_with(
             if workload.is_none() {
                 workload = infer::workload_of(&candidates);
             }
+            let owned_job = match &workload {
+                Some(infer::Workload::Job(name)) => own_pod
+                    .iter()
+                    .chain(candidates.iter().copied())
+                    .any(|p| infer::controller_of(p, "Job").is_some_and(|o| &o.name == name)),
+                _ => true,
+            };
             let from_workload = match &workload {
                 Some(w) => {
-                    infer::expected_from_workload(&ctx, &namespace, w, known_sts.as_ref()).await?
+                    infer::expected_from_workload(
+                        &ctx,
+                        &namespace,
+                        w,
+                        known_sts.as_ref(),
+                        owned_job,
+                    )
+                    .await?
                 }
                 None => None,
             };

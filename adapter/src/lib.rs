@@ -9,3 +9,4 @@ pub mod agent;
 pub mod discovery;
 pub mod launch;
 pub mod protocol;
+pub mod text;

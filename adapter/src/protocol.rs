@@ -659,6 +659,25 @@ impl Session {
         })
     }
 
+    /// Seals `body` under an explicit sequence number without advancing the session's own
+    /// counter: a correctly authenticated frame that is out of order (for tests of the
+    /// receiver's sequence checks).
+    pub fn seal_text_at(&self, seq: u64, body: &str) -> Vec<u8> {
+        let mac = self.key.as_ref().map(|key| {
+            let (send_label, _) = self.labels();
+            hex::encode(
+                self.frame_mac(key, send_label, seq, body.as_bytes())
+                    .finalize()
+                    .into_bytes(),
+            )
+        });
+        encode_message(&Plain::Sealed {
+            seq,
+            body: body.to_owned(),
+            mac,
+        })
+    }
+
     /// Verifies a sealed frame and returns its body text. Any failure is final for the session.
     pub fn open(&mut self, frame: &[u8]) -> Result<String, ProtocolError> {
         let value = parse_versioned(frame)?;

@@ -146,14 +146,17 @@ fn argv_and_env_arrive_exactly() {
     .map(|s| s.to_string())
     .collect();
     let env = vec![
-        ("PRTE_MCA_plm".to_string(), "k8s".to_string()),
+        (
+            "PRTE_MCA_odls_base_max_threads".to_string(),
+            "0".to_string(),
+        ),
         ("PMIX_MCA_x".to_string(), "a=b=c".to_string()),
         (
             "OMPI_MCA_y".to_string(),
             "multi\nline value with spaces".to_string(),
         ),
         ("PRTE_MCA_overridden".to_string(), "request".to_string()),
-        ("PRTE_EMPTY".to_string(), String::new()),
+        ("PRTE_MCA_empty".to_string(), String::new()),
     ];
     let (launcher, rx) = start(
         vec![(
@@ -176,7 +179,10 @@ fn argv_and_env_arrive_exactly() {
     ));
     launcher.shutdown(Duration::from_secs(5));
 
-    assert_eq!(td.argv(), argv);
+    // The agent adds --leave-session-attached (prted must not daemonize out of its reach).
+    let mut expected = argv.clone();
+    expected.push("--leave-session-attached".into());
+    assert_eq!(td.argv(), expected);
     let got: BTreeMap<String, String> = td.env().into_iter().collect();
     for (k, v) in &env {
         assert_eq!(got.get(k), Some(v), "{k}");
@@ -343,7 +349,7 @@ fn sixteen_agents_in_parallel_then_shutdown() {
     const N: u32 = 16;
     let dirs: Vec<TestDir> = (0..N).map(|_| TestDir::new()).collect();
     // One secret for the whole job, mounted in every pod.
-    let secret = b"one secret for the whole job".to_vec();
+    let secret = b"one secret for the whole job, 32+ bytes".to_vec();
     for td in &dirs {
         std::fs::write(&td.secret_file, &secret).unwrap();
     }

@@ -18,7 +18,8 @@ use prrte_k8s::launch::{
 use prrte_k8s::protocol::{Reply, Request};
 
 const CLI: &str = env!("CARGO_BIN_EXE_prrte-k8s");
-const URI: &str = "prte-pod-0-77@0.0;tcp4://10.0.0.5:7120";
+/// On the launcher's own address (the tests' launcher connects from 127.0.0.1).
+const URI: &str = "prte-pod-0-77@0.0;tcp4://127.0.0.1:7120";
 
 fn opts(secret: &[u8]) -> LaunchOptions {
     LaunchOptions {

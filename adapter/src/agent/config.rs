@@ -16,6 +16,9 @@ pub const MIN_MAX_FRAME: usize = 4096;
 /// Largest `--max-frame` accepted.
 pub const MAX_MAX_FRAME: usize = 64 * 1024 * 1024;
 
+/// Default time a connection has to complete the handshake.
+pub const DEFAULT_HANDSHAKE_TIMEOUT_SECS: u64 = 10;
+
 /// Default location of the file holding the DVM's PMIx tool URI in every pod.
 pub const DEFAULT_DVM_URI_FILE: &str = "/var/run/prrte-k8s/dvm.uri";
 /// Default TCP port of the DVM head's PMIx tool listener.
@@ -31,6 +34,13 @@ pub enum DvmHead {
     Always,
     /// Never: a launcher (prte/prterun run by the user) starts the DVM.
     Never,
+}
+
+/// Whether launches get a cgroup of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CgroupMode {
+    Auto,
+    Off,
 }
 
 /// Log output format.
@@ -134,6 +144,29 @@ pub struct AgentArgs {
     #[arg(long = "prte-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub prte_args: Vec<String>,
 
+    /// Track every process of a launch in a cgroup of its own ("auto": where a writable cgroup
+    /// hierarchy is mounted, else by a process-tree sweep) or only by the sweep ("off")
+    #[arg(
+        long,
+        env = "PRRTE_K8S_AGENT_CGROUP",
+        value_enum,
+        default_value = "auto"
+    )]
+    pub cgroup: CgroupMode,
+
+    /// Unauthenticated connections accepted at once; beyond, the oldest is dropped
+    #[arg(long, env = "PRRTE_K8S_AGENT_MAX_PENDING", value_name = "N", default_value_t = super::limits::DEFAULT_MAX_PENDING)]
+    pub max_pending: usize,
+
+    /// Unauthenticated connections accepted at once from one IP address; beyond, that
+    /// address's oldest is dropped
+    #[arg(long, env = "PRRTE_K8S_AGENT_MAX_PENDING_PER_PEER", value_name = "N", default_value_t = super::limits::DEFAULT_MAX_PENDING_PER_PEER)]
+    pub max_pending_per_peer: usize,
+
+    /// Seconds a connection has to complete the whole handshake
+    #[arg(long, env = "PRRTE_K8S_AGENT_HANDSHAKE_TIMEOUT", value_name = "SECS", default_value_t = DEFAULT_HANDSHAKE_TIMEOUT_SECS)]
+    pub handshake_timeout: u64,
+
     /// Log format (filter with PRRTE_K8S_LOG, e.g. "debug")
     #[arg(
         long,
@@ -162,6 +195,31 @@ pub struct AgentConfig {
     pub dvm_uri_file: PathBuf,
     /// Set when this agent starts the DVM itself.
     pub head: Option<HeadConfig>,
+    /// Whether launches get a cgroup of their own where possible (`--cgroup auto`).
+    pub cgroup: bool,
+    /// Caps on unauthenticated connections.
+    pub limits: ConnLimits,
+}
+
+/// Caps on connections that have not authenticated yet (see [`super::limits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Unauthenticated launch connections at once (the oldest is dropped beyond).
+    pub max_pending: usize,
+    /// Unauthenticated launch connections from one IP address at once.
+    pub max_pending_per_peer: usize,
+    /// The whole handshake must complete within this time.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        ConnLimits {
+            max_pending: super::limits::DEFAULT_MAX_PENDING,
+            max_pending_per_peer: super::limits::DEFAULT_MAX_PENDING_PER_PEER,
+            handshake_timeout: Duration::from_secs(DEFAULT_HANDSHAKE_TIMEOUT_SECS),
+        }
+    }
 }
 
 /// How the DVM head (prte started by the agent) runs.
@@ -217,6 +275,8 @@ impl std::fmt::Debug for AgentConfig {
             .field("pass_env", &self.pass_env)
             .field("dvm_uri_file", &self.dvm_uri_file)
             .field("head", &self.head)
+            .field("cgroup", &self.cgroup)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -372,6 +432,12 @@ impl AgentConfig {
                 .collect(),
             dvm_uri_file: args.dvm_uri_file.clone(),
             head,
+            cgroup: args.cgroup == CgroupMode::Auto,
+            limits: ConnLimits {
+                max_pending: args.max_pending.max(1),
+                max_pending_per_peer: args.max_pending_per_peer.max(1),
+                handshake_timeout: Duration::from_secs(args.handshake_timeout.max(1)),
+            },
         })
     }
 }
@@ -420,7 +486,7 @@ mod tests {
             std::fs::Permissions::from_mode(0o755),
         )
         .unwrap();
-        std::fs::write(d.path().join("key"), "s3cret\n").unwrap();
+        std::fs::write(d.path().join("key"), "s3cret-s3cret-s3cret-s3cret-s3cret\n").unwrap();
         d
     }
 
@@ -431,7 +497,10 @@ mod tests {
         let c = AgentConfig::from_args(&a, |k| (k == "POD_IP").then(|| "10.1.2.3".into())).unwrap();
         assert_eq!(c.listen, "10.1.2.3:7117".parse().unwrap());
         assert_eq!(c.health_listen, Some("10.1.2.3:7118".parse().unwrap()));
-        assert_eq!(c.secret.as_deref(), Some(&b"s3cret"[..]));
+        assert_eq!(
+            c.secret.as_deref(),
+            Some(&b"s3cret-s3cret-s3cret-s3cret-s3cret"[..])
+        );
         assert_eq!(c.kill_grace, Duration::from_secs(5));
         assert_eq!(c.max_frame, 1024 * 1024);
         assert_eq!(c.tmpdir, PathBuf::from("/tmp"));
@@ -477,6 +546,23 @@ mod tests {
             .unwrap()
             .secret
             .is_none());
+    }
+
+    #[test]
+    fn refuses_a_short_secret() {
+        let d = setup();
+        std::fs::write(d.path().join("key"), "0123456789abcdef0123456789abcde\n").unwrap();
+        let e = AgentConfig::from_args(&args(d.path(), &[]), |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("31 bytes") && e.contains("at least 32"), "{e}");
+        // Not even with --insecure-no-auth: a present but weak secret is a mistake.
+        let e = AgentConfig::from_args(&args(d.path(), &["--insecure-no-auth"]), |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least 32"), "{e}");
+        std::fs::write(d.path().join("key"), "0123456789abcdef0123456789abcdef\n").unwrap();
+        assert!(AgentConfig::from_args(&args(d.path(), &[]), |_| None).is_ok());
     }
 
     #[test]

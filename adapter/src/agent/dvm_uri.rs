@@ -48,20 +48,40 @@ pub fn write_dvm_uri_file(path: &Path, uri: &str) -> io::Result<()> {
     result
 }
 
-/// Writes the DVM URI file (creating its directory); failures are logged, not fatal: the job
-/// runs either way, only `prrte-k8s prun` in this pod needs the file.
-pub(crate) fn publish_dvm_uri(path: &std::path::Path, uri: &str) -> bool {
+/// Identity of a file the agent wrote (device and inode), so that it removes only that file and
+/// never one somebody else put at the same path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    /// The identity of the file at `path` itself (a symbolic link is not followed).
+    pub fn of(path: &Path) -> Option<FileId> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::symlink_metadata(path).ok()?;
+        Some(FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
+}
+
+/// Writes the DVM URI file (creating its directory) and returns its identity; failures are
+/// logged, not fatal: the job runs either way, only `prrte-k8s prun` in this pod needs the file.
+pub(crate) fn publish_dvm_uri(path: &Path, uri: &str) -> Option<FileId> {
     if !publish_dvm_uri_dir(path) {
-        return false;
+        return None;
     }
     match write_dvm_uri_file(path, uri) {
         Ok(()) => {
             info!(file = %path.display(), uri, "published the DVM URI");
-            true
+            FileId::of(path)
         }
         Err(e) => {
             warn!(file = %path.display(), error = %e, "cannot write the DVM URI file; `prrte-k8s prun` will not find the DVM in this pod (set --dvm-uri-file to a writable place)");
-            false
+            None
         }
     }
 }
@@ -77,8 +97,19 @@ pub(crate) fn publish_dvm_uri_dir(path: &std::path::Path) -> bool {
     true
 }
 
-/// Removes the DVM URI file (if it exists).
-pub(crate) fn unpublish_dvm_uri(path: &std::path::Path) {
+/// Removes the DVM URI file if it is still the file `written` (the one the agent wrote); with
+/// `None`, whatever is there (only for a file the agent's own child wrote).
+pub(crate) fn unpublish_dvm_uri(path: &Path, written: Option<FileId>) {
+    if let Some(id) = written {
+        match FileId::of(path) {
+            Some(now) if now == id => {}
+            Some(_) => {
+                warn!(file = %path.display(), "the DVM URI file was replaced by someone else; leaving it");
+                return;
+            }
+            None => return,
+        }
+    }
     match std::fs::remove_file(path) {
         Ok(()) => info!(file = %path.display(), "removed the DVM URI file"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

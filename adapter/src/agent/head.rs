@@ -26,7 +26,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::config::{AgentConfig, HeadConfig};
-use super::process::{Job, Reaper};
+use super::process::Reaper;
+use super::tracking::Tracking;
 use super::{publish_dvm_uri_dir, unpublish_dvm_uri};
 
 /// How long the head waits for the agent's own health endpoint before starting prte anyway.
@@ -106,6 +107,7 @@ pub async fn run(
     head: HeadConfig,
     config: AgentConfig,
     reaper: Arc<Reaper>,
+    tracking: Tracking,
     health: Option<SocketAddr>,
     stop: CancellationToken,
 ) {
@@ -114,8 +116,18 @@ pub async fn run(
         return;
     }
     let uri_file = config.dvm_uri_file.clone();
-    // A stale URI (from an earlier prte) must not send tools to a dead address.
-    unpublish_dvm_uri(&uri_file);
+    // A stale URI (from an earlier prte in this pod) must not send tools to a dead address; a
+    // file naming another address is not ours to remove.
+    let stale_own = std::fs::read_to_string(&uri_file).is_ok_and(|t| {
+        t.trim()
+            .rsplit_once("tcp4://")
+            .and_then(|(_, hp)| hp.rsplit_once(':'))
+            .is_some_and(|(h, _)| h == head.pod_ip.to_string())
+    });
+    if stale_own {
+        unpublish_dvm_uri(&uri_file, None);
+    }
+    let spawned_at = std::time::SystemTime::now();
     publish_dvm_uri_dir(&uri_file);
     let root = nix::unistd::geteuid().is_root();
     let args = prte_args(&head, &config, root);
@@ -129,16 +141,16 @@ pub async fn run(
     if std::env::var_os("PRTE_MCA_plm_k8s_secret_file").is_none() && config.secret.is_some() {
         cmd.env("PRTE_MCA_plm_k8s_secret_file", &config.secret_file);
     }
-    let (pid, exit_rx) = match reaper.spawn(&mut cmd) {
-        Ok(x) => x,
+    let mut job = match reaper.spawn_job(&mut cmd, &tracking) {
+        Ok(j) => j,
         Err(e) => {
             error!(prte = %head.prte.display(), error = %e, "cannot start the DVM head (prte)");
             return;
         }
     };
+    let pid = job.pid;
     info!(pid, prte = %head.prte.display(), args = ?args, reason = %head.reason, "started the DVM head (prte)");
     let started = Instant::now();
-    let mut job = Job::new(pid, exit_rx);
     tokio::select! {
         status = job.wait_exit() => {
             info!(pid, %status, ran_ms = started.elapsed().as_millis() as u64, "the DVM head (prte) exited; the agent keeps serving");
@@ -150,7 +162,13 @@ pub async fn run(
             info!(pid, %status, "stopped the DVM head (prte)");
         }
     }
-    unpublish_dvm_uri(&uri_file);
+    // Only the file prte wrote (--report-uri) while it ran: modified after it started.
+    let written_by_prte = std::fs::symlink_metadata(&uri_file)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t >= spawned_at);
+    if written_by_prte {
+        unpublish_dvm_uri(&uri_file, None);
+    }
 }
 
 #[cfg(test)]
@@ -182,6 +200,8 @@ mod tests {
             pass_env: vec![],
             dvm_uri_file: "/var/run/prrte-k8s/dvm.uri".into(),
             head: Some(head.clone()),
+            cgroup: false,
+            limits: Default::default(),
         };
         let a = prte_args(&head, &config, true).join(" ");
         assert_eq!(

@@ -9,20 +9,30 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::debug;
 
+use super::limits::Pending;
+
 const MAX_REQUEST: usize = 8192;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves probes on `listener` forever; `serving` decides between 200 and 503.
-pub async fn serve(listener: TcpListener, serving: Arc<AtomicBool>) {
+/// Serves probes on `listener` forever; `serving` decides between 200 and 503. At most as many
+/// requests as `pending` admits are in progress (the oldest is dropped beyond), each with one
+/// overall deadline.
+pub async fn serve(listener: TcpListener, serving: Arc<AtomicBool>, pending: Arc<Pending>) {
     loop {
         let Ok((stream, peer)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
         let serving = serving.clone();
+        let ticket = pending.admit(peer.ip());
         tokio::spawn(async move {
-            if let Err(e) = answer(stream, &serving).await {
-                debug!(%peer, error = %e, "health request failed");
+            tokio::select! {
+                r = tokio::time::timeout(2 * REQUEST_TIMEOUT, answer(stream, &serving)) => match r {
+                    Ok(Err(e)) => debug!(%peer, error = %e, "health request failed"),
+                    Err(_) => debug!(%peer, "health request timed out"),
+                    Ok(Ok(())) => {}
+                },
+                _ = ticket.cancel.cancelled() => debug!(%peer, "health request dropped (too many in progress)"),
             }
         });
     }

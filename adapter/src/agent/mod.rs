@@ -25,7 +25,10 @@ pub mod config;
 pub mod dvm_uri;
 pub mod head;
 pub mod health;
+pub mod limits;
+pub mod policy;
 pub mod process;
+pub mod tracking;
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -49,13 +52,18 @@ use crate::protocol::{
     recv_frame, send_frame, validate_launch, verify_client_proof, AuthMode, FramedConn, Plain,
     ProtocolError, Reply, Request, Role, Session, AUTH_FAILED_REASON, HANDSHAKE_MAX_FRAME,
 };
-pub use config::{AgentArgs, AgentConfig, ConfigError, DvmHead, HeadConfig, LogFormat};
-pub use dvm_uri::write_dvm_uri_file;
+pub use config::{
+    AgentArgs, AgentConfig, CgroupMode, ConfigError, ConnLimits, DvmHead, HeadConfig, LogFormat,
+};
 pub(crate) use dvm_uri::{publish_dvm_uri, publish_dvm_uri_dir, unpublish_dvm_uri};
+pub use dvm_uri::{write_dvm_uri_file, FileId};
+use limits::Pending;
 use process::{ExitStatus, Job, Reaper};
+use tracking::Tracking;
 
-/// How long an unauthenticated peer may take for each handshake step.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Caps of the health port (requests in progress at once, overall and from one address).
+const HEALTH_MAX_PENDING: usize = 32;
+const HEALTH_MAX_PENDING_PER_PEER: usize = 8;
 /// How long the agent waits for a peer to take a frame it sends.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Extra time, beyond the kill grace period, that shutdown waits for connections to finish.
@@ -63,6 +71,9 @@ const SHUTDOWN_SLACK: Duration = Duration::from_secs(15);
 /// How long, and how many bytes, a closing connection is drained.
 const LINGER: Duration = Duration::from_secs(1);
 const LINGER_MAX_BYTES: usize = 1 << 20;
+/// prted's flag that keeps it from forking into a new session (`setsid()`), which would take
+/// the daemon out of the agent's process group; always passed.
+pub const LEAVE_SESSION_ATTACHED: &str = "--leave-session-attached";
 /// `PATH` for prted when the agent has none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// Agent variables passed to prted when set (besides PATH, HOME, HOSTNAME, TMPDIR).
@@ -93,6 +104,10 @@ struct Shared {
     reaper: Arc<Reaper>,
     slot: Mutex<Option<Slot>>,
     child_env: Vec<(OsString, OsString)>,
+    /// How the processes of a launch are tracked (a cgroup per launch, or the sweep).
+    tracking: Tracking,
+    /// Connections that have not authenticated yet.
+    pending: Arc<Pending>,
 }
 
 impl Shared {
@@ -109,14 +124,14 @@ struct ActiveJob {
     conn: u64,
     peer: SocketAddr,
     started: Instant,
-    /// Whether this prted's launch published a DVM URI file (removed when the job ends).
-    published_uri: bool,
+    /// The DVM URI file this prted's launch published (removed when the job ends).
+    published_uri: Option<FileId>,
 }
 
 impl Drop for ActiveJob {
     fn drop(&mut self) {
-        if self.published_uri {
-            unpublish_dvm_uri(&self.shared.config.dvm_uri_file);
+        if let Some(id) = self.published_uri {
+            unpublish_dvm_uri(&self.shared.config.dvm_uri_file, Some(id));
         }
         // Before the slot is freed: no second prted while the first one's group is alive.
         self.job.kill_leftovers();
@@ -153,12 +168,20 @@ impl Agent {
             None => None,
         };
         let child_env = base_env(&config, |k| std::env::var_os(k), std::env::vars_os());
+        let tracking = Tracking::detect(config.cgroup);
+        let pending = Pending::new(
+            "launch",
+            config.limits.max_pending,
+            config.limits.max_pending_per_peer,
+        );
         Ok(Agent {
             shared: Arc::new(Shared {
                 config,
                 reaper: Reaper::new(),
                 slot: Mutex::new(None),
                 child_env,
+                tracking,
+                pending,
             }),
             listener,
             health,
@@ -193,7 +216,10 @@ impl Agent {
         }
         let serving = Arc::new(AtomicBool::new(true));
         let health_addr = health.as_ref().and_then(|l| l.local_addr().ok());
-        let health_task = health.map(|l| tokio::spawn(health::serve(l, serving.clone())));
+        let health_task = health.map(|l| {
+            let pending = Pending::new("health", HEALTH_MAX_PENDING, HEALTH_MAX_PENDING_PER_PEER);
+            tokio::spawn(health::serve(l, serving.clone(), pending))
+        });
         let addr = listener.local_addr().map_err(|source| AgentError::Bind {
             addr: shared.config.listen,
             source,
@@ -225,6 +251,7 @@ impl Agent {
                 head,
                 shared.config.clone(),
                 shared.reaper.clone(),
+                shared.tracking.clone(),
                 health_addr,
                 stop.clone(),
             ))
@@ -289,6 +316,7 @@ impl Agent {
 
 /// Binds, serves until SIGTERM or SIGINT, stops prted, returns.
 pub async fn run_until_signalled(config: AgentConfig) -> Result<(), AgentError> {
+    limits::raise_nofile_limit();
     let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(AgentError::Signals)?;
     let agent = Agent::bind(config).await?;
@@ -363,14 +391,15 @@ async fn send_plain(conn: &mut FramedConn<TcpStream>, msg: Plain) {
     let _ = send_frame(conn, encode_message(&msg), SEND_TIMEOUT).await;
 }
 
+/// Why a frame was refused, as one printable line (the error may quote the peer's bytes).
 fn describe_bad_frame(e: &ProtocolError) -> String {
-    match e {
+    crate::text::echo(&match e {
         ProtocolError::FrameTooLarge { max } => format!(
             "frame exceeds the maximum of {max} bytes (--max-frame); this port speaks the \
              prrte-k8s agent protocol (u32 big-endian length + JSON)"
         ),
         other => other.to_string(),
-    }
+    })
 }
 
 /// The agent side of the handshake; `None` when the connection is to be closed.
@@ -393,7 +422,7 @@ async fn agent_handshake(
     send_frame(conn, encode_message(&challenge), SEND_TIMEOUT)
         .await
         .ok()?;
-    let frame = match recv_frame(conn, Some(HANDSHAKE_TIMEOUT)).await {
+    let frame = match recv_frame(conn, Some(shared.config.limits.handshake_timeout)).await {
         Ok(f) => f,
         Err(e @ (ProtocolError::FrameTooLarge { .. } | ProtocolError::Malformed(_))) => {
             let reason = describe_bad_frame(&e);
@@ -425,16 +454,23 @@ async fn agent_handshake(
         }
     };
     let client_nonce = match parse_nonce(&nonce) {
-        Ok(n) => n,
-        Err(e) => {
-            warn!(%peer, error = %e, "handshake failed");
+        Ok(n) if n == agent_nonce => {
+            let reason = "the response reflects the agent's own nonce; a client sends a fresh one";
+            warn!(%peer, reason, "handshake failed");
             send_plain(
                 conn,
                 Plain::Error {
-                    reason: e.to_string(),
+                    reason: reason.into(),
                 },
             )
             .await;
+            return None;
+        }
+        Ok(n) => n,
+        Err(e) => {
+            let reason = crate::text::echo(&e.to_string());
+            warn!(%peer, error = %reason, "handshake failed");
+            send_plain(conn, Plain::Error { reason }).await;
             return None;
         }
     };
@@ -554,7 +590,7 @@ impl Conn {
         let body = match self.session.open(frame) {
             Ok(b) => b,
             Err(e) => {
-                let reason = format!("frame refused: {e}");
+                let reason = format!("frame refused: {}", crate::text::echo(&e.to_string()));
                 warn!(peer = %self.peer, %reason, "closing the connection");
                 let _ = self
                     .reply(&Reply::Error {
@@ -568,6 +604,7 @@ impl Conn {
         let request = match decode_request(body.as_bytes()) {
             Ok(r) => r,
             Err(reason) => {
+                let reason = crate::text::echo(&reason);
                 info!(peer = %self.peer, request = "invalid", outcome = "refused", %reason,
                       duration_ms = t0.elapsed().as_millis() as u64, "request");
                 return self.send_or_close(&Reply::Failed { reason }).await;
@@ -635,13 +672,23 @@ impl Conn {
         dvm_uri: Option<String>,
     ) -> (Reply, String) {
         let refuse = |reason: String| {
+            let reason = crate::text::echo(&reason);
             let outcome = format!("refused: {reason}");
             (Reply::Failed { reason }, outcome)
         };
         if let Err(reason) = validate_launch(&argv, &env) {
             return refuse(reason);
         }
+        if let Err(reason) = policy::check_launch(&argv, &env) {
+            return refuse(reason);
+        }
         if let Some(Err(reason)) = dvm_uri.as_deref().map(protocol::validate_dvm_uri) {
+            return refuse(reason);
+        }
+        if let Some(Err(reason)) = dvm_uri
+            .as_deref()
+            .map(|uri| policy::check_dvm_uri_host(uri, self.peer.ip()))
+        {
             return refuse(reason);
         }
         let config = &self.shared.config;
@@ -654,6 +701,10 @@ impl Conn {
         }
         let mut cmd = Command::new(&config.prted);
         cmd.args(&argv)
+            .args(
+                (!argv.iter().any(|a| a == LEAVE_SESSION_ATTACHED))
+                    .then_some(LEAVE_SESSION_ATTACHED),
+            )
             .env_clear()
             .envs(self.shared.child_env.iter().map(|(k, v)| (k, v)))
             .envs(&env)
@@ -661,8 +712,14 @@ impl Conn {
             .stdout(Stdio::inherit())
             .stderr(Stdio::inherit())
             .process_group(0);
-        match self.shared.reaper.spawn(&mut cmd) {
-            Ok((pid, exit_rx)) => {
+        match self
+            .shared
+            .reaper
+            .spawn_job(&mut cmd, &self.shared.tracking)
+        {
+            Ok(job) => {
+                let pid = job.pid;
+                debug!(pid, tracking = job.tracking_label(), "prted started");
                 *slot = Some(Slot {
                     pid,
                     peer: self.peer,
@@ -671,9 +728,9 @@ impl Conn {
                 drop(slot);
                 let published_uri = dvm_uri
                     .as_deref()
-                    .is_some_and(|uri| publish_dvm_uri(&config.dvm_uri_file, uri));
+                    .and_then(|uri| publish_dvm_uri(&config.dvm_uri_file, uri));
                 self.job = Some(ActiveJob {
-                    job: Job::new(pid, exit_rx),
+                    job,
                     shared: self.shared.clone(),
                     conn: self.id,
                     peer: self.peer,
@@ -713,11 +770,24 @@ async fn handle_connection(
     } else {
         debug!(%peer, "connection accepted");
     }
+    let ticket = shared.pending.admit(peer.ip());
     let mut framed = protocol::framed(stream, HANDSHAKE_MAX_FRAME);
+    let deadline = shared.config.limits.handshake_timeout;
     let session = tokio::select! {
-        s = agent_handshake(&shared, &mut framed, peer) => s,
+        s = tokio::time::timeout(deadline, agent_handshake(&shared, &mut framed, peer)) => match s {
+            Ok(s) => s,
+            Err(_) => {
+                debug!(%peer, "no complete handshake within {deadline:?}; closing");
+                None
+            }
+        },
         _ = stop.cancelled() => None,
+        _ = ticket.cancel.cancelled() => {
+            debug!(%peer, "dropping an unauthenticated connection (too many pending)");
+            return;
+        }
     };
+    drop(ticket);
     let Some(session) = session else {
         close_gracefully(framed).await;
         return;
@@ -794,6 +864,8 @@ mod tests {
             pass_env: vec!["EXTRA".into()],
             dvm_uri_file: d.path().join("dvm.uri"),
             head: None,
+            cgroup: false,
+            limits: Default::default(),
         };
         let agent_env: Vec<(OsString, OsString)> = [
             ("PATH", "/opt/bin"),

@@ -14,6 +14,7 @@ use nix::unistd::Pid;
 use tokio::sync::oneshot;
 use tracing::{debug, error, warn};
 
+use super::tracking::{recorded_targets, sweep_targets, Cgroup, Known, Tracking, SCAN_INTERVAL};
 use crate::protocol::signal_name;
 
 /// How a process ended.
@@ -57,6 +58,58 @@ impl Reaper {
         let (tx, rx) = oneshot::channel();
         waiters.insert(pid as i32, tx);
         Ok((pid, rx))
+    }
+
+    /// Spawns `cmd` as a tracked launch: inside a fresh cgroup when `tracking` has a cgroup base
+    /// (falling back to the sweep if the cgroup cannot be created or entered), and returns the
+    /// [`Job`].
+    pub fn spawn_job(&self, cmd: &mut Command, tracking: &Tracking) -> std::io::Result<Job> {
+        let cgroup = match tracking {
+            Tracking::Cgroup(base) => match Cgroup::create(base) {
+                Ok(cg) => Some(cg),
+                Err(e) => {
+                    warn!(cgroup = %base.dir.display(), error = %e, "cannot create a cgroup for the launch; tracking its processes by a process-tree sweep");
+                    None
+                }
+            },
+            Tracking::Sweep => None,
+        };
+        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        // The agent enters the cgroup for the fork only; the spawn lock keeps other forks out.
+        let cgroup = cgroup.filter(|cg| match cg.enter_self() {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(cgroup = %cg.dir.display(), error = %e, "cannot enter the launch's cgroup; tracking its processes by a process-tree sweep");
+                let _ = cg.remove_now();
+                false
+            }
+        });
+        let spawned = cmd.spawn();
+        if let Some(cg) = &cgroup {
+            cg.leave_self();
+        }
+        let child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(cg) = &cgroup {
+                    let _ = cg.remove_now();
+                }
+                return Err(e);
+            }
+        };
+        let pid = child.id();
+        let (tx, rx) = oneshot::channel();
+        waiters.insert(pid as i32, tx);
+        drop(waiters);
+        let in_cgroup = cgroup.filter(|cg| {
+            let inside = cg.pids().contains(&(pid as i32));
+            if !inside {
+                warn!(pid, "the launch is not in its cgroup; tracking its processes by a process-tree sweep");
+                cg.remove_eventually();
+            }
+            inside
+        });
+        Ok(Job::tracked(pid, rx, in_cgroup))
     }
 
     /// Reaps every child that has ended; returns how many were reaped.
@@ -124,30 +177,136 @@ const AFTER_KILL: Duration = Duration::from_secs(10);
 /// How long `terminate` still waits for prted's exit status once its group has been stopped.
 const STATUS_WAIT: Duration = Duration::from_secs(2);
 
-/// A running prted (or the DVM head's prte): its pid (= process group id) and the channel
-/// bringing its exit status. Dropping a job that was not [`terminate`](Job::terminate)d kills
-/// whatever is left in its process group.
+/// How the processes of a job beyond its process group are found.
+enum Descendants {
+    /// Only the process group (and the agent's strays in its own session).
+    Group,
+    /// Every process in the launch's cgroup.
+    Cgroup(Cgroup),
+    /// Descendants recorded while the job runs, plus a process-tree sweep when it is stopped.
+    Sweep {
+        known: Known,
+        scanner: Option<tokio::task::JoinHandle<()>>,
+    },
+}
+
+/// A running prted (or the DVM head's prte): its pid (= process group id), the channel
+/// bringing its exit status, and how its other processes are tracked (see
+/// [`super::tracking`]). Dropping a job that was not [`terminate`](Job::terminate)d kills
+/// whatever is left of it.
 pub struct Job {
     pub pid: u32,
     exit_rx: oneshot::Receiver<ExitStatus>,
     status: Option<ExitStatus>,
     /// Set once `terminate` has stopped the group (its pgid may be reused afterwards).
     terminated: bool,
+    descendants: Descendants,
 }
 
 impl Drop for Job {
     fn drop(&mut self) {
         self.kill_leftovers();
+        if let Descendants::Sweep {
+            scanner: Some(t), ..
+        } = &self.descendants
+        {
+            t.abort();
+        }
     }
 }
 
 impl Job {
+    /// A job tracked by its process group only.
     pub fn new(pid: u32, exit_rx: oneshot::Receiver<ExitStatus>) -> Job {
         Job {
             pid,
             exit_rx,
             status: None,
             terminated: false,
+            descendants: Descendants::Group,
+        }
+    }
+
+    /// A job tracked by `cgroup`, or else by recording its descendants (which needs a tokio
+    /// runtime: the recording runs as a task until the job is dropped).
+    pub fn tracked(
+        pid: u32,
+        exit_rx: oneshot::Receiver<ExitStatus>,
+        cgroup: Option<Cgroup>,
+    ) -> Job {
+        let descendants = match cgroup {
+            Some(cg) => Descendants::Cgroup(cg),
+            None => {
+                let known = Known::default();
+                known.record(pid as i32);
+                let k = known.clone();
+                let scanner = tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(SCAN_INTERVAL).await;
+                        k.record(pid as i32);
+                    }
+                });
+                Descendants::Sweep {
+                    known,
+                    scanner: Some(scanner),
+                }
+            }
+        };
+        Job {
+            pid,
+            exit_rx,
+            status: None,
+            terminated: false,
+            descendants,
+        }
+    }
+
+    /// How the job's processes are tracked, for logs and tests.
+    pub fn tracking_label(&self) -> &'static str {
+        match &self.descendants {
+            Descendants::Group => "process group",
+            Descendants::Cgroup(cg) if cg.base.v2 => "cgroup v2",
+            Descendants::Cgroup(_) => "cgroup v1",
+            Descendants::Sweep { .. } => "process-tree sweep",
+        }
+    }
+
+    /// The job's cgroup directory, if it has one.
+    pub fn cgroup_dir(&self) -> Option<&std::path::Path> {
+        match &self.descendants {
+            Descendants::Cgroup(cg) => Some(&cg.dir),
+            _ => None,
+        }
+    }
+
+    /// Processes of the job outside its process group that are still alive (prted itself and
+    /// its group excluded).
+    fn others(&self, tracked: &(dyn Fn(i32) -> bool + Sync)) -> Vec<i32> {
+        let pgid = self.pid as i32;
+        let live = |p: &i32| read_stat(*p).is_some_and(|s| s.state != 'Z' && s.pgrp != pgid);
+        match &self.descendants {
+            Descendants::Group => Vec::new(),
+            Descendants::Cgroup(cg) => cg.pids().into_iter().filter(live).collect(),
+            Descendants::Sweep { known, .. } => sweep_targets(pgid, known, tracked)
+                .into_iter()
+                .filter(|p| *p != pgid)
+                .filter(live)
+                .collect(),
+        }
+    }
+
+    /// Sends `sig` to the process group and to every other process of the job.
+    fn signal_all(&self, sig: Signal, tracked: &(dyn Fn(i32) -> bool + Sync)) {
+        let pgid = self.pid as i32;
+        signal_group(pgid, sig);
+        match &self.descendants {
+            Descendants::Group => {}
+            Descendants::Cgroup(cg) => cg.signal(sig),
+            Descendants::Sweep { .. } => {
+                for p in self.others(tracked) {
+                    let _ = kill(Pid::from_raw(p), sig);
+                }
+            }
         }
     }
 
@@ -164,6 +323,28 @@ impl Job {
                 "the process group is still there while its job is dropped; killing it"
             );
             let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        }
+        let others: Vec<i32> = match &self.descendants {
+            Descendants::Group => Vec::new(),
+            Descendants::Cgroup(cg) => cg.pids(),
+            // Without the reaper, only what was recorded as the job's (never another child).
+            Descendants::Sweep { known, .. } => recorded_targets(pgid, known),
+        };
+        let others: Vec<i32> = others
+            .into_iter()
+            .filter(|p| read_stat(*p).is_some_and(|s| s.state != 'Z'))
+            .collect();
+        if !others.is_empty() {
+            error!(pids = ?others, "processes of the job are still there while it is dropped; killing them");
+            match &self.descendants {
+                Descendants::Cgroup(cg) => cg.signal(Signal::SIGKILL),
+                _ => others.iter().for_each(|p| {
+                    let _ = kill(Pid::from_raw(*p), Signal::SIGKILL);
+                }),
+            }
+        }
+        if let Descendants::Cgroup(cg) = &self.descendants {
+            cg.remove_eventually();
         }
     }
 
@@ -196,11 +377,19 @@ impl Job {
         self.status
     }
 
-    /// Waits up to `within` until prted has ended and its process group is empty.
-    async fn wait_all_gone(&mut self, within: Duration) -> bool {
+    /// Waits up to `within` until prted has ended and its process group and other tracked
+    /// processes are gone.
+    async fn wait_all_gone(
+        &mut self,
+        within: Duration,
+        tracked: &(dyn Fn(i32) -> bool + Sync),
+    ) -> bool {
         let deadline = Instant::now() + within;
         loop {
-            if self.poll_status().is_some() && !group_exists(self.pid as i32) {
+            if self.poll_status().is_some()
+                && !group_exists(self.pid as i32)
+                && self.others(tracked).is_empty()
+            {
                 return true;
             }
             if Instant::now() >= deadline {
@@ -216,20 +405,28 @@ impl Job {
     /// Returns prted's own exit status.
     pub async fn terminate(&mut self, grace: Duration, reaper: &Reaper) -> ExitStatus {
         let pgid = self.pid as i32;
-        if self.poll_status().is_none() || group_exists(pgid) {
-            signal_group(pgid, Signal::SIGTERM);
-            if !self.wait_all_gone(grace).await {
+        let tracked = |p: i32| reaper.tracks(p);
+        if self.poll_status().is_none() || group_exists(pgid) || !self.others(&tracked).is_empty() {
+            self.signal_all(Signal::SIGTERM, &tracked);
+            if !self.wait_all_gone(grace, &tracked).await {
                 debug!(
                     pgid,
-                    "process group still alive after the grace period, sending SIGKILL"
+                    "processes of the job alive after the grace period, sending SIGKILL"
                 );
-                signal_group(pgid, Signal::SIGKILL);
-                if !self.wait_all_gone(AFTER_KILL).await {
-                    error!(pgid, "processes of prted's group survive SIGKILL");
+                self.signal_all(Signal::SIGKILL, &tracked);
+                if !self.wait_all_gone(AFTER_KILL, &tracked).await {
+                    error!(pgid, "processes of the job survive SIGKILL");
                 }
             }
         }
         sweep_descendants(grace, reaper).await;
+        if let Descendants::Cgroup(cg) = &self.descendants {
+            if cg.populated() {
+                cg.signal(Signal::SIGKILL);
+            }
+            reaper.reap_all();
+            cg.remove_eventually();
+        }
         self.terminated = true;
         match tokio::time::timeout(STATUS_WAIT, self.wait_exit()).await {
             Ok(status) => status,

@@ -172,6 +172,36 @@ impl Ctx {
         }
     }
 
+    /// Reads the object that owns the job's pods (`kind` for messages): "forbidden" and "not
+    /// found" are errors that name the Role rule and the `ras_k8s_expected_pods` alternative.
+    pub async fn call_owner<T>(
+        &self,
+        op: &Operation,
+        kind: &'static str,
+        fut: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, DiscoveryError> {
+        match tokio::time::timeout_at(self.deadline, fut).await {
+            Err(_) => Err(self.deadline_error(op)),
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(kube::Error::Api(status))) if matches!(status.code, 403 | 404) => {
+                let message = if status.message.is_empty() {
+                    status.reason.clone()
+                } else {
+                    status.message.clone()
+                };
+                Err(DiscoveryError::OwnerUnreadable {
+                    kind,
+                    namespace: op.namespace.clone(),
+                    name: op.name.clone().unwrap_or_default(),
+                    code: status.code,
+                    rule: super::error::required_rule(op.group, op.resource, op.verb).into(),
+                    message: message.into(),
+                })
+            }
+            Ok(Err(e)) => Err(self.map_error(op, e)),
+        }
+    }
+
     /// Runs one API call whose "not found" or "forbidden" answer is not fatal: those give
     /// `Ok(None)`. Used for optional lookups (owner Jobs, StatefulSets, JobSets).
     pub async fn call_optional<T>(

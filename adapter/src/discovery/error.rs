@@ -185,6 +185,21 @@ pub enum DiscoveryError {
         message: String,
     },
 
+    #[error(
+        "Cannot read {kind} {namespace}/{name}, which owns the job's pods, to learn how many pods to wait for: {}. Without it the allocation could silently be only the pods that exist at the first list. {} or set ras_k8s_expected_pods (--expected) to the number of pods.",
+        if *code == 404 { format!("HTTP 404, it does not exist or its API is not served ({message})") } else { format!("HTTP {code}, the launcher's service account may not get it ({message})") },
+        if *code == 404 { "Check the workload,".to_string() } else { format!("Grant it in the launcher's Role:\n{rule}\n") }
+    )]
+    OwnerUnreadable {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        code: u16,
+        /// The Role rule that allows reading it.
+        rule: Box<str>,
+        message: Box<str>,
+    },
+
     #[error("Internal error during pod discovery: {detail}.")]
     Internal { detail: String },
 }
@@ -204,6 +219,8 @@ impl DiscoveryError {
                 ErrorKind::Unauthorized
             }
             DiscoveryError::Forbidden { .. } => ErrorKind::Forbidden,
+            DiscoveryError::OwnerUnreadable { code: 403, .. } => ErrorKind::Forbidden,
+            DiscoveryError::OwnerUnreadable { .. } => ErrorKind::Api,
             DiscoveryError::SelfPodNotFound { .. }
             | DiscoveryError::SelectorNotInferable { .. } => ErrorKind::SelectorNotInferable,
             DiscoveryError::NoPods { .. } => ErrorKind::NoPods,

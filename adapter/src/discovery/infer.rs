@@ -177,7 +177,7 @@ pub async fn find_own_pod(
     })
 }
 
-fn controller_of<'a>(pod: &'a Pod, kind: &str) -> Option<&'a OwnerReference> {
+pub fn controller_of<'a>(pod: &'a Pod, kind: &str) -> Option<&'a OwnerReference> {
     let owners = pod.metadata.owner_references.as_ref()?;
     owners
         .iter()
@@ -378,23 +378,32 @@ pub fn jobset_pod_count(spec: &serde_json::Value, only: Option<&BTreeSet<String>
     u32::try_from(total).ok().filter(|n| *n > 0)
 }
 
-/// Reads the expected pod count from the workload; `None` when it cannot be read.
+/// Reads the expected pod count from the workload (`None` when its spec gives none); an owner
+/// that cannot be read (403, 404) is an error naming the rule, never a silent fallback.
+///
+/// `owned_job`: whether a pod really is controlled by the Job (an ownerReference), not just
+/// labelled with its name; a labelled-only Job that does not exist (404) is no error then.
 /// Returns the count and a description of where it came from.
 pub async fn expected_from_workload(
     ctx: &Ctx,
     ns: &str,
     workload: &Workload,
     known_sts: Option<&StatefulSet>,
+    owned_job: bool,
 ) -> Result<Option<(u32, String)>, DiscoveryError> {
     match workload {
         Workload::Job(name) => {
             let api: Api<Job> = Api::namespaced(ctx.api.client.clone(), ns);
             let op = Operation::get_named("jobs", "batch", ns, name);
-            let job = ctx.call_optional(&op, api.get(name)).await?;
-            Ok(job
-                .as_ref()
-                .and_then(job_pod_count)
-                .map(|n| (n, format!("spec.parallelism of Job {ns}/{name}"))))
+            let job = match ctx.call_owner(&op, "Job", api.get(name)).await {
+                Ok(j) => j,
+                Err(DiscoveryError::OwnerUnreadable { code: 404, .. }) if !owned_job => {
+                    tracing::info!("no Job {ns}/{name} (the pods only carry its name as a label)");
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            };
+            Ok(job_pod_count(&job).map(|n| (n, format!("spec.parallelism of Job {ns}/{name}"))))
         }
         Workload::StatefulSet(name) => {
             let sts = match known_sts {
@@ -402,7 +411,7 @@ pub async fn expected_from_workload(
                 None => {
                     let api: Api<StatefulSet> = Api::namespaced(ctx.api.client.clone(), ns);
                     let op = Operation::get_named("statefulsets", "apps", ns, name);
-                    ctx.call_optional(&op, api.get(name)).await?
+                    Some(ctx.call_owner(&op, "StatefulSet", api.get(name)).await?)
                 }
             };
             Ok(sts
@@ -418,10 +427,10 @@ pub async fn expected_from_workload(
             let ar = ApiResource::from_gvk_with_plural(&gvk, "jobsets");
             let api: Api<DynamicObject> = Api::namespaced_with(ctx.api.client.clone(), ns, &ar);
             let op = Operation::get_named("jobsets", "jobset.x-k8s.io", ns, name);
-            let js = ctx.call_optional(&op, api.get(name)).await?;
+            let js = ctx.call_owner(&op, "JobSet", api.get(name)).await?;
             Ok(js
-                .as_ref()
-                .and_then(|o| o.data.get("spec"))
+                .data
+                .get("spec")
                 .and_then(|spec| jobset_pod_count(spec, replicated_jobs.as_ref()))
                 .map(|n| (n, format!("replicated jobs of JobSet {ns}/{name}"))))
         }

@@ -21,7 +21,12 @@ pub enum SecretError {
     },
     #[error("secret file {} is empty: the Secret's key must hold the shared secret (for example 32 random bytes)", path.display())]
     Empty { path: PathBuf },
+    #[error("secret file {} holds only {len} bytes; at least {MIN_SECRET_LEN} are required (create it with e.g. `head -c 32 /dev/urandom | base64`)", path.display())]
+    TooShort { path: PathBuf, len: usize },
 }
+
+/// The shortest secret accepted (bytes, after trailing line breaks are removed).
+pub const MIN_SECRET_LEN: usize = 32;
 
 /// Reads the per-job secret. Trailing line breaks (`\n`, `\r\n`) are not part of the secret, so a
 /// key written with `echo` and one created from a literal work the same.
@@ -48,6 +53,12 @@ pub fn read_secret_file(path: &Path) -> Result<Vec<u8>, SecretError> {
             path: path.to_owned(),
         });
     }
+    if bytes.len() < MIN_SECRET_LEN {
+        return Err(SecretError::TooShort {
+            path: path.to_owned(),
+            len: bytes.len(),
+        });
+    }
     Ok(bytes)
 }
 
@@ -71,9 +82,15 @@ mod tests {
             Err(SecretError::Empty { .. })
         ));
         std::fs::write(&p, "abc\r\n").unwrap();
-        assert_eq!(read_secret_file(&p).unwrap(), b"abc");
-        std::fs::write(&p, [0u8, 1, 2, 255]).unwrap();
-        assert_eq!(read_secret_file(&p).unwrap(), vec![0u8, 1, 2, 255]);
+        let e = read_secret_file(&p).unwrap_err();
+        assert!(matches!(e, SecretError::TooShort { len: 3, .. }), "{e:?}");
+        assert!(e.to_string().contains("at least 32"), "{e}");
+        let long = "k".repeat(MIN_SECRET_LEN);
+        std::fs::write(&p, format!("{long}\r\n")).unwrap();
+        assert_eq!(read_secret_file(&p).unwrap(), long.as_bytes());
+        let binary: Vec<u8> = (0..=255u8).collect();
+        std::fs::write(&p, &binary).unwrap();
+        assert_eq!(read_secret_file(&p).unwrap(), binary);
         let e = read_secret_file(d.path()).unwrap_err();
         assert!(matches!(e, SecretError::Unreadable { .. }), "{e:?}");
     }

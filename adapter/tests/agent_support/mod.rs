@@ -308,9 +308,25 @@ impl AgentProc {
             health: None,
             stderr,
         };
-        let listening = agent.wait_log(WAIT, |v| {
-            v["message"] == "listening" || v == &serde_json::Value::String("<eof>".into())
-        });
+        // JSON logs, or the text format's `... listening addr=A health=H ...`.
+        let from_text = |line: &str| -> Option<serde_json::Value> {
+            let rest = line.split_once(" listening ")?.1;
+            let field = |k: &str| {
+                rest.split_whitespace()
+                    .find_map(|w| w.strip_prefix(k))
+                    .map(|v| v.trim_matches('"').to_string())
+            };
+            Some(
+                serde_json::json!({"message": "listening", "addr": field("addr=")?, "health": field("health=")}),
+            )
+        };
+        let listening = agent
+            .wait_log(WAIT, |v| {
+                v["message"] == "listening"
+                    || v.as_str().and_then(from_text).is_some()
+                    || v == &serde_json::Value::String("<eof>".into())
+            })
+            .map(|v| v.as_str().and_then(from_text).unwrap_or(v));
         match listening {
             Some(v) if v["message"] == "listening" => {
                 agent.addr = v["addr"].as_str().unwrap().parse().unwrap();

@@ -36,6 +36,8 @@ pub struct State {
     pub logs: RwLock<Option<LogSource>>,
     /// Bumped to end every open watch (see [`super::ApiServer::drop_watches`]).
     pub watch_drops: watch::Sender<u64>,
+    /// Injected faults (see [`super::faults`]).
+    pub faults: super::faults::Faults,
 }
 
 const MAX_BODY: usize = 16 << 20;
@@ -82,12 +84,66 @@ pub async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let resp = match route(&st, req).await {
+    let watch = super::faults::is_watch(req.uri().query());
+    let fault = st.faults.pick(method.as_str(), req.uri().path(), watch);
+    let resp = match fault {
+        Some(super::faults::Fault::Status(code)) => {
+            tracing::debug!(%method, %path, code, "injected fault: status");
+            return error_response(&injected_status(code));
+        }
+        Some(super::faults::Fault::WatchGone) if watch => {
+            let e = ApiError::gone("too old resource version (injected fault)");
+            return Response::builder()
+                .status(200)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(full(event_line("ERROR", &e.to_status())))
+                .expect("valid response");
+        }
+        Some(super::faults::Fault::Delay(d)) => {
+            tokio::time::sleep(d).await;
+            route(&st, req).await
+        }
+        _ => route(&st, req).await,
+    };
+    let resp = match resp {
         Ok(r) => r,
         Err(e) => error_response(&e),
     };
+    let resp = match fault {
+        Some(super::faults::Fault::CloseWatchAfter(n)) if watch => {
+            let (parts, body) = resp.into_parts();
+            let frames = futures::StreamExt::take(http_body_util::BodyStream::new(body), n);
+            Response::from_parts(parts, StreamBody::new(frames).boxed_unsync())
+        }
+        Some(super::faults::Fault::CloseWatchAfterTime(d)) if watch => {
+            let (parts, body) = resp.into_parts();
+            let frames = futures::StreamExt::take_until(
+                http_body_util::BodyStream::new(body),
+                tokio::time::sleep(d),
+            );
+            Response::from_parts(parts, StreamBody::new(frames).boxed_unsync())
+        }
+        _ => resp,
+    };
     tracing::debug!(%method, %path, %ct, %accept, status = resp.status().as_u16(), "request");
     resp
+}
+
+/// The Kubernetes `Status` a real API server sends with `code`.
+fn injected_status(code: u16) -> ApiError {
+    let reason = match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        409 => "Conflict",
+        410 => "Expired",
+        429 => "TooManyRequests",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "InternalError",
+    };
+    ApiError::new(code, reason, format!("injected fault: {code} {reason}"))
 }
 
 fn parse_query(q: Option<&str>) -> HashMap<String, String> {

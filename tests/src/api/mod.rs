@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod defaults;
+pub mod faults;
 pub mod http;
 mod protobuf;
 pub mod resources;
@@ -148,6 +149,7 @@ impl ApiServer {
             bookmark_ms: std::sync::atomic::AtomicU64::new(5000),
             logs: RwLock::new(None),
             watch_drops: watch::channel(0).0,
+            faults: faults::Faults::default(),
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config.clone());
         let st = state.clone();
@@ -165,6 +167,14 @@ impl ApiServer {
                         }
                     },
                 };
+                if st.faults.is_down() {
+                    // Injected outage: the connection closes before TLS completes.
+                    st.faults
+                        .refused
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    drop(tcp);
+                    continue;
+                }
                 let _ = tcp.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let st = st.clone();
@@ -297,6 +307,30 @@ impl ApiServer {
     /// store has compacted away, see [`Store::compact`], then gets 410 Gone).
     pub fn drop_watches(&self) {
         self.state.watch_drops.send_modify(|n| *n += 1);
+    }
+
+    /// Adds an injected fault (see [`faults`]); the handle counts how often it applied.
+    pub fn inject(&self, rule: faults::FaultRule) -> faults::FaultHandle {
+        self.state.faults.add(rule)
+    }
+
+    /// Removes every injected fault.
+    pub fn clear_faults(&self) {
+        self.state.faults.clear();
+    }
+
+    /// Takes the server down (every new connection is closed at once) or up again. Watches
+    /// already streaming are not affected; end them with a [`faults::Fault`] if needed.
+    pub fn set_down(&self, down: bool) {
+        self.state.faults.set_down(down);
+    }
+
+    /// How many connections were closed while the server was down.
+    pub fn refused_while_down(&self) -> u64 {
+        self.state
+            .faults
+            .refused
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// How often watches that allow bookmarks get one (default 5 s).

@@ -1,0 +1,526 @@
+//! The agent against hostile peers: connection floods, slow and trickling clients, reflected
+//! and replayed handshakes, out-of-order and deeply nested frames, simultaneous launches,
+//! launch parameters that would make prted run other code, forged log lines, DVM URIs that
+//! point elsewhere, and DVM URI files the agent did not write.
+#![forbid(unsafe_code)]
+mod agent_support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use agent_support::*;
+use prrte_k8s::protocol::{
+    self, encode_message, recv_frame, send_frame, Plain, Reply, Request, Role, Session,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+fn fd_count(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Raises this test process's own open-file limit (the flood needs 1,000+ descriptors here).
+fn raise_own_nofile() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+}
+
+/// Reads the agent's challenge on a fresh connection.
+async fn challenge(addr: SocketAddr) -> (protocol::FramedConn<TcpStream>, [u8; 32]) {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let mut conn = protocol::framed(stream, protocol::DEFAULT_MAX_FRAME);
+    let first = recv_frame(&mut conn, Some(STEP)).await.unwrap();
+    let Plain::Challenge { nonce, .. } = protocol::decode_message::<Plain>(&first).unwrap() else {
+        panic!("no challenge")
+    };
+    (conn, protocol::parse_nonce(&nonce).unwrap())
+}
+
+/// The agent's answer to a handshake attempt: `Ok(())` for welcome, else the refusal reason.
+async fn handshake_answer(conn: &mut protocol::FramedConn<TcpStream>) -> Result<(), String> {
+    match recv_frame(conn, Some(STEP)).await {
+        Ok(f) => match protocol::decode_message::<Plain>(&f).unwrap() {
+            Plain::Welcome { .. } => Ok(()),
+            Plain::Refused { reason } | Plain::Error { reason } => Err(reason),
+            other => Err(format!("unexpected {other:?}")),
+        },
+        Err(e) => Err(format!("closed: {e}")),
+    }
+}
+
+/// 1,000 connections that never authenticate (half idle, half trickling a byte at a time),
+/// against an agent started with a soft open-file limit of 256: a legitimate launch still
+/// succeeds within 1 s, and once the flood ends the agent's descriptors return to the baseline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_flood_does_not_lock_out_the_launcher() {
+    raise_own_nofile();
+    let td = TestDir::new();
+    let args = AgentProc::test_args(&td, &[]);
+    let agent = AgentProc::spawn_wrapped(&["prlimit", "--nofile=256:4096", "--"], &args, &[])
+        .expect("agent starts");
+    // Settle: one complete exchange, then the baseline.
+    assert_idle(agent.addr, &td.secret).await;
+    let baseline = wait_for(WAIT, || {
+        let n = fd_count(agent.pid());
+        std::thread::sleep(Duration::from_millis(200));
+        (fd_count(agent.pid()) == n).then_some(n)
+    })
+    .unwrap();
+
+    let mut idle = Vec::new();
+    let mut tricklers = tokio::task::JoinSet::new();
+    for i in 0..1000 {
+        match TcpStream::connect(agent.addr).await {
+            Ok(s) if i % 2 == 0 => idle.push(s),
+            Ok(mut s) => {
+                tricklers.spawn(async move {
+                    // A frame header announcing 100 bytes, then one byte every 200 ms.
+                    let _ = s.write_all(&[0, 0, 0, 100]).await;
+                    for _ in 0..300 {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        if s.write_all(b"x").await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            Err(e) => panic!("connection {i}: {e}"),
+        }
+    }
+
+    let t0 = Instant::now();
+    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+        .await
+        .expect("the launcher gets through the flood");
+    let reply = c.request(&launch(&["--sleep"])).await;
+    let took = t0.elapsed();
+    assert!(matches!(reply, Reply::Started { .. }), "{reply:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "the launch took {took:?} during the flood"
+    );
+    let reply = c.request(&Request::Kill { grace_ms: None }).await;
+    assert!(matches!(reply, Reply::Exited { .. }), "{reply:?}");
+    drop(c);
+
+    drop(idle);
+    tricklers.abort_all();
+    while tricklers.join_next().await.is_some() {}
+    let settled = wait_for(Duration::from_secs(30), || {
+        (fd_count(agent.pid()) <= baseline).then_some(())
+    });
+    assert!(
+        settled.is_some(),
+        "the agent holds {} descriptors after the flood (baseline {baseline})",
+        fd_count(agent.pid())
+    );
+    assert!(
+        agent
+            .wait_log(WAIT, |v| v["message"].as_str().is_some_and(
+                |m| m.contains("too many unauthenticated connections")
+            ))
+            .is_some(),
+        "the agent says why it drops connections"
+    );
+}
+
+/// The health port has the same protection: a flood of silent connections does not keep a
+/// probe from being answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_on_the_health_port_does_not_block_probes() {
+    raise_own_nofile();
+    let td = TestDir::new();
+    let args = AgentProc::test_args(&td, &[]);
+    let agent = AgentProc::spawn_wrapped(&["prlimit", "--nofile=256:4096", "--"], &args, &[])
+        .expect("agent starts");
+    let health = agent.health.expect("health port");
+    let mut idle = Vec::new();
+    for _ in 0..600 {
+        idle.push(TcpStream::connect(health).await.unwrap());
+    }
+    let t0 = Instant::now();
+    let mut s = TcpStream::connect(health).await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    use tokio::io::AsyncReadExt;
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut out))
+        .await
+        .expect("probe answered")
+        .unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+}
+
+/// A client that trickles its response, one byte at a time, is cut off at the handshake
+/// deadline however steadily it sends; so is one that sends nothing.
+#[tokio::test]
+async fn the_handshake_has_one_deadline() {
+    let td = TestDir::new();
+    let agent = AgentProc::spawn(&td, &["--handshake-timeout", "2"]);
+    let (conn, _) = challenge(agent.addr).await;
+    let mut stream = conn.into_inner();
+    let t0 = Instant::now();
+    let body = encode_message(&Plain::Response {
+        nonce: hex::encode(protocol::new_nonce()),
+        mac: Some("00".repeat(32)),
+    });
+    let frame = protocol::encode_frame(&body);
+    let mut cut = None;
+    for b in frame.iter().cycle().take(100) {
+        if stream.write_all(&[*b]).await.is_err() {
+            cut = Some(t0.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cut = cut.expect("the agent never cut off the trickling client");
+    assert!(
+        cut >= Duration::from_secs(2) && cut < Duration::from_secs(6),
+        "cut after {cut:?}"
+    );
+    // Silent client.
+    let (mut conn, _) = challenge(agent.addr).await;
+    let t0 = Instant::now();
+    expect_closed(&mut conn).await;
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_idle(agent.addr, &td.secret).await;
+}
+
+/// The agent's own challenge sent back (as the response frame, or its nonce as the client
+/// nonce) is refused.
+#[tokio::test]
+async fn a_reflected_challenge_is_refused() {
+    let td = TestDir::new();
+    let agent = AgentProc::spawn(&td, &[]);
+    // The challenge frame itself, reflected.
+    let (mut conn, agent_nonce) = challenge(agent.addr).await;
+    let reflected = encode_message(&Plain::Challenge {
+        auth: protocol::AuthMode::HmacSha256,
+        nonce: hex::encode(agent_nonce),
+        agent: "prrte-k8s-agent".into(),
+    });
+    send_frame(&mut conn, reflected, STEP).await.unwrap();
+    let e = handshake_answer(&mut conn).await.unwrap_err();
+    assert!(e.contains("expected a `response`"), "{e}");
+    // The agent's nonce as the client nonce, with a proof made from it by someone who knows the
+    // secret: still refused (a client must bring its own nonce).
+    let (mut conn, agent_nonce) = challenge(agent.addr).await;
+    let mac = protocol::client_proof(&td.secret, &agent_nonce, &agent_nonce);
+    send_frame(
+        &mut conn,
+        encode_message(&Plain::Response {
+            nonce: hex::encode(agent_nonce),
+            mac: Some(mac),
+        }),
+        STEP,
+    )
+    .await
+    .unwrap();
+    let e = handshake_answer(&mut conn).await.unwrap_err();
+    assert!(e.contains("reflects the agent's own nonce"), "{e}");
+    assert_eq!(td.launches(), 0);
+}
+
+/// A valid response recorded from one connection, replayed on a new one, is refused (the
+/// agent's nonce differs), and a welcome's MAC is no client proof.
+#[tokio::test]
+async fn a_handshake_replayed_on_a_new_connection_is_refused() {
+    let td = TestDir::new();
+    let agent = AgentProc::spawn(&td, &[]);
+    let (mut conn, agent_nonce) = challenge(agent.addr).await;
+    let client_nonce = protocol::new_nonce();
+    let response = encode_message(&Plain::Response {
+        nonce: hex::encode(client_nonce),
+        mac: Some(protocol::client_proof(
+            &td.secret,
+            &agent_nonce,
+            &client_nonce,
+        )),
+    });
+    send_frame(&mut conn, response.clone(), STEP).await.unwrap();
+    handshake_answer(&mut conn)
+        .await
+        .expect("the original handshake succeeds");
+    let mut session = Session::new(
+        Role::Client,
+        Some(td.secret.clone()),
+        agent_nonce,
+        client_nonce,
+    );
+    send_frame(&mut conn, session.seal(&Request::Ping {}), STEP)
+        .await
+        .unwrap();
+    let launch_frame = session.seal(&launch(&["--sleep"]));
+
+    let (mut conn2, _) = challenge(agent.addr).await;
+    send_frame(&mut conn2, response, STEP).await.unwrap();
+    let e = handshake_answer(&mut conn2).await.unwrap_err();
+    assert!(e.contains("authentication failed"), "{e}");
+    // Even ignoring the refusal, a frame sealed for the first session does nothing.
+    let _ = send_frame(&mut conn2, launch_frame, STEP).await;
+    expect_closed(&mut conn2).await;
+    assert_eq!(td.launches(), 0);
+}
+
+/// Authentic frames with sequence number 0, or skipping one, are refused and end the
+/// connection.
+#[tokio::test]
+async fn zero_and_skipped_sequence_numbers_are_refused() {
+    let td = TestDir::new();
+    let agent = AgentProc::spawn(&td, &[]);
+    for seq in [0u64, 2, u64::MAX] {
+        let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+            .await
+            .unwrap();
+        let body = String::from_utf8(encode_message(&launch(&["--sleep"]))).unwrap();
+        let frame = c.session.seal_text_at(seq, &body);
+        c.send_body(frame).await;
+        match c.recv(STEP).await {
+            Ok(Reply::Error { reason }) => {
+                assert!(reason.contains("sequence number"), "seq {seq}: {reason}")
+            }
+            other => panic!("seq {seq}: unexpected {other:?}"),
+        }
+        c.expect_closed().await;
+    }
+    assert_eq!(td.launches(), 0);
+    assert_idle(agent.addr, &td.secret).await;
+}
+
+/// Deeply nested JSON before and after authentication: refused, the agent keeps serving.
+#[tokio::test]
+async fn deeply_nested_json_is_refused() {
+    let td = TestDir::new();
+    let agent = AgentProc::spawn(&td, &[]);
+    let nested = |depth: usize| {
+        format!(
+            "{{\"v\":1,\"type\":\"launch\",\"argv\":{}{}}}",
+            "[".repeat(depth),
+            "]".repeat(depth)
+        )
+    };
+    // Before authentication (within the handshake frame limit).
+    let (mut conn, _) = challenge(agent.addr).await;
+    send_frame(&mut conn, nested(8000).into_bytes(), STEP)
+        .await
+        .unwrap();
+    let e = handshake_answer(&mut conn).await.unwrap_err();
+    assert!(
+        e.contains("recursion limit") || e.contains("not JSON"),
+        "{e}"
+    );
+    // After.
+    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+        .await
+        .unwrap();
+    c.send_text(&nested(200_000)).await;
+    match c.recv(STEP).await.unwrap() {
+        Reply::Failed { reason } => assert!(reason.contains("recursion limit"), "{reason}"),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(c.request(&Request::Ping {}).await, Reply::Pong {});
+    assert_eq!(td.launches(), 0);
+}
+
+/// Launches sent at the same moment on eight connections: exactly one prted starts, the others
+/// are told which connection runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simultaneous_launches_start_one_prted() {
+    let td = TestDir::new();
+    let agent = AgentProc::spawn(&td, &[]);
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(
+            RawClient::connect(agent.addr, Some(&td.secret))
+                .await
+                .unwrap(),
+        );
+    }
+    let frames: Vec<Vec<u8>> = clients
+        .iter_mut()
+        .map(|c| c.session.seal(&launch(&["--sleep"])))
+        .collect();
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(clients.len()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (mut c, f) in clients.into_iter().zip(frames) {
+        let b = barrier.clone();
+        tasks.spawn(async move {
+            b.wait().await;
+            send_frame(&mut c.conn, f, STEP).await.unwrap();
+            let reply = c.recv(STEP).await.unwrap();
+            (c, reply)
+        });
+    }
+    let mut started = Vec::new();
+    let mut refused = 0;
+    let mut keep = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        let (c, reply) = r.unwrap();
+        match reply {
+            Reply::Started { pid } => started.push(pid),
+            Reply::Failed { reason } => {
+                assert!(reason.contains("already running"), "{reason}");
+                refused += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        keep.push(c);
+    }
+    assert_eq!(started.len(), 1, "{started:?}");
+    assert_eq!(refused, 7);
+    assert_eq!(td.launches(), 1);
+    drop(keep);
+    assert_idle(agent.addr, &td.secret).await;
+}
+
+/// Parameters that make prted run or load other code are refused, on the command line and in
+/// the environment alike; nothing starts.
+#[tokio::test]
+async fn code_loading_launch_parameters_are_refused() {
+    let td = TestDir::new();
+    let agent = AgentProc::spawn(&td, &[]);
+    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+        .await
+        .unwrap();
+    let env = |k: &str| -> Request {
+        Request::Launch {
+            argv: vec!["--sleep".into()],
+            env: [(k.to_string(), "/tmp/evil".to_string())]
+                .into_iter()
+                .collect(),
+            dvm_uri: None,
+        }
+    };
+    let cases: Vec<(Request, &str)> = vec![
+        (
+            launch(&["--sleep", "--prtemca", "prte_launch_agent", "/tmp/evil"]),
+            "prte_launch_agent",
+        ),
+        (
+            launch(&["--sleep", "--pmixmca", "mca_base_component_path", "/tmp"]),
+            "mca_base_component_path",
+        ),
+        (
+            launch(&["--sleep", "--prtemca", "plm_ssh_agent", "/tmp/evil"]),
+            "plm_ssh_agent",
+        ),
+        (
+            launch(&["--sleep", "--prtemca", "odls_base_exec_agent", "/tmp/evil"]),
+            "odls_base_exec_agent",
+        ),
+        (
+            launch(&["--sleep", "--prtemca", "mca_base_param_files", "/tmp/p"]),
+            "mca_base_param_files",
+        ),
+        (launch(&["--sleep", "--prefix", "/tmp"]), "--prefix"),
+        (
+            env("PRTE_MCA_prte_launch_agent"),
+            "PRTE_MCA_prte_launch_agent",
+        ),
+        (
+            env("PMIX_MCA_mca_base_component_path"),
+            "PMIX_MCA_mca_base_component_path",
+        ),
+        (env("PRTE_PKGLIBDIR"), "PRTE_PKGLIBDIR"),
+    ];
+    for (req, needle) in cases {
+        match c.request(&req).await {
+            Reply::Failed { reason } => assert!(reason.contains(needle), "{needle}: {reason}"),
+            other => panic!("{needle}: unexpected {other:?}"),
+        }
+    }
+    assert_eq!(td.launches(), 0);
+}
+
+/// Newlines and escape sequences sent before authentication cannot forge log lines in the
+/// text log format, nor come back raw in the error echo.
+#[tokio::test]
+async fn peer_text_cannot_forge_log_lines() {
+    let td = TestDir::new();
+    let agent = AgentProc::spawn(&td, &["--log-format", "text"]);
+    let forged = "FORGED 2026-01-01T00:00:00Z  INFO prrte_k8s::agent: authenticated peer=10.9.9.9";
+    let (mut conn, _) = challenge(agent.addr).await;
+    let body = format!("{{\"v\":1,\"type\":\"respons\\n{forged}\\u001b[2K\"}}");
+    send_frame(&mut conn, body.into_bytes(), STEP)
+        .await
+        .unwrap();
+    let e = handshake_answer(&mut conn).await.unwrap_err();
+    assert!(!e.contains('\n') && !e.contains('\x1b'), "{e:?}");
+    assert!(
+        agent
+            .wait_log(WAIT, |v| v.as_str().is_some_and(|l| l.contains("FORGED")))
+            .is_some(),
+        "the refusal is logged"
+    );
+    for line in agent.logs() {
+        assert!(!line.starts_with("FORGED"), "a forged log line: {line}");
+        assert!(
+            !line.contains('\x1b'),
+            "an escape sequence in the log: {line:?}"
+        );
+    }
+}
+
+/// A dvm_uri naming an address other than the launcher's is refused; the URI file is not
+/// touched.
+#[tokio::test]
+async fn a_dvm_uri_elsewhere_is_refused() {
+    let td = TestDir::new();
+    let file = td.path("dvm.uri");
+    let agent = AgentProc::spawn(&td, &["--dvm-uri-file", file.to_str().unwrap()]);
+    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+        .await
+        .unwrap();
+    let reply = c
+        .request(&Request::Launch {
+            argv: vec!["--sleep".into()],
+            env: Default::default(),
+            dvm_uri: Some("prte-x@0.0;tcp4://10.66.0.1:7120".into()),
+        })
+        .await;
+    match reply {
+        Reply::Failed { reason } => assert!(
+            reason.contains("10.66.0.1") && reason.contains("127.0.0.1"),
+            "{reason}"
+        ),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(td.launches(), 0);
+    assert!(!file.exists());
+}
+
+/// A DVM URI file replaced by someone else while prted runs is left alone when prted ends.
+#[tokio::test]
+async fn a_dvm_uri_file_the_agent_did_not_write_is_not_removed() {
+    let td = TestDir::new();
+    let file = td.path("dvm.uri");
+    let agent = AgentProc::spawn(&td, &["--dvm-uri-file", file.to_str().unwrap()]);
+    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+        .await
+        .unwrap();
+    let reply = c
+        .request(&Request::Launch {
+            argv: vec!["--sleep".into()],
+            env: Default::default(),
+            dvm_uri: Some("prte-x@0.0;tcp4://127.0.0.1:7120".into()),
+        })
+        .await;
+    assert!(matches!(reply, Reply::Started { .. }), "{reply:?}");
+    wait_for(WAIT, || file.exists().then_some(())).expect("published");
+    // Someone else's file now sits at the path.
+    let other = td.path("other.uri");
+    std::fs::write(&other, "someone-else@0.0;tcp4://127.0.0.1:9999\n").unwrap();
+    std::fs::rename(&other, &file).unwrap();
+    let reply = c.request(&Request::Kill { grace_ms: None }).await;
+    assert!(matches!(reply, Reply::Exited { .. }), "{reply:?}");
+    assert_idle(agent.addr, &td.secret).await;
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "someone-else@0.0;tcp4://127.0.0.1:9999\n"
+    );
+}

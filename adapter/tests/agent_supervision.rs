@@ -1,0 +1,286 @@
+//! Supervision of processes that leave prted's process group and session: a prted that
+//! daemonizes (fork, `setsid()`, fork again, like PRRTE's prted without
+//! `--leave-session-attached`) must still be stopped by `kill`, by the end of the launcher's
+//! connection and when prted itself ends, both with a cgroup per launch and with the
+//! process-tree sweep (`--cgroup off`).
+#![forbid(unsafe_code)]
+mod agent_support;
+
+use std::os::unix::fs::PermissionsExt;
+
+use agent_support::*;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use prrte_k8s::protocol::{Reply, Request};
+
+/// `$1`: `wait` (the main process stays, like prted's parent waiting for its daemon) or `exit`
+/// (the main process exits as soon as the daemon runs). The daemon is `sleep 1000` in a new
+/// session whose leader (the intermediate process) has exited; its pid goes to `daemon.pid`.
+const DAEMONIZING_PRTED: &str = r#"#!/bin/sh
+d='@DIR@'
+echo $$ >> "$d/launches"
+for a in "$@"; do printf '%s\0' "$a"; done > "$d/argv.tmp"; mv "$d/argv.tmp" "$d/argv"
+perl -MPOSIX -e '
+  my $d = shift;
+  exit 0 if fork();
+  POSIX::setsid() or die "setsid: $!";
+  exit 0 if fork();
+  open(my $f, ">", "$d/daemon.tmp") or die; print $f "$$\n"; close $f;
+  rename("$d/daemon.tmp", "$d/daemon.pid");
+  open(STDOUT, ">/dev/null"); open(STDERR, ">/dev/null");
+  exec "sleep", "1000";
+' "$d"
+while [ ! -s "$d/daemon.pid" ]; do sleep 0.01; done
+echo $$ > "$d/main.pid"
+case "$1" in
+  exit) exit 0 ;;
+  *) exec sleep 1000 ;;
+esac
+"#;
+
+/// A test directory whose prted daemonizes; kills the daemon and the main process (if they
+/// still are what was recorded) when dropped.
+struct Daemonizing {
+    td: TestDir,
+}
+
+impl Daemonizing {
+    fn new() -> Daemonizing {
+        let td = TestDir::new();
+        std::fs::write(
+            &td.prted,
+            DAEMONIZING_PRTED.replace("@DIR@", td.dir.path().to_str().unwrap()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&td.prted, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Daemonizing { td }
+    }
+
+    fn daemon(&self) -> i32 {
+        self.td.wait_pid("daemon.pid")
+    }
+}
+
+impl Drop for Daemonizing {
+    fn drop(&mut self) {
+        for name in ["daemon.pid", "main.pid"] {
+            if let Some(p) = std::fs::read_to_string(self.td.path(name))
+                .ok()
+                .and_then(|t| t.trim().parse::<i32>().ok())
+            {
+                if cmdline(p).starts_with("sleep 1000") {
+                    let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+/// A live (non-zombie) process.
+fn running(pid: i32) -> bool {
+    stat(pid).is_some_and(|s| s.state != 'Z')
+}
+
+/// The daemon really escaped: another session and process group than prted's and the agent's.
+fn assert_escaped(daemon: i32, agent: &AgentProc) {
+    // The intermediate process exits just after the daemon recorded its pid.
+    let d =
+        wait_for(WAIT, || stat(daemon).filter(|d| d.ppid == agent.pid())).unwrap_or_else(|| {
+            panic!(
+                "the daemon was not reparented to the agent: {:?}",
+                stat(daemon)
+            )
+        });
+    let a = stat(agent.pid()).unwrap();
+    assert_ne!(d.session, a.session, "the daemon left the agent's session");
+    assert_ne!(
+        d.session, d.pid,
+        "the daemon is not a session leader (forked twice)"
+    );
+}
+
+fn modes() -> [&'static [&'static str]; 2] {
+    [&[], &["--cgroup", "off"]]
+}
+
+#[tokio::test]
+async fn kill_stops_a_daemon_that_left_the_session() {
+    for extra in modes() {
+        let d = Daemonizing::new();
+        let agent = AgentProc::spawn(&d.td, extra);
+        let mut c = RawClient::connect(agent.addr, Some(&d.td.secret))
+            .await
+            .unwrap();
+        assert!(matches!(
+            c.request(&launch(&["wait"])).await,
+            Reply::Started { .. }
+        ));
+        let daemon = d.daemon();
+        assert_escaped(daemon, &agent);
+        match c.request(&Request::Status {}).await {
+            Reply::Status { running: true, .. } => {}
+            other => panic!("{extra:?}: status while the daemon runs: {other:?}"),
+        }
+        let reply = c
+            .request(&Request::Kill {
+                grace_ms: Some(500),
+            })
+            .await;
+        assert!(
+            matches!(reply, Reply::Exited { .. }),
+            "{extra:?}: {reply:?}"
+        );
+        // `exited` comes only once every process of the launch is gone.
+        assert!(
+            !running(daemon),
+            "{extra:?}: the daemon (pid {daemon}) outlived `kill`: {}",
+            cmdline(daemon)
+        );
+        match c.request(&Request::Status {}).await {
+            Reply::Status { running: false, .. } => {}
+            other => panic!("{extra:?}: status after kill: {other:?}"),
+        }
+        // A second launch is accepted and works.
+        std::fs::remove_file(d.td.path("daemon.pid")).unwrap();
+        assert!(matches!(
+            c.request(&launch(&["wait"])).await,
+            Reply::Started { .. }
+        ));
+        let second = d.daemon();
+        assert!(running(second));
+        drop(c);
+        assert!(
+            all_gone(&[second], WAIT),
+            "{extra:?}: the second daemon outlived the connection"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_end_of_the_connection_stops_a_daemon() {
+    for extra in modes() {
+        let d = Daemonizing::new();
+        let agent = AgentProc::spawn(&d.td, extra);
+        let mut c = RawClient::connect(agent.addr, Some(&d.td.secret))
+            .await
+            .unwrap();
+        assert!(matches!(
+            c.request(&launch(&["wait"])).await,
+            Reply::Started { .. }
+        ));
+        let daemon = d.daemon();
+        assert_escaped(daemon, &agent);
+        drop(c);
+        assert!(
+            wait_for(WAIT, || (!running(daemon)).then_some(())).is_some(),
+            "{extra:?}: the daemon outlived the launcher's connection"
+        );
+        assert_idle(agent.addr, &d.td.secret).await;
+    }
+}
+
+#[tokio::test]
+async fn a_daemon_left_by_an_exiting_prted_is_stopped_before_exited() {
+    for extra in modes() {
+        let d = Daemonizing::new();
+        let agent = AgentProc::spawn(&d.td, extra);
+        let mut c = RawClient::connect(agent.addr, Some(&d.td.secret))
+            .await
+            .unwrap();
+        assert!(matches!(
+            c.request(&launch(&["exit"])).await,
+            Reply::Started { .. }
+        ));
+        let reply = c.recv(WAIT).await.unwrap();
+        assert!(
+            matches!(reply, Reply::Exited { code: Some(0), .. }),
+            "{extra:?}: {reply:?}"
+        );
+        let daemon = d.daemon();
+        assert!(
+            !running(daemon),
+            "{extra:?}: the daemon (pid {daemon}) runs after `exited`"
+        );
+        match c.request(&Request::Status {}).await {
+            Reply::Status { running: false, .. } => {}
+            other => panic!("{extra:?}: status after exited: {other:?}"),
+        }
+    }
+}
+
+/// prted always gets `--leave-session-attached` (once), so the real prted stays in the
+/// agent's process group.
+#[tokio::test]
+async fn prted_is_told_to_stay_in_the_session() {
+    let td = TestDir::new();
+    let agent = AgentProc::spawn(&td, &[]);
+    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+        .await
+        .unwrap();
+    for argv in [
+        vec!["--exit", "0", "--prtemca", "ess", "env"],
+        vec!["--exit", "0", "--leave-session-attached"],
+    ] {
+        assert!(matches!(
+            c.request(&launch(&argv)).await,
+            Reply::Started { .. }
+        ));
+        assert!(matches!(c.recv(WAIT).await.unwrap(), Reply::Exited { .. }));
+        let got = td.argv();
+        assert_eq!(
+            got.iter()
+                .filter(|a| *a == "--leave-session-attached")
+                .count(),
+            1,
+            "{got:?}"
+        );
+        assert_eq!(&got[..argv.len().min(got.len())], &argv[..], "{got:?}");
+    }
+}
+
+/// With cgroups available (this machine: cgroup v2 at /sys/fs/cgroup/unified), the agent says so
+/// and removes each launch's cgroup afterwards.
+#[tokio::test]
+async fn launches_get_a_cgroup_that_is_removed_afterwards() {
+    let d = Daemonizing::new();
+    let agent = AgentProc::spawn(&d.td, &[]);
+    let chosen = agent
+        .wait_log(WAIT, |v| {
+            v["message"].as_str().is_some_and(|m| m.contains("tracked"))
+        })
+        .expect("the agent logs how it tracks descendants");
+    let Some(base) = chosen["cgroup"].as_str().map(str::to_owned) else {
+        eprintln!("no writable cgroup here ({chosen}); nothing to check");
+        return;
+    };
+    let mut c = RawClient::connect(agent.addr, Some(&d.td.secret))
+        .await
+        .unwrap();
+    assert!(matches!(
+        c.request(&launch(&["wait"])).await,
+        Reply::Started { .. }
+    ));
+    let daemon = d.daemon();
+    let cg = std::fs::read_to_string(format!("/proc/{daemon}/cgroup")).unwrap();
+    let dirs = || -> Vec<String> {
+        std::fs::read_dir(&base)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("prrte-k8s-"))
+            .collect()
+    };
+    let mine: Vec<String> = dirs()
+        .into_iter()
+        .filter(|n| cg.contains(n.as_str()))
+        .collect();
+    assert_eq!(mine.len(), 1, "the daemon is in a launch cgroup: {cg}");
+    assert!(matches!(
+        c.request(&Request::Kill { grace_ms: None }).await,
+        Reply::Exited { .. }
+    ));
+    assert!(
+        wait_for(WAIT, || (!dirs().contains(&mine[0])).then_some(())).is_some(),
+        "the launch cgroup {} was not removed",
+        mine[0]
+    );
+}
