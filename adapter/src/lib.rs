@@ -8,5 +8,6 @@
 pub mod agent;
 pub mod discovery;
 pub mod launch;
+pub mod manifest;
 pub mod protocol;
 pub mod text;

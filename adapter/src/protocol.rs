@@ -62,13 +62,18 @@
 //!   process group, SIGKILL after the grace period (the smaller of `grace_ms`, if given, and the
 //!   agent's `--kill-grace`), then `exited`.
 //! * `{"v":1,"type":"ping"}` → `pong`; `{"v":1,"type":"status"}` → `status`.
+//! * Batch mode only (agents started with `--run`): `{"v":1,"type":"attach"}` → `ack`, sent by
+//!   the agent that runs the job's command to every other pod's agent, on a connection it keeps
+//!   open for the whole run; then `{"v":1,"type":"finish","code":N}` → `ack` on that connection
+//!   when the command ended with exit status `N`, after which the worker's agent exits (see
+//!   `crate::agent::batch`). Agents not in batch mode answer both with `failed`.
 //!
 //! Replies (agent → client, see [`Reply`]):
 //! * `started {pid}` or `failed {reason}` for a launch (refused request, busy agent, exec error);
 //! * later, on the same connection, `exited {pid, code}` or `exited {pid, signal}` once prted
 //!   and everything left in its process group are gone;
 //! * `failed {reason}` for a `kill` that has nothing to kill, or a request that could not be parsed;
-//! * `pong {}`, `status {running, pid, launched_by}`;
+//! * `pong {}`, `status {running, pid, launched_by}`, `ack {}`;
 //! * `error {reason}`: a protocol violation; the agent closes the connection after sending it.
 //!
 //! # Supervision
@@ -208,6 +213,15 @@ pub enum Request {
     },
     Ping {},
     Status {},
+    /// Batch mode: the agent running the job's command (pod 0) attaches to a worker's agent;
+    /// while this connection lasts the worker waits for `finish`, and if it ends without one
+    /// the worker concludes that its launcher went away.
+    Attach {},
+    /// Batch mode: the job's command ended with `code`; the worker's agent exits (0 if the
+    /// command succeeded, else with this code after a short delay).
+    Finish {
+        code: i32,
+    },
 }
 
 impl Request {
@@ -218,6 +232,8 @@ impl Request {
             Request::Kill { .. } => "kill",
             Request::Ping {} => "ping",
             Request::Status {} => "status",
+            Request::Attach {} => "attach",
+            Request::Finish { .. } => "finish",
         }
     }
 }
@@ -250,6 +266,8 @@ pub enum Reply {
     Error {
         reason: String,
     },
+    /// An `attach` or `finish` was accepted.
+    Ack {},
 }
 
 /// Field names a launch request might use to smuggle in a program; refused with a clear reason.

@@ -48,7 +48,7 @@ pub const fn component(
         pmix_mca_component_major_version: VERSION.0,
         pmix_mca_component_minor_version: VERSION.1,
         pmix_mca_component_release_version: VERSION.2,
-        pmix_mca_open_component: None,
+        pmix_mca_open_component: Some(crate::version_guard::open),
         pmix_mca_close_component: None,
         pmix_mca_query_component: query,
         pmix_mca_register_component_params: register,

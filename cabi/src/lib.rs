@@ -26,3 +26,4 @@ pub mod pods;
 pub mod prrte;
 pub mod ras;
 pub mod shim;
+pub mod version_guard;

@@ -10,6 +10,10 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 pub const NS: &str = "default";
+/// The ServiceAccount and RoleBinding of prrte-config/k8s/rbac.yaml (`prrte-k8s manifest
+/// --name mpi-demo --only rbac`).
+pub const SERVICE_ACCOUNT: &str = "mpi-demo-prrte";
+pub const ROLEBINDING: &str = "mpi-demo-prrte";
 
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -139,7 +143,8 @@ fn agent_pod(
         },
         "spec": {
             "hostname": host, "subdomain": job,
-            "serviceAccountName": "prrte-launcher",
+            "serviceAccountName": SERVICE_ACCOUNT,
+            "automountServiceAccountToken": true,
             "restartPolicy": "Never",
             "containers": [{
                 "name": "worker",

@@ -178,7 +178,7 @@ async fn missing_rbac_names_the_permission() {
             c.arg("--kubeconfig").arg(job.cluster.kubeconfig()).args([
                 "delete",
                 "rolebinding",
-                "prrte-k8s-launcher",
+                ROLEBINDING,
             ]);
             c
         },

@@ -265,7 +265,7 @@ async fn doctor_names_failures_and_remedies() {
     c.arg("--kubeconfig").arg(job.cluster.kubeconfig()).args([
         "delete",
         "rolebinding",
-        "prrte-k8s-launcher",
+        ROLEBINDING,
     ]);
     let del = harness::run_with_timeout(c, Duration::from_secs(30)).unwrap();
     assert!(

@@ -36,6 +36,17 @@ pub enum DvmHead {
     Never,
 }
 
+/// The part an agent plays in batch mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BatchRole {
+    /// The launcher in the pod with index 0 (as `--dvm-head auto`), a worker elsewhere.
+    Auto,
+    /// Run the command here.
+    Launcher,
+    /// Wait for the launcher's word, then exit.
+    Worker,
+}
+
 /// Whether launches get a cgroup of their own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CgroupMode {
@@ -144,6 +155,42 @@ pub struct AgentArgs {
     #[arg(long = "prte-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub prte_args: Vec<String>,
 
+    /// Batch mode: the agent of the pod with index 0 runs COMMAND (given after `--`) once it is
+    /// ready, its output is the pod's log and its exit status the agent's; every other pod's
+    /// agent exits when it ends (0 if it succeeded). Without a command after `--`, the shell
+    /// command in PRRTE_K8S_RUN is run with /bin/sh -c
+    #[arg(long)]
+    pub run: bool,
+
+    /// Which part this agent plays in batch mode: "auto" (the launcher in the pod with index 0,
+    /// a worker elsewhere), "launcher" or "worker"
+    #[arg(long, env = "PRRTE_K8S_BATCH_ROLE", value_enum, default_value = "auto")]
+    pub batch_role: BatchRole,
+
+    /// Batch workers: seconds to wait for the launcher (the agent running the command) to
+    /// attach before giving up and exiting with status 1
+    #[arg(
+        long,
+        env = "PRRTE_K8S_LAUNCHER_WAIT",
+        value_name = "SECS",
+        default_value_t = 600
+    )]
+    pub launcher_wait: u64,
+
+    /// Batch launcher: seconds to wait for the job's pods to be Ready before running the
+    /// command anyway (as ras_k8s_timeout)
+    #[arg(
+        long,
+        env = "PRRTE_K8S_BATCH_PODS_TIMEOUT",
+        value_name = "SECS",
+        default_value_t = 300
+    )]
+    pub pods_timeout: u64,
+
+    /// The batch command (after `--`)
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+
     /// Track every process of a launch in a cgroup of its own ("auto": where a writable cgroup
     /// hierarchy is mounted, else by a process-tree sweep) or only by the sweep ("off")
     #[arg(
@@ -195,6 +242,8 @@ pub struct AgentConfig {
     pub dvm_uri_file: PathBuf,
     /// Set when this agent starts the DVM itself.
     pub head: Option<HeadConfig>,
+    /// Set in batch mode (`--run`).
+    pub batch: Option<BatchConfig>,
     /// Whether launches get a cgroup of their own where possible (`--cgroup auto`).
     pub cgroup: bool,
     /// Caps on unauthenticated connections.
@@ -220,6 +269,21 @@ impl Default for ConnLimits {
             handshake_timeout: Duration::from_secs(DEFAULT_HANDSHAKE_TIMEOUT_SECS),
         }
     }
+}
+
+/// Batch mode: what this agent does (see [`crate::agent::batch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchConfig {
+    /// Run `command` (argv) once the pod is ready; tell the other pods' agents when it ended.
+    Launcher {
+        command: Vec<String>,
+        /// Bound on waiting for the job's pods before running the command anyway.
+        pods_timeout: Duration,
+        /// Why this agent is the launcher (for the log).
+        reason: String,
+    },
+    /// Wait for the launcher's `attach` (at most `launcher_wait`) and `finish`, then exit.
+    Worker { launcher_wait: Duration },
 }
 
 /// How the DVM head (prte started by the agent) runs.
@@ -275,6 +339,7 @@ impl std::fmt::Debug for AgentConfig {
             .field("pass_env", &self.pass_env)
             .field("dvm_uri_file", &self.dvm_uri_file)
             .field("head", &self.head)
+            .field("batch", &self.batch)
             .field("cgroup", &self.cgroup)
             .field("limits", &self.limits)
             .finish()
@@ -302,6 +367,10 @@ pub enum ConfigError {
     PodIp(String),
     #[error("--prte {path}: {why} (the DVM head runs prte; give its absolute path with --prte or PRRTE_K8S_PRTE)")]
     Prte { path: PathBuf, why: String },
+    #[error("--run: no command; give it after `--` (--run -- mpirun -n 8 ./app) or as a shell command in PRRTE_K8S_RUN")]
+    RunWithoutCommand,
+    #[error("--run and --dvm-head {0} exclude each other: a batch job runs its command (e.g. mpirun) in pod 0, an interactive one a DVM head; the manifest chooses one")]
+    RunAndHead(String),
     #[error("--dvm-head: the DVM head binds prte's tool listener to the pod's IPv4 address, but {0}; set POD_IP from the downward API (fieldPath: status.podIP)")]
     HeadAddress(String),
 }
@@ -415,6 +484,7 @@ impl AgentConfig {
                 })
             }
         };
+        let batch = batch_config(args, &env, head.is_some())?;
         Ok(AgentConfig {
             listen,
             health_listen,
@@ -432,6 +502,7 @@ impl AgentConfig {
                 .collect(),
             dvm_uri_file: args.dvm_uri_file.clone(),
             head,
+            batch,
             cgroup: args.cgroup == CgroupMode::Auto,
             limits: ConnLimits {
                 max_pending: args.max_pending.max(1),
@@ -439,6 +510,54 @@ impl AgentConfig {
                 handshake_timeout: Duration::from_secs(args.handshake_timeout.max(1)),
             },
         })
+    }
+}
+
+/// The batch part of the configuration: `--run` (or a command after `--`, or PRRTE_K8S_RUN)
+/// turns batch mode on; `--batch-role` (default: by pod index) picks launcher or worker.
+fn batch_config(
+    args: &AgentArgs,
+    env: &impl Fn(&str) -> Option<String>,
+    head: bool,
+) -> Result<Option<BatchConfig>, ConfigError> {
+    let shell = env("PRRTE_K8S_RUN").filter(|s| !s.trim().is_empty());
+    let command: Vec<String> = if !args.command.is_empty() {
+        args.command.clone()
+    } else if let Some(line) = shell {
+        vec!["/bin/sh".into(), "-c".into(), line]
+    } else {
+        Vec::new()
+    };
+    let explicit_role = args.batch_role != BatchRole::Auto;
+    if !args.run && command.is_empty() && !explicit_role {
+        return Ok(None);
+    }
+    if head || args.dvm_head != DvmHead::Never {
+        let which = format!("{:?}", args.dvm_head).to_lowercase();
+        return Err(ConfigError::RunAndHead(which));
+    }
+    let (launcher, reason) = match args.batch_role {
+        BatchRole::Launcher => (true, "--batch-role launcher".to_owned()),
+        BatchRole::Worker => (false, "--batch-role worker".to_owned()),
+        BatchRole::Auto => match pod_index(env) {
+            Some((0, source)) => (true, format!("pod index 0 ({source})")),
+            Some((i, source)) => (false, format!("pod index {i} ({source})")),
+            None => (false, "no pod index found".to_owned()),
+        },
+    };
+    if launcher {
+        if command.is_empty() {
+            return Err(ConfigError::RunWithoutCommand);
+        }
+        Ok(Some(BatchConfig::Launcher {
+            command,
+            pods_timeout: Duration::from_secs(args.pods_timeout),
+            reason,
+        }))
+    } else {
+        Ok(Some(BatchConfig::Worker {
+            launcher_wait: Duration::from_secs(args.launcher_wait),
+        }))
     }
 }
 

@@ -84,7 +84,7 @@ async fn health_ok(addr: SocketAddr) -> bool {
 
 /// Waits (bounded) until the agent's health endpoint serves, so that the pod is Ready before
 /// prte's discovery looks for ready pods.
-async fn wait_health(addr: Option<SocketAddr>, stop: &CancellationToken) {
+pub(crate) async fn wait_health(addr: Option<SocketAddr>, stop: &CancellationToken) {
     let Some(mut addr) = addr else { return };
     if addr.ip().is_unspecified() {
         addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
@@ -200,6 +200,7 @@ mod tests {
             pass_env: vec![],
             dvm_uri_file: "/var/run/prrte-k8s/dvm.uri".into(),
             head: Some(head.clone()),
+            batch: None,
             cgroup: false,
             limits: Default::default(),
         };

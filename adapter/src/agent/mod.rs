@@ -21,6 +21,7 @@
 //! * SIGTERM/SIGINT: stop accepting, report 503 on the health endpoint, stop the running prted
 //!   as above (reporting `exited` to its launcher), and exit 0.
 
+pub mod batch;
 pub mod config;
 pub mod dvm_uri;
 pub mod head;
@@ -53,7 +54,8 @@ use crate::protocol::{
     ProtocolError, Reply, Request, Role, Session, AUTH_FAILED_REASON, HANDSHAKE_MAX_FRAME,
 };
 pub use config::{
-    AgentArgs, AgentConfig, CgroupMode, ConfigError, ConnLimits, DvmHead, HeadConfig, LogFormat,
+    AgentArgs, AgentConfig, BatchConfig, BatchRole, CgroupMode, ConfigError, ConnLimits, DvmHead,
+    HeadConfig, LogFormat,
 };
 pub(crate) use dvm_uri::{publish_dvm_uri, publish_dvm_uri_dir, unpublish_dvm_uri};
 pub use dvm_uri::{write_dvm_uri_file, FileId};
@@ -104,6 +106,7 @@ struct Shared {
     reaper: Arc<Reaper>,
     slot: Mutex<Option<Slot>>,
     child_env: Vec<(OsString, OsString)>,
+    batch: Arc<batch::BatchState>,
     /// How the processes of a launch are tracked (a cgroup per launch, or the sweep).
     tracking: Tracking,
     /// Connections that have not authenticated yet.
@@ -180,6 +183,7 @@ impl Agent {
                 reaper: Reaper::new(),
                 slot: Mutex::new(None),
                 child_env,
+                batch: Arc::new(batch::BatchState::default()),
                 tracking,
                 pending,
             }),
@@ -200,8 +204,9 @@ impl Agent {
         self.health.as_ref().and_then(|l| l.local_addr().ok())
     }
 
-    /// Serves until `shutdown` completes, then stops the running prted and returns.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    /// Serves until `shutdown` completes (or, in batch mode, the job has ended), then stops the
+    /// running prted and returns the agent's exit code (0, or batch mode's status).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<u8, AgentError> {
         let Agent {
             shared,
             listener,
@@ -256,6 +261,21 @@ impl Agent {
                 stop.clone(),
             ))
         });
+        let batch_task = shared.config.batch.clone().map(|b| match b {
+            BatchConfig::Launcher { .. } => tokio::spawn(batch::run_launcher(
+                shared.config.clone(),
+                shared.reaper.clone(),
+                health_addr,
+                shared.batch.clone(),
+                stop.clone(),
+            )),
+            BatchConfig::Worker { launcher_wait } => tokio::spawn(batch::run_worker(
+                shared.batch.clone(),
+                launcher_wait,
+                stop.clone(),
+            )),
+        });
+        let batch_done = shared.batch.done();
         let next_conn = AtomicU64::new(1);
         let mut conns = JoinSet::new();
         tokio::pin!(shutdown);
@@ -273,6 +293,10 @@ impl Agent {
                 },
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
                 _ = &mut shutdown => break,
+                _ = batch_done.cancelled() => {
+                    info!(code = ?shared.batch.exit_code(), "batch mode: the job has ended");
+                    break;
+                }
             }
         }
 
@@ -290,6 +314,12 @@ impl Agent {
         {
             error!("connections did not finish within {limit:?}; aborting them");
             conns.shutdown().await;
+        }
+        if let Some(mut t) = batch_task {
+            if tokio::time::timeout(limit, &mut t).await.is_err() {
+                error!("the batch command did not stop within {limit:?}; aborting it");
+                t.abort();
+            }
         }
         if let Some(mut t) = head_task {
             if tokio::time::timeout(limit, &mut t).await.is_err() {
@@ -309,13 +339,19 @@ impl Agent {
         if let Some(t) = health_task {
             t.abort();
         }
-        info!("agent stopped");
-        Ok(())
+        let code = shared
+            .batch
+            .exit_code()
+            .map(batch::process_exit_code)
+            .unwrap_or(0);
+        info!(code, "agent stopped");
+        Ok(code)
     }
 }
 
-/// Binds, serves until SIGTERM or SIGINT, stops prted, returns.
-pub async fn run_until_signalled(config: AgentConfig) -> Result<(), AgentError> {
+/// Binds, serves until SIGTERM or SIGINT (or a batch job's end), stops prted, returns the
+/// agent's exit code.
+pub async fn run_until_signalled(config: AgentConfig) -> Result<u8, AgentError> {
     limits::raise_nofile_limit();
     let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(AgentError::Signals)?;
@@ -641,6 +677,15 @@ impl Conn {
                 }
             }
             Request::Ping {} => (Reply::Pong {}, "pong".to_owned()),
+            Request::Attach {} => self
+                .shared
+                .batch
+                .attach(&self.shared.config, self.id, self.peer),
+            Request::Finish { code } => {
+                self.shared
+                    .batch
+                    .finish(&self.shared.config, self.peer, code)
+            }
             Request::Status {} => {
                 let slot = *self.shared.slot();
                 (
@@ -841,6 +886,7 @@ async fn handle_connection(
         warn!(%peer, pid, %reason, "the launcher's connection ended while prted runs; stopping prted's process group");
         c.stop_job(shared.config.kill_grace).await;
     }
+    shared.batch.connection_closed(id);
     close_gracefully(c.conn).await;
     info!(%peer, %reason, connected_ms = opened.elapsed().as_millis() as u64, "connection closed");
 }
@@ -864,6 +910,7 @@ mod tests {
             pass_env: vec!["EXTRA".into()],
             dvm_uri_file: d.path().join("dvm.uri"),
             head: None,
+            batch: None,
             cgroup: false,
             limits: Default::default(),
         };

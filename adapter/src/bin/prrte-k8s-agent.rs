@@ -46,7 +46,7 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(agent::run_until_signalled(config)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             error!("{e}");
             ExitCode::from(1)

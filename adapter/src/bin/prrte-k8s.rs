@@ -8,6 +8,7 @@
 //! from any pod: the DVM URI comes from the file the agent publishes (`dvm-uri` prints it). An
 //! interrupted `prrte-k8s prun` kills its job in the DVM (PRRTE's own prun leaves it running).
 //! `prrte-k8s doctor` checks what PRRTE's k8s components need, one line per check.
+//! `prrte-k8s manifest [OPTIONS] [-- COMMAND...]` prints a complete job for `kubectl apply -f -`.
 #![forbid(unsafe_code)]
 
 #[path = "prrte-k8s/doctor.rs"]
@@ -50,6 +51,9 @@ enum Command {
     Pterm(tools::ToolArgs),
     /// Check cluster access, RBAC, the job's pods and agents, and the PRRTE install.
     Doctor(doctor::DoctorArgs),
+    /// Print a complete MPI job for `kubectl apply -f -`: RBAC, a fresh Secret, the Job
+    /// (batch with a command after `--`, else interactive), the NetworkPolicy.
+    Manifest(Box<prrte_k8s::manifest::ManifestArgs>),
 }
 
 /// Which pods make up the job (the `ras_k8s_*` parameters of the same names), for every
@@ -187,6 +191,27 @@ fn pods(args: PodsArgs) -> i32 {
     }
 }
 
+fn manifest(args: prrte_k8s::manifest::ManifestArgs) -> i32 {
+    use prrte_k8s::manifest;
+    // The command line as given, for the header.
+    let argv: Vec<String> = std::env::args()
+        .skip_while(|a| a != "manifest")
+        .skip(1)
+        .map(|a| manifest::quote(&a))
+        .collect();
+    let key = (!args.no_secret).then(manifest::fresh_key);
+    match manifest::render(&args, &argv.join(" "), key.as_deref()) {
+        Ok(text) => {
+            print!("{text}");
+            0
+        }
+        Err(e) => {
+            eprintln!("prrte-k8s manifest: error: {e}");
+            2
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter =
@@ -202,6 +227,7 @@ fn main() -> ExitCode {
         Command::Prun(args) => prun::run(args),
         Command::Pterm(args) => tools::exec_tool("pterm", args),
         Command::Doctor(args) => doctor::run(args),
+        Command::Manifest(args) => manifest(*args),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

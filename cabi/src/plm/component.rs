@@ -8,8 +8,12 @@ use std::os::raw::c_int;
 /// The PLM component (`prte --prtemca plm k8s`). PLM framework version 2.0.0.
 #[no_mangle]
 #[used]
-pub static mut prte_mca_plm_k8s_component: ffi::pmix_mca_base_component_t =
-    component::component("plm", (2, 0, 0), Some(query), Some(register_params));
+pub static mut prte_mca_plm_k8s_component: ffi::pmix_mca_base_component_t = component::component(
+    "plm",
+    (2, 0, 0),
+    Some(query),
+    Some(crate::version_guard::plm_register),
+);
 
 pub fn component_ptr() -> *const ffi::pmix_mca_base_component_t {
     std::ptr::addr_of!(prte_mca_plm_k8s_component)

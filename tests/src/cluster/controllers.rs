@@ -21,8 +21,18 @@ pub fn spawn(store: Store) -> tokio::task::JoinHandle<()> {
 async fn run(store: Store) {
     let mut rx = store.subscribe();
     reconcile_all(&store);
+    // Deadlines and TTLs are reconciled as time passes.
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        match rx.recv().await {
+        let ev = tokio::select! {
+            ev = rx.recv() => ev,
+            _ = tick.tick() => {
+                reconcile_timed_jobs(&store);
+                continue;
+            }
+        };
+        match ev {
             Ok(ev) => {
                 let (ns, name) = (ev.namespace.as_str(), ev.name.as_str());
                 if std::ptr::eq(ev.resource, &JOBS) {
@@ -147,7 +157,131 @@ fn set_condition(conds: &mut Vec<Value>, ty: &str, reason: &str, message: &str) 
     }
 }
 
-/// Brings one Job's pods and status in line with its spec.
+/// Parses "0-3,5" (a Job's index set); None if malformed.
+pub fn parse_indexes(text: &str) -> Option<BTreeSet<i64>> {
+    let mut out = BTreeSet::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (i64, i64) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                if a > b {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => {
+                out.insert(part.parse().ok()?);
+            }
+        }
+    }
+    Some(out)
+}
+
+/// The first `successPolicy` rule the succeeded indexes meet, by position.
+pub fn success_rule_met(policy: &Value, succeeded: &BTreeSet<i64>) -> Option<usize> {
+    let rules = policy["rules"].as_array()?;
+    rules.iter().position(|r| {
+        let subset: Option<BTreeSet<i64>> = r["succeededIndexes"].as_str().and_then(parse_indexes);
+        let within = match &subset {
+            Some(set) => succeeded.intersection(set).count() as i64,
+            None => succeeded.len() as i64,
+        };
+        match (&subset, r["succeededCount"].as_i64()) {
+            (Some(set), None) => set.is_subset(succeeded),
+            (_, Some(n)) => within >= n,
+            (None, None) => false,
+        }
+    })
+}
+
+/// What a `podFailurePolicy` says about a failed pod: the rule's action, its index and the
+/// message the Job controller writes.
+pub fn pod_failure_rule(policy: &Value, pod: &Value) -> Option<(String, usize, String)> {
+    let rules = policy["rules"].as_array()?;
+    let pod_name = format!(
+        "{}/{}",
+        pod["metadata"]["namespace"].as_str().unwrap_or(""),
+        pod["metadata"]["name"].as_str().unwrap_or("")
+    );
+    for (i, r) in rules.iter().enumerate() {
+        let action = r["action"].as_str().unwrap_or("Count").to_string();
+        if let Some(oc) = r.get("onExitCodes").filter(|v| v.is_object()) {
+            let values: Vec<i64> = oc["values"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_i64).collect())
+                .unwrap_or_default();
+            let want_in = oc["operator"] != "NotIn";
+            let only = oc["containerName"].as_str();
+            let statuses = pod
+                .pointer("/status/containerStatuses")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for cs in statuses {
+                if only.is_some_and(|n| cs["name"] != n) {
+                    continue;
+                }
+                let Some(code) = cs
+                    .pointer("/state/terminated/exitCode")
+                    .and_then(Value::as_i64)
+                else {
+                    continue;
+                };
+                if code == 0 {
+                    continue;
+                }
+                if values.contains(&code) == want_in {
+                    let msg = format!(
+                        "Container {} for pod {pod_name} failed with exit code {code} matching {action} rule at index {i}",
+                        cs["name"].as_str().unwrap_or("")
+                    );
+                    return Some((action, i, msg));
+                }
+            }
+        }
+        if let Some(pcs) = r.get("onPodConditions").and_then(Value::as_array) {
+            let conds = pod
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for pc in pcs {
+                // Defaults to True (the typed round trip of the store leaves it empty).
+                let status = pc["status"]
+                    .as_str()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or("True");
+                if conds
+                    .iter()
+                    .any(|c| c["type"] == pc["type"] && c["status"] == status)
+                {
+                    let msg = format!(
+                        "Pod {pod_name} has condition {} matching {action} rule at index {i}",
+                        pc["type"].as_str().unwrap_or("")
+                    );
+                    return Some((action, i, msg));
+                }
+            }
+        }
+    }
+    None
+}
+
+fn seconds_since(rfc3339: &str) -> Option<i64> {
+    let t: k8s_openapi::jiff::Timestamp = rfc3339.parse().ok()?;
+    Some(crate::api::defaults::now_secs() - t.as_second())
+}
+
+fn condition_true<'a>(conds: &'a [Value], ty: &str) -> Option<&'a Value> {
+    conds
+        .iter()
+        .find(|c| c["type"] == ty && c["status"] == "True")
+}
+
+/// Brings one Job's pods and status in line with its spec: Indexed or not, backoffLimit,
+/// successPolicy, podFailurePolicy (FailJob, Ignore, Count), activeDeadlineSeconds,
+/// ttlSecondsAfterFinished, and the conditions Complete, Failed, SuccessCriteriaMet and
+/// FailureTarget. A finishing Job's remaining pods are deleted (terminated by the kubelet).
 pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
     let Ok(job) = store.get(&JOBS, ns, name) else {
         return;
@@ -158,9 +292,23 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let finished = conds
-        .iter()
-        .any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True");
+    let finished_cond = condition_true(&conds, "Complete")
+        .or_else(|| condition_true(&conds, "Failed"))
+        .cloned();
+    // ttlSecondsAfterFinished: the Job (and with it its pods) goes.
+    if let (Some(c), Some(ttl)) = (&finished_cond, spec["ttlSecondsAfterFinished"].as_i64()) {
+        if seconds_since(c["lastTransitionTime"].as_str().unwrap_or(""))
+            .is_some_and(|age| age >= ttl)
+        {
+            let opts = DeleteOptions {
+                propagation: Some("Background".into()),
+                ..Default::default()
+            };
+            let _ = store.delete(&JOBS, ns, name, &opts);
+            return;
+        }
+    }
+    let finished = finished_cond.is_some();
     let pods = owned_pods(store, &job);
     let indexed = spec["completionMode"] == "Indexed";
     let completions = spec["completions"].as_i64();
@@ -171,7 +319,20 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
         .iter()
         .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
         .collect();
-    let failed = pods.iter().filter(|p| phase(p) == "Failed").count() as i64;
+    let failure_policy = &spec["podFailurePolicy"];
+    // Failed pods and what the pod failure policy says about each.
+    let mut fail_job: Option<String> = None;
+    let mut failed = 0i64;
+    for p in pods.iter().filter(|p| phase(p) == "Failed") {
+        match pod_failure_rule(failure_policy, p) {
+            Some((action, _, msg)) if action == "FailJob" => {
+                failed += 1;
+                fail_job.get_or_insert(msg);
+            }
+            Some((action, _, _)) if action == "Ignore" => {}
+            _ => failed += 1,
+        }
+    }
     let index_of = |p: &Value| -> Option<i64> {
         p.pointer("/metadata/annotations")
             .and_then(|a| a.get(INDEX_KEY))
@@ -188,26 +349,46 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
     } else {
         pods.iter().filter(|p| phase(p) == "Succeeded").count() as i64
     };
+    let deadline_passed = spec["activeDeadlineSeconds"].as_i64().is_some_and(|limit| {
+        job.pointer("/status/startTime")
+            .and_then(Value::as_str)
+            .and_then(seconds_since)
+            .is_some_and(|age| age >= limit)
+    });
     let mut new_conds = conds.clone();
     let mut done_now = false;
+    let mut terminate = false;
     if !finished && !suspended {
-        if failed > backoff {
-            set_condition(
-                &mut new_conds,
-                "FailureTarget",
+        let failure = if let Some(msg) = fail_job {
+            Some(("PodFailurePolicy", msg))
+        } else if failed > backoff {
+            Some((
                 "BackoffLimitExceeded",
-                "Job has reached the specified backoff limit",
-            );
-            set_condition(
-                &mut new_conds,
-                "Failed",
-                "BackoffLimitExceeded",
-                "Job has reached the specified backoff limit",
-            );
-            for p in &active {
-                let pn = p["metadata"]["name"].as_str().unwrap_or("");
-                let _ = store.delete(&PODS, ns, pn, &DeleteOptions::default());
-            }
+                "Job has reached the specified backoff limit".to_string(),
+            ))
+        } else if deadline_passed {
+            Some((
+                "DeadlineExceeded",
+                "Job was active longer than specified deadline".to_string(),
+            ))
+        } else {
+            None
+        };
+        let success_rule = if indexed {
+            success_rule_met(&spec["successPolicy"], &succeeded_idx)
+        } else {
+            None
+        };
+        if let Some((reason, msg)) = failure {
+            set_condition(&mut new_conds, "FailureTarget", reason, &msg);
+            set_condition(&mut new_conds, "Failed", reason, &msg);
+            terminate = true;
+            done_now = true;
+        } else if let Some(i) = success_rule {
+            let msg = format!("Matched rules at index {i}");
+            set_condition(&mut new_conds, "SuccessCriteriaMet", "SuccessPolicy", &msg);
+            set_condition(&mut new_conds, "Complete", "SuccessPolicy", &msg);
+            terminate = true;
             done_now = true;
         } else {
             let complete = match completions {
@@ -240,6 +421,13 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
                     succeeded,
                 );
             }
+        }
+    }
+    // No pod stays running once the Job has finished.
+    if terminate || finished {
+        for p in &active {
+            let pn = p["metadata"]["name"].as_str().unwrap_or("");
+            let _ = store.delete(&PODS, ns, pn, &DeleteOptions::default());
         }
     }
     let active_now = owned_pods(store, &job)
@@ -284,6 +472,33 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
             }
         }
     });
+}
+
+/// Whether a Job needs reconciling as time passes (a deadline, or a TTL after finishing).
+fn has_timers(job: &Value) -> bool {
+    let spec = &job["spec"];
+    let conds: Vec<Value> = job
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let finished =
+        condition_true(&conds, "Complete").is_some() || condition_true(&conds, "Failed").is_some();
+    if finished {
+        spec["ttlSecondsAfterFinished"].is_i64()
+    } else {
+        spec["activeDeadlineSeconds"].is_i64()
+    }
+}
+
+fn reconcile_timed_jobs(store: &Store) {
+    if let Ok(l) = store.list(&JOBS, None, &Default::default()) {
+        for o in l.items.iter().filter(|o| has_timers(o)) {
+            let ns = o["metadata"]["namespace"].as_str().unwrap_or("");
+            let name = o["metadata"]["name"].as_str().unwrap_or("");
+            reconcile_job(store, ns, name);
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -621,6 +836,219 @@ mod tests {
             .unwrap()
             .items
             .is_empty());
+    }
+
+    fn indexed_job(s: &Store, name: &str, n: i64, extra: Value) -> Vec<Arc<Value>> {
+        let mut spec = json!({
+            "completionMode": "Indexed", "completions": n, "parallelism": n, "backoffLimit": 0,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "command": ["true"]}]}}});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        s.create(
+            &JOBS,
+            "default",
+            json!({"metadata": {"name": name}, "spec": spec}),
+            false,
+        )
+        .unwrap();
+        reconcile_job(s, "default", name);
+        let mut pods = s
+            .list(&PODS, Some("default"), &Default::default())
+            .unwrap()
+            .items;
+        pods.retain(|p| p["metadata"]["labels"]["job-name"] == name);
+        pods.sort_by_key(|p| {
+            p["metadata"]["labels"][INDEX_KEY]
+                .as_str()
+                .unwrap()
+                .parse::<i64>()
+                .unwrap()
+        });
+        pods
+    }
+
+    fn end_pod(s: &Store, p: &Value, phase: &str, code: i64, conds: Value) {
+        s.modify(
+            &PODS,
+            "default",
+            p["metadata"]["name"].as_str().unwrap(),
+            Part::Status,
+            |v| {
+                v["status"]["phase"] = json!(phase);
+                v["status"]["containerStatuses"] =
+                    json!([{"name": "c", "state": {"terminated": {"exitCode": code}}}]);
+                v["status"]["conditions"] = conds;
+            },
+        )
+        .unwrap();
+    }
+
+    fn cond<'a>(j: &'a Value, ty: &str) -> Option<&'a Value> {
+        j["status"]["conditions"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["type"] == ty && c["status"] == "True"))
+    }
+
+    fn names(s: &Store) -> Vec<String> {
+        s.list(&PODS, Some("default"), &Default::default())
+            .unwrap()
+            .items
+            .iter()
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn index_sets_parse() {
+        assert_eq!(
+            parse_indexes("0-2,5")
+                .unwrap()
+                .into_iter()
+                .collect::<Vec<_>>(),
+            [0, 1, 2, 5]
+        );
+        assert_eq!(parse_indexes("").unwrap().len(), 0);
+        assert!(parse_indexes("3-1").is_none() && parse_indexes("x").is_none());
+    }
+
+    #[test]
+    fn success_policy_on_index_0_completes_and_terminates_the_rest() {
+        let s = store();
+        let pods = indexed_job(
+            &s,
+            "sp",
+            3,
+            json!({"successPolicy": {"rules": [{"succeededIndexes": "0"}]}}),
+        );
+        assert_eq!(pods.len(), 3);
+        // Index 1 succeeding is not enough.
+        end_pod(&s, &pods[1], "Succeeded", 0, json!([]));
+        reconcile_job(&s, "default", "sp");
+        assert!(cond(&s.get(&JOBS, "default", "sp").unwrap(), "Complete").is_none());
+        end_pod(&s, &pods[0], "Succeeded", 0, json!([]));
+        reconcile_job(&s, "default", "sp");
+        let j = s.get(&JOBS, "default", "sp").unwrap();
+        assert_eq!(
+            cond(&j, "SuccessCriteriaMet").unwrap()["reason"],
+            "SuccessPolicy"
+        );
+        assert_eq!(cond(&j, "Complete").unwrap()["reason"], "SuccessPolicy");
+        assert!(j["status"]["completionTime"].is_string());
+        let left = names(&s);
+        assert!(
+            !left.contains(&pods[2]["metadata"]["name"].as_str().unwrap().to_string()),
+            "index 2 was still running: terminated"
+        );
+        assert_eq!(left.len(), 2, "finished pods stay: {left:?}");
+    }
+
+    #[test]
+    fn backoff_limit_0_fails_at_the_first_failure_and_terminates_the_rest() {
+        let s = store();
+        let pods = indexed_job(&s, "bl", 3, json!({}));
+        end_pod(&s, &pods[0], "Failed", 3, json!([]));
+        reconcile_job(&s, "default", "bl");
+        let j = s.get(&JOBS, "default", "bl").unwrap();
+        assert_eq!(
+            cond(&j, "Failed").unwrap()["reason"],
+            "BackoffLimitExceeded"
+        );
+        assert!(cond(&j, "FailureTarget").is_some());
+        assert!(cond(&j, "Complete").is_none());
+        assert_eq!(
+            names(&s),
+            [pods[0]["metadata"]["name"].as_str().unwrap()],
+            "only the failed pod is left"
+        );
+        assert_eq!(j["status"]["failed"], 1);
+        assert!(j["status"].get("active").is_none());
+        // Nothing is made again.
+        reconcile_job(&s, "default", "bl");
+        assert_eq!(names(&s).len(), 1);
+    }
+
+    #[test]
+    fn pod_failure_policy_fail_job_ignore_and_count() {
+        let policy = json!({"podFailurePolicy": {"rules": [
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+            {"action": "FailJob", "onExitCodes": {"containerName": "c", "operator": "In", "values": [42]}},
+        ]}, "backoffLimit": 1});
+        let s = store();
+        let pods = indexed_job(&s, "pf", 2, policy.clone());
+        // Evicted: ignored, not counted, the index is made again.
+        end_pod(
+            &s,
+            &pods[1],
+            "Failed",
+            137,
+            json!([{"type": "DisruptionTarget", "status": "True"}]),
+        );
+        reconcile_job(&s, "default", "pf");
+        let j = s.get(&JOBS, "default", "pf").unwrap();
+        assert!(cond(&j, "Failed").is_none());
+        assert!(j["status"].get("failed").is_none(), "{}", j["status"]);
+        assert_eq!(names(&s).len(), 3, "a new pod for index 1");
+        // Exit code 1 counts (backoffLimit 1: not yet failed).
+        end_pod(&s, &pods[0], "Failed", 1, json!([]));
+        reconcile_job(&s, "default", "pf");
+        assert!(cond(&s.get(&JOBS, "default", "pf").unwrap(), "Failed").is_none());
+        // Exit code 42 fails the Job at once, naming the rule.
+        let fresh: Vec<Arc<Value>> = s
+            .list(&PODS, Some("default"), &Default::default())
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|p| phase(p) != "Failed")
+            .collect();
+        end_pod(&s, &fresh[0], "Failed", 42, json!([]));
+        reconcile_job(&s, "default", "pf");
+        let j = s.get(&JOBS, "default", "pf").unwrap();
+        let f = cond(&j, "Failed").unwrap();
+        assert_eq!(f["reason"], "PodFailurePolicy");
+        assert!(
+            f["message"]
+                .as_str()
+                .unwrap()
+                .contains("exit code 42 matching FailJob rule at index 1"),
+            "{f}"
+        );
+        assert!(
+            s.list(&PODS, Some("default"), &Default::default())
+                .unwrap()
+                .items
+                .iter()
+                .all(|p| phase(p) == "Failed"),
+            "no pod left running"
+        );
+    }
+
+    #[test]
+    fn deadline_fails_and_ttl_deletes() {
+        let s = store();
+        let pods = indexed_job(
+            &s,
+            "dl",
+            2,
+            json!({"activeDeadlineSeconds": 0, "ttlSecondsAfterFinished": 0}),
+        );
+        assert_eq!(pods.len(), 2);
+        reconcile_job(&s, "default", "dl");
+        let j = s.get(&JOBS, "default", "dl").unwrap();
+        assert_eq!(cond(&j, "Failed").unwrap()["reason"], "DeadlineExceeded");
+        assert!(names(&s).is_empty(), "running pods terminated");
+        assert!(has_timers(&j));
+        reconcile_timed_jobs(&s);
+        assert!(
+            s.get(&JOBS, "default", "dl").is_err(),
+            "the TTL removed the Job"
+        );
+        // A TTL in the future keeps it.
+        let pods = indexed_job(&s, "keep", 1, json!({"ttlSecondsAfterFinished": 3600}));
+        end_pod(&s, &pods[0], "Succeeded", 0, json!([]));
+        reconcile_job(&s, "default", "keep");
+        reconcile_timed_jobs(&s);
+        assert!(cond(&s.get(&JOBS, "default", "keep").unwrap(), "Complete").is_some());
     }
 
     #[test]

@@ -105,9 +105,9 @@ fn check_in_cluster(r: &mut Report, env: &Environment) {
     } else {
         r.fail(
             &format!("in-cluster config: missing {}", missing.join(", ")),
-            "run inside a pod of the job whose service account token is mounted (do not set \
-             automountServiceAccountToken: false; use serviceAccountName: prrte-launcher from \
-             prrte-config/k8s/rbac.yaml)",
+            "run inside a pod of the job whose service account token is mounted (set \
+             automountServiceAccountToken: true in the pod template and use the job's \
+             ServiceAccount, as `prrte-k8s manifest` renders them)",
         );
     }
 }
@@ -133,7 +133,8 @@ async fn ssar(client: &kube::Client, ns: &str, verb: &str) -> Result<(bool, Stri
 
 const RBAC_REMEDY: &str = "bind the job's service account to a Role with `- apiGroups: [\"\"] \
      resources: [\"pods\"] verbs: [\"get\", \"list\", \"watch\"]` (kubectl apply -f \
-     prrte-config/k8s/rbac.yaml; the pods must use serviceAccountName: prrte-launcher)";
+     prrte-config/k8s/rbac.yaml, or `prrte-k8s manifest --only rbac`; the pods must use that \
+     ServiceAccount)";
 
 async fn check_rbac(r: &mut Report, env: &Environment, namespace: &str) {
     let client = match tokio::time::timeout(

@@ -1,0 +1,258 @@
+//! The version guard: the components only run inside the PRRTE and PMIx they were built for.
+//!
+//! The library is compiled against one configured PRRTE tree: struct layouts (`prte_node_t`,
+//! `prte_job_t`, the module structs) and the meaning of state numbers come from its headers. Loaded
+//! into another PRRTE, those layouts may be wrong and using them could corrupt memory. So the
+//! library records the PRRTE version (major.minor.release) and the PMIx major.minor of the tree it
+//! was built against, and before PRRTE touches either component (its `register` step, which
+//! always precedes `open` and `query`, and again at `open`) compares them with the running
+//! libraries:
+//!
+//! - PRRTE: `prte_version_string`, exported by `libprrte` (PRRTE's `PRTE_IDENT_STRING`, e.g.
+//!   `3.0.8`); the exact major.minor.release must match.
+//! - PMIx: `PMIx_Get_version()` (`OpenPMIx 5.0.5 (PMIx Standard: ...)`); major.minor must match,
+//!   since PMIx keeps its ABI across patch releases (distributions ship 5.0.x builds).
+//!
+//! Both are looked up by name at run time, so a library lacking them is reported as "unknown"
+//! rather than failing to load. On a mismatch the component returns `PMIX_ERR_NOT_AVAILABLE`
+//! (PMIx's "silently ignore me"): PRRTE drops both components and carries on with its others, and
+//! the process prints one line naming both versions (once, however many components decline).
+//!
+//! The recorded versions can be overridden at build time with `PRRTE_K8S_RECORD_PRRTE_VERSION`
+//! (`X.Y.Z`) and `PRRTE_K8S_RECORD_PMIX_VERSION` (`X.Y`); that exists to test the guard.
+use crate::boundary::boundary;
+use crate::ffi;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int};
+use std::sync::{Once, OnceLock};
+
+/// The versions the library was built for, or the ones it runs in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Versions {
+    /// PRRTE major.minor.release, e.g. `3.0.8`.
+    pub prrte: String,
+    /// PMIx major.minor, e.g. `5.0`.
+    pub pmix: String,
+}
+
+/// What this library was built against (from the configured tree's headers).
+pub fn built_for() -> Versions {
+    let prrte = option_env!("PRRTE_K8S_RECORD_PRRTE_VERSION")
+        .map(str::to_string)
+        .unwrap_or_else(|| {
+            format!(
+                "{}.{}.{}",
+                ffi::PRTE_MAJOR_VERSION,
+                ffi::PRTE_MINOR_VERSION,
+                ffi::PRTE_RELEASE_VERSION
+            )
+        });
+    let pmix = option_env!("PRRTE_K8S_RECORD_PMIX_VERSION")
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{}.{}", ffi::PMIX_MAJOR_VERSION, ffi::PMIX_MINOR_VERSION));
+    Versions { prrte, pmix }
+}
+
+/// The leading `N.N[.N...]` of a version string, cut to `parts` numbers.
+pub fn numeric_prefix(s: &str, parts: usize) -> Option<String> {
+    let nums: Vec<&str> = s
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))?
+        .split('.')
+        .take(parts)
+        .collect();
+    (nums.len() == parts && nums.iter().all(|n| !n.is_empty())).then(|| nums.join("."))
+}
+
+/// PRRTE's version from the text of `prte_version_string`.
+pub fn parse_prrte(ident: &str) -> Option<String> {
+    numeric_prefix(ident.trim(), 3)
+}
+
+/// PMIx major.minor from the text `PMIx_Get_version()` returns (`OpenPMIx 5.0.5 (...)`).
+pub fn parse_pmix(text: &str) -> Option<String> {
+    let after = text.trim().strip_prefix("OpenPMIx").unwrap_or(text);
+    numeric_prefix(after, 2)
+}
+
+/// Look a symbol up among the libraries already loaded into the process.
+fn symbol(name: &CStr) -> *mut libc::c_void {
+    // SAFETY: dlsym with RTLD_DEFAULT only searches the loaded objects; `name` is NUL-terminated.
+    unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
+}
+
+/// The versions of the PRRTE and PMIx this process runs (`None` where a library does not say).
+pub fn running() -> (Option<String>, Option<String>) {
+    let prrte = {
+        let p = symbol(c"prte_version_string") as *const c_char;
+        if p.is_null() {
+            None
+        } else {
+            // SAFETY: `prte_version_string` is a NUL-terminated `const char[]` in libprrte.
+            parse_prrte(&unsafe { CStr::from_ptr(p) }.to_string_lossy())
+        }
+    };
+    let pmix = {
+        let f = symbol(c"PMIx_Get_version");
+        if f.is_null() {
+            None
+        } else {
+            // SAFETY: PMIx_Get_version is `const char *(void)` in every PMIx release; the result is
+            // a static NUL-terminated string.
+            let get: extern "C" fn() -> *const c_char = unsafe { std::mem::transmute(f) };
+            let p = get();
+            if p.is_null() {
+                None
+            } else {
+                // SAFETY: as above, a static NUL-terminated string owned by libpmix.
+                parse_pmix(&unsafe { CStr::from_ptr(p) }.to_string_lossy())
+            }
+        }
+    };
+    (prrte, pmix)
+}
+
+/// Compare what we were built for with what runs; the error is the one line to print.
+pub fn check(built: &Versions, running: &(Option<String>, Option<String>)) -> Result<(), String> {
+    let (prrte, pmix) = running;
+    if prrte.as_deref() == Some(built.prrte.as_str())
+        && pmix.as_deref() == Some(built.pmix.as_str())
+    {
+        return Ok(());
+    }
+    let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
+    Err(format!(
+        "prrte-k8s: the k8s components (ras, plm) were built for PRRTE {} with PMIx {} but this is PRRTE {} with PMIx {}; \
+         they are not used (PRRTE continues with its other components); rebuild prrte-k8s against this PRRTE (prrte-config/README.md)",
+        built.prrte,
+        built.pmix,
+        shown(prrte),
+        shown(pmix)
+    ))
+}
+
+/// Whether the components may run here; on the first refusal prints the one line to stderr.
+pub fn admitted() -> bool {
+    static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
+    static REPORTED: Once = Once::new();
+    match RESULT.get_or_init(|| check(&built_for(), &running())) {
+        Ok(()) => true,
+        Err(line) => {
+            // One line on stderr, never a panic if stderr is gone.
+            REPORTED.call_once(|| {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "{line}");
+            });
+            false
+        }
+    }
+}
+
+const DECLINE: c_int = ffi::PMIX_ERR_NOT_AVAILABLE as c_int;
+
+/// The RAS component's `register` step, guarded.
+///
+/// # Safety
+///
+/// Called by PMIx on the main thread, like every MCA callback.
+pub unsafe extern "C" fn ras_register() -> c_int {
+    if !boundary("ras k8s version guard", false, admitted) {
+        return DECLINE;
+    }
+    // SAFETY: called by PMIx's MCA base on the main thread, as the unguarded function would be.
+    unsafe { crate::ras::component::register_params() }
+}
+
+/// The PLM component's `register` step, guarded.
+///
+/// # Safety
+///
+/// Called by PMIx on the main thread, like every MCA callback.
+pub unsafe extern "C" fn plm_register() -> c_int {
+    if !boundary("plm k8s version guard", false, admitted) {
+        return DECLINE;
+    }
+    // SAFETY: as in `ras_register`.
+    unsafe { crate::plm::component::register_params() }
+}
+
+/// Both components' `open`: the same check (a no-op once register has passed it).
+///
+/// # Safety
+///
+/// Called by PMIx on the main thread, like every MCA callback.
+pub unsafe extern "C" fn open() -> c_int {
+    if boundary("k8s version guard", false, admitted) {
+        ffi::PMIX_SUCCESS as c_int
+    } else {
+        DECLINE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(prrte: &str, pmix: &str) -> Versions {
+        Versions {
+            prrte: prrte.into(),
+            pmix: pmix.into(),
+        }
+    }
+
+    #[test]
+    fn parses_what_prrte_and_pmix_report() {
+        assert_eq!(parse_prrte("3.0.8").as_deref(), Some("3.0.8"));
+        assert_eq!(parse_prrte("3.0.9rc1").as_deref(), Some("3.0.9"));
+        assert_eq!(parse_prrte("4.1.0a1").as_deref(), Some("4.1.0"));
+        assert_eq!(parse_prrte("3.0"), None);
+        assert_eq!(parse_prrte("gitclone"), None);
+        let pmix = "OpenPMIx 5.0.5 (PMIx Standard: 4.2, Stable ABI: 0.0, Provisional ABI: 0.0)";
+        assert_eq!(parse_pmix(pmix).as_deref(), Some("5.0"));
+        assert_eq!(
+            parse_pmix("OpenPMIx 5.0.7rc1 (PMIx Standard: 4.2)").as_deref(),
+            Some("5.0")
+        );
+        assert_eq!(parse_pmix("OpenPMIx 6.0.0").as_deref(), Some("6.0"));
+        assert_eq!(parse_pmix(""), None);
+    }
+
+    #[test]
+    fn exact_prrte_and_pmix_major_minor_must_match() {
+        let built = v("3.0.8", "5.0");
+        assert!(check(&built, &(Some("3.0.8".into()), Some("5.0".into()))).is_ok());
+        for (prrte, pmix) in [
+            (Some("3.0.7"), Some("5.0")),
+            (Some("4.0.0"), Some("5.0")),
+            (Some("3.0.8"), Some("6.0")),
+            (None, Some("5.0")),
+            (Some("3.0.8"), None),
+        ] {
+            let running = (prrte.map(String::from), pmix.map(String::from));
+            let line = check(&built, &running).unwrap_err();
+            assert!(!line.contains('\n'), "one line: {line}");
+            assert!(
+                line.contains("built for PRRTE 3.0.8 with PMIx 5.0"),
+                "{line}"
+            );
+            let shown = format!(
+                "this is PRRTE {} with PMIx {}",
+                prrte.unwrap_or("unknown"),
+                pmix.unwrap_or("unknown")
+            );
+            assert!(line.contains(&shown), "{line}");
+        }
+    }
+
+    /// The library under test is linked against the PRRTE it was built for: the guard admits it.
+    #[test]
+    fn the_running_libraries_are_the_ones_built_for() {
+        let running = running();
+        assert!(running.0.is_some() && running.1.is_some(), "{running:?}");
+        if option_env!("PRRTE_K8S_RECORD_PRRTE_VERSION").is_none()
+            && option_env!("PRRTE_K8S_RECORD_PMIX_VERSION").is_none()
+        {
+            assert_eq!(check(&built_for(), &running), Ok(()));
+        }
+    }
+}
