@@ -19,7 +19,8 @@ lint: setup
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 
-test: build
+# the images are built (or found up to date in seconds) first: tests run pods from them
+test: build image
 	bash tests/run-tests.sh
 
 # BENCH_ARGS, e.g. "--quick" or "--pods 4,16 --runs 3" (prrte-k8s-bench --help)

@@ -27,6 +27,8 @@ PREFIX="$ROOT/$KEY"
 STAMP="$PREFIX/.prrte-k8s-build"
 STAMP_VALUE="$KEY mpi4py-${MPI4PY_VERSION} prrte=$PRRTE_PREFIX"
 
+# one build of a prefix at a time (a second caller waits, then finds it built)
+mkdir -p "$ROOT" && exec 9>"$ROOT/.$KEY.lock" && flock 9
 say() { printf '[build-ompi] %s\n' "$*"; }
 die() { printf '[build-ompi] ERROR: %s\n' "$*" >&2; exit 1; }
 t0=$SECONDS

@@ -210,12 +210,34 @@ fn cli_dvm_uri_prun_and_pterm() {
     let root = nix::unistd::geteuid().is_root();
     let out = run(&["prun", "-n", "12", "--map-by", "node", "./app", "--flag"]);
     assert!(out.status.success(), "{out:?}");
-    let expected = format!(
-        "prun --dvm-uri file:{}{} -n 12 --map-by node ./app --flag\n",
+    // prun gets a process set of ours (to find its job if we are interrupted), then the user's
+    // arguments; a process set the user names is used instead.
+    let got = String::from_utf8_lossy(&out.stdout).into_owned();
+    let prefix = format!(
+        "prun --dvm-uri file:{}{} --pset prrte-k8s-prun-",
         file.display(),
         if root { " --allow-run-as-root" } else { "" }
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+    assert!(got.starts_with(&prefix), "{got}");
+    assert!(
+        got.ends_with(" -n 12 --map-by node ./app --flag\n"),
+        "{got}"
+    );
+    assert_eq!(
+        got.split_whitespace().count(),
+        prefix.split_whitespace().count() + 6,
+        "{got}"
+    );
+    let out = run(&["prun", "--pset", "mine", "-n", "1", "./app"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "prun --dvm-uri file:{}{} --pset mine -n 1 ./app\n",
+            file.display(),
+            if root { " --allow-run-as-root" } else { "" }
+        )
+    );
     let out = run(&["pterm"]);
     assert!(out.status.success());
     assert_eq!(

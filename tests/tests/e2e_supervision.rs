@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use sandbox::harness;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Every process of pod `i` as "comm(pid)", for messages.
 fn processes(job: &Job, i: usize) -> Vec<String> {
@@ -17,6 +17,18 @@ fn processes(job: &Job, i: usize) -> Vec<String> {
         .map(|p| {
             let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
             format!("{}({p})", comm.trim_end())
+        })
+        .collect()
+}
+
+/// Processes of the job (prted, the ranks, prterun) left in pod `i`.
+fn leftovers(job: &Job, i: usize, rank_comm: &str) -> Vec<String> {
+    processes(job, i)
+        .into_iter()
+        .filter(|p| {
+            ["prted(", "prterun(", "prte(", &format!("{rank_comm}(")]
+                .iter()
+                .any(|c| p.starts_with(c))
         })
         .collect()
 }
@@ -75,4 +87,92 @@ async fn the_real_prted_stays_in_the_agents_session() {
     prte.signal(nix::sys::signal::Signal::SIGKILL);
     let _ = prte.wait_timeout(Duration::from_secs(10));
     job.wait_no_prteds(Duration::from_secs(15)).unwrap();
+}
+
+/// A pod is evicted while ranks run in every pod: prterun ends non-zero within 15 s naming the
+/// pod, and within 10 s more no prted and no rank is left in any pod (prterun's own pod
+/// included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicting_a_pod_ends_the_job_everywhere() {
+    let job = Job::start(JobSpec::new("evict", 3)).await.unwrap();
+    let dir = harness::TestDir::new("evict-rank").unwrap();
+    // A rank that runs until killed, under a name of its own.
+    let rank = script(&dir, "evict-rank", "exec sleep 1000").unwrap();
+    let cmd = job
+        .in_pod(
+            0,
+            "prterun",
+            &[
+                "--allow-run-as-root",
+                "--prtemca",
+                "ras",
+                "k8s",
+                "--prtemca",
+                "plm",
+                "k8s",
+                "--map-by",
+                "node",
+                "-n",
+                "3",
+                rank.to_str().unwrap(),
+            ],
+        )
+        .unwrap();
+    let mut run = harness::Guarded::spawn(cmd, "prterun", job.dir.path()).unwrap();
+    // Ranks run in every pod.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (0..3).any(|i| job.pids_in_pod(i, "sleep").unwrap().is_empty()) {
+        assert!(
+            Instant::now() < deadline,
+            "ranks did not start in every pod: {:?}",
+            (0..3).map(|i| processes(&job, i)).collect::<Vec<_>>()
+        );
+        if let Some(st) = run.wait_timeout(Duration::ZERO).unwrap() {
+            panic!(
+                "prterun ended early ({st}): {}",
+                std::fs::read_to_string(job.dir.path().join("prterun.err")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let t0 = Instant::now();
+    job.cluster.evict(&job.pods[2]).unwrap();
+    let st = run.wait_timeout(Duration::from_secs(15)).unwrap();
+    let out = ["prterun.err", "prterun.out"]
+        .iter()
+        .map(|f| std::fs::read_to_string(job.dir.path().join(f)).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let st = st.unwrap_or_else(|| panic!("prterun still running 15 s after the eviction:\n{out}"));
+    eprintln!("prterun ended after {:?} with {st}:\n{out}", t0.elapsed());
+    assert!(!st.success(), "prterun must fail: {out}");
+    assert!(
+        out.contains(&job.pods[2]),
+        "the message names the evicted pod: {out}"
+    );
+    let ended = Instant::now();
+    let mut left: Vec<(usize, Vec<String>)>;
+    loop {
+        left = (0..2)
+            .map(|i| (i, leftovers(&job, i, "sleep")))
+            .filter(|(_, l)| !l.is_empty())
+            .collect();
+        if left.is_empty() || ended.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        left.is_empty(),
+        "processes of the job left 10 s after prterun ended: {left:?}"
+    );
+    // The agents are still there (they outlive jobs, not the other way round).
+    for i in 0..2 {
+        assert_eq!(
+            job.pids_in_pod(i, "prrte-k8s-agent").unwrap().len(),
+            1,
+            "pod {i}: {:?}",
+            processes(&job, i)
+        );
+    }
 }

@@ -1,4 +1,5 @@
-//! Soak: DVM start (prte with ras k8s + plm k8s), `prun`, `pterm`, in a loop on 16 pods. Every
+//! Soak: DVM start (prte with ras k8s + plm k8s), `prun` (in prte's pod: prte's tool listener
+//! is on 127.0.0.1), `pterm`, in a loop on 16 pods. Every
 //! cycle must succeed and leave no prted behind, and neither the agents nor prte may grow:
 //! from the first measured cycle (after one warm-up) to the last, per process,
 //!
@@ -92,7 +93,7 @@ async fn dvm_start_prun_pterm_cycles_do_not_leak() {
             let dvm = format!("file:{}", uri.display());
             let n = pods.to_string();
             let o = job.run_in_pod(
-                1,
+                0,
                 "prun",
                 &["--allow-run-as-root", "--dvm-uri", &dvm, "-n", &n, "true"],
                 Duration::from_secs(60),

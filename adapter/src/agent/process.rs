@@ -14,7 +14,9 @@ use nix::unistd::Pid;
 use tokio::sync::oneshot;
 use tracing::{debug, error, warn};
 
-use super::tracking::{recorded_targets, sweep_targets, Cgroup, Known, Tracking, SCAN_INTERVAL};
+use super::tracking::{
+    recorded_targets, sweep_targets, Cgroup, Known, OrphanedRanks, Tracking, SCAN_INTERVAL,
+};
 use crate::protocol::signal_name;
 
 /// How a process ended.
@@ -149,12 +151,14 @@ impl Reaper {
 
     /// Reaps children whenever SIGCHLD arrives (and every second as a safety net), forever.
     pub async fn run(self: Arc<Self>, mut sigchld: tokio::signal::unix::Signal) {
+        let mut orphans = OrphanedRanks::default();
         loop {
             tokio::select! {
                 _ = sigchld.recv() => {}
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             }
             self.reap_all();
+            orphans.sweep(|p| self.tracks(p));
         }
     }
 }

@@ -497,6 +497,65 @@ pub fn sweep_targets(root: i32, known: &Known, tracked: impl Fn(i32) -> bool) ->
     out
 }
 
+/// How long an orphaned rank gets between SIGTERM and SIGKILL.
+const ORPHAN_GRACE: Duration = Duration::from_secs(2);
+
+/// MPI ranks (and other PRRTE-launched processes: their environment names a PMIx namespace)
+/// whose launcher died and left them to the agent, which is the pod's PID 1 or a child
+/// subreaper. A rank whose daemon (prted, or prte/prterun in the launcher's pod) is gone can
+/// never finish its job: the agent stops it (SIGTERM, SIGKILL after [`ORPHAN_GRACE`]), so no
+/// rank outlives a failed job even in the pod where prterun ran. Other orphans are left alone.
+#[derive(Default)]
+pub struct OrphanedRanks {
+    /// pid, start time → when it was sent SIGTERM.
+    seen: HashMap<(i32, u64), Instant>,
+}
+
+impl OrphanedRanks {
+    /// One pass: signal the agent's untracked children that are PRRTE-launched processes.
+    pub fn sweep(&mut self, tracked: impl Fn(i32) -> bool) {
+        let me = std::process::id() as i32;
+        let mut now_seen = HashMap::new();
+        for s in all_stats()
+            .into_iter()
+            .filter(|s| s.ppid == me && s.state != 'Z' && !tracked(s.pid))
+        {
+            if !is_prrte_launched(s.pid) {
+                continue;
+            }
+            let Some(t) = start_time(s.pid) else { continue };
+            let key = (s.pid, t);
+            let first = match self.seen.get(&key) {
+                Some(at) => *at,
+                None => {
+                    warn!(
+                        pid = s.pid,
+                        "stopping a rank whose PRRTE daemon is gone (orphaned to the agent)"
+                    );
+                    let _ = kill(Pid::from_raw(s.pid), Signal::SIGTERM);
+                    Instant::now()
+                }
+            };
+            if first.elapsed() >= ORPHAN_GRACE {
+                let _ = kill(Pid::from_raw(s.pid), Signal::SIGKILL);
+            }
+            now_seen.insert(key, first);
+        }
+        self.seen = now_seen;
+    }
+}
+
+/// Whether `pid`'s environment names a PMIx namespace (PRRTE sets `PMIX_NAMESPACE` for every
+/// process it launches).
+fn is_prrte_launched(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|env| {
+            env.split(|b| *b == 0)
+                .any(|kv| kv.starts_with(b"PMIX_NAMESPACE="))
+        })
+        .unwrap_or(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
