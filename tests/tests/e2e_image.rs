@@ -31,7 +31,8 @@ spec:
     metadata:
       labels: {{app: {job}}}
     spec:
-      serviceAccountName: prrte-launcher
+      serviceAccountName: mpi-demo-prrte
+      automountServiceAccountToken: true
       subdomain: {job}
       restartPolicy: Never
       securityContext: {{runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000, fsGroup: 1000}}
