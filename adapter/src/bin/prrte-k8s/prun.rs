@@ -321,7 +321,13 @@ async fn run_async(args: ToolArgs) -> i32 {
         }
         filled
     });
+    // Signals first: on a terminal's Ctrl-C prun and we get SIGINT together, and prun's exit
+    // must not hide ours.
     let outcome = tokio::select! {
+        biased;
+        _ = sigint.recv() => Outcome::Signalled(libc_sig(nix::sys::signal::Signal::SIGINT)),
+        _ = sigterm.recv() => Outcome::Signalled(libc_sig(nix::sys::signal::Signal::SIGTERM)),
+        _ = sighup.recv() => Outcome::Signalled(libc_sig(nix::sys::signal::Signal::SIGHUP)),
         st = child.wait() => match st {
             Ok(st) => Outcome::Exited(st),
             Err(e) => {
@@ -329,9 +335,18 @@ async fn run_async(args: ToolArgs) -> i32 {
                 return 1;
             }
         },
-        _ = sigint.recv() => Outcome::Signalled(libc_sig(nix::sys::signal::Signal::SIGINT)),
-        _ = sigterm.recv() => Outcome::Signalled(libc_sig(nix::sys::signal::Signal::SIGTERM)),
-        _ = sighup.recv() => Outcome::Signalled(libc_sig(nix::sys::signal::Signal::SIGHUP)),
+    };
+    // prun killed by a signal (Ctrl-C reached it first, or someone killed it) leaves its job
+    // running in the DVM just as our own interruption would: end the job the same way.
+    let outcome = match outcome {
+        Outcome::Exited(st) => match std::os::unix::process::ExitStatusExt::signal(&st) {
+            Some(sig) => {
+                eprintln!("prrte-k8s prun: prun was killed by signal {sig}");
+                Outcome::Signalled(sig)
+            }
+            None => Outcome::Exited(st),
+        },
+        o => o,
     };
     match outcome {
         Outcome::Exited(st) => {
