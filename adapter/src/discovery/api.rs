@@ -275,7 +275,7 @@ impl Ctx {
             tracing::warn!(
                 "cannot {} yet ({}); retrying in {:.1}s (attempt {}, until ras_k8s_timeout)",
                 op.describe(),
-                error_chain(&err),
+                short_error(&err),
                 wait.as_secs_f64(),
                 failures + 1
             );
@@ -341,5 +341,13 @@ pub fn is_transient(err: &kube::Error) -> bool {
         kube::Error::Api(s) => s.code == 429 || (500..600).contains(&s.code),
         kube::Error::HyperError(_) | kube::Error::Service(_) => true,
         _ => false,
+    }
+}
+
+/// A one-line description of a client error, for retry warnings.
+pub fn short_error(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(s) => format!("HTTP {} {}: {}", s.code, s.reason, s.message),
+        e => error_chain(e),
     }
 }

@@ -87,6 +87,7 @@ unsafe extern "C" fn allocate(jdata: *mut ffi::prte_job_t, _nodes: *mut ffi::pmi
             prrte::error_box("The k8s RAS component could not set up its event.", &e);
             return prrte::ERROR;
         }
+        crate::logging::route(Framework::Ras);
         // SAFETY: `jdata` is live (our caller's promise); keep it alive until our completion runs.
         unsafe { ffi::prrte_k8s_shim_retain(jdata as *mut c_void) };
         let job = jdata as usize;
