@@ -30,7 +30,11 @@ esac
 fn setup(allow: bool) -> (TestDir, AgentProc, String) {
     let td = TestDir::new();
     let prog = td.path("prog");
-    std::fs::write(&prog, PROG.replace("@DIR@", td.dir.path().to_str().unwrap())).unwrap();
+    std::fs::write(
+        &prog,
+        PROG.replace("@DIR@", td.dir.path().to_str().unwrap()),
+    )
+    .unwrap();
     std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
     let prog = prog.display().to_string();
     let extra: Vec<&str> = if allow {
@@ -82,7 +86,11 @@ fn a_program_not_on_the_allowlist_is_refused_and_nothing_starts() {
     let marker = td.path("started");
     for cmd in [
         vec![prog.clone(), "--io".into(), "x".into(), "0".into()],
-        vec!["/bin/sh".into(), "-c".into(), format!("'touch {}'", marker.display())],
+        vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            format!("'touch {}'", marker.display()),
+        ],
         vec!["touch".into(), marker.display().to_string()],
     ] {
         let mut args = vec!["-x", "127.0.0.1"];
@@ -123,15 +131,27 @@ fn output_stdin_environment_and_exit_status_travel() {
         b"line 1\nline 2\n",
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert!(text(&o.stdout).ends_with("line 1\nline 2\n"), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stdout).ends_with("line 1\nline 2\n"),
+        "{}",
+        text(&o.stdout)
+    );
     // Code-loading variables are refused with the reason; nothing starts.
     std::fs::remove_file(td.path("prog.pid")).unwrap();
     let o = run(
-        rsh(&td, &agent, &["127.0.0.1", "LD_PRELOAD=/x.so", &prog, "--io", "x", "0"]),
+        rsh(
+            &td,
+            &agent,
+            &["127.0.0.1", "LD_PRELOAD=/x.so", &prog, "--io", "x", "0"],
+        ),
         b"",
     );
     assert_eq!(o.status.code(), Some(255));
-    assert!(text(&o.stderr).contains("LD_PRELOAD"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("LD_PRELOAD"),
+        "{}",
+        text(&o.stderr)
+    );
     assert!(!td.path("prog.pid").exists());
 }
 
