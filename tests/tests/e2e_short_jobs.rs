@@ -370,6 +370,34 @@ async fn killed_prun_does_not_poison_the_dvm() {
         text(&fix)
     );
     wait_none_named(&job, "sleep", Duration::from_secs(30));
+    // pctrl returns when the kill is granted; the DVM frees the slots when it has recorded the
+    // job's end, a moment later: wait for the job to leave the DVM's list.
+    let ns = remedy
+        .split("--targets '")
+        .nth(1)
+        .and_then(|r| r.split(":*").next())
+        .unwrap_or_else(|| panic!("no job in the remedy {remedy:?}"))
+        .to_string();
+    let pquery = harness::prefix().join("bin/pquery").display().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let o = job
+            .exec_in_pod(2, &[&pquery, "--uri", &uri, "pmix.qry.ns"], JOB_LIMIT)
+            .unwrap();
+        // PMIx 5.0.5's pquery crashes (SIGSEGV) when the DVM has no job at all.
+        let none = std::os::unix::process::ExitStatusExt::signal(&o.status) == Some(11);
+        let listed = String::from_utf8_lossy(&o.stdout).contains(&ns);
+        if none || (o.status.success() && !listed) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {ns} still in the DVM 20 s after it was killed ({}): {}",
+            o.status,
+            text(&o)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     hostname_job("prun after the remedy");
 
     // prrte-k8s prun, interrupted as by Ctrl-C: SIGINT to it and to its prun (the foreground
