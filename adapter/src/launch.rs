@@ -533,9 +533,11 @@ async fn launch_one(
             Reply::Failed { reason } => return Err(format!("{who} did not start prted: {reason}")),
             Reply::Error { reason } => return Err(format!("{who} reported an error: {reason}")),
             // Not an answer to `launch`; keep waiting.
-            Reply::Pong {} | Reply::Status { .. } | Reply::Exited { .. } | Reply::Ack {} => {
-                continue
-            }
+            Reply::Pong {}
+            | Reply::Status { .. }
+            | Reply::Exited { .. }
+            | Reply::Ack {}
+            | Reply::Output { .. } => continue,
         }
     }
 }

@@ -10,4 +10,5 @@ pub mod discovery;
 pub mod launch;
 pub mod manifest;
 pub mod protocol;
+pub mod rsh;
 pub mod text;
