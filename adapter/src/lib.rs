@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod discovery;
+pub mod hostfile;
 pub mod launch;
 pub mod manifest;
 pub mod protocol;
