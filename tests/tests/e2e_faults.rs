@@ -328,3 +328,44 @@ async fn a_pod_cut_off_from_the_network_ends_the_job_naming_it() {
     assert_nothing_left(&job, &[0, 1, 2], Duration::from_secs(50));
     cut.restore().unwrap();
 }
+
+/// Pod 2 is cut off from the network before prterun starts: whether discovery still sees it
+/// Ready (its readiness probe has not failed yet) and the launcher cannot connect to its agent
+/// (plm_k8s_connect_timeout), or discovery sees it unready and waits for it (ras_k8s_timeout),
+/// prterun fails naming the pod within those timeouts and no prted is left anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_cut_off_before_the_launch_is_named() {
+    let job = Job::start(JobSpec::new("cutlaunch", 3)).await.unwrap();
+    let cut = job.cluster.cut_off(&job.pods[2]).unwrap();
+    let t0 = Instant::now();
+    let out = job
+        .run_in_pod(
+            0,
+            "prterun",
+            &prterun_args(
+                &[
+                    "--prtemca",
+                    "plm_k8s_connect_timeout",
+                    "5",
+                    "--prtemca",
+                    "ras_k8s_timeout",
+                    "15",
+                ],
+                "hostname",
+                "3",
+            ),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+    let t = text(&out);
+    eprintln!("prterun ended after {:?}: {t}", t0.elapsed());
+    assert!(!out.status.success(), "prterun must fail: {t}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "within the timeouts: {:?}",
+        t0.elapsed()
+    );
+    assert!(t.contains(&job.pods[2]), "names the pod: {t}");
+    assert_nothing_left(&job, &[0, 1, 2], Duration::from_secs(10));
+    cut.restore().unwrap();
+}
