@@ -114,6 +114,13 @@ pub fn decode_page(body: &[u8]) -> Result<(ListMeta, Vec<Pod>), serde_json::Erro
     ))
 }
 
+/// One list request's outcome.
+enum Page {
+    Items((ListMeta, Vec<Pod>)),
+    /// The continue token's snapshot is gone (410): list again.
+    Expired,
+}
+
 fn is_expired(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 410)
 }
@@ -140,20 +147,31 @@ pub async fn list_pods(
             let req = request.list(&lp).map_err(|e| DiscoveryError::Internal {
                 detail: format!("cannot build the pod list request: {e}"),
             })?;
-            let fetch = async {
-                let text = ctx.api.client.request_text(req).await?;
-                decode_page(text.as_bytes()).map_err(kube::Error::SerdeError)
+            let fetch = || {
+                let req = req.clone();
+                async move {
+                    let text = ctx.api.client.request_text(req).await?;
+                    decode_page(text.as_bytes())
+                        .map(Page::Items)
+                        .map_err(kube::Error::SerdeError)
+                }
             };
-            let (meta, pods) = match tokio::time::timeout_at(ctx.deadline, fetch).await {
-                Err(_) => return Err(ctx.deadline_error(&op)),
-                Ok(Ok(page)) => page,
-                // The snapshot the continue token names has expired: list again from the start.
-                Ok(Err(e)) if token.is_some() && is_expired(&e) && restarts < RESTARTS => {
+            // Transient failures are retried by the context; a snapshot that expired between
+            // pages (410) starts the list over.
+            let expired_ok = token.is_some() && restarts < RESTARTS;
+            let page = ctx
+                .retrying(&op, fetch, |e| match e {
+                    e if expired_ok && is_expired(&e) => Ok(Page::Expired),
+                    e => Err(ctx.map_error(&op, e)),
+                })
+                .await?;
+            let (meta, pods) = match page {
+                Page::Items(p) => p,
+                Page::Expired => {
                     restarts += 1;
                     tracing::info!("the pod list's snapshot expired between pages; listing again");
                     continue 'list;
                 }
-                Ok(Err(e)) => return Err(ctx.map_error(&op, e)),
             };
             items.extend(pods);
             token = meta.continue_.clone().filter(|t| !t.is_empty());
