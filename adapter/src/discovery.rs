@@ -291,12 +291,8 @@ pub async fn discover_with(
 
     let pods_api: Api<Pod> = Api::namespaced(ctx.api.client.clone(), &namespace);
     let list_op = Operation::pods("list", &namespace).selecting(&selector);
-    let first = ctx
-        .call(
-            &list_op,
-            pods_api.list(&ListParams::default().labels(&selector)),
-        )
-        .await?;
+    let list_params = ListParams::default().labels(&selector);
+    let first = ctx.call(&list_op, || pods_api.list(&list_params)).await?;
 
     let candidates: Vec<&Pod> = first
         .items

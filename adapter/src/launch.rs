@@ -328,16 +328,31 @@ async fn run_target(
     let (mut conn, mut session, pid) = match launched {
         Ok(x) => x,
         Err(reason) => {
+            tracing::warn!(vpid = id, "{reason}");
             emitter.emit(LaunchEvent::Failed { id, pod, reason });
             return;
         }
     };
+    tracing::info!(
+        vpid = id,
+        pid,
+        "prted started in pod {pod} by {}",
+        agent_name(&target)
+    );
     emitter.emit(LaunchEvent::Started {
         id,
         pod: pod.clone(),
         pid,
     });
     let status = supervise(&mut conn, &mut session, opts, control).await;
+    if control.shutting_down.is_cancelled() {
+        tracing::info!(vpid = id, "prted in pod {pod} ended: {status}");
+    } else {
+        tracing::warn!(
+            vpid = id,
+            "prted in pod {pod} ended while the DVM ran: {status}"
+        );
+    }
     drop(conn);
     emitter.emit(LaunchEvent::Exited { id, pod, status });
 }
@@ -518,9 +533,11 @@ async fn launch_one(
             Reply::Failed { reason } => return Err(format!("{who} did not start prted: {reason}")),
             Reply::Error { reason } => return Err(format!("{who} reported an error: {reason}")),
             // Not an answer to `launch`; keep waiting.
-            Reply::Pong {} | Reply::Status { .. } | Reply::Exited { .. } | Reply::Ack {} => {
-                continue
-            }
+            Reply::Pong {}
+            | Reply::Status { .. }
+            | Reply::Exited { .. }
+            | Reply::Ack {}
+            | Reply::Output { .. } => continue,
         }
     }
 }

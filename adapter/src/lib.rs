@@ -7,7 +7,9 @@
 
 pub mod agent;
 pub mod discovery;
+pub mod hostfile;
 pub mod launch;
 pub mod manifest;
 pub mod protocol;
+pub mod rsh;
 pub mod text;

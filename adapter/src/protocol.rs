@@ -68,6 +68,11 @@
 //!   when the command ended with exit status `N`, after which the worker's agent exits (see
 //!   `crate::agent::batch`). Agents not in batch mode answer both with `failed`.
 //!
+//! * `{"v":1,"type":"exec","argv":[...],"env":[[k,v],...],"cwd":...,"stdin":bool}` — run a
+//!   program from the agent's exec allowlist, never a shell; then `stdin {data}`,
+//!   `stdin_close {}` and `signal {signal}` on that connection. The agent answers `started`
+//!   or `failed`, streams `output {fd, data}`, and ends with `exited`. See [`exec`].
+//!
 //! Replies (agent → client, see [`Reply`]):
 //! * `started {pid}` or `failed {reason}` for a launch (refused request, busy agent, exec error);
 //! * later, on the same connection, `exited {pid, code}` or `exited {pid, signal}` once prted
@@ -97,6 +102,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::bytes::Bytes;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
+pub mod exec;
 mod secret;
 mod signal;
 
@@ -222,6 +228,32 @@ pub enum Request {
     Finish {
         code: i32,
     },
+    /// Run a program from the agent's exec allowlist (see [`exec`] and `crate::agent::exec`);
+    /// the connection then belongs to that program until it ends.
+    Exec {
+        /// The program (an absolute path or a name on the allowlist) and its arguments, as
+        /// templates (see [`exec::expand`]).
+        argv: Vec<String>,
+        /// Environment assignments applied in order (values are templates).
+        #[serde(default)]
+        env: Vec<(String, String)>,
+        /// Working directory (a template); default the agent's TMPDIR.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cwd: Option<String>,
+        /// Whether the client forwards stdin (`stdin`/`stdin_close`); else it is /dev/null.
+        #[serde(default)]
+        stdin: bool,
+    },
+    /// Exec: bytes for the program's stdin (base64).
+    Stdin {
+        data: String,
+    },
+    /// Exec: end of the program's stdin.
+    StdinClose {},
+    /// Exec: deliver a signal (by number) to the program's process group.
+    Signal {
+        signal: i32,
+    },
 }
 
 impl Request {
@@ -234,6 +266,10 @@ impl Request {
             Request::Status {} => "status",
             Request::Attach {} => "attach",
             Request::Finish { .. } => "finish",
+            Request::Exec { .. } => "exec",
+            Request::Stdin { .. } => "stdin",
+            Request::StdinClose {} => "stdin_close",
+            Request::Signal { .. } => "signal",
         }
     }
 }
@@ -268,6 +304,11 @@ pub enum Reply {
     },
     /// An `attach` or `finish` was accepted.
     Ack {},
+    /// Exec: output of the program on `fd` 1 (stdout) or 2 (stderr), base64.
+    Output {
+        fd: u8,
+        data: String,
+    },
 }
 
 /// Field names a launch request might use to smuggle in a program; refused with a clear reason.
@@ -971,8 +1012,10 @@ mod tests {
         assert!(e.contains("`program`"), "{e}");
         let e = decode_request(br#"{"v":1,"type":"launch","argv":[],"colour":1}"#).unwrap_err();
         assert!(e.contains("unknown field `colour`"), "{e}");
+        let e = decode_request(br#"{"v":1,"type":"shell"}"#).unwrap_err();
+        assert!(e.contains("unknown variant `shell`"), "{e}");
         let e = decode_request(br#"{"v":1,"type":"exec"}"#).unwrap_err();
-        assert!(e.contains("unknown variant `exec`"), "{e}");
+        assert!(e.contains("missing field `argv`"), "{e}");
         let ok = decode_request(br#"{"v":1,"type":"launch","argv":["--x"],"env":{"PRTE_A":"1"}}"#)
             .unwrap();
         assert_eq!(ok.kind(), "launch");

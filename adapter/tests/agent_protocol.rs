@@ -371,8 +371,8 @@ async fn disallowed_env_unknown_fields_and_executables_are_refused() {
             "unknown field `cwd`",
         ),
         (
-            r#"{"v":1,"type":"exec","argv":["--sleep"]}"#,
-            "unknown variant `exec`",
+            r#"{"v":1,"type":"shell","argv":["--sleep"]}"#,
+            "unknown variant `shell`",
         ),
         (r#"{"v":2,"type":"ping"}"#, "unsupported protocol version"),
     ];

@@ -284,3 +284,85 @@ async fn launches_get_a_cgroup_that_is_removed_afterwards() {
         mine[0]
     );
 }
+
+/// An agent killed with SIGKILL cannot remove its launch's cgroup; once the launch's processes
+/// are gone too, the next agent starting on the machine removes that empty cgroup. It leaves
+/// alone what is not a launch cgroup of ours and an empty one just created (another agent
+/// about to fork prted into it).
+#[tokio::test]
+async fn an_agent_removes_empty_launch_cgroups_a_killed_agent_left() {
+    let d = Daemonizing::new();
+    let mut agent = AgentProc::spawn(&d.td, &[]);
+    let chosen = agent
+        .wait_log(WAIT, |v| {
+            v["message"].as_str().is_some_and(|m| m.contains("tracked"))
+        })
+        .expect("the agent logs how it tracks descendants");
+    let Some(base) = chosen["cgroup"].as_str().map(std::path::PathBuf::from) else {
+        eprintln!("no writable cgroup here ({chosen}); nothing to check");
+        return;
+    };
+    let mut c = RawClient::connect(agent.addr, Some(&d.td.secret))
+        .await
+        .unwrap();
+    assert!(matches!(
+        c.request(&launch(&["wait"])).await,
+        Reply::Started { .. }
+    ));
+    let daemon = d.daemon();
+    let main = d.td.wait_pid("main.pid");
+    let cg = std::fs::read_to_string(format!("/proc/{daemon}/cgroup")).unwrap();
+    let left = cg
+        .lines()
+        .find_map(|l| l.rsplit('/').next().filter(|n| n.starts_with("prrte-k8s-")))
+        .map(|n| base.join(n))
+        .unwrap_or_else(|| panic!("the daemon is in a launch cgroup: {cg}"));
+
+    // The agent dies without cleaning up; then the launch's processes end.
+    agent.signal(Signal::SIGKILL);
+    assert!(agent.wait_exit(WAIT).is_some());
+    drop(c);
+    for p in [daemon, main] {
+        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
+    assert!(
+        all_gone(&[daemon, main], WAIT),
+        "the launch's processes ended"
+    );
+    assert!(left.is_dir(), "nothing removed {} yet", left.display());
+    // Make it look as old as a cgroup from an earlier agent's life.
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let backdate =
+        |dir: &std::path::Path| std::fs::File::open(dir).unwrap().set_modified(old).unwrap();
+    backdate(&left);
+    // Not ours by name (old and empty), and ours but just created: both stay.
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let foreign = base.join(format!("prrte-k8s-other-{tag}"));
+    let young = base.join(format!("prrte-k8s-{tag}{tag}"));
+    std::fs::create_dir(&foreign).unwrap();
+    backdate(&foreign);
+    std::fs::create_dir(&young).unwrap();
+    let cleanup = [foreign.clone(), young.clone()];
+
+    let next = AgentProc::spawn(&d.td, &[]);
+    let removed = next.wait_log(WAIT, |v| {
+        v["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("removed empty launch cgroups"))
+    });
+    let result = (left.exists(), foreign.is_dir(), young.is_dir());
+    for dir in &cleanup {
+        let _ = std::fs::remove_dir(dir);
+    }
+    assert!(
+        removed.is_some(),
+        "the agent says what it removed: {:?}",
+        next.logs()
+    );
+    assert_eq!(
+        result,
+        (false, true, true),
+        "(stale removed, foreign kept, young kept) for {}",
+        left.display()
+    );
+}

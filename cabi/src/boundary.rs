@@ -1,7 +1,8 @@
 //! The panic boundary every function PRRTE or the shim calls goes through.
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+/// The text of a panic payload.
+pub fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = p.downcast_ref::<String>() {

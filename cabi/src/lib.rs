@@ -19,6 +19,7 @@ pub mod boundary;
 pub mod component;
 pub mod cstr;
 pub mod ffi;
+pub mod logging;
 pub mod mainloop;
 pub mod params;
 pub mod plm;

@@ -6,6 +6,7 @@ pub mod api;
 pub mod cli;
 pub mod cluster;
 pub mod container;
+pub mod cutoff;
 pub mod harness;
 pub mod images;
 pub mod kubectl;

@@ -35,7 +35,7 @@ fn nft_binary() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn nft(args: &[&str], stdin: Option<&str>) -> Result<String> {
+pub(crate) fn nft(args: &[&str], stdin: Option<&str>) -> Result<String> {
     let bin = nft_binary().ok_or_else(|| anyhow!("nft is not installed (the sandbox enforces NetworkPolicies with nftables); install Debian's nftables (prrte-config/setup.sh does)"))?;
     let mut c = Command::new(&bin);
     c.args(args)

@@ -302,8 +302,9 @@ fn exit_of(g: &mut harness::Guarded, limit: Duration) -> std::process::ExitStatu
 ///
 /// First PRRTE's own prun, killed: its job keeps its slots, and `prrte-k8s prun` then fails
 /// saying so, naming the job and the command that ends it (which works). Then `prrte-k8s prun`
-/// interrupted as by Ctrl-C (SIGINT to it and its prun) and killed alone (SIGTERM to its pid):
-/// each time its job is killed in the DVM, and the next `prrte-k8s prun` runs.
+/// interrupted as by Ctrl-C (SIGINT to it and its prun), killed alone (SIGTERM to its pid), and
+/// its prun child killed alone (SIGKILL): each time its job is killed in the DVM, and the next
+/// `prrte-k8s prun` runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_prun_does_not_poison_the_dvm() {
     const P: usize = 4;
@@ -369,6 +370,34 @@ async fn killed_prun_does_not_poison_the_dvm() {
         text(&fix)
     );
     wait_none_named(&job, "sleep", Duration::from_secs(30));
+    // pctrl returns when the kill is granted; the DVM frees the slots when it has recorded the
+    // job's end, a moment later: wait for the job to leave the DVM's list.
+    let ns = remedy
+        .split("--targets '")
+        .nth(1)
+        .and_then(|r| r.split(":*").next())
+        .unwrap_or_else(|| panic!("no job in the remedy {remedy:?}"))
+        .to_string();
+    let pquery = harness::prefix().join("bin/pquery").display().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let o = job
+            .exec_in_pod(2, &[&pquery, "--uri", &uri, "pmix.qry.ns"], JOB_LIMIT)
+            .unwrap();
+        // PMIx 5.0.5's pquery crashes (SIGSEGV) when the DVM has no job at all.
+        let none = std::os::unix::process::ExitStatusExt::signal(&o.status) == Some(11);
+        let listed = String::from_utf8_lossy(&o.stdout).contains(&ns);
+        if none || (o.status.success() && !listed) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {ns} still in the DVM 20 s after it was killed ({}): {}",
+            o.status,
+            text(&o)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     hostname_job("prun after the remedy");
 
     // prrte-k8s prun, interrupted as by Ctrl-C: SIGINT to it and to its prun (the foreground
@@ -410,4 +439,23 @@ async fn killed_prun_does_not_poison_the_dvm() {
     wait_none_named(&job, "sleep", Duration::from_secs(30));
     wait_none_named(&job, "prun", Duration::from_secs(10));
     hostname_job("prun after SIGTERM");
+
+    // prun killed alone (SIGKILL to prun, as by the OOM killer): prrte-k8s prun ends its job.
+    let mut ours = start_sleepers(&job, "prun-killed", &[&exe, "prun"], N);
+    let ours_pid = one_live(&job, 1, "prrte-k8s");
+    let prun_pid = live(&job, 1, "prun")
+        .into_iter()
+        .find(|p| stat(*p).1 == ours_pid)
+        .unwrap_or_else(|| panic!("no prun child of prrte-k8s {ours_pid} in pod 1"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(prun_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let st = exit_of(&mut ours, Duration::from_secs(40));
+    let err = std::fs::read_to_string(job.dir.path().join("prun-killed.err")).unwrap();
+    assert_eq!(st.code(), Some(137), "exit after prun's SIGKILL: {err}");
+    assert!(err.contains("killed in the DVM"), "{err}");
+    wait_none_named(&job, "sleep", Duration::from_secs(30));
+    hostname_job("prun after prun was killed");
 }

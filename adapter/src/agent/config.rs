@@ -214,6 +214,9 @@ pub struct AgentArgs {
     #[arg(long, env = "PRRTE_K8S_AGENT_HANDSHAKE_TIMEOUT", value_name = "SECS", default_value_t = DEFAULT_HANDSHAKE_TIMEOUT_SECS)]
     pub handshake_timeout: u64,
 
+    #[command(flatten)]
+    pub exec: super::exec::ExecArgs,
+
     /// Log format (filter with PRRTE_K8S_LOG, e.g. "debug")
     #[arg(
         long,

@@ -24,6 +24,7 @@
 pub mod batch;
 pub mod config;
 pub mod dvm_uri;
+pub mod exec;
 pub mod head;
 pub mod health;
 pub mod limits;
@@ -111,6 +112,8 @@ struct Shared {
     tracking: Tracking,
     /// Connections that have not authenticated yet.
     pending: Arc<Pending>,
+    /// What `exec` requests may run.
+    exec: exec::ExecState,
 }
 
 impl Shared {
@@ -153,8 +156,18 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Binds the launch and health listeners. Must run inside a tokio runtime.
+    /// Binds the launch and health listeners. Must run inside a tokio runtime. `exec`
+    /// requests may run only the configured prted.
     pub async fn bind(config: AgentConfig) -> Result<Agent, AgentError> {
+        let policy = exec::ExecPolicy::only(&config.prted);
+        Agent::bind_with_exec(config, policy).await
+    }
+
+    /// As [`bind`](Agent::bind), with the programs `exec` requests may run.
+    pub async fn bind_with_exec(
+        config: AgentConfig,
+        exec_policy: exec::ExecPolicy,
+    ) -> Result<Agent, AgentError> {
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -186,6 +199,7 @@ impl Agent {
                 batch: Arc::new(batch::BatchState::default()),
                 tracking,
                 pending,
+                exec: exec::ExecState::new(exec_policy),
             }),
             listener,
             health,
@@ -352,10 +366,19 @@ impl Agent {
 /// Binds, serves until SIGTERM or SIGINT (or a batch job's end), stops prted, returns the
 /// agent's exit code.
 pub async fn run_until_signalled(config: AgentConfig) -> Result<u8, AgentError> {
+    let policy = exec::ExecPolicy::only(&config.prted);
+    run_until_signalled_with_exec(config, policy).await
+}
+
+/// As [`run_until_signalled`], with the programs `exec` requests may run.
+pub async fn run_until_signalled_with_exec(
+    config: AgentConfig,
+    exec_policy: exec::ExecPolicy,
+) -> Result<u8, AgentError> {
     limits::raise_nofile_limit();
     let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(AgentError::Signals)?;
-    let agent = Agent::bind(config).await?;
+    let agent = Agent::bind_with_exec(config, exec_policy).await?;
     agent
         .run(async move {
             let name = tokio::select! {
@@ -589,6 +612,8 @@ fn exited_reply(pid: u32, status: ExitStatus) -> Reply {
 enum Next {
     Continue,
     Close(String),
+    /// Hand the connection to an `exec` request.
+    Exec(exec::ExecRequest),
 }
 
 struct Conn {
@@ -647,6 +672,35 @@ impl Conn {
             }
         };
         let kind = request.kind();
+        let request = match request {
+            Request::Exec {
+                argv,
+                env,
+                cwd,
+                stdin,
+            } => {
+                if self.job.is_some() {
+                    let reason = "this connection launched a prted; send exec on a new connection";
+                    return self
+                        .send_or_close(&Reply::Failed {
+                            reason: reason.into(),
+                        })
+                        .await;
+                }
+                return Next::Exec(exec::ExecRequest {
+                    argv,
+                    env,
+                    cwd,
+                    stdin,
+                });
+            }
+            Request::Stdin { .. } | Request::StdinClose {} | Request::Signal { .. } => {
+                info!(peer = %self.peer, request = kind, outcome = "refused: no program runs on this connection", "request");
+                let reason = format!("`{kind}` without a running program: send `exec` first");
+                return self.send_or_close(&Reply::Failed { reason }).await;
+            }
+            r => r,
+        };
         let (reply, outcome) = match request {
             Request::Launch { argv, env, dvm_uri } => self.launch(argv, env, dvm_uri),
             Request::Kill { grace_ms } => {
@@ -686,6 +740,10 @@ impl Conn {
                     .batch
                     .finish(&self.shared.config, self.peer, code)
             }
+            Request::Exec { .. }
+            | Request::Stdin { .. }
+            | Request::StdinClose {}
+            | Request::Signal { .. } => unreachable!("handled above"),
             Request::Status {} => {
                 let slot = *self.shared.slot();
                 (
@@ -849,12 +907,17 @@ async fn handle_connection(
         job: None,
     };
 
+    let mut exec_request = None;
     let reason = loop {
         tokio::select! {
             frame = recv_frame(&mut c.conn, None) => match frame {
                 Ok(bytes) => match c.handle_frame(&bytes).await {
                     Next::Continue => {}
                     Next::Close(reason) => break reason,
+                    Next::Exec(req) => {
+                        exec_request = Some(req);
+                        break String::new();
+                    }
                 },
                 Err(ProtocolError::Closed) => break "closed by the launcher".to_owned(),
                 Err(e @ (ProtocolError::FrameTooLarge { .. } | ProtocolError::Malformed(_))) => {
@@ -881,6 +944,19 @@ async fn handle_connection(
                 break "agent shutting down".to_owned();
             }
         }
+    };
+    let reason = match exec_request {
+        Some(req) => {
+            let ctx = exec::Ctx {
+                config: &shared.config,
+                reaper: &shared.reaper,
+                tracking: &shared.tracking,
+                base_env: &shared.child_env,
+                state: &shared.exec,
+            };
+            exec::serve(ctx, &mut c.conn, &mut c.session, peer, req, &stop).await
+        }
+        None => reason,
     };
     if let Some(pid) = c.job.as_ref().map(|j| j.job.pid) {
         warn!(%peer, pid, %reason, "the launcher's connection ended while prted runs; stopping prted's process group");

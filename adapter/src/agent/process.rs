@@ -66,6 +66,16 @@ impl Reaper {
     /// (falling back to the sweep if the cgroup cannot be created or entered), and returns the
     /// [`Job`].
     pub fn spawn_job(&self, cmd: &mut Command, tracking: &Tracking) -> std::io::Result<Job> {
+        self.spawn_job_child(cmd, tracking).map(|(job, _)| job)
+    }
+
+    /// As [`spawn_job`](Reaper::spawn_job), also returning the [`std::process::Child`] for its
+    /// stdio pipes (never wait on it: the reaper collects the status).
+    pub fn spawn_job_child(
+        &self,
+        cmd: &mut Command,
+        tracking: &Tracking,
+    ) -> std::io::Result<(Job, std::process::Child)> {
         let cgroup = match tracking {
             Tracking::Cgroup(base) => match Cgroup::create(base) {
                 Ok(cg) => Some(cg),
@@ -111,7 +121,7 @@ impl Reaper {
             }
             inside
         });
-        Ok(Job::tracked(pid, rx, in_cgroup))
+        Ok((Job::tracked(pid, rx, in_cgroup), child))
     }
 
     /// Reaps every child that has ended; returns how many were reaped.

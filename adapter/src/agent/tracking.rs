@@ -59,6 +59,14 @@ impl Tracking {
         match find_cgroup_base() {
             Ok(base) => {
                 info!(cgroup = %base.dir.display(), v2 = base.v2, "descendants of prted are tracked in a cgroup per launch");
+                let removed = remove_stale_cgroups(&base, STALE_AFTER);
+                if !removed.is_empty() {
+                    info!(
+                        cgroup = %base.dir.display(),
+                        removed = removed.len(),
+                        "removed empty launch cgroups left behind by an agent that was killed"
+                    );
+                }
                 Tracking::Cgroup(base)
             }
             Err(why) => {
@@ -226,6 +234,52 @@ pub fn find_cgroup_base() -> Result<CgroupBase, String> {
         }
     }
     Err(why.join("; "))
+}
+
+/// How old an empty launch cgroup must be before an agent starting up removes it: a cgroup
+/// another agent has just created is empty only until that agent forks prted into it.
+pub const STALE_AFTER: Duration = Duration::from_secs(10);
+
+/// Whether `name` is a launch cgroup's name (`prrte-k8s-` and 16 lowercase hex digits, as
+/// [`Cgroup::create`] makes them).
+pub fn is_launch_cgroup_name(name: &str) -> bool {
+    name.strip_prefix("prrte-k8s-").is_some_and(|h| {
+        h.len() == 16
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// Removes the launch cgroups below `base` that an agent killed before it could clean up left
+/// behind: only directories named like ours, empty (no process, no child cgroup: the kernel
+/// refuses to remove any other) and unchanged for `older_than`. Returns what was removed.
+pub fn remove_stale_cgroups(base: &CgroupBase, older_than: Duration) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(&base.dir) else {
+        return Vec::new();
+    };
+    let now = std::time::SystemTime::now();
+    let mut removed = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        if !name.to_str().is_some_and(is_launch_cgroup_name) {
+            continue;
+        }
+        let dir = e.path();
+        let old = e
+            .metadata()
+            .ok()
+            .filter(|m| m.is_dir())
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| now.duration_since(t).ok())
+            .is_some_and(|age| age >= older_than);
+        let empty =
+            std::fs::read_to_string(Cgroup::procs_file(&dir)).is_ok_and(|t| t.trim().is_empty());
+        if old && empty && std::fs::remove_dir(&dir).is_ok() {
+            debug!(cgroup = %dir.display(), "removed a stale launch cgroup");
+            removed.push(dir);
+        }
+    }
+    removed
 }
 
 /// The cgroup of one launch.
@@ -568,6 +622,21 @@ mod tests {
 35 31 0:30 / /sys/fs/cgroup/unified rw shared:12 - cgroup2 cgroup2 rw
 36 31 0:31 / /sys/fs/cgroup/systemd rw shared:13 - cgroup cgroup rw,name=systemd
 ";
+
+    #[test]
+    fn launch_cgroup_names() {
+        assert!(is_launch_cgroup_name("prrte-k8s-05a048a94abb0e9e"));
+        for other in [
+            "prrte-k8s-05a048a94abb0e9",
+            "prrte-k8s-05a048a94abb0e9e0",
+            "prrte-k8s-05A048A94ABB0E9E",
+            "prrte-k8s-test-12345",
+            "system.slice",
+            "xprrte-k8s-05a048a94abb0e9e",
+        ] {
+            assert!(!is_launch_cgroup_name(other), "{other}");
+        }
+    }
 
     #[test]
     fn mountinfo_and_own_cgroup_give_candidates_in_order() {

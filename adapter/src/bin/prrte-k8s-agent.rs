@@ -35,6 +35,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let exec_policy = match agent::exec::ExecPolicy::from_args(&args.exec, &config.prted) {
+        Ok(p) => p,
+        Err(e) => {
+            error!("refusing to start: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -45,7 +52,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(agent::run_until_signalled(config)) {
+    match runtime.block_on(agent::run_until_signalled_with_exec(config, exec_policy)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             error!("{e}");

@@ -42,6 +42,9 @@ struct Cli {
 enum Command {
     /// Discover the job's pods and print the allocation as PRRTE would see it.
     Pods(PodsArgs),
+    /// The allocation as a hostfile (Open MPI) or machinefile (MPICH, Intel MPI), for
+    /// launchers that start their daemons with prrte-k8s-rsh
+    Hostfile(HostfileArgs),
     /// Print the URI of the job's DVM (published in every pod by the prrte-k8s agent).
     DvmUri(tools::DvmUriArgs),
     /// Run PRRTE's prun against the job's DVM: `prrte-k8s prun -n 12 ./app`. Interrupted
@@ -106,6 +109,35 @@ struct PodsArgs {
 }
 
 /// A positive number of seconds on the command line (fractions allowed).
+#[derive(Args, Debug)]
+struct HostfileArgs {
+    #[command(flatten)]
+    job: JobArgs,
+    /// Bound of the whole discovery, waiting for readiness included
+    #[arg(long, value_name = "SECS", default_value_t = Seconds(discovery::DEFAULT_TIMEOUT), env = "PRTE_MCA_ras_k8s_timeout")]
+    timeout: Seconds,
+    /// Where slot counts come from (as ras_k8s_slots)
+    #[arg(
+        long,
+        value_name = "POLICY",
+        default_value = "auto",
+        env = "PRTE_MCA_ras_k8s_slots"
+    )]
+    slots: SlotsPolicy,
+    #[arg(long, value_name = "PATH", env = "PRTE_MCA_ras_k8s_kubeconfig")]
+    kubeconfig: Option<PathBuf>,
+    #[arg(long, value_name = "POD", env = "PRTE_MCA_ras_k8s_self_pod")]
+    self_pod: Option<String>,
+    /// Which launcher reads the file
+    #[arg(long, value_enum, default_value = "openmpi")]
+    format: prrte_k8s::hostfile::Format,
+    /// Name pods by IP address or by host name
+    #[arg(long = "use", value_enum, default_value = "ips")]
+    name_by: prrte_k8s::hostfile::Use,
+    #[arg(long, short = 'v')]
+    verbose: bool,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Seconds(pub Duration);
 
@@ -133,7 +165,27 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-fn pods(args: PodsArgs) -> i32 {
+fn hostfile(args: HostfileArgs) -> i32 {
+    let format = (args.format, args.name_by);
+    pods(
+        PodsArgs {
+            job: args.job,
+            timeout: args.timeout,
+            slots: args.slots,
+            kubeconfig: args.kubeconfig,
+            self_pod: args.self_pod,
+            hostfile: false,
+            json: false,
+            verbose: args.verbose,
+        },
+        Some(format),
+    )
+}
+
+fn pods(
+    args: PodsArgs,
+    as_hostfile: Option<(prrte_k8s::hostfile::Format, prrte_k8s::hostfile::Use)>,
+) -> i32 {
     let cfg = DiscoveryConfig {
         namespace: args.job.namespace,
         selector: args.job.selector,
@@ -174,7 +226,9 @@ fn pods(args: PodsArgs) -> i32 {
     let env = Environment::from_process();
     match runtime.block_on(discovery::discover_with(&cfg, &env, &mut report)) {
         Ok(alloc) => {
-            let text = if args.json {
+            let text = if let Some((format, name_by)) = as_hostfile {
+                prrte_k8s::hostfile::render(&alloc, format, name_by)
+            } else if args.json {
                 render::json(&alloc) + "\n"
             } else if args.hostfile {
                 render::hostfile(&alloc)
@@ -222,7 +276,8 @@ fn main() -> ExitCode {
         .with_ansi(false)
         .init();
     let code = match cli.command {
-        Command::Pods(args) => pods(args),
+        Command::Pods(args) => pods(args, None),
+        Command::Hostfile(args) => hostfile(args),
         Command::DvmUri(args) => tools::dvm_uri(args),
         Command::Prun(args) => prun::run(args),
         Command::Pterm(args) => tools::exec_tool("pterm", args),

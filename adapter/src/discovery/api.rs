@@ -159,31 +159,30 @@ impl Ctx {
         }
     }
 
-    /// Runs one API call, bounded by the deadline.
-    pub async fn call<T>(
-        &self,
-        op: &Operation,
-        fut: impl Future<Output = Result<T, kube::Error>>,
-    ) -> Result<T, DiscoveryError> {
-        match tokio::time::timeout_at(self.deadline, fut).await {
-            Err(_) => Err(self.deadline_error(op)),
-            Ok(Err(e)) => Err(self.map_error(op, e)),
-            Ok(Ok(v)) => Ok(v),
-        }
+    /// Runs one API call, bounded by the deadline; transient failures are retried (see
+    /// [`Ctx::retrying`]).
+    pub async fn call<T, F, Fut>(&self, op: &Operation, f: F) -> Result<T, DiscoveryError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        self.retrying(op, f, |e| Err(self.map_error(op, e))).await
     }
 
     /// Reads the object that owns the job's pods (`kind` for messages): "forbidden" and "not
     /// found" are errors that name the Role rule and the `ras_k8s_expected_pods` alternative.
-    pub async fn call_owner<T>(
+    pub async fn call_owner<T, F, Fut>(
         &self,
         op: &Operation,
         kind: &'static str,
-        fut: impl Future<Output = Result<T, kube::Error>>,
-    ) -> Result<T, DiscoveryError> {
-        match tokio::time::timeout_at(self.deadline, fut).await {
-            Err(_) => Err(self.deadline_error(op)),
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(kube::Error::Api(status))) if matches!(status.code, 403 | 404) => {
+        f: F,
+    ) -> Result<T, DiscoveryError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        self.retrying(op, f, |e| match e {
+            kube::Error::Api(status) if matches!(status.code, 403 | 404) => {
                 let message = if status.message.is_empty() {
                     status.reason.clone()
                 } else {
@@ -198,30 +197,157 @@ impl Ctx {
                     message: message.into(),
                 })
             }
-            Ok(Err(e)) => Err(self.map_error(op, e)),
-        }
+            e => Err(self.map_error(op, e)),
+        })
+        .await
     }
 
     /// Runs one API call whose "not found" or "forbidden" answer is not fatal: those give
     /// `Ok(None)`. Used for optional lookups (owner Jobs, StatefulSets, JobSets).
-    pub async fn call_optional<T>(
+    pub async fn call_optional<T, F, Fut>(
         &self,
         op: &Operation,
-        fut: impl Future<Output = Result<T, kube::Error>>,
-    ) -> Result<Option<T>, DiscoveryError> {
-        match tokio::time::timeout_at(self.deadline, fut).await {
-            Err(_) => Err(self.deadline_error(op)),
-            Ok(Ok(v)) => Ok(Some(v)),
-            Ok(Err(kube::Error::Api(status))) if matches!(status.code, 403 | 404) => {
-                tracing::debug!(
-                    code = status.code,
-                    "optional lookup {} skipped: {}",
-                    op.describe(),
-                    status.message
-                );
-                Ok(None)
+        mut f: F,
+    ) -> Result<Option<T>, DiscoveryError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        self.retrying(
+            op,
+            || {
+                let fut = f();
+                async move { fut.await.map(Some) }
+            },
+            |e| match e {
+                kube::Error::Api(status) if matches!(status.code, 403 | 404) => {
+                    tracing::debug!(
+                        code = status.code,
+                        "optional lookup {} skipped: {}",
+                        op.describe(),
+                        status.message
+                    );
+                    Ok(None)
+                }
+                e => Err(self.map_error(op, e)),
+            },
+        )
+        .await
+    }
+
+    /// Runs `f` until it succeeds or fails for good, within the deadline. A transient failure
+    /// (the server unreachable or closing the connection, HTTP 429 or 5xx) is retried with
+    /// exponential backoff ([`RETRY_FIRST`] doubling up to [`RETRY_MAX`]) and logged as a
+    /// warning; when the deadline comes first, the last failure is the error, saying how long
+    /// it was retried. Any other failure goes to `fail` at once.
+    pub async fn retrying<T, F, Fut>(
+        &self,
+        op: &Operation,
+        mut f: F,
+        fail: impl FnOnce(kube::Error) -> Result<T, DiscoveryError>,
+    ) -> Result<T, DiscoveryError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        let start = Instant::now();
+        let mut delay = RETRY_FIRST;
+        let mut failures = 0u32;
+        let mut last: Option<kube::Error> = None;
+        loop {
+            let err = match tokio::time::timeout_at(self.deadline, f()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if is_transient(&e) => e,
+                Ok(Err(e)) => return fail(e),
+                Err(_) => {
+                    return Err(match last {
+                        Some(e) => self.retried_error(op, e, failures, start.elapsed()),
+                        None => self.deadline_error(op),
+                    })
+                }
+            };
+            failures += 1;
+            let remaining = self.deadline.saturating_duration_since(Instant::now());
+            if remaining <= RETRY_FIRST {
+                return Err(self.retried_error(op, err, failures, start.elapsed()));
             }
-            Ok(Err(e)) => Err(self.map_error(op, e)),
+            let wait = delay.min(remaining - RETRY_FIRST / 2);
+            tracing::warn!(
+                "cannot {} yet ({}); retrying in {:.1}s (attempt {}, until ras_k8s_timeout)",
+                op.describe(),
+                short_error(&err),
+                wait.as_secs_f64(),
+                failures + 1
+            );
+            last = Some(err);
+            tokio::time::sleep(wait).await;
+            delay = (delay * 2).min(RETRY_MAX);
         }
+    }
+
+    /// The error for a transient failure that lasted until the deadline.
+    fn retried_error(
+        &self,
+        op: &Operation,
+        err: kube::Error,
+        failures: u32,
+        elapsed: Duration,
+    ) -> DiscoveryError {
+        let note = format!(
+            " (failed {failures} time{} over {:.1}s, retried until the {}s timeout, ras_k8s_timeout)",
+            if failures == 1 { "" } else { "s" },
+            elapsed.as_secs_f64(),
+            self.timeout.as_secs_f64()
+        );
+        match self.map_error(op, err) {
+            DiscoveryError::Unreachable {
+                url,
+                source_desc,
+                operation,
+                detail,
+            } => DiscoveryError::Unreachable {
+                url,
+                source_desc,
+                operation,
+                detail: detail + &note,
+            },
+            DiscoveryError::Api {
+                url,
+                operation,
+                code,
+                reason,
+                message,
+            } => DiscoveryError::Api {
+                url,
+                operation,
+                code,
+                reason,
+                message: message + &note,
+            },
+            other => other,
+        }
+    }
+}
+
+/// First delay before retrying a transient API failure.
+pub const RETRY_FIRST: Duration = Duration::from_millis(200);
+/// Longest delay between retries.
+pub const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Whether retrying `err` may help: the server could not be reached or dropped the connection,
+/// or answered 429 (too many requests) or 5xx (the server or something in front of it failed).
+pub fn is_transient(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(s) => s.code == 429 || (500..600).contains(&s.code),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// A one-line description of a client error, for retry warnings.
+pub fn short_error(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(s) => format!("HTTP {} {}: {}", s.code, s.reason, s.message),
+        e => error_chain(e),
     }
 }

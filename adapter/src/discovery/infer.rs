@@ -155,12 +155,13 @@ pub async fn find_own_pod(
     };
     let api = pods_api(ctx, ns);
     let op = Operation::pods("get", ns).named(&me.name);
-    if let Some(pod) = ctx.call(&op, api.get_opt(&me.name)).await? {
+    if let Some(pod) = ctx.call(&op, || api.get_opt(&me.name)).await? {
         return Ok(pod);
     }
     if me.source.is_hostname() {
         let op = Operation::pods("list", ns);
-        let list = ctx.call(&op, api.list(&ListParams::default())).await?;
+        let lp = ListParams::default();
+        let list = ctx.call(&op, || api.list(&lp)).await?;
         let mut found: Vec<Pod> = list
             .items
             .into_iter()
@@ -239,7 +240,7 @@ pub async fn infer_selector(
         let sts_name = owner.name.clone();
         let api: Api<StatefulSet> = Api::namespaced(ctx.api.client.clone(), ns);
         let op = Operation::get_named("statefulsets", "apps", ns, &sts_name);
-        let sts = ctx.call_optional(&op, api.get(&sts_name)).await?;
+        let sts = ctx.call_optional(&op, || api.get(&sts_name)).await?;
         let from_sts = sts
             .as_ref()
             .and_then(|s| s.spec.as_ref())
@@ -395,7 +396,7 @@ pub async fn expected_from_workload(
         Workload::Job(name) => {
             let api: Api<Job> = Api::namespaced(ctx.api.client.clone(), ns);
             let op = Operation::get_named("jobs", "batch", ns, name);
-            let job = match ctx.call_owner(&op, "Job", api.get(name)).await {
+            let job = match ctx.call_owner(&op, "Job", || api.get(name)).await {
                 Ok(j) => j,
                 Err(DiscoveryError::OwnerUnreadable { code: 404, .. }) if !owned_job => {
                     tracing::info!("no Job {ns}/{name} (the pods only carry its name as a label)");
@@ -411,7 +412,7 @@ pub async fn expected_from_workload(
                 None => {
                     let api: Api<StatefulSet> = Api::namespaced(ctx.api.client.clone(), ns);
                     let op = Operation::get_named("statefulsets", "apps", ns, name);
-                    Some(ctx.call_owner(&op, "StatefulSet", api.get(name)).await?)
+                    Some(ctx.call_owner(&op, "StatefulSet", || api.get(name)).await?)
                 }
             };
             Ok(sts
@@ -427,7 +428,7 @@ pub async fn expected_from_workload(
             let ar = ApiResource::from_gvk_with_plural(&gvk, "jobsets");
             let api: Api<DynamicObject> = Api::namespaced_with(ctx.api.client.clone(), ns, &ar);
             let op = Operation::get_named("jobsets", "jobset.x-k8s.io", ns, name);
-            let js = ctx.call_owner(&op, "JobSet", api.get(name)).await?;
+            let js = ctx.call_owner(&op, "JobSet", || api.get(name)).await?;
             Ok(js
                 .data
                 .get("spec")

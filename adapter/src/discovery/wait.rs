@@ -123,8 +123,12 @@ impl Waiter<'_> {
         pods: &BTreeMap<String, Pod>,
         eval: &Evaluation,
         last_error: Option<&str>,
+        deleted: &BTreeSet<String>,
     ) -> DiscoveryError {
         let mut problems = problems(pods, eval, self.expected);
+        for name in deleted.iter().filter(|n| !pods.contains_key(*n)) {
+            problems.push(format!("pod {name} was deleted during the wait"));
+        }
         if let Some(e) = last_error {
             problems.push(format!("the last watch attempt failed: {e}"));
         }
@@ -220,11 +224,13 @@ impl Waiter<'_> {
         let events = reflector(writer, watcher(api, config)).default_backoff();
         let mut events = std::pin::pin!(events);
         let mut last_error: Option<String> = None;
+        // Pods seen during the wait that were deleted (named in the timeout message).
+        let mut deleted: BTreeSet<String> = BTreeSet::new();
         loop {
             let item = match tokio::time::timeout_at(deadline, events.next()).await {
                 Err(_) => {
                     let eval = evaluate(pods.values());
-                    return Err(self.timeout_error(&pods, &eval, last_error.as_deref()));
+                    return Err(self.timeout_error(&pods, &eval, last_error.as_deref(), &deleted));
                 }
                 Ok(None) => {
                     return Err(DiscoveryError::Internal {
@@ -237,11 +243,13 @@ impl Waiter<'_> {
                 // The store takes a (re)list in full at InitDone.
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
                 Ok(watcher::Event::InitDone) => {
-                    pods = store
+                    let listed: BTreeMap<String, Pod> = store
                         .state()
                         .iter()
                         .map(|p| (name(p), Pod::clone(p)))
                         .collect();
+                    deleted.extend(pods.keys().filter(|n| !listed.contains_key(*n)).cloned());
+                    pods = listed;
                     let listed = u32::try_from(pods.len()).unwrap_or(u32::MAX);
                     tracing::debug!(listed, "watching pods");
                     (self.progress)(&Progress::Watching { listed });
@@ -250,7 +258,12 @@ impl Waiter<'_> {
                     pods.insert(name(&p), p);
                 }
                 Ok(watcher::Event::Delete(p)) => {
+                    tracing::warn!(
+                        "pod {} was deleted while waiting for the job's pods",
+                        name(&p)
+                    );
                     pods.remove(&name(&p));
+                    deleted.insert(name(&p));
                 }
                 Err(e) => match self.trouble(e) {
                     WatchTrouble::Fatal(e) => return Err(e),

@@ -32,6 +32,7 @@ unsafe extern "C" fn init() -> c_int {
             prrte::error_box("The k8s PLM component could not set up its event.", &e);
             return prrte::ERROR;
         }
+        crate::logging::route(crate::shim::Framework::Plm);
         // SAFETY: main thread during PLM init; these are PRRTE's documented hooks for a launcher.
         unsafe {
             let rc = ffi::prte_plm_base_comm_start();

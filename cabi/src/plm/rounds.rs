@@ -394,6 +394,28 @@ fn fail_daemon(daemons: JobRef, vpid: u32) {
     };
 }
 
+/// A running daemon whose agent can no longer be reached (the pod cut off from the network, the
+/// agent gone): PRRTE's own connection to it may stall without ever failing, so tell PRRTE the
+/// daemon is lost, as its OOB does when a daemon's connection breaks; PRRTE then aborts the DVM
+/// ("node died") instead of waiting for that pod forever. The agent stops the daemon when it
+/// sees the launcher's connection end.
+fn lost_daemon(daemons: JobRef, vpid: u32) {
+    let Some((proc_, state)) = daemon_state(daemons, vpid) else {
+        return;
+    };
+    if state >= ffi::PRTE_PROC_STATE_UNTERMINATED {
+        // PRRTE already knows it ended.
+        return;
+    }
+    // SAFETY: main thread, live daemon job and proc; the state machine copies the proc's name.
+    unsafe {
+        ffi::prrte_k8s_shim_activate_proc_state(
+            std::ptr::addr_of_mut!((*proc_).name).cast(),
+            ffi::PRTE_PROC_STATE_COMM_FAILED as c_int,
+        )
+    };
+}
+
 fn on_event(generation: u64, ev: LaunchEvent) {
     if FINALIZED.load(Ordering::Acquire) {
         return;
@@ -471,6 +493,9 @@ fn on_event(generation: u64, ev: LaunchEvent) {
                         "Daemon {id} (node {node}): {status}. PRRTE will now shut the DVM down."
                     ),
                 );
+                if matches!(status, ExitDesc::ConnectionLost(_)) {
+                    lost_daemon(daemons, id);
+                }
             }
         }
     }

@@ -87,6 +87,7 @@ unsafe extern "C" fn allocate(jdata: *mut ffi::prte_job_t, _nodes: *mut ffi::pmi
             prrte::error_box("The k8s RAS component could not set up its event.", &e);
             return prrte::ERROR;
         }
+        crate::logging::route(Framework::Ras);
         // SAFETY: `jdata` is live (our caller's promise); keep it alive until our completion runs.
         unsafe { ffi::prrte_k8s_shim_retain(jdata as *mut c_void) };
         let job = jdata as usize;
@@ -98,14 +99,18 @@ unsafe extern "C" fn allocate(jdata: *mut ffi::prte_job_t, _nodes: *mut ffi::pmi
         let spawned = std::thread::Builder::new()
             .name("prrte-k8s-ras".into())
             .spawn(move || {
-                let result = discovery::discover_blocking(&cfg);
-                mainloop::post(move || {
-                    // SAFETY: the job object was retained above and is released only by
-                    // `complete`; the mailbox runs this on the main thread.
-                    if let Some(job) = unsafe { JobRef::new(job as *mut ffi::prte_job_t) } {
-                        complete(job, result);
-                    }
-                });
+                run_discovery(
+                    || discovery::discover_blocking(&cfg),
+                    |result| {
+                        mainloop::post(move || {
+                            // SAFETY: the job object was retained above and is released only
+                            // by `complete`; the mailbox runs this on the main thread.
+                            if let Some(job) = unsafe { JobRef::new(job as *mut ffi::prte_job_t) } {
+                                complete(job, result);
+                            }
+                        })
+                    },
+                )
             });
         if let Err(e) = spawned {
             // SAFETY: undo the retain above.
@@ -118,6 +123,25 @@ unsafe extern "C" fn allocate(jdata: *mut ffi::prte_job_t, _nodes: *mut ffi::pmi
         }
         ffi::PRTE_ERR_ALLOCATION_PENDING
     })
+}
+
+/// The body of the discovery thread: runs `discover` and hands its result to `deliver` exactly
+/// once. A panic in `discover` becomes an internal error, so the allocation fails with a message
+/// instead of leaving PRRTE waiting for a result that never comes.
+fn run_discovery(
+    discover: impl FnOnce() -> Result<Allocation, DiscoveryError>,
+    deliver: impl FnOnce(Result<Allocation, DiscoveryError>),
+) {
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(discover)).unwrap_or_else(|p| {
+            Err(DiscoveryError::Internal {
+                detail: format!(
+                    "the discovery thread panicked ({}); please report this as a bug",
+                    crate::boundary::panic_text(&*p)
+                ),
+            })
+        });
+    deliver(result);
 }
 
 /// On PRRTE's event thread: apply the discovery result, then release the reference to the job
@@ -233,4 +257,52 @@ fn insert(job: JobRef, alloc: &Allocation) -> Result<(), String> {
     }
     job.activate(ffi::PRTE_JOB_STATE_ALLOCATION_COMPLETE);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prrte_k8s::discovery::ErrorKind;
+
+    fn delivered(
+        discover: impl FnOnce() -> Result<Allocation, DiscoveryError> + Send + 'static,
+    ) -> Vec<Result<Allocation, DiscoveryError>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        // On a thread of its own, as in `allocate`.
+        let t = std::thread::spawn(move || run_discovery(discover, |r| tx.send(r).unwrap()));
+        let _ = t.join();
+        rx.try_iter().collect()
+    }
+
+    #[test]
+    fn a_panic_in_discovery_is_delivered_as_an_internal_error() {
+        let got = delivered(|| panic!("index out of range in a test"));
+        assert_eq!(got.len(), 1, "exactly one result is delivered");
+        let err = got[0].as_ref().expect_err("a panic is a failure");
+        assert_eq!(err.kind(), ErrorKind::Internal);
+        let msg = err.to_string();
+        assert!(
+            msg.contains("panicked") && msg.contains("index out of range in a test"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn an_error_or_an_allocation_is_delivered_as_it_is() {
+        let got = delivered(|| Err(DiscoveryError::Internal { detail: "x".into() }));
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            got[0].as_ref().unwrap_err().to_string(),
+            "Internal error during pod discovery: x."
+        );
+        let alloc = Allocation {
+            namespace: "ns".into(),
+            selector: "a=b".into(),
+            nodes: vec![],
+        };
+        let want = alloc.clone();
+        let got = delivered(move || Ok(alloc));
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].as_ref().unwrap(), &want);
+    }
 }

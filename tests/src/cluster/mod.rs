@@ -249,6 +249,21 @@ impl Cluster {
         self.netpol.sync()
     }
 
+    /// Cuts pod "name" or "namespace/name" off the network (every frame from or to its IP is
+    /// dropped on the bridge, see [`crate::cutoff`]) until the guard is dropped or restored.
+    pub fn cut_off(&self, pod: &str) -> Result<crate::cutoff::CutOff> {
+        let (_, ns, name) = self.kubelet.find(pod)?;
+        let obj = self
+            .store()
+            .get(&crate::api::resources::PODS, &ns, &name)
+            .map_err(|e| anyhow::anyhow!("pod {ns}/{name}: {e:?}"))?;
+        let ip: std::net::Ipv4Addr = obj["status"]["podIP"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("pod {ns}/{name} has no IPv4 address"))?;
+        crate::cutoff::CutOff::new(&self.network().prefix(), ip)
+    }
+
     /// The nftables table (family bridge) holding this cluster's NetworkPolicy rules.
     pub fn network_policy_table(&self) -> &str {
         self.netpol.table()

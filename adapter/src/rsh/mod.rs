@@ -1,0 +1,389 @@
+//! `prrte-k8s-rsh`: an ssh-compatible client that runs a command in a pod of the job through
+//! that pod's agent (an `exec` request, see [`crate::protocol::exec`]) instead of sshd.
+//!
+//! `prrte-k8s-rsh [ssh options] HOST COMMAND...`: HOST is an IPv4 address of a pod, or a pod
+//! name or host name of the job (found by the same discovery as `ras k8s`; a `user@` prefix and
+//! a domain after the first dot are ignored). COMMAND's words are joined with spaces as ssh
+//! does and parsed by [`shell`] (no shell runs anywhere). ssh's options are accepted; `-n`
+//! (stdin from /dev/null) is honoured, the others are ignored. Output is streamed, stdin is
+//! forwarded, SIGINT/SIGTERM/SIGHUP are forwarded to the remote process group, and the exit
+//! status is the remote program's (128+N if a signal N ended it; 255 if the agent could not be
+//! reached or refused, with the reason on stderr).
+//!
+//! Settings come from the environment, as ssh's come from its config: `PRRTE_K8S_SECRET_FILE`
+//! (the job's secret, default `/etc/prrte-k8s/secret/key`), `PRRTE_K8S_AGENT_PORT` (7117),
+//! `PRRTE_K8S_RSH_CONNECT_TIMEOUT` (seconds, 10), and the `PRTE_MCA_ras_k8s_*` variables for
+//! resolving names.
+
+pub mod shell;
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+
+use crate::launch::{connect_authenticated, LaunchOptions, LaunchTarget};
+use crate::protocol::exec::{decode_data, encode_data, CHUNK};
+use crate::protocol::{
+    decode_message, recv_frame, send_frame, signal_name, ProtocolError, Reply, Request,
+};
+
+/// Exit status for our own failures (as ssh's).
+pub const EXIT_FAILURE: i32 = 255;
+
+/// ssh options that take an argument.
+const SSH_OPTS_WITH_ARG: &str = "BbcDEeFIiJLlmOoPpQRSWw";
+/// ssh options without one.
+const SSH_FLAGS: &str = "1246AaCfGgKkMNnqsTtVvXxYy";
+
+/// The parsed command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RshArgs {
+    /// `-n`: stdin from /dev/null.
+    pub no_stdin: bool,
+    /// `-v`: report what is done on stderr.
+    pub verbose: bool,
+    pub host: String,
+    /// The command's words joined with spaces, as ssh sends it.
+    pub command: String,
+}
+
+/// Parses ssh-style arguments (without the program name).
+pub fn parse_args(args: &[String]) -> Result<RshArgs, String> {
+    let mut no_stdin = false;
+    let mut verbose = false;
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if a == "--" {
+            i += 1;
+            break;
+        }
+        if !a.starts_with('-') || a == "-" {
+            break;
+        }
+        let mut chars = a[1..].chars();
+        while let Some(c) = chars.next() {
+            if SSH_OPTS_WITH_ARG.contains(c) {
+                if chars.as_str().is_empty() {
+                    i += 1;
+                    if i >= args.len() {
+                        return Err(format!("option -{c} needs an argument"));
+                    }
+                }
+                break;
+            } else if SSH_FLAGS.contains(c) {
+                no_stdin |= c == 'n';
+                verbose |= c == 'v';
+            } else {
+                return Err(format!("unknown option -{c} (ssh's options are accepted)"));
+            }
+        }
+        i += 1;
+    }
+    let Some(host) = args.get(i) else {
+        return Err("no host given".into());
+    };
+    let host = host.rsplit('@').next().unwrap_or(host).to_owned();
+    let command = args[i + 1..].join(" ");
+    if command.trim().is_empty() {
+        return Err(format!(
+            "no command for {host}: prrte-k8s-rsh runs a command, it has no interactive login"
+        ));
+    }
+    Ok(RshArgs {
+        no_stdin,
+        verbose,
+        host,
+        command,
+    })
+}
+
+/// The agent address for HOST: an IPv4 address as is, else the pod of the job whose name or
+/// host name it is.
+pub async fn resolve(host: &str, port: u16, timeout: Duration) -> Result<SocketAddr, String> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    let short = host.split('.').next().unwrap_or(host);
+    let cfg = crate::discovery::DiscoveryConfig {
+        namespace: std::env::var("PRTE_MCA_ras_k8s_namespace").ok(),
+        selector: std::env::var("PRTE_MCA_ras_k8s_selector").ok(),
+        expected_pods: None,
+        timeout,
+        kubeconfig: std::env::var_os("PRTE_MCA_ras_k8s_kubeconfig").map(Into::into),
+        ..Default::default()
+    };
+    let env = crate::discovery::client::Environment::from_process();
+    let alloc = crate::discovery::discover_with(&cfg, &env, &mut |_| {})
+        .await
+        .map_err(|e| {
+            format!(
+                "{host} is not an IP address, and the job's pods could not be listed to find \
+                 it: {e}"
+            )
+        })?;
+    alloc
+        .nodes
+        .iter()
+        .find(|n| n.pod == host || n.hostname == host || n.pod == short || n.hostname == short)
+        .map(|n| SocketAddr::new(IpAddr::V4(n.ip), port))
+        .ok_or_else(|| {
+            format!(
+                "{host} is not a pod of the job (pods: {}); give a pod name, host name or IP",
+                alloc
+                    .nodes
+                    .iter()
+                    .map(|n| format!("{} ({}, {})", n.pod, n.hostname, n.ip))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
+fn env_secs(name: &str, default: u64) -> Duration {
+    Duration::from_secs_f64(
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .unwrap_or(default as f64),
+    )
+}
+
+/// Runs the whole client; returns the exit status.
+pub async fn main(args: Vec<String>) -> i32 {
+    let fail = |msg: String| {
+        eprintln!("prrte-k8s-rsh: {msg}");
+        EXIT_FAILURE
+    };
+    let args = match parse_args(&args) {
+        Ok(a) => a,
+        Err(e) => {
+            return fail(format!(
+                "{e}\nusage: prrte-k8s-rsh [ssh options] HOST COMMAND..."
+            ))
+        }
+    };
+    let command = match shell::parse(&args.command) {
+        Ok(c) => c,
+        Err(e) => return fail(format!("{}: {e}", args.host)),
+    };
+    let secret_file = std::env::var_os("PRRTE_K8S_SECRET_FILE")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| crate::protocol::DEFAULT_SECRET_FILE.into());
+    let secret = match crate::protocol::read_secret_file(&secret_file) {
+        Ok(s) => s,
+        Err(e) => {
+            return fail(format!(
+                "{e} (set PRRTE_K8S_SECRET_FILE to the job's secret)"
+            ))
+        }
+    };
+    let port = std::env::var("PRRTE_K8S_AGENT_PORT")
+        .ok()
+        .and_then(|p| p.trim().parse::<u16>().ok())
+        .unwrap_or(crate::protocol::DEFAULT_AGENT_PORT);
+    let connect_timeout = env_secs("PRRTE_K8S_RSH_CONNECT_TIMEOUT", 10);
+    let addr = match resolve(&args.host, port, Duration::from_secs(30)).await {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let target = LaunchTarget {
+        id: 0,
+        pod: args.host.clone(),
+        addr,
+    };
+    let opts = LaunchOptions {
+        secret: Some(secret),
+        connect_timeout,
+        request_timeout: Duration::from_secs(30),
+        ..Default::default()
+    };
+    if args.verbose {
+        eprintln!(
+            "prrte-k8s-rsh: {} -> {addr}: argv {:?}, env {:?}, cwd {:?}",
+            args.host, command.argv, command.env, command.cwd
+        );
+    }
+    match run(&target, &opts, command, !args.no_stdin).await {
+        Ok(code) => code,
+        Err(e) => fail(format!("{}: {e}", args.host)),
+    }
+}
+
+/// Sends the exec request and serves the session until the remote program ends; returns the
+/// exit status to exit with.
+pub async fn run(
+    target: &LaunchTarget,
+    opts: &LaunchOptions,
+    command: shell::RemoteCommand,
+    forward_stdin: bool,
+) -> Result<i32, String> {
+    let (mut conn, mut session) = connect_authenticated(target, opts).await?;
+    let request = Request::Exec {
+        argv: command.argv,
+        env: command.env,
+        cwd: command.cwd,
+        stdin: forward_stdin,
+    };
+    let timeout = opts.request_timeout;
+    send_frame(&mut conn, session.seal(&request), timeout)
+        .await
+        .map_err(|e| format!("cannot send the command: {e}"))?;
+
+    let mut signals = Vec::new();
+    for kind in [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+    ] {
+        signals.push(signal(kind).map_err(|e| format!("cannot handle signals: {e}"))?);
+    }
+    let (sig_tx, mut sig_rx) = mpsc::unbounded_channel::<i32>();
+    for (mut s, num) in signals.into_iter().zip([2, 15, 1]) {
+        let tx = sig_tx.clone();
+        tokio::spawn(async move {
+            while s.recv().await.is_some() {
+                if tx.send(num).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    let (stdin_tx, mut stdin_rx) = mpsc::channel::<Option<Vec<u8>>>(16);
+    let mut started = false;
+    let mut stdin_open = false;
+    let deadline = Instant::now() + timeout;
+    loop {
+        tokio::select! {
+            frame = recv_frame(&mut conn, (!started).then(|| deadline.saturating_duration_since(Instant::now()))) => {
+                let frame = match frame {
+                    Ok(f) => f,
+                    Err(ProtocolError::Timeout(_)) => return Err(format!("the agent did not answer within {timeout:?}")),
+                    Err(ProtocolError::Closed) => return Err("the agent closed the connection before the command ended".into()),
+                    Err(e) => return Err(format!("connection to the agent lost: {e}")),
+                };
+                let reply = session
+                    .open(&frame)
+                    .and_then(|body| decode_message::<Reply>(body.as_bytes()))
+                    .map_err(|e| format!("protocol error: {e}"))?;
+                match reply {
+                    Reply::Started { .. } => {
+                        started = true;
+                        if forward_stdin {
+                            stdin_open = true;
+                            let tx = stdin_tx.clone();
+                            std::thread::spawn(move || read_stdin(tx));
+                        }
+                    }
+                    Reply::Failed { reason } if !started => {
+                        return Err(format!("the agent refused the command: {reason}"))
+                    }
+                    Reply::Failed { reason } => eprintln!("prrte-k8s-rsh: the agent: {reason}"),
+                    Reply::Output { fd, data } => {
+                        let bytes = decode_data(&data).map_err(|e| format!("protocol error: {e}"))?;
+                        let _ = if fd == 2 {
+                            let mut e = std::io::stderr().lock();
+                            e.write_all(&bytes).and_then(|_| e.flush())
+                        } else {
+                            let mut o = std::io::stdout().lock();
+                            o.write_all(&bytes).and_then(|_| o.flush())
+                        };
+                    }
+                    Reply::Exited { code, signal, .. } => {
+                        return Ok(match (code, signal) {
+                            (_, Some(s)) => 128 + s,
+                            (Some(c), None) => c & 0xff,
+                            (None, None) => EXIT_FAILURE,
+                        });
+                    }
+                    Reply::Error { reason } => return Err(format!("the agent reported an error: {reason}")),
+                    Reply::Pong {} | Reply::Status { .. } | Reply::Ack {} => {}
+                }
+            }
+            Some(chunk) = stdin_rx.recv(), if stdin_open => {
+                let msg = match chunk {
+                    Some(bytes) => Request::Stdin { data: encode_data(&bytes) },
+                    None => {
+                        stdin_open = false;
+                        Request::StdinClose {}
+                    }
+                };
+                send_frame(&mut conn, session.seal(&msg), timeout)
+                    .await
+                    .map_err(|e| format!("cannot forward stdin: {e}"))?;
+            }
+            Some(num) = sig_rx.recv() => {
+                if !started {
+                    // Nothing runs yet: ending the connection makes the agent stop whatever
+                    // it starts.
+                    return Ok(128 + num);
+                }
+                send_frame(&mut conn, session.seal(&Request::Signal { signal: num }), timeout)
+                    .await
+                    .map_err(|e| format!("cannot forward {}: {e}", signal_name(num)))?;
+            }
+        }
+    }
+}
+
+fn read_stdin(tx: mpsc::Sender<Option<Vec<u8>>>) {
+    use std::io::Read;
+    let mut stdin = std::io::stdin().lock();
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(0) | Err(_) => {
+                let _ = tx.blocking_send(None);
+                return;
+            }
+            Ok(n) => {
+                if tx.blocking_send(Some(buf[..n].to_vec())).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn ssh_options_are_accepted() {
+        let a = parse_args(&v(&["-x", "10.0.0.3", "/p", "a b", "c"])).unwrap();
+        assert_eq!(a.host, "10.0.0.3");
+        assert_eq!(a.command, "/p a b c");
+        assert!(!a.no_stdin);
+        let a = parse_args(&v(&[
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-p22",
+            "-l",
+            "mpi",
+            "-qnT",
+            "u@pod-1",
+            "x",
+        ]))
+        .unwrap();
+        assert_eq!((a.host.as_str(), a.no_stdin), ("pod-1", true));
+        let a = parse_args(&v(&["--", "-h", "cmd"])).unwrap();
+        assert_eq!(a.host, "-h");
+        assert!(parse_args(&v(&["-Z", "h", "x"]))
+            .unwrap_err()
+            .contains("-Z"));
+        assert!(parse_args(&v(&["h"])).unwrap_err().contains("no command"));
+        assert!(parse_args(&v(&["-o"])).unwrap_err().contains("argument"));
+        assert!(parse_args(&v(&[])).unwrap_err().contains("no host"));
+    }
+}

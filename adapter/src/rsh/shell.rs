@@ -1,0 +1,464 @@
+//! The remote command of an ssh-style launcher, parsed without running a shell.
+//!
+//! ssh joins its command arguments with spaces and hands the string to the remote user's
+//! shell. `prrte-k8s-rsh` instead parses that string here into one program, its arguments, its
+//! environment and its working directory, and the agent runs the program directly. What
+//! launchers send, and so what is understood:
+//!
+//! * words with POSIX quoting: `'...'`, `"..."` (with `\$`, `\"`, `\\`, `` \` `` escapes),
+//!   `\` outside quotes, `#` comments;
+//! * `$NAME` and `${NAME}` (in words and double quotes), expanded in the pod by the agent
+//!   against the program's environment (PRRTE's `LD_LIBRARY_PATH=...:$LD_LIBRARY_PATH`);
+//! * commands separated by `;`, `&&` or newlines, of which only the last may run a program;
+//!   before it: `NAME=value`, `export NAME[=value]...` (every assigned variable is given to the
+//!   program), `cd DIR`, `true`/`:`; in front of the program: `NAME=value` assignments,
+//!   `exec`, `env NAME=value...`, and `eval WORDS...` (its words joined and parsed again);
+//!
+//! PRRTE's ssh launcher sends `PRTE_PREFIX=P;export PRTE_PREFIX;LD_LIBRARY_PATH=P/lib:$LD_LIBRARY_PATH;
+//! export LD_LIBRARY_PATH;...;P/bin/prted --prtemca ess "env" ...`; MPICH's and Intel MPI's
+//! Hydra send `"/path/hydra_pmi_proxy" --control-port host:port ...`. Anything a shell would do
+//! beyond this (pipes, redirections, `||`, `&`, `$(...)`, backquotes, globbing `$?`-style
+//! parameters, subshells) is refused with the construct named, so nothing runs that was not
+//! meant.
+//!
+//! The results are templates in the sense of [`crate::protocol::exec::expand`].
+
+use crate::protocol::exec::is_var_name;
+
+/// A remote command: what one `exec` request carries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RemoteCommand {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Word {
+    /// The word after quote removal, as a template (`$$` for `$`, `${NAME}` for references).
+    text: String,
+    /// Byte offset in `text` of the `=` of an assignment (`NAME=...`, unquoted name).
+    assign: Option<usize>,
+    /// Whether any part was quoted or escaped (such a word is never a builtin's name).
+    quoted: bool,
+}
+
+impl Word {
+    fn literal(&self) -> Option<&str> {
+        (!self.quoted && !self.text.contains('$')).then_some(self.text.as_str())
+    }
+}
+
+/// Splits shell text into commands of words.
+fn lex(src: &str) -> Result<Vec<Vec<Word>>, String> {
+    let mut commands: Vec<Vec<Word>> = vec![Vec::new()];
+    let mut word: Option<Word> = None;
+    // Whether everything in the current word so far is an unquoted name (for `NAME=`).
+    let mut name_so_far = true;
+    let mut chars = src.chars().peekable();
+    fn end_word(commands: &mut [Vec<Word>], word: &mut Option<Word>, name_so_far: &mut bool) {
+        if let Some(w) = word.take() {
+            commands.last_mut().expect("one command").push(w);
+        }
+        *name_so_far = true;
+    }
+    fn end_command(commands: &mut Vec<Vec<Word>>) {
+        if !commands.last().expect("one command").is_empty() {
+            commands.push(Vec::new());
+        }
+    }
+    let refuse = |what: &str| -> Result<Vec<Vec<Word>>, String> {
+        Err(format!(
+            "the remote command uses {what}, which prrte-k8s-rsh does not run (it runs one \
+             program without a shell): {}",
+            crate::text::printable(src, 300)
+        ))
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\t' => end_word(&mut commands, &mut word, &mut name_so_far),
+            '\n' | ';' => {
+                end_word(&mut commands, &mut word, &mut name_so_far);
+                end_command(&mut commands);
+            }
+            '&' => {
+                if chars.peek() == Some(&'&') {
+                    chars.next();
+                    end_word(&mut commands, &mut word, &mut name_so_far);
+                    end_command(&mut commands);
+                } else {
+                    return refuse("`&` (a background job)");
+                }
+            }
+            '|' => return refuse("`|` or `||`"),
+            '<' | '>' => return refuse("a redirection"),
+            '`' => return refuse("a command substitution (backquotes)"),
+            '(' | ')' => return refuse("a subshell or parentheses"),
+            '#' if word.is_none() => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+                end_command(&mut commands);
+            }
+            '\'' => {
+                let w = word.get_or_insert_with(Word::default);
+                w.quoted = true;
+                name_so_far = false;
+                let mut closed = false;
+                for c in chars.by_ref() {
+                    if c == '\'' {
+                        closed = true;
+                        break;
+                    }
+                    push_literal(&mut w.text, c);
+                }
+                if !closed {
+                    return Err("unterminated single quote in the remote command".into());
+                }
+            }
+            '"' => {
+                let w = word.get_or_insert_with(Word::default);
+                w.quoted = true;
+                name_so_far = false;
+                let mut closed = false;
+                while let Some(c) = chars.next() {
+                    match c {
+                        '"' => {
+                            closed = true;
+                            break;
+                        }
+                        '\\' => match chars.next() {
+                            Some(e @ ('$' | '`' | '"' | '\\')) => push_literal(&mut w.text, e),
+                            Some('\n') => {}
+                            Some(e) => {
+                                w.text.push('\\');
+                                push_literal(&mut w.text, e);
+                            }
+                            None => return Err("unterminated double quote".into()),
+                        },
+                        '`' => return refuse("a command substitution (backquotes)"),
+                        '$' => dollar(&mut chars, &mut w.text, src)?,
+                        c => push_literal(&mut w.text, c),
+                    }
+                }
+                if !closed {
+                    return Err("unterminated double quote in the remote command".into());
+                }
+            }
+            '\\' => match chars.next() {
+                Some('\n') => continue,
+                Some(e) => {
+                    let w = word.get_or_insert_with(Word::default);
+                    w.quoted = true;
+                    name_so_far = false;
+                    push_literal(&mut w.text, e);
+                }
+                None => {}
+            },
+            '$' => {
+                let w = word.get_or_insert_with(Word::default);
+                name_so_far = false;
+                dollar(&mut chars, &mut w.text, src)?;
+            }
+            '=' => {
+                let w = word.get_or_insert_with(Word::default);
+                if name_so_far && w.assign.is_none() && is_var_name(&w.text) {
+                    w.assign = Some(w.text.len());
+                }
+                name_so_far = false;
+                w.text.push('=');
+            }
+            '*' | '?' => return refuse("an unquoted glob pattern (`*`, `?`)"),
+            c => {
+                let w = word.get_or_insert_with(Word::default);
+                if !(c.is_ascii_alphanumeric() || c == '_') {
+                    name_so_far = false;
+                }
+                w.text.push(c);
+            }
+        }
+    }
+    end_word(&mut commands, &mut word, &mut name_so_far);
+    commands.retain(|c| !c.is_empty());
+    Ok(commands)
+}
+
+fn push_literal(text: &mut String, c: char) {
+    if c == '$' {
+        text.push_str("$$");
+    } else {
+        text.push(c);
+    }
+}
+
+/// A `$` just read: `$NAME` or `${NAME}` become `${NAME}`; a `$` before anything else is a
+/// literal dollar; command substitution and special parameters are refused.
+fn dollar(
+    chars: &mut std::iter::Peekable<std::str::Chars<'_>>,
+    text: &mut String,
+    src: &str,
+) -> Result<(), String> {
+    let refuse = |what: &str| {
+        Err(format!(
+            "the remote command uses {what}, which prrte-k8s-rsh does not run (it runs one \
+             program without a shell): {}",
+            crate::text::printable(src, 300)
+        ))
+    };
+    match chars.peek().copied() {
+        Some('(') => refuse("`$(...)` (command substitution or arithmetic)"),
+        Some('{') => {
+            chars.next();
+            let mut name = String::new();
+            for c in chars.by_ref() {
+                if c == '}' {
+                    if !is_var_name(&name) {
+                        return refuse(&format!(
+                            "`${{{name}}}` (only plain `${{NAME}}` is expanded)"
+                        ));
+                    }
+                    text.push_str(&format!("${{{name}}}"));
+                    return Ok(());
+                }
+                name.push(c);
+            }
+            Err("unterminated `${` in the remote command".into())
+        }
+        Some(c) if c.is_ascii_alphabetic() || c == '_' => {
+            let mut name = String::new();
+            while let Some(&c) = chars.peek() {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    name.push(c);
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            text.push_str(&format!("${{{name}}}"));
+            Ok(())
+        }
+        Some(c) if c.is_ascii_digit() || "?$!#*@-".contains(c) => {
+            refuse(&format!("the special parameter `${c}`"))
+        }
+        _ => {
+            text.push_str("$$");
+            Ok(())
+        }
+    }
+}
+
+/// Parses the remote command (ssh's arguments after the host, joined with spaces).
+pub fn parse(src: &str) -> Result<RemoteCommand, String> {
+    let mut out = RemoteCommand::default();
+    interpret(lex(src)?, &mut out, 0)?;
+    if out.argv.is_empty() {
+        return Err(format!(
+            "no program in the remote command {:?} (an interactive login is not supported)",
+            crate::text::printable(src, 300)
+        ));
+    }
+    Ok(out)
+}
+
+fn interpret(commands: Vec<Vec<Word>>, out: &mut RemoteCommand, depth: u32) -> Result<(), String> {
+    if depth > 4 {
+        return Err("eval nested too deeply".into());
+    }
+    for cmd in commands {
+        if !out.argv.is_empty() {
+            return Err(format!(
+                "nothing may follow the program in the remote command (found `{}` after `{}`)",
+                crate::text::printable(&cmd[0].text, 100),
+                crate::text::printable(&out.argv[0], 100)
+            ));
+        }
+        let mut words = cmd.into_iter().peekable();
+        let mut assigns = Vec::new();
+        while let Some(w) = words.next_if(|w| w.assign.is_some()) {
+            assigns.push(split_assign(&w));
+        }
+        let rest: Vec<Word> = words.collect();
+        if rest.is_empty() {
+            out.env.extend(assigns);
+            continue;
+        }
+        run_words(rest, assigns, out, depth)?;
+    }
+    Ok(())
+}
+
+fn split_assign(w: &Word) -> (String, String) {
+    let i = w.assign.expect("an assignment");
+    (w.text[..i].to_owned(), w.text[i + 1..].to_owned())
+}
+
+fn run_words(
+    mut rest: Vec<Word>,
+    assigns: Vec<(String, String)>,
+    out: &mut RemoteCommand,
+    depth: u32,
+) -> Result<(), String> {
+    match rest[0].literal() {
+        Some("export") => {
+            out.env.extend(assigns);
+            for w in &rest[1..] {
+                if w.assign.is_some() {
+                    out.env.push(split_assign(w));
+                } else if !w.literal().is_some_and(is_var_name) {
+                    return Err(format!(
+                        "export {}: not a variable name",
+                        crate::text::printable(&w.text, 100)
+                    ));
+                }
+            }
+            Ok(())
+        }
+        Some("cd") => match &rest[1..] {
+            [dir] => {
+                out.cwd = Some(dir.text.clone());
+                Ok(())
+            }
+            _ => Err("cd needs exactly one directory".into()),
+        },
+        Some("true") | Some(":") if rest.len() == 1 => Ok(()),
+        Some("exec") if rest.len() > 1 => {
+            rest.remove(0);
+            run_words(rest, assigns, out, depth)
+        }
+        Some("env") => {
+            rest.remove(0);
+            let mut assigns = assigns;
+            while rest.first().is_some_and(|w| w.assign.is_some()) {
+                assigns.push(split_assign(&rest.remove(0)));
+            }
+            if rest.first().is_some_and(|w| w.text.starts_with('-')) {
+                return Err("env options are not supported in the remote command".into());
+            }
+            if rest.is_empty() {
+                return Err("env without a program".into());
+            }
+            run_words(rest, assigns, out, depth)
+        }
+        Some("eval") => {
+            out.env.extend(assigns);
+            // eval joins its (already unquoted) words and parses the result again.
+            let source: Vec<String> = rest[1..]
+                .iter()
+                .map(|w| w.text.replace("$$", "$"))
+                .collect();
+            interpret(lex(&source.join(" "))?, out, depth + 1)
+        }
+        _ => {
+            out.env.extend(assigns);
+            out.argv = rest.into_iter().map(|w| w.text).collect();
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn prrte_ssh_launcher_command() {
+        // What PRRTE 3.0.8's ssh PLM sends (bash/sh remote shell), as ssh would join it.
+        let src = "PRTE_PREFIX=/opt/v;export PRTE_PREFIX;LD_LIBRARY_PATH=/opt/v/lib:/opt/v/lib:$LD_LIBRARY_PATH;export LD_LIBRARY_PATH;DYLD_LIBRARY_PATH=/opt/v/lib:$DYLD_LIBRARY_PATH;export DYLD_LIBRARY_PATH;/opt/v/bin/prted --allow-run-as-root --prtemca ess \"env\" --prtemca ess_base_nspace \"prterun-vm-6744@0\" --prtemca prte_hnp_uri \"prterun-vm-6744@0.0;tcp://192.0.2.2:53293:64,24;tcp6://[fd00::2]:44149:64,24\" --prtemca PREFIXES \"errmgr,ess\" --tree-spawn";
+        let c = parse(src).unwrap();
+        assert_eq!(
+            c.env,
+            env(&[
+                ("PRTE_PREFIX", "/opt/v"),
+                (
+                    "LD_LIBRARY_PATH",
+                    "/opt/v/lib:/opt/v/lib:${LD_LIBRARY_PATH}"
+                ),
+                ("DYLD_LIBRARY_PATH", "/opt/v/lib:${DYLD_LIBRARY_PATH}"),
+            ])
+        );
+        assert_eq!(c.cwd, None);
+        assert_eq!(
+            c.argv,
+            [
+                "/opt/v/bin/prted",
+                "--allow-run-as-root",
+                "--prtemca",
+                "ess",
+                "env",
+                "--prtemca",
+                "ess_base_nspace",
+                "prterun-vm-6744@0",
+                "--prtemca",
+                "prte_hnp_uri",
+                "prterun-vm-6744@0.0;tcp://192.0.2.2:53293:64,24;tcp6://[fd00::2]:44149:64,24",
+                "--prtemca",
+                "PREFIXES",
+                "errmgr,ess",
+                "--tree-spawn",
+            ]
+        );
+    }
+
+    #[test]
+    fn hydra_launcher_command() {
+        let src = "\"/opt/m/bin/hydra_pmi_proxy\" --control-port 10.0.0.2:39129 --rmk user --launcher ssh --launcher-exec /usr/bin/prrte-k8s-rsh --demux poll --pgid 0 --retries 10 --usize -1 --proxy-id 0";
+        let c = parse(src).unwrap();
+        assert!(c.env.is_empty());
+        assert_eq!(c.argv[0], "/opt/m/bin/hydra_pmi_proxy");
+        assert_eq!(c.argv.len(), 19);
+        assert_eq!(c.argv[2], "10.0.0.2:39129");
+    }
+
+    #[test]
+    fn prefixes_launchers_use() {
+        let c = parse("cd /work/dir && FOO=1 BAR='a b' exec /bin/prog x 'y z'").unwrap();
+        assert_eq!(c.cwd.as_deref(), Some("/work/dir"));
+        assert_eq!(c.env, env(&[("FOO", "1"), ("BAR", "a b")]));
+        assert_eq!(c.argv, ["/bin/prog", "x", "y z"]);
+        let c = parse("eval \"PATH=/x:\\$PATH\" /bin/prog '$HOME'").unwrap();
+        assert_eq!(c.env, env(&[("PATH", "/x:${PATH}")]));
+        assert_eq!(c.argv, ["/bin/prog", "${HOME}"]);
+        let c = parse("env A=1 /bin/prog \"cost \\$5\" 'lit$x' a=b").unwrap();
+        assert_eq!(c.env, env(&[("A", "1")]));
+        assert_eq!(c.argv, ["/bin/prog", "cost $$5", "lit$$x", "a=b"]);
+        let c = parse("export A=1 B; : ; true; /p  # comment").unwrap();
+        assert_eq!(c.env, env(&[("A", "1")]));
+        assert_eq!(c.argv, ["/p"]);
+        let c = parse("'A=1' /p").unwrap();
+        assert_eq!(c.argv, ["A=1", "/p"]);
+    }
+
+    #[test]
+    fn shell_constructs_are_refused() {
+        for (src, what) in [
+            ("/p | cat", "`|`"),
+            ("/p || x", "`|`"),
+            ("/p > f", "redirection"),
+            ("/p &", "background"),
+            ("/p $(id)", "$(...)"),
+            ("/p `id`", "backquotes"),
+            ("/p \"`id`\"", "backquotes"),
+            ("(/p)", "subshell"),
+            ("/p *", "glob"),
+            ("/p $?", "special parameter"),
+            ("/p; /q", "nothing may follow"),
+            ("A=1", "no program"),
+            ("", "no program"),
+            ("cd", "exactly one"),
+            ("/p 'x", "unterminated"),
+            ("/p \"x", "unterminated"),
+        ] {
+            let e = parse(src).unwrap_err();
+            assert!(e.contains(what), "{src:?}: {e}");
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! `exec` requests through the real agent and the real `prrte-k8s-rsh`: only allowlisted
+//! programs start, output/stdin/exit status/signals travel, and a client that goes away takes
+//! the remote process group with it.
+#![forbid(unsafe_code)]
+
+mod agent_support;
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use agent_support::{alive, all_gone, wait_for, AgentProc, TestDir, WAIT};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+const RSH: &str = env!("CARGO_BIN_EXE_prrte-k8s-rsh");
+
+/// The remote test program: `--io WORD CODE` prints, reads stdin and exits CODE; `--wait`
+/// starts a `sleep` in its process group and waits.
+const PROG: &str = r#"#!/bin/sh
+d='@DIR@'
+echo $$ > "$d/prog.tmp"; mv "$d/prog.tmp" "$d/prog.pid"
+case "$1" in
+  --io) echo "out $2 FOO=$FOO PRE=$LD_PRELOAD PWD=$(pwd)"; echo "err line" >&2; cat; exit "$3" ;;
+  --wait) sleep 1000 & echo $! > "$d/sleep.tmp"; mv "$d/sleep.tmp" "$d/sleep.pid"; wait ;;
+esac
+"#;
+
+fn setup(allow: bool) -> (TestDir, AgentProc, String) {
+    let td = TestDir::new();
+    let prog = td.path("prog");
+    std::fs::write(
+        &prog,
+        PROG.replace("@DIR@", td.dir.path().to_str().unwrap()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let prog = prog.display().to_string();
+    let extra: Vec<&str> = if allow {
+        vec!["--exec-allow", prog.as_str()]
+    } else {
+        vec![]
+    };
+    let agent = AgentProc::spawn(&td, &extra);
+    (td, agent, prog)
+}
+
+fn rsh(td: &TestDir, agent: &AgentProc, args: &[&str]) -> Command {
+    let mut c = Command::new(RSH);
+    c.args(args)
+        .env("PRRTE_K8S_SECRET_FILE", &td.secret_file)
+        .env("PRRTE_K8S_AGENT_PORT", agent.addr.port().to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn run(mut c: Command, stdin: &[u8]) -> Output {
+    c.stdin(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    wait_output(child)
+}
+
+fn wait_output(child: Child) -> Output {
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output().unwrap()));
+    match rx.recv_timeout(WAIT) {
+        Ok(o) => o,
+        Err(_) => {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            panic!("prrte-k8s-rsh did not end within {WAIT:?}");
+        }
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn a_program_not_on_the_allowlist_is_refused_and_nothing_starts() {
+    let (td, agent, prog) = setup(false);
+    let marker = td.path("started");
+    for cmd in [
+        vec![prog.clone(), "--io".into(), "x".into(), "0".into()],
+        vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            format!("'touch {}'", marker.display()),
+        ],
+        vec!["touch".into(), marker.display().to_string()],
+    ] {
+        let mut args = vec!["-x", "127.0.0.1"];
+        args.extend(cmd.iter().map(|s| s.as_str()));
+        let o = run(rsh(&td, &agent, &args), b"");
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(255), "{err}");
+        assert!(
+            err.contains("refused") && err.contains("not on the allowlist"),
+            "{err}"
+        );
+        assert!(err.contains(&td.prted.display().to_string()), "{err}");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!td.path("prog.pid").exists(), "the program ran");
+    assert!(!marker.exists(), "a shell ran");
+    assert_eq!(td.launches(), 0, "prted ran");
+    // The shell syntax a launcher never needs is refused by the client before connecting.
+    let o = run(rsh(&td, &agent, &["127.0.0.1", &prog, "|", "cat"]), b"");
+    assert_eq!(o.status.code(), Some(255));
+    assert!(text(&o.stderr).contains("`|`"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn output_stdin_environment_and_exit_status_travel() {
+    let (td, agent, prog) = setup(true);
+    let cwd = td.dir.path().display().to_string();
+    // As a launcher sends it: one shell-quoted string with prefixes.
+    let remote = format!("cd {cwd} && FOO='a b' exec '{prog}' --io \"hello world\" 7");
+    let o = run(rsh(&td, &agent, &["-x", "-n", "127.0.0.1", &remote]), b"");
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(7), "{out}{err}");
+    assert_eq!(out, format!("out hello world FOO=a b PRE= PWD={cwd}\n"));
+    assert_eq!(err, "err line\n");
+    // stdin is forwarded until its end.
+    let o = run(
+        rsh(&td, &agent, &["127.0.0.1", &prog, "--io", "x", "0"]),
+        b"line 1\nline 2\n",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).ends_with("line 1\nline 2\n"),
+        "{}",
+        text(&o.stdout)
+    );
+    // Code-loading variables are refused with the reason; nothing starts.
+    std::fs::remove_file(td.path("prog.pid")).unwrap();
+    let o = run(
+        rsh(
+            &td,
+            &agent,
+            &["127.0.0.1", "LD_PRELOAD=/x.so", &prog, "--io", "x", "0"],
+        ),
+        b"",
+    );
+    assert_eq!(o.status.code(), Some(255));
+    assert!(
+        text(&o.stderr).contains("LD_PRELOAD"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!td.path("prog.pid").exists());
+}
+
+#[test]
+fn a_signal_reaches_the_remote_group_and_its_status_comes_back() {
+    let (td, agent, prog) = setup(true);
+    let child = rsh(&td, &agent, &["-n", "127.0.0.1", &prog, "--wait"])
+        .spawn()
+        .unwrap();
+    let prog_pid = td.wait_pid("prog.pid");
+    let sleep_pid = td.wait_pid("sleep.pid");
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let o = wait_output(child);
+    assert_eq!(o.status.code(), Some(128 + 15), "{}", text(&o.stderr));
+    assert!(all_gone(&[prog_pid, sleep_pid], WAIT));
+    assert!(
+        agent
+            .wait_log(WAIT, |v| v["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("forwarding a signal")))
+            .is_some(),
+        "{:?}",
+        agent.logs()
+    );
+}
+
+#[test]
+fn killing_the_client_kills_the_remote_process_group() {
+    let (td, agent, prog) = setup(true);
+    let mut child = rsh(&td, &agent, &["-n", "127.0.0.1", &prog, "--wait"])
+        .spawn()
+        .unwrap();
+    let prog_pid = td.wait_pid("prog.pid");
+    let sleep_pid = td.wait_pid("sleep.pid");
+    assert!(alive(prog_pid) && alive(sleep_pid));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        all_gone(&[prog_pid, sleep_pid], WAIT),
+        "the remote program or its child survived the client"
+    );
+    assert!(wait_for(WAIT, || agent
+        .logs()
+        .iter()
+        .any(|l| l.contains("the client went away"))
+        .then_some(()))
+    .is_some());
+}
