@@ -630,10 +630,14 @@ async fn network_policy_keeps_other_pods_out_and_the_job_works() {
     ];
     for (ip, port, what) in targets {
         let insider = if *ip == ip0 { &pod1 } else { &pod0 };
-        assert_eq!(
-            probe(&job.cluster, insider, ip, port),
-            "open",
-            "a job pod reaches the {what} port {ip}:{port}"
+        // (a few tries: on a loaded machine one 2 s attempt may not be enough)
+        let got: Vec<String> = (0..3)
+            .map(|_| probe(&job.cluster, insider, ip, port))
+            .take_while(|r| r != "open")
+            .collect();
+        assert!(
+            got.len() < 3,
+            "a job pod reaches the {what} port {ip}:{port}: {got:?}"
         );
         assert_eq!(
             probe(&job.cluster, "outsider", ip, port),
