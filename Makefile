@@ -3,10 +3,11 @@
 #   make test   everything the project tests
 #   make image  the container images (Open MPI 5 + PRRTE + the k8s components; prrte-config/image)
 #   make bench  DVM-ready time, daemons through the agents vs through an sshd in each pod
+#   make bench-scale  discovery of 1,000/10,000 pods, fan-out to 256/1,024 agents, agent RSS
 SHELL := /bin/bash
 export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s1
 
-.PHONY: setup build lint image test demo bench clean-leftovers
+.PHONY: setup build lint image test demo bench bench-scale clean-leftovers
 
 setup:
 	bash prrte-config/setup.sh
@@ -24,8 +25,14 @@ test: build image
 	bash tests/run-tests.sh
 
 # BENCH_ARGS, e.g. "--quick" or "--pods 4,16 --runs 3" (prrte-k8s-bench --help)
-bench: build
+# `make bench` runs the scale benchmarks first, then the launch benchmark.
+bench: build bench-scale
 	target/debug/prrte-k8s-bench $(BENCH_ARGS)
+
+# Release build (cargo's bench profile); SCALE_ARGS e.g. "discovery --pods 1000" (--help).
+# Writes bench-scale.json.
+bench-scale: setup
+	cargo bench -p prrte-k8s --bench scale -- --json bench-scale.json $(SCALE_ARGS)
 
 image: setup
 	bash prrte-config/image/build.sh

@@ -13,6 +13,7 @@ pub mod api;
 pub mod client;
 pub mod error;
 pub mod infer;
+pub mod list;
 pub mod order;
 pub mod quantity;
 pub mod readiness;
@@ -26,7 +27,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
 
 pub use error::{DiscoveryError, ErrorKind, PODS_RULE};
 pub use infer::{SelfIdentity, SelfNameSource};
@@ -34,7 +34,7 @@ pub use slots::{
     ParseSlotsPolicyError, SlotsPolicy, DEPRECATED_SLOTS_ANNOTATION, SLOTS_ANNOTATION,
 };
 
-use api::{Ctx, Operation};
+use api::Ctx;
 use client::Environment;
 use readiness::{classify, PodReadiness};
 
@@ -289,10 +289,7 @@ pub async fn discover_with(
         }
     };
 
-    let pods_api: Api<Pod> = Api::namespaced(ctx.api.client.clone(), &namespace);
-    let list_op = Operation::pods("list", &namespace).selecting(&selector);
-    let list_params = ListParams::default().labels(&selector);
-    let first = ctx.call(&list_op, || pods_api.list(&list_params)).await?;
+    let first = list::list_pods(&ctx, &namespace, &selector).await?;
 
     let candidates: Vec<&Pod> = first
         .items

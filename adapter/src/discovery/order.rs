@@ -123,7 +123,42 @@ pub fn compare_pods(a: &Pod, b: &Pod) -> Ordering {
 
 /// Sorts pods into allocation order.
 pub fn sort_pods(pods: &mut [Pod]) {
-    pods.sort_by(compare_pods);
+    sort_pods_by(pods, |p| p);
+}
+
+/// Sorts items holding pods into allocation order (as [`compare_pods`]), reading each pod's
+/// index once rather than at every comparison.
+pub fn sort_pods_by<T>(items: &mut [T], pod: impl Fn(&T) -> &Pod) {
+    let keys: Vec<Option<(u64, u64)>> = items
+        .iter()
+        .map(|t| pod_index(pod(t)).map(|i| i.sort_key()))
+        .collect();
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| {
+        let by_index = match (keys[a], keys[b]) {
+            (Some(x), Some(y)) => x.cmp(&y),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => Ordering::Equal,
+        };
+        let (na, nb) = (name(pod(&items[a])), name(pod(&items[b])));
+        by_index
+            .then_with(|| natural_cmp(na, nb))
+            .then_with(|| na.cmp(nb))
+    });
+    // Apply the permutation in place: position i takes the item at order[i].
+    let mut at: Vec<usize> = (0..items.len()).collect(); // at[k] = where original item k is now
+    let mut holds: Vec<usize> = (0..items.len()).collect(); // holds[i] = original item at i
+    for (i, &want) in order.iter().enumerate() {
+        let from = at[want];
+        if from != i {
+            items.swap(i, from);
+            let displaced = holds[i];
+            holds.swap(i, from);
+            at[displaced] = from;
+            at[want] = i;
+        }
+    }
 }
 
 /// The number reported as each pod's index, for pods already in allocation order.
@@ -171,6 +206,42 @@ mod tests {
         pods.iter()
             .map(|p| p.metadata.name.clone().unwrap())
             .collect()
+    }
+
+    #[test]
+    fn sorting_with_keys_read_once_equals_sorting_by_comparison() {
+        let mut pods = Vec::new();
+        for i in 0..60u64 {
+            // A mix: completion indices, jobset pairs, statefulset ordinals, bare names, and
+            // equal keys decided by the name.
+            let k = (i * 37) % 60;
+            let (ci, jj, name) = (
+                (k % 7).to_string(),
+                (k % 3).to_string(),
+                format!("w-{}", (k * 13) % 17),
+            );
+            let p = match k % 4 {
+                0 => pod(&name, &[(JOB_COMPLETION_INDEX, &ci)], &[]),
+                1 => pod(
+                    &name,
+                    &[(JOB_COMPLETION_INDEX, &ci), (JOBSET_JOB_INDEX, &jj)],
+                    &[],
+                ),
+                2 => pod(&name, &[], &[(STATEFULSET_POD_INDEX, &ci)]),
+                _ => pod(&format!("{name}-{k}"), &[], &[]),
+            };
+            pods.push(p);
+        }
+        let mut by_cmp = pods.clone();
+        by_cmp.sort_by(compare_pods);
+        sort_pods(&mut pods);
+        assert_eq!(names(&pods), names(&by_cmp));
+        let mut refs: Vec<&Pod> = by_cmp.iter().rev().collect();
+        sort_pods_by(&mut refs, |p| p);
+        assert_eq!(
+            refs.iter().map(|p| name(p).to_string()).collect::<Vec<_>>(),
+            names(&by_cmp)
+        );
     }
 
     #[test]

@@ -20,15 +20,15 @@ use kube::runtime::WatchStreamExt;
 use super::api::{Ctx, Operation};
 use super::client::error_chain;
 use super::error::DiscoveryError;
-use super::order::{pod_index, sort_pods, PodIndex};
+use super::order::{pod_index, sort_pods_by, PodIndex};
 use super::readiness::{classify, PodReadiness};
 use super::Progress;
 
 /// The selected pods split by readiness.
 #[derive(Debug, Clone, Default)]
-pub struct Evaluation {
+pub struct Evaluation<'a> {
     /// Allocatable pods, in allocation order.
-    pub ready: Vec<Pod>,
+    pub ready: Vec<&'a Pod>,
     /// (name, description) of pods that may still become ready.
     pub not_ready: Vec<(String, String)>,
     /// (name, reason) of terminating or finished pods.
@@ -40,16 +40,16 @@ fn name(p: &Pod) -> String {
 }
 
 /// Classifies every pod; ready ones are sorted into allocation order.
-pub fn evaluate<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Evaluation {
+pub fn evaluate<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Evaluation<'a> {
     let mut e = Evaluation::default();
     for p in pods {
         match classify(p) {
-            PodReadiness::Ready(_) => e.ready.push(p.clone()),
+            PodReadiness::Ready(_) => e.ready.push(p),
             PodReadiness::NotReady(d) => e.not_ready.push((name(p), d)),
             PodReadiness::Excluded(d) => e.excluded.push((name(p), d)),
         }
     }
-    sort_pods(&mut e.ready);
+    sort_pods_by(&mut e.ready, |p| p);
     e.not_ready
         .sort_by(|a, b| super::order::natural_cmp(&a.0, &b.0));
     e
@@ -143,13 +143,13 @@ impl Waiter<'_> {
         }
     }
 
-    /// Evaluates, reports progress when the ready count changed, and returns the allocation
-    /// once enough pods are ready.
+    /// Evaluates, reports progress when the ready count changed, and, once enough pods are
+    /// ready, returns the names of the first `expected` of them in allocation order.
     fn check(
         &mut self,
         pods: &BTreeMap<String, Pod>,
         last_ready: &mut Option<usize>,
-    ) -> (Evaluation, Option<Vec<Pod>>) {
+    ) -> Option<Vec<String>> {
         let eval = evaluate(pods.values());
         if *last_ready != Some(eval.ready.len()) {
             *last_ready = Some(eval.ready.len());
@@ -167,12 +167,13 @@ impl Waiter<'_> {
                 waiting_for,
             });
         }
-        if eval.ready.len() >= self.expected as usize {
-            let mut chosen = eval.ready.clone();
-            chosen.truncate(self.expected as usize);
-            return (eval, Some(chosen));
-        }
-        (eval, None)
+        (eval.ready.len() >= self.expected as usize).then(|| {
+            eval.ready
+                .iter()
+                .take(self.expected as usize)
+                .map(|p| name(p))
+                .collect()
+        })
     }
 
     /// Sorts a watcher error into fatal (400, 401, 403) and retried (everything else,
@@ -207,8 +208,8 @@ impl Waiter<'_> {
     pub async fn wait(mut self, first: ObjectList<Pod>) -> Result<Vec<Pod>, DiscoveryError> {
         let (mut pods, _) = into_map(first);
         let mut last_ready = None;
-        if let (_, Some(chosen)) = self.check(&pods, &mut last_ready) {
-            return Ok(chosen);
+        if let Some(chosen) = self.check(&pods, &mut last_ready) {
+            return Ok(take(&mut pods, chosen));
         }
         let deadline = self.ctx.deadline;
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -274,11 +275,16 @@ impl Waiter<'_> {
                     }
                 },
             }
-            if let (_, Some(chosen)) = self.check(&pods, &mut last_ready) {
-                return Ok(chosen);
+            if let Some(chosen) = self.check(&pods, &mut last_ready) {
+                return Ok(take(&mut pods, chosen));
             }
         }
     }
+}
+
+/// Moves the pods named by `names` out of `pods`, in that order.
+fn take(pods: &mut BTreeMap<String, Pod>, names: Vec<String>) -> Vec<Pod> {
+    names.iter().filter_map(|n| pods.remove(n)).collect()
 }
 
 /// Pods by name, and the list's resource version ("0" when the server gave none).
@@ -337,7 +343,7 @@ mod tests {
         ]);
         let e = evaluate(pods.values());
         assert_eq!(
-            e.ready.iter().map(name).collect::<Vec<_>>(),
+            e.ready.iter().map(|p| name(p)).collect::<Vec<_>>(),
             ["w-2", "w-10"]
         );
         assert_eq!(e.not_ready.len(), 1);

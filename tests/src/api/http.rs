@@ -38,6 +38,51 @@ pub struct State {
     pub watch_drops: watch::Sender<u64>,
     /// Injected faults (see [`super::faults`]).
     pub faults: super::faults::Faults,
+    /// Every request served, in order (see [`super::ApiServer::requests`]).
+    pub requests: std::sync::Mutex<Vec<RequestRecord>>,
+}
+
+/// One request the server answered: what a client asked for and how big the answer was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestRecord {
+    pub method: String,
+    /// Path without the query.
+    pub path: String,
+    /// The raw query string ("" when none).
+    pub query: String,
+    pub status: u16,
+    /// Bytes of the response body when it was sent whole (0 for streams such as watches).
+    pub body_bytes: u64,
+}
+
+impl RequestRecord {
+    /// Whether this was a watch (`watch=true`/`watch=1` or a legacy `/watch/` path).
+    pub fn is_watch(&self) -> bool {
+        super::faults::is_watch(Some(&self.query)) || self.path.contains("/watch/")
+    }
+
+    /// Whether this was a list (a GET of a collection that is not a watch). A collection path
+    /// ends with a resource name: `/api/v1/pods`, `/api/v1/namespaces/NS/pods`,
+    /// `/apis/G/V/namespaces/NS/R`.
+    pub fn is_list(&self) -> bool {
+        if self.method != "GET" || self.is_watch() {
+            return false;
+        }
+        let parts: Vec<&str> = self.path.trim_matches('/').split('/').collect();
+        let rest = match parts.first() {
+            Some(&"api") if parts.len() >= 2 => &parts[2..],
+            Some(&"apis") if parts.len() >= 3 => &parts[3..],
+            _ => return false,
+        };
+        matches!(rest, [_] | ["namespaces", _, _])
+    }
+
+    /// The value of query parameter `key`, if present.
+    pub fn param(&self, key: &str) -> Option<String> {
+        form_urlencoded::parse(self.query.as_bytes())
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.into_owned())
+    }
 }
 
 const MAX_BODY: usize = 16 << 20;
@@ -47,7 +92,11 @@ fn full(b: impl Into<Bytes>) -> Body {
 }
 
 fn json_response(code: u16, v: &Value) -> Response<Body> {
-    let body = serde_json::to_vec(v).expect("JSON values serialize");
+    bytes_response(code, serde_json::to_vec(v).expect("JSON values serialize"))
+}
+
+/// A response with a JSON body already serialized.
+fn bytes_response(code: u16, body: Vec<u8>) -> Response<Body> {
     Response::builder()
         .status(code)
         .header(header::CONTENT_TYPE, "application/json")
@@ -71,7 +120,8 @@ fn text_response(code: u16, s: impl Into<Bytes>) -> Response<Body> {
 /// Entry point for every request.
 pub async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().clone();
-    let path = req.uri().to_string();
+    let uri = req.uri().clone();
+    let path = uri.to_string();
     let ct = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -126,8 +176,29 @@ pub async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         _ => resp,
     };
     tracing::debug!(%method, %path, %ct, %accept, status = resp.status().as_u16(), "request");
+    record(&st, &method, &uri, &resp);
     resp
 }
+
+fn record(st: &State, method: &Method, uri: &http::Uri, resp: &Response<Body>) {
+    use hyper::body::Body as _;
+    let rec = RequestRecord {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+        query: uri.query().unwrap_or("").to_string(),
+        status: resp.status().as_u16(),
+        body_bytes: resp.body().size_hint().exact().unwrap_or(0),
+    };
+    let mut log = st.requests.lock().unwrap_or_else(|p| p.into_inner());
+    // A long-running sandbox keeps only the most recent requests.
+    if log.len() >= MAX_RECORDED {
+        log.drain(..MAX_RECORDED / 2);
+    }
+    log.push(rec);
+}
+
+/// Requests kept by [`State::requests`].
+const MAX_RECORDED: usize = 100_000;
 
 /// The Kubernetes `Status` a real API server sends with `code`.
 fn injected_status(code: u16) -> ApiError {
@@ -623,12 +694,25 @@ async fn resource_request(
                     "metadata": meta,
                     "items": r.items.iter().map(|o| table::partial_metadata(o, pv)).collect::<Vec<_>>(),
                 }),
-                Shape::Full => json!({
-                    "kind": rt.list_kind(),
-                    "apiVersion": rt.api_version(),
-                    "metadata": meta,
-                    "items": r.items.iter().map(|o| o.as_ref()).collect::<Vec<_>>(),
-                }),
+                Shape::Full => {
+                    // Serialized straight from the stored objects: no copy of a large list.
+                    #[derive(serde::Serialize)]
+                    struct List<'a> {
+                        kind: String,
+                        #[serde(rename = "apiVersion")]
+                        api_version: String,
+                        metadata: Value,
+                        items: Vec<&'a Value>,
+                    }
+                    let list = List {
+                        kind: rt.list_kind(),
+                        api_version: rt.api_version(),
+                        metadata: meta,
+                        items: r.items.iter().map(|o| o.as_ref()).collect(),
+                    };
+                    let body = serde_json::to_vec(&list).expect("JSON values serialize");
+                    return Ok(bytes_response(200, body));
+                }
             };
             Ok(json_response(200, &out))
         }
@@ -1283,4 +1367,45 @@ fn review(
         _ => return Err(ApiError::method_not_allowed(rt.plural)),
     }
     Ok(json_response(201, &out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RequestRecord;
+
+    fn rec(method: &str, path: &str, query: &str) -> RequestRecord {
+        RequestRecord {
+            method: method.into(),
+            path: path.into(),
+            query: query.into(),
+            status: 200,
+            body_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn records_tell_lists_gets_and_watches_apart() {
+        let list = rec(
+            "GET",
+            "/api/v1/namespaces/ns/pods",
+            "limit=500&labelSelector=app%3Dx",
+        );
+        assert!(list.is_list() && !list.is_watch());
+        assert_eq!(list.param("limit").as_deref(), Some("500"));
+        assert_eq!(list.param("labelSelector").as_deref(), Some("app=x"));
+        assert!(rec("GET", "/api/v1/pods", "").is_list());
+        assert!(rec("GET", "/apis/batch/v1/namespaces/ns/jobs", "").is_list());
+        let get = rec("GET", "/api/v1/namespaces/ns/pods/p-0", "");
+        assert!(!get.is_list() && !get.is_watch());
+        assert!(!rec("GET", "/apis/batch/v1/namespaces/ns/jobs/j", "").is_list());
+        let watch = rec(
+            "GET",
+            "/api/v1/namespaces/ns/pods",
+            "watch=true&resourceVersion=3",
+        );
+        assert!(watch.is_watch() && !watch.is_list());
+        assert!(rec("GET", "/api/v1/watch/namespaces/ns/pods", "").is_watch());
+        assert!(!rec("POST", "/api/v1/namespaces/ns/pods", "").is_list());
+        assert!(!rec("GET", "/version", "").is_list());
+    }
 }

@@ -15,6 +15,7 @@ pub mod table;
 mod tls;
 
 pub use auth::Rule;
+pub use http::RequestRecord;
 pub use status::ApiError;
 pub use store::{DeleteOptions, EventType, ListQuery, Obj, Part, Patch, Store, StoreEvent};
 
@@ -150,6 +151,7 @@ impl ApiServer {
             logs: RwLock::new(None),
             watch_drops: watch::channel(0).0,
             faults: faults::Faults::default(),
+            requests: std::sync::Mutex::new(Vec::new()),
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config.clone());
         let st = state.clone();
@@ -331,6 +333,27 @@ impl ApiServer {
             .faults
             .refused
             .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Every request answered since the start or the last [`ApiServer::take_requests`], in
+    /// order (requests answered by an injected fault are not recorded).
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.state
+            .requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Returns the recorded requests and starts a new record.
+    pub fn take_requests(&self) -> Vec<RequestRecord> {
+        std::mem::take(
+            &mut *self
+                .state
+                .requests
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
     }
 
     /// How often watches that allow bookmarks get one (default 5 s).

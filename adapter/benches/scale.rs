@@ -1,0 +1,952 @@
+//! prrte-k8s scale benchmarks, without a thousand real daemons (`make bench-scale`, or
+//! `cargo bench -p prrte-k8s --bench scale -- --help`; release profile):
+//!
+//! * `discovery`: `ras k8s` discovery (the code `prrte-k8s pods` and the RAS component run) of N
+//!   Running+Ready pods of an Indexed Job in the sandbox API server: time, API requests (lists,
+//!   pages, gets, watches, bytes), and the peak RSS of a `prrte-k8s pods` process.
+//! * `fanout`: the launcher (`prrte_k8s::launch`, what the PLM runs) sends authenticated launch
+//!   requests to N real agent processes, each on its own loopback address with a stub prted
+//!   that exits at once, and collects every `started` and `exited`: wall time and the launcher's
+//!   CPU time per daemon.
+//! * `footprint`: RSS of one release agent, idle and while a launch runs.
+//!
+//! Prints medians with [min-max]; `--json FILE` writes the numbers too. Not a timed test.
+#![forbid(unsafe_code)]
+
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use prrte_k8s::discovery::client::Environment;
+use prrte_k8s::discovery::{self, DiscoveryConfig};
+use prrte_k8s::launch::{LaunchEvent, LaunchOptions, LaunchRequest, LaunchTarget, Launcher};
+use sandbox::api::{resources, ApiOptions, ApiServer, RequestRecord};
+use serde_json::{json, Value};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "scale",
+    about = "prrte-k8s scale benchmarks (discovery, fan-out, agent footprint)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    what: Option<What>,
+    /// Write the results as JSON to this file too.
+    #[arg(long, global = true)]
+    json: Option<PathBuf>,
+    /// Timed runs per size (the median is reported).
+    #[arg(long, global = true, default_value_t = 5)]
+    runs: usize,
+    /// Cargo passes --bench to bench targets; ignored.
+    #[arg(long, hide = true, global = true)]
+    bench: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum What {
+    /// Discovery of N ready pods through the sandbox API server.
+    Discovery {
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+        pods: Vec<usize>,
+    },
+    /// The launcher against N agents on loopback addresses.
+    Fanout {
+        #[arg(long, value_delimiter = ',', default_value = "256,1024")]
+        agents: Vec<usize>,
+    },
+    /// RSS of one agent, idle and during a launch.
+    Footprint,
+    /// All of the above with their defaults.
+    All,
+    /// (internal) where a list's time goes.
+    #[command(hide = true)]
+    Breakdown {
+        #[arg(long, default_value_t = 10000)]
+        pods: usize,
+    },
+    /// (internal) run COMMAND, print its exit status and peak RSS in KiB.
+    #[command(hide = true)]
+    MaxRss {
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    match s.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+fn range(v: &[f64]) -> (f64, f64) {
+    (
+        v.iter().copied().fold(f64::INFINITY, f64::min),
+        v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    )
+}
+
+/// "median [min-max]" with `prec` decimals.
+fn stat(v: &[f64], prec: usize) -> String {
+    let (lo, hi) = range(v);
+    format!("{:.prec$} [{lo:.prec$}-{hi:.prec$}]", median(v))
+}
+
+fn stat_json(v: &[f64]) -> Value {
+    let (lo, hi) = range(v);
+    json!({"median": median(v), "min": lo, "max": hi, "samples": v})
+}
+
+/// A binary of this package, built next to the bench (cargo builds them for benches).
+fn bin(name: &str) -> PathBuf {
+    match name {
+        "prrte-k8s" => PathBuf::from(env!("CARGO_BIN_EXE_prrte-k8s")),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_prrte-k8s-agent")),
+    }
+}
+
+fn profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// (user + system) CPU seconds of this process so far.
+fn self_cpu() -> f64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let u = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
+    let tv = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    tv(u.user_time()) + tv(u.system_time())
+}
+
+// ---------------------------------------------------------------------------------------------
+// discovery
+
+const NS: &str = "scale";
+const JOB: &str = "mpi";
+
+/// The pod of index `i` of an Indexed Job of `n` pods, Running and Ready, as a kubelet and the
+/// Job controller leave it (labels, owner, two containers' worth of spec, conditions).
+fn ready_pod(i: usize, job_uid: &str) -> Value {
+    let name = format!("{JOB}-{i}-x{:05}", i % 100_000);
+    let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 128, 0, 0)) + i as u32 + 1);
+    json!({
+        "metadata": {
+            "name": name,
+            "labels": {
+                "batch.kubernetes.io/controller-uid": job_uid,
+                "batch.kubernetes.io/job-name": JOB,
+                "controller-uid": job_uid,
+                "job-name": JOB,
+                "batch.kubernetes.io/job-completion-index": i.to_string(),
+                "app": "mpi-demo",
+            },
+            "annotations": {"batch.kubernetes.io/job-completion-index": i.to_string()},
+            "ownerReferences": [{
+                "apiVersion": "batch/v1", "kind": "Job", "name": JOB, "uid": job_uid,
+                "controller": true, "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": {
+            "hostname": format!("{JOB}-{i}"),
+            "subdomain": JOB,
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "mpi",
+                "image": "localhost/prrte-k8s:latest",
+                "args": ["--prted", "/opt/prrte/bin/prted"],
+                "env": [
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "PRTE_MCA_oob_tcp_static_ipv4_ports", "value": "7121"},
+                ],
+                "ports": [{"containerPort": 7117, "name": "agent"}],
+                "resources": {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}},
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 7118}},
+                "volumeMounts": [
+                    {"name": "secret", "mountPath": "/etc/prrte-k8s/secret", "readOnly": true},
+                    {"name": "tmp", "mountPath": "/tmp"},
+                ],
+            }],
+            "volumes": [
+                {"name": "secret", "secret": {"secretName": "mpi-demo-prrte"}},
+                {"name": "tmp", "emptyDir": {}},
+            ],
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": ip.to_string(),
+            "podIPs": [{"ip": ip.to_string()}],
+            "hostIP": "192.168.0.1",
+            "startTime": "2026-01-01T00:00:00Z",
+            "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Initialized", "status": "True"},
+                {"type": "ContainersReady", "status": "True"},
+                {"type": "Ready", "status": "True"},
+            ],
+            "containerStatuses": [{
+                "name": "mpi", "ready": true, "restartCount": 0, "started": true,
+                "image": "localhost/prrte-k8s:latest", "imageID": "sha256:0", "containerID": "sandbox://0",
+                "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+            }],
+        },
+    })
+}
+
+/// Fills the store with an Indexed Job of `n` Running+Ready pods; returns pod 0's name.
+fn populate(server: &ApiServer, n: usize) -> Result<String> {
+    let store = server.store();
+    store
+        .create(
+            &resources::NAMESPACES,
+            "",
+            json!({"metadata": {"name": NS}}),
+            false,
+        )
+        .map_err(|e| anyhow::anyhow!("namespace: {e}"))?;
+    let job = store
+        .create(
+            &resources::JOBS,
+            NS,
+            json!({
+                "metadata": {"name": JOB},
+                "spec": {
+                    "parallelism": n, "completions": n, "completionMode": "Indexed",
+                    "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "mpi", "image": "x"}]}},
+                },
+            }),
+            false,
+        )
+        .map_err(|e| anyhow::anyhow!("job: {e}"))?;
+    let uid = job["metadata"]["uid"].as_str().unwrap_or("uid").to_string();
+    let mut first = String::new();
+    for i in 0..n {
+        let p = store
+            .create(&resources::PODS, NS, ready_pod(i, &uid), false)
+            .map_err(|e| anyhow::anyhow!("pod {i}: {e}"))?;
+        if i == 0 {
+            first = p["metadata"]["name"].as_str().unwrap_or_default().into();
+        }
+    }
+    Ok(first)
+}
+
+/// What one discovery asked of the API server.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Requests {
+    total: usize,
+    lists: usize,
+    /// Lists that passed `limit` (pages of a paginated list).
+    paged: usize,
+    gets: usize,
+    watches: usize,
+    /// GETs of single pods (must stay at most 1: our own pod).
+    pod_gets: usize,
+    bytes: u64,
+    largest_page_items: Option<u64>,
+}
+
+fn summarize(recs: &[RequestRecord]) -> Requests {
+    let mut r = Requests {
+        total: recs.len(),
+        ..Default::default()
+    };
+    for q in recs {
+        r.bytes += q.body_bytes;
+        if q.is_watch() {
+            r.watches += 1;
+        } else if q.is_list() {
+            r.lists += 1;
+            if let Some(l) = q.param("limit").and_then(|l| l.parse::<u64>().ok()) {
+                r.paged += 1;
+                r.largest_page_items = Some(r.largest_page_items.unwrap_or(0).max(l));
+            }
+        } else if q.method == "GET" {
+            r.gets += 1;
+            if q.path.contains("/pods/") {
+                r.pod_gets += 1;
+            }
+        }
+    }
+    r
+}
+
+/// Runs a command, returns (wall seconds, peak RSS KiB) through `scale max-rss` (a fresh
+/// process, so the peak is that command's alone).
+fn run_max_rss(cmd: &[String], env: &[(&str, &str)]) -> Result<(f64, u64, String)> {
+    let me = std::env::current_exe()?;
+    let t0 = Instant::now();
+    let out = Command::new(me)
+        .arg("max-rss")
+        .arg("--")
+        .args(cmd)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()?;
+    let wall = t0.elapsed().as_secs_f64();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let last = text.lines().last().unwrap_or("");
+    let kib = last
+        .strip_prefix("max-rss-kib ")
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    match kib {
+        Some(k) if out.status.success() => Ok((wall, k, text)),
+        _ => bail!(
+            "{cmd:?} failed: {}\n{text}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+fn max_rss(command: &[String]) -> Result<()> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let Some((prog, args)) = command.split_first() else {
+        bail!("max-rss needs a command");
+    };
+    let out = Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()?;
+    let kib = getrusage(UsageWho::RUSAGE_CHILDREN)?.max_rss();
+    std::io::stdout().write_all(&out.stdout)?;
+    std::io::stderr().write_all(&out.stderr)?;
+    if !out.status.success() {
+        bail!("{prog} exited with {}", out.status);
+    }
+    println!("\nmax-rss-kib {kib}");
+    Ok(())
+}
+
+fn bench_discovery(sizes: &[usize], runs: usize) -> Result<Value> {
+    println!(
+        "## Discovery (ras k8s / prrte-k8s pods), {} build; load before: {}",
+        profile(),
+        load()
+    );
+    println!("Indexed Job of N Running+Ready pods in the sandbox API server (TLS, same machine);");
+    println!("discovery infers the selector from its own pod and the count from the Job.\n");
+    println!("| pods | in-process discovery, ms | `prrte-k8s pods`, ms | requests (lists/pages, gets, watches) | response bytes | `prrte-k8s pods` peak RSS |");
+    println!("| ---: | --- | --- | --- | ---: | ---: |");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let mut rows = Vec::new();
+    for &n in sizes {
+        let server = rt.block_on(ApiServer::start(ApiOptions::default()))?;
+        let self_pod = populate(&server, n)?;
+        let cfg = DiscoveryConfig {
+            namespace: Some(NS.into()),
+            kubeconfig: Some(server.admin_kubeconfig().to_path_buf()),
+            self_pod: Some(self_pod.clone()),
+            timeout: Duration::from_secs(120),
+            ..Default::default()
+        };
+        // In process, on a plain thread with its own runtime: what the RAS component does.
+        let mut times = Vec::new();
+        let mut requests = None;
+        for run in 0..=runs {
+            server.take_requests();
+            let t0 = Instant::now();
+            let alloc = std::thread::scope(|s| {
+                s.spawn(|| {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("runtime");
+                    rt.block_on(discovery::discover_with(
+                        &cfg,
+                        &Environment::default(),
+                        &mut |_| {},
+                    ))
+                })
+                .join()
+                .expect("discovery thread")
+            })?;
+            let dt = t0.elapsed().as_secs_f64() * 1e3;
+            if alloc.nodes.len() != n || alloc.nodes[n - 1].ip.octets()[0] != 10 {
+                bail!("discovery found {} of {n} pods", alloc.nodes.len());
+            }
+            let r = summarize(&server.take_requests());
+            if run > 0 {
+                // run 0 warms up (TLS session setup paths, allocator)
+                times.push(dt);
+            }
+            requests = Some(r);
+        }
+        let requests = requests.expect("at least one run");
+        // The command line, a process per run.
+        let mut cli_times = Vec::new();
+        let mut rss = Vec::new();
+        let kc = server.admin_kubeconfig().to_string_lossy().to_string();
+        let cmd: Vec<String> = vec![
+            bin("prrte-k8s").to_string_lossy().into(),
+            "pods".into(),
+            "--namespace".into(),
+            NS.into(),
+            "--kubeconfig".into(),
+            kc,
+            "--self-pod".into(),
+            self_pod.clone(),
+            "--hostfile".into(),
+        ];
+        for run in 0..=runs {
+            let (wall, kib, out) = run_max_rss(&cmd, &[])?;
+            let lines = out.lines().filter(|l| l.contains("slots=")).count();
+            if lines != n {
+                bail!("prrte-k8s pods printed {lines} hostfile lines for {n} pods");
+            }
+            if run > 0 {
+                cli_times.push(wall * 1e3);
+                rss.push(kib as f64 / 1024.0);
+            }
+        }
+        let cli_requests = summarize(&server.take_requests());
+        println!(
+            "| {n} | {} | {} | {} ({}/{} of ≤{}), {} ({} pod), {} | {:.1} MiB | {} MiB |",
+            stat(&times, 1),
+            stat(&cli_times, 1),
+            requests.total,
+            requests.lists,
+            requests.paged,
+            requests.largest_page_items.unwrap_or(0),
+            requests.gets,
+            requests.pod_gets,
+            requests.watches,
+            requests.bytes as f64 / (1 << 20) as f64,
+            stat(&rss, 1),
+        );
+        rows.push(json!({
+            "pods": n,
+            "in_process_ms": stat_json(&times),
+            "cli_ms": stat_json(&cli_times),
+            "cli_peak_rss_mib": stat_json(&rss),
+            "requests": {
+                "total": requests.total, "lists": requests.lists, "paged_lists": requests.paged,
+                "page_limit": requests.largest_page_items, "gets": requests.gets,
+                "pod_gets": requests.pod_gets, "watches": requests.watches, "bytes": requests.bytes,
+            },
+            "cli_requests_all_runs": cli_requests.total,
+        }));
+        drop(server);
+    }
+    println!("\nload after: {}", load());
+    Ok(json!({"profile": profile(), "rows": rows}))
+}
+
+fn breakdown(n: usize) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let server = rt.block_on(ApiServer::start(ApiOptions::default()))?;
+    populate(&server, n)?;
+    let crt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    crt.block_on(async {
+        let kc = kube::config::Kubeconfig::read_from(server.admin_kubeconfig())?;
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+        let client = kube::Client::try_from(cfg)?;
+        for limit in [None, Some(500u32)] {
+            for _ in 0..3 {
+                let t0 = Instant::now();
+                let mut bytes = Vec::new();
+                let mut cont: Option<String> = None;
+                loop {
+                    let mut q = String::new();
+                    if let Some(l) = limit { q.push_str(&format!("limit={l}&")); }
+                    if let Some(c) = &cont { q.push_str(&format!("continue={c}&")); }
+                    let req = http::Request::get(format!("/api/v1/namespaces/{NS}/pods?{q}")).body(Vec::new())?;
+                    let text = client.request_text(req).await?;
+                    let v: serde_json::Value = serde_json::from_str(&text)?;
+                    cont = v["metadata"]["continue"].as_str().map(String::from);
+                    bytes.push(text);
+                    if cont.is_none() { break; }
+                }
+                let t1 = Instant::now();
+                let mut pods = 0;
+                for b in &bytes {
+                    let l: kube::core::ObjectList<k8s_openapi::api::core::v1::Pod> = serde_json::from_str(b)?;
+                    pods += l.items.len();
+                }
+                let t2 = Instant::now();
+                let mut v2 = 0;
+                for b in &bytes {
+                    let l: serde_json::Value = serde_json::from_str(b)?;
+                    v2 += l["items"].as_array().map_or(0, |a| a.len());
+                }
+                let t3 = Instant::now();
+                println!("limit {limit:?}: fetch {:.1} ms ({} pages), parse Pod {:.1} ms ({pods}), parse Value {:.1} ms ({v2})",
+                    (t1 - t0).as_secs_f64() * 1e3, bytes.len(), (t2 - t1).as_secs_f64() * 1e3, (t3 - t2).as_secs_f64() * 1e3);
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// fan-out
+
+/// A secret file (32 random bytes as hex) in `dir`.
+fn secret_file(dir: &Path) -> Result<(PathBuf, Vec<u8>)> {
+    let key = hex::encode(rand::random::<[u8; 32]>());
+    let p = dir.join("key");
+    std::fs::write(&p, &key)?;
+    Ok((p, key.into_bytes()))
+}
+
+/// Agent processes on loopback addresses 127.77.x.y, killed on drop.
+struct Agents {
+    /// `unshare` processes.
+    children: Vec<Child>,
+    /// The agents (children of `unshare`, PID 1 of their namespaces).
+    pids: Vec<u32>,
+    addrs: Vec<SocketAddr>,
+}
+
+/// The first child of `pid`.
+fn child_of(pid: u32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+impl Drop for Agents {
+    /// SIGTERM (unshare passes it on; the agent stops cleanly), SIGKILL after 10 s.
+    fn drop(&mut self) {
+        use nix::sys::signal::{kill, Signal};
+        let pid = |c: &Child| nix::unistd::Pid::from_raw(c.id() as i32);
+        for c in &self.children {
+            let _ = kill(pid(c), Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for c in &mut self.children {
+            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = kill(pid(c), Signal::SIGKILL);
+            let _ = c.wait();
+        }
+    }
+}
+
+fn loopback(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 77, (i / 250) as u8, (i % 250) as u8 + 1)
+}
+
+/// Starts `n` agents (release build, `--cgroup off`, stub prted `prted`) and waits until every
+/// one accepts connections.
+fn start_agents(n: usize, dir: &Path, secret: &Path, prted: &Path) -> Result<Agents> {
+    let port: u16 = 20_000 + rand::random::<u16>() % 30_000;
+    let mut agents = Agents {
+        children: Vec::new(),
+        pids: Vec::new(),
+        addrs: Vec::new(),
+    };
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp)?;
+    for i in 0..n {
+        let addr = SocketAddr::new(loopback(i).into(), port);
+        let log = std::fs::File::create(dir.join(format!("agent-{i}.log")))?;
+        // Each agent in its own PID namespace (with its own /proc), as in a pod: what it scans
+        // of the process table is its own processes, not those of a thousand other agents.
+        let child = Command::new("unshare")
+            .args([
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "--kill-child=SIGTERM",
+                "--",
+            ])
+            .arg(bin("prrte-k8s-agent"))
+            .arg("--listen")
+            .arg(addr.to_string())
+            .args(["--health-listen", "off", "--cgroup", "off"])
+            .arg("--secret-file")
+            .arg(secret)
+            .arg("--prted")
+            .arg(prted)
+            .arg("--tmpdir")
+            .arg(&tmp)
+            .arg("--dvm-uri-file")
+            .arg(dir.join(format!("dvm-uri-{i}")))
+            .env("PRRTE_K8S_LOG", "warn")
+            .env_remove("POD_IP")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting an agent")?;
+        agents.children.push(child);
+        agents.addrs.push(addr);
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for (i, a) in agents.addrs.iter().enumerate() {
+        loop {
+            if std::net::TcpStream::connect_timeout(a, Duration::from_millis(200)).is_ok() {
+                break;
+            }
+            if let Ok(Some(st)) = agents.children[i].try_wait() {
+                let log =
+                    std::fs::read_to_string(dir.join(format!("agent-{i}.log"))).unwrap_or_default();
+                bail!("agent {i} at {a} exited ({st}): {log}");
+            }
+            if Instant::now() > deadline {
+                bail!("agent {i} at {a} does not accept connections");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pid = child_of(agents.children[i].id())
+            .with_context(|| format!("the agent process of unshare {}", agents.children[i].id()))?;
+        agents.pids.push(pid);
+    }
+    Ok(agents)
+}
+
+/// Utime+stime (seconds) of the agents and of their waited-for children (the stub prteds).
+fn agents_cpu(agents: &Agents) -> f64 {
+    let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    agents
+        .pids
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+        .filter_map(|s| {
+            let rest = &s[s.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            // fields after ")": state(0) ... utime(11) stime(12) cutime(13) cstime(14)
+            let sum: f64 = f[11..15].iter().filter_map(|x| x.parse::<f64>().ok()).sum();
+            Some(sum / tick)
+        })
+        .sum()
+}
+
+/// One fan-out: times (s) until every target started and until every one exited, the
+/// launcher's CPU seconds, and the events.
+struct Round {
+    all_started: f64,
+    all_exited: f64,
+    cpu: f64,
+    agents_cpu: f64,
+}
+
+fn fanout_round(agents: &Agents, secret: &[u8], timeout: Duration) -> Result<Round> {
+    let n = agents.addrs.len();
+    let targets: Vec<(LaunchTarget, LaunchRequest)> = agents
+        .addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            (
+                LaunchTarget {
+                    id: i as u32 + 1,
+                    pod: format!("pod-{i}"),
+                    addr: *a,
+                },
+                LaunchRequest {
+                    argv: vec![
+                        "--prtemca".into(),
+                        "ess".into(),
+                        "env".into(),
+                        "--prtemca".into(),
+                        "ess_base_vpid".into(),
+                        (i + 1).to_string(),
+                    ],
+                    env: vec![("PRTE_MCA_prte_if_include".into(), "127.0.0.0/8".into())],
+                    dvm_uri: None,
+                },
+            )
+        })
+        .collect();
+    #[derive(Default)]
+    struct Seen {
+        started: usize,
+        exited: usize,
+        failed: Vec<String>,
+        bad_exit: Vec<String>,
+        t_started: Option<Instant>,
+        t_exited: Option<Instant>,
+    }
+    let seen = Arc::new((Mutex::new(Seen::default()), Condvar::new()));
+    let s2 = seen.clone();
+    let opts = LaunchOptions {
+        secret: Some(secret.to_vec()),
+        ..Default::default()
+    };
+    let agents_cpu0 = agents_cpu(agents);
+    let cpu0 = self_cpu();
+    let t0 = Instant::now();
+    let launcher = Launcher::start(
+        targets,
+        opts,
+        Box::new(move |e| {
+            let (m, cv) = &*s2;
+            let mut s = m.lock().unwrap();
+            match e {
+                LaunchEvent::Started { .. } => {
+                    s.started += 1;
+                    if s.started == n {
+                        s.t_started = Some(Instant::now());
+                    }
+                }
+                LaunchEvent::Failed { reason, .. } => s.failed.push(reason),
+                LaunchEvent::Exited { status, pod, .. } => {
+                    s.exited += 1;
+                    if status != prrte_k8s::launch::ExitDesc::Code(0) {
+                        s.bad_exit.push(format!("{pod}: {status}"));
+                    }
+                    if s.exited == n {
+                        s.t_exited = Some(Instant::now());
+                    }
+                }
+            }
+            cv.notify_all();
+        }),
+    );
+    let (m, cv) = &*seen;
+    let deadline = Instant::now() + timeout;
+    let mut s = m.lock().unwrap();
+    while s.exited + s.failed.len() < n {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        s = cv.wait_timeout(s, deadline - now).unwrap().0;
+    }
+    let cpu = self_cpu() - cpu0;
+    let done = (s.t_started, s.t_exited);
+    let (failed, bad, started, exited) =
+        (s.failed.clone(), s.bad_exit.clone(), s.started, s.exited);
+    drop(s);
+    drop(launcher);
+    if !failed.is_empty() || !bad.is_empty() {
+        bail!(
+            "{} failed, {} exited badly; first: {:?} {:?}",
+            failed.len(),
+            bad.len(),
+            failed.first(),
+            bad.first()
+        );
+    }
+    match done {
+        (Some(a), Some(b)) => Ok(Round {
+            all_started: (a - t0).as_secs_f64(),
+            all_exited: (b - t0).as_secs_f64(),
+            cpu,
+            agents_cpu: agents_cpu(agents) - agents_cpu0,
+        }),
+        _ => bail!("after {timeout:?}: {started} of {n} started, {exited} exited"),
+    }
+}
+
+/// A stub prted that exits 0 at once, whatever its arguments.
+fn stub_prted(dir: &Path, body: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(format!("prted-stub-{}", rand::random::<u32>()));
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n"))?;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
+    Ok(p)
+}
+
+fn bench_fanout(sizes: &[usize], runs: usize) -> Result<Value> {
+    prrte_k8s::agent::limits::raise_nofile_limit();
+    println!(
+        "## Fan-out: launcher -> N agents (loopback addresses), {} build; load before: {}",
+        profile(),
+        load()
+    );
+    println!(
+        "Each agent: a real prrte-k8s-agent process (--cgroup off), HMAC-authenticated launch,"
+    );
+    println!("stub prted = /bin/true (exits at once). Launcher = prrte_k8s::launch::Launcher (what plm k8s runs).\n");
+    println!("| agents | all started, ms | all exited, ms | launcher CPU, ms | launcher CPU per daemon, µs | agents' CPU per daemon, µs |");
+    println!("| ---: | --- | --- | --- | --- | --- |");
+    let mut rows = Vec::new();
+    for &n in sizes {
+        let dir = tempfile::Builder::new()
+            .prefix("prrte-k8s-fanout-")
+            .tempdir()?;
+        let (secret_path, secret) = secret_file(dir.path())?;
+        let agents = start_agents(n, dir.path(), &secret_path, Path::new("/bin/true"))?;
+        let mut started = Vec::new();
+        let mut exited = Vec::new();
+        let mut cpu = Vec::new();
+        let mut acpu = Vec::new();
+        for run in 0..=runs {
+            let r = fanout_round(&agents, &secret, Duration::from_secs(60))?;
+            if run > 0 {
+                started.push(r.all_started * 1e3);
+                exited.push(r.all_exited * 1e3);
+                cpu.push(r.cpu * 1e3);
+                acpu.push(r.agents_cpu * 1e6 / n as f64);
+            }
+            // The agents free their slot when the launcher's connection ends.
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let per: Vec<f64> = cpu.iter().map(|c| c * 1e3 / n as f64).collect();
+        println!(
+            "| {n} | {} | {} | {} | {} | {} |",
+            stat(&started, 1),
+            stat(&exited, 1),
+            stat(&cpu, 1),
+            stat(&per, 0),
+            stat(&acpu, 0),
+        );
+        rows.push(json!({
+            "agents": n,
+            "all_started_ms": stat_json(&started),
+            "all_exited_ms": stat_json(&exited),
+            "launcher_cpu_ms": stat_json(&cpu),
+            "launcher_cpu_per_daemon_us": stat_json(&per),
+            "agents_cpu_per_daemon_us": stat_json(&acpu),
+        }));
+    }
+    println!("\nload after: {}", load());
+    Ok(json!({"profile": profile(), "rows": rows}))
+}
+
+// ---------------------------------------------------------------------------------------------
+// footprint
+
+fn status_kib(pid: u32, key: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with(key) && l[key.len()..].starts_with(':'))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+fn bench_footprint() -> Result<Value> {
+    println!(
+        "## Agent footprint ({} build of prrte-k8s-agent)\n",
+        profile()
+    );
+    let dir = tempfile::Builder::new()
+        .prefix("prrte-k8s-footprint-")
+        .tempdir()?;
+    let (secret_path, secret) = secret_file(dir.path())?;
+    let prted = stub_prted(dir.path(), "exec sleep 1")?;
+    let agents = start_agents(1, dir.path(), &secret_path, &prted)?;
+    let pid = agents.pids[0];
+    std::thread::sleep(Duration::from_millis(300));
+    let idle_rss = status_kib(pid, "VmRSS").unwrap_or(0);
+    let idle_hwm = status_kib(pid, "VmHWM").unwrap_or(0);
+    // A launch whose prted lives 1 s: RSS while it runs, then the peak.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let launcher = Launcher::start(
+        vec![(
+            LaunchTarget {
+                id: 1,
+                pod: "pod-0".into(),
+                addr: agents.addrs[0],
+            },
+            LaunchRequest::default(),
+        )],
+        LaunchOptions {
+            secret: Some(secret),
+            ..Default::default()
+        },
+        Box::new(move |e| s2.lock().unwrap().push(e)),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !seen
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, LaunchEvent::Started { .. }))
+    {
+        if Instant::now() > deadline {
+            bail!("the launch did not start: {:?}", seen.lock().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let during_rss = status_kib(pid, "VmRSS").unwrap_or(0);
+    while !seen
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, LaunchEvent::Exited { .. }))
+    {
+        if Instant::now() > deadline {
+            bail!("the launch did not end: {:?}", seen.lock().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let hwm = status_kib(pid, "VmHWM").unwrap_or(0);
+    drop(launcher);
+    std::thread::sleep(Duration::from_millis(300));
+    let after_rss = status_kib(pid, "VmRSS").unwrap_or(0);
+    let mib = |k: u64| k as f64 / 1024.0;
+    println!("| state | RSS |\n| --- | ---: |");
+    println!("| idle (VmRSS) | {:.2} MiB |", mib(idle_rss));
+    println!("| idle peak (VmHWM) | {:.2} MiB |", mib(idle_hwm));
+    println!("| prted running (VmRSS) | {:.2} MiB |", mib(during_rss));
+    println!("| peak through the launch (VmHWM) | {:.2} MiB |", mib(hwm));
+    println!("| after the launch (VmRSS) | {:.2} MiB |", mib(after_rss));
+    Ok(json!({
+        "profile": profile(),
+        "idle_rss_kib": idle_rss, "idle_hwm_kib": idle_hwm,
+        "during_launch_rss_kib": during_rss, "launch_hwm_kib": hwm, "after_rss_kib": after_rss,
+    }))
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let what = cli.what.unwrap_or(What::All);
+    if let What::MaxRss { command } = &what {
+        return max_rss(command);
+    }
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "# prrte-k8s scale benchmarks ({cores} cores, {} build)\n",
+        profile()
+    );
+    let mut out = json!({"cores": cores, "profile": profile(), "load_before": load()});
+    match what {
+        What::Discovery { pods } => out["discovery"] = bench_discovery(&pods, cli.runs)?,
+        What::Fanout { agents } => out["fanout"] = bench_fanout(&agents, cli.runs)?,
+        What::Footprint => out["footprint"] = bench_footprint()?,
+        What::All => {
+            out["discovery"] = bench_discovery(&[1000, 10000], cli.runs)?;
+            println!();
+            out["fanout"] = bench_fanout(&[256, 1024], cli.runs)?;
+            println!();
+            out["footprint"] = bench_footprint()?;
+        }
+        What::Breakdown { pods } => breakdown(pods)?,
+        What::MaxRss { .. } => unreachable!(),
+    }
+    out["load_after"] = json!(load());
+    if let Some(p) = cli.json {
+        std::fs::write(&p, serde_json::to_string_pretty(&out)? + "\n")
+            .with_context(|| format!("writing {}", p.display()))?;
+        println!("\nwrote {}", p.display());
+    }
+    Ok(())
+}

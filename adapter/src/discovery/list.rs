@@ -1,0 +1,257 @@
+//! Listing the selected pods: in pages, decoding only what discovery reads.
+//!
+//! A job of thousands of pods makes one unpaginated list a response of tens of megabytes that
+//! both the API server and the client hold whole; and a full `Pod` carries the containers'
+//! commands, environment, probes, volumes and managed fields, none of which discovery needs.
+//! [`list_pods`] asks for [`PAGE_SIZE`] pods at a time (following `continue` tokens, so the
+//! pages are one consistent snapshot) and decodes each item into a [`Pod`] holding only the
+//! fields discovery reads: metadata (name, namespace, uid, labels, annotations, owners,
+//! deletion timestamp, resource version), `spec.hostname`, the containers' and the pod's
+//! resources, and the whole status. Everything else is skipped while parsing.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta, OwnerReference, Time};
+use kube::api::ListParams;
+use kube::core::{ObjectList, Request};
+use kube::Resource;
+use serde::Deserialize;
+
+use super::api::{Ctx, Operation};
+use super::error::DiscoveryError;
+
+/// Pods per list request (what kube-runtime's watcher uses for its lists as well).
+pub const PAGE_SIZE: u32 = 500;
+
+/// How often a paginated list starts over when its snapshot expired between pages (410).
+const RESTARTS: usize = 3;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+    owner_references: Option<Vec<OwnerReference>>,
+    deletion_timestamp: Option<Time>,
+}
+
+#[derive(Deserialize)]
+struct SlimContainer {
+    #[serde(default)]
+    name: String,
+    resources: Option<ResourceRequirements>,
+}
+
+#[derive(Deserialize)]
+struct SlimSpec {
+    hostname: Option<String>,
+    #[serde(default)]
+    containers: Vec<SlimContainer>,
+    resources: Option<ResourceRequirements>,
+}
+
+/// A list item as discovery decodes it.
+#[derive(Deserialize)]
+struct SlimPod {
+    metadata: SlimMeta,
+    spec: Option<SlimSpec>,
+    status: Option<PodStatus>,
+}
+
+impl From<SlimPod> for Pod {
+    fn from(p: SlimPod) -> Pod {
+        let m = p.metadata;
+        Pod {
+            metadata: ObjectMeta {
+                name: m.name,
+                namespace: m.namespace,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                labels: m.labels,
+                annotations: m.annotations,
+                owner_references: m.owner_references,
+                deletion_timestamp: m.deletion_timestamp,
+                ..Default::default()
+            },
+            spec: p.spec.map(|s| PodSpec {
+                hostname: s.hostname,
+                containers: s
+                    .containers
+                    .into_iter()
+                    .map(|c| Container {
+                        name: c.name,
+                        resources: c.resources,
+                        ..Default::default()
+                    })
+                    .collect(),
+                resources: s.resources,
+                ..Default::default()
+            }),
+            status: p.status,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct SlimList {
+    #[serde(default)]
+    metadata: ListMeta,
+    #[serde(default)]
+    items: Vec<SlimPod>,
+}
+
+/// Decodes one page of a pod list (a `PodList` JSON document) the way [`list_pods`] does.
+pub fn decode_page(body: &[u8]) -> Result<(ListMeta, Vec<Pod>), serde_json::Error> {
+    let list: SlimList = serde_json::from_slice(body)?;
+    Ok((
+        list.metadata,
+        list.items.into_iter().map(Pod::from).collect(),
+    ))
+}
+
+/// One list request's outcome.
+enum Page {
+    Items((ListMeta, Vec<Pod>)),
+    /// The continue token's snapshot is gone (410): list again.
+    Expired,
+}
+
+fn is_expired(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 410)
+}
+
+/// Lists the pods of `namespace` matching `selector` in pages of [`PAGE_SIZE`]; the result's
+/// metadata (resource version) is the first page's. Bounded by the context's deadline.
+pub async fn list_pods(
+    ctx: &Ctx,
+    namespace: &str,
+    selector: &str,
+) -> Result<ObjectList<Pod>, DiscoveryError> {
+    let op = Operation::pods("list", namespace).selecting(selector);
+    let request = Request::new(Pod::url_path(&(), Some(namespace)));
+    let mut restarts = 0;
+    'list: loop {
+        let mut items = Vec::new();
+        let mut first_meta: Option<ListMeta> = None;
+        let mut token: Option<String> = None;
+        loop {
+            let mut lp = ListParams::default().labels(selector).limit(PAGE_SIZE);
+            if let Some(t) = &token {
+                lp = lp.continue_token(t);
+            }
+            let req = request.list(&lp).map_err(|e| DiscoveryError::Internal {
+                detail: format!("cannot build the pod list request: {e}"),
+            })?;
+            let fetch = || {
+                let req = req.clone();
+                async move {
+                    let text = ctx.api.client.request_text(req).await?;
+                    decode_page(text.as_bytes())
+                        .map(Page::Items)
+                        .map_err(kube::Error::SerdeError)
+                }
+            };
+            // Transient failures are retried by the context; a snapshot that expired between
+            // pages (410) starts the list over.
+            let expired_ok = token.is_some() && restarts < RESTARTS;
+            let page = ctx
+                .retrying(&op, fetch, |e| match e {
+                    e if expired_ok && is_expired(&e) => Ok(Page::Expired),
+                    e => Err(ctx.map_error(&op, e)),
+                })
+                .await?;
+            let (meta, pods) = match page {
+                Page::Items(p) => p,
+                Page::Expired => {
+                    restarts += 1;
+                    tracing::info!("the pod list's snapshot expired between pages; listing again");
+                    continue 'list;
+                }
+            };
+            items.extend(pods);
+            token = meta.continue_.clone().filter(|t| !t.is_empty());
+            first_meta.get_or_insert(meta);
+            if token.is_none() {
+                break;
+            }
+        }
+        let mut metadata = first_meta.unwrap_or_default();
+        metadata.continue_ = None;
+        metadata.remaining_item_count = None;
+        return Ok(ObjectList {
+            types: Default::default(),
+            metadata,
+            items,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_page_decodes_what_discovery_reads_and_skips_the_rest() {
+        let body = json!({
+            "kind": "PodList", "apiVersion": "v1",
+            "metadata": {"resourceVersion": "42", "continue": "abc", "remainingItemCount": 3},
+            "items": [{
+                "metadata": {
+                    "name": "w-1", "namespace": "ns", "uid": "u1", "resourceVersion": "40",
+                    "labels": {"batch.kubernetes.io/job-completion-index": "1"},
+                    "annotations": {"prrte-k8s.io/slots": "3"},
+                    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "ju", "controller": true}],
+                    "deletionTimestamp": "2026-01-01T00:00:00Z",
+                    "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+                },
+                "spec": {
+                    "hostname": "h-1",
+                    "containers": [{
+                        "name": "mpi", "image": "x", "command": ["a"], "env": [{"name": "A", "value": "b"}],
+                        "resources": {"requests": {"cpu": "2"}},
+                    }],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    "volumes": [{"name": "v", "emptyDir": {}}],
+                },
+                "status": {"phase": "Running", "podIP": "10.0.0.2", "podIPs": [{"ip": "10.0.0.2"}],
+                           "conditions": [{"type": "Ready", "status": "True"}]},
+            }, {"metadata": {"name": "w-2"}}],
+        });
+        let (meta, pods) = decode_page(&serde_json::to_vec(&body).unwrap()).unwrap();
+        assert_eq!(meta.resource_version.as_deref(), Some("42"));
+        assert_eq!(meta.continue_.as_deref(), Some("abc"));
+        assert_eq!(pods.len(), 2);
+        let p = &pods[0];
+        assert_eq!(p.metadata.name.as_deref(), Some("w-1"));
+        assert_eq!(p.metadata.uid.as_deref(), Some("u1"));
+        assert_eq!(p.metadata.labels.as_ref().unwrap().len(), 1);
+        assert_eq!(
+            p.metadata.annotations.as_ref().unwrap()["prrte-k8s.io/slots"],
+            "3"
+        );
+        assert_eq!(p.metadata.owner_references.as_ref().unwrap()[0].name, "j");
+        assert!(p.metadata.deletion_timestamp.is_some());
+        assert!(p.metadata.managed_fields.is_none());
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(spec.hostname.as_deref(), Some("h-1"));
+        assert_eq!(spec.containers[0].name, "mpi");
+        assert!(spec.containers[0].image.is_none() && spec.containers[0].env.is_none());
+        assert!(spec.resources.is_some() && spec.volumes.is_none());
+        assert_eq!(super::super::slots::cpus(p), Some(2));
+        assert_eq!(super::super::slots::gpus(p), 1);
+        let status = p.status.as_ref().unwrap();
+        assert_eq!(status.pod_ip.as_deref(), Some("10.0.0.2"));
+        assert_eq!(
+            super::super::readiness::pod_ipv4(p).unwrap().to_string(),
+            "10.0.0.2"
+        );
+        assert!(pods[1].spec.is_none() && pods[1].status.is_none());
+        assert!(decode_page(b"{\"items\": [{\"spec\": 3}]}").is_err());
+    }
+}
