@@ -23,7 +23,7 @@
 //!
 //! Ports (pinned, so that the NetworkPolicy can name them):
 //! [`AGENT_PORT`] (agent), [`HEALTH_PORT`] (readiness), [`TOOL_PORT`] (the DVM head's PMIx
-//! tool listener, interactive only), [`OOB_PORT`] (PRRTE's OOB: `oob_tcp_static_ipv4_ports`),
+//! tool listener, interactive only), [`OOB_PORT`] (PRRTE's OOB: `oob_tcp_dynamic_ipv4_ports`),
 //! [`BTL_PORT_MIN`]`..+`[`BTL_PORT_RANGE`] (Open MPI's TCP BTL: `btl_tcp_port_min_v4`,
 //! `btl_tcp_port_range_v4`).
 
@@ -38,8 +38,15 @@ pub const AGENT_PORT: u16 = DEFAULT_AGENT_PORT;
 pub const HEALTH_PORT: u16 = DEFAULT_HEALTH_PORT;
 /// The DVM head's PMIx tool port (interactive mode).
 pub const TOOL_PORT: u16 = crate::agent::config::DEFAULT_TOOL_PORT;
-/// PRRTE's OOB listener in every pod (`PRTE_MCA_oob_tcp_static_ipv4_ports`): one prte or prted
-/// per pod, so one port.
+/// PRRTE's OOB listener in every pod (`PRTE_MCA_oob_tcp_dynamic_ipv4_ports`): one prte or
+/// prted per pod, so one port.
+///
+/// Pinned with the *dynamic* range, not `oob_tcp_static_ipv4_ports`: with static ports a
+/// PRRTE 3.0.8 prted first sends a warm-up message to its parent and, on the parent's node
+/// report, calls its PLM's `remote_spawn`; a prted started by an agent has no PLM (none is
+/// selected unless `PRTE_MCA_plm` is set), so that call is through a null pointer and every
+/// prted dies with SIGSEGV. A one-port dynamic range binds the same single port and keeps the
+/// normal report path (each daemon sends its own URI).
 pub const OOB_PORT: u16 = 7121;
 /// First port of Open MPI's TCP BTL (`OMPI_MCA_btl_tcp_port_min_v4`).
 pub const BTL_PORT_MIN: u16 = 7200;
@@ -276,8 +283,9 @@ fn pod_env(a: &ManifestArgs) -> Vec<Value> {
         // and must not select `plm k8s`. The agent sets both for the batch command, the DVM
         // head passes them to prte, and `prrte-k8s prun` talks to that DVM.
         // Pinned ports (the NetworkPolicy admits exactly these).
+        // (`dynamic`, not `static`: see OOB_PORT.)
         (
-            "PRTE_MCA_oob_tcp_static_ipv4_ports".into(),
+            "PRTE_MCA_oob_tcp_dynamic_ipv4_ports".into(),
             OOB_PORT.to_string(),
         ),
         (
@@ -522,7 +530,11 @@ pub fn render(a: &ManifestArgs, argv_text: &str, key: Option<&str>) -> Result<St
     } else {
         format!(
             "batch: pod 0 runs `{}`; the job ends when it does",
-            a.command.join(" ")
+            a.command
+                .iter()
+                .map(|c| quote(c))
+                .collect::<Vec<_>>()
+                .join(" ")
         )
     };
     text.push_str(&format!("# {mode}\n"));
@@ -544,7 +556,9 @@ pub fn render(a: &ManifestArgs, argv_text: &str, key: Option<&str>) -> Result<St
     Ok(text)
 }
 
-/// Shell-quotes one argument for the header line (only when needed).
+/// Shell-quotes one argument for the header line (only when needed). The result is always one
+/// line (it goes into a YAML comment): an argument with a newline or another control
+/// character is written in bash's `$'...'` form (`$'a\nb'`).
 pub fn quote(arg: &str) -> String {
     let plain = !arg.is_empty()
         && arg
@@ -552,6 +566,26 @@ pub fn quote(arg: &str) -> String {
             .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+%".contains(c));
     if plain {
         arg.to_string()
+    } else if arg.chars().any(char::is_control) {
+        let mut out = String::from("$'");
+        for c in arg.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\'' => out.push_str("\\'"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                '\r' => out.push_str("\\r"),
+                c if c.is_control() => {
+                    let mut buf = [0u8; 4];
+                    for b in c.encode_utf8(&mut buf).bytes() {
+                        out.push_str(&format!("\\x{b:02x}"));
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('\'');
+        out
     } else {
         format!("'{}'", arg.replace('\'', "'\\''"))
     }
@@ -680,7 +714,7 @@ mod tests {
                 .map(|e| e["value"].clone())
         };
         assert_eq!(
-            env("PRTE_MCA_oob_tcp_static_ipv4_ports"),
+            env("PRTE_MCA_oob_tcp_dynamic_ipv4_ports"),
             Some(json!("7121"))
         );
         assert_eq!(env("OMPI_MCA_btl_tcp_port_min_v4"), Some(json!("7200")));
@@ -838,6 +872,39 @@ mod tests {
             .contains(&json!({"name": "A", "value": "b c"})));
         assert_eq!(quote("echo 'hi'"), "'echo '\\''hi'\\'''");
         assert_eq!(quote("-n"), "-n");
+        assert_eq!(quote("a\nb's\\"), "$'a\\nb\\'s\\\\'");
+        assert_eq!(quote("\u{1}"), "$'\\x01'");
         assert!(parse_env("1X=2").is_err() && parse_env("noequals").is_err());
+    }
+
+    #[test]
+    fn a_multi_line_command_stays_in_its_comments_and_in_the_job() {
+        let script = "import sys\nprint('x')\nsys.exit(3)\n";
+        let a = args(&["--name", "m", "--", "python3", "-c", script]);
+        let argv_text = ["--name", "m", "--", "python3", "-c", script]
+            .iter()
+            .map(|s| quote(s))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let t = render(&a, &argv_text, Some(&fresh_key())).unwrap();
+        let header: Vec<&str> = t.lines().take_while(|l| *l != "---").collect();
+        assert!(
+            header.iter().all(|l| l.starts_with("# ")),
+            "every header line is a comment:\n{t}"
+        );
+        let docs: Vec<Value> = t
+            .split("\n---\n")
+            .skip(1)
+            .map(|d| serde_yaml::from_str(d).unwrap())
+            .collect();
+        assert_eq!(docs.len(), 6, "{t}");
+        let c = &docs[4]["spec"]["template"]["spec"]["containers"][0];
+        let cmd: Vec<&str> = c["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(cmd[cmd.len() - 3..], ["python3", "-c", script]);
     }
 }

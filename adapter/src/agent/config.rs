@@ -151,7 +151,7 @@ pub struct AgentArgs {
     pub tool_port: u16,
 
     /// Extra argument for the DVM head's prte (repeatable, e.g. --prte-arg=--prtemca
-    /// --prte-arg=oob_tcp_static_ipv4_ports --prte-arg=7121)
+    /// --prte-arg=oob_tcp_dynamic_ipv4_ports --prte-arg=7121)
     #[arg(long = "prte-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub prte_args: Vec<String>,
 

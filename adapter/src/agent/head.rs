@@ -183,7 +183,7 @@ mod tests {
             tool_port: 7120,
             extra_args: vec![
                 "--prtemca".into(),
-                "oob_tcp_static_ipv4_ports".into(),
+                "oob_tcp_dynamic_ipv4_ports".into(),
                 "7121".into(),
             ],
             reason: "test".into(),
@@ -209,7 +209,7 @@ mod tests {
             a,
             "--prtemca ras k8s --prtemca plm k8s --report-uri /var/run/prrte-k8s/dvm.uri \
              --pmixmca ptl_base_if_include 10.0.0.7/31 --pmixmca ptl_base_ipv4_port 7120 \
-             --allow-run-as-root --prtemca oob_tcp_static_ipv4_ports 7121"
+             --allow-run-as-root --prtemca oob_tcp_dynamic_ipv4_ports 7121"
         );
         assert!(!prte_args(&head, &config, false).contains(&"--allow-run-as-root".to_string()));
     }
