@@ -27,7 +27,7 @@ test: build image
 # BENCH_ARGS, e.g. "--quick" or "--pods 4,16 --runs 3" (prrte-k8s-bench --help)
 # `make bench` runs the scale benchmarks first, then the launch benchmark.
 bench: build bench-scale
-	target/debug/prrte-k8s-bench $(BENCH_ARGS)
+	target/debug/prrte-k8s-bench --json bench.json $(BENCH_ARGS)
 
 # Release build (cargo's bench profile); SCALE_ARGS e.g. "discovery --pods 1000" (--help).
 # Writes bench-scale.json.

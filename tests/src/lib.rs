@@ -12,5 +12,6 @@ pub mod images;
 pub mod kubectl;
 pub mod mpijob;
 pub mod netpol;
+pub mod nsexec;
 pub mod podnet;
 pub mod sshd;

@@ -1,13 +1,17 @@
 //! prrte-k8s-bench: how long PRRTE takes to bring up a DVM across N sandbox pods, with the
 //! daemons started through the agents (`plm k8s`) and, side by side on the same pods, through a
-//! real sshd in every pod (`plm ssh`, the mpi-operator way). Prints a table; not part of
-//! `make test` (run `make bench`). Needs root, like the sandbox.
+//! real sshd in every pod (`plm ssh`, the mpi-operator way) and through the lower bound (`plm
+//! ssh` with an agent that execs the command straight into the pod's namespaces); then the
+//! first job into the fresh DVM and the launcher's CPU time per daemon. Prints tables, writes
+//! JSON (`--json`); not part of `make test` (run `make bench`). Needs root, like the sandbox.
 #![forbid(unsafe_code)]
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use sandbox::harness::{self, TestDir};
 use sandbox::mpijob::{Job, JobSpec};
+use sandbox::nsexec::NsPins;
 use sandbox::sshd::{self, Spawn, SshBaseline};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -31,6 +35,12 @@ struct Args {
     /// Seconds one DVM may take to become ready.
     #[arg(long, default_value_t = 120)]
     timeout: u64,
+    /// Leave out the lower bound (plm ssh with a namespace-exec agent).
+    #[arg(long)]
+    no_lower_bound: bool,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +48,7 @@ enum Variant {
     Agent,
     Ssh,
     SshNoTree,
+    LowerBound,
 }
 
 impl Variant {
@@ -46,8 +57,76 @@ impl Variant {
             Variant::Agent => "agent",
             Variant::Ssh => "ssh",
             Variant::SshNoTree => "ssh-notree",
+            Variant::LowerBound => "lower-bound",
         }
     }
+
+    fn label(self) -> &'static str {
+        match self {
+            Variant::Agent => "agent (plm k8s)",
+            Variant::Ssh => "ssh (plm ssh, tree)",
+            Variant::SshNoTree => "ssh (plm ssh, no tree)",
+            Variant::LowerBound => "lower bound (ns exec)",
+        }
+    }
+}
+
+/// What one DVM start measured.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sample {
+    /// prte started until "DVM ready", seconds.
+    ready: f64,
+    /// `prun -n <2 per pod> hostname` into the fresh DVM, seconds.
+    first_job: f64,
+    /// user+system CPU seconds of prte and everything it started (prteds excluded) at "DVM
+    /// ready".
+    cpu: f64,
+}
+
+/// utime, stime, cutime, cstime (seconds) and ppid of a process.
+fn cpu_and_parent(pid: u32) -> Option<(f64, u32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    let cpu: f64 = f
+        .get(11..15)?
+        .iter()
+        .filter_map(|x| x.parse::<f64>().ok())
+        .sum();
+    Some((cpu / tick, f.get(1)?.parse().ok()?))
+}
+
+/// CPU seconds of `root` and its live descendants (with what they reaped), leaving out prted
+/// and everything under it (the daemons' own work is not the launcher's).
+fn tree_cpu(root: u32) -> f64 {
+    let mut procs: Vec<(u32, u32, f64, bool)> = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            if let Some((cpu, ppid)) = cpu_and_parent(pid) {
+                let prted = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim_end() == "prted");
+                procs.push((pid, ppid, cpu, prted));
+            }
+        }
+    }
+    let mut total = procs.iter().find(|p| p.0 == root).map_or(0.0, |p| p.2);
+    let mut todo = vec![root];
+    while let Some(parent) = todo.pop() {
+        for &(pid, ppid, cpu, prted) in &procs {
+            if ppid == parent && !prted {
+                total += cpu;
+                todo.push(pid);
+            }
+        }
+    }
+    total
 }
 
 /// Peak resident memory (VmHWM, kB) per worker pod (pods 1..N-1), measured while the DVM is up.
@@ -63,7 +142,7 @@ struct Rss {
 
 struct Row {
     pods: usize,
-    times: Vec<(Variant, Vec<f64>)>,
+    times: Vec<(Variant, Vec<Sample>)>,
     rss: Rss,
 }
 
@@ -126,20 +205,21 @@ fn measure_rss(job: &Job, variant: Variant, rss: &mut Rss) -> Result<()> {
                 .filter_map(|p| sshd::status_kb(*p, "VmHWM"))
                 .sum();
         }
-        Variant::SshNoTree => {}
+        Variant::SshNoTree | Variant::LowerBound => {}
     }
     Ok(())
 }
 
-/// One DVM start/stop of `variant`; returns seconds to "DVM ready".
+/// One DVM start/stop of `variant`: DVM-ready time, first job, launcher CPU.
 fn one(
     job: &Job,
     ssh: &SshBaseline,
+    lower: Option<&Path>,
     variant: Variant,
     tag: &str,
     limit: Duration,
     rss: Option<&mut Rss>,
-) -> Result<f64> {
+) -> Result<Sample> {
     let args: Vec<String> = match variant {
         Variant::Agent => [
             "--allow-run-as-root",
@@ -155,24 +235,75 @@ fn one(
         .collect(),
         Variant::Ssh => ssh.prte_args(Spawn::Tree),
         Variant::SshNoTree => ssh.prte_args(Spawn::NoTree),
+        Variant::LowerBound => {
+            let script = lower.context("the lower bound's agent script is missing")?;
+            let mut a = ssh.prte_args(Spawn::NoTree);
+            let i = a
+                .iter()
+                .position(|x| x == "plm_ssh_agent")
+                .context("no plm_ssh_agent")?;
+            a[i + 1] = script.to_string_lossy().into_owned();
+            a
+        }
     };
     let n = job.pods.len();
+    let uri = job.dir.path().join(format!("{tag}.uri"));
+    let mut sample = Sample::default();
     let cycle = job.dvm_cycle(tag, &args, limit, Some(&INTERRUPTED), |job| {
-        for i in 1..n {
-            if job.pids_in_pod(i, "prted")?.is_empty() {
-                bail!("DVM ready but pod {i} runs no prted");
+        // The launcher's CPU first, before anything else runs in pod 0.
+        let prte = job.pids_in_pod(0, "prte")?;
+        let [prte] = prte[..] else {
+            bail!("expected one prte in pod 0, found {prte:?}");
+        };
+        sample.cpu = tree_cpu(prte);
+        if variant == Variant::LowerBound {
+            // The daemons live in pod 0's PID namespace (see sandbox::nsexec).
+            if job.pids_in_pod(0, "prted")?.len() < n - 1 {
+                bail!("DVM ready but fewer than {} prteds run", n - 1);
+            }
+        } else {
+            for i in 1..n {
+                if job.pids_in_pod(i, "prted")?.is_empty() {
+                    bail!("DVM ready but pod {i} runs no prted");
+                }
             }
         }
         if let Some(r) = rss {
             measure_rss(job, variant, r)?;
         }
+        let dvm = format!("file:{}", uri.display());
+        let np = (2 * n).to_string();
+        let t0 = std::time::Instant::now();
+        let o = job.run_in_pod(
+            0,
+            "prun",
+            &[
+                "--allow-run-as-root",
+                "--dvm-uri",
+                &dvm,
+                "-n",
+                &np,
+                "hostname",
+            ],
+            Duration::from_secs(60),
+        )?;
+        sample.first_job = t0.elapsed().as_secs_f64();
+        let lines = String::from_utf8_lossy(&o.stdout).lines().count();
+        if !o.status.success() || lines != 2 * n {
+            bail!(
+                "first job ({tag}): {lines} lines of {} expected, {}",
+                2 * n,
+                sandbox::mpijob::text(&o)
+            );
+        }
         Ok(String::new())
     })?;
-    if variant != Variant::Agent {
+    if matches!(variant, Variant::Ssh | Variant::SshNoTree) {
         sshd::wait_sessions_closed(job, Duration::from_secs(15))
             .with_context(|| format!("{tag}: ssh sessions left"))?;
     }
-    Ok(cycle.ready.as_secs_f64())
+    sample.ready = cycle.ready.as_secs_f64();
+    Ok(sample)
 }
 
 async fn bench_pods(n: usize, runs: usize, variants: &[Variant], limit: Duration) -> Result<Row> {
@@ -180,9 +311,21 @@ async fn bench_pods(n: usize, runs: usize, variants: &[Variant], limit: Duration
     let ssh = SshBaseline::prepare(keys.path())?;
     let name = format!("bench{n}");
     let mut spec = JobSpec::new(&name, n);
+    // 2 slots per pod (ras k8s counts whole CPUs) for the first job's 2 ranks per pod.
+    spec.cpus = vec!["2"; n];
     ssh.apply(&mut spec);
+    let pins = if variants.contains(&Variant::LowerBound) {
+        Some(NsPins::prepare(&keys.path().join("ns"))?)
+    } else {
+        None
+    };
     eprintln!("[{n} pods] starting the sandbox and {n} pods (agent + sshd in each) ...");
     let job = Job::start(spec).await?;
+    let lower = match &pins {
+        Some(p) => Some(p.write_agent(&job, &keys.path().join("nsexec"))?),
+        None => None,
+    };
+    let lower = lower.as_deref();
     for i in 0..n {
         if sshd::pids_like(&job, i, "sshd")?.len() != 1 {
             bail!("pod {i} runs no sshd:\n{}", sshd::sshd_log(&job, i));
@@ -191,9 +334,18 @@ async fn bench_pods(n: usize, runs: usize, variants: &[Variant], limit: Duration
     // One untimed warm-up of each variant (page cache, first connections).
     for v in variants {
         eprintln!("[{n} pods] warm-up {}", v.tag());
-        one(&job, &ssh, *v, &format!("warmup-{}", v.tag()), limit, None)?;
+        one(
+            &job,
+            &ssh,
+            lower,
+            *v,
+            &format!("warmup-{}", v.tag()),
+            limit,
+            None,
+        )?;
     }
-    let mut times: Vec<(Variant, Vec<f64>)> = variants.iter().map(|v| (*v, Vec::new())).collect();
+    let mut times: Vec<(Variant, Vec<Sample>)> =
+        variants.iter().map(|v| (*v, Vec::new())).collect();
     let mut rss = Rss::default();
     for r in 0..runs {
         // Rotate the order so no variant always runs right after another.
@@ -204,22 +356,99 @@ async fn bench_pods(n: usize, runs: usize, variants: &[Variant], limit: Duration
             let t = one(
                 &job,
                 &ssh,
+                lower,
                 v,
                 &format!("run{r}-{}", v.tag()),
                 limit,
                 if last { Some(&mut rss) } else { None },
             )?;
-            eprintln!("[{n} pods] run {}/{runs} {:<10} {t:.3} s", r + 1, v.tag());
+            eprintln!(
+                "[{n} pods] run {}/{runs} {:<11} ready {:.3} s, first job {:.3} s, launcher CPU {:.3} s",
+                r + 1,
+                v.tag(),
+                t.ready,
+                t.first_job,
+                t.cpu
+            );
             times[idx].1.push(t);
         }
     }
     job.wait_no_prteds(Duration::from_secs(10))?;
     drop(job);
+    drop(pins);
     drop(keys);
     Ok(Row {
         pods: n,
         times,
         rss,
+    })
+}
+
+fn cell(v: &[f64]) -> String {
+    let (lo, hi) = min_max(v);
+    format!("{:.3} [{:.3}-{:.3}]", median(v), lo, hi)
+}
+
+fn col(row: &Row, v: Variant, f: impl Fn(&Sample) -> f64) -> Option<Vec<f64>> {
+    row.times
+        .iter()
+        .find(|t| t.0 == v)
+        .map(|t| t.1.iter().map(&f).collect())
+}
+
+fn stats(v: &[f64]) -> serde_json::Value {
+    let (lo, hi) = min_max(v);
+    serde_json::json!({"median": median(v), "min": lo, "max": hi, "samples": v})
+}
+
+fn json_report(rows: &[Row], runs: usize) -> serde_json::Value {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let rows: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|row| {
+            let mut methods = serde_json::Map::new();
+            for (v, t) in &row.times {
+                let get = |f: fn(&Sample) -> f64| t.iter().map(f).collect::<Vec<_>>();
+                let per: Vec<f64> = t
+                    .iter()
+                    .map(|s| s.cpu * 1e3 / (row.pods - 1) as f64)
+                    .collect();
+                methods.insert(
+                    v.tag().into(),
+                    serde_json::json!({
+                        "label": v.label(),
+                        "dvm_ready_s": stats(&get(|s| s.ready)),
+                        "first_job_s": stats(&get(|s| s.first_job)),
+                        "launcher_cpu_per_daemon_ms": stats(&per),
+                    }),
+                );
+            }
+            let m = |v: Variant| col(row, v, |s| s.ready).map(|t| median(&t));
+            let agent = m(Variant::Agent);
+            let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+                (Some(a), Some(b)) => serde_json::json!(a / b),
+                _ => serde_json::Value::Null,
+            };
+            serde_json::json!({
+                "pods": row.pods,
+                "methods": methods,
+                "ratio_ssh_over_agent": ratio(m(Variant::Ssh), agent),
+                "ratio_ssh_no_tree_over_agent": ratio(m(Variant::SshNoTree), agent),
+                "ratio_agent_over_lower_bound": ratio(agent, m(Variant::LowerBound)),
+                "peak_rss_kib": {
+                    "agent_per_pod": median_u(&row.rss.agent),
+                    "sshd_per_pod": median_u(&row.rss.sshd),
+                    "ssh_clients_pod0": row.rss.clients,
+                },
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "benchmark": "prrte-k8s-bench",
+        "cores": cores,
+        "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "runs": runs,
+        "rows": rows,
     })
 }
 
@@ -230,28 +459,75 @@ fn print_tables(rows: &[Row], runs: usize) {
     println!(
         "DVM-ready time: prte started in pod 0 until it prints \"DVM ready\" (all prteds reported)"
     );
-    println!("median of {runs} runs in seconds, [min-max]; ratio = ssh median / agent median");
-    let mut head = format!("{:>5} | {:<24}", "pods", "agent (plm k8s)");
-    for v in &variants[1..] {
-        let label = match v {
-            Variant::Ssh => "ssh (plm ssh, tree)",
-            _ => "ssh (plm ssh, no tree)",
-        };
-        head += &format!(" | {label:<24} | {:>5}", "ratio");
+    println!("median of {runs} runs in seconds, [min-max]; ssh/agent and agent/lower bound are ratios of medians");
+    let mut head = format!("{:>5}", "pods");
+    for v in &variants {
+        head += &format!(" | {:<24}", v.label());
+    }
+    let has = |v| variants.contains(&v);
+    if has(Variant::Ssh) {
+        head += " | ssh/agent";
+    }
+    if has(Variant::SshNoTree) {
+        head += " | ssh no tree/agent";
+    }
+    if has(Variant::LowerBound) {
+        head += " | agent/lower bound";
     }
     println!("{head}");
     println!("{}", "-".repeat(head.len()));
     for row in rows {
-        let cell = |v: &[f64]| {
-            let (lo, hi) = min_max(v);
-            format!("{:.3} [{:.3}-{:.3}]", median(v), lo, hi)
-        };
-        let agent = median(&row.times[0].1);
-        let mut line = format!("{:>5} | {:<24}", row.pods, cell(&row.times[0].1));
-        for (_, t) in &row.times[1..] {
-            line += &format!(" | {:<24} | {:>5.2}", cell(t), median(t) / agent);
+        let ready = |v| col(row, v, |s| s.ready).map(|t| median(&t));
+        let agent = ready(Variant::Agent).unwrap_or(f64::NAN);
+        let mut line = format!("{:>5}", row.pods);
+        for (_, t) in &row.times {
+            let r: Vec<f64> = t.iter().map(|s| s.ready).collect();
+            line += &format!(" | {:<24}", cell(&r));
+        }
+        if let Some(m) = ready(Variant::Ssh) {
+            line += &format!(" | {:>9.2}", m / agent);
+        }
+        if let Some(m) = ready(Variant::SshNoTree) {
+            line += &format!(" | {:>18.2}", m / agent);
+        }
+        if let Some(m) = ready(Variant::LowerBound) {
+            line += &format!(" | {:>17.2}", agent / m);
         }
         println!("{line}");
+    }
+    for (title, unit, f) in [
+        (
+            "First job: `prun -n <2 per pod> hostname` into the fresh DVM, seconds",
+            1.0,
+            (|s: &Sample| s.first_job) as fn(&Sample) -> f64,
+        ),
+        (
+            "Launcher CPU per daemon: user+system of prte and all it started (prteds excluded) at DVM ready, ms",
+            1e3,
+            |s: &Sample| s.cpu,
+        ),
+    ] {
+        println!();
+        println!("{title}");
+        let mut head = format!("{:>5}", "pods");
+        for v in &variants {
+            head += &format!(" | {:<24}", v.label());
+        }
+        println!("{head}");
+        println!("{}", "-".repeat(head.len()));
+        for row in rows {
+            let per = if unit > 1.0 {
+                (row.pods - 1) as f64
+            } else {
+                1.0
+            };
+            let mut line = format!("{:>5}", row.pods);
+            for (_, t) in &row.times {
+                let r: Vec<f64> = t.iter().map(|s| f(s) * unit / per).collect();
+                line += &format!(" | {:<24}", cell(&r));
+            }
+            println!("{line}");
+        }
     }
     if variants.contains(&Variant::Ssh) {
         println!();
@@ -306,6 +582,9 @@ async fn main() {
     if !args.no_no_tree {
         variants.push(Variant::SshNoTree);
     }
+    if !args.no_lower_bound {
+        variants.push(Variant::LowerBound);
+    }
     let limit = Duration::from_secs(args.timeout);
     let mut rows = Vec::new();
     let mut failed = None;
@@ -323,6 +602,15 @@ async fn main() {
         }
     }
     print_tables(&rows, args.runs);
+    if let (Some(p), false) = (&args.json, rows.is_empty()) {
+        let text = serde_json::to_string_pretty(&json_report(&rows, args.runs)).unwrap_or_default();
+        match std::fs::write(p, text + "\n") {
+            Ok(()) => println!("\nwrote {}", p.display()),
+            Err(e) => {
+                failed.get_or_insert_with(|| anyhow::anyhow!("writing {}: {e}", p.display()));
+            }
+        }
+    }
     let left = harness::pids_named("prted");
     if !left.is_empty() {
         eprintln!("prrte-k8s-bench: prted processes left: {left:?}");
