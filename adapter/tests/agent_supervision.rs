@@ -103,18 +103,25 @@ fn modes() -> [&'static [&'static str]; 2] {
     [&[], &["--cgroup", "off"]]
 }
 
+/// Connects to `agent` and launches the daemonizing prted of `d` in `mode`; it must start.
+async fn connected_launch(agent: &AgentProc, d: &Daemonizing, mode: &str) -> RawClient {
+    let mut c = RawClient::connect(agent.addr, Some(&d.td.secret))
+        .await
+        .unwrap();
+    let reply = c.request(&launch(&[mode])).await;
+    assert!(
+        matches!(reply, Reply::Started { .. }),
+        "launch {mode}: {reply:?}"
+    );
+    c
+}
+
 #[tokio::test]
 async fn kill_stops_a_daemon_that_left_the_session() {
     for extra in modes() {
         let d = Daemonizing::new();
         let agent = AgentProc::spawn(&d.td, extra);
-        let mut c = RawClient::connect(agent.addr, Some(&d.td.secret))
-            .await
-            .unwrap();
-        assert!(matches!(
-            c.request(&launch(&["wait"])).await,
-            Reply::Started { .. }
-        ));
+        let mut c = connected_launch(&agent, &d, "wait").await;
         let daemon = d.daemon();
         assert_escaped(daemon, &agent);
         match c.request(&Request::Status {}).await {
@@ -161,13 +168,7 @@ async fn the_end_of_the_connection_stops_a_daemon() {
     for extra in modes() {
         let d = Daemonizing::new();
         let agent = AgentProc::spawn(&d.td, extra);
-        let mut c = RawClient::connect(agent.addr, Some(&d.td.secret))
-            .await
-            .unwrap();
-        assert!(matches!(
-            c.request(&launch(&["wait"])).await,
-            Reply::Started { .. }
-        ));
+        let c = connected_launch(&agent, &d, "wait").await;
         let daemon = d.daemon();
         assert_escaped(daemon, &agent);
         drop(c);
@@ -184,13 +185,7 @@ async fn a_daemon_left_by_an_exiting_prted_is_stopped_before_exited() {
     for extra in modes() {
         let d = Daemonizing::new();
         let agent = AgentProc::spawn(&d.td, extra);
-        let mut c = RawClient::connect(agent.addr, Some(&d.td.secret))
-            .await
-            .unwrap();
-        assert!(matches!(
-            c.request(&launch(&["exit"])).await,
-            Reply::Started { .. }
-        ));
+        let mut c = connected_launch(&agent, &d, "exit").await;
         let reply = c.recv(WAIT).await.unwrap();
         assert!(
             matches!(reply, Reply::Exited { code: Some(0), .. }),
@@ -253,13 +248,7 @@ async fn launches_get_a_cgroup_that_is_removed_afterwards() {
         eprintln!("no writable cgroup here ({chosen}); nothing to check");
         return;
     };
-    let mut c = RawClient::connect(agent.addr, Some(&d.td.secret))
-        .await
-        .unwrap();
-    assert!(matches!(
-        c.request(&launch(&["wait"])).await,
-        Reply::Started { .. }
-    ));
+    let mut c = connected_launch(&agent, &d, "wait").await;
     let daemon = d.daemon();
     let cg = std::fs::read_to_string(format!("/proc/{daemon}/cgroup")).unwrap();
     let dirs = || -> Vec<String> {
@@ -302,13 +291,7 @@ async fn an_agent_removes_empty_launch_cgroups_a_killed_agent_left() {
         eprintln!("no writable cgroup here ({chosen}); nothing to check");
         return;
     };
-    let mut c = RawClient::connect(agent.addr, Some(&d.td.secret))
-        .await
-        .unwrap();
-    assert!(matches!(
-        c.request(&launch(&["wait"])).await,
-        Reply::Started { .. }
-    ));
+    let c = connected_launch(&agent, &d, "wait").await;
     let daemon = d.daemon();
     let main = d.td.wait_pid("main.pid");
     let cg = std::fs::read_to_string(format!("/proc/{daemon}/cgroup")).unwrap();
