@@ -495,6 +495,28 @@ pub fn launch(args: &[&str]) -> Request {
     }
 }
 
+/// An agent that publishes the DVM URI at `file`, sent one authenticated launch of the fake
+/// prted (`--sleep`) carrying `dvm_uri`: the agent (stopped when dropped), the client's
+/// connection and the reply.
+pub async fn sleep_launch_with_dvm_uri(
+    td: &TestDir,
+    file: &Path,
+    dvm_uri: &str,
+) -> (AgentProc, RawClient, Reply) {
+    let agent = AgentProc::spawn(td, &["--dvm-uri-file", file.to_str().unwrap()]);
+    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+        .await
+        .unwrap();
+    let reply = c
+        .request(&Request::Launch {
+            argv: vec!["--sleep".into()],
+            env: Default::default(),
+            dvm_uri: Some(dvm_uri.into()),
+        })
+        .await;
+    (agent, c, reply)
+}
+
 /// A client that checks that the agent is alive and becomes idle (bounded by [`WAIT`]: the
 /// agent frees its slot just after prted's processes are gone, so a status taken at that very
 /// moment may still show the job).
