@@ -354,6 +354,16 @@ impl Job {
         Ok(prte)
     }
 
+    /// What a process spawned by [`harness::Guarded::spawn`] into the job's directory as `tag`
+    /// has printed so far (stdout, then stderr).
+    fn output_of(&self, tag: &str) -> String {
+        let read = |ext: &str| {
+            std::fs::read_to_string(self.dir.path().join(format!("{tag}.{ext}")))
+                .unwrap_or_default()
+        };
+        format!("{}{}", read("out"), read("err"))
+    }
+
     /// Wait until `prte` (spawned by [`harness::Guarded::spawn`] into the job's directory) has
     /// printed "DVM ready" (every prted reported); fails with its output if it exits first, if
     /// `limit` passes or when `cancelled` says so.
@@ -365,14 +375,7 @@ impl Job {
     ) -> Result<()> {
         let tag = prte.what().to_string();
         let out = self.dir.path().join(format!("{tag}.out"));
-        let err = self.dir.path().join(format!("{tag}.err"));
-        let output = || {
-            format!(
-                "{}{}",
-                std::fs::read_to_string(&out).unwrap_or_default(),
-                std::fs::read_to_string(&err).unwrap_or_default()
-            )
-        };
+        let output = || self.output_of(&tag);
         let t0 = std::time::Instant::now();
         loop {
             if std::fs::read_to_string(&out).is_ok_and(|t| t.contains("DVM ready")) {
@@ -415,15 +418,7 @@ impl Job {
         let mut argv: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
         argv.extend(["--report-uri", uri.to_str().unwrap()]);
         let cmd = self.in_pod(0, "prte", &argv)?;
-        let out = self.dir.path().join(format!("{tag}.out"));
-        let err = self.dir.path().join(format!("{tag}.err"));
-        let output = || {
-            format!(
-                "{}{}",
-                std::fs::read_to_string(&out).unwrap_or_default(),
-                std::fs::read_to_string(&err).unwrap_or_default()
-            )
-        };
+        let output = || self.output_of(tag);
         let t0 = std::time::Instant::now();
         let mut prte = harness::Guarded::spawn(cmd, tag, self.dir.path())?;
         self.wait_dvm_ready(&mut prte, limit, &cancelled)?;
