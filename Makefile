@@ -36,9 +36,9 @@ bench: setup bench-scale
 		--json bench.json --plot bench.png $(BENCH_ARGS)
 
 # Release build (cargo's bench profile); SCALE_ARGS e.g. "discovery --pods 1000" (--help).
-# Writes bench-scale.json.
+# Writes bench-scale.json here (cargo bench runs the bench in adapter/, hence the absolute path).
 bench-scale: setup
-	cargo bench -p prrte-k8s --bench scale -- --json bench-scale.json $(SCALE_ARGS)
+	cargo bench -p prrte-k8s --bench scale -- --json $(CURDIR)/bench-scale.json $(SCALE_ARGS)
 
 image: setup
 	bash prrte-config/image/build.sh
