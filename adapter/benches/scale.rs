@@ -127,6 +127,33 @@ fn load() -> String {
         .unwrap_or_default()
 }
 
+/// On-CPU seconds of this process's threads named `name` (from /proc schedstat, ns precision).
+fn threads_cpu(name: &str) -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    dir.filter_map(|e| e.ok())
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .sum::<f64>()
+        / 1e9
+}
+
+/// (on-CPU, waiting-for-a-CPU) seconds of the calling thread so far (/proc schedstat).
+fn thread_sched() -> (f64, f64) {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    let mut f = s
+        .split_whitespace()
+        .map(|v| v.parse::<f64>().unwrap_or(0.0) / 1e9);
+    (f.next().unwrap_or(0.0), f.next().unwrap_or(0.0))
+}
+
+/// Name of the threads that run the sandbox API server in the discovery benchmark.
+const SERVER_THREADS: &str = "sandbox-api";
+
 /// (user + system) CPU seconds of this process so far.
 fn self_cpu() -> f64 {
     use nix::sys::resource::{getrusage, UsageWho};
@@ -261,6 +288,8 @@ struct Requests {
     pod_gets: usize,
     bytes: u64,
     largest_page_items: Option<u64>,
+    /// Time the API server spent on these requests (until each response was ready to send).
+    server_ms: f64,
 }
 
 fn summarize(recs: &[RequestRecord]) -> Requests {
@@ -270,6 +299,7 @@ fn summarize(recs: &[RequestRecord]) -> Requests {
     };
     for q in recs {
         r.bytes += q.body_bytes;
+        r.server_ms += q.server_us as f64 / 1e3;
         if q.is_watch() {
             r.watches += 1;
         } else if q.is_list() {
@@ -325,13 +355,16 @@ fn max_rss(command: &[String]) -> Result<()> {
         .args(args)
         .stdin(Stdio::null())
         .output()?;
-    let kib = getrusage(UsageWho::RUSAGE_CHILDREN)?.max_rss();
+    let usage = getrusage(UsageWho::RUSAGE_CHILDREN)?;
+    let kib = usage.max_rss();
+    let tv = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 * 1e3 + t.tv_usec() as f64 / 1e3;
+    let cpu_ms = tv(usage.user_time()) + tv(usage.system_time());
     std::io::stdout().write_all(&out.stdout)?;
     std::io::stderr().write_all(&out.stderr)?;
     if !out.status.success() {
         bail!("{prog} exited with {}", out.status);
     }
-    println!("\nmax-rss-kib {kib}");
+    println!("\ncpu-ms {cpu_ms:.1}\nmax-rss-kib {kib}");
     Ok(())
 }
 
@@ -343,13 +376,24 @@ fn bench_discovery(sizes: &[usize], runs: usize) -> Result<Value> {
     );
     println!("Indexed Job of N Running+Ready pods in the sandbox API server (TLS, same machine);");
     println!("discovery infers the selector from its own pod and the count from the Job.\n");
-    println!("| pods | in-process discovery, ms | `prrte-k8s pods`, ms | requests (lists/pages, gets, watches) | response bytes | `prrte-k8s pods` peak RSS |");
-    println!("| ---: | --- | --- | --- | ---: | ---: |");
+    println!("Wall times depend on the machine's load (stated above and below); CPU times do much");
+    println!("less: client CPU = discovery's own (all its threads: TLS, decoding, ordering), API");
+    println!(
+        "server CPU = the sandbox server's threads, server wall = its handlers' time until each"
+    );
+    println!(
+        "response was ready; run-queue wait = time discovery's thread was runnable but had no"
+    );
+    println!("CPU (the machine's load). `prrte-k8s pods` = a fresh process (start-up included).\n");
+    println!("| pods | in-process discovery (wall), ms | client CPU, ms | API server CPU, ms | API server handlers (wall), ms | discovery thread run-queue wait, ms | `prrte-k8s pods` (wall), ms | `prrte-k8s pods` CPU, ms | requests (lists/pages, gets, watches) | response bytes | `prrte-k8s pods` peak RSS |");
+    println!("| ---: | --- | --- | --- | --- | --- | --- | --- | --- | ---: | ---: |");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name(SERVER_THREADS)
         .enable_all()
         .build()?;
     let mut rows = Vec::new();
+    let mut all_phases = Vec::new();
     for &n in sizes {
         let server = rt.block_on(ApiServer::start(ApiOptions::default()))?;
         let self_pod = populate(&server, n)?;
@@ -362,26 +406,37 @@ fn bench_discovery(sizes: &[usize], runs: usize) -> Result<Value> {
         };
         // In process, on a plain thread with its own runtime: what the RAS component does.
         let mut times = Vec::new();
+        let mut server_ms = Vec::new();
+        let mut client_cpu = Vec::new();
+        let mut runq_ms = Vec::new();
+        let mut server_cpu = Vec::new();
         let mut requests = None;
+        let mut selector = String::new();
         for run in 0..=runs {
             server.take_requests();
+            let (s0, p0) = (threads_cpu(SERVER_THREADS), self_cpu());
             let t0 = Instant::now();
             let alloc = std::thread::scope(|s| {
                 s.spawn(|| {
+                    let (_, w0) = thread_sched();
                     let rt = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()
                         .expect("runtime");
-                    rt.block_on(discovery::discover_with(
+                    let r = rt.block_on(discovery::discover_with(
                         &cfg,
                         &Environment::default(),
                         &mut |_| {},
-                    ))
+                    ));
+                    r.map(|a| (a, (thread_sched().1 - w0) * 1e3))
                 })
                 .join()
                 .expect("discovery thread")
             })?;
+            let (alloc, runq) = alloc;
             let dt = t0.elapsed().as_secs_f64() * 1e3;
+            let scpu = (threads_cpu(SERVER_THREADS) - s0) * 1e3;
+            let ccpu = (self_cpu() - p0) * 1e3 - scpu;
             if alloc.nodes.len() != n || alloc.nodes[n - 1].ip.octets()[0] != 10 {
                 bail!("discovery found {} of {n} pods", alloc.nodes.len());
             }
@@ -389,12 +444,18 @@ fn bench_discovery(sizes: &[usize], runs: usize) -> Result<Value> {
             if run > 0 {
                 // run 0 warms up (TLS session setup paths, allocator)
                 times.push(dt);
+                server_ms.push(r.server_ms);
+                client_cpu.push(ccpu);
+                runq_ms.push(runq);
+                server_cpu.push(scpu);
             }
+            selector = alloc.selector;
             requests = Some(r);
         }
         let requests = requests.expect("at least one run");
         // The command line, a process per run.
         let mut cli_times = Vec::new();
+        let mut cli_cpu = Vec::new();
         let mut rss = Vec::new();
         let kc = server.admin_kubeconfig().to_string_lossy().to_string();
         let cmd: Vec<String> = vec![
@@ -410,20 +471,31 @@ fn bench_discovery(sizes: &[usize], runs: usize) -> Result<Value> {
         ];
         for run in 0..=runs {
             let (wall, kib, out) = run_max_rss(&cmd, &[])?;
+            let cpu_ms = out
+                .lines()
+                .find_map(|l| l.strip_prefix("cpu-ms "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(f64::NAN);
             let lines = out.lines().filter(|l| l.contains("slots=")).count();
             if lines != n {
                 bail!("prrte-k8s pods printed {lines} hostfile lines for {n} pods");
             }
             if run > 0 {
                 cli_times.push(wall * 1e3);
+                cli_cpu.push(cpu_ms);
                 rss.push(kib as f64 / 1024.0);
             }
         }
         let cli_requests = summarize(&server.take_requests());
         println!(
-            "| {n} | {} | {} | {} ({}/{} of ≤{}), {} ({} pod), {} | {:.1} MiB | {} MiB |",
+            "| {n} | {} | {} | {} | {} | {} | {} | {} | {} ({}/{} of ≤{}), {} ({} pod), {} | {:.1} MiB | {} MiB |",
             stat(&times, 1),
+            stat(&client_cpu, 1),
+            stat(&server_cpu, 1),
+            stat(&server_ms, 1),
+            stat(&runq_ms, 1),
             stat(&cli_times, 1),
+            stat(&cli_cpu, 1),
             requests.total,
             requests.lists,
             requests.paged,
@@ -437,6 +509,11 @@ fn bench_discovery(sizes: &[usize], runs: usize) -> Result<Value> {
         rows.push(json!({
             "pods": n,
             "in_process_ms": stat_json(&times),
+            "api_server_handlers_ms": stat_json(&server_ms),
+            "client_cpu_ms": stat_json(&client_cpu),
+            "api_server_cpu_ms": stat_json(&server_cpu),
+            "cli_cpu_ms": stat_json(&cli_cpu),
+            "run_queue_wait_ms": stat_json(&runq_ms),
             "cli_ms": stat_json(&cli_times),
             "cli_peak_rss_mib": stat_json(&rss),
             "requests": {
@@ -446,10 +523,348 @@ fn bench_discovery(sizes: &[usize], runs: usize) -> Result<Value> {
             },
             "cli_requests_all_runs": cli_requests.total,
         }));
+        let ph = rt.block_on(phases(&server, &cfg, &selector, runs))?;
+        let target = target_ms(n);
+        let missed = target.is_some_and(|t| median(&times) > t);
+        let profile = if missed { perf_top(&cmd, n) } else { None };
+        let cpu = [median(&client_cpu), median(&server_cpu), median(&runq_ms)];
+        all_phases.push((n, median(&times), target, ph, profile, cpu));
         drop(server);
     }
     println!("\nload after: {}", load());
-    Ok(json!({"profile": profile(), "rows": rows}))
+    let mut phase_rows = Vec::new();
+    for (n, total, target, ph, profile, cpu) in &all_phases {
+        phase_rows.push(print_phases(
+            *n,
+            *total,
+            *target,
+            ph,
+            profile.as_deref(),
+            *cpu,
+        ));
+    }
+    let tracking = bench_tracking(sizes)?;
+    Ok(
+        json!({"profile": profile(), "rows": rows, "phases": phase_rows, "readiness_tracking": tracking}),
+    )
+}
+
+/// The targets of issue 13: 50 ms at 1,000 pods, 500 ms at 10,000.
+fn target_ms(pods: usize) -> Option<f64> {
+    match pods {
+        1000 => Some(50.0),
+        10000 => Some(500.0),
+        _ => None,
+    }
+}
+
+/// Where one discovery's time goes, each phase timed alone (medians over runs, ms).
+#[derive(Debug, Default, Clone)]
+struct Phases {
+    /// Reading the kubeconfig and building the client (rustls config, CA parsing).
+    setup: Vec<f64>,
+    /// The first request (our own pod): TCP connect + TLS handshake + GET.
+    first: Vec<f64>,
+    /// Server time of that request.
+    first_server: Vec<f64>,
+    /// All list pages, from sending each request to holding its body (server + transfer).
+    pages_wait: Vec<f64>,
+    /// Server time of the pages (store walk, label filter, serialization).
+    pages_server: Vec<f64>,
+    /// Decoding the pages into pods (ours).
+    pages_decode: Vec<f64>,
+    /// The owning Job's GET.
+    job: Vec<f64>,
+    /// Classifying, ordering and building the nodes (ours).
+    order: Vec<f64>,
+    pages: usize,
+    bytes: u64,
+}
+
+/// Runs the requests discovery makes one by one, timing each phase (same client, same
+/// requests, same decoding as `discover_with`).
+async fn phases(
+    server: &ApiServer,
+    cfg: &DiscoveryConfig,
+    selector: &str,
+    runs: usize,
+) -> Result<Phases> {
+    use prrte_k8s::discovery::{client, list, tracker::PodTracker, SlotsPolicy};
+    let mut ph = Phases::default();
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+    let srv = |server: &ApiServer| -> (f64, u64, usize) {
+        let recs = server.take_requests();
+        (
+            recs.iter().map(|r| r.server_us as f64 / 1e3).sum(),
+            recs.iter().map(|r| r.body_bytes).sum(),
+            recs.len(),
+        )
+    };
+    let self_pod = cfg.self_pod.clone().unwrap_or_default();
+    for run in 0..=runs {
+        server.take_requests();
+        let t = Instant::now();
+        let resolved =
+            client::resolve_config(cfg.kubeconfig.as_deref(), &Environment::default()).await?;
+        let api = client::client_from_config(resolved, Duration::from_secs(30))?;
+        let setup = ms(t);
+        let t = Instant::now();
+        let req = http::Request::get(format!("/api/v1/namespaces/{NS}/pods/{self_pod}"))
+            .body(Vec::new())?;
+        let own: k8s_openapi::api::core::v1::Pod = api.client.request(req).await?;
+        let first = ms(t);
+        let (first_server, _, _) = srv(server);
+        anyhow::ensure!(own.metadata.name.as_deref() == Some(self_pod.as_str()));
+        let (mut wait, mut decode) = (0.0, 0.0);
+        let mut pods = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut lp = kube::api::ListParams::default()
+                .labels(selector)
+                .limit(list::PAGE_SIZE);
+            if let Some(c) = &token {
+                lp = lp.continue_token(c);
+            }
+            let req =
+                kube::core::Request::new(format!("/api/v1/namespaces/{NS}/pods")).list(&lp)?;
+            let t = Instant::now();
+            let text = api.client.request_text(req).await?;
+            wait += ms(t);
+            let t = Instant::now();
+            let (meta, items) = list::decode_page(text.as_bytes())?;
+            decode += ms(t);
+            pods.extend(items);
+            token = meta.continue_.filter(|c| !c.is_empty());
+            if token.is_none() {
+                break;
+            }
+        }
+        let (pages_server, bytes, pages) = srv(server);
+        let t = Instant::now();
+        let req = http::Request::get(format!("/apis/batch/v1/namespaces/{NS}/jobs/{JOB}"))
+            .body(Vec::new())?;
+        let _job: k8s_openapi::api::batch::v1::Job = api.client.request(req).await?;
+        let job = ms(t);
+        server.take_requests();
+        let t = Instant::now();
+        let n = pods.len();
+        let mut tracker = PodTracker::new(pods);
+        let chosen = tracker.first_ready(n);
+        let chosen = tracker.take(&chosen);
+        let nodes = discovery::build_nodes(&chosen, NS, SlotsPolicy::Auto, |_| false)?;
+        let order = ms(t);
+        anyhow::ensure!(nodes.len() == n);
+        if run == 0 {
+            continue;
+        }
+        ph.setup.push(setup);
+        ph.first.push(first);
+        ph.first_server.push(first_server);
+        ph.pages_wait.push(wait);
+        ph.pages_server.push(pages_server);
+        ph.pages_decode.push(decode);
+        ph.job.push(job);
+        ph.order.push(order);
+        ph.pages = pages;
+        ph.bytes = bytes;
+    }
+    Ok(ph)
+}
+
+/// Prints one size's phases and, if its target was missed, what bounds it; returns the JSON.
+fn print_phases(
+    n: usize,
+    total: f64,
+    target: Option<f64>,
+    ph: &Phases,
+    perf: Option<&str>,
+    [client_cpu, server_cpu, runq]: [f64; 3],
+) -> Value {
+    let transfer: Vec<f64> = ph
+        .pages_wait
+        .iter()
+        .zip(&ph.pages_server)
+        .map(|(w, s)| w - s)
+        .collect();
+    let parts: Vec<(&str, &Vec<f64>)> = vec![
+        ("client setup (kubeconfig, rustls config)", &ph.setup),
+        (
+            "first request: connect + TLS handshake + GET own pod",
+            &ph.first,
+        ),
+        (
+            "list pages: API server (store walk, selector, serialization)",
+            &ph.pages_server,
+        ),
+        (
+            "list pages: transfer (TLS, HTTP/1.1, body collection)",
+            &transfer,
+        ),
+        ("list pages: decoding (ours)", &ph.pages_decode),
+        ("GET the Job", &ph.job),
+        ("classify + order + nodes (ours)", &ph.order),
+    ];
+    println!(
+        "\n### Where the time goes at {n} pods ({} pages, {:.1} MiB; each phase timed alone, median [min-max] ms)\n",
+        ph.pages,
+        ph.bytes as f64 / (1 << 20) as f64
+    );
+    println!("| phase | ms |\n| --- | --- |");
+    for (name, v) in &parts {
+        println!("| {name} | {} |", stat(v, 2));
+    }
+    println!(
+        "| (of the first request: API server) | {} |",
+        stat(&ph.first_server, 2)
+    );
+    let mut sorted: Vec<(&str, f64)> = parts.iter().map(|(n, v)| (*n, median(v))).collect();
+    sorted.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let sum: f64 = sorted.iter().map(|(_, v)| v).sum();
+    let bound = match target {
+        Some(t) if total > t => {
+            let top: Vec<String> = sorted
+                .iter()
+                .take(3)
+                .map(|(n, v)| format!("{n} {v:.1} ms ({:.0}%)", v * 100.0 / sum))
+                .collect();
+            let line = format!(
+                "target {t:.0} ms MISSED at {n} pods ({total:.1} ms wall = client CPU {client_cpu:.1} + API server CPU {server_cpu:.1} + run-queue wait {runq:.1} + the rest {:.1} ms): bound by {}",
+                total - client_cpu - server_cpu - runq,
+                top.join("; ")
+            );
+            println!("\n{line}");
+            if let Some(p) = perf {
+                println!("perf profile of `prrte-k8s pods` (client only; self time, top symbols):\n```\n{p}```");
+            }
+            Some(line)
+        }
+        Some(t) => {
+            println!(
+                "\ntarget {t:.0} ms met at {n} pods ({total:.1} ms); largest phase: {} {:.1} ms",
+                sorted[0].0, sorted[0].1
+            );
+            None
+        }
+        None => None,
+    };
+    json!({
+        "pods": n, "pages": ph.pages, "bytes": ph.bytes,
+        "setup_ms": stat_json(&ph.setup), "first_request_ms": stat_json(&ph.first),
+        "first_request_server_ms": stat_json(&ph.first_server),
+        "pages_server_ms": stat_json(&ph.pages_server), "pages_transfer_ms": stat_json(&transfer),
+        "pages_decode_ms": stat_json(&ph.pages_decode), "job_get_ms": stat_json(&ph.job),
+        "order_ms": stat_json(&ph.order), "missed": bound, "perf_top": perf,
+    })
+}
+
+/// Top symbols (self time) of a `perf record -g` of the command, if perf is installed.
+fn perf_top(cmd: &[String], n: usize) -> Option<String> {
+    let dir = tempfile::Builder::new()
+        .prefix("prrte-k8s-perf-")
+        .tempdir()
+        .ok()?;
+    let data = dir.path().join("perf.data");
+    let rec = Command::new("perf")
+        .args(["record", "-g", "-F", "4999", "-q", "-o"])
+        .arg(&data)
+        .arg("--")
+        .args(cmd)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()?;
+    if !rec.success() {
+        return None;
+    }
+    let out = Command::new("perf")
+        .args([
+            "report",
+            "--stdio",
+            "--no-children",
+            "--sort",
+            "dso,symbol",
+            "-g",
+            "none",
+            "--percent-limit",
+            "1.5",
+            "-i",
+        ])
+        .arg(&data)
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<String> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .take(12)
+        .map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let end = words.iter().rposition(|w| *w != "-").map_or(0, |i| i + 1);
+            format!("  {}", words[..end].join(" "))
+        })
+        .collect();
+    (!lines.is_empty()).then(|| format!("{n} pods:\n{}\n", lines.join("\n")))
+}
+
+/// The readiness wait's bookkeeping per watch event while pods become ready one by one:
+/// the incremental tracker against classifying and sorting every pod on each event (the
+/// former wait), side by side.
+fn bench_tracking(sizes: &[usize]) -> Result<Value> {
+    use k8s_openapi::api::core::v1::Pod;
+    use prrte_k8s::discovery::{tracker::PodTracker, wait};
+    println!("\n### Readiness wait bookkeeping while N pods become ready one by one (per watch event, µs)\n");
+    println!("| pods | incremental tracker, µs/event | full classify + sort per event, µs/event | ratio |");
+    println!("| ---: | --- | --- | ---: |");
+    let mut rows = Vec::new();
+    for &n in sizes {
+        let pod = |i: usize, ready: bool| -> Result<Pod> {
+            let mut v = ready_pod(i, "uid");
+            v["metadata"]["name"] = json!(format!("{JOB}-{i}-x{:05}", (i * 7919) % 100_000));
+            if !ready {
+                v["status"]["conditions"][3]["status"] = json!("False");
+            }
+            Ok(serde_json::from_value(v)?)
+        };
+        let unready: Vec<Pod> = (0..n).map(|i| pod(i, false)).collect::<Result<_>>()?;
+        // Arrival order scrambled (a prime stride), as pods become ready in any order.
+        let arrivals: Vec<Pod> = (0..n)
+            .map(|k| pod((k * 7919) % n, true))
+            .collect::<Result<_>>()?;
+        let t = Instant::now();
+        let mut tracker = PodTracker::new(unready.clone());
+        for p in arrivals.iter().cloned() {
+            tracker.apply(p);
+            std::hint::black_box(tracker.ready_len());
+            std::hint::black_box(tracker.first_not_ready(wait::WAITING_FOR_SHOWN));
+        }
+        anyhow::ensure!(tracker.ready_len() == n);
+        let inc = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+        // The full re-evaluation over (at most) 200 events (it is O(n log n) each).
+        let events = n.min(200);
+        let mut map: std::collections::BTreeMap<String, Pod> = unready
+            .into_iter()
+            .map(|p| (p.metadata.name.clone().unwrap_or_default(), p))
+            .collect();
+        let t = Instant::now();
+        for p in arrivals.iter().take(events).cloned() {
+            map.insert(p.metadata.name.clone().unwrap_or_default(), p);
+            let e = wait::evaluate(map.values());
+            std::hint::black_box(
+                e.not_ready
+                    .iter()
+                    .map(|(n, _)| n.clone())
+                    .collect::<Vec<_>>(),
+            );
+        }
+        let full = t.elapsed().as_secs_f64() * 1e6 / events as f64;
+        println!(
+            "| {n} | {inc:.2} | {full:.0} (over {events} events) | {:.0}x |",
+            full / inc
+        );
+        rows.push(json!({"pods": n, "incremental_us_per_event": inc, "full_sort_us_per_event": full, "full_sort_events_timed": events}));
+    }
+    Ok(json!(rows))
 }
 
 fn breakdown(n: usize) -> Result<()> {
