@@ -812,7 +812,10 @@ fn perf_top(cmd: &[String], n: usize) -> Option<String> {
 /// former wait), side by side.
 fn bench_tracking(sizes: &[usize]) -> Result<Value> {
     use k8s_openapi::api::core::v1::Pod;
-    use prrte_k8s::discovery::{tracker::PodTracker, wait};
+    use prrte_k8s::discovery::{
+        tracker::{self, PodTracker},
+        wait,
+    };
     println!("\n### Readiness wait bookkeeping while N pods become ready one by one (per watch event, µs)\n");
     println!("| pods | incremental tracker, µs/event | full classify + sort per event, µs/event | ratio |");
     println!("| ---: | --- | --- | ---: |");
@@ -849,7 +852,7 @@ fn bench_tracking(sizes: &[usize]) -> Result<Value> {
         let t = Instant::now();
         for p in arrivals.iter().take(events).cloned() {
             map.insert(p.metadata.name.clone().unwrap_or_default(), p);
-            let e = wait::evaluate(map.values());
+            let e = tracker::evaluate(map.values());
             std::hint::black_box(
                 e.not_ready
                     .iter()

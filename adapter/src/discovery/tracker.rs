@@ -5,16 +5,42 @@
 //! and sorting every pod on each of them costs O(N log N) per event, O(N² log N) for the wait.
 //! [`PodTracker`] instead re-classifies only the pod an event carries and moves its
 //! [`OrderKey`] between ordered sets: O(log N) per event. Its order is exactly the order of a
-//! full sort ([`super::wait::evaluate`]); the tests check that after every step of random event
+//! full sort ([`evaluate`]); the tests check that after every step of random event
 //! sequences.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::order::OrderKey;
+use super::order::{natural_cmp, sort_pods_by, OrderKey};
 use super::readiness::{classify, PodReadiness};
-use super::wait::Evaluation;
+
+/// The selected pods split by readiness.
+#[derive(Debug, Clone, Default)]
+pub struct Evaluation<'a> {
+    /// Allocatable pods, in allocation order.
+    pub ready: Vec<&'a Pod>,
+    /// (name, description) of pods that may still become ready.
+    pub not_ready: Vec<(String, String)>,
+    /// (name, reason) of terminating or finished pods.
+    pub excluded: Vec<(String, String)>,
+}
+
+/// Classifies every pod; ready ones are sorted into allocation order. O(n log n): the wait
+/// keeps this state incrementally in a [`PodTracker`] instead.
+pub fn evaluate<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Evaluation<'a> {
+    let mut e = Evaluation::default();
+    for p in pods {
+        match classify(p) {
+            PodReadiness::Ready(_) => e.ready.push(p),
+            PodReadiness::NotReady(d) => e.not_ready.push((name_of(p), d)),
+            PodReadiness::Excluded(d) => e.excluded.push((name_of(p), d)),
+        }
+    }
+    sort_pods_by(&mut e.ready, |p| p);
+    e.not_ready.sort_by(|a, b| natural_cmp(&a.0, &b.0));
+    e
+}
 
 /// Which set a pod is in, with the key it is filed under there.
 #[derive(Debug, Clone)]
@@ -185,7 +211,6 @@ impl PodTracker {
 #[cfg(test)]
 mod tests {
     use super::super::order::{JOBSET_JOB_INDEX, JOB_COMPLETION_INDEX, STATEFULSET_POD_INDEX};
-    use super::super::wait::evaluate;
     use super::*;
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -20,44 +20,17 @@ use kube::runtime::WatchStreamExt;
 use super::api::{Ctx, Operation};
 use super::client::error_chain;
 use super::error::DiscoveryError;
-use super::order::{pod_index, sort_pods_by, PodIndex};
+use super::order::{pod_index, PodIndex};
 use super::readiness::{classify, PodReadiness};
 use super::tracker::PodTracker;
+pub use super::tracker::{evaluate, Evaluation};
 use super::Progress;
 
 /// How many not-ready pods a [`Progress::Ready`] report names (the count says how many more).
 pub const WAITING_FOR_SHOWN: usize = 16;
 
-/// The selected pods split by readiness.
-#[derive(Debug, Clone, Default)]
-pub struct Evaluation<'a> {
-    /// Allocatable pods, in allocation order.
-    pub ready: Vec<&'a Pod>,
-    /// (name, description) of pods that may still become ready.
-    pub not_ready: Vec<(String, String)>,
-    /// (name, reason) of terminating or finished pods.
-    pub excluded: Vec<(String, String)>,
-}
-
 fn name(p: &Pod) -> String {
     p.metadata.name.clone().unwrap_or_default()
-}
-
-/// Classifies every pod; ready ones are sorted into allocation order. O(n log n): the wait
-/// keeps this state incrementally in a [`PodTracker`] instead.
-pub fn evaluate<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Evaluation<'a> {
-    let mut e = Evaluation::default();
-    for p in pods {
-        match classify(p) {
-            PodReadiness::Ready(_) => e.ready.push(p),
-            PodReadiness::NotReady(d) => e.not_ready.push((name(p), d)),
-            PodReadiness::Excluded(d) => e.excluded.push((name(p), d)),
-        }
-    }
-    sort_pods_by(&mut e.ready, |p| p);
-    e.not_ready
-        .sort_by(|a, b| super::order::natural_cmp(&a.0, &b.0));
-    e
 }
 
 /// What is missing for `expected` ready pods, one entry per pod or gap.
