@@ -472,17 +472,8 @@ async fn peer_text_cannot_forge_log_lines() {
 async fn a_dvm_uri_elsewhere_is_refused() {
     let td = TestDir::new();
     let file = td.path("dvm.uri");
-    let agent = AgentProc::spawn(&td, &["--dvm-uri-file", file.to_str().unwrap()]);
-    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
-        .await
-        .unwrap();
-    let reply = c
-        .request(&Request::Launch {
-            argv: vec!["--sleep".into()],
-            env: Default::default(),
-            dvm_uri: Some("prte-x@0.0;tcp4://10.66.0.1:7120".into()),
-        })
-        .await;
+    let (_agent, _c, reply) =
+        sleep_launch_with_dvm_uri(&td, &file, "prte-x@0.0;tcp4://10.66.0.1:7120").await;
     match reply {
         Reply::Failed { reason } => assert!(
             reason.contains("10.66.0.1") && reason.contains("127.0.0.1"),
@@ -499,17 +490,8 @@ async fn a_dvm_uri_elsewhere_is_refused() {
 async fn a_dvm_uri_file_the_agent_did_not_write_is_not_removed() {
     let td = TestDir::new();
     let file = td.path("dvm.uri");
-    let agent = AgentProc::spawn(&td, &["--dvm-uri-file", file.to_str().unwrap()]);
-    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
-        .await
-        .unwrap();
-    let reply = c
-        .request(&Request::Launch {
-            argv: vec!["--sleep".into()],
-            env: Default::default(),
-            dvm_uri: Some("prte-x@0.0;tcp4://127.0.0.1:7120".into()),
-        })
-        .await;
+    let (agent, mut c, reply) =
+        sleep_launch_with_dvm_uri(&td, &file, "prte-x@0.0;tcp4://127.0.0.1:7120").await;
     assert!(matches!(reply, Reply::Started { .. }), "{reply:?}");
     wait_for(WAIT, || file.exists().then_some(())).expect("published");
     // Someone else's file now sits at the path.

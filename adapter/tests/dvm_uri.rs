@@ -15,7 +15,7 @@ use prrte_k8s::agent::write_dvm_uri_file;
 use prrte_k8s::launch::{
     ping_agent, LaunchEvent, LaunchOptions, LaunchRequest, LaunchTarget, Launcher,
 };
-use prrte_k8s::protocol::{Reply, Request};
+use prrte_k8s::protocol::Reply;
 
 const CLI: &str = env!("CARGO_BIN_EXE_prrte-k8s");
 /// On the launcher's own address (the tests' launcher connects from 127.0.0.1).
@@ -86,22 +86,13 @@ fn agent_publishes_the_uri_while_prted_runs() {
 fn malformed_uri_is_refused_and_nothing_starts() {
     let td = TestDir::new();
     let file = td.path("dvm.uri");
-    let agent = AgentProc::spawn(&td, &["--dvm-uri-file", file.to_str().unwrap()]);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async {
-        let mut c = RawClient::connect(agent.addr, Some(&td.secret))
-            .await
-            .unwrap();
-        let reply = c
-            .request(&Request::Launch {
-                argv: vec!["--sleep".into()],
-                env: Default::default(),
-                dvm_uri: Some("ns.0;tcp4://evil.example:7120\nPATH=/x".into()),
-            })
-            .await;
+    let _agent = rt.block_on(async {
+        let (agent, _c, reply) =
+            sleep_launch_with_dvm_uri(&td, &file, "ns.0;tcp4://evil.example:7120\nPATH=/x").await;
         match reply {
             Reply::Failed { reason } => assert!(
                 reason.contains("invalid dvm_uri") && reason.contains("IPv4"),
@@ -109,6 +100,7 @@ fn malformed_uri_is_refused_and_nothing_starts() {
             ),
             other => panic!("unexpected {other:?}"),
         }
+        agent
     });
     assert_eq!(td.launches(), 0);
     assert!(!file.exists());

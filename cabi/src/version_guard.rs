@@ -148,32 +148,12 @@ pub fn admitted() -> bool {
     }
 }
 
-const DECLINE: c_int = ffi::PMIX_ERR_NOT_AVAILABLE as c_int;
+/// What a component answers PMIx when the guard refuses: `PMIX_ERR_NOT_AVAILABLE`.
+pub const DECLINE: c_int = ffi::PMIX_ERR_NOT_AVAILABLE as c_int;
 
-/// The RAS component's `register` step, guarded.
-///
-/// # Safety
-///
-/// Called by PMIx on the main thread, like every MCA callback.
-pub unsafe extern "C" fn ras_register() -> c_int {
-    if !boundary("ras k8s version guard", false, admitted) {
-        return DECLINE;
-    }
-    // SAFETY: called by PMIx's MCA base on the main thread, as the unguarded function would be.
-    unsafe { crate::ras::component::register_params() }
-}
-
-/// The PLM component's `register` step, guarded.
-///
-/// # Safety
-///
-/// Called by PMIx on the main thread, like every MCA callback.
-pub unsafe extern "C" fn plm_register() -> c_int {
-    if !boundary("plm k8s version guard", false, admitted) {
-        return DECLINE;
-    }
-    // SAFETY: as in `ras_register`.
-    unsafe { crate::plm::component::register_params() }
+/// [`admitted`] behind the panic boundary, for a component's `register` step (`what` names it).
+pub fn admits(what: &str) -> bool {
+    boundary(what, false, admitted)
 }
 
 /// Both components' `open`: the same check (a no-op once register has passed it).
@@ -182,7 +162,7 @@ pub unsafe extern "C" fn plm_register() -> c_int {
 ///
 /// Called by PMIx on the main thread, like every MCA callback.
 pub unsafe extern "C" fn open() -> c_int {
-    if boundary("k8s version guard", false, admitted) {
+    if admits("k8s version guard") {
         ffi::PMIX_SUCCESS as c_int
     } else {
         DECLINE

@@ -3,26 +3,16 @@
 use prrte_k8s_cabi::ffi;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-fn target_dir() -> PathBuf {
-    // .../target/<profile>/deps/<test binary>
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
+mod common;
+use common::*;
 
 fn library() -> PathBuf {
-    let p = target_dir().join("libprrte_k8s_cabi.so");
+    let p = profile_dir().join("libprrte_k8s_cabi.so");
     assert!(p.is_file(), "the cdylib was not built at {}", p.display());
     p
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
 }
 
 /// Compile a C program that includes include/prrte_k8s.h and prints what the header defines;

@@ -1,25 +1,9 @@
 //! The installed components as PRRTE's own tools see them.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn prefix() -> PathBuf {
-    PathBuf::from(
-        std::env::var("PRRTE_K8S_PREFIX")
-            .unwrap_or_else(|_| "/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s1".into()),
-    )
-}
-
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+mod common;
+use common::*;
 
 /// Install with the project's install script into a fresh directory.
 fn install(dest: &Path) {

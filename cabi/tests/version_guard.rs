@@ -3,35 +3,19 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn prefix() -> PathBuf {
-    PathBuf::from(
-        std::env::var("PRRTE_K8S_PREFIX")
-            .unwrap_or_else(|_| "/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s1".into()),
-    )
-}
-
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+mod common;
+use common::*;
 
 /// Where the library built with an overridden record goes: its own target directory next to
 /// this test's (built once, then cached), so the normally built library is never touched.
-fn guard_target_dir() -> PathBuf {
+fn guard_profile_dir() -> PathBuf {
     profile_dir().parent().unwrap().join("version-guard-test")
 }
 
 /// `cargo build -p prrte-k8s-cabi` recording another PRRTE version (a build-time override read
 /// with `option_env!` by the cabi crate alone), in a clean environment.
 fn build_cabi_recording(prrte_version: &str) -> PathBuf {
-    let target = guard_target_dir();
+    let target = guard_profile_dir();
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(repo())
         .args(["build", "-q", "-j2", "-p", "prrte-k8s-cabi", "--lib"])

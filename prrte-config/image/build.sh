@@ -50,7 +50,8 @@ timed "Open MPI + mpi4py (build-ompi.sh)" bash -c 'bash "$1" | tee "$2"' _ "$rep
 OMPI_PREFIX=$(sed -n 's/^OMPI_PREFIX=//p' "$ompi_out" | tail -1)
 [[ -n "$OMPI_PREFIX" && -x "$OMPI_PREFIX/bin/mpicc" ]] || die "build-ompi.sh did not report an Open MPI prefix"
 timed "Rust release build (cargo)" bash -c 'cd "$1" && cargo build --release -q -p prrte-k8s -p prrte-k8s-cabi' _ "$repo"
-rust=("$target/release/prrte-k8s" "$target/release/prrte-k8s-agent" "$target/release/libprrte_k8s_cabi.so")
+rust=("$target/release/prrte-k8s" "$target/release/prrte-k8s-agent" "$target/release/prrte-k8s-rsh"
+      "$target/release/libprrte_k8s_cabi.so")
 for f in "${rust[@]}"; do [[ -f "$f" ]] || die "$f was not built"; done
 timed "base image (base.sh)" bash "$here/base.sh" "$BASE"
 

@@ -152,6 +152,11 @@ impl TestDir {
     }
 }
 
+/// `prefix` with a random suffix: a name no other test (or concurrent run) uses.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:08x}", rand::random::<u32>())
+}
+
 /// A child process killed (with its process group) when dropped.
 pub struct Guarded {
     child: Option<Child>,

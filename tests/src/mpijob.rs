@@ -10,6 +10,23 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 pub const NS: &str = "default";
+
+/// The options that make `prte` / `prterun` allocate through `ras k8s` and start its daemons
+/// through `plm k8s` (tests run PRRTE as root inside the pods).
+pub const K8S: [&str; 7] = [
+    "--allow-run-as-root",
+    "--prtemca",
+    "ras",
+    "k8s",
+    "--prtemca",
+    "plm",
+    "k8s",
+];
+
+/// [`K8S`] followed by `more`.
+pub fn k8s_args<'a>(more: &[&'a str]) -> Vec<&'a str> {
+    K8S.iter().chain(more).copied().collect()
+}
 /// The ServiceAccount and RoleBinding of prrte-config/k8s/rbac.yaml (`prrte-k8s manifest
 /// --name mpi-demo --only rbac`).
 pub const SERVICE_ACCOUNT: &str = "mpi-demo-prrte";
@@ -323,6 +340,66 @@ pub struct DvmCycle {
 }
 
 impl Job {
+    /// `prterun` in pod 0 through our components ([`K8S`]) with `more`, to completion (bounded).
+    pub fn prterun(&self, more: &[&str], limit: Duration) -> Result<Output> {
+        self.run_in_pod(0, "prterun", &k8s_args(more), limit)
+    }
+
+    /// A DVM: `prte` in pod 0 through our components ([`K8S`]) with `more`, its output in
+    /// `<dir>/prte.out|err`; returns it (guarded) once it printed "DVM ready" within `limit`.
+    pub fn start_prte(&self, more: &[&str], limit: Duration) -> Result<harness::Guarded> {
+        let cmd = self.in_pod(0, "prte", &k8s_args(more))?;
+        let mut prte = harness::Guarded::spawn(cmd, "prte", self.dir.path())?;
+        self.wait_dvm_ready(&mut prte, limit, &|| false)?;
+        Ok(prte)
+    }
+
+    /// What a process spawned by [`harness::Guarded::spawn`] into the job's directory as `tag`
+    /// has printed so far (stdout, then stderr).
+    fn output_of(&self, tag: &str) -> String {
+        let read = |ext: &str| {
+            std::fs::read_to_string(self.dir.path().join(format!("{tag}.{ext}")))
+                .unwrap_or_default()
+        };
+        format!("{}{}", read("out"), read("err"))
+    }
+
+    /// Wait until `prte` (spawned by [`harness::Guarded::spawn`] into the job's directory) has
+    /// printed "DVM ready" (every prted reported); fails with its output if it exits first, if
+    /// `limit` passes or when `cancelled` says so.
+    fn wait_dvm_ready(
+        &self,
+        prte: &mut harness::Guarded,
+        limit: Duration,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<()> {
+        let tag = prte.what().to_string();
+        let out = self.dir.path().join(format!("{tag}.out"));
+        let output = || self.output_of(&tag);
+        let t0 = std::time::Instant::now();
+        loop {
+            if std::fs::read_to_string(&out).is_ok_and(|t| t.contains("DVM ready")) {
+                return Ok(());
+            }
+            if let Some(st) = prte.wait_timeout(Duration::ZERO)? {
+                bail!(
+                    "prte ({tag}) exited with {st} before \"DVM ready\":\n{}",
+                    output()
+                );
+            }
+            if cancelled() {
+                bail!("interrupted");
+            }
+            if t0.elapsed() >= limit {
+                bail!(
+                    "prte ({tag}) printed no \"DVM ready\" within {limit:?}:\n{}",
+                    output()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Start prte in pod 0 with `args` (plus `--report-uri`), wait (bounded by `limit`) for
     /// "DVM ready", run `at_ready` while the DVM is up, then end it with pterm and wait until
     /// prte has exited and no prted is left in any pod. prte's output goes to
@@ -341,38 +418,11 @@ impl Job {
         let mut argv: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
         argv.extend(["--report-uri", uri.to_str().unwrap()]);
         let cmd = self.in_pod(0, "prte", &argv)?;
-        let out = self.dir.path().join(format!("{tag}.out"));
-        let err = self.dir.path().join(format!("{tag}.err"));
-        let output = || {
-            format!(
-                "{}{}",
-                std::fs::read_to_string(&out).unwrap_or_default(),
-                std::fs::read_to_string(&err).unwrap_or_default()
-            )
-        };
+        let output = || self.output_of(tag);
         let t0 = std::time::Instant::now();
         let mut prte = harness::Guarded::spawn(cmd, tag, self.dir.path())?;
-        let ready = loop {
-            if std::fs::read_to_string(&out).is_ok_and(|t| t.contains("DVM ready")) {
-                break t0.elapsed();
-            }
-            if let Some(st) = prte.wait_timeout(Duration::ZERO)? {
-                bail!(
-                    "prte ({tag}) exited with {st} before \"DVM ready\":\n{}",
-                    output()
-                );
-            }
-            if cancelled() {
-                bail!("interrupted");
-            }
-            if t0.elapsed() >= limit {
-                bail!(
-                    "prte ({tag}) printed no \"DVM ready\" within {limit:?}:\n{}",
-                    output()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
+        self.wait_dvm_ready(&mut prte, limit, &cancelled)?;
+        let ready = t0.elapsed();
         let note = at_ready(self)?;
         let dvm = format!("file:{}", uri.display());
         let o = self.run_in_pod(0, "pterm", &["--dvm-uri", &dvm], Duration::from_secs(60))?;

@@ -1,6 +1,7 @@
 //! The launch benchmark's ssh baseline works at all (not timed): with an sshd and an agent in
 //! each of two pods, a DVM through the agents and then prte with `plm ssh` (tree spawn and not)
-//! reach "DVM ready", pterm ends each, and no prted or ssh session is left.
+//! reach "DVM ready", pterm ends each, and no prted or ssh session is left; and the benchmark
+//! binary runs end to end at 2 pods, writing its JSON and plot.
 #![forbid(unsafe_code)]
 use sandbox::mpijob::{Job, JobSpec};
 use sandbox::sshd::{self, Spawn, SshBaseline};
@@ -70,4 +71,87 @@ async fn ssh_baseline_reaches_dvm_ready_and_pterm_ends_it() {
         sshd::wait_sessions_closed(&job, Duration::from_secs(10)).unwrap();
     }
     job.wait_no_prteds(Duration::from_secs(5)).unwrap();
+}
+
+/// The benchmark binary itself, end to end at the smallest size (2 pods, 1 run; not timed):
+/// every method reaches "DVM ready", the tables and the JSON name the profile the binary was
+/// built with (the agent and the components are taken from its own target directory), and the
+/// PNG plot is written next to the JSON; `--plot-from` redraws it from the JSON alone.
+#[test]
+fn bench_binary_writes_json_and_plot_of_its_profile() {
+    let dir = sandbox::harness::TestDir::new("bench-smoke-run").unwrap();
+    let bench = env!("CARGO_BIN_EXE_prrte-k8s-bench");
+    let json_path = dir.path().join("b.json");
+    let o = std::process::Command::new(bench)
+        .args(["--pods", "2", "--runs", "1", "--json"])
+        .arg(&json_path)
+        .env("TMPDIR", dir.tmpdir())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}\n{stdout}\n{stderr}", o.status);
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    assert!(
+        stdout.contains(&format!("Every figure below: {profile} build"))
+            && stdout.contains(&format!("DVM-ready time [{profile}]")),
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    assert_eq!(report["profile"], profile);
+    assert_eq!(report["runs"], 1);
+    assert!(report["machine"]["cores"].as_u64().unwrap() >= 1);
+    assert!(report["load_avg_1m"]["median"].as_f64().unwrap() >= 0.0);
+    // The agent and the components measured sit next to the bench binary.
+    let bin_dir = std::path::Path::new(bench).parent().unwrap();
+    for k in ["agent", "components"] {
+        let p = std::path::PathBuf::from(report["artifacts"][k].as_str().unwrap());
+        assert_eq!(p.parent().unwrap(), bin_dir, "{k}: {}", p.display());
+        assert!(p.is_file(), "{}", p.display());
+    }
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["pods"], 2);
+    for m in ["agent", "ssh", "ssh-notree", "lower-bound"] {
+        let r = &rows[0]["methods"][m]["dvm_ready_s"];
+        let med = r["median"].as_f64().unwrap_or(0.0);
+        assert!(med > 0.0 && med < 120.0, "{m}: {r}");
+        assert_eq!(r["samples"].as_array().unwrap().len(), 1, "{m}: {r}");
+        assert!(r["min"].as_f64() <= Some(med) && r["max"].as_f64() >= Some(med));
+    }
+    assert!(rows[0]["ratio_ssh_over_agent"].as_f64().unwrap() > 0.0);
+    assert!(rows[0]["ratio_agent_over_lower_bound"].as_f64().unwrap() > 0.0);
+    let png = dir.path().join("b.png");
+    let is_png = |p: &std::path::Path| {
+        std::fs::read(p).is_ok_and(|b| b.starts_with(b"\x89PNG\r\n\x1a\n") && b.len() > 5_000)
+    };
+    assert!(is_png(&png), "no plot at {}\n{stdout}", png.display());
+    // Redraw from the JSON alone, and refuse a file that is not a report.
+    let again = dir.path().join("again.png");
+    let o = std::process::Command::new(bench)
+        .arg("--plot-from")
+        .arg(&json_path)
+        .arg("--plot")
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(is_png(&again));
+    std::fs::write(dir.path().join("bad.json"), "not json").unwrap();
+    let o = std::process::Command::new(bench)
+        .arg("--plot-from")
+        .arg(dir.path().join("bad.json"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is not JSON written by prrte-k8s-bench"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

@@ -125,6 +125,29 @@ impl BatchJob {
         harness::run_with_timeout(self.kubectl_cmd(args), limit)
     }
 
+    /// `kubectl wait --for=condition=<condition> job/<name>` within `secs`; panics with the
+    /// Job's status when the condition is not reached.
+    fn wait_for_condition(&self, condition: &str, secs: u64) {
+        let out = self
+            .kubectl(
+                &[
+                    "wait",
+                    &format!("--for=condition={condition}"),
+                    &format!("job/{}", self.name),
+                    &format!("--timeout={secs}s"),
+                ],
+                Duration::from_secs(secs + 20),
+            )
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "Job {} not {condition} within {secs} s: {}\n{}",
+            self.name,
+            text(&out),
+            self.describe()
+        );
+    }
+
     /// The job's pods as stored, by completion index.
     fn pods(&self) -> Vec<Arc<Value>> {
         let mut pods: Vec<Arc<Value>> = self
@@ -274,23 +297,7 @@ async fn batch_allreduce_completes_logs_and_ttl_removes_it() {
     )
     .await
     .unwrap();
-    let out = job
-        .kubectl(
-            &[
-                "wait",
-                "--for=condition=complete",
-                "job/bar",
-                "--timeout=180s",
-            ],
-            Duration::from_secs(200),
-        )
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl wait: {}\n{}",
-        text(&out),
-        job.describe()
-    );
+    job.wait_for_condition("complete", 180);
     let pods = job.pods();
     assert_eq!(pods.len(), 4, "{}", job.describe());
     let pod0 = BatchJob::pod_name(&pods[0]);
@@ -362,23 +369,7 @@ async fn batch_failure_fails_the_job_with_the_exit_code() {
     )
     .await
     .unwrap();
-    let out = job
-        .kubectl(
-            &[
-                "wait",
-                "--for=condition=failed",
-                "job/bfail",
-                "--timeout=180s",
-            ],
-            Duration::from_secs(200),
-        )
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl wait: {}\n{}",
-        text(&out),
-        job.describe()
-    );
+    job.wait_for_condition("failed", 180);
     let j = job.cluster.store().get(&JOBS, NS, "bfail").unwrap();
     let failed = condition(&j, "Failed").expect("Failed condition").clone();
     assert!(condition(&j, "FailureTarget").is_some(), "{}", j["status"]);
@@ -442,23 +433,7 @@ async fn evicted_pod_fails_the_job_quickly() {
     let victim = BatchJob::pod_name(&job.pods()[2]);
     let t0 = Instant::now();
     job.cluster.evict(&victim).unwrap();
-    let out = job
-        .kubectl(
-            &[
-                "wait",
-                "--for=condition=failed",
-                "job/bevict",
-                "--timeout=30s",
-            ],
-            Duration::from_secs(40),
-        )
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "Job not Failed within 30 s of the eviction: {}\n{}",
-        text(&out),
-        job.describe()
-    );
+    job.wait_for_condition("failed", 30);
     assert!(t0.elapsed() < Duration::from_secs(30));
     let j = job.cluster.store().get(&JOBS, NS, "bevict").unwrap();
     let failed = condition(&j, "Failed").unwrap();

@@ -15,21 +15,8 @@ async fn allreduce_across_eight_pods_through_agents() {
     let job = Job::start(spec).await.unwrap();
     let prog = harness::mpi_program("allreduce").unwrap();
     let out = job
-        .run_in_pod(
-            0,
-            "prterun",
-            &[
-                "--allow-run-as-root",
-                "--prtemca",
-                "ras",
-                "k8s",
-                "--prtemca",
-                "plm",
-                "k8s",
-                "-n",
-                "16",
-                prog.to_str().unwrap(),
-            ],
+        .prterun(
+            &["-n", "16", prog.to_str().unwrap()],
             Duration::from_secs(120),
         )
         .unwrap();
@@ -69,17 +56,8 @@ async fn allocation_follows_pod_index_with_slots_from_cpu() {
     let slots: Vec<usize> = (0..12).map(|i| [1, 2, 3][i % 3]).collect();
     let total: usize = slots.iter().sum();
     let out = job
-        .run_in_pod(
-            0,
-            "prterun",
+        .prterun(
             &[
-                "--allow-run-as-root",
-                "--prtemca",
-                "ras",
-                "k8s",
-                "--prtemca",
-                "plm",
-                "k8s",
                 "--display",
                 "alloc",
                 "-n",
@@ -142,23 +120,8 @@ async fn mpi4py_allreduce_across_pods() {
         "from mpi4py import MPI; import socket; c = MPI.COMM_WORLD; s = c.allreduce(c.rank + 1); \
                 print('py', c.rank, c.size, socket.gethostname(), s, flush=True)";
     let out = job
-        .run_in_pod(
-            0,
-            "prterun",
-            &[
-                "--allow-run-as-root",
-                "--prtemca",
-                "ras",
-                "k8s",
-                "--prtemca",
-                "plm",
-                "k8s",
-                "-n",
-                "8",
-                py.to_str().unwrap(),
-                "-c",
-                code,
-            ],
+        .prterun(
+            &["-n", "8", py.to_str().unwrap(), "-c", code],
             Duration::from_secs(120),
         )
         .unwrap();
@@ -184,30 +147,12 @@ async fn persistent_dvm_runs_several_jobs_then_pterm() {
     let job = Job::start(spec).await.unwrap();
     let prog = harness::mpi_program("allreduce").unwrap();
     let uri = job.dir.path().join("dvm.uri");
-    let prte = job
-        .in_pod(
-            0,
-            "prte",
-            &[
-                "--allow-run-as-root",
-                "--prtemca",
-                "ras",
-                "k8s",
-                "--prtemca",
-                "plm",
-                "k8s",
-                "--report-uri",
-                uri.to_str().unwrap(),
-            ],
+    let mut prte = job
+        .start_prte(
+            &["--report-uri", uri.to_str().unwrap()],
+            Duration::from_secs(60),
         )
         .unwrap();
-    let mut prte = harness::Guarded::spawn(prte, "prte", job.dir.path()).unwrap();
-    wait_for_text(
-        &job.dir.path().join("prte.out"),
-        "DVM ready",
-        Duration::from_secs(60),
-    )
-    .unwrap();
     for i in 0..4 {
         let n = job.pids_in_pod(i, "prted").unwrap().len();
         assert_eq!(
@@ -269,28 +214,7 @@ async fn sigterm_of_prte_leaves_no_prted() {
 
 async fn end_prte_with(signal: nix::sys::signal::Signal, name: &str) {
     let job = Job::start(JobSpec::new(name, 4)).await.unwrap();
-    let prte = job
-        .in_pod(
-            0,
-            "prte",
-            &[
-                "--allow-run-as-root",
-                "--prtemca",
-                "ras",
-                "k8s",
-                "--prtemca",
-                "plm",
-                "k8s",
-            ],
-        )
-        .unwrap();
-    let prte = harness::Guarded::spawn(prte, "prte", job.dir.path()).unwrap();
-    wait_for_text(
-        &job.dir.path().join("prte.out"),
-        "DVM ready",
-        Duration::from_secs(60),
-    )
-    .unwrap();
+    let prte = job.start_prte(&[], Duration::from_secs(60)).unwrap();
     for i in 1..4 {
         assert!(
             !job.pids_in_pod(i, "prted").unwrap().is_empty(),

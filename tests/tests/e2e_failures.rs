@@ -8,18 +8,8 @@ use common::*;
 use sandbox::harness;
 use std::time::Duration;
 
-const RAS_PLM: [&str; 5] = [
-    "--allow-run-as-root",
-    "--prtemca",
-    "ras",
-    "k8s",
-    "--prtemca",
-];
-
 fn prterun_args<'a>(extra: &[&'a str], prog: &'a str) -> Vec<&'a str> {
-    let mut v: Vec<&str> = RAS_PLM.to_vec();
-    v.extend(["plm", "k8s"]);
-    v.extend(extra);
+    let mut v = k8s_args(extra);
     v.extend(["-n", "2", prog]);
     v
 }
@@ -191,23 +181,7 @@ async fn missing_rbac_names_the_permission() {
         text(&out)
     );
     let out = job
-        .run_in_pod(
-            0,
-            "prterun",
-            &[
-                "--allow-run-as-root",
-                "--prtemca",
-                "ras",
-                "k8s",
-                "--prtemca",
-                "plm",
-                "k8s",
-                "-n",
-                "1",
-                "true",
-            ],
-            Duration::from_secs(90),
-        )
+        .prterun(&["-n", "1", "true"], Duration::from_secs(90))
         .unwrap();
     let t = text(&out);
     eprintln!("{t}");
@@ -231,28 +205,7 @@ async fn missing_rbac_names_the_permission() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prted_death_while_running_is_reported_with_pod_and_signal() {
     let job = Job::start(JobSpec::new("prteddie", 3)).await.unwrap();
-    let prte = job
-        .in_pod(
-            0,
-            "prte",
-            &[
-                "--allow-run-as-root",
-                "--prtemca",
-                "ras",
-                "k8s",
-                "--prtemca",
-                "plm",
-                "k8s",
-            ],
-        )
-        .unwrap();
-    let mut prte = harness::Guarded::spawn(prte, "prte", job.dir.path()).unwrap();
-    wait_for_text(
-        &job.dir.path().join("prte.out"),
-        "DVM ready",
-        Duration::from_secs(60),
-    )
-    .unwrap();
+    let mut prte = job.start_prte(&[], Duration::from_secs(60)).unwrap();
     let victims = job.pids_in_pod(1, "prted").unwrap();
     assert!(!victims.is_empty(), "no prted in pod 1");
     for pid in &victims {

@@ -73,17 +73,7 @@ fn ranks_everywhere(job: &Job, extra: &[&str]) -> harness::Guarded {
     let dir = harness::TestDir::new("fault-rank").unwrap();
     let rank = script(&dir, "fault-rank", "exec sleep 1000").unwrap();
     let n = job.pods.len().to_string();
-    let mut args = vec![
-        "--allow-run-as-root",
-        "--prtemca",
-        "ras",
-        "k8s",
-        "--prtemca",
-        "plm",
-        "k8s",
-        "--map-by",
-        "node",
-    ];
+    let mut args = k8s_args(&["--map-by", "node"]);
     args.extend(extra);
     args.extend(["-n", &n, rank.to_str().unwrap()]);
     let cmd = job.in_pod(0, "prterun", &args).unwrap();
@@ -121,16 +111,7 @@ fn fails_naming(job: &Job, run: &mut harness::Guarded, i: usize, within: Duratio
 }
 
 fn prterun_args<'a>(extra: &[&'a str], prog: &'a str, n: &'a str) -> Vec<&'a str> {
-    let mut v = vec![
-        "--allow-run-as-root",
-        "--prtemca",
-        "ras",
-        "k8s",
-        "--prtemca",
-        "plm",
-        "k8s",
-    ];
-    v.extend(extra);
+    let mut v = k8s_args(extra);
     v.extend(["-n", n, prog]);
     v
 }

@@ -175,23 +175,7 @@ async fn twenty_prterun_of_32_hostname_never_hang() {
     let n = RANKS.to_string();
     let mut tally = Tally::new("prterun -n 32 hostname");
     for round in 0..ROUNDS {
-        let r = job.run_in_pod(
-            0,
-            "prterun",
-            &[
-                "--allow-run-as-root",
-                "--prtemca",
-                "ras",
-                "k8s",
-                "--prtemca",
-                "plm",
-                "k8s",
-                "-n",
-                &n,
-                "hostname",
-            ],
-            JOB_LIMIT,
-        );
+        let r = job.prterun(&["-n", &n, "hostname"], JOB_LIMIT);
         tally.record(round, r, |o| hostname_problem(&job, o, RANKS));
         // A hung run was killed with its process group: the agents then stop its prteds.
         job.wait_no_prteds(Duration::from_secs(30)).unwrap();

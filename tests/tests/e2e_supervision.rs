@@ -38,28 +38,7 @@ fn leftovers(job: &Job, i: usize, rank_comm: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_prted_stays_in_the_agents_session() {
     let job = Job::start(JobSpec::new("session", 2)).await.unwrap();
-    let prte = job
-        .in_pod(
-            0,
-            "prte",
-            &[
-                "--allow-run-as-root",
-                "--prtemca",
-                "ras",
-                "k8s",
-                "--prtemca",
-                "plm",
-                "k8s",
-            ],
-        )
-        .unwrap();
-    let mut prte = harness::Guarded::spawn(prte, "prte", job.dir.path()).unwrap();
-    wait_for_text(
-        &job.dir.path().join("prte.out"),
-        "DVM ready",
-        Duration::from_secs(60),
-    )
-    .unwrap();
+    let mut prte = job.start_prte(&[], Duration::from_secs(60)).unwrap();
     let agent = job.pids_in_pod(1, "prrte-k8s-agent").unwrap();
     assert_eq!(agent.len(), 1, "{:?}", processes(&job, 1));
     let prteds = job.pids_in_pod(1, "prted").unwrap();
@@ -102,20 +81,7 @@ async fn evicting_a_pod_ends_the_job_everywhere() {
         .in_pod(
             0,
             "prterun",
-            &[
-                "--allow-run-as-root",
-                "--prtemca",
-                "ras",
-                "k8s",
-                "--prtemca",
-                "plm",
-                "k8s",
-                "--map-by",
-                "node",
-                "-n",
-                "3",
-                rank.to_str().unwrap(),
-            ],
+            &k8s_args(&["--map-by", "node", "-n", "3", rank.to_str().unwrap()]),
         )
         .unwrap();
     let mut run = harness::Guarded::spawn(cmd, "prterun", job.dir.path()).unwrap();

@@ -111,6 +111,13 @@ fn runtime_image_lists_the_k8s_components_with_no_environment_and_runs_as_non_ro
     assert!(ok && text.contains("prrte-k8s-agent"), "{text}");
     let (ok, text) = c.run(&["prrte-k8s", "--help"]);
     assert!(ok && text.contains("doctor"), "{text}");
+    // The ssh stand-in for launchers that start daemons with ssh (MPICH, Intel MPI) in app images.
+    // Without a host it runs, prints its usage and exits 255 as ssh does.
+    let (ok, text) = c.run(&["prrte-k8s-rsh"]);
+    assert!(
+        !ok && text.contains("usage: prrte-k8s-rsh [ssh options] HOST COMMAND"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -9,6 +9,7 @@ use kube::api::{
 };
 use kube::runtime::watcher;
 use sandbox::api::{ApiOptions, ApiServer, Part, Rule};
+use sandbox::harness::unique;
 use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -34,10 +35,6 @@ async fn token_client(server: &ApiServer, token: &str, dir: &Path) -> kube::Clie
     ));
     server.write_kubeconfig(&p, token, "default").unwrap();
     client_for(&p).await
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}-{:08x}", rand::random::<u32>())
 }
 
 async fn make_ns(c: &kube::Client, name: &str) {

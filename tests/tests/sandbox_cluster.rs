@@ -3,6 +3,7 @@
 
 use sandbox::api::Obj;
 use sandbox::cluster::{Cluster, ClusterOptions};
+use sandbox::harness::unique;
 use sandbox::podnet;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -10,27 +11,8 @@ use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn unique(prefix: &str) -> String {
-    format!("{prefix}-{:06x}", rand::random::<u32>() & 0xffffff)
-}
-
 fn name(p: &Obj) -> String {
     p["metadata"]["name"].as_str().unwrap().to_string()
-}
-
-/// Runs a command in a pod and returns (exit code, stdout, stderr).
-fn run_in(c: &Cluster, pod: &str, argv: &[&str]) -> (i32, String, String) {
-    let out = c
-        .pod_exec(pod, argv)
-        .unwrap_or_else(|e| panic!("exec in {pod}: {e:#}"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("running {argv:?} in {pod}: {e}"));
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).trim().to_string(),
-        String::from_utf8_lossy(&out.stderr).trim().to_string(),
-    )
 }
 
 /// Waits until none of `pids` exists any more.
@@ -108,30 +90,29 @@ spec:
         let ip = p["status"]["podIP"].as_str().unwrap().to_string();
         assert!(seen_idx.insert(idx.clone()));
         assert!(ips.insert(ip.clone()), "pod IPs are unique");
-        let (code, host, err) = run_in(&cluster, &n, &["hostname"]);
+        let (code, host, err) = cluster.pod_run(&n, &["hostname"]).unwrap();
         assert_eq!(
             (code, host.as_str()),
             (0, format!("{job}-{idx}").as_str()),
             "{err}"
         );
-        let (_, addr, _) = run_in(
-            &cluster,
-            &n,
-            &["ip", "-4", "-o", "addr", "show", "dev", "eth0"],
-        );
+        let (_, addr, _) = cluster
+            .pod_run(&n, &["ip", "-4", "-o", "addr", "show", "dev", "eth0"])
+            .unwrap();
         assert!(
             addr.contains(&format!("inet {ip}/24")),
             "pod {n} has {ip}: {addr}"
         );
-        let (_, env, _) = run_in(
-            &cluster,
-            &n,
-            &[
-                "sh",
-                "-c",
-                "echo $JOB_COMPLETION_INDEX $MY_POD_IP $GREETING $HOSTNAME",
-            ],
-        );
+        let (_, env, _) = cluster
+            .pod_run(
+                &n,
+                &[
+                    "sh",
+                    "-c",
+                    "echo $JOB_COMPLETION_INDEX $MY_POD_IP $GREETING $HOSTNAME",
+                ],
+            )
+            .unwrap();
         assert_eq!(env, format!("{idx} {ip} hi-{n} {job}-{idx}"));
     }
     assert_eq!(seen_idx.len(), 8);
@@ -143,7 +124,7 @@ spec:
         "test -r {sa}/token && test -r {sa}/ca.crt && cat {sa}/namespace && echo && echo $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT && \
          curl -sS --cacert {sa}/ca.crt -H \"Authorization: Bearer $(cat {sa}/token)\" https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/default/pods"
     );
-    let (code, out, err) = run_in(&cluster, &p0, &["sh", "-c", &script]);
+    let (code, out, err) = cluster.pod_run(&p0, &["sh", "-c", &script]).unwrap();
     assert_eq!(code, 0, "{out}\n{err}");
     let mut lines = out.lines();
     assert_eq!(lines.next(), Some("default"));
@@ -189,11 +170,9 @@ spec:
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "listening");
-    let (code, _, err) = run_in(
-        &cluster,
-        &b,
+    let (code, _, err) = cluster.pod_run(&b,
         &["python3", "-c", &format!("import socket\ns=socket.create_connection(('{a_ip}',7777),timeout=10)\ns.sendall(b'hello-from-b')")],
-    );
+    ).unwrap();
     assert_eq!(code, 0, "{err}");
     line.clear();
     out.read_line(&mut line).unwrap();
@@ -352,11 +331,12 @@ spec:
         became.as_second() > started.as_second(),
         "Ready only after the listener came up (start {started}, ready {became})"
     );
-    let (_, out, _) = run_in(
-        &cluster,
-        &format!("{t}-probe"),
-        &["sh", "-c", "echo $PASSWORD; cat /etc/sec/file.txt"],
-    );
+    let (_, out, _) = cluster
+        .pod_run(
+            &format!("{t}-probe"),
+            &["sh", "-c", "echo $PASSWORD; cat /etc/sec/file.txt"],
+        )
+        .unwrap();
     assert_eq!(out, "s3cret\nfrom-secret");
 
     // Deleting a pod (with kubectl, as a user would) kills its processes.
@@ -553,7 +533,7 @@ spec:
     );
     for p in &ready {
         let n = name(p);
-        let (_, host, _) = run_in(&cluster, &n, &["hostname"]);
+        let (_, host, _) = cluster.pod_run(&n, &["hostname"]).unwrap();
         assert_eq!(host, n);
         assert_eq!(p["spec"]["subdomain"], format!("{t}-svc"));
         assert_eq!(

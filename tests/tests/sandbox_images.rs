@@ -4,33 +4,15 @@
 
 use sandbox::api::Obj;
 use sandbox::cluster::{Cluster, ClusterOptions};
+use sandbox::harness::unique;
 use sandbox::{images, podnet};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn unique(prefix: &str) -> String {
-    format!("{prefix}-{:06x}", rand::random::<u32>() & 0xffffff)
-}
-
-/// Runs a command in a pod and returns (exit code, stdout, stderr).
-fn run_in(c: &Cluster, pod: &str, argv: &[&str]) -> (i32, String, String) {
-    let out = c
-        .pod_exec(pod, argv)
-        .unwrap_or_else(|e| panic!("exec in {pod}: {e:#}"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("running {argv:?} in {pod}: {e}"));
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).trim().to_string(),
-        String::from_utf8_lossy(&out.stderr).trim().to_string(),
-    )
-}
-
 fn ok_in(c: &Cluster, pod: &str, script: &str) -> String {
-    let (code, out, err) = run_in(c, pod, &["sh", "-c", script]);
+    let (code, out, err) = c.pod_run(pod, &["sh", "-c", script]).unwrap();
     assert_eq!(code, 0, "`{script}` in {pod}: {out}\n{err}");
     out
 }
@@ -196,10 +178,12 @@ spec:
     );
 
     // Read-only root; /tmp (emptyDir) and /dev/shm (memory emptyDir) are writable, with fsGroup.
-    let (code, _, err) = run_in(&cluster, &pod, &["sh", "-c", "echo x > /home/app/new"]);
+    let (code, _, err) = cluster
+        .pod_run(&pod, &["sh", "-c", "echo x > /home/app/new"])
+        .unwrap();
     assert_ne!(code, 0);
     assert!(err.contains("Read-only file system"), "{err}");
-    let (code, _, _) = run_in(&cluster, &pod, &["touch", "/etc/new"]);
+    let (code, _, _) = cluster.pod_run(&pod, &["touch", "/etc/new"]).unwrap();
     assert_ne!(code, 0, "the image's root is read-only");
     ok_in(
         &cluster,
@@ -222,7 +206,9 @@ spec:
         "440 0 3000"
     );
     assert_eq!(ok_in(&cluster, &pod, "cat /etc/creds/key"), "s3cret");
-    let (code, _, _) = run_in(&cluster, &pod, &["touch", "/etc/creds/other"]);
+    let (code, _, _) = cluster
+        .pod_run(&pod, &["touch", "/etc/creds/other"])
+        .unwrap();
     assert_ne!(code, 0, "a readOnly volume mount refuses writes");
     assert_eq!(ok_in(&cluster, &pod, "cat /etc/podinfo/name"), pod);
     assert_eq!(
@@ -337,7 +323,9 @@ spec:
         status_line(&cluster, &dropped, "CapBnd"),
         "0000000000000400"
     );
-    let (code, _, err) = run_in(&cluster, &dropped, &["chown", "1000", "/tmp"]);
+    let (code, _, err) = cluster
+        .pod_run(&dropped, &["chown", "1000", "/tmp"])
+        .unwrap();
     assert_ne!(code, 0, "no CAP_CHOWN: {err}");
     cluster.shutdown().unwrap();
     assert!(

@@ -3,16 +3,13 @@
 #![forbid(unsafe_code)]
 
 use sandbox::cluster::{Cluster, ClusterOptions};
+use sandbox::harness::unique;
 use sandbox::podnet;
 use std::net::{SocketAddr, TcpStream};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}-{:06x}", rand::random::<u32>() & 0xffffff)
-}
 
 /// A pod (host programs) that accepts connections on each of `ports` and answers "hi".
 fn server_pod(ns: &str, name: &str, labels: &str, ports: &[u16]) -> String {

@@ -59,21 +59,10 @@ async fn dvm_start_prun_pterm_cycles_do_not_leak() {
     let cycles = env_or("PRRTE_K8S_SOAK_CYCLES", 20).max(3);
     let pods = env_or("PRRTE_K8S_SOAK_PODS", 16).max(2);
     let job = Job::start(JobSpec::new("soak", pods)).await.unwrap();
-    let args: Vec<String> = [
-        "--allow-run-as-root",
-        "--prtemca",
-        "ras",
-        "k8s",
-        "--prtemca",
-        "plm",
-        "k8s",
-        "--prtemca",
-        "odls_base_max_threads",
-        "0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args: Vec<String> = k8s_args(&["--prtemca", "odls_base_max_threads", "0"])
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     let agents: Vec<u32> = (0..pods)
         .map(|i| {
             let a = job.pids_in_pod(i, "prrte-k8s-agent").unwrap();

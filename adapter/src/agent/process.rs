@@ -15,7 +15,8 @@ use tokio::sync::oneshot;
 use tracing::{debug, error, warn};
 
 use super::tracking::{
-    recorded_targets, sweep_targets, Cgroup, Known, OrphanedRanks, Tracking, SCAN_INTERVAL,
+    read_stat, recorded_targets, sweep_targets, Cgroup, Known, OrphanedRanks, Tracking,
+    SCAN_INTERVAL,
 };
 use crate::protocol::signal_name;
 
@@ -474,39 +475,6 @@ impl Job {
     }
 }
 
-/// One line of `/proc/PID/stat`, the fields the agent needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcStat {
-    pub pid: i32,
-    pub state: char,
-    pub ppid: i32,
-    pub pgrp: i32,
-    pub session: i32,
-}
-
-/// Parses `/proc/PID/stat` text (the command name may contain spaces and parentheses).
-pub fn parse_stat(text: &str) -> Option<ProcStat> {
-    let pid = text.split_whitespace().next()?.parse().ok()?;
-    let rest = &text[text.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace();
-    let state = f.next()?.chars().next()?;
-    let ppid = f.next()?.parse().ok()?;
-    let pgrp = f.next()?.parse().ok()?;
-    let session = f.next()?.parse().ok()?;
-    Some(ProcStat {
-        pid,
-        state,
-        ppid,
-        pgrp,
-        session,
-    })
-}
-
-/// Reads `/proc/PID/stat`.
-pub fn read_stat(pid: i32) -> Option<ProcStat> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
-
 /// Children of this process in its own session that `reaper` did not spawn: with the agent as a
 /// child subreaper (or PID 1), these are descendants of a prted that were orphaned after leaving
 /// prted's process group. The agent's own children (a running prted, the DVM head's prte) are
@@ -581,24 +549,6 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         assert!(has_children());
         child.wait().unwrap();
-    }
-
-    #[test]
-    fn stat_lines_parse() {
-        let s = parse_stat("1234 (we ird) name)) S 1 1234 77 0 -1 4194560 0 0").unwrap();
-        assert_eq!(
-            s,
-            ProcStat {
-                pid: 1234,
-                state: 'S',
-                ppid: 1,
-                pgrp: 1234,
-                session: 77
-            }
-        );
-        assert!(parse_stat("garbage").is_none());
-        let me = read_stat(std::process::id() as i32).unwrap();
-        assert_eq!(me.pid, std::process::id() as i32);
     }
 
     fn spawn_sleep(reaper: &Reaper) -> (u32, oneshot::Receiver<ExitStatus>) {

@@ -28,7 +28,38 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tracing::{debug, info, warn};
 
-use super::process::{read_stat, ProcStat};
+/// One line of `/proc/PID/stat`, the fields the agent needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    pub pid: i32,
+    pub state: char,
+    pub ppid: i32,
+    pub pgrp: i32,
+    pub session: i32,
+}
+
+/// Parses `/proc/PID/stat` text (the command name may contain spaces and parentheses).
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    let pid = text.split_whitespace().next()?.parse().ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let ppid = f.next()?.parse().ok()?;
+    let pgrp = f.next()?.parse().ok()?;
+    let session = f.next()?.parse().ok()?;
+    Some(ProcStat {
+        pid,
+        state,
+        ppid,
+        pgrp,
+        session,
+    })
+}
+
+/// Reads `/proc/PID/stat`.
+pub fn read_stat(pid: i32) -> Option<ProcStat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
 
 /// How often the sweep fallback records the descendants of a running launch.
 pub const SCAN_INTERVAL: Duration = Duration::from_millis(100);
@@ -613,6 +644,24 @@ fn is_prrte_launched(pid: i32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_lines_parse() {
+        let s = parse_stat("1234 (we ird) name)) S 1 1234 77 0 -1 4194560 0 0").unwrap();
+        assert_eq!(
+            s,
+            ProcStat {
+                pid: 1234,
+                state: 'S',
+                ppid: 1,
+                pgrp: 1234,
+                session: 77
+            }
+        );
+        assert!(parse_stat("garbage").is_none());
+        let me = read_stat(std::process::id() as i32).unwrap();
+        assert_eq!(me.pid, std::process::id() as i32);
+    }
 
     const MOUNTINFO: &str = "\
 25 30 0:23 / /sys rw,nosuid shared:7 - sysfs sysfs rw

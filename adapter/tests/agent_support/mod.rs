@@ -156,12 +156,12 @@ pub fn cmdline(pid: i32) -> String {
 }
 
 /// State, parent and process group of a process, from /proc.
-pub fn stat(pid: i32) -> Option<prrte_k8s::agent::process::ProcStat> {
-    prrte_k8s::agent::process::read_stat(pid)
+pub fn stat(pid: i32) -> Option<prrte_k8s::agent::tracking::ProcStat> {
+    prrte_k8s::agent::tracking::read_stat(pid)
 }
 
 /// Children of `parent` (zombies included), from /proc.
-pub fn children_of(parent: i32) -> Vec<prrte_k8s::agent::process::ProcStat> {
+pub fn children_of(parent: i32) -> Vec<prrte_k8s::agent::tracking::ProcStat> {
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
@@ -493,6 +493,28 @@ pub fn launch(args: &[&str]) -> Request {
         env: Default::default(),
         dvm_uri: None,
     }
+}
+
+/// An agent that publishes the DVM URI at `file`, sent one authenticated launch of the fake
+/// prted (`--sleep`) carrying `dvm_uri`: the agent (stopped when dropped), the client's
+/// connection and the reply.
+pub async fn sleep_launch_with_dvm_uri(
+    td: &TestDir,
+    file: &Path,
+    dvm_uri: &str,
+) -> (AgentProc, RawClient, Reply) {
+    let agent = AgentProc::spawn(td, &["--dvm-uri-file", file.to_str().unwrap()]);
+    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+        .await
+        .unwrap();
+    let reply = c
+        .request(&Request::Launch {
+            argv: vec!["--sleep".into()],
+            env: Default::default(),
+            dvm_uri: Some(dvm_uri.into()),
+        })
+        .await;
+    (agent, c, reply)
 }
 
 /// A client that checks that the agent is alive and becomes idle (bounded by [`WAIT`]: the

@@ -2,29 +2,29 @@
 use crate::boundary::boundary;
 use crate::component::{self, Offer};
 use crate::shim::Framework;
-use crate::{ffi, params, prrte};
+use crate::{ffi, params, prrte, version_guard};
 use std::os::raw::c_int;
 
 /// The PLM component (`prte --prtemca plm k8s`). PLM framework version 2.0.0.
 #[no_mangle]
 #[used]
-pub static mut prte_mca_plm_k8s_component: ffi::pmix_mca_base_component_t = component::component(
-    "plm",
-    (2, 0, 0),
-    Some(query),
-    Some(crate::version_guard::plm_register),
-);
+pub static mut prte_mca_plm_k8s_component: ffi::pmix_mca_base_component_t =
+    component::component("plm", (2, 0, 0), Some(query), Some(register_params));
 
 pub fn component_ptr() -> *const ffi::pmix_mca_base_component_t {
     std::ptr::addr_of!(prte_mca_plm_k8s_component)
 }
 
-/// PMIx's `register_component_params`: registers the `plm_k8s_*` parameters.
+/// PMIx's `register_component_params`: declines in a PRRTE or PMIx other than the one the library
+/// was built for ([`version_guard`]), else registers the `plm_k8s_*` parameters.
 ///
 /// # Safety
 ///
 /// Called by PMIx on the main thread, like every MCA callback.
 pub unsafe extern "C" fn register_params() -> c_int {
+    if !version_guard::admits("plm k8s version guard") {
+        return version_guard::DECLINE;
+    }
     boundary("plm k8s register", prrte::ERROR, || {
         // SAFETY: our own component struct, on the main thread PMIx calls us on.
         unsafe { params::register_plm(component_ptr()) };

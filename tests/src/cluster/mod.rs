@@ -172,6 +172,22 @@ impl Cluster {
         self.kubelet.exec(pod, &argv)
     }
 
+    /// Run `argv` to completion inside a running pod (as [`Cluster::pod_exec`], stdin empty):
+    /// its exit code (-1 when a signal ended it), stdout and stderr, each trimmed.
+    pub fn pod_run(&self, pod: &str, argv: &[&str]) -> Result<(i32, String, String)> {
+        let out = self
+            .pod_exec(pod, argv)?
+            .stdin(std::process::Stdio::null())
+            .output()
+            .with_context(|| format!("running {argv:?} in {pod}"))?;
+        let trimmed = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
+        Ok((
+            out.status.code().unwrap_or(-1),
+            trimmed(&out.stdout),
+            trimmed(&out.stderr),
+        ))
+    }
+
     /// Host pids of every process of a running pod.
     pub fn pod_host_pids(&self, pod: &str) -> Result<Vec<u32>> {
         let (uid, _, _) = self.kubelet.find(pod)?;

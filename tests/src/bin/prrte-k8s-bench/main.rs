@@ -2,16 +2,21 @@
 //! daemons started through the agents (`plm k8s`) and, side by side on the same pods, through a
 //! real sshd in every pod (`plm ssh`, the mpi-operator way) and through the lower bound (`plm
 //! ssh` with an agent that execs the command straight into the pod's namespaces); then the
-//! first job into the fresh DVM and the launcher's CPU time per daemon. Prints tables, writes
-//! JSON (`--json`); not part of `make test` (run `make bench`). Needs root, like the sandbox.
+//! first job into the fresh DVM and the launcher's CPU time per daemon. Prints tables (medians
+//! and ranges), writes JSON (`--json`) and a PNG plot of DVM-ready time against pods (`--plot`,
+//! by default next to the JSON); not part of `make test` (run `make bench`, which builds and
+//! runs the release profile). Needs root, like the sandbox. The agent and the components it
+//! measures are the ones next to this executable, so they share its profile.
 #![forbid(unsafe_code)]
+mod plot;
+
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use sandbox::harness::{self, TestDir};
 use sandbox::mpijob::{Job, JobSpec};
 use sandbox::nsexec::NsPins;
 use sandbox::sshd::{self, Spawn, SshBaseline};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -40,7 +45,15 @@ struct Args {
     no_lower_bound: bool,
     /// Write the results as JSON to this file.
     #[arg(long)]
-    json: Option<std::path::PathBuf>,
+    json: Option<PathBuf>,
+    /// Draw DVM-ready time against pods as a PNG to this file (default: the --json file with
+    /// the extension .png).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Run nothing: redraw the plot from a JSON report this program wrote (to --plot, default
+    /// that file with the extension .png).
+    #[arg(long, value_name = "JSON")]
+    plot_from: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +94,52 @@ struct Sample {
     /// user+system CPU seconds of prte and everything it started (prteds excluded) at "DVM
     /// ready".
     cpu: f64,
+    /// The machine's 1-minute load average when this run started.
+    load: f64,
+}
+
+/// The build profile of this executable, hence of the agent and components it runs (both are
+/// taken from its own target directory).
+const PROFILE: &str = if cfg!(debug_assertions) {
+    "debug"
+} else {
+    "release"
+};
+
+/// The 1-minute load average (/proc/loadavg), NaN when unreadable.
+fn load_avg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// What the figures were measured on: cores, CPU model, kernel.
+fn machine() -> serde_json::Value {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    serde_json::json!({"cores": cores, "cpu": cpu, "kernel": kernel})
+}
+
+/// The executables and library this run measures (all of the profile `PROFILE`).
+fn artifacts() -> serde_json::Value {
+    let dir = harness::target_dir();
+    serde_json::json!({
+        "bench": std::env::current_exe().ok(),
+        "agent": dir.join("prrte-k8s-agent"),
+        "components": dir.join("libprrte_k8s_cabi.so"),
+    })
 }
 
 /// utime, stime, cutime, cstime (seconds) and ppid of a process.
@@ -147,6 +206,27 @@ struct Row {
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// The directories of this run's jobs: every prted it started has its TMPDIR under one.
+fn own_dirs() -> std::sync::MutexGuard<'static, Vec<String>> {
+    static DIRS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    DIRS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// prted processes this run started that are still alive (others' prteds on the same machine,
+/// e.g. of tests running side by side, are not ours to report).
+fn own_prteds() -> Vec<u32> {
+    let dirs = own_dirs().clone();
+    harness::pids_named("prted")
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                let env = String::from_utf8_lossy(&env);
+                dirs.iter().any(|d| env.contains(d.as_str()))
+            })
+        })
+        .collect()
+}
 
 fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
@@ -248,7 +328,10 @@ fn one(
     };
     let n = job.pods.len();
     let uri = job.dir.path().join(format!("{tag}.uri"));
-    let mut sample = Sample::default();
+    let mut sample = Sample {
+        load: load_avg(),
+        ..Sample::default()
+    };
     let cycle = job.dvm_cycle(tag, &args, limit, Some(&INTERRUPTED), |job| {
         // The launcher's CPU first, before anything else runs in pod 0.
         let prte = job.pids_in_pod(0, "prte")?;
@@ -321,6 +404,7 @@ async fn bench_pods(n: usize, runs: usize, variants: &[Variant], limit: Duration
     };
     eprintln!("[{n} pods] starting the sandbox and {n} pods (agent + sshd in each) ...");
     let job = Job::start(spec).await?;
+    own_dirs().push(job.dir.path().to_string_lossy().into_owned());
     let lower = match &pins {
         Some(p) => Some(p.write_agent(&job, &keys.path().join("nsexec"))?),
         None => None,
@@ -363,12 +447,13 @@ async fn bench_pods(n: usize, runs: usize, variants: &[Variant], limit: Duration
                 if last { Some(&mut rss) } else { None },
             )?;
             eprintln!(
-                "[{n} pods] run {}/{runs} {:<11} ready {:.3} s, first job {:.3} s, launcher CPU {:.3} s",
+                "[{n} pods, {PROFILE}] run {}/{runs} {:<11} ready {:.3} s, first job {:.3} s, launcher CPU {:.3} s (load {:.2})",
                 r + 1,
                 v.tag(),
                 t.ready,
                 t.first_job,
-                t.cpu
+                t.cpu,
+                t.load
             );
             times[idx].1.push(t);
         }
@@ -401,9 +486,17 @@ fn stats(v: &[f64]) -> serde_json::Value {
     serde_json::json!({"median": median(v), "min": lo, "max": hi, "samples": v})
 }
 
+/// The 1-minute load averages seen at the start of the timed runs of `rows`.
+fn loads<'a>(rows: impl IntoIterator<Item = &'a Row>) -> Vec<f64> {
+    rows.into_iter()
+        .flat_map(|r| r.times.iter().flat_map(|t| t.1.iter().map(|s| s.load)))
+        .filter(|l| l.is_finite())
+        .collect()
+}
+
 fn json_report(rows: &[Row], runs: usize) -> serde_json::Value {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let rows: Vec<serde_json::Value> = rows
+    let machine = machine();
+    let rows_json: Vec<serde_json::Value> = rows
         .iter()
         .map(|row| {
             let mut methods = serde_json::Map::new();
@@ -431,6 +524,7 @@ fn json_report(rows: &[Row], runs: usize) -> serde_json::Value {
             };
             serde_json::json!({
                 "pods": row.pods,
+                "load_avg_1m": stats(&loads([row])),
                 "methods": methods,
                 "ratio_ssh_over_agent": ratio(m(Variant::Ssh), agent),
                 "ratio_ssh_no_tree_over_agent": ratio(m(Variant::SshNoTree), agent),
@@ -445,19 +539,34 @@ fn json_report(rows: &[Row], runs: usize) -> serde_json::Value {
         .collect();
     serde_json::json!({
         "benchmark": "prrte-k8s-bench",
-        "cores": cores,
-        "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "profile": PROFILE,
+        "artifacts": artifacts(),
+        "cores": machine["cores"],
+        "machine": machine,
+        "load_avg_1m": stats(&loads(rows)),
         "runs": runs,
-        "rows": rows,
+        "rows": rows_json,
     })
 }
 
 fn print_tables(rows: &[Row], runs: usize) {
     let Some(first) = rows.first() else { return };
     let variants: Vec<Variant> = first.times.iter().map(|t| t.0).collect();
+    let m = machine();
+    let load = loads(rows);
+    let (lo, hi) = min_max(&load);
     println!();
     println!(
-        "DVM-ready time: prte started in pod 0 until it prints \"DVM ready\" (all prteds reported)"
+        "Every figure below: {PROFILE} build of the bench, the agent and the components ({}); {} cores ({}), kernel {}; 1-minute load average at the start of the timed runs {lo:.2}-{hi:.2} (median {:.2}; the benchmark itself adds about 1)",
+        harness::target_dir().display(),
+        m["cores"],
+        m["cpu"].as_str().unwrap_or("?"),
+        m["kernel"].as_str().unwrap_or("?"),
+        median(&load)
+    );
+    println!();
+    println!(
+        "DVM-ready time [{PROFILE}]: prte started in pod 0 until it prints \"DVM ready\" (all prteds reported)"
     );
     println!("median of {runs} runs in seconds, [min-max]; ssh/agent and agent/lower bound are ratios of medians");
     let mut head = format!("{:>5}", "pods");
@@ -497,18 +606,18 @@ fn print_tables(rows: &[Row], runs: usize) {
     }
     for (title, unit, f) in [
         (
-            "First job: `prun -n <2 per pod> hostname` into the fresh DVM, seconds",
+            "First job: `prun -n <2 per pod> hostname` into the fresh DVM, seconds, median [min-max]",
             1.0,
             (|s: &Sample| s.first_job) as fn(&Sample) -> f64,
         ),
         (
-            "Launcher CPU per daemon: user+system of prte and all it started (prteds excluded) at DVM ready, ms",
+            "Launcher CPU per daemon: user+system of prte and all it started (prteds excluded) at DVM ready, ms, median [min-max]",
             1e3,
             |s: &Sample| s.cpu,
         ),
     ] {
         println!();
-        println!("{title}");
+        println!("{title} [{PROFILE}]");
         let mut head = format!("{:>5}", "pods");
         for v in &variants {
             head += &format!(" | {:<24}", v.label());
@@ -531,7 +640,7 @@ fn print_tables(rows: &[Row], runs: usize) {
     }
     if variants.contains(&Variant::Ssh) {
         println!();
-        println!("Peak RSS (VmHWM, MiB) while the DVM is up, in the last timed run; per worker pod: median over pods 1..N-1");
+        println!("Peak RSS (VmHWM, MiB) while the DVM is up, in the last timed run; per worker pod: median over pods 1..N-1 [{PROFILE}]");
         println!("(agent: the prrte-k8s-agent process, plm k8s run; sshd: the listener plus the connection's sshd");
         println!(" processes, plm ssh tree run; ssh clients: all ssh processes prte keeps in pod 0 then, summed)");
         let head = format!(
@@ -553,9 +662,31 @@ fn print_tables(rows: &[Row], runs: usize) {
     }
 }
 
+/// `--plot-from`: redraw the plot of a saved JSON report.
+fn replot(from: &Path, out: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(from).with_context(|| format!("read {}", from.display()))?;
+    let report: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not JSON written by prrte-k8s-bench", from.display()))?;
+    plot::write_png(&report, out)
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let mut args = Args::parse();
+    if let Some(from) = &args.plot_from {
+        let out = args
+            .plot
+            .clone()
+            .unwrap_or_else(|| from.with_extension("png"));
+        match replot(from, &out) {
+            Ok(()) => println!("wrote {}", out.display()),
+            Err(e) => {
+                eprintln!("prrte-k8s-bench: {e:#}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     if args.quick {
         args.pods = vec![4];
         args.runs = 3;
@@ -602,16 +733,32 @@ async fn main() {
         }
     }
     print_tables(&rows, args.runs);
-    if let (Some(p), false) = (&args.json, rows.is_empty()) {
-        let text = serde_json::to_string_pretty(&json_report(&rows, args.runs)).unwrap_or_default();
-        match std::fs::write(p, text + "\n") {
-            Ok(()) => println!("\nwrote {}", p.display()),
-            Err(e) => {
-                failed.get_or_insert_with(|| anyhow::anyhow!("writing {}: {e}", p.display()));
+    if !rows.is_empty() {
+        let report = json_report(&rows, args.runs);
+        println!();
+        if let Some(p) = &args.json {
+            let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+            match std::fs::write(p, text + "\n") {
+                Ok(()) => println!("wrote {} ({PROFILE} build)", p.display()),
+                Err(e) => {
+                    failed.get_or_insert_with(|| anyhow::anyhow!("writing {}: {e}", p.display()));
+                }
+            }
+        }
+        let png = args
+            .plot
+            .clone()
+            .or_else(|| args.json.as_ref().map(|p| p.with_extension("png")));
+        if let Some(p) = png {
+            match plot::write_png(&report, &p) {
+                Ok(()) => println!("wrote {} ({PROFILE} build)", p.display()),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
             }
         }
     }
-    let left = harness::pids_named("prted");
+    let left = own_prteds();
     if !left.is_empty() {
         eprintln!("prrte-k8s-bench: prted processes left: {left:?}");
         failed.get_or_insert_with(|| anyhow::anyhow!("prted processes left"));

@@ -1,0 +1,286 @@
+//! The PNG plot of DVM-ready time against pod count, one line per launch method (median, with
+//! the min-max range as a bar), drawn from the benchmark's JSON report so that a plot can be
+//! redrawn from a saved report (`--plot-from`). Text goes through plotters' `ab_glyph` backend
+//! with DejaVu Sans embedded in the binary (crate `dejavu`): no fontconfig, no system fonts.
+use anyhow::{anyhow, bail, Context, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use serde_json::Value;
+use std::path::Path;
+use std::sync::OnceLock;
+
+/// Plot size in pixels.
+pub const SIZE: (u32, u32) = (960, 600);
+
+/// Methods in drawing order (the report's tags) with their colours.
+pub const METHODS: [(&str, RGBColor); 4] = [
+    ("ssh", RGBColor(200, 40, 40)),
+    ("ssh-notree", RGBColor(235, 150, 20)),
+    ("agent", RGBColor(30, 90, 210)),
+    ("lower-bound", RGBColor(30, 150, 60)),
+];
+
+/// Register the embedded font as plotters' "sans-serif" (once per process).
+fn fonts() -> Result<()> {
+    static DONE: OnceLock<bool> = OnceLock::new();
+    let ok = DONE.get_or_init(|| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
+            .is_ok()
+            && plotters::style::register_font("sans-serif", FontStyle::Bold, dejavu::sans::bold())
+                .is_ok()
+    });
+    if !*ok {
+        bail!("the embedded DejaVu Sans font could not be loaded");
+    }
+    Ok(())
+}
+
+/// One method's points: (pods, median, min, max) of the DVM-ready time in seconds.
+struct Series {
+    label: String,
+    color: RGBColor,
+    points: Vec<(f64, f64, f64, f64)>,
+}
+
+fn series(report: &Value) -> Result<Vec<Series>> {
+    let rows = report["rows"]
+        .as_array()
+        .filter(|r| !r.is_empty())
+        .context("the report has no rows to plot")?;
+    let mut out = Vec::new();
+    for (tag, color) in METHODS {
+        let mut s = Series {
+            label: tag.to_string(),
+            color,
+            points: Vec::new(),
+        };
+        for row in rows {
+            let pods = row["pods"].as_f64().context("a row without pods")?;
+            let m = &row["methods"][tag];
+            if m.is_null() {
+                continue;
+            }
+            if let Some(l) = m["label"].as_str() {
+                s.label = l.to_string();
+            }
+            let r = &m["dvm_ready_s"];
+            let get = |k: &str| {
+                r[k].as_f64()
+                    .with_context(|| format!("{tag} at {pods} pods: no dvm_ready_s.{k}"))
+            };
+            s.points
+                .push((pods, get("median")?, get("min")?, get("max")?));
+        }
+        if !s.points.is_empty() {
+            out.push(s);
+        }
+    }
+    if out.is_empty() {
+        bail!("the report's rows hold no method with DVM-ready times");
+    }
+    Ok(out)
+}
+
+/// The title's second line: profile, cores, load and runs, from the report.
+fn subtitle(report: &Value) -> String {
+    let profile = report["profile"].as_str().unwrap_or("unknown");
+    let cores = report["machine"]["cores"]
+        .as_u64()
+        .or_else(|| report["cores"].as_u64())
+        .unwrap_or(0);
+    let runs = report["runs"].as_u64().unwrap_or(0);
+    let load = &report["load_avg_1m"];
+    let load = match (load["min"].as_f64(), load["max"].as_f64()) {
+        (Some(lo), Some(hi)) => format!(", load average {lo:.1}-{hi:.1}"),
+        _ => String::new(),
+    };
+    format!("{profile} build, {cores} cores{load}; median of {runs} runs, bars: min-max")
+}
+
+/// Draw the plot of `report` onto `root`.
+pub fn draw_on<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, report: &Value) -> Result<()> {
+    fonts()?;
+    let all = series(report)?;
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing the plot: {e}");
+    root.fill(&WHITE).map_err(err)?;
+    let max_pods = all
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .fold(0.0, f64::max);
+    let max_t = all
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.3))
+        .fold(0.0, f64::max);
+    let area = root
+        .titled(
+            "DVM-ready time against pods: prte start until \"DVM ready\"",
+            ("sans-serif", 26).into_font().style(FontStyle::Bold),
+        )
+        .map_err(err)?;
+    let mut chart = ChartBuilder::on(&area)
+        .caption(subtitle(report), ("sans-serif", 17))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.0..max_pods * 1.14, 0.0..(max_t * 1.12).max(0.1))
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("pods (one prted each)")
+        .y_desc("seconds")
+        .axis_desc_style(("sans-serif", 18))
+        .label_style(("sans-serif", 15))
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.1}"))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(err)?;
+    for s in &all {
+        let color = s.color;
+        chart
+            .draw_series(LineSeries::new(
+                s.points.iter().map(|p| (p.0, p.1)),
+                color.stroke_width(3),
+            ))
+            .map_err(err)?
+            .label(s.label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+            });
+        chart
+            .draw_series(
+                s.points
+                    .iter()
+                    .map(|p| ErrorBar::new_vertical(p.0, p.2, p.1, p.3, color.stroke_width(2), 10)),
+            )
+            .map_err(err)?;
+        chart
+            .draw_series(
+                s.points
+                    .iter()
+                    .map(|p| Circle::new((p.0, p.1), 5, color.filled())),
+            )
+            .map_err(err)?;
+        // The median at the largest pod count, right of its point.
+        if let Some(last) = s.points.last() {
+            chart
+                .draw_series(std::iter::once(
+                    EmptyElement::at((last.0, last.1))
+                        + Text::new(
+                            format!("{:.2} s", last.1),
+                            (12, -8),
+                            ("sans-serif", 15).into_font().color(&color),
+                        ),
+                ))
+                .map_err(err)?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 16))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.4))
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// Draw the plot of `report` as a PNG file.
+pub fn write_png(report: &Value, path: &Path) -> Result<()> {
+    let root = BitMapBackend::new(path, SIZE).into_drawing_area();
+    draw_on(&root, report).with_context(|| format!("plot {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn method(label: &str, med: f64, lo: f64, hi: f64) -> Value {
+        json!({"label": label, "dvm_ready_s": {"median": med, "min": lo, "max": hi}})
+    }
+
+    fn report() -> Value {
+        let row = |pods: u64, k: f64| {
+            json!({"pods": pods, "methods": {
+                "agent": method("agent (plm k8s)", 0.05 * k, 0.04 * k, 0.06 * k),
+                "ssh": method("ssh (plm ssh, tree)", 0.2 * k, 0.18 * k, 0.25 * k),
+                "lower-bound": method("lower bound (ns exec)", 0.04 * k, 0.03 * k, 0.05 * k),
+            }})
+        };
+        json!({"profile": "release", "machine": {"cores": 2}, "runs": 3,
+               "load_avg_1m": {"min": 1.5, "max": 2.5},
+               "rows": [row(4, 4.0), row(16, 16.0), row(32, 32.0)]})
+    }
+
+    fn render(report: &Value) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; (SIZE.0 * SIZE.1 * 3) as usize];
+        {
+            let root = BitMapBackend::with_buffer(&mut buf, SIZE).into_drawing_area();
+            draw_on(&root, report)?;
+        }
+        Ok(buf)
+    }
+
+    fn pixel(buf: &[u8], x: u32, y: u32) -> (u8, u8, u8) {
+        let i = ((y * SIZE.0 + x) * 3) as usize;
+        (buf[i], buf[i + 1], buf[i + 2])
+    }
+
+    #[test]
+    fn title_text_is_rendered_with_the_embedded_font() {
+        let buf = render(&report()).unwrap();
+        // The title band (top 40 px): dark glyph pixels on white, centred.
+        let mut dark = 0;
+        for y in 0..40 {
+            for x in 0..SIZE.0 {
+                let (r, g, b) = pixel(&buf, x, y);
+                if r < 100 && g < 100 && b < 100 {
+                    dark += 1;
+                }
+            }
+        }
+        assert!(dark > 500, "only {dark} dark pixels in the title band");
+        // Left and right margins of the band stay white: the title is text, not a fill.
+        assert_eq!(pixel(&buf, 2, 20), (255, 255, 255));
+        assert_eq!(pixel(&buf, SIZE.0 - 3, 20), (255, 255, 255));
+    }
+
+    #[test]
+    fn every_method_in_the_report_is_drawn_in_its_colour() {
+        let buf = render(&report()).unwrap();
+        let count = |c: RGBColor| {
+            buf.chunks(3)
+                .filter(|p| p[0] == c.0 && p[1] == c.1 && p[2] == c.2)
+                .count()
+        };
+        for (tag, c) in METHODS {
+            let n = count(c);
+            if tag == "ssh-notree" {
+                assert_eq!(n, 0, "{tag} is not in the report but drawn");
+            } else {
+                assert!(n > 200, "{tag}: {n} pixels of its colour");
+            }
+        }
+    }
+
+    #[test]
+    fn a_report_without_rows_is_refused_by_name() {
+        let e = render(&json!({"rows": []})).unwrap_err();
+        assert!(format!("{e:#}").contains("no rows"), "{e:#}");
+        let e = render(&json!({"rows": [{"pods": 4, "methods": {}}]})).unwrap_err();
+        assert!(format!("{e:#}").contains("no method"), "{e:#}");
+    }
+
+    #[test]
+    fn write_png_writes_a_png_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bench.png");
+        write_png(&report(), &p).unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+        assert!(bytes.len() > 5_000, "PNG of {} bytes", bytes.len());
+    }
+}
