@@ -789,7 +789,7 @@ fn rss_by_mapping(pid: u32) -> Vec<(String, u64)> {
         }
     }
     out.retain(|(_, k)| *k > 0);
-    out.sort_by(|a, b| b.1.cmp(&a.1));
+    out.sort_by_key(|e| std::cmp::Reverse(e.1));
     out
 }
 
