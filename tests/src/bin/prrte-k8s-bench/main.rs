@@ -469,9 +469,10 @@ async fn bench_pods(n: usize, runs: usize, variants: &[Variant], limit: Duration
     })
 }
 
-fn cell(v: &[f64]) -> String {
+/// "median [min-max]" with `digits` decimals.
+fn cell(v: &[f64], digits: usize) -> String {
     let (lo, hi) = min_max(v);
-    format!("{:.3} [{:.3}-{:.3}]", median(v), lo, hi)
+    format!("{:.digits$} [{:.digits$}-{:.digits$}]", median(v), lo, hi)
 }
 
 fn col(row: &Row, v: Variant, f: impl Fn(&Sample) -> f64) -> Option<Vec<f64>> {
@@ -591,7 +592,7 @@ fn print_tables(rows: &[Row], runs: usize) {
         let mut line = format!("{:>5}", row.pods);
         for (_, t) in &row.times {
             let r: Vec<f64> = t.iter().map(|s| s.ready).collect();
-            line += &format!(" | {:<24}", cell(&r));
+            line += &format!(" | {:<24}", cell(&r, 3));
         }
         if let Some(m) = ready(Variant::Ssh) {
             line += &format!(" | {:>9.2}", m / agent);
@@ -633,7 +634,8 @@ fn print_tables(rows: &[Row], runs: usize) {
             let mut line = format!("{:>5}", row.pods);
             for (_, t) in &row.times {
                 let r: Vec<f64> = t.iter().map(|s| f(s) * unit / per).collect();
-                line += &format!(" | {:<24}", cell(&r));
+                // seconds to the ms; CPU per daemon in ms to 0.1 ms (ticks are 10 ms)
+                line += &format!(" | {:<24}", cell(&r, if unit > 1.0 { 1 } else { 3 }));
             }
             println!("{line}");
         }
