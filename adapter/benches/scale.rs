@@ -14,10 +14,10 @@
 #![forbid(unsafe_code)]
 
 use std::io::Write;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -58,6 +58,10 @@ enum What {
     Fanout {
         #[arg(long, value_delimiter = ',', default_value = "256,1024")]
         agents: Vec<usize>,
+        /// After the timed runs, profile one more round of the largest size with `perf record
+        /// -a` and print where the CPU went (by process, then the top symbols).
+        #[arg(long)]
+        perf: bool,
     },
     /// RSS of one agent, idle and during a launch.
     Footprint,
@@ -127,13 +131,32 @@ fn load() -> String {
         .unwrap_or_default()
 }
 
-/// (user + system) CPU seconds of this process so far.
-fn self_cpu() -> f64 {
-    use nix::sys::resource::{getrusage, UsageWho};
-    let u = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
-    let tv = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
-    tv(u.user_time()) + tv(u.system_time())
+/// On-CPU seconds of this process's threads named `name` (from /proc schedstat, ns precision).
+fn threads_cpu(name: &str) -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    dir.filter_map(|e| e.ok())
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .sum::<f64>()
+        / 1e9
 }
+
+/// (on-CPU, waiting-for-a-CPU) seconds of the calling thread so far (/proc schedstat).
+fn thread_sched() -> (f64, f64) {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    let mut f = s
+        .split_whitespace()
+        .map(|v| v.parse::<f64>().unwrap_or(0.0) / 1e9);
+    (f.next().unwrap_or(0.0), f.next().unwrap_or(0.0))
+}
+
+/// Name of the threads that run the sandbox API server in the discovery benchmark.
+const SERVER_THREADS: &str = "sandbox-api";
 
 // ---------------------------------------------------------------------------------------------
 // discovery
@@ -261,6 +284,8 @@ struct Requests {
     pod_gets: usize,
     bytes: u64,
     largest_page_items: Option<u64>,
+    /// Time the API server spent on these requests (until each response was ready to send).
+    server_ms: f64,
 }
 
 fn summarize(recs: &[RequestRecord]) -> Requests {
@@ -270,6 +295,7 @@ fn summarize(recs: &[RequestRecord]) -> Requests {
     };
     for q in recs {
         r.bytes += q.body_bytes;
+        r.server_ms += q.server_us as f64 / 1e3;
         if q.is_watch() {
             r.watches += 1;
         } else if q.is_list() {
@@ -325,13 +351,16 @@ fn max_rss(command: &[String]) -> Result<()> {
         .args(args)
         .stdin(Stdio::null())
         .output()?;
-    let kib = getrusage(UsageWho::RUSAGE_CHILDREN)?.max_rss();
+    let usage = getrusage(UsageWho::RUSAGE_CHILDREN)?;
+    let kib = usage.max_rss();
+    let tv = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 * 1e3 + t.tv_usec() as f64 / 1e3;
+    let cpu_ms = tv(usage.user_time()) + tv(usage.system_time());
     std::io::stdout().write_all(&out.stdout)?;
     std::io::stderr().write_all(&out.stderr)?;
     if !out.status.success() {
         bail!("{prog} exited with {}", out.status);
     }
-    println!("\nmax-rss-kib {kib}");
+    println!("\ncpu-ms {cpu_ms:.1}\nmax-rss-kib {kib}");
     Ok(())
 }
 
@@ -343,13 +372,24 @@ fn bench_discovery(sizes: &[usize], runs: usize) -> Result<Value> {
     );
     println!("Indexed Job of N Running+Ready pods in the sandbox API server (TLS, same machine);");
     println!("discovery infers the selector from its own pod and the count from the Job.\n");
-    println!("| pods | in-process discovery, ms | `prrte-k8s pods`, ms | requests (lists/pages, gets, watches) | response bytes | `prrte-k8s pods` peak RSS |");
-    println!("| ---: | --- | --- | --- | ---: | ---: |");
+    println!("Wall times depend on the machine's load (stated above and below); CPU times do much");
+    println!("less: client CPU = discovery's own (all its threads: TLS, decoding, ordering), API");
+    println!(
+        "server CPU = the sandbox server's threads, server wall = its handlers' time until each"
+    );
+    println!(
+        "response was ready; run-queue wait = time discovery's thread was runnable but had no"
+    );
+    println!("CPU (the machine's load). `prrte-k8s pods` = a fresh process (start-up included).\n");
+    println!("| pods | in-process discovery (wall), ms | client CPU, ms | API server CPU, ms | API server handlers (wall), ms | discovery thread run-queue wait, ms | `prrte-k8s pods` (wall), ms | `prrte-k8s pods` CPU, ms | requests (lists/pages, gets, watches) | response bytes | `prrte-k8s pods` peak RSS |");
+    println!("| ---: | --- | --- | --- | --- | --- | --- | --- | --- | ---: | ---: |");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name(SERVER_THREADS)
         .enable_all()
         .build()?;
     let mut rows = Vec::new();
+    let mut all_phases = Vec::new();
     for &n in sizes {
         let server = rt.block_on(ApiServer::start(ApiOptions::default()))?;
         let self_pod = populate(&server, n)?;
@@ -362,26 +402,37 @@ fn bench_discovery(sizes: &[usize], runs: usize) -> Result<Value> {
         };
         // In process, on a plain thread with its own runtime: what the RAS component does.
         let mut times = Vec::new();
+        let mut server_ms = Vec::new();
+        let mut client_cpu = Vec::new();
+        let mut runq_ms = Vec::new();
+        let mut server_cpu = Vec::new();
         let mut requests = None;
+        let mut selector = String::new();
         for run in 0..=runs {
             server.take_requests();
+            let (s0, p0) = (threads_cpu(SERVER_THREADS), self_cpu());
             let t0 = Instant::now();
             let alloc = std::thread::scope(|s| {
                 s.spawn(|| {
+                    let (_, w0) = thread_sched();
                     let rt = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()
                         .expect("runtime");
-                    rt.block_on(discovery::discover_with(
+                    let r = rt.block_on(discovery::discover_with(
                         &cfg,
                         &Environment::default(),
                         &mut |_| {},
-                    ))
+                    ));
+                    r.map(|a| (a, (thread_sched().1 - w0) * 1e3))
                 })
                 .join()
                 .expect("discovery thread")
             })?;
+            let (alloc, runq) = alloc;
             let dt = t0.elapsed().as_secs_f64() * 1e3;
+            let scpu = (threads_cpu(SERVER_THREADS) - s0) * 1e3;
+            let ccpu = (self_cpu() - p0) * 1e3 - scpu;
             if alloc.nodes.len() != n || alloc.nodes[n - 1].ip.octets()[0] != 10 {
                 bail!("discovery found {} of {n} pods", alloc.nodes.len());
             }
@@ -389,12 +440,18 @@ fn bench_discovery(sizes: &[usize], runs: usize) -> Result<Value> {
             if run > 0 {
                 // run 0 warms up (TLS session setup paths, allocator)
                 times.push(dt);
+                server_ms.push(r.server_ms);
+                client_cpu.push(ccpu);
+                runq_ms.push(runq);
+                server_cpu.push(scpu);
             }
+            selector = alloc.selector;
             requests = Some(r);
         }
         let requests = requests.expect("at least one run");
         // The command line, a process per run.
         let mut cli_times = Vec::new();
+        let mut cli_cpu = Vec::new();
         let mut rss = Vec::new();
         let kc = server.admin_kubeconfig().to_string_lossy().to_string();
         let cmd: Vec<String> = vec![
@@ -410,20 +467,31 @@ fn bench_discovery(sizes: &[usize], runs: usize) -> Result<Value> {
         ];
         for run in 0..=runs {
             let (wall, kib, out) = run_max_rss(&cmd, &[])?;
+            let cpu_ms = out
+                .lines()
+                .find_map(|l| l.strip_prefix("cpu-ms "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(f64::NAN);
             let lines = out.lines().filter(|l| l.contains("slots=")).count();
             if lines != n {
                 bail!("prrte-k8s pods printed {lines} hostfile lines for {n} pods");
             }
             if run > 0 {
                 cli_times.push(wall * 1e3);
+                cli_cpu.push(cpu_ms);
                 rss.push(kib as f64 / 1024.0);
             }
         }
         let cli_requests = summarize(&server.take_requests());
         println!(
-            "| {n} | {} | {} | {} ({}/{} of ≤{}), {} ({} pod), {} | {:.1} MiB | {} MiB |",
+            "| {n} | {} | {} | {} | {} | {} | {} | {} | {} ({}/{} of ≤{}), {} ({} pod), {} | {:.1} MiB | {} MiB |",
             stat(&times, 1),
+            stat(&client_cpu, 1),
+            stat(&server_cpu, 1),
+            stat(&server_ms, 1),
+            stat(&runq_ms, 1),
             stat(&cli_times, 1),
+            stat(&cli_cpu, 1),
             requests.total,
             requests.lists,
             requests.paged,
@@ -437,6 +505,11 @@ fn bench_discovery(sizes: &[usize], runs: usize) -> Result<Value> {
         rows.push(json!({
             "pods": n,
             "in_process_ms": stat_json(&times),
+            "api_server_handlers_ms": stat_json(&server_ms),
+            "client_cpu_ms": stat_json(&client_cpu),
+            "api_server_cpu_ms": stat_json(&server_cpu),
+            "cli_cpu_ms": stat_json(&cli_cpu),
+            "run_queue_wait_ms": stat_json(&runq_ms),
             "cli_ms": stat_json(&cli_times),
             "cli_peak_rss_mib": stat_json(&rss),
             "requests": {
@@ -446,10 +519,351 @@ fn bench_discovery(sizes: &[usize], runs: usize) -> Result<Value> {
             },
             "cli_requests_all_runs": cli_requests.total,
         }));
+        let ph = rt.block_on(phases(&server, &cfg, &selector, runs))?;
+        let target = target_ms(n);
+        let missed = target.is_some_and(|t| median(&times) > t);
+        let profile = if missed { perf_top(&cmd, n) } else { None };
+        let cpu = [median(&client_cpu), median(&server_cpu), median(&runq_ms)];
+        all_phases.push((n, median(&times), target, ph, profile, cpu));
         drop(server);
     }
     println!("\nload after: {}", load());
-    Ok(json!({"profile": profile(), "rows": rows}))
+    let mut phase_rows = Vec::new();
+    for (n, total, target, ph, profile, cpu) in &all_phases {
+        phase_rows.push(print_phases(
+            *n,
+            *total,
+            *target,
+            ph,
+            profile.as_deref(),
+            *cpu,
+        ));
+    }
+    let tracking = bench_tracking(sizes)?;
+    Ok(
+        json!({"profile": profile(), "rows": rows, "phases": phase_rows, "readiness_tracking": tracking}),
+    )
+}
+
+/// The targets of issue 13: 50 ms at 1,000 pods, 500 ms at 10,000.
+fn target_ms(pods: usize) -> Option<f64> {
+    match pods {
+        1000 => Some(50.0),
+        10000 => Some(500.0),
+        _ => None,
+    }
+}
+
+/// Where one discovery's time goes, each phase timed alone (medians over runs, ms).
+#[derive(Debug, Default, Clone)]
+struct Phases {
+    /// Reading the kubeconfig and building the client (rustls config, CA parsing).
+    setup: Vec<f64>,
+    /// The first request (our own pod): TCP connect + TLS handshake + GET.
+    first: Vec<f64>,
+    /// Server time of that request.
+    first_server: Vec<f64>,
+    /// All list pages, from sending each request to holding its body (server + transfer).
+    pages_wait: Vec<f64>,
+    /// Server time of the pages (store walk, label filter, serialization).
+    pages_server: Vec<f64>,
+    /// Decoding the pages into pods (ours).
+    pages_decode: Vec<f64>,
+    /// The owning Job's GET.
+    job: Vec<f64>,
+    /// Classifying, ordering and building the nodes (ours).
+    order: Vec<f64>,
+    pages: usize,
+    bytes: u64,
+}
+
+/// Runs the requests discovery makes one by one, timing each phase (same client, same
+/// requests, same decoding as `discover_with`).
+async fn phases(
+    server: &ApiServer,
+    cfg: &DiscoveryConfig,
+    selector: &str,
+    runs: usize,
+) -> Result<Phases> {
+    use prrte_k8s::discovery::{client, list, tracker::PodTracker, SlotsPolicy};
+    let mut ph = Phases::default();
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+    let srv = |server: &ApiServer| -> (f64, u64, usize) {
+        let recs = server.take_requests();
+        (
+            recs.iter().map(|r| r.server_us as f64 / 1e3).sum(),
+            recs.iter().map(|r| r.body_bytes).sum(),
+            recs.len(),
+        )
+    };
+    let self_pod = cfg.self_pod.clone().unwrap_or_default();
+    for run in 0..=runs {
+        server.take_requests();
+        let t = Instant::now();
+        let resolved =
+            client::resolve_config(cfg.kubeconfig.as_deref(), &Environment::default()).await?;
+        let api = client::client_from_config(resolved, Duration::from_secs(30))?;
+        let setup = ms(t);
+        let t = Instant::now();
+        let req = http::Request::get(format!("/api/v1/namespaces/{NS}/pods/{self_pod}"))
+            .body(Vec::new())?;
+        let own: k8s_openapi::api::core::v1::Pod = api.client.request(req).await?;
+        let first = ms(t);
+        let (first_server, _, _) = srv(server);
+        anyhow::ensure!(own.metadata.name.as_deref() == Some(self_pod.as_str()));
+        let (mut wait, mut decode) = (0.0, 0.0);
+        let mut pods = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut lp = kube::api::ListParams::default()
+                .labels(selector)
+                .limit(list::PAGE_SIZE);
+            if let Some(c) = &token {
+                lp = lp.continue_token(c);
+            }
+            let req =
+                kube::core::Request::new(format!("/api/v1/namespaces/{NS}/pods")).list(&lp)?;
+            let t = Instant::now();
+            let text = api.client.request_text(req).await?;
+            wait += ms(t);
+            let t = Instant::now();
+            let (meta, items) = list::decode_page(text.as_bytes())?;
+            decode += ms(t);
+            pods.extend(items);
+            token = meta.continue_.filter(|c| !c.is_empty());
+            if token.is_none() {
+                break;
+            }
+        }
+        let (pages_server, bytes, pages) = srv(server);
+        let t = Instant::now();
+        let req = http::Request::get(format!("/apis/batch/v1/namespaces/{NS}/jobs/{JOB}"))
+            .body(Vec::new())?;
+        let _job: k8s_openapi::api::batch::v1::Job = api.client.request(req).await?;
+        let job = ms(t);
+        server.take_requests();
+        let t = Instant::now();
+        let n = pods.len();
+        let mut tracker = PodTracker::new(pods);
+        let chosen = tracker.first_ready(n);
+        let chosen = tracker.take(&chosen);
+        let nodes = discovery::build_nodes(&chosen, NS, SlotsPolicy::Auto, |_| false)?;
+        let order = ms(t);
+        anyhow::ensure!(nodes.len() == n);
+        if run == 0 {
+            continue;
+        }
+        ph.setup.push(setup);
+        ph.first.push(first);
+        ph.first_server.push(first_server);
+        ph.pages_wait.push(wait);
+        ph.pages_server.push(pages_server);
+        ph.pages_decode.push(decode);
+        ph.job.push(job);
+        ph.order.push(order);
+        ph.pages = pages;
+        ph.bytes = bytes;
+    }
+    Ok(ph)
+}
+
+/// Prints one size's phases and, if its target was missed, what bounds it; returns the JSON.
+fn print_phases(
+    n: usize,
+    total: f64,
+    target: Option<f64>,
+    ph: &Phases,
+    perf: Option<&str>,
+    [client_cpu, server_cpu, runq]: [f64; 3],
+) -> Value {
+    let transfer: Vec<f64> = ph
+        .pages_wait
+        .iter()
+        .zip(&ph.pages_server)
+        .map(|(w, s)| w - s)
+        .collect();
+    let parts: Vec<(&str, &Vec<f64>)> = vec![
+        ("client setup (kubeconfig, rustls config)", &ph.setup),
+        (
+            "first request: connect + TLS handshake + GET own pod",
+            &ph.first,
+        ),
+        (
+            "list pages: API server (store walk, selector, serialization)",
+            &ph.pages_server,
+        ),
+        (
+            "list pages: transfer (TLS, HTTP/1.1, body collection)",
+            &transfer,
+        ),
+        ("list pages: decoding (ours)", &ph.pages_decode),
+        ("GET the Job", &ph.job),
+        ("classify + order + nodes (ours)", &ph.order),
+    ];
+    println!(
+        "\n### Where the time goes at {n} pods ({} pages, {:.1} MiB; each phase timed alone, median [min-max] ms)\n",
+        ph.pages,
+        ph.bytes as f64 / (1 << 20) as f64
+    );
+    println!("| phase | ms |\n| --- | --- |");
+    for (name, v) in &parts {
+        println!("| {name} | {} |", stat(v, 2));
+    }
+    println!(
+        "| (of the first request: API server) | {} |",
+        stat(&ph.first_server, 2)
+    );
+    let mut sorted: Vec<(&str, f64)> = parts.iter().map(|(n, v)| (*n, median(v))).collect();
+    sorted.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let sum: f64 = sorted.iter().map(|(_, v)| v).sum();
+    let bound = match target {
+        Some(t) if total > t => {
+            let top: Vec<String> = sorted
+                .iter()
+                .take(3)
+                .map(|(n, v)| format!("{n} {v:.1} ms ({:.0}%)", v * 100.0 / sum))
+                .collect();
+            let line = format!(
+                "target {t:.0} ms MISSED at {n} pods ({total:.1} ms wall = client CPU {client_cpu:.1} + API server CPU {server_cpu:.1} + run-queue wait {runq:.1} + the rest {:.1} ms): bound by {}",
+                total - client_cpu - server_cpu - runq,
+                top.join("; ")
+            );
+            println!("\n{line}");
+            if let Some(p) = perf {
+                println!("perf profile of `prrte-k8s pods` (client only; self time, top symbols):\n```\n{p}```");
+            }
+            Some(line)
+        }
+        Some(t) => {
+            println!(
+                "\ntarget {t:.0} ms met at {n} pods ({total:.1} ms); largest phase: {} {:.1} ms",
+                sorted[0].0, sorted[0].1
+            );
+            None
+        }
+        None => None,
+    };
+    json!({
+        "pods": n, "pages": ph.pages, "bytes": ph.bytes,
+        "setup_ms": stat_json(&ph.setup), "first_request_ms": stat_json(&ph.first),
+        "first_request_server_ms": stat_json(&ph.first_server),
+        "pages_server_ms": stat_json(&ph.pages_server), "pages_transfer_ms": stat_json(&transfer),
+        "pages_decode_ms": stat_json(&ph.pages_decode), "job_get_ms": stat_json(&ph.job),
+        "order_ms": stat_json(&ph.order), "missed": bound, "perf_top": perf,
+    })
+}
+
+/// Top symbols (self time) of a `perf record -g` of the command, if perf is installed.
+fn perf_top(cmd: &[String], n: usize) -> Option<String> {
+    let dir = tempfile::Builder::new()
+        .prefix("prrte-k8s-perf-")
+        .tempdir()
+        .ok()?;
+    let data = dir.path().join("perf.data");
+    let rec = Command::new("perf")
+        .args(["record", "-g", "-F", "4999", "-q", "-o"])
+        .arg(&data)
+        .arg("--")
+        .args(cmd)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()?;
+    if !rec.success() {
+        return None;
+    }
+    let out = Command::new("perf")
+        .args([
+            "report",
+            "--stdio",
+            "--no-children",
+            "--sort",
+            "dso,symbol",
+            "-g",
+            "none",
+            "--percent-limit",
+            "1.5",
+            "-i",
+        ])
+        .arg(&data)
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<String> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .take(12)
+        .map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let end = words.iter().rposition(|w| *w != "-").map_or(0, |i| i + 1);
+            format!("  {}", words[..end].join(" "))
+        })
+        .collect();
+    (!lines.is_empty()).then(|| format!("{n} pods:\n{}\n", lines.join("\n")))
+}
+
+/// The readiness wait's bookkeeping per watch event while pods become ready one by one:
+/// the incremental tracker against classifying and sorting every pod on each event (the
+/// former wait), side by side.
+fn bench_tracking(sizes: &[usize]) -> Result<Value> {
+    use k8s_openapi::api::core::v1::Pod;
+    use prrte_k8s::discovery::{
+        tracker::{self, PodTracker},
+        wait,
+    };
+    println!("\n### Readiness wait bookkeeping while N pods become ready one by one (per watch event, µs)\n");
+    println!("| pods | incremental tracker, µs/event | full classify + sort per event, µs/event | ratio |");
+    println!("| ---: | --- | --- | ---: |");
+    let mut rows = Vec::new();
+    for &n in sizes {
+        let pod = |i: usize, ready: bool| -> Result<Pod> {
+            let mut v = ready_pod(i, "uid");
+            v["metadata"]["name"] = json!(format!("{JOB}-{i}-x{:05}", (i * 7919) % 100_000));
+            if !ready {
+                v["status"]["conditions"][3]["status"] = json!("False");
+            }
+            Ok(serde_json::from_value(v)?)
+        };
+        let unready: Vec<Pod> = (0..n).map(|i| pod(i, false)).collect::<Result<_>>()?;
+        // Arrival order scrambled (a prime stride), as pods become ready in any order.
+        let arrivals: Vec<Pod> = (0..n)
+            .map(|k| pod((k * 7919) % n, true))
+            .collect::<Result<_>>()?;
+        let t = Instant::now();
+        let mut tracker = PodTracker::new(unready.clone());
+        for p in arrivals.iter().cloned() {
+            tracker.apply(p);
+            std::hint::black_box(tracker.ready_len());
+            std::hint::black_box(tracker.first_not_ready(wait::WAITING_FOR_SHOWN));
+        }
+        anyhow::ensure!(tracker.ready_len() == n);
+        let inc = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+        // The full re-evaluation over (at most) 200 events (it is O(n log n) each).
+        let events = n.min(200);
+        let mut map: std::collections::BTreeMap<String, Pod> = unready
+            .into_iter()
+            .map(|p| (p.metadata.name.clone().unwrap_or_default(), p))
+            .collect();
+        let t = Instant::now();
+        for p in arrivals.iter().take(events).cloned() {
+            map.insert(p.metadata.name.clone().unwrap_or_default(), p);
+            let e = tracker::evaluate(map.values());
+            std::hint::black_box(
+                e.not_ready
+                    .iter()
+                    .map(|(n, _)| n.clone())
+                    .collect::<Vec<_>>(),
+            );
+        }
+        let full = t.elapsed().as_secs_f64() * 1e6 / events as f64;
+        println!(
+            "| {n} | {inc:.2} | {full:.0} (over {events} events) | {:.0}x |",
+            full / inc
+        );
+        rows.push(json!({"pods": n, "incremental_us_per_event": inc, "full_sort_us_per_event": full, "full_sort_events_timed": events}));
+    }
+    Ok(json!(rows))
 }
 
 fn breakdown(n: usize) -> Result<()> {
@@ -507,273 +921,74 @@ fn breakdown(n: usize) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // fan-out
 
-/// A secret file (32 random bytes as hex) in `dir`.
-fn secret_file(dir: &Path) -> Result<(PathBuf, Vec<u8>)> {
-    let key = hex::encode(rand::random::<[u8; 32]>());
-    let p = dir.join("key");
-    std::fs::write(&p, &key)?;
-    Ok((p, key.into_bytes()))
-}
+#[path = "support/fanout.rs"]
+#[allow(dead_code)] // shared with tests/fanout_auth.rs, which reads more of it
+mod fanout;
+use fanout::{fanout_round, secret_file, self_cpu, start_agents, stub_prted, Agents};
 
-/// Agent processes on loopback addresses 127.77.x.y, killed on drop.
-struct Agents {
-    /// `unshare` processes.
-    children: Vec<Child>,
-    /// The agents (children of `unshare`, PID 1 of their namespaces).
-    pids: Vec<u32>,
-    addrs: Vec<SocketAddr>,
-}
-
-/// The first child of `pid`.
-fn child_of(pid: u32) -> Option<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .ok()?
+/// (busy, total) jiffies of all CPUs, from /proc/stat.
+fn machine_jiffies() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<u64> = text
+        .lines()
+        .next()
+        .unwrap_or("")
         .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-impl Drop for Agents {
-    /// SIGTERM (unshare passes it on; the agent stops cleanly), SIGKILL after 10 s.
-    fn drop(&mut self) {
-        use nix::sys::signal::{kill, Signal};
-        let pid = |c: &Child| nix::unistd::Pid::from_raw(c.id() as i32);
-        for c in &self.children {
-            let _ = kill(pid(c), Signal::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        for c in &mut self.children {
-            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = kill(pid(c), Signal::SIGKILL);
-            let _ = c.wait();
-        }
-    }
-}
-
-fn loopback(i: usize) -> Ipv4Addr {
-    Ipv4Addr::new(127, 77, (i / 250) as u8, (i % 250) as u8 + 1)
-}
-
-/// Starts `n` agents (release build, `--cgroup off`, stub prted `prted`) and waits until every
-/// one accepts connections.
-fn start_agents(n: usize, dir: &Path, secret: &Path, prted: &Path) -> Result<Agents> {
-    let port: u16 = 20_000 + rand::random::<u16>() % 30_000;
-    let mut agents = Agents {
-        children: Vec::new(),
-        pids: Vec::new(),
-        addrs: Vec::new(),
-    };
-    let tmp = dir.join("tmp");
-    std::fs::create_dir_all(&tmp)?;
-    for i in 0..n {
-        let addr = SocketAddr::new(loopback(i).into(), port);
-        let log = std::fs::File::create(dir.join(format!("agent-{i}.log")))?;
-        // Each agent in its own PID namespace (with its own /proc), as in a pod: what it scans
-        // of the process table is its own processes, not those of a thousand other agents.
-        let child = Command::new("unshare")
-            .args([
-                "--pid",
-                "--fork",
-                "--mount-proc",
-                "--kill-child=SIGTERM",
-                "--",
-            ])
-            .arg(bin("prrte-k8s-agent"))
-            .arg("--listen")
-            .arg(addr.to_string())
-            .args(["--health-listen", "off", "--cgroup", "off"])
-            .arg("--secret-file")
-            .arg(secret)
-            .arg("--prted")
-            .arg(prted)
-            .arg("--tmpdir")
-            .arg(&tmp)
-            .arg("--dvm-uri-file")
-            .arg(dir.join(format!("dvm-uri-{i}")))
-            .env("PRRTE_K8S_LOG", "warn")
-            .env_remove("POD_IP")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("starting an agent")?;
-        agents.children.push(child);
-        agents.addrs.push(addr);
-    }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    for (i, a) in agents.addrs.iter().enumerate() {
-        loop {
-            if std::net::TcpStream::connect_timeout(a, Duration::from_millis(200)).is_ok() {
-                break;
-            }
-            if let Ok(Some(st)) = agents.children[i].try_wait() {
-                let log =
-                    std::fs::read_to_string(dir.join(format!("agent-{i}.log"))).unwrap_or_default();
-                bail!("agent {i} at {a} exited ({st}): {log}");
-            }
-            if Instant::now() > deadline {
-                bail!("agent {i} at {a} does not accept connections");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let pid = child_of(agents.children[i].id())
-            .with_context(|| format!("the agent process of unshare {}", agents.children[i].id()))?;
-        agents.pids.push(pid);
-    }
-    Ok(agents)
-}
-
-/// Utime+stime (seconds) of the agents and of their waited-for children (the stub prteds).
-fn agents_cpu(agents: &Agents) -> f64 {
-    let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64;
-    agents
-        .pids
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
-        .filter_map(|s| {
-            let rest = &s[s.rfind(')')? + 2..];
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            // fields after ")": state(0) ... utime(11) stime(12) cutime(13) cstime(14)
-            let sum: f64 = f[11..15].iter().filter_map(|x| x.parse::<f64>().ok()).sum();
-            Some(sum / tick)
-        })
-        .sum()
-}
-
-/// One fan-out: times (s) until every target started and until every one exited, the
-/// launcher's CPU seconds, and the events.
-struct Round {
-    all_started: f64,
-    all_exited: f64,
-    cpu: f64,
-    agents_cpu: f64,
-}
-
-fn fanout_round(agents: &Agents, secret: &[u8], timeout: Duration) -> Result<Round> {
-    let n = agents.addrs.len();
-    let targets: Vec<(LaunchTarget, LaunchRequest)> = agents
-        .addrs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            (
-                LaunchTarget {
-                    id: i as u32 + 1,
-                    pod: format!("pod-{i}"),
-                    addr: *a,
-                },
-                LaunchRequest {
-                    argv: vec![
-                        "--prtemca".into(),
-                        "ess".into(),
-                        "env".into(),
-                        "--prtemca".into(),
-                        "ess_base_vpid".into(),
-                        (i + 1).to_string(),
-                    ],
-                    env: vec![("PRTE_MCA_prte_if_include".into(), "127.0.0.0/8".into())],
-                    dvm_uri: None,
-                },
-            )
-        })
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
         .collect();
-    #[derive(Default)]
-    struct Seen {
-        started: usize,
-        exited: usize,
-        failed: Vec<String>,
-        bad_exit: Vec<String>,
-        t_started: Option<Instant>,
-        t_exited: Option<Instant>,
-    }
-    let seen = Arc::new((Mutex::new(Seen::default()), Condvar::new()));
-    let s2 = seen.clone();
-    let opts = LaunchOptions {
-        secret: Some(secret.to_vec()),
-        ..Default::default()
+    let total: u64 = f.iter().take(8).sum();
+    // idle + iowait
+    let idle = f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// The fan-out's target: every answer within 1 s at 1,024 agents.
+const FANOUT_TARGET_MS: f64 = 1000.0;
+
+/// Runs `perf record -a` around one fan-out round; returns (lines by process, top symbols).
+fn perf_round(agents: &Agents, secret: &[u8], dir: &Path) -> Result<(Vec<String>, Vec<String>)> {
+    use nix::sys::signal::{kill, Signal};
+    let data = dir.join("perf.data");
+    let mut perf = Command::new("perf")
+        .args(["record", "-a", "-F", "999", "-o"])
+        .arg(&data)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("running perf (install linux-perf)")?;
+    std::thread::sleep(Duration::from_millis(500));
+    let round = fanout::fanout_round(agents, secret, Duration::from_secs(60));
+    let _ = kill(nix::unistd::Pid::from_raw(perf.id() as i32), Signal::SIGINT);
+    perf.wait()?;
+    round?;
+    let report = |sort: &str, n: usize| -> Result<Vec<String>> {
+        let out = Command::new("perf")
+            .args([
+                "report",
+                "--stdio",
+                "--no-children",
+                "-g",
+                "none",
+                "--sort",
+                sort,
+                "-i",
+            ])
+            .arg(&data)
+            .stderr(Stdio::null())
+            .output()?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .take(n)
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect())
     };
-    let agents_cpu0 = agents_cpu(agents);
-    let cpu0 = self_cpu();
-    let t0 = Instant::now();
-    let launcher = Launcher::start(
-        targets,
-        opts,
-        Box::new(move |e| {
-            let (m, cv) = &*s2;
-            let mut s = m.lock().unwrap();
-            match e {
-                LaunchEvent::Started { .. } => {
-                    s.started += 1;
-                    if s.started == n {
-                        s.t_started = Some(Instant::now());
-                    }
-                }
-                LaunchEvent::Failed { reason, .. } => s.failed.push(reason),
-                LaunchEvent::Exited { status, pod, .. } => {
-                    s.exited += 1;
-                    if status != prrte_k8s::launch::ExitDesc::Code(0) {
-                        s.bad_exit.push(format!("{pod}: {status}"));
-                    }
-                    if s.exited == n {
-                        s.t_exited = Some(Instant::now());
-                    }
-                }
-            }
-            cv.notify_all();
-        }),
-    );
-    let (m, cv) = &*seen;
-    let deadline = Instant::now() + timeout;
-    let mut s = m.lock().unwrap();
-    while s.exited + s.failed.len() < n {
-        let now = Instant::now();
-        if now >= deadline {
-            break;
-        }
-        s = cv.wait_timeout(s, deadline - now).unwrap().0;
-    }
-    let cpu = self_cpu() - cpu0;
-    let done = (s.t_started, s.t_exited);
-    let (failed, bad, started, exited) =
-        (s.failed.clone(), s.bad_exit.clone(), s.started, s.exited);
-    drop(s);
-    drop(launcher);
-    if !failed.is_empty() || !bad.is_empty() {
-        bail!(
-            "{} failed, {} exited badly; first: {:?} {:?}",
-            failed.len(),
-            bad.len(),
-            failed.first(),
-            bad.first()
-        );
-    }
-    match done {
-        (Some(a), Some(b)) => Ok(Round {
-            all_started: (a - t0).as_secs_f64(),
-            all_exited: (b - t0).as_secs_f64(),
-            cpu,
-            agents_cpu: agents_cpu(agents) - agents_cpu0,
-        }),
-        _ => bail!("after {timeout:?}: {started} of {n} started, {exited} exited"),
-    }
+    Ok((report("comm", 8)?, report("comm,sym", 15)?))
 }
 
-/// A stub prted that exits 0 at once, whatever its arguments.
-fn stub_prted(dir: &Path, body: &str) -> Result<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let p = dir.join(format!("prted-stub-{}", rand::random::<u32>()));
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n"))?;
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
-    Ok(p)
-}
-
-fn bench_fanout(sizes: &[usize], runs: usize) -> Result<Value> {
+fn bench_fanout(sizes: &[usize], runs: usize, perf: bool) -> Result<Value> {
     prrte_k8s::agent::limits::raise_nofile_limit();
     println!(
         "## Fan-out: launcher -> N agents (loopback addresses), {} build; load before: {}",
@@ -787,19 +1002,42 @@ fn bench_fanout(sizes: &[usize], runs: usize) -> Result<Value> {
     println!("| agents | all started, ms | all exited, ms | launcher CPU, ms | launcher CPU per daemon, µs | agents' CPU per daemon, µs |");
     println!("| ---: | --- | --- | --- | --- | --- |");
     let mut rows = Vec::new();
+    let mut bounds = Vec::new();
+    let mut profile_lines = None;
     for &n in sizes {
         let dir = tempfile::Builder::new()
             .prefix("prrte-k8s-fanout-")
             .tempdir()?;
         let (secret_path, secret) = secret_file(dir.path())?;
         let agents = start_agents(n, dir.path(), &secret_path, Path::new("/bin/true"))?;
+        // The harness must be able to fail: with another secret, every agent refuses.
+        let mut wrong = secret.clone();
+        wrong[0] = if wrong[0] == b'0' { b'1' } else { b'0' };
+        let o = fanout::run_round(&agents, &wrong, Duration::from_secs(60));
+        let refused = o
+            .failed
+            .iter()
+            .filter(|r| r.contains("authentication failed"))
+            .count();
+        if refused != n || o.started != 0 {
+            bail!(
+                "authentication check: with a wrong secret {refused} of {n} agents refused and {} started; first: {:?}",
+                o.started,
+                o.failed.first()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
         let mut started = Vec::new();
         let mut exited = Vec::new();
         let mut cpu = Vec::new();
         let mut acpu = Vec::new();
+        let mut machine = Vec::new();
         for run in 0..=runs {
+            let m0 = machine_jiffies();
             let r = fanout_round(&agents, &secret, Duration::from_secs(60))?;
+            let m1 = machine_jiffies();
             if run > 0 {
+                machine.push(100.0 * (m1.0 - m0.0) as f64 / ((m1.1 - m0.1).max(1)) as f64);
                 started.push(r.all_started * 1e3);
                 exited.push(r.all_exited * 1e3);
                 cpu.push(r.cpu * 1e3);
@@ -817,17 +1055,78 @@ fn bench_fanout(sizes: &[usize], runs: usize) -> Result<Value> {
             stat(&per, 0),
             stat(&acpu, 0),
         );
+        // What bounds it: the CPU the round needs against the cores it has.
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as f64;
+        let need_ms: Vec<f64> = cpu
+            .iter()
+            .zip(&acpu)
+            .map(|(c, a)| c + a * n as f64 / 1e3)
+            .collect();
+        let busy: Vec<f64> = need_ms
+            .iter()
+            .zip(&exited)
+            .map(|(need, wall)| 100.0 * need / (wall * cores))
+            .collect();
+        let bound = format!(
+            "{n} agents: the round needs {} ms of CPU (launcher + agents + stub prteds) = {:.0} ms on {cores} cores at best; ours kept {}% of the cores busy, the whole machine {}%",
+            stat(&need_ms, 0),
+            median(&need_ms) / cores,
+            stat(&busy, 0),
+            stat(&machine, 0),
+        );
+        bounds.push(bound);
         rows.push(json!({
             "agents": n,
+            "cpu_needed_ms": stat_json(&need_ms),
+            "cores_busy_pct": stat_json(&busy),
+            "machine_busy_pct": stat_json(&machine),
             "all_started_ms": stat_json(&started),
             "all_exited_ms": stat_json(&exited),
             "launcher_cpu_ms": stat_json(&cpu),
             "launcher_cpu_per_daemon_us": stat_json(&per),
             "agents_cpu_per_daemon_us": stat_json(&acpu),
+            "wrong_secret_refused": refused,
         }));
+        if perf && Some(&n) == sizes.iter().max() {
+            std::thread::sleep(Duration::from_millis(200));
+            profile_lines = Some(perf_round(&agents, &secret, dir.path())?);
+        }
+    }
+    println!("\nAuthentication check: before the timed runs, a round with another secret was refused by every agent (`wrong_secret_refused`).");
+    println!("\nWhat bounds it (CPU needed vs. cores; the machine's other load competes for the same cores):");
+    for b in &bounds {
+        println!("- {b}");
+    }
+    for r in &rows {
+        let wall = r["all_exited_ms"]["median"].as_f64().unwrap_or(0.0);
+        let busy = r["machine_busy_pct"]["median"].as_f64().unwrap_or(0.0);
+        if r["agents"].as_u64() == Some(1024) && wall > FANOUT_TARGET_MS {
+            let why = if busy >= 80.0 {
+                "CPU-bound (the cores are busy throughout: our processes plus the machine's other load)"
+            } else {
+                "not CPU-bound by our processes: the rest is waiting (other load on the cores, latency)"
+            };
+            println!("- target ({FANOUT_TARGET_MS:.0} ms at 1024) missed ({wall:.0} ms): {why}; `fanout --perf` shows where the CPU goes");
+        }
+    }
+    if let Some((by_comm, by_sym)) = &profile_lines {
+        println!("\nperf record -a over one round of {} agents (whole machine, other load included), by process:", sizes.iter().max().unwrap_or(&0));
+        for l in by_comm {
+            println!("    {l}");
+        }
+        println!("top symbols (process, symbol):");
+        for l in by_sym {
+            println!("    {l}");
+        }
     }
     println!("\nload after: {}", load());
-    Ok(json!({"profile": profile(), "rows": rows}))
+    Ok(json!({
+        "profile": profile(),
+        "rows": rows,
+        "bounds": bounds,
+        "perf_by_process": profile_lines.as_ref().map(|p| p.0.clone()),
+        "perf_top_symbols": profile_lines.as_ref().map(|p| p.1.clone()),
+    }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -839,6 +1138,77 @@ fn status_kib(pid: u32, key: &str) -> Option<u64> {
         .find(|l| l.starts_with(key) && l[key.len()..].starts_with(':'))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
+}
+
+/// `/proc/PID/smaps_rollup` in KiB: Rss, Pss, Private (clean + dirty), Anonymous.
+#[derive(Debug, Clone, Copy, Default)]
+struct Mem {
+    rss: u64,
+    pss: u64,
+    private: u64,
+    anon: u64,
+}
+
+fn smaps_rollup(pid: u32) -> Mem {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    let get = |key: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(key) && l[key.len()..].starts_with(':'))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Mem {
+        rss: get("Rss"),
+        pss: get("Pss"),
+        private: get("Private_Clean") + get("Private_Dirty"),
+        anon: get("Anonymous"),
+    }
+}
+
+fn mem_json(m: Mem) -> Value {
+    json!({"rss_kib": m.rss, "pss_kib": m.pss, "private_kib": m.private, "anonymous_kib": m.anon})
+}
+
+/// Where a process's RSS is, in KiB, by mapping: the executable by permission (`r-xp` = code,
+/// `r--p` = read-only data, relocation tables and the relocated RELRO data, `rw-p` = data), the
+/// shared libraries, the heap, and other anonymous memory (thread stacks, the allocator's
+/// arenas).
+fn rss_by_mapping(pid: u32) -> Vec<(String, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut out: Vec<(String, u64)> = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.first().is_some_and(|a| {
+            a.contains('-') && a.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+        }) {
+            let perm = f.get(1).copied().unwrap_or("");
+            let path = f.get(5).copied().unwrap_or("");
+            current = if path == exe {
+                format!("agent binary {perm}")
+            } else if path.starts_with('/') {
+                let name = path.rsplit('/').next().unwrap_or(path);
+                format!("{} {perm}", name.split(".so").next().unwrap_or(name))
+            } else if path.is_empty() {
+                "anonymous (stacks, allocator arenas)".into()
+            } else {
+                path.to_string()
+            };
+        } else if let (Some(&"Rss:"), Some(kib)) = (f.first(), f.get(1)) {
+            let kib: u64 = kib.parse().unwrap_or(0);
+            match out.iter_mut().find(|(k, _)| *k == current) {
+                Some(e) => e.1 += kib,
+                None => out.push((current.clone(), kib)),
+            }
+        }
+    }
+    out.retain(|(_, k)| *k > 0);
+    out.sort_by_key(|e| std::cmp::Reverse(e.1));
+    out
 }
 
 fn bench_footprint() -> Result<Value> {
@@ -856,6 +1226,9 @@ fn bench_footprint() -> Result<Value> {
     std::thread::sleep(Duration::from_millis(300));
     let idle_rss = status_kib(pid, "VmRSS").unwrap_or(0);
     let idle_hwm = status_kib(pid, "VmHWM").unwrap_or(0);
+    let idle = smaps_rollup(pid);
+    let idle_threads = status_kib(pid, "Threads").unwrap_or(0);
+    let idle_parts = rss_by_mapping(pid);
     // A launch whose prted lives 1 s: RSS while it runs, then the peak.
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s2 = seen.clone();
@@ -887,6 +1260,7 @@ fn bench_footprint() -> Result<Value> {
         std::thread::sleep(Duration::from_millis(5));
     }
     let during_rss = status_kib(pid, "VmRSS").unwrap_or(0);
+    let during = smaps_rollup(pid);
     while !seen
         .lock()
         .unwrap()
@@ -902,17 +1276,41 @@ fn bench_footprint() -> Result<Value> {
     drop(launcher);
     std::thread::sleep(Duration::from_millis(300));
     let after_rss = status_kib(pid, "VmRSS").unwrap_or(0);
+    let after = smaps_rollup(pid);
     let mib = |k: u64| k as f64 / 1024.0;
-    println!("| state | RSS |\n| --- | ---: |");
-    println!("| idle (VmRSS) | {:.2} MiB |", mib(idle_rss));
-    println!("| idle peak (VmHWM) | {:.2} MiB |", mib(idle_hwm));
-    println!("| prted running (VmRSS) | {:.2} MiB |", mib(during_rss));
-    println!("| peak through the launch (VmHWM) | {:.2} MiB |", mib(hwm));
-    println!("| after the launch (VmRSS) | {:.2} MiB |", mib(after_rss));
+    let m = |k: u64| format!("{:.2} MiB", mib(k));
+    println!("| state | RSS | PSS | private | anonymous |\n| --- | ---: | ---: | ---: | ---: |");
+    for (state, v) in [
+        ("idle", idle),
+        ("prted running", during),
+        ("after the launch", after),
+    ] {
+        println!(
+            "| {state} | {} | {} | {} | {} |",
+            m(v.rss),
+            m(v.pss),
+            m(v.private),
+            m(v.anon)
+        );
+    }
+    println!(
+        "\nVmHWM: idle {}, through the launch {}; threads when idle: {idle_threads}.",
+        m(idle_hwm),
+        m(hwm)
+    );
+    println!("Idle RSS by mapping (the binary's pages are shared with every process running it;");
+    println!("its relocated RELRO data and all anonymous memory are private):\n");
+    println!("| mapping | RSS |\n| --- | ---: |");
+    for (k, v) in &idle_parts {
+        println!("| {k} | {v} KiB |");
+    }
     Ok(json!({
         "profile": profile(),
         "idle_rss_kib": idle_rss, "idle_hwm_kib": idle_hwm,
         "during_launch_rss_kib": during_rss, "launch_hwm_kib": hwm, "after_rss_kib": after_rss,
+        "idle": mem_json(idle), "during_launch": mem_json(during), "after_launch": mem_json(after),
+        "idle_threads": idle_threads,
+        "idle_rss_by_mapping_kib": idle_parts.iter().map(|(k, v)| json!({"mapping": k, "kib": v})).collect::<Vec<_>>(),
     }))
 }
 
@@ -930,12 +1328,12 @@ fn main() -> Result<()> {
     let mut out = json!({"cores": cores, "profile": profile(), "load_before": load()});
     match what {
         What::Discovery { pods } => out["discovery"] = bench_discovery(&pods, cli.runs)?,
-        What::Fanout { agents } => out["fanout"] = bench_fanout(&agents, cli.runs)?,
+        What::Fanout { agents, perf } => out["fanout"] = bench_fanout(&agents, cli.runs, perf)?,
         What::Footprint => out["footprint"] = bench_footprint()?,
         What::All => {
             out["discovery"] = bench_discovery(&[1000, 10000], cli.runs)?;
             println!();
-            out["fanout"] = bench_fanout(&[256, 1024], cli.runs)?;
+            out["fanout"] = bench_fanout(&[256, 1024], cli.runs, false)?;
             println!();
             out["footprint"] = bench_footprint()?;
         }

@@ -20,6 +20,7 @@ pub mod readiness;
 pub mod render;
 pub mod selector;
 pub mod slots;
+pub mod tracker;
 pub mod wait;
 
 use std::net::Ipv4Addr;
@@ -132,6 +133,9 @@ pub enum Progress {
     Ready {
         ready: u32,
         expected: u32,
+        /// How many selected pods exist but are not ready yet.
+        not_ready: u32,
+        /// The first of them in natural name order (at most [`wait::WAITING_FOR_SHOWN`]).
         waiting_for: Vec<String>,
     },
     /// The pod watcher listed the selected pods (`listed` of them) and watches from there; sent

@@ -204,11 +204,13 @@ fn pods(
             Progress::Resolved { namespace, selector, selector_source, expected, expected_source } => eprintln!(
                 "prrte-k8s: namespace {namespace}, selector {selector:?} ({selector_source}), expecting {expected} pods ({expected_source})"
             ),
-            Progress::Ready { ready, expected, waiting_for } if waiting_for.is_empty() => {
+            Progress::Ready { ready, expected, waiting_for, .. } if waiting_for.is_empty() => {
                 eprintln!("prrte-k8s: {ready} of {expected} pods ready")
             }
-            Progress::Ready { ready, expected, waiting_for } => {
-                eprintln!("prrte-k8s: {ready} of {expected} pods ready; waiting for {}", waiting_for.join(", "))
+            Progress::Ready { ready, expected, not_ready, waiting_for } => {
+                let more = (*not_ready as usize).saturating_sub(waiting_for.len());
+                let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+                eprintln!("prrte-k8s: {ready} of {expected} pods ready; waiting for {}{more}", waiting_for.join(", "))
             }
             Progress::Watching { listed } => eprintln!("prrte-k8s: listed {listed} pods, watching for changes"),
         }

@@ -7,11 +7,20 @@
 //! pages are one consistent snapshot) and decodes each item into a [`Pod`] holding only the
 //! fields discovery reads: metadata (name, namespace, uid, labels, annotations, owners,
 //! deletion timestamp, resource version), `spec.hostname`, the containers' and the pod's
-//! resources, and the whole status. Everything else is skipped while parsing.
+//! resources, and the status fields readiness and its messages read (phase, reason, message,
+//! conditions, pod IPs, containers' waiting/terminated reasons). Everything else (timestamps,
+//! images, probes, volumes, managed fields) is skipped while parsing.
+//!
+//! Pages are pipelined: as soon as a page's body is in, its `continue` token is read and the
+//! next page is requested while the page is decoded on a blocking-pool thread, so decoding
+//! overlaps the API server's work and the transfer of the next page.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
+    Pod, PodCondition, PodIP, PodSpec, PodStatus, ResourceRequirements,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta, OwnerReference, Time};
 use kube::api::ListParams;
 use kube::core::{ObjectList, Request};
@@ -55,12 +64,115 @@ struct SlimSpec {
     resources: Option<ResourceRequirements>,
 }
 
+#[derive(Deserialize)]
+struct SlimCondition {
+    #[serde(rename = "type", default)]
+    type_: String,
+    #[serde(default)]
+    status: String,
+    reason: Option<String>,
+    message: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct SlimIp {
+    #[serde(default)]
+    ip: String,
+}
+
+#[derive(Deserialize)]
+struct SlimWaiting {
+    reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimTerminated {
+    #[serde(default)]
+    exit_code: i32,
+    reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct SlimState {
+    waiting: Option<SlimWaiting>,
+    terminated: Option<SlimTerminated>,
+}
+
+#[derive(Deserialize)]
+struct SlimContainerStatus {
+    #[serde(default)]
+    name: String,
+    state: Option<SlimState>,
+}
+
+/// The status fields readiness and its messages read (no timestamps, images or probes).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimStatus {
+    phase: Option<String>,
+    reason: Option<String>,
+    message: Option<String>,
+    conditions: Option<Vec<SlimCondition>>,
+    #[serde(rename = "podIP")]
+    pod_ip: Option<String>,
+    #[serde(rename = "podIPs")]
+    pod_ips: Option<Vec<SlimIp>>,
+    container_statuses: Option<Vec<SlimContainerStatus>>,
+}
+
+impl From<SlimStatus> for PodStatus {
+    fn from(s: SlimStatus) -> PodStatus {
+        PodStatus {
+            phase: s.phase,
+            reason: s.reason,
+            message: s.message,
+            conditions: s.conditions.map(|cs| {
+                cs.into_iter()
+                    .map(|c| PodCondition {
+                        type_: c.type_,
+                        status: c.status,
+                        reason: c.reason,
+                        message: c.message,
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            pod_ip: s.pod_ip,
+            pod_ips: s
+                .pod_ips
+                .map(|ips| ips.into_iter().map(|i| PodIP { ip: i.ip }).collect()),
+            container_statuses: s.container_statuses.map(|cs| {
+                cs.into_iter()
+                    .map(|c| ContainerStatus {
+                        name: c.name,
+                        state: c.state.map(|st| ContainerState {
+                            waiting: st.waiting.map(|w| ContainerStateWaiting {
+                                reason: w.reason,
+                                ..Default::default()
+                            }),
+                            terminated: st.terminated.map(|t| ContainerStateTerminated {
+                                exit_code: t.exit_code,
+                                reason: t.reason,
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            ..Default::default()
+        }
+    }
+}
+
 /// A list item as discovery decodes it.
 #[derive(Deserialize)]
 struct SlimPod {
     metadata: SlimMeta,
     spec: Option<SlimSpec>,
-    status: Option<PodStatus>,
+    status: Option<SlimStatus>,
 }
 
 impl From<SlimPod> for Pod {
@@ -92,7 +204,7 @@ impl From<SlimPod> for Pod {
                 resources: s.resources,
                 ..Default::default()
             }),
-            status: p.status,
+            status: p.status.map(PodStatus::from),
         }
     }
 }
@@ -103,6 +215,17 @@ struct SlimList {
     metadata: ListMeta,
     #[serde(default)]
     items: Vec<SlimPod>,
+}
+
+#[derive(Deserialize)]
+struct ListMetaOnly {
+    #[serde(default)]
+    metadata: ListMeta,
+}
+
+/// Reads only a page's list metadata (its `continue` token), skipping the items unparsed.
+pub fn decode_page_meta(body: &[u8]) -> Result<ListMeta, serde_json::Error> {
+    serde_json::from_slice::<ListMetaOnly>(body).map(|l| l.metadata)
 }
 
 /// Decodes one page of a pod list (a `PodList` JSON document) the way [`list_pods`] does.
@@ -116,10 +239,13 @@ pub fn decode_page(body: &[u8]) -> Result<(ListMeta, Vec<Pod>), serde_json::Erro
 
 /// One list request's outcome.
 enum Page {
-    Items((ListMeta, Vec<Pod>)),
+    /// The body, and its list metadata (read ahead of the items).
+    Body(Vec<u8>, ListMeta),
     /// The continue token's snapshot is gone (410): list again.
     Expired,
 }
+
+type Decoding = tokio::task::JoinHandle<Result<Vec<Pod>, serde_json::Error>>;
 
 fn is_expired(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 410)
@@ -139,6 +265,8 @@ pub async fn list_pods(
         let mut items = Vec::new();
         let mut first_meta: Option<ListMeta> = None;
         let mut token: Option<String> = None;
+        // The previous page, decoding on a blocking-pool thread while the next one is fetched.
+        let mut decoding: Option<Decoding> = None;
         loop {
             let mut lp = ListParams::default().labels(selector).limit(PAGE_SIZE);
             if let Some(t) = &token {
@@ -150,10 +278,9 @@ pub async fn list_pods(
             let fetch = || {
                 let req = req.clone();
                 async move {
-                    let text = ctx.api.client.request_text(req).await?;
-                    decode_page(text.as_bytes())
-                        .map(Page::Items)
-                        .map_err(kube::Error::SerdeError)
+                    let body = ctx.api.client.request_text(req).await?.into_bytes();
+                    let meta = decode_page_meta(&body).map_err(kube::Error::SerdeError)?;
+                    Ok(Page::Body(body, meta))
                 }
             };
             // Transient failures are retried by the context; a snapshot that expired between
@@ -165,20 +292,31 @@ pub async fn list_pods(
                     e => Err(ctx.map_error(&op, e)),
                 })
                 .await?;
-            let (meta, pods) = match page {
-                Page::Items(p) => p,
+            let (body, meta) = match page {
+                Page::Body(b, m) => (b, m),
                 Page::Expired => {
                     restarts += 1;
                     tracing::info!("the pod list's snapshot expired between pages; listing again");
+                    if let Some(d) = decoding.take() {
+                        d.abort();
+                    }
                     continue 'list;
                 }
             };
-            items.extend(pods);
+            if let Some(d) = decoding.take() {
+                items.extend(joined(ctx, &op, d).await?);
+            }
+            decoding = Some(tokio::task::spawn_blocking(move || {
+                decode_page(&body).map(|(_, pods)| pods)
+            }));
             token = meta.continue_.clone().filter(|t| !t.is_empty());
             first_meta.get_or_insert(meta);
             if token.is_none() {
                 break;
             }
+        }
+        if let Some(d) = decoding.take() {
+            items.extend(joined(ctx, &op, d).await?);
         }
         let mut metadata = first_meta.unwrap_or_default();
         metadata.continue_ = None;
@@ -188,6 +326,17 @@ pub async fn list_pods(
             metadata,
             items,
         });
+    }
+}
+
+/// The pods of a page decoding in the background.
+async fn joined(ctx: &Ctx, op: &Operation, d: Decoding) -> Result<Vec<Pod>, DiscoveryError> {
+    match d.await {
+        Ok(Ok(pods)) => Ok(pods),
+        Ok(Err(e)) => Err(ctx.map_error(op, kube::Error::SerdeError(e))),
+        Err(e) => Err(DiscoveryError::Internal {
+            detail: format!("decoding a page of the pod list failed: {e}"),
+        }),
     }
 }
 
@@ -220,13 +369,27 @@ mod tests {
                     "volumes": [{"name": "v", "emptyDir": {}}],
                 },
                 "status": {"phase": "Running", "podIP": "10.0.0.2", "podIPs": [{"ip": "10.0.0.2"}],
-                           "conditions": [{"type": "Ready", "status": "True"}]},
-            }, {"metadata": {"name": "w-2"}}],
+                           "startTime": "2026-01-01T00:00:00Z", "qosClass": "Guaranteed",
+                           "conditions": [{"type": "Ready", "status": "True",
+                                           "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+            }, {"metadata": {"name": "w-2"}}, {
+                "metadata": {"name": "w-3"},
+                "status": {"phase": "Pending", "reason": "Unschedulable", "message": "no node",
+                           "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady", "message": "m"}],
+                           "containerStatuses": [
+                               {"name": "a", "ready": false, "restartCount": 0, "image": "x", "imageID": "",
+                                "state": {"waiting": {"reason": "ContainerCreating", "message": "pulling"}}},
+                               {"name": "b", "ready": false, "restartCount": 1, "image": "x", "imageID": "",
+                                "state": {"terminated": {"exitCode": 3, "reason": "Error",
+                                                         "finishedAt": "2026-01-01T00:00:00Z"}}}]},
+            }],
         });
-        let (meta, pods) = decode_page(&serde_json::to_vec(&body).unwrap()).unwrap();
+        let bytes = serde_json::to_vec(&body).unwrap();
+        let (meta, pods) = decode_page(&bytes).unwrap();
         assert_eq!(meta.resource_version.as_deref(), Some("42"));
         assert_eq!(meta.continue_.as_deref(), Some("abc"));
-        assert_eq!(pods.len(), 2);
+        assert_eq!(decode_page_meta(&bytes).unwrap(), meta);
+        assert_eq!(pods.len(), 3);
         let p = &pods[0];
         assert_eq!(p.metadata.name.as_deref(), Some("w-1"));
         assert_eq!(p.metadata.uid.as_deref(), Some("u1"));
@@ -251,7 +414,22 @@ mod tests {
             super::super::readiness::pod_ipv4(p).unwrap().to_string(),
             "10.0.0.2"
         );
+        assert!(status.start_time.is_none() && status.qos_class.is_none());
+        let ready = &status.conditions.as_ref().unwrap()[0];
+        assert_eq!(
+            (ready.type_.as_str(), ready.status.as_str()),
+            ("Ready", "True")
+        );
+        assert_eq!(status.phase.as_deref(), Some("Running"));
         assert!(pods[1].spec.is_none() && pods[1].status.is_none());
+        // What a not-ready pod's message is made of survives the slim decoding.
+        let why = super::super::readiness::describe(&pods[2]);
+        assert_eq!(
+            why,
+            "phase Pending; reason Unschedulable; message \"no node\"; conditions Ready=False \
+             (ContainersNotReady: m); container a waiting: ContainerCreating; container b \
+             terminated: Error (exit 3)"
+        );
         assert!(decode_page(b"{\"items\": [{\"spec\": 3}]}").is_err());
     }
 }

@@ -126,26 +126,64 @@ pub fn sort_pods(pods: &mut [Pod]) {
     sort_pods_by(pods, |p| p);
 }
 
-/// Sorts items holding pods into allocation order (as [`compare_pods`]), reading each pod's
-/// index once rather than at every comparison.
-pub fn sort_pods_by<T>(items: &mut [T], pod: impl Fn(&T) -> &Pod) {
-    let keys: Vec<Option<(u64, u64)>> = items
-        .iter()
-        .map(|t| pod_index(pod(t)).map(|i| i.sort_key()))
-        .collect();
-    let mut order: Vec<usize> = (0..items.len()).collect();
-    order.sort_by(|&a, &b| {
-        let by_index = match (keys[a], keys[b]) {
+/// A pod's place in allocation order as a value: keys compare as [`compare_pods`] compares
+/// their pods, so a sorted set of them (a `BTreeSet<OrderKey>`) keeps pods in allocation order
+/// as they come and go, each change costing O(log n) instead of a re-sort.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OrderKey {
+    index: Option<(u64, u64)>,
+    name: String,
+}
+
+impl OrderKey {
+    /// The key of a pod (its index read once).
+    pub fn of(pod: &Pod) -> OrderKey {
+        OrderKey {
+            index: pod_index(pod).map(|i| i.sort_key()),
+            name: name(pod).to_string(),
+        }
+    }
+
+    /// A key ordering by name alone (natural order, then plain), as for pods without an index.
+    pub fn by_name(name: &str) -> OrderKey {
+        OrderKey {
+            index: None,
+            name: name.to_string(),
+        }
+    }
+
+    /// The pod's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Ord for OrderKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let by_index = match (self.index, other.index) {
             (Some(x), Some(y)) => x.cmp(&y),
             (Some(_), None) => Ordering::Less,
             (None, Some(_)) => Ordering::Greater,
             (None, None) => Ordering::Equal,
         };
-        let (na, nb) = (name(pod(&items[a])), name(pod(&items[b])));
         by_index
-            .then_with(|| natural_cmp(na, nb))
-            .then_with(|| na.cmp(nb))
-    });
+            .then_with(|| natural_cmp(&self.name, &other.name))
+            .then_with(|| self.name.cmp(&other.name))
+    }
+}
+
+impl PartialOrd for OrderKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Sorts items holding pods into allocation order (as [`compare_pods`]), reading each pod's
+/// index once rather than at every comparison.
+pub fn sort_pods_by<T>(items: &mut [T], pod: impl Fn(&T) -> &Pod) {
+    let keys: Vec<OrderKey> = items.iter().map(|t| OrderKey::of(pod(t))).collect();
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
     // Apply the permutation in place: position i takes the item at order[i].
     let mut at: Vec<usize> = (0..items.len()).collect(); // at[k] = where original item k is now
     let mut holds: Vec<usize> = (0..items.len()).collect(); // holds[i] = original item at i

@@ -8,7 +8,7 @@
 //! except those no retry can fix: 400 (a selector the server rejects), 401 and 403 end the wait
 //! at once with the message for that cause.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -20,43 +20,25 @@ use kube::runtime::WatchStreamExt;
 use super::api::{Ctx, Operation};
 use super::client::error_chain;
 use super::error::DiscoveryError;
-use super::order::{pod_index, sort_pods_by, PodIndex};
+use super::order::{pod_index, PodIndex};
 use super::readiness::{classify, PodReadiness};
+use super::tracker::PodTracker;
+pub use super::tracker::{evaluate, Evaluation};
 use super::Progress;
 
-/// The selected pods split by readiness.
-#[derive(Debug, Clone, Default)]
-pub struct Evaluation<'a> {
-    /// Allocatable pods, in allocation order.
-    pub ready: Vec<&'a Pod>,
-    /// (name, description) of pods that may still become ready.
-    pub not_ready: Vec<(String, String)>,
-    /// (name, reason) of terminating or finished pods.
-    pub excluded: Vec<(String, String)>,
-}
+/// How many not-ready pods a [`Progress::Ready`] report names (the count says how many more).
+pub const WAITING_FOR_SHOWN: usize = 16;
 
 fn name(p: &Pod) -> String {
     p.metadata.name.clone().unwrap_or_default()
 }
 
-/// Classifies every pod; ready ones are sorted into allocation order.
-pub fn evaluate<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Evaluation<'a> {
-    let mut e = Evaluation::default();
-    for p in pods {
-        match classify(p) {
-            PodReadiness::Ready(_) => e.ready.push(p),
-            PodReadiness::NotReady(d) => e.not_ready.push((name(p), d)),
-            PodReadiness::Excluded(d) => e.excluded.push((name(p), d)),
-        }
-    }
-    sort_pods_by(&mut e.ready, |p| p);
-    e.not_ready
-        .sort_by(|a, b| super::order::natural_cmp(&a.0, &b.0));
-    e
-}
-
 /// What is missing for `expected` ready pods, one entry per pod or gap.
-pub fn problems(pods: &BTreeMap<String, Pod>, eval: &Evaluation, expected: u32) -> Vec<String> {
+pub fn problems<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    eval: &Evaluation,
+    expected: u32,
+) -> Vec<String> {
     let mut out: Vec<String> = eval
         .not_ready
         .iter()
@@ -74,7 +56,7 @@ pub fn problems(pods: &BTreeMap<String, Pod>, eval: &Evaluation, expected: u32) 
         );
         // With single indices 0..expected, name the absent ones.
         let present: BTreeSet<u64> = pods
-            .values()
+            .into_iter()
             .filter(|p| !matches!(classify(p), PodReadiness::Excluded(_)))
             .filter_map(|p| match pod_index(p) {
                 Some(PodIndex::Single(i)) => Some(i),
@@ -120,13 +102,13 @@ enum WatchTrouble {
 impl Waiter<'_> {
     fn timeout_error(
         &self,
-        pods: &BTreeMap<String, Pod>,
-        eval: &Evaluation,
+        pods: &PodTracker,
         last_error: Option<&str>,
         deleted: &BTreeSet<String>,
     ) -> DiscoveryError {
-        let mut problems = problems(pods, eval, self.expected);
-        for name in deleted.iter().filter(|n| !pods.contains_key(*n)) {
+        let eval = pods.evaluation();
+        let mut problems = problems(pods.pods(), &eval, self.expected);
+        for name in deleted.iter().filter(|n| !pods.contains(n)) {
             problems.push(format!("pod {name} was deleted during the wait"));
         }
         if let Some(e) = last_error {
@@ -143,18 +125,16 @@ impl Waiter<'_> {
         }
     }
 
-    /// Evaluates, reports progress when the ready count changed, and, once enough pods are
-    /// ready, returns the names of the first `expected` of them in allocation order.
-    fn check(
-        &mut self,
-        pods: &BTreeMap<String, Pod>,
-        last_ready: &mut Option<usize>,
-    ) -> Option<Vec<String>> {
-        let eval = evaluate(pods.values());
-        if *last_ready != Some(eval.ready.len()) {
-            *last_ready = Some(eval.ready.len());
-            let waiting_for = eval.not_ready.iter().map(|(n, _)| n.clone()).collect();
-            let ready = u32::try_from(eval.ready.len()).unwrap_or(u32::MAX);
+    /// Reports progress when the ready count changed, and, once enough pods are ready,
+    /// returns the names of the first `expected` of them in allocation order. O(log n) apart
+    /// from the report's few names: the tracker keeps the order as events arrive.
+    fn check(&mut self, pods: &PodTracker, last_ready: &mut Option<usize>) -> Option<Vec<String>> {
+        let ready_len = pods.ready_len();
+        if *last_ready != Some(ready_len) {
+            *last_ready = Some(ready_len);
+            let waiting_for = pods.first_not_ready(WAITING_FOR_SHOWN);
+            let not_ready = u32::try_from(pods.not_ready_len()).unwrap_or(u32::MAX);
+            let ready = u32::try_from(ready_len).unwrap_or(u32::MAX);
             tracing::info!(
                 ready,
                 expected = self.expected,
@@ -164,16 +144,11 @@ impl Waiter<'_> {
             (self.progress)(&Progress::Ready {
                 ready,
                 expected: self.expected,
+                not_ready,
                 waiting_for,
             });
         }
-        (eval.ready.len() >= self.expected as usize).then(|| {
-            eval.ready
-                .iter()
-                .take(self.expected as usize)
-                .map(|p| name(p))
-                .collect()
-        })
+        (ready_len >= self.expected as usize).then(|| pods.first_ready(self.expected as usize))
     }
 
     /// Sorts a watcher error into fatal (400, 401, 403) and retried (everything else,
@@ -206,10 +181,10 @@ impl Waiter<'_> {
     /// Waits from the state of a first list until `expected` pods are ready; returns them in
     /// allocation order.
     pub async fn wait(mut self, first: ObjectList<Pod>) -> Result<Vec<Pod>, DiscoveryError> {
-        let (mut pods, _) = into_map(first);
+        let mut pods = PodTracker::new(first.items);
         let mut last_ready = None;
         if let Some(chosen) = self.check(&pods, &mut last_ready) {
-            return Ok(take(&mut pods, chosen));
+            return Ok(pods.take(&chosen));
         }
         let deadline = self.ctx.deadline;
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -230,8 +205,7 @@ impl Waiter<'_> {
         loop {
             let item = match tokio::time::timeout_at(deadline, events.next()).await {
                 Err(_) => {
-                    let eval = evaluate(pods.values());
-                    return Err(self.timeout_error(&pods, &eval, last_error.as_deref(), &deleted));
+                    return Err(self.timeout_error(&pods, last_error.as_deref(), &deleted));
                 }
                 Ok(None) => {
                     return Err(DiscoveryError::Internal {
@@ -244,19 +218,18 @@ impl Waiter<'_> {
                 // The store takes a (re)list in full at InitDone.
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
                 Ok(watcher::Event::InitDone) => {
-                    let listed: BTreeMap<String, Pod> = store
+                    let listed = store
                         .state()
                         .iter()
-                        .map(|p| (name(p), Pod::clone(p)))
-                        .collect();
-                    deleted.extend(pods.keys().filter(|n| !listed.contains_key(*n)).cloned());
-                    pods = listed;
+                        .map(|p| Pod::clone(p))
+                        .collect::<Vec<_>>();
+                    deleted.extend(pods.replace_all(listed));
                     let listed = u32::try_from(pods.len()).unwrap_or(u32::MAX);
                     tracing::debug!(listed, "watching pods");
                     (self.progress)(&Progress::Watching { listed });
                 }
                 Ok(watcher::Event::Apply(p)) => {
-                    pods.insert(name(&p), p);
+                    pods.apply(p);
                 }
                 Ok(watcher::Event::Delete(p)) => {
                     tracing::warn!(
@@ -276,33 +249,17 @@ impl Waiter<'_> {
                 },
             }
             if let Some(chosen) = self.check(&pods, &mut last_ready) {
-                return Ok(take(&mut pods, chosen));
+                return Ok(pods.take(&chosen));
             }
         }
     }
-}
-
-/// Moves the pods named by `names` out of `pods`, in that order.
-fn take(pods: &mut BTreeMap<String, Pod>, names: Vec<String>) -> Vec<Pod> {
-    names.iter().filter_map(|n| pods.remove(n)).collect()
-}
-
-/// Pods by name, and the list's resource version ("0" when the server gave none).
-pub fn into_map(list: ObjectList<Pod>) -> (BTreeMap<String, Pod>, String) {
-    let rv = list
-        .metadata
-        .resource_version
-        .clone()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "0".into());
-    let pods = list.items.into_iter().map(|p| (name(&p), p)).collect();
-    (pods, rv)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use std::collections::BTreeMap;
 
     fn pod(name: &str, phase: &str, ready: bool, index: Option<u64>) -> Pod {
         let mut p = Pod::default();
@@ -358,7 +315,7 @@ mod tests {
             pod("j-c", "Failed", false, Some(1)),
         ]);
         let e = evaluate(pods.values());
-        let p = problems(&pods, &e, 4);
+        let p = problems(pods.values(), &e, 4);
         let text = p.join(" | ");
         assert!(
             text.contains("pod j-b is not ready (phase Pending"),

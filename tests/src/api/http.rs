@@ -40,6 +40,54 @@ pub struct State {
     pub faults: super::faults::Faults,
     /// Every request served, in order (see [`super::ApiServer::requests`]).
     pub requests: std::sync::Mutex<Vec<RequestRecord>>,
+    /// The JSON encoding of stored objects served in full lists (see [`EncodedObjects`]).
+    pub encoded: EncodedObjects,
+}
+
+/// The JSON encoding of each stored object a full list served, kept for the next list.
+///
+/// Stored objects are immutable (`Arc`s; a change stores a new one), so an encoding is keyed by
+/// the object's allocation and stays valid while that allocation lives; the `Weak` kept with it
+/// proves that (and keeps the address from being reused). A list of thousands of objects then
+/// costs the server a copy of their bytes, not their serialization, much as kube-apiserver's
+/// watch cache keeps objects' encodings; benchmarks of clients measure the client.
+#[derive(Default)]
+pub struct EncodedObjects {
+    map: std::sync::Mutex<HashMap<usize, (std::sync::Weak<Value>, Bytes)>>,
+}
+
+impl EncodedObjects {
+    /// Entries kept before dead ones are swept.
+    const SWEEP_AT: usize = 4096;
+
+    /// `items` as a JSON array, from kept encodings where they exist.
+    fn array(&self, items: &[Obj]) -> Vec<u8> {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= Self::SWEEP_AT.max(2 * items.len()) {
+            map.retain(|_, (w, _)| w.strong_count() > 0);
+        }
+        let mut out = Vec::with_capacity(items.len() * 2048 + 2);
+        out.push(b'[');
+        for (i, o) in items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let key = Arc::as_ptr(o) as usize;
+            match map.get(&key) {
+                Some((w, bytes)) if w.upgrade().is_some_and(|a| Arc::ptr_eq(&a, o)) => {
+                    out.extend_from_slice(bytes)
+                }
+                _ => {
+                    let bytes =
+                        Bytes::from(serde_json::to_vec(o.as_ref()).expect("JSON values serialize"));
+                    out.extend_from_slice(&bytes);
+                    map.insert(key, (Arc::downgrade(o), bytes));
+                }
+            }
+        }
+        out.push(b']');
+        out
+    }
 }
 
 /// One request the server answered: what a client asked for and how big the answer was.
@@ -53,6 +101,10 @@ pub struct RequestRecord {
     pub status: u16,
     /// Bytes of the response body when it was sent whole (0 for streams such as watches).
     pub body_bytes: u64,
+    /// Microseconds the server spent on the request until its response was ready to send
+    /// (authentication, store access, filtering and, for whole bodies, serialization); the
+    /// rest of what a client waits is transfer, TLS and its own work.
+    pub server_us: u64,
 }
 
 impl RequestRecord {
@@ -119,6 +171,7 @@ fn text_response(code: u16, s: impl Into<Bytes>) -> Response<Body> {
 
 /// Entry point for every request.
 pub async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    let started = std::time::Instant::now();
     let method = req.method().clone();
     let uri = req.uri().clone();
     let path = uri.to_string();
@@ -176,11 +229,17 @@ pub async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         _ => resp,
     };
     tracing::debug!(%method, %path, %ct, %accept, status = resp.status().as_u16(), "request");
-    record(&st, &method, &uri, &resp);
+    record(&st, &method, &uri, &resp, started);
     resp
 }
 
-fn record(st: &State, method: &Method, uri: &http::Uri, resp: &Response<Body>) {
+fn record(
+    st: &State,
+    method: &Method,
+    uri: &http::Uri,
+    resp: &Response<Body>,
+    started: std::time::Instant,
+) {
     use hyper::body::Body as _;
     let rec = RequestRecord {
         method: method.to_string(),
@@ -188,6 +247,7 @@ fn record(st: &State, method: &Method, uri: &http::Uri, resp: &Response<Body>) {
         query: uri.query().unwrap_or("").to_string(),
         status: resp.status().as_u16(),
         body_bytes: resp.body().size_hint().exact().unwrap_or(0),
+        server_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
     };
     let mut log = st.requests.lock().unwrap_or_else(|p| p.into_inner());
     // A long-running sandbox keeps only the most recent requests.
@@ -695,22 +755,19 @@ async fn resource_request(
                     "items": r.items.iter().map(|o| table::partial_metadata(o, pv)).collect::<Vec<_>>(),
                 }),
                 Shape::Full => {
-                    // Serialized straight from the stored objects: no copy of a large list.
-                    #[derive(serde::Serialize)]
-                    struct List<'a> {
-                        kind: String,
-                        #[serde(rename = "apiVersion")]
-                        api_version: String,
-                        metadata: Value,
-                        items: Vec<&'a Value>,
-                    }
-                    let list = List {
-                        kind: rt.list_kind(),
-                        api_version: rt.api_version(),
-                        metadata: meta,
-                        items: r.items.iter().map(|o| o.as_ref()).collect(),
-                    };
-                    let body = serde_json::to_vec(&list).expect("JSON values serialize");
+                    // The objects' kept encodings, joined (what serializing the list gives).
+                    let items = st.encoded.array(&r.items);
+                    let head = serde_json::to_vec(&json!({
+                        "kind": rt.list_kind(),
+                        "apiVersion": rt.api_version(),
+                        "metadata": meta,
+                    }))
+                    .expect("JSON values serialize");
+                    let mut body = Vec::with_capacity(head.len() + items.len() + 16);
+                    body.extend_from_slice(&head[..head.len() - 1]);
+                    body.extend_from_slice(b",\"items\":");
+                    body.extend_from_slice(&items);
+                    body.push(b'}');
                     return Ok(bytes_response(200, body));
                 }
             };
@@ -1380,6 +1437,7 @@ mod tests {
             query: query.into(),
             status: 200,
             body_bytes: 0,
+            server_us: 0,
         }
     }
 

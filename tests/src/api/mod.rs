@@ -152,6 +152,7 @@ impl ApiServer {
             watch_drops: watch::channel(0).0,
             faults: faults::Faults::default(),
             requests: std::sync::Mutex::new(Vec::new()),
+            encoded: Default::default(),
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config.clone());
         let st = state.clone();

@@ -1,0 +1,19 @@
+//! Link settings for this package's binaries (the agent runs in every pod; its memory counts).
+//!
+//! On Linux with glibc, the binaries are linked with `-z pack-relative-relocs` (DT_RELR): the
+//! position-independent executable's relative relocations are stored as a compact bitmap instead
+//! of 24 bytes each. For the agent that is ~0.65 MiB less of `.rela.dyn` that the dynamic loader
+//! reads (and keeps resident) at every start. Needs GNU ld >= 2.38 or lld to link and glibc >=
+//! 2.36 to run (Debian 12 and the images' base have both); `PRRTE_K8S_NO_RELR=1` turns it off.
+//! The cdylib PRRTE loads is not affected.
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=PRRTE_K8S_NO_RELR");
+    let target_os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    let target_env = std::env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
+    let off = std::env::var_os("PRRTE_K8S_NO_RELR").is_some_and(|v| v != "0" && !v.is_empty());
+    if target_os == "linux" && target_env == "gnu" && !off {
+        println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
+}
