@@ -724,8 +724,7 @@ fn print_phases(
                 .map(|(n, v)| format!("{n} {v:.1} ms ({:.0}%)", v * 100.0 / sum))
                 .collect();
             let line = format!(
-                "target {t:.0} ms MISSED at {n} pods ({total:.1} ms wall = client CPU {client_cpu:.1} + API server CPU {server_cpu:.1} + run-queue wait {runq:.1} + the rest {:.1} ms): bound by {}",
-                total - client_cpu - server_cpu - runq,
+                "target {t:.0} ms MISSED at {n} pods ({total:.1} ms wall; CPU spent meanwhile: client {client_cpu:.1} ms on up to 2 threads, since the next page is fetched while one decodes, API server {server_cpu:.1} ms; run-queue wait {runq:.1} ms): bound by {}",
                 top.join("; ")
             );
             println!("\n{line}");
