@@ -23,18 +23,7 @@ async fn ssh_baseline_reaches_dvm_ready_and_pterm_ends_it() {
         );
     }
     // The agents' path first: an agent stopping its prted must leave the pod's sshd alone.
-    let agent_args: Vec<String> = [
-        "--allow-run-as-root",
-        "--prtemca",
-        "ras",
-        "k8s",
-        "--prtemca",
-        "plm",
-        "k8s",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let agent_args: Vec<String> = sandbox::mpijob::K8S.iter().map(|s| s.to_string()).collect();
     job.dvm_cycle(
         "prte-agent",
         &agent_args,

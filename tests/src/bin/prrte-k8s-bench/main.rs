@@ -254,31 +254,27 @@ fn min_max(v: &[f64]) -> (f64, f64) {
     )
 }
 
+/// Per worker pod (1..), the summed peak RSS (VmHWM, KiB) of its processes named like `comm`.
+fn peak_per_worker(job: &Job, comm: &str) -> Result<Vec<u64>> {
+    (1..job.pods.len())
+        .map(|i| {
+            Ok(sshd::pids_like(job, i, comm)?
+                .iter()
+                .filter_map(|p| sshd::status_kb(*p, "VmHWM"))
+                .sum())
+        })
+        .collect()
+}
+
 /// Peak RSS of processes in worker pods while the DVM of `variant` is up.
 fn measure_rss(job: &Job, variant: Variant, rss: &mut Rss) -> Result<()> {
     match variant {
         Variant::Agent => {
-            rss.agent.clear();
-            for i in 1..job.pods.len() {
-                // comm is cut to 15 characters: "prrte-k8s-agen"
-                let pids = sshd::pids_like(job, i, "prrte-k8s-agen")?;
-                rss.agent.push(
-                    pids.iter()
-                        .filter_map(|p| sshd::status_kb(*p, "VmHWM"))
-                        .sum(),
-                );
-            }
+            // comm is cut to 15 characters: "prrte-k8s-agen"
+            rss.agent = peak_per_worker(job, "prrte-k8s-agen")?;
         }
         Variant::Ssh => {
-            rss.sshd.clear();
-            for i in 1..job.pods.len() {
-                let pids = sshd::pids_like(job, i, "sshd")?;
-                rss.sshd.push(
-                    pids.iter()
-                        .filter_map(|p| sshd::status_kb(*p, "VmHWM"))
-                        .sum(),
-                );
-            }
+            rss.sshd = peak_per_worker(job, "sshd")?;
             rss.clients = job
                 .pids_in_pod(0, "ssh")?
                 .iter()
@@ -301,18 +297,7 @@ fn one(
     rss: Option<&mut Rss>,
 ) -> Result<Sample> {
     let args: Vec<String> = match variant {
-        Variant::Agent => [
-            "--allow-run-as-root",
-            "--prtemca",
-            "ras",
-            "k8s",
-            "--prtemca",
-            "plm",
-            "k8s",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
+        Variant::Agent => sandbox::mpijob::K8S.iter().map(|s| s.to_string()).collect(),
         Variant::Ssh => ssh.prte_args(Spawn::Tree),
         Variant::SshNoTree => ssh.prte_args(Spawn::NoTree),
         Variant::LowerBound => {
