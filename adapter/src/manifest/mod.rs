@@ -26,11 +26,30 @@
 //! tool listener, interactive only), [`OOB_PORT`] (PRRTE's OOB: `oob_tcp_dynamic_ipv4_ports`),
 //! [`BTL_PORT_MIN`]`..+`[`BTL_PORT_RANGE`] (Open MPI's TCP BTL: `btl_tcp_port_min_v4`,
 //! `btl_tcp_port_range_v4`).
+//!
+//! Layout: this file holds the options, their checks and the entry ([`objects`], [`render`]);
+//! `pod` the pod template every kind shares; one file per workload kind (`job`, `statefulset`,
+//! `jobset`); `rbac`, `secret`, `network_policy` the other objects; `header` the comment
+//! header.
 
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 
 use crate::protocol::{DEFAULT_AGENT_PORT, DEFAULT_HEALTH_PORT};
+
+mod header;
+mod job;
+mod jobset;
+mod network_policy;
+mod pod;
+mod rbac;
+mod secret;
+mod statefulset;
+#[cfg(test)]
+mod tests;
+
+pub use header::quote;
+pub use secret::fresh_key;
 
 /// The agent's port.
 pub const AGENT_PORT: u16 = DEFAULT_AGENT_PORT;
@@ -191,14 +210,7 @@ fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// A fresh per-job key: 32 random bytes from the operating system, hex-encoded.
-pub fn fresh_key() -> String {
-    use rand::RngCore;
-    let mut b = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut b);
-    hex::encode(b)
-}
-
+/// The names of the objects beside the workload.
 struct Names {
     sa: String,
     role: String,
@@ -206,6 +218,7 @@ struct Names {
     policy: String,
 }
 
+/// `<name>-prrte` for each.
 fn names(a: &ManifestArgs) -> Names {
     let base = format!("{}-prrte", a.name);
     Names {
@@ -216,6 +229,7 @@ fn names(a: &ManifestArgs) -> Names {
     }
 }
 
+/// The metadata of an object: its name, the job's labels, the namespace if given.
 fn meta(a: &ManifestArgs, name: &str) -> Value {
     let mut m = json!({"name": name, "labels": {"app.kubernetes.io/name": "prrte-k8s", "app.kubernetes.io/instance": a.name}});
     if let Some(ns) = &a.namespace {
@@ -233,244 +247,14 @@ fn job_label(a: &ManifestArgs) -> (&'static str, String) {
     }
 }
 
-fn rbac(a: &ManifestArgs) -> Vec<Value> {
-    let n = names(a);
-    let owner = match a.kind {
-        Kind::Job => json!({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]}),
-        Kind::Statefulset => {
-            json!({"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get"]})
-        }
-        Kind::Jobset => {
-            json!({"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]})
-        }
-    };
-    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(a, &n.sa),
-        // Mounted only where the pod template asks for it.
-        "automountServiceAccountToken": false});
-    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(a, &n.role),
-    "rules": [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-        owner,
-    ]});
-    let mut subject = json!({"kind": "ServiceAccount", "name": n.sa});
-    if let Some(ns) = &a.namespace {
-        subject["namespace"] = json!(ns);
-    }
-    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta(a, &n.role),
-        "subjects": [subject],
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": n.role}});
-    vec![sa, role, binding]
-}
-
-fn secret(a: &ManifestArgs, key: &str) -> Value {
-    use base64::Engine;
-    let encode = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
-    json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta(a, &names(a).secret), "type": "Opaque",
-        "data": {"key": encode(key.as_bytes())}})
-}
-
-fn pod_env(a: &ManifestArgs) -> Vec<Value> {
-    let mut env = vec![
-        json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
-        json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
-    ];
-    if a.kind == Kind::Statefulset {
-        env.push(json!({"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}}));
-    }
-    let fixed: Vec<(String, String)> = vec![
-        ("TMPDIR".into(), "/tmp".into()),
-        // `ras k8s` and `plm k8s` are not set here: every prted inherits the pod's environment
-        // and must not select `plm k8s`. The agent sets both for the batch command, the DVM
-        // head passes them to prte, and `prrte-k8s prun` talks to that DVM.
-        // Pinned ports (the NetworkPolicy admits exactly these).
-        // (`dynamic`, not `static`: see OOB_PORT.)
-        (
-            "PRTE_MCA_oob_tcp_dynamic_ipv4_ports".into(),
-            OOB_PORT.to_string(),
-        ),
-        (
-            "OMPI_MCA_btl_tcp_port_min_v4".into(),
-            BTL_PORT_MIN.to_string(),
-        ),
-        (
-            "OMPI_MCA_btl_tcp_port_range_v4".into(),
-            BTL_PORT_RANGE.to_string(),
-        ),
-        // MPI traffic between pods only through the TCP BTL (no fabric with its own ports).
-        ("OMPI_MCA_pml".into(), "ob1".into()),
-        ("OMPI_MCA_btl".into(), "self,sm,tcp".into()),
-    ];
-    for (k, v) in fixed.into_iter().chain(a.env.iter().cloned()) {
-        env.retain(|e| e["name"] != k.as_str());
-        env.push(json!({"name": k, "value": v}));
-    }
-    env
-}
-
-fn pod_template(a: &ManifestArgs, batch: bool) -> Value {
-    let n = names(a);
-    let prefix = a.prrte_prefix.trim_end_matches('/');
-    let mut command = vec![
-        a.agent.clone(),
-        "--prted".to_string(),
-        format!("{prefix}/bin/prted"),
-    ];
-    if batch {
-        command.push("--run".into());
-        command.push("--".into());
-        command.extend(a.command.iter().cloned());
-    } else {
-        command.extend(["--dvm-head".into(), "auto".into()]);
-    }
-    let mut requests = json!({"cpu": a.cpu, "memory": a.memory});
-    let mut limits = requests.clone();
-    if a.gpus > 0 {
-        requests[&a.gpu_resource] = json!(a.gpus.to_string());
-        limits[&a.gpu_resource] = json!(a.gpus.to_string());
-    }
-    let mut ports = vec![
-        json!({"name": "agent", "containerPort": AGENT_PORT}),
-        json!({"name": "health", "containerPort": HEALTH_PORT}),
-        json!({"name": "oob", "containerPort": OOB_PORT}),
-    ];
-    if !batch {
-        ports.push(json!({"name": "pmix-tool", "containerPort": TOOL_PORT}));
-    }
-    let mut container = json!({
-        "name": CONTAINER,
-        "image": a.image,
-        "command": command,
-        "env": pod_env(a),
-        "ports": ports,
-        "resources": {"requests": requests, "limits": limits},
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": HEALTH_PORT}, "periodSeconds": 2},
-        "securityContext": {
-            "runAsNonRoot": true,
-            "runAsUser": a.uid,
-            "runAsGroup": a.uid,
-            "allowPrivilegeEscalation": false,
-            "readOnlyRootFilesystem": true,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "volumeMounts": [
-            {"name": "secret", "mountPath": SECRET_DIR, "readOnly": true},
-            {"name": "tmp", "mountPath": "/tmp"},
-            {"name": "run", "mountPath": "/var/run/prrte-k8s"},
-            {"name": "shm", "mountPath": "/dev/shm"},
-        ],
-    });
-    if let Some(p) = &a.image_pull_policy {
-        container["imagePullPolicy"] = json!(p);
-    }
-    let (lk, lv) = job_label(a);
-    let mut labels =
-        json!({"app.kubernetes.io/name": "prrte-k8s", "app.kubernetes.io/instance": a.name});
-    labels[lk] = json!(lv);
-    let mut pod_meta = json!({"labels": labels});
-    if let Some(s) = a.slots {
-        pod_meta["annotations"] = json!({crate::discovery::SLOTS_ANNOTATION: s.to_string()});
-    }
-    let mut spec = json!({
-        "serviceAccountName": n.sa,
-        // The pod with index 0 runs the allocation (ras k8s reads the API); the pods share one
-        // template, so each gets the token of a Role that only reads.
-        "automountServiceAccountToken": true,
-        "securityContext": {
-            "runAsNonRoot": true,
-            "runAsUser": a.uid,
-            "runAsGroup": a.uid,
-            "fsGroup": a.uid,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "containers": [container],
-        "volumes": [
-            {"name": "secret", "secret": {"secretName": n.secret, "defaultMode": 0o440}},
-            {"name": "tmp", "emptyDir": {}},
-            {"name": "run", "emptyDir": {}},
-            {"name": "shm", "emptyDir": {"medium": "Memory"}},
-        ],
-    });
-    if a.kind != Kind::Statefulset {
-        spec["restartPolicy"] = json!("Never");
-    }
-    json!({"metadata": pod_meta, "spec": spec})
-}
-
-fn job_spec(a: &ManifestArgs, batch: bool) -> Value {
-    let mut spec = json!({
-        "completionMode": "Indexed",
-        "completions": a.pods,
-        "parallelism": a.pods,
-        // One MPI job, one try: a failed pod fails the Job.
-        "backoffLimit": 0,
-        "podFailurePolicy": {"rules": [
-            // Evicted, preempted or deleted pods end the job at once, saying so.
-            {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-            // So does a non-zero exit, naming the pod and the code.
-            {"action": "FailJob", "onExitCodes": {"containerName": CONTAINER, "operator": "NotIn", "values": [0]}},
-        ]},
-        "template": pod_template(a, batch),
-    });
-    if batch && a.success == Success::Index0 {
-        spec["successPolicy"] = json!({"rules": [{"succeededIndexes": "0"}]});
-    }
-    if let Some(d) = a.deadline {
-        spec["activeDeadlineSeconds"] = json!(d);
-    }
-    spec
-}
-
+/// The workload object of the chosen kind.
 fn workload(a: &ManifestArgs) -> Value {
     let batch = !a.command.is_empty();
     match a.kind {
-        Kind::Job => {
-            let mut spec = job_spec(a, batch);
-            spec["ttlSecondsAfterFinished"] = json!(a.ttl);
-            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(a, &a.name), "spec": spec})
-        }
-        Kind::Statefulset => {
-            let (lk, lv) = job_label(a);
-            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta(a, &a.name), "spec": {
-                "replicas": a.pods,
-                "serviceName": a.name,
-                "podManagementPolicy": "Parallel",
-                "selector": {"matchLabels": {lk: lv}},
-                "template": pod_template(a, false),
-            }})
-        }
-        Kind::Jobset => {
-            let mut spec = json!({
-                "replicatedJobs": [{"name": "node", "replicas": 1, "template": {"spec": job_spec(a, batch)}}],
-                "successPolicy": {"operator": "All", "targetReplicatedJobs": ["node"]},
-                "failurePolicy": {"maxRestarts": 0},
-                "ttlSecondsAfterFinished": a.ttl,
-            });
-            if batch {
-                spec["startupPolicy"] = json!({"startupPolicyOrder": "AnyOrder"});
-            }
-            json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta(a, &a.name), "spec": spec})
-        }
+        Kind::Job => job::job(a, batch),
+        Kind::Statefulset => statefulset::statefulset(a),
+        Kind::Jobset => jobset::jobset(a, batch),
     }
-}
-
-fn network_policy(a: &ManifestArgs) -> Value {
-    let (lk, lv) = job_label(a);
-    let batch = !a.command.is_empty();
-    let mut ports = vec![
-        json!({"protocol": "TCP", "port": AGENT_PORT}),
-        json!({"protocol": "TCP", "port": HEALTH_PORT}),
-    ];
-    if !batch {
-        ports.push(json!({"protocol": "TCP", "port": TOOL_PORT}));
-    }
-    ports.push(json!({"protocol": "TCP", "port": OOB_PORT}));
-    ports.push(json!({"protocol": "TCP", "port": BTL_PORT_MIN, "endPort": BTL_PORT_MIN + BTL_PORT_RANGE - 1}));
-    json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(a, &names(a).policy), "spec": {
-        "podSelector": {"matchLabels": {lk: lv.clone()}},
-        "policyTypes": ["Ingress"],
-        "ingress": [{"from": [{"podSelector": {"matchLabels": {lk: lv}}}], "ports": ports}],
-    }})
 }
 
 /// Checks the options.
@@ -500,18 +284,18 @@ pub fn objects(a: &ManifestArgs, key: Option<&str>) -> Result<Vec<Value>, String
     let want = |p: Part| a.only.is_empty() || a.only.contains(&p);
     let mut out = Vec::new();
     if want(Part::Rbac) {
-        out.extend(rbac(a));
+        out.extend(rbac::rbac(a));
     }
     if want(Part::Secret) {
         if let Some(k) = key {
-            out.push(secret(a, k));
+            out.push(secret::secret(a, k));
         }
     }
     if want(Part::Workload) {
         out.push(workload(a));
     }
     if want(Part::Networkpolicy) {
-        out.push(network_policy(a));
+        out.push(network_policy::network_policy(a));
     }
     Ok(out)
 }
@@ -520,391 +304,10 @@ pub fn objects(a: &ManifestArgs, key: Option<&str>) -> Result<Vec<Value>, String
 /// the Secret if it is left out), then the objects as YAML documents.
 pub fn render(a: &ManifestArgs, argv_text: &str, key: Option<&str>) -> Result<String, String> {
     let objs = objects(a, key)?;
-    let mut text = format!(
-        "# Generated by: prrte-k8s manifest{}{argv_text}\n",
-        if argv_text.is_empty() { "" } else { " " }
-    );
-    let mode = if a.command.is_empty() {
-        "interactive: the agent of pod 0 runs the DVM head; `prrte-k8s prun` from any pod"
-            .to_string()
-    } else {
-        format!(
-            "batch: pod 0 runs `{}`; the job ends when it does",
-            a.command
-                .iter()
-                .map(|c| quote(c))
-                .collect::<Vec<_>>()
-                .join(" ")
-        )
-    };
-    text.push_str(&format!("# {mode}\n"));
-    if key.is_none() && (a.only.is_empty() || a.only.contains(&Part::Secret)) {
-        let ns = a
-            .namespace
-            .as_ref()
-            .map(|n| format!(" -n {n}"))
-            .unwrap_or_default();
-        text.push_str(&format!(
-            "# Create the per-job Secret first:\n#   kubectl create secret generic {}{ns} --from-literal=key=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \\n')\n",
-            names(a).secret
-        ));
-    }
+    let mut text = header::header(a, argv_text, key);
     for o in objs {
         text.push_str("---\n");
         text.push_str(&serde_yaml::to_string(&o).map_err(|e| format!("cannot render YAML: {e}"))?);
     }
     Ok(text)
-}
-
-/// Shell-quotes one argument for the header line (only when needed). The result is always one
-/// line (it goes into a YAML comment): an argument with a newline or another control
-/// character is written in bash's `$'...'` form (`$'a\nb'`).
-pub fn quote(arg: &str) -> String {
-    let plain = !arg.is_empty()
-        && arg
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+%".contains(c));
-    if plain {
-        arg.to_string()
-    } else if arg.chars().any(char::is_control) {
-        let mut out = String::from("$'");
-        for c in arg.chars() {
-            match c {
-                '\\' => out.push_str("\\\\"),
-                '\'' => out.push_str("\\'"),
-                '\n' => out.push_str("\\n"),
-                '\t' => out.push_str("\\t"),
-                '\r' => out.push_str("\\r"),
-                c if c.is_control() => {
-                    let mut buf = [0u8; 4];
-                    for b in c.encode_utf8(&mut buf).bytes() {
-                        out.push_str(&format!("\\x{b:02x}"));
-                    }
-                }
-                c => out.push(c),
-            }
-        }
-        out.push('\'');
-        out
-    } else {
-        format!("'{}'", arg.replace('\'', "'\\''"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct T {
-        #[command(flatten)]
-        a: ManifestArgs,
-    }
-
-    fn args(v: &[&str]) -> ManifestArgs {
-        let mut argv = vec!["manifest"];
-        argv.extend(v);
-        T::try_parse_from(argv).unwrap().a
-    }
-
-    fn kinds(objs: &[Value]) -> Vec<String> {
-        objs.iter()
-            .map(|o| o["kind"].as_str().unwrap().to_string())
-            .collect()
-    }
-
-    #[test]
-    fn batch_job_has_everything() {
-        let a = args(&[
-            "--name",
-            "ar",
-            "--pods",
-            "4",
-            "--cpu",
-            "2",
-            "--",
-            "mpirun",
-            "-n",
-            "8",
-            "./allreduce",
-        ]);
-        let key = fresh_key();
-        assert_eq!(key.len(), 64);
-        assert_ne!(key, fresh_key());
-        let objs = objects(&a, Some(&key)).unwrap();
-        assert_eq!(
-            kinds(&objs),
-            [
-                "ServiceAccount",
-                "Role",
-                "RoleBinding",
-                "Secret",
-                "Job",
-                "NetworkPolicy"
-            ]
-        );
-        let role = &objs[1];
-        assert_eq!(
-            role["rules"][0],
-            json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]})
-        );
-        assert_eq!(
-            role["rules"][1],
-            json!({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]})
-        );
-        assert_eq!(role["rules"].as_array().unwrap().len(), 2);
-        let job = &objs[4];
-        let spec = &job["spec"];
-        assert_eq!(spec["completions"], 4);
-        assert_eq!(spec["parallelism"], 4);
-        assert_eq!(spec["completionMode"], "Indexed");
-        assert_eq!(spec["backoffLimit"], 0);
-        assert_eq!(spec["successPolicy"]["rules"][0]["succeededIndexes"], "0");
-        assert_eq!(spec["ttlSecondsAfterFinished"], 3600);
-        let pod = &spec["template"]["spec"];
-        let c = &pod["containers"][0];
-        let cmd: Vec<&str> = c["command"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
-        assert_eq!(
-            cmd,
-            [
-                "prrte-k8s-agent",
-                "--prted",
-                "/opt/prrte/bin/prted",
-                "--run",
-                "--",
-                "mpirun",
-                "-n",
-                "8",
-                "./allreduce"
-            ]
-        );
-        assert_eq!(c["resources"]["requests"]["cpu"], "2");
-        assert!(!c["image"].as_str().unwrap().is_empty());
-        // restricted pod security
-        let sc = &c["securityContext"];
-        assert_eq!(sc["allowPrivilegeEscalation"], false);
-        assert_eq!(sc["readOnlyRootFilesystem"], true);
-        assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
-        assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
-        assert!(pod["securityContext"]["runAsUser"].as_u64().unwrap() >= 1000);
-        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-        let mounts: Vec<&str> = c["volumeMounts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["mountPath"].as_str().unwrap())
-            .collect();
-        for p in ["/tmp", "/var/run/prrte-k8s", "/dev/shm", SECRET_DIR] {
-            assert!(mounts.contains(&p), "{p} mounted: {mounts:?}");
-        }
-        assert_eq!(pod["volumes"][3]["emptyDir"]["medium"], "Memory");
-        // pinned ports in the env, and exactly those in the policy
-        let env = |k: &str| {
-            c["env"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|e| e["name"] == k)
-                .map(|e| e["value"].clone())
-        };
-        assert_eq!(
-            env("PRTE_MCA_oob_tcp_dynamic_ipv4_ports"),
-            Some(json!("7121"))
-        );
-        assert_eq!(env("OMPI_MCA_btl_tcp_port_min_v4"), Some(json!("7200")));
-        assert_eq!(env("OMPI_MCA_btl_tcp_port_range_v4"), Some(json!("100")));
-        let np = &objs[5]["spec"];
-        assert_eq!(
-            np["podSelector"]["matchLabels"]["batch.kubernetes.io/job-name"],
-            "ar"
-        );
-        assert_eq!(
-            np["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
-                ["batch.kubernetes.io/job-name"],
-            "ar"
-        );
-        let ports: Vec<(u64, Option<u64>)> = np["ingress"][0]["ports"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| (p["port"].as_u64().unwrap(), p["endPort"].as_u64()))
-            .collect();
-        assert_eq!(
-            ports,
-            [(7117, None), (7118, None), (7121, None), (7200, Some(7299))],
-            "batch: no tool port"
-        );
-        // the Secret carries the key
-        use base64::Engine;
-        let stored = base64::engine::general_purpose::STANDARD
-            .decode(objs[3]["data"]["key"].as_str().unwrap())
-            .unwrap();
-        assert_eq!(stored, key.as_bytes());
-    }
-
-    #[test]
-    fn interactive_statefulset_and_jobset() {
-        let a = args(&[
-            "--kind",
-            "statefulset",
-            "--name",
-            "dvm",
-            "--pods",
-            "3",
-            "--gpus",
-            "1",
-            "-n",
-            "hpc",
-        ]);
-        let objs = objects(&a, None).unwrap();
-        assert_eq!(
-            kinds(&objs),
-            [
-                "ServiceAccount",
-                "Role",
-                "RoleBinding",
-                "StatefulSet",
-                "NetworkPolicy"
-            ]
-        );
-        assert_eq!(objs[1]["rules"][1]["resources"], json!(["statefulsets"]));
-        assert_eq!(objs[2]["subjects"][0]["namespace"], "hpc");
-        let sts = &objs[3];
-        assert_eq!(sts["metadata"]["namespace"], "hpc");
-        let c = &sts["spec"]["template"]["spec"]["containers"][0];
-        assert!(c["command"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("--dvm-head")));
-        assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], "1");
-        assert!(c["env"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["name"] == "POD_INDEX"));
-        assert!(sts["spec"]["template"]["spec"]
-            .get("restartPolicy")
-            .is_none());
-        assert!(objs[4]["spec"]["ingress"][0]["ports"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|p| p["port"] == 7120));
-        let e = objects(&args(&["--kind", "statefulset", "--", "true"]), None).unwrap_err();
-        assert!(e.contains("interactive"), "{e}");
-
-        let a = args(&[
-            "--kind",
-            "jobset",
-            "--name",
-            "js",
-            "--success",
-            "all",
-            "--deadline",
-            "600",
-            "--",
-            "mpirun",
-            "./x",
-        ]);
-        let objs = objects(&a, None).unwrap();
-        assert_eq!(objs[1]["rules"][1]["resources"], json!(["jobsets"]));
-        let js = &objs[3];
-        let job = &js["spec"]["replicatedJobs"][0]["template"]["spec"];
-        assert!(job.get("successPolicy").is_none(), "--success all");
-        assert_eq!(job["activeDeadlineSeconds"], 600);
-        assert_eq!(
-            objs[4]["spec"]["podSelector"]["matchLabels"]["jobset.sigs.k8s.io/jobset-name"],
-            "js"
-        );
-    }
-
-    #[test]
-    fn options_are_checked_and_header_says_how() {
-        assert!(objects(&args(&["--name", "Bad_Name"]), None)
-            .unwrap_err()
-            .contains("--name"));
-        let a = args(&[
-            "--name",
-            "x",
-            "--only",
-            "rbac,networkpolicy",
-            "--env",
-            "A=b c",
-            "--slots",
-            "3",
-        ]);
-        let objs = objects(&a, Some("k")).unwrap();
-        assert_eq!(
-            kinds(&objs),
-            ["ServiceAccount", "Role", "RoleBinding", "NetworkPolicy"]
-        );
-        let a = args(&[
-            "--name",
-            "x",
-            "--env",
-            "A=b c",
-            "--slots",
-            "3",
-            "--",
-            "sh",
-            "-c",
-            "echo 'hi'",
-        ]);
-        let t = render(&a, "--name x -- sh -c 'echo '\\''hi'\\'''", None).unwrap();
-        assert!(t.starts_with("# Generated by: prrte-k8s manifest --name x"));
-        assert!(t.contains("kubectl create secret generic x-prrte"));
-        assert!(!t.contains("kind: Secret"));
-        let objs = objects(&a, None).unwrap();
-        let tmpl = &objs[3]["spec"]["template"];
-        assert_eq!(
-            tmpl["metadata"]["annotations"][crate::discovery::SLOTS_ANNOTATION],
-            "3"
-        );
-        assert!(tmpl["spec"]["containers"][0]["env"]
-            .as_array()
-            .unwrap()
-            .contains(&json!({"name": "A", "value": "b c"})));
-        assert_eq!(quote("echo 'hi'"), "'echo '\\''hi'\\'''");
-        assert_eq!(quote("-n"), "-n");
-        assert_eq!(quote("a\nb's\\"), "$'a\\nb\\'s\\\\'");
-        assert_eq!(quote("\u{1}"), "$'\\x01'");
-        assert!(parse_env("1X=2").is_err() && parse_env("noequals").is_err());
-    }
-
-    #[test]
-    fn a_multi_line_command_stays_in_its_comments_and_in_the_job() {
-        let script = "import sys\nprint('x')\nsys.exit(3)\n";
-        let a = args(&["--name", "m", "--", "python3", "-c", script]);
-        let argv_text = ["--name", "m", "--", "python3", "-c", script]
-            .iter()
-            .map(|s| quote(s))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let t = render(&a, &argv_text, Some(&fresh_key())).unwrap();
-        let header: Vec<&str> = t.lines().take_while(|l| *l != "---").collect();
-        assert!(
-            header.iter().all(|l| l.starts_with("# ")),
-            "every header line is a comment:\n{t}"
-        );
-        let docs: Vec<Value> = t
-            .split("\n---\n")
-            .skip(1)
-            .map(|d| serde_yaml::from_str(d).unwrap())
-            .collect();
-        assert_eq!(docs.len(), 6, "{t}");
-        let c = &docs[4]["spec"]["template"]["spec"]["containers"][0];
-        let cmd: Vec<&str> = c["command"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
-        assert_eq!(cmd[cmd.len() - 3..], ["python3", "-c", script]);
-    }
 }

@@ -1,0 +1,36 @@
+//! The ServiceAccount, the Role with exactly what discovery reads for the workload, and its
+//! RoleBinding.
+
+use serde_json::{json, Value};
+
+use super::{meta, names, Kind, ManifestArgs};
+
+/// The ServiceAccount, Role and RoleBinding.
+pub(super) fn rbac(a: &ManifestArgs) -> Vec<Value> {
+    let n = names(a);
+    let owner = match a.kind {
+        Kind::Job => json!({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]}),
+        Kind::Statefulset => {
+            json!({"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get"]})
+        }
+        Kind::Jobset => {
+            json!({"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]})
+        }
+    };
+    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(a, &n.sa),
+        // Mounted only where the pod template asks for it.
+        "automountServiceAccountToken": false});
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(a, &n.role),
+    "rules": [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        owner,
+    ]});
+    let mut subject = json!({"kind": "ServiceAccount", "name": n.sa});
+    if let Some(ns) = &a.namespace {
+        subject["namespace"] = json!(ns);
+    }
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta(a, &n.role),
+        "subjects": [subject],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": n.role}});
+    vec![sa, role, binding]
+}

@@ -1,0 +1,18 @@
+//! The StatefulSet (interactive only: its pods are restarted when they exit).
+
+use serde_json::{json, Value};
+
+use super::pod::pod_template;
+use super::{job_label, meta, ManifestArgs};
+
+/// The StatefulSet object: every pod at once, none restarted into a batch command.
+pub(super) fn statefulset(a: &ManifestArgs) -> Value {
+    let (lk, lv) = job_label(a);
+    json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta(a, &a.name), "spec": {
+        "replicas": a.pods,
+        "serviceName": a.name,
+        "podManagementPolicy": "Parallel",
+        "selector": {"matchLabels": {lk: lv}},
+        "template": pod_template(a, false),
+    }})
+}

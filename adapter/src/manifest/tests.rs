@@ -1,0 +1,313 @@
+use super::*;
+use clap::Parser;
+
+#[derive(Parser)]
+struct T {
+    #[command(flatten)]
+    a: ManifestArgs,
+}
+
+fn args(v: &[&str]) -> ManifestArgs {
+    let mut argv = vec!["manifest"];
+    argv.extend(v);
+    T::try_parse_from(argv).unwrap().a
+}
+
+fn kinds(objs: &[Value]) -> Vec<String> {
+    objs.iter()
+        .map(|o| o["kind"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn batch_job_has_everything() {
+    let a = args(&[
+        "--name",
+        "ar",
+        "--pods",
+        "4",
+        "--cpu",
+        "2",
+        "--",
+        "mpirun",
+        "-n",
+        "8",
+        "./allreduce",
+    ]);
+    let key = fresh_key();
+    assert_eq!(key.len(), 64);
+    assert_ne!(key, fresh_key());
+    let objs = objects(&a, Some(&key)).unwrap();
+    assert_eq!(
+        kinds(&objs),
+        [
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "Secret",
+            "Job",
+            "NetworkPolicy"
+        ]
+    );
+    let role = &objs[1];
+    assert_eq!(
+        role["rules"][0],
+        json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]})
+    );
+    assert_eq!(
+        role["rules"][1],
+        json!({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]})
+    );
+    assert_eq!(role["rules"].as_array().unwrap().len(), 2);
+    let job = &objs[4];
+    let spec = &job["spec"];
+    assert_eq!(spec["completions"], 4);
+    assert_eq!(spec["parallelism"], 4);
+    assert_eq!(spec["completionMode"], "Indexed");
+    assert_eq!(spec["backoffLimit"], 0);
+    assert_eq!(spec["successPolicy"]["rules"][0]["succeededIndexes"], "0");
+    assert_eq!(spec["ttlSecondsAfterFinished"], 3600);
+    let pod = &spec["template"]["spec"];
+    let c = &pod["containers"][0];
+    let cmd: Vec<&str> = c["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        cmd,
+        [
+            "prrte-k8s-agent",
+            "--prted",
+            "/opt/prrte/bin/prted",
+            "--run",
+            "--",
+            "mpirun",
+            "-n",
+            "8",
+            "./allreduce"
+        ]
+    );
+    assert_eq!(c["resources"]["requests"]["cpu"], "2");
+    assert!(!c["image"].as_str().unwrap().is_empty());
+    // restricted pod security
+    let sc = &c["securityContext"];
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    assert!(pod["securityContext"]["runAsUser"].as_u64().unwrap() >= 1000);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let mounts: Vec<&str> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap())
+        .collect();
+    for p in ["/tmp", "/var/run/prrte-k8s", "/dev/shm", SECRET_DIR] {
+        assert!(mounts.contains(&p), "{p} mounted: {mounts:?}");
+    }
+    assert_eq!(pod["volumes"][3]["emptyDir"]["medium"], "Memory");
+    // pinned ports in the env, and exactly those in the policy
+    let env = |k: &str| {
+        c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == k)
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(
+        env("PRTE_MCA_oob_tcp_dynamic_ipv4_ports"),
+        Some(json!("7121"))
+    );
+    assert_eq!(env("OMPI_MCA_btl_tcp_port_min_v4"), Some(json!("7200")));
+    assert_eq!(env("OMPI_MCA_btl_tcp_port_range_v4"), Some(json!("100")));
+    let np = &objs[5]["spec"];
+    assert_eq!(
+        np["podSelector"]["matchLabels"]["batch.kubernetes.io/job-name"],
+        "ar"
+    );
+    assert_eq!(
+        np["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["batch.kubernetes.io/job-name"],
+        "ar"
+    );
+    let ports: Vec<(u64, Option<u64>)> = np["ingress"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["port"].as_u64().unwrap(), p["endPort"].as_u64()))
+        .collect();
+    assert_eq!(
+        ports,
+        [(7117, None), (7118, None), (7121, None), (7200, Some(7299))],
+        "batch: no tool port"
+    );
+    // the Secret carries the key
+    use base64::Engine;
+    let stored = base64::engine::general_purpose::STANDARD
+        .decode(objs[3]["data"]["key"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(stored, key.as_bytes());
+}
+
+#[test]
+fn interactive_statefulset_and_jobset() {
+    let a = args(&[
+        "--kind",
+        "statefulset",
+        "--name",
+        "dvm",
+        "--pods",
+        "3",
+        "--gpus",
+        "1",
+        "-n",
+        "hpc",
+    ]);
+    let objs = objects(&a, None).unwrap();
+    assert_eq!(
+        kinds(&objs),
+        [
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "StatefulSet",
+            "NetworkPolicy"
+        ]
+    );
+    assert_eq!(objs[1]["rules"][1]["resources"], json!(["statefulsets"]));
+    assert_eq!(objs[2]["subjects"][0]["namespace"], "hpc");
+    let sts = &objs[3];
+    assert_eq!(sts["metadata"]["namespace"], "hpc");
+    let c = &sts["spec"]["template"]["spec"]["containers"][0];
+    assert!(c["command"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("--dvm-head")));
+    assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], "1");
+    assert!(c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["name"] == "POD_INDEX"));
+    assert!(sts["spec"]["template"]["spec"]
+        .get("restartPolicy")
+        .is_none());
+    assert!(objs[4]["spec"]["ingress"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["port"] == 7120));
+    let e = objects(&args(&["--kind", "statefulset", "--", "true"]), None).unwrap_err();
+    assert!(e.contains("interactive"), "{e}");
+
+    let a = args(&[
+        "--kind",
+        "jobset",
+        "--name",
+        "js",
+        "--success",
+        "all",
+        "--deadline",
+        "600",
+        "--",
+        "mpirun",
+        "./x",
+    ]);
+    let objs = objects(&a, None).unwrap();
+    assert_eq!(objs[1]["rules"][1]["resources"], json!(["jobsets"]));
+    let js = &objs[3];
+    let job = &js["spec"]["replicatedJobs"][0]["template"]["spec"];
+    assert!(job.get("successPolicy").is_none(), "--success all");
+    assert_eq!(job["activeDeadlineSeconds"], 600);
+    assert_eq!(
+        objs[4]["spec"]["podSelector"]["matchLabels"]["jobset.sigs.k8s.io/jobset-name"],
+        "js"
+    );
+}
+
+#[test]
+fn options_are_checked_and_header_says_how() {
+    assert!(objects(&args(&["--name", "Bad_Name"]), None)
+        .unwrap_err()
+        .contains("--name"));
+    let a = args(&[
+        "--name",
+        "x",
+        "--only",
+        "rbac,networkpolicy",
+        "--env",
+        "A=b c",
+        "--slots",
+        "3",
+    ]);
+    let objs = objects(&a, Some("k")).unwrap();
+    assert_eq!(
+        kinds(&objs),
+        ["ServiceAccount", "Role", "RoleBinding", "NetworkPolicy"]
+    );
+    let a = args(&[
+        "--name",
+        "x",
+        "--env",
+        "A=b c",
+        "--slots",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        "echo 'hi'",
+    ]);
+    let t = render(&a, "--name x -- sh -c 'echo '\\''hi'\\'''", None).unwrap();
+    assert!(t.starts_with("# Generated by: prrte-k8s manifest --name x"));
+    assert!(t.contains("kubectl create secret generic x-prrte"));
+    assert!(!t.contains("kind: Secret"));
+    let objs = objects(&a, None).unwrap();
+    let tmpl = &objs[3]["spec"]["template"];
+    assert_eq!(
+        tmpl["metadata"]["annotations"][crate::discovery::SLOTS_ANNOTATION],
+        "3"
+    );
+    assert!(tmpl["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .contains(&json!({"name": "A", "value": "b c"})));
+    assert_eq!(quote("echo 'hi'"), "'echo '\\''hi'\\'''");
+    assert_eq!(quote("-n"), "-n");
+    assert_eq!(quote("a\nb's\\"), "$'a\\nb\\'s\\\\'");
+    assert_eq!(quote("\u{1}"), "$'\\x01'");
+    assert!(parse_env("1X=2").is_err() && parse_env("noequals").is_err());
+}
+
+#[test]
+fn a_multi_line_command_stays_in_its_comments_and_in_the_job() {
+    let script = "import sys\nprint('x')\nsys.exit(3)\n";
+    let a = args(&["--name", "m", "--", "python3", "-c", script]);
+    let argv_text = ["--name", "m", "--", "python3", "-c", script]
+        .iter()
+        .map(|s| quote(s))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let t = render(&a, &argv_text, Some(&fresh_key())).unwrap();
+    let header: Vec<&str> = t.lines().take_while(|l| *l != "---").collect();
+    assert!(
+        header.iter().all(|l| l.starts_with("# ")),
+        "every header line is a comment:\n{t}"
+    );
+    let docs: Vec<Value> = t
+        .split("\n---\n")
+        .skip(1)
+        .map(|d| serde_yaml::from_str(d).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 6, "{t}");
+    let c = &docs[4]["spec"]["template"]["spec"]["containers"][0];
+    let cmd: Vec<&str> = c["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(cmd[cmd.len() - 3..], ["python3", "-c", script]);
+}
