@@ -1,0 +1,446 @@
+use super::host::tools;
+use super::procfs::{comm, ns_id, parent_of};
+use super::*;
+use std::collections::HashSet;
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::Ipv4Addr;
+use std::net::TcpListener;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+fn need_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "podnet tests create bridges, veths and namespaces: they must run as root"
+    );
+    tools().expect("host tools");
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+fn spec(net: &Network, dir: &Path, name: &str, command: &[&str]) -> PodSpec {
+    PodSpec {
+        name: name.to_string(),
+        hostname: format!("{name}-host"),
+        ip: net.alloc_ip().unwrap(),
+        command: s(command),
+        log_path: dir.join(format!("{name}.log")),
+        ..Default::default()
+    }
+}
+
+/// Runs `argv` in the pod; returns (success, stdout, stderr).
+fn run_in(pod: &RunningPod, argv: &[&str]) -> (bool, String, String) {
+    let out = pod
+        .exec(&s(argv), &[])
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn nsenter");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ok_in(pod: &RunningPod, argv: &[&str]) -> String {
+    let (ok, out, err) = run_in(pod, argv);
+    assert!(ok, "{argv:?} in pod {} failed: {err}", pod.name());
+    out
+}
+
+fn assert_clean(prefix: &str) {
+    // Exiting processes can take a moment to disappear from /proc.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let l = leftovers(prefix);
+        if l.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "left behind under {prefix}: {l}");
+        sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn podnet_eight_pods_have_own_identity() {
+    need_root();
+    let dir = tempfile::tempdir().unwrap();
+    let net = Network::create().unwrap();
+    let prefix = net.prefix();
+    assert!(net.bridge().len() <= 15 && net.bridge().starts_with("pk8s"));
+    assert!(net.cidr().starts_with("10.250.") && net.cidr().ends_with(".0/24"));
+    let mut pods = Vec::new();
+    for i in 0..8 {
+        let mut sp = spec(&net, dir.path(), &format!("pod-{i}"), &["sleep", "1000"]);
+        sp.hostname = format!("worker-{i}");
+        pods.push(net.start_pod(sp).unwrap());
+    }
+    let ips: HashSet<Ipv4Addr> = pods.iter().map(|p| p.ip()).collect();
+    assert_eq!(ips.len(), 8);
+    for (i, pod) in pods.iter().enumerate() {
+        assert_eq!(ok_in(pod, &["hostname"]).trim(), format!("worker-{i}"));
+        let addr = ok_in(pod, &["ip", "-4", "-o", "addr", "show", "eth0"]);
+        assert!(addr.contains(&format!("inet {}/24", pod.ip())), "{addr}");
+        assert_eq!(
+            ok_in(pod, &["cat", "/proc/1/cmdline"]),
+            "sleep\u{0}1000\u{0}"
+        );
+        let route = ok_in(pod, &["ip", "-4", "route", "show", "default"]);
+        assert!(route.contains(&format!("via {}", net.gateway())), "{route}");
+        let lo = ok_in(pod, &["ip", "-o", "link", "show", "lo"]);
+        assert!(lo.contains("UP"), "{lo}");
+        let hosts = ok_in(pod, &["cat", "/etc/hosts"]);
+        assert!(
+            hosts.contains(&format!("{}\tworker-{i}", pod.ip())),
+            "{hosts}"
+        );
+        // Own PID namespace: the pod sees its PID 1 and the exec'd processes only.
+        let ps = ok_in(pod, &["sh", "-c", "ls -d /proc/[0-9]* | wc -l"]);
+        assert!(ps.trim().parse::<u32>().unwrap() <= 5, "{ps}");
+        let pid1 = pod.host_pid();
+        assert_eq!(parent_of(pid1).map(comm).as_deref(), Some("unshare"));
+        assert_eq!(pod.host_pids(), vec![pid1]);
+        assert!(pod.netns().starts_with(&prefix));
+    }
+    drop(pods);
+    net.teardown().unwrap();
+    assert_clean(&prefix);
+}
+
+#[test]
+fn podnet_tcp_between_pods_and_to_gateway() {
+    need_root();
+    let dir = tempfile::tempdir().unwrap();
+    let net = Network::create().unwrap();
+    let prefix = net.prefix();
+    let a = net
+        .start_pod(spec(&net, dir.path(), "server", &["sleep", "1000"]))
+        .unwrap();
+    let b = net
+        .start_pod(spec(&net, dir.path(), "client", &["sleep", "1000"]))
+        .unwrap();
+
+    // Pod-to-pod: a listener in pod a, a client in pod b.
+    let listener_py = "import socket,sys\n\
+        s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+        s.bind(('0.0.0.0', 7100)); s.listen(1); s.settimeout(20)\n\
+        print('listening', flush=True)\n\
+        c, addr = s.accept(); data = c.recv(100)\n\
+        print(addr[0], data.decode(), flush=True)\n";
+    let mut server = a
+        .exec(&s(&["python3", "-c", listener_py]), &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "listening");
+    let client_py = format!(
+        "import socket\nc=socket.create_connection(('{}', 7100), 10)\nc.sendall(b'hello')\nc.close()\n",
+        a.ip()
+    );
+    ok_in(&b, &["python3", "-c", &client_py]);
+    assert_eq!(lines.next().unwrap().unwrap(), format!("{} hello", b.ip()));
+    assert!(server.wait().unwrap().success());
+
+    // Pod-to-host: a listener on the gateway address in this process.
+    let l = TcpListener::bind((net.gateway(), 0)).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let client_py = format!(
+        "import socket\nc=socket.create_connection(('{}', {port}), 10)\nc.sendall(b'to-gateway')\nprint(c.recv(10).decode())\n",
+        net.gateway()
+    );
+    let client = b
+        .exec(&s(&["python3", "-c", &client_py]), &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut conn, peer) = l.accept().unwrap();
+    assert_eq!(peer.ip(), std::net::IpAddr::V4(b.ip()));
+    let mut buf = [0u8; 10];
+    conn.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"to-gateway");
+    conn.write_all(b"reply").unwrap();
+    drop(conn);
+    let out = client.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "reply");
+
+    drop((a, b));
+    drop(net);
+    assert_clean(&prefix);
+}
+
+#[test]
+fn podnet_bind_mount_is_private_to_its_pod() {
+    need_root();
+    let sa_target = Path::new("/var/run/secrets/kubernetes.io/serviceaccount");
+    let host_had_secrets = Path::new("/run/secrets").exists();
+    let dir = tempfile::tempdir().unwrap();
+    let sa = dir.path().join("sa");
+    fs::create_dir(&sa).unwrap();
+    fs::write(sa.join("token"), "secret-token").unwrap();
+    fs::write(dir.path().join("single"), "one file").unwrap();
+    fs::create_dir(dir.path().join("wd")).unwrap();
+
+    let net = Network::create().unwrap();
+    let prefix = net.prefix();
+    let mut sp = spec(&net, dir.path(), "with-sa", &["sleep", "1000"]);
+    sp.bind_mounts = vec![
+        (sa.clone(), sa_target.to_path_buf()),
+        (
+            dir.path().join("single"),
+            PathBuf::from("/opt/pk8s-test/deep/file"),
+        ),
+        (dir.path().join("wd"), PathBuf::from("/srv/pk8s-work")),
+    ];
+    sp.workdir = Some(PathBuf::from("/srv/pk8s-work"));
+    let with = net.start_pod(sp).unwrap();
+    let without = net
+        .start_pod(spec(&net, dir.path(), "without-sa", &["sleep", "1000"]))
+        .unwrap();
+
+    assert_eq!(
+        ok_in(
+            &with,
+            &["cat", "/var/run/secrets/kubernetes.io/serviceaccount/token"]
+        ),
+        "secret-token"
+    );
+    assert_eq!(
+        ok_in(&with, &["cat", "/opt/pk8s-test/deep/file"]),
+        "one file"
+    );
+    // The covered directories still show what the host has there.
+    let run_entries = ok_in(&with, &["ls", "/run"]);
+    assert!(
+        run_entries.contains("prrte-k8s-sandbox") && run_entries.contains("netns"),
+        "{run_entries}"
+    );
+    assert!(Path::new("/opt").read_dir().unwrap().all(|e| {
+        let n = e.unwrap().file_name();
+        with.exec(
+            &s(&["test", "-e", &format!("/opt/{}", n.to_string_lossy())]),
+            &[],
+        )
+        .status()
+        .unwrap()
+        .success()
+    }));
+    // Working directory (also for exec), and writes through the bind mount reach the host.
+    assert_eq!(ok_in(&with, &["pwd"]).trim(), "/srv/pk8s-work");
+    ok_in(&with, &["sh", "-c", "echo written > out.txt"]);
+    assert_eq!(
+        fs::read_to_string(dir.path().join("wd/out.txt")).unwrap(),
+        "written\n"
+    );
+
+    let (ok, _, _) = run_in(&without, &["test", "-e", sa_target.to_str().unwrap()]);
+    assert!(!ok, "the other pod must not see the service-account mount");
+    let (ok, _, _) = run_in(&without, &["test", "-e", "/opt/pk8s-test"]);
+    assert!(!ok);
+    // Nothing was created on the host.
+    assert_eq!(Path::new("/run/secrets").exists(), host_had_secrets);
+    assert!(!Path::new("/opt/pk8s-test").exists());
+    assert!(!Path::new("/srv/pk8s-work").exists());
+
+    // Pods do not keep each other's network namespaces mounted (and thus alive), even
+    // through the copies of /run the covering tmpfs holds.
+    let other_ns = without.netns().to_string();
+    let mountinfo = format!("/proc/{}/mountinfo", with.host_pid());
+    assert!(fs::read_to_string(&mountinfo).unwrap().contains(&other_ns));
+    drop(without);
+    let mi = fs::read_to_string(&mountinfo).unwrap();
+    assert!(!mi.contains(&other_ns), "{mi}");
+
+    drop(with);
+    drop(net);
+    assert_clean(&prefix);
+}
+
+#[test]
+fn podnet_kill_ends_every_process_in_the_pod() {
+    need_root();
+    let dir = tempfile::tempdir().unwrap();
+    let net = Network::create().unwrap();
+    let prefix = net.prefix();
+    let mut pod = net
+        .start_pod(spec(
+            &net,
+            dir.path(),
+            "victim",
+            &["sh", "-c", "sleep 1000 & sleep 1000"],
+        ))
+        .unwrap();
+    let mut extra = pod
+        .exec(&s(&["sleep", "1000"]), &[])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pod.host_pids().len() < 4 {
+        assert!(Instant::now() < deadline, "pids: {:?}", pod.host_pids());
+        sleep(Duration::from_millis(10));
+    }
+    let pids = pod.host_pids();
+    assert!(pod.try_wait().unwrap().is_none());
+    let exit = pod.kill().unwrap();
+    assert_eq!(
+        exit,
+        PodExit {
+            code: None,
+            signal: Some(9)
+        }
+    );
+    assert!(pod.host_pids().is_empty());
+    for p in pids {
+        assert!(!Path::new(&format!("/proc/{p}")).exists() || ns_id(p, "pid").is_none());
+    }
+    // nsenter reports its child's death.
+    let st = extra.wait().unwrap();
+    assert!(!st.success());
+    // kill() again returns the same exit.
+    assert_eq!(pod.kill().unwrap(), exit);
+    drop(pod);
+    drop(net);
+    assert_clean(&prefix);
+}
+
+#[test]
+fn podnet_exit_code_env_and_log() {
+    need_root();
+    let dir = tempfile::tempdir().unwrap();
+    let net = Network::create().unwrap();
+    let prefix = net.prefix();
+    let mut sp = spec(
+        &net,
+        dir.path(),
+        "exits",
+        &["sh", "-c", "env | sort; echo oops >&2; exit 3"],
+    );
+    sp.env = vec![("A".into(), "1".into()), ("SPACED".into(), "x y=z".into())];
+    let mut pod = net.start_pod(sp).unwrap();
+    let exit = pod
+        .wait_timeout(Duration::from_secs(10))
+        .unwrap()
+        .expect("pod ended");
+    assert_eq!(
+        exit,
+        PodExit {
+            code: Some(3),
+            signal: None
+        }
+    );
+    let log = fs::read_to_string(dir.path().join("exits.log")).unwrap();
+    let mut vars: Vec<&str> = log.lines().filter(|l| l.contains('=')).collect();
+    vars.sort();
+    // Exactly the given variables plus PATH/HOME defaults (and PWD, which sh exports).
+    assert_eq!(
+        vars,
+        vec![
+            "A=1",
+            "HOME=/root",
+            &format!("PATH={DEFAULT_PATH}"),
+            "PWD=/",
+            "SPACED=x y=z"
+        ]
+    );
+    assert!(log.contains("oops"));
+
+    // A failing setup is an error that carries the log.
+    let mut bad = spec(&net, dir.path(), "bad", &["sleep", "1000"]);
+    bad.workdir = Some(PathBuf::from("/nonexistent/pk8s"));
+    let err = format!("{:#}", net.start_pod(bad).unwrap_err());
+    assert!(err.contains("cannot change to working directory"), "{err}");
+
+    drop(pod);
+    drop(net);
+    assert_clean(&prefix);
+}
+
+#[test]
+fn podnet_network_drop_takes_live_pods_down() {
+    need_root();
+    let dir = tempfile::tempdir().unwrap();
+    let net = Network::create().unwrap();
+    let net2 = Network::create().unwrap();
+    assert_ne!(net.cidr(), net2.cidr());
+    let prefix = net.prefix();
+    let mut pod = net
+        .start_pod(spec(&net, dir.path(), "orphan", &["sleep", "1000"]))
+        .unwrap();
+    let pid1 = pod.host_pid();
+    drop(net);
+    assert_eq!(
+        pod.try_wait().unwrap(),
+        Some(PodExit {
+            code: None,
+            signal: Some(9)
+        })
+    );
+    assert!(ns_id(pid1, "pid").is_none() || pod.host_pids().is_empty());
+    drop(pod);
+    drop(net2);
+    assert_clean(&prefix);
+}
+
+#[test]
+fn podnet_panic_still_cleans_up() {
+    need_root();
+    let dir = tempfile::tempdir().unwrap();
+    /// Reaps an exec'd process after the pod (declared earlier, dropped later) is gone.
+    struct Reap(Option<Child>);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            if let Some(mut c) = self.0.take() {
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut prefix = String::new();
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let mut exec = Reap(None);
+        let net = Network::create().unwrap();
+        prefix = net.prefix();
+        let pod = net
+            .start_pod(spec(&net, dir.path(), "doomed", &["sleep", "1000"]))
+            .unwrap();
+        exec.0 = Some(pod.exec(&s(&["sleep", "1000"]), &[]).spawn().unwrap());
+        assert!(!leftovers(&prefix).is_empty());
+        panic!("test body fails");
+    }));
+    assert!(r.is_err());
+    assert!(prefix.starts_with(NAME_PREFIX));
+    assert_clean(&prefix);
+}
+
+#[test]
+fn podnet_cleanup_leftovers_after_a_lost_network() {
+    need_root();
+    let dir = tempfile::tempdir().unwrap();
+    let net = Network::create().unwrap();
+    let prefix = net.prefix();
+    let pod = net
+        .start_pod(spec(&net, dir.path(), "lost", &["sleep", "1000"]))
+        .unwrap();
+    let pid1 = pod.host_pid();
+    // As if the test process had died: nothing gets torn down.
+    std::mem::forget(pod);
+    std::mem::forget(net);
+    let found = leftovers(&prefix);
+    assert_eq!(found.netns.len(), 1, "{found}");
+    assert_eq!(found.links.len(), 2, "{found}");
+    assert!(found.processes.iter().any(|(p, _)| *p == pid1), "{found}");
+    assert_eq!(found.state_dirs.len(), 1, "{found}");
+    assert!(cleanup_leftovers("eth").is_err());
+    let cleaned = cleanup_leftovers(&prefix).unwrap();
+    assert_eq!(cleaned.netns, found.netns);
+    assert_clean(&prefix);
+}
