@@ -29,6 +29,15 @@
 //! 0 when `br_netfilter` is loaded, so that bridged pod traffic is never filtered. IP forwarding
 //! is left alone: pods only talk to each other and to the gateway address, and nothing leaves the
 //! machine.
+//!
+//! A pod is its **sandbox** (`sandbox`: network namespace, veth, `/etc/hosts`, state directory)
+//! and a list of **containers** ([`PodSpec::containers`], each a [`ContainerSpec`] with its own
+//! command, environment, mounts, log and root filesystem), each run as its own process
+//! (`spawn`, `process`). Sandbox pods have exactly one container, whose process makes the UTS,
+//! mount and PID namespaces; a second container would join the first one's UTS namespace and
+//! get mount and PID namespaces of its own. The rest: `network` (the bridge and its addresses),
+//! `mounts` (the host-filesystem setup program), `state` (what a pod and its network share),
+//! `pod` ([`RunningPod`], `exec`), `host` and `procfs` (host tools, /proc), `leftovers`.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -38,13 +47,20 @@ mod leftovers;
 mod mounts;
 mod network;
 mod pod;
+mod process;
 mod procfs;
+mod sandbox;
+mod spawn;
+mod spec;
+mod state;
 #[cfg(test)]
 mod tests;
 
 pub use leftovers::{cleanup_leftovers, leftovers, Leftovers};
 pub use network::Network;
-pub use pod::{exec_command, PodExit, PodSpec, RunningPod};
+pub use pod::{exec_command, RunningPod};
+pub use process::PodExit;
+pub use spec::{ContainerSpec, PodSpec};
 
 /// Every bridge, veth, network namespace and state directory made here starts with this.
 pub const NAME_PREFIX: &str = "pk8s";

@@ -1,6 +1,10 @@
 //! The setup program PID 1 of a pod on the host's filesystem runs: hostname, bind mounts (mount
 //! points that the host lacks are made inside the pod only), working directory, then the
-//! command with exactly the pod's environment.
+//! command with exactly the pod's environment; and the containers' bind mounts.
+
+use super::spec::ContainerSpec;
+use anyhow::Context;
+use std::path::PathBuf;
 
 /// Marker passed as `$0` to the pod setup program (shows up in `ps`).
 pub(super) const INIT_ARG0: &str = "pk8s-pod-init";
@@ -73,3 +77,17 @@ cd -- "$wd" || die "cannot change to working directory $wd"
 echo ok >&4 && exec 4>&- || die "cannot write $ready"
 exec "$envbin" -i -- "$@"
 "#;
+
+/// The container's bind mounts with their sources resolved on the host (each must exist).
+pub(super) fn resolved_binds(
+    c: &ContainerSpec,
+    pod: &str,
+) -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
+    let mut binds = Vec::with_capacity(c.bind_mounts.len() + 1);
+    for (src, dst) in &c.bind_mounts {
+        let src = std::fs::canonicalize(src)
+            .with_context(|| format!("bind-mount source {} of pod {pod}", src.display()))?;
+        binds.push((src, dst.clone()));
+    }
+    Ok(binds)
+}

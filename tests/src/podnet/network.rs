@@ -4,21 +4,20 @@
 use super::host::{
     delete_link, host_lock, ip, list_dir_names, pods_state_dir, require_root, tools, Tools,
 };
-use super::mounts::{INIT_ARG0, POD_INIT, PUNCH_FS};
-use super::pod::{NetState, PodInner, PodSpec, RunningPod};
-use super::procfs::{children_of, cmdline, ns_id, runtime_errors, tail_of};
-use super::{lock, DEFAULT_HOME, DEFAULT_PATH, NAME_PREFIX, START_TIMEOUT, SYSTEM_PATH};
-use crate::container::InitConfig;
+use super::mounts::resolved_binds;
+use super::pod::RunningPod;
+use super::sandbox::{mounts_hosts, PodSandbox};
+use super::spawn::{start_container, Launch};
+use super::spec::PodSpec;
+use super::state::{NetState, PodInner};
+use super::{lock, NAME_PREFIX};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, Weak};
-use std::thread::sleep;
-use std::time::{Duration, Instant};
 
 /// A bridge with a /24 out of 10.250.0.0/16; the host holds the gateway address `.1` on it.
 ///
@@ -181,336 +180,98 @@ impl Network {
             bail!("network {} is torn down", self.bridge);
         }
         let tools = tools()?;
-        let host = self.validate(&spec)?;
-        let mut binds = Vec::with_capacity(spec.bind_mounts.len() + 1);
-        for (src, dst) in &spec.bind_mounts {
-            let src = fs::canonicalize(src).with_context(|| {
-                format!("bind-mount source {} of pod {}", src.display(), spec.name)
-            })?;
-            binds.push((src, dst.clone()));
-        }
-        let workdir = spec.workdir.clone().unwrap_or_else(|| PathBuf::from("/"));
-        let env = pod_env(&spec.env);
-
-        let seq = {
-            let mut st = lock(&self.state);
-            if st.in_use.contains(&host) {
-                bail!("address {} is already used by a running pod", spec.ip);
-            }
-            if st.next_seq > 0xffff {
-                bail!("network {} has started too many pods", self.bridge);
-            }
-            st.in_use.insert(host);
-            st.reserved.insert(host);
-            st.next_seq += 1;
-            st.next_seq - 1
-        };
-        let prefix = self.prefix();
-        let netns = format!("{prefix}-{seq:04x}-{}", sanitize_name(&spec.name, 32));
-        let veth = format!("{prefix}v{seq:04x}");
-        let state_dir = pods_state_dir().join(&netns);
-
-        let inner = Arc::new(Mutex::new(PodInner {
-            netns: netns.clone(),
-            veth: veth.clone(),
-            state_dir: state_dir.clone(),
-            runtime_err: state_dir.join("runtime.err"),
-            log_path: spec.log_path.clone(),
-            child: None,
-            pid1: 0,
-            pidns: None,
-            exit: None,
-            torn_down: false,
-        }));
-        let pod = RunningPod {
-            name: spec.name.clone(),
-            hostname: spec.hostname.clone(),
-            ip: spec.ip,
-            netns,
-            veth,
-            pid1: 0,
-            pidns: String::new(),
-            env,
-            workdir,
-            container: None,
-            inner,
-            net: Arc::downgrade(&self.state),
-            host,
-        };
+        let host = spec.validate(self.subnet, &self.cidr())?;
+        let binds = spec
+            .containers
+            .iter()
+            .map(|c| resolved_binds(c, &spec.name))
+            .collect::<Result<Vec<_>>>()?;
+        let seq = self.take_address(host, &spec)?;
+        let pod = self.new_pod(&spec, host, seq);
         // Registered first, so that a failed start is cleaned up by the pod's Drop and a
         // network teardown also reaches it.
         lock(&self.state).pods.push(Arc::downgrade(&pod.inner));
         self.launch(tools, pod, &spec, binds)
     }
 
+    /// Marks the pod's address (host part `host`) as used and numbers the pod: its names on
+    /// the host carry the number.
+    fn take_address(&self, host: u8, spec: &PodSpec) -> Result<u32> {
+        let mut st = lock(&self.state);
+        if st.in_use.contains(&host) {
+            bail!("address {} is already used by a running pod", spec.ip);
+        }
+        if st.next_seq > 0xffff {
+            bail!("network {} has started too many pods", self.bridge);
+        }
+        st.in_use.insert(host);
+        st.reserved.insert(host);
+        st.next_seq += 1;
+        Ok(st.next_seq - 1)
+    }
+
+    /// The pod, named on the host, before anything of it exists.
+    fn new_pod(&self, spec: &PodSpec, host: u8, seq: u32) -> RunningPod {
+        let prefix = self.prefix();
+        let netns = format!("{prefix}-{seq:04x}-{}", sanitize_name(&spec.name, 32));
+        let veth = format!("{prefix}v{seq:04x}");
+        let sandbox = PodSandbox {
+            netns: netns.clone(),
+            veth: veth.clone(),
+            state_dir: pods_state_dir().join(&netns),
+        };
+        RunningPod {
+            name: spec.name.clone(),
+            hostname: spec.hostname.clone(),
+            ip: spec.ip,
+            netns,
+            veth,
+            containers: Vec::new(),
+            inner: Arc::new(Mutex::new(PodInner::new(sandbox))),
+            net: Arc::downgrade(&self.state),
+            host,
+        }
+    }
+
+    /// Sets the pod's sandbox up (state directory, `/etc/hosts`, network namespace and veth)
+    /// and starts its containers (`binds`: each one's resolved bind mounts).
     fn launch(
         &self,
         tools: &Tools,
         mut pod: RunningPod,
         spec: &PodSpec,
-        mut binds: Vec<(PathBuf, PathBuf)>,
+        binds: Vec<Vec<(PathBuf, PathBuf)>>,
     ) -> Result<RunningPod> {
         let what = format!("starting pod {} ({})", pod.name, pod.netns);
         let ctx = || what.clone();
-        let state_dir = lock(&pod.inner).state_dir.clone();
-        fs::create_dir_all(&state_dir)
-            .with_context(|| format!("creating {}", state_dir.display()))
+        let sandbox = lock(&pod.inner).sandbox.clone();
+        sandbox.create_state_dir().with_context(ctx)?;
+        let mut with_hosts = Vec::with_capacity(binds.len());
+        for mut b in binds {
+            if !mounts_hosts(&b) {
+                let hosts = sandbox
+                    .write_hosts(&pod.name, pod.ip, &pod.hostname)
+                    .with_context(ctx)?;
+                b.push((hosts, PathBuf::from("/etc/hosts")));
+            }
+            with_hosts.push(b);
+        }
+        sandbox
+            .connect(&self.bridge, self.gateway(), pod.ip)
             .with_context(ctx)?;
-
-        // Like the kubelet: an /etc/hosts that knows the pod's own name.
-        if !binds.iter().any(|(_, d)| d == Path::new("/etc/hosts")) {
-            let hosts = state_dir.join("hosts");
-            fs::write(
-                &hosts,
-                format!(
-                    "# Kubernetes-managed hosts file (prrte-k8s sandbox pod {}).\n\
-                     127.0.0.1\tlocalhost\n\
-                     ::1\tlocalhost ip6-localhost ip6-loopback\n\
-                     fe00::0\tip6-localnet\nfe00::1\tip6-mcastprefix\n\
-                     fe00::2\tip6-allrouters\n\
-                     {}\t{}\n",
-                    pod.name, pod.ip, pod.hostname
-                ),
-            )
-            .with_context(ctx)?;
-            binds.push((hosts, PathBuf::from("/etc/hosts")));
-        }
-
-        // Network namespace and veth.
-        {
-            let _guard = host_lock().with_context(ctx)?;
-            ip(&["netns", "add", &pod.netns]).with_context(ctx)?;
-        }
-        let gw = self.gateway().to_string();
-        let addr = format!("{}/24", pod.ip);
-        let n = pod.netns.as_str();
-        let steps: [&[&str]; 7] = [
-            &[
-                "link", "add", "name", &pod.veth, "type", "veth", "peer", "name", "eth0", "netns",
-                n,
-            ],
-            &["link", "set", "dev", &pod.veth, "master", &self.bridge],
-            &["link", "set", "dev", &pod.veth, "up"],
-            &["-n", n, "link", "set", "dev", "lo", "up"],
-            &["-n", n, "addr", "add", &addr, "dev", "eth0"],
-            &["-n", n, "link", "set", "dev", "eth0", "up"],
-            &[
-                "-n", n, "route", "add", "default", "via", &gw, "dev", "eth0",
-            ],
-        ];
-        for args in steps {
-            ip(args).with_context(ctx)?;
-        }
-        let _ = fs::write(
-            format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", pod.veth),
-            "1",
-        );
-
-        // The container: PID 1 of fresh UTS, mount and PID namespaces inside the netns. Mount
-        // propagation is "slave": the pod's mounts never reach the host, while unmounts on the
-        // host (e.g. `ip netns del` of other pods) still reach the pod, so pods do not keep each
-        // other's network namespaces alive.
-        let log = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(&spec.log_path)
-            .with_context(|| format!("opening pod log {}", spec.log_path.display()))
-            .with_context(ctx)?;
-        // stderr of `ip netns exec` and `unshare` themselves; the pod's own stderr is sent to
-        // the log by the setup program.
-        let runtime_err_path = state_dir.join("runtime.err");
-        let runtime_err = File::create(&runtime_err_path).with_context(ctx)?;
-        let ready = state_dir.join("ready");
-        let mut cmd = Command::new(&tools.ip);
-        cmd.args(["netns", "exec", n]).arg(&tools.unshare).args([
-            "--uts",
-            "--mount",
-            "--pid",
-            "--fork",
-            "--kill-child",
-            "--mount-proc",
-            "--propagation",
-            "slave",
-            "--",
-        ]);
-        // What PID 1 runs right before it becomes the container command.
-        let final_stage: Vec<u8>;
-        if let Some(c) = &spec.container {
-            let init = crate::container::init_binary().with_context(ctx)?;
-            let config = state_dir.join("container.json");
-            let ic = InitConfig {
-                container: c.clone(),
-                layer_dir: state_dir.join("layer"),
-                hostname: pod.hostname.clone(),
-                workdir: pod.workdir.clone(),
-                env: pod.env.clone(),
-                command: spec.command.clone(),
-                binds: binds.clone(),
-                ready: ready.clone(),
+        for (c, binds) in spec.containers.iter().zip(with_hosts) {
+            let l = Launch {
+                tools,
+                sandbox: &sandbox,
+                hostname: &pod.hostname,
+                spec: c,
+                binds,
+                what: &what,
             };
-            fs::write(&config, serde_json::to_vec_pretty(&ic)?)
-                .with_context(|| format!("writing {}", config.display()))
-                .with_context(ctx)?;
-            cmd.arg(&init).arg("run").arg(&config);
-            final_stage = {
-                let mut p = init.as_os_str().as_encoded_bytes().to_vec();
-                p.push(0);
-                p
-            };
-            pod.container = Some(config);
-        } else {
-            cmd.arg(&tools.sh)
-                .arg("-c")
-                .arg(POD_INIT.replace("PUNCH_FS", PUNCH_FS))
-                .arg(INIT_ARG0)
-                .arg(&ready)
-                .arg(&pod.hostname)
-                .arg(&pod.workdir)
-                .arg(&tools.env)
-                .arg(binds.len().to_string());
-            for (src, dst) in &binds {
-                cmd.arg(src).arg(dst);
-            }
-            for (k, v) in &pod.env {
-                cmd.arg(format!("{k}={v}"));
-            }
-            cmd.args(&spec.command);
-            final_stage = {
-                let mut p = tools.env.as_os_str().as_encoded_bytes().to_vec();
-                p.extend_from_slice(b"\0-i\0--\0");
-                p
-            };
-        }
-        cmd.env_clear()
-            .env("PATH", SYSTEM_PATH)
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(runtime_err);
-        let child = cmd.spawn().with_context(ctx)?;
-        let outer = child.id();
-        lock(&pod.inner).child = Some(child);
-
-        // Find PID 1 (the child of `unshare`) and wait for its setup to finish.
-        let own_pidns = ns_id(std::process::id(), "pid");
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let exited = {
-                let mut inner = lock(&pod.inner);
-                inner.poll_exit().with_context(ctx)?.is_some()
-            };
-            if pod.pid1 == 0 {
-                if let Some(&p) = children_of(outer).first() {
-                    match ns_id(p, "pid") {
-                        Some(ns) if Some(&ns) != own_pidns.as_ref() => {
-                            pod.pid1 = p;
-                            pod.pidns = ns.clone();
-                            let mut inner = lock(&pod.inner);
-                            inner.pid1 = p;
-                            inner.pidns = Some(ns);
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            let setup_done = fs::read_to_string(&ready)
-                .map(|s| s.trim() == "ok")
-                .unwrap_or(false);
-            if exited {
-                if setup_done {
-                    break;
-                }
-                bail!(
-                    "{}: the pod exited during setup; log {}:\n{}{}",
-                    ctx(),
-                    spec.log_path.display(),
-                    tail_of(&spec.log_path, 4096),
-                    runtime_errors(&runtime_err_path)
-                );
-            }
-            if setup_done && pod.pid1 != 0 {
-                match cmdline(pod.pid1) {
-                    Some(c) if !c.is_empty() && !c.starts_with(&final_stage) => break,
-                    _ => {}
-                }
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "{}: not set up after {:?}; log {}:\n{}{}",
-                    ctx(),
-                    START_TIMEOUT,
-                    spec.log_path.display(),
-                    tail_of(&spec.log_path, 4096),
-                    runtime_errors(&runtime_err_path)
-                );
-            }
-            sleep(Duration::from_millis(5));
+            let started = start_container(&l, &pod.inner)?;
+            pod.containers.push(started);
         }
         Ok(pod)
-    }
-
-    fn validate(&self, spec: &PodSpec) -> Result<u8> {
-        if spec.name.is_empty() {
-            bail!("pod name is empty");
-        }
-        let o = spec.ip.octets();
-        if o[0] != 10 || o[1] != 250 || o[2] != self.subnet || !(2..=254).contains(&o[3]) {
-            bail!(
-                "pod {}: address {} is not a host address .2-.254 of {}",
-                spec.name,
-                spec.ip,
-                self.cidr()
-            );
-        }
-        if spec.hostname.is_empty()
-            || spec.hostname.len() > 64
-            || !spec
-                .hostname
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
-        {
-            bail!("pod {}: invalid hostname {:?}", spec.name, spec.hostname);
-        }
-        let Some(cmd0) = spec.command.first() else {
-            bail!("pod {}: empty command", spec.name);
-        };
-        if cmd0.is_empty() || cmd0.contains('=') {
-            bail!(
-                "pod {}: command name {cmd0:?} must be non-empty and contain no '='",
-                spec.name
-            );
-        }
-        for (k, _) in &spec.env {
-            if k.is_empty() || k.contains('=') || k.contains('\0') {
-                bail!("pod {}: invalid environment variable name {k:?}", spec.name);
-            }
-        }
-        if let Some(w) = &spec.workdir {
-            if !w.is_absolute() {
-                bail!(
-                    "pod {}: working directory {} is not absolute",
-                    spec.name,
-                    w.display()
-                );
-            }
-        }
-        for (_, dst) in &spec.bind_mounts {
-            if !dst.is_absolute() {
-                bail!(
-                    "pod {}: mount point {} is not absolute",
-                    spec.name,
-                    dst.display()
-                );
-            }
-        }
-        if let Some(parent) = spec.log_path.parent() {
-            if !parent.as_os_str().is_empty() {
-                fs::create_dir_all(parent)
-                    .with_context(|| format!("creating log directory {}", parent.display()))?;
-            }
-        }
-        Ok(o[3])
     }
 
     /// Kills the pods still running on this network and deletes the bridge, reporting errors
@@ -635,15 +396,4 @@ fn sanitize_name(name: &str, max: usize) -> String {
         })
         .take(max)
         .collect()
-}
-
-/// The pod's environment: `env` in order, then `PATH`/`HOME` defaults if absent.
-fn pod_env(env: &[(String, String)]) -> Vec<(String, String)> {
-    let mut v = env.to_vec();
-    for (k, d) in [("PATH", DEFAULT_PATH), ("HOME", DEFAULT_HOME)] {
-        if !v.iter().any(|(n, _)| n == k) {
-            v.push((k.to_string(), d.to_string()));
-        }
-    }
-    v
 }

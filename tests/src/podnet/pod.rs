@@ -1,237 +1,20 @@
-//! A running pod: its PID 1, exit, kill and teardown, and `exec` into it.
+//! A running pod: its containers' processes, exit, kill and teardown, and `exec` into it.
 
-use super::host::{delete_link, delete_netns, tools};
-use super::procfs::{ns_id, pids_in_pidns};
-use super::{lock, KILL_TIMEOUT};
-use crate::container::Container;
-use anyhow::{anyhow, bail, Context, Result};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
-use std::collections::BTreeSet;
+use super::host::tools;
+use super::lock;
+use super::process::PodExit;
+use super::procfs::pids_in_pidns;
+use super::state::{NetState, PodInner};
+use anyhow::Result;
 use std::fmt;
-use std::fs;
 use std::net::Ipv4Addr;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus};
+use std::process::Command;
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-pub(super) struct NetState {
-    /// Addresses handed out by `alloc_ip` and not yet released.
-    pub(super) reserved: BTreeSet<u8>,
-    /// Addresses of pods that have not been torn down.
-    pub(super) in_use: BTreeSet<u8>,
-    pub(super) pods: Vec<Weak<Mutex<PodInner>>>,
-    pub(super) next_seq: u32,
-}
-
-/// What to run in a pod.
-#[derive(Debug, Clone)]
-pub struct PodSpec {
-    /// Pod name (part of the network-namespace name, truncated).
-    pub name: String,
-    /// Hostname inside the pod (at most 64 characters: letters, digits, '-', '.').
-    pub hostname: String,
-    /// Address in the network's /24, `.2`-`.254` (e.g. from [`Network::alloc_ip`]).
-    pub ip: Ipv4Addr,
-    /// The container command; becomes PID 1 of the pod. Looked up in the pod's `PATH`.
-    pub command: Vec<String>,
-    /// Exactly the command's environment, plus `PATH` and `HOME` defaults if absent.
-    pub env: Vec<(String, String)>,
-    /// Working directory inside the pod (default `/`).
-    pub workdir: Option<PathBuf>,
-    /// (host source, path inside the pod). Missing mount points are created inside the pod
-    /// only; the host's directories are left as they are.
-    pub bind_mounts: Vec<(PathBuf, PathBuf)>,
-    /// File (created or truncated) that gets the command's stdout and stderr, and the pod setup
-    /// program's error messages.
-    pub log_path: PathBuf,
-    /// Run in an image's root filesystem with these settings instead of the host's filesystem
-    /// (see [`crate::container`]).
-    pub container: Option<Container>,
-}
-
-impl Default for PodSpec {
-    fn default() -> Self {
-        PodSpec {
-            name: String::new(),
-            hostname: String::new(),
-            ip: Ipv4Addr::UNSPECIFIED,
-            command: Vec::new(),
-            env: Vec::new(),
-            workdir: None,
-            bind_mounts: Vec::new(),
-            log_path: PathBuf::new(),
-            container: None,
-        }
-    }
-}
-
-/// How a pod's PID 1 ended: exit `code`, or the `signal` that killed it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PodExit {
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-}
-
-impl PodExit {
-    pub(super) fn from_status(s: ExitStatus) -> PodExit {
-        PodExit {
-            code: s.code(),
-            signal: s.signal(),
-        }
-    }
-
-    pub fn success(&self) -> bool {
-        self.code == Some(0)
-    }
-}
-
-impl fmt::Display for PodExit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.code, self.signal) {
-            (Some(c), _) => write!(f, "exit code {c}"),
-            (None, Some(s)) => write!(f, "killed by signal {s}"),
-            (None, None) => write!(f, "unknown exit"),
-        }
-    }
-}
-
-/// State shared between a [`RunningPod`] and its [`Network`] (which tears down the pods still
-/// alive when it goes away).
-pub(super) struct PodInner {
-    pub(super) netns: String,
-    pub(super) veth: String,
-    pub(super) state_dir: PathBuf,
-    /// stderr of `ip netns exec` / `unshare`.
-    pub(super) runtime_err: PathBuf,
-    pub(super) log_path: PathBuf,
-    /// `ip netns exec` → `unshare`, the parent of the pod's PID 1.
-    pub(super) child: Option<Child>,
-    pub(super) pid1: u32,
-    pub(super) pidns: Option<String>,
-    pub(super) exit: Option<PodExit>,
-    pub(super) torn_down: bool,
-}
-
-impl PodInner {
-    pub(super) fn poll_exit(&mut self) -> Result<Option<PodExit>> {
-        if self.exit.is_none() {
-            if let Some(c) = self.child.as_mut() {
-                if let Some(s) = c.try_wait().context("waiting for the pod")? {
-                    self.exit = Some(self.exit_of(s));
-                }
-            }
-        }
-        Ok(self.exit)
-    }
-
-    /// `unshare` passes PID 1's exit code on and re-raises the signal that killed it, except
-    /// for SIGKILL, which it cannot re-raise that way: it then reports "sigprocmask unblock
-    /// failed" and exits with 1.
-    pub(super) fn exit_of(&self, s: ExitStatus) -> PodExit {
-        let e = PodExit::from_status(s);
-        if e.code == Some(1)
-            && fs::read_to_string(&self.runtime_err)
-                .is_ok_and(|t| t.contains("sigprocmask unblock failed"))
-        {
-            return PodExit {
-                code: None,
-                signal: Some(Signal::SIGKILL as i32),
-            };
-        }
-        e
-    }
-
-    pub(super) fn live_pids(&self) -> Vec<u32> {
-        self.pidns.as_deref().map(pids_in_pidns).unwrap_or_default()
-    }
-
-    /// SIGKILL PID 1 (the kernel then kills the whole PID namespace), reap, and wait until no
-    /// process of the pod is left.
-    pub(super) fn kill(&mut self) -> Result<PodExit> {
-        if let Some(e) = self.poll_exit()? {
-            self.wait_empty()?;
-            return Ok(e);
-        }
-        // Only signal the pid while it still is this pod's PID 1.
-        if self.pid1 != 0 && self.pidns.is_some() && ns_id(self.pid1, "pid") == self.pidns {
-            let _ = kill(Pid::from_raw(self.pid1 as i32), Signal::SIGKILL);
-        }
-        let deadline = Instant::now() + KILL_TIMEOUT;
-        let exit = loop {
-            if let Some(e) = self.poll_exit()? {
-                break e;
-            }
-            if Instant::now() > deadline {
-                // unshare's --kill-child takes PID 1 down with it.
-                let child = self
-                    .child
-                    .as_mut()
-                    .ok_or_else(|| anyhow!("pod was never started"))?;
-                let _ = child.kill();
-                let s = child.wait().context("waiting for the pod")?;
-                let e = self.exit_of(s);
-                self.exit = Some(e);
-                break e;
-            }
-            sleep(Duration::from_millis(5));
-        };
-        self.wait_empty()?;
-        Ok(exit)
-    }
-
-    pub(super) fn wait_empty(&self) -> Result<()> {
-        let deadline = Instant::now() + KILL_TIMEOUT;
-        loop {
-            let left = self.live_pids();
-            if left.is_empty() {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "pod {}: processes still alive after kill: {left:?}",
-                    self.netns
-                );
-            }
-            sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// Kill everything, delete veth, network namespace and state directory. Idempotent.
-    pub(super) fn teardown(&mut self) -> Result<()> {
-        if self.torn_down {
-            return Ok(());
-        }
-        let mut errors = Vec::new();
-        if self.child.is_some() {
-            if let Err(e) = self.kill() {
-                errors.push(format!("{e:#}"));
-            }
-        }
-        if let Err(e) = delete_link(&self.veth) {
-            errors.push(format!("{e:#}"));
-        }
-        if let Err(e) = delete_netns(&self.netns) {
-            errors.push(format!("{e:#}"));
-        }
-        if self.state_dir.exists() {
-            if let Err(e) = fs::remove_dir_all(&self.state_dir) {
-                errors.push(format!("removing {}: {e}", self.state_dir.display()));
-            }
-        }
-        self.torn_down = true;
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            bail!("tearing down pod {}: {}", self.netns, errors.join("; "))
-        }
-    }
-}
-
-/// A pod started by [`Network::start_pod`]. Dropping it kills everything in the pod and
+/// A pod started by [`super::Network::start_pod`]. Dropping it kills everything in the pod and
 /// deletes its network namespace and veth.
 pub struct RunningPod {
     pub(super) name: String,
@@ -239,18 +22,34 @@ pub struct RunningPod {
     pub(super) ip: Ipv4Addr,
     pub(super) netns: String,
     pub(super) veth: String,
-    pub(super) pid1: u32,
-    pub(super) pidns: String,
-    pub(super) env: Vec<(String, String)>,
-    pub(super) workdir: PathBuf,
-    /// The init program's configuration, for pods that run an image.
-    pub(super) container: Option<PathBuf>,
+    /// The pod's containers, in its order, once started.
+    pub(super) containers: Vec<RunningContainer>,
     pub(super) inner: Arc<Mutex<PodInner>>,
     pub(super) net: Weak<Mutex<NetState>>,
     pub(super) host: u8,
 }
 
+/// What the pod side knows of a started container.
+#[derive(Debug, Clone)]
+pub(super) struct RunningContainer {
+    /// Host pid of the container's PID 1 (0 if it ended during startup before it was seen).
+    pub(super) pid1: u32,
+    /// Its PID namespace (`pid:[inode]`, "" when `pid1` is 0).
+    pub(super) pidns: String,
+    /// Its environment (the spec's, plus defaults).
+    pub(super) env: Vec<(String, String)>,
+    pub(super) workdir: PathBuf,
+    /// The init program's configuration, for a container that runs an image.
+    pub(super) config: Option<PathBuf>,
+    pub(super) log_path: PathBuf,
+}
+
 impl RunningPod {
+    /// The container whose command is the pod's PID 1 (the sandbox's pods have one).
+    fn main(&self) -> Option<&RunningContainer> {
+        self.containers.first()
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -276,16 +75,16 @@ impl RunningPod {
     /// Host pid of the pod's PID 1 (the container command). 0 if it could not be determined
     /// because the pod ended during startup.
     pub fn host_pid(&self) -> u32 {
-        self.pid1
+        self.main().map_or(0, |c| c.pid1)
     }
 
     /// The pod's environment (the spec's, plus defaults).
     pub fn env(&self) -> &[(String, String)] {
-        &self.env
+        self.main().map_or(&[], |c| &c.env)
     }
 
     pub fn log_path(&self) -> PathBuf {
-        lock(&self.inner).log_path.clone()
+        self.main().map(|c| c.log_path.clone()).unwrap_or_default()
     }
 
     /// `Some` once PID 1 has ended (the whole pod has ended then).
@@ -316,8 +115,9 @@ impl RunningPod {
     /// In a pod that runs an image, the command runs in the container's root filesystem as
     /// the container's user, with its capabilities and `no_new_privs`, as `kubectl exec` does.
     pub fn exec(&self, argv: &[String], env: &[(String, String)]) -> Command {
-        let mut c = exec_command(self.pid1, &self.workdir, self.container.as_deref(), argv);
-        c.envs(self.env.iter().map(|(k, v)| (k, v)))
+        let workdir = self.main().map_or(Path::new("/"), |c| c.workdir.as_path());
+        let mut c = exec_command(self.host_pid(), workdir, self.container_config(), argv);
+        c.envs(self.env().iter().map(|(k, v)| (k, v)))
             .envs(env.iter().map(|(k, v)| (k, v)));
         c
     }
@@ -331,10 +131,15 @@ impl RunningPod {
 
     /// Host pids of every process in the pod's PID namespace (empty once the pod has ended).
     pub fn host_pids(&self) -> Vec<u32> {
-        if self.pidns.is_empty() {
-            return Vec::new();
+        match self.main() {
+            Some(c) if !c.pidns.is_empty() => pids_in_pidns(&c.pidns),
+            _ => Vec::new(),
         }
-        pids_in_pidns(&self.pidns)
+    }
+
+    /// The init program's configuration, for a pod that runs an image.
+    pub fn container_config(&self) -> Option<&Path> {
+        self.main().and_then(|c| c.config.as_deref())
     }
 
     /// Kills the pod and deletes its network namespace and veth, reporting errors (Drop does
@@ -370,7 +175,7 @@ impl fmt::Debug for RunningPod {
             .field("name", &self.name)
             .field("ip", &self.ip)
             .field("netns", &self.netns)
-            .field("pid1", &self.pid1)
+            .field("pid1", &self.host_pid())
             .finish()
     }
 }
@@ -411,11 +216,4 @@ pub fn exec_command(
     }
     c.args(argv).env_clear();
     c
-}
-
-impl RunningPod {
-    /// The init program's configuration, for a pod that runs an image.
-    pub fn container_config(&self) -> Option<&Path> {
-        self.container.as_deref()
-    }
 }

@@ -29,9 +29,11 @@ fn spec(net: &Network, dir: &Path, name: &str, command: &[&str]) -> PodSpec {
         name: name.to_string(),
         hostname: format!("{name}-host"),
         ip: net.alloc_ip().unwrap(),
-        command: s(command),
-        log_path: dir.join(format!("{name}.log")),
-        ..Default::default()
+        containers: vec![ContainerSpec {
+            command: s(command),
+            log_path: dir.join(format!("{name}.log")),
+            ..Default::default()
+        }],
     }
 }
 
@@ -193,7 +195,7 @@ fn podnet_bind_mount_is_private_to_its_pod() {
     let net = Network::create().unwrap();
     let prefix = net.prefix();
     let mut sp = spec(&net, dir.path(), "with-sa", &["sleep", "1000"]);
-    sp.bind_mounts = vec![
+    sp.containers[0].bind_mounts = vec![
         (sa.clone(), sa_target.to_path_buf()),
         (
             dir.path().join("single"),
@@ -201,7 +203,7 @@ fn podnet_bind_mount_is_private_to_its_pod() {
         ),
         (dir.path().join("wd"), PathBuf::from("/srv/pk8s-work")),
     ];
-    sp.workdir = Some(PathBuf::from("/srv/pk8s-work"));
+    sp.containers[0].workdir = Some(PathBuf::from("/srv/pk8s-work"));
     let with = net.start_pod(sp).unwrap();
     let without = net
         .start_pod(spec(&net, dir.path(), "without-sa", &["sleep", "1000"]))
@@ -325,7 +327,7 @@ fn podnet_exit_code_env_and_log() {
         "exits",
         &["sh", "-c", "env | sort; echo oops >&2; exit 3"],
     );
-    sp.env = vec![("A".into(), "1".into()), ("SPACED".into(), "x y=z".into())];
+    sp.containers[0].env = vec![("A".into(), "1".into()), ("SPACED".into(), "x y=z".into())];
     let mut pod = net.start_pod(sp).unwrap();
     let exit = pod
         .wait_timeout(Duration::from_secs(10))
@@ -356,7 +358,7 @@ fn podnet_exit_code_env_and_log() {
 
     // A failing setup is an error that carries the log.
     let mut bad = spec(&net, dir.path(), "bad", &["sleep", "1000"]);
-    bad.workdir = Some(PathBuf::from("/nonexistent/pk8s"));
+    bad.containers[0].workdir = Some(PathBuf::from("/nonexistent/pk8s"));
     let err = format!("{:#}", net.start_pod(bad).unwrap_err());
     assert!(err.contains("cannot change to working directory"), "{err}");
 

@@ -10,7 +10,7 @@ use crate::api::defaults::now_rfc3339;
 use crate::api::resources::PODS;
 use crate::api::Part;
 use crate::images;
-use crate::podnet::{PodSpec, RunningPod};
+use crate::podnet::{ContainerSpec, PodSpec, RunningPod};
 use anyhow::{anyhow, Context, Result};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -162,12 +162,14 @@ impl PodCtx {
                 name: self.name.clone(),
                 hostname: prepared.hostname.clone(),
                 ip,
-                command: prepared.command.clone(),
-                env: prepared.env.clone(),
-                workdir: prepared.workdir.clone(),
-                bind_mounts: prepared.mounts.clone(),
-                log_path: self.dir.join("container.log"),
-                container: prepared.container.clone(),
+                containers: vec![ContainerSpec {
+                    command: prepared.command.clone(),
+                    env: prepared.env.clone(),
+                    workdir: prepared.workdir.clone(),
+                    bind_mounts: prepared.mounts.clone(),
+                    log_path: self.dir.join("container.log"),
+                    image: prepared.container.clone(),
+                }],
             };
             let started = match previous.take() {
                 // A restart reuses the address: release it and take it again under the lock.
