@@ -1,5 +1,13 @@
 //! The kubelet: runs the pods bound to (or unbound and so scheduled onto) its node as podnet
 //! pods, and reports their status like the real kubelet.
+//!
+//! This file is the node: it watches pods, admits them up to its capacity, keeps a worker
+//! thread per pod and serves `exec`, eviction and logs. A pod's worker (`pod`: `Pod`
+//! holds the pod's containers) goes through `lifecycle`: `image` (each container's root
+//! filesystem from the local store), `prepare` (service account, volumes, and per container
+//! mounts, environment, command and security), then starts the pod and `supervise`s it with
+//! its `probe`; `status` is what it reports on the way. Sandbox pods have one container, whose
+//! process is the pod's.
 
 use crate::api::defaults::now_rfc3339;
 use crate::api::resources::PODS;
@@ -16,17 +24,17 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 
-mod env;
 mod image;
 mod lifecycle;
 mod pod;
 mod prepare;
 mod probe;
 mod status;
-mod volumes;
+mod supervise;
 
-pub use env::{expand, field_ref};
 use pod::{IpLock, PodCtx};
+pub use prepare::expand;
+pub use prepare::sources::field_ref;
 use status::set_cond_reason;
 
 /// In-pod path of the service-account directory.
@@ -37,6 +45,9 @@ const EXIT_POLL: Duration = Duration::from_millis(50);
 
 /// Pods the node runs at once by default (the kubelet's default maxPods).
 pub const MAX_PODS: usize = 110;
+
+/// The container's log, in the pod's directory.
+const CONTAINER_LOG: &str = "container.log";
 
 /// Longest wait between restarts of a failing container.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -305,7 +316,7 @@ impl Kubelet {
         let pods = lock(&self.pods);
         pods.values()
             .find(|h| h.ns == ns && h.name == name)
-            .map(|h| h.dir.join("container.log"))
+            .map(|h| h.dir.join(CONTAINER_LOG))
     }
 
     /// Stops every pod and waits for them to be gone.

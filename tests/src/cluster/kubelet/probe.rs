@@ -1,111 +1,85 @@
-//! Supervising a running pod: its exit, control messages, and the readiness probe.
+//! Readiness probes: TCP, HTTP and exec checks with the kubelet's thresholds.
 
-use super::pod::{Outcome, PodCtx};
-use super::status::set_cond;
-use super::{lock, Ctl, EXIT_POLL};
-use crate::api::defaults::now_rfc3339;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// A container's readiness probe.
 pub(super) struct Probe {
     action: ProbeAction,
-    initial_delay: Duration,
-    period: Duration,
+    pub(super) initial_delay: Duration,
+    pub(super) period: Duration,
     timeout: Duration,
     success_threshold: u32,
     failure_threshold: u32,
 }
 
-pub(super) enum ProbeAction {
+enum ProbeAction {
     Tcp(u16),
     Http(u16, String),
     Exec(Vec<String>),
 }
 
-impl PodCtx {
-    /// Waits for the container to end, a control message, and runs the readiness probe.
-    pub(super) fn supervise(
+impl Probe {
+    /// Runs the check once against the pod at `ip`; `exec` makes the command of an exec probe
+    /// in the container (None: the container is not running, the check fails).
+    pub(super) fn check(
         &self,
-        rx: &Receiver<Ctl>,
-        probe: Option<&Probe>,
         ip: Ipv4Addr,
-    ) -> Outcome {
-        let started = Instant::now();
-        let mut next_probe = probe.map(|p| started + p.initial_delay);
-        let mut ready = probe.is_none();
-        let (mut ok_run, mut fail_run) = (0u32, 0u32);
-        loop {
-            let wait = match next_probe {
-                Some(t) => t.saturating_duration_since(Instant::now()).min(EXIT_POLL),
-                None => EXIT_POLL,
-            };
-            match rx.recv_timeout(wait) {
-                Ok(Ctl::Delete) | Ok(Ctl::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
-                    return Outcome::Stop
-                }
-                Ok(Ctl::Evict(m, done)) => return Outcome::Evicted(m, done),
-                Err(RecvTimeoutError::Timeout) => {}
+        exec: impl FnOnce(&[String]) -> Option<Command>,
+    ) -> bool {
+        match &self.action {
+            ProbeAction::Tcp(port) => {
+                TcpStream::connect_timeout(&SocketAddr::from((ip, *port)), self.timeout).is_ok()
             }
-            let exited = lock(&self.running)
-                .as_mut()
-                .and_then(|rp| rp.try_wait().ok().flatten());
-            if let Some(e) = exited {
-                return Outcome::Exited(e);
-            }
-            if let (Some(p), Some(t)) = (probe, next_probe) {
-                if Instant::now() >= t {
-                    let pass = self.probe_once(p, ip);
-                    if pass {
-                        ok_run += 1;
-                        fail_run = 0;
-                    } else {
-                        fail_run += 1;
-                        ok_run = 0;
-                    }
-                    let flip = if !ready && pass && ok_run >= p.success_threshold {
-                        Some(true)
-                    } else if ready && !pass && fail_run >= p.failure_threshold {
-                        Some(false)
-                    } else {
-                        None
-                    };
-                    if let Some(r) = flip {
-                        ready = r;
-                        self.status(|st| {
-                            let now = now_rfc3339();
-                            set_cond(st, "Ready", r, &now);
-                            set_cond(st, "ContainersReady", r, &now);
-                            if let Some(c) = st.pointer_mut("/containerStatuses/0") {
-                                c["ready"] = json!(r);
-                            }
-                        });
-                    }
-                    next_probe = Some(Instant::now() + p.period);
-                }
-            }
+            ProbeAction::Http(port, path) => http_probe(ip, *port, path, self.timeout),
+            ProbeAction::Exec(cmd) => match exec(cmd) {
+                Some(cmd) => run_with_timeout(cmd, self.timeout),
+                None => false,
+            },
+        }
+    }
+}
+
+/// Whether a container is ready, from its probe's results and thresholds.
+pub(super) struct Readiness {
+    pub(super) ready: bool,
+    ok_run: u32,
+    fail_run: u32,
+}
+
+impl Readiness {
+    /// Ready from the start when there is no probe.
+    pub(super) fn new(probe: Option<&Probe>) -> Self {
+        Readiness {
+            ready: probe.is_none(),
+            ok_run: 0,
+            fail_run: 0,
         }
     }
 
-    pub(super) fn probe_once(&self, p: &Probe, ip: Ipv4Addr) -> bool {
-        match &p.action {
-            ProbeAction::Tcp(port) => {
-                TcpStream::connect_timeout(&SocketAddr::from((ip, *port)), p.timeout).is_ok()
-            }
-            ProbeAction::Http(port, path) => http_probe(ip, *port, path, p.timeout),
-            ProbeAction::Exec(cmd) => {
-                let cmd = {
-                    let r = lock(&self.running);
-                    match r.as_ref() {
-                        Some(rp) => rp.exec(cmd, &[]),
-                        None => return false,
-                    }
-                };
-                run_with_timeout(cmd, p.timeout)
-            }
+    /// Counts one result; the new readiness when it flips.
+    pub(super) fn record(&mut self, p: &Probe, pass: bool) -> Option<bool> {
+        if pass {
+            self.ok_run += 1;
+            self.fail_run = 0;
+        } else {
+            self.fail_run += 1;
+            self.ok_run = 0;
         }
+        let flip = if !self.ready && pass && self.ok_run >= p.success_threshold {
+            Some(true)
+        } else if self.ready && !pass && self.fail_run >= p.failure_threshold {
+            Some(false)
+        } else {
+            None
+        };
+        if let Some(r) = flip {
+            self.ready = r;
+        }
+        flip
     }
 }
 
@@ -182,7 +156,7 @@ fn http_probe(ip: Ipv4Addr, port: u16, path: &str, timeout: Duration) -> bool {
         .is_some_and(|c| (200..400).contains(&c))
 }
 
-fn run_with_timeout(mut cmd: std::process::Command, timeout: Duration) -> bool {
+fn run_with_timeout(mut cmd: Command, timeout: Duration) -> bool {
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());

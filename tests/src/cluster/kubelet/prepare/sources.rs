@@ -1,7 +1,37 @@
-//! The container environment's pieces: downward-API fields, resource fields, `$(VAR)`
-//! expansion.
+//! Where volume files and environment values come from: Secret and ConfigMap data, the pod's
+//! downward-API fields, the container's resource fields.
 
+use base64::Engine;
 use serde_json::Value;
+
+/// The data of a Secret (`data`: base64 values).
+pub(super) fn decoded(data: &Value) -> Vec<(String, Vec<u8>)> {
+    data.as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        base64::engine::general_purpose::STANDARD
+                            .decode(v.as_str().unwrap_or(""))
+                            .unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The data of a ConfigMap (`data`: text values).
+pub(super) fn config_map_data(data: &Value) -> Vec<(String, Vec<u8>)> {
+    data.as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").as_bytes().to_vec()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
 
 /// The value of a downward-API field of a pod.
 pub fn field_ref(pod: &Value, path: &str) -> Option<String> {
@@ -41,6 +71,7 @@ pub fn field_ref(pod: &Value, path: &str) -> Option<String> {
     v.and_then(Value::as_str).map(String::from)
 }
 
+/// A `resourceFieldRef` of container `c` (CPUs rounded up, at least 1).
 pub(super) fn resource_field(c: &Value, r: &Value) -> String {
     let res = r["resource"].as_str().unwrap_or("");
     let (kind, name) = res.split_once('.').unwrap_or(("limits", res));
@@ -66,49 +97,10 @@ pub(super) fn resource_field(c: &Value, r: &Value) -> String {
     }
 }
 
-/// `$(VAR)` expansion as the kubelet does for env values, command and args.
-pub fn expand(s: &str, env: &[(String, String)]) -> String {
-    let mut out = String::new();
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'$' && i + 1 < b.len() {
-            if b[i + 1] == b'$' {
-                out.push('$');
-                i += 2;
-                continue;
-            }
-            if b[i + 1] == b'(' {
-                if let Some(end) = s[i + 2..].find(')') {
-                    let name = &s[i + 2..i + 2 + end];
-                    if let Some((_, v)) = env.iter().rev().find(|(k, _)| k == name) {
-                        out.push_str(v);
-                        i += end + 3;
-                        continue;
-                    }
-                }
-            }
-        }
-        let ch = s[i..].chars().next().expect("in bounds");
-        out.push(ch);
-        i += ch.len_utf8();
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn expansion() {
-        let env = vec![
-            ("A".to_string(), "1".to_string()),
-            ("B".to_string(), "x".to_string()),
-        ];
-        assert_eq!(expand("$(A)-$(B)-$(C)-$$(A)", &env), "1-x-$(C)-$(A)");
-    }
 
     #[test]
     fn field_refs() {
