@@ -1,0 +1,353 @@
+//! The Job controller: a Job's pods (Indexed or not) and its status and conditions.
+
+use super::indexes::compress_indexes;
+use super::job_policy::{pod_failure_rule, success_rule_met};
+use super::{
+    condition_true, is_ready, owned_pods, owner_ref, phase, seconds_since, set_condition, INDEX_KEY,
+};
+use crate::api::defaults::{now_rfc3339, random_suffix};
+use crate::api::resources::{JOBS, PODS};
+use crate::api::{DeleteOptions, Part, Store};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// Brings one Job's pods and status in line with its spec: Indexed or not, backoffLimit,
+/// successPolicy, podFailurePolicy (FailJob, Ignore, Count), activeDeadlineSeconds,
+/// ttlSecondsAfterFinished, and the conditions Complete, Failed, SuccessCriteriaMet and
+/// FailureTarget. A finishing Job's remaining pods are deleted (terminated by the kubelet).
+pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
+    let Ok(job) = store.get(&JOBS, ns, name) else {
+        return;
+    };
+    let spec = &job["spec"];
+    let conds: Vec<Value> = job
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let finished_cond = condition_true(&conds, "Complete")
+        .or_else(|| condition_true(&conds, "Failed"))
+        .cloned();
+    // ttlSecondsAfterFinished: the Job (and with it its pods) goes.
+    if let (Some(c), Some(ttl)) = (&finished_cond, spec["ttlSecondsAfterFinished"].as_i64()) {
+        if seconds_since(c["lastTransitionTime"].as_str().unwrap_or(""))
+            .is_some_and(|age| age >= ttl)
+        {
+            let opts = DeleteOptions {
+                propagation: Some("Background".into()),
+                ..Default::default()
+            };
+            let _ = store.delete(&JOBS, ns, name, &opts);
+            return;
+        }
+    }
+    let finished = finished_cond.is_some();
+    let pods = owned_pods(store, &job);
+    let indexed = spec["completionMode"] == "Indexed";
+    let completions = spec["completions"].as_i64();
+    let parallelism = spec["parallelism"].as_i64().unwrap_or(1).max(0);
+    let backoff = spec["backoffLimit"].as_i64().unwrap_or(6);
+    let suspended = spec["suspend"].as_bool().unwrap_or(false);
+    let active: Vec<&Arc<Value>> = pods
+        .iter()
+        .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
+        .collect();
+    let failure_policy = &spec["podFailurePolicy"];
+    // Failed pods and what the pod failure policy says about each.
+    let mut fail_job: Option<String> = None;
+    let mut failed = 0i64;
+    for p in pods.iter().filter(|p| phase(p) == "Failed") {
+        match pod_failure_rule(failure_policy, p) {
+            Some((action, _, msg)) if action == "FailJob" => {
+                failed += 1;
+                fail_job.get_or_insert(msg);
+            }
+            Some((action, _, _)) if action == "Ignore" => {}
+            _ => failed += 1,
+        }
+    }
+    let index_of = |p: &Value| -> Option<i64> {
+        p.pointer("/metadata/annotations")
+            .and_then(|a| a.get(INDEX_KEY))
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok())
+    };
+    let succeeded_idx: BTreeSet<i64> = pods
+        .iter()
+        .filter(|p| phase(p) == "Succeeded")
+        .filter_map(|p| index_of(p))
+        .collect();
+    let succeeded = if indexed {
+        succeeded_idx.len() as i64
+    } else {
+        pods.iter().filter(|p| phase(p) == "Succeeded").count() as i64
+    };
+    let deadline_passed = spec["activeDeadlineSeconds"].as_i64().is_some_and(|limit| {
+        job.pointer("/status/startTime")
+            .and_then(Value::as_str)
+            .and_then(seconds_since)
+            .is_some_and(|age| age >= limit)
+    });
+    let mut new_conds = conds.clone();
+    let mut done_now = false;
+    let mut terminate = false;
+    if !finished && !suspended {
+        let failure = if let Some(msg) = fail_job {
+            Some(("PodFailurePolicy", msg))
+        } else if failed > backoff {
+            Some((
+                "BackoffLimitExceeded",
+                "Job has reached the specified backoff limit".to_string(),
+            ))
+        } else if deadline_passed {
+            Some((
+                "DeadlineExceeded",
+                "Job was active longer than specified deadline".to_string(),
+            ))
+        } else {
+            None
+        };
+        let success_rule = if indexed {
+            success_rule_met(&spec["successPolicy"], &succeeded_idx)
+        } else {
+            None
+        };
+        if let Some((reason, msg)) = failure {
+            set_condition(&mut new_conds, "FailureTarget", reason, &msg);
+            set_condition(&mut new_conds, "Failed", reason, &msg);
+            terminate = true;
+            done_now = true;
+        } else if let Some(i) = success_rule {
+            let msg = format!("Matched rules at index {i}");
+            set_condition(&mut new_conds, "SuccessCriteriaMet", "SuccessPolicy", &msg);
+            set_condition(&mut new_conds, "Complete", "SuccessPolicy", &msg);
+            terminate = true;
+            done_now = true;
+        } else {
+            let complete = match completions {
+                Some(c) => succeeded >= c,
+                None => succeeded >= 1 && active.is_empty(),
+            };
+            if complete {
+                set_condition(
+                    &mut new_conds,
+                    "SuccessCriteriaMet",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                );
+                set_condition(
+                    &mut new_conds,
+                    "Complete",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                );
+                done_now = true;
+            } else {
+                create_job_pods(
+                    store,
+                    &job,
+                    &active,
+                    &succeeded_idx,
+                    indexed,
+                    completions,
+                    parallelism,
+                    succeeded,
+                );
+            }
+        }
+    }
+    // No pod stays running once the Job has finished.
+    if terminate || finished {
+        for p in &active {
+            let pn = p["metadata"]["name"].as_str().unwrap_or("");
+            let _ = store.delete(&PODS, ns, pn, &DeleteOptions::default());
+        }
+    }
+    let active_now = owned_pods(store, &job)
+        .iter()
+        .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
+        .count() as i64;
+    let ready = owned_pods(store, &job)
+        .iter()
+        .filter(|p| is_ready(p))
+        .count() as i64;
+    let _ = store.modify(&JOBS, ns, name, Part::Status, |v| {
+        let st = &mut v["status"];
+        if !st.is_object() {
+            *st = json!({});
+        }
+        if st.get("startTime").is_none() && !suspended {
+            st["startTime"] = json!(now_rfc3339());
+        }
+        st["active"] = json!(if done_now || finished { 0 } else { active_now });
+        st["ready"] = json!(ready);
+        st["succeeded"] = json!(succeeded);
+        st["failed"] = json!(failed);
+        st["terminating"] = json!(0);
+        st["uncountedTerminatedPods"] = json!({});
+        if indexed {
+            st["completedIndexes"] = json!(compress_indexes(&succeeded_idx));
+        }
+        if !new_conds.is_empty() {
+            st["conditions"] = json!(new_conds);
+        }
+        if done_now
+            && new_conds.iter().any(|c| c["type"] == "Complete")
+            && st.get("completionTime").is_none()
+        {
+            st["completionTime"] = json!(now_rfc3339());
+        }
+        for k in ["active", "succeeded", "failed", "terminating"] {
+            if st[k] == json!(0) {
+                if let Some(m) = st.as_object_mut() {
+                    m.remove(k);
+                }
+            }
+        }
+    });
+}
+
+/// Whether a Job needs reconciling as time passes (a deadline, or a TTL after finishing).
+pub(super) fn has_timers(job: &Value) -> bool {
+    let spec = &job["spec"];
+    let conds: Vec<Value> = job
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let finished =
+        condition_true(&conds, "Complete").is_some() || condition_true(&conds, "Failed").is_some();
+    if finished {
+        spec["ttlSecondsAfterFinished"].is_i64()
+    } else {
+        spec["activeDeadlineSeconds"].is_i64()
+    }
+}
+
+pub(super) fn reconcile_timed_jobs(store: &Store) {
+    if let Ok(l) = store.list(&JOBS, None, &Default::default()) {
+        for o in l.items.iter().filter(|o| has_timers(o)) {
+            let ns = o["metadata"]["namespace"].as_str().unwrap_or("");
+            let name = o["metadata"]["name"].as_str().unwrap_or("");
+            reconcile_job(store, ns, name);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn create_job_pods(
+    store: &Store,
+    job: &Value,
+    active: &[&Arc<Value>],
+    succeeded_idx: &BTreeSet<i64>,
+    indexed: bool,
+    completions: Option<i64>,
+    parallelism: i64,
+    succeeded: i64,
+) {
+    let ns = job["metadata"]["namespace"].as_str().unwrap_or("");
+    let name = job["metadata"]["name"].as_str().unwrap_or("");
+    if indexed {
+        let total = completions.unwrap_or(0);
+        let active_idx: BTreeSet<i64> = active
+            .iter()
+            .filter_map(|p| {
+                p.pointer("/metadata/annotations")
+                    .and_then(|a| a.get(INDEX_KEY))
+                    .and_then(Value::as_str)
+            })
+            .filter_map(|s| s.parse().ok())
+            .collect();
+        let want = parallelism.min(total - succeeded_idx.len() as i64) - active.len() as i64;
+        let todo: Vec<i64> = (0..total)
+            .filter(|i| !succeeded_idx.contains(i) && !active_idx.contains(i))
+            .take(want.max(0) as usize)
+            .collect();
+        for i in todo {
+            let _ = store.create(&PODS, ns, job_pod(job, Some(i)), false);
+        }
+    } else {
+        let want = match completions {
+            Some(c) => parallelism.min(c - succeeded),
+            None => {
+                if succeeded > 0 {
+                    0
+                } else {
+                    parallelism
+                }
+            }
+        } - active.len() as i64;
+        for _ in 0..want.max(0) {
+            let _ = store.create(&PODS, ns, job_pod(job, None), false);
+        }
+    }
+    let _ = name;
+}
+
+/// The pod a Job controller makes for completion index `index` (None: non-indexed).
+pub fn job_pod(job: &Value, index: Option<i64>) -> Value {
+    let name = job["metadata"]["name"].as_str().unwrap_or("");
+    let tmpl = &job["spec"]["template"];
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": tmpl.get("metadata").cloned().unwrap_or(json!({})),
+        "spec": tmpl.get("spec").cloned().unwrap_or(json!({})),
+    });
+    let m = &mut pod["metadata"];
+    if !m.is_object() {
+        *m = json!({});
+    }
+    for k in [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+    ] {
+        if let Some(o) = m.as_object_mut() {
+            o.remove(k);
+        }
+    }
+    if !m["labels"].is_object() {
+        m["labels"] = json!({});
+    }
+    if !m["annotations"].is_object() {
+        m["annotations"] = json!({});
+    }
+    let uid = job["metadata"]["uid"].clone();
+    m["labels"]["batch.kubernetes.io/controller-uid"] = uid.clone();
+    m["labels"]["controller-uid"] = uid;
+    m["labels"]["batch.kubernetes.io/job-name"] = json!(name);
+    m["labels"]["job-name"] = json!(name);
+    match index {
+        Some(i) => {
+            m["name"] = json!(format!("{name}-{i}-{}", random_suffix()));
+            m["generateName"] = json!(format!("{name}-{i}-"));
+            m["labels"][INDEX_KEY] = json!(i.to_string());
+            m["annotations"][INDEX_KEY] = json!(i.to_string());
+            pod["spec"]["hostname"] = json!(format!("{name}-{i}"));
+            let env = json!({
+                "name": "JOB_COMPLETION_INDEX",
+                "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": format!("metadata.annotations['{INDEX_KEY}']")}},
+            });
+            for list in ["initContainers", "containers"] {
+                if let Some(cs) = pod["spec"].get_mut(list).and_then(Value::as_array_mut) {
+                    for c in cs {
+                        if !c["env"].is_array() {
+                            c["env"] = json!([]);
+                        }
+                        c["env"].as_array_mut().expect("array").push(env.clone());
+                    }
+                }
+            }
+        }
+        None => {
+            m["name"] = json!(format!("{name}-{}", random_suffix()));
+            m["generateName"] = json!(format!("{name}-"));
+        }
+    }
+    pod["metadata"]["ownerReferences"] = owner_ref("batch/v1", "Job", job);
+    pod
+}
