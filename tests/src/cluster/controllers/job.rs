@@ -20,17 +20,15 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
     let Ok(job) = store.get(&JOBS, ns, name) else {
         return;
     };
-    let spec = &job["spec"];
-    let conds: Vec<Value> = job
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let conds = conditions(&job);
     let finished_cond = condition_true(&conds, "Complete")
         .or_else(|| condition_true(&conds, "Failed"))
         .cloned();
     // ttlSecondsAfterFinished: the Job (and with it its pods) goes.
-    if let (Some(c), Some(ttl)) = (&finished_cond, spec["ttlSecondsAfterFinished"].as_i64()) {
+    if let (Some(c), Some(ttl)) = (
+        &finished_cond,
+        job["spec"]["ttlSecondsAfterFinished"].as_i64(),
+    ) {
         if seconds_since(c["lastTransitionTime"].as_str().unwrap_or(""))
             .is_some_and(|age| age >= ttl)
         {
@@ -44,131 +42,185 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
     }
     let finished = finished_cond.is_some();
     let pods = owned_pods(store, &job);
-    let indexed = spec["completionMode"] == "Indexed";
-    let completions = spec["completions"].as_i64();
-    let parallelism = spec["parallelism"].as_i64().unwrap_or(1).max(0);
-    let backoff = spec["backoffLimit"].as_i64().unwrap_or(6);
-    let suspended = spec["suspend"].as_bool().unwrap_or(false);
-    let active: Vec<&Arc<Value>> = pods
-        .iter()
-        .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
-        .collect();
-    let failure_policy = &spec["podFailurePolicy"];
-    // Failed pods and what the pod failure policy says about each.
-    let mut fail_job: Option<String> = None;
-    let mut failed = 0i64;
-    for p in pods.iter().filter(|p| phase(p) == "Failed") {
-        match pod_failure_rule(failure_policy, p) {
-            Some((action, _, msg)) if action == "FailJob" => {
-                failed += 1;
-                fail_job.get_or_insert(msg);
-            }
-            Some((action, _, _)) if action == "Ignore" => {}
-            _ => failed += 1,
+    let state = JobState::of(&job, &pods);
+    let mut new_conds = conds.clone();
+    let (done_now, terminate) = if !finished && !state.suspended {
+        decide(store, &job, &state, &mut new_conds)
+    } else {
+        (false, false)
+    };
+    // No pod stays running once the Job has finished.
+    if terminate || finished {
+        for p in &state.active {
+            let pn = p["metadata"]["name"].as_str().unwrap_or("");
+            let _ = store.delete(&PODS, ns, pn, &DeleteOptions::default());
         }
     }
-    let index_of = |p: &Value| -> Option<i64> {
-        p.pointer("/metadata/annotations")
-            .and_then(|a| a.get(INDEX_KEY))
-            .and_then(Value::as_str)
-            .and_then(|s| s.parse().ok())
-    };
-    let succeeded_idx: BTreeSet<i64> = pods
-        .iter()
-        .filter(|p| phase(p) == "Succeeded")
-        .filter_map(|p| index_of(p))
-        .collect();
-    let succeeded = if indexed {
-        succeeded_idx.len() as i64
-    } else {
-        pods.iter().filter(|p| phase(p) == "Succeeded").count() as i64
-    };
-    let deadline_passed = spec["activeDeadlineSeconds"].as_i64().is_some_and(|limit| {
-        job.pointer("/status/startTime")
-            .and_then(Value::as_str)
-            .and_then(seconds_since)
-            .is_some_and(|age| age >= limit)
-    });
-    let mut new_conds = conds.clone();
-    let mut done_now = false;
-    let mut terminate = false;
-    if !finished && !suspended {
-        let failure = if let Some(msg) = fail_job {
-            Some(("PodFailurePolicy", msg))
-        } else if failed > backoff {
+    write_status(
+        store,
+        &job,
+        &state,
+        &new_conds,
+        done_now || finished,
+        done_now,
+    );
+}
+
+/// The Job's conditions.
+fn conditions(job: &Value) -> Vec<Value> {
+    job.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A Job's spec and what its pods tell.
+struct JobState<'a> {
+    indexed: bool,
+    completions: Option<i64>,
+    parallelism: i64,
+    backoff: i64,
+    suspended: bool,
+    /// Pods neither Succeeded nor Failed.
+    active: Vec<&'a Arc<Value>>,
+    /// Failed pods, counted by the pod failure policy.
+    failed: i64,
+    /// The message of the first failed pod whose failure fails the Job.
+    fail_job: Option<String>,
+    succeeded_idx: BTreeSet<i64>,
+    succeeded: i64,
+    deadline_passed: bool,
+}
+
+impl<'a> JobState<'a> {
+    fn of(job: &Value, pods: &'a [Arc<Value>]) -> JobState<'a> {
+        let spec = &job["spec"];
+        let indexed = spec["completionMode"] == "Indexed";
+        // Failed pods and what the pod failure policy says about each.
+        let mut fail_job: Option<String> = None;
+        let mut failed = 0i64;
+        for p in pods.iter().filter(|p| phase(p) == "Failed") {
+            match pod_failure_rule(&spec["podFailurePolicy"], p) {
+                Some((action, _, msg)) if action == "FailJob" => {
+                    failed += 1;
+                    fail_job.get_or_insert(msg);
+                }
+                Some((action, _, _)) if action == "Ignore" => {}
+                _ => failed += 1,
+            }
+        }
+        let succeeded_idx: BTreeSet<i64> = pods
+            .iter()
+            .filter(|p| phase(p) == "Succeeded")
+            .filter_map(|p| index_of(p))
+            .collect();
+        let succeeded = if indexed {
+            succeeded_idx.len() as i64
+        } else {
+            pods.iter().filter(|p| phase(p) == "Succeeded").count() as i64
+        };
+        let deadline_passed = spec["activeDeadlineSeconds"].as_i64().is_some_and(|limit| {
+            job.pointer("/status/startTime")
+                .and_then(Value::as_str)
+                .and_then(seconds_since)
+                .is_some_and(|age| age >= limit)
+        });
+        JobState {
+            indexed,
+            completions: spec["completions"].as_i64(),
+            parallelism: spec["parallelism"].as_i64().unwrap_or(1).max(0),
+            backoff: spec["backoffLimit"].as_i64().unwrap_or(6),
+            suspended: spec["suspend"].as_bool().unwrap_or(false),
+            active: pods
+                .iter()
+                .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
+                .collect(),
+            failed,
+            fail_job,
+            succeeded_idx,
+            succeeded,
+            deadline_passed,
+        }
+    }
+
+    /// Why the Job fails now (reason, message), if it does.
+    fn failure(&self) -> Option<(&'static str, String)> {
+        if let Some(msg) = &self.fail_job {
+            Some(("PodFailurePolicy", msg.clone()))
+        } else if self.failed > self.backoff {
             Some((
                 "BackoffLimitExceeded",
                 "Job has reached the specified backoff limit".to_string(),
             ))
-        } else if deadline_passed {
+        } else if self.deadline_passed {
             Some((
                 "DeadlineExceeded",
                 "Job was active longer than specified deadline".to_string(),
             ))
         } else {
             None
-        };
-        let success_rule = if indexed {
-            success_rule_met(&spec["successPolicy"], &succeeded_idx)
-        } else {
-            None
-        };
-        if let Some((reason, msg)) = failure {
-            set_condition(&mut new_conds, "FailureTarget", reason, &msg);
-            set_condition(&mut new_conds, "Failed", reason, &msg);
-            terminate = true;
-            done_now = true;
-        } else if let Some(i) = success_rule {
-            let msg = format!("Matched rules at index {i}");
-            set_condition(&mut new_conds, "SuccessCriteriaMet", "SuccessPolicy", &msg);
-            set_condition(&mut new_conds, "Complete", "SuccessPolicy", &msg);
-            terminate = true;
-            done_now = true;
-        } else {
-            let complete = match completions {
-                Some(c) => succeeded >= c,
-                None => succeeded >= 1 && active.is_empty(),
-            };
-            if complete {
-                set_condition(
-                    &mut new_conds,
-                    "SuccessCriteriaMet",
-                    "CompletionsReached",
-                    "Reached expected number of succeeded pods",
-                );
-                set_condition(
-                    &mut new_conds,
-                    "Complete",
-                    "CompletionsReached",
-                    "Reached expected number of succeeded pods",
-                );
-                done_now = true;
-            } else {
-                create_job_pods(
-                    store,
-                    &job,
-                    &active,
-                    &succeeded_idx,
-                    indexed,
-                    completions,
-                    parallelism,
-                    succeeded,
-                );
-            }
         }
     }
-    // No pod stays running once the Job has finished.
-    if terminate || finished {
-        for p in &active {
-            let pn = p["metadata"]["name"].as_str().unwrap_or("");
-            let _ = store.delete(&PODS, ns, pn, &DeleteOptions::default());
-        }
+}
+
+/// The completion index of a Job's pod.
+fn index_of(p: &Value) -> Option<i64> {
+    p.pointer("/metadata/annotations")
+        .and_then(|a| a.get(INDEX_KEY))
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+}
+
+/// Decides a running Job: it fails, succeeds by its success policy or completions, or gets
+/// the pods it lacks. (done now, its remaining pods to be terminated).
+fn decide(store: &Store, job: &Value, state: &JobState, conds: &mut Vec<Value>) -> (bool, bool) {
+    let success_rule = if state.indexed {
+        success_rule_met(&job["spec"]["successPolicy"], &state.succeeded_idx)
+    } else {
+        None
+    };
+    if let Some((reason, msg)) = state.failure() {
+        set_condition(conds, "FailureTarget", reason, &msg);
+        set_condition(conds, "Failed", reason, &msg);
+        return (true, true);
     }
-    let active_now = owned_pods(store, &job)
+    if let Some(i) = success_rule {
+        let msg = format!("Matched rules at index {i}");
+        set_condition(conds, "SuccessCriteriaMet", "SuccessPolicy", &msg);
+        set_condition(conds, "Complete", "SuccessPolicy", &msg);
+        return (true, true);
+    }
+    let complete = match state.completions {
+        Some(c) => state.succeeded >= c,
+        None => state.succeeded >= 1 && state.active.is_empty(),
+    };
+    if complete {
+        let msg = "Reached expected number of succeeded pods";
+        set_condition(conds, "SuccessCriteriaMet", "CompletionsReached", msg);
+        set_condition(conds, "Complete", "CompletionsReached", msg);
+        return (true, false);
+    }
+    create_job_pods(store, job, state);
+    (false, false)
+}
+
+/// Writes the Job's status: counts, completed indexes, conditions (`ended`: the Job has
+/// finished or does now, `done_now`: now).
+fn write_status(
+    store: &Store,
+    job: &Value,
+    state: &JobState,
+    conds: &[Value],
+    ended: bool,
+    done_now: bool,
+) {
+    let ns = job["metadata"]["namespace"].as_str().unwrap_or("");
+    let name = job["metadata"]["name"].as_str().unwrap_or("");
+    let active_now = owned_pods(store, job)
         .iter()
         .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
         .count() as i64;
-    let ready = owned_pods(store, &job)
+    let ready = owned_pods(store, job)
         .iter()
         .filter(|p| is_ready(p))
         .count() as i64;
@@ -177,23 +229,23 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
         if !st.is_object() {
             *st = json!({});
         }
-        if st.get("startTime").is_none() && !suspended {
+        if st.get("startTime").is_none() && !state.suspended {
             st["startTime"] = json!(now_rfc3339());
         }
-        st["active"] = json!(if done_now || finished { 0 } else { active_now });
+        st["active"] = json!(if ended { 0 } else { active_now });
         st["ready"] = json!(ready);
-        st["succeeded"] = json!(succeeded);
-        st["failed"] = json!(failed);
+        st["succeeded"] = json!(state.succeeded);
+        st["failed"] = json!(state.failed);
         st["terminating"] = json!(0);
         st["uncountedTerminatedPods"] = json!({});
-        if indexed {
-            st["completedIndexes"] = json!(compress_indexes(&succeeded_idx));
+        if state.indexed {
+            st["completedIndexes"] = json!(compress_indexes(&state.succeeded_idx));
         }
-        if !new_conds.is_empty() {
-            st["conditions"] = json!(new_conds);
+        if !conds.is_empty() {
+            st["conditions"] = json!(conds);
         }
         if done_now
-            && new_conds.iter().any(|c| c["type"] == "Complete")
+            && conds.iter().any(|c| c["type"] == "Complete")
             && st.get("completionTime").is_none()
         {
             st["completionTime"] = json!(now_rfc3339());
@@ -211,11 +263,7 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
 /// Whether a Job needs reconciling as time passes (a deadline, or a TTL after finishing).
 pub(super) fn has_timers(job: &Value) -> bool {
     let spec = &job["spec"];
-    let conds: Vec<Value> = job
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let conds = conditions(job);
     let finished =
         condition_true(&conds, "Complete").is_some() || condition_true(&conds, "Failed").is_some();
     if finished {
@@ -225,6 +273,7 @@ pub(super) fn has_timers(job: &Value) -> bool {
     }
 }
 
+/// Reconciles the Jobs that have a deadline or a TTL running.
 pub(super) fn reconcile_timed_jobs(store: &Store) {
     if let Ok(l) = store.list(&JOBS, None, &Default::default()) {
         for o in l.items.iter().filter(|o| has_timers(o)) {
@@ -235,54 +284,40 @@ pub(super) fn reconcile_timed_jobs(store: &Store) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn create_job_pods(
-    store: &Store,
-    job: &Value,
-    active: &[&Arc<Value>],
-    succeeded_idx: &BTreeSet<i64>,
-    indexed: bool,
-    completions: Option<i64>,
-    parallelism: i64,
-    succeeded: i64,
-) {
+/// Creates the pods a running Job lacks: up to `parallelism` active, the missing indexes of
+/// an Indexed Job first.
+fn create_job_pods(store: &Store, job: &Value, state: &JobState) {
     let ns = job["metadata"]["namespace"].as_str().unwrap_or("");
-    let name = job["metadata"]["name"].as_str().unwrap_or("");
-    if indexed {
-        let total = completions.unwrap_or(0);
-        let active_idx: BTreeSet<i64> = active
-            .iter()
-            .filter_map(|p| {
-                p.pointer("/metadata/annotations")
-                    .and_then(|a| a.get(INDEX_KEY))
-                    .and_then(Value::as_str)
-            })
-            .filter_map(|s| s.parse().ok())
-            .collect();
-        let want = parallelism.min(total - succeeded_idx.len() as i64) - active.len() as i64;
+    let active = state.active.len() as i64;
+    if state.indexed {
+        let total = state.completions.unwrap_or(0);
+        let active_idx: BTreeSet<i64> = state.active.iter().filter_map(|p| index_of(p)).collect();
+        let want = state
+            .parallelism
+            .min(total - state.succeeded_idx.len() as i64)
+            - active;
         let todo: Vec<i64> = (0..total)
-            .filter(|i| !succeeded_idx.contains(i) && !active_idx.contains(i))
+            .filter(|i| !state.succeeded_idx.contains(i) && !active_idx.contains(i))
             .take(want.max(0) as usize)
             .collect();
         for i in todo {
             let _ = store.create(&PODS, ns, job_pod(job, Some(i)), false);
         }
     } else {
-        let want = match completions {
-            Some(c) => parallelism.min(c - succeeded),
+        let want = match state.completions {
+            Some(c) => state.parallelism.min(c - state.succeeded),
             None => {
-                if succeeded > 0 {
+                if state.succeeded > 0 {
                     0
                 } else {
-                    parallelism
+                    state.parallelism
                 }
             }
-        } - active.len() as i64;
+        } - active;
         for _ in 0..want.max(0) {
             let _ = store.create(&PODS, ns, job_pod(job, None), false);
         }
     }
-    let _ = name;
 }
 
 /// The pod a Job controller makes for completion index `index` (None: non-indexed).

@@ -1,6 +1,10 @@
 //! The Job and StatefulSet controllers: they expand those objects into pods as the real
 //! controllers do and keep their status up to date. They only use the store, so they also run
 //! next to an API server without pods ([`spawn`]).
+//!
+//! This file routes store events to the controllers and holds what they share (owners, pod
+//! phases, conditions); one file per controller (`job`, `statefulset`), with the Job's
+//! policies (`job_policy`) and index sets (`indexes`) beside it.
 
 use crate::api::defaults::now_rfc3339;
 use crate::api::resources::{JOBS, PODS, STATEFULSETS};
