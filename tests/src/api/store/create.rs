@@ -1,0 +1,152 @@
+//! Creates: names (generateName), metadata, defaults and validation, admission.
+
+use super::{check_type, meta_str, normalize, EventType, Inner, Obj, Store};
+use crate::api::defaults::{self, ensure_object, new_uid, now_rfc3339, random_suffix};
+use crate::api::resources::{self, ResourceType};
+use crate::api::status::ApiError;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+impl Store {
+    /// Creates an object of `rt` in namespace `ns` ("" for cluster-scoped resources).
+    pub fn create(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        obj: Value,
+        dry_run: bool,
+    ) -> Result<Obj, ApiError> {
+        let mut g = self.lock();
+        self.create_locked(&mut g, rt, ns, obj, dry_run)
+    }
+
+    pub(super) fn create_locked(
+        &self,
+        g: &mut Inner,
+        rt: &'static ResourceType,
+        ns: &str,
+        mut obj: Value,
+        dry_run: bool,
+    ) -> Result<Obj, ApiError> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(format!(
+                "the body of a {} create must be a JSON object",
+                rt.kind
+            )));
+        }
+        check_type(rt, &obj)?;
+        obj["apiVersion"] = json!(rt.api_version());
+        obj["kind"] = json!(rt.kind);
+        ensure_object(&mut obj, "/metadata");
+        let body_ns = meta_str(&obj, "namespace").unwrap_or("").to_string();
+        if rt.namespaced {
+            if !body_ns.is_empty() && body_ns != ns {
+                return Err(ApiError::bad_request(format!(
+                    "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
+                )));
+            }
+            if ns.is_empty() {
+                return Err(ApiError::bad_request(format!(
+                    "{} must be created in a namespace",
+                    rt.qualified()
+                )));
+            }
+            let ns_key = (String::new(), ns.to_string());
+            if !g
+                .tables
+                .get(resources::NAMESPACES.key())
+                .is_some_and(|t| t.contains_key(&ns_key))
+            {
+                return Err(ApiError::not_found(&resources::NAMESPACES, ns));
+            }
+            obj["metadata"]["namespace"] = json!(ns);
+        } else if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("namespace");
+        }
+        let table = g.tables.entry(rt.key()).or_default();
+        let mut name = meta_str(&obj, "name").unwrap_or("").to_string();
+        if name.is_empty() {
+            let Some(prefix) = meta_str(&obj, "generateName")
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+            else {
+                return Err(ApiError::invalid(
+                    rt,
+                    "",
+                    &[(
+                        "metadata.name".into(),
+                        "Required value: name or generateName is required".into(),
+                    )],
+                ));
+            };
+            for _ in 0..100 {
+                let candidate = format!("{prefix}{}", random_suffix());
+                if !table.contains_key(&(ns.to_string(), candidate.clone())) {
+                    name = candidate;
+                    break;
+                }
+            }
+            if name.is_empty() {
+                return Err(ApiError::new(
+                    409,
+                    "AlreadyExists",
+                    format!("could not generate a unique name from generateName {prefix:?}"),
+                ));
+            }
+            obj["metadata"]["name"] = json!(name);
+        }
+        if let Err(e) = defaults::check_name(rt, &name) {
+            return Err(ApiError::invalid(rt, &name, &[("metadata.name".into(), e)]));
+        }
+        if table.contains_key(&(ns.to_string(), name.clone())) {
+            return Err(ApiError::already_exists(rt, &name));
+        }
+        let m = obj["metadata"]
+            .as_object_mut()
+            .expect("metadata is an object");
+        m.insert("uid".into(), json!(new_uid()));
+        m.insert("creationTimestamp".into(), json!(now_rfc3339()));
+        m.remove("resourceVersion");
+        m.remove("deletionTimestamp");
+        m.remove("deletionGracePeriodSeconds");
+        m.remove("selfLink");
+        if obj.get("spec").is_some() {
+            obj["metadata"]["generation"] = json!(1);
+        } else if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("generation");
+        }
+        defaults::apply(rt, &mut obj, true);
+        defaults::validate(rt, &obj, None)?;
+        if rt.is("", "pods") {
+            // The ServiceAccount admission check.
+            let sa = obj
+                .pointer("/spec/serviceAccountName")
+                .and_then(Value::as_str)
+                .unwrap_or("default")
+                .to_string();
+            let sa_key = (ns.to_string(), sa.clone());
+            if !g
+                .tables
+                .get(resources::SERVICEACCOUNTS.key())
+                .is_some_and(|t| t.contains_key(&sa_key))
+            {
+                return Err(ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!("pods \"{name}\" is forbidden: error looking up service account {ns}/{sa}: serviceaccount \"{sa}\" not found"),
+                ));
+            }
+        }
+        let obj = normalize(rt, obj)?;
+        if dry_run {
+            return Ok(Arc::new(obj));
+        }
+        let created = self.commit(g, rt, EventType::Added, obj, None);
+        if rt.is("", "namespaces") {
+            // As the service-account controller does: every namespace gets a "default" SA.
+            let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}});
+            let _ = self.create_locked(g, &resources::SERVICEACCOUNTS, &name, sa, false);
+        }
+        Ok(created)
+    }
+}

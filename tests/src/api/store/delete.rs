@@ -1,0 +1,156 @@
+//! Deletes: preconditions, namespace contents, garbage collection of dependents (or orphaning).
+
+use super::{meta_str, DeleteOptions, EventType, Inner, ListQuery, Obj, Part, Store};
+use crate::api::defaults::now_rfc3339;
+use crate::api::resources::{self, ResourceType};
+use crate::api::status::ApiError;
+use serde_json::{json, Value};
+use std::ops::Bound;
+use std::sync::Arc;
+
+impl Store {
+    /// Deletes an object (immediately, whatever the grace period) and, unless the propagation
+    /// policy is "Orphan", the objects it owns; deleting a namespace deletes its contents.
+    pub fn delete(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Obj, ApiError> {
+        let mut g = self.lock();
+        self.delete_locked(&mut g, rt, ns, name, opts)
+    }
+
+    pub(super) fn delete_locked(
+        &self,
+        g: &mut Inner,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Obj, ApiError> {
+        let key = (ns.to_string(), name.to_string());
+        let old = g
+            .tables
+            .get(rt.key())
+            .and_then(|t| t.get(&key))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(rt, name))?;
+        if let Some(uid) = &opts.precondition_uid {
+            if meta_str(&old, "uid") != Some(uid.as_str()) {
+                return Err(ApiError::conflict(
+                    rt,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        meta_str(&old, "uid").unwrap_or("")
+                    ),
+                ));
+            }
+        }
+        if let Some(rv) = &opts.precondition_rv {
+            if meta_str(&old, "resourceVersion") != Some(rv.as_str()) {
+                return Err(ApiError::conflict(
+                    rt,
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        meta_str(&old, "resourceVersion").unwrap_or("")
+                    ),
+                ));
+            }
+        }
+        let mut last = (*old).clone();
+        last["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+        last["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        if opts.dry_run {
+            return Ok(Arc::new(last));
+        }
+        let deleted = self.commit(g, rt, EventType::Deleted, last, Some(old.clone()));
+        // Contents of a deleted namespace.
+        if rt.is("", "namespaces") {
+            let doomed: Vec<(&'static ResourceType, String)> = resources::ALL
+                .iter()
+                .filter(|r| r.namespaced)
+                .flat_map(|r| {
+                    g.tables
+                        .get(r.key())
+                        .map(|t| {
+                            t.range((
+                                Bound::Included((name.to_string(), String::new())),
+                                Bound::Unbounded,
+                            ))
+                            .take_while(|(k, _)| k.0 == name)
+                            .map(|(k, _)| (*r, k.1.clone()))
+                            .collect::<Vec<_>>()
+                        })
+                        .unwrap_or_default()
+                })
+                .collect();
+            for (r, n) in doomed {
+                let _ = self.delete_locked(g, r, name, &n, &DeleteOptions::default());
+            }
+        }
+        // Garbage collection of dependents.
+        if let Some(uid) = meta_str(&old, "uid").map(String::from) {
+            let deps: Vec<(&'static str, String, String)> = g
+                .dependents
+                .get(&uid)
+                .map(|s| s.iter().cloned().collect())
+                .unwrap_or_default();
+            let orphan = opts.propagation.as_deref() == Some("Orphan");
+            for (k, dns, dname) in deps {
+                let Some(drt) = resources::ALL.iter().copied().find(|r| r.key() == k) else {
+                    continue;
+                };
+                if orphan {
+                    let dkey = (dns.clone(), dname.clone());
+                    if let Some(cur) = g.tables.get(k).and_then(|t| t.get(&dkey)).cloned() {
+                        let mut doc = (*cur).clone();
+                        if let Some(a) = doc
+                            .pointer_mut("/metadata/ownerReferences")
+                            .and_then(Value::as_array_mut)
+                        {
+                            a.retain(|o| {
+                                o.get("uid").and_then(Value::as_str) != Some(uid.as_str())
+                            });
+                        }
+                        let _ =
+                            self.update_locked(g, drt, &dns, &dname, doc, Part::Main, false, false);
+                    }
+                } else {
+                    let _ = self.delete_locked(g, drt, &dns, &dname, &DeleteOptions::default());
+                }
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Deletes every object of `rt` in `ns` (or everywhere) matching the query's selectors.
+    pub fn delete_collection(
+        &self,
+        rt: &'static ResourceType,
+        ns: Option<&str>,
+        q: &ListQuery,
+        opts: &DeleteOptions,
+    ) -> Result<Vec<Obj>, ApiError> {
+        let all = ListQuery {
+            labels: q.labels.clone(),
+            fields: q.fields.clone(),
+            limit: None,
+            continue_token: None,
+        };
+        let items = self.list(rt, ns, &all)?.items;
+        let mut g = self.lock();
+        let mut out = Vec::new();
+        for it in items {
+            let ns = meta_str(&it, "namespace").unwrap_or("");
+            let name = meta_str(&it, "name").unwrap_or("");
+            if let Ok(o) = self.delete_locked(&mut g, rt, ns, name, opts) {
+                out.push(o);
+            }
+        }
+        Ok(out)
+    }
+}

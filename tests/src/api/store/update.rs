@@ -1,0 +1,225 @@
+//! Updates: replace (PUT), patches (merge, JSON, apply), and atomic in-process changes.
+
+use super::{
+    check_type, meta_str, normalize, without_rv, EventType, Inner, Obj, Part, Patch, Store,
+};
+use crate::api::defaults::{self, ensure_object};
+use crate::api::resources::ResourceType;
+use crate::api::status::ApiError;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+impl Store {
+    /// Replaces an object (PUT). A non-empty metadata.resourceVersion must match the stored one.
+    pub fn update(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        obj: Value,
+        part: Part,
+        dry_run: bool,
+    ) -> Result<Obj, ApiError> {
+        let mut g = self.lock();
+        self.update_locked(&mut g, rt, ns, name, obj, part, true, dry_run)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn update_locked(
+        &self,
+        g: &mut Inner,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        mut obj: Value,
+        part: Part,
+        check_rv: bool,
+        dry_run: bool,
+    ) -> Result<Obj, ApiError> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(format!(
+                "the body of a {} update must be a JSON object",
+                rt.kind
+            )));
+        }
+        check_type(rt, &obj)?;
+        let key = (ns.to_string(), name.to_string());
+        let old = g
+            .tables
+            .get(rt.key())
+            .and_then(|t| t.get(&key))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(rt, name))?;
+        ensure_object(&mut obj, "/metadata");
+        let body_name = meta_str(&obj, "name").unwrap_or("");
+        if !body_name.is_empty() && body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        let body_ns = meta_str(&obj, "namespace").unwrap_or("");
+        if rt.namespaced && !body_ns.is_empty() && body_ns != ns {
+            return Err(ApiError::bad_request(format!(
+                "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
+            )));
+        }
+        if check_rv {
+            if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|s| !s.is_empty()) {
+                if Some(rv) != meta_str(&old, "resourceVersion") {
+                    return Err(ApiError::conflict(
+                        rt,
+                        name,
+                        "the object has been modified; please apply your changes to the latest version and try again",
+                    ));
+                }
+            }
+        }
+        let mut new = match part {
+            Part::Main => {
+                let mut new = obj;
+                if rt.has_status() {
+                    match old.get("status") {
+                        Some(s) => new["status"] = s.clone(),
+                        None => {
+                            if let Some(m) = new.as_object_mut() {
+                                m.remove("status");
+                            }
+                        }
+                    }
+                }
+                new
+            }
+            Part::Status => {
+                let mut new = (*old).clone();
+                match obj.get("status") {
+                    Some(s) => new["status"] = s.clone(),
+                    None => {
+                        if let Some(m) = new.as_object_mut() {
+                            m.remove("status");
+                        }
+                    }
+                }
+                new
+            }
+        };
+        new["apiVersion"] = json!(rt.api_version());
+        new["kind"] = json!(rt.kind);
+        {
+            let om = old["metadata"]
+                .as_object()
+                .expect("stored objects have metadata");
+            let nm = new["metadata"]
+                .as_object_mut()
+                .expect("metadata is an object");
+            for f in [
+                "uid",
+                "creationTimestamp",
+                "namespace",
+                "name",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generateName",
+            ] {
+                match om.get(f) {
+                    Some(v) => nm.insert(f.into(), v.clone()),
+                    None => nm.remove(f),
+                };
+            }
+            nm.remove("resourceVersion");
+            let gen = om.get("generation").and_then(Value::as_i64);
+            match gen {
+                Some(g) => nm.insert("generation".into(), json!(g)),
+                None => nm.remove("generation"),
+            };
+        }
+        defaults::apply(rt, &mut new, false);
+        defaults::validate(rt, &new, Some(&old))?;
+        let mut new = normalize(rt, new)?;
+        if new.get("spec") != old.get("spec") && new.get("spec").is_some() {
+            let gen = old
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            new["metadata"]["generation"] = json!(gen + 1);
+        }
+        if without_rv(&new) == without_rv(&old) {
+            return Ok(old);
+        }
+        if dry_run {
+            new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+            return Ok(Arc::new(new));
+        }
+        Ok(self.commit(g, rt, EventType::Modified, new, Some(old)))
+    }
+
+    /// Applies a patch to an object (to its status only, for `Part::Status`).
+    pub fn patch(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        patch: Patch,
+        part: Part,
+        dry_run: bool,
+    ) -> Result<Obj, ApiError> {
+        let mut g = self.lock();
+        let key = (ns.to_string(), name.to_string());
+        let current = g.tables.get(rt.key()).and_then(|t| t.get(&key)).cloned();
+        let Some(current) = current else {
+            if let (Patch::Apply(body), Part::Main) = (&patch, part) {
+                let mut body = body.clone();
+                ensure_object(&mut body, "/metadata");
+                body["metadata"]["name"] = json!(name);
+                return self.create_locked(&mut g, rt, ns, body, dry_run);
+            }
+            return Err(ApiError::not_found(rt, name));
+        };
+        let mut doc = (*current).clone();
+        match patch {
+            Patch::Merge(p) | Patch::Apply(p) => {
+                if !p.is_object() {
+                    return Err(ApiError::bad_request("a merge patch must be a JSON object"));
+                }
+                json_patch::merge(&mut doc, &p);
+            }
+            Patch::Json(p) => {
+                let ops: json_patch::Patch = serde_json::from_value(p).map_err(|e| {
+                    ApiError::bad_request(format!("the JSON patch is malformed: {e}"))
+                })?;
+                json_patch::patch(&mut doc, &ops).map_err(|e| {
+                    ApiError::new(
+                        422,
+                        "Invalid",
+                        format!("the JSON patch could not be applied: {e}"),
+                    )
+                })?;
+            }
+        }
+        // A resourceVersion in the patch is a precondition.
+        let rv_in_patch =
+            meta_str(&doc, "resourceVersion") != meta_str(&current, "resourceVersion");
+        self.update_locked(&mut g, rt, ns, name, doc, part, rv_in_patch, dry_run)
+    }
+
+    /// Reads, changes and writes an object atomically (no conflicts), e.g. for status updates.
+    pub fn modify(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        part: Part,
+        f: impl FnOnce(&mut Value),
+    ) -> Result<Obj, ApiError> {
+        let mut g = self.lock();
+        let key = (ns.to_string(), name.to_string());
+        let current = g
+            .tables
+            .get(rt.key())
+            .and_then(|t| t.get(&key))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(rt, name))?;
+        let mut doc = (*current).clone();
+        f(&mut doc);
+        self.update_locked(&mut g, rt, ns, name, doc, part, false, false)
+    }
+}
