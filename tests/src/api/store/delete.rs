@@ -37,30 +37,7 @@ impl Store {
             .and_then(|t| t.get(&key))
             .cloned()
             .ok_or_else(|| ApiError::not_found(rt, name))?;
-        if let Some(uid) = &opts.precondition_uid {
-            if meta_str(&old, "uid") != Some(uid.as_str()) {
-                return Err(ApiError::conflict(
-                    rt,
-                    name,
-                    &format!(
-                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                        meta_str(&old, "uid").unwrap_or("")
-                    ),
-                ));
-            }
-        }
-        if let Some(rv) = &opts.precondition_rv {
-            if meta_str(&old, "resourceVersion") != Some(rv.as_str()) {
-                return Err(ApiError::conflict(
-                    rt,
-                    name,
-                    &format!(
-                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                        meta_str(&old, "resourceVersion").unwrap_or("")
-                    ),
-                ));
-            }
-        }
+        check_preconditions(rt, name, &old, opts)?;
         let mut last = (*old).clone();
         last["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
         last["metadata"]["deletionGracePeriodSeconds"] = json!(0);
@@ -70,61 +47,46 @@ impl Store {
         let deleted = self.commit(g, rt, EventType::Deleted, last, Some(old.clone()));
         // Contents of a deleted namespace.
         if rt.is("", "namespaces") {
-            let doomed: Vec<(&'static ResourceType, String)> = resources::ALL
-                .iter()
-                .filter(|r| r.namespaced)
-                .flat_map(|r| {
-                    g.tables
-                        .get(r.key())
-                        .map(|t| {
-                            t.range((
-                                Bound::Included((name.to_string(), String::new())),
-                                Bound::Unbounded,
-                            ))
-                            .take_while(|(k, _)| k.0 == name)
-                            .map(|(k, _)| (*r, k.1.clone()))
-                            .collect::<Vec<_>>()
-                        })
-                        .unwrap_or_default()
-                })
-                .collect();
-            for (r, n) in doomed {
+            for (r, n) in namespace_contents(g, name) {
                 let _ = self.delete_locked(g, r, name, &n, &DeleteOptions::default());
             }
         }
         // Garbage collection of dependents.
         if let Some(uid) = meta_str(&old, "uid").map(String::from) {
-            let deps: Vec<(&'static str, String, String)> = g
-                .dependents
-                .get(&uid)
-                .map(|s| s.iter().cloned().collect())
-                .unwrap_or_default();
             let orphan = opts.propagation.as_deref() == Some("Orphan");
-            for (k, dns, dname) in deps {
-                let Some(drt) = resources::ALL.iter().copied().find(|r| r.key() == k) else {
-                    continue;
-                };
-                if orphan {
-                    let dkey = (dns.clone(), dname.clone());
-                    if let Some(cur) = g.tables.get(k).and_then(|t| t.get(&dkey)).cloned() {
-                        let mut doc = (*cur).clone();
-                        if let Some(a) = doc
-                            .pointer_mut("/metadata/ownerReferences")
-                            .and_then(Value::as_array_mut)
-                        {
-                            a.retain(|o| {
-                                o.get("uid").and_then(Value::as_str) != Some(uid.as_str())
-                            });
-                        }
-                        let _ =
-                            self.update_locked(g, drt, &dns, &dname, doc, Part::Main, false, false);
-                    }
-                } else {
-                    let _ = self.delete_locked(g, drt, &dns, &dname, &DeleteOptions::default());
-                }
-            }
+            self.collect_dependents(g, &uid, orphan);
         }
         Ok(deleted)
+    }
+
+    /// Deletes the objects the object with `uid` owns, or (`orphan`) removes it from their
+    /// owners.
+    fn collect_dependents(&self, g: &mut Inner, uid: &str, orphan: bool) {
+        let deps: Vec<(&'static str, String, String)> = g
+            .dependents
+            .get(uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        for (k, dns, dname) in deps {
+            let Some(drt) = resources::ALL.iter().copied().find(|r| r.key() == k) else {
+                continue;
+            };
+            if !orphan {
+                let _ = self.delete_locked(g, drt, &dns, &dname, &DeleteOptions::default());
+                continue;
+            }
+            let dkey = (dns.clone(), dname.clone());
+            if let Some(cur) = g.tables.get(k).and_then(|t| t.get(&dkey)).cloned() {
+                let mut doc = (*cur).clone();
+                if let Some(a) = doc
+                    .pointer_mut("/metadata/ownerReferences")
+                    .and_then(Value::as_array_mut)
+                {
+                    a.retain(|o| o.get("uid").and_then(Value::as_str) != Some(uid));
+                }
+                let _ = self.update_locked(g, drt, &dns, &dname, doc, Part::Main, false, false);
+            }
+        }
     }
 
     /// Deletes every object of `rt` in `ns` (or everywhere) matching the query's selectors.
@@ -153,4 +115,60 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// The `preconditions` of a delete (uid, resourceVersion) against the stored object.
+fn check_preconditions(
+    rt: &ResourceType,
+    name: &str,
+    old: &Value,
+    opts: &DeleteOptions,
+) -> Result<(), ApiError> {
+    if let Some(uid) = &opts.precondition_uid {
+        if meta_str(old, "uid") != Some(uid.as_str()) {
+            return Err(ApiError::conflict(
+                rt,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta_str(old, "uid").unwrap_or("")
+                ),
+            ));
+        }
+    }
+    if let Some(rv) = &opts.precondition_rv {
+        if meta_str(old, "resourceVersion") != Some(rv.as_str()) {
+            return Err(ApiError::conflict(
+                rt,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    meta_str(old, "resourceVersion").unwrap_or("")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every namespaced object in namespace `ns`: (resource, name).
+fn namespace_contents(g: &Inner, ns: &str) -> Vec<(&'static ResourceType, String)> {
+    resources::ALL
+        .iter()
+        .filter(|r| r.namespaced)
+        .flat_map(|r| {
+            g.tables
+                .get(r.key())
+                .map(|t| {
+                    t.range((
+                        Bound::Included((ns.to_string(), String::new())),
+                        Bound::Unbounded,
+                    ))
+                    .take_while(|(k, _)| k.0 == ns)
+                    .map(|(k, _)| (*r, k.1.clone()))
+                    .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
 }

@@ -51,18 +51,7 @@ impl Store {
             .cloned()
             .ok_or_else(|| ApiError::not_found(rt, name))?;
         ensure_object(&mut obj, "/metadata");
-        let body_name = meta_str(&obj, "name").unwrap_or("");
-        if !body_name.is_empty() && body_name != name {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({body_name}) does not match the name on the URL ({name})"
-            )));
-        }
-        let body_ns = meta_str(&obj, "namespace").unwrap_or("");
-        if rt.namespaced && !body_ns.is_empty() && body_ns != ns {
-            return Err(ApiError::bad_request(format!(
-                "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
-            )));
-        }
+        check_identity(rt, ns, name, &obj)?;
         if check_rv {
             if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|s| !s.is_empty()) {
                 if Some(rv) != meta_str(&old, "resourceVersion") {
@@ -74,64 +63,10 @@ impl Store {
                 }
             }
         }
-        let mut new = match part {
-            Part::Main => {
-                let mut new = obj;
-                if rt.has_status() {
-                    match old.get("status") {
-                        Some(s) => new["status"] = s.clone(),
-                        None => {
-                            if let Some(m) = new.as_object_mut() {
-                                m.remove("status");
-                            }
-                        }
-                    }
-                }
-                new
-            }
-            Part::Status => {
-                let mut new = (*old).clone();
-                match obj.get("status") {
-                    Some(s) => new["status"] = s.clone(),
-                    None => {
-                        if let Some(m) = new.as_object_mut() {
-                            m.remove("status");
-                        }
-                    }
-                }
-                new
-            }
-        };
+        let mut new = replaced(rt, part, obj, &old);
         new["apiVersion"] = json!(rt.api_version());
         new["kind"] = json!(rt.kind);
-        {
-            let om = old["metadata"]
-                .as_object()
-                .expect("stored objects have metadata");
-            let nm = new["metadata"]
-                .as_object_mut()
-                .expect("metadata is an object");
-            for f in [
-                "uid",
-                "creationTimestamp",
-                "namespace",
-                "name",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generateName",
-            ] {
-                match om.get(f) {
-                    Some(v) => nm.insert(f.into(), v.clone()),
-                    None => nm.remove(f),
-                };
-            }
-            nm.remove("resourceVersion");
-            let gen = om.get("generation").and_then(Value::as_i64);
-            match gen {
-                Some(g) => nm.insert("generation".into(), json!(g)),
-                None => nm.remove("generation"),
-            };
-        }
+        keep_metadata(&old, &mut new);
         defaults::apply(rt, &mut new, false);
         defaults::validate(rt, &new, Some(&old))?;
         let mut new = normalize(rt, new)?;
@@ -222,4 +157,79 @@ impl Store {
         f(&mut doc);
         self.update_locked(&mut g, rt, ns, name, doc, part, false, false)
     }
+}
+
+/// The body's name and namespace, when given, are those of the URL.
+fn check_identity(rt: &ResourceType, ns: &str, name: &str, obj: &Value) -> Result<(), ApiError> {
+    let body_name = meta_str(obj, "name").unwrap_or("");
+    if !body_name.is_empty() && body_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    let body_ns = meta_str(obj, "namespace").unwrap_or("");
+    if rt.namespaced && !body_ns.is_empty() && body_ns != ns {
+        return Err(ApiError::bad_request(format!(
+            "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
+        )));
+    }
+    Ok(())
+}
+
+/// The object after the update: the body with the stored status (the main part of a
+/// resource with a status subresource), or the stored object with the body's status.
+fn replaced(rt: &ResourceType, part: Part, obj: Value, old: &Value) -> Value {
+    let set_status = |new: &mut Value, status: Option<&Value>| match status {
+        Some(s) => new["status"] = s.clone(),
+        None => {
+            if let Some(m) = new.as_object_mut() {
+                m.remove("status");
+            }
+        }
+    };
+    match part {
+        Part::Main => {
+            let mut new = obj;
+            if rt.has_status() {
+                set_status(&mut new, old.get("status"));
+            }
+            new
+        }
+        Part::Status => {
+            let mut new = old.clone();
+            set_status(&mut new, obj.get("status"));
+            new
+        }
+    }
+}
+
+/// What an update cannot change: identity, creation, deletion and generation (the stored
+/// object's); the resourceVersion is the server's to set.
+fn keep_metadata(old: &Value, new: &mut Value) {
+    let om = old["metadata"]
+        .as_object()
+        .expect("stored objects have metadata");
+    let nm = new["metadata"]
+        .as_object_mut()
+        .expect("metadata is an object");
+    for f in [
+        "uid",
+        "creationTimestamp",
+        "namespace",
+        "name",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generateName",
+    ] {
+        match om.get(f) {
+            Some(v) => nm.insert(f.into(), v.clone()),
+            None => nm.remove(f),
+        };
+    }
+    nm.remove("resourceVersion");
+    let gen = om.get("generation").and_then(Value::as_i64);
+    match gen {
+        Some(g) => nm.insert("generation".into(), json!(g)),
+        None => nm.remove("generation"),
+    };
 }
