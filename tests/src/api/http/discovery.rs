@@ -1,0 +1,111 @@
+//! Discovery: the version, API groups and resource lists, and the OpenAPI v2 document.
+
+use super::{full, json_response, Body};
+use crate::api::resources;
+use http::{header, HeaderMap, Response};
+use serde_json::{json, Value};
+
+pub(super) fn version_info() -> Value {
+    json!({
+        "major": "1",
+        "minor": "33",
+        "gitVersion": "v1.33.0",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2025-04-23T00:00:00Z",
+        "goVersion": "go1.24.0",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    })
+}
+
+pub(super) fn resource_list(group: &str, version: &str) -> Value {
+    let mut out = Vec::new();
+    for rt in resources::ALL
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        let mut r = json!({
+            "name": rt.plural,
+            "singularName": rt.singular,
+            "namespaced": rt.namespaced,
+            "kind": rt.kind,
+            "verbs": rt.verbs,
+        });
+        if !rt.short_names.is_empty() {
+            r["shortNames"] = json!(rt.short_names);
+        }
+        if !rt.categories.is_empty() {
+            r["categories"] = json!(rt.categories);
+        }
+        out.push(r);
+        for sub in rt.subresources {
+            let mut s = json!({
+                "name": format!("{}/{}", rt.plural, sub),
+                "singularName": "",
+                "namespaced": rt.namespaced,
+                "kind": rt.kind,
+                "verbs": ["get", "patch", "update"],
+            });
+            match *sub {
+                "log" => s["verbs"] = json!(["get"]),
+                "token" => {
+                    s["kind"] = json!("TokenRequest");
+                    s["group"] = json!("authentication.k8s.io");
+                    s["version"] = json!("v1");
+                    s["verbs"] = json!(["create"]);
+                }
+                _ => {}
+            }
+            out.push(s);
+        }
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out})
+}
+
+pub(super) fn group_list() -> Value {
+    let groups: Vec<Value> = resources::groups()
+        .iter()
+        .map(|(g, v)| {
+            let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
+            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// An OpenAPI v2 document without schemas: kubectl downloads one before creating objects from
+/// files, and skips client-side validation of kinds it does not describe.
+pub(super) fn openapi_v2(headers: &HeaderMap) -> Response<Body> {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if accept.contains("protobuf") {
+        // gnostic openapi_v2.Document: swagger (1) = "2.0", info (2) = {title (1), version (2)}.
+        fn field(tag: u8, bytes: &[u8]) -> Vec<u8> {
+            let mut v = vec![tag << 3 | 2, bytes.len() as u8];
+            v.extend_from_slice(bytes);
+            v
+        }
+        let info = [field(1, b"Kubernetes"), field(2, b"v1.33.0")].concat();
+        let doc = [field(1, b"2.0"), field(2, &info)].concat();
+        return Response::builder()
+            .status(200)
+            .header(
+                header::CONTENT_TYPE,
+                "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+            )
+            .body(full(doc))
+            .expect("valid response");
+    }
+    json_response(
+        200,
+        &json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.33.0"}, "paths": {}, "definitions": {}}),
+    )
+}

@@ -1,0 +1,137 @@
+//! Reading a request: its query, body, list options, and the response shape it accepts.
+
+use super::MAX_BODY;
+use crate::api::resources::ResourceType;
+use crate::api::selector::{FieldSelector, LabelSelector};
+use crate::api::status::ApiError;
+use crate::api::store::ListQuery;
+use bytes::Bytes;
+use http::{header, HeaderMap};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::Value;
+use std::collections::HashMap;
+
+pub(super) fn parse_query(q: Option<&str>) -> HashMap<String, String> {
+    form_urlencoded::parse(q.unwrap_or("").as_bytes())
+        .into_owned()
+        .collect()
+}
+
+/// The response shape the client asked for in `Accept`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Shape {
+    Full,
+    Table(&'static str),
+    Partial(&'static str),
+}
+
+pub(super) fn negotiate(headers: &HeaderMap) -> Shape {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    for cand in accept.split(',') {
+        let mut it = cand.split(';').map(str::trim);
+        let media = it.next().unwrap_or("");
+        let params: HashMap<&str, &str> = it.filter_map(|p| p.split_once('=')).collect();
+        if media != "application/json" && media != "*/*" && media != "application/*" {
+            continue;
+        }
+        let gv = match (params.get("g"), params.get("v")) {
+            (Some(&"meta.k8s.io"), Some(&"v1")) => Some("meta.k8s.io/v1"),
+            (Some(&"meta.k8s.io"), Some(&"v1beta1")) => Some("meta.k8s.io/v1beta1"),
+            _ => None,
+        };
+        match params.get("as") {
+            None => return Shape::Full,
+            Some(&"Table") => {
+                if let Some(gv) = gv {
+                    return Shape::Table(gv);
+                }
+            }
+            Some(&"PartialObjectMetadata") | Some(&"PartialObjectMetadataList") => {
+                if let Some(gv) = gv {
+                    return Shape::Partial(gv);
+                }
+            }
+            _ => {}
+        }
+    }
+    Shape::Full
+}
+
+pub(super) async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
+    let limited = http_body_util::Limited::new(body, MAX_BODY);
+    limited.collect().await.map(|c| c.to_bytes()).map_err(|e| {
+        ApiError::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("could not read the request body: {e}"),
+        )
+    })
+}
+
+pub(super) fn parse_body(headers: &HeaderMap, bytes: &[u8]) -> Result<Value, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    if ct.contains("protobuf") {
+        return crate::api::protobuf::decode_object(bytes).map_err(|e| {
+            let mut err = ApiError::unsupported_media_type(ct);
+            err.message = format!("cannot decode the protobuf body ({e}); {}", err.message);
+            err
+        });
+    }
+    if bytes.is_empty() {
+        return Err(ApiError::bad_request(
+            "the request body is empty; send a JSON object",
+        ));
+    }
+    if ct.contains("yaml") {
+        serde_yaml::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))
+    } else {
+        serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+    }
+}
+
+pub(super) fn list_query(
+    rt: &ResourceType,
+    q: &HashMap<String, String>,
+) -> Result<ListQuery, ApiError> {
+    let labels = match q.get("labelSelector") {
+        Some(s) => LabelSelector::parse(s)
+            .map_err(|e| ApiError::bad_request(format!("invalid labelSelector {s:?}: {e}")))?,
+        None => LabelSelector::default(),
+    };
+    let fields = match q.get("fieldSelector") {
+        Some(s) => FieldSelector::parse(rt, s)
+            .map_err(|e| ApiError::bad_request(format!("invalid fieldSelector {s:?}: {e}")))?,
+        None => FieldSelector::default(),
+    };
+    let limit = match q.get("limit").filter(|s| !s.is_empty()) {
+        Some(s) => Some(s.parse::<usize>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "invalid limit {s:?}: must be a non-negative integer"
+            ))
+        })?),
+        None => None,
+    };
+    Ok(ListQuery {
+        labels,
+        fields,
+        limit,
+        continue_token: q.get("continue").cloned().filter(|s| !s.is_empty()),
+    })
+}
+
+pub(super) fn flag(q: &HashMap<String, String>, k: &str) -> bool {
+    q.get(k).is_some_and(|v| v == "true" || v == "1")
+}
+
+pub(super) fn dry_run(q: &HashMap<String, String>) -> bool {
+    q.get("dryRun").is_some_and(|v| v == "All")
+}
