@@ -1,20 +1,21 @@
 //! Pod logs (`pods/log`), whole, tailed or followed.
 
 use super::request::flag;
-use super::{text_response, Body, State};
+use super::{streamed, text_response, Body, State};
 use crate::api::resources;
 use crate::api::status::ApiError;
+use crate::api::store::Store;
 use bytes::Bytes;
 use http::{header, Response};
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::Frame;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::convert::Infallible;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
+/// The log of pod `ns`/`name`: whole or its last `tailLines`, then (`follow`) what is
+/// appended while the pod runs.
 pub(super) async fn pod_log(
     st: &Arc<State>,
     ns: &str,
@@ -41,41 +42,55 @@ pub(super) async fn pod_log(
     }
     // follow: stream what is there, then what gets appended while the pod runs.
     let (tx, rx) = mpsc::channel::<Bytes>(64);
-    let store = st.store.clone();
-    let mut shutdown = st.shutdown.clone();
-    let (ns, name, uid) = (
-        ns.to_string(),
-        name.to_string(),
-        pod["metadata"]["uid"].clone(),
-    );
-    let mut offset = tokio::fs::metadata(&path)
+    let offset = tokio::fs::metadata(&path)
         .await
         .map(|m| m.len())
         .unwrap_or(0);
     let _ = tx.send(Bytes::from(text)).await;
-    tokio::spawn(async move {
-        let mut feed = store.subscribe();
+    let follow = Follow {
+        store: st.store.clone(),
+        shutdown: st.shutdown.clone(),
+        ns: ns.to_string(),
+        name: name.to_string(),
+        uid: pod["metadata"]["uid"].clone(),
+        path,
+        offset,
+        tx,
+    };
+    tokio::spawn(follow.run());
+    Ok(Response::builder()
+        .status(200)
+        .header(header::CONTENT_TYPE, "text/plain")
+        .body(streamed(rx))
+        .expect("valid response"))
+}
+
+/// A followed log: what gets appended to `path` after `offset` goes to `tx`.
+struct Follow {
+    store: Store,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    ns: String,
+    name: String,
+    /// The pod's uid: a new pod of the same name ends the log.
+    uid: Value,
+    path: PathBuf,
+    offset: u64,
+    tx: mpsc::Sender<Bytes>,
+}
+
+impl Follow {
+    /// Until the pod has ended (and its last output is sent), is gone, or the client goes.
+    async fn run(mut self) {
+        let mut feed = self.store.subscribe();
         loop {
-            let done = match store.get(&resources::PODS, &ns, &name) {
-                Ok(p) => {
-                    p["metadata"]["uid"] != uid
-                        || matches!(
-                            p.pointer("/status/phase").and_then(Value::as_str),
-                            Some("Succeeded") | Some("Failed")
-                        )
-                }
-                Err(_) => true,
-            };
-            if let Ok(data) = tokio::fs::read(&path).await {
-                if (data.len() as u64) > offset {
-                    if tx
-                        .send(Bytes::copy_from_slice(&data[offset as usize..]))
-                        .await
-                        .is_err()
-                    {
+            let done = self.pod_ended();
+            if let Ok(data) = tokio::fs::read(&self.path).await {
+                if (data.len() as u64) > self.offset {
+                    let new = Bytes::copy_from_slice(&data[self.offset as usize..]);
+                    if self.tx.send(new).await.is_err() {
                         return;
                     }
-                    offset = data.len() as u64;
+                    self.offset = data.len() as u64;
                 }
             }
             if done {
@@ -83,21 +98,25 @@ pub(super) async fn pod_log(
             }
             // Re-check on any pod change, or every 200ms for appended output.
             tokio::select! {
-                _ = shutdown.changed() => return,
-                _ = tx.closed() => return,
+                _ = self.shutdown.changed() => return,
+                _ = self.tx.closed() => return,
                 _ = feed.recv() => {}
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             }
         }
-    });
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
-    });
-    Ok(Response::builder()
-        .status(200)
-        .header(header::CONTENT_TYPE, "text/plain")
-        .body(StreamBody::new(stream).boxed_unsync())
-        .expect("valid response"))
+    }
+
+    /// Whether the pod succeeded, failed, or is no longer this pod.
+    fn pod_ended(&self) -> bool {
+        match self.store.get(&resources::PODS, &self.ns, &self.name) {
+            Ok(p) => {
+                p["metadata"]["uid"] != self.uid
+                    || matches!(
+                        p.pointer("/status/phase").and_then(Value::as_str),
+                        Some("Succeeded") | Some("Failed")
+                    )
+            }
+            Err(_) => true,
+        }
+    }
 }

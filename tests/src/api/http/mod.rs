@@ -1,5 +1,10 @@
 //! HTTP request handling: discovery, the REST verbs of every served resource, watches,
 //! tables, logs and access reviews.
+//!
+//! This file is the server's state, the responses and the entry ([`handle`]: injected faults,
+//! the request record); `route` dispatches by path to `discovery` or to `resource`, which
+//! names the target and verb and authorizes it, and `verbs` answers it (with `watch`, `logs`,
+//! `tokens`, `reviews`); `request` reads queries and bodies, `authn` tells who is asking.
 
 use super::auth::Identity;
 use super::status::ApiError;
@@ -25,6 +30,7 @@ mod route;
 #[cfg(test)]
 mod tests;
 mod tokens;
+mod verbs;
 mod watch;
 
 use route::route;
@@ -178,6 +184,16 @@ pub(super) fn text_response(code: u16, s: impl Into<Bytes>) -> Response<Body> {
         .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
         .body(full(s.into()))
         .expect("valid response")
+}
+
+/// A body that streams what `rx` receives.
+pub(super) fn streamed(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Body {
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(hyper::body::Frame::data(b)), rx))
+    });
+    StreamBody::new(stream).boxed_unsync()
 }
 
 /// Entry point for every request.

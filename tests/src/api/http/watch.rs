@@ -1,18 +1,15 @@
 //! Watches: the events a watcher sees (filtered, translated, rendered), bookmarks, ends.
 
 use super::request::{flag, Shape};
-use super::{Body, State};
+use super::{streamed, Body, State};
 use crate::api::resources::ResourceType;
 use crate::api::status::ApiError;
-use crate::api::store::{EventType, ListQuery, Obj, StoreEvent};
+use crate::api::store::{EventType, ListQuery, Obj, StoreEvent, WatchStart};
 use crate::api::table::{self, IncludeObject};
 use bytes::Bytes;
 use http::{header, Response};
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::Frame;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
@@ -101,6 +98,47 @@ pub(super) fn render(
     }
 }
 
+/// What a watch request asks for.
+struct WatchParams {
+    /// Replay changes after this resourceVersion (None: start with the current objects).
+    since: Option<u64>,
+    send_initial: bool,
+    bookmarks: bool,
+    timeout: Duration,
+    include: IncludeObject,
+    shape: Shape,
+}
+
+impl WatchParams {
+    fn of(query: &HashMap<String, String>, shape: Shape) -> Result<WatchParams, ApiError> {
+        let since = match query.get("resourceVersion").map(String::as_str) {
+            None | Some("") | Some("0") => None,
+            Some(s) => Some(s.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "invalid resourceVersion {s:?}: must be a resourceVersion this server returned"
+                ))
+            })?),
+        };
+        let timeout = match query.get("timeoutSeconds").filter(|s| !s.is_empty()) {
+            Some(s) => Duration::from_secs(
+                s.parse::<u64>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {s:?}")))?,
+            ),
+            None => Duration::from_secs(1800),
+        };
+        Ok(WatchParams {
+            since,
+            send_initial: flag(query, "sendInitialEvents"),
+            bookmarks: flag(query, "allowWatchBookmarks"),
+            timeout,
+            include: IncludeObject::parse(query.get("includeObject").map(String::as_str)),
+            shape,
+        })
+    }
+}
+
+/// Starts a watch of `rt` in `ns` (or everywhere) for the objects `q` selects; the response
+/// streams its events.
 pub(super) fn start_watch(
     st: &Arc<State>,
     rt: &'static ResourceType,
@@ -109,24 +147,7 @@ pub(super) fn start_watch(
     query: &HashMap<String, String>,
     shape: Shape,
 ) -> Result<Response<Body>, ApiError> {
-    let since = match query.get("resourceVersion").map(String::as_str) {
-        None | Some("") | Some("0") => None,
-        Some(s) => Some(s.parse::<u64>().map_err(|_| {
-            ApiError::bad_request(format!(
-                "invalid resourceVersion {s:?}: must be a resourceVersion this server returned"
-            ))
-        })?),
-    };
-    let send_initial = flag(query, "sendInitialEvents");
-    let bookmarks = flag(query, "allowWatchBookmarks");
-    let timeout = match query.get("timeoutSeconds").filter(|s| !s.is_empty()) {
-        Some(s) => Duration::from_secs(
-            s.parse::<u64>()
-                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {s:?}")))?,
-        ),
-        None => Duration::from_secs(1800),
-    };
-    let include = IncludeObject::parse(query.get("includeObject").map(String::as_str));
+    let p = WatchParams::of(query, shape)?;
     let pinned = q.fields.pinned_name().map(String::from);
     let filter = WatchFilter {
         rt,
@@ -136,92 +157,110 @@ pub(super) fn start_watch(
     };
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     // A watch from a resourceVersion that is too old answers 200 with one ERROR event.
-    let start = match st
-        .store
-        .watch(rt, ns.as_deref(), if send_initial { None } else { since })
-    {
-        Ok(s) => Some(s),
+    let from = if p.send_initial { None } else { p.since };
+    match st.store.watch(rt, ns.as_deref(), from) {
+        Ok(start) => {
+            let w = Watcher {
+                filter,
+                p,
+                tx,
+                shutdown: st.shutdown.clone(),
+                drops: st.watch_drops.subscribe(),
+                interval: Duration::from_millis(
+                    st.bookmark_ms.load(std::sync::atomic::Ordering::Relaxed),
+                ),
+            };
+            tokio::spawn(w.run(start));
+        }
         Err(e) if e.code == 410 => {
             let _ = tx.try_send(event_line("ERROR", &e.to_status()));
-            None
         }
         Err(e) => return Err(e),
-    };
-    if let Some(start) = start {
-        let mut shutdown = st.shutdown.clone();
-        let mut drops = st.watch_drops.subscribe();
-        let interval =
-            Duration::from_millis(st.bookmark_ms.load(std::sync::atomic::Ordering::Relaxed));
-        tokio::spawn(async move {
-            let mut last_rv = start.resource_version;
-            let initial_end = send_initial || since.is_none();
-            for ev in &start.initial {
-                if let Some(line) = filter.line(ev, shape, include) {
-                    if tx.send(line).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            let bookmark = |rv: u64, initial_end: bool| {
-                let mut meta = json!({"resourceVersion": rv.to_string()});
-                if initial_end {
-                    meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
-                }
-                event_line(
-                    "BOOKMARK",
-                    &json!({"kind": filter.rt.kind, "apiVersion": filter.rt.api_version(), "metadata": meta}),
-                )
-            };
-            if send_initial
-                && bookmarks
-                && initial_end
-                && tx.send(bookmark(last_rv, true)).await.is_err()
-            {
-                return;
-            }
-            let mut rx = start.rx;
-            let deadline = tokio::time::sleep(timeout);
-            tokio::pin!(deadline);
-            let mut tick = tokio::time::interval(interval);
-            tick.tick().await;
-            loop {
-                tokio::select! {
-                    _ = shutdown.changed() => return,
-                    _ = drops.changed() => return,
-                    _ = tx.closed() => return,
-                    _ = &mut deadline => return,
-                    _ = tick.tick(), if bookmarks => {
-                        if tx.send(bookmark(last_rv, false)).await.is_err() { return; }
-                    }
-                    r = rx.recv() => match r {
-                        Ok(ev) => {
-                            last_rv = last_rv.max(ev.rv);
-                            if let Some(line) = filter.line(&ev, shape, include) {
-                                if tx.send(line).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                        Err(broadcast::error::RecvError::Lagged(n)) => {
-                            let e = ApiError::gone(format!("the watch fell {n} changes behind and was ended; watch again from a fresh list"));
-                            let _ = tx.send(event_line("ERROR", &e.to_status())).await;
-                            return;
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return,
-                    }
-                }
-            }
-        });
     }
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
-    });
     Ok(Response::builder()
         .status(200)
         .header(header::CONTENT_TYPE, "application/json")
         .header("Cache-Control", "no-cache, private")
-        .body(StreamBody::new(stream).boxed_unsync())
+        .body(streamed(rx))
         .expect("valid response"))
+}
+
+/// A running watch: what it sends to the client (`tx`) and what ends it.
+struct Watcher {
+    filter: WatchFilter,
+    p: WatchParams,
+    tx: mpsc::Sender<Bytes>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    drops: tokio::sync::watch::Receiver<u64>,
+    /// Between bookmarks.
+    interval: Duration,
+}
+
+impl Watcher {
+    /// Sends the initial events, then every matching change and the bookmarks, until the
+    /// client goes, the watch times out or falls behind, or the server stops or drops watches.
+    async fn run(mut self, start: WatchStart) {
+        let (shape, include) = (self.p.shape, self.p.include);
+        let mut last_rv = start.resource_version;
+        let initial_end = self.p.send_initial || self.p.since.is_none();
+        for ev in &start.initial {
+            if let Some(line) = self.filter.line(ev, shape, include) {
+                if self.tx.send(line).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if self.p.send_initial
+            && self.p.bookmarks
+            && initial_end
+            && self.tx.send(self.bookmark(last_rv, true)).await.is_err()
+        {
+            return;
+        }
+        let mut rx = start.rx;
+        let deadline = tokio::time::sleep(self.p.timeout);
+        tokio::pin!(deadline);
+        let mut tick = tokio::time::interval(self.interval);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = self.shutdown.changed() => return,
+                _ = self.drops.changed() => return,
+                _ = self.tx.closed() => return,
+                _ = &mut deadline => return,
+                _ = tick.tick(), if self.p.bookmarks => {
+                    if self.tx.send(self.bookmark(last_rv, false)).await.is_err() { return; }
+                }
+                r = rx.recv() => match r {
+                    Ok(ev) => {
+                        last_rv = last_rv.max(ev.rv);
+                        if let Some(line) = self.filter.line(&ev, shape, include) {
+                            if self.tx.send(line).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        let e = ApiError::gone(format!("the watch fell {n} changes behind and was ended; watch again from a fresh list"));
+                        let _ = self.tx.send(event_line("ERROR", &e.to_status())).await;
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        }
+    }
+
+    /// A BOOKMARK at `rv` (`initial_end`: the end of the initial events).
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let rt = self.filter.rt;
+        event_line(
+            "BOOKMARK",
+            &json!({"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": meta}),
+        )
+    }
 }

@@ -1,0 +1,271 @@
+//! The answers to resource requests, verb by verb: list, watch, get, create, update, patch,
+//! delete and deletecollection, in the shape the client accepts.
+
+use super::logs::pod_log;
+use super::request::{dry_run, list_query, parse_body, read_body, Shape};
+use super::reviews::review;
+use super::tokens::token_request;
+use super::watch::start_watch;
+use super::{bytes_response, json_response, Body, State};
+use crate::api::auth::Identity;
+use crate::api::resources::ResourceType;
+use crate::api::selector::FieldSelector;
+use crate::api::status::ApiError;
+use crate::api::store::{DeleteOptions, ListResult, Part, Patch};
+use crate::api::table::{self, IncludeObject};
+use http::{header, Response};
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+type Answer = Result<Response<Body>, ApiError>;
+
+/// One authorized request for a resource.
+pub(super) struct Call<'a> {
+    pub(super) st: &'a Arc<State>,
+    pub(super) id: &'a Identity,
+    pub(super) rt: &'static ResourceType,
+    pub(super) ns: Option<String>,
+    pub(super) name: Option<String>,
+    pub(super) sub: String,
+    pub(super) query: HashMap<String, String>,
+    pub(super) shape: Shape,
+    pub(super) parts: http::request::Parts,
+}
+
+impl Call<'_> {
+    fn ns_str(&self) -> String {
+        self.ns.clone().unwrap_or_default()
+    }
+
+    fn name_str(&self) -> &str {
+        self.name.as_deref().unwrap_or("")
+    }
+
+    fn include(&self) -> IncludeObject {
+        IncludeObject::parse(self.query.get("includeObject").map(String::as_str))
+    }
+
+    /// The main part, or the status subresource.
+    fn part(&self) -> Part {
+        if self.sub == "status" {
+            Part::Status
+        } else {
+            Part::Main
+        }
+    }
+
+    pub(super) fn list(&self) -> Answer {
+        let (st, rt) = (self.st, self.rt);
+        let q = list_query(rt, &self.query)?;
+        let r = st.store.list(rt, self.ns.as_deref(), &q)?;
+        let mut meta = json!({"resourceVersion": r.resource_version.to_string()});
+        if let Some(c) = &r.continue_token {
+            meta["continue"] = json!(c);
+        }
+        if let Some(n) = r.remaining {
+            meta["remainingItemCount"] = json!(n);
+        }
+        let out = match self.shape {
+            Shape::Table(tv) => {
+                let objs: Vec<&Value> = r.items.iter().map(|o| o.as_ref()).collect();
+                table::table(rt, &objs, self.include(), tv, meta)
+            }
+            Shape::Partial(pv) => json!({
+                "kind": "PartialObjectMetadataList",
+                "apiVersion": pv,
+                "metadata": meta,
+                "items": r.items.iter().map(|o| table::partial_metadata(o, pv)).collect::<Vec<_>>(),
+            }),
+            Shape::Full => return Ok(bytes_response(200, self.full_list(&r, meta))),
+        };
+        Ok(json_response(200, &out))
+    }
+
+    /// The list as JSON: the objects' kept encodings, joined (what serializing the list
+    /// gives).
+    fn full_list(&self, r: &ListResult, meta: Value) -> Vec<u8> {
+        let items = self.st.encoded.array(&r.items);
+        let head = serde_json::to_vec(&json!({
+            "kind": self.rt.list_kind(),
+            "apiVersion": self.rt.api_version(),
+            "metadata": meta,
+        }))
+        .expect("JSON values serialize");
+        let mut body = Vec::with_capacity(head.len() + items.len() + 16);
+        body.extend_from_slice(&head[..head.len() - 1]);
+        body.extend_from_slice(b",\"items\":");
+        body.extend_from_slice(&items);
+        body.push(b'}');
+        body
+    }
+
+    pub(super) fn watch(self) -> Answer {
+        let mut q = list_query(self.rt, &self.query)?;
+        if let Some(n) = &self.name {
+            let fs = match self.query.get("fieldSelector").filter(|s| !s.is_empty()) {
+                Some(f) => format!("{f},metadata.name={n}"),
+                None => format!("metadata.name={n}"),
+            };
+            q.fields = FieldSelector::parse(self.rt, &fs).map_err(ApiError::bad_request)?;
+        }
+        start_watch(self.st, self.rt, self.ns, q, &self.query, self.shape)
+    }
+
+    pub(super) async fn get(&self) -> Answer {
+        let (st, rt) = (self.st, self.rt);
+        if self.sub == "log" {
+            return pod_log(st, &self.ns_str(), self.name_str(), &self.query).await;
+        }
+        let obj = st.store.get(rt, &self.ns_str(), self.name_str())?;
+        let out = match self.shape {
+            Shape::Table(tv) => {
+                let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
+                table::table(rt, &[obj.as_ref()], self.include(), tv, meta)
+            }
+            Shape::Partial(pv) => table::partial_metadata(&obj, pv),
+            Shape::Full => (*obj).clone(),
+        };
+        Ok(json_response(200, &out))
+    }
+
+    pub(super) async fn create(&self, body: Incoming) -> Answer {
+        let (st, rt) = (self.st, self.rt);
+        let bytes = read_body(body).await?;
+        let v = parse_body(&self.parts.headers, &bytes)?;
+        if self.sub == "token" {
+            return token_request(st, &self.ns_str(), self.name_str(), v);
+        }
+        if !rt.stored {
+            return review(st, self.id, rt, v);
+        }
+        let obj = st
+            .store
+            .create(rt, &self.ns_str(), v, dry_run(&self.query))?;
+        Ok(json_response(201, &obj))
+    }
+
+    pub(super) async fn update(&self, body: Incoming) -> Answer {
+        let bytes = read_body(body).await?;
+        let v = parse_body(&self.parts.headers, &bytes)?;
+        let obj = self.st.store.update(
+            self.rt,
+            &self.ns_str(),
+            self.name_str(),
+            v,
+            self.part(),
+            dry_run(&self.query),
+        )?;
+        Ok(json_response(200, &obj))
+    }
+
+    pub(super) async fn patch(&self, body: Incoming) -> Answer {
+        let bytes = read_body(body).await?;
+        let ct = self
+            .parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let patch = parse_patch(ct.split(';').next().unwrap_or("").trim(), &bytes)?;
+        let obj = self.st.store.patch(
+            self.rt,
+            &self.ns_str(),
+            self.name_str(),
+            patch,
+            self.part(),
+            dry_run(&self.query),
+        )?;
+        Ok(json_response(200, &obj))
+    }
+
+    /// `delete` of one object (`one`), or `deletecollection`.
+    pub(super) async fn delete(&self, body: Incoming, one: bool) -> Answer {
+        let (st, rt) = (self.st, self.rt);
+        let bytes = read_body(body).await?;
+        let opts = self.delete_options(&bytes)?;
+        if one {
+            let obj = st
+                .store
+                .delete(rt, &self.ns_str(), self.name_str(), &opts)?;
+            return Ok(json_response(200, &obj));
+        }
+        let q = list_query(rt, &self.query)?;
+        let items = st
+            .store
+            .delete_collection(rt, self.ns.as_deref(), &q, &opts)?;
+        Ok(json_response(
+            200,
+            &json!({
+                "kind": rt.list_kind(),
+                "apiVersion": rt.api_version(),
+                "metadata": {"resourceVersion": st.store.resource_version().to_string()},
+                "items": items.iter().map(|o| o.as_ref()).collect::<Vec<_>>(),
+            }),
+        ))
+    }
+
+    /// The DeleteOptions of the query and of the body (`bytes`, which win).
+    fn delete_options(&self, bytes: &[u8]) -> Result<DeleteOptions, ApiError> {
+        let mut opts = DeleteOptions {
+            dry_run: dry_run(&self.query),
+            propagation: self.query.get("propagationPolicy").cloned(),
+            ..Default::default()
+        };
+        if !bytes.is_empty() {
+            let v: Value = serde_json::from_slice(bytes).map_err(|e| {
+                ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}"))
+            })?;
+            if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
+                opts.propagation = Some(p.to_string());
+            }
+            if v.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
+                opts.propagation = Some("Orphan".into());
+            }
+            opts.precondition_uid = v
+                .pointer("/preconditions/uid")
+                .and_then(Value::as_str)
+                .map(String::from);
+            opts.precondition_rv = v
+                .pointer("/preconditions/resourceVersion")
+                .and_then(Value::as_str)
+                .map(String::from);
+            if v.get("dryRun")
+                .and_then(Value::as_array)
+                .is_some_and(|a| a.iter().any(|x| x == "All"))
+            {
+                opts.dry_run = true;
+            }
+        }
+        if let Some(p) = &opts.propagation {
+            if !["Orphan", "Background", "Foreground"].contains(&p.as_str()) {
+                return Err(ApiError::bad_request(format!(
+                    "invalid propagationPolicy {p:?}: use Orphan, Background or Foreground"
+                )));
+            }
+        }
+        Ok(opts)
+    }
+}
+
+/// A patch body of media type `media`.
+fn parse_patch(media: &str, bytes: &[u8]) -> Result<Patch, ApiError> {
+    let invalid_json =
+        |e: serde_json::Error| ApiError::bad_request(format!("the patch is not valid JSON: {e}"));
+    match media {
+        "application/merge-patch+json" | "application/strategic-merge-patch+json" => Ok(
+            Patch::Merge(serde_json::from_slice(bytes).map_err(invalid_json)?),
+        ),
+        "application/json-patch+json" => Ok(Patch::Json(
+            serde_json::from_slice(bytes).map_err(invalid_json)?,
+        )),
+        "application/apply-patch+yaml" | "application/apply-patch+json" => {
+            Ok(Patch::Apply(serde_yaml::from_slice(bytes).map_err(
+                |e| ApiError::bad_request(format!("the apply patch is not valid YAML: {e}")),
+            )?))
+        }
+        other => Err(ApiError::unsupported_media_type(other)),
+    }
+}
