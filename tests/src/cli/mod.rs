@@ -1,5 +1,9 @@
 //! The `prrte-k8s-sandbox` command line: start a sandbox cluster in the background, run
 //! commands in its pods, evict pods, and tear it down.
+//!
+//! This file is the command line, the state directory's files and the control socket's
+//! client; `up` starts a sandbox, `serve` is the server it starts (`state`: the state file it
+//! keeps, `ready`: the wait for the workload), `client` the commands for a running sandbox.
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};

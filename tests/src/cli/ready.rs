@@ -7,10 +7,7 @@ use anyhow::{anyhow, Result};
 use std::time::{Duration, Instant};
 
 /// The pods an applied object stands for: (namespace, label selector, count, what).
-fn expected_pods(
-    store: &crate::api::Store,
-    o: &Obj,
-) -> Option<(String, String, usize, String)> {
+fn expected_pods(store: &crate::api::Store, o: &Obj) -> Option<(String, String, usize, String)> {
     let ns = o["metadata"]["namespace"]
         .as_str()
         .unwrap_or("")

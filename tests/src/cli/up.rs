@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn agent_path() -> Option<PathBuf> {
@@ -65,6 +65,8 @@ fn job_manifest(a: &UpArgs, command: &[String]) -> Result<String> {
         .join("---\n"))
 }
 
+/// Starts a sandbox in `dir` in the background and waits until its workload's pods are
+/// Ready; prints the kubeconfig and the pods.
 pub(super) fn up(dir: &Path, a: UpArgs) -> Result<i32> {
     require_root()?;
     if let Some(s) = read_state(dir) {
@@ -78,25 +80,51 @@ pub(super) fn up(dir: &Path, a: UpArgs) -> Result<i32> {
         }
         cleanup_stale(dir, &s)?;
     }
-    let command = if a.pods.is_some() {
-        if a.command.is_empty() {
-            match agent_path() {
-                Some(p) => vec![p.to_string_lossy().into_owned()],
-                None => bail!(
-                    "no pod command given and prrte-k8s-agent is not next to this program ({}); pass the command after --, e.g. `up --pods 2 --job demo -- sleep infinity`",
-                    std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default()
-                ),
-            }
-        } else {
-            a.command.clone()
+    let command = pod_command(&a)?;
+    let workload = write_workload(dir, &a, &command)?;
+    let log_path = dir.join("sandbox.log");
+    let mut child = start_server(dir, &a, &workload, &log_path)?;
+    stop_on_interrupt(dir, child.id());
+    if let Err(e) = wait_ready(&mut child, a.timeout, &log_path) {
+        if a.keep_on_failure {
+            bail!("{e:#}\n(the sandbox is left running: inspect with `KUBECONFIG={} kubectl get pods -A`, stop with `prrte-k8s-sandbox down --state {}`)", dir.join("kubeconfig").display(), dir.display());
         }
-    } else {
+        let _ = down(dir);
+        bail!("{e:#}\n(the sandbox was torn down; rerun with --keep-on-failure to inspect it; log: {})", log_path.display());
+    }
+    let s = running(dir)?;
+    println!("kubeconfig: {}", s.kubeconfig.display());
+    for p in &s.pods {
+        println!("{} {} {}", p.name, p.ip, p.index);
+    }
+    Ok(0)
+}
+
+/// The command of the `--pods N --job NAME` pods: the one after `--`, else the agent next to
+/// this program.
+fn pod_command(a: &UpArgs) -> Result<Vec<String>> {
+    if a.pods.is_none() {
         if !a.command.is_empty() {
             bail!("a command after -- is only used with --pods N --job NAME");
         }
-        Vec::new()
-    };
-    let mut manifest = job_manifest(&a, &command)?;
+        return Ok(Vec::new());
+    }
+    if !a.command.is_empty() {
+        return Ok(a.command.clone());
+    }
+    match agent_path() {
+        Some(p) => Ok(vec![p.to_string_lossy().into_owned()]),
+        None => bail!(
+            "no pod command given and prrte-k8s-agent is not next to this program ({}); pass the command after --, e.g. `up --pods 2 --job demo -- sleep infinity`",
+            std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default()
+        ),
+    }
+}
+
+/// Writes the workload (the job's manifest, then the `-f` files) to `dir`/workload.yaml,
+/// checked to be YAML before anything starts.
+fn write_workload(dir: &Path, a: &UpArgs, command: &[String]) -> Result<PathBuf> {
+    let mut manifest = job_manifest(a, command)?;
     for f in &a.files {
         let text = std::fs::read_to_string(f)
             .with_context(|| format!("reading manifest {}", f.display()))?;
@@ -115,20 +143,23 @@ pub(super) fn up(dir: &Path, a: UpArgs) -> Result<i32> {
         Value::deserialize(d)
             .map_err(|e| anyhow!("the workload's document {} is not valid YAML: {e}", i + 1))?;
     }
+    Ok(workload)
+}
 
-    let log_path = dir.join("sandbox.log");
+/// `prrte-k8s-sandbox serve` in its own process group, its stderr appended to `log_path`.
+fn start_server(dir: &Path, a: &UpArgs, workload: &Path, log_path: &Path) -> Result<Child> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&log_path)
+        .open(log_path)
         .with_context(|| format!("opening {}", log_path.display()))?;
     let exe = std::env::current_exe().context("finding this program")?;
-    let mut child = Command::new(exe)
+    Command::new(exe)
         .arg("--state")
         .arg(dir)
         .arg("serve")
         .arg("--apply")
-        .arg(&workload)
+        .arg(workload)
         .arg("--ready-timeout")
         .arg(a.timeout.to_string())
         .stdin(Stdio::null())
@@ -136,10 +167,12 @@ pub(super) fn up(dir: &Path, a: UpArgs) -> Result<i32> {
         .stderr(log)
         .process_group(0)
         .spawn()
-        .context("starting the sandbox server")?;
-    let pid = child.id();
-    // Ctrl-C while waiting: take the server down too.
-    let dir_c = dir.to_path_buf();
+        .context("starting the sandbox server")
+}
+
+/// Ctrl-C while waiting: take the server (`pid`) down too.
+fn stop_on_interrupt(dir: &Path, pid: u32) {
+    let dir = dir.to_path_buf();
     let _ = ctrlc::set_handler(move || {
         eprintln!("prrte-k8s-sandbox: interrupted; stopping the sandbox");
         let _ = nix::sys::signal::kill(
@@ -150,9 +183,14 @@ pub(super) fn up(dir: &Path, a: UpArgs) -> Result<i32> {
         while pid_alive(pid) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = std::fs::remove_file(dir_c.join("state.json"));
+        let _ = std::fs::remove_file(dir.join("state.json"));
         std::process::exit(130);
     });
+}
+
+/// Waits for the server's report on its stdout: READY, or FAILED and why (also when it
+/// exits or says nothing within the ready timeout `timeout` seconds and a minute).
+fn wait_ready(child: &mut Child, timeout: u64, log_path: &Path) -> Result<()> {
     let stdout = child.stdout.take().expect("piped");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -165,8 +203,8 @@ pub(super) fn up(dir: &Path, a: UpArgs) -> Result<i32> {
             }
         }
     });
-    let limit = Duration::from_secs(a.timeout + 60);
-    let outcome = match rx.recv_timeout(limit) {
+    let limit = Duration::from_secs(timeout + 60);
+    match rx.recv_timeout(limit) {
         Ok(l) if l.starts_with("READY") => Ok(()),
         Ok(l) => {
             let m = l.trim_start_matches("FAILED").trim();
@@ -182,21 +220,8 @@ pub(super) fn up(dir: &Path, a: UpArgs) -> Result<i32> {
             let st = child.wait().map(|s| s.to_string()).unwrap_or_default();
             Err(anyhow!(
                 "the sandbox server exited ({st}) before the pods were Ready; last log lines:\n{}",
-                tail(&log_path, 20)
+                tail(log_path, 20)
             ))
         }
-    };
-    if let Err(e) = outcome {
-        if a.keep_on_failure {
-            bail!("{e:#}\n(the sandbox is left running: inspect with `KUBECONFIG={} kubectl get pods -A`, stop with `prrte-k8s-sandbox down --state {}`)", dir.join("kubeconfig").display(), dir.display());
-        }
-        let _ = down(dir);
-        bail!("{e:#}\n(the sandbox was torn down; rerun with --keep-on-failure to inspect it; log: {})", log_path.display());
     }
-    let s = running(dir)?;
-    println!("kubeconfig: {}", s.kubeconfig.display());
-    for p in &s.pods {
-        println!("{} {} {}", p.name, p.ip, p.index);
-    }
-    Ok(0)
 }
