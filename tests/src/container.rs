@@ -290,7 +290,40 @@ fn run(config: &Path) -> Result<Never> {
         None::<&str>,
     )
     .context("making / a slave mount")?;
+    let root = mount_root(&cfg)?;
+    mount_system(&root, &cfg)?;
+    mount_volumes(&root, &cfg)?;
+    let workdir = inside(&root, &cfg.workdir)?;
+    if !workdir.is_dir() {
+        // As runc does: a missing working directory is created (owned by root).
+        fs::create_dir_all(&workdir)
+            .with_context(|| format!("creating working directory {}", cfg.workdir.display()))?;
+    }
+    if c.read_only_root {
+        mount(
+            None::<&str>,
+            &root,
+            None::<&str>,
+            MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY,
+            None::<&str>,
+        )
+        .context("making the container root read-only")?;
+    }
+    enter_root(&root, &cfg.workdir)?;
+    let program = lookup(&cfg.command, &cfg.env)?;
+    drop_privileges(c)?;
+    ready
+        .write_all(b"ok")
+        .and_then(|_| ready.flush())
+        .context("writing the ready file")?;
+    drop(ready);
+    exec(&program, &cfg.command, &cfg.env)
+}
 
+/// The container's root: an overlay of a per-start writable layer on the image's root
+/// filesystem (the read-only lower layer), at `layer_dir`/root.
+fn mount_root(cfg: &InitConfig) -> Result<PathBuf> {
+    let c = &cfg.container;
     let root = cfg.layer_dir.join("root");
     let upper = cfg.layer_dir.join("upper");
     let work = cfg.layer_dir.join("work");
@@ -317,8 +350,12 @@ fn run(config: &Path) -> Result<Never> {
         Some(opts.as_str()),
     )
     .with_context(|| format!("mounting the container root (overlay {opts})"))?;
+    Ok(root)
+}
 
-    // The kernel's file systems.
+/// The kernel's file systems in `root`: `/proc`, a read-only `/sys`, a `/dev` tmpfs with the
+/// usual devices and links, `/dev/pts`, and `/dev/shm` unless a volume provides it.
+fn mount_system(root: &Path, cfg: &InitConfig) -> Result<()> {
     let nosuid = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     mount_fs("proc", &root.join("proc"), nosuid, "")?;
     mount_fs("sysfs", &root.join("sys"), nosuid | MsFlags::MS_RDONLY, "")?;
@@ -352,22 +389,30 @@ fn run(config: &Path) -> Result<Never> {
         MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
         "newinstance,ptmxmode=0666,mode=0620",
     )?;
-    let shm_is_volume = c.tmpfs.iter().any(|t| t.path == Path::new("/dev/shm"))
+    let shm_is_volume = cfg
+        .container
+        .tmpfs
+        .iter()
+        .any(|t| t.path == Path::new("/dev/shm"))
         || cfg.binds.iter().any(|(_, d)| d == Path::new("/dev/shm"));
     if !shm_is_volume {
         mount_fs("tmpfs", &dev.join("shm"), nosuid, "mode=1777,size=65536k")?;
     }
+    Ok(())
+}
 
-    // Volumes and files the kubelet provides, in order.
+/// Volumes and files the kubelet provides, in order, then the memory-backed volumes.
+fn mount_volumes(root: &Path, cfg: &InitConfig) -> Result<()> {
+    let c = &cfg.container;
     for (src, dst) in &cfg.binds {
-        let target = inside(&root, dst)?;
+        let target = inside(root, dst)?;
         let meta = fs::metadata(src)
             .with_context(|| format!("bind source {} of {}", src.display(), dst.display()))?;
         mount_point(&target, meta.is_dir())?;
         bind(src, &target, c.read_only_mounts.iter().any(|p| p == dst))?;
     }
     for t in &c.tmpfs {
-        let target = inside(&root, &t.path)?;
+        let target = inside(root, &t.path)?;
         mount_fs(
             "tmpfs",
             &target,
@@ -375,39 +420,17 @@ fn run(config: &Path) -> Result<Never> {
             &format!("mode={:o},gid={}", t.mode, t.gid),
         )?;
     }
-    let workdir = inside(&root, &cfg.workdir)?;
-    if !workdir.is_dir() {
-        // As runc does: a missing working directory is created (owned by root).
-        fs::create_dir_all(&workdir)
-            .with_context(|| format!("creating working directory {}", cfg.workdir.display()))?;
-    }
-    if c.read_only_root {
-        mount(
-            None::<&str>,
-            &root,
-            None::<&str>,
-            MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY,
-            None::<&str>,
-        )
-        .context("making the container root read-only")?;
-    }
+    Ok(())
+}
 
-    // Into the new root; the old one is detached, so no host path stays reachable.
-    nix::unistd::chdir(&root).with_context(|| format!("changing to {}", root.display()))?;
+/// Into the new root, in `workdir`; the old one is detached, so no host path stays reachable.
+fn enter_root(root: &Path, workdir: &Path) -> Result<()> {
+    nix::unistd::chdir(root).with_context(|| format!("changing to {}", root.display()))?;
     nix::unistd::pivot_root(".", ".").context("pivot_root into the container root")?;
     umount2(".", MntFlags::MNT_DETACH).context("detaching the host's root")?;
     nix::unistd::chdir("/").context("changing to /")?;
-    nix::unistd::chdir(&cfg.workdir)
-        .with_context(|| format!("changing to working directory {}", cfg.workdir.display()))?;
-
-    let program = lookup(&cfg.command, &cfg.env)?;
-    drop_privileges(c)?;
-    ready
-        .write_all(b"ok")
-        .and_then(|_| ready.flush())
-        .context("writing the ready file")?;
-    drop(ready);
-    exec(&program, &cfg.command, &cfg.env)
+    nix::unistd::chdir(workdir)
+        .with_context(|| format!("changing to working directory {}", workdir.display()))
 }
 
 /// Enters the running container whose PID 1 is `pid` (this process is in its PID, network and

@@ -94,14 +94,76 @@ pub fn resolve(
     rootfs: &Path,
 ) -> Result<Security, ConfigError> {
     verify_run_as_non_root(pod, c, &image.user)?;
-    let runtime_err = |message: String| ConfigError {
-        reason: "CreateContainerError",
-        message,
-    };
     let passwd = images::passwd(rootfs);
     let groups = images::groups(rootfs);
-    let as_u32 = |v: Option<&Value>| v.and_then(Value::as_i64).map(|n| n as u32);
+    let (uid, gid) = user_and_group(pod, c, image, &passwd, &groups)?;
+    let entry = passwd.iter().find(|p| p.uid == uid);
+    let mut extra: Vec<u32> = Vec::new();
+    if let Some(e) = entry {
+        extra.extend(
+            groups
+                .iter()
+                .filter(|(_, _, members)| members.contains(&e.name))
+                .map(|(_, id, _)| *id),
+        );
+    }
+    extra.extend(
+        pod.pointer("/spec/securityContext/supplementalGroups")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_i64)
+            .map(|g| g as u32),
+    );
+    let fs_group = as_u32(pod.pointer("/spec/securityContext/fsGroup"));
+    extra.extend(fs_group);
+    let mut seen = std::collections::BTreeSet::new();
+    extra.retain(|g| seen.insert(*g));
 
+    let privileged = c
+        .pointer("/securityContext/privileged")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let no_new_privs = !privileged
+        && c.pointer("/securityContext/allowPrivilegeEscalation")
+            .and_then(Value::as_bool)
+            == Some(false);
+    let read_only_root = c
+        .pointer("/securityContext/readOnlyRootFilesystem")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    Ok(Security {
+        uid,
+        gid,
+        groups: extra,
+        home: entry.map(|e| e.home.clone()).filter(|h| !h.is_empty()),
+        capabilities: capabilities(c, privileged)?,
+        no_new_privs,
+        read_only_root,
+        fs_group,
+    })
+}
+
+fn as_u32(v: Option<&Value>) -> Option<u32> {
+    v.and_then(Value::as_i64).map(|n| n as u32)
+}
+
+fn runtime_err(message: String) -> ConfigError {
+    ConfigError {
+        reason: "CreateContainerError",
+        message,
+    }
+}
+
+/// uid and gid: `runAsUser`/`runAsGroup`, else the image's `USER` (names looked up in its
+/// `/etc/passwd` and `/etc/group`), else root and the user's primary group.
+fn user_and_group(
+    pod: &Value,
+    c: &Value,
+    image: &ImageConfig,
+    passwd: &[images::PasswdEntry],
+    groups: &[(String, u32, Vec<String>)],
+) -> Result<(u32, u32), ConfigError> {
     let run_as_user = as_u32(sc_field(pod, c, "runAsUser"));
     let (uid, image_group) = match run_as_user {
         Some(u) => (u, None),
@@ -145,83 +207,44 @@ pub fn resolve(
         },
         (None, None) => entry.map(|e| e.gid).unwrap_or(0),
     };
-    let mut extra: Vec<u32> = Vec::new();
-    if let Some(e) = entry {
-        extra.extend(
-            groups
-                .iter()
-                .filter(|(_, _, members)| members.contains(&e.name))
-                .map(|(_, id, _)| *id),
-        );
+    Ok((uid, gid))
+}
+
+/// The capabilities kept: every one when privileged, else the runtime's defaults with the
+/// container's `drop` and `add` (`ALL` in either).
+fn capabilities(c: &Value, privileged: bool) -> Result<Vec<String>, ConfigError> {
+    let all: Vec<String> = caps::all().into_iter().map(|c| c.to_string()).collect();
+    if privileged {
+        return Ok(all);
     }
-    extra.extend(
-        pod.pointer("/spec/securityContext/supplementalGroups")
+    let mut capabilities: Vec<String> =
+        DEFAULT_CAPABILITIES.iter().map(|s| s.to_string()).collect();
+    let list = |k: &str| -> Vec<String> {
+        c.pointer(&format!("/securityContext/capabilities/{k}"))
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .filter_map(Value::as_i64)
-            .map(|g| g as u32),
-    );
-    let fs_group = as_u32(pod.pointer("/spec/securityContext/fsGroup"));
-    extra.extend(fs_group);
-    let mut seen = std::collections::BTreeSet::new();
-    extra.retain(|g| seen.insert(*g));
-
-    let privileged = c
-        .pointer("/securityContext/privileged")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let all: Vec<String> = caps::all().into_iter().map(|c| c.to_string()).collect();
-    let mut capabilities: Vec<String> = if privileged {
-        all.clone()
-    } else {
-        DEFAULT_CAPABILITIES.iter().map(|s| s.to_string()).collect()
+            .filter_map(Value::as_str)
+            .map(cap_name)
+            .collect()
     };
-    if !privileged {
-        let list = |k: &str| -> Vec<String> {
-            c.pointer(&format!("/securityContext/capabilities/{k}"))
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(cap_name)
-                .collect()
-        };
-        let (add, drop) = (list("add"), list("drop"));
-        if add.iter().any(|a| a == "CAP_ALL") {
-            capabilities = all.clone();
-        }
-        if drop.iter().any(|d| d == "CAP_ALL") {
-            capabilities.clear();
-        }
-        for a in add.iter().filter(|a| *a != "CAP_ALL") {
-            if !all.contains(a) {
-                return Err(runtime_err(format!("unknown capability {a:?} to add")));
-            }
-            if !capabilities.contains(a) {
-                capabilities.push(a.clone());
-            }
-        }
-        capabilities.retain(|c| !drop.contains(c));
+    let (add, drop) = (list("add"), list("drop"));
+    if add.iter().any(|a| a == "CAP_ALL") {
+        capabilities = all.clone();
     }
-    let no_new_privs = !privileged
-        && c.pointer("/securityContext/allowPrivilegeEscalation")
-            .and_then(Value::as_bool)
-            == Some(false);
-    let read_only_root = c
-        .pointer("/securityContext/readOnlyRootFilesystem")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    Ok(Security {
-        uid,
-        gid,
-        groups: extra,
-        home: entry.map(|e| e.home.clone()).filter(|h| !h.is_empty()),
-        capabilities,
-        no_new_privs,
-        read_only_root,
-        fs_group,
-    })
+    if drop.iter().any(|d| d == "CAP_ALL") {
+        capabilities.clear();
+    }
+    for a in add.iter().filter(|a| *a != "CAP_ALL") {
+        if !all.contains(a) {
+            return Err(runtime_err(format!("unknown capability {a:?} to add")));
+        }
+        if !capabilities.contains(a) {
+            capabilities.push(a.clone());
+        }
+    }
+    capabilities.retain(|c| !drop.contains(c));
+    Ok(capabilities)
 }
 
 #[cfg(test)]
