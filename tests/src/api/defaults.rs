@@ -188,109 +188,124 @@ fn template_defaults(obj: &mut Value) {
 /// Fills defaults the real server would (on create and on update).
 pub fn apply(rt: &ResourceType, obj: &mut Value, creating: bool) {
     match (rt.group, rt.plural) {
-        ("", "pods") => {
-            ensure_object(obj, "/spec");
-            pod_spec_defaults(&mut obj["spec"]);
-            if creating || obj.pointer("/status/phase").is_none() {
-                set_default(obj, "/status/phase", json!("Pending"));
-            }
-            let q = qos_class(&obj["spec"]);
-            set_default(obj, "/status/qosClass", json!(q));
-        }
-        ("", "namespaces") => {
-            let name = obj.pointer("/metadata/name").cloned().unwrap_or(json!(""));
-            ensure_object(obj, "/metadata/labels");
-            obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = name;
-            set_default(obj, "/spec/finalizers", json!(["kubernetes"]));
-            set_default(obj, "/status/phase", json!("Active"));
-        }
-        ("", "secrets") => {
-            set_default(obj, "/type", json!("Opaque"));
-            if let Some(sd) = obj.as_object_mut().and_then(|m| m.remove("stringData")) {
-                if let Some(sd) = sd.as_object() {
-                    ensure_object(obj, "/data");
-                    use base64::Engine;
-                    for (k, v) in sd {
-                        let s = v.as_str().unwrap_or_default();
-                        obj["data"][k] = json!(base64::engine::general_purpose::STANDARD.encode(s));
-                    }
-                }
-            }
-        }
-        ("batch", "jobs") => {
-            let uid = obj
-                .pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            let name = obj
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            ensure_object(obj, "/spec");
-            let par_set = obj.pointer("/spec/parallelism").is_some();
-            set_default(obj, "/spec/parallelism", json!(1));
-            if !par_set {
-                set_default(obj, "/spec/completions", json!(1));
-            }
-            set_default(obj, "/spec/backoffLimit", json!(6));
-            set_default(obj, "/spec/completionMode", json!("NonIndexed"));
-            set_default(obj, "/spec/suspend", json!(false));
-            set_default(
-                obj,
-                "/spec/podReplacementPolicy",
-                json!("TerminatingOrFailed"),
-            );
-            let manual = obj
-                .pointer("/spec/manualSelector")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            if !manual && !uid.is_empty() {
-                set_default(
-                    obj,
-                    "/spec/selector",
-                    json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
-                );
-                ensure_object(obj, "/spec/template/metadata/labels");
-                let labels = obj
-                    .pointer_mut("/spec/template/metadata/labels")
-                    .and_then(Value::as_object_mut)
-                    .expect("object");
-                for (k, v) in [
-                    ("batch.kubernetes.io/controller-uid", &uid),
-                    ("controller-uid", &uid),
-                    ("batch.kubernetes.io/job-name", &name),
-                    ("job-name", &name),
-                ] {
-                    labels.entry(k.to_string()).or_insert_with(|| json!(v));
-                }
-            }
-            template_defaults(obj);
-            if creating {
-                set_default(obj, "/status", json!({}));
-            }
-        }
-        ("apps", "statefulsets") => {
-            ensure_object(obj, "/spec");
-            set_default(obj, "/spec/replicas", json!(1));
-            set_default(obj, "/spec/podManagementPolicy", json!("OrderedReady"));
-            set_default(
-                obj,
-                "/spec/updateStrategy",
-                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
-            );
-            set_default(obj, "/spec/revisionHistoryLimit", json!(10));
-            template_defaults(obj);
-            if creating {
-                set_default(
-                    obj,
-                    "/status",
-                    json!({"replicas": 0, "availableReplicas": 0}),
-                );
-            }
-        }
+        ("", "pods") => pod_defaults(obj, creating),
+        ("", "namespaces") => namespace_defaults(obj),
+        ("", "secrets") => secret_defaults(obj),
+        ("batch", "jobs") => job_defaults(obj, creating),
+        ("apps", "statefulsets") => statefulset_defaults(obj, creating),
         _ => {}
+    }
+}
+
+/// The defaults of a pod: its spec's, phase Pending, the QoS class.
+fn pod_defaults(obj: &mut Value, creating: bool) {
+    ensure_object(obj, "/spec");
+    pod_spec_defaults(&mut obj["spec"]);
+    if creating || obj.pointer("/status/phase").is_none() {
+        set_default(obj, "/status/phase", json!("Pending"));
+    }
+    let q = qos_class(&obj["spec"]);
+    set_default(obj, "/status/qosClass", json!(q));
+}
+
+/// The defaults of a namespace: its name label, the kubernetes finalizer, phase Active.
+fn namespace_defaults(obj: &mut Value) {
+    let name = obj.pointer("/metadata/name").cloned().unwrap_or(json!(""));
+    ensure_object(obj, "/metadata/labels");
+    obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = name;
+    set_default(obj, "/spec/finalizers", json!(["kubernetes"]));
+    set_default(obj, "/status/phase", json!("Active"));
+}
+
+/// The defaults of a Secret: type Opaque, stringData into data.
+fn secret_defaults(obj: &mut Value) {
+    set_default(obj, "/type", json!("Opaque"));
+    if let Some(sd) = obj.as_object_mut().and_then(|m| m.remove("stringData")) {
+        if let Some(sd) = sd.as_object() {
+            ensure_object(obj, "/data");
+            use base64::Engine;
+            for (k, v) in sd {
+                let s = v.as_str().unwrap_or_default();
+                obj["data"][k] = json!(base64::engine::general_purpose::STANDARD.encode(s));
+            }
+        }
+    }
+}
+
+/// The defaults of a Job: parallelism, completions, backoff limit, completion mode, its selector and template labels.
+fn job_defaults(obj: &mut Value, creating: bool) {
+    let uid = obj
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    ensure_object(obj, "/spec");
+    let par_set = obj.pointer("/spec/parallelism").is_some();
+    set_default(obj, "/spec/parallelism", json!(1));
+    if !par_set {
+        set_default(obj, "/spec/completions", json!(1));
+    }
+    set_default(obj, "/spec/backoffLimit", json!(6));
+    set_default(obj, "/spec/completionMode", json!("NonIndexed"));
+    set_default(obj, "/spec/suspend", json!(false));
+    set_default(
+        obj,
+        "/spec/podReplacementPolicy",
+        json!("TerminatingOrFailed"),
+    );
+    let manual = obj
+        .pointer("/spec/manualSelector")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if !manual && !uid.is_empty() {
+        set_default(
+            obj,
+            "/spec/selector",
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
+        );
+        ensure_object(obj, "/spec/template/metadata/labels");
+        let labels = obj
+            .pointer_mut("/spec/template/metadata/labels")
+            .and_then(Value::as_object_mut)
+            .expect("object");
+        for (k, v) in [
+            ("batch.kubernetes.io/controller-uid", &uid),
+            ("controller-uid", &uid),
+            ("batch.kubernetes.io/job-name", &name),
+            ("job-name", &name),
+        ] {
+            labels.entry(k.to_string()).or_insert_with(|| json!(v));
+        }
+    }
+    template_defaults(obj);
+    if creating {
+        set_default(obj, "/status", json!({}));
+    }
+}
+
+/// The defaults of a StatefulSet: replicas, pod management, update strategy, history.
+fn statefulset_defaults(obj: &mut Value, creating: bool) {
+    ensure_object(obj, "/spec");
+    set_default(obj, "/spec/replicas", json!(1));
+    set_default(obj, "/spec/podManagementPolicy", json!("OrderedReady"));
+    set_default(
+        obj,
+        "/spec/updateStrategy",
+        json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+    );
+    set_default(obj, "/spec/revisionHistoryLimit", json!(10));
+    template_defaults(obj);
+    if creating {
+        set_default(
+            obj,
+            "/status",
+            json!({"replicas": 0, "availableReplicas": 0}),
+        );
     }
 }
 
@@ -369,116 +384,12 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
     let mut causes = Vec::new();
     check_labels(obj, &mut causes);
     match (rt.group, rt.plural) {
-        ("", "pods") => {
-            check_pod_spec(obj.get("spec"), "spec", &mut causes);
-            if let Some(old) = old {
-                if old.pointer("/spec/containers") != obj.pointer("/spec/containers")
-                    && strip_images(old.pointer("/spec/containers"))
-                        != strip_images(obj.pointer("/spec/containers"))
-                {
-                    causes.push(("spec".into(), "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing tolerations) or `spec.terminationGracePeriodSeconds`".into()));
-                }
-            }
-        }
-        ("batch", "jobs") => {
-            check_pod_spec(
-                obj.pointer("/spec/template/spec"),
-                "spec.template.spec",
-                &mut causes,
-            );
-            match obj
-                .pointer("/spec/template/spec/restartPolicy")
-                .and_then(Value::as_str)
-            {
-                Some("Never") | Some("OnFailure") => {}
-                other => causes.push((
-                    "spec.template.spec.restartPolicy".into(),
-                    format!(
-                        "Unsupported value: {:?}: supported values: \"OnFailure\", \"Never\"",
-                        other.unwrap_or("Always")
-                    ),
-                )),
-            }
-            if obj.pointer("/spec/completionMode").and_then(Value::as_str) == Some("Indexed")
-                && obj.pointer("/spec/completions").is_none_or(Value::is_null)
-            {
-                causes.push((
-                    "spec.completions".into(),
-                    "Required value: when completion mode is Indexed".into(),
-                ));
-            }
-            for f in ["parallelism", "completions", "backoffLimit"] {
-                if obj
-                    .pointer(&format!("/spec/{f}"))
-                    .and_then(Value::as_i64)
-                    .is_some_and(|n| n < 0)
-                {
-                    causes.push((
-                        format!("spec.{f}"),
-                        "Invalid value: must be greater than or equal to 0".into(),
-                    ));
-                }
-            }
-            check_selector_matches(obj, &mut causes);
-        }
-        ("apps", "statefulsets") => {
-            check_pod_spec(
-                obj.pointer("/spec/template/spec"),
-                "spec.template.spec",
-                &mut causes,
-            );
-            if obj.pointer("/spec/selector").is_none() {
-                causes.push(("spec.selector".into(), "Required value".into()));
-            } else {
-                check_selector_matches(obj, &mut causes);
-            }
-            if let Some(rp) = obj
-                .pointer("/spec/template/spec/restartPolicy")
-                .and_then(Value::as_str)
-            {
-                if rp != "Always" {
-                    causes.push((
-                        "spec.template.spec.restartPolicy".into(),
-                        format!("Unsupported value: {rp:?}: supported values: \"Always\""),
-                    ));
-                }
-            }
-            if obj
-                .pointer("/spec/replicas")
-                .and_then(Value::as_i64)
-                .is_some_and(|n| n < 0)
-            {
-                causes.push((
-                    "spec.replicas".into(),
-                    "Invalid value: must be greater than or equal to 0".into(),
-                ));
-            }
-        }
+        ("", "pods") => check_pod(obj, old, &mut causes),
+        ("batch", "jobs") => check_job(obj, &mut causes),
+        ("apps", "statefulsets") => check_statefulset(obj, &mut causes),
         ("rbac.authorization.k8s.io", "rolebindings")
         | ("rbac.authorization.k8s.io", "clusterrolebindings") => {
-            let kind = obj
-                .pointer("/roleRef/kind")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            let ok = if rt.plural == "rolebindings" {
-                ["Role", "ClusterRole"].contains(&kind)
-            } else {
-                kind == "ClusterRole"
-            };
-            if !ok {
-                causes.push((
-                    "roleRef.kind".into(),
-                    format!("Unsupported value: {kind:?}"),
-                ));
-            }
-            if let Some(old) = old {
-                if old.get("roleRef") != obj.get("roleRef") {
-                    causes.push((
-                        "roleRef".into(),
-                        "Invalid value: cannot change roleRef".into(),
-                    ));
-                }
-            }
+            check_binding(rt, obj, old, &mut causes)
         }
         _ => {}
     }
@@ -486,6 +397,129 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
         Ok(())
     } else {
         Err(ApiError::invalid(rt, name, &causes))
+    }
+}
+
+/// The checks of a pod: its spec; an update changes only images.
+fn check_pod(obj: &Value, old: Option<&Value>, causes: &mut Vec<(String, String)>) {
+    check_pod_spec(obj.get("spec"), "spec", causes);
+    if let Some(old) = old {
+        if old.pointer("/spec/containers") != obj.pointer("/spec/containers")
+            && strip_images(old.pointer("/spec/containers"))
+                != strip_images(obj.pointer("/spec/containers"))
+        {
+            causes.push(("spec".into(), "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing tolerations) or `spec.terminationGracePeriodSeconds`".into()));
+        }
+    }
+}
+
+/// The checks of a Job: its template, restart policy, counts, Indexed completions, selector.
+fn check_job(obj: &Value, causes: &mut Vec<(String, String)>) {
+    check_pod_spec(
+        obj.pointer("/spec/template/spec"),
+        "spec.template.spec",
+        causes,
+    );
+    match obj
+        .pointer("/spec/template/spec/restartPolicy")
+        .and_then(Value::as_str)
+    {
+        Some("Never") | Some("OnFailure") => {}
+        other => causes.push((
+            "spec.template.spec.restartPolicy".into(),
+            format!(
+                "Unsupported value: {:?}: supported values: \"OnFailure\", \"Never\"",
+                other.unwrap_or("Always")
+            ),
+        )),
+    }
+    if obj.pointer("/spec/completionMode").and_then(Value::as_str) == Some("Indexed")
+        && obj.pointer("/spec/completions").is_none_or(Value::is_null)
+    {
+        causes.push((
+            "spec.completions".into(),
+            "Required value: when completion mode is Indexed".into(),
+        ));
+    }
+    for f in ["parallelism", "completions", "backoffLimit"] {
+        if obj
+            .pointer(&format!("/spec/{f}"))
+            .and_then(Value::as_i64)
+            .is_some_and(|n| n < 0)
+        {
+            causes.push((
+                format!("spec.{f}"),
+                "Invalid value: must be greater than or equal to 0".into(),
+            ));
+        }
+    }
+    check_selector_matches(obj, causes);
+}
+
+/// The checks of a StatefulSet: its template, selector, restart policy, replicas.
+fn check_statefulset(obj: &Value, causes: &mut Vec<(String, String)>) {
+    check_pod_spec(
+        obj.pointer("/spec/template/spec"),
+        "spec.template.spec",
+        causes,
+    );
+    if obj.pointer("/spec/selector").is_none() {
+        causes.push(("spec.selector".into(), "Required value".into()));
+    } else {
+        check_selector_matches(obj, causes);
+    }
+    if let Some(rp) = obj
+        .pointer("/spec/template/spec/restartPolicy")
+        .and_then(Value::as_str)
+    {
+        if rp != "Always" {
+            causes.push((
+                "spec.template.spec.restartPolicy".into(),
+                format!("Unsupported value: {rp:?}: supported values: \"Always\""),
+            ));
+        }
+    }
+    if obj
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .is_some_and(|n| n < 0)
+    {
+        causes.push((
+            "spec.replicas".into(),
+            "Invalid value: must be greater than or equal to 0".into(),
+        ));
+    }
+}
+
+/// The checks of a RoleBinding or ClusterRoleBinding: its roleRef, which never changes.
+fn check_binding(
+    rt: &ResourceType,
+    obj: &Value,
+    old: Option<&Value>,
+    causes: &mut Vec<(String, String)>,
+) {
+    let kind = obj
+        .pointer("/roleRef/kind")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let ok = if rt.plural == "rolebindings" {
+        ["Role", "ClusterRole"].contains(&kind)
+    } else {
+        kind == "ClusterRole"
+    };
+    if !ok {
+        causes.push((
+            "roleRef.kind".into(),
+            format!("Unsupported value: {kind:?}"),
+        ));
+    }
+    if let Some(old) = old {
+        if old.get("roleRef") != obj.get("roleRef") {
+            causes.push((
+                "roleRef".into(),
+                "Invalid value: cannot change roleRef".into(),
+            ));
+        }
     }
 }
 
