@@ -207,91 +207,8 @@ fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
         .and_then(Value::as_str)
         .unwrap_or(""));
     match (rt.group, rt.plural) {
-        ("", "pods") => {
-            let total = obj
-                .pointer("/spec/containers")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
-            let statuses = obj
-                .pointer("/status/containerStatuses")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            let ready = statuses
-                .iter()
-                .filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true))
-                .count();
-            let restarts: i64 = statuses
-                .iter()
-                .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
-                .sum();
-            let gates = obj
-                .pointer("/spec/readinessGates")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
-            vec![
-                name,
-                json!(format!("{ready}/{total}")),
-                json!(pod_status_reason(obj)),
-                json!(restarts.to_string()),
-                json!(age(obj, now)),
-                none_if_empty(obj.pointer("/status/podIP").and_then(Value::as_str)),
-                none_if_empty(obj.pointer("/spec/nodeName").and_then(Value::as_str)),
-                none_if_empty(
-                    obj.pointer("/status/nominatedNodeName")
-                        .and_then(Value::as_str),
-                ),
-                if gates == 0 {
-                    json!("<none>")
-                } else {
-                    json!(format!("0/{gates}"))
-                },
-            ]
-        }
-        ("batch", "jobs") => {
-            let conds = obj
-                .pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            let has = |t: &str| {
-                conds
-                    .iter()
-                    .any(|c| c["type"] == t && c["status"] == "True")
-            };
-            let status = if has("Complete") {
-                "Complete"
-            } else if has("Failed") {
-                "Failed"
-            } else if obj.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true) {
-                "Suspended"
-            } else {
-                "Running"
-            };
-            let succeeded = obj
-                .pointer("/status/succeeded")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            let completions = match obj.pointer("/spec/completions").and_then(Value::as_i64) {
-                Some(c) => format!("{succeeded}/{c}"),
-                None => format!(
-                    "{succeeded}/1 of {}",
-                    obj.pointer("/spec/parallelism")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(1)
-                ),
-            };
-            let start = parse_time(obj.pointer("/status/startTime"));
-            let end = parse_time(obj.pointer("/status/completionTime")).unwrap_or(now);
-            let duration = start.map(|s| human_age(end - s)).unwrap_or_default();
-            vec![
-                name,
-                json!(status),
-                json!(completions),
-                json!(duration),
-                json!(age(obj, now)),
-            ]
-        }
+        ("", "pods") => pod_cells(obj, name, now),
+        ("batch", "jobs") => job_cells(obj, name, now),
         ("apps", "statefulsets") => {
             let ready = obj
                 .pointer("/status/readyReplicas")
@@ -357,6 +274,95 @@ fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
         }
         _ => vec![name, json!(age(obj, now))],
     }
+}
+
+/// A pod's row: ready containers, status, restarts, age, IP, node, nominated node, gates.
+fn pod_cells(obj: &Value, name: Value, now: i64) -> Vec<Value> {
+    let total = obj
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    let statuses = obj
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let ready = statuses
+        .iter()
+        .filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true))
+        .count();
+    let restarts: i64 = statuses
+        .iter()
+        .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
+        .sum();
+    let gates = obj
+        .pointer("/spec/readinessGates")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    vec![
+        name,
+        json!(format!("{ready}/{total}")),
+        json!(pod_status_reason(obj)),
+        json!(restarts.to_string()),
+        json!(age(obj, now)),
+        none_if_empty(obj.pointer("/status/podIP").and_then(Value::as_str)),
+        none_if_empty(obj.pointer("/spec/nodeName").and_then(Value::as_str)),
+        none_if_empty(
+            obj.pointer("/status/nominatedNodeName")
+                .and_then(Value::as_str),
+        ),
+        if gates == 0 {
+            json!("<none>")
+        } else {
+            json!(format!("0/{gates}"))
+        },
+    ]
+}
+
+/// A Job's row: status, completions, duration, age.
+fn job_cells(obj: &Value, name: Value, now: i64) -> Vec<Value> {
+    let conds = obj
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let has = |t: &str| {
+        conds
+            .iter()
+            .any(|c| c["type"] == t && c["status"] == "True")
+    };
+    let status = if has("Complete") {
+        "Complete"
+    } else if has("Failed") {
+        "Failed"
+    } else if obj.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true) {
+        "Suspended"
+    } else {
+        "Running"
+    };
+    let succeeded = obj
+        .pointer("/status/succeeded")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let completions = match obj.pointer("/spec/completions").and_then(Value::as_i64) {
+        Some(c) => format!("{succeeded}/{c}"),
+        None => format!(
+            "{succeeded}/1 of {}",
+            obj.pointer("/spec/parallelism")
+                .and_then(Value::as_i64)
+                .unwrap_or(1)
+        ),
+    };
+    let start = parse_time(obj.pointer("/status/startTime"));
+    let end = parse_time(obj.pointer("/status/completionTime")).unwrap_or(now);
+    let duration = start.map(|s| human_age(end - s)).unwrap_or_default();
+    vec![
+        name,
+        json!(status),
+        json!(completions),
+        json!(duration),
+        json!(age(obj, now)),
+    ]
 }
 
 /// A structured label selector as kubectl prints it ("a=b,c in (d,e)"; "<none>" when empty).
