@@ -71,6 +71,119 @@ fn random_token(prefix: &str) -> String {
     format!("{prefix}{}", hex::encode(b))
 }
 
+/// The server's directory: `opts.dir`, or a temporary one (kept while the server runs).
+fn server_dir(opts: &ApiOptions) -> anyhow::Result<(Option<tempfile::TempDir>, PathBuf)> {
+    match &opts.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)
+                .with_context(|| format!("creating the API server directory {}", d.display()))?;
+            Ok((None, d.clone()))
+        }
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("prrte-k8s-api-")
+                .tempdir()
+                .context("creating a temporary directory")?;
+            let p = t.path().to_path_buf();
+            Ok((Some(t), p))
+        }
+    }
+}
+
+/// A store with the usual namespaces and the built-in cluster roles.
+fn seeded_store() -> anyhow::Result<Store> {
+    let store = Store::new();
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        store
+            .create(
+                &resources::NAMESPACES,
+                "",
+                json!({"metadata": {"name": ns}}),
+                false,
+            )
+            .map_err(|e| anyhow::anyhow!("seeding namespace {ns}: {e}"))?;
+    }
+    for role in auth::builtin_cluster_roles() {
+        store
+            .create(&resources::CLUSTERROLES, "", role, false)
+            .map_err(|e| anyhow::anyhow!("seeding cluster roles: {e}"))?;
+    }
+    Ok(store)
+}
+
+/// The tokens known at start: the admin's (all rights).
+fn admin_tokens(admin_token: &str) -> HashMap<String, Identity> {
+    let mut tokens = HashMap::new();
+    tokens.insert(
+        admin_token.to_string(),
+        Identity {
+            user: "kubernetes-admin".into(),
+            uid: String::new(),
+            groups: vec!["system:masters".into(), "system:authenticated".into()],
+            source: RightsSource::Static {
+                namespace: None,
+                rules: vec![Rule::all()],
+            },
+        },
+    );
+    tokens
+}
+
+/// Accepts connections until shutdown (refusing them during an injected outage).
+async fn accept(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    st: Arc<http::State>,
+    mut sd: watch::Receiver<bool>,
+) {
+    loop {
+        let (tcp, _) = tokio::select! {
+            _ = sd.changed() => return,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("API server accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        if st.faults.is_down() {
+            // Injected outage: the connection closes before TLS completes.
+            st.faults
+                .refused
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(tcp);
+            continue;
+        }
+        let _ = tcp.set_nodelay(true);
+        tokio::spawn(serve(tcp, acceptor.clone(), st.clone(), sd.clone()));
+    }
+}
+
+/// One connection: TLS, then HTTP/1.1 or HTTP/2 requests until it closes or the server stops.
+async fn serve(
+    tcp: tokio::net::TcpStream,
+    acceptor: tokio_rustls::TlsAcceptor,
+    st: Arc<http::State>,
+    mut sd: watch::Receiver<bool>,
+) {
+    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+        Ok(Ok(t)) => t,
+        _ => return,
+    };
+    let svc = hyper::service::service_fn(move |req| {
+        let st = st.clone();
+        async move { Ok::<_, Infallible>(http::handle(st, req).await) }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection(TokioIo::new(tls), svc);
+    tokio::select! {
+        _ = conn => {}
+        _ = sd.changed() => {}
+    }
+}
+
 impl ApiServer {
     /// Starts the server on the current tokio runtime.
     pub async fn start(opts: ApiOptions) -> anyhow::Result<ApiServer> {
@@ -89,62 +202,15 @@ impl ApiServer {
         let mut ips = vec![IpAddr::V4(Ipv4Addr::LOCALHOST), host_ip];
         ips.extend(opts.extra_san_ips.iter().copied());
         let pki = tls::make(&ips)?;
-
-        let (tmp, dir) = match &opts.dir {
-            Some(d) => {
-                std::fs::create_dir_all(d).with_context(|| {
-                    format!("creating the API server directory {}", d.display())
-                })?;
-                (None, d.clone())
-            }
-            None => {
-                let t = tempfile::Builder::new()
-                    .prefix("prrte-k8s-api-")
-                    .tempdir()
-                    .context("creating a temporary directory")?;
-                let p = t.path().to_path_buf();
-                (Some(t), p)
-            }
-        };
+        let (tmp, dir) = server_dir(&opts)?;
         let ca_path = dir.join("ca.crt");
         std::fs::write(&ca_path, &pki.ca_pem)
             .with_context(|| format!("writing {}", ca_path.display()))?;
-
-        let store = Store::new();
-        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-            store
-                .create(
-                    &resources::NAMESPACES,
-                    "",
-                    json!({"metadata": {"name": ns}}),
-                    false,
-                )
-                .map_err(|e| anyhow::anyhow!("seeding namespace {ns}: {e}"))?;
-        }
-        for role in auth::builtin_cluster_roles() {
-            store
-                .create(&resources::CLUSTERROLES, "", role, false)
-                .map_err(|e| anyhow::anyhow!("seeding cluster roles: {e}"))?;
-        }
-
         let admin_token = random_token("admin-");
-        let mut tokens = HashMap::new();
-        tokens.insert(
-            admin_token.clone(),
-            Identity {
-                user: "kubernetes-admin".into(),
-                uid: String::new(),
-                groups: vec!["system:masters".into(), "system:authenticated".into()],
-                source: RightsSource::Static {
-                    namespace: None,
-                    rules: vec![Rule::all()],
-                },
-            },
-        );
         let (shutdown, shutdown_rx) = watch::channel(false);
         let state = Arc::new(http::State {
-            store,
-            tokens: RwLock::new(tokens),
+            store: seeded_store()?,
+            tokens: RwLock::new(admin_tokens(&admin_token)),
             addr,
             shutdown: shutdown_rx.clone(),
             bookmark_ms: std::sync::atomic::AtomicU64::new(5000),
@@ -155,55 +221,7 @@ impl ApiServer {
             encoded: Default::default(),
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config.clone());
-        let st = state.clone();
-        let mut sd = shutdown_rx.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let (tcp, _) = tokio::select! {
-                    _ = sd.changed() => return,
-                    r = listener.accept() => match r {
-                        Ok(x) => x,
-                        Err(e) => {
-                            tracing::warn!("API server accept failed: {e}");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                    },
-                };
-                if st.faults.is_down() {
-                    // Injected outage: the connection closes before TLS completes.
-                    st.faults
-                        .refused
-                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    drop(tcp);
-                    continue;
-                }
-                let _ = tcp.set_nodelay(true);
-                let acceptor = acceptor.clone();
-                let st = st.clone();
-                let mut sd = sd.clone();
-                tokio::spawn(async move {
-                    let tls =
-                        match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
-                            .await
-                        {
-                            Ok(Ok(t)) => t,
-                            _ => return,
-                        };
-                    let svc = hyper::service::service_fn(move |req| {
-                        let st = st.clone();
-                        async move { Ok::<_, Infallible>(http::handle(st, req).await) }
-                    });
-                    let builder =
-                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                    let conn = builder.serve_connection(TokioIo::new(tls), svc);
-                    tokio::select! {
-                        _ = conn => {}
-                        _ = sd.changed() => {}
-                    }
-                });
-            }
-        });
+        let task = tokio::spawn(accept(listener, acceptor, state.clone(), shutdown_rx));
         let url = format!("https://{}", SocketAddr::new(host_ip, addr.port()));
         let server = ApiServer {
             state,
