@@ -30,13 +30,7 @@ impl Store {
         name: &str,
         opts: &DeleteOptions,
     ) -> Result<Obj, ApiError> {
-        let key = (ns.to_string(), name.to_string());
-        let old = g
-            .tables
-            .get(rt.key())
-            .and_then(|t| t.get(&key))
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(rt, name))?;
+        let old = g.stored(rt, ns, name)?;
         check_preconditions(rt, name, &old, opts)?;
         let mut last = (*old).clone();
         last["metadata"]["deletionTimestamp"] = json!(now_rfc3339());

@@ -134,6 +134,17 @@ struct Inner {
     dependents: HashMap<String, BTreeSet<(&'static str, String, String)>>,
 }
 
+impl Inner {
+    /// The stored object `ns`/`name` of `rt`, or 404.
+    fn stored(&self, rt: &ResourceType, ns: &str, name: &str) -> Result<Obj, ApiError> {
+        self.tables
+            .get(rt.key())
+            .and_then(|t| t.get(&(ns.to_string(), name.to_string())))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(rt, name))
+    }
+}
+
 /// A clonable handle to the object store.
 #[derive(Clone)]
 pub struct Store {

@@ -18,12 +18,7 @@ struct ContinueToken {
 
 impl Store {
     pub fn get(&self, rt: &'static ResourceType, ns: &str, name: &str) -> Result<Obj, ApiError> {
-        let g = self.lock();
-        g.tables
-            .get(rt.key())
-            .and_then(|t| t.get(&(ns.to_string(), name.to_string())))
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(rt, name))
+        self.lock().stored(rt, ns, name)
     }
 
     /// Objects owned (via ownerReferences) by the object with this uid.

@@ -43,13 +43,7 @@ impl Store {
             )));
         }
         check_type(rt, &obj)?;
-        let key = (ns.to_string(), name.to_string());
-        let old = g
-            .tables
-            .get(rt.key())
-            .and_then(|t| t.get(&key))
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(rt, name))?;
+        let old = g.stored(rt, ns, name)?;
         ensure_object(&mut obj, "/metadata");
         check_identity(rt, ns, name, &obj)?;
         if check_rv {
@@ -146,13 +140,7 @@ impl Store {
         f: impl FnOnce(&mut Value),
     ) -> Result<Obj, ApiError> {
         let mut g = self.lock();
-        let key = (ns.to_string(), name.to_string());
-        let current = g
-            .tables
-            .get(rt.key())
-            .and_then(|t| t.get(&key))
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(rt, name))?;
+        let current = g.stored(rt, ns, name)?;
         let mut doc = (*current).clone();
         f(&mut doc);
         self.update_locked(&mut g, rt, ns, name, doc, part, false, false)

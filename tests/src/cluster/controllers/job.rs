@@ -3,7 +3,8 @@
 use super::indexes::compress_indexes;
 use super::job_policy::{pod_failure_rule, success_rule_met};
 use super::{
-    condition_true, is_ready, owned_pods, owner_ref, phase, seconds_since, set_condition, INDEX_KEY,
+    condition_true, is_ready, owned_pods, owner_ref, phase, pod_from_template, seconds_since,
+    set_condition, INDEX_KEY,
 };
 use crate::api::defaults::{now_rfc3339, random_suffix};
 use crate::api::resources::{JOBS, PODS};
@@ -323,17 +324,8 @@ fn create_job_pods(store: &Store, job: &Value, state: &JobState) {
 /// The pod a Job controller makes for completion index `index` (None: non-indexed).
 pub fn job_pod(job: &Value, index: Option<i64>) -> Value {
     let name = job["metadata"]["name"].as_str().unwrap_or("");
-    let tmpl = &job["spec"]["template"];
-    let mut pod = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": tmpl.get("metadata").cloned().unwrap_or(json!({})),
-        "spec": tmpl.get("spec").cloned().unwrap_or(json!({})),
-    });
+    let mut pod = pod_from_template(job);
     let m = &mut pod["metadata"];
-    if !m.is_object() {
-        *m = json!({});
-    }
     for k in [
         "name",
         "namespace",

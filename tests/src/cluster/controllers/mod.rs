@@ -120,6 +120,21 @@ fn owner_ref(api_version: &str, kind: &str, owner: &Value) -> Value {
     }])
 }
 
+/// A pod from the template of `owner` (`spec.template`), with an object as metadata.
+fn pod_from_template(owner: &Value) -> Value {
+    let tmpl = &owner["spec"]["template"];
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": tmpl.get("metadata").cloned().unwrap_or(json!({})),
+        "spec": tmpl.get("spec").cloned().unwrap_or(json!({})),
+    });
+    if !pod["metadata"].is_object() {
+        pod["metadata"] = json!({});
+    }
+    pod
+}
+
 fn phase(p: &Value) -> &str {
     p.pointer("/status/phase")
         .and_then(Value::as_str)

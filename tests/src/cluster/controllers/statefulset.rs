@@ -1,6 +1,6 @@
 //! The StatefulSet controller: ordinal pods (in order or in parallel) and the set's status.
 
-use super::{is_ready, owned_pods, owner_ref, phase};
+use super::{is_ready, owned_pods, owner_ref, phase, pod_from_template};
 use crate::api::resources::{PODS, STATEFULSETS};
 use crate::api::{DeleteOptions, Part, Store};
 use serde_json::{json, Value};
@@ -25,18 +25,9 @@ fn revision_hash(sts: &Value) -> String {
 /// The pod a StatefulSet controller makes for ordinal `i`.
 pub fn sts_pod(sts: &Value, i: i64) -> Value {
     let name = sts["metadata"]["name"].as_str().unwrap_or("");
-    let tmpl = &sts["spec"]["template"];
     let pod_name = format!("{name}-{i}");
-    let mut pod = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": tmpl.get("metadata").cloned().unwrap_or(json!({})),
-        "spec": tmpl.get("spec").cloned().unwrap_or(json!({})),
-    });
+    let mut pod = pod_from_template(sts);
     let m = &mut pod["metadata"];
-    if !m.is_object() {
-        *m = json!({});
-    }
     if !m["labels"].is_object() {
         m["labels"] = json!({});
     }
