@@ -1,6 +1,6 @@
 //! Containers: sandbox pods that run in an image's root filesystem.
 //!
-//! A pod whose [`crate::podnet::PodSpec::container`] is set does not share the host's
+//! A pod whose container has an [`crate::podnet::ContainerSpec::image`] does not share the host's
 //! filesystem. Its PID 1 starts as the small program `prrte-k8s-sandbox-init` (a binary of this
 //! crate), which, inside the pod's fresh mount, UTS and PID namespaces and as root:
 //!

@@ -21,7 +21,7 @@
 //! Everything is built with `ip` (iproute2), `unshare`/`nsenter`/`mount` (util-linux) and a small
 //! POSIX shell program that prepares the pod before it `exec`s the container command. All names
 //! a [`Network`] creates (bridge, veths, network namespaces, state directories) start with
-//! [`Network::prefix`], which is what [`leftovers`] takes to check that nothing stayed behind;
+//! [`Network::prefix`], which is what [`leftovers()`] takes to check that nothing stayed behind;
 //! [`cleanup_leftovers`] removes what a killed test run left.
 //!
 //! Everything here needs root and blocks (it runs host tools and polls /proc); async code calls

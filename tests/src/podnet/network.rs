@@ -140,7 +140,7 @@ impl Network {
     }
 
     /// Common prefix of the bridge, veth, network-namespace and state-directory names of this
-    /// network: `pk8s<id>`. Pass it to [`leftovers`].
+    /// network: `pk8s<id>`. Pass it to [`super::leftovers()`].
     pub fn prefix(&self) -> String {
         format!("{NAME_PREFIX}{}", self.id)
     }
