@@ -1,9 +1,11 @@
 //! The launcher: connects to the `prrte-k8s-agent` of every target pod, authenticates, asks it
 //! to start prted, and supervises the connections until the daemons end.
 //!
-//! This is what PRRTE's k8s PLM component drives (through the C ABI) from its own thread.
-//! `connect` holds the connection to one agent, which the batch launcher, `prrte-k8s-rsh` and
-//! `doctor` use too.
+//! This is what PRRTE's k8s PLM component drives (through the C ABI) from its own thread; what
+//! it launches in each round, and what it reports to PRRTE about the outcomes, is decided by
+//! [`rounds`], from the [`settings`] the PLM's parameters give, the nodes resolved to pods by
+//! [`targets`] and prted's command line adapted by [`prted_args`]. `connect` holds the
+//! connection to one agent, which the batch launcher, `prrte-k8s-rsh` and `doctor` use too.
 //!
 //! [`Launcher::start`] returns at once; all network work runs on the launcher's own tokio
 //! runtime (two worker threads), and results arrive through the `sink` callback.
@@ -34,6 +36,10 @@ use crate::protocol::{
 };
 
 mod connect;
+pub mod prted_args;
+pub mod rounds;
+pub mod settings;
+pub mod targets;
 
 pub use connect::ping_agent;
 pub(crate) use connect::{agent_name, connect_authenticated, recv_reply, send_request};
