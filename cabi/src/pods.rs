@@ -1,40 +1,29 @@
-//! Pods the RAS component allocated, by the node name PRRTE uses (the pod's hostname), so the
-//! PLM component can reach each pod's agent and name pods in messages.
-use std::collections::HashMap;
-use std::net::Ipv4Addr;
+//! The pods the RAS component allocated, by the node name PRRTE uses (the pod's hostname), kept
+//! for the PLM component, which resolves its nodes to the pods' agents through them (the table
+//! itself: [`PodTable`]).
 use std::sync::Mutex;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodAddr {
-    pub pod: String,
-    pub namespace: String,
-    pub ip: Ipv4Addr,
-}
+pub use prrte_k8s::launch::targets::{PodAddr, PodTable};
 
-static TABLE: Mutex<Option<HashMap<String, PodAddr>>> = Mutex::new(None);
+static TABLE: Mutex<PodTable> = Mutex::new(PodTable::new());
 
+/// Records the pod behind node `node_name` (the RAS, for every pod it allocates).
 pub fn record(node_name: &str, addr: PodAddr) {
     TABLE
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .insert(node_name.to_string(), addr);
+        .record(node_name, addr);
 }
 
-/// The pod behind a PRRTE node: by node name, or by IP when the name is one.
-pub fn lookup(node_name: &str) -> Option<PodAddr> {
-    let t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
-    let t = t.as_ref()?;
-    if let Some(a) = t.get(node_name) {
-        return Some(a.clone());
-    }
-    let ip: Ipv4Addr = node_name.parse().ok()?;
-    t.values().find(|a| a.ip == ip).cloned()
+/// Runs `f` with the pods recorded so far.
+pub fn with<R>(f: impl FnOnce(&PodTable) -> R) -> R {
+    f(&TABLE.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     #[test]
     fn lookup_by_name_and_ip() {
@@ -46,9 +35,11 @@ mod tests {
                 ip: Ipv4Addr::new(10, 250, 3, 2),
             },
         );
-        assert_eq!(lookup("w-0").unwrap().pod, "job-0-abcde");
-        assert_eq!(lookup("10.250.3.2").unwrap().pod, "job-0-abcde");
-        assert!(lookup("w-1").is_none());
-        assert!(lookup("10.250.3.3").is_none());
+        with(|t| {
+            assert_eq!(t.lookup("w-0").unwrap().pod, "job-0-abcde");
+            assert_eq!(t.lookup("10.250.3.2").unwrap().pod, "job-0-abcde");
+            assert!(t.lookup("w-1").is_none());
+            assert!(t.lookup("10.250.3.3").is_none());
+        });
     }
 }

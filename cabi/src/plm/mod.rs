@@ -2,9 +2,11 @@
 //!
 //! [`component`] registers the `plm_k8s_*` parameters and answers PRRTE's selection query;
 //! [`module`] holds the module functions PRRTE calls once the component is selected; [`rounds`]
-//! launches the daemons of each `LAUNCH_DAEMONS` activation through the agents and reports their
-//! outcomes; [`prted_args`] adapts prted's command line for a launch through an agent.
+//! reads what each `LAUNCH_DAEMONS` activation needs from PRRTE, hands it to the rounds' state
+//! machine (`prrte_k8s::launch::rounds`) and the launcher, and carries out in PRRTE what the state
+//! machine decides about the outcomes; [`daemons`] holds what it reads from and tells PRRTE's
+//! daemon job.
 pub mod component;
+pub mod daemons;
 pub mod module;
-pub mod prted_args;
 pub mod rounds;

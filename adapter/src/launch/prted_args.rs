@@ -51,6 +51,28 @@ pub fn for_vpid(template: &[String], index: usize, vpid: u32) -> Vec<String> {
     v
 }
 
+/// prted's arguments for the agents, with the slot where each daemon's vpid goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrtedTemplate {
+    args: Vec<String>,
+    vpid_slot: usize,
+}
+
+impl PrtedTemplate {
+    /// From the full command line PRRTE's helpers built (executable first) and the index of the
+    /// vpid placeholder in it (see [`agent_template`]).
+    pub fn from_prrte(argv: &[String], vpid_index: usize) -> Result<PrtedTemplate, String> {
+        agent_template(argv, vpid_index)
+            .map(|(args, vpid_slot)| PrtedTemplate { args, vpid_slot })
+            .ok_or_else(|| "PRRTE's prted command line has no vpid slot".to_string())
+    }
+
+    /// The arguments of the daemon `vpid`.
+    pub fn for_vpid(&self, vpid: u32) -> Vec<String> {
+        for_vpid(&self.args, self.vpid_slot, vpid)
+    }
+}
+
 /// Environment forwarded with a launch: the MCA settings of prte's own environment, less our
 /// own selections. (PRRTE also passes them on the command line; the agent accepts only
 /// `PRTE_*`, `PMIX_*` and `OMPI_*` names.)
@@ -121,6 +143,16 @@ mod tests {
         let one = for_vpid(&t, idx, 7);
         assert_eq!(one[idx], "7");
         assert_eq!(one.len(), t.len());
+    }
+
+    #[test]
+    fn template_fills_each_vpid_and_names_a_missing_slot() {
+        let argv = s(&["prted", "--prtemca", "ess_base_vpid", "<template>"]);
+        let t = PrtedTemplate::from_prrte(&argv, 3).unwrap();
+        assert_eq!(t.for_vpid(5), s(&["--prtemca", "ess_base_vpid", "5"]));
+        assert_eq!(t.for_vpid(12), s(&["--prtemca", "ess_base_vpid", "12"]));
+        let e = PrtedTemplate::from_prrte(&argv, 0).unwrap_err();
+        assert!(e.contains("no vpid slot"), "{e}");
     }
 
     #[test]
