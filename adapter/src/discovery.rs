@@ -152,12 +152,9 @@ pub async fn discover(cfg: &DiscoveryConfig) -> Result<Allocation, DiscoveryErro
 /// one that is inside a Tokio runtime (the work then runs on a helper thread).
 pub fn discover_blocking(cfg: &DiscoveryConfig) -> Result<Allocation, DiscoveryError> {
     let run = || -> Result<Allocation, DiscoveryError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| DiscoveryError::Internal {
-                detail: format!("cannot start the async runtime: {e}"),
-            })?;
+        let rt = crate::runtime::current_thread().map_err(|e| DiscoveryError::Internal {
+            detail: format!("cannot start the async runtime: {e}"),
+        })?;
         rt.block_on(discover(cfg))
     };
     if tokio::runtime::Handle::try_current().is_ok() {
@@ -538,10 +535,7 @@ mod tests {
             discover_blocking(&cfg).unwrap_err().kind(),
             ErrorKind::InvalidConfig
         );
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = crate::runtime::current_thread().unwrap();
         let e = rt.block_on(async { discover_blocking(&cfg) }).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidConfig);
     }

@@ -254,10 +254,7 @@ pub fn run(args: ToolArgs) -> i32 {
         eprintln!("prrte-k8s prun: error: {e}");
         return 1;
     }
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match prrte_k8s::runtime::current_thread() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("prrte-k8s prun: error: cannot start: {e}");
