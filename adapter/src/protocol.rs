@@ -702,25 +702,13 @@ impl Session {
     /// Seals arbitrary body text (normally JSON); returns the frame body to send.
     pub fn seal_text(&mut self, body: &str) -> Vec<u8> {
         self.send_seq += 1;
-        let seq = self.send_seq;
-        let mac = self.key.as_ref().map(|key| {
-            let (send_label, _) = self.labels();
-            hex::encode(
-                self.frame_mac(key, send_label, seq, body.as_bytes())
-                    .finalize()
-                    .into_bytes(),
-            )
-        });
-        encode_message(&Plain::Sealed {
-            seq,
-            body: body.to_owned(),
-            mac,
-        })
+        self.seal_text_at(self.send_seq, body)
     }
 
     /// Seals `body` under an explicit sequence number without advancing the session's own
-    /// counter: a correctly authenticated frame that is out of order (for tests of the
-    /// receiver's sequence checks).
+    /// counter ([`seal_text`](Session::seal_text) advances it first). Called alone, it makes a
+    /// correctly authenticated frame that is out of order (for tests of the receiver's sequence
+    /// checks).
     pub fn seal_text_at(&self, seq: u64, body: &str) -> Vec<u8> {
         let mac = self.key.as_ref().map(|key| {
             let (send_label, _) = self.labels();
