@@ -14,6 +14,7 @@ pub mod client;
 pub mod error;
 pub mod infer;
 pub mod list;
+pub mod names;
 pub mod order;
 pub mod quantity;
 pub mod readiness;
@@ -37,6 +38,7 @@ pub use slots::{
 
 use api::Ctx;
 use client::Environment;
+use names::is_dns_label;
 use readiness::{classify, PodReadiness};
 
 /// Default bound of a discovery call: the default of `ras_k8s_timeout` and of
@@ -176,16 +178,6 @@ fn invalid(param: &str, value: impl ToString, reason: impl ToString) -> Discover
         value: value.to_string(),
         reason: reason.to_string(),
     }
-}
-
-fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 /// Checks the parts of the configuration that need no cluster; returns the explicit selector.
