@@ -27,8 +27,8 @@ pub mod dvm_uri;
 pub mod exec;
 pub mod head;
 pub mod health;
+pub mod launch_policy;
 pub mod limits;
-pub mod policy;
 pub mod process;
 pub mod tracking;
 
@@ -782,7 +782,7 @@ impl Conn {
         if let Err(reason) = validate_launch(&argv, &env) {
             return refuse(reason);
         }
-        if let Err(reason) = policy::check_launch(&argv, &env) {
+        if let Err(reason) = launch_policy::check_launch(&argv, &env) {
             return refuse(reason);
         }
         if let Some(Err(reason)) = dvm_uri.as_deref().map(protocol::validate_dvm_uri) {
@@ -790,7 +790,7 @@ impl Conn {
         }
         if let Some(Err(reason)) = dvm_uri
             .as_deref()
-            .map(|uri| policy::check_dvm_uri_host(uri, self.peer.ip()))
+            .map(|uri| launch_policy::check_dvm_uri_host(uri, self.peer.ip()))
         {
             return refuse(reason);
         }
