@@ -6,13 +6,13 @@
 //! The program gets the same base environment as prted (see [`super`]), plus
 //! `PRRTE_K8S_SECRET_FILE` and `PRRTE_K8S_AGENT_PORT` of this agent (so that a daemon started
 //! this way can reach the other pods' agents with `prrte-k8s-rsh` itself, as PRRTE's tree spawn
-//! does), then the request's variables as [`policy::check_env`] admits them (an ignored
+//! does), then the request's variables as [`allowlist::check_env`] admits them (an ignored
 //! `*_PREFIX` is taken after all when the resolved program lies inside it: the program's own
 //! installation, as PRRTE's ssh launcher sends `PRTE_PREFIX`). It runs in its
 //! own process group (and cgroup), with stdin from the client or `/dev/null`, in the request's
 //! `cwd` or the agent's TMPDIR.
 
-pub mod policy;
+pub mod allowlist;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-pub use policy::{ExecArgs, ExecPolicy};
+pub use allowlist::{ExecArgs, ExecPolicy};
 
 use super::process::{ExitStatus, Reaper};
 use super::tracking::Tracking;
@@ -125,20 +125,20 @@ pub(crate) fn prepare(ctx: &Ctx<'_>, req: &ExecRequest) -> Result<Prepared, Stri
         prefix != std::path::Path::new("/") && prog.starts_with(prefix)
     };
     for (name, value) in &req.env {
-        let mut use_ = policy::check_env(name)?;
-        if use_ != policy::EnvUse::Pass && name.ends_with("_PREFIX") {
+        let mut use_ = allowlist::check_env(name)?;
+        if use_ != allowlist::EnvUse::Pass && name.ends_with("_PREFIX") {
             let v = expand(value, |k| env.get(k).cloned()).unwrap_or_default();
             if own_prefix(&v) {
-                use_ = policy::EnvUse::Pass;
+                use_ = allowlist::EnvUse::Pass;
             }
         }
         match use_ {
-            policy::EnvUse::Pass => {
+            allowlist::EnvUse::Pass => {
                 let v = expand(value, |k| env.get(k).cloned())
                     .map_err(|e| format!("environment variable `{name}`: {e}"))?;
                 env.insert(name.clone(), v);
             }
-            policy::EnvUse::Ignore(why) => {
+            allowlist::EnvUse::Ignore(why) => {
                 debug!(variable = %crate::text::echo(name), why, "exec: not setting a variable of the request");
             }
         }
@@ -148,8 +148,8 @@ pub(crate) fn prepare(ctx: &Ctx<'_>, req: &ExecRequest) -> Result<Prepared, Stri
     for (i, a) in req.argv.iter().enumerate().skip(1) {
         argv.push(expand(a, lookup).map_err(|e| format!("argv[{i}]: {e}"))?);
     }
-    if policy::is_prrte_daemon(&program) {
-        policy::check_daemon_args(&argv[1..])?;
+    if allowlist::is_prrte_daemon(&program) {
+        allowlist::check_daemon_args(&argv[1..])?;
     }
     let cwd = match &req.cwd {
         Some(c) => {
