@@ -62,7 +62,7 @@ pub use config::{
 pub(crate) use dvm_uri::{publish_dvm_uri, publish_dvm_uri_dir, unpublish_dvm_uri};
 pub use dvm_uri::{write_dvm_uri_file, FileId};
 use limits::Pending;
-use process::{ExitStatus, Job, Reaper};
+use process::{exited_reply, ExitStatus, Job, Reaper};
 use tracking::Tracking;
 
 /// Caps of the health port (requests in progress at once, overall and from one address).
@@ -538,21 +538,6 @@ async fn wait_job(job: &mut Option<ActiveJob>) -> ExitStatus {
     match job {
         Some(j) => j.job.wait_exit().await,
         None => std::future::pending().await,
-    }
-}
-
-fn exited_reply(pid: u32, status: ExitStatus) -> Reply {
-    match status {
-        ExitStatus::Code(c) => Reply::Exited {
-            pid,
-            code: Some(c),
-            signal: None,
-        },
-        ExitStatus::Signal(s) => Reply::Exited {
-            pid,
-            code: None,
-            signal: Some(s),
-        },
     }
 }
 

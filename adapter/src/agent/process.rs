@@ -18,7 +18,7 @@ use super::tracking::{
     read_stat, recorded_targets, sweep_targets, Cgroup, Known, OrphanedRanks, Tracking,
     SCAN_INTERVAL,
 };
-use crate::protocol::signal_name;
+use crate::protocol::{signal_name, Reply};
 
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +33,22 @@ impl fmt::Display for ExitStatus {
             ExitStatus::Code(c) => write!(f, "exit code {c}"),
             ExitStatus::Signal(s) => write!(f, "signal {s} ({})", signal_name(*s)),
         }
+    }
+}
+
+/// The `exited` reply reporting that process `pid` ended with `status`.
+pub(crate) fn exited_reply(pid: u32, status: ExitStatus) -> Reply {
+    match status {
+        ExitStatus::Code(c) => Reply::Exited {
+            pid,
+            code: Some(c),
+            signal: None,
+        },
+        ExitStatus::Signal(s) => Reply::Exited {
+            pid,
+            code: None,
+            signal: Some(s),
+        },
     }
 }
 

@@ -32,7 +32,7 @@ use tracing::{debug, info, warn};
 
 pub use allowlist::{ExecArgs, ExecPolicy};
 
-use super::process::{ExitStatus, Reaper};
+use super::process::{exited_reply, ExitStatus, Reaper};
 use super::tracking::Tracking;
 use super::AgentConfig;
 use crate::protocol::exec::{decode_data, encode_data, expand, CHUNK, FORWARDED_SIGNALS};
@@ -404,7 +404,7 @@ pub(crate) async fn serve(
         }
         end => {
             info!(%peer, pid, status = %status, ran_ms, "exec: the program ended");
-            let _ = send(conn, session, super::exited_reply(pid, status)).await;
+            let _ = send(conn, session, exited_reply(pid, status)).await;
             match end {
                 End::Stopping => "agent shutting down".into(),
                 End::Killed => "program killed on request".into(),
