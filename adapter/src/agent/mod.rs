@@ -26,6 +26,7 @@ pub mod child_env;
 pub mod config;
 pub mod dvm_uri;
 pub mod exec;
+pub mod handshake;
 pub mod head;
 pub mod health;
 pub mod launch_policy;
@@ -51,9 +52,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::protocol::{
-    self, agent_proof, decode_message, decode_request, encode_message, new_nonce, parse_nonce,
-    recv_frame, send_frame, validate_launch, verify_client_proof, AuthMode, FramedConn, Plain,
-    ProtocolError, Reply, Request, Role, Session, AUTH_FAILED_REASON, HANDSHAKE_MAX_FRAME,
+    self, decode_request, recv_frame, send_frame, validate_launch, FramedConn, ProtocolError,
+    Reply, Request, Session, HANDSHAKE_MAX_FRAME,
 };
 pub use config::{
     AgentArgs, AgentConfig, BatchConfig, BatchRole, CgroupMode, ConfigError, ConnLimits, DvmHead,
@@ -61,6 +61,7 @@ pub use config::{
 };
 pub(crate) use dvm_uri::{publish_dvm_uri, publish_dvm_uri_dir, unpublish_dvm_uri};
 pub use dvm_uri::{write_dvm_uri_file, FileId};
+use handshake::{agent_handshake, describe_bad_frame, SEND_TIMEOUT};
 use limits::Pending;
 use process::{exited_reply, ExitStatus, Job, Reaper};
 use tracking::Tracking;
@@ -68,8 +69,6 @@ use tracking::Tracking;
 /// Caps of the health port (requests in progress at once, overall and from one address).
 const HEALTH_MAX_PENDING: usize = 32;
 const HEALTH_MAX_PENDING_PER_PEER: usize = 8;
-/// How long the agent waits for a peer to take a frame it sends.
-const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Extra time, beyond the kill grace period, that shutdown waits for connections to finish.
 const SHUTDOWN_SLACK: Duration = Duration::from_secs(15);
 /// How long, and how many bytes, a closing connection is drained.
@@ -393,125 +392,6 @@ fn set_keepalive(stream: &TcpStream) {
     }
 }
 
-/// Sends a plain frame during the handshake, ignoring failures (the connection closes next).
-async fn send_plain(conn: &mut FramedConn<TcpStream>, msg: Plain) {
-    let _ = send_frame(conn, encode_message(&msg), SEND_TIMEOUT).await;
-}
-
-/// Why a frame was refused, as one printable line (the error may quote the peer's bytes).
-fn describe_bad_frame(e: &ProtocolError) -> String {
-    crate::text::echo(&match e {
-        ProtocolError::FrameTooLarge { max } => format!(
-            "frame exceeds the maximum of {max} bytes (--max-frame); this port speaks the \
-             prrte-k8s agent protocol (u32 big-endian length + JSON)"
-        ),
-        other => other.to_string(),
-    })
-}
-
-/// The agent side of the handshake; `None` when the connection is to be closed.
-async fn agent_handshake(
-    shared: &Shared,
-    conn: &mut FramedConn<TcpStream>,
-    peer: SocketAddr,
-) -> Option<Session> {
-    let key = shared.config.secret.clone();
-    let agent_nonce = new_nonce();
-    let challenge = Plain::Challenge {
-        auth: if key.is_some() {
-            AuthMode::HmacSha256
-        } else {
-            AuthMode::None
-        },
-        nonce: hex::encode(agent_nonce),
-        agent: format!("prrte-k8s-agent {}", env!("CARGO_PKG_VERSION")),
-    };
-    send_frame(conn, encode_message(&challenge), SEND_TIMEOUT)
-        .await
-        .ok()?;
-    let frame = match recv_frame(conn, Some(shared.config.limits.handshake_timeout)).await {
-        Ok(f) => f,
-        Err(e @ (ProtocolError::FrameTooLarge { .. } | ProtocolError::Malformed(_))) => {
-            let reason = describe_bad_frame(&e);
-            warn!(%peer, %reason, "refusing a bad frame before authentication");
-            send_plain(conn, Plain::Error { reason }).await;
-            return None;
-        }
-        Err(e) => {
-            debug!(%peer, error = %e, "connection ended during the handshake");
-            return None;
-        }
-    };
-    let (nonce, mac) = match decode_message::<Plain>(&frame) {
-        Ok(Plain::Response { nonce, mac }) => (nonce, mac),
-        Ok(other) => {
-            let reason = format!(
-                "expected a `response` to the challenge, got `{}`",
-                protocol::plain_kind(&other)
-            );
-            warn!(%peer, %reason, "handshake failed");
-            send_plain(conn, Plain::Error { reason }).await;
-            return None;
-        }
-        Err(e) => {
-            let reason = describe_bad_frame(&e);
-            warn!(%peer, %reason, "handshake failed");
-            send_plain(conn, Plain::Error { reason }).await;
-            return None;
-        }
-    };
-    let client_nonce = match parse_nonce(&nonce) {
-        Ok(n) if n == agent_nonce => {
-            let reason = "the response reflects the agent's own nonce; a client sends a fresh one";
-            warn!(%peer, reason, "handshake failed");
-            send_plain(
-                conn,
-                Plain::Error {
-                    reason: reason.into(),
-                },
-            )
-            .await;
-            return None;
-        }
-        Ok(n) => n,
-        Err(e) => {
-            let reason = crate::text::echo(&e.to_string());
-            warn!(%peer, error = %reason, "handshake failed");
-            send_plain(conn, Plain::Error { reason }).await;
-            return None;
-        }
-    };
-    let welcome_mac = match &key {
-        Some(k) => {
-            let ok = mac
-                .as_deref()
-                .is_some_and(|m| verify_client_proof(k, &agent_nonce, &client_nonce, m));
-            if !ok {
-                warn!(%peer, "authentication failed: the launcher's secret does not match ours");
-                send_plain(
-                    conn,
-                    Plain::Refused {
-                        reason: AUTH_FAILED_REASON.into(),
-                    },
-                )
-                .await;
-                return None;
-            }
-            Some(agent_proof(k, &agent_nonce, &client_nonce))
-        }
-        None => None,
-    };
-    send_frame(
-        conn,
-        encode_message(&Plain::Welcome { mac: welcome_mac }),
-        SEND_TIMEOUT,
-    )
-    .await
-    .ok()?;
-    debug!(%peer, "authenticated");
-    Some(Session::new(Role::Agent, key, agent_nonce, client_nonce))
-}
-
 /// Closes a connection so that the peer reads everything sent so far (in particular a final
 /// `error` or `refused`): FIN first, then discard what the peer still sends for a short while,
 /// instead of closing with unread data (which makes the kernel send a reset).
@@ -810,7 +690,7 @@ async fn handle_connection(
     let mut framed = protocol::framed(stream, HANDSHAKE_MAX_FRAME);
     let deadline = shared.config.limits.handshake_timeout;
     let session = tokio::select! {
-        s = tokio::time::timeout(deadline, agent_handshake(&shared, &mut framed, peer)) => match s {
+        s = tokio::time::timeout(deadline, agent_handshake(&shared.config, &mut framed, peer)) => match s {
             Ok(s) => s,
             Err(_) => {
                 debug!(%peer, "no complete handshake within {deadline:?}; closing");
