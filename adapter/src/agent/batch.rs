@@ -45,7 +45,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use super::config::AgentConfig;
+use super::config::{AgentConfig, BatchConfig};
 use super::process::{ExitStatus, Job, Reaper};
 use crate::discovery::{self, DiscoveryConfig};
 use crate::launch::{
@@ -124,7 +124,7 @@ impl BatchState {
     /// Handles `attach` from connection `conn`.
     pub fn attach(&self, config: &AgentConfig, conn: u64, peer: SocketAddr) -> (Reply, String) {
         match &config.batch {
-            Some(super::BatchConfig::Worker { .. }) => {}
+            Some(BatchConfig::Worker { .. }) => {}
             _ => return not_a_worker(config, "attach"),
         }
         let mut refused = None;
@@ -149,7 +149,7 @@ impl BatchState {
     /// Handles `finish {code}` from connection `conn`.
     pub fn finish(&self, config: &AgentConfig, peer: SocketAddr, code: i32) -> (Reply, String) {
         match &config.batch {
-            Some(super::BatchConfig::Worker { .. }) => {}
+            Some(BatchConfig::Worker { .. }) => {}
             _ => return not_a_worker(config, "finish"),
         }
         info!(%peer, code, "the job's command ended; this agent exits");
@@ -461,7 +461,7 @@ pub async fn run_launcher(
     batch: Arc<BatchState>,
     stop: CancellationToken,
 ) {
-    let Some(super::BatchConfig::Launcher {
+    let Some(BatchConfig::Launcher {
         command,
         pods_timeout,
         reason,
@@ -640,7 +640,7 @@ mod tests {
         let peer: SocketAddr = "10.0.0.1:4000".parse().unwrap();
         // Not in batch mode: refused.
         assert!(matches!(b.attach(&config, 1, peer).0, Reply::Failed { .. }));
-        config.batch = Some(super::super::BatchConfig::Worker {
+        config.batch = Some(BatchConfig::Worker {
             launcher_wait: Duration::from_secs(1),
         });
         assert_eq!(b.attach(&config, 1, peer).0, Reply::Ack {});

@@ -26,9 +26,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::config::{AgentConfig, HeadConfig};
+use super::dvm_uri::{publish_dvm_uri_dir, unpublish_dvm_uri};
 use super::process::Reaper;
 use super::tracking::Tracking;
-use super::{publish_dvm_uri_dir, unpublish_dvm_uri};
 
 /// How long the head waits for the agent's own health endpoint before starting prte anyway.
 const HEALTH_WAIT: Duration = Duration::from_secs(30);

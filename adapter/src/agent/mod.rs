@@ -55,7 +55,6 @@ pub use config::{
 };
 pub use conn::LEAVE_SESSION_ATTACHED;
 use conn::{handle_connection, Shared};
-pub(crate) use dvm_uri::{publish_dvm_uri_dir, unpublish_dvm_uri};
 pub use dvm_uri::{write_dvm_uri_file, FileId};
 use limits::Pending;
 use process::Reaper;

@@ -32,9 +32,9 @@ use tracing::{debug, info, warn};
 
 pub use allowlist::{ExecArgs, ExecPolicy};
 
+use super::config::AgentConfig;
 use super::process::{exited_reply, ExitStatus, Reaper};
 use super::tracking::Tracking;
-use super::AgentConfig;
 use crate::protocol::exec::{decode_data, encode_data, expand, CHUNK, FORWARDED_SIGNALS};
 use crate::protocol::{
     decode_request, recv_frame, send_frame, FramedConn, ProtocolError, Reply, Request, Session,
