@@ -35,8 +35,6 @@
 //! deleted instead of being shown `Completed`.
 
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::config::{AgentConfig, BatchConfig};
+use super::local_launch::{launcher_command, wait_health};
 use super::process::{ExitStatus, Job, Reaper};
 use crate::discovery::{self, DiscoveryConfig};
 use crate::launch::{
@@ -469,7 +468,7 @@ pub async fn run_launcher(
     else {
         return;
     };
-    super::head::wait_health(health, &stop).await;
+    wait_health(health, &stop).await;
     if stop.is_cancelled() {
         batch.exit(143);
         return;
@@ -572,16 +571,7 @@ async fn run_command(
     let Some((exe, args)) = command.split_first() else {
         return 127;
     };
-    let mut cmd = Command::new(exe);
-    cmd.args(args)
-        .env("TMPDIR", &config.tmpdir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
-        .process_group(0);
-    if std::env::var_os("PRTE_MCA_plm_k8s_secret_file").is_none() && config.secret.is_some() {
-        cmd.env("PRTE_MCA_plm_k8s_secret_file", &config.secret_file);
-    }
+    let mut cmd = launcher_command(exe, args, config);
     // The job's launcher allocates and launches through the Kubernetes components. Set here,
     // for this command only, never in the pod's environment: every prted inherits that, and a
     // prted told to use `plm k8s` (which only the launcher can select) has no PLM and exits.

@@ -32,6 +32,7 @@ pub mod head;
 pub mod health;
 pub mod launch_policy;
 pub mod limits;
+pub mod local_launch;
 pub mod process;
 pub mod tracking;
 
