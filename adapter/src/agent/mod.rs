@@ -22,6 +22,7 @@
 //!   as above (reporting `exited` to its launcher), and exit 0.
 
 pub mod batch;
+pub mod batch_launcher;
 pub mod child_env;
 pub mod config;
 pub mod conn;
@@ -207,7 +208,7 @@ impl Agent {
             ))
         });
         let batch_task = shared.config.batch.clone().map(|b| match b {
-            BatchConfig::Launcher { .. } => tokio::spawn(batch::run_launcher(
+            BatchConfig::Launcher { .. } => tokio::spawn(batch_launcher::run_launcher(
                 shared.config.clone(),
                 shared.reaper.clone(),
                 health_addr,
