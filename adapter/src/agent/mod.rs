@@ -23,6 +23,7 @@
 
 pub mod batch;
 pub mod batch_launcher;
+pub mod cgroup;
 pub mod child_env;
 pub mod config;
 pub mod conn;
@@ -34,6 +35,7 @@ pub mod health;
 pub mod launch_policy;
 pub mod limits;
 pub mod local_launch;
+pub mod proc_stat;
 pub mod process;
 pub mod tracking;
 

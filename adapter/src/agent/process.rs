@@ -14,9 +14,10 @@ use nix::unistd::Pid;
 use tokio::sync::oneshot;
 use tracing::{debug, error, warn};
 
+use super::cgroup::Cgroup;
+use super::proc_stat::read_stat;
 use super::tracking::{
-    read_stat, recorded_targets, sweep_targets, Cgroup, Known, OrphanedRanks, Tracking,
-    SCAN_INTERVAL,
+    recorded_targets, sweep_targets, Known, OrphanedRanks, Tracking, SCAN_INTERVAL,
 };
 use crate::protocol::{signal_name, Reply};
 
