@@ -43,7 +43,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use super::config::{AgentConfig, BatchConfig};
+use super::checked_config::{AgentConfig, BatchConfig};
 use super::process::ExitStatus;
 use crate::protocol::Reply;
 

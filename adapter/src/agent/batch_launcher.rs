@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::batch::{shell_status, BatchState};
-use super::config::{AgentConfig, BatchConfig};
+use super::checked_config::{AgentConfig, BatchConfig};
 use super::local_launch::{launcher_command, wait_health};
 use super::process::{Job, Reaper};
 use crate::discovery::{self, DiscoveryConfig};

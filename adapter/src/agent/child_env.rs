@@ -4,7 +4,7 @@
 
 use std::ffi::OsString;
 
-use super::config::AgentConfig;
+use super::checked_config::AgentConfig;
 
 /// `PATH` for prted when the agent has none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

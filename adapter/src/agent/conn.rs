@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::batch::BatchState;
-use super::config::AgentConfig;
+use super::checked_config::AgentConfig;
 use super::dvm_uri::{publish_dvm_uri, unpublish_dvm_uri, FileId};
 use super::exec;
 use super::handshake::{agent_handshake, describe_bad_frame, SEND_TIMEOUT};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tracing::{debug, warn};
 
-use super::config::AgentConfig;
+use super::checked_config::AgentConfig;
 use crate::protocol::{
     self, agent_proof, decode_message, encode_message, new_nonce, parse_nonce, recv_frame,
     send_frame, verify_client_proof, AuthMode, FramedConn, Plain, ProtocolError, Role, Session,

@@ -21,7 +21,7 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
-use super::config::{AgentConfig, HeadConfig};
+use super::checked_config::{AgentConfig, HeadConfig};
 use super::dvm_uri::{publish_dvm_uri_dir, unpublish_dvm_uri};
 use super::local_launch::{launcher_command, wait_health};
 use super::process::Reaper;

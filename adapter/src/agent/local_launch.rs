@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::config::AgentConfig;
+use super::checked_config::AgentConfig;
 
 /// How long the agent waits for its own health endpoint before it starts its launcher anyway.
 const HEALTH_WAIT: Duration = Duration::from_secs(30);

@@ -24,6 +24,7 @@
 pub mod batch;
 pub mod batch_launcher;
 pub mod cgroup;
+pub mod checked_config;
 pub mod child_env;
 pub mod config;
 pub mod conn;
@@ -53,10 +54,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-pub use config::{
-    AgentArgs, AgentConfig, BatchConfig, BatchRole, CgroupMode, ConfigError, ConnLimits, DvmHead,
-    HeadConfig, LogFormat,
-};
+pub use checked_config::{AgentConfig, BatchConfig, ConfigError, ConnLimits, HeadConfig};
+pub use config::{AgentArgs, BatchRole, CgroupMode, DvmHead, LogFormat};
 pub use conn::LEAVE_SESSION_ATTACHED;
 use conn::{handle_connection, Shared};
 pub use dvm_uri::{write_dvm_uri_file, FileId};

@@ -32,7 +32,7 @@ use tracing::{debug, info, warn};
 
 pub use allowlist::{ExecArgs, ExecPolicy};
 
-use super::config::AgentConfig;
+use super::checked_config::AgentConfig;
 use super::process::{exited_reply, ExitStatus, Reaper};
 use super::tracking::Tracking;
 use crate::protocol::exec::{decode_data, encode_data, expand, CHUNK, FORWARDED_SIGNALS};
