@@ -50,7 +50,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -176,76 +176,11 @@ impl Agent {
             addr: shared.config.listen,
             source,
         })?;
-        let auth = if shared.config.secret.is_some() {
-            "hmac-sha256"
-        } else {
-            "NONE (insecure)"
-        };
-        info!(
-            addr = %addr,
-            health = %health_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
-            prted = %shared.config.prted.display(),
-            auth,
-            pid = std::process::id(),
-            "listening"
-        );
-        if shared.config.secret.is_none() {
-            warn!(
-                secret_file = %shared.config.secret_file.display(),
-                "INSECURE: no secret file, serving without authentication (--insecure-no-auth); \
-                 anyone who can reach {addr} can start prted"
-            );
-        }
+        log_listening(&shared.config, addr, health_addr);
 
         let stop = CancellationToken::new();
-        let head_task = shared.config.head.clone().map(|head| {
-            tokio::spawn(head::run(
-                head,
-                shared.config.clone(),
-                shared.reaper.clone(),
-                shared.tracking.clone(),
-                health_addr,
-                stop.clone(),
-            ))
-        });
-        let batch_task = shared.config.batch.clone().map(|b| match b {
-            BatchConfig::Launcher { .. } => tokio::spawn(batch_launcher::run_launcher(
-                shared.config.clone(),
-                shared.reaper.clone(),
-                health_addr,
-                shared.batch.clone(),
-                stop.clone(),
-            )),
-            BatchConfig::Worker { launcher_wait } => tokio::spawn(batch::run_worker(
-                shared.batch.clone(),
-                launcher_wait,
-                stop.clone(),
-            )),
-        });
-        let batch_done = shared.batch.done();
-        let next_conn = AtomicU64::new(1);
-        let mut conns = JoinSet::new();
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        let id = next_conn.fetch_add(1, Ordering::Relaxed);
-                        conns.spawn(handle_connection(shared.clone(), stream, peer, id, stop.clone()));
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                _ = &mut shutdown => break,
-                _ = batch_done.cancelled() => {
-                    info!(code = ?shared.batch.exit_code(), "batch mode: the job has ended");
-                    break;
-                }
-            }
-        }
+        let roles = Roles::spawn(&shared, health_addr, &stop);
+        let mut conns = accept_until(&shared, &listener, &stop, shutdown).await;
 
         serving.store(false, Ordering::SeqCst);
         drop(listener);
@@ -262,18 +197,7 @@ impl Agent {
             error!("connections did not finish within {limit:?}; aborting them");
             conns.shutdown().await;
         }
-        if let Some(mut t) = batch_task {
-            if tokio::time::timeout(limit, &mut t).await.is_err() {
-                error!("the batch command did not stop within {limit:?}; aborting it");
-                t.abort();
-            }
-        }
-        if let Some(mut t) = head_task {
-            if tokio::time::timeout(limit, &mut t).await.is_err() {
-                error!("the DVM head did not stop within {limit:?}; aborting it");
-                t.abort();
-            }
-        }
+        roles.stop(limit).await;
         if let Some(slot) = *shared.slot() {
             error!(
                 pid = slot.pid,
@@ -293,6 +217,122 @@ impl Agent {
             .unwrap_or(0);
         info!(code, "agent stopped");
         Ok(code)
+    }
+}
+
+/// Accepts connections, each served by its own task in the set returned, until `shutdown`
+/// completes or batch mode's job has ended.
+async fn accept_until(
+    shared: &Arc<Shared>,
+    listener: &TcpListener,
+    stop: &CancellationToken,
+    shutdown: impl Future<Output = ()>,
+) -> JoinSet<()> {
+    let batch_done = shared.batch.done();
+    let next_conn = AtomicU64::new(1);
+    let mut conns = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let id = next_conn.fetch_add(1, Ordering::Relaxed);
+                    conns.spawn(handle_connection(shared.clone(), stream, peer, id, stop.clone()));
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            _ = &mut shutdown => break,
+            _ = batch_done.cancelled() => {
+                info!(code = ?shared.batch.exit_code(), "batch mode: the job has ended");
+                break;
+            }
+        }
+    }
+    conns
+}
+
+/// Logs what the agent serves, and loudly when it serves without authentication.
+fn log_listening(config: &AgentConfig, addr: SocketAddr, health_addr: Option<SocketAddr>) {
+    let auth = if config.secret.is_some() {
+        "hmac-sha256"
+    } else {
+        "NONE (insecure)"
+    };
+    info!(
+        addr = %addr,
+        health = %health_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
+        prted = %config.prted.display(),
+        auth,
+        pid = std::process::id(),
+        "listening"
+    );
+    if config.secret.is_none() {
+        warn!(
+            secret_file = %config.secret_file.display(),
+            "INSECURE: no secret file, serving without authentication (--insecure-no-auth); \
+             anyone who can reach {addr} can start prted"
+        );
+    }
+}
+
+/// The tasks of the agent's role besides serving connections: the DVM head, batch mode's
+/// launcher or worker.
+struct Roles {
+    head: Option<JoinHandle<()>>,
+    batch: Option<JoinHandle<()>>,
+}
+
+impl Roles {
+    fn spawn(
+        shared: &Arc<Shared>,
+        health_addr: Option<SocketAddr>,
+        stop: &CancellationToken,
+    ) -> Roles {
+        let head = shared.config.head.clone().map(|head| {
+            tokio::spawn(head::run(
+                head,
+                shared.config.clone(),
+                shared.reaper.clone(),
+                shared.tracking.clone(),
+                health_addr,
+                stop.clone(),
+            ))
+        });
+        let batch = shared.config.batch.clone().map(|b| match b {
+            BatchConfig::Launcher { .. } => tokio::spawn(batch_launcher::run_launcher(
+                shared.config.clone(),
+                shared.reaper.clone(),
+                health_addr,
+                shared.batch.clone(),
+                stop.clone(),
+            )),
+            BatchConfig::Worker { launcher_wait } => tokio::spawn(batch::run_worker(
+                shared.batch.clone(),
+                launcher_wait,
+                stop.clone(),
+            )),
+        });
+        Roles { head, batch }
+    }
+
+    /// Waits (each at most `limit`) for the tasks to end after the stop, aborting the late.
+    async fn stop(self, limit: Duration) {
+        if let Some(mut t) = self.batch {
+            if tokio::time::timeout(limit, &mut t).await.is_err() {
+                error!("the batch command did not stop within {limit:?}; aborting it");
+                t.abort();
+            }
+        }
+        if let Some(mut t) = self.head {
+            if tokio::time::timeout(limit, &mut t).await.is_err() {
+                error!("the DVM head did not stop within {limit:?}; aborting it");
+                t.abort();
+            }
+        }
     }
 }
 
