@@ -133,6 +133,14 @@ enum Next {
     Exec(exec::ExecRequest),
 }
 
+/// How a connection's requests ended.
+enum Ended {
+    /// The connection is to be closed, for this reason.
+    Closed(String),
+    /// An `exec` request takes the connection over.
+    Exec(exec::ExecRequest),
+}
+
 struct Conn {
     shared: Arc<Shared>,
     conn: FramedConn<TcpStream>,
@@ -189,7 +197,7 @@ impl Conn {
             }
         };
         let kind = request.kind();
-        let request = match request {
+        let (reply, outcome) = match request {
             Request::Exec {
                 argv,
                 env,
@@ -216,37 +224,8 @@ impl Conn {
                 let reason = format!("`{kind}` without a running program: send `exec` first");
                 return self.send_or_close(&Reply::Failed { reason }).await;
             }
-            r => r,
-        };
-        let (reply, outcome) = match request {
             Request::Launch { argv, env, dvm_uri } => self.launch(argv, env, dvm_uri),
-            Request::Kill { grace_ms } => {
-                let mut grace = self.shared.config.kill_grace;
-                if let Some(ms) = grace_ms {
-                    grace = grace.min(Duration::from_millis(ms));
-                }
-                match self.stop_job(grace).await {
-                    Some((pid, status)) => (
-                        exited_reply(pid, status),
-                        format!("killed pid {pid}: {status}"),
-                    ),
-                    None => {
-                        let reason = match *self.shared.slot() {
-                            Some(s) => format!(
-                                "the running prted (pid {}) was launched by another connection ({}); only that connection can kill it",
-                                s.pid, s.peer
-                            ),
-                            None => "no prted is running".to_owned(),
-                        };
-                        (
-                            Reply::Failed {
-                                reason: reason.clone(),
-                            },
-                            format!("refused: {reason}"),
-                        )
-                    }
-                }
-            }
+            Request::Kill { grace_ms } => self.kill(grace_ms).await,
             Request::Ping {} => (Reply::Pong {}, "pong".to_owned()),
             Request::Attach {} => self
                 .shared
@@ -257,25 +236,96 @@ impl Conn {
                     .batch
                     .finish(&self.shared.config, self.peer, code)
             }
-            Request::Exec { .. }
-            | Request::Stdin { .. }
-            | Request::StdinClose {}
-            | Request::Signal { .. } => unreachable!("handled above"),
-            Request::Status {} => {
-                let slot = *self.shared.slot();
-                (
-                    Reply::Status {
-                        running: slot.is_some(),
-                        pid: slot.map(|s| s.pid),
-                        launched_by: slot.map(|s| s.peer.to_string()),
-                    },
-                    format!("running: {}", slot.is_some()),
-                )
-            }
+            Request::Status {} => self.status(),
         };
         info!(peer = %self.peer, request = kind, %outcome,
               duration_ms = t0.elapsed().as_millis() as u64, "request");
         self.send_or_close(&reply).await
+    }
+
+    /// `kill`: stops the prted this connection launched, within `grace_ms` if shorter than the
+    /// agent's grace period.
+    async fn kill(&mut self, grace_ms: Option<u64>) -> (Reply, String) {
+        let mut grace = self.shared.config.kill_grace;
+        if let Some(ms) = grace_ms {
+            grace = grace.min(Duration::from_millis(ms));
+        }
+        match self.stop_job(grace).await {
+            Some((pid, status)) => (
+                exited_reply(pid, status),
+                format!("killed pid {pid}: {status}"),
+            ),
+            None => {
+                let reason = match *self.shared.slot() {
+                    Some(s) => format!(
+                        "the running prted (pid {}) was launched by another connection ({}); only that connection can kill it",
+                        s.pid, s.peer
+                    ),
+                    None => "no prted is running".to_owned(),
+                };
+                (
+                    Reply::Failed {
+                        reason: reason.clone(),
+                    },
+                    format!("refused: {reason}"),
+                )
+            }
+        }
+    }
+
+    /// `status`: whether a prted runs, and who launched it.
+    fn status(&self) -> (Reply, String) {
+        let slot = *self.shared.slot();
+        (
+            Reply::Status {
+                running: slot.is_some(),
+                pid: slot.map(|s| s.pid),
+                launched_by: slot.map(|s| s.peer.to_string()),
+            },
+            format!("running: {}", slot.is_some()),
+        )
+    }
+
+    /// Serves requests until the connection is done (closed, or taken over by an `exec`
+    /// request). Reports prted's exit when it ends, and
+    /// stops it when the agent shuts down.
+    async fn serve(&mut self, stop: &CancellationToken) -> Ended {
+        let peer = self.peer;
+        let grace = self.shared.config.kill_grace;
+        loop {
+            tokio::select! {
+                frame = recv_frame(&mut self.conn, None) => match frame {
+                    Ok(bytes) => match self.handle_frame(&bytes).await {
+                        Next::Continue => {}
+                        Next::Close(reason) => return Ended::Closed(reason),
+                        Next::Exec(req) => return Ended::Exec(req),
+                    },
+                    Err(ProtocolError::Closed) => return Ended::Closed("closed by the launcher".to_owned()),
+                    Err(e @ (ProtocolError::FrameTooLarge { .. } | ProtocolError::Malformed(_))) => {
+                        let reason = describe_bad_frame(&e);
+                        warn!(%peer, %reason, "closing the connection");
+                        let _ = self.reply(&Reply::Error { reason: reason.clone() }).await;
+                        return Ended::Closed(reason);
+                    }
+                    Err(e) => return Ended::Closed(e.to_string()),
+                },
+                status = wait_job(&mut self.job) => {
+                    let pid = self.job.as_ref().map(|j| j.job.pid).unwrap_or_default();
+                    info!(%peer, pid, status = %status, "prted exited");
+                    let (pid, status) = self.stop_job(grace).await.unwrap_or((pid, status));
+                    if let Err(e) = self.reply(&exited_reply(pid, status)).await {
+                        return Ended::Closed(format!("cannot report prted's exit: {e}"));
+                    }
+                }
+                _ = stop.cancelled() => {
+                    if let Some((pid, status)) = self.stop_job(grace).await {
+                        let _ = self.reply(&exited_reply(pid, status)).await;
+                    }
+                    let _ = self.reply(&Reply::Error { reason: "the agent is shutting down".into() }).await;
+                    return Ended::Closed("agent shutting down".to_owned());
+                }
+            }
+        }
     }
 
     async fn send_or_close(&mut self, reply: &Reply) -> Next {
@@ -283,6 +333,23 @@ impl Conn {
             Ok(()) => Next::Continue,
             Err(e) => Next::Close(format!("cannot send reply: {e}")),
         }
+    }
+
+    /// Why a launch request is refused, if it is: the protocol's checks, the launch policy's,
+    /// and those of the DVM URI it carries.
+    fn check_launch(
+        &self,
+        argv: &[String],
+        env: &std::collections::BTreeMap<String, String>,
+        dvm_uri: Option<&str>,
+    ) -> Result<(), String> {
+        validate_launch(argv, env)?;
+        launch_policy::check_launch(argv, env)?;
+        if let Some(uri) = dvm_uri {
+            protocol::validate_dvm_uri(uri)?;
+            launch_policy::check_dvm_uri_host(uri, self.peer.ip())?;
+        }
+        Ok(())
     }
 
     fn launch(
@@ -296,19 +363,7 @@ impl Conn {
             let outcome = format!("refused: {reason}");
             (Reply::Failed { reason }, outcome)
         };
-        if let Err(reason) = validate_launch(&argv, &env) {
-            return refuse(reason);
-        }
-        if let Err(reason) = launch_policy::check_launch(&argv, &env) {
-            return refuse(reason);
-        }
-        if let Some(Err(reason)) = dvm_uri.as_deref().map(protocol::validate_dvm_uri) {
-            return refuse(reason);
-        }
-        if let Some(Err(reason)) = dvm_uri
-            .as_deref()
-            .map(|uri| launch_policy::check_dvm_uri_host(uri, self.peer.ip()))
-        {
+        if let Err(reason) = self.check_launch(&argv, &env, dvm_uri.as_deref()) {
             return refuse(reason);
         }
         let config = &self.shared.config;
@@ -384,6 +439,48 @@ pub(super) async fn handle_connection(
     stop: CancellationToken,
 ) {
     let opened = Instant::now();
+    let Some((framed, session)) = authenticate(&shared, stream, peer, &stop).await else {
+        return;
+    };
+    let mut c = Conn {
+        shared: shared.clone(),
+        conn: framed,
+        session,
+        peer,
+        id,
+        job: None,
+    };
+
+    let reason = match c.serve(&stop).await {
+        Ended::Exec(req) => {
+            let ctx = exec::Ctx {
+                config: &shared.config,
+                reaper: &shared.reaper,
+                tracking: &shared.tracking,
+                base_env: &shared.child_env,
+                state: &shared.exec,
+            };
+            exec::serve(ctx, &mut c.conn, &mut c.session, peer, req, &stop).await
+        }
+        Ended::Closed(reason) => reason,
+    };
+    if let Some(pid) = c.job.as_ref().map(|j| j.job.pid) {
+        warn!(%peer, pid, %reason, "the launcher's connection ended while prted runs; stopping prted's process group");
+        c.stop_job(shared.config.kill_grace).await;
+    }
+    shared.batch.connection_closed(id);
+    close_gracefully(c.conn).await;
+    info!(%peer, %reason, connected_ms = opened.elapsed().as_millis() as u64, "connection closed");
+}
+
+/// Runs the handshake on a new connection (bounded, and dropped early when too many are
+/// pending); `None` when the connection is over (it has been closed then).
+async fn authenticate(
+    shared: &Shared,
+    stream: TcpStream,
+    peer: SocketAddr,
+    stop: &CancellationToken,
+) -> Option<(FramedConn<TcpStream>, Session)> {
     set_keepalive(&stream);
     if shared.config.secret.is_none() {
         warn!(%peer, "INSECURE: accepting a connection without authentication (--insecure-no-auth)");
@@ -404,82 +501,16 @@ pub(super) async fn handle_connection(
         _ = stop.cancelled() => None,
         _ = ticket.cancel.cancelled() => {
             debug!(%peer, "dropping an unauthenticated connection (too many pending)");
-            return;
+            return None;
         }
     };
     drop(ticket);
     let Some(session) = session else {
         close_gracefully(framed).await;
-        return;
+        return None;
     };
     framed
         .codec_mut()
         .set_max_frame_length(shared.config.max_frame);
-    let mut c = Conn {
-        shared: shared.clone(),
-        conn: framed,
-        session,
-        peer,
-        id,
-        job: None,
-    };
-
-    let mut exec_request = None;
-    let reason = loop {
-        tokio::select! {
-            frame = recv_frame(&mut c.conn, None) => match frame {
-                Ok(bytes) => match c.handle_frame(&bytes).await {
-                    Next::Continue => {}
-                    Next::Close(reason) => break reason,
-                    Next::Exec(req) => {
-                        exec_request = Some(req);
-                        break String::new();
-                    }
-                },
-                Err(ProtocolError::Closed) => break "closed by the launcher".to_owned(),
-                Err(e @ (ProtocolError::FrameTooLarge { .. } | ProtocolError::Malformed(_))) => {
-                    let reason = describe_bad_frame(&e);
-                    warn!(%peer, %reason, "closing the connection");
-                    let _ = c.reply(&Reply::Error { reason: reason.clone() }).await;
-                    break reason;
-                }
-                Err(e) => break e.to_string(),
-            },
-            status = wait_job(&mut c.job) => {
-                let pid = c.job.as_ref().map(|j| j.job.pid).unwrap_or_default();
-                info!(%peer, pid, status = %status, "prted exited");
-                let (pid, status) = c.stop_job(shared.config.kill_grace).await.unwrap_or((pid, status));
-                if let Err(e) = c.reply(&exited_reply(pid, status)).await {
-                    break format!("cannot report prted's exit: {e}");
-                }
-            }
-            _ = stop.cancelled() => {
-                if let Some((pid, status)) = c.stop_job(shared.config.kill_grace).await {
-                    let _ = c.reply(&exited_reply(pid, status)).await;
-                }
-                let _ = c.reply(&Reply::Error { reason: "the agent is shutting down".into() }).await;
-                break "agent shutting down".to_owned();
-            }
-        }
-    };
-    let reason = match exec_request {
-        Some(req) => {
-            let ctx = exec::Ctx {
-                config: &shared.config,
-                reaper: &shared.reaper,
-                tracking: &shared.tracking,
-                base_env: &shared.child_env,
-                state: &shared.exec,
-            };
-            exec::serve(ctx, &mut c.conn, &mut c.session, peer, req, &stop).await
-        }
-        None => reason,
-    };
-    if let Some(pid) = c.job.as_ref().map(|j| j.job.pid) {
-        warn!(%peer, pid, %reason, "the launcher's connection ended while prted runs; stopping prted's process group");
-        c.stop_job(shared.config.kill_grace).await;
-    }
-    shared.batch.connection_closed(id);
-    close_gracefully(c.conn).await;
-    info!(%peer, %reason, connected_ms = opened.elapsed().as_millis() as u64, "connection closed");
+    Some((framed, session))
 }
