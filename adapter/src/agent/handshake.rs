@@ -13,7 +13,7 @@ use super::checked_config::AgentConfig;
 use crate::protocol::{
     self, agent_proof, decode_message, encode_message, new_nonce, parse_nonce, recv_frame,
     send_frame, verify_client_proof, AuthMode, FramedConn, Plain, ProtocolError, Role, Session,
-    AUTH_FAILED_REASON,
+    AUTH_FAILED_REASON, NONCE_LEN,
 };
 
 /// How long the agent waits for a peer to take a frame it sends.
@@ -68,41 +68,9 @@ pub(super) async fn agent_handshake(
             return None;
         }
     };
-    let (nonce, mac) = match decode_message::<Plain>(&frame) {
-        Ok(Plain::Response { nonce, mac }) => (nonce, mac),
-        Ok(other) => {
-            let reason = format!(
-                "expected a `response` to the challenge, got `{}`",
-                protocol::plain_kind(&other)
-            );
-            warn!(%peer, %reason, "handshake failed");
-            send_plain(conn, Plain::Error { reason }).await;
-            return None;
-        }
-        Err(e) => {
-            let reason = describe_bad_frame(&e);
-            warn!(%peer, %reason, "handshake failed");
-            send_plain(conn, Plain::Error { reason }).await;
-            return None;
-        }
-    };
-    let client_nonce = match parse_nonce(&nonce) {
-        Ok(n) if n == agent_nonce => {
-            let reason = "the response reflects the agent's own nonce; a client sends a fresh one";
-            warn!(%peer, reason, "handshake failed");
-            send_plain(
-                conn,
-                Plain::Error {
-                    reason: reason.into(),
-                },
-            )
-            .await;
-            return None;
-        }
-        Ok(n) => n,
-        Err(e) => {
-            let reason = crate::text::echo(&e.to_string());
-            warn!(%peer, error = %reason, "handshake failed");
+    let (client_nonce, mac) = match read_response(&frame, &agent_nonce, peer) {
+        Ok(r) => r,
+        Err(reason) => {
             send_plain(conn, Plain::Error { reason }).await;
             return None;
         }
@@ -136,4 +104,42 @@ pub(super) async fn agent_handshake(
     .ok()?;
     debug!(%peer, "authenticated");
     Some(Session::new(Role::Agent, key, agent_nonce, client_nonce))
+}
+
+/// The launcher's `response` to the challenge: its nonce (not the agent's own) and its proof;
+/// else why the handshake failed (logged here), to be sent to the peer.
+fn read_response(
+    frame: &[u8],
+    agent_nonce: &[u8; NONCE_LEN],
+    peer: SocketAddr,
+) -> Result<([u8; NONCE_LEN], Option<String>), String> {
+    let (nonce, mac) = match decode_message::<Plain>(frame) {
+        Ok(Plain::Response { nonce, mac }) => (nonce, mac),
+        Ok(other) => {
+            let reason = format!(
+                "expected a `response` to the challenge, got `{}`",
+                protocol::plain_kind(&other)
+            );
+            warn!(%peer, %reason, "handshake failed");
+            return Err(reason);
+        }
+        Err(e) => {
+            let reason = describe_bad_frame(&e);
+            warn!(%peer, %reason, "handshake failed");
+            return Err(reason);
+        }
+    };
+    match parse_nonce(&nonce) {
+        Ok(n) if n == *agent_nonce => {
+            let reason = "the response reflects the agent's own nonce; a client sends a fresh one";
+            warn!(%peer, reason, "handshake failed");
+            Err(reason.into())
+        }
+        Ok(n) => Ok((n, mac)),
+        Err(e) => {
+            let reason = crate::text::echo(&e.to_string());
+            warn!(%peer, error = %reason, "handshake failed");
+            Err(reason)
+        }
+    }
 }
