@@ -227,6 +227,79 @@ async fn wait_workers_finished(namespace: &str, told: Vec<(LaunchTarget, FramedC
     }
 }
 
+/// Attaches to the agents of `peers`; those it cannot attach to are logged and left out (they
+/// give up by themselves).
+async fn attach_all(peers: Vec<LaunchTarget>, config: &AgentConfig) -> Vec<Attached> {
+    let opts = LaunchOptions {
+        secret: config.secret.clone(),
+        connect_timeout: PEER_TIMEOUT,
+        request_timeout: PEER_TIMEOUT,
+        ..Default::default()
+    };
+    let attempts = futures::future::join_all(peers.into_iter().map(|t| attach_one(t, &opts))).await;
+    let mut links = Vec::new();
+    for a in attempts {
+        match a {
+            Ok(l) => links.push(l),
+            Err(e) => {
+                warn!(error = %e, "batch launcher: cannot attach to a worker's agent; it will give up by itself")
+            }
+        }
+    }
+    links
+}
+
+/// Runs the command; returns its status and the pods of the workers whose agents went away
+/// meanwhile.
+async fn run_watching(
+    command: &[String],
+    config: &AgentConfig,
+    reaper: &Reaper,
+    stop: &CancellationToken,
+    links: &mut [Attached],
+) -> (i32, Vec<String>) {
+    let lost: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let code = {
+        // While the command runs, notice a worker whose agent goes away: a worker sends nothing
+        // unasked, so any end of its connection means its pod was evicted, deleted or killed.
+        let watch = async {
+            futures::future::join_all(links.iter_mut().map(|l| {
+                let lost = &lost;
+                async move {
+                    while crate::protocol::recv_frame(&mut l.conn, None).await.is_ok() {}
+                    warn!(pod = %l.target.pod, "batch launcher: a worker's agent went away while the job's command runs (its pod evicted, deleted or killed?)");
+                    lost.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(l.target.pod.clone());
+                }
+            }))
+            .await;
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            c = run_command(command, config, reaper, stop) => c,
+            () = watch => unreachable!("the watch never ends"),
+        }
+    };
+    (code, lost.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// Sends `finish {code}` to every attached worker; returns the told ones and their connections
+/// (the others are logged).
+async fn finish_all(links: Vec<Attached>, code: i32) -> Vec<(LaunchTarget, FramedConn<TcpStream>)> {
+    let results = futures::future::join_all(links.into_iter().map(|l| finish_one(l, code))).await;
+    let mut told = Vec::new();
+    for r in results {
+        match r {
+            Ok(t) => told.push(t),
+            Err((t, e)) => {
+                warn!(pod = %t.pod, error = %e, "batch launcher: cannot tell a worker that the job ended")
+            }
+        }
+    }
+    told
+}
+
 /// The launcher: attach to the other agents, run the command, tell them how it ended.
 pub async fn run_launcher(
     config: AgentConfig,
@@ -260,47 +333,9 @@ pub async fn run_launcher(
             (String::new(), Vec::new())
         }
     };
-    let opts = LaunchOptions {
-        secret: config.secret.clone(),
-        connect_timeout: PEER_TIMEOUT,
-        request_timeout: PEER_TIMEOUT,
-        ..Default::default()
-    };
-    let attempts = futures::future::join_all(peers.into_iter().map(|t| attach_one(t, &opts))).await;
-    let mut links = Vec::new();
-    for a in attempts {
-        match a {
-            Ok(l) => links.push(l),
-            Err(e) => {
-                warn!(error = %e, "batch launcher: cannot attach to a worker's agent; it will give up by itself")
-            }
-        }
-    }
+    let mut links = attach_all(peers, &config).await;
     info!(workers = links.len(), command = ?command, "batch launcher: running the job's command");
-    let lost: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let code = {
-        // While the command runs, notice a worker whose agent goes away: a worker sends nothing
-        // unasked, so any end of its connection means its pod was evicted, deleted or killed.
-        let watch = async {
-            futures::future::join_all(links.iter_mut().map(|l| {
-                let lost = &lost;
-                async move {
-                    while crate::protocol::recv_frame(&mut l.conn, None).await.is_ok() {}
-                    warn!(pod = %l.target.pod, "batch launcher: a worker's agent went away while the job's command runs (its pod evicted, deleted or killed?)");
-                    lost.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(l.target.pod.clone());
-                }
-            }))
-            .await;
-            std::future::pending::<()>().await
-        };
-        tokio::select! {
-            c = run_command(&command, &config, &reaper, &stop) => c,
-            () = watch => unreachable!("the watch never ends"),
-        }
-    };
-    let lost = lost.into_inner().unwrap_or_else(|p| p.into_inner());
+    let (code, lost) = run_watching(&command, &config, &reaper, &stop, &mut links).await;
     links.retain(|l| !lost.contains(&l.target.pod));
     if code != 0 && !lost.is_empty() {
         warn!(code, pods = ?lost, "batch launcher: the command failed after worker pods went away; waiting {LOST_PEER_DELAY:?} before telling the others and exiting, so that their disruption, not this pod's exit status, is what fails the Job");
@@ -310,16 +345,7 @@ pub async fn run_launcher(
         }
     }
     let n = links.len();
-    let results = futures::future::join_all(links.into_iter().map(|l| finish_one(l, code))).await;
-    let mut told = Vec::new();
-    for r in results {
-        match r {
-            Ok(t) => told.push(t),
-            Err((t, e)) => {
-                warn!(pod = %t.pod, error = %e, "batch launcher: cannot tell a worker that the job ended")
-            }
-        }
-    }
+    let told = finish_all(links, code).await;
     info!(
         code,
         told = told.len(),
