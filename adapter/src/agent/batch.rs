@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::checked_config::{AgentConfig, BatchConfig};
-use super::process::ExitStatus;
+use super::exit_status::ExitStatus;
 use crate::protocol::Reply;
 
 /// How long a worker whose launcher connection ended without `finish` waits before exiting.

@@ -18,10 +18,11 @@ use super::batch::BatchState;
 use super::checked_config::AgentConfig;
 use super::dvm_uri::{publish_dvm_uri, unpublish_dvm_uri, FileId};
 use super::exec;
+use super::exit_status::{exited_reply, ExitStatus};
 use super::handshake::{agent_handshake, describe_bad_frame, SEND_TIMEOUT};
 use super::launch_policy;
 use super::limits::Pending;
-use super::process::{exited_reply, ExitStatus, Job, Reaper};
+use super::process::{Job, Reaper};
 use super::tracking::Tracking;
 use crate::protocol::{
     self, decode_request, recv_frame, send_frame, validate_launch, FramedConn, ProtocolError,

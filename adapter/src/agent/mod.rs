@@ -30,6 +30,7 @@ pub mod config;
 pub mod conn;
 pub mod dvm_uri;
 pub mod exec;
+pub mod exit_status;
 pub mod handshake;
 pub mod head;
 pub mod health;

@@ -33,7 +33,8 @@ use tracing::{debug, info, warn};
 pub use allowlist::{ExecArgs, ExecPolicy};
 
 use super::checked_config::AgentConfig;
-use super::process::{exited_reply, ExitStatus, Job, Reaper};
+use super::exit_status::{exited_reply, ExitStatus};
+use super::process::{Job, Reaper};
 use super::tracking::Tracking;
 use crate::protocol::exec::{decode_data, encode_data, expand, CHUNK, FORWARDED_SIGNALS};
 use crate::protocol::{
