@@ -29,6 +29,7 @@ pub mod wait;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 
 pub use allocation::{build_nodes, Allocation, PodNode};
@@ -170,37 +171,7 @@ pub async fn discover_with(
 ) -> Result<Allocation, DiscoveryError> {
     let explicit_selector = validate_config(cfg)?;
     let deadline = tokio::time::Instant::now() + cfg.timeout;
-    let connect_timeout = cfg.timeout.min(Duration::from_secs(30));
-    let explicit_kubeconfig = cfg
-        .kubeconfig
-        .as_deref()
-        .filter(|p| !p.as_os_str().is_empty());
-    let resolved =
-        match tokio::time::timeout_at(deadline, client::resolve_config(explicit_kubeconfig, env))
-            .await
-        {
-            Ok(r) => r?,
-            Err(_) => {
-                return Err(DiscoveryError::Internal {
-                    detail: "reading the client configuration did not finish in time".into(),
-                })
-            }
-        };
-    let client = client::client_from_config(resolved, connect_timeout)?;
-    let namespace = cfg
-        .namespace
-        .as_deref()
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .map(String::from)
-        .or_else(|| env.service_account_namespace())
-        .or_else(|| client.context_namespace.clone())
-        .unwrap_or_else(|| "default".to_string());
-    let ctx = Ctx {
-        api: client,
-        deadline,
-        timeout: cfg.timeout,
-    };
+    let (ctx, namespace) = connect(cfg, env, deadline).await?;
     let me = SelfIdentity::resolve(
         cfg.self_pod.as_deref(),
         env.pod_name.as_deref(),
@@ -208,7 +179,7 @@ pub async fn discover_with(
     );
     tracing::debug!(namespace = %namespace, self_pod = ?me, "discovering pods via {}", ctx.api.url);
 
-    let (selector, selector_source, mut workload, own_pod, known_sts) = match explicit_selector {
+    let (selector, selector_source, workload, own_pod, known_sts) = match explicit_selector {
         Some(s) => (s, "ras_k8s_selector".to_string(), None, None, None),
         None => {
             let inf = infer::infer_selector(&ctx, &namespace, me.as_ref()).await?;
@@ -225,65 +196,19 @@ pub async fn discover_with(
 
     let first = list::list_pods(&ctx, &namespace, &selector).await?;
 
-    let candidates: Vec<&Pod> = first
-        .items
-        .iter()
-        .filter(|p| !matches!(classify(p), PodReadiness::Excluded(_)))
-        .collect();
     let (expected, expected_source) = match cfg.expected_pods {
         Some(n) => (n, "set by ras_k8s_expected_pods".to_string()),
         None => {
-            if workload.is_none() {
-                workload = infer::workload_of(&candidates);
-            }
-            let owned_job = match &workload {
-                Some(infer::Workload::Job(name)) => own_pod
-                    .iter()
-                    .chain(candidates.iter().copied())
-                    .any(|p| infer::controller_of(p, "Job").is_some_and(|o| &o.name == name)),
-                _ => true,
-            };
-            let from_workload = match &workload {
-                Some(w) => {
-                    infer::expected_from_workload(
-                        &ctx,
-                        &namespace,
-                        w,
-                        known_sts.as_ref(),
-                        owned_job,
-                    )
-                    .await?
-                }
-                None => None,
-            };
-            match from_workload {
-                Some(found) => found,
-                None => {
-                    if candidates.is_empty() {
-                        let excluded = first
-                            .items
-                            .iter()
-                            .filter_map(|p| match classify(p) {
-                                PodReadiness::Excluded(d) => Some(format!(
-                                    "{} ({d})",
-                                    p.metadata.name.as_deref().unwrap_or("")
-                                )),
-                                _ => None,
-                            })
-                            .collect();
-                        return Err(DiscoveryError::NoPods {
-                            namespace,
-                            selector,
-                            excluded,
-                        });
-                    }
-                    let n = u32::try_from(candidates.len()).unwrap_or(u32::MAX);
-                    (
-                        n,
-                        "the number of matching pods at the first list".to_string(),
-                    )
-                }
-            }
+            expected_count(
+                &ctx,
+                &namespace,
+                &selector,
+                &first.items,
+                workload,
+                own_pod.as_ref(),
+                known_sts.as_ref(),
+            )
+            .await?
         }
     };
     tracing::info!(expected, "expecting {expected} pods ({expected_source})");
@@ -316,6 +241,105 @@ pub async fn discover_with(
         selector,
         nodes,
     })
+}
+
+/// The API client of a discovery (bounded by `deadline`), and the namespace of the pods:
+/// ras_k8s_namespace, else the service account's, else the kubeconfig context's, else
+/// "default".
+async fn connect(
+    cfg: &DiscoveryConfig,
+    env: &Environment,
+    deadline: tokio::time::Instant,
+) -> Result<(Ctx, String), DiscoveryError> {
+    let connect_timeout = cfg.timeout.min(Duration::from_secs(30));
+    let explicit_kubeconfig = cfg
+        .kubeconfig
+        .as_deref()
+        .filter(|p| !p.as_os_str().is_empty());
+    let resolved =
+        match tokio::time::timeout_at(deadline, client::resolve_config(explicit_kubeconfig, env))
+            .await
+        {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(DiscoveryError::Internal {
+                    detail: "reading the client configuration did not finish in time".into(),
+                })
+            }
+        };
+    let client = client::client_from_config(resolved, connect_timeout)?;
+    let namespace = cfg
+        .namespace
+        .as_deref()
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(String::from)
+        .or_else(|| env.service_account_namespace())
+        .or_else(|| client.context_namespace.clone())
+        .unwrap_or_else(|| "default".to_string());
+    let ctx = Ctx {
+        api: client,
+        deadline,
+        timeout: cfg.timeout,
+    };
+    Ok((ctx, namespace))
+}
+
+/// How many pods to wait for, and where that number comes from, when ras_k8s_expected_pods
+/// does not say: the owning workload (as inference found it, else as the listed pods name it),
+/// else the pods the first list found (`first`); none at all is an error.
+async fn expected_count(
+    ctx: &Ctx,
+    namespace: &str,
+    selector: &str,
+    first: &[Pod],
+    mut workload: Option<infer::Workload>,
+    own_pod: Option<&Pod>,
+    known_sts: Option<&StatefulSet>,
+) -> Result<(u32, String), DiscoveryError> {
+    let candidates: Vec<&Pod> = first
+        .iter()
+        .filter(|p| !matches!(classify(p), PodReadiness::Excluded(_)))
+        .collect();
+    if workload.is_none() {
+        workload = infer::workload_of(&candidates);
+    }
+    let owned_job = match &workload {
+        Some(infer::Workload::Job(name)) => own_pod
+            .into_iter()
+            .chain(candidates.iter().copied())
+            .any(|p| infer::controller_of(p, "Job").is_some_and(|o| &o.name == name)),
+        _ => true,
+    };
+    let from_workload = match &workload {
+        Some(w) => infer::expected_from_workload(ctx, namespace, w, known_sts, owned_job).await?,
+        None => None,
+    };
+    if let Some(found) = from_workload {
+        return Ok(found);
+    }
+    if candidates.is_empty() {
+        let excluded = first
+            .iter()
+            .filter_map(|p| match classify(p) {
+                PodReadiness::Excluded(d) => Some(format!(
+                    "{} ({d})",
+                    p.metadata.name.as_deref().unwrap_or("")
+                )),
+                _ => None,
+            })
+            .collect();
+        return Err(DiscoveryError::NoPods {
+            namespace: namespace.to_string(),
+            selector: selector.to_string(),
+            excluded,
+        });
+    }
+    let n = u32::try_from(candidates.len()).unwrap_or(u32::MAX);
+    Ok((
+        n,
+        "the number of matching pods at the first list".to_string(),
+    ))
 }
 
 #[cfg(test)]
