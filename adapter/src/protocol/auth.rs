@@ -52,13 +52,24 @@ pub(super) fn verify_hex(mac: HmacSha256, given_hex: &str) -> bool {
     }
 }
 
+/// A MAC as hex text.
+pub(super) fn hex_mac(mac: HmacSha256) -> String {
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// `MAC("prrte-k8s client" || Na || Nc)`.
+fn client_mac(key: &[u8], agent_nonce: &[u8], client_nonce: &[u8]) -> HmacSha256 {
+    mac_over(key, &[LABEL_CLIENT_PROOF, agent_nonce, client_nonce])
+}
+
+/// `MAC("prrte-k8s agent" || Nc || Na)`.
+fn agent_mac(key: &[u8], agent_nonce: &[u8], client_nonce: &[u8]) -> HmacSha256 {
+    mac_over(key, &[LABEL_AGENT_PROOF, client_nonce, agent_nonce])
+}
+
 /// The client's proof: `MAC("prrte-k8s client" || Na || Nc)`, hex.
 pub fn client_proof(key: &[u8], agent_nonce: &[u8], client_nonce: &[u8]) -> String {
-    hex::encode(
-        mac_over(key, &[LABEL_CLIENT_PROOF, agent_nonce, client_nonce])
-            .finalize()
-            .into_bytes(),
-    )
+    hex_mac(client_mac(key, agent_nonce, client_nonce))
 }
 
 /// Checks a client's proof in constant time.
@@ -68,19 +79,12 @@ pub fn verify_client_proof(
     client_nonce: &[u8],
     given: &str,
 ) -> bool {
-    verify_hex(
-        mac_over(key, &[LABEL_CLIENT_PROOF, agent_nonce, client_nonce]),
-        given,
-    )
+    verify_hex(client_mac(key, agent_nonce, client_nonce), given)
 }
 
 /// The agent's proof: `MAC("prrte-k8s agent" || Nc || Na)`, hex.
 pub fn agent_proof(key: &[u8], agent_nonce: &[u8], client_nonce: &[u8]) -> String {
-    hex::encode(
-        mac_over(key, &[LABEL_AGENT_PROOF, client_nonce, agent_nonce])
-            .finalize()
-            .into_bytes(),
-    )
+    hex_mac(agent_mac(key, agent_nonce, client_nonce))
 }
 
 /// Checks an agent's proof in constant time.
@@ -90,10 +94,7 @@ pub fn verify_agent_proof(
     client_nonce: &[u8],
     given: &str,
 ) -> bool {
-    verify_hex(
-        mac_over(key, &[LABEL_AGENT_PROOF, client_nonce, agent_nonce]),
-        given,
-    )
+    verify_hex(agent_mac(key, agent_nonce, client_nonce), given)
 }
 
 #[cfg(test)]

@@ -38,16 +38,7 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
     let first = recv_frame(conn, Some(timeout)).await?;
     let (auth, agent_nonce) = match decode_message::<Plain>(&first)? {
         Plain::Challenge { auth, nonce, .. } => (auth, parse_nonce(&nonce)?),
-        Plain::Refused { reason } | Plain::Error { reason } => {
-            return Err(HandshakeError::Refused(reason))
-        }
-        other => {
-            return Err(ProtocolError::Malformed(format!(
-                "expected a challenge, got {}",
-                plain_kind(&other)
-            ))
-            .into())
-        }
+        other => return Err(unexpected(other, "a challenge")),
     };
     let key = match (auth, secret) {
         (AuthMode::HmacSha256, Some(s)) => Some(s.to_vec()),
@@ -85,16 +76,19 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
                 }
             }
         }
-        Plain::Refused { reason } | Plain::Error { reason } => {
-            return Err(HandshakeError::Refused(reason))
-        }
-        other => {
-            return Err(ProtocolError::Malformed(format!(
-                "expected welcome, got {}",
-                plain_kind(&other)
-            ))
-            .into())
-        }
+        other => return Err(unexpected(other, "welcome")),
     }
     Ok(Session::new(Role::Client, key, agent_nonce, client_nonce))
+}
+
+/// The agent sent `got` where the client waited for `expected`: its `refused` or `error`, or
+/// a frame out of place.
+fn unexpected(got: Plain, expected: &str) -> HandshakeError {
+    match got {
+        Plain::Refused { reason } | Plain::Error { reason } => HandshakeError::Refused(reason),
+        other => {
+            ProtocolError::Malformed(format!("expected {expected}, got {}", plain_kind(&other)))
+                .into()
+        }
+    }
 }

@@ -3,10 +3,9 @@
 
 use std::fmt;
 
-use hmac::Mac;
 use serde::Serialize;
 
-use super::auth::{mac_over, verify_hex, HmacSha256, LABEL_C2S, LABEL_S2C, NONCE_LEN};
+use super::auth::{hex_mac, mac_over, verify_hex, HmacSha256, LABEL_C2S, LABEL_S2C, NONCE_LEN};
 use super::messages::Plain;
 use super::wire::{encode_message, parse_versioned, ProtocolError};
 
@@ -100,11 +99,7 @@ impl Session {
     pub fn seal_text_at(&self, seq: u64, body: &str) -> Vec<u8> {
         let mac = self.key.as_ref().map(|key| {
             let (send_label, _) = self.labels();
-            hex::encode(
-                self.frame_mac(key, send_label, seq, body.as_bytes())
-                    .finalize()
-                    .into_bytes(),
-            )
+            hex_mac(self.frame_mac(key, send_label, seq, body.as_bytes()))
         });
         encode_message(&Plain::Sealed {
             seq,
