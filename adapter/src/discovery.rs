@@ -9,12 +9,15 @@
 //! [`discover_blocking`] runs the same on a private current-thread Tokio runtime, for callers on
 //! plain threads (the PRRTE RAS component).
 
+pub mod allocation;
 pub mod api;
 pub mod client;
 pub mod error;
 pub mod infer;
 pub mod list;
+pub mod names;
 pub mod order;
+pub mod progress;
 pub mod quantity;
 pub mod readiness;
 pub mod render;
@@ -23,20 +26,23 @@ pub mod slots;
 pub mod tracker;
 pub mod wait;
 
-use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 
+pub use allocation::{build_nodes, Allocation, PodNode};
 pub use error::{DiscoveryError, ErrorKind, PODS_RULE};
 pub use infer::{SelfIdentity, SelfNameSource};
+pub use progress::Progress;
 pub use slots::{
     ParseSlotsPolicyError, SlotsPolicy, DEPRECATED_SLOTS_ANNOTATION, SLOTS_ANNOTATION,
 };
 
 use api::Ctx;
 use client::Environment;
+use names::is_dns_label;
 use readiness::{classify, PodReadiness};
 
 /// Default bound of a discovery call: the default of `ras_k8s_timeout` and of
@@ -81,68 +87,6 @@ impl Default for DiscoveryConfig {
     }
 }
 
-/// One pod as a PRRTE node.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PodNode {
-    pub pod: String,
-    pub namespace: String,
-    /// The name prted in that pod reports: spec.hostname if set, else the pod name.
-    pub hostname: String,
-    pub ip: Ipv4Addr,
-    pub slots: u32,
-    /// The pod's workload index (see [`order`]), if it has one.
-    pub index: Option<u64>,
-    /// Whether this is the pod discovery ran in.
-    pub is_self: bool,
-    pub uid: String,
-}
-
-/// The discovered allocation, nodes in allocation order.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Allocation {
-    pub namespace: String,
-    pub selector: String,
-    pub nodes: Vec<PodNode>,
-}
-
-impl Allocation {
-    /// Sum of the nodes' slots.
-    pub fn total_slots(&self) -> u64 {
-        self.nodes.iter().map(|n| u64::from(n.slots)).sum()
-    }
-
-    /// The node discovery ran in, if it is part of the allocation.
-    pub fn self_node(&self) -> Option<&PodNode> {
-        self.nodes.iter().find(|n| n.is_self)
-    }
-}
-
-/// Milestones of a discovery, for progress display and for tests that need to know when the
-/// watch is in place.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Progress {
-    /// Namespace, selector and expected count are settled and the first list is done.
-    Resolved {
-        namespace: String,
-        selector: String,
-        selector_source: String,
-        expected: u32,
-        expected_source: String,
-    },
-    /// The number of ready pods changed (also sent once after the first list).
-    Ready {
-        ready: u32,
-        expected: u32,
-        /// How many selected pods exist but are not ready yet.
-        not_ready: u32,
-        /// The first of them in natural name order (at most [`wait::WAITING_FOR_SHOWN`]).
-        waiting_for: Vec<String>,
-    },
-    /// The pod watcher listed the selected pods (`listed` of them) and watches from there; sent
-    /// again whenever it has to list anew (its resource version expired).
-    Watching { listed: u32 },
-}
-
 /// Discovers the allocation (see the module docs).
 pub async fn discover(cfg: &DiscoveryConfig) -> Result<Allocation, DiscoveryError> {
     discover_with(cfg, &Environment::from_process(), &mut |_| {}).await
@@ -152,12 +96,9 @@ pub async fn discover(cfg: &DiscoveryConfig) -> Result<Allocation, DiscoveryErro
 /// one that is inside a Tokio runtime (the work then runs on a helper thread).
 pub fn discover_blocking(cfg: &DiscoveryConfig) -> Result<Allocation, DiscoveryError> {
     let run = || -> Result<Allocation, DiscoveryError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| DiscoveryError::Internal {
-                detail: format!("cannot start the async runtime: {e}"),
-            })?;
+        let rt = crate::runtime::current_thread().map_err(|e| DiscoveryError::Internal {
+            detail: format!("cannot start the async runtime: {e}"),
+        })?;
         rt.block_on(discover(cfg))
     };
     if tokio::runtime::Handle::try_current().is_ok() {
@@ -179,16 +120,6 @@ fn invalid(param: &str, value: impl ToString, reason: impl ToString) -> Discover
         value: value.to_string(),
         reason: reason.to_string(),
     }
-}
-
-fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 /// Checks the parts of the configuration that need no cluster; returns the explicit selector.
@@ -240,37 +171,7 @@ pub async fn discover_with(
 ) -> Result<Allocation, DiscoveryError> {
     let explicit_selector = validate_config(cfg)?;
     let deadline = tokio::time::Instant::now() + cfg.timeout;
-    let connect_timeout = cfg.timeout.min(Duration::from_secs(30));
-    let explicit_kubeconfig = cfg
-        .kubeconfig
-        .as_deref()
-        .filter(|p| !p.as_os_str().is_empty());
-    let resolved =
-        match tokio::time::timeout_at(deadline, client::resolve_config(explicit_kubeconfig, env))
-            .await
-        {
-            Ok(r) => r?,
-            Err(_) => {
-                return Err(DiscoveryError::Internal {
-                    detail: "reading the client configuration did not finish in time".into(),
-                })
-            }
-        };
-    let client = client::client_from_config(resolved, connect_timeout)?;
-    let namespace = cfg
-        .namespace
-        .as_deref()
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .map(String::from)
-        .or_else(|| env.service_account_namespace())
-        .or_else(|| client.context_namespace.clone())
-        .unwrap_or_else(|| "default".to_string());
-    let ctx = Ctx {
-        api: client,
-        deadline,
-        timeout: cfg.timeout,
-    };
+    let (ctx, namespace) = connect(cfg, env, deadline).await?;
     let me = SelfIdentity::resolve(
         cfg.self_pod.as_deref(),
         env.pod_name.as_deref(),
@@ -278,7 +179,7 @@ pub async fn discover_with(
     );
     tracing::debug!(namespace = %namespace, self_pod = ?me, "discovering pods via {}", ctx.api.url);
 
-    let (selector, selector_source, mut workload, own_pod, known_sts) = match explicit_selector {
+    let (selector, selector_source, workload, own_pod, known_sts) = match explicit_selector {
         Some(s) => (s, "ras_k8s_selector".to_string(), None, None, None),
         None => {
             let inf = infer::infer_selector(&ctx, &namespace, me.as_ref()).await?;
@@ -295,65 +196,19 @@ pub async fn discover_with(
 
     let first = list::list_pods(&ctx, &namespace, &selector).await?;
 
-    let candidates: Vec<&Pod> = first
-        .items
-        .iter()
-        .filter(|p| !matches!(classify(p), PodReadiness::Excluded(_)))
-        .collect();
     let (expected, expected_source) = match cfg.expected_pods {
         Some(n) => (n, "set by ras_k8s_expected_pods".to_string()),
         None => {
-            if workload.is_none() {
-                workload = infer::workload_of(&candidates);
-            }
-            let owned_job = match &workload {
-                Some(infer::Workload::Job(name)) => own_pod
-                    .iter()
-                    .chain(candidates.iter().copied())
-                    .any(|p| infer::controller_of(p, "Job").is_some_and(|o| &o.name == name)),
-                _ => true,
-            };
-            let from_workload = match &workload {
-                Some(w) => {
-                    infer::expected_from_workload(
-                        &ctx,
-                        &namespace,
-                        w,
-                        known_sts.as_ref(),
-                        owned_job,
-                    )
-                    .await?
-                }
-                None => None,
-            };
-            match from_workload {
-                Some(found) => found,
-                None => {
-                    if candidates.is_empty() {
-                        let excluded = first
-                            .items
-                            .iter()
-                            .filter_map(|p| match classify(p) {
-                                PodReadiness::Excluded(d) => Some(format!(
-                                    "{} ({d})",
-                                    p.metadata.name.as_deref().unwrap_or("")
-                                )),
-                                _ => None,
-                            })
-                            .collect();
-                        return Err(DiscoveryError::NoPods {
-                            namespace,
-                            selector,
-                            excluded,
-                        });
-                    }
-                    let n = u32::try_from(candidates.len()).unwrap_or(u32::MAX);
-                    (
-                        n,
-                        "the number of matching pods at the first list".to_string(),
-                    )
-                }
-            }
+            expected_count(
+                &ctx,
+                &namespace,
+                &selector,
+                &first.items,
+                workload,
+                own_pod.as_ref(),
+                known_sts.as_ref(),
+            )
+            .await?
         }
     };
     tracing::info!(expected, "expecting {expected} pods ({expected_source})");
@@ -388,54 +243,108 @@ pub async fn discover_with(
     })
 }
 
-/// Turns ready pods (already in allocation order) into nodes.
-pub fn build_nodes(
-    pods: &[Pod],
+/// The API client of a discovery (bounded by `deadline`), and the namespace of the pods:
+/// ras_k8s_namespace, else the service account's, else the kubeconfig context's, else
+/// "default".
+async fn connect(
+    cfg: &DiscoveryConfig,
+    env: &Environment,
+    deadline: tokio::time::Instant,
+) -> Result<(Ctx, String), DiscoveryError> {
+    let connect_timeout = cfg.timeout.min(Duration::from_secs(30));
+    let explicit_kubeconfig = cfg
+        .kubeconfig
+        .as_deref()
+        .filter(|p| !p.as_os_str().is_empty());
+    let resolved =
+        match tokio::time::timeout_at(deadline, client::resolve_config(explicit_kubeconfig, env))
+            .await
+        {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(DiscoveryError::Internal {
+                    detail: "reading the client configuration did not finish in time".into(),
+                })
+            }
+        };
+    let client = client::client_from_config(resolved, connect_timeout)?;
+    let namespace = cfg
+        .namespace
+        .as_deref()
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(String::from)
+        .or_else(|| env.service_account_namespace())
+        .or_else(|| client.context_namespace.clone())
+        .unwrap_or_else(|| "default".to_string());
+    let ctx = Ctx {
+        api: client,
+        deadline,
+        timeout: cfg.timeout,
+    };
+    Ok((ctx, namespace))
+}
+
+/// How many pods to wait for, and where that number comes from, when ras_k8s_expected_pods
+/// does not say: the owning workload (as inference found it, else as the listed pods name it),
+/// else the pods the first list found (`first`); none at all is an error.
+async fn expected_count(
+    ctx: &Ctx,
     namespace: &str,
-    policy: SlotsPolicy,
-    is_self: impl Fn(&Pod) -> bool,
-) -> Result<Vec<PodNode>, DiscoveryError> {
-    let indices = order::reported_indices(pods);
-    pods.iter()
-        .zip(indices)
-        .map(|(p, index)| {
-            let name = p.metadata.name.clone().unwrap_or_default();
-            let ip = readiness::pod_ipv4(p).ok_or_else(|| DiscoveryError::Internal {
-                detail: format!("ready pod {name} has no IPv4 address"),
-            })?;
-            let slots = slots::pod_slots(p, policy).map_err(|b| {
-                DiscoveryError::InvalidSlotsAnnotation {
-                    pod: name.clone(),
-                    namespace: namespace.to_string(),
-                    annotation: b.annotation.to_string(),
-                    value: b.value,
-                    reason: b.reason.to_string(),
-                }
-            })?;
-            let hostname = p
-                .spec
-                .as_ref()
-                .and_then(|s| s.hostname.clone())
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(|| name.clone());
-            Ok(PodNode {
-                pod: name,
-                namespace: namespace.to_string(),
-                hostname,
-                ip,
-                slots,
-                index,
-                is_self: is_self(p),
-                uid: p.metadata.uid.clone().unwrap_or_default(),
+    selector: &str,
+    first: &[Pod],
+    mut workload: Option<infer::Workload>,
+    own_pod: Option<&Pod>,
+    known_sts: Option<&StatefulSet>,
+) -> Result<(u32, String), DiscoveryError> {
+    let candidates: Vec<&Pod> = first
+        .iter()
+        .filter(|p| !matches!(classify(p), PodReadiness::Excluded(_)))
+        .collect();
+    if workload.is_none() {
+        workload = infer::workload_of(&candidates);
+    }
+    let owned_job = match &workload {
+        Some(infer::Workload::Job(name)) => own_pod
+            .into_iter()
+            .chain(candidates.iter().copied())
+            .any(|p| infer::controller_of(p, "Job").is_some_and(|o| &o.name == name)),
+        _ => true,
+    };
+    let from_workload = match &workload {
+        Some(w) => infer::expected_from_workload(ctx, namespace, w, known_sts, owned_job).await?,
+        None => None,
+    };
+    if let Some(found) = from_workload {
+        return Ok(found);
+    }
+    if candidates.is_empty() {
+        let excluded = first
+            .iter()
+            .filter_map(|p| match classify(p) {
+                PodReadiness::Excluded(d) => Some(format!(
+                    "{} ({d})",
+                    p.metadata.name.as_deref().unwrap_or("")
+                )),
+                _ => None,
             })
-        })
-        .collect()
+            .collect();
+        return Err(DiscoveryError::NoPods {
+            namespace: namespace.to_string(),
+            selector: selector.to_string(),
+            excluded,
+        });
+    }
+    let n = u32::try_from(candidates.len()).unwrap_or(u32::MAX);
+    Ok((
+        n,
+        "the number of matching pods at the first list".to_string(),
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
 
     #[test]
     fn config_validation() {
@@ -487,47 +396,6 @@ mod tests {
     }
 
     #[test]
-    fn nodes_carry_hostname_slots_and_self() {
-        let mk = |name: &str, hostname: Option<&str>, ip: &str, ann: Option<&str>| {
-            let mut p = Pod::default();
-            p.metadata.name = Some(name.into());
-            p.metadata.uid = Some(format!("uid-{name}"));
-            if let Some(a) = ann {
-                p.metadata.annotations =
-                    Some([(SLOTS_ANNOTATION.to_string(), a.to_string())].into());
-            }
-            p.spec = Some(PodSpec {
-                hostname: hostname.map(String::from),
-                ..Default::default()
-            });
-            p.status = Some(PodStatus {
-                pod_ip: Some(ip.into()),
-                ..Default::default()
-            });
-            p
-        };
-        let pods = vec![
-            mk("a", Some("host-a"), "10.0.0.1", Some("4")),
-            mk("b", None, "10.0.0.2", None),
-        ];
-        let nodes = build_nodes(&pods, "ns", SlotsPolicy::Auto, |p| {
-            p.metadata.name.as_deref() == Some("b")
-        })
-        .unwrap();
-        assert_eq!(nodes[0].hostname, "host-a");
-        assert_eq!(nodes[0].slots, 4);
-        assert!(!nodes[0].is_self);
-        assert_eq!(nodes[1].hostname, "b");
-        assert_eq!(nodes[1].ip, Ipv4Addr::new(10, 0, 0, 2));
-        assert!(nodes[1].is_self);
-        assert_eq!(nodes[1].uid, "uid-b");
-        let bad = vec![mk("c", None, "10.0.0.3", Some("lots"))];
-        let e = build_nodes(&bad, "ns", SlotsPolicy::Auto, |_| false).unwrap_err();
-        let s = e.to_string();
-        assert!(s.contains("ns/c") && s.contains("\"lots\""), "{s}");
-    }
-
-    #[test]
     fn blocking_works_inside_a_runtime_too() {
         // Fails fast on configuration, both from a plain thread and from inside a runtime.
         let cfg = DiscoveryConfig {
@@ -538,10 +406,7 @@ mod tests {
             discover_blocking(&cfg).unwrap_err().kind(),
             ErrorKind::InvalidConfig
         );
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = crate::runtime::current_thread().unwrap();
         let e = rt.block_on(async { discover_blocking(&cfg) }).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidConfig);
     }

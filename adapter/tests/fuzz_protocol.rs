@@ -24,7 +24,7 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use prrte_k8s::agent::policy;
+use prrte_k8s::agent::launch_policy as policy;
 use prrte_k8s::protocol::{
     self, decode_message, decode_request, parse_nonce, validate_dvm_uri, validate_launch, Plain,
     Reply, Request, Role, Session,

@@ -15,23 +15,17 @@
 //! the agent stops, prte's process group is stopped like prted's.
 
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
-use super::config::{AgentConfig, HeadConfig};
+use super::checked_config::{AgentConfig, HeadConfig};
+use super::dvm_uri::{publish_dvm_uri_dir, unpublish_dvm_uri};
+use super::local_launch::{launcher_command, wait_health};
 use super::process::Reaper;
 use super::tracking::Tracking;
-use super::{publish_dvm_uri_dir, unpublish_dvm_uri};
-
-/// How long the head waits for the agent's own health endpoint before starting prte anyway.
-const HEALTH_WAIT: Duration = Duration::from_secs(30);
 
 /// prte's command line (after the executable).
 pub fn prte_args(head: &HeadConfig, config: &AgentConfig, root: bool) -> Vec<String> {
@@ -66,42 +60,6 @@ pub fn prte_args(head: &HeadConfig, config: &AgentConfig, root: bool) -> Vec<Str
     args
 }
 
-/// Whether `GET /healthz` at `addr` answers 200.
-async fn health_ok(addr: SocketAddr) -> bool {
-    let probe = async {
-        let mut s = TcpStream::connect(addr).await?;
-        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
-            .await?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await?;
-        Ok::<_, std::io::Error>(buf.starts_with(b"HTTP/1.1 200"))
-    };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(2), probe).await,
-        Ok(Ok(true))
-    )
-}
-
-/// Waits (bounded) until the agent's health endpoint serves, so that the pod is Ready before
-/// prte's discovery looks for ready pods.
-pub(crate) async fn wait_health(addr: Option<SocketAddr>, stop: &CancellationToken) {
-    let Some(mut addr) = addr else { return };
-    if addr.ip().is_unspecified() {
-        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-    }
-    let deadline = Instant::now() + HEALTH_WAIT;
-    while !health_ok(addr).await {
-        if Instant::now() >= deadline {
-            warn!(%addr, "the agent's health endpoint does not answer; starting the DVM head anyway");
-            return;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-            _ = stop.cancelled() => return,
-        }
-    }
-}
-
 /// Runs the DVM head until prte ends or `stop` is cancelled (then stops prte's group).
 pub async fn run(
     head: HeadConfig,
@@ -131,16 +89,7 @@ pub async fn run(
     publish_dvm_uri_dir(&uri_file);
     let root = nix::unistd::geteuid().is_root();
     let args = prte_args(&head, &config, root);
-    let mut cmd = Command::new(&head.prte);
-    cmd.args(&args)
-        .env("TMPDIR", &config.tmpdir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
-        .process_group(0);
-    if std::env::var_os("PRTE_MCA_plm_k8s_secret_file").is_none() && config.secret.is_some() {
-        cmd.env("PRTE_MCA_plm_k8s_secret_file", &config.secret_file);
-    }
+    let mut cmd = launcher_command(&head.prte, &args, &config);
     let mut job = match reaper.spawn_job(&mut cmd, &tracking) {
         Ok(j) => j,
         Err(e) => {
@@ -174,6 +123,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn prte_command_line() {

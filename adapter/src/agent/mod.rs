@@ -22,65 +22,53 @@
 //!   as above (reporting `exited` to its launcher), and exit 0.
 
 pub mod batch;
+pub mod batch_launcher;
+pub mod cgroup;
+pub mod checked_config;
+pub mod child_env;
 pub mod config;
+pub mod conn;
 pub mod dvm_uri;
 pub mod exec;
+pub mod exit_status;
+pub mod handshake;
 pub mod head;
 pub mod health;
+pub mod launch_policy;
 pub mod limits;
-pub mod policy;
+pub mod local_launch;
+pub mod proc_stat;
 pub mod process;
 pub mod tracking;
 
-use std::ffi::OsString;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
-use crate::protocol::{
-    self, agent_proof, decode_message, decode_request, encode_message, new_nonce, parse_nonce,
-    recv_frame, send_frame, validate_launch, verify_client_proof, AuthMode, FramedConn, Plain,
-    ProtocolError, Reply, Request, Role, Session, AUTH_FAILED_REASON, HANDSHAKE_MAX_FRAME,
-};
-pub use config::{
-    AgentArgs, AgentConfig, BatchConfig, BatchRole, CgroupMode, ConfigError, ConnLimits, DvmHead,
-    HeadConfig, LogFormat,
-};
-pub(crate) use dvm_uri::{publish_dvm_uri, publish_dvm_uri_dir, unpublish_dvm_uri};
+pub use checked_config::{AgentConfig, BatchConfig, ConfigError, ConnLimits, HeadConfig};
+pub use config::{AgentArgs, BatchRole, CgroupMode, DvmHead, LogFormat};
+pub use conn::LEAVE_SESSION_ATTACHED;
+use conn::{handle_connection, Shared};
 pub use dvm_uri::{write_dvm_uri_file, FileId};
 use limits::Pending;
-use process::{ExitStatus, Job, Reaper};
+use process::Reaper;
 use tracking::Tracking;
 
 /// Caps of the health port (requests in progress at once, overall and from one address).
 const HEALTH_MAX_PENDING: usize = 32;
 const HEALTH_MAX_PENDING_PER_PEER: usize = 8;
-/// How long the agent waits for a peer to take a frame it sends.
-const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Extra time, beyond the kill grace period, that shutdown waits for connections to finish.
 const SHUTDOWN_SLACK: Duration = Duration::from_secs(15);
-/// How long, and how many bytes, a closing connection is drained.
-const LINGER: Duration = Duration::from_secs(1);
-const LINGER_MAX_BYTES: usize = 1 << 20;
-/// prted's flag that keeps it from forking into a new session (`setsid()`), which would take
-/// the daemon out of the agent's process group; always passed.
-pub const LEAVE_SESSION_ATTACHED: &str = "--leave-session-attached";
-/// `PATH` for prted when the agent has none.
-const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-/// Agent variables passed to prted when set (besides PATH, HOME, HOSTNAME, TMPDIR).
-const BASE_PASSTHROUGH: &[&str] = &["LANG", "LC_ALL", "TZ", "USER", "LD_LIBRARY_PATH"];
 
 /// Why the agent could not serve.
 #[derive(Debug, thiserror::Error)]
@@ -92,60 +80,6 @@ pub enum AgentError {
     },
     #[error("cannot set up signal handling: {0}")]
     Signals(std::io::Error),
-}
-
-/// Which connection launched the running prted.
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    pid: u32,
-    peer: SocketAddr,
-    conn: u64,
-}
-
-struct Shared {
-    config: AgentConfig,
-    reaper: Arc<Reaper>,
-    slot: Mutex<Option<Slot>>,
-    child_env: Vec<(OsString, OsString)>,
-    batch: Arc<batch::BatchState>,
-    /// How the processes of a launch are tracked (a cgroup per launch, or the sweep).
-    tracking: Tracking,
-    /// Connections that have not authenticated yet.
-    pending: Arc<Pending>,
-    /// What `exec` requests may run.
-    exec: exec::ExecState,
-}
-
-impl Shared {
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Slot>> {
-        self.slot.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// The running prted of one connection; dropping it frees the agent's job slot and, if prted's
-/// group was not stopped properly (a panic, an aborted task), kills it outright.
-struct ActiveJob {
-    job: Job,
-    shared: Arc<Shared>,
-    conn: u64,
-    peer: SocketAddr,
-    started: Instant,
-    /// The DVM URI file this prted's launch published (removed when the job ends).
-    published_uri: Option<FileId>,
-}
-
-impl Drop for ActiveJob {
-    fn drop(&mut self) {
-        if let Some(id) = self.published_uri {
-            unpublish_dvm_uri(&self.shared.config.dvm_uri_file, Some(id));
-        }
-        // Before the slot is freed: no second prted while the first one's group is alive.
-        self.job.kill_leftovers();
-        let mut slot = self.shared.slot();
-        if slot.is_some_and(|s| s.conn == self.conn) {
-            *slot = None;
-        }
-    }
 }
 
 /// A bound, not yet serving agent.
@@ -183,7 +117,7 @@ impl Agent {
             ),
             None => None,
         };
-        let child_env = base_env(&config, |k| std::env::var_os(k), std::env::vars_os());
+        let child_env = child_env::base_env(&config, |k| std::env::var_os(k), std::env::vars_os());
         let tracking = Tracking::detect(config.cgroup);
         let pending = Pending::new(
             "launch",
@@ -243,76 +177,11 @@ impl Agent {
             addr: shared.config.listen,
             source,
         })?;
-        let auth = if shared.config.secret.is_some() {
-            "hmac-sha256"
-        } else {
-            "NONE (insecure)"
-        };
-        info!(
-            addr = %addr,
-            health = %health_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
-            prted = %shared.config.prted.display(),
-            auth,
-            pid = std::process::id(),
-            "listening"
-        );
-        if shared.config.secret.is_none() {
-            warn!(
-                secret_file = %shared.config.secret_file.display(),
-                "INSECURE: no secret file, serving without authentication (--insecure-no-auth); \
-                 anyone who can reach {addr} can start prted"
-            );
-        }
+        log_listening(&shared.config, addr, health_addr);
 
         let stop = CancellationToken::new();
-        let head_task = shared.config.head.clone().map(|head| {
-            tokio::spawn(head::run(
-                head,
-                shared.config.clone(),
-                shared.reaper.clone(),
-                shared.tracking.clone(),
-                health_addr,
-                stop.clone(),
-            ))
-        });
-        let batch_task = shared.config.batch.clone().map(|b| match b {
-            BatchConfig::Launcher { .. } => tokio::spawn(batch::run_launcher(
-                shared.config.clone(),
-                shared.reaper.clone(),
-                health_addr,
-                shared.batch.clone(),
-                stop.clone(),
-            )),
-            BatchConfig::Worker { launcher_wait } => tokio::spawn(batch::run_worker(
-                shared.batch.clone(),
-                launcher_wait,
-                stop.clone(),
-            )),
-        });
-        let batch_done = shared.batch.done();
-        let next_conn = AtomicU64::new(1);
-        let mut conns = JoinSet::new();
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        let id = next_conn.fetch_add(1, Ordering::Relaxed);
-                        conns.spawn(handle_connection(shared.clone(), stream, peer, id, stop.clone()));
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                _ = &mut shutdown => break,
-                _ = batch_done.cancelled() => {
-                    info!(code = ?shared.batch.exit_code(), "batch mode: the job has ended");
-                    break;
-                }
-            }
-        }
+        let roles = Roles::spawn(&shared, health_addr, &stop);
+        let mut conns = accept_until(&shared, &listener, &stop, shutdown).await;
 
         serving.store(false, Ordering::SeqCst);
         drop(listener);
@@ -329,18 +198,7 @@ impl Agent {
             error!("connections did not finish within {limit:?}; aborting them");
             conns.shutdown().await;
         }
-        if let Some(mut t) = batch_task {
-            if tokio::time::timeout(limit, &mut t).await.is_err() {
-                error!("the batch command did not stop within {limit:?}; aborting it");
-                t.abort();
-            }
-        }
-        if let Some(mut t) = head_task {
-            if tokio::time::timeout(limit, &mut t).await.is_err() {
-                error!("the DVM head did not stop within {limit:?}; aborting it");
-                t.abort();
-            }
-        }
+        roles.stop(limit).await;
         if let Some(slot) = *shared.slot() {
             error!(
                 pid = slot.pid,
@@ -360,6 +218,122 @@ impl Agent {
             .unwrap_or(0);
         info!(code, "agent stopped");
         Ok(code)
+    }
+}
+
+/// Accepts connections, each served by its own task in the set returned, until `shutdown`
+/// completes or batch mode's job has ended.
+async fn accept_until(
+    shared: &Arc<Shared>,
+    listener: &TcpListener,
+    stop: &CancellationToken,
+    shutdown: impl Future<Output = ()>,
+) -> JoinSet<()> {
+    let batch_done = shared.batch.done();
+    let next_conn = AtomicU64::new(1);
+    let mut conns = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let id = next_conn.fetch_add(1, Ordering::Relaxed);
+                    conns.spawn(handle_connection(shared.clone(), stream, peer, id, stop.clone()));
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            _ = &mut shutdown => break,
+            _ = batch_done.cancelled() => {
+                info!(code = ?shared.batch.exit_code(), "batch mode: the job has ended");
+                break;
+            }
+        }
+    }
+    conns
+}
+
+/// Logs what the agent serves, and loudly when it serves without authentication.
+fn log_listening(config: &AgentConfig, addr: SocketAddr, health_addr: Option<SocketAddr>) {
+    let auth = if config.secret.is_some() {
+        "hmac-sha256"
+    } else {
+        "NONE (insecure)"
+    };
+    info!(
+        addr = %addr,
+        health = %health_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
+        prted = %config.prted.display(),
+        auth,
+        pid = std::process::id(),
+        "listening"
+    );
+    if config.secret.is_none() {
+        warn!(
+            secret_file = %config.secret_file.display(),
+            "INSECURE: no secret file, serving without authentication (--insecure-no-auth); \
+             anyone who can reach {addr} can start prted"
+        );
+    }
+}
+
+/// The tasks of the agent's role besides serving connections: the DVM head, batch mode's
+/// launcher or worker.
+struct Roles {
+    head: Option<JoinHandle<()>>,
+    batch: Option<JoinHandle<()>>,
+}
+
+impl Roles {
+    fn spawn(
+        shared: &Arc<Shared>,
+        health_addr: Option<SocketAddr>,
+        stop: &CancellationToken,
+    ) -> Roles {
+        let head = shared.config.head.clone().map(|head| {
+            tokio::spawn(head::run(
+                head,
+                shared.config.clone(),
+                shared.reaper.clone(),
+                shared.tracking.clone(),
+                health_addr,
+                stop.clone(),
+            ))
+        });
+        let batch = shared.config.batch.clone().map(|b| match b {
+            BatchConfig::Launcher { .. } => tokio::spawn(batch_launcher::run_launcher(
+                shared.config.clone(),
+                shared.reaper.clone(),
+                health_addr,
+                shared.batch.clone(),
+                stop.clone(),
+            )),
+            BatchConfig::Worker { launcher_wait } => tokio::spawn(batch::run_worker(
+                shared.batch.clone(),
+                launcher_wait,
+                stop.clone(),
+            )),
+        });
+        Roles { head, batch }
+    }
+
+    /// Waits (each at most `limit`) for the tasks to end after the stop, aborting the late.
+    async fn stop(self, limit: Duration) {
+        if let Some(mut t) = self.batch {
+            if tokio::time::timeout(limit, &mut t).await.is_err() {
+                error!("the batch command did not stop within {limit:?}; aborting it");
+                t.abort();
+            }
+        }
+        if let Some(mut t) = self.head {
+            if tokio::time::timeout(limit, &mut t).await.is_err() {
+                error!("the DVM head did not stop within {limit:?}; aborting it");
+                t.abort();
+            }
+        }
     }
 }
 
@@ -388,642 +362,4 @@ pub async fn run_until_signalled_with_exec(
             info!(signal = name, "received signal");
         })
         .await
-}
-
-/// prted's base environment (see the module documentation).
-fn base_env(
-    config: &AgentConfig,
-    get: impl Fn(&str) -> Option<OsString>,
-    all: impl Iterator<Item = (OsString, OsString)>,
-) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> = Vec::new();
-    let mut put = |k: &str, v: OsString| env.push((k.into(), v));
-    put(
-        "PATH",
-        get("PATH")
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| DEFAULT_PATH.into()),
-    );
-    put(
-        "HOME",
-        get("HOME")
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| "/".into()),
-    );
-    let hostname = get("HOSTNAME")
-        .filter(|v| !v.is_empty())
-        .or_else(|| nix::unistd::gethostname().ok());
-    if let Some(h) = hostname {
-        put("HOSTNAME", h);
-    }
-    for name in BASE_PASSTHROUGH
-        .iter()
-        .copied()
-        .chain(config.pass_env.iter().map(String::as_str))
-    {
-        if let Some(v) = get(name) {
-            put(name, v);
-        }
-    }
-    for (k, v) in all {
-        if let Some(key) = k.to_str() {
-            if ["PRTE_", "PMIX_", "OMPI_"]
-                .iter()
-                .any(|p| key.starts_with(p))
-            {
-                env.push((k, v));
-            }
-        }
-    }
-    env.push(("TMPDIR".into(), config.tmpdir.clone().into_os_string()));
-    env
-}
-
-fn set_keepalive(stream: &TcpStream) {
-    if let Err(e) = protocol::set_keepalive(stream) {
-        debug!(error = %e, "cannot enable TCP keepalive");
-    }
-}
-
-/// Sends a plain frame during the handshake, ignoring failures (the connection closes next).
-async fn send_plain(conn: &mut FramedConn<TcpStream>, msg: Plain) {
-    let _ = send_frame(conn, encode_message(&msg), SEND_TIMEOUT).await;
-}
-
-/// Why a frame was refused, as one printable line (the error may quote the peer's bytes).
-fn describe_bad_frame(e: &ProtocolError) -> String {
-    crate::text::echo(&match e {
-        ProtocolError::FrameTooLarge { max } => format!(
-            "frame exceeds the maximum of {max} bytes (--max-frame); this port speaks the \
-             prrte-k8s agent protocol (u32 big-endian length + JSON)"
-        ),
-        other => other.to_string(),
-    })
-}
-
-/// The agent side of the handshake; `None` when the connection is to be closed.
-async fn agent_handshake(
-    shared: &Shared,
-    conn: &mut FramedConn<TcpStream>,
-    peer: SocketAddr,
-) -> Option<Session> {
-    let key = shared.config.secret.clone();
-    let agent_nonce = new_nonce();
-    let challenge = Plain::Challenge {
-        auth: if key.is_some() {
-            AuthMode::HmacSha256
-        } else {
-            AuthMode::None
-        },
-        nonce: hex::encode(agent_nonce),
-        agent: format!("prrte-k8s-agent {}", env!("CARGO_PKG_VERSION")),
-    };
-    send_frame(conn, encode_message(&challenge), SEND_TIMEOUT)
-        .await
-        .ok()?;
-    let frame = match recv_frame(conn, Some(shared.config.limits.handshake_timeout)).await {
-        Ok(f) => f,
-        Err(e @ (ProtocolError::FrameTooLarge { .. } | ProtocolError::Malformed(_))) => {
-            let reason = describe_bad_frame(&e);
-            warn!(%peer, %reason, "refusing a bad frame before authentication");
-            send_plain(conn, Plain::Error { reason }).await;
-            return None;
-        }
-        Err(e) => {
-            debug!(%peer, error = %e, "connection ended during the handshake");
-            return None;
-        }
-    };
-    let (nonce, mac) = match decode_message::<Plain>(&frame) {
-        Ok(Plain::Response { nonce, mac }) => (nonce, mac),
-        Ok(other) => {
-            let reason = format!(
-                "expected a `response` to the challenge, got `{}`",
-                protocol::plain_kind(&other)
-            );
-            warn!(%peer, %reason, "handshake failed");
-            send_plain(conn, Plain::Error { reason }).await;
-            return None;
-        }
-        Err(e) => {
-            let reason = describe_bad_frame(&e);
-            warn!(%peer, %reason, "handshake failed");
-            send_plain(conn, Plain::Error { reason }).await;
-            return None;
-        }
-    };
-    let client_nonce = match parse_nonce(&nonce) {
-        Ok(n) if n == agent_nonce => {
-            let reason = "the response reflects the agent's own nonce; a client sends a fresh one";
-            warn!(%peer, reason, "handshake failed");
-            send_plain(
-                conn,
-                Plain::Error {
-                    reason: reason.into(),
-                },
-            )
-            .await;
-            return None;
-        }
-        Ok(n) => n,
-        Err(e) => {
-            let reason = crate::text::echo(&e.to_string());
-            warn!(%peer, error = %reason, "handshake failed");
-            send_plain(conn, Plain::Error { reason }).await;
-            return None;
-        }
-    };
-    let welcome_mac = match &key {
-        Some(k) => {
-            let ok = mac
-                .as_deref()
-                .is_some_and(|m| verify_client_proof(k, &agent_nonce, &client_nonce, m));
-            if !ok {
-                warn!(%peer, "authentication failed: the launcher's secret does not match ours");
-                send_plain(
-                    conn,
-                    Plain::Refused {
-                        reason: AUTH_FAILED_REASON.into(),
-                    },
-                )
-                .await;
-                return None;
-            }
-            Some(agent_proof(k, &agent_nonce, &client_nonce))
-        }
-        None => None,
-    };
-    send_frame(
-        conn,
-        encode_message(&Plain::Welcome { mac: welcome_mac }),
-        SEND_TIMEOUT,
-    )
-    .await
-    .ok()?;
-    debug!(%peer, "authenticated");
-    Some(Session::new(Role::Agent, key, agent_nonce, client_nonce))
-}
-
-/// Closes a connection so that the peer reads everything sent so far (in particular a final
-/// `error` or `refused`): FIN first, then discard what the peer still sends for a short while,
-/// instead of closing with unread data (which makes the kernel send a reset).
-async fn close_gracefully(conn: FramedConn<TcpStream>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = conn.into_inner();
-    if stream.shutdown().await.is_err() {
-        return;
-    }
-    let drain = async {
-        let mut buf = [0u8; 8192];
-        let mut total = 0usize;
-        while total < LINGER_MAX_BYTES {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => total += n,
-            }
-        }
-    };
-    let _ = tokio::time::timeout(LINGER, drain).await;
-}
-
-async fn wait_job(job: &mut Option<ActiveJob>) -> ExitStatus {
-    match job {
-        Some(j) => j.job.wait_exit().await,
-        None => std::future::pending().await,
-    }
-}
-
-fn exited_reply(pid: u32, status: ExitStatus) -> Reply {
-    match status {
-        ExitStatus::Code(c) => Reply::Exited {
-            pid,
-            code: Some(c),
-            signal: None,
-        },
-        ExitStatus::Signal(s) => Reply::Exited {
-            pid,
-            code: None,
-            signal: Some(s),
-        },
-    }
-}
-
-/// What to do with the connection after a request.
-enum Next {
-    Continue,
-    Close(String),
-    /// Hand the connection to an `exec` request.
-    Exec(exec::ExecRequest),
-}
-
-struct Conn {
-    shared: Arc<Shared>,
-    conn: FramedConn<TcpStream>,
-    session: Session,
-    peer: SocketAddr,
-    id: u64,
-    job: Option<ActiveJob>,
-}
-
-impl Conn {
-    async fn reply(&mut self, msg: &Reply) -> Result<(), ProtocolError> {
-        let frame = self.session.seal(msg);
-        send_frame(&mut self.conn, frame, SEND_TIMEOUT).await
-    }
-
-    /// Stops the running prted (if any), frees the slot and returns its pid and status.
-    async fn stop_job(&mut self, grace: Duration) -> Option<(u32, ExitStatus)> {
-        let mut active = self.job.take()?;
-        let status = active.job.terminate(grace, &self.shared.reaper).await;
-        let pid = active.job.pid;
-        info!(
-            peer = %active.peer,
-            pid,
-            status = %status,
-            ran_ms = active.started.elapsed().as_millis() as u64,
-            "prted stopped"
-        );
-        drop(active);
-        Some((pid, status))
-    }
-
-    async fn handle_frame(&mut self, frame: &[u8]) -> Next {
-        let body = match self.session.open(frame) {
-            Ok(b) => b,
-            Err(e) => {
-                let reason = format!("frame refused: {}", crate::text::echo(&e.to_string()));
-                warn!(peer = %self.peer, %reason, "closing the connection");
-                let _ = self
-                    .reply(&Reply::Error {
-                        reason: reason.clone(),
-                    })
-                    .await;
-                return Next::Close(reason);
-            }
-        };
-        let t0 = Instant::now();
-        let request = match decode_request(body.as_bytes()) {
-            Ok(r) => r,
-            Err(reason) => {
-                let reason = crate::text::echo(&reason);
-                info!(peer = %self.peer, request = "invalid", outcome = "refused", %reason,
-                      duration_ms = t0.elapsed().as_millis() as u64, "request");
-                return self.send_or_close(&Reply::Failed { reason }).await;
-            }
-        };
-        let kind = request.kind();
-        let request = match request {
-            Request::Exec {
-                argv,
-                env,
-                cwd,
-                stdin,
-            } => {
-                if self.job.is_some() {
-                    let reason = "this connection launched a prted; send exec on a new connection";
-                    return self
-                        .send_or_close(&Reply::Failed {
-                            reason: reason.into(),
-                        })
-                        .await;
-                }
-                return Next::Exec(exec::ExecRequest {
-                    argv,
-                    env,
-                    cwd,
-                    stdin,
-                });
-            }
-            Request::Stdin { .. } | Request::StdinClose {} | Request::Signal { .. } => {
-                info!(peer = %self.peer, request = kind, outcome = "refused: no program runs on this connection", "request");
-                let reason = format!("`{kind}` without a running program: send `exec` first");
-                return self.send_or_close(&Reply::Failed { reason }).await;
-            }
-            r => r,
-        };
-        let (reply, outcome) = match request {
-            Request::Launch { argv, env, dvm_uri } => self.launch(argv, env, dvm_uri),
-            Request::Kill { grace_ms } => {
-                let mut grace = self.shared.config.kill_grace;
-                if let Some(ms) = grace_ms {
-                    grace = grace.min(Duration::from_millis(ms));
-                }
-                match self.stop_job(grace).await {
-                    Some((pid, status)) => (
-                        exited_reply(pid, status),
-                        format!("killed pid {pid}: {status}"),
-                    ),
-                    None => {
-                        let reason = match *self.shared.slot() {
-                            Some(s) => format!(
-                                "the running prted (pid {}) was launched by another connection ({}); only that connection can kill it",
-                                s.pid, s.peer
-                            ),
-                            None => "no prted is running".to_owned(),
-                        };
-                        (
-                            Reply::Failed {
-                                reason: reason.clone(),
-                            },
-                            format!("refused: {reason}"),
-                        )
-                    }
-                }
-            }
-            Request::Ping {} => (Reply::Pong {}, "pong".to_owned()),
-            Request::Attach {} => self
-                .shared
-                .batch
-                .attach(&self.shared.config, self.id, self.peer),
-            Request::Finish { code } => {
-                self.shared
-                    .batch
-                    .finish(&self.shared.config, self.peer, code)
-            }
-            Request::Exec { .. }
-            | Request::Stdin { .. }
-            | Request::StdinClose {}
-            | Request::Signal { .. } => unreachable!("handled above"),
-            Request::Status {} => {
-                let slot = *self.shared.slot();
-                (
-                    Reply::Status {
-                        running: slot.is_some(),
-                        pid: slot.map(|s| s.pid),
-                        launched_by: slot.map(|s| s.peer.to_string()),
-                    },
-                    format!("running: {}", slot.is_some()),
-                )
-            }
-        };
-        info!(peer = %self.peer, request = kind, %outcome,
-              duration_ms = t0.elapsed().as_millis() as u64, "request");
-        self.send_or_close(&reply).await
-    }
-
-    async fn send_or_close(&mut self, reply: &Reply) -> Next {
-        match self.reply(reply).await {
-            Ok(()) => Next::Continue,
-            Err(e) => Next::Close(format!("cannot send reply: {e}")),
-        }
-    }
-
-    fn launch(
-        &mut self,
-        argv: Vec<String>,
-        env: std::collections::BTreeMap<String, String>,
-        dvm_uri: Option<String>,
-    ) -> (Reply, String) {
-        let refuse = |reason: String| {
-            let reason = crate::text::echo(&reason);
-            let outcome = format!("refused: {reason}");
-            (Reply::Failed { reason }, outcome)
-        };
-        if let Err(reason) = validate_launch(&argv, &env) {
-            return refuse(reason);
-        }
-        if let Err(reason) = policy::check_launch(&argv, &env) {
-            return refuse(reason);
-        }
-        if let Some(Err(reason)) = dvm_uri.as_deref().map(protocol::validate_dvm_uri) {
-            return refuse(reason);
-        }
-        if let Some(Err(reason)) = dvm_uri
-            .as_deref()
-            .map(|uri| policy::check_dvm_uri_host(uri, self.peer.ip()))
-        {
-            return refuse(reason);
-        }
-        let config = &self.shared.config;
-        let mut slot = self.shared.slot();
-        if let Some(s) = *slot {
-            return refuse(format!(
-                "a prted launched by {} is already running (pid {}); this agent runs one at a time",
-                s.peer, s.pid
-            ));
-        }
-        let mut cmd = Command::new(&config.prted);
-        cmd.args(&argv)
-            .args(
-                (!argv.iter().any(|a| a == LEAVE_SESSION_ATTACHED))
-                    .then_some(LEAVE_SESSION_ATTACHED),
-            )
-            .env_clear()
-            .envs(self.shared.child_env.iter().map(|(k, v)| (k, v)))
-            .envs(&env)
-            .stdin(Stdio::null())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
-            .process_group(0);
-        match self
-            .shared
-            .reaper
-            .spawn_job(&mut cmd, &self.shared.tracking)
-        {
-            Ok(job) => {
-                let pid = job.pid;
-                debug!(pid, tracking = job.tracking_label(), "prted started");
-                *slot = Some(Slot {
-                    pid,
-                    peer: self.peer,
-                    conn: self.id,
-                });
-                drop(slot);
-                let published_uri = dvm_uri
-                    .as_deref()
-                    .and_then(|uri| publish_dvm_uri(&config.dvm_uri_file, uri));
-                self.job = Some(ActiveJob {
-                    job,
-                    shared: self.shared.clone(),
-                    conn: self.id,
-                    peer: self.peer,
-                    started: Instant::now(),
-                    published_uri,
-                });
-                (Reply::Started { pid }, format!("started pid {pid}"))
-            }
-            Err(e) => {
-                let reason = format!(
-                    "cannot execute {}: {e}; --prted (PRRTE_K8S_PRTED) must name an executable \
-                     prted in this pod's image",
-                    config.prted.display()
-                );
-                (
-                    Reply::Failed {
-                        reason: reason.clone(),
-                    },
-                    format!("failed: {reason}"),
-                )
-            }
-        }
-    }
-}
-
-async fn handle_connection(
-    shared: Arc<Shared>,
-    stream: TcpStream,
-    peer: SocketAddr,
-    id: u64,
-    stop: CancellationToken,
-) {
-    let opened = Instant::now();
-    set_keepalive(&stream);
-    if shared.config.secret.is_none() {
-        warn!(%peer, "INSECURE: accepting a connection without authentication (--insecure-no-auth)");
-    } else {
-        debug!(%peer, "connection accepted");
-    }
-    let ticket = shared.pending.admit(peer.ip());
-    let mut framed = protocol::framed(stream, HANDSHAKE_MAX_FRAME);
-    let deadline = shared.config.limits.handshake_timeout;
-    let session = tokio::select! {
-        s = tokio::time::timeout(deadline, agent_handshake(&shared, &mut framed, peer)) => match s {
-            Ok(s) => s,
-            Err(_) => {
-                debug!(%peer, "no complete handshake within {deadline:?}; closing");
-                None
-            }
-        },
-        _ = stop.cancelled() => None,
-        _ = ticket.cancel.cancelled() => {
-            debug!(%peer, "dropping an unauthenticated connection (too many pending)");
-            return;
-        }
-    };
-    drop(ticket);
-    let Some(session) = session else {
-        close_gracefully(framed).await;
-        return;
-    };
-    framed
-        .codec_mut()
-        .set_max_frame_length(shared.config.max_frame);
-    let mut c = Conn {
-        shared: shared.clone(),
-        conn: framed,
-        session,
-        peer,
-        id,
-        job: None,
-    };
-
-    let mut exec_request = None;
-    let reason = loop {
-        tokio::select! {
-            frame = recv_frame(&mut c.conn, None) => match frame {
-                Ok(bytes) => match c.handle_frame(&bytes).await {
-                    Next::Continue => {}
-                    Next::Close(reason) => break reason,
-                    Next::Exec(req) => {
-                        exec_request = Some(req);
-                        break String::new();
-                    }
-                },
-                Err(ProtocolError::Closed) => break "closed by the launcher".to_owned(),
-                Err(e @ (ProtocolError::FrameTooLarge { .. } | ProtocolError::Malformed(_))) => {
-                    let reason = describe_bad_frame(&e);
-                    warn!(%peer, %reason, "closing the connection");
-                    let _ = c.reply(&Reply::Error { reason: reason.clone() }).await;
-                    break reason;
-                }
-                Err(e) => break e.to_string(),
-            },
-            status = wait_job(&mut c.job) => {
-                let pid = c.job.as_ref().map(|j| j.job.pid).unwrap_or_default();
-                info!(%peer, pid, status = %status, "prted exited");
-                let (pid, status) = c.stop_job(shared.config.kill_grace).await.unwrap_or((pid, status));
-                if let Err(e) = c.reply(&exited_reply(pid, status)).await {
-                    break format!("cannot report prted's exit: {e}");
-                }
-            }
-            _ = stop.cancelled() => {
-                if let Some((pid, status)) = c.stop_job(shared.config.kill_grace).await {
-                    let _ = c.reply(&exited_reply(pid, status)).await;
-                }
-                let _ = c.reply(&Reply::Error { reason: "the agent is shutting down".into() }).await;
-                break "agent shutting down".to_owned();
-            }
-        }
-    };
-    let reason = match exec_request {
-        Some(req) => {
-            let ctx = exec::Ctx {
-                config: &shared.config,
-                reaper: &shared.reaper,
-                tracking: &shared.tracking,
-                base_env: &shared.child_env,
-                state: &shared.exec,
-            };
-            exec::serve(ctx, &mut c.conn, &mut c.session, peer, req, &stop).await
-        }
-        None => reason,
-    };
-    if let Some(pid) = c.job.as_ref().map(|j| j.job.pid) {
-        warn!(%peer, pid, %reason, "the launcher's connection ended while prted runs; stopping prted's process group");
-        c.stop_job(shared.config.kill_grace).await;
-    }
-    shared.batch.connection_closed(id);
-    close_gracefully(c.conn).await;
-    info!(%peer, %reason, connected_ms = opened.elapsed().as_millis() as u64, "connection closed");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn base_env_is_minimal_and_documented() {
-        let d = tempfile::tempdir().unwrap();
-        let config = AgentConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            health_listen: None,
-            prted: "/bin/true".into(),
-            secret: None,
-            secret_file: "/nonexistent".into(),
-            tmpdir: d.path().to_owned(),
-            kill_grace: Duration::from_secs(1),
-            max_frame: 4096,
-            pass_env: vec!["EXTRA".into()],
-            dvm_uri_file: d.path().join("dvm.uri"),
-            head: None,
-            batch: None,
-            cgroup: false,
-            limits: Default::default(),
-        };
-        let agent_env: Vec<(OsString, OsString)> = [
-            ("PATH", "/opt/bin"),
-            ("SECRET_TOKEN", "x"),
-            ("PRRTE_K8S_SECRET_FILE", "/s"),
-            ("PRTE_MCA_a", "1"),
-            ("OMPI_MCA_b", "2"),
-            ("EXTRA", "e"),
-            ("LANG", "C.UTF-8"),
-            ("HOSTNAME", "pod-0"),
-        ]
-        .iter()
-        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
-        .collect();
-        let lookup = |k: &str| {
-            agent_env
-                .iter()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.clone())
-        };
-        let env = base_env(&config, lookup, agent_env.clone().into_iter());
-        let get = |k: &str| {
-            env.iter()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.to_str().unwrap().to_owned())
-        };
-        assert_eq!(get("PATH").as_deref(), Some("/opt/bin"));
-        assert_eq!(get("HOME").as_deref(), Some("/"));
-        assert_eq!(get("HOSTNAME").as_deref(), Some("pod-0"));
-        assert_eq!(get("LANG").as_deref(), Some("C.UTF-8"));
-        assert_eq!(get("EXTRA").as_deref(), Some("e"));
-        assert_eq!(get("PRTE_MCA_a").as_deref(), Some("1"));
-        assert_eq!(get("OMPI_MCA_b").as_deref(), Some("2"));
-        assert_eq!(get("TMPDIR").as_deref(), Some(d.path().to_str().unwrap()));
-        assert_eq!(get("SECRET_TOKEN"), None);
-        assert_eq!(get("PRRTE_K8S_SECRET_FILE"), None);
-    }
 }

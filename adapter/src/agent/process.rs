@@ -2,7 +2,6 @@
 //! subreaper), spawning prted in its own process group, and stopping that group.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,27 +13,12 @@ use nix::unistd::Pid;
 use tokio::sync::oneshot;
 use tracing::{debug, error, warn};
 
+use super::cgroup::Cgroup;
+use super::exit_status::ExitStatus;
+use super::proc_stat::read_stat;
 use super::tracking::{
-    read_stat, recorded_targets, sweep_targets, Cgroup, Known, OrphanedRanks, Tracking,
-    SCAN_INTERVAL,
+    recorded_targets, sweep_targets, Known, OrphanedRanks, Tracking, SCAN_INTERVAL,
 };
-use crate::protocol::signal_name;
-
-/// How a process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitStatus {
-    Code(i32),
-    Signal(i32),
-}
-
-impl fmt::Display for ExitStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ExitStatus::Code(c) => write!(f, "exit code {c}"),
-            ExitStatus::Signal(s) => write!(f, "signal {s} ({})", signal_name(*s)),
-        }
-    }
-}
 
 /// Reaps every child of the agent and hands the statuses of registered children to their waiters.
 ///
@@ -532,12 +516,6 @@ async fn sweep_descendants(grace: Duration, reaper: &Reaper) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn exit_status_names_the_signal() {
-        assert_eq!(ExitStatus::Signal(9).to_string(), "signal 9 (SIGKILL)");
-        assert_eq!(ExitStatus::Code(3).to_string(), "exit code 3");
-    }
 
     #[test]
     fn a_running_or_unreaped_child_counts() {

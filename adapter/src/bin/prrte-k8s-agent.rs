@@ -42,10 +42,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match prrte_k8s::runtime::current_thread() {
         Ok(rt) => rt,
         Err(e) => {
             error!("cannot start the runtime: {e}");

@@ -215,10 +215,7 @@ fn pods(
             Progress::Watching { listed } => eprintln!("prrte-k8s: listed {listed} pods, watching for changes"),
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match prrte_k8s::runtime::current_thread() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("prrte-k8s: error: cannot start the async runtime: {e}");

@@ -9,7 +9,7 @@
 //! A JobSet pod carries both a job index (which child Job) and a completion index (which pod
 //! of that Job). Such pods sort by the pair (job index, completion index), which is the order of
 //! `job_index * parallelism + completion_index` without needing to know the parallelism. The
-//! number reported as [`PodNode::index`](super::PodNode::index) for them is exactly that
+//! number reported as [`PodNode::index`](super::allocation::PodNode::index) for them is exactly that
 //! product, with the parallelism taken as one more than the largest completion index among
 //! the allocated JobSet pods.
 //!

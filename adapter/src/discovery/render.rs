@@ -1,6 +1,6 @@
 //! Text forms of an allocation: a table for people, a PRRTE hostfile, JSON.
 
-use super::Allocation;
+use super::allocation::Allocation;
 
 /// A table: position, pod, hostname, IP, slots, workload index, and `*` on our own pod.
 pub fn table(a: &Allocation) -> String {
@@ -71,7 +71,7 @@ pub fn json(a: &Allocation) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::PodNode;
+    use super::super::allocation::PodNode;
     use super::*;
     use std::net::Ipv4Addr;
 

@@ -7,6 +7,8 @@
 //! message instead of an opaque 400 from the server. Matching pods against a selector is the API
 //! server's job (discovery lists and watches with the selector), so there is no matcher here.
 
+use super::names::{is_dns_subdomain, is_name_part};
+
 /// One parsed requirement of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Requirement {
@@ -258,30 +260,6 @@ impl Parser {
         }
         Ok(values)
     }
-}
-
-fn is_name_part(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|label| {
-            let b = label.as_bytes();
-            !b.is_empty()
-                && b.len() <= 63
-                && b[0].is_ascii_alphanumeric()
-                && b[b.len() - 1].is_ascii_alphanumeric()
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        })
 }
 
 /// Validates a label key: `[prefix/]name`, prefix a DNS subdomain, name at most 63 characters

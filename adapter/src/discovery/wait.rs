@@ -21,10 +21,10 @@ use super::api::{Ctx, Operation};
 use super::client::error_chain;
 use super::error::DiscoveryError;
 use super::order::{pod_index, PodIndex};
+use super::progress::Progress;
 use super::readiness::{classify, PodReadiness};
 use super::tracker::PodTracker;
 pub use super::tracker::{evaluate, Evaluation};
-use super::Progress;
 
 /// How many not-ready pods a [`Progress::Ready`] report names (the count says how many more).
 pub const WAITING_FOR_SHOWN: usize = 16;

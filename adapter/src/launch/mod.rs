@@ -245,11 +245,7 @@ impl Launcher {
             shutting_down: CancellationToken::new(),
             closing: CancellationToken::new(),
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("prrte-k8s-launch")
-            .enable_all()
-            .build();
+        let runtime = crate::runtime::worker_threads(2, "prrte-k8s-launch");
         let runtime = match runtime {
             Ok(rt) => rt,
             Err(e) => {

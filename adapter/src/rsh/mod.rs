@@ -235,26 +235,7 @@ pub async fn run(
         .await
         .map_err(|e| format!("cannot send the command: {e}"))?;
 
-    let mut signals = Vec::new();
-    for kind in [
-        SignalKind::interrupt(),
-        SignalKind::terminate(),
-        SignalKind::hangup(),
-    ] {
-        signals.push(signal(kind).map_err(|e| format!("cannot handle signals: {e}"))?);
-    }
-    let (sig_tx, mut sig_rx) = mpsc::unbounded_channel::<i32>();
-    for (mut s, num) in signals.into_iter().zip([2, 15, 1]) {
-        let tx = sig_tx.clone();
-        tokio::spawn(async move {
-            while s.recv().await.is_some() {
-                if tx.send(num).is_err() {
-                    break;
-                }
-            }
-        });
-    }
-
+    let mut sig_rx = catch_signals()?;
     let (stdin_tx, mut stdin_rx) = mpsc::channel::<Option<Vec<u8>>>(16);
     let mut started = false;
     let mut stdin_open = false;
@@ -285,23 +266,8 @@ pub async fn run(
                         return Err(format!("the agent refused the command: {reason}"))
                     }
                     Reply::Failed { reason } => eprintln!("prrte-k8s-rsh: the agent: {reason}"),
-                    Reply::Output { fd, data } => {
-                        let bytes = decode_data(&data).map_err(|e| format!("protocol error: {e}"))?;
-                        let _ = if fd == 2 {
-                            let mut e = std::io::stderr().lock();
-                            e.write_all(&bytes).and_then(|_| e.flush())
-                        } else {
-                            let mut o = std::io::stdout().lock();
-                            o.write_all(&bytes).and_then(|_| o.flush())
-                        };
-                    }
-                    Reply::Exited { code, signal, .. } => {
-                        return Ok(match (code, signal) {
-                            (_, Some(s)) => 128 + s,
-                            (Some(c), None) => c & 0xff,
-                            (None, None) => EXIT_FAILURE,
-                        });
-                    }
+                    Reply::Output { fd, data } => write_output(fd, &data)?,
+                    Reply::Exited { code, signal, .. } => return Ok(exit_status(code, signal)),
                     Reply::Error { reason } => return Err(format!("the agent reported an error: {reason}")),
                     Reply::Pong {} | Reply::Status { .. } | Reply::Ack {} => {}
                 }
@@ -329,6 +295,52 @@ pub async fn run(
                     .map_err(|e| format!("cannot forward {}: {e}", signal_name(num)))?;
             }
         }
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP to this process, by number, to forward to the remote program.
+fn catch_signals() -> Result<mpsc::UnboundedReceiver<i32>, String> {
+    let mut signals = Vec::new();
+    for kind in [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+    ] {
+        signals.push(signal(kind).map_err(|e| format!("cannot handle signals: {e}"))?);
+    }
+    let (sig_tx, sig_rx) = mpsc::unbounded_channel::<i32>();
+    for (mut s, num) in signals.into_iter().zip([2, 15, 1]) {
+        let tx = sig_tx.clone();
+        tokio::spawn(async move {
+            while s.recv().await.is_some() {
+                if tx.send(num).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    Ok(sig_rx)
+}
+
+/// Writes the remote program's output (`fd` 2: to stderr, else stdout), flushed.
+fn write_output(fd: u8, data: &str) -> Result<(), String> {
+    let bytes = decode_data(data).map_err(|e| format!("protocol error: {e}"))?;
+    let _ = if fd == 2 {
+        let mut e = std::io::stderr().lock();
+        e.write_all(&bytes).and_then(|_| e.flush())
+    } else {
+        let mut o = std::io::stdout().lock();
+        o.write_all(&bytes).and_then(|_| o.flush())
+    };
+    Ok(())
+}
+
+/// The status to exit with for the remote program's: 128 + N for a signal N, as ssh does.
+fn exit_status(code: Option<i32>, signal: Option<i32>) -> i32 {
+    match (code, signal) {
+        (_, Some(s)) => 128 + s,
+        (Some(c), None) => c & 0xff,
+        (None, None) => EXIT_FAILURE,
     }
 }
 

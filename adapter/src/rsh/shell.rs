@@ -56,24 +56,7 @@ fn lex(src: &str) -> Result<Vec<Vec<Word>>, String> {
     // Whether everything in the current word so far is an unquoted name (for `NAME=`).
     let mut name_so_far = true;
     let mut chars = src.chars().peekable();
-    fn end_word(commands: &mut [Vec<Word>], word: &mut Option<Word>, name_so_far: &mut bool) {
-        if let Some(w) = word.take() {
-            commands.last_mut().expect("one command").push(w);
-        }
-        *name_so_far = true;
-    }
-    fn end_command(commands: &mut Vec<Vec<Word>>) {
-        if !commands.last().expect("one command").is_empty() {
-            commands.push(Vec::new());
-        }
-    }
-    let refuse = |what: &str| -> Result<Vec<Vec<Word>>, String> {
-        Err(format!(
-            "the remote command uses {what}, which prrte-k8s-rsh does not run (it runs one \
-             program without a shell): {}",
-            crate::text::printable(src, 300)
-        ))
-    };
+    let refuse = |what: &str| -> Result<Vec<Vec<Word>>, String> { Err(refused(what, src)) };
     while let Some(c) = chars.next() {
         match c {
             ' ' | '\t' => end_word(&mut commands, &mut word, &mut name_so_far),
@@ -95,57 +78,21 @@ fn lex(src: &str) -> Result<Vec<Vec<Word>>, String> {
             '`' => return refuse("a command substitution (backquotes)"),
             '(' | ')' => return refuse("a subshell or parentheses"),
             '#' if word.is_none() => {
-                for c in chars.by_ref() {
-                    if c == '\n' {
-                        break;
-                    }
-                }
+                // A comment, to the end of the line.
+                chars.by_ref().find(|c| *c == '\n');
                 end_command(&mut commands);
             }
             '\'' => {
                 let w = word.get_or_insert_with(Word::default);
                 w.quoted = true;
                 name_so_far = false;
-                let mut closed = false;
-                for c in chars.by_ref() {
-                    if c == '\'' {
-                        closed = true;
-                        break;
-                    }
-                    push_literal(&mut w.text, c);
-                }
-                if !closed {
-                    return Err("unterminated single quote in the remote command".into());
-                }
+                single_quoted(&mut chars, &mut w.text)?;
             }
             '"' => {
                 let w = word.get_or_insert_with(Word::default);
                 w.quoted = true;
                 name_so_far = false;
-                let mut closed = false;
-                while let Some(c) = chars.next() {
-                    match c {
-                        '"' => {
-                            closed = true;
-                            break;
-                        }
-                        '\\' => match chars.next() {
-                            Some(e @ ('$' | '`' | '"' | '\\')) => push_literal(&mut w.text, e),
-                            Some('\n') => {}
-                            Some(e) => {
-                                w.text.push('\\');
-                                push_literal(&mut w.text, e);
-                            }
-                            None => return Err("unterminated double quote".into()),
-                        },
-                        '`' => return refuse("a command substitution (backquotes)"),
-                        '$' => dollar(&mut chars, &mut w.text, src)?,
-                        c => push_literal(&mut w.text, c),
-                    }
-                }
-                if !closed {
-                    return Err("unterminated double quote in the remote command".into());
-                }
+                double_quoted(&mut chars, &mut w.text, src)?;
             }
             '\\' => match chars.next() {
                 Some('\n') => continue,
@@ -183,6 +130,70 @@ fn lex(src: &str) -> Result<Vec<Vec<Word>>, String> {
     end_word(&mut commands, &mut word, &mut name_so_far);
     commands.retain(|c| !c.is_empty());
     Ok(commands)
+}
+
+/// Ends the word being read (if any): it joins the current command.
+fn end_word(commands: &mut [Vec<Word>], word: &mut Option<Word>, name_so_far: &mut bool) {
+    if let Some(w) = word.take() {
+        commands.last_mut().expect("one command").push(w);
+    }
+    *name_so_far = true;
+}
+
+/// Ends the current command (if it has words): the next word starts a new one.
+fn end_command(commands: &mut Vec<Vec<Word>>) {
+    if !commands.last().expect("one command").is_empty() {
+        commands.push(Vec::new());
+    }
+}
+
+/// Why the remote command is refused: it uses `what`.
+fn refused(what: &str, src: &str) -> String {
+    format!(
+        "the remote command uses {what}, which prrte-k8s-rsh does not run (it runs one \
+         program without a shell): {}",
+        crate::text::printable(src, 300)
+    )
+}
+
+/// The rest of a `'...'` word part after its opening quote, into `text`.
+fn single_quoted(
+    chars: &mut std::iter::Peekable<std::str::Chars<'_>>,
+    text: &mut String,
+) -> Result<(), String> {
+    for c in chars.by_ref() {
+        if c == '\'' {
+            return Ok(());
+        }
+        push_literal(text, c);
+    }
+    Err("unterminated single quote in the remote command".into())
+}
+
+/// The rest of a `"..."` word part after its opening quote, into `text` (of the shell `src`).
+fn double_quoted(
+    chars: &mut std::iter::Peekable<std::str::Chars<'_>>,
+    text: &mut String,
+    src: &str,
+) -> Result<(), String> {
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Ok(()),
+            '\\' => match chars.next() {
+                Some(e @ ('$' | '`' | '"' | '\\')) => push_literal(text, e),
+                Some('\n') => {}
+                Some(e) => {
+                    text.push('\\');
+                    push_literal(text, e);
+                }
+                None => return Err("unterminated double quote".into()),
+            },
+            '`' => return Err(refused("a command substitution (backquotes)", src)),
+            '$' => dollar(chars, text, src)?,
+            c => push_literal(text, c),
+        }
+    }
+    Err("unterminated double quote in the remote command".into())
 }
 
 fn push_literal(text: &mut String, c: char) {

@@ -156,12 +156,12 @@ pub fn cmdline(pid: i32) -> String {
 }
 
 /// State, parent and process group of a process, from /proc.
-pub fn stat(pid: i32) -> Option<prrte_k8s::agent::tracking::ProcStat> {
-    prrte_k8s::agent::tracking::read_stat(pid)
+pub fn stat(pid: i32) -> Option<prrte_k8s::agent::proc_stat::ProcStat> {
+    prrte_k8s::agent::proc_stat::read_stat(pid)
 }
 
 /// Children of `parent` (zombies included), from /proc.
-pub fn children_of(parent: i32) -> Vec<prrte_k8s::agent::tracking::ProcStat> {
+pub fn children_of(parent: i32) -> Vec<prrte_k8s::agent::proc_stat::ProcStat> {
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())

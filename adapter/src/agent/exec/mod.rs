@@ -6,13 +6,13 @@
 //! The program gets the same base environment as prted (see [`super`]), plus
 //! `PRRTE_K8S_SECRET_FILE` and `PRRTE_K8S_AGENT_PORT` of this agent (so that a daemon started
 //! this way can reach the other pods' agents with `prrte-k8s-rsh` itself, as PRRTE's tree spawn
-//! does), then the request's variables as [`policy::check_env`] admits them (an ignored
+//! does), then the request's variables as [`allowlist::check_env`] admits them (an ignored
 //! `*_PREFIX` is taken after all when the resolved program lies inside it: the program's own
 //! installation, as PRRTE's ssh launcher sends `PRTE_PREFIX`). It runs in its
 //! own process group (and cgroup), with stdin from the client or `/dev/null`, in the request's
 //! `cwd` or the agent's TMPDIR.
 
-pub mod policy;
+pub mod allowlist;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -30,11 +30,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-pub use policy::{ExecArgs, ExecPolicy};
+pub use allowlist::{ExecArgs, ExecPolicy};
 
-use super::process::{ExitStatus, Reaper};
+use super::checked_config::AgentConfig;
+use super::exit_status::{exited_reply, ExitStatus};
+use super::process::{Job, Reaper};
 use super::tracking::Tracking;
-use super::AgentConfig;
 use crate::protocol::exec::{decode_data, encode_data, expand, CHUNK, FORWARDED_SIGNALS};
 use crate::protocol::{
     decode_request, recv_frame, send_frame, FramedConn, ProtocolError, Reply, Request, Session,
@@ -93,63 +94,19 @@ pub(crate) fn prepare(ctx: &Ctx<'_>, req: &ExecRequest) -> Result<Prepared, Stri
     let Some(argv0) = req.argv.first() else {
         return Err("exec request without a program (argv is empty)".into());
     };
-    let mut env: BTreeMap<String, String> = ctx
-        .base_env
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.to_string_lossy().into_owned(),
-                v.to_string_lossy().into_owned(),
-            )
-        })
-        .collect();
-    env.insert(
-        "PRRTE_K8S_SECRET_FILE".into(),
-        ctx.config.secret_file.display().to_string(),
-    );
-    env.insert(
-        "PRRTE_K8S_AGENT_PORT".into(),
-        ctx.config.listen.port().to_string(),
-    );
+    let mut env = agent_env(ctx);
     // The program is resolved first: an installation prefix the request names is taken only
     // when it is the allowlisted program's own.
     let argv0 = expand(argv0, |k| env.get(k).cloned()).map_err(|e| format!("argv[0]: {e}"))?;
     let program = ctx.state.policy.resolve(&argv0)?;
-    let own_prefix = |value: &str| {
-        let (Ok(prefix), Ok(prog)) = (
-            std::fs::canonicalize(value),
-            std::fs::canonicalize(&program),
-        ) else {
-            return false;
-        };
-        prefix != std::path::Path::new("/") && prog.starts_with(prefix)
-    };
-    for (name, value) in &req.env {
-        let mut use_ = policy::check_env(name)?;
-        if use_ != policy::EnvUse::Pass && name.ends_with("_PREFIX") {
-            let v = expand(value, |k| env.get(k).cloned()).unwrap_or_default();
-            if own_prefix(&v) {
-                use_ = policy::EnvUse::Pass;
-            }
-        }
-        match use_ {
-            policy::EnvUse::Pass => {
-                let v = expand(value, |k| env.get(k).cloned())
-                    .map_err(|e| format!("environment variable `{name}`: {e}"))?;
-                env.insert(name.clone(), v);
-            }
-            policy::EnvUse::Ignore(why) => {
-                debug!(variable = %crate::text::echo(name), why, "exec: not setting a variable of the request");
-            }
-        }
-    }
+    add_request_env(&mut env, &req.env, &program)?;
     let lookup = |k: &str| env.get(k).cloned();
     let mut argv = vec![argv0];
     for (i, a) in req.argv.iter().enumerate().skip(1) {
         argv.push(expand(a, lookup).map_err(|e| format!("argv[{i}]: {e}"))?);
     }
-    if policy::is_prrte_daemon(&program) {
-        policy::check_daemon_args(&argv[1..])?;
+    if allowlist::is_prrte_daemon(&program) {
+        allowlist::check_daemon_args(&argv[1..])?;
     }
     let cwd = match &req.cwd {
         Some(c) => {
@@ -173,6 +130,84 @@ pub(crate) fn prepare(ctx: &Ctx<'_>, req: &ExecRequest) -> Result<Prepared, Stri
     })
 }
 
+/// The program's environment before the request's variables: the base environment and this
+/// agent's secret file and port.
+fn agent_env(ctx: &Ctx<'_>) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = ctx
+        .base_env
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    env.insert(
+        "PRRTE_K8S_SECRET_FILE".into(),
+        ctx.config.secret_file.display().to_string(),
+    );
+    env.insert(
+        "PRRTE_K8S_AGENT_PORT".into(),
+        ctx.config.listen.port().to_string(),
+    );
+    env
+}
+
+/// Adds the request's variables that [`allowlist::check_env`] admits to `env`, expanded (an
+/// ignored `*_PREFIX` is taken when `program` lies inside it).
+fn add_request_env(
+    env: &mut BTreeMap<String, String>,
+    request: &[(String, String)],
+    program: &std::path::Path,
+) -> Result<(), String> {
+    let own_prefix = |value: &str| {
+        let (Ok(prefix), Ok(prog)) = (std::fs::canonicalize(value), std::fs::canonicalize(program))
+        else {
+            return false;
+        };
+        prefix != std::path::Path::new("/") && prog.starts_with(prefix)
+    };
+    for (name, value) in request {
+        let mut use_ = allowlist::check_env(name)?;
+        if use_ != allowlist::EnvUse::Pass && name.ends_with("_PREFIX") {
+            let v = expand(value, |k| env.get(k).cloned()).unwrap_or_default();
+            if own_prefix(&v) {
+                use_ = allowlist::EnvUse::Pass;
+            }
+        }
+        match use_ {
+            allowlist::EnvUse::Pass => {
+                let v = expand(value, |k| env.get(k).cloned())
+                    .map_err(|e| format!("environment variable `{name}`: {e}"))?;
+                env.insert(name.clone(), v);
+            }
+            allowlist::EnvUse::Ignore(why) => {
+                debug!(variable = %crate::text::echo(name), why, "exec: not setting a variable of the request");
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Prepared {
+    /// The command: in its own process group, only the prepared environment, output piped,
+    /// stdin piped if the client sends it (else `/dev/null`).
+    fn command(&self, stdin: bool) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.arg0(&self.argv[0])
+            .args(&self.argv[1..])
+            .env_clear()
+            .envs(&self.env)
+            .current_dir(&self.cwd)
+            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        cmd
+    }
+}
+
 /// Why an exec connection ended.
 enum End {
     /// The program ended (and its output was forwarded).
@@ -183,6 +218,52 @@ enum End {
     ClientGone(String),
     /// The agent is shutting down.
     Stopping,
+}
+
+/// One of the `--max-exec` places, held while a program runs.
+struct Running<'a>(&'a AtomicUsize);
+
+impl<'a> Running<'a> {
+    /// Takes a place, if one is free.
+    fn take(state: &'a ExecState) -> Option<Running<'a>> {
+        if state.running.fetch_add(1, Ordering::SeqCst) >= state.policy.max {
+            state.running.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Running(&state.running))
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The program's pipes, as async streams.
+struct Pipes {
+    out: Option<tokio::process::ChildStdout>,
+    err: Option<tokio::process::ChildStderr>,
+    stdin: Option<tokio::process::ChildStdin>,
+}
+
+impl Pipes {
+    fn of(mut child: std::process::Child) -> Pipes {
+        Pipes {
+            out: child
+                .stdout
+                .take()
+                .and_then(|p| tokio::process::ChildStdout::from_std(p).ok()),
+            err: child
+                .stderr
+                .take()
+                .and_then(|p| tokio::process::ChildStderr::from_std(p).ok()),
+            stdin: child
+                .stdin
+                .take()
+                .and_then(|p| tokio::process::ChildStdin::from_std(p).ok()),
+        }
+    }
 }
 
 /// Runs one exec request on its connection until the program has ended (and reports that) or
@@ -210,40 +291,18 @@ pub(crate) async fn serve(
             return "exec refused".into();
         }
     };
-    let state = ctx.state;
-    if state.running.fetch_add(1, Ordering::SeqCst) >= state.policy.max {
-        state.running.fetch_sub(1, Ordering::SeqCst);
+    let Some(_running) = Running::take(ctx.state) else {
         let reason = format!(
             "this agent already runs {} programs through exec (--max-exec)",
-            state.policy.max
+            ctx.state.policy.max
         );
         info!(%peer, request = "exec", program = %shown, outcome = %format!("refused: {reason}"), "request");
         let _ = send(conn, session, Reply::Failed { reason }).await;
         return "exec refused".into();
-    }
-    struct Running<'a>(&'a AtomicUsize);
-    impl Drop for Running<'_> {
-        fn drop(&mut self) {
-            self.0.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-    let _running = Running(&state.running);
+    };
 
-    let mut cmd = Command::new(&prepared.program);
-    cmd.arg0(&prepared.argv[0])
-        .args(&prepared.argv[1..])
-        .env_clear()
-        .envs(&prepared.env)
-        .current_dir(&prepared.cwd)
-        .stdin(if req.stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let (mut job, mut child) = match ctx.reaper.spawn_job_child(&mut cmd, ctx.tracking) {
+    let mut cmd = prepared.command(req.stdin);
+    let (mut job, child) = match ctx.reaper.spawn_job_child(&mut cmd, ctx.tracking) {
         Ok(j) => j,
         Err(e) => {
             let reason = format!("cannot execute {}: {e}", prepared.program.display());
@@ -255,28 +314,53 @@ pub(crate) async fn serve(
     let pid = job.pid;
     info!(%peer, request = "exec", program = %prepared.program.display(), pid,
           tracking = job.tracking_label(), outcome = %format!("started pid {pid}"), "request");
-    let pipes = (
-        child
-            .stdout
-            .take()
-            .and_then(|p| tokio::process::ChildStdout::from_std(p).ok()),
-        child
-            .stderr
-            .take()
-            .and_then(|p| tokio::process::ChildStderr::from_std(p).ok()),
-        child
-            .stdin
-            .take()
-            .and_then(|p| tokio::process::ChildStdin::from_std(p).ok()),
-    );
-    drop(child);
-    let (mut out, mut err, stdin) = pipes;
+    let pipes = Pipes::of(child);
     if let Err(e) = send(conn, session, Reply::Started { pid }).await {
         warn!(%peer, pid, error = %e, "cannot report the start; stopping the program");
         job.terminate(ctx.config.kill_grace, ctx.reaper).await;
         return format!("cannot send reply: {e}");
     }
 
+    let (end, status) = pump(conn, session, &mut job, pipes, peer, stop).await;
+    let final_status = job.terminate(ctx.config.kill_grace, ctx.reaper).await;
+    let status = status.unwrap_or(final_status);
+    let ran_ms = t0.elapsed().as_millis() as u64;
+    match end {
+        End::ClientGone(reason) => {
+            warn!(%peer, pid, %reason, status = %status, ran_ms,
+                  "exec: the client went away; the program's process group was stopped");
+            reason
+        }
+        end => {
+            info!(%peer, pid, status = %status, ran_ms, "exec: the program ended");
+            let _ = send(conn, session, exited_reply(pid, status)).await;
+            match end {
+                End::Stopping => "agent shutting down".into(),
+                End::Killed => "program killed on request".into(),
+                _ => "program ended".into(),
+            }
+        }
+    }
+}
+
+/// Forwards the program's output to the client and the client's stdin and signals to the
+/// program, until the program has ended and its output is drained (for at most [`DRAIN`]), or
+/// the client asks for `kill`, goes away, or the agent stops. Returns why, and the program's
+/// status if it ended.
+async fn pump(
+    conn: &mut FramedConn<TcpStream>,
+    session: &mut Session,
+    job: &mut Job,
+    pipes: Pipes,
+    peer: SocketAddr,
+    stop: &CancellationToken,
+) -> (End, Option<ExitStatus>) {
+    let pid = job.pid;
+    let Pipes {
+        mut out,
+        mut err,
+        stdin,
+    } = pipes;
     // stdin is written by its own task so that a program that does not read cannot stall the
     // connection's loop.
     let (stdin_tx, mut stdin_rx) = mpsc::channel::<Vec<u8>>(64);
@@ -325,65 +409,8 @@ pub(crate) async fn serve(
             }
             _ = &mut drain, if status.is_some() => break End::Done,
             frame = recv_frame(conn, None) => {
-                let frame = match frame {
-                    Ok(f) => f,
-                    Err(ProtocolError::Closed) => break End::ClientGone("closed by the client".into()),
-                    Err(e) => break End::ClientGone(e.to_string()),
-                };
-                let body = match session.open(&frame) {
-                    Ok(b) => b,
-                    Err(e) => {
-                        let reason = format!("frame refused: {}", crate::text::echo(&e.to_string()));
-                        let _ = send(conn, session, Reply::Error { reason: reason.clone() }).await;
-                        break End::ClientGone(reason);
-                    }
-                };
-                match decode_request(body.as_bytes()) {
-                    Ok(Request::Stdin { data }) => match (decode_data(&data), &stdin_tx) {
-                        (Ok(bytes), Some(tx)) => {
-                            let _ = tx.send(bytes).await;
-                        }
-                        (Ok(_), None) => debug!(%peer, pid, "exec: stdin after its end; dropped"),
-                        (Err(e), _) => {
-                            let reason = format!("stdin: {e}");
-                            let _ = send(conn, session, Reply::Error { reason: reason.clone() }).await;
-                            break End::ClientGone(reason);
-                        }
-                    },
-                    Ok(Request::StdinClose {}) => stdin_tx = None,
-                    Ok(Request::Signal { signal }) => {
-                        match Signal::try_from(signal) {
-                            Ok(sig) if FORWARDED_SIGNALS.contains(&signal) => {
-                                info!(%peer, pid, signal = sig.as_str(), "exec: forwarding a signal to the program's process group");
-                                let _ = killpg(Pid::from_raw(pid as i32), sig);
-                            }
-                            _ => {
-                                if send(conn, session, Reply::Failed {
-                                    reason: format!("signal {signal} is not forwarded (allowed: {FORWARDED_SIGNALS:?})"),
-                                }).await.is_err() {
-                                    break End::ClientGone("cannot send reply".into());
-                                }
-                            }
-                        }
-                    }
-                    Ok(Request::Kill { .. }) => break End::Killed,
-                    Ok(Request::Ping {}) => {
-                        if send(conn, session, Reply::Pong {}).await.is_err() {
-                            break End::ClientGone("cannot send reply".into());
-                        }
-                    }
-                    Ok(other) => {
-                        if send(conn, session, Reply::Failed {
-                            reason: format!("`{}` is not accepted while a program runs on this connection", other.kind()),
-                        }).await.is_err() {
-                            break End::ClientGone("cannot send reply".into());
-                        }
-                    }
-                    Err(reason) => {
-                        if send(conn, session, Reply::Failed { reason: crate::text::echo(&reason) }).await.is_err() {
-                            break End::ClientGone("cannot send reply".into());
-                        }
-                    }
+                if let Some(end) = on_frame(conn, session, frame, &mut stdin_tx, peer, pid).await {
+                    break end;
                 }
             }
             _ = stop.cancelled() => break End::Stopping,
@@ -393,25 +420,95 @@ pub(crate) async fn serve(
     if let Some(t) = stdin_task {
         t.abort();
     }
-    let final_status = job.terminate(ctx.config.kill_grace, ctx.reaper).await;
-    let status = status.unwrap_or(final_status);
-    let ran_ms = t0.elapsed().as_millis() as u64;
-    match end {
-        End::ClientGone(reason) => {
-            warn!(%peer, pid, %reason, status = %status, ran_ms,
-                  "exec: the client went away; the program's process group was stopped");
-            reason
+    (end, status)
+}
+
+/// Handles one frame of the client while its program runs (process group `pid`); `Some` when
+/// the connection's exec is over.
+async fn on_frame(
+    conn: &mut FramedConn<TcpStream>,
+    session: &mut Session,
+    frame: Result<tokio_util::bytes::Bytes, ProtocolError>,
+    stdin_tx: &mut Option<mpsc::Sender<Vec<u8>>>,
+    peer: SocketAddr,
+    pid: u32,
+) -> Option<End> {
+    let frame = match frame {
+        Ok(f) => f,
+        Err(ProtocolError::Closed) => return Some(End::ClientGone("closed by the client".into())),
+        Err(e) => return Some(End::ClientGone(e.to_string())),
+    };
+    let body = match session.open(&frame) {
+        Ok(b) => b,
+        Err(e) => {
+            let reason = format!("frame refused: {}", crate::text::echo(&e.to_string()));
+            return Some(error_and_end(conn, session, reason).await);
         }
-        end => {
-            info!(%peer, pid, status = %status, ran_ms, "exec: the program ended");
-            let _ = send(conn, session, super::exited_reply(pid, status)).await;
-            match end {
-                End::Stopping => "agent shutting down".into(),
-                End::Killed => "program killed on request".into(),
-                _ => "program ended".into(),
+    };
+    let reply = match decode_request(body.as_bytes()) {
+        Ok(Request::Stdin { data }) => match (decode_data(&data), &*stdin_tx) {
+            (Ok(bytes), Some(tx)) => {
+                let _ = tx.send(bytes).await;
+                return None;
             }
+            (Ok(_), None) => {
+                debug!(%peer, pid, "exec: stdin after its end; dropped");
+                return None;
+            }
+            (Err(e), _) => {
+                return Some(error_and_end(conn, session, format!("stdin: {e}")).await);
+            }
+        },
+        Ok(Request::StdinClose {}) => {
+            *stdin_tx = None;
+            return None;
         }
+        Ok(Request::Signal { signal }) => match Signal::try_from(signal) {
+            Ok(sig) if FORWARDED_SIGNALS.contains(&signal) => {
+                info!(%peer, pid, signal = sig.as_str(), "exec: forwarding a signal to the program's process group");
+                let _ = killpg(Pid::from_raw(pid as i32), sig);
+                return None;
+            }
+            _ => Reply::Failed {
+                reason: format!(
+                    "signal {signal} is not forwarded (allowed: {FORWARDED_SIGNALS:?})"
+                ),
+            },
+        },
+        Ok(Request::Kill { .. }) => return Some(End::Killed),
+        Ok(Request::Ping {}) => Reply::Pong {},
+        Ok(other) => Reply::Failed {
+            reason: format!(
+                "`{}` is not accepted while a program runs on this connection",
+                other.kind()
+            ),
+        },
+        Err(reason) => Reply::Failed {
+            reason: crate::text::echo(&reason),
+        },
+    };
+    match send(conn, session, reply).await {
+        Ok(()) => None,
+        Err(_) => Some(End::ClientGone("cannot send reply".into())),
     }
+}
+
+/// Sends `error {reason}` (ignoring a failure, the connection ends next); the client is gone
+/// for `reason`.
+async fn error_and_end(
+    conn: &mut FramedConn<TcpStream>,
+    session: &mut Session,
+    reason: String,
+) -> End {
+    let _ = send(
+        conn,
+        session,
+        Reply::Error {
+            reason: reason.clone(),
+        },
+    )
+    .await;
+    End::ClientGone(reason)
 }
 
 async fn send(

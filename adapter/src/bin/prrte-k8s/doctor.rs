@@ -421,10 +421,7 @@ async fn run_checks(args: DoctorArgs) -> usize {
 }
 
 pub fn run(args: DoctorArgs) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match prrte_k8s::runtime::current_thread() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("prrte-k8s: error: cannot start the async runtime: {e}");

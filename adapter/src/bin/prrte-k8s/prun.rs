@@ -254,10 +254,7 @@ pub fn run(args: ToolArgs) -> i32 {
         eprintln!("prrte-k8s prun: error: {e}");
         return 1;
     }
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match prrte_k8s::runtime::current_thread() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("prrte-k8s prun: error: cannot start: {e}");
@@ -301,27 +298,7 @@ async fn run_async(args: ToolArgs) -> i32 {
             return 127;
         }
     };
-    // prun's stderr goes on to ours; we keep its tail to recognise "slots filled".
-    let mut err = child.stderr.take().expect("piped stderr");
-    let relay = tokio::spawn(async move {
-        let mut out = tokio::io::stderr();
-        let mut tail = String::new();
-        let mut buf = [0u8; 8192];
-        let mut filled = false;
-        while let Ok(n) = err.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-            let _ = out.write_all(&buf[..n]).await;
-            let _ = out.flush().await;
-            tail.push_str(&String::from_utf8_lossy(&buf[..n]));
-            filled |= tail.contains(SLOTS_FILLED);
-            if tail.len() > 4096 {
-                tail.drain(..tail.len() - 256);
-            }
-        }
-        filled
-    });
+    let relay = relay_stderr(child.stderr.take().expect("piped stderr"));
     // Signals first: on a terminal's Ctrl-C prun and we get SIGINT together, and prun's exit
     // must not hide ours.
     let outcome = tokio::select! {
@@ -337,19 +314,7 @@ async fn run_async(args: ToolArgs) -> i32 {
             }
         },
     };
-    // prun killed by a signal (Ctrl-C reached it first, or someone killed it) leaves its job
-    // running in the DVM just as our own interruption would: end the job the same way.
-    let outcome = match outcome {
-        Outcome::Exited(st) => match std::os::unix::process::ExitStatusExt::signal(&st) {
-            Some(sig) => {
-                eprintln!("prrte-k8s prun: prun was killed by signal {sig}");
-                Outcome::Signalled(sig)
-            }
-            None => Outcome::Exited(st),
-        },
-        o => o,
-    };
-    match outcome {
+    match outcome.prun_killed_as_interrupted() {
         Outcome::Exited(st) => {
             let filled = relay.await.unwrap_or(false);
             let code = exit_code(st);
@@ -367,27 +332,73 @@ async fn run_async(args: ToolArgs) -> i32 {
                 ),
                 Err(e) => eprintln!("prrte-k8s prun: error: {e}"),
             }
-            // prun ends when its job does; if it does not, end it.
-            if tokio::time::timeout(PRUN_EXIT_GRACE, child.wait())
-                .await
-                .is_err()
-            {
-                if let Some(pid) = child.id() {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid as i32),
-                        nix::sys::signal::Signal::SIGTERM,
-                    );
-                }
-                if tokio::time::timeout(Duration::from_secs(5), child.wait())
-                    .await
-                    .is_err()
-                {
-                    let _ = child.start_kill();
-                    let _ = child.wait().await;
-                }
-            }
+            end_prun(&mut child).await;
             let _ = relay.await;
             128 + sig
+        }
+    }
+}
+
+/// Copies prun's stderr to ours; the task's result tells whether prun said its slots were
+/// filled (it keeps the tail of what it copied to recognise that).
+fn relay_stderr(mut err: tokio::process::ChildStderr) -> tokio::task::JoinHandle<bool> {
+    tokio::spawn(async move {
+        let mut out = tokio::io::stderr();
+        let mut tail = String::new();
+        let mut buf = [0u8; 8192];
+        let mut filled = false;
+        while let Ok(n) = err.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            let _ = out.write_all(&buf[..n]).await;
+            let _ = out.flush().await;
+            tail.push_str(&String::from_utf8_lossy(&buf[..n]));
+            filled |= tail.contains(SLOTS_FILLED);
+            if tail.len() > 4096 {
+                tail.drain(..tail.len() - 256);
+            }
+        }
+        filled
+    })
+}
+
+/// After its job was ended: prun ends when its job does; if it does not, end it (SIGTERM, then
+/// SIGKILL).
+async fn end_prun(child: &mut tokio::process::Child) {
+    if tokio::time::timeout(PRUN_EXIT_GRACE, child.wait())
+        .await
+        .is_err()
+    {
+        if let Some(pid) = child.id() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        if tokio::time::timeout(Duration::from_secs(5), child.wait())
+            .await
+            .is_err()
+        {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+    }
+}
+
+impl Outcome {
+    /// prun killed by a signal (Ctrl-C reached it first, or someone killed it) leaves its job
+    /// running in the DVM just as our own interruption would: it is handled the same way.
+    fn prun_killed_as_interrupted(self) -> Outcome {
+        match self {
+            Outcome::Exited(st) => match std::os::unix::process::ExitStatusExt::signal(&st) {
+                Some(sig) => {
+                    eprintln!("prrte-k8s prun: prun was killed by signal {sig}");
+                    Outcome::Signalled(sig)
+                }
+                None => Outcome::Exited(st),
+            },
+            o => o,
         }
     }
 }

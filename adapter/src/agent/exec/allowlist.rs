@@ -232,7 +232,7 @@ pub fn check_env(name: &str) -> Result<EnvUse, String> {
     }
     for marker in ["PRTE_MCA_", "PMIX_MCA_", "OMPI_MCA_", "OPAL_MCA_"] {
         if let Some(param) = name.strip_prefix(marker) {
-            if let Some(why) = super::super::policy::refused_mca(param) {
+            if let Some(why) = super::super::launch_policy::refused_mca(param) {
                 return Err(format!(
                     "environment variable `{shown}` is not allowed in an exec request: MCA \
                      parameter `{param}` {why}"
@@ -244,7 +244,7 @@ pub fn check_env(name: &str) -> Result<EnvUse, String> {
 }
 
 /// Checks the arguments of a PRRTE daemon (`prted`, `prte`) started through exec: the rules of
-/// launch requests ([`super::super::policy::check_launch`]), except that PRRTE's own ssh
+/// launch requests ([`super::super::launch_policy::check_launch`]), except that PRRTE's own ssh
 /// launcher may tell it to start further daemons through `prrte-k8s-rsh` (`plm ssh`,
 /// `plm_ssh_agent prrte-k8s-rsh`), as it does for its tree spawn.
 pub fn check_daemon_args(args: &[String]) -> Result<(), String> {
@@ -280,7 +280,7 @@ pub fn check_daemon_args(args: &[String]) -> Result<(), String> {
         i += 1;
     }
     let none: Vec<(String, String)> = Vec::new();
-    super::super::policy::check_launch(&kept, none.iter().map(|(k, v)| (k, v)))
+    super::super::launch_policy::check_launch(&kept, none.iter().map(|(k, v)| (k, v)))
         .map_err(|e| e.replace("launch request", "exec request"))
 }
 

@@ -1,0 +1,411 @@
+//! Batch mode's launcher (the agent of the pod with index 0, or `--batch-role launcher`; see
+//! [`super::batch`] for the whole of batch mode): it attaches to the other agents, runs the
+//! job's command and tells them how it ended.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::batch::{shell_status, BatchState};
+use super::checked_config::{AgentConfig, BatchConfig};
+use super::local_launch::{launcher_command, wait_health};
+use super::process::{Job, Reaper};
+use crate::discovery::{self, DiscoveryConfig};
+use crate::launch::{
+    agent_name, connect_authenticated, recv_reply, send_request, LaunchOptions, LaunchTarget,
+};
+use crate::protocol::{FramedConn, Reply, Request, Session};
+
+/// Bound on each connect, `attach` and `finish` exchange of the launcher.
+const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+/// When the command failed after a worker's agent went away, how long the launcher waits before
+/// it tells the others and exits (see [`super::batch`]).
+pub const LOST_PEER_DELAY: Duration = Duration::from_secs(5);
+/// After a successful command, how long the launcher waits for the workers' pods to be
+/// finished before it exits itself (see [`wait_workers_finished`]).
+pub const WORKER_EXIT_WAIT: Duration = Duration::from_secs(20);
+
+/// One attached worker agent.
+struct Attached {
+    target: LaunchTarget,
+    conn: FramedConn<TcpStream>,
+    session: Session,
+}
+
+async fn attach_one(target: LaunchTarget, opts: &LaunchOptions) -> Result<Attached, String> {
+    let (mut conn, mut session) = connect_authenticated(&target, opts).await?;
+    let who = agent_name(&target);
+    send_request(
+        &mut conn,
+        &mut session,
+        &Request::Attach {},
+        "attach",
+        &who,
+        PEER_TIMEOUT,
+    )
+    .await?;
+    let deadline = Instant::now() + PEER_TIMEOUT;
+    match recv_reply(
+        &mut conn,
+        &mut session,
+        "attach",
+        &who,
+        deadline,
+        PEER_TIMEOUT,
+    )
+    .await?
+    {
+        Reply::Ack {} => Ok(Attached {
+            target,
+            conn,
+            session,
+        }),
+        Reply::Failed { reason } | Reply::Error { reason } => {
+            Err(format!("{who} refused attach: {reason}"))
+        }
+        other => Err(format!("{who} answered attach with {other:?}")),
+    }
+}
+
+async fn finish_one(
+    mut a: Attached,
+    code: i32,
+) -> Result<(LaunchTarget, FramedConn<TcpStream>), (LaunchTarget, String)> {
+    let who = agent_name(&a.target);
+    let r = async {
+        send_request(
+            &mut a.conn,
+            &mut a.session,
+            &Request::Finish { code },
+            "finish",
+            &who,
+            PEER_TIMEOUT,
+        )
+        .await?;
+        let deadline = Instant::now() + PEER_TIMEOUT;
+        loop {
+            match recv_reply(
+                &mut a.conn,
+                &mut a.session,
+                "finish",
+                &who,
+                deadline,
+                PEER_TIMEOUT,
+            )
+            .await?
+            {
+                Reply::Ack {} => return Ok(()),
+                Reply::Failed { reason } | Reply::Error { reason } => {
+                    return Err(format!("{who} refused finish: {reason}"))
+                }
+                _ => continue,
+            }
+        }
+    }
+    .await;
+    match r {
+        Ok(()) => Ok((a.target, a.conn)),
+        Err(e) => Err((a.target, e)),
+    }
+}
+
+/// Finds the other pods of the job (bounded), as `ras k8s` does; also their namespace.
+async fn find_peers(
+    config: &AgentConfig,
+    timeout: Duration,
+) -> Result<(String, Vec<LaunchTarget>), String> {
+    let cfg = DiscoveryConfig {
+        timeout,
+        ..Default::default()
+    };
+    let bound = timeout + Duration::from_secs(5);
+    let alloc = match tokio::time::timeout(bound, discovery::discover(&cfg)).await {
+        Ok(Ok(a)) => a,
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err(format!("no answer within {bound:?}")),
+    };
+    let port = config.listen.port();
+    let targets = alloc
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| !n.is_self)
+        .map(|(i, n)| LaunchTarget {
+            id: i as u32,
+            pod: n.pod.clone(),
+            addr: SocketAddr::new(n.ip.into(), port),
+        })
+        .collect();
+    Ok((alloc.namespace, targets))
+}
+
+/// Waits (at most `limit`) until every pod in `pods` of `namespace` is finished: phase
+/// `Succeeded` or `Failed`, or gone. Returns the pods still not finished.
+pub async fn wait_pods_finished(
+    kubeconfig: Option<&std::path::Path>,
+    namespace: &str,
+    mut pods: Vec<String>,
+    limit: Duration,
+) -> Result<Vec<String>, String> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::Api;
+    let deadline = tokio::time::Instant::now() + limit;
+    let api = tokio::time::timeout_at(
+        deadline,
+        crate::discovery::client::connect(kubeconfig, PEER_TIMEOUT),
+    )
+    .await
+    .map_err(|_| format!("no Kubernetes API client within {limit:?}"))?
+    .map_err(|e| e.to_string())?;
+    let pods_api: Api<Pod> = Api::namespaced(api.client, namespace);
+    loop {
+        let mut left = Vec::new();
+        for name in pods {
+            let finished = match tokio::time::timeout_at(deadline, pods_api.get_opt(&name)).await {
+                Ok(Ok(None)) => true,
+                Ok(Ok(Some(p))) => matches!(
+                    p.status.and_then(|s| s.phase).as_deref(),
+                    Some("Succeeded" | "Failed")
+                ),
+                // An API error or the deadline: try again (or give up below).
+                Ok(Err(_)) | Err(_) => false,
+            };
+            if !finished {
+                left.push(name);
+            }
+        }
+        if left.is_empty() || tokio::time::Instant::now() >= deadline {
+            return Ok(left);
+        }
+        pods = left;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// After `finish {0}`: waits until each told worker's agent has closed its connection (it
+/// exits at once) and then until the API shows its pod finished, all within
+/// [`WORKER_EXIT_WAIT`]. Only logs what it cannot confirm.
+async fn wait_workers_finished(namespace: &str, told: Vec<(LaunchTarget, FramedConn<TcpStream>)>) {
+    let t0 = Instant::now();
+    let deadline = tokio::time::Instant::now() + WORKER_EXIT_WAIT;
+    let pods: Vec<String> = told.iter().map(|(t, _)| t.pod.clone()).collect();
+    futures::future::join_all(told.into_iter().map(|(t, mut conn)| async move {
+        // Anything but a frame means the connection ended.
+        loop {
+            match tokio::time::timeout_at(deadline, crate::protocol::recv_frame(&mut conn, None))
+                .await
+            {
+                Ok(Ok(_)) => continue,
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    warn!(pod = %t.pod, "batch launcher: a worker's agent did not exit within {WORKER_EXIT_WAIT:?} of being told the job succeeded");
+                    return;
+                }
+            }
+        }
+    }))
+    .await;
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    // The same client configuration as discovery: $KUBECONFIG, else in-cluster.
+    match wait_pods_finished(None, namespace, pods, left).await {
+        Ok(left) if left.is_empty() => {
+            info!(
+                waited_ms = t0.elapsed().as_millis() as u64,
+                "batch launcher: every worker pod is finished"
+            )
+        }
+        Ok(left) => {
+            warn!(pods = ?left, "batch launcher: worker pods not shown finished within {WORKER_EXIT_WAIT:?}; exiting anyway")
+        }
+        Err(e) => {
+            warn!(error = %e, "batch launcher: cannot check that the worker pods finished; exiting anyway")
+        }
+    }
+}
+
+/// Attaches to the agents of `peers`; those it cannot attach to are logged and left out (they
+/// give up by themselves).
+async fn attach_all(peers: Vec<LaunchTarget>, config: &AgentConfig) -> Vec<Attached> {
+    let opts = LaunchOptions {
+        secret: config.secret.clone(),
+        connect_timeout: PEER_TIMEOUT,
+        request_timeout: PEER_TIMEOUT,
+        ..Default::default()
+    };
+    let attempts = futures::future::join_all(peers.into_iter().map(|t| attach_one(t, &opts))).await;
+    let mut links = Vec::new();
+    for a in attempts {
+        match a {
+            Ok(l) => links.push(l),
+            Err(e) => {
+                warn!(error = %e, "batch launcher: cannot attach to a worker's agent; it will give up by itself")
+            }
+        }
+    }
+    links
+}
+
+/// Runs the command; returns its status and the pods of the workers whose agents went away
+/// meanwhile.
+async fn run_watching(
+    command: &[String],
+    config: &AgentConfig,
+    reaper: &Reaper,
+    stop: &CancellationToken,
+    links: &mut [Attached],
+) -> (i32, Vec<String>) {
+    let lost: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let code = {
+        // While the command runs, notice a worker whose agent goes away: a worker sends nothing
+        // unasked, so any end of its connection means its pod was evicted, deleted or killed.
+        let watch = async {
+            futures::future::join_all(links.iter_mut().map(|l| {
+                let lost = &lost;
+                async move {
+                    while crate::protocol::recv_frame(&mut l.conn, None).await.is_ok() {}
+                    warn!(pod = %l.target.pod, "batch launcher: a worker's agent went away while the job's command runs (its pod evicted, deleted or killed?)");
+                    lost.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(l.target.pod.clone());
+                }
+            }))
+            .await;
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            c = run_command(command, config, reaper, stop) => c,
+            () = watch => unreachable!("the watch never ends"),
+        }
+    };
+    (code, lost.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// Sends `finish {code}` to every attached worker; returns the told ones and their connections
+/// (the others are logged).
+async fn finish_all(links: Vec<Attached>, code: i32) -> Vec<(LaunchTarget, FramedConn<TcpStream>)> {
+    let results = futures::future::join_all(links.into_iter().map(|l| finish_one(l, code))).await;
+    let mut told = Vec::new();
+    for r in results {
+        match r {
+            Ok(t) => told.push(t),
+            Err((t, e)) => {
+                warn!(pod = %t.pod, error = %e, "batch launcher: cannot tell a worker that the job ended")
+            }
+        }
+    }
+    told
+}
+
+/// The launcher: attach to the other agents, run the command, tell them how it ended.
+pub async fn run_launcher(
+    config: AgentConfig,
+    reaper: Arc<Reaper>,
+    health: Option<SocketAddr>,
+    batch: Arc<BatchState>,
+    stop: CancellationToken,
+) {
+    let Some(BatchConfig::Launcher {
+        command,
+        pods_timeout,
+        reason,
+    }) = config.batch.clone()
+    else {
+        return;
+    };
+    wait_health(health, &stop).await;
+    if stop.is_cancelled() {
+        batch.exit(143);
+        return;
+    }
+    info!(%reason, "batch launcher: waiting for the job's pods");
+    let peers = tokio::select! {
+        p = find_peers(&config, pods_timeout) => p,
+        _ = stop.cancelled() => { batch.exit(143); return; }
+    };
+    let (namespace, peers) = match peers {
+        Ok(p) => p,
+        Err(e) => {
+            warn!(error = %e, "batch launcher: cannot find the job's other pods; running the command anyway, but their agents will not be told when it ends (they give up after --launcher-wait)");
+            (String::new(), Vec::new())
+        }
+    };
+    let mut links = attach_all(peers, &config).await;
+    info!(workers = links.len(), command = ?command, "batch launcher: running the job's command");
+    let (code, lost) = run_watching(&command, &config, &reaper, &stop, &mut links).await;
+    links.retain(|l| !lost.contains(&l.target.pod));
+    if code != 0 && !lost.is_empty() {
+        warn!(code, pods = ?lost, "batch launcher: the command failed after worker pods went away; waiting {LOST_PEER_DELAY:?} before telling the others and exiting, so that their disruption, not this pod's exit status, is what fails the Job");
+        tokio::select! {
+            _ = tokio::time::sleep(LOST_PEER_DELAY) => {}
+            _ = stop.cancelled() => {}
+        }
+    }
+    let n = links.len();
+    let told = finish_all(links, code).await;
+    info!(
+        code,
+        told = told.len(),
+        workers = n,
+        "batch launcher: the job's command ended"
+    );
+    if code == 0 && !told.is_empty() {
+        tokio::select! {
+            _ = wait_workers_finished(&namespace, told) => {}
+            _ = stop.cancelled() => {}
+        }
+    }
+    info!(code, "batch launcher: exiting with the command's status");
+    batch.exit(code);
+}
+
+/// Runs the command to its end (or until `stop`); its status as a shell reports it.
+async fn run_command(
+    command: &[String],
+    config: &AgentConfig,
+    reaper: &Reaper,
+    stop: &CancellationToken,
+) -> i32 {
+    let Some((exe, args)) = command.split_first() else {
+        return 127;
+    };
+    let mut cmd = launcher_command(exe, args, config);
+    // The job's launcher allocates and launches through the Kubernetes components. Set here,
+    // for this command only, never in the pod's environment: every prted inherits that, and a
+    // prted told to use `plm k8s` (which only the launcher can select) has no PLM and exits.
+    // prterun itself never forwards `plm` to the daemons it starts.
+    for (name, value) in [("PRTE_MCA_ras", "k8s"), ("PRTE_MCA_plm", "k8s")] {
+        if std::env::var_os(name).is_none() {
+            cmd.env(name, value);
+        }
+    }
+    let (pid, exit_rx) = match reaper.spawn(&mut cmd) {
+        Ok(x) => x,
+        Err(e) => {
+            error!(command = %exe, error = %e, "cannot run the job's command");
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+        }
+    };
+    let started = Instant::now();
+    let mut job = Job::new(pid, exit_rx);
+    let status = tokio::select! {
+        s = job.wait_exit() => {
+            // Stop whatever the command left in its process group.
+            job.terminate(config.kill_grace, reaper).await;
+            s
+        }
+        _ = stop.cancelled() => {
+            warn!(pid, "the agent is stopping: stopping the job's command");
+            job.terminate(config.kill_grace, reaper).await
+        }
+    };
+    info!(pid, %status, ran_ms = started.elapsed().as_millis() as u64, "the job's command ended");
+    shell_status(status)
+}

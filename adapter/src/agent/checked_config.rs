@@ -1,0 +1,593 @@
+//! The checked configuration the agent serves with ([`AgentConfig`]), made from the command
+//! line ([`super::config::AgentArgs`]) and the agent's environment, and the checks made before
+//! serving.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::config::{
+    AgentArgs, BatchRole, CgroupMode, DvmHead, DEFAULT_HANDSHAKE_TIMEOUT_SECS, MAX_MAX_FRAME,
+    MIN_MAX_FRAME,
+};
+use crate::protocol::{read_secret_file, SecretError, DEFAULT_HEALTH_PORT};
+
+/// The checked configuration the agent serves with.
+#[derive(Clone)]
+pub struct AgentConfig {
+    pub listen: SocketAddr,
+    pub health_listen: Option<SocketAddr>,
+    pub prted: PathBuf,
+    /// `None` only with `--insecure-no-auth` and no secret file.
+    pub secret: Option<Vec<u8>>,
+    pub secret_file: PathBuf,
+    pub tmpdir: PathBuf,
+    pub kill_grace: Duration,
+    pub max_frame: usize,
+    /// Names of agent environment variables passed to prted (besides the prefixes).
+    pub pass_env: Vec<String>,
+    /// Where the DVM URI is published in this pod.
+    pub dvm_uri_file: PathBuf,
+    /// Set when this agent starts the DVM itself.
+    pub head: Option<HeadConfig>,
+    /// Set in batch mode (`--run`).
+    pub batch: Option<BatchConfig>,
+    /// Whether launches get a cgroup of their own where possible (`--cgroup auto`).
+    pub cgroup: bool,
+    /// Caps on unauthenticated connections.
+    pub limits: ConnLimits,
+}
+
+/// Caps on connections that have not authenticated yet (see [`super::limits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Unauthenticated launch connections at once (the oldest is dropped beyond).
+    pub max_pending: usize,
+    /// Unauthenticated launch connections from one IP address at once.
+    pub max_pending_per_peer: usize,
+    /// The whole handshake must complete within this time.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        ConnLimits {
+            max_pending: super::limits::DEFAULT_MAX_PENDING,
+            max_pending_per_peer: super::limits::DEFAULT_MAX_PENDING_PER_PEER,
+            handshake_timeout: Duration::from_secs(DEFAULT_HANDSHAKE_TIMEOUT_SECS),
+        }
+    }
+}
+
+/// Batch mode: what this agent does (see [`crate::agent::batch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchConfig {
+    /// Run `command` (argv) once the pod is ready; tell the other pods' agents when it ended.
+    Launcher {
+        command: Vec<String>,
+        /// Bound on waiting for the job's pods before running the command anyway.
+        pods_timeout: Duration,
+        /// Why this agent is the launcher (for the log).
+        reason: String,
+    },
+    /// Wait for the launcher's `attach` (at most `launcher_wait`) and `finish`, then exit.
+    Worker { launcher_wait: Duration },
+}
+
+/// How the DVM head (prte started by the agent) runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadConfig {
+    /// Absolute path of prte.
+    pub prte: PathBuf,
+    /// The pod's IPv4 address: the PMIx tool listener binds to it.
+    pub pod_ip: Ipv4Addr,
+    pub tool_port: u16,
+    /// Extra arguments after the built-in ones.
+    pub extra_args: Vec<String>,
+    /// Why this agent is the head (for the log).
+    pub reason: String,
+}
+
+/// The pod's index in its workload and where it came from: `JOB_COMPLETION_INDEX` (Indexed Job),
+/// else `POD_INDEX` (set from a label such as `apps.kubernetes.io/pod-index` through the downward
+/// API), else the number after the last `-` of the host name (`HOSTNAME`, else the kernel's).
+pub fn pod_index(env: &impl Fn(&str) -> Option<String>) -> Option<(u64, String)> {
+    for var in ["JOB_COMPLETION_INDEX", "POD_INDEX"] {
+        if let Some(v) = env(var)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+        {
+            if let Ok(i) = v.parse::<u64>() {
+                return Some((i, format!("{var}={v}")));
+            }
+        }
+    }
+    let host = env("HOSTNAME")
+        .filter(|h| !h.is_empty())
+        .or_else(|| nix::unistd::gethostname().ok()?.into_string().ok())?;
+    let (_, digits) = host.rsplit_once('-')?;
+    let i = digits
+        .parse::<u64>()
+        .ok()
+        .filter(|_| digits.bytes().all(|b| b.is_ascii_digit()))?;
+    Some((i, format!("host name {host}")))
+}
+
+impl std::fmt::Debug for AgentConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentConfig")
+            .field("listen", &self.listen)
+            .field("health_listen", &self.health_listen)
+            .field("prted", &self.prted)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("secret_file", &self.secret_file)
+            .field("tmpdir", &self.tmpdir)
+            .field("kill_grace", &self.kill_grace)
+            .field("max_frame", &self.max_frame)
+            .field("pass_env", &self.pass_env)
+            .field("dvm_uri_file", &self.dvm_uri_file)
+            .field("head", &self.head)
+            .field("batch", &self.batch)
+            .field("cgroup", &self.cgroup)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+/// Why the agent refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--prted {0}: must be an absolute path (the agent never searches PATH)")]
+    PrtedNotAbsolute(PathBuf),
+    #[error("--prted {path}: {why}")]
+    PrtedUnusable { path: PathBuf, why: String },
+    #[error("{0}; or start the agent with --insecure-no-auth to serve without authentication (not recommended)")]
+    NoSecret(SecretError),
+    #[error("{0}")]
+    Secret(SecretError),
+    #[error("--tmpdir {path}: {why}")]
+    Tmpdir { path: PathBuf, why: String },
+    #[error("--max-frame {0}: must be between {MIN_MAX_FRAME} and {MAX_MAX_FRAME} bytes")]
+    MaxFrame(usize),
+    #[error("--health-listen {0:?}: expected ADDR:PORT or \"off\"")]
+    HealthListen(String),
+    #[error("POD_IP {0:?} is not an IP address; set --listen explicitly")]
+    PodIp(String),
+    #[error("--prte {path}: {why} (the DVM head runs prte; give its absolute path with --prte or PRRTE_K8S_PRTE)")]
+    Prte { path: PathBuf, why: String },
+    #[error("--run: no command; give it after `--` (--run -- mpirun -n 8 ./app) or as a shell command in PRRTE_K8S_RUN")]
+    RunWithoutCommand,
+    #[error("--run and --dvm-head {0} exclude each other: a batch job runs its command (e.g. mpirun) in pod 0, an interactive one a DVM head; the manifest chooses one")]
+    RunAndHead(String),
+    #[error("--dvm-head: the DVM head binds prte's tool listener to the pod's IPv4 address, but {0}; set POD_IP from the downward API (fieldPath: status.podIP)")]
+    HeadAddress(String),
+}
+
+impl AgentConfig {
+    /// Checks the arguments; `env` looks up the agent's environment (POD_IP, TMPDIR).
+    pub fn from_args(
+        args: &AgentArgs,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<AgentConfig, ConfigError> {
+        let pod_ip = match env("POD_IP").filter(|s| !s.is_empty()) {
+            Some(s) => Some(
+                s.parse::<IpAddr>()
+                    .map_err(|_| ConfigError::PodIp(s.clone()))?,
+            ),
+            None => None,
+        };
+        let default_ip = pod_ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        let listen = args
+            .listen
+            .unwrap_or(SocketAddr::new(default_ip, args.port));
+        let health_listen = match args.health_listen.as_deref().map(str::trim) {
+            None => Some(SocketAddr::new(default_ip, DEFAULT_HEALTH_PORT)),
+            Some("off") | Some("") => None,
+            Some(s) => Some(
+                s.parse()
+                    .map_err(|_| ConfigError::HealthListen(s.to_owned()))?,
+            ),
+        };
+        check_prted(&args.prted)?;
+
+        let secret = match read_secret_file(&args.secret_file) {
+            Ok(s) => Some(s),
+            Err(e @ SecretError::Missing { .. }) => {
+                if args.insecure_no_auth {
+                    None
+                } else {
+                    return Err(ConfigError::NoSecret(e));
+                }
+            }
+            Err(e) => return Err(ConfigError::Secret(e)),
+        };
+
+        let tmpdir = check_tmpdir(args, &env)?;
+
+        if !(MIN_MAX_FRAME..=MAX_MAX_FRAME).contains(&args.max_frame) {
+            return Err(ConfigError::MaxFrame(args.max_frame));
+        }
+        let head = head_config(args, &env, pod_ip, listen)?;
+        let batch = batch_config(args, &env, head.is_some())?;
+        Ok(AgentConfig {
+            listen,
+            health_listen,
+            prted: args.prted.clone(),
+            secret,
+            secret_file: args.secret_file.clone(),
+            tmpdir,
+            kill_grace: Duration::from_secs(args.kill_grace),
+            max_frame: args.max_frame,
+            pass_env: args
+                .pass_env
+                .iter()
+                .filter(|n| !n.is_empty())
+                .cloned()
+                .collect(),
+            dvm_uri_file: args.dvm_uri_file.clone(),
+            head,
+            batch,
+            cgroup: args.cgroup == CgroupMode::Auto,
+            limits: ConnLimits {
+                max_pending: args.max_pending.max(1),
+                max_pending_per_peer: args.max_pending_per_peer.max(1),
+                handshake_timeout: Duration::from_secs(args.handshake_timeout.max(1)),
+            },
+        })
+    }
+}
+
+/// `--tmpdir`, else `$TMPDIR`, else `/tmp`; it must be a directory.
+fn check_tmpdir(
+    args: &AgentArgs,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<PathBuf, ConfigError> {
+    let tmpdir = args
+        .tmpdir
+        .clone()
+        .or_else(|| env("TMPDIR").filter(|s| !s.is_empty()).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    match std::fs::metadata(&tmpdir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(ConfigError::Tmpdir {
+                path: tmpdir,
+                why: "not a directory".into(),
+            })
+        }
+        Err(e) => {
+            return Err(ConfigError::Tmpdir {
+                path: tmpdir,
+                why: e.to_string(),
+            })
+        }
+    }
+    Ok(tmpdir)
+}
+
+/// The DVM head part of the configuration: `--dvm-head always`, or `auto` in the pod with index
+/// 0, makes this agent start prte, which must be usable, bound to the pod's IPv4 address.
+fn head_config(
+    args: &AgentArgs,
+    env: &impl Fn(&str) -> Option<String>,
+    pod_ip: Option<IpAddr>,
+    listen: SocketAddr,
+) -> Result<Option<HeadConfig>, ConfigError> {
+    let head_reason = match args.dvm_head {
+        DvmHead::Never => None,
+        DvmHead::Always => Some("--dvm-head always".to_owned()),
+        DvmHead::Auto => match pod_index(env) {
+            Some((0, source)) => Some(format!("--dvm-head auto, pod index 0 ({source})")),
+            _ => None,
+        },
+    };
+    let head = match head_reason {
+        None => None,
+        Some(reason) => {
+            let prte = match &args.prte {
+                Some(p) => p.clone(),
+                None => args.prted.with_file_name("prte"),
+            };
+            check_prted(&prte).map_err(|e| match e {
+                ConfigError::PrtedNotAbsolute(path) => ConfigError::Prte {
+                    path,
+                    why: "must be an absolute path".into(),
+                },
+                ConfigError::PrtedUnusable { path, why } => ConfigError::Prte { path, why },
+                other => other,
+            })?;
+            let pod_ip = match (pod_ip, listen.ip()) {
+                (Some(IpAddr::V4(ip)), _) => ip,
+                (Some(IpAddr::V6(ip)), _) => {
+                    return Err(ConfigError::HeadAddress(format!(
+                        "POD_IP {ip} is an IPv6 address (PRRTE's tool URI is tcp4)"
+                    )))
+                }
+                (None, IpAddr::V4(ip)) if !ip.is_unspecified() => ip,
+                (None, _) => {
+                    return Err(ConfigError::HeadAddress(
+                        "POD_IP is not set and --listen gives no IPv4 address".into(),
+                    ))
+                }
+            };
+            Some(HeadConfig {
+                prte,
+                pod_ip,
+                tool_port: args.tool_port,
+                extra_args: args.prte_args.clone(),
+                reason,
+            })
+        }
+    };
+    Ok(head)
+}
+
+/// The batch part of the configuration: `--run` (or a command after `--`, or PRRTE_K8S_RUN)
+/// turns batch mode on; `--batch-role` (default: by pod index) picks launcher or worker.
+fn batch_config(
+    args: &AgentArgs,
+    env: &impl Fn(&str) -> Option<String>,
+    head: bool,
+) -> Result<Option<BatchConfig>, ConfigError> {
+    let shell = env("PRRTE_K8S_RUN").filter(|s| !s.trim().is_empty());
+    let command: Vec<String> = if !args.command.is_empty() {
+        args.command.clone()
+    } else if let Some(line) = shell {
+        vec!["/bin/sh".into(), "-c".into(), line]
+    } else {
+        Vec::new()
+    };
+    let explicit_role = args.batch_role != BatchRole::Auto;
+    if !args.run && command.is_empty() && !explicit_role {
+        return Ok(None);
+    }
+    if head || args.dvm_head != DvmHead::Never {
+        let which = format!("{:?}", args.dvm_head).to_lowercase();
+        return Err(ConfigError::RunAndHead(which));
+    }
+    let (launcher, reason) = match args.batch_role {
+        BatchRole::Launcher => (true, "--batch-role launcher".to_owned()),
+        BatchRole::Worker => (false, "--batch-role worker".to_owned()),
+        BatchRole::Auto => match pod_index(env) {
+            Some((0, source)) => (true, format!("pod index 0 ({source})")),
+            Some((i, source)) => (false, format!("pod index {i} ({source})")),
+            None => (false, "no pod index found".to_owned()),
+        },
+    };
+    if launcher {
+        if command.is_empty() {
+            return Err(ConfigError::RunWithoutCommand);
+        }
+        Ok(Some(BatchConfig::Launcher {
+            command,
+            pods_timeout: Duration::from_secs(args.pods_timeout),
+            reason,
+        }))
+    } else {
+        Ok(Some(BatchConfig::Worker {
+            launcher_wait: Duration::from_secs(args.launcher_wait),
+        }))
+    }
+}
+
+/// Checks that `path` is absolute, a regular file and executable by this process.
+pub fn check_prted(path: &Path) -> Result<(), ConfigError> {
+    if !path.is_absolute() {
+        return Err(ConfigError::PrtedNotAbsolute(path.to_owned()));
+    }
+    let unusable = |why: String| ConfigError::PrtedUnusable {
+        path: path.to_owned(),
+        why,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| unusable(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(unusable("not a regular file".into()));
+    }
+    nix::unistd::access(path, nix::unistd::AccessFlags::X_OK)
+        .map_err(|e| unusable(format!("not executable by this user ({})", e.desc())))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::config::{DEFAULT_DVM_URI_FILE, DEFAULT_TOOL_PORT};
+    use super::*;
+    use clap::Parser;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn args(dir: &Path, extra: &[&str]) -> AgentArgs {
+        let prted = dir.join("prted");
+        let mut v = vec![
+            "prrte-k8s-agent".to_string(),
+            "--prted".into(),
+            prted.display().to_string(),
+            "--secret-file".into(),
+            dir.join("key").display().to_string(),
+        ];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        AgentArgs::try_parse_from(v).unwrap()
+    }
+
+    fn setup() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("prted"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(
+            d.path().join("prted"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        std::fs::write(d.path().join("key"), "s3cret-s3cret-s3cret-s3cret-s3cret\n").unwrap();
+        d
+    }
+
+    #[test]
+    fn defaults_follow_pod_ip() {
+        let d = setup();
+        let a = args(d.path(), &[]);
+        let c = AgentConfig::from_args(&a, |k| (k == "POD_IP").then(|| "10.1.2.3".into())).unwrap();
+        assert_eq!(c.listen, "10.1.2.3:7117".parse().unwrap());
+        assert_eq!(c.health_listen, Some("10.1.2.3:7118".parse().unwrap()));
+        assert_eq!(
+            c.secret.as_deref(),
+            Some(&b"s3cret-s3cret-s3cret-s3cret-s3cret"[..])
+        );
+        assert_eq!(c.kill_grace, Duration::from_secs(5));
+        assert_eq!(c.max_frame, 1024 * 1024);
+        assert_eq!(c.tmpdir, PathBuf::from("/tmp"));
+        let c = AgentConfig::from_args(&a, |_| None).unwrap();
+        assert_eq!(c.listen, "0.0.0.0:7117".parse().unwrap());
+        let c = AgentConfig::from_args(&a, |k| (k == "POD_IP").then(|| "fd00::5".into())).unwrap();
+        assert_eq!(c.listen, "[fd00::5]:7117".parse().unwrap());
+        let a = args(d.path(), &["--port", "9000", "--health-listen", "off"]);
+        let c = AgentConfig::from_args(&a, |_| None).unwrap();
+        assert_eq!(c.listen, "0.0.0.0:9000".parse().unwrap());
+        assert_eq!(c.health_listen, None);
+    }
+
+    #[test]
+    fn refuses_bad_prted_and_missing_secret() {
+        let d = setup();
+        let mut a = args(d.path(), &[]);
+        a.prted = PathBuf::from("prted");
+        assert!(matches!(
+            AgentConfig::from_args(&a, |_| None),
+            Err(ConfigError::PrtedNotAbsolute(_))
+        ));
+        std::fs::write(d.path().join("noexec"), "x").unwrap();
+        a.prted = d.path().join("noexec");
+        let e = AgentConfig::from_args(&a, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not executable"), "{e}");
+        a.prted = d.path().to_owned();
+        let e = AgentConfig::from_args(&a, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+
+        std::fs::remove_file(d.path().join("key")).unwrap();
+        let a = args(d.path(), &[]);
+        let e = AgentConfig::from_args(&a, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--insecure-no-auth") && e.contains("key"), "{e}");
+        let a = args(d.path(), &["--insecure-no-auth"]);
+        assert!(AgentConfig::from_args(&a, |_| None)
+            .unwrap()
+            .secret
+            .is_none());
+    }
+
+    #[test]
+    fn refuses_a_short_secret() {
+        let d = setup();
+        std::fs::write(d.path().join("key"), "0123456789abcdef0123456789abcde\n").unwrap();
+        let e = AgentConfig::from_args(&args(d.path(), &[]), |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("31 bytes") && e.contains("at least 32"), "{e}");
+        // Not even with --insecure-no-auth: a present but weak secret is a mistake.
+        let e = AgentConfig::from_args(&args(d.path(), &["--insecure-no-auth"]), |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least 32"), "{e}");
+        std::fs::write(d.path().join("key"), "0123456789abcdef0123456789abcdef\n").unwrap();
+        assert!(AgentConfig::from_args(&args(d.path(), &[]), |_| None).is_ok());
+    }
+
+    #[test]
+    fn refuses_bad_limits() {
+        let d = setup();
+        let a = args(d.path(), &["--max-frame", "10"]);
+        assert!(matches!(
+            AgentConfig::from_args(&a, |_| None),
+            Err(ConfigError::MaxFrame(10))
+        ));
+        let a = args(d.path(), &["--tmpdir", "/nonexistent-prrte-k8s"]);
+        assert!(matches!(
+            AgentConfig::from_args(&a, |_| None),
+            Err(ConfigError::Tmpdir { .. })
+        ));
+    }
+
+    #[test]
+    fn pod_index_sources_in_order() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let e = env(&[
+            ("JOB_COMPLETION_INDEX", "3"),
+            ("POD_INDEX", "0"),
+            ("HOSTNAME", "w-0"),
+        ]);
+        assert_eq!(pod_index(&e).unwrap().0, 3);
+        let e = env(&[("POD_INDEX", "0"), ("HOSTNAME", "w-5")]);
+        assert_eq!(pod_index(&e).unwrap(), (0, "POD_INDEX=0".to_string()));
+        let e = env(&[("JOB_COMPLETION_INDEX", "x"), ("HOSTNAME", "mpi-worker-10")]);
+        assert_eq!(pod_index(&e).unwrap().0, 10);
+        let e = env(&[("HOSTNAME", "mpi-worker-0")]);
+        assert_eq!(pod_index(&e).unwrap().0, 0);
+        let e = env(&[("HOSTNAME", "launcher-abc")]);
+        assert_eq!(pod_index(&e), None);
+    }
+
+    #[test]
+    fn dvm_head_needs_prte_and_an_ipv4_pod_ip() {
+        let d = setup();
+        std::fs::write(d.path().join("prte"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(
+            d.path().join("prte"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        let a = args(
+            d.path(),
+            &[
+                "--dvm-head",
+                "auto",
+                "--prte-arg=--prtemca",
+                "--prte-arg",
+                "x",
+            ],
+        );
+        let pod = |idx: &'static str| {
+            move |k: &str| match k {
+                "POD_IP" => Some("10.1.2.3".to_string()),
+                "JOB_COMPLETION_INDEX" => Some(idx.to_string()),
+                _ => None,
+            }
+        };
+        let c = AgentConfig::from_args(&a, pod("0")).unwrap();
+        let h = c.head.unwrap();
+        assert_eq!(h.prte, d.path().join("prte"));
+        assert_eq!(h.pod_ip, Ipv4Addr::new(10, 1, 2, 3));
+        assert_eq!(h.tool_port, DEFAULT_TOOL_PORT);
+        assert_eq!(h.extra_args, vec!["--prtemca".to_string(), "x".into()]);
+        assert!(h.reason.contains("JOB_COMPLETION_INDEX=0"), "{}", h.reason);
+        assert_eq!(c.dvm_uri_file, PathBuf::from(DEFAULT_DVM_URI_FILE));
+        assert!(AgentConfig::from_args(&a, pod("1")).unwrap().head.is_none());
+        let never = args(d.path(), &[]);
+        assert!(AgentConfig::from_args(&never, pod("0"))
+            .unwrap()
+            .head
+            .is_none());
+        let always = args(d.path(), &["--dvm-head", "always"]);
+        let e = AgentConfig::from_args(&always, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("POD_IP"), "{e}");
+        let missing = args(
+            d.path(),
+            &["--dvm-head", "always", "--prte", "/nonexistent/prte"],
+        );
+        let e = AgentConfig::from_args(&missing, pod("0"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--prte /nonexistent/prte"), "{e}");
+    }
+}

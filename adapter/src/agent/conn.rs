@@ -1,0 +1,517 @@
+//! One connection to the agent, after it was accepted: the handshake, then requests until the
+//! launcher closes it or the agent shuts down. The connection that launched prted controls it
+//! (`kill`, or the connection's end, stops prted's process group); `exec` hands the connection
+//! to [`super::exec`].
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::batch::BatchState;
+use super::checked_config::AgentConfig;
+use super::dvm_uri::{publish_dvm_uri, unpublish_dvm_uri, FileId};
+use super::exec;
+use super::exit_status::{exited_reply, ExitStatus};
+use super::handshake::{agent_handshake, describe_bad_frame, SEND_TIMEOUT};
+use super::launch_policy;
+use super::limits::Pending;
+use super::process::{Job, Reaper};
+use super::tracking::Tracking;
+use crate::protocol::{
+    self, decode_request, recv_frame, send_frame, validate_launch, FramedConn, ProtocolError,
+    Reply, Request, Session, HANDSHAKE_MAX_FRAME,
+};
+
+/// How long, and how many bytes, a closing connection is drained.
+const LINGER: Duration = Duration::from_secs(1);
+const LINGER_MAX_BYTES: usize = 1 << 20;
+/// prted's flag that keeps it from forking into a new session (`setsid()`), which would take
+/// the daemon out of the agent's process group; always passed.
+pub const LEAVE_SESSION_ATTACHED: &str = "--leave-session-attached";
+
+/// Which connection launched the running prted.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Slot {
+    pub(super) pid: u32,
+    peer: SocketAddr,
+    conn: u64,
+}
+
+/// What the agent's connections share.
+pub(super) struct Shared {
+    pub(super) config: AgentConfig,
+    pub(super) reaper: Arc<Reaper>,
+    pub(super) slot: Mutex<Option<Slot>>,
+    pub(super) child_env: Vec<(OsString, OsString)>,
+    pub(super) batch: Arc<BatchState>,
+    /// How the processes of a launch are tracked (a cgroup per launch, or the sweep).
+    pub(super) tracking: Tracking,
+    /// Connections that have not authenticated yet.
+    pub(super) pending: Arc<Pending>,
+    /// What `exec` requests may run.
+    pub(super) exec: exec::ExecState,
+}
+
+impl Shared {
+    pub(super) fn slot(&self) -> std::sync::MutexGuard<'_, Option<Slot>> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The running prted of one connection; dropping it frees the agent's job slot and, if prted's
+/// group was not stopped properly (a panic, an aborted task), kills it outright.
+struct ActiveJob {
+    job: Job,
+    shared: Arc<Shared>,
+    conn: u64,
+    peer: SocketAddr,
+    started: Instant,
+    /// The DVM URI file this prted's launch published (removed when the job ends).
+    published_uri: Option<FileId>,
+}
+
+impl Drop for ActiveJob {
+    fn drop(&mut self) {
+        if let Some(id) = self.published_uri {
+            unpublish_dvm_uri(&self.shared.config.dvm_uri_file, Some(id));
+        }
+        // Before the slot is freed: no second prted while the first one's group is alive.
+        self.job.kill_leftovers();
+        let mut slot = self.shared.slot();
+        if slot.is_some_and(|s| s.conn == self.conn) {
+            *slot = None;
+        }
+    }
+}
+
+fn set_keepalive(stream: &TcpStream) {
+    if let Err(e) = protocol::set_keepalive(stream) {
+        debug!(error = %e, "cannot enable TCP keepalive");
+    }
+}
+
+/// Closes a connection so that the peer reads everything sent so far (in particular a final
+/// `error` or `refused`): FIN first, then discard what the peer still sends for a short while,
+/// instead of closing with unread data (which makes the kernel send a reset).
+async fn close_gracefully(conn: FramedConn<TcpStream>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = conn.into_inner();
+    if stream.shutdown().await.is_err() {
+        return;
+    }
+    let drain = async {
+        let mut buf = [0u8; 8192];
+        let mut total = 0usize;
+        while total < LINGER_MAX_BYTES {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, drain).await;
+}
+
+async fn wait_job(job: &mut Option<ActiveJob>) -> ExitStatus {
+    match job {
+        Some(j) => j.job.wait_exit().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What to do with the connection after a request.
+enum Next {
+    Continue,
+    Close(String),
+    /// Hand the connection to an `exec` request.
+    Exec(exec::ExecRequest),
+}
+
+/// How a connection's requests ended.
+enum Ended {
+    /// The connection is to be closed, for this reason.
+    Closed(String),
+    /// An `exec` request takes the connection over.
+    Exec(exec::ExecRequest),
+}
+
+struct Conn {
+    shared: Arc<Shared>,
+    conn: FramedConn<TcpStream>,
+    session: Session,
+    peer: SocketAddr,
+    id: u64,
+    job: Option<ActiveJob>,
+}
+
+impl Conn {
+    async fn reply(&mut self, msg: &Reply) -> Result<(), ProtocolError> {
+        let frame = self.session.seal(msg);
+        send_frame(&mut self.conn, frame, SEND_TIMEOUT).await
+    }
+
+    /// Stops the running prted (if any), frees the slot and returns its pid and status.
+    async fn stop_job(&mut self, grace: Duration) -> Option<(u32, ExitStatus)> {
+        let mut active = self.job.take()?;
+        let status = active.job.terminate(grace, &self.shared.reaper).await;
+        let pid = active.job.pid;
+        info!(
+            peer = %active.peer,
+            pid,
+            status = %status,
+            ran_ms = active.started.elapsed().as_millis() as u64,
+            "prted stopped"
+        );
+        drop(active);
+        Some((pid, status))
+    }
+
+    async fn handle_frame(&mut self, frame: &[u8]) -> Next {
+        let body = match self.session.open(frame) {
+            Ok(b) => b,
+            Err(e) => {
+                let reason = format!("frame refused: {}", crate::text::echo(&e.to_string()));
+                warn!(peer = %self.peer, %reason, "closing the connection");
+                let _ = self
+                    .reply(&Reply::Error {
+                        reason: reason.clone(),
+                    })
+                    .await;
+                return Next::Close(reason);
+            }
+        };
+        let t0 = Instant::now();
+        let request = match decode_request(body.as_bytes()) {
+            Ok(r) => r,
+            Err(reason) => {
+                let reason = crate::text::echo(&reason);
+                info!(peer = %self.peer, request = "invalid", outcome = "refused", %reason,
+                      duration_ms = t0.elapsed().as_millis() as u64, "request");
+                return self.send_or_close(&Reply::Failed { reason }).await;
+            }
+        };
+        let kind = request.kind();
+        let (reply, outcome) = match request {
+            Request::Exec {
+                argv,
+                env,
+                cwd,
+                stdin,
+            } => {
+                if self.job.is_some() {
+                    let reason = "this connection launched a prted; send exec on a new connection";
+                    return self
+                        .send_or_close(&Reply::Failed {
+                            reason: reason.into(),
+                        })
+                        .await;
+                }
+                return Next::Exec(exec::ExecRequest {
+                    argv,
+                    env,
+                    cwd,
+                    stdin,
+                });
+            }
+            Request::Stdin { .. } | Request::StdinClose {} | Request::Signal { .. } => {
+                info!(peer = %self.peer, request = kind, outcome = "refused: no program runs on this connection", "request");
+                let reason = format!("`{kind}` without a running program: send `exec` first");
+                return self.send_or_close(&Reply::Failed { reason }).await;
+            }
+            Request::Launch { argv, env, dvm_uri } => self.launch(argv, env, dvm_uri),
+            Request::Kill { grace_ms } => self.kill(grace_ms).await,
+            Request::Ping {} => (Reply::Pong {}, "pong".to_owned()),
+            Request::Attach {} => self
+                .shared
+                .batch
+                .attach(&self.shared.config, self.id, self.peer),
+            Request::Finish { code } => {
+                self.shared
+                    .batch
+                    .finish(&self.shared.config, self.peer, code)
+            }
+            Request::Status {} => self.status(),
+        };
+        info!(peer = %self.peer, request = kind, %outcome,
+              duration_ms = t0.elapsed().as_millis() as u64, "request");
+        self.send_or_close(&reply).await
+    }
+
+    /// `kill`: stops the prted this connection launched, within `grace_ms` if shorter than the
+    /// agent's grace period.
+    async fn kill(&mut self, grace_ms: Option<u64>) -> (Reply, String) {
+        let mut grace = self.shared.config.kill_grace;
+        if let Some(ms) = grace_ms {
+            grace = grace.min(Duration::from_millis(ms));
+        }
+        match self.stop_job(grace).await {
+            Some((pid, status)) => (
+                exited_reply(pid, status),
+                format!("killed pid {pid}: {status}"),
+            ),
+            None => {
+                let reason = match *self.shared.slot() {
+                    Some(s) => format!(
+                        "the running prted (pid {}) was launched by another connection ({}); only that connection can kill it",
+                        s.pid, s.peer
+                    ),
+                    None => "no prted is running".to_owned(),
+                };
+                (
+                    Reply::Failed {
+                        reason: reason.clone(),
+                    },
+                    format!("refused: {reason}"),
+                )
+            }
+        }
+    }
+
+    /// `status`: whether a prted runs, and who launched it.
+    fn status(&self) -> (Reply, String) {
+        let slot = *self.shared.slot();
+        (
+            Reply::Status {
+                running: slot.is_some(),
+                pid: slot.map(|s| s.pid),
+                launched_by: slot.map(|s| s.peer.to_string()),
+            },
+            format!("running: {}", slot.is_some()),
+        )
+    }
+
+    /// Serves requests until the connection is done (closed, or taken over by an `exec`
+    /// request). Reports prted's exit when it ends, and
+    /// stops it when the agent shuts down.
+    async fn serve(&mut self, stop: &CancellationToken) -> Ended {
+        let peer = self.peer;
+        let grace = self.shared.config.kill_grace;
+        loop {
+            tokio::select! {
+                frame = recv_frame(&mut self.conn, None) => match frame {
+                    Ok(bytes) => match self.handle_frame(&bytes).await {
+                        Next::Continue => {}
+                        Next::Close(reason) => return Ended::Closed(reason),
+                        Next::Exec(req) => return Ended::Exec(req),
+                    },
+                    Err(ProtocolError::Closed) => return Ended::Closed("closed by the launcher".to_owned()),
+                    Err(e @ (ProtocolError::FrameTooLarge { .. } | ProtocolError::Malformed(_))) => {
+                        let reason = describe_bad_frame(&e);
+                        warn!(%peer, %reason, "closing the connection");
+                        let _ = self.reply(&Reply::Error { reason: reason.clone() }).await;
+                        return Ended::Closed(reason);
+                    }
+                    Err(e) => return Ended::Closed(e.to_string()),
+                },
+                status = wait_job(&mut self.job) => {
+                    let pid = self.job.as_ref().map(|j| j.job.pid).unwrap_or_default();
+                    info!(%peer, pid, status = %status, "prted exited");
+                    let (pid, status) = self.stop_job(grace).await.unwrap_or((pid, status));
+                    if let Err(e) = self.reply(&exited_reply(pid, status)).await {
+                        return Ended::Closed(format!("cannot report prted's exit: {e}"));
+                    }
+                }
+                _ = stop.cancelled() => {
+                    if let Some((pid, status)) = self.stop_job(grace).await {
+                        let _ = self.reply(&exited_reply(pid, status)).await;
+                    }
+                    let _ = self.reply(&Reply::Error { reason: "the agent is shutting down".into() }).await;
+                    return Ended::Closed("agent shutting down".to_owned());
+                }
+            }
+        }
+    }
+
+    async fn send_or_close(&mut self, reply: &Reply) -> Next {
+        match self.reply(reply).await {
+            Ok(()) => Next::Continue,
+            Err(e) => Next::Close(format!("cannot send reply: {e}")),
+        }
+    }
+
+    /// Why a launch request is refused, if it is: the protocol's checks, the launch policy's,
+    /// and those of the DVM URI it carries.
+    fn check_launch(
+        &self,
+        argv: &[String],
+        env: &std::collections::BTreeMap<String, String>,
+        dvm_uri: Option<&str>,
+    ) -> Result<(), String> {
+        validate_launch(argv, env)?;
+        launch_policy::check_launch(argv, env)?;
+        if let Some(uri) = dvm_uri {
+            protocol::validate_dvm_uri(uri)?;
+            launch_policy::check_dvm_uri_host(uri, self.peer.ip())?;
+        }
+        Ok(())
+    }
+
+    fn launch(
+        &mut self,
+        argv: Vec<String>,
+        env: std::collections::BTreeMap<String, String>,
+        dvm_uri: Option<String>,
+    ) -> (Reply, String) {
+        let refuse = |reason: String| {
+            let reason = crate::text::echo(&reason);
+            let outcome = format!("refused: {reason}");
+            (Reply::Failed { reason }, outcome)
+        };
+        if let Err(reason) = self.check_launch(&argv, &env, dvm_uri.as_deref()) {
+            return refuse(reason);
+        }
+        let config = &self.shared.config;
+        let mut slot = self.shared.slot();
+        if let Some(s) = *slot {
+            return refuse(format!(
+                "a prted launched by {} is already running (pid {}); this agent runs one at a time",
+                s.peer, s.pid
+            ));
+        }
+        let mut cmd = Command::new(&config.prted);
+        cmd.args(&argv)
+            .args(
+                (!argv.iter().any(|a| a == LEAVE_SESSION_ATTACHED))
+                    .then_some(LEAVE_SESSION_ATTACHED),
+            )
+            .env_clear()
+            .envs(self.shared.child_env.iter().map(|(k, v)| (k, v)))
+            .envs(&env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            .process_group(0);
+        match self
+            .shared
+            .reaper
+            .spawn_job(&mut cmd, &self.shared.tracking)
+        {
+            Ok(job) => {
+                let pid = job.pid;
+                debug!(pid, tracking = job.tracking_label(), "prted started");
+                *slot = Some(Slot {
+                    pid,
+                    peer: self.peer,
+                    conn: self.id,
+                });
+                drop(slot);
+                let published_uri = dvm_uri
+                    .as_deref()
+                    .and_then(|uri| publish_dvm_uri(&config.dvm_uri_file, uri));
+                self.job = Some(ActiveJob {
+                    job,
+                    shared: self.shared.clone(),
+                    conn: self.id,
+                    peer: self.peer,
+                    started: Instant::now(),
+                    published_uri,
+                });
+                (Reply::Started { pid }, format!("started pid {pid}"))
+            }
+            Err(e) => {
+                let reason = format!(
+                    "cannot execute {}: {e}; --prted (PRRTE_K8S_PRTED) must name an executable \
+                     prted in this pod's image",
+                    config.prted.display()
+                );
+                (
+                    Reply::Failed {
+                        reason: reason.clone(),
+                    },
+                    format!("failed: {reason}"),
+                )
+            }
+        }
+    }
+}
+
+pub(super) async fn handle_connection(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    id: u64,
+    stop: CancellationToken,
+) {
+    let opened = Instant::now();
+    let Some((framed, session)) = authenticate(&shared, stream, peer, &stop).await else {
+        return;
+    };
+    let mut c = Conn {
+        shared: shared.clone(),
+        conn: framed,
+        session,
+        peer,
+        id,
+        job: None,
+    };
+
+    let reason = match c.serve(&stop).await {
+        Ended::Exec(req) => {
+            let ctx = exec::Ctx {
+                config: &shared.config,
+                reaper: &shared.reaper,
+                tracking: &shared.tracking,
+                base_env: &shared.child_env,
+                state: &shared.exec,
+            };
+            exec::serve(ctx, &mut c.conn, &mut c.session, peer, req, &stop).await
+        }
+        Ended::Closed(reason) => reason,
+    };
+    if let Some(pid) = c.job.as_ref().map(|j| j.job.pid) {
+        warn!(%peer, pid, %reason, "the launcher's connection ended while prted runs; stopping prted's process group");
+        c.stop_job(shared.config.kill_grace).await;
+    }
+    shared.batch.connection_closed(id);
+    close_gracefully(c.conn).await;
+    info!(%peer, %reason, connected_ms = opened.elapsed().as_millis() as u64, "connection closed");
+}
+
+/// Runs the handshake on a new connection (bounded, and dropped early when too many are
+/// pending); `None` when the connection is over (it has been closed then).
+async fn authenticate(
+    shared: &Shared,
+    stream: TcpStream,
+    peer: SocketAddr,
+    stop: &CancellationToken,
+) -> Option<(FramedConn<TcpStream>, Session)> {
+    set_keepalive(&stream);
+    if shared.config.secret.is_none() {
+        warn!(%peer, "INSECURE: accepting a connection without authentication (--insecure-no-auth)");
+    } else {
+        debug!(%peer, "connection accepted");
+    }
+    let ticket = shared.pending.admit(peer.ip());
+    let mut framed = protocol::framed(stream, HANDSHAKE_MAX_FRAME);
+    let deadline = shared.config.limits.handshake_timeout;
+    let session = tokio::select! {
+        s = tokio::time::timeout(deadline, agent_handshake(&shared.config, &mut framed, peer)) => match s {
+            Ok(s) => s,
+            Err(_) => {
+                debug!(%peer, "no complete handshake within {deadline:?}; closing");
+                None
+            }
+        },
+        _ = stop.cancelled() => None,
+        _ = ticket.cancel.cancelled() => {
+            debug!(%peer, "dropping an unauthenticated connection (too many pending)");
+            return None;
+        }
+    };
+    drop(ticket);
+    let Some(session) = session else {
+        close_gracefully(framed).await;
+        return None;
+    };
+    framed
+        .codec_mut()
+        .set_max_frame_length(shared.config.max_frame);
+    Some((framed, session))
+}

@@ -1,0 +1,145 @@
+//! The agent's side of the handshake that opens every connection: a challenge with the agent's
+//! nonce, the launcher's response (its nonce and, with a secret, its proof), and `welcome` with
+//! the agent's proof, or `error`/`refused` and the end of the connection (see
+//! [`crate::protocol`]).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tracing::{debug, warn};
+
+use super::checked_config::AgentConfig;
+use crate::protocol::{
+    self, agent_proof, decode_message, encode_message, new_nonce, parse_nonce, recv_frame,
+    send_frame, verify_client_proof, AuthMode, FramedConn, Plain, ProtocolError, Role, Session,
+    AUTH_FAILED_REASON, NONCE_LEN,
+};
+
+/// How long the agent waits for a peer to take a frame it sends.
+pub(super) const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sends a plain frame during the handshake, ignoring failures (the connection closes next).
+pub(super) async fn send_plain(conn: &mut FramedConn<TcpStream>, msg: Plain) {
+    let _ = send_frame(conn, encode_message(&msg), SEND_TIMEOUT).await;
+}
+
+/// Why a frame was refused, as one printable line (the error may quote the peer's bytes).
+pub(super) fn describe_bad_frame(e: &ProtocolError) -> String {
+    crate::text::echo(&match e {
+        ProtocolError::FrameTooLarge { max } => format!(
+            "frame exceeds the maximum of {max} bytes (--max-frame); this port speaks the \
+             prrte-k8s agent protocol (u32 big-endian length + JSON)"
+        ),
+        other => other.to_string(),
+    })
+}
+
+/// The agent side of the handshake; `None` when the connection is to be closed.
+pub(super) async fn agent_handshake(
+    config: &AgentConfig,
+    conn: &mut FramedConn<TcpStream>,
+    peer: SocketAddr,
+) -> Option<Session> {
+    let key = config.secret.clone();
+    let agent_nonce = new_nonce();
+    let challenge = Plain::Challenge {
+        auth: if key.is_some() {
+            AuthMode::HmacSha256
+        } else {
+            AuthMode::None
+        },
+        nonce: hex::encode(agent_nonce),
+        agent: format!("prrte-k8s-agent {}", env!("CARGO_PKG_VERSION")),
+    };
+    send_frame(conn, encode_message(&challenge), SEND_TIMEOUT)
+        .await
+        .ok()?;
+    let frame = match recv_frame(conn, Some(config.limits.handshake_timeout)).await {
+        Ok(f) => f,
+        Err(e @ (ProtocolError::FrameTooLarge { .. } | ProtocolError::Malformed(_))) => {
+            let reason = describe_bad_frame(&e);
+            warn!(%peer, %reason, "refusing a bad frame before authentication");
+            send_plain(conn, Plain::Error { reason }).await;
+            return None;
+        }
+        Err(e) => {
+            debug!(%peer, error = %e, "connection ended during the handshake");
+            return None;
+        }
+    };
+    let (client_nonce, mac) = match read_response(&frame, &agent_nonce, peer) {
+        Ok(r) => r,
+        Err(reason) => {
+            send_plain(conn, Plain::Error { reason }).await;
+            return None;
+        }
+    };
+    let welcome_mac = match &key {
+        Some(k) => {
+            let ok = mac
+                .as_deref()
+                .is_some_and(|m| verify_client_proof(k, &agent_nonce, &client_nonce, m));
+            if !ok {
+                warn!(%peer, "authentication failed: the launcher's secret does not match ours");
+                send_plain(
+                    conn,
+                    Plain::Refused {
+                        reason: AUTH_FAILED_REASON.into(),
+                    },
+                )
+                .await;
+                return None;
+            }
+            Some(agent_proof(k, &agent_nonce, &client_nonce))
+        }
+        None => None,
+    };
+    send_frame(
+        conn,
+        encode_message(&Plain::Welcome { mac: welcome_mac }),
+        SEND_TIMEOUT,
+    )
+    .await
+    .ok()?;
+    debug!(%peer, "authenticated");
+    Some(Session::new(Role::Agent, key, agent_nonce, client_nonce))
+}
+
+/// The launcher's `response` to the challenge: its nonce (not the agent's own) and its proof;
+/// else why the handshake failed (logged here), to be sent to the peer.
+fn read_response(
+    frame: &[u8],
+    agent_nonce: &[u8; NONCE_LEN],
+    peer: SocketAddr,
+) -> Result<([u8; NONCE_LEN], Option<String>), String> {
+    let (nonce, mac) = match decode_message::<Plain>(frame) {
+        Ok(Plain::Response { nonce, mac }) => (nonce, mac),
+        Ok(other) => {
+            let reason = format!(
+                "expected a `response` to the challenge, got `{}`",
+                protocol::plain_kind(&other)
+            );
+            warn!(%peer, %reason, "handshake failed");
+            return Err(reason);
+        }
+        Err(e) => {
+            let reason = describe_bad_frame(&e);
+            warn!(%peer, %reason, "handshake failed");
+            return Err(reason);
+        }
+    };
+    match parse_nonce(&nonce) {
+        Ok(n) if n == *agent_nonce => {
+            let reason = "the response reflects the agent's own nonce; a client sends a fresh one";
+            warn!(%peer, reason, "handshake failed");
+            Err(reason.into())
+        }
+        Ok(n) => Ok((n, mac)),
+        Err(e) => {
+            let reason = crate::text::echo(&e.to_string());
+            warn!(%peer, error = %reason, "handshake failed");
+            Err(reason)
+        }
+    }
+}

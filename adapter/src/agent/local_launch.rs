@@ -1,0 +1,77 @@
+//! What the launches the agent starts itself share (the DVM head's prte, see [`super::head`],
+//! and batch mode's command, see [`super::batch`]): they wait until the pod is Ready, and their
+//! command is set up the same way.
+
+use std::ffi::OsStr;
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::checked_config::AgentConfig;
+
+/// How long the agent waits for its own health endpoint before it starts its launcher anyway.
+const HEALTH_WAIT: Duration = Duration::from_secs(30);
+
+/// Whether `GET /healthz` at `addr` answers 200.
+async fn health_ok(addr: SocketAddr) -> bool {
+    let probe = async {
+        let mut s = TcpStream::connect(addr).await?;
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
+            .await?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await?;
+        Ok::<_, std::io::Error>(buf.starts_with(b"HTTP/1.1 200"))
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), probe).await,
+        Ok(Ok(true))
+    )
+}
+
+/// Waits (bounded) until the agent's health endpoint serves, so that the pod is Ready before
+/// prte's discovery looks for ready pods.
+pub(crate) async fn wait_health(addr: Option<SocketAddr>, stop: &CancellationToken) {
+    let Some(mut addr) = addr else { return };
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let deadline = Instant::now() + HEALTH_WAIT;
+    while !health_ok(addr).await {
+        if Instant::now() >= deadline {
+            warn!(%addr, "the agent's health endpoint does not answer; starting the DVM head anyway");
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+/// The command of a launcher the agent runs itself, `program` with `args`: in its own process
+/// group, stdin from `/dev/null`, stdout and stderr the agent's (the pod's log), the agent's
+/// environment plus `TMPDIR` (`--tmpdir`) and, unless set, the secret file for the k8s PLM
+/// (`PRTE_MCA_plm_k8s_secret_file`).
+pub(crate) fn launcher_command<S: AsRef<OsStr>>(
+    program: impl AsRef<OsStr>,
+    args: impl IntoIterator<Item = S>,
+    config: &AgentConfig,
+) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env("TMPDIR", &config.tmpdir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .process_group(0);
+    if std::env::var_os("PRTE_MCA_plm_k8s_secret_file").is_none() && config.secret.is_some() {
+        cmd.env("PRTE_MCA_plm_k8s_secret_file", &config.secret_file);
+    }
+    cmd
+}

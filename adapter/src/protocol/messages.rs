@@ -1,0 +1,274 @@
+//! The messages of the protocol: the plain frames of the handshake and the sealed envelope,
+//! and the requests and replies carried inside sealed frames.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::wire::parse_versioned;
+
+/// How the agent authenticates clients; announced in its `challenge`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AuthMode {
+    #[serde(rename = "hmac-sha256")]
+    HmacSha256,
+    #[serde(rename = "none")]
+    None,
+}
+
+/// Frames sent outside the sealed channel: the handshake, `refused`/`error` before
+/// authentication, and the `sealed` envelope itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Plain {
+    Challenge {
+        auth: AuthMode,
+        nonce: String,
+        #[serde(default)]
+        agent: String,
+    },
+    Response {
+        nonce: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mac: Option<String>,
+    },
+    Welcome {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mac: Option<String>,
+    },
+    Refused {
+        reason: String,
+    },
+    Error {
+        reason: String,
+    },
+    Sealed {
+        seq: u64,
+        body: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mac: Option<String>,
+    },
+}
+
+/// A request from the launcher, carried inside a sealed frame.
+///
+/// There is deliberately no field that names a program: the agent only ever executes the prted
+/// it was configured with. Unknown fields are refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    Launch {
+        /// Arguments after the executable (prted's `argv[1..]`).
+        argv: Vec<String>,
+        /// Extra environment for prted (`PRTE_*`, `PMIX_*`, `OMPI_*` only).
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+        /// The DVM's PMIx tool URI (`<nspace>.<rank>;tcp4://<ipv4>:<port>`, see
+        /// [`validate_dvm_uri`](super::validate_dvm_uri)); the agent writes it to its DVM URI file while this prted runs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dvm_uri: Option<String>,
+    },
+    Kill {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grace_ms: Option<u64>,
+    },
+    Ping {},
+    Status {},
+    /// Batch mode: the agent running the job's command (pod 0) attaches to a worker's agent;
+    /// while this connection lasts the worker waits for `finish`, and if it ends without one
+    /// the worker concludes that its launcher went away.
+    Attach {},
+    /// Batch mode: the job's command ended with `code`; the worker's agent exits (0 if the
+    /// command succeeded, else with this code after a short delay).
+    Finish {
+        code: i32,
+    },
+    /// Run a program from the agent's exec allowlist (see [`super::exec`] and `crate::agent::exec`);
+    /// the connection then belongs to that program until it ends.
+    Exec {
+        /// The program (an absolute path or a name on the allowlist) and its arguments, as
+        /// templates (see [`super::exec::expand`]).
+        argv: Vec<String>,
+        /// Environment assignments applied in order (values are templates).
+        #[serde(default)]
+        env: Vec<(String, String)>,
+        /// Working directory (a template); default the agent's TMPDIR.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cwd: Option<String>,
+        /// Whether the client forwards stdin (`stdin`/`stdin_close`); else it is /dev/null.
+        #[serde(default)]
+        stdin: bool,
+    },
+    /// Exec: bytes for the program's stdin (base64).
+    Stdin {
+        data: String,
+    },
+    /// Exec: end of the program's stdin.
+    StdinClose {},
+    /// Exec: deliver a signal (by number) to the program's process group.
+    Signal {
+        signal: i32,
+    },
+}
+
+impl Request {
+    /// The request's `type` as it appears on the wire.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Request::Launch { .. } => "launch",
+            Request::Kill { .. } => "kill",
+            Request::Ping {} => "ping",
+            Request::Status {} => "status",
+            Request::Attach {} => "attach",
+            Request::Finish { .. } => "finish",
+            Request::Exec { .. } => "exec",
+            Request::Stdin { .. } => "stdin",
+            Request::StdinClose {} => "stdin_close",
+            Request::Signal { .. } => "signal",
+        }
+    }
+}
+
+/// A reply or event from the agent, carried inside a sealed frame.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply {
+    Started {
+        pid: u32,
+    },
+    Failed {
+        reason: String,
+    },
+    Exited {
+        pid: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<i32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
+    },
+    Pong {},
+    Status {
+        running: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pid: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        launched_by: Option<String>,
+    },
+    Error {
+        reason: String,
+    },
+    /// An `attach` or `finish` was accepted.
+    Ack {},
+    /// Exec: output of the program on `fd` 1 (stdout) or 2 (stderr), base64.
+    Output {
+        fd: u8,
+        data: String,
+    },
+}
+
+/// Field names a launch request might use to smuggle in a program; refused with a clear reason.
+const EXECUTABLE_FIELDS: &[&str] = &[
+    "executable",
+    "program",
+    "exe",
+    "path",
+    "cmd",
+    "command",
+    "binary",
+    "file",
+    "argv0",
+    "prted",
+];
+
+/// Parses a request body (the text inside a sealed frame), giving reasons a launcher author can act on.
+pub fn decode_request(body: &[u8]) -> Result<Request, String> {
+    let value = parse_versioned(body).map_err(|e| e.to_string())?;
+    if let serde_json::Value::Object(map) = &value {
+        if map.get("type").and_then(|t| t.as_str()) == Some("launch") {
+            if let Some(field) = EXECUTABLE_FIELDS.iter().find(|f| map.contains_key(**f)) {
+                return Err(format!(
+                    "a launch request cannot name an executable (field `{field}`): this agent \
+                     only starts its configured prted; send only the arguments after the \
+                     executable in `argv`"
+                ));
+            }
+        }
+    }
+    serde_json::from_value(value).map_err(|e| format!("invalid request: {e}"))
+}
+
+/// The `type` of a plain frame, for messages.
+pub fn plain_kind(p: &Plain) -> &'static str {
+    match p {
+        Plain::Challenge { .. } => "challenge",
+        Plain::Response { .. } => "response",
+        Plain::Welcome { .. } => "welcome",
+        Plain::Refused { .. } => "refused",
+        Plain::Error { .. } => "error",
+        Plain::Sealed { .. } => "sealed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::wire::{decode_message, encode_message, ProtocolError};
+    use super::*;
+
+    #[test]
+    fn requests_refuse_unknown_and_executable_fields() {
+        let e = decode_request(br#"{"v":1,"type":"launch","argv":[],"executable":"/bin/sh"}"#)
+            .unwrap_err();
+        assert!(
+            e.contains("cannot name an executable") && e.contains("executable"),
+            "{e}"
+        );
+        let e = decode_request(br#"{"v":1,"type":"launch","argv":[],"program":"sh"}"#).unwrap_err();
+        assert!(e.contains("`program`"), "{e}");
+        let e = decode_request(br#"{"v":1,"type":"launch","argv":[],"colour":1}"#).unwrap_err();
+        assert!(e.contains("unknown field `colour`"), "{e}");
+        let e = decode_request(br#"{"v":1,"type":"shell"}"#).unwrap_err();
+        assert!(e.contains("unknown variant `shell`"), "{e}");
+        let e = decode_request(br#"{"v":1,"type":"exec"}"#).unwrap_err();
+        assert!(e.contains("missing field `argv`"), "{e}");
+        let ok = decode_request(br#"{"v":1,"type":"launch","argv":["--x"],"env":{"PRTE_A":"1"}}"#)
+            .unwrap();
+        assert_eq!(ok.kind(), "launch");
+    }
+
+    #[test]
+    fn launch_dvm_uri_round_trips_and_unknown_fields_are_refused() {
+        let req = Request::Launch {
+            argv: vec!["--x".into()],
+            env: BTreeMap::new(),
+            dvm_uri: Some("ns.0;tcp4://10.0.0.1:7120".into()),
+        };
+        let body = encode_message(&req);
+        assert_eq!(decode_request(&body).unwrap(), req);
+        let plain = Request::Launch {
+            argv: vec![],
+            env: BTreeMap::new(),
+            dvm_uri: None,
+        };
+        let text = String::from_utf8(encode_message(&plain)).unwrap();
+        assert!(!text.contains("dvm_uri"), "{text}");
+        let e = decode_request(br#"{"v":1,"type":"launch","argv":[],"dvm":"x"}"#).unwrap_err();
+        assert!(e.contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn version_is_required() {
+        assert!(matches!(
+            decode_message::<Plain>(br#"{"type":"error","reason":"x"}"#),
+            Err(ProtocolError::Malformed(_))
+        ));
+        assert!(matches!(
+            decode_message::<Plain>(br#"{"v":2,"type":"error","reason":"x"}"#),
+            Err(ProtocolError::Version { .. })
+        ));
+        let body = encode_message(&Plain::Error { reason: "x".into() });
+        assert_eq!(
+            decode_message::<Plain>(&body).unwrap(),
+            Plain::Error { reason: "x".into() }
+        );
+    }
+}

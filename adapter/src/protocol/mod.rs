@@ -1,0 +1,120 @@
+//! The wire protocol between the launcher (inside `prterun`'s PLM component) and the
+//! `prrte-k8s-agent` running in every pod.
+//!
+//! # Framing
+//!
+//! A connection is a TCP byte stream of **frames**. A frame is a 4-byte big-endian unsigned
+//! length `N` followed by `N` bytes of UTF-8 JSON (one object). The agent refuses frames longer
+//! than its `--max-frame` (default [`DEFAULT_MAX_FRAME`], 1 MiB); before authentication it
+//! accepts at most [`HANDSHAKE_MAX_FRAME`] bytes. Every object carries `"v": 1` (the protocol
+//! version, [`VERSION`]) and a `"type"`. An over-size, non-JSON or otherwise malformed frame
+//! makes the agent answer with an `error` frame (if the connection is still writable) and close
+//! that connection; other connections are not affected.
+//!
+//! # Handshake (mutual challenge-response)
+//!
+//! Both sides hold the same per-job secret `K` (a Kubernetes Secret mounted as a file, read with
+//! [`read_secret_file`]). `MAC(...)` is HMAC-SHA256 keyed with
+//! `K`, nonces are 32 random bytes, hex-encoded on the wire, and `||` is concatenation.
+//!
+//! 1. agent → client, as soon as the connection is accepted:
+//!    `{"v":1,"type":"challenge","auth":"hmac-sha256","nonce":Na,"agent":"prrte-k8s-agent 0.1.0"}`
+//! 2. client → agent:
+//!    `{"v":1,"type":"response","nonce":Nc,"mac":MAC("prrte-k8s client" || Na || Nc)}`
+//! 3. the agent checks the MAC in constant time. On mismatch it sends
+//!    `{"v":1,"type":"refused","reason":"authentication failed: ..."}` and closes; nothing is
+//!    started. On success it proves that it holds `K` too:
+//!    `{"v":1,"type":"welcome","mac":MAC("prrte-k8s agent" || Nc || Na)}`
+//!    and the client checks that (a client must not send a request to an agent that failed to
+//!    prove itself).
+//!
+//! An agent started with `--insecure-no-auth` and no secret sends `"auth":"none"`; the client
+//! then answers without `mac` and the agent's `welcome` has none either. A launcher that holds a
+//! secret refuses such an agent, and a launcher without a secret refuses an agent that demands
+//! one: insecure mode needs both sides to agree.
+//!
+//! # Sealed frames
+//!
+//! After the handshake every frame in **both** directions is sealed:
+//! `{"v":1,"type":"sealed","seq":S,"body":"<JSON text of the message>","mac":M}` with
+//! `M = MAC(label || Na || Nc || S as u64 big-endian || body bytes)`, where `label` is
+//! `"prrte-k8s frame c2s"` for client-to-agent frames and `"prrte-k8s frame s2c"` for
+//! agent-to-client frames. `S` starts at 1 in each direction and must grow by exactly one per
+//! frame. The receiver checks the MAC over the exact body bytes before parsing the body, so a
+//! frame replayed from this session (wrong `seq`), from an earlier session (other nonces), one
+//! sent in the other direction, or one with a forged body or MAC is refused: the agent answers
+//! with a sealed `error` and closes the connection. In insecure mode `mac` is omitted but `seq`
+//! is still enforced.
+//!
+//! # Messages inside sealed frames
+//!
+//! Requests (client → agent; unknown fields are refused, see [`Request`]):
+//! * `{"v":1,"type":"launch","argv":[...],"env":{"PRTE_X":"..."}}` — start the agent's
+//!   configured prted. `argv` holds only the arguments *after* the executable: a request can never
+//!   name an executable (there is no field for one; a field such as `executable` or `program`, or
+//!   an `argv[0]` that looks like a path to a program, is refused). `env` keys must match
+//!   `^(PRTE|PMIX|OMPI)_[A-Za-z0-9_]*$` and values must not contain NUL (see [`validate_launch`]).
+//!   An optional `"dvm_uri":"<nspace>.<rank>;tcp4://<ipv4>:<port>"` is the URI of the DVM's
+//!   PMIx tool server (prte's); the agent writes it to its DVM URI file (default
+//!   `/var/run/prrte-k8s/dvm.uri`) while that prted runs, so `prrte-k8s prun` works from any pod.
+//!   Any other form is refused (see [`validate_dvm_uri`]).
+//! * `{"v":1,"type":"kill","grace_ms":2000}` — terminate the running prted: SIGTERM to its whole
+//!   process group, SIGKILL after the grace period (the smaller of `grace_ms`, if given, and the
+//!   agent's `--kill-grace`), then `exited`.
+//! * `{"v":1,"type":"ping"}` → `pong`; `{"v":1,"type":"status"}` → `status`.
+//! * Batch mode only (agents started with `--run`): `{"v":1,"type":"attach"}` → `ack`, sent by
+//!   the agent that runs the job's command to every other pod's agent, on a connection it keeps
+//!   open for the whole run; then `{"v":1,"type":"finish","code":N}` → `ack` on that connection
+//!   when the command ended with exit status `N`, after which the worker's agent exits (see
+//!   `crate::agent::batch`). Agents not in batch mode answer both with `failed`.
+//!
+//! * `{"v":1,"type":"exec","argv":[...],"env":[[k,v],...],"cwd":...,"stdin":bool}` — run a
+//!   program from the agent's exec allowlist, never a shell; then `stdin {data}`,
+//!   `stdin_close {}` and `signal {signal}` on that connection. The agent answers `started`
+//!   or `failed`, streams `output {fd, data}`, and ends with `exited`. See [`exec`].
+//!
+//! Replies (agent → client, see [`Reply`]):
+//! * `started {pid}` or `failed {reason}` for a launch (refused request, busy agent, exec error);
+//! * later, on the same connection, `exited {pid, code}` or `exited {pid, signal}` once prted
+//!   and everything left in its process group are gone;
+//! * `failed {reason}` for a `kill` that has nothing to kill, or a request that could not be parsed;
+//! * `pong {}`, `status {running, pid, launched_by}`, `ack {}`;
+//! * `error {reason}`: a protocol violation; the agent closes the connection after sending it.
+//!
+//! # Supervision
+//!
+//! The connection that launched prted controls it: when that connection ends (EOF, reset, a
+//! protocol error, TCP keepalive failure), the agent kills prted's process group exactly as for
+//! `kill`. The agent runs one prted at a time.
+
+mod auth;
+pub mod exec;
+mod frame;
+mod handshake;
+mod messages;
+mod secret;
+mod session;
+mod signal;
+mod validate;
+mod wire;
+
+pub use auth::{
+    agent_proof, client_proof, new_nonce, parse_nonce, verify_agent_proof, verify_client_proof,
+    AUTH_FAILED_REASON, NONCE_LEN,
+};
+pub use frame::{
+    classify_read_error, codec, encode_frame, framed, recv_frame, send_frame, set_keepalive,
+    FramedConn, DEFAULT_MAX_FRAME, HANDSHAKE_MAX_FRAME,
+};
+pub use handshake::{client_handshake, HandshakeError};
+pub use messages::{decode_request, plain_kind, AuthMode, Plain, Reply, Request};
+pub use secret::{read_secret_file, SecretError, DEFAULT_SECRET_FILE};
+pub use session::{Role, Session};
+pub use signal::signal_name;
+pub use validate::{validate_dvm_uri, validate_env_key, validate_launch, MAX_DVM_URI_LEN};
+pub use wire::{decode_message, encode_message, ProtocolError, VERSION};
+
+/// Default TCP port of the agent's protocol listener.
+pub const DEFAULT_AGENT_PORT: u16 = 7117;
+/// Default TCP port of the agent's HTTP health endpoint.
+pub const DEFAULT_HEALTH_PORT: u16 = 7118;
