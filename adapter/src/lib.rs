@@ -12,4 +12,5 @@ pub mod launch;
 pub mod manifest;
 pub mod protocol;
 pub mod rsh;
+pub mod settings;
 pub mod text;

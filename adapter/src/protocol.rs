@@ -112,11 +112,11 @@ pub use signal::signal_name;
 /// Protocol version carried as `"v"` in every frame.
 pub const VERSION: u64 = 1;
 /// Default TCP port of the agent's protocol listener.
-pub const DEFAULT_AGENT_PORT: u16 = 7117;
+pub const DEFAULT_AGENT_PORT: u16 = crate::settings::mca::AGENT_PORT.default_u64() as u16;
 /// Default TCP port of the agent's HTTP health endpoint.
 pub const DEFAULT_HEALTH_PORT: u16 = 7118;
 /// Default maximum frame length (bytes of JSON after the length prefix).
-pub const DEFAULT_MAX_FRAME: usize = 1024 * 1024;
+pub const DEFAULT_MAX_FRAME: usize = crate::settings::agent::MAX_FRAME.default_u64() as usize;
 /// Maximum frame length accepted before authentication.
 pub const HANDSHAKE_MAX_FRAME: usize = 16 * 1024;
 /// Length of the handshake nonces in bytes.
