@@ -136,36 +136,27 @@ pub fn launch_round(jdata: JobRef) {
         Err(e) => return launch_error(jdata, &e),
     };
     let env = prted_args::forwarded_env(std::env::vars());
-    let p = params::plm();
-    let secret = if p.insecure {
-        None
-    } else {
-        let file = p.secret_file.clone().unwrap_or_default();
-        match prrte_k8s::protocol::read_secret_file(std::path::Path::new(&file)) {
+    let p = match params::plm().check(&|k| std::env::var(k).ok()) {
+        Ok(p) => p,
+        Err(e) => return launch_error(jdata, &e.to_string()),
+    };
+    let secret = match &p.secret_file {
+        None => None,
+        Some(file) => match prrte_k8s::protocol::read_secret_file(file) {
             Ok(s) => Some(s),
             Err(e) => {
                 return launch_error(
                     jdata,
-                    &format!("{e} (parameter plm_k8s_secret_file = {file})"),
+                    &format!(
+                        "{e} (parameter {} = {})",
+                        prrte_k8s::settings::mca::SECRET_FILE.name(),
+                        file.display()
+                    ),
                 )
             }
-        }
+        },
     };
-    let port = match u16::try_from(p.agent_port) {
-        Ok(port) if port > 0 => port,
-        _ => {
-            return launch_error(
-                jdata,
-                &format!(
-                    "plm_k8s_agent_port must be a TCP port (1-65535), not {}",
-                    p.agent_port
-                ),
-            )
-        }
-    };
-    if p.launch_timeout <= 0 || p.connect_timeout <= 0 {
-        return launch_error(jdata, "plm_k8s_launch_timeout and plm_k8s_connect_timeout must be positive numbers of seconds");
-    }
+    let port = p.agent_port;
 
     // prte's own PMIx tool URI, for the agents to publish in their pods (so `prrte-k8s prun`
     // works from any pod), when it is one other pods can reach.
@@ -253,8 +244,8 @@ pub fn launch_round(jdata: JobRef) {
     );
     let opts = LaunchOptions {
         secret,
-        connect_timeout: Duration::from_secs(p.connect_timeout as u64),
-        request_timeout: Duration::from_secs(p.launch_timeout as u64),
+        connect_timeout: p.connect_timeout,
+        request_timeout: p.launch_timeout,
         kill_grace: Duration::from_secs(5),
     };
     let launcher = Launcher::start(
@@ -265,7 +256,7 @@ pub fn launch_round(jdata: JobRef) {
 
     // The startup timeout PRRTE lacks.
     let (timer_tx, timer_rx) = mpsc::channel::<()>();
-    let timeout = Duration::from_secs(p.launch_timeout as u64);
+    let timeout = p.launch_timeout;
     let _ = std::thread::Builder::new()
         .name("prrte-k8s-launch-timer".into())
         .spawn(move || {
