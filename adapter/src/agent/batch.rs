@@ -579,8 +579,8 @@ async fn run_command(
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
         .process_group(0);
-    if std::env::var_os("PRTE_MCA_plm_k8s_secret_file").is_none() && config.secret.is_some() {
-        cmd.env("PRTE_MCA_plm_k8s_secret_file", &config.secret_file);
+    for (name, value) in config.launcher_env(|k| std::env::var_os(k).is_some()) {
+        cmd.env(name, value);
     }
     // The job's launcher allocates and launches through the Kubernetes components. Set here,
     // for this command only, never in the pod's environment: every prted inherits that, and a

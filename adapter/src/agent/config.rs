@@ -6,23 +6,26 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-use crate::protocol::{
-    read_secret_file, SecretError, DEFAULT_AGENT_PORT, DEFAULT_HEALTH_PORT, DEFAULT_MAX_FRAME,
-    DEFAULT_SECRET_FILE,
-};
+use crate::protocol::{read_secret_file, SecretError, DEFAULT_HEALTH_PORT};
+use crate::settings::{agent, mca, ArgExt, Kind, SettingError};
 
+/// The range of `--max-frame` (a launch request must fit).
+const MAX_FRAME_RANGE: (i64, i64) = match agent::MAX_FRAME.kind {
+    Kind::Int { min, max } => (min, max),
+    _ => panic!("--max-frame is a count"),
+};
 /// Smallest `--max-frame` accepted (a launch request must fit).
-pub const MIN_MAX_FRAME: usize = 4096;
+pub const MIN_MAX_FRAME: usize = MAX_FRAME_RANGE.0 as usize;
 /// Largest `--max-frame` accepted.
-pub const MAX_MAX_FRAME: usize = 64 * 1024 * 1024;
+pub const MAX_MAX_FRAME: usize = MAX_FRAME_RANGE.1 as usize;
 
 /// Default time a connection has to complete the handshake.
-pub const DEFAULT_HANDSHAKE_TIMEOUT_SECS: u64 = 10;
+pub const DEFAULT_HANDSHAKE_TIMEOUT_SECS: u64 = agent::HANDSHAKE_TIMEOUT.default_u64();
 
 /// Default location of the file holding the DVM's PMIx tool URI in every pod.
-pub const DEFAULT_DVM_URI_FILE: &str = "/var/run/prrte-k8s/dvm.uri";
+pub const DEFAULT_DVM_URI_FILE: &str = agent::DVM_URI_FILE.default;
 /// Default TCP port of the DVM head's PMIx tool listener.
-pub const DEFAULT_TOOL_PORT: u16 = 7120;
+pub const DEFAULT_TOOL_PORT: u16 = agent::TOOL_PORT.default_u64() as u16;
 
 /// Whether this agent starts the DVM (prte) itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -77,153 +80,83 @@ pub enum LogFormat {
     args_override_self = true
 )]
 pub struct AgentArgs {
-    /// Address for launch connections [default: $POD_IP:PORT if POD_IP is set, else 0.0.0.0:PORT]
-    #[arg(long, env = "PRRTE_K8S_AGENT_LISTEN", value_name = "ADDR")]
+    #[arg(long, setting = &agent::LISTEN)]
     pub listen: Option<SocketAddr>,
 
-    /// Port used when --listen is not given
-    #[arg(long, env = "PRRTE_K8S_AGENT_PORT", value_name = "PORT", default_value_t = DEFAULT_AGENT_PORT)]
+    #[arg(long, setting = &agent::PORT, value_parser = |t: &str| agent::PORT.port(t))]
     pub port: u16,
 
-    /// Absolute path of the prted executable; the only program this agent ever starts
-    #[arg(long, env = "PRRTE_K8S_PRTED", value_name = "PATH")]
+    #[arg(long, setting = &agent::PRTED)]
     pub prted: PathBuf,
 
-    /// File holding the per-job secret shared with the launcher (a mounted Kubernetes Secret)
-    #[arg(long, env = "PRRTE_K8S_SECRET_FILE", value_name = "PATH", default_value = DEFAULT_SECRET_FILE)]
+    #[arg(long, setting = &agent::SECRET_FILE)]
     pub secret_file: PathBuf,
 
-    /// Serve without authentication when no secret file exists (anyone who can reach the port
-    /// can then start prted; every connection logs a warning)
-    #[arg(long)]
+    #[arg(long, setting = &agent::INSECURE_NO_AUTH)]
     pub insecure_no_auth: bool,
 
-    /// HTTP readiness endpoint (GET /healthz answers 200 "ok" while serving), or "off"
-    /// [default: $POD_IP:7118 if POD_IP is set, else 0.0.0.0:7118]
-    #[arg(long, env = "PRRTE_K8S_AGENT_HEALTH_LISTEN", value_name = "ADDR|off")]
+    #[arg(long, setting = &agent::HEALTH_LISTEN)]
     pub health_listen: Option<String>,
 
-    /// TMPDIR given to prted [default: the agent's own TMPDIR, else /tmp]
-    #[arg(long, env = "PRRTE_K8S_AGENT_TMPDIR", value_name = "DIR")]
+    #[arg(long, setting = &agent::TMPDIR)]
     pub tmpdir: Option<PathBuf>,
 
-    /// Seconds between SIGTERM and SIGKILL when stopping prted's process group
-    #[arg(
-        long,
-        env = "PRRTE_K8S_AGENT_KILL_GRACE",
-        value_name = "SECS",
-        default_value_t = 5
-    )]
+    #[arg(long, setting = &agent::KILL_GRACE)]
     pub kill_grace: u64,
 
-    /// Largest accepted frame in bytes
-    #[arg(long, env = "PRRTE_K8S_AGENT_MAX_FRAME", value_name = "BYTES", default_value_t = DEFAULT_MAX_FRAME)]
+    #[arg(long, setting = &agent::MAX_FRAME)]
     pub max_frame: usize,
 
-    /// Extra variables of the agent's environment to pass to prted (comma-separated names),
-    /// besides PATH, HOME, HOSTNAME, LANG, LC_ALL, TZ, USER, LD_LIBRARY_PATH and the agent's
-    /// own PRTE_*, PMIX_* and OMPI_* variables
-    #[arg(
-        long,
-        env = "PRRTE_K8S_AGENT_PASS_ENV",
-        value_name = "NAMES",
-        value_delimiter = ','
-    )]
+    #[arg(long, setting = &agent::PASS_ENV, value_delimiter = ',')]
     pub pass_env: Vec<String>,
 
-    /// File where the DVM's PMIx tool URI is published in this pod, for `prrte-k8s prun`
-    /// (written while a prted launched with a `dvm_uri` runs, or by the DVM head's prte)
-    #[arg(long, env = "PRRTE_K8S_DVM_URI_FILE", value_name = "PATH", default_value = DEFAULT_DVM_URI_FILE)]
+    #[arg(long, setting = &agent::DVM_URI_FILE)]
     pub dvm_uri_file: PathBuf,
 
-    /// Start the DVM (prte --prtemca ras k8s --prtemca plm k8s) from this agent: "auto" in the
-    /// pod with index 0 ($JOB_COMPLETION_INDEX, else $POD_INDEX, else a host name ending in
-    /// "-0"), "always", or "never"
-    #[arg(long, env = "PRRTE_K8S_DVM_HEAD", value_enum, default_value = "never")]
+    #[arg(long, setting = &agent::DVM_HEAD, value_enum)]
     pub dvm_head: DvmHead,
 
-    /// Absolute path of prte for the DVM head [default: prte next to --prted]
-    #[arg(long, env = "PRRTE_K8S_PRTE", value_name = "PATH")]
+    #[arg(long, setting = &agent::PRTE)]
     pub prte: Option<PathBuf>,
 
-    /// TCP port of the DVM head's PMIx tool listener (on the pod IP)
-    #[arg(long, env = "PRRTE_K8S_TOOL_PORT", value_name = "PORT", default_value_t = DEFAULT_TOOL_PORT)]
+    #[arg(long, setting = &agent::TOOL_PORT, value_parser = |t: &str| agent::TOOL_PORT.port(t))]
     pub tool_port: u16,
 
-    /// Extra argument for the DVM head's prte (repeatable, e.g. --prte-arg=--prtemca
-    /// --prte-arg=oob_tcp_dynamic_ipv4_ports --prte-arg=7121)
-    #[arg(long = "prte-arg", value_name = "ARG", allow_hyphen_values = true)]
+    #[arg(long, setting = &agent::PRTE_ARG, allow_hyphen_values = true)]
     pub prte_args: Vec<String>,
 
-    /// Batch mode: the agent of the pod with index 0 runs COMMAND (given after `--`) once it is
-    /// ready, its output is the pod's log and its exit status the agent's; every other pod's
-    /// agent exits when it ends (0 if it succeeded). Without a command after `--`, the shell
-    /// command in PRRTE_K8S_RUN is run with /bin/sh -c
-    #[arg(long)]
+    #[arg(long, setting = &agent::RUN)]
     pub run: bool,
 
-    /// Which part this agent plays in batch mode: "auto" (the launcher in the pod with index 0,
-    /// a worker elsewhere), "launcher" or "worker"
-    #[arg(long, env = "PRRTE_K8S_BATCH_ROLE", value_enum, default_value = "auto")]
+    #[arg(long, setting = &agent::BATCH_ROLE, value_enum)]
     pub batch_role: BatchRole,
 
-    /// Batch workers: seconds to wait for the launcher (the agent running the command) to
-    /// attach before giving up and exiting with status 1
-    #[arg(
-        long,
-        env = "PRRTE_K8S_LAUNCHER_WAIT",
-        value_name = "SECS",
-        default_value_t = 600
-    )]
+    #[arg(long, setting = &agent::LAUNCHER_WAIT)]
     pub launcher_wait: u64,
 
-    /// Batch launcher: seconds to wait for the job's pods to be Ready before running the
-    /// command anyway (as ras_k8s_timeout)
-    #[arg(
-        long,
-        env = "PRRTE_K8S_BATCH_PODS_TIMEOUT",
-        value_name = "SECS",
-        default_value_t = 300
-    )]
+    #[arg(long, setting = &agent::PODS_TIMEOUT)]
     pub pods_timeout: u64,
 
     /// The batch command (after `--`)
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 
-    /// Track every process of a launch in a cgroup of its own ("auto": where a writable cgroup
-    /// hierarchy is mounted, else by a process-tree sweep) or only by the sweep ("off")
-    #[arg(
-        long,
-        env = "PRRTE_K8S_AGENT_CGROUP",
-        value_enum,
-        default_value = "auto"
-    )]
+    #[arg(long, setting = &agent::CGROUP, value_enum)]
     pub cgroup: CgroupMode,
 
-    /// Unauthenticated connections accepted at once; beyond, the oldest is dropped
-    #[arg(long, env = "PRRTE_K8S_AGENT_MAX_PENDING", value_name = "N", default_value_t = super::limits::DEFAULT_MAX_PENDING)]
+    #[arg(long, setting = &agent::MAX_PENDING)]
     pub max_pending: usize,
 
-    /// Unauthenticated connections accepted at once from one IP address; beyond, that
-    /// address's oldest is dropped
-    #[arg(long, env = "PRRTE_K8S_AGENT_MAX_PENDING_PER_PEER", value_name = "N", default_value_t = super::limits::DEFAULT_MAX_PENDING_PER_PEER)]
+    #[arg(long, setting = &agent::MAX_PENDING_PER_PEER)]
     pub max_pending_per_peer: usize,
 
-    /// Seconds a connection has to complete the whole handshake
-    #[arg(long, env = "PRRTE_K8S_AGENT_HANDSHAKE_TIMEOUT", value_name = "SECS", default_value_t = DEFAULT_HANDSHAKE_TIMEOUT_SECS)]
+    #[arg(long, setting = &agent::HANDSHAKE_TIMEOUT)]
     pub handshake_timeout: u64,
 
     #[command(flatten)]
     pub exec: super::exec::ExecArgs,
 
-    /// Log format (filter with PRRTE_K8S_LOG, e.g. "debug")
-    #[arg(
-        long,
-        env = "PRRTE_K8S_AGENT_LOG_FORMAT",
-        value_enum,
-        default_value = "text"
-    )]
+    #[arg(long, setting = &agent::LOG_FORMAT, value_enum)]
     pub log_format: LogFormat,
 }
 
@@ -368,12 +301,14 @@ pub enum ConfigError {
     HealthListen(String),
     #[error("POD_IP {0:?} is not an IP address; set --listen explicitly")]
     PodIp(String),
-    #[error("--prte {path}: {why} (the DVM head runs prte; give its absolute path with --prte or PRRTE_K8S_PRTE)")]
+    #[error("--prte {path}: {why} (the DVM head runs prte; give its absolute path with --prte or {})", agent::PRTE.var())]
     Prte { path: PathBuf, why: String },
-    #[error("--run: no command; give it after `--` (--run -- mpirun -n 8 ./app) or as a shell command in PRRTE_K8S_RUN")]
+    #[error("--run: no command; give it after `--` (--run -- mpirun -n 8 ./app) or as a shell command in {}", agent::RUN_SHELL.var())]
     RunWithoutCommand,
     #[error("--run and --dvm-head {0} exclude each other: a batch job runs its command (e.g. mpirun) in pod 0, an interactive one a DVM head; the manifest chooses one")]
     RunAndHead(String),
+    #[error("{0}")]
+    Setting(#[from] SettingError),
     #[error("--dvm-head: the DVM head binds prte's tool listener to the pod's IPv4 address, but {0}; set POD_IP from the downward API (fieldPath: status.podIP)")]
     HeadAddress(String),
 }
@@ -384,6 +319,9 @@ impl AgentConfig {
         args: &AgentArgs,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<AgentConfig, ConfigError> {
+        // The port and the secret file are the launcher's settings too, under two names each.
+        agent::PORT.lookup(&env)?;
+        agent::SECRET_FILE.lookup(&env)?;
         let pod_ip = match env("POD_IP").filter(|s| !s.is_empty()) {
             Some(s) => Some(
                 s.parse::<IpAddr>()
@@ -516,6 +454,24 @@ impl AgentConfig {
     }
 }
 
+impl AgentConfig {
+    /// The launcher's side of this agent's settings, for a prte or mpirun it starts (the DVM
+    /// head, the batch command): `PRTE_MCA_plm_k8s_secret_file` (when it serves with a secret)
+    /// and `PRTE_MCA_plm_k8s_agent_port`, each unless `is_set` says the variable is already
+    /// set in the agent's environment (which the child inherits).
+    pub fn launcher_env(&self, is_set: impl Fn(&str) -> bool) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let secret = mca::SECRET_FILE.mca.map(|m| m.env);
+        if let Some(var) = secret.filter(|v| self.secret.is_some() && !is_set(v)) {
+            out.push((var, self.secret_file.display().to_string()));
+        }
+        if let Some(var) = mca::AGENT_PORT.mca.map(|m| m.env).filter(|v| !is_set(v)) {
+            out.push((var, self.listen.port().to_string()));
+        }
+        out
+    }
+}
+
 /// The batch part of the configuration: `--run` (or a command after `--`, or PRRTE_K8S_RUN)
 /// turns batch mode on; `--batch-role` (default: by pod index) picks launcher or worker.
 fn batch_config(
@@ -523,7 +479,7 @@ fn batch_config(
     env: &impl Fn(&str) -> Option<String>,
     head: bool,
 ) -> Result<Option<BatchConfig>, ConfigError> {
-    let shell = env("PRRTE_K8S_RUN").filter(|s| !s.trim().is_empty());
+    let shell = env(agent::RUN_SHELL.var()).filter(|s| !s.trim().is_empty());
     let command: Vec<String> = if !args.command.is_empty() {
         args.command.clone()
     } else if let Some(line) = shell {
@@ -583,203 +539,4 @@ pub fn check_prted(path: &Path) -> Result<(), ConfigError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    fn args(dir: &Path, extra: &[&str]) -> AgentArgs {
-        let prted = dir.join("prted");
-        let mut v = vec![
-            "prrte-k8s-agent".to_string(),
-            "--prted".into(),
-            prted.display().to_string(),
-            "--secret-file".into(),
-            dir.join("key").display().to_string(),
-        ];
-        v.extend(extra.iter().map(|s| s.to_string()));
-        AgentArgs::try_parse_from(v).unwrap()
-    }
-
-    fn setup() -> tempfile::TempDir {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("prted"), "#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(
-            d.path().join("prted"),
-            std::fs::Permissions::from_mode(0o755),
-        )
-        .unwrap();
-        std::fs::write(d.path().join("key"), "s3cret-s3cret-s3cret-s3cret-s3cret\n").unwrap();
-        d
-    }
-
-    #[test]
-    fn defaults_follow_pod_ip() {
-        let d = setup();
-        let a = args(d.path(), &[]);
-        let c = AgentConfig::from_args(&a, |k| (k == "POD_IP").then(|| "10.1.2.3".into())).unwrap();
-        assert_eq!(c.listen, "10.1.2.3:7117".parse().unwrap());
-        assert_eq!(c.health_listen, Some("10.1.2.3:7118".parse().unwrap()));
-        assert_eq!(
-            c.secret.as_deref(),
-            Some(&b"s3cret-s3cret-s3cret-s3cret-s3cret"[..])
-        );
-        assert_eq!(c.kill_grace, Duration::from_secs(5));
-        assert_eq!(c.max_frame, 1024 * 1024);
-        assert_eq!(c.tmpdir, PathBuf::from("/tmp"));
-        let c = AgentConfig::from_args(&a, |_| None).unwrap();
-        assert_eq!(c.listen, "0.0.0.0:7117".parse().unwrap());
-        let c = AgentConfig::from_args(&a, |k| (k == "POD_IP").then(|| "fd00::5".into())).unwrap();
-        assert_eq!(c.listen, "[fd00::5]:7117".parse().unwrap());
-        let a = args(d.path(), &["--port", "9000", "--health-listen", "off"]);
-        let c = AgentConfig::from_args(&a, |_| None).unwrap();
-        assert_eq!(c.listen, "0.0.0.0:9000".parse().unwrap());
-        assert_eq!(c.health_listen, None);
-    }
-
-    #[test]
-    fn refuses_bad_prted_and_missing_secret() {
-        let d = setup();
-        let mut a = args(d.path(), &[]);
-        a.prted = PathBuf::from("prted");
-        assert!(matches!(
-            AgentConfig::from_args(&a, |_| None),
-            Err(ConfigError::PrtedNotAbsolute(_))
-        ));
-        std::fs::write(d.path().join("noexec"), "x").unwrap();
-        a.prted = d.path().join("noexec");
-        let e = AgentConfig::from_args(&a, |_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("not executable"), "{e}");
-        a.prted = d.path().to_owned();
-        let e = AgentConfig::from_args(&a, |_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("not a regular file"), "{e}");
-
-        std::fs::remove_file(d.path().join("key")).unwrap();
-        let a = args(d.path(), &[]);
-        let e = AgentConfig::from_args(&a, |_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("--insecure-no-auth") && e.contains("key"), "{e}");
-        let a = args(d.path(), &["--insecure-no-auth"]);
-        assert!(AgentConfig::from_args(&a, |_| None)
-            .unwrap()
-            .secret
-            .is_none());
-    }
-
-    #[test]
-    fn refuses_a_short_secret() {
-        let d = setup();
-        std::fs::write(d.path().join("key"), "0123456789abcdef0123456789abcde\n").unwrap();
-        let e = AgentConfig::from_args(&args(d.path(), &[]), |_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("31 bytes") && e.contains("at least 32"), "{e}");
-        // Not even with --insecure-no-auth: a present but weak secret is a mistake.
-        let e = AgentConfig::from_args(&args(d.path(), &["--insecure-no-auth"]), |_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("at least 32"), "{e}");
-        std::fs::write(d.path().join("key"), "0123456789abcdef0123456789abcdef\n").unwrap();
-        assert!(AgentConfig::from_args(&args(d.path(), &[]), |_| None).is_ok());
-    }
-
-    #[test]
-    fn refuses_bad_limits() {
-        let d = setup();
-        let a = args(d.path(), &["--max-frame", "10"]);
-        assert!(matches!(
-            AgentConfig::from_args(&a, |_| None),
-            Err(ConfigError::MaxFrame(10))
-        ));
-        let a = args(d.path(), &["--tmpdir", "/nonexistent-prrte-k8s"]);
-        assert!(matches!(
-            AgentConfig::from_args(&a, |_| None),
-            Err(ConfigError::Tmpdir { .. })
-        ));
-    }
-
-    #[test]
-    fn pod_index_sources_in_order() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        let e = env(&[
-            ("JOB_COMPLETION_INDEX", "3"),
-            ("POD_INDEX", "0"),
-            ("HOSTNAME", "w-0"),
-        ]);
-        assert_eq!(pod_index(&e).unwrap().0, 3);
-        let e = env(&[("POD_INDEX", "0"), ("HOSTNAME", "w-5")]);
-        assert_eq!(pod_index(&e).unwrap(), (0, "POD_INDEX=0".to_string()));
-        let e = env(&[("JOB_COMPLETION_INDEX", "x"), ("HOSTNAME", "mpi-worker-10")]);
-        assert_eq!(pod_index(&e).unwrap().0, 10);
-        let e = env(&[("HOSTNAME", "mpi-worker-0")]);
-        assert_eq!(pod_index(&e).unwrap().0, 0);
-        let e = env(&[("HOSTNAME", "launcher-abc")]);
-        assert_eq!(pod_index(&e), None);
-    }
-
-    #[test]
-    fn dvm_head_needs_prte_and_an_ipv4_pod_ip() {
-        let d = setup();
-        std::fs::write(d.path().join("prte"), "#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(
-            d.path().join("prte"),
-            std::fs::Permissions::from_mode(0o755),
-        )
-        .unwrap();
-        let a = args(
-            d.path(),
-            &[
-                "--dvm-head",
-                "auto",
-                "--prte-arg=--prtemca",
-                "--prte-arg",
-                "x",
-            ],
-        );
-        let pod = |idx: &'static str| {
-            move |k: &str| match k {
-                "POD_IP" => Some("10.1.2.3".to_string()),
-                "JOB_COMPLETION_INDEX" => Some(idx.to_string()),
-                _ => None,
-            }
-        };
-        let c = AgentConfig::from_args(&a, pod("0")).unwrap();
-        let h = c.head.unwrap();
-        assert_eq!(h.prte, d.path().join("prte"));
-        assert_eq!(h.pod_ip, Ipv4Addr::new(10, 1, 2, 3));
-        assert_eq!(h.tool_port, DEFAULT_TOOL_PORT);
-        assert_eq!(h.extra_args, vec!["--prtemca".to_string(), "x".into()]);
-        assert!(h.reason.contains("JOB_COMPLETION_INDEX=0"), "{}", h.reason);
-        assert_eq!(c.dvm_uri_file, PathBuf::from(DEFAULT_DVM_URI_FILE));
-        assert!(AgentConfig::from_args(&a, pod("1")).unwrap().head.is_none());
-        let never = args(d.path(), &[]);
-        assert!(AgentConfig::from_args(&never, pod("0"))
-            .unwrap()
-            .head
-            .is_none());
-        let always = args(d.path(), &["--dvm-head", "always"]);
-        let e = AgentConfig::from_args(&always, |_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("POD_IP"), "{e}");
-        let missing = args(
-            d.path(),
-            &["--dvm-head", "always", "--prte", "/nonexistent/prte"],
-        );
-        let e = AgentConfig::from_args(&missing, pod("0"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("--prte /nonexistent/prte"), "{e}");
-    }
-}
+mod tests;

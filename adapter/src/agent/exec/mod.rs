@@ -104,11 +104,11 @@ pub(crate) fn prepare(ctx: &Ctx<'_>, req: &ExecRequest) -> Result<Prepared, Stri
         })
         .collect();
     env.insert(
-        "PRRTE_K8S_SECRET_FILE".into(),
+        crate::settings::agent::SECRET_FILE.var().into(),
         ctx.config.secret_file.display().to_string(),
     );
     env.insert(
-        "PRRTE_K8S_AGENT_PORT".into(),
+        crate::settings::agent::PORT.var().into(),
         ctx.config.listen.port().to_string(),
     );
     // The program is resolved first: an installation prefix the request names is taken only
