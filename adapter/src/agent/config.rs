@@ -343,88 +343,14 @@ impl AgentConfig {
         };
         check_prted(&args.prted)?;
 
-        let secret = match read_secret_file(&args.secret_file) {
-            Ok(s) => Some(s),
-            Err(e @ SecretError::Missing { .. }) => {
-                if args.insecure_no_auth {
-                    None
-                } else {
-                    return Err(ConfigError::NoSecret(e));
-                }
-            }
-            Err(e) => return Err(ConfigError::Secret(e)),
-        };
+        let secret = read_secret(args)?;
 
-        let tmpdir = args
-            .tmpdir
-            .clone()
-            .or_else(|| env("TMPDIR").filter(|s| !s.is_empty()).map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from("/tmp"));
-        match std::fs::metadata(&tmpdir) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return Err(ConfigError::Tmpdir {
-                    path: tmpdir,
-                    why: "not a directory".into(),
-                })
-            }
-            Err(e) => {
-                return Err(ConfigError::Tmpdir {
-                    path: tmpdir,
-                    why: e.to_string(),
-                })
-            }
-        }
+        let tmpdir = tmpdir(args, &env)?;
 
         if !(MIN_MAX_FRAME..=MAX_MAX_FRAME).contains(&args.max_frame) {
             return Err(ConfigError::MaxFrame(args.max_frame));
         }
-        let head_reason = match args.dvm_head {
-            DvmHead::Never => None,
-            DvmHead::Always => Some("--dvm-head always".to_owned()),
-            DvmHead::Auto => match pod_index(&env) {
-                Some((0, source)) => Some(format!("--dvm-head auto, pod index 0 ({source})")),
-                _ => None,
-            },
-        };
-        let head = match head_reason {
-            None => None,
-            Some(reason) => {
-                let prte = match &args.prte {
-                    Some(p) => p.clone(),
-                    None => args.prted.with_file_name("prte"),
-                };
-                check_prted(&prte).map_err(|e| match e {
-                    ConfigError::PrtedNotAbsolute(path) => ConfigError::Prte {
-                        path,
-                        why: "must be an absolute path".into(),
-                    },
-                    ConfigError::PrtedUnusable { path, why } => ConfigError::Prte { path, why },
-                    other => other,
-                })?;
-                let pod_ip = match (pod_ip, listen.ip()) {
-                    (Some(IpAddr::V4(ip)), _) => ip,
-                    (Some(IpAddr::V6(ip)), _) => {
-                        return Err(ConfigError::HeadAddress(format!(
-                            "POD_IP {ip} is an IPv6 address (PRRTE's tool URI is tcp4)"
-                        )))
-                    }
-                    (None, IpAddr::V4(ip)) if !ip.is_unspecified() => ip,
-                    (None, _) => {
-                        return Err(ConfigError::HeadAddress(
-                            "POD_IP is not set and --listen gives no IPv4 address".into(),
-                        ))
-                    }
-                };
-                Some(HeadConfig {
-                    prte,
-                    pod_ip,
-                    tool_port: args.tool_port,
-                    extra_args: args.prte_args.clone(),
-                    reason,
-                })
-            }
-        };
+        let head = head_config(args, &env, pod_ip, listen)?;
         let batch = batch_config(args, &env, head.is_some())?;
         Ok(AgentConfig {
             listen,
@@ -470,6 +396,105 @@ impl AgentConfig {
         }
         out
     }
+}
+
+/// The per-job secret, or `None` with `--insecure-no-auth` and no secret file.
+fn read_secret(args: &AgentArgs) -> Result<Option<Vec<u8>>, ConfigError> {
+    let secret = match read_secret_file(&args.secret_file) {
+        Ok(s) => Some(s),
+        Err(e @ SecretError::Missing { .. }) => {
+            if args.insecure_no_auth {
+                None
+            } else {
+                return Err(ConfigError::NoSecret(e));
+            }
+        }
+        Err(e) => return Err(ConfigError::Secret(e)),
+    };
+
+    Ok(secret)
+}
+
+/// prted's TMPDIR: `--tmpdir`, else the agent's own, else /tmp; it must be a directory.
+fn tmpdir(args: &AgentArgs, env: &impl Fn(&str) -> Option<String>) -> Result<PathBuf, ConfigError> {
+    let tmpdir = args
+        .tmpdir
+        .clone()
+        .or_else(|| env("TMPDIR").filter(|s| !s.is_empty()).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    match std::fs::metadata(&tmpdir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(ConfigError::Tmpdir {
+                path: tmpdir,
+                why: "not a directory".into(),
+            })
+        }
+        Err(e) => {
+            return Err(ConfigError::Tmpdir {
+                path: tmpdir,
+                why: e.to_string(),
+            })
+        }
+    }
+
+    Ok(tmpdir)
+}
+
+/// The DVM head's configuration when this agent is the head (`--dvm-head`).
+fn head_config(
+    args: &AgentArgs,
+    env: &impl Fn(&str) -> Option<String>,
+    pod_ip: Option<IpAddr>,
+    listen: SocketAddr,
+) -> Result<Option<HeadConfig>, ConfigError> {
+    let head_reason = match args.dvm_head {
+        DvmHead::Never => None,
+        DvmHead::Always => Some("--dvm-head always".to_owned()),
+        DvmHead::Auto => match pod_index(env) {
+            Some((0, source)) => Some(format!("--dvm-head auto, pod index 0 ({source})")),
+            _ => None,
+        },
+    };
+    let head = match head_reason {
+        None => None,
+        Some(reason) => {
+            let prte = match &args.prte {
+                Some(p) => p.clone(),
+                None => args.prted.with_file_name("prte"),
+            };
+            check_prted(&prte).map_err(|e| match e {
+                ConfigError::PrtedNotAbsolute(path) => ConfigError::Prte {
+                    path,
+                    why: "must be an absolute path".into(),
+                },
+                ConfigError::PrtedUnusable { path, why } => ConfigError::Prte { path, why },
+                other => other,
+            })?;
+            let pod_ip = match (pod_ip, listen.ip()) {
+                (Some(IpAddr::V4(ip)), _) => ip,
+                (Some(IpAddr::V6(ip)), _) => {
+                    return Err(ConfigError::HeadAddress(format!(
+                        "POD_IP {ip} is an IPv6 address (PRRTE's tool URI is tcp4)"
+                    )))
+                }
+                (None, IpAddr::V4(ip)) if !ip.is_unspecified() => ip,
+                (None, _) => {
+                    return Err(ConfigError::HeadAddress(
+                        "POD_IP is not set and --listen gives no IPv4 address".into(),
+                    ))
+                }
+            };
+            Some(HeadConfig {
+                prte,
+                pod_ip,
+                tool_port: args.tool_port,
+                extra_args: args.prte_args.clone(),
+                reason,
+            })
+        }
+    };
+    Ok(head)
 }
 
 /// The batch part of the configuration: `--run` (or a command after `--`, or PRRTE_K8S_RUN)
