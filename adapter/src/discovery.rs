@@ -251,13 +251,11 @@ pub fn validate_config(cfg: &DiscoveryConfig) -> Result<Option<String>, Discover
     }
 }
 
-/// [`discover`] with an explicit environment and a progress callback.
-pub async fn discover_with(
+/// The API client within the call's deadline, and the namespace to look in.
+async fn connect(
     cfg: &DiscoveryConfig,
     env: &Environment,
-    progress: &mut (dyn FnMut(&Progress) + Send),
-) -> Result<Allocation, DiscoveryError> {
-    let explicit_selector = validate_config(cfg)?;
+) -> Result<(Ctx, String), DiscoveryError> {
     let deadline = tokio::time::Instant::now() + cfg.timeout;
     let connect_timeout = cfg.timeout.min(Duration::from_secs(30));
     let explicit_kubeconfig = cfg
@@ -290,6 +288,85 @@ pub async fn discover_with(
         deadline,
         timeout: cfg.timeout,
     };
+    Ok((ctx, namespace))
+}
+
+/// No selected pod that could ever be allocated: the error, naming the excluded ones.
+fn no_pods(items: &[Pod], namespace: String, selector: String) -> DiscoveryError {
+    let excluded = items
+        .iter()
+        .filter_map(|p| match classify(p) {
+            PodReadiness::Excluded(d) => Some(format!(
+                "{} ({d})",
+                p.metadata.name.as_deref().unwrap_or("")
+            )),
+            _ => None,
+        })
+        .collect();
+    DiscoveryError::NoPods {
+        namespace,
+        selector,
+        excluded,
+    }
+}
+
+/// What the first list and the inference found.
+struct Found<'a> {
+    items: &'a [Pod],
+    /// The listed pods that may still be allocated.
+    candidates: &'a [&'a Pod],
+    own_pod: Option<&'a Pod>,
+    statefulset: Option<&'a k8s_openapi::api::apps::v1::StatefulSet>,
+}
+
+/// How many pods to expect when `ras_k8s_expected_pods` is not set, and why: the owning
+/// workload's count when readable, else the pods of the first list (none is an error).
+async fn expected_from_pods(
+    ctx: &Ctx,
+    namespace: &str,
+    selector: &str,
+    mut workload: Option<infer::Workload>,
+    found: Found<'_>,
+) -> Result<(u32, String), DiscoveryError> {
+    let candidates = found.candidates;
+    if workload.is_none() {
+        workload = infer::workload_of(candidates);
+    }
+    let owned_job = match &workload {
+        Some(infer::Workload::Job(name)) => found
+            .own_pod
+            .into_iter()
+            .chain(candidates.iter().copied())
+            .any(|p| infer::controller_of(p, "Job").is_some_and(|o| &o.name == name)),
+        _ => true,
+    };
+    let from_workload = match &workload {
+        Some(w) => {
+            infer::expected_from_workload(ctx, namespace, w, found.statefulset, owned_job).await?
+        }
+        None => None,
+    };
+    if let Some(found) = from_workload {
+        return Ok(found);
+    }
+    if candidates.is_empty() {
+        return Err(no_pods(found.items, namespace.into(), selector.into()));
+    }
+    let n = u32::try_from(candidates.len()).unwrap_or(u32::MAX);
+    Ok((
+        n,
+        "the number of matching pods at the first list".to_string(),
+    ))
+}
+
+/// [`discover`] with an explicit environment and a progress callback.
+pub async fn discover_with(
+    cfg: &DiscoveryConfig,
+    env: &Environment,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<Allocation, DiscoveryError> {
+    let explicit_selector = validate_config(cfg)?;
+    let (ctx, namespace) = connect(cfg, env).await?;
     let me = SelfIdentity::resolve(
         cfg.self_pod.as_deref(),
         env.pod_name.as_deref(),
@@ -297,7 +374,7 @@ pub async fn discover_with(
     );
     tracing::debug!(namespace = %namespace, self_pod = ?me, "discovering pods via {}", ctx.api.url);
 
-    let (selector, selector_source, mut workload, own_pod, known_sts) = match explicit_selector {
+    let (selector, selector_source, workload, own_pod, known_sts) = match explicit_selector {
         Some(s) => (s, mca::SELECTOR.name(), None, None, None),
         None => {
             let inf = infer::infer_selector(&ctx, &namespace, me.as_ref()).await?;
@@ -322,57 +399,13 @@ pub async fn discover_with(
     let (expected, expected_source) = match cfg.expected_pods {
         Some(n) => (n, format!("set by {}", mca::EXPECTED_PODS.name())),
         None => {
-            if workload.is_none() {
-                workload = infer::workload_of(&candidates);
-            }
-            let owned_job = match &workload {
-                Some(infer::Workload::Job(name)) => own_pod
-                    .iter()
-                    .chain(candidates.iter().copied())
-                    .any(|p| infer::controller_of(p, "Job").is_some_and(|o| &o.name == name)),
-                _ => true,
+            let found = Found {
+                items: &first.items,
+                candidates: &candidates,
+                own_pod: own_pod.as_ref(),
+                statefulset: known_sts.as_ref(),
             };
-            let from_workload = match &workload {
-                Some(w) => {
-                    infer::expected_from_workload(
-                        &ctx,
-                        &namespace,
-                        w,
-                        known_sts.as_ref(),
-                        owned_job,
-                    )
-                    .await?
-                }
-                None => None,
-            };
-            match from_workload {
-                Some(found) => found,
-                None => {
-                    if candidates.is_empty() {
-                        let excluded = first
-                            .items
-                            .iter()
-                            .filter_map(|p| match classify(p) {
-                                PodReadiness::Excluded(d) => Some(format!(
-                                    "{} ({d})",
-                                    p.metadata.name.as_deref().unwrap_or("")
-                                )),
-                                _ => None,
-                            })
-                            .collect();
-                        return Err(DiscoveryError::NoPods {
-                            namespace,
-                            selector,
-                            excluded,
-                        });
-                    }
-                    let n = u32::try_from(candidates.len()).unwrap_or(u32::MAX);
-                    (
-                        n,
-                        "the number of matching pods at the first list".to_string(),
-                    )
-                }
-            }
+            expected_from_pods(&ctx, &namespace, &selector, workload, found).await?
         }
     };
     tracing::info!(expected, "expecting {expected} pods ({expected_source})");
