@@ -196,3 +196,73 @@ fn dvm_head_needs_prte_and_an_ipv4_pod_ip() {
         .to_string();
     assert!(e.contains("--prte /nonexistent/prte"), "{e}");
 }
+
+#[test]
+fn port_and_secret_are_one_setting_with_the_launcher() {
+    let d = setup();
+    let a = args(d.path(), &["--port", "9000"]);
+    let c = AgentConfig::from_args(&a, |_| None).unwrap();
+    let secret = d.path().join("key").display().to_string();
+    assert_eq!(
+        c.launcher_env(|_| false),
+        vec![
+            ("PRTE_MCA_plm_k8s_secret_file", secret.clone()),
+            ("PRTE_MCA_plm_k8s_agent_port", "9000".to_string()),
+        ]
+    );
+    // What the environment already sets is inherited as it is.
+    assert_eq!(
+        c.launcher_env(|k| k == "PRTE_MCA_plm_k8s_agent_port"),
+        vec![("PRTE_MCA_plm_k8s_secret_file", secret)]
+    );
+    // Both names of the port, set differently: refused, naming both.
+    let env = |k: &str| match k {
+        "PRRTE_K8S_AGENT_PORT" => Some("9000".to_string()),
+        "PRTE_MCA_plm_k8s_agent_port" => Some("9001".to_string()),
+        _ => None,
+    };
+    let e = AgentConfig::from_args(&a, env).unwrap_err().to_string();
+    assert!(
+        e.contains("PRRTE_K8S_AGENT_PORT") && e.contains("PRTE_MCA_plm_k8s_agent_port"),
+        "{e}"
+    );
+    // The same value under both names is fine.
+    let same = |k: &str| {
+        matches!(k, "PRRTE_K8S_AGENT_PORT" | "PRTE_MCA_plm_k8s_agent_port").then(|| "9000".into())
+    };
+    assert!(AgentConfig::from_args(&a, same).is_ok());
+}
+
+#[test]
+fn flags_are_the_registry() {
+    use crate::settings::agent as reg;
+    use clap::CommandFactory;
+    let cmd = AgentArgs::command();
+    for s in reg::ALL.iter().filter(|s| !s.flag.is_empty()) {
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_long() == Some(s.flag))
+            .unwrap_or_else(|| panic!("--{} is in the registry but not a flag", s.flag));
+        if !s.default.is_empty() {
+            assert_eq!(
+                arg.get_default_values(),
+                [std::ffi::OsStr::new(s.default)],
+                "--{}",
+                s.flag
+            );
+        }
+        if let Kind::Choice(words) = s.kind {
+            let values: Vec<String> = arg
+                .get_possible_values()
+                .iter()
+                .map(|v| v.get_name().to_owned())
+                .collect();
+            assert_eq!(values, words.to_vec(), "--{}", s.flag);
+        }
+    }
+    assert_eq!(MIN_MAX_FRAME, 4096);
+    assert_eq!(MAX_MAX_FRAME, 64 * 1024 * 1024);
+    assert!(reg::HEALTH_LISTEN
+        .default_doc
+        .contains(&DEFAULT_HEALTH_PORT.to_string()));
+}
