@@ -40,14 +40,16 @@ pub use slots::{
     ParseSlotsPolicyError, SlotsPolicy, DEPRECATED_SLOTS_ANNOTATION, SLOTS_ANNOTATION,
 };
 
+use crate::settings::mca;
 use api::Ctx;
 use client::Environment;
 use names::is_dns_label;
 use readiness::{classify, PodReadiness};
 
-/// Default bound of a discovery call: the default of `ras_k8s_timeout` and of
-/// `prrte-k8s pods --timeout`.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default bound of a discovery call: the default of `ras_k8s_timeout` (and so of
+/// `prrte-k8s pods --timeout`).
+pub const DEFAULT_TIMEOUT: Duration =
+    Duration::from_secs(crate::settings::mca::TIMEOUT.default_u64());
 
 /// What to discover and how (the `ras_k8s_*` MCA parameters).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +86,29 @@ impl Default for DiscoveryConfig {
             kubeconfig: None,
             self_pod: None,
         }
+    }
+}
+
+impl DiscoveryConfig {
+    /// The configuration from the `ras_k8s_*` MCA parameters as the RAS component reads them;
+    /// the error names the parameter, its value and what it accepts.
+    pub fn from_params(p: &mca::RasParams) -> Result<DiscoveryConfig, DiscoveryError> {
+        let slots = match &p.slots {
+            None => SlotsPolicy::Auto,
+            Some(s) => s
+                .parse::<SlotsPolicy>()
+                .map_err(|e| DiscoveryError::from(e.setting_error()))?,
+        };
+        let expected = mca::EXPECTED_PODS.int(&p.expected_pods.to_string())?;
+        Ok(DiscoveryConfig {
+            namespace: p.namespace.clone(),
+            selector: p.selector.clone(),
+            expected_pods: u32::try_from(expected).ok().filter(|n| *n > 0),
+            timeout: mca::TIMEOUT.seconds(&p.timeout.to_string())?,
+            slots,
+            kubeconfig: p.kubeconfig.as_ref().map(PathBuf::from),
+            self_pod: p.self_pod.clone(),
+        })
     }
 }
 
@@ -124,16 +149,10 @@ fn invalid(param: &str, value: impl ToString, reason: impl ToString) -> Discover
 
 /// Checks the parts of the configuration that need no cluster; returns the explicit selector.
 pub fn validate_config(cfg: &DiscoveryConfig) -> Result<Option<String>, DiscoveryError> {
-    if cfg.timeout.is_zero() {
-        return Err(invalid(
-            "ras_k8s_timeout",
-            "0",
-            "the timeout must be positive; it bounds the whole discovery",
-        ));
-    }
+    mca::TIMEOUT.check_duration(cfg.timeout)?;
     if cfg.expected_pods == Some(0) {
         return Err(invalid(
-            "ras_k8s_expected_pods",
+            &mca::EXPECTED_PODS.name(),
             "0",
             "at least one pod must be expected; leave it unset to take the count from the owning workload",
         ));
@@ -141,7 +160,7 @@ pub fn validate_config(cfg: &DiscoveryConfig) -> Result<Option<String>, Discover
     if let Some(ns) = cfg.namespace.as_deref().filter(|n| !n.trim().is_empty()) {
         if !is_dns_label(ns.trim()) {
             return Err(invalid(
-                "ras_k8s_namespace",
+                &mca::NAMESPACE.name(),
                 ns,
                 "a namespace name is 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit",
             ));
@@ -180,7 +199,7 @@ pub async fn discover_with(
     tracing::debug!(namespace = %namespace, self_pod = ?me, "discovering pods via {}", ctx.api.url);
 
     let (selector, selector_source, workload, own_pod, known_sts) = match explicit_selector {
-        Some(s) => (s, "ras_k8s_selector".to_string(), None, None, None),
+        Some(s) => (s, mca::SELECTOR.name(), None, None, None),
         None => {
             let inf = infer::infer_selector(&ctx, &namespace, me.as_ref()).await?;
             tracing::info!("selector {:?} inferred from {}", inf.selector, inf.basis);
@@ -197,7 +216,7 @@ pub async fn discover_with(
     let first = list::list_pods(&ctx, &namespace, &selector).await?;
 
     let (expected, expected_source) = match cfg.expected_pods {
-        Some(n) => (n, "set by ras_k8s_expected_pods".to_string()),
+        Some(n) => (n, format!("set by {}", mca::EXPECTED_PODS.name())),
         None => {
             expected_count(
                 &ctx,

@@ -13,4 +13,5 @@ pub mod manifest;
 pub mod protocol;
 pub mod rsh;
 pub mod runtime;
+pub mod settings;
 pub mod text;

@@ -2,73 +2,22 @@
 //! k8s` / `--param plm k8s` list them with their help text, and set like any other parameter
 //! (`--prtemca ras_k8s_selector app=x`, `PRTE_MCA_ras_k8s_selector=...`, param files).
 //!
-//! Each component's parameters are one table ([`RAS_PARAMS`], [`PLM_PARAMS`]): name, help text
-//! and the field of the snapshot ([`RasParams`], [`PlmParams`]) it fills. The defaults are
-//! defined once, in [`RasParams::default`] and [`PlmParams::default`]; they seed the storage
-//! PMIx writes into and are what a snapshot holds before registration.
+//! Each component's parameters are one table ([`RAS_PARAMS`], [`PLM_PARAMS`]): the registry
+//! entry of each (`prrte_k8s::settings::mca`: name, help text, default) and the field of the
+//! snapshot ([`RasParams`], [`PlmParams`]) it fills. The defaults ([`RasParams::default`],
+//! [`PlmParams::default`], from the registry), with the values of a setting's own variables
+//! applied (`PRRTE_K8S_AGENT_PORT`, `PRRTE_K8S_SECRET_FILE`), seed the storage PMIx writes into;
+//! a snapshot holds the plain defaults before registration.
 //!
 //! PMIx keeps pointers to the storage, so it lives for the life of the process (leaked once).
 use crate::cstr::cstring;
 use crate::{ffi, shim};
-use prrte_k8s::discovery;
-use prrte_k8s::protocol::{DEFAULT_AGENT_PORT, DEFAULT_SECRET_FILE};
+use prrte_k8s::settings::{mca, Setting};
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::OnceLock;
 
-/// A snapshot of the RAS parameters (main thread).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RasParams {
-    pub namespace: Option<String>,
-    pub selector: Option<String>,
-    pub expected_pods: i32,
-    pub timeout: i32,
-    pub slots: Option<String>,
-    pub kubeconfig: Option<String>,
-    pub self_pod: Option<String>,
-    pub priority: i32,
-    pub bind_none: bool,
-}
-
-impl Default for RasParams {
-    fn default() -> Self {
-        RasParams {
-            namespace: None,
-            selector: None,
-            expected_pods: 0,
-            timeout: discovery::DEFAULT_TIMEOUT.as_secs() as i32,
-            slots: Some("auto".into()),
-            kubeconfig: None,
-            self_pod: None,
-            priority: 60,
-            bind_none: true,
-        }
-    }
-}
-
-/// A snapshot of the PLM parameters (main thread).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlmParams {
-    pub secret_file: Option<String>,
-    pub agent_port: i32,
-    pub launch_timeout: i32,
-    pub connect_timeout: i32,
-    pub insecure: bool,
-    pub priority: i32,
-}
-
-impl Default for PlmParams {
-    fn default() -> Self {
-        PlmParams {
-            secret_file: Some(DEFAULT_SECRET_FILE.into()),
-            agent_port: c_int::from(DEFAULT_AGENT_PORT),
-            launch_timeout: 60,
-            connect_timeout: 10,
-            insecure: false,
-            priority: 60,
-        }
-    }
-}
+pub use prrte_k8s::settings::mca::{PlmParams, RasParams};
 
 /// Where a parameter's value lives in a snapshot.
 pub enum Field<P> {
@@ -77,58 +26,49 @@ pub enum Field<P> {
     Bool(fn(&mut P) -> &mut bool),
 }
 
-/// One MCA parameter of a component: `<framework>_k8s_<name>`.
+/// One MCA parameter of a component: its registry entry (name, help, default) and the field of
+/// the snapshot it fills.
 pub struct Param<P> {
-    pub name: &'static CStr,
-    pub help: &'static CStr,
+    pub setting: &'static Setting,
     pub field: Field<P>,
 }
 
 /// The `ras_k8s_*` parameters.
 pub static RAS_PARAMS: [Param<RasParams>; 9] = [
     Param {
-        name: c"namespace",
-        help: c"Kubernetes namespace of the job's pods (default: the namespace of the pod prte runs in, from its service-account files, else the kubeconfig context's)",
+        setting: &mca::NAMESPACE,
         field: Field::Str(|p| &mut p.namespace),
     },
     Param {
-        name: c"selector",
-        help: c"Label selector of the job's pods, e.g. 'batch.kubernetes.io/job-name=mpi' (default: inferred from the labels of the pod prte runs in: Job, JobSet, Kubeflow job or StatefulSet)",
+        setting: &mca::SELECTOR,
         field: Field::Str(|p| &mut p.selector),
     },
     Param {
-        name: c"expected_pods",
-        help: c"Number of pods to wait for (0 = from the owning Job's parallelism or StatefulSet's replicas when readable, else the pods found)",
+        setting: &mca::EXPECTED_PODS,
         field: Field::Int(|p| &mut p.expected_pods),
     },
     Param {
-        name: c"timeout",
-        help: c"Seconds to wait for the expected pods to be Running and Ready before the allocation fails naming the missing pods",
+        setting: &mca::TIMEOUT,
         field: Field::Int(|p| &mut p.timeout),
     },
     Param {
-        name: c"slots",
-        help: c"How slots per pod are derived: auto (annotation prrte-k8s.io/slots, or the deprecated prrte.k8s.io/slots, else GPUs, else whole CPUs, else 1), annotation, gpu, cpu, one",
+        setting: &mca::SLOTS,
         field: Field::Str(|p| &mut p.slots),
     },
     Param {
-        name: c"kubeconfig",
-        help: c"Kubeconfig file to use instead of the in-cluster service account (default: the files in $KUBECONFIG, else in-cluster, else ~/.kube/config)",
+        setting: &mca::KUBECONFIG,
         field: Field::Str(|p| &mut p.kubeconfig),
     },
     Param {
-        name: c"self_pod",
-        help: c"Name of the pod prte runs in (default: $POD_NAME, else the hostname)",
+        setting: &mca::SELF_POD,
         field: Field::Str(|p| &mut p.self_pod),
     },
     Param {
-        name: c"priority",
-        help: c"Selection priority of the k8s RAS component when a Kubernetes environment is detected",
+        setting: &mca::RAS_PRIORITY,
         field: Field::Int(|p| &mut p.priority),
     },
     Param {
-        name: c"bind_none",
-        help: c"Pods share their node's cores (a CPU request is a share, not a set of cores), so unless a binding policy is given (--bind-to, hwloc_default_binding_policy) ranks are not bound; set false to keep PRRTE's default core binding",
+        setting: &mca::BIND_NONE,
         field: Field::Bool(|p| &mut p.bind_none),
     },
 ];
@@ -136,36 +76,63 @@ pub static RAS_PARAMS: [Param<RasParams>; 9] = [
 /// The `plm_k8s_*` parameters.
 pub static PLM_PARAMS: [Param<PlmParams>; 6] = [
     Param {
-        name: c"secret_file",
-        help: c"File holding the per-job secret shared with the pods' agents (mounted from a Kubernetes Secret)",
+        setting: &mca::SECRET_FILE,
         field: Field::Str(|p| &mut p.secret_file),
     },
     Param {
-        name: c"agent_port",
-        help: c"TCP port the prrte-k8s-agent listens on in every pod",
+        setting: &mca::AGENT_PORT,
         field: Field::Int(|p| &mut p.agent_port),
     },
     Param {
-        name: c"launch_timeout",
-        help: c"Seconds to wait for every launched prted to report back before the launch fails naming the pods that did not",
+        setting: &mca::LAUNCH_TIMEOUT,
         field: Field::Int(|p| &mut p.launch_timeout),
     },
     Param {
-        name: c"connect_timeout",
-        help: c"Seconds to wait for a connection to a pod's agent",
+        setting: &mca::CONNECT_TIMEOUT,
         field: Field::Int(|p| &mut p.connect_timeout),
     },
     Param {
-        name: c"insecure",
-        help: c"Talk to agents without authentication (only for agents started with --insecure-no-auth; never in production)",
+        setting: &mca::INSECURE,
         field: Field::Bool(|p| &mut p.insecure),
     },
     Param {
-        name: c"priority",
-        help: c"Selection priority of the k8s PLM component when a Kubernetes environment is detected",
+        setting: &mca::PLM_PRIORITY,
         field: Field::Int(|p| &mut p.priority),
     },
 ];
+
+/// A string PMIx may keep for the life of the process.
+fn leaked(s: &str) -> &'static CStr {
+    Box::leak(cstring(s).into_boxed_c_str())
+}
+
+/// The parameter's name within its component (`timeout`) and its help for `prte_info`.
+fn name_and_help<P>(param: &Param<P>) -> (&'static CStr, &'static CStr) {
+    let name = param.setting.mca.map_or("", |m| m.name);
+    (leaked(name), leaked(&param.setting.help_with_default()))
+}
+
+/// The defaults with the values of the setting's own variables (`PRRTE_K8S_AGENT_PORT`, ...)
+/// applied: they are the default under PMIx's `--prtemca`, `PRTE_MCA_*` and parameter files.
+fn seeded<P>(table: &[Param<P>], mut defaults: P, env: &dyn Fn(&str) -> Option<String>) -> P {
+    for param in table {
+        let s = param.setting;
+        let Some((var, value)) = s.env.iter().find_map(|v| env(v).map(|x| (*v, x))) else {
+            continue;
+        };
+        let applied = match &param.field {
+            Field::Str(f) => s
+                .parse(&value)
+                .map(|_| *f(&mut defaults) = Some(value.clone())),
+            Field::Int(f) => s.mca_int(&value).map(|n| *f(&mut defaults) = n),
+            Field::Bool(f) => s.mca_bool(&value).map(|b| *f(&mut defaults) = b),
+        };
+        if let Err(e) = applied {
+            shim::output(&format!("prrte-k8s: ${var} ignored: {e}"));
+        }
+    }
+    defaults
+}
 
 /// The storage PMIx writes one parameter's value into (C types, as PMIx expects them).
 #[repr(C)]
@@ -196,8 +163,9 @@ static PLM: OnceLock<Storage> = OnceLock::new();
 unsafe fn register<P>(
     component: *const ffi::pmix_mca_base_component_t,
     table: &[Param<P>],
-    mut defaults: P,
+    defaults: P,
 ) -> Storage {
+    let mut defaults = seeded(table, defaults, &|k| std::env::var(k).ok());
     let slots: &'static mut [Slot] = Box::leak(
         table
             .iter()
@@ -223,14 +191,15 @@ unsafe fn register<P>(
             Field::Bool(_) => ffi::pmix_mca_base_var_type_t_PMIX_MCA_BASE_VAR_TYPE_BOOL,
         };
         let storage = slot as *mut Slot as *mut c_void;
+        let (name, help) = name_and_help(param);
         // SAFETY: `component` is one of our static component structs (our caller's promise), the
         // strings are static, and `storage` points to a leaked slot that lives for the whole process and holds the
         // C type PMIx expects for `ty` (a C string pointer, an int or a bool at its start).
         let rc = unsafe {
             ffi::pmix_mca_base_component_var_register(
                 component,
-                param.name.as_ptr(),
-                param.help.as_ptr(),
+                name.as_ptr(),
+                help.as_ptr(),
                 ty,
                 storage,
             )
@@ -238,7 +207,7 @@ unsafe fn register<P>(
         if rc < 0 {
             shim::output(&format!(
                 "prrte-k8s: could not register MCA parameter {} (error {rc})",
-                param.name.to_string_lossy()
+                param.setting.name()
             ));
         }
     }
@@ -314,23 +283,67 @@ pub fn plm() -> PlmParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prrte_k8s::settings::Kind;
 
     #[test]
     fn unregistered_snapshots_are_the_defaults() {
         assert_eq!(ras(), RasParams::default());
         assert_eq!(plm(), PlmParams::default());
-        assert_eq!(plm().secret_file.as_deref(), Some(DEFAULT_SECRET_FILE));
+        assert_eq!(
+            plm().secret_file.as_deref(),
+            Some(prrte_k8s::protocol::DEFAULT_SECRET_FILE)
+        );
         assert_eq!(plm().agent_port, 7117);
         assert_eq!(ras().timeout, 300);
     }
 
     #[test]
+    fn tables_are_the_registry_in_its_order_with_matching_types() {
+        let ras: Vec<_> = RAS_PARAMS.iter().map(|p| p.setting).collect();
+        assert_eq!(ras, mca::RAS);
+        let plm: Vec<_> = PLM_PARAMS.iter().map(|p| p.setting).collect();
+        assert_eq!(plm, mca::PLM);
+        fn types_match<P>(table: &[Param<P>]) {
+            for p in table {
+                let ok = matches!(
+                    (&p.field, p.setting.kind),
+                    (Field::Bool(_), Kind::Bool)
+                        | (Field::Int(_), Kind::Int { .. } | Kind::Port | Kind::Seconds)
+                        | (Field::Str(_), Kind::Text | Kind::Path | Kind::Choice(_))
+                );
+                assert!(ok, "{}: storage type and kind differ", p.setting.name());
+            }
+        }
+        types_match(&RAS_PARAMS);
+        types_match(&PLM_PARAMS);
+        let (name, help) = name_and_help(&RAS_PARAMS[6]);
+        assert_eq!(name, c"self_pod");
+        assert!(
+            help.to_str().unwrap().contains("[default: $POD_NAME"),
+            "{help:?}"
+        );
+    }
+
+    #[test]
+    fn own_variables_seed_the_defaults() {
+        let env = |k: &str| (k == "PRRTE_K8S_AGENT_PORT").then(|| "9007".to_string());
+        let p = seeded(&PLM_PARAMS, PlmParams::default(), &env);
+        assert_eq!(p.agent_port, 9007);
+        assert_eq!(p.secret_file, PlmParams::default().secret_file);
+        let bad = |k: &str| (k == "PRRTE_K8S_AGENT_PORT").then(|| "x".to_string());
+        assert_eq!(
+            seeded(&PLM_PARAMS, PlmParams::default(), &bad),
+            PlmParams::default()
+        );
+    }
+
+    #[test]
     fn tables_name_each_parameter_once() {
-        let mut ras: Vec<_> = RAS_PARAMS.iter().map(|p| p.name).collect();
+        let mut ras: Vec<_> = RAS_PARAMS.iter().map(|p| p.setting.name()).collect();
         ras.sort();
         ras.dedup();
         assert_eq!(ras.len(), RAS_PARAMS.len());
-        let mut plm: Vec<_> = PLM_PARAMS.iter().map(|p| p.name).collect();
+        let mut plm: Vec<_> = PLM_PARAMS.iter().map(|p| p.setting.name()).collect();
         plm.sort();
         plm.dedup();
         assert_eq!(plm.len(), PLM_PARAMS.len());

@@ -11,6 +11,7 @@ use super::config::{
     MIN_MAX_FRAME,
 };
 use crate::protocol::{read_secret_file, SecretError, DEFAULT_HEALTH_PORT};
+use crate::settings::{agent, mca, SettingError};
 
 /// The checked configuration the agent serves with.
 #[derive(Clone)]
@@ -153,12 +154,14 @@ pub enum ConfigError {
     HealthListen(String),
     #[error("POD_IP {0:?} is not an IP address; set --listen explicitly")]
     PodIp(String),
-    #[error("--prte {path}: {why} (the DVM head runs prte; give its absolute path with --prte or PRRTE_K8S_PRTE)")]
+    #[error("--prte {path}: {why} (the DVM head runs prte; give its absolute path with --prte or {})", agent::PRTE.var())]
     Prte { path: PathBuf, why: String },
-    #[error("--run: no command; give it after `--` (--run -- mpirun -n 8 ./app) or as a shell command in PRRTE_K8S_RUN")]
+    #[error("--run: no command; give it after `--` (--run -- mpirun -n 8 ./app) or as a shell command in {}", agent::RUN_SHELL.var())]
     RunWithoutCommand,
     #[error("--run and --dvm-head {0} exclude each other: a batch job runs its command (e.g. mpirun) in pod 0, an interactive one a DVM head; the manifest chooses one")]
     RunAndHead(String),
+    #[error("{0}")]
+    Setting(#[from] SettingError),
     #[error("--dvm-head: the DVM head binds prte's tool listener to the pod's IPv4 address, but {0}; set POD_IP from the downward API (fieldPath: status.podIP)")]
     HeadAddress(String),
 }
@@ -169,6 +172,9 @@ impl AgentConfig {
         args: &AgentArgs,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<AgentConfig, ConfigError> {
+        // The port and the secret file are the launcher's settings too, under two names each.
+        agent::PORT.lookup(&env)?;
+        agent::SECRET_FILE.lookup(&env)?;
         let pod_ip = match env("POD_IP").filter(|s| !s.is_empty()) {
             Some(s) => Some(
                 s.parse::<IpAddr>()
@@ -322,6 +328,24 @@ fn head_config(
     Ok(head)
 }
 
+impl AgentConfig {
+    /// The launcher's side of this agent's settings, for a prte or mpirun it starts (the DVM
+    /// head, the batch command): `PRTE_MCA_plm_k8s_secret_file` (when it serves with a secret)
+    /// and `PRTE_MCA_plm_k8s_agent_port`, each unless `is_set` says the variable is already
+    /// set in the agent's environment (which the child inherits).
+    pub fn launcher_env(&self, is_set: impl Fn(&str) -> bool) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let secret = mca::SECRET_FILE.mca.map(|m| m.env);
+        if let Some(var) = secret.filter(|v| self.secret.is_some() && !is_set(v)) {
+            out.push((var, self.secret_file.display().to_string()));
+        }
+        if let Some(var) = mca::AGENT_PORT.mca.map(|m| m.env).filter(|v| !is_set(v)) {
+            out.push((var, self.listen.port().to_string()));
+        }
+        out
+    }
+}
+
 /// The batch part of the configuration: `--run` (or a command after `--`, or PRRTE_K8S_RUN)
 /// turns batch mode on; `--batch-role` (default: by pod index) picks launcher or worker.
 fn batch_config(
@@ -329,7 +353,7 @@ fn batch_config(
     env: &impl Fn(&str) -> Option<String>,
     head: bool,
 ) -> Result<Option<BatchConfig>, ConfigError> {
-    let shell = env("PRRTE_K8S_RUN").filter(|s| !s.trim().is_empty());
+    let shell = env(agent::RUN_SHELL.var()).filter(|s| !s.trim().is_empty());
     let command: Vec<String> = if !args.command.is_empty() {
         args.command.clone()
     } else if let Some(line) = shell {
@@ -389,205 +413,4 @@ pub fn check_prted(path: &Path) -> Result<(), ConfigError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::config::{DEFAULT_DVM_URI_FILE, DEFAULT_TOOL_PORT};
-    use super::*;
-    use clap::Parser;
-    use std::os::unix::fs::PermissionsExt;
-
-    fn args(dir: &Path, extra: &[&str]) -> AgentArgs {
-        let prted = dir.join("prted");
-        let mut v = vec![
-            "prrte-k8s-agent".to_string(),
-            "--prted".into(),
-            prted.display().to_string(),
-            "--secret-file".into(),
-            dir.join("key").display().to_string(),
-        ];
-        v.extend(extra.iter().map(|s| s.to_string()));
-        AgentArgs::try_parse_from(v).unwrap()
-    }
-
-    fn setup() -> tempfile::TempDir {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("prted"), "#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(
-            d.path().join("prted"),
-            std::fs::Permissions::from_mode(0o755),
-        )
-        .unwrap();
-        std::fs::write(d.path().join("key"), "s3cret-s3cret-s3cret-s3cret-s3cret\n").unwrap();
-        d
-    }
-
-    #[test]
-    fn defaults_follow_pod_ip() {
-        let d = setup();
-        let a = args(d.path(), &[]);
-        let c = AgentConfig::from_args(&a, |k| (k == "POD_IP").then(|| "10.1.2.3".into())).unwrap();
-        assert_eq!(c.listen, "10.1.2.3:7117".parse().unwrap());
-        assert_eq!(c.health_listen, Some("10.1.2.3:7118".parse().unwrap()));
-        assert_eq!(
-            c.secret.as_deref(),
-            Some(&b"s3cret-s3cret-s3cret-s3cret-s3cret"[..])
-        );
-        assert_eq!(c.kill_grace, Duration::from_secs(5));
-        assert_eq!(c.max_frame, 1024 * 1024);
-        assert_eq!(c.tmpdir, PathBuf::from("/tmp"));
-        let c = AgentConfig::from_args(&a, |_| None).unwrap();
-        assert_eq!(c.listen, "0.0.0.0:7117".parse().unwrap());
-        let c = AgentConfig::from_args(&a, |k| (k == "POD_IP").then(|| "fd00::5".into())).unwrap();
-        assert_eq!(c.listen, "[fd00::5]:7117".parse().unwrap());
-        let a = args(d.path(), &["--port", "9000", "--health-listen", "off"]);
-        let c = AgentConfig::from_args(&a, |_| None).unwrap();
-        assert_eq!(c.listen, "0.0.0.0:9000".parse().unwrap());
-        assert_eq!(c.health_listen, None);
-    }
-
-    #[test]
-    fn refuses_bad_prted_and_missing_secret() {
-        let d = setup();
-        let mut a = args(d.path(), &[]);
-        a.prted = PathBuf::from("prted");
-        assert!(matches!(
-            AgentConfig::from_args(&a, |_| None),
-            Err(ConfigError::PrtedNotAbsolute(_))
-        ));
-        std::fs::write(d.path().join("noexec"), "x").unwrap();
-        a.prted = d.path().join("noexec");
-        let e = AgentConfig::from_args(&a, |_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("not executable"), "{e}");
-        a.prted = d.path().to_owned();
-        let e = AgentConfig::from_args(&a, |_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("not a regular file"), "{e}");
-
-        std::fs::remove_file(d.path().join("key")).unwrap();
-        let a = args(d.path(), &[]);
-        let e = AgentConfig::from_args(&a, |_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("--insecure-no-auth") && e.contains("key"), "{e}");
-        let a = args(d.path(), &["--insecure-no-auth"]);
-        assert!(AgentConfig::from_args(&a, |_| None)
-            .unwrap()
-            .secret
-            .is_none());
-    }
-
-    #[test]
-    fn refuses_a_short_secret() {
-        let d = setup();
-        std::fs::write(d.path().join("key"), "0123456789abcdef0123456789abcde\n").unwrap();
-        let e = AgentConfig::from_args(&args(d.path(), &[]), |_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("31 bytes") && e.contains("at least 32"), "{e}");
-        // Not even with --insecure-no-auth: a present but weak secret is a mistake.
-        let e = AgentConfig::from_args(&args(d.path(), &["--insecure-no-auth"]), |_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("at least 32"), "{e}");
-        std::fs::write(d.path().join("key"), "0123456789abcdef0123456789abcdef\n").unwrap();
-        assert!(AgentConfig::from_args(&args(d.path(), &[]), |_| None).is_ok());
-    }
-
-    #[test]
-    fn refuses_bad_limits() {
-        let d = setup();
-        let a = args(d.path(), &["--max-frame", "10"]);
-        assert!(matches!(
-            AgentConfig::from_args(&a, |_| None),
-            Err(ConfigError::MaxFrame(10))
-        ));
-        let a = args(d.path(), &["--tmpdir", "/nonexistent-prrte-k8s"]);
-        assert!(matches!(
-            AgentConfig::from_args(&a, |_| None),
-            Err(ConfigError::Tmpdir { .. })
-        ));
-    }
-
-    #[test]
-    fn pod_index_sources_in_order() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        let e = env(&[
-            ("JOB_COMPLETION_INDEX", "3"),
-            ("POD_INDEX", "0"),
-            ("HOSTNAME", "w-0"),
-        ]);
-        assert_eq!(pod_index(&e).unwrap().0, 3);
-        let e = env(&[("POD_INDEX", "0"), ("HOSTNAME", "w-5")]);
-        assert_eq!(pod_index(&e).unwrap(), (0, "POD_INDEX=0".to_string()));
-        let e = env(&[("JOB_COMPLETION_INDEX", "x"), ("HOSTNAME", "mpi-worker-10")]);
-        assert_eq!(pod_index(&e).unwrap().0, 10);
-        let e = env(&[("HOSTNAME", "mpi-worker-0")]);
-        assert_eq!(pod_index(&e).unwrap().0, 0);
-        let e = env(&[("HOSTNAME", "launcher-abc")]);
-        assert_eq!(pod_index(&e), None);
-    }
-
-    #[test]
-    fn dvm_head_needs_prte_and_an_ipv4_pod_ip() {
-        let d = setup();
-        std::fs::write(d.path().join("prte"), "#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(
-            d.path().join("prte"),
-            std::fs::Permissions::from_mode(0o755),
-        )
-        .unwrap();
-        let a = args(
-            d.path(),
-            &[
-                "--dvm-head",
-                "auto",
-                "--prte-arg=--prtemca",
-                "--prte-arg",
-                "x",
-            ],
-        );
-        let pod = |idx: &'static str| {
-            move |k: &str| match k {
-                "POD_IP" => Some("10.1.2.3".to_string()),
-                "JOB_COMPLETION_INDEX" => Some(idx.to_string()),
-                _ => None,
-            }
-        };
-        let c = AgentConfig::from_args(&a, pod("0")).unwrap();
-        let h = c.head.unwrap();
-        assert_eq!(h.prte, d.path().join("prte"));
-        assert_eq!(h.pod_ip, Ipv4Addr::new(10, 1, 2, 3));
-        assert_eq!(h.tool_port, DEFAULT_TOOL_PORT);
-        assert_eq!(h.extra_args, vec!["--prtemca".to_string(), "x".into()]);
-        assert!(h.reason.contains("JOB_COMPLETION_INDEX=0"), "{}", h.reason);
-        assert_eq!(c.dvm_uri_file, PathBuf::from(DEFAULT_DVM_URI_FILE));
-        assert!(AgentConfig::from_args(&a, pod("1")).unwrap().head.is_none());
-        let never = args(d.path(), &[]);
-        assert!(AgentConfig::from_args(&never, pod("0"))
-            .unwrap()
-            .head
-            .is_none());
-        let always = args(d.path(), &["--dvm-head", "always"]);
-        let e = AgentConfig::from_args(&always, |_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("POD_IP"), "{e}");
-        let missing = args(
-            d.path(),
-            &["--dvm-head", "always", "--prte", "/nonexistent/prte"],
-        );
-        let e = AgentConfig::from_args(&missing, pod("0"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("--prte /nonexistent/prte"), "{e}");
-    }
-}
+mod tests;

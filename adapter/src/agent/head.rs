@@ -4,8 +4,9 @@
 //! The agent runs `prte --prtemca ras k8s --prtemca plm k8s --report-uri <dvm-uri-file>
 //! --pmixmca ptl_base_if_include <pod IP>/31 --pmixmca ptl_base_ipv4_port <tool port>`
 //! (plus `--allow-run-as-root` as root, plus `--prte-arg`s) in its own process group, with the
-//! agent's environment, `TMPDIR` set to `--tmpdir`, the secret file for the k8s PLM
-//! (`PRTE_MCA_plm_k8s_secret_file`, unless set); the k8s PLM inside prte hands prte's URI to
+//! agent's environment, `TMPDIR` set to `--tmpdir`, the secret file and the agent port for the
+//! k8s PLM (`PRTE_MCA_plm_k8s_secret_file`, `PRTE_MCA_plm_k8s_agent_port`, unless set: see
+//! [`super::config::AgentConfig::launcher_env`]); the k8s PLM inside prte hands prte's URI to
 //! every agent it starts prted through. PRRTE 3.0.8's
 //! PMIx tool listener binds to 127.0.0.1 unless told otherwise: `ptl_base_if_include` moves it
 //! to the pod address, where `prun --dvm-uri file:...` from other pods reaches it.

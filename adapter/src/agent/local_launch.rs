@@ -56,8 +56,8 @@ pub(crate) async fn wait_health(addr: Option<SocketAddr>, stop: &CancellationTok
 
 /// The command of a launcher the agent runs itself, `program` with `args`: in its own process
 /// group, stdin from `/dev/null`, stdout and stderr the agent's (the pod's log), the agent's
-/// environment plus `TMPDIR` (`--tmpdir`) and, unless set, the secret file for the k8s PLM
-/// (`PRTE_MCA_plm_k8s_secret_file`).
+/// environment plus `TMPDIR` (`--tmpdir`) and, unless set, the agent's secret file and port for
+/// the k8s PLM ([`AgentConfig::launcher_env`]).
 pub(crate) fn launcher_command<S: AsRef<OsStr>>(
     program: impl AsRef<OsStr>,
     args: impl IntoIterator<Item = S>,
@@ -70,8 +70,8 @@ pub(crate) fn launcher_command<S: AsRef<OsStr>>(
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
         .process_group(0);
-    if std::env::var_os("PRTE_MCA_plm_k8s_secret_file").is_none() && config.secret.is_some() {
-        cmd.env("PRTE_MCA_plm_k8s_secret_file", &config.secret_file);
+    for (name, value) in config.launcher_env(|k| std::env::var_os(k).is_some()) {
+        cmd.env(name, value);
     }
     cmd
 }

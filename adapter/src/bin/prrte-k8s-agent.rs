@@ -10,8 +10,8 @@ use tracing::error;
 use tracing_subscriber::EnvFilter;
 
 fn init_logging(format: LogFormat) {
-    let filter =
-        EnvFilter::try_from_env("PRRTE_K8S_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_env(prrte_k8s::settings::tools::LOG.var())
+        .unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -25,6 +25,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use prrte_k8s::discovery::client::Environment;
 use prrte_k8s::discovery::{self, render, DiscoveryConfig, Progress, SlotsPolicy};
+use prrte_k8s::settings::{self, mca, tools as settings_tools, ArgExt};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -60,141 +61,120 @@ enum Command {
 }
 
 /// Which pods make up the job (the `ras_k8s_*` parameters of the same names), for every
-/// subcommand that discovers them.
+/// subcommand that discovers them. (No `-n` for the namespace: in prrte-k8s, as in PRRTE's
+/// tools, `-n` is a process count.)
 #[derive(Args, Debug, Clone)]
 pub(crate) struct JobArgs {
-    /// Namespace of the pods [default: our pod's namespace, else the kubeconfig context's, else "default"].
-    /// (No `-n`: in prrte-k8s, as in PRRTE's tools, `-n` is a process count.)
-    #[arg(long, env = "PRTE_MCA_ras_k8s_namespace")]
+    #[arg(long, setting = &mca::NAMESPACE)]
     pub namespace: Option<String>,
-    /// Label selector of the job's pods [default: inferred from our own pod's labels].
-    #[arg(long, short = 'l', env = "PRTE_MCA_ras_k8s_selector")]
+    #[arg(long, short = 'l', setting = &mca::SELECTOR)]
     pub selector: Option<String>,
-    /// Number of pods to wait for; 0 = infer [default: from the owning Job/StatefulSet/JobSet, else the pods found].
-    #[arg(long, env = "PRTE_MCA_ras_k8s_expected_pods")]
+    #[arg(long, setting = &mca::EXPECTED_PODS, value_parser = count)]
     pub expected: Option<u32>,
+}
+
+/// How `pods` and `hostfile` discover the job's pods: the job's selection and the other
+/// `ras_k8s_*` parameters, with the same names, variables and defaults as the RAS component.
+#[derive(Args, Debug)]
+struct DiscoverArgs {
+    #[command(flatten)]
+    job: JobArgs,
+    #[arg(long, setting = &mca::TIMEOUT, value_parser = seconds_of(&mca::TIMEOUT))]
+    timeout: Seconds,
+    #[arg(long, setting = &mca::SLOTS)]
+    slots: SlotsPolicy,
+    #[arg(long, setting = &mca::KUBECONFIG)]
+    kubeconfig: Option<PathBuf>,
+    #[arg(long, setting = &mca::SELF_POD)]
+    self_pod: Option<String>,
+    /// Report progress (ready counts, watch restarts) on stderr.
+    #[arg(long, short = 'v')]
+    verbose: bool,
+}
+
+impl DiscoverArgs {
+    fn config(&self) -> DiscoveryConfig {
+        DiscoveryConfig {
+            namespace: self.job.namespace.clone(),
+            selector: self.job.selector.clone(),
+            expected_pods: self.job.expected.filter(|n| *n > 0),
+            timeout: self.timeout.0,
+            slots: self.slots,
+            kubeconfig: self.kubeconfig.clone(),
+            self_pod: self.self_pod.clone(),
+        }
+    }
 }
 
 #[derive(Args, Debug)]
 struct PodsArgs {
     #[command(flatten)]
-    job: JobArgs,
-    /// Seconds to wait for the pods to be ready (bounds the whole discovery); the same variable and
-    /// default as ras_k8s_timeout.
-    #[arg(long, value_name = "SECS", default_value_t = Seconds(discovery::DEFAULT_TIMEOUT), env = "PRTE_MCA_ras_k8s_timeout")]
-    timeout: Seconds,
-    /// Slots per pod: auto (annotation prrte-k8s.io/slots, else GPUs, else CPUs, else 1), annotation, gpu, cpu, one.
-    #[arg(
-        long,
-        value_name = "POLICY",
-        default_value = "auto",
-        env = "PRTE_MCA_ras_k8s_slots"
-    )]
-    slots: SlotsPolicy,
-    /// Kubeconfig file [default: $KUBECONFIG, else the in-cluster service account, else ~/.kube/config].
-    #[arg(long, value_name = "PATH", env = "PRTE_MCA_ras_k8s_kubeconfig")]
-    kubeconfig: Option<PathBuf>,
-    /// Name of the pod this runs in [default: $POD_NAME, else $HOSTNAME, else the host name].
-    #[arg(long, value_name = "POD", env = "PRTE_MCA_ras_k8s_self_pod")]
-    self_pod: Option<String>,
+    discover: DiscoverArgs,
     /// Print a PRRTE hostfile: one `IP slots=N` line per pod (IPs, since pod hostnames need not resolve).
     #[arg(long, conflicts_with = "json")]
     hostfile: bool,
     /// Print the allocation as JSON.
     #[arg(long)]
     json: bool,
-    /// Report progress (ready counts, watch restarts) on stderr.
-    #[arg(long, short = 'v')]
-    verbose: bool,
 }
 
-/// A positive number of seconds on the command line (fractions allowed).
 #[derive(Args, Debug)]
 struct HostfileArgs {
     #[command(flatten)]
-    job: JobArgs,
-    /// Bound of the whole discovery, waiting for readiness included
-    #[arg(long, value_name = "SECS", default_value_t = Seconds(discovery::DEFAULT_TIMEOUT), env = "PRTE_MCA_ras_k8s_timeout")]
-    timeout: Seconds,
-    /// Where slot counts come from (as ras_k8s_slots)
-    #[arg(
-        long,
-        value_name = "POLICY",
-        default_value = "auto",
-        env = "PRTE_MCA_ras_k8s_slots"
-    )]
-    slots: SlotsPolicy,
-    #[arg(long, value_name = "PATH", env = "PRTE_MCA_ras_k8s_kubeconfig")]
-    kubeconfig: Option<PathBuf>,
-    #[arg(long, value_name = "POD", env = "PRTE_MCA_ras_k8s_self_pod")]
-    self_pod: Option<String>,
+    discover: DiscoverArgs,
     /// Which launcher reads the file
     #[arg(long, value_enum, default_value = "openmpi")]
     format: prrte_k8s::hostfile::Format,
     /// Name pods by IP address or by host name
     #[arg(long = "use", value_enum, default_value = "ips")]
     name_by: prrte_k8s::hostfile::Use,
-    #[arg(long, short = 'v')]
-    verbose: bool,
 }
 
+/// A number of seconds on the command line (fractions allowed), checked by its setting.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Seconds(pub Duration);
 
-impl std::str::FromStr for Seconds {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Seconds, String> {
-        parse_seconds(s).map(Seconds)
-    }
+/// The command-line parser of a [`settings::Kind::Seconds`] setting.
+pub(crate) fn seconds_of(
+    s: &'static settings::Setting,
+) -> impl Fn(&str) -> Result<Seconds, settings::SettingError> + Clone + Send + Sync + 'static {
+    move |text| s.seconds(text).map(Seconds)
 }
 
-impl std::fmt::Display for Seconds {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0.as_secs_f64())
-    }
-}
-
-fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 * 365.0 {
-        return Err(format!("{s:?} must be a positive number of seconds"));
-    }
-    Ok(Duration::from_secs_f64(secs))
+/// `--expected`: a count in `ras_k8s_expected_pods`'s range.
+fn count(text: &str) -> Result<u32, settings::SettingError> {
+    mca::EXPECTED_PODS
+        .int(text)
+        .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 fn hostfile(args: HostfileArgs) -> i32 {
     let format = (args.format, args.name_by);
-    pods(
-        PodsArgs {
-            job: args.job,
-            timeout: args.timeout,
-            slots: args.slots,
-            kubeconfig: args.kubeconfig,
-            self_pod: args.self_pod,
-            hostfile: false,
-            json: false,
-            verbose: args.verbose,
-        },
-        Some(format),
-    )
+    let what = Output::Hostfile(format.0, format.1);
+    discover(&args.discover, what)
 }
 
-fn pods(
-    args: PodsArgs,
-    as_hostfile: Option<(prrte_k8s::hostfile::Format, prrte_k8s::hostfile::Use)>,
-) -> i32 {
-    let cfg = DiscoveryConfig {
-        namespace: args.job.namespace,
-        selector: args.job.selector,
-        expected_pods: args.job.expected.filter(|n| *n > 0),
-        timeout: args.timeout.0,
-        slots: args.slots,
-        kubeconfig: args.kubeconfig,
-        self_pod: args.self_pod,
+/// What `pods`/`hostfile` print.
+enum Output {
+    Table,
+    Json,
+    PrrteHostfile,
+    Hostfile(prrte_k8s::hostfile::Format, prrte_k8s::hostfile::Use),
+}
+
+fn pods(args: PodsArgs) -> i32 {
+    let what = if args.json {
+        Output::Json
+    } else if args.hostfile {
+        Output::PrrteHostfile
+    } else {
+        Output::Table
     };
+    discover(&args.discover, what)
+}
+
+fn discover(args: &DiscoverArgs, what: Output) -> i32 {
+    let cfg = args.config();
     let verbose = args.verbose;
     let mut report = |p: &Progress| {
         if !verbose {
@@ -225,14 +205,13 @@ fn pods(
     let env = Environment::from_process();
     match runtime.block_on(discovery::discover_with(&cfg, &env, &mut report)) {
         Ok(alloc) => {
-            let text = if let Some((format, name_by)) = as_hostfile {
-                prrte_k8s::hostfile::render(&alloc, format, name_by)
-            } else if args.json {
-                render::json(&alloc) + "\n"
-            } else if args.hostfile {
-                render::hostfile(&alloc)
-            } else {
-                render::table(&alloc)
+            let text = match what {
+                Output::Hostfile(format, name_by) => {
+                    prrte_k8s::hostfile::render(&alloc, format, name_by)
+                }
+                Output::Json => render::json(&alloc) + "\n",
+                Output::PrrteHostfile => render::hostfile(&alloc),
+                Output::Table => render::table(&alloc),
             };
             print!("{text}");
             0
@@ -267,15 +246,15 @@ fn manifest(args: prrte_k8s::manifest::ManifestArgs) -> i32 {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter =
-        EnvFilter::try_from_env("PRRTE_K8S_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let filter = EnvFilter::try_from_env(settings_tools::LOG.var())
+        .unwrap_or_else(|_| EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
     let code = match cli.command {
-        Command::Pods(args) => pods(args, None),
+        Command::Pods(args) => pods(args),
         Command::Hostfile(args) => hostfile(args),
         Command::DvmUri(args) => tools::dvm_uri(args),
         Command::Prun(args) => prun::run(args),

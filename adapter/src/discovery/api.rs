@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::client::{error_chain, ApiClient};
 use super::error::DiscoveryError;
+use crate::settings::mca;
 
 /// What discovery is doing when a call fails, for messages and RBAC rules.
 #[derive(Debug, Clone)]
@@ -153,8 +154,9 @@ impl Ctx {
             source_desc: self.api.source.to_string(),
             operation: op.describe(),
             detail: format!(
-                "no answer within the {}s timeout (ras_k8s_timeout)",
-                self.timeout.as_secs_f64()
+                "no answer within the {}s timeout ({})",
+                self.timeout.as_secs_f64(),
+                mca::TIMEOUT.name()
             ),
         }
     }
@@ -273,11 +275,12 @@ impl Ctx {
             }
             let wait = delay.min(remaining - RETRY_FIRST / 2);
             tracing::warn!(
-                "cannot {} yet ({}); retrying in {:.1}s (attempt {}, until ras_k8s_timeout)",
+                "cannot {} yet ({}); retrying in {:.1}s (attempt {}, until {})",
                 op.describe(),
                 short_error(&err),
                 wait.as_secs_f64(),
-                failures + 1
+                failures + 1,
+                mca::TIMEOUT.name()
             );
             last = Some(err);
             tokio::time::sleep(wait).await;
@@ -294,10 +297,11 @@ impl Ctx {
         elapsed: Duration,
     ) -> DiscoveryError {
         let note = format!(
-            " (failed {failures} time{} over {:.1}s, retried until the {}s timeout, ras_k8s_timeout)",
+            " (failed {failures} time{} over {:.1}s, retried until the {}s timeout, {})",
             if failures == 1 { "" } else { "s" },
             elapsed.as_secs_f64(),
-            self.timeout.as_secs_f64()
+            self.timeout.as_secs_f64(),
+            mca::TIMEOUT.name()
         );
         match self.map_error(op, err) {
             DiscoveryError::Unreachable {

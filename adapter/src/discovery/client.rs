@@ -27,6 +27,7 @@ use kube::config::{
 };
 
 use super::error::DiscoveryError;
+use crate::settings::mca;
 
 /// Where a pod's service account credentials are mounted.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -48,7 +49,7 @@ impl fmt::Display for ConfigSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConfigSource::Explicit(p) => {
-                write!(f, "kubeconfig {} (ras_k8s_kubeconfig)", p.display())
+                write!(f, "kubeconfig {} ({})", p.display(), mca::KUBECONFIG.name())
             }
             ConfigSource::InCluster {
                 service_account_dir,

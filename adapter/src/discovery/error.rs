@@ -1,5 +1,7 @@
 //! Discovery errors. Each one displays as a paragraph naming the cause and the remedy.
 
+use crate::settings::mca;
+
 /// The broad class of a [`DiscoveryError`], for callers that map errors to codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -52,9 +54,12 @@ pub const PODS_RULE: &str =
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum DiscoveryError {
     #[error(
-        "Invalid label selector {selector:?}: {reason}. Set ras_k8s_selector (--selector) to a valid Kubernetes label selector, for example \"batch.kubernetes.io/job-name=my-job\" or \"app=mpi,role in (launcher,worker)\"."
+        "Invalid label selector {selector:?}: {reason}. Set {p_selector} to a valid Kubernetes label selector, for example \"batch.kubernetes.io/job-name=my-job\" or \"app=mpi,role in (launcher,worker)\".", p_selector = mca::SELECTOR.refer()
     )]
     InvalidSelector { selector: String, reason: String },
+
+    #[error("{0}.")]
+    Setting(Box<crate::settings::SettingError>),
 
     #[error("Invalid value {value:?} for {param}: {reason}.")]
     InvalidConfig {
@@ -64,7 +69,7 @@ pub enum DiscoveryError {
     },
 
     #[error(
-        "Pod {namespace}/{pod} has annotation {annotation}={value:?}, which is not a valid slot count: {reason}. Fix the annotation in the pod template (a positive integer such as \"4\"), or set ras_k8s_slots (--slots) to gpu, cpu or one to ignore it."
+        "Pod {namespace}/{pod} has annotation {annotation}={value:?}, which is not a valid slot count: {reason}. Fix the annotation in the pod template (a positive integer such as \"4\"), or set {p_slots} to gpu, cpu or one to ignore it.", p_slots = mca::SLOTS.refer()
     )]
     InvalidSlotsAnnotation {
         pod: String,
@@ -75,18 +80,18 @@ pub enum DiscoveryError {
     },
 
     #[error(
-        "No Kubernetes cluster configuration found: {}. Run inside a pod with a service account token mounted (automountServiceAccountToken must not be false), or point ras_k8s_kubeconfig (--kubeconfig) or $KUBECONFIG at a kubeconfig file.",
-        tried.join("; ")
+        "No Kubernetes cluster configuration found: {}. Run inside a pod with a service account token mounted (automountServiceAccountToken must not be false), or point {p_kubeconfig} or $KUBECONFIG at a kubeconfig file.",
+        tried.join("; "), p_kubeconfig = mca::KUBECONFIG.refer()
     )]
     NoCluster { tried: Vec<String> },
 
     #[error(
-        "Cannot use the Kubernetes client configuration from {source_desc}: {detail}. Fix or regenerate that configuration, or point ras_k8s_kubeconfig (--kubeconfig) at a working kubeconfig."
+        "Cannot use the Kubernetes client configuration from {source_desc}: {detail}. Fix or regenerate that configuration, or point {p_kubeconfig} at a working kubeconfig.", p_kubeconfig = mca::KUBECONFIG.refer()
     )]
     BadKubeconfig { source_desc: String, detail: String },
 
     #[error(
-        "Cannot reach the Kubernetes API server at {url} (configuration from {source_desc}) while trying to {operation}: {detail}. Check that the server address is right and reachable from here (network policies, firewalls, proxy settings), that its certificate is signed by the configured CA, and that the cluster is up; raise ras_k8s_timeout (--timeout) if the server is just slow."
+        "Cannot reach the Kubernetes API server at {url} (configuration from {source_desc}) while trying to {operation}: {detail}. Check that the server address is right and reachable from here (network policies, firewalls, proxy settings), that its certificate is signed by the configured CA, and that the cluster is up; raise {p_timeout} if the server is just slow.", p_timeout = mca::TIMEOUT.refer()
     )]
     Unreachable {
         url: String,
@@ -129,7 +134,7 @@ pub enum DiscoveryError {
     },
 
     #[error(
-        "Cannot infer which pods belong to this job: our own pod {pod:?} (name from {name_source}) was not found in namespace {namespace:?}. Set ras_k8s_selector (--selector) to a label selector for the job's pods, or make the pod name known through the POD_NAME environment variable (fieldRef metadata.name), or set ras_k8s_namespace if the pod is in another namespace."
+        "Cannot infer which pods belong to this job: our own pod {pod:?} (name from {name_source}) was not found in namespace {namespace:?}. Set {p_selector} to a label selector for the job's pods, or make the pod name known through the POD_NAME environment variable (fieldRef metadata.name), or set {n_namespace} if the pod is in another namespace.", p_selector = mca::SELECTOR.refer(), n_namespace = mca::NAMESPACE.name()
     )]
     SelfPodNotFound {
         pod: String,
@@ -138,8 +143,8 @@ pub enum DiscoveryError {
     },
 
     #[error(
-        "Cannot infer which pods belong to this job: our own pod {namespace}/{pod} has none of the labels {} and no StatefulSet owner. Set ras_k8s_selector (--selector) to a label selector for the job's pods, for example \"app=my-mpi-job\".",
-        looked_for.join(", ")
+        "Cannot infer which pods belong to this job: our own pod {namespace}/{pod} has none of the labels {} and no StatefulSet owner. Set {p_selector} to a label selector for the job's pods, for example \"app=my-mpi-job\".",
+        looked_for.join(", "), p_selector = mca::SELECTOR.refer()
     )]
     SelectorNotInferable {
         pod: String,
@@ -148,8 +153,8 @@ pub enum DiscoveryError {
     },
 
     #[error(
-        "No pods match the label selector {selector:?} in namespace {namespace:?} (excluding terminating and finished pods{}). Check ras_k8s_selector (--selector) and ras_k8s_namespace (--namespace), e.g. with `kubectl get pods -n {namespace} -l '{selector}'`, or set ras_k8s_expected_pods (--expected) to wait for pods that are still being created.",
-        if excluded.is_empty() { String::new() } else { format!("; excluded: {}", excluded.join("; ")) }
+        "No pods match the label selector {selector:?} in namespace {namespace:?} (excluding terminating and finished pods{}). Check {p_selector} and {p_namespace}, e.g. with `kubectl get pods -n {namespace} -l '{selector}'`, or set {p_expected} to wait for pods that are still being created.",
+        if excluded.is_empty() { String::new() } else { format!("; excluded: {}", excluded.join("; ")) }, p_selector = mca::SELECTOR.refer(), p_namespace = mca::NAMESPACE.refer(), p_expected = mca::EXPECTED_PODS.refer()
     )]
     NoPods {
         namespace: String,
@@ -158,9 +163,9 @@ pub enum DiscoveryError {
     },
 
     #[error(
-        "Timed out after {}s waiting for {expected} pods ({expected_source}) matching {selector:?} in namespace {namespace:?} to be Running and Ready with an IP: {ready} of {expected} ready. {}. Check these pods (`kubectl describe pod -n {namespace} ...`), raise ras_k8s_timeout (--timeout) if they are just slow to start, or lower ras_k8s_expected_pods (--expected) if fewer pods are intended.",
+        "Timed out after {}s waiting for {expected} pods ({expected_source}) matching {selector:?} in namespace {namespace:?} to be Running and Ready with an IP: {ready} of {expected} ready. {}. Check these pods (`kubectl describe pod -n {namespace} ...`), raise {p_timeout} if they are just slow to start, or lower {p_expected} if fewer pods are intended.",
         *waited_ms as f64 / 1000.0,
-        problems.join("; ")
+        problems.join("; "), p_timeout = mca::TIMEOUT.refer(), p_expected = mca::EXPECTED_PODS.refer()
     )]
     Timeout {
         namespace: String,
@@ -175,7 +180,7 @@ pub enum DiscoveryError {
     },
 
     #[error(
-        "The Kubernetes API server at {url} refused to {operation}: HTTP {code} {reason}: {message}. Check the parameters (ras_k8s_namespace, ras_k8s_selector) and the API server's health."
+        "The Kubernetes API server at {url} refused to {operation}: HTTP {code} {reason}: {message}. Check the parameters ({n_namespace}, {n_selector}) and the API server's health.", n_namespace = mca::NAMESPACE.name(), n_selector = mca::SELECTOR.name()
     )]
     Api {
         url: String,
@@ -186,9 +191,9 @@ pub enum DiscoveryError {
     },
 
     #[error(
-        "Cannot read {kind} {namespace}/{name}, which owns the job's pods, to learn how many pods to wait for: {}. Without it the allocation could silently be only the pods that exist at the first list. {} or set ras_k8s_expected_pods (--expected) to the number of pods.",
+        "Cannot read {kind} {namespace}/{name}, which owns the job's pods, to learn how many pods to wait for: {}. Without it the allocation could silently be only the pods that exist at the first list. {} or set {p_expected} to the number of pods.",
         if *code == 404 { format!("HTTP 404, it does not exist or its API is not served ({message})") } else { format!("HTTP {code}, the launcher's service account may not get it ({message})") },
-        if *code == 404 { "Check the workload,".to_string() } else { format!("Grant it in the launcher's Role:\n{rule}\n") }
+        if *code == 404 { "Check the workload,".to_string() } else { format!("Grant it in the launcher's Role:\n{rule}\n") }, p_expected = mca::EXPECTED_PODS.refer()
     )]
     OwnerUnreadable {
         kind: &'static str,
@@ -204,12 +209,19 @@ pub enum DiscoveryError {
     Internal { detail: String },
 }
 
+impl From<crate::settings::SettingError> for DiscoveryError {
+    fn from(e: crate::settings::SettingError) -> Self {
+        DiscoveryError::Setting(Box::new(e))
+    }
+}
+
 impl DiscoveryError {
     /// The class of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
             DiscoveryError::InvalidSelector { .. }
             | DiscoveryError::InvalidConfig { .. }
+            | DiscoveryError::Setting(_)
             | DiscoveryError::InvalidSlotsAnnotation { .. } => ErrorKind::InvalidConfig,
             DiscoveryError::NoCluster { .. } | DiscoveryError::BadKubeconfig { .. } => {
                 ErrorKind::NoCluster

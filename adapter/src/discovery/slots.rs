@@ -41,7 +41,7 @@ pub enum SlotsPolicy {
 
 impl SlotsPolicy {
     /// The accepted spellings, for messages and help texts.
-    pub const VALID: &'static [&'static str] = &["auto", "annotation", "gpu", "cpu", "one"];
+    pub const VALID: &'static [&'static str] = crate::settings::mca::SLOTS_CHOICES;
 
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -62,11 +62,16 @@ impl fmt::Display for SlotsPolicy {
 
 /// An unknown slots policy name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "invalid slots policy {value:?}: valid values are auto (annotation, else GPUs, else CPUs, else 1), annotation, gpu, cpu and one; set ras_k8s_slots (or --slots) to one of them"
-)]
+#[error("{}", self.setting_error())]
 pub struct ParseSlotsPolicyError {
     pub value: String,
+}
+
+impl ParseSlotsPolicyError {
+    /// The error as for any bad value of `ras_k8s_slots`.
+    pub fn setting_error(&self) -> crate::settings::SettingError {
+        crate::settings::mca::SLOTS.invalid(format!("{:?}", self.value))
+    }
 }
 
 impl FromStr for SlotsPolicy {
@@ -276,6 +281,9 @@ mod tests {
         );
         for v in SlotsPolicy::VALID {
             assert_eq!(v.parse::<SlotsPolicy>().unwrap().as_str(), *v);
+        }
+        for v in crate::settings::mca::SLOTS_ALIASES {
+            assert!(v.parse::<SlotsPolicy>().is_ok(), "{v}");
         }
     }
 

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::prted_args::{forwarded_env, PrtedTemplate};
-use super::settings::{reachable_dvm_uri, PlmSettings, NO_DVM_URI};
+use super::settings::{self, reachable_dvm_uri, PlmSettings, NO_DVM_URI};
 use super::targets::{resolve, DaemonNode, PodTable};
 use super::{ExitDesc, LaunchEvent, LaunchOptions, LaunchRequest, LaunchTarget};
 
@@ -194,7 +194,14 @@ impl Rounds {
     /// anything to launch, opens a round of a new generation.
     pub fn begin(&mut self, request: RoundRequest<'_>) -> Begun {
         let mut actions = Vec::new();
-        let settings = match request.settings.check() {
+        let env = |k: &str| {
+            request
+                .env
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+        };
+        let settings = match settings::check(request.settings, &env) {
             Ok(s) => s,
             Err(e) => return refused(actions, e),
         };

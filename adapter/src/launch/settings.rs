@@ -1,30 +1,18 @@
 //! What a round of daemon launches is configured with: the PLM's parameters as set, checked
 //! (with the per-job secret read) before anything is sent, and the DVM URI the agents publish.
 
-use std::path::Path;
 use std::time::Duration;
 
 use super::LaunchOptions;
 use crate::protocol;
+use crate::settings::mca;
 
 /// Grace period between SIGTERM and SIGKILL the launcher asks of the agents when it stops its
 /// daemons.
 pub const KILL_GRACE: Duration = Duration::from_secs(5);
 
-/// The `plm_k8s_*` parameters a round uses, as they are set (not yet checked).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlmSettings {
-    /// `plm_k8s_secret_file`.
-    pub secret_file: Option<String>,
-    /// `plm_k8s_agent_port`.
-    pub agent_port: i32,
-    /// `plm_k8s_launch_timeout`, seconds.
-    pub launch_timeout: i32,
-    /// `plm_k8s_connect_timeout`, seconds.
-    pub connect_timeout: i32,
-    /// `plm_k8s_insecure`.
-    pub insecure: bool,
-}
+/// The `plm_k8s_*` parameters a round uses, as they are set (checked by [`check`]).
+pub use crate::settings::mca::PlmParams as PlmSettings;
 
 /// The checked settings of one round.
 #[derive(Debug, Clone)]
@@ -37,50 +25,34 @@ pub struct RoundSettings {
     pub startup_timeout: Duration,
 }
 
-impl PlmSettings {
-    /// Reads the secret (unless insecure) and checks the port and the timeouts, in that order;
-    /// the error names the parameter and what it must be.
-    pub fn check(&self) -> Result<RoundSettings, String> {
-        let secret = if self.insecure {
-            None
-        } else {
-            let file = self.secret_file.clone().unwrap_or_default();
-            let secret = protocol::read_secret_file(Path::new(&file))
-                .map_err(|e| format!("{e} (parameter plm_k8s_secret_file = {file})"))?;
-            Some(secret)
-        };
-        let port = match u16::try_from(self.agent_port) {
-            Ok(port) if port > 0 => port,
-            _ => {
-                return Err(format!(
-                    "plm_k8s_agent_port must be a TCP port (1-65535), not {}",
-                    self.agent_port
-                ))
-            }
-        };
-        let (Ok(launch), Ok(connect)) = (
-            u64::try_from(self.launch_timeout),
-            u64::try_from(self.connect_timeout),
-        ) else {
-            return Err(Self::TIMEOUTS.into());
-        };
-        if launch == 0 || connect == 0 {
-            return Err(Self::TIMEOUTS.into());
-        }
-        Ok(RoundSettings {
-            port,
-            options: LaunchOptions {
-                secret,
-                connect_timeout: Duration::from_secs(connect),
-                request_timeout: Duration::from_secs(launch),
-                kill_grace: KILL_GRACE,
-            },
-            startup_timeout: Duration::from_secs(launch),
-        })
-    }
-
-    const TIMEOUTS: &'static str =
-        "plm_k8s_launch_timeout and plm_k8s_connect_timeout must be positive numbers of seconds";
+/// Checks the parameters as the registry does ([`PlmSettings::check`]: ports and timeouts in
+/// range, the two names of the agent port and of the secret file agreeing in `env`), then reads
+/// the secret (unless insecure); the error names the parameter and what it must be.
+pub fn check(
+    settings: &PlmSettings,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<RoundSettings, String> {
+    let checked = settings.check(env).map_err(|e| e.to_string())?;
+    let secret = match &checked.secret_file {
+        None => None,
+        Some(file) => Some(protocol::read_secret_file(file).map_err(|e| {
+            format!(
+                "{e} (parameter {} = {})",
+                mca::SECRET_FILE.name(),
+                file.display()
+            )
+        })?),
+    };
+    Ok(RoundSettings {
+        port: checked.agent_port,
+        options: LaunchOptions {
+            secret,
+            connect_timeout: checked.connect_timeout,
+            request_timeout: checked.launch_timeout,
+            kill_grace: KILL_GRACE,
+        },
+        startup_timeout: checked.launch_timeout,
+    })
 }
 
 /// prte's PMIx tool URI, if the agents can publish it for other pods: a well-formed URI
@@ -95,6 +67,11 @@ pub const NO_DVM_URI: &str = "plm:k8s: prte's tool listener is not reachable fro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
+
+    fn check(s: &PlmSettings) -> Result<RoundSettings, String> {
+        super::check(s, &|_| None)
+    }
 
     fn settings(secret_file: Option<&Path>) -> PlmSettings {
         PlmSettings {
@@ -103,6 +80,7 @@ mod tests {
             launch_timeout: 60,
             connect_timeout: 10,
             insecure: false,
+            priority: 0,
         }
     }
 
@@ -115,7 +93,7 @@ mod tests {
     #[test]
     fn good_settings_give_the_launchers_options() {
         let f = secret_file();
-        let r = settings(Some(f.path())).check().unwrap();
+        let r = check(&settings(Some(f.path()))).unwrap();
         assert_eq!(r.port, 7117);
         assert_eq!(r.options.secret.as_deref(), Some(&[b'k'; 32][..]));
         assert_eq!(r.options.connect_timeout, Duration::from_secs(10));
@@ -128,20 +106,18 @@ mod tests {
     fn insecure_reads_no_secret() {
         let mut s = settings(Some(Path::new("/nonexistent/prrte-k8s/key")));
         s.insecure = true;
-        assert!(s.check().unwrap().options.secret.is_none());
+        assert!(check(&s).unwrap().options.secret.is_none());
     }
 
     #[test]
     fn a_missing_secret_names_the_parameter_and_the_file() {
-        let e = settings(Some(Path::new("/nonexistent/prrte-k8s/key")))
-            .check()
-            .unwrap_err();
+        let e = check(&settings(Some(Path::new("/nonexistent/prrte-k8s/key")))).unwrap_err();
         assert!(
             e.contains("does not exist")
                 && e.contains("(parameter plm_k8s_secret_file = /nonexistent/prrte-k8s/key)"),
             "{e}"
         );
-        let e = settings(None).check().unwrap_err();
+        let e = check(&settings(None)).unwrap_err();
         assert!(e.contains("(parameter plm_k8s_secret_file = )"), "{e}");
     }
 
@@ -151,25 +127,46 @@ mod tests {
         for port in [0, -1, 65536] {
             let mut s = settings(Some(f.path()));
             s.agent_port = port;
-            assert_eq!(
-                s.check().unwrap_err(),
-                format!("plm_k8s_agent_port must be a TCP port (1-65535), not {port}")
+            let e = check(&s).unwrap_err();
+            assert!(
+                e.contains("plm_k8s_agent_port") && e.contains(&format!("\"{port}\"")),
+                "{e}"
             );
         }
         for (launch, connect) in [(0, 10), (60, 0), (-5, 10), (60, -1)] {
             let mut s = settings(Some(f.path()));
             s.launch_timeout = launch;
             s.connect_timeout = connect;
-            let e = s.check().unwrap_err();
-            assert!(e.contains("must be positive numbers of seconds"), "{e}");
+            let e = check(&s).unwrap_err();
+            let bad = if launch <= 0 {
+                "plm_k8s_launch_timeout"
+            } else {
+                "plm_k8s_connect_timeout"
+            };
+            assert!(
+                e.contains(bad) && e.contains("positive number of seconds"),
+                "{e}"
+            );
         }
     }
 
     #[test]
-    fn the_secret_is_checked_before_the_port() {
+    fn the_values_are_checked_before_the_secret_is_read() {
         let mut s = settings(Some(Path::new("/nonexistent/prrte-k8s/key")));
         s.agent_port = 0;
-        assert!(s.check().unwrap_err().contains("plm_k8s_secret_file"));
+        assert!(check(&s).unwrap_err().contains("plm_k8s_agent_port"));
+    }
+
+    #[test]
+    fn the_two_names_of_the_port_must_agree() {
+        let f = secret_file();
+        let env = |k: &str| match k {
+            "PRRTE_K8S_AGENT_PORT" => Some("9000".to_string()),
+            "PRTE_MCA_plm_k8s_agent_port" => Some("9001".to_string()),
+            _ => None,
+        };
+        let e = super::check(&settings(Some(f.path())), &env).unwrap_err();
+        assert!(e.contains("PRRTE_K8S_AGENT_PORT"), "{e}");
     }
 
     #[test]

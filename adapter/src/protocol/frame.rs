@@ -11,7 +11,7 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use super::wire::ProtocolError;
 
 /// Default maximum frame length (bytes of JSON after the length prefix).
-pub const DEFAULT_MAX_FRAME: usize = 1024 * 1024;
+pub const DEFAULT_MAX_FRAME: usize = crate::settings::agent::MAX_FRAME.default_u64() as usize;
 /// Maximum frame length accepted before authentication.
 pub const HANDSHAKE_MAX_FRAME: usize = 16 * 1024;
 /// The framing codec: u32 big-endian length prefix, at most `max` bytes of body.

@@ -115,6 +115,6 @@ pub use validate::{validate_dvm_uri, validate_env_key, validate_launch, MAX_DVM_
 pub use wire::{decode_message, encode_message, ProtocolError, VERSION};
 
 /// Default TCP port of the agent's protocol listener.
-pub const DEFAULT_AGENT_PORT: u16 = 7117;
+pub const DEFAULT_AGENT_PORT: u16 = crate::settings::mca::AGENT_PORT.default_u64() as u16;
 /// Default TCP port of the agent's HTTP health endpoint.
 pub const DEFAULT_HEALTH_PORT: u16 = 7118;

@@ -5,13 +5,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// Default location of the mounted per-job Secret (the agent's `--secret-file`, the PLM's
-/// `plm_k8s_secret_file`).
-pub const DEFAULT_SECRET_FILE: &str = "/etc/prrte-k8s/secret/key";
+/// `plm_k8s_secret_file`: [`crate::settings::mca::SECRET_FILE`]).
+pub const DEFAULT_SECRET_FILE: &str = crate::settings::mca::SECRET_FILE.default;
 
 /// Why the per-job secret could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
-    #[error("secret file {} does not exist: mount the job's Kubernetes Secret there, or point the secret-file setting (agent: --secret-file / PRRTE_K8S_SECRET_FILE; launcher: its secret-file parameter) at the mounted key", path.display())]
+    #[error("secret file {} does not exist: mount the job's Kubernetes Secret there, or point the secret file setting at the mounted key ({})", path.display(), crate::settings::mca::SECRET_FILE.how_to_set())]
     Missing { path: PathBuf },
     #[error("cannot read secret file {}: {source}", path.display())]
     Unreadable {

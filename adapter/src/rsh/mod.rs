@@ -10,10 +10,12 @@
 //! status is the remote program's (128+N if a signal N ended it; 255 if the agent could not be
 //! reached or refused, with the reason on stderr).
 //!
-//! Settings come from the environment, as ssh's come from its config: `PRRTE_K8S_SECRET_FILE`
-//! (the job's secret, default `/etc/prrte-k8s/secret/key`), `PRRTE_K8S_AGENT_PORT` (7117),
-//! `PRRTE_K8S_RSH_CONNECT_TIMEOUT` (seconds, 10), and the `PRTE_MCA_ras_k8s_*` variables for
-//! resolving names.
+//! Settings come from the environment, as ssh's come from its config (see
+//! [`crate::settings`]): the job's secret file (`PRRTE_K8S_SECRET_FILE` or
+//! `PRTE_MCA_plm_k8s_secret_file`, default `/etc/prrte-k8s/secret/key`), the agent port
+//! (`PRRTE_K8S_AGENT_PORT` or `PRTE_MCA_plm_k8s_agent_port`, 7117),
+//! `PRRTE_K8S_RSH_CONNECT_TIMEOUT` (seconds, 10), and `PRTE_MCA_ras_k8s_namespace`, `_selector`
+//! and `_kubeconfig` for resolving names. A bad value is an error naming the variable.
 
 pub mod shell;
 
@@ -29,6 +31,7 @@ use crate::protocol::exec::{decode_data, encode_data, CHUNK};
 use crate::protocol::{
     decode_message, recv_frame, send_frame, signal_name, ProtocolError, Reply, Request,
 };
+use crate::settings::{mca, tools, Setting, SettingError};
 
 /// Exit status for our own failures (as ssh's).
 pub const EXIT_FAILURE: i32 = 255;
@@ -108,12 +111,16 @@ pub async fn resolve(host: &str, port: u16, timeout: Duration) -> Result<SocketA
         return Ok(SocketAddr::new(ip, port));
     }
     let short = host.split('.').next().unwrap_or(host);
+    let env = |k: &str| std::env::var(k).ok();
+    let text = |s: &Setting| s.lookup(&env).map(|v| v.map(|(_, v)| v));
     let cfg = crate::discovery::DiscoveryConfig {
-        namespace: std::env::var("PRTE_MCA_ras_k8s_namespace").ok(),
-        selector: std::env::var("PRTE_MCA_ras_k8s_selector").ok(),
+        namespace: text(&mca::NAMESPACE).map_err(|e| e.to_string())?,
+        selector: text(&mca::SELECTOR).map_err(|e| e.to_string())?,
         expected_pods: None,
         timeout,
-        kubeconfig: std::env::var_os("PRTE_MCA_ras_k8s_kubeconfig").map(Into::into),
+        kubeconfig: text(&mca::KUBECONFIG)
+            .map_err(|e| e.to_string())?
+            .map(Into::into),
         ..Default::default()
     };
     let env = crate::discovery::client::Environment::from_process();
@@ -143,14 +150,27 @@ pub async fn resolve(host: &str, port: u16, timeout: Duration) -> Result<SocketA
         })
 }
 
-fn env_secs(name: &str, default: u64) -> Duration {
-    Duration::from_secs_f64(
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|v| v.is_finite() && *v > 0.0)
-            .unwrap_or(default as f64),
-    )
+/// Where and how to reach the agents, from the environment.
+struct Reach {
+    secret_file: std::path::PathBuf,
+    port: u16,
+    connect_timeout: Duration,
+}
+
+fn reach() -> Result<Reach, SettingError> {
+    let env = |k: &str| std::env::var(k).ok();
+    let path = |_: &Setting, v: &str| Ok(std::path::PathBuf::from(v));
+    Ok(Reach {
+        secret_file: mca::SECRET_FILE.from_env(&env, path)?.unwrap_or_default(),
+        port: mca::AGENT_PORT
+            .from_env(&env, Setting::port)?
+            .unwrap_or(crate::protocol::DEFAULT_AGENT_PORT),
+        connect_timeout: tools::RSH_CONNECT_TIMEOUT
+            .from_env(&env, Setting::seconds)?
+            .unwrap_or(Duration::from_secs(
+                tools::RSH_CONNECT_TIMEOUT.default_u64(),
+            )),
+    })
 }
 
 /// Runs the whole client; returns the exit status.
@@ -171,23 +191,23 @@ pub async fn main(args: Vec<String>) -> i32 {
         Ok(c) => c,
         Err(e) => return fail(format!("{}: {e}", args.host)),
     };
-    let secret_file = std::env::var_os("PRRTE_K8S_SECRET_FILE")
-        .filter(|v| !v.is_empty())
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| crate::protocol::DEFAULT_SECRET_FILE.into());
+    let Reach {
+        secret_file,
+        port,
+        connect_timeout,
+    } = match reach() {
+        Ok(r) => r,
+        Err(e) => return fail(e.to_string()),
+    };
     let secret = match crate::protocol::read_secret_file(&secret_file) {
         Ok(s) => s,
         Err(e) => {
             return fail(format!(
-                "{e} (set PRRTE_K8S_SECRET_FILE to the job's secret)"
+                "{e} (set {} to the job's secret)",
+                mca::SECRET_FILE.var()
             ))
         }
     };
-    let port = std::env::var("PRRTE_K8S_AGENT_PORT")
-        .ok()
-        .and_then(|p| p.trim().parse::<u16>().ok())
-        .unwrap_or(crate::protocol::DEFAULT_AGENT_PORT);
-    let connect_timeout = env_secs("PRRTE_K8S_RSH_CONNECT_TIMEOUT", 10);
     let addr = match resolve(&args.host, port, Duration::from_secs(30)).await {
         Ok(a) => a,
         Err(e) => return fail(e),

@@ -48,14 +48,7 @@ fn plm() -> MutexGuard<'static, Plm> {
 
 /// The PLM's parameters as the rounds take them.
 fn settings() -> PlmSettings {
-    let p = params::plm();
-    PlmSettings {
-        secret_file: p.secret_file,
-        agent_port: p.agent_port,
-        launch_timeout: p.launch_timeout,
-        connect_timeout: p.connect_timeout,
-        insecure: p.insecure,
-    }
+    params::plm()
 }
 
 /// PRRTE ordered the daemons to exit: from now on a daemon ending is expected.

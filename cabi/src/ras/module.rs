@@ -11,8 +11,6 @@ use crate::shim::{self, Framework};
 use crate::{ffi, mainloop, params, pods, prrte};
 use prrte_k8s::discovery::{self, Allocation, DiscoveryConfig, DiscoveryError};
 use std::os::raw::{c_int, c_void};
-use std::path::PathBuf;
-use std::time::Duration;
 
 static mut MODULE: ffi::prte_ras_base_module_t = ffi::prte_ras_base_module_t {
     init: Some(init),
@@ -36,34 +34,7 @@ unsafe extern "C" fn finalize() -> c_int {
 
 /// The discovery configuration from our MCA parameters; a clear message for bad values.
 pub fn config_from(p: &params::RasParams) -> Result<DiscoveryConfig, String> {
-    let slots = match &p.slots {
-        None => discovery::SlotsPolicy::Auto,
-        Some(s) => s
-            .parse::<discovery::SlotsPolicy>()
-            .map_err(|e| format!("ras_k8s_slots: {e}"))?,
-    };
-    if p.timeout <= 0 {
-        return Err(format!("ras_k8s_timeout must be a positive number of seconds, not {}; set e.g. --prtemca ras_k8s_timeout 300", p.timeout));
-    }
-    if p.expected_pods < 0 {
-        return Err(format!(
-            "ras_k8s_expected_pods must be 0 (infer) or a positive count, not {}",
-            p.expected_pods
-        ));
-    }
-    Ok(DiscoveryConfig {
-        namespace: p.namespace.clone(),
-        selector: p.selector.clone(),
-        expected_pods: if p.expected_pods > 0 {
-            Some(p.expected_pods as u32)
-        } else {
-            None
-        },
-        timeout: Duration::from_secs(p.timeout as u64),
-        slots,
-        kubeconfig: p.kubeconfig.as_ref().map(PathBuf::from),
-        self_pod: p.self_pod.clone(),
-    })
+    DiscoveryConfig::from_params(p).map_err(|e| e.to_string())
 }
 
 /// The module's `allocate`: starts discovery on our own thread and returns at once.

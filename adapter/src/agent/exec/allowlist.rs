@@ -6,38 +6,23 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use crate::protocol::exec::is_var_name;
+use crate::settings::{agent, ArgExt};
 
 /// The agent's exec settings (`prrte-k8s-agent --exec-allow ...`).
 #[derive(Debug, Clone, Default, Args)]
 pub struct ExecArgs {
-    /// Programs that `exec` requests (prrte-k8s-rsh) may run besides --prted: absolute paths,
-    /// or names looked up in --exec-dir (repeatable or comma-separated), e.g.
-    /// hydra_pmi_proxy. Never a shell; nothing else is ever run
-    #[arg(
-        long = "exec-allow",
-        env = "PRRTE_K8S_EXEC_ALLOW",
-        value_name = "PATH|NAME",
-        value_delimiter = ','
-    )]
+    #[arg(long, setting = &agent::EXEC_ALLOW, value_delimiter = ',')]
     pub allow: Vec<String>,
 
-    /// Directory where bare names given to --exec-allow are found [default: the directory of
-    /// --prted]
-    #[arg(long = "exec-dir", env = "PRRTE_K8S_EXEC_DIR", value_name = "DIR")]
+    #[arg(long, setting = &agent::EXEC_DIR)]
     pub dir: Option<PathBuf>,
 
-    /// Programs run through `exec` requests at once; beyond, requests are refused
-    #[arg(
-        long = "max-exec",
-        env = "PRRTE_K8S_MAX_EXEC",
-        value_name = "N",
-        default_value_t = DEFAULT_MAX_EXEC
-    )]
+    #[arg(long, setting = &agent::MAX_EXEC)]
     pub max: usize,
 }
 
 /// Default of `--max-exec`.
-pub const DEFAULT_MAX_EXEC: usize = 16;
+pub const DEFAULT_MAX_EXEC: usize = agent::MAX_EXEC.default_u64() as usize;
 
 /// One allowed program.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,9 +111,11 @@ impl ExecPolicy {
         let refuse = |why: &str| {
             Err(format!(
                 "`{}` {why}: this agent's exec allowlist holds only {} (a site admin adds \
-                 programs with --exec-allow / PRRTE_K8S_EXEC_ALLOW; a shell is never run)",
+                 programs with --{} / {}; a shell is never run)",
                 crate::text::printable(argv0, 300),
-                self.describe()
+                self.describe(),
+                agent::EXEC_ALLOW.flag,
+                agent::EXEC_ALLOW.var()
             ))
         };
         if argv0.is_empty() {

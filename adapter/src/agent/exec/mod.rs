@@ -144,11 +144,11 @@ fn agent_env(ctx: &Ctx<'_>) -> BTreeMap<String, String> {
         })
         .collect();
     env.insert(
-        "PRRTE_K8S_SECRET_FILE".into(),
+        crate::settings::agent::SECRET_FILE.var().into(),
         ctx.config.secret_file.display().to_string(),
     );
     env.insert(
-        "PRRTE_K8S_AGENT_PORT".into(),
+        crate::settings::agent::PORT.var().into(),
         ctx.config.listen.port().to_string(),
     );
     env

@@ -16,32 +16,24 @@ use kube::Api;
 use prrte_k8s::discovery::client::{error_chain, Environment, SERVICE_ACCOUNT_DIR};
 use prrte_k8s::discovery::{self, Allocation, DiscoveryConfig, SlotsPolicy};
 use prrte_k8s::launch::{ping_agent, LaunchOptions, LaunchTarget};
-use prrte_k8s::protocol::{read_secret_file, DEFAULT_AGENT_PORT, DEFAULT_SECRET_FILE};
+use prrte_k8s::protocol::read_secret_file;
+use prrte_k8s::settings::{agent, mca, tools, ArgExt};
 
-use crate::{JobArgs, Seconds};
+use crate::{seconds_of, JobArgs, Seconds};
 
 #[derive(Args, Debug)]
 pub struct DoctorArgs {
     #[command(flatten)]
     job: JobArgs,
-    /// Seconds to wait for the job's pods to be ready. Shorter than ras_k8s_timeout (and not read
-    /// from it): doctor checks the job as it is now rather than waiting for pods to start.
-    #[arg(long, value_name = "SECS", default_value_t = Seconds(DOCTOR_TIMEOUT))]
+    #[arg(long, setting = &tools::DOCTOR_TIMEOUT, value_parser = seconds_of(&tools::DOCTOR_TIMEOUT))]
     timeout: Seconds,
-    /// The per-job secret shared with the agents [default: $PRTE_MCA_plm_k8s_secret_file, else
-    /// $PRRTE_K8S_SECRET_FILE, else /etc/prrte-k8s/secret/key].
-    #[arg(long, value_name = "PATH")]
-    secret_file: Option<PathBuf>,
-    /// TCP port of the agents.
-    #[arg(long, value_name = "PORT", env = "PRTE_MCA_plm_k8s_agent_port", default_value_t = DEFAULT_AGENT_PORT)]
+    #[arg(long, setting = &mca::SECRET_FILE)]
+    secret_file: PathBuf,
+    #[arg(long, setting = &mca::AGENT_PORT, value_parser = |t: &str| mca::AGENT_PORT.port(t))]
     agent_port: u16,
-    /// Seconds allowed for each agent's connection and each answer.
-    #[arg(long, value_name = "SECS", default_value_t = Seconds(Duration::from_secs(5)))]
+    #[arg(long, setting = &tools::DOCTOR_AGENT_TIMEOUT, value_parser = seconds_of(&tools::DOCTOR_AGENT_TIMEOUT))]
     agent_timeout: Seconds,
 }
-
-/// How long doctor waits for the job's pods by default.
-const DOCTOR_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How long API calls of the RBAC check may take.
 const API_TIMEOUT: Duration = Duration::from_secs(10);
@@ -256,12 +248,20 @@ async fn check_discovery(
     }
 }
 
-fn secret_path(args: &DoctorArgs) -> PathBuf {
-    args.secret_file
-        .clone()
-        .or_else(|| env_path("PRTE_MCA_plm_k8s_secret_file"))
-        .or_else(|| env_path("PRRTE_K8S_SECRET_FILE"))
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_SECRET_FILE))
+/// The k8s parameters in this environment: no unknown name, no bad value, no two names of one
+/// setting that disagree (what the launcher started here would read).
+fn check_settings(r: &mut Report) {
+    let vars: Vec<(String, String)> = std::env::vars().collect();
+    let problems = mca::env_problems(&vars);
+    if problems.is_empty() {
+        r.ok("settings: the k8s parameters set in this environment are valid");
+    }
+    for p in problems {
+        r.fail(
+            &format!("settings: {p}"),
+            "fix the variable in the pod template (or this shell)",
+        );
+    }
 }
 
 async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocation>) {
@@ -269,7 +269,7 @@ async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocati
         r.skip("agents: not checked (the job's pods are unknown; fix the checks above)");
         return;
     };
-    let path = secret_path(args);
+    let path = args.secret_file.clone();
     let secret = match read_secret_file(&path) {
         Ok(s) => s,
         Err(e) => {
@@ -320,7 +320,7 @@ async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocati
             ),
             Err(e) => r.fail(
                 &format!("agent of pod {}: {e}", t.pod),
-                &format!("make prrte-k8s-agent the pod's entrypoint listening on the agent port (PRTE_MCA_plm_k8s_agent_port, default {DEFAULT_AGENT_PORT}) and allow that port in the NetworkPolicy (prrte-config/k8s/networkpolicy.yaml)"),
+                &format!("make prrte-k8s-agent the pod's entrypoint listening on the agent port ({}, default {}) and allow that port in the NetworkPolicy (prrte-config/k8s/networkpolicy.yaml)", mca::AGENT_PORT.how_to_set(), mca::AGENT_PORT.default),
             ),
         }
     }
@@ -329,12 +329,12 @@ async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocati
 /// The PRRTE install prefix: configured, else found from `prte` on PATH.
 fn find_prefix() -> Option<(PathBuf, String)> {
     if let Some(p) = crate::tools::configured_prefix() {
-        let how = if env_path("PRRTE_K8S_PREFIX").is_some() {
-            "$PRRTE_K8S_PREFIX"
+        let how = if env_path(tools::PREFIX.var()).is_some() {
+            tools::PREFIX.var()
         } else {
-            "$PRRTE_K8S_PRTED"
+            agent::PRTED.var()
         };
-        return Some((p, how.to_owned()));
+        return Some((p, format!("${how}")));
     }
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
@@ -354,9 +354,10 @@ fn executable(p: &Path) -> bool {
 
 fn check_prrte(r: &mut Report) {
     let Some((prefix, how)) = find_prefix() else {
+        let (prefix, prted) = (tools::PREFIX.var(), agent::PRTED.var());
         r.fail(
-            "PRRTE: no install prefix ($PRRTE_K8S_PREFIX and $PRRTE_K8S_PRTED unset, no prte on PATH)",
-            "set PRRTE_K8S_PREFIX to the PRRTE install prefix (the directory holding bin/prte)",
+            &format!("PRRTE: no install prefix (${prefix} and ${prted} unset, no prte on PATH)"),
+            &format!("set {prefix} to the PRRTE install prefix (the directory holding bin/prte)"),
         );
         r.skip("k8s components: not checked (no PRRTE prefix)");
         return;
@@ -375,8 +376,15 @@ fn check_prrte(r: &mut Report) {
         ));
     } else {
         r.fail(
-            &format!("PRRTE: prefix {} ({how}) lacks {}", prefix.display(), missing.join(", ")),
-            "install PRRTE 3.0.8 there (prrte-config/setup.sh) or point PRRTE_K8S_PREFIX at the right prefix",
+            &format!(
+                "PRRTE: prefix {} ({how}) lacks {}",
+                prefix.display(),
+                missing.join(", ")
+            ),
+            &format!(
+                "install PRRTE 3.0.8 there (prrte-config/setup.sh) or point {} at the right prefix",
+                tools::PREFIX.var()
+            ),
         );
     }
     let (dir, how) = match env_path("PRTE_PKGLIBDIR") {
@@ -405,6 +413,7 @@ fn check_prrte(r: &mut Report) {
 async fn run_checks(args: DoctorArgs) -> usize {
     let mut r = Report::default();
     let env = Environment::from_process();
+    check_settings(&mut r);
     check_in_cluster(&mut r, &env);
     let namespace = args
         .job

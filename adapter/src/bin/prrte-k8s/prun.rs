@@ -144,8 +144,9 @@ async fn pmix_tool(tool: &str, args: &[String]) -> Result<(bool, String), String
         .spawn()
         .map_err(|e| {
             format!(
-                "cannot run {}: {e} (set PRRTE_K8S_PREFIX to the PRRTE/PMIx install prefix)",
-                path.display()
+                "cannot run {}: {e} ({})",
+                path.display(),
+                crate::tools::tool_remedy("it")
             )
         })?;
     match tokio::time::timeout(PMIX_TOOL_LIMIT, child.wait_with_output()).await {
@@ -291,9 +292,9 @@ async fn run_async(args: ToolArgs) -> i32 {
         Ok(c) => c,
         Err(e) => {
             eprintln!(
-                "prrte-k8s prun: error: cannot run {}: {e}; set PRRTE_K8S_PREFIX to the PRRTE install \
-                 prefix (or PRRTE_K8S_PRTED to its prted, or put prun on PATH)",
-                path.display()
+                "prrte-k8s prun: error: cannot run {}: {e}; {}",
+                path.display(),
+                crate::tools::tool_remedy("prun")
             );
             return 127;
         }

@@ -5,20 +5,19 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use prrte_k8s::agent::config::DEFAULT_DVM_URI_FILE;
 use prrte_k8s::protocol::validate_dvm_uri;
+use prrte_k8s::settings::{agent, tools, ArgExt};
 
 #[derive(Args, Debug)]
 pub struct DvmUriArgs {
-    /// The DVM URI file the agent publishes.
-    #[arg(long, value_name = "PATH", env = "PRRTE_K8S_DVM_URI_FILE", default_value = DEFAULT_DVM_URI_FILE)]
+    // `--file`: this subcommand's name for `--dvm-uri-file`.
+    #[arg(setting = &agent::DVM_URI_FILE, long = "file")]
     pub file: PathBuf,
 }
 
 #[derive(Args, Debug)]
 pub struct ToolArgs {
-    /// The DVM URI file the agent publishes.
-    #[arg(long = "dvm-uri-file", value_name = "PATH", env = "PRRTE_K8S_DVM_URI_FILE", default_value = DEFAULT_DVM_URI_FILE)]
+    #[arg(long, setting = &agent::DVM_URI_FILE)]
     pub file: PathBuf,
     /// Arguments for the PRRTE tool (everything after the subcommand).
     #[arg(
@@ -38,8 +37,10 @@ pub fn read_dvm_uri(file: &Path) -> Result<String, String> {
                 "no DVM URI at {}: no DVM is running for this job, or it has not reached this pod. \
                  Start one (the pod-0 agent with --dvm-head auto, or `prte --prtemca ras k8s \
                  --prtemca plm k8s` in a pod of the job), wait until it is ready, and retry; if \
-                 the agent publishes elsewhere, pass --dvm-uri-file or set PRRTE_K8S_DVM_URI_FILE",
-                file.display()
+                 the agent publishes elsewhere, pass --{} or set {}",
+                file.display(),
+                agent::DVM_URI_FILE.flag,
+                agent::DVM_URI_FILE.var()
             ))
         }
         Err(e) => {
@@ -73,26 +74,42 @@ pub fn dvm_uri(args: DvmUriArgs) -> i32 {
     }
 }
 
+/// The value of a path setting's variable, if set and not empty.
+fn env_path(s: &prrte_k8s::settings::Setting) -> Option<PathBuf> {
+    std::env::var_os(s.var())
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+}
+
 /// The PRRTE install prefix if one is configured: `$PRRTE_K8S_PREFIX`, else the directory
 /// above the one holding `$PRRTE_K8S_PRTED`.
 pub fn configured_prefix() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("PRRTE_K8S_PREFIX").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
+    if let Some(p) = env_path(&tools::PREFIX) {
+        return Some(p);
     }
-    let prted = PathBuf::from(std::env::var_os("PRRTE_K8S_PRTED").filter(|p| !p.is_empty())?);
+    let prted = env_path(&agent::PRTED)?;
     Some(prted.parent()?.parent()?.to_path_buf())
 }
 
 /// Where a PRRTE tool is: `$PRRTE_K8S_PREFIX/bin/TOOL`, else next to `$PRRTE_K8S_PRTED`, else
 /// the bare name (found through PATH).
 pub fn tool_path(tool: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os("PRRTE_K8S_PREFIX").filter(|p| !p.is_empty()) {
-        return Path::new(&p).join("bin").join(tool);
+    if let Some(p) = env_path(&tools::PREFIX) {
+        return p.join("bin").join(tool);
     }
-    if let Some(prted) = std::env::var_os("PRRTE_K8S_PRTED").filter(|p| !p.is_empty()) {
-        return Path::new(&prted).with_file_name(tool);
+    if let Some(prted) = env_path(&agent::PRTED) {
+        return prted.with_file_name(tool);
     }
     PathBuf::from(tool)
+}
+
+/// The remedy when a PRRTE tool cannot be run.
+pub fn tool_remedy(tool: &str) -> String {
+    format!(
+        "set {} to the PRRTE install prefix (or {} to its prted, or put {tool} on PATH)",
+        tools::PREFIX.var(),
+        agent::PRTED.var()
+    )
 }
 
 /// The tool's argument list: `--dvm-uri file:<file>` first (a 3.0.8 prted must never receive a
@@ -120,9 +137,9 @@ pub fn exec_tool(tool: &str, args: ToolArgs) -> i32 {
     let argv = tool_argv(tool, &args.file, root, &args.args);
     let e = std::process::Command::new(&path).args(&argv).exec();
     eprintln!(
-        "prrte-k8s {tool}: error: cannot run {}: {e}; set PRRTE_K8S_PREFIX to the PRRTE install \
-         prefix (or PRRTE_K8S_PRTED to its prted, or put {tool} on PATH)",
-        path.display()
+        "prrte-k8s {tool}: error: cannot run {}: {e}; {}",
+        path.display(),
+        tool_remedy(tool)
     );
     127
 }

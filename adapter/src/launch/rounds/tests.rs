@@ -61,6 +61,7 @@ fn settings() -> PlmSettings {
         launch_timeout: 4,
         connect_timeout: 2,
         insecure: true,
+        priority: 0,
     }
 }
 

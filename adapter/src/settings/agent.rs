@@ -1,0 +1,311 @@
+//! The flags of `prrte-k8s-agent` (each also an environment variable). Its port and secret
+//! file are the PLM's settings ([`super::mca::AGENT_PORT`], [`super::mca::SECRET_FILE`]) under
+//! the agent's flag names.
+
+use super::{mca, Kind, Setting};
+
+pub const LISTEN: Setting = Setting {
+    env: &["PRRTE_K8S_AGENT_LISTEN"],
+    flag: "listen",
+    value_name: "ADDR",
+    default_doc: "$POD_IP:PORT if POD_IP is set, else 0.0.0.0:PORT",
+    help: "Address for launch connections",
+    ..Setting::NONE
+};
+
+/// The agent's side of `plm_k8s_agent_port`.
+pub const PORT: Setting = Setting {
+    flag: "port",
+    help: "TCP port the agent listens on when --listen is not given (the launcher's plm_k8s_agent_port)",
+    ..mca::AGENT_PORT
+};
+
+pub const PRTED: Setting = Setting {
+    env: &["PRRTE_K8S_PRTED"],
+    flag: "prted",
+    value_name: "PATH",
+    help: "Absolute path of the prted executable; the only program this agent starts unless --exec-allow names others",
+    kind: Kind::Path,
+    ..Setting::NONE
+};
+
+/// The agent's side of `plm_k8s_secret_file`.
+pub const SECRET_FILE: Setting = Setting {
+    help: "File holding the per-job secret shared with the launcher (a mounted Kubernetes Secret; the launcher's plm_k8s_secret_file)",
+    ..mca::SECRET_FILE
+};
+
+pub const INSECURE_NO_AUTH: Setting = Setting {
+    flag: "insecure-no-auth",
+    help: "Serve without authentication when no secret file exists (anyone who can reach the port can then start prted; every connection logs a warning)",
+    kind: Kind::Bool,
+    ..Setting::NONE
+};
+
+pub const HEALTH_LISTEN: Setting = Setting {
+    env: &["PRRTE_K8S_AGENT_HEALTH_LISTEN"],
+    flag: "health-listen",
+    value_name: "ADDR|off",
+    default_doc: "$POD_IP:7118 if POD_IP is set, else 0.0.0.0:7118",
+    help: "HTTP readiness endpoint (GET /healthz answers 200 \"ok\" while serving), or \"off\"",
+    ..Setting::NONE
+};
+
+pub const TMPDIR: Setting = Setting {
+    env: &["PRRTE_K8S_AGENT_TMPDIR"],
+    flag: "tmpdir",
+    value_name: "DIR",
+    default_doc: "the agent's own TMPDIR, else /tmp",
+    help: "TMPDIR given to prted",
+    kind: Kind::Path,
+    ..Setting::NONE
+};
+
+pub const KILL_GRACE: Setting = Setting {
+    env: &["PRRTE_K8S_AGENT_KILL_GRACE"],
+    flag: "kill-grace",
+    value_name: "SECS",
+    default: "5",
+    help: "Seconds between SIGTERM and SIGKILL when stopping prted's process group",
+    kind: Kind::Int {
+        min: 0,
+        max: 86_400,
+    },
+    ..Setting::NONE
+};
+
+pub const MAX_FRAME: Setting = Setting {
+    env: &["PRRTE_K8S_AGENT_MAX_FRAME"],
+    flag: "max-frame",
+    value_name: "BYTES",
+    default: "1048576",
+    help: "Largest accepted frame in bytes",
+    kind: Kind::Int {
+        min: 4096,
+        max: 64 * 1024 * 1024,
+    },
+    ..Setting::NONE
+};
+
+pub const PASS_ENV: Setting = Setting {
+    env: &["PRRTE_K8S_AGENT_PASS_ENV"],
+    flag: "pass-env",
+    value_name: "NAMES",
+    help: "Extra variables of the agent's environment to pass to prted (comma-separated names), besides PATH, HOME, HOSTNAME, LANG, LC_ALL, TZ, USER, LD_LIBRARY_PATH and the agent's own PRTE_*, PMIX_* and OMPI_* variables",
+    ..Setting::NONE
+};
+
+pub const DVM_URI_FILE: Setting = Setting {
+    env: &["PRRTE_K8S_DVM_URI_FILE"],
+    flag: "dvm-uri-file",
+    value_name: "PATH",
+    default: "/var/run/prrte-k8s/dvm.uri",
+    help: "File where the DVM's PMIx tool URI is published in the pod (by the agent while a prted launched with a dvm_uri runs, or by the DVM head's prte) and read by prrte-k8s prun, pterm and dvm-uri",
+    kind: Kind::Path,
+    ..Setting::NONE
+};
+
+pub const DVM_HEAD_CHOICES: &[&str] = &["auto", "always", "never"];
+
+pub const DVM_HEAD: Setting = Setting {
+    env: &["PRRTE_K8S_DVM_HEAD"],
+    flag: "dvm-head",
+    value_name: "MODE",
+    default: "never",
+    help: "Start the DVM (prte --prtemca ras k8s --prtemca plm k8s) from this agent: \"auto\" in the pod with index 0 ($JOB_COMPLETION_INDEX, else $POD_INDEX, else a host name ending in \"-0\"), \"always\", or \"never\"",
+    kind: Kind::Choice(DVM_HEAD_CHOICES),
+    ..Setting::NONE
+};
+
+pub const PRTE: Setting = Setting {
+    env: &["PRRTE_K8S_PRTE"],
+    flag: "prte",
+    value_name: "PATH",
+    default_doc: "prte next to --prted",
+    help: "Absolute path of prte for the DVM head",
+    kind: Kind::Path,
+    ..Setting::NONE
+};
+
+pub const TOOL_PORT: Setting = Setting {
+    env: &["PRRTE_K8S_TOOL_PORT"],
+    flag: "tool-port",
+    value_name: "PORT",
+    default: "7120",
+    help: "TCP port of the DVM head's PMIx tool listener (on the pod IP; ptl_base_ipv4_port)",
+    kind: Kind::Port,
+    ..Setting::NONE
+};
+
+pub const PRTE_ARG: Setting = Setting {
+    flag: "prte-arg",
+    value_name: "ARG",
+    help: "Extra argument for the DVM head's prte (repeatable, e.g. --prte-arg=--prtemca --prte-arg=oob_tcp_dynamic_ipv4_ports --prte-arg=7121)",
+    ..Setting::NONE
+};
+
+pub const RUN: Setting = Setting {
+    flag: "run",
+    help: "Batch mode: the agent of the pod with index 0 runs COMMAND (given after `--`, else $PRRTE_K8S_RUN) once it is ready, its output is the pod's log and its exit status the agent's; every other pod's agent exits when it ends (0 if it succeeded)",
+    kind: Kind::Bool,
+    ..Setting::NONE
+};
+
+/// The batch command as a shell command line, when none is given after `--`.
+pub const RUN_SHELL: Setting = Setting {
+    env: &["PRRTE_K8S_RUN"],
+    help: "The batch command as a shell command line (run with /bin/sh -c) when none is given after `--`",
+    ..Setting::NONE
+};
+
+pub const BATCH_ROLE_CHOICES: &[&str] = &["auto", "launcher", "worker"];
+
+pub const BATCH_ROLE: Setting = Setting {
+    env: &["PRRTE_K8S_BATCH_ROLE"],
+    flag: "batch-role",
+    value_name: "ROLE",
+    default: "auto",
+    help: "Which part this agent plays in batch mode: \"auto\" (the launcher in the pod with index 0, a worker elsewhere), \"launcher\" or \"worker\"",
+    kind: Kind::Choice(BATCH_ROLE_CHOICES),
+    ..Setting::NONE
+};
+
+pub const LAUNCHER_WAIT: Setting = Setting {
+    env: &["PRRTE_K8S_LAUNCHER_WAIT"],
+    flag: "launcher-wait",
+    value_name: "SECS",
+    default: "600",
+    help: "Batch workers: seconds to wait for the launcher (the agent running the command) to attach before giving up and exiting with status 1",
+    kind: KILL_GRACE.kind,
+    ..Setting::NONE
+};
+
+pub const PODS_TIMEOUT: Setting = Setting {
+    env: &["PRRTE_K8S_BATCH_PODS_TIMEOUT"],
+    flag: "pods-timeout",
+    value_name: "SECS",
+    default: "300",
+    help: "Batch launcher: seconds to wait for the job's pods to be Ready before running the command anyway (as ras_k8s_timeout)",
+    kind: KILL_GRACE.kind,
+    ..Setting::NONE
+};
+
+pub const CGROUP_CHOICES: &[&str] = &["auto", "off"];
+
+pub const CGROUP: Setting = Setting {
+    env: &["PRRTE_K8S_AGENT_CGROUP"],
+    flag: "cgroup",
+    value_name: "MODE",
+    default: "auto",
+    help: "Track every process of a launch in a cgroup of its own (\"auto\": where a writable cgroup hierarchy is mounted, else by a process-tree sweep) or only by the sweep (\"off\")",
+    kind: Kind::Choice(CGROUP_CHOICES),
+    ..Setting::NONE
+};
+
+const COUNT: Kind = Kind::Int {
+    min: 0,
+    max: 1 << 20,
+};
+
+pub const MAX_PENDING: Setting = Setting {
+    env: &["PRRTE_K8S_AGENT_MAX_PENDING"],
+    flag: "max-pending",
+    value_name: "N",
+    default: "64",
+    help: "Unauthenticated connections accepted at once; beyond, the oldest is dropped",
+    kind: COUNT,
+    ..Setting::NONE
+};
+
+pub const MAX_PENDING_PER_PEER: Setting = Setting {
+    env: &["PRRTE_K8S_AGENT_MAX_PENDING_PER_PEER"],
+    flag: "max-pending-per-peer",
+    value_name: "N",
+    default: "8",
+    help: "Unauthenticated connections accepted at once from one IP address; beyond, that address's oldest is dropped",
+    kind: COUNT,
+    ..Setting::NONE
+};
+
+pub const HANDSHAKE_TIMEOUT: Setting = Setting {
+    env: &["PRRTE_K8S_AGENT_HANDSHAKE_TIMEOUT"],
+    flag: "handshake-timeout",
+    value_name: "SECS",
+    default: "10",
+    help: "Seconds a connection has to complete the whole handshake",
+    kind: KILL_GRACE.kind,
+    ..Setting::NONE
+};
+
+pub const EXEC_ALLOW: Setting = Setting {
+    env: &["PRRTE_K8S_EXEC_ALLOW"],
+    flag: "exec-allow",
+    value_name: "PATH|NAME",
+    default_doc: "only --prted",
+    help: "Programs that exec requests (prrte-k8s-rsh) may run besides --prted: absolute paths, or names looked up in --exec-dir (repeatable or comma-separated), e.g. hydra_pmi_proxy. Never a shell; nothing else is ever run",
+    ..Setting::NONE
+};
+
+pub const EXEC_DIR: Setting = Setting {
+    env: &["PRRTE_K8S_EXEC_DIR"],
+    flag: "exec-dir",
+    value_name: "DIR",
+    default_doc: "the directory of --prted",
+    help: "Directory where bare names given to --exec-allow are found",
+    kind: Kind::Path,
+    ..Setting::NONE
+};
+
+pub const MAX_EXEC: Setting = Setting {
+    env: &["PRRTE_K8S_MAX_EXEC"],
+    flag: "max-exec",
+    value_name: "N",
+    default: "16",
+    help: "Programs run through exec requests at once; beyond, requests are refused",
+    kind: COUNT,
+    ..Setting::NONE
+};
+
+pub const LOG_FORMAT_CHOICES: &[&str] = &["text", "json"];
+
+pub const LOG_FORMAT: Setting = Setting {
+    env: &["PRRTE_K8S_AGENT_LOG_FORMAT"],
+    flag: "log-format",
+    value_name: "FORMAT",
+    default: "text",
+    help: "Log format: \"text\" (human-readable lines) or \"json\" (one object per line); filter with PRRTE_K8S_LOG, e.g. \"debug\"",
+    kind: Kind::Choice(LOG_FORMAT_CHOICES),
+    ..Setting::NONE
+};
+
+/// Every agent setting.
+pub const ALL: &[&Setting] = &[
+    &LISTEN,
+    &PORT,
+    &PRTED,
+    &SECRET_FILE,
+    &INSECURE_NO_AUTH,
+    &HEALTH_LISTEN,
+    &TMPDIR,
+    &KILL_GRACE,
+    &MAX_FRAME,
+    &PASS_ENV,
+    &DVM_URI_FILE,
+    &DVM_HEAD,
+    &PRTE,
+    &TOOL_PORT,
+    &PRTE_ARG,
+    &RUN,
+    &RUN_SHELL,
+    &BATCH_ROLE,
+    &LAUNCHER_WAIT,
+    &PODS_TIMEOUT,
+    &CGROUP,
+    &MAX_PENDING,
+    &MAX_PENDING_PER_PEER,
+    &HANDSHAKE_TIMEOUT,
+    &EXEC_ALLOW,
+    &EXEC_DIR,
+    &MAX_EXEC,
+    &LOG_FORMAT,
+];

@@ -1,0 +1,338 @@
+//! The MCA parameters of the `ras k8s` and `plm k8s` components, their snapshots as the
+//! components read them ([`RasParams`], [`PlmParams`], filled by PMIx in the `cabi` crate) and
+//! the checks of the PLM's values ([`PlmParams::check`]; the RAS's are in
+//! [`crate::discovery::DiscoveryConfig::from_params`]).
+//!
+//! The agent's port and the secret file are one setting on both sides: the launcher reads
+//! `plm_k8s_agent_port` / `plm_k8s_secret_file` (flag, `PRTE_MCA_*` variable, parameter file,
+//! with `PRRTE_K8S_AGENT_PORT` / `PRRTE_K8S_SECRET_FILE` as their default), and the agents,
+//! `prrte-k8s-rsh` and `prrte-k8s doctor` read both variables (which must agree when both are
+//! set). An agent passes its own port and secret file on to the prte or mpirun it starts.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{Kind, Setting, SettingError};
+
+/// `ras_k8s_slots`'s words.
+pub const SLOTS_CHOICES: &[&str] = &["auto", "annotation", "gpu", "cpu", "one"];
+/// Other spellings `ras_k8s_slots` accepts (as `discovery::SlotsPolicy` parses them).
+pub const SLOTS_ALIASES: &[&str] = &["gpus", "cpus", "1"];
+
+pub const NAMESPACE: Setting = Setting {
+    mca: mca_param!("ras", "namespace"),
+    flag: "namespace",
+    value_name: "NAMESPACE",
+    default_doc: "the namespace of the pod prte runs in (its service-account files), else the kubeconfig context's, else default",
+    help: "Kubernetes namespace of the job's pods",
+    ..Setting::NONE
+};
+
+pub const SELECTOR: Setting = Setting {
+    mca: mca_param!("ras", "selector"),
+    flag: "selector",
+    value_name: "SELECTOR",
+    default_doc: "inferred from the labels of the pod prte runs in (Job, JobSet, Kubeflow job or StatefulSet)",
+    help: "Label selector of the job's pods, e.g. batch.kubernetes.io/job-name=mpi",
+    ..Setting::NONE
+};
+
+pub const EXPECTED_PODS: Setting = Setting {
+    mca: mca_param!("ras", "expected_pods"),
+    flag: "expected",
+    value_name: "N",
+    default: "0",
+    default_doc: "0, which takes the count from the owning Job's parallelism, StatefulSet's replicas or JobSet's pods when readable, else the pods found",
+    help: "Number of pods to wait for (0 = infer)",
+    kind: Kind::Int {
+        min: 0,
+        max: i32::MAX as i64,
+    },
+    ..Setting::NONE
+};
+
+pub const TIMEOUT: Setting = Setting {
+    mca: mca_param!("ras", "timeout"),
+    flag: "timeout",
+    value_name: "SECS",
+    default: "300",
+    help: "Seconds to wait for the expected pods to be Running and Ready (it bounds the whole discovery) before the allocation fails naming the missing pods",
+    kind: Kind::Seconds,
+    ..Setting::NONE
+};
+
+pub const SLOTS: Setting = Setting {
+    mca: mca_param!("ras", "slots"),
+    flag: "slots",
+    value_name: "POLICY",
+    default: "auto",
+    help: "How slots per pod are derived: auto (annotation prrte-k8s.io/slots, or the deprecated prrte.k8s.io/slots, else GPUs, else whole CPUs, else 1), annotation, gpu, cpu, one",
+    kind: Kind::Choice(SLOTS_CHOICES),
+    ..Setting::NONE
+};
+
+pub const KUBECONFIG: Setting = Setting {
+    mca: mca_param!("ras", "kubeconfig"),
+    flag: "kubeconfig",
+    value_name: "PATH",
+    default_doc: "the files in $KUBECONFIG, else in-cluster, else ~/.kube/config",
+    help: "Kubeconfig file to use instead of the in-cluster service account",
+    kind: Kind::Path,
+    ..Setting::NONE
+};
+
+pub const SELF_POD: Setting = Setting {
+    mca: mca_param!("ras", "self_pod"),
+    flag: "self-pod",
+    value_name: "POD",
+    default_doc: "$POD_NAME, else the hostname",
+    help: "Name of the pod prte runs in",
+    ..Setting::NONE
+};
+
+pub const BIND_NONE: Setting = Setting {
+    mca: mca_param!("ras", "bind_none"),
+    default: "true",
+    help: "Pods share their node's cores (a CPU request is a share, not a set of cores), so ranks are not bound unless a binding policy is given (--bind-to, hwloc_default_binding_policy); set false to keep PRRTE's default core binding",
+    kind: Kind::Bool,
+    ..Setting::NONE
+};
+
+pub const RAS_PRIORITY: Setting = Setting {
+    mca: mca_param!("ras", "priority"),
+    default: "60",
+    help: "Selection priority of ras k8s when a Kubernetes environment is detected (KUBERNETES_SERVICE_HOST, ras_k8s_kubeconfig or ras_k8s_selector set); --prtemca ras k8s selects it regardless",
+    kind: Kind::Int {
+        min: i32::MIN as i64,
+        max: i32::MAX as i64,
+    },
+    ..Setting::NONE
+};
+
+pub const SECRET_FILE: Setting = Setting {
+    mca: mca_param!("plm", "secret_file"),
+    env: &["PRRTE_K8S_SECRET_FILE"],
+    flag: "secret-file",
+    value_name: "PATH",
+    default: "/etc/prrte-k8s/secret/key",
+    help: "File holding the per-job secret shared by the launcher and the pods' agents (a mounted Kubernetes Secret)",
+    kind: Kind::Path,
+    ..Setting::NONE
+};
+
+pub const AGENT_PORT: Setting = Setting {
+    mca: mca_param!("plm", "agent_port"),
+    env: &["PRRTE_K8S_AGENT_PORT"],
+    flag: "agent-port",
+    value_name: "PORT",
+    default: "7117",
+    help: "TCP port the prrte-k8s-agent listens on in every pod",
+    kind: Kind::Port,
+    ..Setting::NONE
+};
+
+pub const LAUNCH_TIMEOUT: Setting = Setting {
+    mca: mca_param!("plm", "launch_timeout"),
+    value_name: "SECS",
+    default: "60",
+    help: "Seconds to wait for every launched prted to report back before the launch fails naming the pods that did not",
+    kind: Kind::Seconds,
+    ..Setting::NONE
+};
+
+pub const CONNECT_TIMEOUT: Setting = Setting {
+    mca: mca_param!("plm", "connect_timeout"),
+    value_name: "SECS",
+    default: "10",
+    help: "Seconds to wait for a connection to a pod's agent",
+    kind: Kind::Seconds,
+    ..Setting::NONE
+};
+
+pub const INSECURE: Setting = Setting {
+    mca: mca_param!("plm", "insecure"),
+    default: "false",
+    help: "Talk to agents without authentication (only for agents started with --insecure-no-auth; never in production)",
+    kind: Kind::Bool,
+    ..Setting::NONE
+};
+
+pub const PLM_PRIORITY: Setting = Setting {
+    mca: mca_param!("plm", "priority"),
+    default: "60",
+    help: "Selection priority of plm k8s in a pod (KUBERNETES_SERVICE_HOST set) with the agent secret mounted; --prtemca plm k8s selects it regardless",
+    kind: RAS_PRIORITY.kind,
+    ..Setting::NONE
+};
+
+/// The `ras_k8s_*` parameters, in the order `prte_info` and the README list them.
+pub const RAS: &[&Setting] = &[
+    &NAMESPACE,
+    &SELECTOR,
+    &EXPECTED_PODS,
+    &TIMEOUT,
+    &SLOTS,
+    &KUBECONFIG,
+    &SELF_POD,
+    &RAS_PRIORITY,
+    &BIND_NONE,
+];
+
+/// The `plm_k8s_*` parameters.
+pub const PLM: &[&Setting] = &[
+    &SECRET_FILE,
+    &AGENT_PORT,
+    &LAUNCH_TIMEOUT,
+    &CONNECT_TIMEOUT,
+    &INSECURE,
+    &PLM_PRIORITY,
+];
+
+/// A bool default as written in the registry.
+fn default_bool(s: &Setting) -> bool {
+    s.default == "true"
+}
+
+/// A numeric default as PMIx stores it.
+fn default_int(s: &Setting) -> i32 {
+    s.default_u64() as i32
+}
+
+fn default_text(s: &Setting) -> Option<String> {
+    (!s.default.is_empty()).then(|| s.default.to_owned())
+}
+
+/// The RAS parameters as PMIx holds them (C types: strings, ints, bools).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RasParams {
+    pub namespace: Option<String>,
+    pub selector: Option<String>,
+    pub expected_pods: i32,
+    pub timeout: i32,
+    pub slots: Option<String>,
+    pub kubeconfig: Option<String>,
+    pub self_pod: Option<String>,
+    pub priority: i32,
+    pub bind_none: bool,
+}
+
+impl Default for RasParams {
+    fn default() -> Self {
+        RasParams {
+            namespace: default_text(&NAMESPACE),
+            selector: default_text(&SELECTOR),
+            expected_pods: default_int(&EXPECTED_PODS),
+            timeout: default_int(&TIMEOUT),
+            slots: default_text(&SLOTS),
+            kubeconfig: default_text(&KUBECONFIG),
+            self_pod: default_text(&SELF_POD),
+            priority: default_int(&RAS_PRIORITY),
+            bind_none: default_bool(&BIND_NONE),
+        }
+    }
+}
+
+/// The PLM parameters as PMIx holds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlmParams {
+    pub secret_file: Option<String>,
+    pub agent_port: i32,
+    pub launch_timeout: i32,
+    pub connect_timeout: i32,
+    pub insecure: bool,
+    pub priority: i32,
+}
+
+impl Default for PlmParams {
+    fn default() -> Self {
+        PlmParams {
+            secret_file: default_text(&SECRET_FILE),
+            agent_port: default_int(&AGENT_PORT),
+            launch_timeout: default_int(&LAUNCH_TIMEOUT),
+            connect_timeout: default_int(&CONNECT_TIMEOUT),
+            insecure: default_bool(&INSECURE),
+            priority: default_int(&PLM_PRIORITY),
+        }
+    }
+}
+
+/// The PLM's checked settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlmSettings {
+    /// `None` with `plm_k8s_insecure`.
+    pub secret_file: Option<PathBuf>,
+    pub agent_port: u16,
+    pub launch_timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+impl PlmParams {
+    /// Checks the values (ports and timeouts in range) and that the launcher's environment does
+    /// not name the agent port or the secret file twice with different values.
+    pub fn check(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<PlmSettings, SettingError> {
+        AGENT_PORT.lookup(env)?;
+        SECRET_FILE.lookup(env)?;
+        let secret_file = if self.insecure {
+            None
+        } else {
+            Some(PathBuf::from(self.secret_file.clone().unwrap_or_default()))
+        };
+        Ok(PlmSettings {
+            secret_file,
+            agent_port: AGENT_PORT.port(&self.agent_port.to_string())?,
+            launch_timeout: LAUNCH_TIMEOUT.seconds(&self.launch_timeout.to_string())?,
+            connect_timeout: CONNECT_TIMEOUT.seconds(&self.connect_timeout.to_string())?,
+        })
+    }
+}
+
+/// What is wrong with the k8s parameters set in an environment (`vars`): a `PRTE_MCA_ras_k8s_*`
+/// or `PRTE_MCA_plm_k8s_*` variable that names no parameter (PRRTE ignores it silently), a bad
+/// value, two names of one setting that disagree. Each message names the cause and the remedy.
+pub fn env_problems(vars: &[(String, String)]) -> Vec<String> {
+    let env = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let mut out = Vec::new();
+    for (name, _) in vars {
+        let ours = ["PRTE_MCA_ras_k8s_", "PRTE_MCA_plm_k8s_"]
+            .iter()
+            .any(|p| name.starts_with(p));
+        if ours
+            && !RAS
+                .iter()
+                .chain(PLM)
+                .any(|s| s.var() == name || s.env_names().any(|v| v == name))
+        {
+            let known: Vec<&str> = RAS
+                .iter()
+                .chain(PLM)
+                .filter_map(|s| s.mca.map(|m| m.full))
+                .collect();
+            out.push(format!(
+                "{name} names no parameter of the k8s components (PRRTE ignores it); the parameters are {}; rename or remove it",
+                known.join(", ")
+            ));
+        }
+    }
+    for s in RAS.iter().chain(PLM) {
+        match s.lookup(&env) {
+            Err(e) => out.push(e.to_string()),
+            Ok(Some((var, value))) => {
+                let checked = match s.kind {
+                    Kind::Int { .. } | Kind::Port | Kind::Seconds => s.mca_int(&value).map(drop),
+                    Kind::Bool => s.mca_bool(&value).map(drop),
+                    _ if s.mca == SLOTS.mca
+                        && SLOTS_ALIASES.contains(&value.trim().to_ascii_lowercase().as_str()) =>
+                    {
+                        Ok(())
+                    }
+                    _ => s.parse(&value).map(drop),
+                };
+                if let Err(e) = checked {
+                    out.push(format!("${var}: {e}"));
+                }
+            }
+            Ok(None) => {}
+        }
+    }
+    out
+}

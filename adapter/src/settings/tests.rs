@@ -1,0 +1,187 @@
+use super::*;
+use std::collections::BTreeSet;
+
+#[test]
+fn readme_table_is_the_registry() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+    let readme = std::fs::read_to_string(path).unwrap();
+    let rendered = mca_table();
+    let start = readme.find(readme::BEGIN).unwrap_or_else(|| {
+        panic!("README.md lacks the MCA parameter table; put this where it belongs:\n{rendered}")
+    });
+    let end = readme[start..]
+        .find(readme::END)
+        .map(|i| start + i + readme::END.len() + 1)
+        .expect("README.md: the MCA parameter table has no end line");
+    assert!(
+        readme[start..end] == rendered,
+        "README.md's MCA parameter table differs from adapter/src/settings/mca.rs; replace it with:\n{rendered}"
+    );
+}
+
+#[test]
+fn every_name_flag_and_variable_is_unique_per_program() {
+    let mut mca = BTreeSet::new();
+    for s in mca::RAS.iter().chain(mca::PLM.iter()) {
+        let m = s.mca.expect("an MCA table entry has an MCA name");
+        assert!(mca.insert(m.full), "{} twice", m.full);
+        assert_eq!(m.full, format!("{}_k8s_{}", m.framework, m.name));
+        assert_eq!(m.env, format!("PRTE_MCA_{}", m.full));
+        assert!(!s.help.is_empty(), "{} has no help", m.full);
+    }
+    let mut flags = BTreeSet::new();
+    let mut vars = BTreeSet::new();
+    for s in agent::ALL {
+        assert!(!s.help.is_empty(), "{} has no help", s.name());
+        assert!(
+            s.flag.is_empty() || flags.insert(s.flag),
+            "--{} twice",
+            s.flag
+        );
+        for v in s.env_names() {
+            assert!(vars.insert(v), "{v} twice");
+        }
+    }
+}
+
+#[test]
+fn every_default_is_a_valid_value() {
+    for s in all() {
+        if !s.default.is_empty() {
+            s.parse(s.default)
+                .unwrap_or_else(|e| panic!("{}: default {:?}: {e}", s.name(), s.default));
+        }
+    }
+}
+
+#[test]
+fn errors_name_the_setting_the_value_and_what_it_takes() {
+    let e = mca::TIMEOUT.seconds("0").unwrap_err().to_string();
+    assert!(
+        e.contains("ras_k8s_timeout")
+            && e.contains("\"0\"")
+            && e.contains("positive number of seconds")
+            && e.contains("--prtemca ras_k8s_timeout SECS")
+            && e.contains("PRTE_MCA_ras_k8s_timeout=SECS")
+            && e.contains("--timeout SECS"),
+        "{e}"
+    );
+    let e = mca::AGENT_PORT.port("70000").unwrap_err().to_string();
+    assert!(
+        e.contains("plm_k8s_agent_port") && e.contains("1-65535"),
+        "{e}"
+    );
+    assert!(mca::AGENT_PORT.port("0").is_err());
+    assert_eq!(mca::AGENT_PORT.port(" 9000 ").unwrap(), 9000);
+    let e = mca::SLOTS.parse("cores").unwrap_err().to_string();
+    assert!(e.contains("one of auto, annotation, gpu, cpu, one"), "{e}");
+    assert_eq!(
+        mca::TIMEOUT.seconds("1.5").unwrap(),
+        Duration::from_millis(1500)
+    );
+    assert!(mca::TIMEOUT.seconds("inf").is_err() && mca::TIMEOUT.seconds("-1").is_err());
+    assert!(mca::TIMEOUT.seconds("31536001").is_err());
+    assert!(mca::EXPECTED_PODS.int("-1").is_err());
+    assert_eq!(mca::EXPECTED_PODS.int("0").unwrap(), 0);
+}
+
+#[test]
+fn the_agent_port_is_one_setting_under_both_names() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    let vars: Vec<_> = agent::PORT.env_names().collect();
+    assert_eq!(
+        vars,
+        ["PRRTE_K8S_AGENT_PORT", "PRTE_MCA_plm_k8s_agent_port"]
+    );
+    assert_eq!(agent::PORT.default, mca::AGENT_PORT.default);
+    for pairs in [
+        &[("PRRTE_K8S_AGENT_PORT", "9000")][..],
+        &[("PRTE_MCA_plm_k8s_agent_port", "9000")],
+        &[
+            ("PRRTE_K8S_AGENT_PORT", "9000"),
+            ("PRTE_MCA_plm_k8s_agent_port", " 9000"),
+        ],
+    ] {
+        let got = agent::PORT.from_env(&env(pairs), Setting::port).unwrap();
+        assert_eq!(got, Some(9000), "{pairs:?}");
+    }
+    let got = agent::PORT.from_env(&env(&[]), Setting::port).unwrap();
+    assert_eq!(got, Some(7117));
+    let e = agent::PORT
+        .from_env(
+            &env(&[
+                ("PRRTE_K8S_AGENT_PORT", "9000"),
+                ("PRTE_MCA_plm_k8s_agent_port", "9001"),
+            ]),
+            Setting::port,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("PRRTE_K8S_AGENT_PORT=\"9000\"")
+            && e.contains("PRTE_MCA_plm_k8s_agent_port=\"9001\"")
+            && e.contains("disagree"),
+        "{e}"
+    );
+    let e = agent::PORT
+        .from_env(&env(&[("PRTE_MCA_plm_k8s_agent_port", "x")]), Setting::port)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("$PRTE_MCA_plm_k8s_agent_port") && e.contains("\"x\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn plm_values_are_checked_once() {
+    let ok = mca::PlmParams::default().check(&|_| None).unwrap();
+    assert_eq!(ok.agent_port, 7117);
+    assert_eq!(ok.launch_timeout, Duration::from_secs(60));
+    assert_eq!(ok.connect_timeout, Duration::from_secs(10));
+    assert_eq!(
+        ok.secret_file.as_deref(),
+        Some(std::path::Path::new("/etc/prrte-k8s/secret/key"))
+    );
+    for bad in [
+        mca::PlmParams {
+            agent_port: 0,
+            ..Default::default()
+        },
+        mca::PlmParams {
+            agent_port: 65536,
+            ..Default::default()
+        },
+        mca::PlmParams {
+            launch_timeout: 0,
+            ..Default::default()
+        },
+        mca::PlmParams {
+            connect_timeout: -1,
+            ..Default::default()
+        },
+    ] {
+        assert!(bad.check(&|_| None).is_err(), "{bad:?}");
+    }
+    let insecure = mca::PlmParams {
+        insecure: true,
+        ..Default::default()
+    };
+    assert_eq!(insecure.check(&|_| None).unwrap().secret_file, None);
+}
+
+#[test]
+fn help_shows_a_documented_default() {
+    assert_eq!(mca::TIMEOUT.help_with_default(), mca::TIMEOUT.help);
+    assert!(mca::SELF_POD
+        .help_with_default()
+        .ends_with("[default: $POD_NAME, else the hostname]"));
+    assert_eq!(mca::TIMEOUT.default_u64(), 300);
+}
