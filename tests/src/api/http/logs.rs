@@ -1,7 +1,8 @@
 //! Pod logs (`pods/log`), whole, tailed or followed.
 
 use super::request::flag;
-use super::{streamed, text_response, Body, State};
+use super::response::{streamed, text_response, Body};
+use super::state::State;
 use crate::api::resources;
 use crate::api::status::ApiError;
 use crate::api::store::Store;
