@@ -1,0 +1,241 @@
+//! Running the benchmark: the pods of one pod count, each method's DVM started and stopped,
+//! what is measured while it is up, and the prteds this run started.
+
+use crate::host::{load_avg, tree_cpu, PROFILE};
+use crate::results::{Row, Rss, Sample, Variant};
+use anyhow::{bail, Context, Result};
+use sandbox::harness::{self, TestDir};
+use sandbox::mpijob::{Job, JobSpec};
+use sandbox::nsexec::NsPins;
+use sandbox::sshd::{self, Spawn, SshBaseline};
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// The directories of this run's jobs: every prted it started has its TMPDIR under one.
+fn own_dirs() -> std::sync::MutexGuard<'static, Vec<String>> {
+    static DIRS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    DIRS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// prted processes this run started that are still alive (others' prteds on the same machine,
+/// e.g. of tests running side by side, are not ours to report).
+pub fn own_prteds() -> Vec<u32> {
+    let dirs = own_dirs().clone();
+    harness::pids_named("prted")
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                let env = String::from_utf8_lossy(&env);
+                dirs.iter().any(|d| env.contains(d.as_str()))
+            })
+        })
+        .collect()
+}
+
+/// Per worker pod (1..), the summed peak RSS (VmHWM, KiB) of its processes named like `comm`.
+fn peak_per_worker(job: &Job, comm: &str) -> Result<Vec<u64>> {
+    (1..job.pods.len())
+        .map(|i| {
+            Ok(sshd::pids_like(job, i, comm)?
+                .iter()
+                .filter_map(|p| sshd::status_kb(*p, "VmHWM"))
+                .sum())
+        })
+        .collect()
+}
+
+/// Peak RSS of processes in worker pods while the DVM of `variant` is up.
+fn measure_rss(job: &Job, variant: Variant, rss: &mut Rss) -> Result<()> {
+    match variant {
+        Variant::Agent => {
+            // comm is cut to 15 characters: "prrte-k8s-agen"
+            rss.agent = peak_per_worker(job, "prrte-k8s-agen")?;
+        }
+        Variant::Ssh => {
+            rss.sshd = peak_per_worker(job, "sshd")?;
+            rss.clients = job
+                .pids_in_pod(0, "ssh")?
+                .iter()
+                .filter_map(|p| sshd::status_kb(*p, "VmHWM"))
+                .sum();
+        }
+        Variant::SshNoTree | Variant::LowerBound => {}
+    }
+    Ok(())
+}
+
+/// One DVM start/stop of `variant`: DVM-ready time, first job, launcher CPU.
+fn one(
+    job: &Job,
+    ssh: &SshBaseline,
+    lower: Option<&Path>,
+    variant: Variant,
+    tag: &str,
+    limit: Duration,
+    rss: Option<&mut Rss>,
+) -> Result<Sample> {
+    let args: Vec<String> = match variant {
+        Variant::Agent => sandbox::mpijob::K8S.iter().map(|s| s.to_string()).collect(),
+        Variant::Ssh => ssh.prte_args(Spawn::Tree),
+        Variant::SshNoTree => ssh.prte_args(Spawn::NoTree),
+        Variant::LowerBound => {
+            let script = lower.context("the lower bound's agent script is missing")?;
+            let mut a = ssh.prte_args(Spawn::NoTree);
+            let i = a
+                .iter()
+                .position(|x| x == "plm_ssh_agent")
+                .context("no plm_ssh_agent")?;
+            a[i + 1] = script.to_string_lossy().into_owned();
+            a
+        }
+    };
+    let n = job.pods.len();
+    let uri = job.dir.path().join(format!("{tag}.uri"));
+    let mut sample = Sample {
+        load: load_avg(),
+        ..Sample::default()
+    };
+    let cycle = job.dvm_cycle(tag, &args, limit, Some(&INTERRUPTED), |job| {
+        // The launcher's CPU first, before anything else runs in pod 0.
+        let prte = job.pids_in_pod(0, "prte")?;
+        let [prte] = prte[..] else {
+            bail!("expected one prte in pod 0, found {prte:?}");
+        };
+        sample.cpu = tree_cpu(prte);
+        if variant == Variant::LowerBound {
+            // The daemons live in pod 0's PID namespace (see sandbox::nsexec).
+            if job.pids_in_pod(0, "prted")?.len() < n - 1 {
+                bail!("DVM ready but fewer than {} prteds run", n - 1);
+            }
+        } else {
+            for i in 1..n {
+                if job.pids_in_pod(i, "prted")?.is_empty() {
+                    bail!("DVM ready but pod {i} runs no prted");
+                }
+            }
+        }
+        if let Some(r) = rss {
+            measure_rss(job, variant, r)?;
+        }
+        let dvm = format!("file:{}", uri.display());
+        let np = (2 * n).to_string();
+        let t0 = std::time::Instant::now();
+        let o = job.run_in_pod(
+            0,
+            "prun",
+            &[
+                "--allow-run-as-root",
+                "--dvm-uri",
+                &dvm,
+                "-n",
+                &np,
+                "hostname",
+            ],
+            Duration::from_secs(60),
+        )?;
+        sample.first_job = t0.elapsed().as_secs_f64();
+        let lines = String::from_utf8_lossy(&o.stdout).lines().count();
+        if !o.status.success() || lines != 2 * n {
+            bail!(
+                "first job ({tag}): {lines} lines of {} expected, {}",
+                2 * n,
+                sandbox::mpijob::text(&o)
+            );
+        }
+        Ok(String::new())
+    })?;
+    if matches!(variant, Variant::Ssh | Variant::SshNoTree) {
+        sshd::wait_sessions_closed(job, Duration::from_secs(15))
+            .with_context(|| format!("{tag}: ssh sessions left"))?;
+    }
+    sample.ready = cycle.ready.as_secs_f64();
+    Ok(sample)
+}
+
+pub async fn bench_pods(
+    n: usize,
+    runs: usize,
+    variants: &[Variant],
+    limit: Duration,
+) -> Result<Row> {
+    let keys = TestDir::new("bench-keys")?;
+    let ssh = SshBaseline::prepare(keys.path())?;
+    let name = format!("bench{n}");
+    let mut spec = JobSpec::new(&name, n);
+    // 2 slots per pod (ras k8s counts whole CPUs) for the first job's 2 ranks per pod.
+    spec.cpus = vec!["2"; n];
+    ssh.apply(&mut spec);
+    let pins = if variants.contains(&Variant::LowerBound) {
+        Some(NsPins::prepare(&keys.path().join("ns"))?)
+    } else {
+        None
+    };
+    eprintln!("[{n} pods] starting the sandbox and {n} pods (agent + sshd in each) ...");
+    let job = Job::start(spec).await?;
+    own_dirs().push(job.dir.path().to_string_lossy().into_owned());
+    let lower = match &pins {
+        Some(p) => Some(p.write_agent(&job, &keys.path().join("nsexec"))?),
+        None => None,
+    };
+    let lower = lower.as_deref();
+    for i in 0..n {
+        if sshd::pids_like(&job, i, "sshd")?.len() != 1 {
+            bail!("pod {i} runs no sshd:\n{}", sshd::sshd_log(&job, i));
+        }
+    }
+    // One untimed warm-up of each variant (page cache, first connections).
+    for v in variants {
+        eprintln!("[{n} pods] warm-up {}", v.tag());
+        one(
+            &job,
+            &ssh,
+            lower,
+            *v,
+            &format!("warmup-{}", v.tag()),
+            limit,
+            None,
+        )?;
+    }
+    let mut times: Vec<(Variant, Vec<Sample>)> =
+        variants.iter().map(|v| (*v, Vec::new())).collect();
+    let mut rss = Rss::default();
+    for r in 0..runs {
+        // Rotate the order so no variant always runs right after another.
+        for k in 0..variants.len() {
+            let idx = (k + r) % variants.len();
+            let v = variants[idx];
+            let last = r + 1 == runs;
+            let t = one(
+                &job,
+                &ssh,
+                lower,
+                v,
+                &format!("run{r}-{}", v.tag()),
+                limit,
+                if last { Some(&mut rss) } else { None },
+            )?;
+            eprintln!(
+                "[{n} pods, {PROFILE}] run {}/{runs} {:<11} ready {:.3} s, first job {:.3} s, launcher CPU {:.3} s (load {:.2})",
+                r + 1,
+                v.tag(),
+                t.ready,
+                t.first_job,
+                t.cpu,
+                t.load
+            );
+            times[idx].1.push(t);
+        }
+    }
+    job.wait_no_prteds(Duration::from_secs(10))?;
+    drop(job);
+    drop(pins);
+    drop(keys);
+    Ok(Row {
+        pods: n,
+        times,
+        rss,
+    })
+}
