@@ -20,11 +20,11 @@ mod run;
 mod stats;
 mod tables;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Parser;
 use host::PROFILE;
 use report::json_report;
-use results::Variant;
+use results::{Row, Variant};
 use run::{bench_pods, own_prteds, INTERRUPTED};
 use sandbox::harness;
 use std::path::{Path, PathBuf};
@@ -93,19 +93,7 @@ async fn main() {
         }
         return;
     }
-    if args.quick {
-        args.pods = vec![4];
-        args.runs = 3;
-    }
-    if args.runs == 0 || args.pods.iter().any(|n| *n < 2) {
-        eprintln!("prrte-k8s-bench: --runs must be at least 1 and every pod count at least 2");
-        std::process::exit(2);
-    }
-    if !nix::unistd::Uid::effective().is_root() {
-        eprintln!("prrte-k8s-bench: the sandbox pods need root");
-        std::process::exit(2);
-    }
-    if let Err(e) = harness::require_prrte() {
+    if let Err(e) = ready_to_run(&mut args) {
         eprintln!("prrte-k8s-bench: {e:#}");
         std::process::exit(2);
     }
@@ -115,6 +103,44 @@ async fn main() {
             eprintln!("prrte-k8s-bench: interrupted; tearing down the pods (bounded waits)");
         }
     });
+    let (rows, mut failed) = run_all(&args).await;
+    print_tables(&rows, args.runs);
+    if !rows.is_empty() {
+        write_report(&args, &rows, &mut failed);
+    }
+    let left = own_prteds();
+    if !left.is_empty() {
+        eprintln!("prrte-k8s-bench: prted processes left: {left:?}");
+        failed.get_or_insert_with(|| anyhow::anyhow!("prted processes left"));
+    }
+    if let Some(e) = failed {
+        eprintln!("prrte-k8s-bench: {e:#}");
+        std::process::exit(if INTERRUPTED.load(Ordering::SeqCst) {
+            130
+        } else {
+            1
+        });
+    }
+}
+
+/// `--quick` applied, the pod counts and runs checked, root and PRRTE there.
+fn ready_to_run(args: &mut Args) -> Result<()> {
+    if args.quick {
+        args.pods = vec![4];
+        args.runs = 3;
+    }
+    if args.runs == 0 || args.pods.iter().any(|n| *n < 2) {
+        bail!("--runs must be at least 1 and every pod count at least 2");
+    }
+    if !nix::unistd::Uid::effective().is_root() {
+        bail!("the sandbox pods need root");
+    }
+    harness::require_prrte()
+}
+
+/// The methods to measure: the agents and ssh (tree), and ssh (no tree) and the lower bound
+/// unless left out.
+fn variants(args: &Args) -> Vec<Variant> {
     let mut variants = vec![Variant::Agent, Variant::Ssh];
     if !args.no_no_tree {
         variants.push(Variant::SshNoTree);
@@ -122,6 +148,12 @@ async fn main() {
     if !args.no_lower_bound {
         variants.push(Variant::LowerBound);
     }
+    variants
+}
+
+/// Every pod count in turn, until one fails or Ctrl-C: the rows measured, and the failure.
+async fn run_all(args: &Args) -> (Vec<Row>, Option<anyhow::Error>) {
+    let variants = variants(args);
     let limit = Duration::from_secs(args.timeout);
     let mut rows = Vec::new();
     let mut failed = None;
@@ -138,43 +170,33 @@ async fn main() {
             }
         }
     }
-    print_tables(&rows, args.runs);
-    if !rows.is_empty() {
-        let report = json_report(&rows, args.runs);
-        println!();
-        if let Some(p) = &args.json {
-            let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-            match std::fs::write(p, text + "\n") {
-                Ok(()) => println!("wrote {} ({PROFILE} build)", p.display()),
-                Err(e) => {
-                    failed.get_or_insert_with(|| anyhow::anyhow!("writing {}: {e}", p.display()));
-                }
-            }
-        }
-        let png = args
-            .plot
-            .clone()
-            .or_else(|| args.json.as_ref().map(|p| p.with_extension("png")));
-        if let Some(p) = png {
-            match plot::write_png(&report, &p) {
-                Ok(()) => println!("wrote {} ({PROFILE} build)", p.display()),
-                Err(e) => {
-                    failed.get_or_insert(e);
-                }
+    (rows, failed)
+}
+
+/// The JSON report (`--json`) and the plot (`--plot`, else next to the JSON); a failure to
+/// write either is kept in `failed` unless it holds an earlier one.
+fn write_report(args: &Args, rows: &[Row], failed: &mut Option<anyhow::Error>) {
+    let report = json_report(rows, args.runs);
+    println!();
+    if let Some(p) = &args.json {
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        match std::fs::write(p, text + "\n") {
+            Ok(()) => println!("wrote {} ({PROFILE} build)", p.display()),
+            Err(e) => {
+                failed.get_or_insert_with(|| anyhow::anyhow!("writing {}: {e}", p.display()));
             }
         }
     }
-    let left = own_prteds();
-    if !left.is_empty() {
-        eprintln!("prrte-k8s-bench: prted processes left: {left:?}");
-        failed.get_or_insert_with(|| anyhow::anyhow!("prted processes left"));
-    }
-    if let Some(e) = failed {
-        eprintln!("prrte-k8s-bench: {e:#}");
-        std::process::exit(if INTERRUPTED.load(Ordering::SeqCst) {
-            130
-        } else {
-            1
-        });
+    let png = args
+        .plot
+        .clone()
+        .or_else(|| args.json.as_ref().map(|p| p.with_extension("png")));
+    if let Some(p) = png {
+        match plot::write_png(&report, &p) {
+            Ok(()) => println!("wrote {} ({PROFILE} build)", p.display()),
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
+        }
     }
 }

@@ -5,9 +5,20 @@ use crate::results::{Row, Sample, Variant};
 use crate::stats::{cell, col, loads, median, median_u, min_max};
 use sandbox::harness;
 
+/// Every table: the setting, DVM-ready time, first job and launcher CPU, peak memory.
 pub fn print_tables(rows: &[Row], runs: usize) {
     let Some(first) = rows.first() else { return };
     let variants: Vec<Variant> = first.times.iter().map(|t| t.0).collect();
+    print_setting(rows);
+    print_ready(rows, &variants, runs);
+    print_per_run(rows, &variants);
+    if variants.contains(&Variant::Ssh) {
+        print_rss(rows);
+    }
+}
+
+/// What every figure was measured with and on, and the load.
+fn print_setting(rows: &[Row]) {
     let m = machine();
     let load = loads(rows);
     let (lo, hi) = min_max(&load);
@@ -20,13 +31,17 @@ pub fn print_tables(rows: &[Row], runs: usize) {
         m["kernel"].as_str().unwrap_or("?"),
         median(&load)
     );
+}
+
+/// DVM-ready time per method, with the ratios.
+fn print_ready(rows: &[Row], variants: &[Variant], runs: usize) {
     println!();
     println!(
         "DVM-ready time [{PROFILE}]: prte started in pod 0 until it prints \"DVM ready\" (all prteds reported)"
     );
     println!("median of {runs} runs in seconds, [min-max]; ssh/agent and agent/lower bound are ratios of medians");
     let mut head = format!("{:>5}", "pods");
-    for v in &variants {
+    for v in variants {
         head += &format!(" | {:<24}", v.label());
     }
     let has = |v| variants.contains(&v);
@@ -60,6 +75,10 @@ pub fn print_tables(rows: &[Row], runs: usize) {
         }
         println!("{line}");
     }
+}
+
+/// First job and launcher CPU per daemon per method.
+fn print_per_run(rows: &[Row], variants: &[Variant]) {
     for (title, unit, f) in [
         (
             "First job: `prun -n <2 per pod> hostname` into the fresh DVM, seconds, median [min-max]",
@@ -75,7 +94,7 @@ pub fn print_tables(rows: &[Row], runs: usize) {
         println!();
         println!("{title} [{PROFILE}]");
         let mut head = format!("{:>5}", "pods");
-        for v in &variants {
+        for v in variants {
             head += &format!(" | {:<24}", v.label());
         }
         println!("{head}");
@@ -95,26 +114,28 @@ pub fn print_tables(rows: &[Row], runs: usize) {
             println!("{line}");
         }
     }
-    if variants.contains(&Variant::Ssh) {
-        println!();
-        println!("Peak RSS (VmHWM, MiB) while the DVM is up, in the last timed run; per worker pod: median over pods 1..N-1 [{PROFILE}]");
-        println!("(agent: the prrte-k8s-agent process, plm k8s run; sshd: the listener plus the connection's sshd");
-        println!(" processes, plm ssh tree run; ssh clients: all ssh processes prte keeps in pod 0 then, summed)");
-        let head = format!(
-            "{:>5} | {:>8} | {:>8} | {:>16}",
-            "pods", "agent", "sshd", "ssh clients pod0"
+}
+
+/// Peak RSS of the agent, sshd and ssh clients.
+fn print_rss(rows: &[Row]) {
+    println!();
+    println!("Peak RSS (VmHWM, MiB) while the DVM is up, in the last timed run; per worker pod: median over pods 1..N-1 [{PROFILE}]");
+    println!("(agent: the prrte-k8s-agent process, plm k8s run; sshd: the listener plus the connection's sshd");
+    println!(" processes, plm ssh tree run; ssh clients: all ssh processes prte keeps in pod 0 then, summed)");
+    let head = format!(
+        "{:>5} | {:>8} | {:>8} | {:>16}",
+        "pods", "agent", "sshd", "ssh clients pod0"
+    );
+    println!("{head}");
+    println!("{}", "-".repeat(head.len()));
+    for row in rows {
+        let mib = |kb: u64| kb as f64 / 1024.0;
+        println!(
+            "{:>5} | {:>8.1} | {:>8.1} | {:>16.1}",
+            row.pods,
+            mib(median_u(&row.rss.agent)),
+            mib(median_u(&row.rss.sshd)),
+            mib(row.rss.clients)
         );
-        println!("{head}");
-        println!("{}", "-".repeat(head.len()));
-        for row in rows {
-            let mib = |kb: u64| kb as f64 / 1024.0;
-            println!(
-                "{:>5} | {:>8.1} | {:>8.1} | {:>16.1}",
-                row.pods,
-                mib(median_u(&row.rss.agent)),
-                mib(median_u(&row.rss.sshd)),
-                mib(row.rss.clients)
-            );
-        }
     }
 }
