@@ -1,9 +1,10 @@
 //! The nftables ruleset that enforces the policies.
 
 use super::policy::{
-    ns_of, pod_ip, policy_types, rule_ports, rule_sources, selector_matches, Source,
+    ns_of, pod_ip, policy_types, rule_ports, rule_sources, selector_matches, Ports, Source,
 };
 use serde_json::Value;
+use std::collections::BTreeSet;
 
 fn nft_set(items: &[String]) -> String {
     if items.len() == 1 {
@@ -25,92 +26,11 @@ pub fn render(
     let mut dsts: Vec<(&str, &Value)> = pods.iter().filter_map(|p| Some((pod_ip(p)?, p))).collect();
     dsts.sort_by_key(|(ip, _)| ip.parse::<std::net::Ipv4Addr>().map(u32::from).unwrap_or(0));
     for (ip, pod) in dsts {
-        let ns = ns_of(pod);
-        let selecting: Vec<&Value> = policies
-            .iter()
-            .filter(|pol| ns_of(pol) == ns && policy_types(pol).iter().any(|t| t == "Ingress"))
-            .filter(|pol| selector_matches(&pol["spec"]["podSelector"], &pod["metadata"]["labels"]))
-            .collect();
+        let selecting = isolating(policies, pod);
         if selecting.is_empty() {
             continue;
         }
-        let names: Vec<String> = selecting
-            .iter()
-            .map(|p| format!("{}/{}", ns, p["metadata"]["name"].as_str().unwrap_or("")))
-            .collect();
-        lines.push(format!(
-            "# {}/{} ({ip}) is isolated by {}",
-            ns,
-            pod["metadata"]["name"].as_str().unwrap_or(""),
-            names.join(", ")
-        ));
-        // Segments of established connections and of connections the pod opened.
-        lines.push(format!(
-            "ip daddr {ip} tcp flags & (syn | ack) != syn accept"
-        ));
-        for pol in &selecting {
-            for rule in pol["spec"]["ingress"].as_array().into_iter().flatten() {
-                let sources = rule_sources(ns_of(pol), rule, pods, namespaces);
-                let src_parts: Vec<String> = match &sources {
-                    None => vec![String::new()],
-                    Some(set) => {
-                        let ips: Vec<String> = set
-                            .iter()
-                            .filter_map(|s| {
-                                if let Source::Ip(i) = s {
-                                    Some(i.clone())
-                                } else {
-                                    None
-                                }
-                            })
-                            .collect();
-                        let mut parts = Vec::new();
-                        if !ips.is_empty() {
-                            parts.push(format!(" ip saddr {}", nft_set(&ips)));
-                        }
-                        for s in set {
-                            if let Source::Block(cidr, except) = s {
-                                let mut p = format!(" ip saddr {cidr}");
-                                if !except.is_empty() {
-                                    p.push_str(&format!(" ip saddr != {}", nft_set(except)));
-                                }
-                                parts.push(p);
-                            }
-                        }
-                        parts
-                    }
-                };
-                let port_parts: Vec<String> = match rule_ports(rule, pod) {
-                    None => vec![String::new()],
-                    Some(ports) => ports
-                        .iter()
-                        .filter_map(|(proto, set)| match set {
-                            None => Some(format!(" meta l4proto {proto}")),
-                            Some(s) if s.is_empty() => None,
-                            Some(s) => {
-                                let items: Vec<String> = s
-                                    .iter()
-                                    .map(|(a, b)| {
-                                        if a == b {
-                                            a.to_string()
-                                        } else {
-                                            format!("{a}-{b}")
-                                        }
-                                    })
-                                    .collect();
-                                Some(format!(" {proto} dport {}", nft_set(&items)))
-                            }
-                        })
-                        .collect(),
-                };
-                for sp in &src_parts {
-                    for pp in &port_parts {
-                        lines.push(format!("ip daddr {ip}{sp}{pp} accept"));
-                    }
-                }
-            }
-        }
-        lines.push(format!("ip daddr {ip} drop"));
+        lines.extend(pod_rules(ip, pod, &selecting, pods, namespaces));
     }
     let mut out = format!("table bridge {table} {{\n  chain pods {{\n    type filter hook forward priority 0; policy accept;\n    iifname != \"{veths}\" accept\n");
     for l in lines {
@@ -120,6 +40,119 @@ pub fn render(
     }
     out.push_str("  }\n}\n");
     out
+}
+
+/// The policies of `pod`'s namespace that select it for ingress.
+fn isolating<'a>(policies: &'a [Value], pod: &Value) -> Vec<&'a Value> {
+    let ns = ns_of(pod);
+    policies
+        .iter()
+        .filter(|pol| ns_of(pol) == ns && policy_types(pol).iter().any(|t| t == "Ingress"))
+        .filter(|pol| selector_matches(&pol["spec"]["podSelector"], &pod["metadata"]["labels"]))
+        .collect()
+}
+
+/// The rules for the isolated pod at `ip`: what its `selecting` policies admit, the rest
+/// dropped.
+fn pod_rules(
+    ip: &str,
+    pod: &Value,
+    selecting: &[&Value],
+    pods: &[Value],
+    namespaces: &[Value],
+) -> Vec<String> {
+    let ns = ns_of(pod);
+    let mut lines = Vec::new();
+    let names: Vec<String> = selecting
+        .iter()
+        .map(|p| format!("{}/{}", ns, p["metadata"]["name"].as_str().unwrap_or("")))
+        .collect();
+    lines.push(format!(
+        "# {}/{} ({ip}) is isolated by {}",
+        ns,
+        pod["metadata"]["name"].as_str().unwrap_or(""),
+        names.join(", ")
+    ));
+    // Segments of established connections and of connections the pod opened.
+    lines.push(format!(
+        "ip daddr {ip} tcp flags & (syn | ack) != syn accept"
+    ));
+    for pol in selecting {
+        for rule in pol["spec"]["ingress"].as_array().into_iter().flatten() {
+            let sources = rule_sources(ns_of(pol), rule, pods, namespaces);
+            let src_parts = source_matches(sources.as_ref());
+            let port_parts = port_matches(rule_ports(rule, pod).as_ref());
+            for sp in &src_parts {
+                for pp in &port_parts {
+                    lines.push(format!("ip daddr {ip}{sp}{pp} accept"));
+                }
+            }
+        }
+    }
+    lines.push(format!("ip daddr {ip} drop"));
+    lines
+}
+
+/// The source matches of a rule, one per alternative: the admitted pods' addresses in one
+/// set, each address block with its exceptions (None: any source, one empty match).
+fn source_matches(sources: Option<&BTreeSet<Source>>) -> Vec<String> {
+    match sources {
+        None => vec![String::new()],
+        Some(set) => {
+            let ips: Vec<String> = set
+                .iter()
+                .filter_map(|s| {
+                    if let Source::Ip(i) = s {
+                        Some(i.clone())
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            let mut parts = Vec::new();
+            if !ips.is_empty() {
+                parts.push(format!(" ip saddr {}", nft_set(&ips)));
+            }
+            for s in set {
+                if let Source::Block(cidr, except) = s {
+                    let mut p = format!(" ip saddr {cidr}");
+                    if !except.is_empty() {
+                        p.push_str(&format!(" ip saddr != {}", nft_set(except)));
+                    }
+                    parts.push(p);
+                }
+            }
+            parts
+        }
+    }
+}
+
+/// The port matches of a rule, one per protocol (None: every port of every protocol, one empty
+/// match); a protocol whose ports are all unknown names has none.
+fn port_matches(ports: Option<&Ports>) -> Vec<String> {
+    match ports {
+        None => vec![String::new()],
+        Some(ports) => ports
+            .iter()
+            .filter_map(|(proto, set)| match set {
+                None => Some(format!(" meta l4proto {proto}")),
+                Some(s) if s.is_empty() => None,
+                Some(s) => {
+                    let items: Vec<String> = s
+                        .iter()
+                        .map(|(a, b)| {
+                            if a == b {
+                                a.to_string()
+                            } else {
+                                format!("{a}-{b}")
+                            }
+                        })
+                        .collect();
+                    Some(format!(" {proto} dport {}", nft_set(&items)))
+                }
+            })
+            .collect(),
+    }
 }
 
 #[cfg(test)]
