@@ -315,24 +315,8 @@ pub const TEST_IMAGE_REPO: &str = "localhost/prrte-k8s-test/busybox";
 pub fn test_image(root: bool) -> Result<String> {
     static LOCK: Mutex<()> = Mutex::new(());
     let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .ok_or_else(|| anyhow!("busybox is not installed (the test image is made from Debian's busybox-static); run prrte-config/setup.sh"))?;
-    let bytes =
-        std::fs::read(&busybox).with_context(|| format!("reading {}", busybox.display()))?;
-    if !is_static(&bytes) {
-        bail!("{} is not statically linked; install Debian's busybox-static (prrte-config/setup.sh does)", busybox.display());
-    }
-    const RECIPE: u32 = 2;
-    let key = {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        bytes.hash(&mut h);
-        RECIPE.hash(&mut h);
-        format!("{:016x}", h.finish())
-    };
+    let (busybox, bytes) = static_busybox()?;
+    let key = recipe_key(&bytes);
     let name = format!("{TEST_IMAGE_REPO}:{key}{}", if root { "-root" } else { "" });
     if inspect(&name)?.is_some() {
         return Ok(name);
@@ -349,39 +333,43 @@ pub fn test_image(root: bool) -> Result<String> {
     if inspect(&name)?.is_some() {
         return Ok(name);
     }
+    build_test_image(&busybox, &name, root)?;
+    Ok(name)
+}
+
+/// The host's busybox and its contents; it must be linked statically.
+fn static_busybox() -> Result<(PathBuf, Vec<u8>)> {
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or_else(|| anyhow!("busybox is not installed (the test image is made from Debian's busybox-static); run prrte-config/setup.sh"))?;
+    let bytes =
+        std::fs::read(&busybox).with_context(|| format!("reading {}", busybox.display()))?;
+    if !is_static(&bytes) {
+        bail!("{} is not statically linked; install Debian's busybox-static (prrte-config/setup.sh does)", busybox.display());
+    }
+    Ok((busybox, bytes))
+}
+
+/// The test image's tag: a hash of the busybox binary and of the recipe's version.
+fn recipe_key(bytes: &[u8]) -> String {
+    const RECIPE: u32 = 2;
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    RECIPE.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+/// Builds the test image `name` in a working container from scratch, removed afterwards.
+fn build_test_image(busybox: &Path, name: &str, root: bool) -> Result<()> {
     let ctr = format!("prrte-k8s-test-image-build-{}", std::process::id());
     let _ = run_buildah(&["rm", &ctr]);
     buildah_ok(&["from", "--quiet", "--name", &ctr, "scratch"])?;
     let r = (|| -> Result<()> {
         let m = PathBuf::from(buildah_ok(&["mount", &ctr])?);
-        for d in [
-            "bin", "etc", "tmp", "home/app", "data", "root", "proc", "sys", "dev",
-        ] {
-            std::fs::create_dir_all(m.join(d))?;
-        }
-        std::fs::copy(&busybox, m.join("bin/busybox"))?;
-        let out = Command::new(m.join("bin/busybox"))
-            .arg("--list")
-            .output()
-            .context("busybox --list")?;
-        for applet in String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|a| !a.is_empty() && *a != "busybox")
-        {
-            let _ = std::os::unix::fs::symlink("busybox", m.join("bin").join(applet));
-        }
-        // As in Debian: /var/run is an absolute link (mount paths must resolve in the image).
-        std::fs::create_dir_all(m.join("run"))?;
-        std::fs::create_dir_all(m.join("var"))?;
-        std::os::unix::fs::symlink("/run", m.join("var/run"))?;
-        std::fs::write(m.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")?;
-        std::fs::write(
-            m.join("etc/group"),
-            "root:x:0:\napp:x:1000:\nextra:x:2000:app\nnogroup:x:65534:\n",
-        )?;
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(m.join("tmp"), std::fs::Permissions::from_mode(0o1777))?;
-        std::os::unix::fs::chown(m.join("home/app"), Some(1000), Some(1000))?;
+        fill_test_root(&m, busybox)?;
         let mut cfg = vec![
             "config",
             "--env",
@@ -398,12 +386,45 @@ pub fn test_image(root: bool) -> Result<String> {
         }
         cfg.push(&ctr);
         buildah_ok(&cfg)?;
-        buildah_ok(&["commit", "--quiet", &ctr, &name])?;
+        buildah_ok(&["commit", "--quiet", &ctr, name])?;
         Ok(())
     })();
     let _ = run_buildah(&["rm", &ctr]);
-    r.with_context(|| format!("building the test image {name}"))?;
-    Ok(name)
+    r.with_context(|| format!("building the test image {name}"))
+}
+
+/// The test image's files in its mounted root `m`: busybox and its applets, the directories,
+/// the users and groups.
+fn fill_test_root(m: &Path, busybox: &Path) -> Result<()> {
+    for d in [
+        "bin", "etc", "tmp", "home/app", "data", "root", "proc", "sys", "dev",
+    ] {
+        std::fs::create_dir_all(m.join(d))?;
+    }
+    std::fs::copy(busybox, m.join("bin/busybox"))?;
+    let out = Command::new(m.join("bin/busybox"))
+        .arg("--list")
+        .output()
+        .context("busybox --list")?;
+    for applet in String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|a| !a.is_empty() && *a != "busybox")
+    {
+        let _ = std::os::unix::fs::symlink("busybox", m.join("bin").join(applet));
+    }
+    // As in Debian: /var/run is an absolute link (mount paths must resolve in the image).
+    std::fs::create_dir_all(m.join("run"))?;
+    std::fs::create_dir_all(m.join("var"))?;
+    std::os::unix::fs::symlink("/run", m.join("var/run"))?;
+    std::fs::write(m.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")?;
+    std::fs::write(
+        m.join("etc/group"),
+        "root:x:0:\napp:x:1000:\nextra:x:2000:app\nnogroup:x:65534:\n",
+    )?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(m.join("tmp"), std::fs::Permissions::from_mode(0o1777))?;
+    std::os::unix::fs::chown(m.join("home/app"), Some(1000), Some(1000))?;
+    Ok(())
 }
 
 fn is_static(elf: &[u8]) -> bool {
