@@ -1,6 +1,7 @@
 //! The comment header of the rendered manifest, with the command line shell-quoted.
 
-use super::{names, ManifestArgs, Part};
+use super::meta::names;
+use super::options::{ManifestArgs, Part};
 
 /// The header: the command line `argv_text`, the mode, and how to make the Secret when it is
 /// left out (`key` is None).

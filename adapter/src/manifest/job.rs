@@ -2,8 +2,10 @@
 
 use serde_json::{json, Value};
 
+use super::layout::CONTAINER;
+use super::meta::meta;
+use super::options::{ManifestArgs, Success};
 use super::pod::pod_template;
-use super::{meta, ManifestArgs, Success, CONTAINER};
 
 /// The spec of the Indexed Job: one pod per index, one try, failing at the first disruption or
 /// non-zero exit.

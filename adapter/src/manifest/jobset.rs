@@ -3,7 +3,8 @@
 use serde_json::{json, Value};
 
 use super::job::job_spec;
-use super::{meta, ManifestArgs};
+use super::meta::meta;
+use super::options::ManifestArgs;
 
 /// The JobSet object: one replicated Job `node` (the Indexed Job's spec), no restarts.
 pub(super) fn jobset(a: &ManifestArgs, batch: bool) -> Value {

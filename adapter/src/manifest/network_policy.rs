@@ -2,8 +2,9 @@
 
 use serde_json::{json, Value};
 
-use super::{job_label, meta, names, ManifestArgs};
-use super::{AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, HEALTH_PORT, OOB_PORT, TOOL_PORT};
+use super::layout::{AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, HEALTH_PORT, OOB_PORT, TOOL_PORT};
+use super::meta::{job_label, meta, names};
+use super::options::ManifestArgs;
 
 /// The NetworkPolicy of the job.
 pub(super) fn network_policy(a: &ManifestArgs) -> Value {

@@ -3,11 +3,13 @@
 
 use serde_json::{json, Value};
 
-use super::{job_label, names, Kind, ManifestArgs};
-use super::{
-    AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, CONTAINER, HEALTH_PORT, OOB_PORT, SECRET_DIR,
-    TOOL_PORT,
+use super::layout::{
+    OwnVolume, Source, AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, CONTAINER, HEALTH_PORT, OOB_PORT,
+    OWN_VOLUMES, TMP_DIR, TOOL_PORT,
 };
+use super::meta::{job_label, names};
+use super::options::{Kind, ManifestArgs};
+use crate::settings::agent;
 
 /// The container's environment: the downward-API variables, the pinned ports and transports,
 /// then `--env` (which overrides).
@@ -20,7 +22,7 @@ fn pod_env(a: &ManifestArgs) -> Vec<Value> {
         env.push(json!({"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}}));
     }
     let fixed: Vec<(String, String)> = vec![
-        ("TMPDIR".into(), "/tmp".into()),
+        ("TMPDIR".into(), TMP_DIR.into()),
         // `ras k8s` and `plm k8s` are not set here: every prted inherits the pod's environment
         // and must not select `plm k8s`. The agent sets both for the batch command, the DVM
         // head passes them to prte, and `prrte-k8s prun` talks to that DVM.
@@ -49,20 +51,25 @@ fn pod_env(a: &ManifestArgs) -> Vec<Value> {
     env
 }
 
+/// `--NAME` of an agent setting.
+fn flag(s: &crate::settings::Setting) -> String {
+    format!("--{}", s.flag)
+}
+
 /// The agent's command line: batch (`--run -- COMMAND`) or interactive (`--dvm-head auto`).
 fn agent_command(a: &ManifestArgs, batch: bool) -> Vec<String> {
     let prefix = a.prrte_prefix.trim_end_matches('/');
     let mut command = vec![
         a.agent.clone(),
-        "--prted".to_string(),
+        flag(&agent::PRTED),
         format!("{prefix}/bin/prted"),
     ];
     if batch {
-        command.push("--run".into());
+        command.push(flag(&agent::RUN));
         command.push("--".into());
         command.extend(a.command.iter().cloned());
     } else {
-        command.extend(["--dvm-head".into(), "auto".into()]);
+        command.extend([flag(&agent::DVM_HEAD), "auto".into()]);
     }
     command
 }
@@ -91,6 +98,26 @@ fn ports(batch: bool) -> Vec<Value> {
     ports
 }
 
+/// The container's mount of one of the pod's own volumes (the Secret read-only).
+fn mount(v: &OwnVolume) -> Value {
+    let mut m = json!({"name": v.name, "mountPath": v.path});
+    if v.source == Source::Secret {
+        m["readOnly"] = json!(true);
+    }
+    m
+}
+
+/// One of the pod's own volumes (`secret`: the Secret's name).
+fn volume(v: &OwnVolume, secret: &str) -> Value {
+    match v.source {
+        Source::Secret => {
+            json!({"name": v.name, "secret": {"secretName": secret, "defaultMode": 0o440}})
+        }
+        Source::Disk => json!({"name": v.name, "emptyDir": {}}),
+        Source::Memory => json!({"name": v.name, "emptyDir": {"medium": "Memory"}}),
+    }
+}
+
 /// The one container: the agent, with the restricted security context and its mounts.
 fn container(a: &ManifestArgs, batch: bool) -> Value {
     let mut container = json!({
@@ -110,12 +137,7 @@ fn container(a: &ManifestArgs, batch: bool) -> Value {
             "capabilities": {"drop": ["ALL"]},
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "volumeMounts": [
-            {"name": "secret", "mountPath": SECRET_DIR, "readOnly": true},
-            {"name": "tmp", "mountPath": "/tmp"},
-            {"name": "run", "mountPath": "/var/run/prrte-k8s"},
-            {"name": "shm", "mountPath": "/dev/shm"},
-        ],
+        "volumeMounts": OWN_VOLUMES.iter().map(mount).collect::<Vec<_>>(),
     });
     if let Some(p) = &a.image_pull_policy {
         container["imagePullPolicy"] = json!(p);
@@ -147,12 +169,7 @@ pub(super) fn pod_template(a: &ManifestArgs, batch: bool) -> Value {
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container(a, batch)],
-        "volumes": [
-            {"name": "secret", "secret": {"secretName": n.secret, "defaultMode": 0o440}},
-            {"name": "tmp", "emptyDir": {}},
-            {"name": "run", "emptyDir": {}},
-            {"name": "shm", "emptyDir": {"medium": "Memory"}},
-        ],
+        "volumes": OWN_VOLUMES.iter().map(|v| volume(v, &n.secret)).collect::<Vec<_>>(),
     });
     if a.kind != Kind::Statefulset {
         spec["restartPolicy"] = json!("Never");

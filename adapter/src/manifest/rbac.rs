@@ -3,7 +3,8 @@
 
 use serde_json::{json, Value};
 
-use super::{meta, names, Kind, ManifestArgs};
+use super::meta::{meta, names};
+use super::options::{Kind, ManifestArgs};
 
 /// The ServiceAccount, Role and RoleBinding.
 pub(super) fn rbac(a: &ManifestArgs) -> Vec<Value> {

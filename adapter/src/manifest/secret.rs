@@ -2,7 +2,8 @@
 
 use serde_json::{json, Value};
 
-use super::{meta, names, ManifestArgs};
+use super::meta::{meta, names};
+use super::options::ManifestArgs;
 
 /// A fresh per-job key: 32 random bytes from the operating system, hex-encoded.
 pub fn fresh_key() -> String {

@@ -2,8 +2,9 @@
 
 use serde_json::{json, Value};
 
+use super::meta::{job_label, meta};
+use super::options::ManifestArgs;
 use super::pod::pod_template;
-use super::{job_label, meta, ManifestArgs};
 
 /// The StatefulSet object: every pod at once, none restarted into a batch command.
 pub(super) fn statefulset(a: &ManifestArgs) -> Value {

@@ -1,5 +1,10 @@
-use super::*;
+use super::header::quote;
+use super::layout::SECRET_DIR;
+use super::options::{parse_env, ManifestArgs};
+use super::render::{objects, render};
+use super::secret::fresh_key;
 use clap::Parser;
+use serde_json::{json, Value};
 
 #[derive(Parser)]
 struct T {
@@ -201,7 +206,7 @@ fn interactive_statefulset_and_jobset() {
         .iter()
         .any(|p| p["port"] == 7120));
     let e = objects(&args(&["--kind", "statefulset", "--", "true"]), None).unwrap_err();
-    assert!(e.contains("interactive"), "{e}");
+    assert!(e.to_string().contains("interactive"), "{e}");
 
     let a = args(&[
         "--kind",
@@ -232,6 +237,7 @@ fn interactive_statefulset_and_jobset() {
 fn options_are_checked_and_header_says_how() {
     assert!(objects(&args(&["--name", "Bad_Name"]), None)
         .unwrap_err()
+        .to_string()
         .contains("--name"));
     let a = args(&[
         "--name",

@@ -1,0 +1,151 @@
+//! `prrte-k8s manifest`'s options and their checks.
+
+use clap::{Args, ValueEnum};
+
+use super::error::{EnvArgError, ManifestError};
+
+/// The workload kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Kind {
+    /// An Indexed Job (batch or interactive).
+    Job,
+    /// A StatefulSet (interactive only: its pods are restarted when they exit).
+    Statefulset,
+    /// A JobSet (jobset.x-k8s.io/v1alpha2) with one replicated Job.
+    Jobset,
+}
+
+/// When a batch Job counts as complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Success {
+    /// When the pod with index 0 (the one that runs the command) succeeded; the rest are
+    /// then stopped by the Job controller.
+    Index0,
+    /// When every pod succeeded.
+    All,
+}
+
+/// Parts of the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Part {
+    Rbac,
+    Secret,
+    Workload,
+    Networkpolicy,
+}
+
+/// `prrte-k8s manifest` options.
+#[derive(Args, Debug, Clone)]
+pub struct ManifestArgs {
+    /// Name of the job (and prefix of every object's name)
+    #[arg(long, default_value = "mpi")]
+    pub name: String,
+    /// Namespace of every object [default: none, so kubectl's current namespace]
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Number of pods
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub pods: u32,
+    /// Container image holding prrte-k8s-agent, PRRTE (with the k8s components) and the MPI
+    #[arg(long, default_value = "prrte-k8s:latest")]
+    pub image: String,
+    /// imagePullPolicy of the container [default: Kubernetes' own]
+    #[arg(long, value_name = "POLICY", value_parser = ["Always", "IfNotPresent", "Never"])]
+    pub image_pull_policy: Option<String>,
+    /// Workload kind
+    #[arg(long, value_enum, default_value = "job")]
+    pub kind: Kind,
+    /// CPU request and limit of each pod (whole CPUs are its MPI slots unless --slots or --gpus)
+    #[arg(long, default_value = "1")]
+    pub cpu: String,
+    /// Memory request and limit of each pod
+    #[arg(long, default_value = "1Gi")]
+    pub memory: String,
+    /// GPUs per pod (then the slots: one rank per GPU)
+    #[arg(long, default_value_t = 0)]
+    pub gpus: u32,
+    /// Extended resource name of a GPU
+    #[arg(long, default_value = "nvidia.com/gpu", value_name = "RESOURCE")]
+    pub gpu_resource: String,
+    /// MPI slots per pod (annotation prrte-k8s.io/slots) [default: GPUs, else whole CPUs]
+    #[arg(long)]
+    pub slots: Option<u32>,
+    /// Batch: when the Job is complete
+    #[arg(long, value_enum, default_value = "index0")]
+    pub success: Success,
+    /// Batch: seconds the Job may run before it is failed (activeDeadlineSeconds)
+    #[arg(long, value_name = "SECS")]
+    pub deadline: Option<u64>,
+    /// Seconds a finished Job (and its pods and logs) is kept (ttlSecondsAfterFinished)
+    #[arg(long, value_name = "SECS", default_value_t = 3600)]
+    pub ttl: u64,
+    /// uid (and gid) the pods run as (>= 1000)
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1000..))]
+    pub uid: u32,
+    /// prrte-k8s-agent in the image (absolute, or found on the image's PATH)
+    #[arg(long, default_value = "prrte-k8s-agent", value_name = "PATH")]
+    pub agent: String,
+    /// PRRTE's prefix in the image (prted and prte are in its bin/)
+    #[arg(long, default_value = "/opt/prrte", value_name = "DIR")]
+    pub prrte_prefix: String,
+    /// Extra environment variable of every pod (NAME=VALUE, repeatable)
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// Print only these parts (comma-separated) [default: all]
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub only: Vec<Part>,
+    /// Leave out the Secret (create it yourself; the header says how)
+    #[arg(long)]
+    pub no_secret: bool,
+    /// Batch mode: the command the pod with index 0 runs (after `--`), e.g.
+    /// `-- mpirun -n 8 ./app`; without one, the job is interactive (DVM head in pod 0)
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// `--env NAME=VALUE`.
+pub(super) fn parse_env(s: &str) -> Result<(String, String), EnvArgError> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| EnvArgError::NoValue(s.to_string()))?;
+    let ok = !k.is_empty()
+        && !k.starts_with(|c: char| c.is_ascii_digit())
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-');
+    if !ok {
+        return Err(EnvArgError::Name(k.to_string()));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// Checks a DNS-1123 label (object names that become pod host names).
+pub(super) fn check_name(name: &str) -> Result<(), ManifestError> {
+    let ok = !name.is_empty()
+        && name.len() <= 40
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && name.starts_with(|c: char| c.is_ascii_lowercase());
+    if ok {
+        Ok(())
+    } else {
+        Err(ManifestError::Name(name.to_string()))
+    }
+}
+
+/// Checks the options.
+pub fn check(a: &ManifestArgs) -> Result<(), ManifestError> {
+    check_name(&a.name)?;
+    if a.kind == Kind::Statefulset && !a.command.is_empty() {
+        return Err(ManifestError::StatefulsetBatch);
+    }
+    if !a.agent.starts_with('/') && a.agent.contains('/') {
+        return Err(ManifestError::Agent(a.agent.clone()));
+    }
+    if !a.prrte_prefix.starts_with('/') {
+        return Err(ManifestError::PrrtePrefix(a.prrte_prefix.clone()));
+    }
+    Ok(())
+}

@@ -1,0 +1,55 @@
+//! The whole manifest: the objects in their order, and their YAML with the comment header.
+
+use serde_json::Value;
+
+use super::error::ManifestError;
+use super::options::{check, Kind, ManifestArgs, Part};
+use super::{header, job, jobset, network_policy, rbac, secret, statefulset};
+
+/// The workload object of the chosen kind.
+fn workload(a: &ManifestArgs) -> Value {
+    let batch = !a.command.is_empty();
+    match a.kind {
+        Kind::Job => job::job(a, batch),
+        Kind::Statefulset => statefulset::statefulset(a),
+        Kind::Jobset => jobset::jobset(a, batch),
+    }
+}
+
+/// The objects of the manifest (`key`: the Secret's key, or None to leave the Secret out).
+pub fn objects(a: &ManifestArgs, key: Option<&str>) -> Result<Vec<Value>, ManifestError> {
+    check(a)?;
+    let want = |p: Part| a.only.is_empty() || a.only.contains(&p);
+    let mut out = Vec::new();
+    if want(Part::Rbac) {
+        out.extend(rbac::rbac(a));
+    }
+    if want(Part::Secret) {
+        if let Some(k) = key {
+            out.push(secret::secret(a, k));
+        }
+    }
+    if want(Part::Workload) {
+        out.push(workload(a));
+    }
+    if want(Part::Networkpolicy) {
+        out.push(network_policy::network_policy(a));
+    }
+    Ok(out)
+}
+
+/// Renders the manifest: a header of comments (the command line `argv_text`, and how to make
+/// the Secret if it is left out), then the objects as YAML documents.
+pub fn render(
+    a: &ManifestArgs,
+    argv_text: &str,
+    key: Option<&str>,
+) -> Result<String, ManifestError> {
+    let objs = objects(a, key)?;
+    let mut text = header::header(a, argv_text, key);
+    for o in objs {
+        text.push_str("---\n");
+        text.push_str(&serde_yaml::to_string(&o)?);
+    }
+    Ok(text)
+}
