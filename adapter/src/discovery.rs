@@ -73,6 +73,9 @@ pub struct DiscoveryConfig {
     pub kubeconfig: Option<PathBuf>,
     /// Name of the pod we run in. Default: `$POD_NAME`, else `$HOSTNAME`, else the host name.
     pub self_pod: Option<String>,
+    /// Leave the pod we run in out of the allocation (it launches, the other pods run the
+    /// ranks). The expected count still counts it: discovery waits for it as for every pod.
+    pub exclude_self: bool,
 }
 
 impl Default for DiscoveryConfig {
@@ -85,6 +88,7 @@ impl Default for DiscoveryConfig {
             slots: SlotsPolicy::Auto,
             kubeconfig: None,
             self_pod: None,
+            exclude_self: false,
         }
     }
 }
@@ -108,6 +112,7 @@ impl DiscoveryConfig {
             slots,
             kubeconfig: p.kubeconfig.as_ref().map(PathBuf::from),
             self_pod: p.self_pod.clone(),
+            exclude_self: p.exclude_self,
         })
     }
 }
@@ -251,15 +256,49 @@ pub async fn discover_with(
     .await?;
 
     let own_uid = own_pod.as_ref().and_then(|p| p.metadata.uid.clone());
-    let nodes = build_nodes(&chosen, &namespace, cfg.slots, |p| match &own_uid {
+    let mut nodes = build_nodes(&chosen, &namespace, cfg.slots, |p| match &own_uid {
         Some(uid) => p.metadata.uid.as_ref() == Some(uid),
         None => me.as_ref().is_some_and(|m| m.matches(p)),
     })?;
+    if cfg.exclude_self {
+        leave_out_self(&mut nodes, &namespace, me.as_ref())?;
+    }
     Ok(Allocation {
         namespace,
         selector,
         nodes,
     })
+}
+
+/// `ras_k8s_exclude_self`: removes the pod we run in from `nodes`; an error if it was the only
+/// one. A pod we run in that is not one of the job's (prte started elsewhere) leaves nothing
+/// to remove, with a warning.
+fn leave_out_self(
+    nodes: &mut Vec<PodNode>,
+    namespace: &str,
+    me: Option<&SelfIdentity>,
+) -> Result<(), DiscoveryError> {
+    let Some(at) = nodes.iter().position(|n| n.is_self) else {
+        tracing::warn!(
+            self_pod = ?me,
+            "{} is set, but the pod prte runs in is not one of the job's pods: nothing is left out",
+            mca::EXCLUDE_SELF.name()
+        );
+        return Ok(());
+    };
+    if nodes.len() == 1 {
+        return Err(DiscoveryError::OnlySelf {
+            namespace: namespace.to_string(),
+            pod: nodes[at].pod.clone(),
+        });
+    }
+    let gone = nodes.remove(at);
+    tracing::info!(
+        pod = %gone.pod,
+        "{}: the pod prte runs in is left out of the allocation",
+        mca::EXCLUDE_SELF.name()
+    );
+    Ok(())
 }
 
 /// The API client of a discovery (bounded by `deadline`), and the namespace of the pods:

@@ -87,6 +87,8 @@ struct DiscoverArgs {
     kubeconfig: Option<PathBuf>,
     #[arg(long, setting = &mca::SELF_POD)]
     self_pod: Option<String>,
+    #[arg(long, setting = &mca::EXCLUDE_SELF)]
+    exclude_self: bool,
     /// Report progress (ready counts, watch restarts) on stderr.
     #[arg(long, short = 'v')]
     verbose: bool,
@@ -102,6 +104,7 @@ impl DiscoverArgs {
             slots: self.slots,
             kubeconfig: self.kubeconfig.clone(),
             self_pod: self.self_pod.clone(),
+            exclude_self: self.exclude_self,
         }
     }
 }
