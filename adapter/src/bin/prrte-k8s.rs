@@ -235,7 +235,10 @@ fn manifest(args: prrte_k8s::manifest::ManifestArgs) -> i32 {
         .map(|a| manifest::quote(&a))
         .collect();
     let key = (!args.no_secret).then(manifest::fresh_key);
-    match manifest::render(&args, &argv.join(" "), key.as_deref()) {
+    let rendered = args
+        .plan()
+        .and_then(|plan| manifest::render(&plan, &argv.join(" "), key.as_deref()));
+    match rendered {
         Ok(text) => {
             print!("{text}");
             0

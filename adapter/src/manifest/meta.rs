@@ -3,7 +3,8 @@
 
 use serde_json::{json, Value};
 
-use super::options::{Kind, ManifestArgs};
+use super::options::Kind;
+use super::plan::JobPlan;
 
 /// The names of the objects beside the workload.
 pub(super) struct Names {
@@ -14,8 +15,8 @@ pub(super) struct Names {
 }
 
 /// `<name>-prrte` for each.
-pub(super) fn names(a: &ManifestArgs) -> Names {
-    let base = format!("{}-prrte", a.name);
+pub(super) fn names(p: &JobPlan) -> Names {
+    let base = format!("{}-prrte", p.name);
     Names {
         sa: base.clone(),
         role: base.clone(),
@@ -24,20 +25,25 @@ pub(super) fn names(a: &ManifestArgs) -> Names {
     }
 }
 
+/// The labels every object of the job carries.
+pub(super) fn own_labels(p: &JobPlan) -> Value {
+    json!({"app.kubernetes.io/name": "prrte-k8s", "app.kubernetes.io/instance": p.name})
+}
+
 /// The metadata of an object: its name, the job's labels, the namespace if given.
-pub(super) fn meta(a: &ManifestArgs, name: &str) -> Value {
-    let mut m = json!({"name": name, "labels": {"app.kubernetes.io/name": "prrte-k8s", "app.kubernetes.io/instance": a.name}});
-    if let Some(ns) = &a.namespace {
+pub(super) fn meta(p: &JobPlan, name: &str) -> Value {
+    let mut m = json!({"name": name, "labels": own_labels(p)});
+    if let Some(ns) = &p.namespace {
         m["namespace"] = json!(ns);
     }
     m
 }
 
 /// The label every pod of the job carries, and its value (what the NetworkPolicy selects).
-pub(super) fn job_label(a: &ManifestArgs) -> (&'static str, String) {
-    match a.kind {
-        Kind::Job => ("batch.kubernetes.io/job-name", a.name.clone()),
-        Kind::Statefulset => ("app.kubernetes.io/instance", a.name.clone()),
-        Kind::Jobset => ("jobset.sigs.k8s.io/jobset-name", a.name.clone()),
+pub(super) fn job_label(p: &JobPlan) -> (&'static str, String) {
+    match p.kind {
+        Kind::Job => ("batch.kubernetes.io/job-name", p.name.clone()),
+        Kind::Statefulset => ("app.kubernetes.io/instance", p.name.clone()),
+        Kind::Jobset => ("jobset.sigs.k8s.io/jobset-name", p.name.clone()),
     }
 }

@@ -36,12 +36,14 @@
 
 mod error;
 mod header;
+mod inject;
 mod job;
 mod jobset;
 mod layout;
 mod meta;
 mod network_policy;
 mod options;
+mod plan;
 mod pod;
 mod rbac;
 mod render;
@@ -52,10 +54,12 @@ mod tests;
 
 pub use error::{EnvArgError, ManifestError};
 pub use header::quote;
+pub use inject::{INJECT_IMAGE, RUNTIME_DIR};
 pub use layout::{
     AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, CONTAINER, HEALTH_PORT, OOB_PORT, RUN_DIR,
     SECRET_DIR, TOOL_PORT,
 };
-pub use options::{check, Kind, ManifestArgs, Part, Success};
+pub use options::{check, Kind, ManifestArgs, Mpi, Part, Success};
+pub use plan::{JobPlan, Launch, PodPlan};
 pub use render::{objects, render};
 pub use secret::fresh_key;

@@ -1,8 +1,12 @@
-//! `prrte-k8s manifest`'s options and their checks.
+//! `prrte-k8s manifest`'s options, their checks, and the job they describe
+//! ([`ManifestArgs::plan`]).
 
 use clap::{Args, ValueEnum};
+use serde_json::{json, Map, Value};
 
 use super::error::{EnvArgError, ManifestError};
+use super::inject::INJECT_IMAGE;
+use super::plan::{JobPlan, Launch, PodPlan};
 
 /// The workload kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -23,6 +27,31 @@ pub enum Success {
     Index0,
     /// When every pod succeeded.
     All,
+}
+
+/// The MPI in an image the runtime is injected into (the agent's `--mpi`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mpi {
+    /// The agent looks for one in the image (Open MPI, MPICH, Intel MPI).
+    Auto,
+    /// Open MPI 5 (on PRRTE) or 4 (ORTE).
+    Openmpi,
+    /// MPICH (Hydra).
+    Mpich,
+    /// Intel MPI (Hydra).
+    Intel,
+}
+
+impl Mpi {
+    /// The agent's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mpi::Auto => "auto",
+            Mpi::Openmpi => "openmpi",
+            Mpi::Mpich => "mpich",
+            Mpi::Intel => "intel",
+        }
+    }
 }
 
 /// Parts of the output.
@@ -88,6 +117,16 @@ pub struct ManifestArgs {
     /// PRRTE's prefix in the image (prted and prte are in its bin/)
     #[arg(long, default_value = "/opt/prrte", value_name = "DIR")]
     pub prrte_prefix: String,
+    /// Run any image (with its own MPI): an init container copies our runtime into every pod
+    /// from --inject-image, and the agent finds the image's MPI (--mpi)
+    #[arg(long, conflicts_with_all = ["agent", "prrte_prefix"])]
+    pub inject: bool,
+    /// The image the runtime is injected from
+    #[arg(long, default_value = INJECT_IMAGE, value_name = "IMAGE", requires = "inject")]
+    pub inject_image: String,
+    /// With --inject: the image's MPI (the agent's --mpi)
+    #[arg(long, value_enum, default_value = "auto", requires = "inject")]
+    pub mpi: Mpi,
     /// Extra environment variable of every pod (NAME=VALUE, repeatable)
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
@@ -101,6 +140,99 @@ pub struct ManifestArgs {
     /// `-- mpirun -n 8 ./app`; without one, the job is interactive (DVM head in pod 0)
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+impl ManifestArgs {
+    /// The job these options describe (checked).
+    pub fn plan(&self) -> Result<JobPlan, ManifestError> {
+        check(self)?;
+        let launch = if self.inject {
+            Launch::Injected {
+                image: self.inject_image.clone(),
+                mpi: self.mpi.as_str().to_string(),
+            }
+        } else {
+            Launch::Image {
+                agent: self.agent.clone(),
+                prrte_prefix: self.prrte_prefix.clone(),
+            }
+        };
+        let mut container = Map::new();
+        container.insert("image".into(), json!(self.image));
+        if let Some(p) = &self.image_pull_policy {
+            container.insert("imagePullPolicy".into(), json!(p));
+        }
+        container.insert("resources".into(), self.resources());
+        container.insert(
+            "securityContext".into(),
+            json!({
+                "runAsNonRoot": true,
+                "runAsUser": self.uid,
+                "runAsGroup": self.uid,
+                "allowPrivilegeEscalation": false,
+                "readOnlyRootFilesystem": true,
+                "capabilities": {"drop": ["ALL"]},
+                "seccompProfile": {"type": "RuntimeDefault"},
+            }),
+        );
+        let mut spec = Map::new();
+        spec.insert(
+            "securityContext".into(),
+            json!({
+                "runAsNonRoot": true,
+                "runAsUser": self.uid,
+                "runAsGroup": self.uid,
+                "fsGroup": self.uid,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            }),
+        );
+        Ok(JobPlan {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            kind: self.kind,
+            pods: self.pods,
+            command: self.command.clone(),
+            success: self.success,
+            deadline: self.deadline,
+            ttl: Some(self.ttl),
+            only: self.only.clone(),
+            labels: Map::new(),
+            annotations: Map::new(),
+            suspend: false,
+            managed_by: None,
+            origin: Vec::new(),
+            pod: PodPlan {
+                labels: Map::new(),
+                annotations: Map::new(),
+                slots: self.slots,
+                spec,
+                container,
+                env: self
+                    .env
+                    .iter()
+                    .map(|(k, v)| json!({"name": k, "value": v}))
+                    .collect(),
+                mounts: Vec::new(),
+                volumes: Vec::new(),
+                init_containers: Vec::new(),
+                launch,
+                runtime_pull_policy: self.image_pull_policy.clone(),
+                uid: self.uid,
+                gid: Some(self.uid),
+            },
+        })
+    }
+
+    /// Requests and limits (equal): CPU, memory and GPUs.
+    fn resources(&self) -> Value {
+        let mut requests = json!({"cpu": self.cpu, "memory": self.memory});
+        let mut limits = requests.clone();
+        if self.gpus > 0 {
+            requests[&self.gpu_resource] = json!(self.gpus.to_string());
+            limits[&self.gpu_resource] = json!(self.gpus.to_string());
+        }
+        json!({"requests": requests, "limits": limits})
+    }
 }
 
 /// `--env NAME=VALUE`.

@@ -3,12 +3,13 @@
 use serde_json::Value;
 
 use super::error::ManifestError;
-use super::options::{check, Kind, ManifestArgs, Part};
+use super::options::{Kind, Part};
+use super::plan::JobPlan;
 use super::{header, job, jobset, network_policy, rbac, secret, statefulset};
 
 /// The workload object of the chosen kind.
-fn workload(a: &ManifestArgs) -> Value {
-    let batch = !a.command.is_empty();
+fn workload(a: &JobPlan) -> Value {
+    let batch = a.batch();
     match a.kind {
         Kind::Job => job::job(a, batch),
         Kind::Statefulset => statefulset::statefulset(a),
@@ -17,8 +18,7 @@ fn workload(a: &ManifestArgs) -> Value {
 }
 
 /// The objects of the manifest (`key`: the Secret's key, or None to leave the Secret out).
-pub fn objects(a: &ManifestArgs, key: Option<&str>) -> Result<Vec<Value>, ManifestError> {
-    check(a)?;
+pub fn objects(a: &JobPlan, key: Option<&str>) -> Vec<Value> {
     let want = |p: Part| a.only.is_empty() || a.only.contains(&p);
     let mut out = Vec::new();
     if want(Part::Rbac) {
@@ -35,19 +35,14 @@ pub fn objects(a: &ManifestArgs, key: Option<&str>) -> Result<Vec<Value>, Manife
     if want(Part::Networkpolicy) {
         out.push(network_policy::network_policy(a));
     }
-    Ok(out)
+    out
 }
 
 /// Renders the manifest: a header of comments (the command line `argv_text`, and how to make
 /// the Secret if it is left out), then the objects as YAML documents.
-pub fn render(
-    a: &ManifestArgs,
-    argv_text: &str,
-    key: Option<&str>,
-) -> Result<String, ManifestError> {
-    let objs = objects(a, key)?;
+pub fn render(a: &JobPlan, argv_text: &str, key: Option<&str>) -> Result<String, ManifestError> {
     let mut text = header::header(a, argv_text, key);
-    for o in objs {
+    for o in objects(a, key) {
         text.push_str("---\n");
         text.push_str(&serde_yaml::to_string(&o)?);
     }
