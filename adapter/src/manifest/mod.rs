@@ -47,6 +47,7 @@ mod plan;
 mod pod;
 mod rbac;
 mod render;
+pub mod restricted;
 mod secret;
 mod statefulset;
 #[cfg(test)]
