@@ -328,3 +328,115 @@ fn a_multi_line_command_stays_in_its_comments_and_in_the_job() {
         .collect();
     assert_eq!(cmd[cmd.len() - 3..], ["python3", "-c", script]);
 }
+
+#[test]
+fn inject_puts_the_runtime_into_any_image() {
+    let a = args(&[
+        "--name",
+        "inj",
+        "--image",
+        "debian-openmpi:trixie",
+        "--inject",
+        "--mpi",
+        "openmpi",
+        "--image-pull-policy",
+        "Never",
+        "--",
+        "mpirun",
+        "-n",
+        "2",
+        "/home/mpiuser/pi",
+    ]);
+    let objs = objects(&a, None).unwrap();
+    let pod = &objs[3]["spec"]["template"]["spec"];
+    let init = pod["initContainers"].as_array().unwrap();
+    assert_eq!(init.len(), 1);
+    let i = &init[0];
+    assert_eq!(i["name"], "prrte-k8s-install");
+    assert_eq!(i["image"], "localhost/prrte-k8s-inject:latest");
+    assert_eq!(i["imagePullPolicy"], "Never");
+    assert_eq!(
+        i["command"],
+        json!([
+            "/opt/prrte-k8s-bundle/bin/prrte-k8s",
+            "install-runtime",
+            "--to",
+            "/opt/prrte-k8s"
+        ])
+    );
+    assert_eq!(
+        i["volumeMounts"],
+        json!([{"name": "prrte-k8s-runtime", "mountPath": "/opt/prrte-k8s"}])
+    );
+    let sc = &i["securityContext"];
+    assert_eq!(sc["runAsUser"], 1000);
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(i["resources"]["requests"], i["resources"]["limits"]);
+    assert!(pod["volumes"]
+        .as_array()
+        .unwrap()
+        .contains(&json!({"name": "prrte-k8s-runtime", "emptyDir": {}})));
+    let c = &pod["containers"][0];
+    assert_eq!(c["image"], "debian-openmpi:trixie");
+    let cmd: Vec<&str> = c["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        cmd,
+        [
+            "/opt/prrte-k8s/bin/prrte-k8s-agent",
+            "--mpi",
+            "openmpi",
+            "--run",
+            "--",
+            "mpirun",
+            "-n",
+            "2",
+            "/home/mpiuser/pi"
+        ]
+    );
+    assert!(c["volumeMounts"].as_array().unwrap().contains(
+        &json!({"name": "prrte-k8s-runtime", "mountPath": "/opt/prrte-k8s", "readOnly": true})
+    ));
+    let btl = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "OMPI_MCA_btl")
+        .unwrap();
+    assert!(
+        btl["value"].as_str().unwrap().starts_with('^'),
+        "fabrics excluded, not an include list naming sm: {btl}"
+    );
+    // Without --inject nothing of that.
+    let plain = objects(&args(&["--name", "p", "--", "true"]), None).unwrap();
+    let pod = &plain[3]["spec"]["template"]["spec"];
+    assert!(pod.get("initContainers").is_none());
+    assert_eq!(pod["containers"][0]["command"][1], "--prted");
+    // --mpi auto is the default; interactive jobs too.
+    let objs = objects(
+        &args(&["--name", "i", "--inject", "--kind", "statefulset"]),
+        None,
+    )
+    .unwrap();
+    let c = &objs[3]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["command"][1], "--mpi");
+    assert_eq!(c["command"][2], "auto");
+    assert_eq!(c["command"][3], "--dvm-head");
+    // The options that only mean something with --inject, and those it replaces.
+    for bad in [
+        &["--inject-image", "x"][..],
+        &["--mpi", "mpich"],
+        &["--inject", "--agent", "/a"],
+        &["--inject", "--prrte-prefix", "/p"],
+    ] {
+        let mut argv = vec!["manifest"];
+        argv.extend(bad);
+        assert!(T::try_parse_from(&argv).is_err(), "{bad:?} is refused");
+    }
+}
