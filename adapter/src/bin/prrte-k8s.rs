@@ -235,11 +235,16 @@ fn manifest(args: prrte_k8s::manifest::ManifestArgs) -> i32 {
         .map(|a| manifest::quote(&a))
         .collect();
     let key = (!args.no_secret).then(manifest::fresh_key);
-    let rendered = args
-        .plan()
-        .and_then(|plan| manifest::render(&plan, &argv.join(" "), key.as_deref()));
+    // Nothing on stdout unless the whole manifest rendered.
+    let rendered =
+        manifest::prepare(&args, &mut std::io::stdin().lock()).and_then(|(plan, notes)| {
+            manifest::render(&plan, &argv.join(" "), key.as_deref()).map(|t| (t, notes))
+        });
     match rendered {
-        Ok(text) => {
+        Ok((text, notes)) => {
+            for n in notes {
+                eprintln!("prrte-k8s manifest: {n}");
+            }
             print!("{text}");
             0
         }

@@ -1,5 +1,7 @@
 //! Why a manifest cannot be rendered: each error names the cause and the remedy.
 
+use super::mpijob::MpiJobError;
+
 /// A manifest that cannot be rendered (nothing is printed then).
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
@@ -16,6 +18,8 @@ pub enum ManifestError {
     PrrtePrefix(String),
     #[error("cannot render YAML: {0}")]
     Yaml(#[from] serde_yaml::Error),
+    #[error("--from-mpijob {file}: {error}")]
+    MpiJob { file: String, error: MpiJobError },
 }
 
 /// A bad `--env` value.

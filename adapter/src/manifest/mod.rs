@@ -41,6 +41,7 @@ mod job;
 mod jobset;
 mod layout;
 mod meta;
+pub mod mpijob;
 mod network_policy;
 mod options;
 mod plan;
@@ -60,7 +61,7 @@ pub use layout::{
     AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, CONTAINER, HEALTH_PORT, OOB_PORT, RUN_DIR,
     SECRET_DIR, TOOL_PORT,
 };
-pub use options::{check, Kind, ManifestArgs, Mpi, Part, Success};
+pub use options::{check, Kind, ManifestArgs, Mpi, Part, Success, DEFAULT_NAME};
 pub use plan::{JobPlan, Launch, PodPlan};
-pub use render::{objects, render};
+pub use render::{objects, prepare, render};
 pub use secret::fresh_key;

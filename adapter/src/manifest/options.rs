@@ -63,13 +63,38 @@ pub enum Part {
     Networkpolicy,
 }
 
+/// The job's name when no option or MPIJob gives one.
+pub const DEFAULT_NAME: &str = "mpi";
+
+/// What an MPIJob gives, so the options for it are refused with --from-mpijob.
+const FROM_MPIJOB: [&str; 16] = [
+    "pods",
+    "image",
+    "kind",
+    "cpu",
+    "memory",
+    "gpus",
+    "gpu_resource",
+    "slots",
+    "success",
+    "deadline",
+    "ttl",
+    "uid",
+    "agent",
+    "prrte_prefix",
+    "mpi",
+    "command",
+];
+
 /// `prrte-k8s manifest` options.
 #[derive(Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("runtime").args(["inject", "from_mpijob"]).multiple(true)))]
 pub struct ManifestArgs {
-    /// Name of the job (and prefix of every object's name)
-    #[arg(long, default_value = "mpi")]
-    pub name: String,
-    /// Namespace of every object [default: none, so kubectl's current namespace]
+    /// Name of the job (and prefix of every object's name) [default: mpi, or the MPIJob's]
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Namespace of every object [default: the MPIJob's, else none, so kubectl's current
+    /// namespace]
     #[arg(long, short = 'n')]
     pub namespace: Option<String>,
     /// Number of pods
@@ -122,8 +147,12 @@ pub struct ManifestArgs {
     #[arg(long, conflicts_with_all = ["agent", "prrte_prefix"])]
     pub inject: bool,
     /// The image the runtime is injected from
-    #[arg(long, default_value = INJECT_IMAGE, value_name = "IMAGE", requires = "inject")]
+    #[arg(long, default_value = INJECT_IMAGE, value_name = "IMAGE", requires = "runtime")]
     pub inject_image: String,
+    /// Convert a kubeflow.org/v2beta1 MPIJob (a file, or - for stdin) into this job, the
+    /// runtime injected into its images; what it cannot honour is said on stderr
+    #[arg(long, value_name = "FILE", conflicts_with_all = FROM_MPIJOB)]
+    pub from_mpijob: Option<String>,
     /// With --inject: the image's MPI (the agent's --mpi)
     #[arg(long, value_enum, default_value = "auto", requires = "inject")]
     pub mpi: Mpi,
@@ -187,7 +216,7 @@ impl ManifestArgs {
             }),
         );
         Ok(JobPlan {
-            name: self.name.clone(),
+            name: self.name().to_string(),
             namespace: self.namespace.clone(),
             kind: self.kind,
             pods: self.pods,
@@ -223,6 +252,11 @@ impl ManifestArgs {
         })
     }
 
+    /// The job's name.
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or(DEFAULT_NAME)
+    }
+
     /// Requests and limits (equal): CPU, memory and GPUs.
     fn resources(&self) -> Value {
         let mut requests = json!({"cpu": self.cpu, "memory": self.memory});
@@ -250,26 +284,23 @@ pub(super) fn parse_env(s: &str) -> Result<(String, String), EnvArgError> {
     Ok((k.to_string(), v.to_string()))
 }
 
-/// Checks a DNS-1123 label (object names that become pod host names).
-pub(super) fn check_name(name: &str) -> Result<(), ManifestError> {
-    let ok = !name.is_empty()
+/// A job name: a DNS-1123 label short enough for the objects' and pods' names and host names.
+pub(super) fn valid_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 40
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.starts_with('-')
         && !name.ends_with('-')
-        && name.starts_with(|c: char| c.is_ascii_lowercase());
-    if ok {
-        Ok(())
-    } else {
-        Err(ManifestError::Name(name.to_string()))
-    }
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
 }
 
 /// Checks the options.
 pub fn check(a: &ManifestArgs) -> Result<(), ManifestError> {
-    check_name(&a.name)?;
+    if !valid_name(a.name()) {
+        return Err(ManifestError::Name(a.name().to_string()));
+    }
     if a.kind == Kind::Statefulset && !a.command.is_empty() {
         return Err(ManifestError::StatefulsetBatch);
     }

@@ -3,7 +3,8 @@
 use serde_json::Value;
 
 use super::error::ManifestError;
-use super::options::{Kind, Part};
+use super::mpijob::{from_mpijob, MpiJobError, Note, Overrides};
+use super::options::{Kind, ManifestArgs, Part};
 use super::plan::JobPlan;
 use super::{header, job, jobset, network_policy, rbac, secret, statefulset};
 
@@ -15,6 +16,38 @@ fn workload(a: &JobPlan) -> Value {
         Kind::Statefulset => statefulset::statefulset(a),
         Kind::Jobset => jobset::jobset(a, batch),
     }
+}
+
+/// The job the options describe: from the options themselves, or from the MPIJob of
+/// `--from-mpijob` (read from `stdin` for `-`) with the notes on what it changed or cannot
+/// honour.
+pub fn prepare(
+    a: &ManifestArgs,
+    stdin: &mut dyn std::io::Read,
+) -> Result<(JobPlan, Vec<Note>), ManifestError> {
+    let Some(file) = &a.from_mpijob else {
+        return Ok((a.plan()?, Vec::new()));
+    };
+    let fail = |error| ManifestError::MpiJob {
+        file: file.clone(),
+        error,
+    };
+    let mut text = String::new();
+    if file == "-" {
+        stdin.read_to_string(&mut text)
+    } else {
+        std::fs::File::open(file).and_then(|mut f| std::io::Read::read_to_string(&mut f, &mut text))
+    }
+    .map_err(|e| fail(MpiJobError::Read(e)))?;
+    let overrides = Overrides {
+        name: a.name.clone(),
+        namespace: a.namespace.clone(),
+        inject_image: a.inject_image.clone(),
+        pull_policy: a.image_pull_policy.clone(),
+        env: a.env.clone(),
+        only: a.only.clone(),
+    };
+    from_mpijob(&text, &overrides).map_err(fail)
 }
 
 /// The objects of the manifest (`key`: the Secret's key, or None to leave the Secret out).
