@@ -1,7 +1,7 @@
 //! The pods of the converted job: one pod template for the launcher (pod 0) and the workers,
 //! made from the Worker's template (the Launcher's when there are no workers), with what the
-//! Launcher adds that the Worker lacks (environment, volumes, mounts, labels) and every other
-//! difference named in a note.
+//! Launcher adds that the Worker lacks (environment variables, volumes, mounts: what its
+//! command may need) and every other difference named in a note.
 
 use serde_json::{json, Map, Value};
 
@@ -417,27 +417,12 @@ pub(super) fn pods(
         }
     }
 
-    // Pod labels and annotations: the Worker's and the Launcher's.
-    let mut labels = base.labels.clone();
-    let mut annotations = base.annotations.clone();
     if let Some(l) = other {
-        merge_strings(
-            &mut labels,
-            &l.labels,
-            &format!("{}.metadata.labels", template_of(&at)),
-            notes,
-        );
-        merge_strings(
-            &mut annotations,
-            &l.annotations,
-            &format!("{}.metadata.annotations", template_of(&at)),
-            notes,
-        );
         launcher_differences(l, base, notes)?;
     }
     Ok(Pods {
-        labels,
-        annotations,
+        labels: base.labels.clone(),
+        annotations: base.annotations.clone(),
         spec,
         container,
         env,
@@ -452,27 +437,6 @@ pub(super) fn pods(
 /// `...template.spec` → `...template`.
 fn template_of(spec_path: &str) -> &str {
     spec_path.strip_suffix(".spec").unwrap_or(spec_path)
-}
-
-/// Adds `extra`'s entries `into` lacks; a differing one keeps `into`'s, with a note.
-fn merge_strings(
-    into: &mut Map<String, Value>,
-    extra: &Map<String, Value>,
-    at: &str,
-    notes: &mut Vec<Note>,
-) {
-    for (k, v) in extra {
-        match into.get(k) {
-            None => {
-                into.insert(k.clone(), v.clone());
-            }
-            Some(w) if w == v => {}
-            Some(w) => notes.push(Note::new(
-                format!("{at}[{k}]"),
-                format!("the Launcher's {} differs from the Worker's {}: the Worker's is kept (one pod template for all)", show(v), show(w)),
-            )),
-        }
-    }
 }
 
 /// Refuses volume types the restricted level does not allow.
@@ -583,15 +547,28 @@ fn rename_volumes(
     }
 }
 
-/// Notes every field of the Launcher's pod (besides its command, environment, volumes and
-/// mounts, which are used) that differs from the Worker's and so is not used.
+/// Notes every field of the Launcher's pod (besides its command, and the environment,
+/// volumes and mounts it adds) that pod 0 does not get because it differs from the Worker's.
 fn launcher_differences(
     l: &Replica,
     w: &Replica,
     notes: &mut Vec<Note>,
 ) -> Result<(), MpiJobError> {
-    let why =
-        "every pod runs the Worker's (one Indexed Job has one pod template; pod 0 is the launcher)";
+    let why = "one Indexed Job has one pod template";
+    let mut differ = |field: String, a: Option<&Value>, b: Option<&Value>| {
+        if a == b {
+            return;
+        }
+        let worker = b.map(show).unwrap_or_else(|| "none".into());
+        let what = match a {
+            None => format!("unset, so pod 0 (the launcher) gets the Worker's {worker} ({why})"),
+            Some(a) => format!(
+                "{} not used: pod 0 (the launcher) gets the Worker's {worker} ({why})",
+                show(a)
+            ),
+        };
+        notes.push(Note::new(field, what));
+    };
     let lc = first_container(l)?;
     let wc = first_container(w)?;
     let ignore = [
@@ -613,16 +590,11 @@ fn launcher_differences(
     keys.sort();
     keys.dedup();
     for k in keys {
-        let (a, b) = (
-            lc.get(k).unwrap_or(&Value::Null),
-            wc.get(k).unwrap_or(&Value::Null),
+        differ(
+            format!("{}.containers[0].{k}", l.path),
+            lc.get(k),
+            wc.get(k),
         );
-        if a != b {
-            notes.push(Note::new(
-                format!("{}.containers[0].{k}", l.path),
-                format!("{} differs from the Worker's {}: {why}", show(a), show(b)),
-            ));
-        }
     }
     let skip = [
         "containers",
@@ -640,22 +612,30 @@ fn launcher_differences(
     keys.sort();
     keys.dedup();
     for k in keys {
-        let (a, b) = (
-            l.spec.get(k).unwrap_or(&Value::Null),
-            w.spec.get(k).unwrap_or(&Value::Null),
-        );
-        if a != b {
-            notes.push(Note::new(
-                format!("{}.{k}", l.path),
-                format!("{} differs from the Worker's {}: {why}", show(a), show(b)),
-            ));
+        differ(format!("{}.{k}", l.path), l.spec.get(k), w.spec.get(k));
+    }
+    for (what, lm, wm) in [
+        ("labels", &l.labels, &w.labels),
+        ("annotations", &l.annotations, &w.annotations),
+    ] {
+        for (k, v) in lm {
+            if wm.get(k) != Some(v) {
+                differ(
+                    format!("{}.metadata.{what}[{k}]", template_of(&l.path)),
+                    Some(v),
+                    wm.get(k),
+                );
+            }
         }
     }
     if let Some(Value::Array(cs)) = l.spec.get("containers") {
         for (i, c) in cs.iter().enumerate().skip(1) {
             notes.push(Note::new(
                 format!("{}.containers[{i}]", l.path),
-                format!("{} not used: {why}", c["name"].as_str().unwrap_or("")),
+                format!(
+                    "{} not used: pod 0 (the launcher) runs the Worker's containers ({why})",
+                    show(&c["name"])
+                ),
             ));
         }
     }

@@ -553,8 +553,17 @@ fn the_launcher_adds_what_the_worker_lacks_and_differences_are_named() {
           nodeSelector: {pool: gpu}
 ",
         );
+    let text = text.replace(
+        "    Launcher:\n      template:\n",
+        "    Launcher:\n      template:\n        metadata: {labels: {role: launcher}}\n",
+    );
     let (plan, notes) = convert(&text);
-    let pod = &job(&plan)["spec"]["template"]["spec"];
+    let tmpl = &job(&plan)["spec"]["template"];
+    assert!(
+        tmpl["metadata"]["labels"].get("role").is_none(),
+        "the Launcher's labels are not every pod's: {tmpl}"
+    );
+    let pod = &tmpl["spec"];
     let c = &pod["containers"][0];
     assert_eq!(c["image"], "app:1", "the Worker's");
     assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], 1);
@@ -597,6 +606,7 @@ fn the_launcher_adds_what_the_worker_lacks_and_differences_are_named() {
         "Launcher.template.spec.containers[0].resources",
         "Launcher.template.spec.containers[0].workingDir",
         "Launcher.template.spec.nodeSelector",
+        "Launcher.template.metadata.labels[role]",
         "containers[0].env[SHARED]",
         "env[OMPI_MCA_orte_default_hostfile]",
         "env[OMPI_MCA_pml]",
@@ -608,6 +618,14 @@ fn the_launcher_adds_what_the_worker_lacks_and_differences_are_named() {
         .unwrap()
         .what
         .contains("sshd"));
+    let wd = field(&notes, "Launcher.template.spec.containers[0].workingDir").unwrap();
+    assert!(
+        wd.what
+            .starts_with("\"/work\" not used: pod 0 (the launcher) gets the Worker's none"),
+        "{wd}"
+    );
+    let res = field(&notes, "Launcher.template.spec.containers[0].resources").unwrap();
+    assert!(res.what.contains("nvidia.com/gpu"), "{res}");
 }
 
 #[test]
