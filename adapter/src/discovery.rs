@@ -117,6 +117,38 @@ impl DiscoveryConfig {
     }
 }
 
+impl DiscoveryConfig {
+    /// The configuration from the `ras_k8s_*` settings in the environment `env`
+    /// (`PRTE_MCA_ras_k8s_*`), as prte in the same pod would read them: for programs that
+    /// discover the pods in PRRTE's place (a hostfile for a launcher without our RAS). A bad
+    /// value names its variable.
+    pub fn from_env(
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<DiscoveryConfig, DiscoveryError> {
+        let text = |s: &crate::settings::Setting| -> Result<Option<String>, DiscoveryError> {
+            Ok(s.lookup(env)?.map(|(_, v)| v.trim().to_string()))
+        };
+        let int = |s: &crate::settings::Setting| -> Result<Option<i32>, DiscoveryError> {
+            Ok(s.from_env(env, |s, t| s.mca_int(t))?)
+        };
+        let defaults = mca::RasParams::default();
+        let p = mca::RasParams {
+            namespace: text(&mca::NAMESPACE)?,
+            selector: text(&mca::SELECTOR)?,
+            expected_pods: int(&mca::EXPECTED_PODS)?.unwrap_or(defaults.expected_pods),
+            timeout: int(&mca::TIMEOUT)?.unwrap_or(defaults.timeout),
+            slots: text(&mca::SLOTS)?.or(defaults.slots),
+            kubeconfig: text(&mca::KUBECONFIG)?,
+            self_pod: text(&mca::SELF_POD)?,
+            exclude_self: mca::EXCLUDE_SELF
+                .from_env(env, |s, t| s.mca_bool(t))?
+                .unwrap_or(defaults.exclude_self),
+            ..defaults
+        };
+        DiscoveryConfig::from_params(&p)
+    }
+}
+
 /// Discovers the allocation (see the module docs).
 pub async fn discover(cfg: &DiscoveryConfig) -> Result<Allocation, DiscoveryError> {
     discover_with(cfg, &Environment::from_process(), &mut |_| {}).await
@@ -451,6 +483,40 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("ras_k8s_namespace"));
+    }
+
+    #[test]
+    fn config_from_the_environment() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let cfg = DiscoveryConfig::from_env(&vars(&[])).unwrap();
+        assert_eq!(cfg, DiscoveryConfig::default());
+        let cfg = DiscoveryConfig::from_env(&vars(&[
+            ("PRTE_MCA_ras_k8s_exclude_self", "true"),
+            ("PRTE_MCA_ras_k8s_selector", "app=x"),
+            ("PRTE_MCA_ras_k8s_timeout", "20"),
+            ("PRTE_MCA_ras_k8s_expected_pods", "3"),
+            ("PRTE_MCA_ras_k8s_slots", "one"),
+        ]))
+        .unwrap();
+        assert!(cfg.exclude_self);
+        assert_eq!(cfg.selector.as_deref(), Some("app=x"));
+        assert_eq!(cfg.timeout, Duration::from_secs(20));
+        assert_eq!(cfg.expected_pods, Some(3));
+        assert_eq!(cfg.slots, SlotsPolicy::One);
+        let e = DiscoveryConfig::from_env(&vars(&[("PRTE_MCA_ras_k8s_exclude_self", "maybe")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("ras_k8s_exclude_self") && e.contains("PRTE_MCA_ras_k8s_exclude_self"),
+            "{e}"
+        );
     }
 
     #[test]
