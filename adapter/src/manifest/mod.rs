@@ -27,12 +27,20 @@
 //! [`BTL_PORT_MIN`]`..+`[`BTL_PORT_RANGE`] (Open MPI's TCP BTL: `btl_tcp_port_min_v4`,
 //! `btl_tcp_port_range_v4`).
 //!
-//! Layout: `options` holds the command-line options and their checks, `error` what can go
-//! wrong, `render` the entry ([`objects`], [`render`]); `layout` the ports, paths and names
-//! every pod shares, `meta` the objects' names and labels; `pod` the pod template every kind
-//! shares; one file per workload kind (`job`, `statefulset`, `jobset`); `rbac`, `secret`,
-//! `network_policy` the other objects; `header` the comment header. This file only names the
-//! parts and what they offer.
+//! **Inputs.** The job comes from the command-line options ([`ManifestArgs::plan`]) or from a
+//! kubeflow.org/v2beta1 MPIJob ([`mpijob`], `--from-mpijob`), as a [`JobPlan`] the renderers
+//! read. The agent and PRRTE are in the image, or the runtime is injected into any image by
+//! an init container (`inject`, `--inject`; implied by `--from-mpijob`). [`restricted`] checks a
+//! pod template against the restricted pod security level; a converted MPIJob is checked with
+//! it before it is printed.
+//!
+//! Layout: `options` holds the command-line options and their checks, `plan` the job between
+//! the inputs and the renderers, `error` what can go wrong, `render` the entry ([`prepare`],
+//! [`objects`], [`render`]); `layout` the ports, paths and names every pod shares, `meta` the
+//! objects' names and labels; `pod` the pod template every kind shares, `inject` the injected
+//! runtime's parts; one file per workload kind (`job`, `statefulset`, `jobset`); `rbac`,
+//! `secret`, `network_policy` the other objects; `header` the comment header; `mpijob` the
+//! MPIJob input; `restricted` the check. This file only names the parts and what they offer.
 
 mod error;
 mod header;
