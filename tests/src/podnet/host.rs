@@ -1,6 +1,6 @@
 //! Host tools (`ip`, `unshare`, `nsenter`, ...), the host-wide lock, and the state directory.
 
-use super::{STATE_DIR, SYSTEM_PATH};
+use super::names::{STATE_DIR, SYSTEM_PATH};
 use anyhow::{anyhow, bail, Context, Result};
 use nix::fcntl::{Flock, FlockArg};
 use std::fs::{self, File, OpenOptions};

@@ -2,8 +2,8 @@
 //! containers, nftables tables), and removing it.
 
 use super::host::{delete_link, delete_netns, list_dir_names, pods_state_dir, require_root};
+use super::names::NAME_PREFIX;
 use super::procfs::{all_pids, cmdline, comm, describe_process, ns_id};
-use super::NAME_PREFIX;
 use anyhow::{bail, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;

@@ -39,12 +39,10 @@
 //! `mounts` (the host-filesystem setup program), `state` (what a pod and its network share),
 //! `pod` ([`RunningPod`], `exec`), `host` and `procfs` (host tools, /proc), `leftovers`.
 
-use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
-
 mod host;
 mod leftovers;
 mod mounts;
+mod names;
 mod network;
 mod pod;
 mod process;
@@ -62,26 +60,6 @@ pub use pod::{exec_command, RunningPod};
 pub use process::PodExit;
 pub use spec::{ContainerSpec, PodSpec};
 
-/// Every bridge, veth, network namespace and state directory made here starts with this.
-pub const NAME_PREFIX: &str = "pk8s";
-
-/// Host directory for the lock file and the per-pod state directories.
-pub const STATE_DIR: &str = "/run/prrte-k8s-sandbox";
+pub use names::{DEFAULT_HOME, NAME_PREFIX, STATE_DIR};
 
 pub use crate::container::DEFAULT_PATH;
-
-/// `HOME` given to pods whose environment does not set one.
-pub const DEFAULT_HOME: &str = "/root";
-
-/// `PATH` used to run the host tools themselves.
-const SYSTEM_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// How long to wait for a pod's PID 1 to appear and finish its setup.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How long to wait for a pod to die after SIGKILL of its PID 1.
-const KILL_TIMEOUT: Duration = Duration::from_secs(10);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}

@@ -5,12 +5,12 @@ use super::host::{
     delete_link, host_lock, ip, list_dir_names, pods_state_dir, require_root, tools, Tools,
 };
 use super::mounts::resolved_binds;
+use super::names::NAME_PREFIX;
 use super::pod::RunningPod;
 use super::sandbox::{mounts_hosts, PodSandbox};
 use super::spawn::{start_container, Launch};
 use super::spec::PodSpec;
-use super::state::{NetState, PodInner};
-use super::{lock, NAME_PREFIX};
+use super::state::{lock, NetState, PodInner};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;

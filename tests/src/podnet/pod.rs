@@ -1,10 +1,9 @@
 //! A running pod: its containers' processes, exit, kill and teardown, and `exec` into it.
 
 use super::host::tools;
-use super::lock;
 use super::process::PodExit;
 use super::procfs::pids_in_pidns;
-use super::state::{NetState, PodInner};
+use super::state::{lock, NetState, PodInner};
 use anyhow::Result;
 use std::fmt;
 use std::net::Ipv4Addr;

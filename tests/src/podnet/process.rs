@@ -1,7 +1,6 @@
 //! A container's process: the pod's PID 1 in its own PID namespace, how it ended, killing it.
 
 use super::procfs::{ns_id, pids_in_pidns};
-use super::KILL_TIMEOUT;
 use anyhow::{bail, Context, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -12,6 +11,9 @@ use std::path::PathBuf;
 use std::process::{Child, ExitStatus};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+
+/// How long to wait for a container to die after SIGKILL of its PID 1.
+const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How a pod's PID 1 ended: exit `code`, or the `signal` that killed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

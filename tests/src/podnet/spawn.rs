@@ -5,14 +5,14 @@
 
 use super::host::Tools;
 use super::mounts::{INIT_ARG0, POD_INIT, PUNCH_FS};
+use super::names::{DEFAULT_HOME, SYSTEM_PATH};
 use super::pod::RunningContainer;
 use super::process::ContainerProcess;
 use super::procfs::{children_of, cmdline, ns_id, runtime_errors, tail_of};
 use super::sandbox::PodSandbox;
 use super::spec::ContainerSpec;
-use super::state::PodInner;
-use super::{lock, DEFAULT_HOME, DEFAULT_PATH, START_TIMEOUT, SYSTEM_PATH};
-use crate::container::{Container, InitConfig};
+use super::state::{lock, PodInner};
+use crate::container::{Container, InitConfig, DEFAULT_PATH};
 use anyhow::{bail, Context, Result};
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -20,6 +20,9 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+
+/// How long to wait for a container's PID 1 to appear and finish its setup.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One container to start in a pod whose sandbox is connected.
 pub(super) struct Launch<'a> {

@@ -6,7 +6,12 @@ use super::process::{ContainerProcess, PodExit};
 use super::sandbox::PodSandbox;
 use anyhow::{anyhow, bail, Result};
 use std::collections::BTreeSet;
-use std::sync::{Mutex, Weak};
+use std::sync::{Mutex, MutexGuard, Weak};
+
+/// Locks `m`, also when a thread panicked holding it (the state stays usable for teardown).
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The network's addresses and the pods started on it.
 pub(super) struct NetState {

@@ -1,6 +1,12 @@
 use super::host::tools;
+use super::leftovers::{cleanup_leftovers, leftovers};
+use super::names::NAME_PREFIX;
+use super::network::Network;
+use super::pod::RunningPod;
+use super::process::PodExit;
 use super::procfs::{comm, ns_id, parent_of};
-use super::*;
+use super::spec::{ContainerSpec, PodSpec};
+use crate::container::DEFAULT_PATH;
 use std::collections::HashSet;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};

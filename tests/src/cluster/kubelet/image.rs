@@ -1,8 +1,9 @@
 //! Images: a container's root filesystem from the machine's local image store, with the
 //! kubelet's pull reasons while the store does not have it.
 
+use super::backoff::MAX_BACKOFF;
+use super::control::Ctl;
 use super::pod::{PodContainer, PodCtx};
-use super::{Ctl, MAX_BACKOFF};
 use crate::images::{self, MountedImage};
 use anyhow::anyhow;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};

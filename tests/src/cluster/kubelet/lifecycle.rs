@@ -1,10 +1,15 @@
 //! A pod's lifecycle on the node: scheduled, admitted, its images pulled, its containers
 //! prepared, started, supervised, restarted by its restart policy, evicted or ended.
 
+use super::backoff::MAX_BACKOFF;
+use super::control::Ctl;
+use super::exec_info::ExecInfo;
+use super::fields::s;
+use super::paths::CONTAINER_LOG;
 use super::pod::{IpLock, Outcome, Pod, PodContainer, PodCtx};
 use super::prepare::{PrepareError, PreparedPod};
 use super::status::{set_cond, terminated, Run};
-use super::{lock, s, Ctl, ExecInfo, CONTAINER_LOG, MAX_BACKOFF};
+use super::sync::lock;
 use crate::api::defaults::now_rfc3339;
 use crate::api::resources::PODS;
 use crate::api::Part;

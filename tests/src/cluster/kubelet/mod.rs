@@ -13,80 +13,44 @@ use crate::api::defaults::now_rfc3339;
 use crate::api::resources::PODS;
 use crate::api::{ApiServer, EventType, Part, Store};
 use crate::images::ImageStore;
-use crate::podnet::{Network, RunningPod};
+use crate::podnet::Network;
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::mpsc::channel;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 
+mod backoff;
+mod control;
+mod exec_info;
+mod fields;
 mod image;
 mod lifecycle;
+mod paths;
 mod pod;
 mod prepare;
 mod probe;
 mod status;
 mod supervise;
+mod sync;
 
+use control::{Ctl, PodHandle};
+pub use exec_info::ExecInfo;
+use fields::s;
+use paths::CONTAINER_LOG;
 use pod::{IpLock, PodCtx};
 pub use prepare::expand;
 pub use prepare::sources::field_ref;
+pub use prepare::SA_MOUNT;
 use status::set_cond_reason;
-
-/// In-pod path of the service-account directory.
-pub const SA_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-
-/// How often a running pod is checked for having exited.
-const EXIT_POLL: Duration = Duration::from_millis(50);
+use sync::lock;
 
 /// Pods the node runs at once by default (the kubelet's default maxPods).
 pub const MAX_PODS: usize = 110;
-
-/// The container's log, in the pod's directory.
-const CONTAINER_LOG: &str = "container.log";
-
-/// Longest wait between restarts of a failing container.
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
-
-pub(crate) enum Ctl {
-    /// The pod object was deleted: kill and clean up.
-    Delete,
-    /// Kill the pod and mark it Failed/Evicted with this message.
-    Evict(String, Sender<Result<()>>),
-    /// The cluster is shutting down.
-    Shutdown,
-}
-
-/// What the kubelet keeps per pod it runs.
-pub(crate) struct PodHandle {
-    pub ns: String,
-    pub name: String,
-    pub ctl: Sender<Ctl>,
-    pub thread: Option<std::thread::JoinHandle<()>>,
-    pub running: Arc<Mutex<Option<RunningPod>>>,
-    pub dir: PathBuf,
-}
-
-/// Per-pod facts a separate process needs to `exec` into a pod (written as JSON).
-#[derive(serde::Serialize, serde::Deserialize, Debug, Clone)]
-pub struct ExecInfo {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub pid: u32,
-    pub ip: String,
-    pub netns: String,
-    pub workdir: String,
-    pub env: Vec<(String, String)>,
-    /// The init program's configuration when the pod runs an image (exec then enters the
-    /// container's root as its user: see [`crate::podnet::exec_command`]).
-    #[serde(default)]
-    pub container: Option<PathBuf>,
-}
 
 pub(crate) struct Kubelet {
     pub node: String,
@@ -105,17 +69,6 @@ pub(crate) struct Kubelet {
     pub ip_lock: Arc<Mutex<()>>,
     /// Root filesystems of the images pods run.
     pub images: Arc<ImageStore>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn s(v: &Value, ptr: &str) -> String {
-    v.pointer(ptr)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
 }
 
 impl Kubelet {

@@ -1,8 +1,10 @@
 //! One pod on this node: the worker thread that runs it, its access to the pod's object
 //! (status, events), and the pod as the kubelet runs it ([`Pod`]: its containers).
 
+use super::control::Ctl;
+use super::fields::s;
 use super::probe::{parse_probe, Probe};
-use super::{lock, s, Ctl};
+use super::sync::lock;
 use crate::api::defaults::now_rfc3339;
 use crate::api::resources::{EVENTS, PODS};
 use crate::api::{ApiServer, Part, Store};

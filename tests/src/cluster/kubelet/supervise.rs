@@ -1,14 +1,18 @@
 //! Supervising a running pod: its exit, control messages, and the readiness probe.
 
+use super::control::Ctl;
 use super::pod::{Outcome, PodCtx};
 use super::probe::{Probe, Readiness};
 use super::status::set_cond;
-use super::{lock, Ctl, EXIT_POLL};
+use super::sync::lock;
 use crate::api::defaults::now_rfc3339;
 use serde_json::json;
 use std::net::Ipv4Addr;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How often a running pod is checked for having exited.
+const EXIT_POLL: Duration = Duration::from_millis(50);
 
 impl PodCtx {
     /// Waits for the container to end, a control message, and runs the readiness probe.

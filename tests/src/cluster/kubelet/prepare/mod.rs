@@ -5,76 +5,19 @@
 
 mod command;
 mod env;
+mod error;
+mod prepared;
 pub(super) mod sources;
 mod volumes;
 
 pub use env::expand;
+use error::fatal;
+pub(super) use error::PrepareError;
+pub(super) use prepared::PreparedPod;
+pub use volumes::SA_MOUNT;
 
 use super::pod::{Pod, PodContainer, PodCtx};
 use crate::cluster::security::{self, Security};
-use crate::container::Container;
-use std::net::Ipv4Addr;
-use std::path::PathBuf;
-
-/// Stands for the pod IP in the environment until the address is allocated.
-const POD_IP_MARK: &str = "\u{1}pod-ip\u{1}";
-
-/// Why a pod's containers cannot be prepared (yet).
-pub(super) enum PrepareError {
-    /// Will not get better (bad spec): the pod fails.
-    Fatal(String),
-    /// Waits for something to appear (Secret, ConfigMap, ServiceAccount).
-    Retry(String),
-    /// The container cannot be created as specified (e.g. runAsNonRoot with a root image): the
-    /// pod stays Pending with this waiting reason, as on a node.
-    Config(&'static str, String),
-}
-
-fn fatal(m: String) -> PrepareError {
-    PrepareError::Fatal(m)
-}
-
-/// What one container runs.
-pub(super) struct Prepared {
-    pub(super) command: Vec<String>,
-    pub(super) env: Vec<(String, String)>,
-    pub(super) workdir: Option<PathBuf>,
-    /// (host source, path in the container).
-    pub(super) mounts: Vec<(PathBuf, PathBuf)>,
-    /// Set for containers that run an image.
-    pub(super) container: Option<Container>,
-}
-
-/// What the pod's containers run, in the pod's order.
-pub(super) struct PreparedPod {
-    pub(super) hostname: String,
-    pub(super) containers: Vec<Prepared>,
-}
-
-impl PreparedPod {
-    /// With the pod's address in place of [`POD_IP_MARK`] (in env values and the command).
-    pub(super) fn with_pod_ip(self, ip: Ipv4Addr) -> PreparedPod {
-        let ip = ip.to_string();
-        let containers = self
-            .containers
-            .into_iter()
-            .map(|p| Prepared {
-                env: p
-                    .env
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.replace(POD_IP_MARK, &ip)))
-                    .collect(),
-                command: p
-                    .command
-                    .iter()
-                    .map(|a| a.replace(POD_IP_MARK, &ip))
-                    .collect(),
-                ..p
-            })
-            .collect();
-        PreparedPod { containers, ..self }
-    }
-}
 
 impl PodCtx {
     /// Prepares the pod: the checks and files that the pod's containers share first (their

@@ -2,16 +2,19 @@
 //! modes; emptyDirs; hostPaths), the service-account files, and each container's mounts of
 //! them.
 
+use super::error::{fatal, PrepareError};
 use super::sources::{config_map_data, decoded, field_ref};
-use super::{fatal, PrepareError};
 use crate::api::resources::{CONFIGMAPS, SECRETS, SERVICEACCOUNTS};
+use crate::cluster::kubelet::fields::s;
 use crate::cluster::kubelet::pod::{PodContainer, PodCtx};
-use crate::cluster::kubelet::{s, SA_MOUNT};
 use crate::container::Tmpfs;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+/// In-pod path of the service-account directory.
+pub const SA_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// The pod's volumes: their directories on the host, by name, and which are memory-backed
 /// (emptyDir `medium: Memory` of an image pod: a tmpfs in the container instead).
