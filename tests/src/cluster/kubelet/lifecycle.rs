@@ -17,7 +17,7 @@ use crate::podnet::{ContainerSpec, PodExit, PodSpec, RunningPod};
 use anyhow::{anyhow, Context, Result};
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
@@ -146,7 +146,7 @@ impl PodCtx {
         // The exited pod of the last run, kept (holding its address) until the restart.
         let mut previous: Option<RunningPod> = None;
         loop {
-            let spec = self.pod_spec(prepared, ip);
+            let spec = self.pod_spec(pod, prepared, ip);
             let Some(rp) = self.start(spec, previous.take(), ip_lock, pod, &run) else {
                 return;
             };
@@ -159,7 +159,7 @@ impl PodCtx {
             self.report_running(pod, &run, &cid, &started_at, ip);
             let exit = match self.supervise(rx, pod.main().probe.as_ref(), ip) {
                 Outcome::Stop => {
-                    if let Some(mut rp) = lock(&self.running).take() {
+                    if let Some(rp) = lock(&self.running).take() {
                         let _ = rp.kill();
                     }
                     return;
@@ -189,11 +189,13 @@ impl PodCtx {
     }
 
     /// What the sandbox runs for the prepared pod at `ip`.
-    fn pod_spec(&self, prepared: &PreparedPod, ip: Ipv4Addr) -> PodSpec {
+    fn pod_spec(&self, pod: &Pod, prepared: &PreparedPod, ip: Ipv4Addr) -> PodSpec {
         let containers = prepared
             .containers
             .iter()
-            .map(|p| ContainerSpec {
+            .zip(&pod.containers)
+            .map(|(p, c)| ContainerSpec {
+                name: c.name.clone(),
                 command: p.command.clone(),
                 env: p.env.clone(),
                 workdir: p.workdir.clone(),
@@ -244,6 +246,7 @@ impl PodCtx {
             .workdir
             .clone()
             .unwrap_or_else(|| PathBuf::from("/"));
+        let main = rp.containers().first().cloned().unwrap_or_default();
         let info = ExecInfo {
             namespace: self.ns.clone(),
             name: self.name.clone(),
@@ -253,7 +256,7 @@ impl PodCtx {
             netns: rp.netns().to_string(),
             workdir: workdir.to_string_lossy().into_owned(),
             env: rp.env().to_vec(),
-            container: rp.container_config().map(Path::to_path_buf),
+            container: rp.container_config(&main),
         };
         let container_id = format!("sandbox://{}", rp.netns());
         *lock(&self.running) = Some(rp);
@@ -267,7 +270,7 @@ impl PodCtx {
     /// Kills the evicted pod and reports it Failed, Evicted with `message`.
     fn evicted(&self, pod: &Pod, run: &Run, cid: &str, started_at: &str, message: &str) {
         let taken = lock(&self.running).take();
-        let exit = taken.map(|mut rp| rp.kill());
+        let exit = taken.map(|rp| rp.kill());
         let finished = now_rfc3339();
         let term = terminated(exit.and_then(|e| e.ok()), started_at, &finished, cid);
         self.report_evicted(pod, run, cid, &term, message);

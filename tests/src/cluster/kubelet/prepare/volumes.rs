@@ -331,6 +331,7 @@ impl Volumes {
         if c.rootfs.is_some() && self.memory.iter().any(|v| v == vname) {
             let mode = if fs_group.is_some() { 0o2777 } else { 0o777 };
             out.tmpfs.push(Tmpfs {
+                volume: vname.to_string(),
                 path: PathBuf::from(path),
                 mode,
                 gid: fs_group.unwrap_or(0),
