@@ -102,11 +102,13 @@ impl Cluster {
             max_pods: opts.max_pods.max(1),
             stopping: Default::default(),
             dying: Default::default(),
-            ip_lock: Arc::new(Mutex::new(())),
             images: Arc::new(crate::images::ImageStore::new(&net.prefix())),
         });
         let weak = Arc::downgrade(&kubelet);
-        api.set_log_source(move |ns, name| weak.upgrade().and_then(|k| k.log_path(ns, name)));
+        api.set_log_source(move |ns, name, container| {
+            weak.upgrade()
+                .and_then(|k| k.log_path(ns, name, Some(container)))
+        });
         let netpol = Arc::new(crate::netpol::Enforcer::new(&net.prefix(), store.clone()));
         let tasks = vec![
             tokio::spawn(kubelet.clone().run()),
@@ -209,9 +211,15 @@ impl Cluster {
         self.kubelet.pod_dir(ns, name)
     }
 
-    /// The log file of a pod the kubelet runs.
+    /// The log file of a pod the kubelet runs (of its default container: the one the
+    /// `kubectl.kubernetes.io/default-container` annotation names, else the first).
     pub fn pod_log(&self, ns: &str, name: &str) -> Option<PathBuf> {
-        self.kubelet.log_path(ns, name)
+        self.kubelet.log_path(ns, name, None)
+    }
+
+    /// The log file of container `container` of a pod the kubelet runs.
+    pub fn container_log(&self, ns: &str, name: &str, container: &str) -> Option<PathBuf> {
+        self.kubelet.log_path(ns, name, Some(container))
     }
 
     /// Waits until `count` pods in `ns` matching `selector` are Running and Ready; returns them

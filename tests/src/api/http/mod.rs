@@ -39,8 +39,9 @@ use watch::event_line;
 
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
-/// Maps a pod (namespace, name) to its log file, when the pod runs somewhere.
-pub type LogSource = Arc<dyn Fn(&str, &str) -> Option<PathBuf> + Send + Sync>;
+/// Maps a pod's container (namespace, pod name, container name) to its log file, when the
+/// pod runs somewhere.
+pub type LogSource = Arc<dyn Fn(&str, &str, &str) -> Option<PathBuf> + Send + Sync>;
 
 /// Shared state of a running API server.
 pub struct State {

@@ -22,6 +22,7 @@ pub(crate) struct PodHandle {
     pub name: String,
     pub ctl: Sender<Ctl>,
     pub thread: Option<std::thread::JoinHandle<()>>,
-    pub running: Arc<Mutex<Option<RunningPod>>>,
+    /// The pod's sandbox while it exists.
+    pub running: Arc<Mutex<Option<Arc<RunningPod>>>>,
     pub dir: PathBuf,
 }

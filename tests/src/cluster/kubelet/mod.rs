@@ -2,12 +2,14 @@
 //! pods, and reports their status like the real kubelet.
 //!
 //! This file is the node: it watches pods, admits them up to its capacity, keeps a worker
-//! thread per pod and serves `exec`, eviction and logs. A pod's worker (`pod`: `Pod`
-//! holds the pod's containers) goes through `lifecycle`: `image` (each container's root
-//! filesystem from the local store), `prepare` (service account, volumes, and per container
-//! mounts, environment, command and security), then starts the pod and `supervise`s it with
-//! its `probe`; `status` is what it reports on the way. Sandbox pods have one container, whose
-//! process is the pod's.
+//! thread per pod (`pod`, `control`) and serves `exec`, eviction and logs. A pod's worker goes
+//! through `lifecycle`: the pod admitted (`containers`: its init containers, native sidecars
+//! and regular containers), what they share prepared (`prepare`: service account, volumes),
+//! its sandbox created (podnet: address, hostname, IPC namespace); then the `worker` runs the
+//! init containers in order and the regular containers, each started (`start`: its image by
+//! its pull policy, `image`; its mounts, environment, command and security, `prepare`) and
+//! restarted by the restart policy on its own, with its `probe`s (`supervise`), until the pod
+//! is done. `status` and `phase` are what it reports on the way, after every change.
 
 use crate::api::defaults::now_rfc3339;
 use crate::api::resources::PODS;
@@ -25,24 +27,29 @@ use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 
 mod backoff;
+mod containers;
 mod control;
 mod exec_info;
 mod fields;
 mod image;
 mod lifecycle;
 mod paths;
+mod phase;
 mod pod;
 mod prepare;
 mod probe;
+mod start;
 mod status;
 mod supervise;
 mod sync;
+mod worker;
 
+pub use containers::{container_names, default_container, DEFAULT_CONTAINER_ANNOTATION};
 use control::{Ctl, PodHandle};
 pub use exec_info::ExecInfo;
 use fields::s;
-use paths::CONTAINER_LOG;
-use pod::{IpLock, PodCtx};
+use paths::container_log;
+use pod::PodCtx;
 pub use prepare::expand;
 pub use prepare::sources::field_ref;
 pub use prepare::SA_MOUNT;
@@ -65,8 +72,6 @@ pub(crate) struct Kubelet {
     /// Threads of deleted pods still cleaning up.
     pub dying: Mutex<Vec<std::thread::JoinHandle<()>>>,
     pub max_pods: usize,
-    /// Held while allocating an address or (re)starting a pod on it.
-    pub ip_lock: Arc<Mutex<()>>,
     /// Root filesystems of the images pods run.
     pub images: Arc<ImageStore>,
 }
@@ -180,10 +185,9 @@ impl Kubelet {
             uid: uid.clone(),
             running: running.clone(),
         };
-        let ip_lock = IpLock(self.ip_lock.clone());
         let thread = std::thread::Builder::new()
             .name(format!("pod-{name}"))
-            .spawn(move || ctx.run(rx, ip_lock))
+            .spawn(move || ctx.run(rx))
             .expect("spawning a pod thread");
         pods.insert(
             uid,
@@ -233,15 +237,23 @@ impl Kubelet {
         }
     }
 
+    /// A command that runs `argv` in pod `pod`'s default container (see
+    /// [`default_container`]), as `kubectl exec` does.
     pub fn exec(&self, pod: &str, argv: &[String]) -> Result<std::process::Command> {
-        let (uid, _, _) = self.find(pod)?;
+        let (uid, ns, name) = self.find(pod)?;
+        let object = self
+            .store
+            .get(&PODS, &ns, &name)
+            .map_err(|e| anyhow!("pod {pod}: {e}"))?;
+        let container = default_container(&object);
         let pods = lock(&self.pods);
         let h = pods.get(&uid).ok_or_else(|| anyhow!("pod {pod} is gone"))?;
         let r = lock(&h.running);
-        let rp = r.as_ref().ok_or_else(|| {
-            anyhow!("pod {pod} is not running (not started yet, or between restarts)")
-        })?;
-        Ok(rp.exec(argv, &[]))
+        let rp = r
+            .as_ref()
+            .ok_or_else(|| anyhow!("pod {pod} is not running (not started yet)"))?;
+        rp.exec_in(&container, argv, &[])
+            .map_err(|e| anyhow!("pod {pod}: {e:#} (not started yet, or between restarts)"))
     }
 
     pub fn evict(&self, pod: &str, message: &str) -> Result<()> {
@@ -265,11 +277,16 @@ impl Kubelet {
             .map(|h| h.dir.clone())
     }
 
-    pub fn log_path(&self, ns: &str, name: &str) -> Option<PathBuf> {
+    /// The log of container `container` (None: the default one) of pod `ns`/`name`.
+    pub fn log_path(&self, ns: &str, name: &str, container: Option<&str>) -> Option<PathBuf> {
+        let container = match container {
+            Some(c) => c.to_string(),
+            None => default_container(&*self.store.get(&PODS, ns, name).ok()?),
+        };
         let pods = lock(&self.pods);
         pods.values()
             .find(|h| h.ns == ns && h.name == name)
-            .map(|h| h.dir.join(CONTAINER_LOG))
+            .map(|h| container_log(&h.dir, &container))
     }
 
     /// Stops every pod and waits for them to be gone.

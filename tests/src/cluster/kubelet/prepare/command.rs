@@ -6,7 +6,7 @@ use super::env::expand;
 use super::error::{fatal, PrepareError};
 use super::prepared::Prepared;
 use super::volumes::Mounts;
-use crate::cluster::kubelet::pod::PodContainer;
+use crate::cluster::kubelet::containers::PodContainer;
 use crate::cluster::security::Security;
 use crate::container::Container;
 use crate::images::MountedImage;

@@ -1,11 +1,23 @@
-//! What a pod's containers run once prepared, and the pod IP filled in once it is known.
+//! What a pod's containers share once prepared, what one container runs, and the pod IP filled
+//! in.
 
+use super::volumes::Volumes;
 use crate::container::Container;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
-/// Stands for the pod IP in the environment until the address is allocated.
+/// Stands for the pod IP in the environment until it is filled in.
 pub(super) const POD_IP_MARK: &str = "\u{1}pod-ip\u{1}";
+
+/// What the pod's containers share: the hostname, the service-account files, the volumes.
+pub(in crate::cluster::kubelet) struct PodPrep {
+    pub(in crate::cluster::kubelet) hostname: String,
+    /// The service-account files' directory (None: not mounted).
+    pub(super) sa: Option<PathBuf>,
+    pub(super) volumes: Volumes,
+    /// `fsGroup` of a pod that runs images.
+    pub(super) fs_group: Option<u32>,
+}
 
 /// What one container runs.
 pub(in crate::cluster::kubelet) struct Prepared {
@@ -18,33 +30,22 @@ pub(in crate::cluster::kubelet) struct Prepared {
     pub(in crate::cluster::kubelet) container: Option<Container>,
 }
 
-/// What the pod's containers run, in the pod's order.
-pub(in crate::cluster::kubelet) struct PreparedPod {
-    pub(in crate::cluster::kubelet) hostname: String,
-    pub(in crate::cluster::kubelet) containers: Vec<Prepared>,
-}
-
-impl PreparedPod {
+impl Prepared {
     /// With the pod's address in place of [`POD_IP_MARK`] (in env values and the command).
-    pub(in crate::cluster::kubelet) fn with_pod_ip(self, ip: Ipv4Addr) -> PreparedPod {
+    pub(super) fn with_pod_ip(self, ip: Ipv4Addr) -> Prepared {
         let ip = ip.to_string();
-        let containers = self
-            .containers
-            .into_iter()
-            .map(|p| Prepared {
-                env: p
-                    .env
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.replace(POD_IP_MARK, &ip)))
-                    .collect(),
-                command: p
-                    .command
-                    .iter()
-                    .map(|a| a.replace(POD_IP_MARK, &ip))
-                    .collect(),
-                ..p
-            })
-            .collect();
-        PreparedPod { containers, ..self }
+        Prepared {
+            env: self
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.replace(POD_IP_MARK, &ip)))
+                .collect(),
+            command: self
+                .command
+                .iter()
+                .map(|a| a.replace(POD_IP_MARK, &ip))
+                .collect(),
+            ..self
+        }
     }
 }

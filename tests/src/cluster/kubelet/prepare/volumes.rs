@@ -5,8 +5,9 @@
 use super::error::{fatal, PrepareError};
 use super::sources::{config_map_data, decoded, field_ref};
 use crate::api::resources::{CONFIGMAPS, SECRETS, SERVICEACCOUNTS};
+use crate::cluster::kubelet::containers::PodContainer;
 use crate::cluster::kubelet::fields::s;
-use crate::cluster::kubelet::pod::{PodContainer, PodCtx};
+use crate::cluster::kubelet::pod::PodCtx;
 use crate::container::Tmpfs;
 use serde_json::Value;
 use std::collections::HashMap;
