@@ -6,6 +6,7 @@ pub mod auth;
 pub mod defaults;
 pub mod faults;
 pub mod http;
+pub mod pod_table;
 mod protobuf;
 pub mod resources;
 pub mod selector;
