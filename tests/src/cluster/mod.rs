@@ -171,14 +171,43 @@ impl Cluster {
     /// pod's environment; set stdio and spawn it.
     pub fn pod_exec(&self, pod: &str, argv: &[&str]) -> Result<std::process::Command> {
         let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-        self.kubelet.exec(pod, &argv)
+        self.kubelet.exec(pod, None, &argv)
+    }
+
+    /// As [`Cluster::pod_exec`], in container `container` of the pod (`kubectl exec -c`).
+    pub fn container_exec(
+        &self,
+        pod: &str,
+        container: &str,
+        argv: &[&str],
+    ) -> Result<std::process::Command> {
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        self.kubelet.exec(pod, Some(container), &argv)
     }
 
     /// Run `argv` to completion inside a running pod (as [`Cluster::pod_exec`], stdin empty):
     /// its exit code (-1 when a signal ended it), stdout and stderr, each trimmed.
     pub fn pod_run(&self, pod: &str, argv: &[&str]) -> Result<(i32, String, String)> {
-        let out = self
-            .pod_exec(pod, argv)?
+        self.run_in(self.pod_exec(pod, argv)?, pod, argv)
+    }
+
+    /// As [`Cluster::pod_run`], in container `container` of the pod.
+    pub fn container_run(
+        &self,
+        pod: &str,
+        container: &str,
+        argv: &[&str],
+    ) -> Result<(i32, String, String)> {
+        self.run_in(self.container_exec(pod, container, argv)?, pod, argv)
+    }
+
+    fn run_in(
+        &self,
+        mut cmd: std::process::Command,
+        pod: &str,
+        argv: &[&str],
+    ) -> Result<(i32, String, String)> {
+        let out = cmd
             .stdin(std::process::Stdio::null())
             .output()
             .with_context(|| format!("running {argv:?} in {pod}"))?;

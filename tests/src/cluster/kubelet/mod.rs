@@ -237,15 +237,22 @@ impl Kubelet {
         }
     }
 
-    /// A command that runs `argv` in pod `pod`'s default container (see
-    /// [`default_container`]), as `kubectl exec` does.
-    pub fn exec(&self, pod: &str, argv: &[String]) -> Result<std::process::Command> {
+    /// A command that runs `argv` in container `container` of pod `pod` (None: its default
+    /// container, see [`default_container`]), as `kubectl exec [-c CONTAINER]` does.
+    pub fn exec(
+        &self,
+        pod: &str,
+        container: Option<&str>,
+        argv: &[String],
+    ) -> Result<std::process::Command> {
         let (uid, ns, name) = self.find(pod)?;
-        let object = self
-            .store
-            .get(&PODS, &ns, &name)
-            .map_err(|e| anyhow!("pod {pod}: {e}"))?;
-        let container = default_container(&object);
+        let container = match container {
+            Some(c) => c.to_string(),
+            None => {
+                let object = self.store.get(&PODS, &ns, &name);
+                default_container(&*object.map_err(|e| anyhow!("pod {pod}: {e}"))?)
+            }
+        };
         let pods = lock(&self.pods);
         let h = pods.get(&uid).ok_or_else(|| anyhow!("pod {pod} is gone"))?;
         let r = lock(&h.running);
