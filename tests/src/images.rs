@@ -32,6 +32,55 @@ pub fn runs_on_host(image: &str) -> bool {
         || image.starts_with(&format!("{HOST_IMAGE_REPO}@"))
 }
 
+/// The reference a container runtime resolves an image name to, as containerd and CRI-O do
+/// (Docker's normalization): a name whose first component is not a registry (no `.` or `:`,
+/// not `localhost`) is on `docker.io`, a single-component name in its `library/`, and a name
+/// without tag or digest is `:latest`. `mpioperator/x:1` is `docker.io/mpioperator/x:1`,
+/// `ubuntu` is `docker.io/library/ubuntu:latest`, `localhost/x` is `localhost/x:latest`. An
+/// image ID (64 hex digits, or `sha256:` and them) stays as it is.
+pub fn normalize(image: &str) -> String {
+    let image = image.trim();
+    let hex = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if hex(image) || image.strip_prefix("sha256:").is_some_and(hex) {
+        return image.to_string();
+    }
+    let mut full = match image.split_once('/') {
+        Some((first, _))
+            if first.contains(['.', ':'])
+                || first == "localhost"
+                || first.bytes().any(|b| b.is_ascii_uppercase()) =>
+        {
+            image.to_string()
+        }
+        Some(_) => format!("docker.io/{image}"),
+        None => format!("docker.io/library/{image}"),
+    };
+    if let Some(rest) = full.strip_prefix("docker.io/") {
+        if !rest.contains('/') {
+            full = format!("docker.io/library/{rest}");
+        }
+    }
+    let last = full.rsplit('/').next().unwrap_or("");
+    if !full.contains('@') && !last.contains(':') {
+        full.push_str(":latest");
+    }
+    full
+}
+
+/// Kubernetes' default `imagePullPolicy` for an image name: `Always` when it names the tag
+/// `latest` or no tag (and no digest), else `IfNotPresent`.
+pub fn default_pull_policy(image: &str) -> &'static str {
+    let image = image.trim();
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    let last = image.rsplit('/').next().unwrap_or("");
+    match last.split_once(':') {
+        Some((_, tag)) if tag != "latest" => "IfNotPresent",
+        _ => "Always",
+    }
+}
+
 /// An image's configuration (from `buildah inspect --type image`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ImageConfig {
@@ -450,6 +499,43 @@ mod tests {
         }
         for i in ["prrte-k8s:latest", "busybox", "prrte-k8s/sandbox-hostile:1"] {
             assert!(!runs_on_host(i), "{i}");
+        }
+    }
+
+    #[test]
+    fn names_resolve_as_a_runtime_does() {
+        for (name, full) in [
+            ("mpioperator/x:tag", "docker.io/mpioperator/x:tag"),
+            ("ubuntu", "docker.io/library/ubuntu:latest"),
+            (
+                "debian:bookworm-slim",
+                "docker.io/library/debian:bookworm-slim",
+            ),
+            ("docker.io/ubuntu", "docker.io/library/ubuntu:latest"),
+            ("localhost/x", "localhost/x:latest"),
+            ("localhost/prrte-k8s:latest", "localhost/prrte-k8s:latest"),
+            ("localhost:5000/a/b", "localhost:5000/a/b:latest"),
+            ("quay.io/org/img:1", "quay.io/org/img:1"),
+            ("ghcr.io/o/i@sha256:abc", "ghcr.io/o/i@sha256:abc"),
+        ] {
+            assert_eq!(normalize(name), full, "{name}");
+        }
+        let id = "a".repeat(64);
+        assert_eq!(normalize(&id), id);
+        assert_eq!(normalize(&format!("sha256:{id}")), format!("sha256:{id}"));
+    }
+
+    #[test]
+    fn pull_policy_defaults() {
+        for (name, policy) in [
+            ("ubuntu", "Always"),
+            ("ubuntu:latest", "Always"),
+            ("localhost:5000/x", "Always"),
+            ("localhost:5000/x:2", "IfNotPresent"),
+            ("mpioperator/x:tag", "IfNotPresent"),
+            ("x@sha256:abc", "IfNotPresent"),
+        ] {
+            assert_eq!(default_pull_policy(name), policy, "{name}");
         }
     }
 

@@ -12,8 +12,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-/// Maps a pod (namespace, name) to its log file, when the pod runs somewhere.
-pub type LogSource = Arc<dyn Fn(&str, &str) -> Option<PathBuf> + Send + Sync>;
+/// Maps a pod's container (namespace, pod name, container name) to its log file, when the
+/// pod runs somewhere.
+pub type LogSource = Arc<dyn Fn(&str, &str, &str) -> Option<PathBuf> + Send + Sync>;
 
 /// Shared state of a running API server.
 pub struct State {
