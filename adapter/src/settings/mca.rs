@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Kind, Setting, SettingError};
+use super::setting::{Kind, Setting, SettingError};
 
 /// `ras_k8s_slots`'s words.
 pub const SLOTS_CHOICES: &[&str] = &["auto", "annotation", "gpu", "cpu", "one"];
