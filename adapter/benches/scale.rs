@@ -806,8 +806,8 @@ fn perf_top(cmd: &[String], n: usize) -> Option<String> {
 /// the incremental tracker against classifying and sorting every pod on each event (the
 /// former wait), side by side.
 fn bench_tracking(sizes: &[usize]) -> Result<Value> {
-    use k8s_openapi::api::core::v1::Pod;
     use prrte_k8s::discovery::{
+        record::PodRecord,
         tracker::{self, PodTracker},
         wait,
     };
@@ -816,7 +816,7 @@ fn bench_tracking(sizes: &[usize]) -> Result<Value> {
     println!("| ---: | --- | --- | ---: |");
     let mut rows = Vec::new();
     for &n in sizes {
-        let pod = |i: usize, ready: bool| -> Result<Pod> {
+        let pod = |i: usize, ready: bool| -> Result<PodRecord> {
             let mut v = ready_pod(i, "uid");
             v["metadata"]["name"] = json!(format!("{JOB}-{i}-x{:05}", (i * 7919) % 100_000));
             if !ready {
@@ -824,9 +824,9 @@ fn bench_tracking(sizes: &[usize]) -> Result<Value> {
             }
             Ok(serde_json::from_value(v)?)
         };
-        let unready: Vec<Pod> = (0..n).map(|i| pod(i, false)).collect::<Result<_>>()?;
+        let unready: Vec<PodRecord> = (0..n).map(|i| pod(i, false)).collect::<Result<_>>()?;
         // Arrival order scrambled (a prime stride), as pods become ready in any order.
-        let arrivals: Vec<Pod> = (0..n)
+        let arrivals: Vec<PodRecord> = (0..n)
             .map(|k| pod((k * 7919) % n, true))
             .collect::<Result<_>>()?;
         let t = Instant::now();
@@ -840,7 +840,7 @@ fn bench_tracking(sizes: &[usize]) -> Result<Value> {
         let inc = t.elapsed().as_secs_f64() * 1e6 / n as f64;
         // The full re-evaluation over (at most) 200 events (it is O(n log n) each).
         let events = n.min(200);
-        let mut map: std::collections::BTreeMap<String, Pod> = unready
+        let mut map: std::collections::BTreeMap<String, PodRecord> = unready
             .into_iter()
             .map(|p| (p.metadata.name.clone().unwrap_or_default(), p))
             .collect();

@@ -20,6 +20,7 @@ pub mod order;
 pub mod progress;
 pub mod quantity;
 pub mod readiness;
+pub mod record;
 pub mod render;
 pub mod selector;
 pub mod slots;
@@ -31,6 +32,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
+use record::PodRecord;
 
 pub use allocation::{build_nodes, Allocation, PodNode};
 pub use error::{DiscoveryError, ErrorKind, PODS_RULE};
@@ -290,7 +292,7 @@ pub async fn discover_with(
     let own_uid = own_pod.as_ref().and_then(|p| p.metadata.uid.clone());
     let mut nodes = build_nodes(&chosen, &namespace, cfg.slots, |p| match &own_uid {
         Some(uid) => p.metadata.uid.as_ref() == Some(uid),
-        None => me.as_ref().is_some_and(|m| m.matches(p)),
+        None => me.as_ref().is_some_and(|m| m.matches_record(p)),
     })?;
     if cfg.exclude_self {
         leave_out_self(&mut nodes, &namespace, me.as_ref())?;
@@ -382,12 +384,13 @@ async fn expected_count(
     ctx: &Ctx,
     namespace: &str,
     selector: &str,
-    first: &[Pod],
+    first: &[PodRecord],
     mut workload: Option<infer::Workload>,
     own_pod: Option<&Pod>,
     known_sts: Option<&StatefulSet>,
 ) -> Result<(u32, String), DiscoveryError> {
-    let candidates: Vec<&Pod> = first
+    let own_pod = own_pod.map(PodRecord::from);
+    let candidates: Vec<&PodRecord> = first
         .iter()
         .filter(|p| !matches!(classify(p), PodReadiness::Excluded(_)))
         .collect();
@@ -396,7 +399,7 @@ async fn expected_count(
     }
     let owned_job = match &workload {
         Some(infer::Workload::Job(name)) => own_pod
-            .into_iter()
+            .iter()
             .chain(candidates.iter().copied())
             .any(|p| infer::controller_of(p, "Job").is_some_and(|o| &o.name == name)),
         _ => true,

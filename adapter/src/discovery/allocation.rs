@@ -2,7 +2,7 @@
 
 use std::net::Ipv4Addr;
 
-use k8s_openapi::api::core::v1::Pod;
+use super::record::PodRecord;
 
 use super::error::DiscoveryError;
 use super::slots::{self, SlotsPolicy};
@@ -46,10 +46,10 @@ impl Allocation {
 
 /// Turns ready pods (already in allocation order) into nodes.
 pub fn build_nodes(
-    pods: &[Pod],
+    pods: &[PodRecord],
     namespace: &str,
     policy: SlotsPolicy,
-    is_self: impl Fn(&Pod) -> bool,
+    is_self: impl Fn(&PodRecord) -> bool,
 ) -> Result<Vec<PodNode>, DiscoveryError> {
     let indices = order::reported_indices(pods);
     pods.iter()
@@ -90,25 +90,25 @@ pub fn build_nodes(
 
 #[cfg(test)]
 mod tests {
+    use super::super::record::{RecordSpec, RecordStatus};
     use super::super::slots::SLOTS_ANNOTATION;
     use super::*;
-    use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
 
     #[test]
     fn nodes_carry_hostname_slots_and_self() {
         let mk = |name: &str, hostname: Option<&str>, ip: &str, ann: Option<&str>| {
-            let mut p = Pod::default();
+            let mut p = PodRecord::default();
             p.metadata.name = Some(name.into());
             p.metadata.uid = Some(format!("uid-{name}"));
             if let Some(a) = ann {
                 p.metadata.annotations =
                     Some([(SLOTS_ANNOTATION.to_string(), a.to_string())].into());
             }
-            p.spec = Some(PodSpec {
+            p.spec = Some(RecordSpec {
                 hostname: hostname.map(String::from),
                 ..Default::default()
             });
-            p.status = Some(PodStatus {
+            p.status = Some(RecordStatus {
                 pod_ip: Some(ip.into()),
                 ..Default::default()
             });

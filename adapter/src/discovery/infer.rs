@@ -13,6 +13,7 @@ use kube::core::GroupVersionKind;
 use super::api::{Ctx, Operation};
 use super::error::DiscoveryError;
 use super::readiness::{classify, PodReadiness};
+use super::record::PodRecord;
 use super::selector::validate_value;
 
 pub const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
@@ -103,11 +104,24 @@ impl SelfIdentity {
 
     /// Whether `pod` is the pod we run in.
     pub fn matches(&self, pod: &Pod) -> bool {
-        if pod.metadata.name.as_deref() == Some(self.name.as_str()) {
-            return true;
-        }
-        self.source.is_hostname()
-            && pod.spec.as_ref().and_then(|s| s.hostname.as_deref()) == Some(self.name.as_str())
+        self.is(
+            pod.metadata.name.as_deref(),
+            pod.spec.as_ref().and_then(|s| s.hostname.as_deref()),
+        )
+    }
+
+    /// Whether the pod `pod` records is the pod we run in.
+    pub fn matches_record(&self, pod: &PodRecord) -> bool {
+        self.is(
+            pod.metadata.name.as_deref(),
+            pod.spec.as_ref().and_then(|s| s.hostname.as_deref()),
+        )
+    }
+
+    /// Whether a pod of that name and hostname is the pod we run in.
+    fn is(&self, name: Option<&str>, hostname: Option<&str>) -> bool {
+        name == Some(self.name.as_str())
+            || (self.source.is_hostname() && hostname == Some(self.name.as_str()))
     }
 }
 
@@ -165,7 +179,9 @@ pub async fn find_own_pod(
         let mut found: Vec<Pod> = list
             .items
             .into_iter()
-            .filter(|p| me.matches(p) && !matches!(classify(p), PodReadiness::Excluded(_)))
+            .filter(|p| {
+                me.matches(p) && !matches!(classify(&PodRecord::from(p)), PodReadiness::Excluded(_))
+            })
             .collect();
         if found.len() == 1 {
             return Ok(found.remove(0));
@@ -178,7 +194,7 @@ pub async fn find_own_pod(
     })
 }
 
-pub fn controller_of<'a>(pod: &'a Pod, kind: &str) -> Option<&'a OwnerReference> {
+pub fn controller_of<'a>(pod: &'a PodRecord, kind: &str) -> Option<&'a OwnerReference> {
     let owners = pod.metadata.owner_references.as_ref()?;
     owners
         .iter()
@@ -236,7 +252,7 @@ pub async fn infer_selector(
             });
         }
     }
-    if let Some(owner) = controller_of(&own, "StatefulSet") {
+    if let Some(owner) = controller_of(&PodRecord::from(&own), "StatefulSet") {
         let sts_name = owner.name.clone();
         let api: Api<StatefulSet> = Api::namespaced(ctx.api.client.clone(), ns);
         let op = Operation::get_named("statefulsets", "apps", ns, &sts_name);
@@ -293,11 +309,11 @@ fn not_inferable(ns: &str, pod: &str) -> DiscoveryError {
 
 /// Guesses the workload of pods selected by an explicit selector: all of them in one JobSet,
 /// or all controlled by one Job or StatefulSet.
-pub fn workload_of(pods: &[&Pod]) -> Option<Workload> {
+pub fn workload_of(pods: &[&PodRecord]) -> Option<Workload> {
     if pods.is_empty() {
         return None;
     }
-    let label = |p: &Pod, k: &str| p.metadata.labels.as_ref().and_then(|l| l.get(k)).cloned();
+    let label = |p: &PodRecord, k: &str| p.metadata.labels.as_ref().and_then(|l| l.get(k)).cloned();
     let jobsets: BTreeSet<Option<String>> =
         pods.iter().map(|p| label(p, JOBSET_NAME_LABEL)).collect();
     if jobsets.len() == 1 {
@@ -527,15 +543,16 @@ mod tests {
 
     #[test]
     fn workload_detection() {
-        let a = owned("a", "Job", "j1");
-        let b = owned("b", "Job", "j1");
+        let r = |p: &Pod| PodRecord::from(p);
+        let a = r(&owned("a", "Job", "j1"));
+        let b = r(&owned("b", "Job", "j1"));
         assert_eq!(workload_of(&[&a, &b]), Some(Workload::Job("j1".into())));
-        let c = owned("c", "Job", "j2");
+        let c = r(&owned("c", "Job", "j2"));
         assert_eq!(workload_of(&[&a, &c]), None);
-        let s = owned("s-0", "StatefulSet", "s");
+        let s = r(&owned("s-0", "StatefulSet", "s"));
         assert_eq!(workload_of(&[&s]), Some(Workload::StatefulSet("s".into())));
-        let mut j1 = owned("x", "Job", "js-w-0");
-        let mut j2 = owned("y", "Job", "js-w-1");
+        let mut j1 = r(&owned("x", "Job", "js-w-0"));
+        let mut j2 = r(&owned("y", "Job", "js-w-1"));
         for p in [&mut j1, &mut j2] {
             p.metadata.labels = Some(
                 [

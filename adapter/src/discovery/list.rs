@@ -4,24 +4,17 @@
 //! both the API server and the client hold whole; and a full `Pod` carries the containers'
 //! commands, environment, probes, volumes and managed fields, none of which discovery needs.
 //! [`list_pods`] asks for [`PAGE_SIZE`] pods at a time (following `continue` tokens, so the
-//! pages are one consistent snapshot) and decodes each item into a [`Pod`] holding only the
-//! fields discovery reads: metadata (name, namespace, uid, labels, annotations, owners,
-//! deletion timestamp, resource version), `spec.hostname`, the containers' and the pod's
-//! resources, and the status fields readiness and its messages read (phase, reason, message,
-//! conditions, pod IPs, containers' waiting/terminated reasons). Everything else (timestamps,
-//! images, probes, volumes, managed fields) is skipped while parsing.
+//! pages are one consistent snapshot) and decodes each item straight into a [`PodRecord`]
+//! holding only the fields discovery reads (see [`super::record`]). Everything else
+//! (timestamps, images, probes, volumes, managed fields, the other labels) is skipped while
+//! parsing.
 //!
 //! Pages are pipelined: as soon as a page's body is in, its `continue` token is read and the
 //! next page is requested while the page is decoded on a blocking-pool thread, so decoding
 //! overlaps the API server's work and the transfer of the next page.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
-    Pod, PodCondition, PodIP, PodSpec, PodStatus, ResourceRequirements,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use kube::api::ListParams;
 use kube::core::{ObjectList, Request};
 use kube::Resource;
@@ -29,6 +22,7 @@ use serde::Deserialize;
 
 use super::api::{Ctx, Operation};
 use super::error::DiscoveryError;
+use super::record::PodRecord;
 
 /// Pods per list request (what kube-runtime's watcher uses for its lists as well).
 pub const PAGE_SIZE: u32 = 500;
@@ -37,184 +31,11 @@ pub const PAGE_SIZE: u32 = 500;
 const RESTARTS: usize = 3;
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SlimMeta {
-    name: Option<String>,
-    namespace: Option<String>,
-    uid: Option<String>,
-    resource_version: Option<String>,
-    labels: Option<BTreeMap<String, String>>,
-    annotations: Option<BTreeMap<String, String>>,
-    owner_references: Option<Vec<OwnerReference>>,
-    deletion_timestamp: Option<Time>,
-}
-
-#[derive(Deserialize)]
-struct SlimContainer {
-    #[serde(default)]
-    name: String,
-    resources: Option<ResourceRequirements>,
-}
-
-#[derive(Deserialize)]
-struct SlimSpec {
-    hostname: Option<String>,
-    #[serde(default)]
-    containers: Vec<SlimContainer>,
-    resources: Option<ResourceRequirements>,
-}
-
-#[derive(Deserialize)]
-struct SlimCondition {
-    #[serde(rename = "type", default)]
-    type_: String,
-    #[serde(default)]
-    status: String,
-    reason: Option<String>,
-    message: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct SlimIp {
-    #[serde(default)]
-    ip: String,
-}
-
-#[derive(Deserialize)]
-struct SlimWaiting {
-    reason: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SlimTerminated {
-    #[serde(default)]
-    exit_code: i32,
-    reason: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct SlimState {
-    waiting: Option<SlimWaiting>,
-    terminated: Option<SlimTerminated>,
-}
-
-#[derive(Deserialize)]
-struct SlimContainerStatus {
-    #[serde(default)]
-    name: String,
-    state: Option<SlimState>,
-}
-
-/// The status fields readiness and its messages read (no timestamps, images or probes).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SlimStatus {
-    phase: Option<String>,
-    reason: Option<String>,
-    message: Option<String>,
-    conditions: Option<Vec<SlimCondition>>,
-    #[serde(rename = "podIP")]
-    pod_ip: Option<String>,
-    #[serde(rename = "podIPs")]
-    pod_ips: Option<Vec<SlimIp>>,
-    container_statuses: Option<Vec<SlimContainerStatus>>,
-}
-
-impl From<SlimStatus> for PodStatus {
-    fn from(s: SlimStatus) -> PodStatus {
-        PodStatus {
-            phase: s.phase,
-            reason: s.reason,
-            message: s.message,
-            conditions: s.conditions.map(|cs| {
-                cs.into_iter()
-                    .map(|c| PodCondition {
-                        type_: c.type_,
-                        status: c.status,
-                        reason: c.reason,
-                        message: c.message,
-                        ..Default::default()
-                    })
-                    .collect()
-            }),
-            pod_ip: s.pod_ip,
-            pod_ips: s
-                .pod_ips
-                .map(|ips| ips.into_iter().map(|i| PodIP { ip: i.ip }).collect()),
-            container_statuses: s.container_statuses.map(|cs| {
-                cs.into_iter()
-                    .map(|c| ContainerStatus {
-                        name: c.name,
-                        state: c.state.map(|st| ContainerState {
-                            waiting: st.waiting.map(|w| ContainerStateWaiting {
-                                reason: w.reason,
-                                ..Default::default()
-                            }),
-                            terminated: st.terminated.map(|t| ContainerStateTerminated {
-                                exit_code: t.exit_code,
-                                reason: t.reason,
-                                ..Default::default()
-                            }),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    })
-                    .collect()
-            }),
-            ..Default::default()
-        }
-    }
-}
-
-/// A list item as discovery decodes it.
-#[derive(Deserialize)]
-struct SlimPod {
-    metadata: SlimMeta,
-    spec: Option<SlimSpec>,
-    status: Option<SlimStatus>,
-}
-
-impl From<SlimPod> for Pod {
-    fn from(p: SlimPod) -> Pod {
-        let m = p.metadata;
-        Pod {
-            metadata: ObjectMeta {
-                name: m.name,
-                namespace: m.namespace,
-                uid: m.uid,
-                resource_version: m.resource_version,
-                labels: m.labels,
-                annotations: m.annotations,
-                owner_references: m.owner_references,
-                deletion_timestamp: m.deletion_timestamp,
-                ..Default::default()
-            },
-            spec: p.spec.map(|s| PodSpec {
-                hostname: s.hostname,
-                containers: s
-                    .containers
-                    .into_iter()
-                    .map(|c| Container {
-                        name: c.name,
-                        resources: c.resources,
-                        ..Default::default()
-                    })
-                    .collect(),
-                resources: s.resources,
-                ..Default::default()
-            }),
-            status: p.status.map(PodStatus::from),
-        }
-    }
-}
-
-#[derive(Deserialize)]
 struct SlimList {
     #[serde(default)]
     metadata: ListMeta,
     #[serde(default)]
-    items: Vec<SlimPod>,
+    items: Vec<PodRecord>,
 }
 
 #[derive(Deserialize)]
@@ -229,12 +50,9 @@ pub fn decode_page_meta(body: &[u8]) -> Result<ListMeta, serde_json::Error> {
 }
 
 /// Decodes one page of a pod list (a `PodList` JSON document) the way [`list_pods`] does.
-pub fn decode_page(body: &[u8]) -> Result<(ListMeta, Vec<Pod>), serde_json::Error> {
+pub fn decode_page(body: &[u8]) -> Result<(ListMeta, Vec<PodRecord>), serde_json::Error> {
     let list: SlimList = serde_json::from_slice(body)?;
-    Ok((
-        list.metadata,
-        list.items.into_iter().map(Pod::from).collect(),
-    ))
+    Ok((list.metadata, list.items))
 }
 
 /// One list request's outcome.
@@ -245,7 +63,7 @@ enum Page {
     Expired,
 }
 
-type Decoding = tokio::task::JoinHandle<Result<Vec<Pod>, serde_json::Error>>;
+type Decoding = tokio::task::JoinHandle<Result<Vec<PodRecord>, serde_json::Error>>;
 
 fn is_expired(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 410)
@@ -257,7 +75,7 @@ pub async fn list_pods(
     ctx: &Ctx,
     namespace: &str,
     selector: &str,
-) -> Result<ObjectList<Pod>, DiscoveryError> {
+) -> Result<ObjectList<PodRecord>, DiscoveryError> {
     let op = Operation::pods("list", namespace).selecting(selector);
     let request = Request::new(Pod::url_path(&(), Some(namespace)));
     let mut restarts = 0;
@@ -330,7 +148,7 @@ pub async fn list_pods(
 }
 
 /// The pods of a page decoding in the background.
-async fn joined(ctx: &Ctx, op: &Operation, d: Decoding) -> Result<Vec<Pod>, DiscoveryError> {
+async fn joined(ctx: &Ctx, op: &Operation, d: Decoding) -> Result<Vec<PodRecord>, DiscoveryError> {
     match d.await {
         Ok(Ok(pods)) => Ok(pods),
         Ok(Err(e)) => Err(ctx.map_error(op, kube::Error::SerdeError(e))),
@@ -400,12 +218,10 @@ mod tests {
         );
         assert_eq!(p.metadata.owner_references.as_ref().unwrap()[0].name, "j");
         assert!(p.metadata.deletion_timestamp.is_some());
-        assert!(p.metadata.managed_fields.is_none());
         let spec = p.spec.as_ref().unwrap();
         assert_eq!(spec.hostname.as_deref(), Some("h-1"));
         assert_eq!(spec.containers[0].name, "mpi");
-        assert!(spec.containers[0].image.is_none() && spec.containers[0].env.is_none());
-        assert!(spec.resources.is_some() && spec.volumes.is_none());
+        assert!(spec.resources.is_some());
         assert_eq!(super::super::slots::cpus(p), Some(2));
         assert_eq!(super::super::slots::gpus(p), 1);
         let status = p.status.as_ref().unwrap();
@@ -414,7 +230,6 @@ mod tests {
             super::super::readiness::pod_ipv4(p).unwrap().to_string(),
             "10.0.0.2"
         );
-        assert!(status.start_time.is_none() && status.qos_class.is_none());
         let ready = &status.conditions.as_ref().unwrap()[0];
         assert_eq!(
             (ready.type_.as_str(), ready.status.as_str()),

@@ -20,7 +20,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use super::record::PodRecord;
 
 pub const JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 pub const STATEFULSET_POD_INDEX: &str = "apps.kubernetes.io/pod-index";
@@ -45,7 +45,7 @@ impl PodIndex {
     }
 }
 
-fn lookup(pod: &Pod, key: &str) -> Option<u64> {
+fn lookup(pod: &PodRecord, key: &str) -> Option<u64> {
     let from = |m: &Option<BTreeMap<String, String>>| {
         m.as_ref()
             .and_then(|m| m.get(key))
@@ -55,7 +55,7 @@ fn lookup(pod: &Pod, key: &str) -> Option<u64> {
 }
 
 /// Reads a pod's workload index from its labels or annotations.
-pub fn pod_index(pod: &Pod) -> Option<PodIndex> {
+pub fn pod_index(pod: &PodRecord) -> Option<PodIndex> {
     let completion = lookup(pod, JOB_COMPLETION_INDEX);
     let jobset_job = lookup(pod, JOBSET_JOB_GLOBAL_INDEX).or_else(|| lookup(pod, JOBSET_JOB_INDEX));
     match (jobset_job, completion) {
@@ -104,12 +104,12 @@ fn trim_zeros(d: &[u8]) -> &[u8] {
     &d[n..]
 }
 
-fn name(pod: &Pod) -> &str {
+fn name(pod: &PodRecord) -> &str {
     pod.metadata.name.as_deref().unwrap_or("")
 }
 
 /// Compares two pods for allocation order.
-pub fn compare_pods(a: &Pod, b: &Pod) -> Ordering {
+pub fn compare_pods(a: &PodRecord, b: &PodRecord) -> Ordering {
     let by_index = match (pod_index(a), pod_index(b)) {
         (Some(x), Some(y)) => x.sort_key().cmp(&y.sort_key()),
         (Some(_), None) => Ordering::Less,
@@ -122,7 +122,7 @@ pub fn compare_pods(a: &Pod, b: &Pod) -> Ordering {
 }
 
 /// Sorts pods into allocation order.
-pub fn sort_pods(pods: &mut [Pod]) {
+pub fn sort_pods(pods: &mut [PodRecord]) {
     sort_pods_by(pods, |p| p);
 }
 
@@ -137,7 +137,7 @@ pub struct OrderKey {
 
 impl OrderKey {
     /// The key of a pod (its index read once).
-    pub fn of(pod: &Pod) -> OrderKey {
+    pub fn of(pod: &PodRecord) -> OrderKey {
         OrderKey {
             index: pod_index(pod).map(|i| i.sort_key()),
             name: name(pod).to_string(),
@@ -180,7 +180,7 @@ impl PartialOrd for OrderKey {
 
 /// Sorts items holding pods into allocation order (as [`compare_pods`]), reading each pod's
 /// index once rather than at every comparison.
-pub fn sort_pods_by<T>(items: &mut [T], pod: impl Fn(&T) -> &Pod) {
+pub fn sort_pods_by<T>(items: &mut [T], pod: impl Fn(&T) -> &PodRecord) {
     let keys: Vec<OrderKey> = items.iter().map(|t| OrderKey::of(pod(t))).collect();
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
@@ -200,7 +200,7 @@ pub fn sort_pods_by<T>(items: &mut [T], pod: impl Fn(&T) -> &Pod) {
 }
 
 /// The number reported as each pod's index, for pods already in allocation order.
-pub fn reported_indices(pods: &[Pod]) -> Vec<Option<u64>> {
+pub fn reported_indices(pods: &[PodRecord]) -> Vec<Option<u64>> {
     let indices: Vec<Option<PodIndex>> = pods.iter().map(pod_index).collect();
     let stride = indices
         .iter()
@@ -225,8 +225,8 @@ pub fn reported_indices(pods: &[Pod]) -> Vec<Option<u64>> {
 mod tests {
     use super::*;
 
-    fn pod(name: &str, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {
-        let mut p = Pod::default();
+    fn pod(name: &str, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> PodRecord {
+        let mut p = PodRecord::default();
         p.metadata.name = Some(name.into());
         let m = |kv: &[(&str, &str)]| {
             (!kv.is_empty()).then(|| {
@@ -240,7 +240,7 @@ mod tests {
         p
     }
 
-    fn names(pods: &[Pod]) -> Vec<String> {
+    fn names(pods: &[PodRecord]) -> Vec<String> {
         pods.iter()
             .map(|p| p.metadata.name.clone().unwrap())
             .collect()
@@ -274,7 +274,7 @@ mod tests {
         by_cmp.sort_by(compare_pods);
         sort_pods(&mut pods);
         assert_eq!(names(&pods), names(&by_cmp));
-        let mut refs: Vec<&Pod> = by_cmp.iter().rev().collect();
+        let mut refs: Vec<&PodRecord> = by_cmp.iter().rev().collect();
         sort_pods_by(&mut refs, |p| p);
         assert_eq!(
             refs.iter().map(|p| name(p).to_string()).collect::<Vec<_>>(),
@@ -285,7 +285,7 @@ mod tests {
     #[test]
     fn twelve_workers_sort_numerically_by_name() {
         // Lexicographic order would put w-10 and w-11 right after w-1.
-        let mut pods: Vec<Pod> = [3, 11, 0, 10, 1, 7, 2, 9, 5, 8, 4, 6]
+        let mut pods: Vec<PodRecord> = [3, 11, 0, 10, 1, 7, 2, 9, 5, 8, 4, 6]
             .iter()
             .map(|i| pod(&format!("w-{i}"), &[], &[]))
             .collect();

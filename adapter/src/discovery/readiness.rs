@@ -2,7 +2,7 @@
 
 use std::net::Ipv4Addr;
 
-use k8s_openapi::api::core::v1::Pod;
+use super::record::PodRecord;
 
 /// The readiness of one pod as discovery sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +23,7 @@ impl PodReadiness {
 
 /// Classifies a pod. Terminating and finished pods are excluded even when they still report
 /// Ready, because their processes are going away.
-pub fn classify(pod: &Pod) -> PodReadiness {
+pub fn classify(pod: &PodRecord) -> PodReadiness {
     let status = pod.status.as_ref();
     let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("Unknown");
     if pod.metadata.deletion_timestamp.is_some() {
@@ -63,7 +63,7 @@ pub fn classify(pod: &Pod) -> PodReadiness {
 }
 
 /// The pod's IPv4 address: the first IPv4 entry of status.podIPs, else status.podIP.
-pub fn pod_ipv4(pod: &Pod) -> Option<Ipv4Addr> {
+pub fn pod_ipv4(pod: &PodRecord) -> Option<Ipv4Addr> {
     let status = pod.status.as_ref()?;
     if let Some(ip) = status
         .pod_ips
@@ -77,7 +77,7 @@ pub fn pod_ipv4(pod: &Pod) -> Option<Ipv4Addr> {
 }
 
 /// A one-line description: phase, reason, message, conditions and waiting containers.
-pub fn describe(pod: &Pod) -> String {
+pub fn describe(pod: &PodRecord) -> String {
     let Some(status) = pod.status.as_ref() else {
         return "phase Unknown (no status reported yet)".into();
     };
@@ -135,18 +135,18 @@ pub fn describe(pod: &Pod) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::record::{RecordCondition, RecordIp, RecordStatus};
     use super::*;
-    use k8s_openapi::api::core::v1::{PodCondition, PodIP, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    fn pod(phase: &str, ready: Option<&str>, ip: Option<&str>) -> Pod {
-        let mut p = Pod::default();
+    fn pod(phase: &str, ready: Option<&str>, ip: Option<&str>) -> PodRecord {
+        let mut p = PodRecord::default();
         p.metadata.name = Some("w-0".into());
-        p.status = Some(PodStatus {
+        p.status = Some(RecordStatus {
             phase: Some(phase.into()),
             pod_ip: ip.map(String::from),
             conditions: ready.map(|r| {
-                vec![PodCondition {
+                vec![RecordCondition {
                     type_: "Ready".into(),
                     status: r.into(),
                     reason: (r != "True").then(|| "ContainersNotReady".into()),
@@ -189,7 +189,7 @@ mod tests {
             "{r:?}"
         );
         assert!(
-            matches!(classify(&Pod::default()), PodReadiness::NotReady(d) if d.contains("no status"))
+            matches!(classify(&PodRecord::default()), PodReadiness::NotReady(d) if d.contains("no status"))
         );
     }
 
@@ -213,10 +213,10 @@ mod tests {
     fn prefers_ipv4_from_pod_ips() {
         let mut p = pod("Running", Some("True"), Some("fd00::1"));
         p.status.as_mut().unwrap().pod_ips = Some(vec![
-            PodIP {
+            RecordIp {
                 ip: "fd00::1".into(),
             },
-            PodIP {
+            RecordIp {
                 ip: "10.9.8.7".into(),
             },
         ]);

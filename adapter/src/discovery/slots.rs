@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::ResourceRequirements;
+
+use super::record::{PodRecord, RecordContainer};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
 use super::quantity::Quantity;
@@ -152,9 +154,9 @@ fn container_amount(
 /// Sum over the pod's (regular) containers; falls back to pod-level resources when no
 /// container names the resource. Init containers are not counted: they do not run alongside
 /// the application.
-fn pod_amount_millis(pod: &Pod, resource: &str, prefer_limits: bool) -> Option<u128> {
+fn pod_amount_millis(pod: &PodRecord, resource: &str, prefer_limits: bool) -> Option<u128> {
     let spec = pod.spec.as_ref()?;
-    let containers: &[Container] = &spec.containers;
+    let containers: &[RecordContainer] = &spec.containers;
     let mut total: Option<u128> = None;
     for c in containers {
         if let Some(m) = container_amount(c.resources.as_ref(), resource, prefer_limits) {
@@ -165,7 +167,7 @@ fn pod_amount_millis(pod: &Pod, resource: &str, prefer_limits: bool) -> Option<u
 }
 
 /// Whole GPUs requested by the pod (limits, else requests; both vendors summed).
-pub fn gpus(pod: &Pod) -> u64 {
+pub fn gpus(pod: &PodRecord) -> u64 {
     let millis: u128 = GPU_RESOURCES
         .iter()
         .filter_map(|r| pod_amount_millis(pod, r, true))
@@ -175,7 +177,7 @@ pub fn gpus(pod: &Pod) -> u64 {
 
 /// Whole CPUs requested by the pod (requests, else limits, per container), rounded down;
 /// `None` when no container names a CPU amount.
-pub fn cpus(pod: &Pod) -> Option<u64> {
+pub fn cpus(pod: &PodRecord) -> Option<u64> {
     pod_amount_millis(pod, "cpu", false).map(|m| u64::try_from(m / 1000).unwrap_or(u64::MAX))
 }
 
@@ -185,7 +187,7 @@ fn clamp_slots(n: u64) -> u32 {
 
 /// The pod's slot annotation (name and value): [`SLOTS_ANNOTATION`], else the deprecated
 /// [`DEPRECATED_SLOTS_ANNOTATION`] (with a warning).
-fn slots_annotation(pod: &Pod) -> Option<(&'static str, &str)> {
+fn slots_annotation(pod: &PodRecord) -> Option<(&'static str, &str)> {
     let annotations = pod.metadata.annotations.as_ref()?;
     if let Some(v) = annotations.get(SLOTS_ANNOTATION) {
         return Some((SLOTS_ANNOTATION, v));
@@ -200,7 +202,7 @@ fn slots_annotation(pod: &Pod) -> Option<(&'static str, &str)> {
 
 /// The slot count of a pod under a policy. Errors only for a malformed annotation under the
 /// `Auto` and `Annotation` policies.
-pub fn pod_slots(pod: &Pod, policy: SlotsPolicy) -> Result<u32, BadSlotsAnnotation> {
+pub fn pod_slots(pod: &PodRecord, policy: SlotsPolicy) -> Result<u32, BadSlotsAnnotation> {
     let annotation = slots_annotation(pod);
     match policy {
         SlotsPolicy::One => Ok(1),
@@ -222,8 +224,8 @@ pub fn pod_slots(pod: &Pod, policy: SlotsPolicy) -> Result<u32, BadSlotsAnnotati
 
 #[cfg(test)]
 mod tests {
+    use super::super::record::RecordSpec;
     use super::*;
-    use k8s_openapi::api::core::v1::PodSpec;
 
     fn res(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> ResourceRequirements {
         let m = |kv: &[(&str, &str)]| {
@@ -240,20 +242,19 @@ mod tests {
         }
     }
 
-    fn pod(containers: Vec<ResourceRequirements>, annotation: Option<&str>) -> Pod {
-        let mut p = Pod::default();
+    fn pod(containers: Vec<ResourceRequirements>, annotation: Option<&str>) -> PodRecord {
+        let mut p = PodRecord::default();
         p.metadata.name = Some("w-0".into());
         if let Some(a) = annotation {
             p.metadata.annotations = Some([(SLOTS_ANNOTATION.to_string(), a.to_string())].into());
         }
-        p.spec = Some(PodSpec {
+        p.spec = Some(RecordSpec {
             containers: containers
                 .into_iter()
                 .enumerate()
-                .map(|(i, r)| Container {
+                .map(|(i, r)| RecordContainer {
                     name: format!("c{i}"),
                     resources: Some(r),
-                    ..Default::default()
                 })
                 .collect(),
             ..Default::default()
@@ -421,7 +422,7 @@ mod tests {
             Ok(1)
         );
         assert_eq!(pod_slots(&pod(vec![], None), SlotsPolicy::Auto), Ok(1));
-        assert_eq!(pod_slots(&Pod::default(), SlotsPolicy::Auto), Ok(1));
+        assert_eq!(pod_slots(&PodRecord::default(), SlotsPolicy::Auto), Ok(1));
         assert_eq!(pod_slots(&pod(vec![], None), SlotsPolicy::Gpu), Ok(1));
     }
 

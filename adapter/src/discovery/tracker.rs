@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use k8s_openapi::api::core::v1::Pod;
+use super::record::PodRecord;
 
 use super::order::{natural_cmp, sort_pods_by, OrderKey};
 use super::readiness::{classify, PodReadiness};
@@ -19,7 +19,7 @@ use super::readiness::{classify, PodReadiness};
 #[derive(Debug, Clone, Default)]
 pub struct Evaluation<'a> {
     /// Allocatable pods, in allocation order.
-    pub ready: Vec<&'a Pod>,
+    pub ready: Vec<&'a PodRecord>,
     /// (name, description) of pods that may still become ready.
     pub not_ready: Vec<(String, String)>,
     /// (name, reason) of terminating or finished pods.
@@ -28,7 +28,7 @@ pub struct Evaluation<'a> {
 
 /// Classifies every pod; ready ones are sorted into allocation order. O(n log n): the wait
 /// keeps this state incrementally in a [`PodTracker`] instead.
-pub fn evaluate<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Evaluation<'a> {
+pub fn evaluate<'a>(pods: impl IntoIterator<Item = &'a PodRecord>) -> Evaluation<'a> {
     let mut e = Evaluation::default();
     for p in pods {
         match classify(p) {
@@ -56,7 +56,7 @@ enum Place {
 /// insertion (what a B-tree does with its values) cost more than everything else here.
 #[derive(Debug, Default)]
 pub struct PodTracker {
-    pods: HashMap<String, Box<Pod>>,
+    pods: HashMap<String, Box<PodRecord>>,
     place: HashMap<String, Place>,
     /// Ready pods in allocation order.
     ready: BTreeSet<OrderKey>,
@@ -66,13 +66,13 @@ pub struct PodTracker {
     excluded: BTreeMap<String, String>,
 }
 
-fn name_of(p: &Pod) -> String {
+fn name_of(p: &PodRecord) -> String {
     p.metadata.name.clone().unwrap_or_default()
 }
 
 impl PodTracker {
     /// Tracks `pods` (a pod listed twice counts once, the later copy wins).
-    pub fn new(pods: impl IntoIterator<Item = Pod>) -> PodTracker {
+    pub fn new(pods: impl IntoIterator<Item = PodRecord>) -> PodTracker {
         let mut t = PodTracker::default();
         for p in pods {
             t.apply(p);
@@ -81,7 +81,7 @@ impl PodTracker {
     }
 
     /// Adds a pod or replaces the pod of the same name; O(log n).
-    pub fn apply(&mut self, pod: Pod) {
+    pub fn apply(&mut self, pod: PodRecord) {
         let name = name_of(&pod);
         self.unfile(&name);
         let place = match classify(&pod) {
@@ -105,13 +105,13 @@ impl PodTracker {
     }
 
     /// Forgets a pod; returns it if it was tracked. O(log n).
-    pub fn remove(&mut self, name: &str) -> Option<Pod> {
+    pub fn remove(&mut self, name: &str) -> Option<PodRecord> {
         self.unfile(name);
         self.pods.remove(name).map(|p| *p)
     }
 
     /// Replaces every pod with `pods` (a fresh list); returns the names that are gone.
-    pub fn replace_all(&mut self, pods: impl IntoIterator<Item = Pod>) -> Vec<String> {
+    pub fn replace_all(&mut self, pods: impl IntoIterator<Item = PodRecord>) -> Vec<String> {
         let fresh = PodTracker::new(pods);
         let gone = self
             .pods
@@ -139,7 +139,7 @@ impl PodTracker {
     }
 
     /// Every tracked pod, in no particular order.
-    pub fn pods(&self) -> impl Iterator<Item = &Pod> {
+    pub fn pods(&self) -> impl Iterator<Item = &PodRecord> {
         self.pods.values().map(|p| &**p)
     }
 
@@ -203,7 +203,7 @@ impl PodTracker {
     }
 
     /// Moves the pods named by `names` out, in that order.
-    pub fn take(&mut self, names: &[String]) -> Vec<Pod> {
+    pub fn take(&mut self, names: &[String]) -> Vec<PodRecord> {
         names.iter().filter_map(|n| self.remove(n)).collect()
     }
 }
@@ -211,8 +211,8 @@ impl PodTracker {
 #[cfg(test)]
 mod tests {
     use super::super::order::{JOBSET_JOB_INDEX, JOB_COMPLETION_INDEX, STATEFULSET_POD_INDEX};
+    use super::super::record::{RecordCondition, RecordStatus};
     use super::*;
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     /// A deterministic xorshift generator (no dependency, reproducible failures).
@@ -230,8 +230,8 @@ mod tests {
     }
 
     /// A pod named `w-<n>` in one of the states and index kinds discovery meets.
-    fn random_pod(rng: &mut Rng, n: u64) -> Pod {
-        let mut p = Pod::default();
+    fn random_pod(rng: &mut Rng, n: u64) -> PodRecord {
+        let mut p = PodRecord::default();
         p.metadata.name = Some(format!("w-{n}"));
         let idx = (rng.below(40)).to_string();
         let job = (rng.below(3)).to_string();
@@ -257,10 +257,10 @@ mod tests {
         if rng.below(15) == 0 {
             p.metadata.deletion_timestamp = Some(Time(Default::default()));
         }
-        p.status = Some(PodStatus {
+        p.status = Some(RecordStatus {
             phase: Some(phase.into()),
             pod_ip: (rng.below(10) != 0).then(|| format!("10.0.0.{}", n % 250 + 1)),
-            conditions: Some(vec![PodCondition {
+            conditions: Some(vec![RecordCondition {
                 type_: "Ready".into(),
                 status: if ready { "True" } else { "False" }.into(),
                 ..Default::default()
@@ -270,7 +270,7 @@ mod tests {
         p
     }
 
-    fn names(pods: &[&Pod]) -> Vec<String> {
+    fn names(pods: &[&PodRecord]) -> Vec<String> {
         pods.iter().map(|p| name_of(p)).collect()
     }
 
@@ -282,7 +282,7 @@ mod tests {
     fn incremental_order_equals_a_full_sort_after_every_event() {
         for seed in 1..=20u64 {
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed);
-            let mut reference: BTreeMap<String, Pod> = BTreeMap::new();
+            let mut reference: BTreeMap<String, PodRecord> = BTreeMap::new();
             let mut t = PodTracker::default();
             for step in 0..400 {
                 match rng.below(20) {
@@ -298,7 +298,7 @@ mod tests {
                     }
                     _ => {
                         // A relist: some pods gone, the others possibly changed.
-                        let mut fresh: Vec<Pod> = Vec::new();
+                        let mut fresh: Vec<PodRecord> = Vec::new();
                         for n in reference.keys() {
                             if rng.below(4) != 0 {
                                 let k: u64 = n[2..].parse().unwrap();
@@ -351,13 +351,13 @@ mod tests {
         // Pods appear unready in reverse, then become ready in a scrambled order; whenever
         // some are ready they are in completion-index order, not arrival or name order.
         let pod = |i: u64, ready: bool| {
-            let mut p = Pod::default();
+            let mut p = PodRecord::default();
             p.metadata.name = Some(format!("job-{}", (i * 7919) % 1000));
             p.metadata.labels = Some([(JOB_COMPLETION_INDEX.to_string(), i.to_string())].into());
-            p.status = Some(PodStatus {
+            p.status = Some(RecordStatus {
                 phase: Some("Running".into()),
                 pod_ip: Some("10.1.0.1".into()),
-                conditions: Some(vec![PodCondition {
+                conditions: Some(vec![RecordCondition {
                     type_: "Ready".into(),
                     status: if ready { "True" } else { "False" }.into(),
                     ..Default::default()

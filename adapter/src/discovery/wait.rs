@@ -12,6 +12,8 @@ use std::collections::BTreeSet;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+
+use super::record::PodRecord;
 use kube::api::{Api, ObjectList};
 use kube::runtime::reflector::{self, reflector};
 use kube::runtime::watcher::{self, watcher};
@@ -29,13 +31,13 @@ pub use super::tracker::{evaluate, Evaluation};
 /// How many not-ready pods a [`Progress::Ready`] report names (the count says how many more).
 pub const WAITING_FOR_SHOWN: usize = 16;
 
-fn name(p: &Pod) -> String {
+fn name(p: &PodRecord) -> String {
     p.metadata.name.clone().unwrap_or_default()
 }
 
 /// What is missing for `expected` ready pods, one entry per pod or gap.
 pub fn problems<'a>(
-    pods: impl IntoIterator<Item = &'a Pod>,
+    pods: impl IntoIterator<Item = &'a PodRecord>,
     eval: &Evaluation,
     expected: u32,
 ) -> Vec<String> {
@@ -180,7 +182,10 @@ impl Waiter<'_> {
 
     /// Waits from the state of a first list until `expected` pods are ready; returns them in
     /// allocation order.
-    pub async fn wait(mut self, first: ObjectList<Pod>) -> Result<Vec<Pod>, DiscoveryError> {
+    pub async fn wait(
+        mut self,
+        first: ObjectList<PodRecord>,
+    ) -> Result<Vec<PodRecord>, DiscoveryError> {
         let mut pods = PodTracker::new(first.items);
         let mut last_ready = None;
         if let Some(chosen) = self.check(&pods, &mut last_ready) {
@@ -221,7 +226,7 @@ impl Waiter<'_> {
                     let listed = store
                         .state()
                         .iter()
-                        .map(|p| Pod::clone(p))
+                        .map(|p| PodRecord::from(&**p))
                         .collect::<Vec<_>>();
                     deleted.extend(pods.replace_all(listed));
                     let listed = u32::try_from(pods.len()).unwrap_or(u32::MAX);
@@ -229,9 +234,10 @@ impl Waiter<'_> {
                     (self.progress)(&Progress::Watching { listed });
                 }
                 Ok(watcher::Event::Apply(p)) => {
-                    pods.apply(p);
+                    pods.apply(PodRecord::from(p));
                 }
                 Ok(watcher::Event::Delete(p)) => {
+                    let p = PodRecord::from(p);
                     tracing::warn!(
                         "pod {} was deleted while waiting for the job's pods",
                         name(&p)
@@ -257,12 +263,12 @@ impl Waiter<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::record::{RecordCondition, RecordStatus};
     use super::*;
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
     use std::collections::BTreeMap;
 
-    fn pod(name: &str, phase: &str, ready: bool, index: Option<u64>) -> Pod {
-        let mut p = Pod::default();
+    fn pod(name: &str, phase: &str, ready: bool, index: Option<u64>) -> PodRecord {
+        let mut p = PodRecord::default();
         p.metadata.name = Some(name.into());
         if let Some(i) = index {
             p.metadata.labels = Some(
@@ -273,10 +279,10 @@ mod tests {
                 .into(),
             );
         }
-        p.status = Some(PodStatus {
+        p.status = Some(RecordStatus {
             phase: Some(phase.into()),
             pod_ip: Some("10.0.0.1".into()),
-            conditions: Some(vec![PodCondition {
+            conditions: Some(vec![RecordCondition {
                 type_: "Ready".into(),
                 status: if ready { "True" } else { "False" }.into(),
                 ..Default::default()
@@ -286,7 +292,7 @@ mod tests {
         p
     }
 
-    fn map(pods: Vec<Pod>) -> BTreeMap<String, Pod> {
+    fn map(pods: Vec<PodRecord>) -> BTreeMap<String, PodRecord> {
         pods.into_iter().map(|p| (name(&p), p)).collect()
     }
 
