@@ -16,6 +16,7 @@ use prrte_k8s::protocol::{Reply, Request};
 /// `$1`: `wait` (the main process stays, like prted's parent waiting for its daemon) or `exit`
 /// (the main process exits as soon as the daemon runs). The daemon is `sleep 1000` in a new
 /// session whose leader (the intermediate process) has exited; its pid goes to `daemon.pid`.
+/// Pid files are written aside and renamed, so a reader never sees one half written.
 const DAEMONIZING_PRTED: &str = r#"#!/bin/sh
 d='@DIR@'
 echo $$ >> "$d/launches"
@@ -31,7 +32,7 @@ perl -MPOSIX -e '
   exec "sleep", "1000";
 ' "$d"
 while [ ! -s "$d/daemon.pid" ]; do sleep 0.01; done
-echo $$ > "$d/main.pid"
+echo $$ > "$d/main.tmp"; mv "$d/main.tmp" "$d/main.pid"
 case "$1" in
   exit) exit 0 ;;
   *) exec sleep 1000 ;;

@@ -469,13 +469,15 @@ pub fn allreduce_lines(stdout: &str) -> Vec<(usize, usize, String, bool)> {
         .collect()
 }
 
-/// Wait until a file contains `needle` (bounded).
+/// Wait until a file holds `needle` in a complete line (bounded); its complete lines.
 pub fn wait_for_text(path: &Path, needle: &str, limit: Duration) -> Result<String> {
     let deadline = std::time::Instant::now() + limit;
     loop {
         let t = std::fs::read_to_string(path).unwrap_or_default();
-        if t.contains(needle) {
-            return Ok(t);
+        // Only whole lines count: a file read while its writer is at it may end mid-line.
+        let whole = t.rfind('\n').map_or("", |end| &t[..=end]);
+        if whole.contains(needle) {
+            return Ok(whole.to_string());
         }
         if std::time::Instant::now() >= deadline {
             bail!(

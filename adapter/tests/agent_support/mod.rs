@@ -26,7 +26,8 @@ pub const WAIT: Duration = Duration::from_secs(20);
 /// `--exit N` exits with N; `--sleep` starts `sleep 1000` in the background and waits;
 /// `--stubborn` does the same with SIGTERM ignored; `--escape` starts a `sleep` that moves to
 /// its own process group and waits; `--orphan` also leaves a `sleep` orphaned (its parent, a
-/// subshell, exits at once), so that it is reparented to the agent or init.
+/// subshell, exits at once), so that it is reparented to the agent or init. Every file is
+/// written whole before it appears (written aside, then renamed).
 const FAKE_PRTED: &str = r#"#!/bin/sh
 d='@DIR@'
 echo $$ >> "$d/launches"
@@ -37,7 +38,7 @@ case "$1" in
   --stubborn) trap '' TERM ;;
 esac
 case "$1" in
-  --orphan) ( sleep 1000 & echo $! > "$d/orphan.pid" ) ;;
+  --orphan) ( sleep 1000 & echo $! > "$d/orphan.tmp"; mv "$d/orphan.tmp" "$d/orphan.pid" ) ;;
 esac
 case "$1" in
   --escape) perl -e 'setpgrp(0, 0); exec "sleep", "1000"' & ;;
@@ -92,12 +93,18 @@ impl TestDir {
             .unwrap_or(0)
     }
 
-    /// Waits for the fake prted to record `name` (a pid file) and returns the pid.
+    /// Waits for the fake prted to record `name` (a pid file) and returns the pid. A file
+    /// read while its writer is still at it (created, not yet written) counts only once it
+    /// holds a whole line with a pid.
     pub fn wait_pid(&self, name: &str) -> i32 {
         let path = self.path(name);
-        let text = wait_for(WAIT, || std::fs::read_to_string(&path).ok())
-            .unwrap_or_else(|| panic!("{} never appeared", path.display()));
-        text.trim().parse().unwrap()
+        wait_for(WAIT, || read_pid_line(&path)).unwrap_or_else(|| {
+            panic!(
+                "{} never held a pid: {:?}",
+                path.display(),
+                std::fs::read_to_string(&path)
+            )
+        })
     }
 
     /// The recorded argv of the last launch.
@@ -141,6 +148,13 @@ impl Drop for TestDir {
             let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
         }
     }
+}
+
+/// The pid in `path` once it holds a complete line (`None` before, or if it is no pid).
+pub fn read_pid_line(path: &Path) -> Option<i32> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.strip_suffix('\n')?;
+    line.trim().parse().ok()
 }
 
 /// A process's command line with NULs shown as spaces ("" if it does not exist).
