@@ -84,9 +84,11 @@ mod tests {
         }
     }
 
+    const KEY: &[u8; 32] = b"9f2c7a1e5b3d8046c2e9a7f1b5d3c8e0";
+
     fn secret_file() -> tempfile::NamedTempFile {
         let f = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(f.path(), [b'k'; 32]).unwrap();
+        std::fs::write(f.path(), KEY).unwrap();
         f
     }
 
@@ -95,7 +97,7 @@ mod tests {
         let f = secret_file();
         let r = check(&settings(Some(f.path()))).unwrap();
         assert_eq!(r.port, 7117);
-        assert_eq!(r.options.secret.as_deref(), Some(&[b'k'; 32][..]));
+        assert_eq!(r.options.secret.as_deref(), Some(&KEY[..]));
         assert_eq!(r.options.connect_timeout, Duration::from_secs(10));
         assert_eq!(r.options.request_timeout, Duration::from_secs(60));
         assert_eq!(r.options.kill_grace, KILL_GRACE);
