@@ -98,9 +98,11 @@ fn set_keepalive(stream: &TcpStream) {
 }
 
 /// Closes a connection so that the peer reads everything sent so far (in particular a final
-/// `error` or `refused`): FIN first, then discard what the peer still sends for a short while,
-/// instead of closing with unread data (which makes the kernel send a reset).
-async fn close_gracefully(conn: FramedConn<TcpStream>) {
+/// `error` or `refused`): FIN first, then discard what the peer still sends for a short while
+/// (at most [`LINGER`] and [`LINGER_MAX_BYTES`]), instead of closing with unread data (which
+/// makes the kernel send a reset). An unauthenticated connection keeps its place among the
+/// pending ones meanwhile: `evicted` ends the linger when the caps drop it.
+async fn close_gracefully(conn: FramedConn<TcpStream>, evicted: Option<&CancellationToken>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = conn.into_inner();
     if stream.shutdown().await.is_err() {
@@ -116,7 +118,16 @@ async fn close_gracefully(conn: FramedConn<TcpStream>) {
             }
         }
     };
-    let _ = tokio::time::timeout(LINGER, drain).await;
+    let evicted = async {
+        match evicted {
+            Some(t) => t.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::timeout(LINGER, drain) => {}
+        _ = evicted => {}
+    }
 }
 
 async fn wait_job(job: &mut Option<ActiveJob>) -> ExitStatus {
@@ -470,7 +481,7 @@ pub(super) async fn handle_connection(
         c.stop_job(shared.config.kill_grace).await;
     }
     shared.batch.connection_closed(id);
-    close_gracefully(c.conn).await;
+    close_gracefully(c.conn, None).await;
     info!(%peer, %reason, connected_ms = opened.elapsed().as_millis() as u64, "connection closed");
 }
 
@@ -505,11 +516,12 @@ async fn authenticate(
             return None;
         }
     };
-    drop(ticket);
     let Some(session) = session else {
-        close_gracefully(framed).await;
+        // Still pending until closed: a flood of failed handshakes stays within the caps.
+        close_gracefully(framed, Some(&ticket.cancel)).await;
         return None;
     };
+    drop(ticket);
     framed
         .codec_mut()
         .set_max_frame_length(shared.config.max_frame);

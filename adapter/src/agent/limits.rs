@@ -1,7 +1,9 @@
 //! Limits against peers that open connections and never authenticate.
 //!
 //! Every connection of the launch port (and every request of the health port) holds a
-//! [`Ticket`] from a [`Pending`] table until it has authenticated (or been answered). The table
+//! [`Ticket`] from a [`Pending`] table until it has authenticated (or been answered); one whose
+//! handshake failed or timed out holds it until it is closed, the short linger that lets the
+//! peer read the refusal included (a dropped ticket ends the linger at once). The table
 //! admits at most `global` such connections, and at most `per_peer` from one IP address; when a
 //! new connection would exceed a cap, the **oldest** pending connection (of that peer for the
 //! per-peer cap) is dropped, so a flood can delay a legitimate launcher by at most the time it
