@@ -5,10 +5,13 @@
 //!   runs in (cgroup v2, else a v1 hierarchy with the `pids` or `freezer` controller, else the
 //!   named `systemd` one), creates `prrte-k8s-<random>` below its own cgroup for each launch and
 //!   starts prted inside it. Membership is inherited by every fork, whatever the session or
-//!   process group, so `cgroup.procs` lists exactly what the launch started; stopping it signals
+//!   process group, so `cgroup.procs` lists what the launch started; stopping it signals
 //!   every member (cgroup v2's `cgroup.kill` for SIGKILL) until the cgroup is empty, then removes
 //!   it. The agent moves itself into the new cgroup just for the `fork` (under the reaper's
-//!   spawn lock) and back, so no process of the launch ever runs outside it.
+//!   spawn lock) and back, so no process of the launch ever starts outside it. A process of
+//!   the launch may still move itself out (into any cgroup the pod's user can write, such as
+//!   the agent's own), so the process tree is followed as for the sweep below as well; only
+//!   processes in another launch's cgroup are left to that launch.
 //! * **A process-tree sweep** otherwise (no writable cgroup, or `--cgroup off`): the agent
 //!   records, every [`SCAN_INTERVAL`] while the launch runs, every descendant of prted (by
 //!   `/proc/PID/stat` parent links, with the start time against pid reuse), and when stopping it
@@ -70,6 +73,40 @@ impl Tracking {
             Tracking::Cgroup(b) if b.v2 => "cgroup v2",
             Tracking::Cgroup(_) => "cgroup v1",
             Tracking::Sweep => "process-tree sweep",
+        }
+    }
+}
+
+/// The recorded descendants of a job and the task recording them.
+pub struct Tree {
+    pub known: Known,
+    scanner: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Tree {
+    /// Records the descendants of `pid` every [`SCAN_INTERVAL`] (needs a tokio runtime; the
+    /// recording runs until the tree is dropped).
+    pub fn record(pid: u32) -> Tree {
+        let known = Known::default();
+        known.record(pid as i32);
+        let k = known.clone();
+        let scanner = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(SCAN_INTERVAL).await;
+                k.record(pid as i32);
+            }
+        });
+        Tree {
+            known,
+            scanner: Some(scanner),
+        }
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        if let Some(t) = self.scanner.take() {
+            t.abort();
         }
     }
 }
