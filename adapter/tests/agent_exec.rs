@@ -22,7 +22,7 @@ const PROG: &str = r#"#!/bin/sh
 d='@DIR@'
 echo $$ > "$d/prog.tmp"; mv "$d/prog.tmp" "$d/prog.pid"
 case "$1" in
-  --io) echo "out $2 FOO=$FOO PRE=$LD_PRELOAD PWD=$(pwd)"; echo "err line" >&2; cat; exit "$3" ;;
+  --io) echo "out $2 PFX=$PRTE_PREFIX PWD=$(pwd)"; echo "err line" >&2; cat; exit "$3" ;;
   --wait) sleep 1000 & echo $! > "$d/sleep.tmp"; mv "$d/sleep.tmp" "$d/sleep.pid"; wait ;;
 esac
 "#;
@@ -118,12 +118,15 @@ fn a_program_not_on_the_allowlist_is_refused_and_nothing_starts() {
 fn output_stdin_environment_and_exit_status_travel() {
     let (td, agent, prog) = setup(true);
     let cwd = td.dir.path().display().to_string();
-    // As a launcher sends it: one shell-quoted string with prefixes.
-    let remote = format!("cd {cwd} && FOO='a b' exec '{prog}' --io \"hello world\" 7");
+    // As a launcher sends it: one shell-quoted string with prefixes (an installation prefix
+    // is taken when it is the program's own; a search path never).
+    let remote = format!(
+        "cd {cwd} && PRTE_PREFIX='{cwd}' LD_LIBRARY_PATH=/x:$LD_LIBRARY_PATH exec '{prog}' --io \"hello world\" 7"
+    );
     let o = run(rsh(&td, &agent, &["-x", "-n", "127.0.0.1", &remote]), b"");
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert_eq!(o.status.code(), Some(7), "{out}{err}");
-    assert_eq!(out, format!("out hello world FOO=a b PRE= PWD={cwd}\n"));
+    assert_eq!(out, format!("out hello world PFX={cwd} PWD={cwd}\n"));
     assert_eq!(err, "err line\n");
     // stdin is forwarded until its end.
     let o = run(
@@ -136,22 +139,26 @@ fn output_stdin_environment_and_exit_status_travel() {
         "{}",
         text(&o.stdout)
     );
-    // Code-loading variables are refused with the reason; nothing starts.
+    // Any other variable is refused with the reason; nothing starts.
     std::fs::remove_file(td.path("prog.pid")).unwrap();
-    let o = run(
-        rsh(
-            &td,
-            &agent,
-            &["127.0.0.1", "LD_PRELOAD=/x.so", &prog, "--io", "x", "0"],
-        ),
-        b"",
-    );
-    assert_eq!(o.status.code(), Some(255));
-    assert!(
-        text(&o.stderr).contains("LD_PRELOAD"),
-        "{}",
-        text(&o.stderr)
-    );
+    for var in [
+        "LD_PRELOAD=/x.so",
+        "FOO=1",
+        "HOME=/tmp",
+        "PRTE_SYSCONFDIR=/tmp",
+    ] {
+        let o = run(
+            rsh(&td, &agent, &["127.0.0.1", var, &prog, "--io", "x", "0"]),
+            b"",
+        );
+        assert_eq!(o.status.code(), Some(255));
+        let name = var.split('=').next().unwrap();
+        assert!(
+            text(&o.stderr).contains(name) && text(&o.stderr).contains("not allowed"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
     assert!(!td.path("prog.pid").exists());
 }
 

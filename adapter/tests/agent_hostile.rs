@@ -389,7 +389,7 @@ async fn code_loading_launch_parameters_are_refused() {
         .unwrap();
     let env = |k: &str| -> Request {
         Request::Launch {
-            argv: vec!["--sleep".into()],
+            argv: mode_args("sleep"),
             env: [(k.to_string(), "/tmp/evil".to_string())]
                 .into_iter()
                 .collect(),

@@ -13,10 +13,11 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use prrte_k8s::protocol::{Reply, Request};
 
-/// `$1`: `wait` (the main process stays, like prted's parent waiting for its daemon) or `exit`
-/// (the main process exits as soon as the daemon runs). The daemon is `sleep 1000` in a new
-/// session whose leader (the intermediate process) has exited; its pid goes to `daemon.pid`.
-/// Pid files are written aside and renamed, so a reader never sees one half written.
+/// The mode (given as the namespace, as for the fake prted of `agent_support`): `wait` (the
+/// main process stays, like prted's parent waiting for its daemon) or `exit` (the main process
+/// exits as soon as the daemon runs). The daemon is `sleep 1000` in a new session whose leader
+/// (the intermediate process) has exited; its pid goes to `daemon.pid`. Pid files are written
+/// aside and renamed, so a reader never sees one half written.
 const DAEMONIZING_PRTED: &str = r#"#!/bin/sh
 d='@DIR@'
 echo $$ >> "$d/launches"
@@ -33,7 +34,9 @@ perl -MPOSIX -e '
 ' "$d"
 while [ ! -s "$d/daemon.pid" ]; do sleep 0.01; done
 echo $$ > "$d/main.tmp"; mv "$d/main.tmp" "$d/main.pid"
-case "$1" in
+mode=wait; prev=
+for a in "$@"; do [ "$prev" = ess_base_nspace ] && mode=$a; prev=$a; done
+case "$mode" in
   exit) exit 0 ;;
   *) exec sleep 1000 ;;
 esac
@@ -217,10 +220,15 @@ async fn prted_is_told_to_stay_in_the_session() {
         vec!["--exit", "0", "--prtemca", "ess", "env"],
         vec!["--exit", "0", "--leave-session-attached"],
     ] {
-        assert!(matches!(
-            c.request(&launch(&argv)).await,
-            Reply::Started { .. }
-        ));
+        let argv = launch_args(&argv);
+        let reply = c
+            .request(&Request::Launch {
+                argv: argv.clone(),
+                env: Default::default(),
+                dvm_uri: None,
+            })
+            .await;
+        assert!(matches!(reply, Reply::Started { .. }), "{reply:?}");
         assert!(matches!(c.recv(WAIT).await.unwrap(), Reply::Exited { .. }));
         let got = td.argv();
         assert_eq!(

@@ -50,7 +50,7 @@ fn agent_publishes_the_uri_while_prted_runs() {
         vec![(
             target(agent.addr),
             LaunchRequest {
-                argv: vec!["--sleep".into()],
+                argv: mode_args("sleep"),
                 env: vec![],
                 dvm_uri: Some(URI.into()),
             },

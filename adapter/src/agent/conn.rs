@@ -347,21 +347,23 @@ impl Conn {
         }
     }
 
-    /// Why a launch request is refused, if it is: the protocol's checks, the launch policy's,
-    /// and those of the DVM URI it carries.
+    /// prted's arguments for a launch request (the HNP's URI pinned to the launcher's
+    /// address), or why it is refused: the protocol's checks, the launch policy's, and those of
+    /// the DVM URI it carries.
     fn check_launch(
         &self,
         argv: &[String],
         env: &std::collections::BTreeMap<String, String>,
         dvm_uri: Option<&str>,
-    ) -> Result<(), String> {
+    ) -> Result<Vec<String>, String> {
         validate_launch(argv, env)?;
-        launch_policy::check_launch(argv, env)?;
+        let argv =
+            launch_policy::check_launch(argv, env, self.peer.ip()).map_err(|e| e.to_string())?;
         if let Some(uri) = dvm_uri {
             protocol::validate_dvm_uri(uri)?;
-            launch_policy::check_dvm_uri_host(uri, self.peer.ip())?;
+            launch_policy::check_dvm_uri_host(uri, self.peer.ip()).map_err(|e| e.to_string())?;
         }
-        Ok(())
+        Ok(argv)
     }
 
     fn launch(
@@ -375,9 +377,12 @@ impl Conn {
             let outcome = format!("refused: {reason}");
             (Reply::Failed { reason }, outcome)
         };
-        if let Err(reason) = self.check_launch(&argv, &env, dvm_uri.as_deref()) {
-            return refuse(reason);
-        }
+        let argv = match self.check_launch(&argv, &env, dvm_uri.as_deref()) {
+            Ok(argv) => argv,
+            Err(reason) => return refuse(reason),
+        };
+        debug!(peer = %self.peer, argv = ?argv.iter().map(|a| crate::text::echo(a)).collect::<Vec<_>>(),
+               env = ?env.keys().map(|k| crate::text::echo(k)).collect::<Vec<_>>(), "launch: prted's arguments");
         let config = &self.shared.config;
         let mut slot = self.shared.slot();
         if let Some(s) = *slot {

@@ -3,13 +3,29 @@
 //! PRRTE's helpers produce `[prted, --prtemca, key, value, ...]` with a placeholder where each
 //! daemon's vpid goes. The agent runs its own configured prted, so the executable is dropped;
 //! our own selections (`ras`, `ras_k8s_*`, `plm_k8s_*`) are removed so prted does not go looking
-//! for components it has no use for.
+//! for components it has no use for, and so is every MCA parameter the agents would refuse
+//! ([`crate::protocol::params`]: PRRTE forwards all of prte's command-line and environment MCA
+//! settings; those the list leaves out concern prte itself, and every pod's prted has the pod
+//! template's environment anyway).
+
+use crate::protocol::params::{forwardable, Origin, Project};
 
 /// MCA flags that take `key value`.
 const MCA_FLAGS: [&str; 4] = ["--prtemca", "-prtemca", "--pmixmca", "-pmixmca"];
 
 fn ours(key: &str) -> bool {
     key == "ras" || key == "plm" || key.starts_with("ras_k8s_") || key.starts_with("plm_k8s_")
+}
+
+/// Whether the agents take `--<flag> key value` from the k8s PLM (values they would refuse
+/// are left for them to refuse, naming the problem).
+fn agents_take(flag: &str, key: &str) -> bool {
+    let project = if flag.ends_with("pmixmca") {
+        Project::Pmix
+    } else {
+        Project::Prte
+    };
+    crate::protocol::params::lookup(project, key).is_some_and(|p| p.from(Origin::Launch))
 }
 
 /// The argument template for the agents and the index of the vpid in it.
@@ -27,7 +43,7 @@ pub fn agent_template(argv: &[String], vpid_index: usize) -> Option<(Vec<String>
         let a = &argv[i];
         if MCA_FLAGS.contains(&a.as_str())
             && i + 2 < argv.len()
-            && ours(&argv[i + 1])
+            && (ours(&argv[i + 1]) || !agents_take(a, &argv[i + 1]))
             && vpid_index != i + 2
         {
             i += 3;
@@ -73,17 +89,15 @@ impl PrtedTemplate {
     }
 }
 
-/// Environment forwarded with a launch: the MCA settings of prte's own environment, less our
-/// own selections. (PRRTE also passes them on the command line; the agent accepts only
-/// `PRTE_*`, `PMIX_*` and `OMPI_*` names.)
+/// Environment forwarded with a launch: the MCA settings of prte's own environment that the
+/// agents take there, less our own selections. (PRRTE also passes them on the command line.)
 pub fn forwarded_env(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = vars
-        .filter(|(k, _)| {
-            let key = k
-                .strip_prefix("PRTE_MCA_")
-                .or_else(|| k.strip_prefix("PMIX_MCA_"))
-                .or_else(|| k.strip_prefix("OMPI_MCA_"));
-            matches!(key, Some(key) if !ours(key))
+        .filter(|(k, v)| {
+            [Project::Prte, Project::Pmix, Project::Ompi]
+                .into_iter()
+                .find_map(|p| Some((p, k.strip_prefix(p.env_prefix())?)))
+                .is_some_and(|(p, key)| !ours(key) && forwardable(p, key, v, Origin::Launch, true))
         })
         .collect();
     out.sort();

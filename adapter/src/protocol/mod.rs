@@ -92,6 +92,7 @@ pub mod exec;
 mod frame;
 mod handshake;
 mod messages;
+pub mod params;
 mod secret;
 mod session;
 mod signal;

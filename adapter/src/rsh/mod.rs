@@ -39,7 +39,7 @@ pub const EXIT_FAILURE: i32 = 255;
 /// ssh options that take an argument.
 const SSH_OPTS_WITH_ARG: &str = "BbcDEeFIiJLlmOoPpQRSWw";
 /// ssh options without one.
-const SSH_FLAGS: &str = "1246AaCfGgKkMNnqsTtVvXxYy";
+pub const SSH_FLAGS: &str = "1246AaCfGgKkMNnqsTtVvXxYy";
 
 /// The parsed command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
