@@ -10,9 +10,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use agent_support::{alive, all_gone, wait_for, AgentProc, TestDir, WAIT};
+use agent_support::{alive, all_gone, wait_for, AgentProc, RawClient, TestDir, STEP, WAIT};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use prrte_k8s::protocol::{exec::encode_data, send_frame, Reply, Request};
 
 const RSH: &str = env!("CARGO_BIN_EXE_prrte-k8s-rsh");
 
@@ -28,6 +29,10 @@ esac
 "#;
 
 fn setup(allow: bool) -> (TestDir, AgentProc, String) {
+    setup_with(allow, &[])
+}
+
+fn setup_with(allow: bool, more: &[&str]) -> (TestDir, AgentProc, String) {
     let td = TestDir::new();
     let prog = td.path("prog");
     std::fs::write(
@@ -37,11 +42,12 @@ fn setup(allow: bool) -> (TestDir, AgentProc, String) {
     .unwrap();
     std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
     let prog = prog.display().to_string();
-    let extra: Vec<&str> = if allow {
+    let mut extra: Vec<&str> = if allow {
         vec!["--exec-allow", prog.as_str()]
     } else {
         vec![]
     };
+    extra.extend(more);
     let agent = AgentProc::spawn(&td, &extra);
     (td, agent, prog)
 }
@@ -206,4 +212,83 @@ fn killing_the_client_kills_the_remote_process_group() {
         .any(|l| l.contains("the client went away"))
         .then_some(()))
     .is_some());
+}
+
+/// Starts `prog --wait` (which never reads its stdin) through a raw exec request with stdin.
+async fn exec_waiting(agent: &AgentProc, td: &TestDir, prog: &str) -> RawClient {
+    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+        .await
+        .unwrap();
+    let reply = c
+        .request(&Request::Exec {
+            argv: vec![prog.into(), "--wait".into()],
+            env: vec![],
+            cwd: None,
+            stdin: true,
+        })
+        .await;
+    assert!(matches!(reply, Reply::Started { .. }), "{reply:?}");
+    c
+}
+
+/// A client pushes 100 × 32 KiB of stdin to a program that never reads it, then goes away: its
+/// program is stopped within the kill grace (1 s here) all the same, and its --max-exec place
+/// is free again. (Before, the connection's loop waited on the full stdin queue, saw neither
+/// the end of the connection nor a kill, and the program ran on holding its place.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_floods_stdin_and_goes_away_takes_its_program_along() {
+    let (td, agent, prog) = setup_with(true, &["--max-exec", "1"]);
+    let mut c = exec_waiting(&agent, &td, &prog).await;
+    let (prog_pid, sleep_pid) = (td.wait_pid("prog.pid"), td.wait_pid("sleep.pid"));
+    let chunk = encode_data(&[b'x'; 32 * 1024]);
+    let push = async {
+        for _ in 0..100 {
+            let frame = c.session.seal(&Request::Stdin {
+                data: chunk.clone(),
+            });
+            if send_frame(&mut c.conn, frame, STEP).await.is_err() {
+                break;
+            }
+        }
+    };
+    // The agent may end the exec (stdin overrun) before the last frame: sends may fail then.
+    let _ = tokio::time::timeout(Duration::from_secs(10), push).await;
+    let gone_at = std::time::Instant::now();
+    drop(c);
+    assert!(
+        all_gone(&[prog_pid, sleep_pid], Duration::from_secs(4)),
+        "the program outlived its client by {:?}",
+        gone_at.elapsed()
+    );
+    // Its place is free: the next exec starts.
+    std::fs::remove_file(td.path("sleep.pid")).unwrap();
+    let c = exec_waiting(&agent, &td, &prog).await;
+    let next = td.wait_pid("sleep.pid");
+    drop(c);
+    assert!(all_gone(&[next], WAIT));
+}
+
+/// A program that does not read stdin while its client sends a little: the client's `kill`
+/// still gets through at once.
+#[tokio::test]
+async fn kill_gets_through_while_stdin_waits() {
+    let (td, agent, prog) = setup(true);
+    let mut c = exec_waiting(&agent, &td, &prog).await;
+    let sleep_pid = td.wait_pid("sleep.pid");
+    let chunk = encode_data(&[b'y'; 32 * 1024]);
+    for _ in 0..8 {
+        c.send(&Request::Stdin {
+            data: chunk.clone(),
+        })
+        .await;
+    }
+    c.send(&Request::Kill { grace_ms: None }).await;
+    let reply = loop {
+        match c.recv(STEP).await.unwrap() {
+            Reply::Output { .. } => continue,
+            other => break other,
+        }
+    };
+    assert!(matches!(reply, Reply::Exited { .. }), "{reply:?}");
+    assert!(!alive(sleep_pid) || all_gone(&[sleep_pid], WAIT));
 }

@@ -1,9 +1,16 @@
 //! Running one exec request on its connection: start the program, stream its output, forward
 //! stdin and signals, report its exit, and stop its whole process group and cgroup when the
 //! client goes away.
+//!
+//! The connection's loop never waits for the program: stdin is queued for a writer task (at
+//! most [`STDIN_BUDGET`] bytes the program has not read yet; a client that sends more is told
+//! so and its program is stopped), and every send to the client gives way to the agent's
+//! shutdown. So the loop always sees the client's `kill`, its signals and the end of its
+//! connection, and a program whose client went away is stopped within the kill grace.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
@@ -26,6 +33,8 @@ use crate::protocol::{
 /// pipes), before the rest of its group is stopped.
 const DRAIN: Duration = Duration::from_secs(2);
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most stdin bytes held for a program that has not read them yet.
+pub const STDIN_BUDGET: usize = 1 << 20;
 
 /// Why an exec connection ended.
 enum End {
@@ -184,25 +193,31 @@ pub(crate) async fn serve(
     }
 }
 
-/// The program's stdin, written by its own task so that a program that does not read cannot
-/// stall the connection's loop.
+/// The program's stdin: a writer task and what is queued for it.
 struct Stdin {
-    tx: Option<mpsc::Sender<Vec<u8>>>,
+    tx: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    queued: Arc<AtomicUsize>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Stdin {
+    /// A writer for the program's stdin pipe, if it has one.
     fn start(pipe: Option<tokio::process::ChildStdin>) -> Stdin {
+        let queued = Arc::new(AtomicUsize::new(0));
         let Some(mut w) = pipe else {
             return Stdin {
                 tx: None,
+                queued,
                 task: None,
             };
         };
-        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
+        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let q = queued.clone();
         let task = tokio::spawn(async move {
             while let Some(chunk) = rx.recv().await {
-                if w.write_all(&chunk).await.is_err() {
+                let ok = w.write_all(&chunk).await.is_ok();
+                q.fetch_sub(chunk.len(), Ordering::SeqCst);
+                if !ok {
                     break;
                 }
             }
@@ -210,16 +225,33 @@ impl Stdin {
         });
         Stdin {
             tx: Some(tx),
+            queued,
             task: Some(task),
         }
     }
 
-    async fn push(&mut self, bytes: Vec<u8>) {
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(bytes).await;
+    /// Queues `bytes`; `Err` with the amount waiting when the program has not read enough of
+    /// what came before. Bytes for a program that closed its stdin are dropped, as a pipe
+    /// would.
+    fn push(&mut self, bytes: Vec<u8>) -> Result<(), usize> {
+        let Some(tx) = &self.tx else {
+            return Ok(());
+        };
+        if tx.is_closed() {
+            return Ok(());
         }
+        let waiting = self.queued.load(Ordering::SeqCst);
+        if waiting + bytes.len() > STDIN_BUDGET {
+            return Err(waiting + bytes.len());
+        }
+        self.queued.fetch_add(bytes.len(), Ordering::SeqCst);
+        if tx.send(bytes).is_err() {
+            self.queued.store(0, Ordering::SeqCst);
+        }
+        Ok(())
     }
 
+    /// The client's end of stdin: the writer closes the pipe once the queue is written.
     fn close(&mut self) {
         self.tx = None;
     }
@@ -320,10 +352,17 @@ async fn on_frame(
     };
     let reply = match decode_request(body.as_bytes()) {
         Ok(Request::Stdin { data }) => {
-            return match decode_data(&data) {
-                Ok(bytes) => {
-                    stdin.push(bytes).await;
-                    None
+            let pushed = decode_data(&data).map(|bytes| stdin.push(bytes));
+            return match pushed {
+                Ok(Ok(())) => None,
+                Ok(Err(waiting)) => {
+                    let reason = format!(
+                        "the program has not read its standard input: {waiting} bytes would \
+                         be waiting, at most {STDIN_BUDGET} are held for it; the program is \
+                         stopped (send stdin only to a program that reads it, or use `-n`)"
+                    );
+                    warn!(%peer, pid, waiting, "exec: stdin overrun; stopping the program");
+                    Some(error_and_end(client, reason).await)
                 }
                 Err(e) => Some(error_and_end(client, format!("stdin: {e}")).await),
             };
