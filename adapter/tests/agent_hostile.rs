@@ -373,7 +373,7 @@ async fn simultaneous_launches_start_one_prted() {
     }
     assert_eq!(started.len(), 1, "{started:?}");
     assert_eq!(refused, 7);
-    assert_eq!(td.launches(), 1);
+    assert_eq!(td.wait_launches(1), 1);
     drop(keep);
     assert_idle(agent.addr, &td.secret).await;
 }

@@ -434,7 +434,7 @@ async fn second_launch_while_one_runs_is_refused() {
         }
         other => panic!("unexpected {other:?}"),
     }
-    assert_eq!(td.launches(), 1);
+    assert_eq!(td.wait_launches(1), 1);
 
     // kill: TERM to the group, then `exited` once everything is gone.
     let child = td.wait_pid("child.pid");

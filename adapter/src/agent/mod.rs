@@ -1,9 +1,10 @@
 //! `prrte-k8s-agent`: runs in every pod and starts PRRTE's prted when an authenticated launcher
 //! asks it to (see [`crate::protocol`] for the wire protocol).
 //!
-//! * Only the configured prted executable is ever started, with `argv[1..]` and extra
-//!   `PRTE_*`/`PMIX_*`/`OMPI_*` variables from the request, in its own process group, with
-//!   stdin from `/dev/null` and stdout/stderr shared with the agent (raw, unprefixed).
+//! * Only the configured prted executable is ever started, with the request's arguments and
+//!   MCA variables as [`launch_policy`] admits them (what PRRTE's k8s PLM sends, the HNP pinned
+//!   to the launcher's address), in its own process group, with stdin from `/dev/null` and
+//!   stdout/stderr shared with the agent (raw, unprefixed).
 //! * prted's environment is a minimal base, not the agent's whole environment: `PATH` (the
 //!   agent's, or a standard default), `HOME` (the agent's, or `/`), `HOSTNAME` (the agent's, or
 //!   the host name), `TMPDIR` (`--tmpdir`), `LANG`, `LC_ALL`, `TZ`, `USER` and

@@ -123,6 +123,14 @@ impl TestDir {
             .unwrap_or(0)
     }
 
+    /// The number of starts once at least `n` are recorded (bounded by [`WAIT`]): a launch is
+    /// answered `started` before the fake prted has run its first line.
+    pub fn wait_launches(&self, n: usize) -> usize {
+        wait_for(WAIT, || (self.launches() >= n).then_some(()))
+            .unwrap_or_else(|| panic!("{n} launches never recorded ({} so far)", self.launches()));
+        self.launches()
+    }
+
     /// Waits for the fake prted to record `name` (a pid file) and returns the pid. A file
     /// read while its writer is still at it (created, not yet written) counts only once it
     /// holds a whole line with a pid.
