@@ -35,7 +35,7 @@ pub(super) fn header(a: &JobPlan, argv_text: &str, key: Option<&str>) -> String 
             .map(|n| format!(" -n {n}"))
             .unwrap_or_default();
         text.push_str(&format!(
-            "# Create the per-job Secret first:\n#   kubectl create secret generic {}{ns} --from-literal=key=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \\n')\n",
+            "# Create the per-job Secret first, from a file (never --from-literal: the key would stay in the shell's history):\n#   (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > key)\n#   kubectl create secret generic {}{ns} --from-file=key=key && rm key\n",
             names(a).secret
         ));
     }

@@ -39,6 +39,9 @@ pub const RUN_DIR: &str = parent(agent::DVM_URI_FILE.default);
 pub const TMP_DIR: &str = "/tmp";
 /// Open MPI's shared memory.
 pub const SHM_DIR: &str = "/dev/shm";
+/// Where in-cluster clients (discovery, kube-rs) find the service account's token, the
+/// cluster's CA and the namespace.
+pub const API_ACCESS_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// What one of the pod's own volumes holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +52,9 @@ pub enum Source {
     Disk,
     /// An emptyDir in memory.
     Memory,
+    /// The service account's token, the cluster's CA and the namespace (a projected volume,
+    /// mounted read-only into the agent's container alone).
+    ApiAccess,
 }
 
 /// One volume every pod gets, and where the agent's container mounts it.
@@ -63,7 +69,7 @@ pub struct OwnVolume {
 }
 
 /// The volumes of every pod, in the order they are rendered.
-pub const OWN_VOLUMES: [OwnVolume; 4] = [
+pub const OWN_VOLUMES: [OwnVolume; 5] = [
     OwnVolume {
         name: "secret",
         source: Source::Secret,
@@ -87,6 +93,12 @@ pub const OWN_VOLUMES: [OwnVolume; 4] = [
         source: Source::Memory,
         path: SHM_DIR,
         replaceable: true,
+    },
+    OwnVolume {
+        name: "kube-api-access",
+        source: Source::ApiAccess,
+        path: API_ACCESS_DIR,
+        replaceable: false,
     },
 ];
 

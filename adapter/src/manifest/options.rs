@@ -162,6 +162,11 @@ pub struct ManifestArgs {
     /// Print only these parts (comma-separated) [default: all]
     #[arg(long, value_enum, value_delimiter = ',')]
     pub only: Vec<Part>,
+    /// Address range of the Kubernetes API server's endpoints (CIDR, repeatable), the only
+    /// one besides the job's pods and the cluster DNS the pods may connect to [default: any
+    /// address but link-local ones (cloud metadata), on ports 443 and 6443]
+    #[arg(long, value_name = "CIDR")]
+    pub api_server_cidr: Vec<ipnet::IpNet>,
     /// Leave out the Secret (create it yourself; the header says how)
     #[arg(long)]
     pub no_secret: bool,
@@ -230,6 +235,7 @@ impl ManifestArgs {
             suspend: false,
             managed_by: None,
             origin: Vec::new(),
+            api_server: self.api_server_cidr.clone(),
             pod: PodPlan {
                 labels: Map::new(),
                 annotations: Map::new(),

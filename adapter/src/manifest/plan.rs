@@ -73,6 +73,9 @@ pub struct JobPlan {
     pub managed_by: Option<String>,
     /// Header lines saying what the job was made from.
     pub origin: Vec<String>,
+    /// Where the pods may reach the Kubernetes API (the NetworkPolicy's egress); empty: any
+    /// address but link-local ones, on the API server's usual ports.
+    pub api_server: Vec<ipnet::IpNet>,
     pub pod: PodPlan,
 }
 

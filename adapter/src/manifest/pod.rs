@@ -10,7 +10,7 @@ use super::layout::{
     OwnVolume, Source, AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, CONTAINER, HEALTH_PORT, OOB_PORT,
     OWN_VOLUMES, TMP_DIR, TOOL_PORT,
 };
-use super::meta::{job_label, names, own_labels};
+use super::meta::{job_label, names, own_labels, workload_label};
 use super::options::Kind;
 use super::plan::{JobPlan, Launch};
 use crate::settings::{agent, Setting};
@@ -125,7 +125,7 @@ fn own_volumes(a: &JobPlan) -> impl Iterator<Item = &'static OwnVolume> + '_ {
 /// The container's mount of one of the pod's own volumes (the Secret read-only).
 fn mount(v: &OwnVolume) -> Value {
     let mut m = json!({"name": v.name, "mountPath": v.path});
-    if v.source == Source::Secret {
+    if matches!(v.source, Source::Secret | Source::ApiAccess) {
         m["readOnly"] = json!(true);
     }
     m
@@ -139,6 +139,13 @@ fn volume(v: &OwnVolume, secret: &str) -> Value {
         }
         Source::Disk => json!({"name": v.name, "emptyDir": {}}),
         Source::Memory => json!({"name": v.name, "emptyDir": {"medium": "Memory"}}),
+        // What the kubelet mounts into every container when the token is automounted, here
+        // for the agent's container alone.
+        Source::ApiAccess => json!({"name": v.name, "projected": {"sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+        ]}}),
     }
 }
 
@@ -177,6 +184,9 @@ pub(super) fn pod_template(a: &JobPlan, batch: bool) -> Value {
     if let Value::Object(own) = own_labels(a) {
         labels.extend(own);
     }
+    if let Some((wk, wv)) = workload_label(a) {
+        labels.insert(wk.to_string(), json!(wv));
+    }
     labels.insert(lk.to_string(), json!(lv));
     let mut pod_meta = json!({"labels": labels});
     let mut annotations = a.pod.annotations.clone();
@@ -206,8 +216,10 @@ pub(super) fn pod_template(a: &JobPlan, batch: bool) -> Value {
     let own = json!({
         "serviceAccountName": n.sa,
         // The pod with index 0 runs the allocation (ras k8s reads the API); the pods share one
-        // template, so each gets the token of a Role that only reads.
-        "automountServiceAccountToken": true,
+        // template, so each gets the token of a Role that only reads, in the agent's container
+        // alone (the `kube-api-access` volume): not in the runtime's or the plan's init
+        // containers, nor in sidecars.
+        "automountServiceAccountToken": false,
         "containers": [container(a, batch)],
         "volumes": volumes,
     });

@@ -46,6 +46,7 @@ pub fn prepare(
         pull_policy: a.image_pull_policy.clone(),
         env: a.env.clone(),
         only: a.only.clone(),
+        api_server: a.api_server_cidr.clone(),
     };
     from_mpijob(&text, &overrides).map_err(fail)
 }
