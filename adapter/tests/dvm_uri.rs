@@ -27,6 +27,7 @@ fn opts(secret: &[u8]) -> LaunchOptions {
         connect_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(10),
         kill_grace: Duration::from_secs(2),
+        heartbeat: Default::default(),
     }
 }
 

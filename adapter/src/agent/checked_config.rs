@@ -35,11 +35,12 @@ pub struct AgentConfig {
     pub batch: Option<BatchConfig>,
     /// Whether launches get a cgroup of their own where possible (`--cgroup auto`).
     pub cgroup: bool,
-    /// Caps on unauthenticated connections.
+    /// Caps on unauthenticated connections, and how long a launcher may stay silent.
     pub limits: ConnLimits,
 }
 
-/// Caps on connections that have not authenticated yet (see [`super::limits`]).
+/// Caps on connections that have not authenticated yet (see [`super::limits`]), and the
+/// silence allowed to a launcher that sends heartbeats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnLimits {
     /// Unauthenticated launch connections at once (the oldest is dropped beyond).
@@ -48,6 +49,9 @@ pub struct ConnLimits {
     pub max_pending_per_peer: usize,
     /// The whole handshake must complete within this time.
     pub handshake_timeout: Duration,
+    /// How long a launch connection whose launcher sends heartbeats may stay silent while its
+    /// prted runs; `None`: forever.
+    pub heartbeat_timeout: Option<Duration>,
 }
 
 impl Default for ConnLimits {
@@ -56,6 +60,9 @@ impl Default for ConnLimits {
             max_pending: super::limits::DEFAULT_MAX_PENDING,
             max_pending_per_peer: super::limits::DEFAULT_MAX_PENDING_PER_PEER,
             handshake_timeout: Duration::from_secs(DEFAULT_HANDSHAKE_TIMEOUT_SECS),
+            heartbeat_timeout: Some(Duration::from_secs(
+                crate::settings::agent::HEARTBEAT_TIMEOUT.default_u64(),
+            )),
         }
     }
 }
@@ -238,6 +245,8 @@ impl AgentConfig {
                 max_pending: args.max_pending.max(1),
                 max_pending_per_peer: args.max_pending_per_peer.max(1),
                 handshake_timeout: Duration::from_secs(args.handshake_timeout.max(1)),
+                heartbeat_timeout: (args.heartbeat_timeout > 0)
+                    .then(|| Duration::from_secs(args.heartbeat_timeout)),
             },
         })
     }

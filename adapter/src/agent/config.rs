@@ -153,6 +153,9 @@ pub struct AgentArgs {
     #[arg(long, setting = &agent::HANDSHAKE_TIMEOUT)]
     pub handshake_timeout: u64,
 
+    #[arg(long, setting = &agent::HEARTBEAT_TIMEOUT)]
+    pub heartbeat_timeout: u64,
+
     #[command(flatten)]
     pub exec: super::exec::ExecArgs,
 

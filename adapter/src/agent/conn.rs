@@ -160,6 +160,8 @@ struct Conn {
     peer: SocketAddr,
     id: u64,
     job: Option<ActiveJob>,
+    /// Set by the first `ping`: the launcher sends heartbeats, so its silence means it is gone.
+    heartbeats: bool,
 }
 
 impl Conn {
@@ -238,7 +240,12 @@ impl Conn {
             }
             Request::Launch { argv, env, dvm_uri } => self.launch(argv, env, dvm_uri),
             Request::Kill { grace_ms } => self.kill(grace_ms).await,
-            Request::Ping {} => (Reply::Pong {}, "pong".to_owned()),
+            Request::Ping {} => {
+                // Heartbeats come every few seconds: not worth a log line each.
+                self.heartbeats = true;
+                debug!(peer = %self.peer, "ping");
+                return self.send_or_close(&Reply::Pong {}).await;
+            }
             Request::Attach {} => self
                 .shared
                 .batch
@@ -304,14 +311,33 @@ impl Conn {
     async fn serve(&mut self, stop: &CancellationToken) -> Ended {
         let peer = self.peer;
         let grace = self.shared.config.kill_grace;
+        let silence = self.shared.config.limits.heartbeat_timeout;
+        let mut heard = tokio::time::Instant::now();
         loop {
+            // Watched only while this connection's prted runs and its launcher sends heartbeats.
+            let watch = silence.filter(|_| self.heartbeats && self.job.is_some());
+            let deadline = heard + watch.unwrap_or(Duration::from_secs(3600));
             tokio::select! {
+                _ = tokio::time::sleep_until(deadline), if watch.is_some() => {
+                    let reason = format!(
+                        "the launcher was silent for {:.1} s (heartbeats stopped; --heartbeat-timeout): its pod is cut off or gone",
+                        heard.elapsed().as_secs_f64()
+                    );
+                    warn!(%peer, %reason, "stopping prted");
+                    if let Some((pid, status)) = self.stop_job(grace).await {
+                        let _ = self.reply(&exited_reply(pid, status)).await;
+                    }
+                    return Ended::Closed(reason);
+                }
                 frame = recv_frame(&mut self.conn, None) => match frame {
-                    Ok(bytes) => match self.handle_frame(&bytes).await {
-                        Next::Continue => {}
-                        Next::Close(reason) => return Ended::Closed(reason),
-                        Next::Exec(req) => return Ended::Exec(req),
-                    },
+                    Ok(bytes) => {
+                        heard = tokio::time::Instant::now();
+                        match self.handle_frame(&bytes).await {
+                            Next::Continue => {}
+                            Next::Close(reason) => return Ended::Closed(reason),
+                            Next::Exec(req) => return Ended::Exec(req),
+                        }
+                    }
                     Err(ProtocolError::Closed) => return Ended::Closed("closed by the launcher".to_owned()),
                     Err(e @ (ProtocolError::FrameTooLarge { .. } | ProtocolError::Malformed(_))) => {
                         let reason = describe_bad_frame(&e);
@@ -466,6 +492,7 @@ pub(super) async fn handle_connection(
         peer,
         id,
         job: None,
+        heartbeats: false,
     };
 
     let reason = match c.serve(&stop).await {

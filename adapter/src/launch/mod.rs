@@ -44,7 +44,7 @@ pub mod targets;
 pub use connect::ping_agent;
 pub(crate) use connect::{agent_name, connect_authenticated, recv_reply, send_request};
 pub use event::{ExitDesc, LaunchEvent};
-pub use request::{LaunchOptions, LaunchRequest, LaunchTarget};
+pub use request::{Heartbeat, LaunchOptions, LaunchRequest, LaunchTarget};
 
 type Sink = Box<dyn Fn(LaunchEvent) + Send + Sync>;
 
@@ -323,11 +323,38 @@ async fn supervise(
     control: &Control,
 ) -> ExitDesc {
     let mut kill_sent = false;
+    // Heartbeats: a ping every interval; any frame from the agent counts as a sign of life.
+    let limit = opts.heartbeat.silence_limit();
+    let period = if opts.heartbeat.interval.is_zero() {
+        Duration::from_secs(3600)
+    } else {
+        opts.heartbeat.interval
+    };
+    // The first at once: it tells the agent that this launcher sends heartbeats.
+    let mut beat = tokio::time::interval(period);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut heard = tokio::time::Instant::now();
     loop {
         tokio::select! {
             biased;
             _ = control.closing.cancelled() => return closed_by_launcher(),
+            _ = beat.tick(), if limit.is_some() => {
+                let silent = heard.elapsed();
+                if limit.is_some_and(|l| silent > l) {
+                    return ExitDesc::ConnectionLost(format!(
+                        "the agent was silent for {:.1} s ({} heartbeats {} s apart unanswered, plm_k8s_heartbeat_interval/plm_k8s_heartbeat_misses): its pod is cut off from the network, stopped or stalled",
+                        silent.as_secs_f64(),
+                        opts.heartbeat.misses,
+                        opts.heartbeat.interval.as_secs_f64()
+                    ));
+                }
+                let ping = session.seal(&Request::Ping {});
+                if let Err(e) = send_frame(conn, ping, period).await {
+                    return ExitDesc::ConnectionLost(format!("cannot send a heartbeat: {e}"));
+                }
+            }
             frame = recv_frame(conn, None) => {
+                heard = tokio::time::Instant::now();
                 let frame = match frame {
                     Ok(f) => f,
                     Err(ProtocolError::Closed) => {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::request::LaunchOptions;
+use super::request::{Heartbeat, LaunchOptions};
 use crate::protocol;
 use crate::settings::mca;
 
@@ -50,6 +50,10 @@ pub fn check(
             connect_timeout: checked.connect_timeout,
             request_timeout: checked.launch_timeout,
             kill_grace: KILL_GRACE,
+            heartbeat: Heartbeat {
+                interval: checked.heartbeat_interval,
+                misses: checked.heartbeat_misses,
+            },
         },
         startup_timeout: checked.launch_timeout,
     })
@@ -79,6 +83,8 @@ mod tests {
             agent_port: 7117,
             launch_timeout: 60,
             connect_timeout: 10,
+            heartbeat_interval: 2,
+            heartbeat_misses: 4,
             insecure: false,
             priority: 0,
         }
@@ -101,6 +107,11 @@ mod tests {
         assert_eq!(r.options.connect_timeout, Duration::from_secs(10));
         assert_eq!(r.options.request_timeout, Duration::from_secs(60));
         assert_eq!(r.options.kill_grace, KILL_GRACE);
+        assert_eq!(
+            r.options.heartbeat.silence_limit(),
+            Some(Duration::from_secs(8)),
+            "a cut-off pod is noticed within 10 s"
+        );
         assert_eq!(r.startup_timeout, Duration::from_secs(60));
     }
 

@@ -63,7 +63,8 @@
 //! * `{"v":1,"type":"kill","grace_ms":2000}` — terminate the running prted: SIGTERM to its whole
 //!   process group, SIGKILL after the grace period (the smaller of `grace_ms`, if given, and the
 //!   agent's `--kill-grace`), then `exited`.
-//! * `{"v":1,"type":"ping"}` → `pong`; `{"v":1,"type":"status"}` → `status`.
+//! * `{"v":1,"type":"ping"}` → `pong`; `{"v":1,"type":"status"}` → `status`. The launcher also
+//!   sends `ping` as a heartbeat while its prted runs (see Supervision).
 //! * Batch mode only (agents started with `--run`): `{"v":1,"type":"attach"}` → `ack`, sent by
 //!   the agent that runs the job's command to every other pod's agent, on a connection it keeps
 //!   open for the whole run; then `{"v":1,"type":"finish","code":N}` → `ack` on that connection
@@ -87,7 +88,10 @@
 //!
 //! The connection that launched prted controls it: when that connection ends (EOF, reset, a
 //! protocol error, TCP keepalive failure), the agent kills prted's process group exactly as for
-//! `kill`. The agent runs one prted at a time.
+//! `kill`; so it does when a launcher that sent a `ping` on the connection has been silent for
+//! the agent's `--heartbeat-timeout` (the launcher pings every `plm_k8s_heartbeat_interval`
+//! and takes an agent silent for `plm_k8s_heartbeat_misses` intervals for lost). The agent
+//! runs one prted at a time.
 
 mod auth;
 pub mod exec;

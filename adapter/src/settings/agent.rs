@@ -238,6 +238,16 @@ pub const HANDSHAKE_TIMEOUT: Setting = Setting {
     ..Setting::NONE
 };
 
+pub const HEARTBEAT_TIMEOUT: Setting = Setting {
+    env: &["PRRTE_K8S_AGENT_HEARTBEAT_TIMEOUT"],
+    flag: "heartbeat-timeout",
+    value_name: "SECS",
+    default: "10",
+    help: "Seconds a launcher that sends heartbeats may stay silent before the agent stops the prted it launched (0 = never; launchers without heartbeats are not watched)",
+    kind: Kind::Int { min: 0, max: 3600 },
+    ..Setting::NONE
+};
+
 pub const EXEC_ALLOW: Setting = Setting {
     env: &["PRRTE_K8S_EXEC_ALLOW"],
     flag: "exec-allow",
@@ -305,6 +315,7 @@ pub const ALL: &[&Setting] = &[
     &MAX_PENDING,
     &MAX_PENDING_PER_PEER,
     &HANDSHAKE_TIMEOUT,
+    &HEARTBEAT_TIMEOUT,
     &EXEC_ALLOW,
     &EXEC_DIR,
     &MAX_EXEC,
