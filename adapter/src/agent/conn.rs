@@ -318,17 +318,7 @@ impl Conn {
             let watch = silence.filter(|_| self.heartbeats && self.job.is_some());
             let deadline = heard + watch.unwrap_or(Duration::from_secs(3600));
             tokio::select! {
-                _ = tokio::time::sleep_until(deadline), if watch.is_some() => {
-                    let reason = format!(
-                        "the launcher was silent for {:.1} s (heartbeats stopped; --heartbeat-timeout): its pod is cut off or gone",
-                        heard.elapsed().as_secs_f64()
-                    );
-                    warn!(%peer, %reason, "stopping prted");
-                    if let Some((pid, status)) = self.stop_job(grace).await {
-                        let _ = self.reply(&exited_reply(pid, status)).await;
-                    }
-                    return Ended::Closed(reason);
-                }
+                biased;
                 frame = recv_frame(&mut self.conn, None) => match frame {
                     Ok(bytes) => {
                         heard = tokio::time::Instant::now();
@@ -361,6 +351,18 @@ impl Conn {
                     }
                     let _ = self.reply(&Reply::Error { reason: "the agent is shutting down".into() }).await;
                     return Ended::Closed("agent shutting down".to_owned());
+                }
+                // Last: a frame that arrived during a stall counts before the silence.
+                _ = tokio::time::sleep_until(deadline), if watch.is_some() => {
+                    let reason = format!(
+                        "the launcher was silent for {:.1} s (heartbeats stopped; --heartbeat-timeout): its pod is cut off or gone",
+                        heard.elapsed().as_secs_f64()
+                    );
+                    warn!(%peer, %reason, "stopping prted");
+                    if let Some((pid, status)) = self.stop_job(grace).await {
+                        let _ = self.reply(&exited_reply(pid, status)).await;
+                    }
+                    return Ended::Closed(reason);
                 }
             }
         }

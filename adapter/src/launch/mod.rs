@@ -338,21 +338,6 @@ async fn supervise(
         tokio::select! {
             biased;
             _ = control.closing.cancelled() => return closed_by_launcher(),
-            _ = beat.tick(), if limit.is_some() => {
-                let silent = heard.elapsed();
-                if limit.is_some_and(|l| silent > l) {
-                    return ExitDesc::ConnectionLost(format!(
-                        "the agent was silent for {:.1} s ({} heartbeats {} s apart unanswered, plm_k8s_heartbeat_interval/plm_k8s_heartbeat_misses): its pod is cut off from the network, stopped or stalled",
-                        silent.as_secs_f64(),
-                        opts.heartbeat.misses,
-                        opts.heartbeat.interval.as_secs_f64()
-                    ));
-                }
-                let ping = session.seal(&Request::Ping {});
-                if let Err(e) = send_frame(conn, ping, period).await {
-                    return ExitDesc::ConnectionLost(format!("cannot send a heartbeat: {e}"));
-                }
-            }
             frame = recv_frame(conn, None) => {
                 heard = tokio::time::Instant::now();
                 let frame = match frame {
@@ -379,6 +364,22 @@ async fn supervise(
                     }
                     Ok(_) => continue,
                     Err(e) => return ExitDesc::ConnectionLost(format!("protocol error: {e}")),
+                }
+            }
+            // After the frames: data that arrived during a stall counts before the silence.
+            _ = beat.tick(), if limit.is_some() => {
+                let silent = heard.elapsed();
+                if limit.is_some_and(|l| silent > l) {
+                    return ExitDesc::ConnectionLost(format!(
+                        "the agent was silent for {:.1} s ({} heartbeats {} s apart unanswered, plm_k8s_heartbeat_interval/plm_k8s_heartbeat_misses): its pod is cut off from the network, stopped or stalled",
+                        silent.as_secs_f64(),
+                        opts.heartbeat.misses,
+                        opts.heartbeat.interval.as_secs_f64()
+                    ));
+                }
+                let ping = session.seal(&Request::Ping {});
+                if let Err(e) = send_frame(conn, ping, period).await {
+                    return ExitDesc::ConnectionLost(format!("cannot send a heartbeat: {e}"));
                 }
             }
             _ = control.shutting_down.cancelled(), if !kill_sent => {
