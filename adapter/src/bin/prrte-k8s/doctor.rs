@@ -97,9 +97,10 @@ fn check_in_cluster(r: &mut Report, env: &Environment) {
     } else {
         r.fail(
             &format!("in-cluster config: missing {}", missing.join(", ")),
-            "run inside a pod of the job whose service account token is mounted (set \
-             automountServiceAccountToken: true in the pod template and use the job's \
-             ServiceAccount, as `prrte-k8s manifest` renders them)",
+            "run inside a pod of the job whose service account token is mounted in this \
+             container (a projected serviceAccountToken volume at \
+             /var/run/secrets/kubernetes.io/serviceaccount, as `prrte-k8s manifest` renders \
+             it, or automountServiceAccountToken: true) and use the job's ServiceAccount",
         );
     }
 }
