@@ -59,11 +59,16 @@ pub fn encode_data(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// The `data` of an `output`/`stdin` frame is not base64.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("data is not base64: {0}")]
+pub struct InvalidData(#[source] pub base64::DecodeError);
+
 /// Decodes the `data` of an `output`/`stdin` frame.
-pub fn decode_data(text: &str) -> Result<Vec<u8>, String> {
+pub fn decode_data(text: &str) -> Result<Vec<u8>, InvalidData> {
     base64::engine::general_purpose::STANDARD
         .decode(text)
-        .map_err(|e| format!("data is not base64: {e}"))
+        .map_err(InvalidData)
 }
 
 /// Escapes literal text for a template (every `$` doubled).
@@ -78,11 +83,29 @@ pub fn is_var_name(name: &str) -> bool {
         && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
+/// Why a template cannot be expanded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("contains a NUL byte")]
+    Nul,
+    #[error("unterminated `${{` in {template:?}")]
+    Unterminated { template: String },
+    #[error("`${{{name}}}` is not a variable reference")]
+    NotAVariable { name: String },
+    #[error(
+        "a lone `$` in {template:?}: write `$$` for a literal dollar, `${{NAME}}` for a variable"
+    )]
+    LoneDollar { template: String },
+}
+
 /// Expands a template: `${NAME}` → `lookup(NAME)` (empty if `None`), `$$` → `$`. Any other `$`
 /// is an error (the client must escape literal dollars), as are NUL bytes.
-pub fn expand(template: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+pub fn expand(
+    template: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<String, TemplateError> {
     if template.contains('\0') {
-        return Err("contains a NUL byte".into());
+        return Err(TemplateError::Nul);
     }
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
@@ -94,18 +117,20 @@ pub fn expand(template: &str, lookup: impl Fn(&str) -> Option<String>) -> Result
             rest = r;
         } else if let Some(r) = after.strip_prefix('{') {
             let Some(end) = r.find('}') else {
-                return Err(format!("unterminated `${{` in {template:?}"));
+                return Err(TemplateError::Unterminated {
+                    template: template.into(),
+                });
             };
             let name = &r[..end];
             if !is_var_name(name) {
-                return Err(format!("`${{{name}}}` is not a variable reference"));
+                return Err(TemplateError::NotAVariable { name: name.into() });
             }
             out.push_str(&lookup(name).unwrap_or_default());
             rest = &r[end + 1..];
         } else {
-            return Err(format!(
-                "a lone `$` in {template:?}: write `$$` for a literal dollar, `${{NAME}}` for a variable"
-            ));
+            return Err(TemplateError::LoneDollar {
+                template: template.into(),
+            });
         }
     }
     out.push_str(rest);
@@ -123,8 +148,11 @@ mod tests {
         assert_eq!(expand("${NOPE}y", env).unwrap(), "y");
         assert_eq!(expand("cost $$5", env).unwrap(), "cost $5");
         assert_eq!(expand(&escape("a$b$$c"), env).unwrap(), "a$b$$c");
-        assert!(expand("$LD", env).unwrap_err().contains("lone"));
-        assert!(expand("${LD", env).unwrap_err().contains("unterminated"));
+        assert!(expand("$LD", env).unwrap_err().to_string().contains("lone"));
+        assert!(expand("${LD", env)
+            .unwrap_err()
+            .to_string()
+            .contains("unterminated"));
         assert!(expand("${1x}", env).is_err());
         assert!(expand("a\0", env).is_err());
     }
