@@ -36,6 +36,7 @@ pub use allocation::{build_nodes, Allocation, PodNode};
 pub use error::{DiscoveryError, ErrorKind, PODS_RULE};
 pub use infer::{SelfIdentity, SelfNameSource};
 pub use progress::Progress;
+pub use selector::SelectorError;
 pub use slots::{
     ParseSlotsPolicyError, SlotsPolicy, DEPRECATED_SLOTS_ANNOTATION, SLOTS_ANNOTATION,
 };

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::client::{error_chain, ApiClient};
 use super::error::DiscoveryError;
+use super::selector::SelectorError;
 use crate::settings::mca;
 
 /// What discovery is doing when a call fails, for messages and RBAC rules.
@@ -112,7 +113,7 @@ impl Ctx {
                     },
                     400 if op.selector.is_some() => DiscoveryError::InvalidSelector {
                         selector: op.selector.clone().unwrap_or_default(),
-                        reason: format!("the API server rejected it: {message}"),
+                        reason: SelectorError::Rejected { message },
                     },
                     code => DiscoveryError::Api {
                         url,

@@ -1,5 +1,6 @@
 //! Discovery errors. Each one displays as a paragraph naming the cause and the remedy.
 
+use super::selector::SelectorError;
 use crate::settings::mca;
 
 /// The broad class of a [`DiscoveryError`], for callers that map errors to codes.
@@ -56,7 +57,10 @@ pub enum DiscoveryError {
     #[error(
         "Invalid label selector {selector:?}: {reason}. Set {p_selector} to a valid Kubernetes label selector, for example \"batch.kubernetes.io/job-name=my-job\" or \"app=mpi,role in (launcher,worker)\".", p_selector = mca::SELECTOR.refer()
     )]
-    InvalidSelector { selector: String, reason: String },
+    InvalidSelector {
+        selector: String,
+        reason: SelectorError,
+    },
 
     #[error("{0}.")]
     Setting(Box<crate::settings::SettingError>),
