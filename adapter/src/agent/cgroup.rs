@@ -146,15 +146,31 @@ pub fn cgroup_candidates(
     out
 }
 
+/// Why launches cannot be tracked in cgroups here (the agent then sweeps the process tree).
+#[derive(Debug, thiserror::Error)]
+pub enum NoCgroup {
+    #[error("cannot read {file}: {source}")]
+    Unreadable {
+        file: &'static str,
+        source: std::io::Error,
+    },
+    #[error("no cgroup hierarchy is mounted")]
+    NotMounted,
+    /// Each candidate directory with why a launch cgroup cannot be made there.
+    #[error("{}", .0.join("; "))]
+    NotWritable(Vec<String>),
+}
+
 /// The first candidate where a launch cgroup can be created, entered and removed.
-pub fn find_cgroup_base() -> Result<CgroupBase, String> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
-    let own = std::fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+pub fn find_cgroup_base() -> Result<CgroupBase, NoCgroup> {
+    let read = |file: &'static str| {
+        std::fs::read_to_string(file).map_err(|source| NoCgroup::Unreadable { file, source })
+    };
+    let mountinfo = read("/proc/self/mountinfo")?;
+    let own = read("/proc/self/cgroup")?;
     let candidates = cgroup_candidates(&parse_mountinfo(&mountinfo), &parse_proc_cgroup(&own));
     if candidates.is_empty() {
-        return Err("no cgroup hierarchy is mounted".into());
+        return Err(NoCgroup::NotMounted);
     }
     let mut why = Vec::new();
     for base in candidates {
@@ -170,7 +186,7 @@ pub fn find_cgroup_base() -> Result<CgroupBase, String> {
             Err(e) => why.push(format!("{}: {e}", base.dir.display())),
         }
     }
-    Err(why.join("; "))
+    Err(NoCgroup::NotWritable(why))
 }
 
 /// How old an empty launch cgroup must be before an agent starting up removes it: a cgroup

@@ -5,6 +5,8 @@
 //! our own selections (`ras`, `ras_k8s_*`, `plm_k8s_*`) are removed so prted does not go looking
 //! for components it has no use for.
 
+use super::error::PrtedArgsError;
+
 /// MCA flags that take `key value`.
 const MCA_FLAGS: [&str; 4] = ["--prtemca", "-prtemca", "--pmixmca", "-pmixmca"];
 
@@ -61,10 +63,10 @@ pub struct PrtedTemplate {
 impl PrtedTemplate {
     /// From the full command line PRRTE's helpers built (executable first) and the index of the
     /// vpid placeholder in it (see [`agent_template`]).
-    pub fn from_prrte(argv: &[String], vpid_index: usize) -> Result<PrtedTemplate, String> {
+    pub fn from_prrte(argv: &[String], vpid_index: usize) -> Result<PrtedTemplate, PrtedArgsError> {
         agent_template(argv, vpid_index)
             .map(|(args, vpid_slot)| PrtedTemplate { args, vpid_slot })
-            .ok_or_else(|| "PRRTE's prted command line has no vpid slot".to_string())
+            .ok_or(PrtedArgsError::NoVpidSlot)
     }
 
     /// The arguments of the daemon `vpid`.
@@ -151,7 +153,7 @@ mod tests {
         let t = PrtedTemplate::from_prrte(&argv, 3).unwrap();
         assert_eq!(t.for_vpid(5), s(&["--prtemca", "ess_base_vpid", "5"]));
         assert_eq!(t.for_vpid(12), s(&["--prtemca", "ess_base_vpid", "12"]));
-        let e = PrtedTemplate::from_prrte(&argv, 0).unwrap_err();
+        let e = PrtedTemplate::from_prrte(&argv, 0).unwrap_err().to_string();
         assert!(e.contains("no vpid slot"), "{e}");
     }
 

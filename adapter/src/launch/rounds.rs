@@ -204,7 +204,7 @@ impl Rounds {
         };
         let settings = match settings::check(request.settings, &env) {
             Ok(s) => s,
-            Err(e) => return refused(actions, e),
+            Err(e) => return refused(actions, e.to_string()),
         };
         let dvm_uri = reachable_dvm_uri(request.server_uri);
         if dvm_uri.is_none() {

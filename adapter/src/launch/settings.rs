@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use super::error::SettingsError;
 use super::request::LaunchOptions;
 use crate::protocol;
-use crate::settings::mca;
 
 /// Grace period between SIGTERM and SIGKILL the launcher asks of the agents when it stops its
 /// daemons.
@@ -31,17 +31,18 @@ pub struct RoundSettings {
 pub fn check(
     settings: &PlmSettings,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<RoundSettings, String> {
-    let checked = settings.check(env).map_err(|e| e.to_string())?;
+) -> Result<RoundSettings, SettingsError> {
+    let checked = settings.check(env)?;
     let secret = match &checked.secret_file {
         None => None,
-        Some(file) => Some(protocol::read_secret_file(file).map_err(|e| {
-            format!(
-                "{e} (parameter {} = {})",
-                mca::SECRET_FILE.name(),
-                file.display()
+        Some(file) => {
+            Some(
+                protocol::read_secret_file(file).map_err(|source| SettingsError::Secret {
+                    file: file.clone(),
+                    source,
+                })?,
             )
-        })?),
+        }
     };
     Ok(RoundSettings {
         port: checked.agent_port,
@@ -70,7 +71,7 @@ mod tests {
     use std::path::Path;
 
     fn check(s: &PlmSettings) -> Result<RoundSettings, String> {
-        super::check(s, &|_| None)
+        super::check(s, &|_| None).map_err(|e| e.to_string())
     }
 
     fn settings(secret_file: Option<&Path>) -> PlmSettings {
@@ -165,7 +166,9 @@ mod tests {
             "PRTE_MCA_plm_k8s_agent_port" => Some("9001".to_string()),
             _ => None,
         };
-        let e = super::check(&settings(Some(f.path())), &env).unwrap_err();
+        let e = super::check(&settings(Some(f.path())), &env)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("PRRTE_K8S_AGENT_PORT"), "{e}");
     }
 
