@@ -32,13 +32,13 @@ pub const PRTED: Setting = Setting {
 
 /// The agent's side of `plm_k8s_secret_file`.
 pub const SECRET_FILE: Setting = Setting {
-    help: "File holding the per-job secret shared with the launcher (a mounted Kubernetes Secret; the launcher's plm_k8s_secret_file)",
+    help: "File holding the per-job secret shared with the launcher (a mounted Kubernetes Secret; the launcher's plm_k8s_secret_file): at least 32 bytes, read once at start",
     ..mca::SECRET_FILE
 };
 
 pub const INSECURE_NO_AUTH: Setting = Setting {
     flag: "insecure-no-auth",
-    help: "Serve without authentication when no secret file exists (anyone who can reach the port can then start prted; every connection logs a warning)",
+    help: "Serve without authentication when no secret file exists, for tests only (anyone who can reach the port can then start prted; every connection logs a warning)",
     kind: Kind::Bool,
     ..Setting::NONE
 };
@@ -48,7 +48,7 @@ pub const HEALTH_LISTEN: Setting = Setting {
     flag: "health-listen",
     value_name: "ADDR|off",
     default_doc: "$POD_IP:7118 if POD_IP is set, else 0.0.0.0:7118",
-    help: "HTTP readiness endpoint (GET /healthz answers 200 \"ok\" while serving), or \"off\"",
+    help: "HTTP endpoint for a readinessProbe (GET /healthz answers 200 \"ok\" while serving), or \"off\"",
     ..Setting::NONE
 };
 
@@ -57,7 +57,7 @@ pub const TMPDIR: Setting = Setting {
     flag: "tmpdir",
     value_name: "DIR",
     default_doc: "the agent's own TMPDIR, else /tmp",
-    help: "TMPDIR given to prted",
+    help: "TMPDIR given to prted (where PRRTE and PMIx keep their session directories)",
     kind: Kind::Path,
     ..Setting::NONE
 };
@@ -80,7 +80,7 @@ pub const MAX_FRAME: Setting = Setting {
     flag: "max-frame",
     value_name: "BYTES",
     default: "1048576",
-    help: "Largest accepted frame in bytes",
+    help: "Largest accepted frame in bytes once a connection is authenticated (before, 16 KiB)",
     kind: Kind::Int {
         min: 4096,
         max: 64 * 1024 * 1024,
@@ -198,7 +198,7 @@ pub const CGROUP: Setting = Setting {
     flag: "cgroup",
     value_name: "MODE",
     default: "auto",
-    help: "Track every process of a launch in a cgroup of its own (\"auto\": where a writable cgroup hierarchy is mounted, else by a process-tree sweep) or only by the sweep (\"off\")",
+    help: "Track every process of a launch in a cgroup of its own (\"auto\": where a writable cgroup hierarchy is mounted, else by a process-tree sweep) or only by the sweep (\"off\"). Launch cgroups are named prrte-k8s-<16 hex digits>, below the agent's own; at start the agent removes those that are empty and older than 10 s (left by an agent killed with SIGKILL)",
     kind: Kind::Choice(CGROUP_CHOICES),
     ..Setting::NONE
 };
@@ -243,7 +243,7 @@ pub const EXEC_ALLOW: Setting = Setting {
     flag: "exec-allow",
     value_name: "PATH|NAME",
     default_doc: "only --prted",
-    help: "Programs that exec requests (prrte-k8s-rsh) may run besides --prted: absolute paths, or names looked up in --exec-dir (repeatable or comma-separated), e.g. hydra_pmi_proxy. Never a shell; nothing else is ever run",
+    help: "Programs that exec requests (prrte-k8s-rsh) may run besides --prted: absolute paths, or names looked up in --exec-dir (repeatable or comma-separated), e.g. hydra_pmi_proxy. Never a shell or env; nothing else is ever run",
     ..Setting::NONE
 };
 
