@@ -69,7 +69,7 @@ pub use layout::{
     AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, CONTAINER, HEALTH_PORT, OOB_PORT, RUN_DIR,
     SECRET_DIR, TOOL_PORT,
 };
-pub use options::{check, Kind, ManifestArgs, Mpi, Part, Success, DEFAULT_NAME};
-pub use plan::{JobPlan, Launch, PodPlan};
+pub use options::{check, ManifestArgs, Mpi, DEFAULT_NAME};
+pub use plan::{JobPlan, Kind, Launch, Part, PodPlan, Success};
 pub use render::{objects, prepare, render};
 pub use secret::fresh_key;
