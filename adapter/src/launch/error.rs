@@ -1,5 +1,6 @@
 //! Why the launcher's work failed: an exchange with a pod's agent ([`AgentError`]), the
-//! settings of a round ([`SettingsError`]) and prted's command line ([`PrtedArgsError`]). Each
+//! settings of a round ([`SettingsError`]), nodes without a pod ([`UnresolvedNodes`]) and
+//! prted's command line ([`PrtedArgsError`]). Each
 //! displays as the sentence that is printed, naming the cause and the remedy; the underlying
 //! error is kept as its source.
 
@@ -162,3 +163,12 @@ pub enum PrtedArgsError {
     #[error("PRRTE's prted command line has no vpid slot")]
     NoVpidSlot,
 }
+
+/// PRRTE's nodes (named) for which no pod IP is known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "no pod IP is known for node(s) {}. The k8s PLM launches through the agents of pods that \
+     the k8s RAS allocated; use --prtemca ras k8s (or give nodes by IP address).",
+    .0.join(", ")
+)]
+pub struct UnresolvedNodes(pub Vec<String>);

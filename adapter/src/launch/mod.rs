@@ -44,7 +44,9 @@ pub mod targets;
 
 pub use connect::ping_agent;
 pub(crate) use connect::{agent_name, connect_authenticated, recv_reply, send_request};
-pub use error::{AgentError, ConnectFailure, NotSent, PrtedArgsError, SettingsError};
+pub use error::{
+    AgentError, ConnectFailure, NotSent, PrtedArgsError, SettingsError, UnresolvedNodes,
+};
 pub use event::{ExitDesc, LaunchEvent};
 pub use request::{LaunchOptions, LaunchRequest, LaunchTarget};
 

@@ -212,7 +212,7 @@ impl Rounds {
         }
         let targets = match resolve(&request.nodes, request.pods) {
             Ok(t) => t,
-            Err(e) => return refused(actions, e),
+            Err(e) => return refused(actions, e.to_string()),
         };
         if targets.is_empty() {
             return Begun {
