@@ -40,6 +40,61 @@ const REFUSED_OPTIONS: &[&str] = &[
 const REFUSED_ENV_SUFFIXES: &[&str] =
     &["PKGLIBDIR", "PREFIX", "INSTALL_PREFIX", "LIBDIR", "BINDIR"];
 
+/// Why a launch request is refused by this policy; the message names the parameter and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyRefusal {
+    #[error(
+        "argv[{index}]: prted option `{option}` is not allowed in a launch request (it names \
+         programs or files for prted to run or load); set it in the pod spec instead"
+    )]
+    Option { index: usize, option: &'static str },
+    #[error("argv[{index}]: `{flag}` without a parameter name")]
+    NoParameterName { index: usize, flag: String },
+    /// `name` is already made printable.
+    #[error(
+        "argv[{index}]: MCA parameter `{name}` is not allowed in a launch request: it {why}; \
+         set it in the pod spec (the agent's environment) or PRRTE's parameter file in the \
+         image instead"
+    )]
+    Parameter {
+        index: usize,
+        name: String,
+        why: &'static str,
+    },
+    /// `key` is already made printable; `why` is empty or a parenthesis with a leading space.
+    #[error(
+        "environment variable `{key}` is not allowed in a launch request{why}: only \
+         PRTE_MCA_*, PMIX_MCA_* and OMPI_MCA_* parameters are passed to prted"
+    )]
+    Variable { key: String, why: &'static str },
+    #[error(
+        "environment variable `{key}` is not allowed in a launch request: MCA parameter \
+         `{param}` {why}; set it in the pod spec (the agent's environment) instead"
+    )]
+    VariableParameter {
+        key: String,
+        param: String,
+        why: &'static str,
+    },
+    #[error(
+        "dvm_uri names {host}, but the launcher connects from {launcher}: an agent publishes \
+         only the URI of a DVM on the launcher's own address"
+    )]
+    DvmUriElsewhere {
+        host: std::net::Ipv4Addr,
+        launcher: std::net::IpAddr,
+    },
+    #[error("dvm_uri has no IPv4 address")]
+    DvmUriNoIpv4,
+}
+
+/// The agent answers a refused launch with the reason as text (`failed {reason}`).
+impl From<PolicyRefusal> for String {
+    fn from(e: PolicyRefusal) -> String {
+        e.to_string()
+    }
+}
+
 /// Why an MCA parameter name is refused, if it is.
 pub fn refused_mca(name: &str) -> Option<&'static str> {
     let n = name.to_ascii_lowercase();
@@ -82,29 +137,27 @@ pub fn refused_mca(name: &str) -> Option<&'static str> {
 pub fn check_launch<'a>(
     argv: &[String],
     env: impl IntoIterator<Item = (&'a String, &'a String)>,
-) -> Result<(), String> {
+) -> Result<(), PolicyRefusal> {
     let mut i = 0;
     while i < argv.len() {
         let a = argv[i].as_str();
         let flag = a.split('=').next().unwrap_or(a);
-        if let Some(opt) = REFUSED_OPTIONS.iter().find(|o| **o == flag) {
-            return Err(format!(
-                "argv[{i}]: prted option `{opt}` is not allowed in a launch request (it names \
-                 programs or files for prted to run or load); set it in the pod spec instead"
-            ));
+        if let Some(option) = REFUSED_OPTIONS.iter().find(|o| **o == flag) {
+            return Err(PolicyRefusal::Option { index: i, option });
         }
         if MCA_FLAGS.contains(&flag) {
             let Some(name) = argv.get(i + 1) else {
-                return Err(format!("argv[{i}]: `{a}` without a parameter name"));
+                return Err(PolicyRefusal::NoParameterName {
+                    index: i,
+                    flag: a.to_owned(),
+                });
             };
             if let Some(why) = refused_mca(name) {
-                return Err(format!(
-                    "argv[{}]: MCA parameter `{}` is not allowed in a launch request: it {why}; \
-                     set it in the pod spec (the agent's environment) or PRRTE's parameter file \
-                     in the image instead",
-                    i + 1,
-                    crate::text::printable(name, 200)
-                ));
+                return Err(PolicyRefusal::Parameter {
+                    index: i + 1,
+                    name: crate::text::printable(name, 200),
+                    why,
+                });
             }
             i += 3;
             continue;
@@ -121,18 +174,17 @@ pub fn check_launch<'a>(
             } else {
                 ""
             };
-            return Err(format!(
-                "environment variable `{}` is not allowed in a launch request{why}: only \
-                 PRTE_MCA_*, PMIX_MCA_* and OMPI_MCA_* parameters are passed to prted",
-                crate::text::printable(key, 200)
-            ));
+            return Err(PolicyRefusal::Variable {
+                key: crate::text::printable(key, 200),
+                why,
+            });
         };
         if let Some(why) = refused_mca(param) {
-            return Err(format!(
-                "environment variable `{}` is not allowed in a launch request: MCA parameter \
-                 `{param}` {why}; set it in the pod spec (the agent's environment) instead",
-                crate::text::printable(key, 200)
-            ));
+            return Err(PolicyRefusal::VariableParameter {
+                key: crate::text::printable(key, 200),
+                param: param.to_owned(),
+                why,
+            });
         }
     }
     Ok(())
@@ -141,7 +193,7 @@ pub fn check_launch<'a>(
 /// A launch's `dvm_uri` (already checked by [`crate::protocol::validate_dvm_uri`]) must point at
 /// the launcher's own address: prte runs the DVM's tool server where it launches from, so any
 /// other address would let a launcher send this pod's `prrte-k8s prun` elsewhere.
-pub fn check_dvm_uri_host(uri: &str, launcher: std::net::IpAddr) -> Result<(), String> {
+pub fn check_dvm_uri_host(uri: &str, launcher: std::net::IpAddr) -> Result<(), PolicyRefusal> {
     let host = uri
         .split_once(";tcp4://")
         .and_then(|(_, hp)| hp.rsplit_once(':'))
@@ -152,11 +204,8 @@ pub fn check_dvm_uri_host(uri: &str, launcher: std::net::IpAddr) -> Result<(), S
     };
     match (host, launcher4) {
         (Some(h), Some(l)) if h == l => Ok(()),
-        (Some(h), _) => Err(format!(
-            "dvm_uri names {h}, but the launcher connects from {launcher}: an agent publishes only \
-             the URI of a DVM on the launcher's own address"
-        )),
-        (None, _) => Err("dvm_uri has no IPv4 address".into()),
+        (Some(host), _) => Err(PolicyRefusal::DvmUriElsewhere { host, launcher }),
+        (None, _) => Err(PolicyRefusal::DvmUriNoIpv4),
     }
 }
 
@@ -243,18 +292,26 @@ mod tests {
         ] {
             for flag in ["--prtemca", "--pmixmca", "-mca"] {
                 let argv = s(&[flag, name, "/tmp/evil"]);
-                let e = check_launch(&argv, &BTreeMap::new()).unwrap_err();
+                let e = check_launch(&argv, &BTreeMap::new())
+                    .unwrap_err()
+                    .to_string();
                 assert!(e.contains(name), "{e}");
             }
             for p in ["PRTE_MCA_", "PMIX_MCA_", "OMPI_MCA_"] {
                 let key = format!("{p}{name}");
-                let e = check_launch(&[], &env(&[(&key, "/tmp/evil")])).unwrap_err();
+                let e = check_launch(&[], &env(&[(&key, "/tmp/evil")]))
+                    .unwrap_err()
+                    .to_string();
                 assert!(e.contains(&key), "{e}");
             }
         }
-        let e = check_launch(&s(&["--prefix", "/tmp/evil"]), &BTreeMap::new()).unwrap_err();
+        let e = check_launch(&s(&["--prefix", "/tmp/evil"]), &BTreeMap::new())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--prefix"), "{e}");
-        let e = check_launch(&s(&["--prefix=/tmp/evil"]), &BTreeMap::new()).unwrap_err();
+        let e = check_launch(&s(&["--prefix=/tmp/evil"]), &BTreeMap::new())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--prefix"), "{e}");
     }
 
@@ -266,10 +323,14 @@ mod tests {
             "PRTE_PREFIX",
             "OMPI_FOO",
         ] {
-            let e = check_launch(&[], &env(&[(key, "/x")])).unwrap_err();
+            let e = check_launch(&[], &env(&[(key, "/x")]))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(key) && e.contains("PRTE_MCA_*"), "{e}");
         }
-        let e = check_launch(&[], &env(&[("PRTE_PKGLIBDIR", "/x")])).unwrap_err();
+        let e = check_launch(&[], &env(&[("PRTE_PKGLIBDIR", "/x")]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("loads code"), "{e}");
     }
 
@@ -279,7 +340,9 @@ mod tests {
         let uri = "prte-x@0.0;tcp4://10.0.0.5:7120";
         assert_eq!(check_dvm_uri_host(uri, ip("10.0.0.5")), Ok(()));
         assert_eq!(check_dvm_uri_host(uri, ip("::ffff:10.0.0.5")), Ok(()));
-        let e = check_dvm_uri_host(uri, ip("10.0.0.6")).unwrap_err();
+        let e = check_dvm_uri_host(uri, ip("10.0.0.6"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("10.0.0.5") && e.contains("10.0.0.6"), "{e}");
     }
 
@@ -288,7 +351,9 @@ mod tests {
     fn values_are_not_names() {
         let argv = s(&["--prtemca", "ess", "plm", "--prtemca", "btl", "prefix"]);
         assert_eq!(check_launch(&argv, &BTreeMap::new()), Ok(()));
-        let e = check_launch(&s(&["--prtemca"]), &BTreeMap::new()).unwrap_err();
+        let e = check_launch(&s(&["--prtemca"]), &BTreeMap::new())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("without a parameter name"), "{e}");
     }
 }

@@ -268,7 +268,7 @@ pub fn check_daemon_args(args: &[String]) -> Result<(), String> {
     }
     let none: Vec<(String, String)> = Vec::new();
     super::super::launch_policy::check_launch(&kept, none.iter().map(|(k, v)| (k, v)))
-        .map_err(|e| e.replace("launch request", "exec request"))
+        .map_err(|e| e.to_string().replace("launch request", "exec request"))
 }
 
 /// Whether a resolved program is a PRRTE daemon whose arguments [`check_daemon_args`] checks.
