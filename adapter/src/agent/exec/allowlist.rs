@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
+use super::refusal::{ExecRefusal, ExecSettingsError};
 use crate::protocol::exec::is_var_name;
 use crate::settings::{agent, ArgExt};
 
@@ -50,16 +51,11 @@ impl ExecPolicy {
     }
 
     /// From the agent's arguments; `prted` (the agent's `--prted`) is always allowed.
-    pub fn from_args(args: &ExecArgs, prted: &Path) -> Result<ExecPolicy, String> {
+    pub fn from_args(args: &ExecArgs, prted: &Path) -> Result<ExecPolicy, ExecSettingsError> {
         let mut policy = ExecPolicy::only(prted);
         policy.max = args.max.max(1);
         let dir = match &args.dir {
-            Some(d) if !d.is_absolute() => {
-                return Err(format!(
-                    "--exec-dir {}: must be an absolute path",
-                    d.display()
-                ))
-            }
+            Some(d) if !d.is_absolute() => return Err(ExecSettingsError::RelativeDir(d.clone())),
             Some(d) => d.clone(),
             None => prted.parent().map(Path::to_owned).unwrap_or_default(),
         };
@@ -72,11 +68,10 @@ impl ExecPolicy {
             let path = if entry.starts_with('/') {
                 PathBuf::from(entry)
             } else if entry.contains('/') {
-                return Err(format!(
-                    "--exec-allow {entry}: give an absolute path or a bare name (found in \
-                     --exec-dir {})",
-                    dir.display()
-                ));
+                return Err(ExecSettingsError::NotAPathOrName {
+                    entry: entry.to_owned(),
+                    dir,
+                });
             } else {
                 dir.join(entry)
             };
@@ -85,10 +80,7 @@ impl ExecPolicy {
             ]
             .contains(&file_name(&path).as_str())
             {
-                return Err(format!(
-                    "--exec-allow {entry}: a shell or `env` would run any program; allow the \
-                     programs themselves"
-                ));
+                return Err(ExecSettingsError::Shell(entry.to_owned()));
             }
             if !policy.allowed.iter().any(|a| a.path == path) {
                 policy.allowed.push(allowed(path));
@@ -107,19 +99,16 @@ impl ExecPolicy {
     }
 
     /// The program to run for a request's `argv[0]`, or why not.
-    pub fn resolve(&self, argv0: &str) -> Result<PathBuf, String> {
-        let refuse = |why: &str| {
-            Err(format!(
-                "`{}` {why}: this agent's exec allowlist holds only {} (a site admin adds \
-                 programs with --{} / {}; a shell is never run)",
-                crate::text::printable(argv0, 300),
-                self.describe(),
-                agent::EXEC_ALLOW.flag,
-                agent::EXEC_ALLOW.var()
-            ))
+    pub fn resolve(&self, argv0: &str) -> Result<PathBuf, ExecRefusal> {
+        let refuse = |why: &'static str| {
+            Err(ExecRefusal::NotAllowed {
+                program: crate::text::printable(argv0, 300),
+                why,
+                allowed: self.describe(),
+            })
         };
         if argv0.is_empty() {
-            return Err("empty program name".into());
+            return Err(ExecRefusal::EmptyProgram);
         }
         if !argv0.contains('/') {
             return match self.allowed.iter().find(|a| a.name == argv0) {
@@ -193,12 +182,10 @@ const REFUSED: &[&str] = &[
 
 /// Checks one `name=value` of an exec request: passed, ignored (the pod's value stays), or
 /// refused with the reason.
-pub fn check_env(name: &str) -> Result<EnvUse, String> {
+pub fn check_env(name: &str) -> Result<EnvUse, ExecRefusal> {
     let shown = crate::text::printable(name, 200);
     if !is_var_name(name) {
-        return Err(format!(
-            "`{shown}` is not a valid environment variable name"
-        ));
+        return Err(ExecRefusal::VariableName(shown));
     }
     if IGNORED.contains(&name) || name.ends_with("_PREFIX") || name.ends_with("PKGLIBDIR") {
         return Ok(EnvUse::Ignore(
@@ -206,24 +193,19 @@ pub fn check_env(name: &str) -> Result<EnvUse, String> {
         ));
     }
     if name.starts_with("LD_") || REFUSED.contains(&name) {
-        return Err(format!(
-            "environment variable `{shown}` is not allowed in an exec request: it changes what \
-             code a program loads or runs"
-        ));
+        return Err(ExecRefusal::LoadsCode(shown));
     }
     if name.starts_with("PRRTE_K8S_") {
-        return Err(format!(
-            "environment variable `{shown}` is not allowed in an exec request: the agent's \
-             own settings are not the launcher's to change"
-        ));
+        return Err(ExecRefusal::AgentSetting(shown));
     }
     for marker in ["PRTE_MCA_", "PMIX_MCA_", "OMPI_MCA_", "OPAL_MCA_"] {
         if let Some(param) = name.strip_prefix(marker) {
             if let Some(why) = super::super::launch_policy::refused_mca(param) {
-                return Err(format!(
-                    "environment variable `{shown}` is not allowed in an exec request: MCA \
-                     parameter `{param}` {why}"
-                ));
+                return Err(ExecRefusal::Parameter {
+                    name: shown,
+                    param: param.to_owned(),
+                    why,
+                });
             }
         }
     }
@@ -286,7 +268,7 @@ mod tests {
             dir: Some(dir.to_owned()),
             max: 4,
         };
-        ExecPolicy::from_args(&args, Path::new("/opt/p/bin/prted"))
+        ExecPolicy::from_args(&args, Path::new("/opt/p/bin/prted")).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -318,7 +300,7 @@ mod tests {
             "/opt/p/bin/prte",
             "",
         ] {
-            let e = p.resolve(bad).unwrap_err();
+            let e = p.resolve(bad).unwrap_err().to_string();
             assert!(!e.is_empty(), "{bad}");
             if !bad.is_empty() {
                 assert!(

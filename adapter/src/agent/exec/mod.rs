@@ -13,6 +13,7 @@
 //! `cwd` or the agent's TMPDIR.
 
 pub mod allowlist;
+mod refusal;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -31,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 pub use allowlist::{ExecArgs, ExecPolicy};
+pub use refusal::{ExecRefusal, ExecSettingsError};
 
 use super::checked_config::AgentConfig;
 use super::exit_status::{exited_reply, ExitStatus};
