@@ -25,14 +25,14 @@ use crate::protocol::{FramedConn, Reply, Request, Session};
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 /// When the command failed after a worker's agent went away, how long the launcher waits before
 /// it tells the others and exits (see [`super::batch`]).
-pub const LOST_PEER_DELAY: Duration = Duration::from_secs(5);
+pub(crate) const LOST_PEER_DELAY: Duration = Duration::from_secs(5);
 /// After a successful command, how long the launcher waits for the workers' pods to be
 /// finished before it exits itself (see [`wait_workers_finished`]).
-pub const WORKER_EXIT_WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WORKER_EXIT_WAIT: Duration = Duration::from_secs(20);
 
 /// Why the batch launcher could not find the job's other pods, or see them finished.
 #[derive(Debug, thiserror::Error)]
-pub enum PeersError {
+pub(crate) enum PeersError {
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
     #[error("no answer within {0:?}")]
@@ -167,7 +167,7 @@ async fn find_peers(
 
 /// Waits (at most `limit`) until every pod in `pods` of `namespace` is finished: phase
 /// `Succeeded` or `Failed`, or gone. Returns the pods still not finished.
-pub async fn wait_pods_finished(
+pub(crate) async fn wait_pods_finished(
     kubeconfig: Option<&std::path::Path>,
     namespace: &str,
     mut pods: Vec<String>,
@@ -322,7 +322,7 @@ async fn finish_all(links: Vec<Attached>, code: i32) -> Vec<(LaunchTarget, Frame
 }
 
 /// The launcher: attach to the other agents, run the command, tell them how it ended.
-pub async fn run_launcher(
+pub(crate) async fn run_launcher(
     config: AgentConfig,
     reaper: Arc<Reaper>,
     health: Option<SocketAddr>,

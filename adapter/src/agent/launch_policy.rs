@@ -96,7 +96,7 @@ impl From<PolicyRefusal> for String {
 }
 
 /// Why an MCA parameter name is refused, if it is.
-pub fn refused_mca(name: &str) -> Option<&'static str> {
+pub(crate) fn refused_mca(name: &str) -> Option<&'static str> {
     let n = name.to_ascii_lowercase();
     // PMIx/PRRTE accept framework names with or without the project prefix.
     let bare = n

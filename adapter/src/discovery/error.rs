@@ -259,7 +259,7 @@ impl DiscoveryError {
 
 /// The Role rule that grants what discovery needs on `resource`: all of get, list and watch on
 /// pods (discovery uses the three), else the one verb that was refused.
-pub fn required_rule(group: &str, resource: &str, verb: &str) -> String {
+pub(crate) fn required_rule(group: &str, resource: &str, verb: &str) -> String {
     if group.is_empty() && resource == "pods" {
         PODS_RULE.to_string()
     } else {
@@ -268,7 +268,7 @@ pub fn required_rule(group: &str, resource: &str, verb: &str) -> String {
 }
 
 /// Renders an RBAC rule in Role YAML form.
-pub fn rbac_rule(group: &str, resource: &str, verbs: &[&str]) -> String {
+pub(crate) fn rbac_rule(group: &str, resource: &str, verbs: &[&str]) -> String {
     let verbs: Vec<String> = verbs.iter().map(|v| format!("{v:?}")).collect();
     format!(
         "- apiGroups: [{group:?}]\n  resources: [{resource:?}]\n  verbs: [{}]",

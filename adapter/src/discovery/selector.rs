@@ -160,7 +160,7 @@ fn lex(input: &str) -> Vec<Token> {
 }
 
 /// Parses and validates a label selector; the error is a sentence saying what is wrong.
-pub fn parse_selector(input: &str) -> Result<Selector, SelectorError> {
+pub(crate) fn parse_selector(input: &str) -> Result<Selector, SelectorError> {
     if input.trim().is_empty() {
         return Err(SelectorError::Empty);
     }
@@ -340,7 +340,7 @@ impl Parser {
 
 /// Validates a label key: `[prefix/]name`, prefix a DNS subdomain, name at most 63 characters
 /// of alphanumerics, '-', '_' and '.', starting and ending alphanumeric.
-pub fn validate_key(key: &str) -> Result<(), SelectorError> {
+pub(crate) fn validate_key(key: &str) -> Result<(), SelectorError> {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -359,7 +359,7 @@ pub fn validate_key(key: &str) -> Result<(), SelectorError> {
 
 /// Validates a label value: empty, or at most 63 characters of alphanumerics, '-', '_' and
 /// '.', starting and ending alphanumeric.
-pub fn validate_value(value: &str) -> Result<(), SelectorError> {
+pub(crate) fn validate_value(value: &str) -> Result<(), SelectorError> {
     if value.is_empty() || is_name_part(value) {
         Ok(())
     } else {

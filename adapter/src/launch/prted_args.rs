@@ -18,7 +18,7 @@ fn ours(key: &str) -> bool {
 ///
 /// `argv` is the full command (executable first) and `vpid_index` the index PRRTE reported for
 /// the vpid placeholder in it. Returns `None` if the index does not fall inside the arguments.
-pub fn agent_template(argv: &[String], vpid_index: usize) -> Option<(Vec<String>, usize)> {
+pub(crate) fn agent_template(argv: &[String], vpid_index: usize) -> Option<(Vec<String>, usize)> {
     if argv.is_empty() || vpid_index == 0 || vpid_index >= argv.len() {
         return None;
     }
@@ -45,7 +45,7 @@ pub fn agent_template(argv: &[String], vpid_index: usize) -> Option<(Vec<String>
 }
 
 /// The template with one daemon's vpid filled in.
-pub fn for_vpid(template: &[String], index: usize, vpid: u32) -> Vec<String> {
+pub(crate) fn for_vpid(template: &[String], index: usize, vpid: u32) -> Vec<String> {
     let mut v = template.to_vec();
     if let Some(slot) = v.get_mut(index) {
         *slot = vpid.to_string();
@@ -70,7 +70,7 @@ impl PrtedTemplate {
     }
 
     /// The arguments of the daemon `vpid`.
-    pub fn for_vpid(&self, vpid: u32) -> Vec<String> {
+    pub(crate) fn for_vpid(&self, vpid: u32) -> Vec<String> {
         for_vpid(&self.args, self.vpid_slot, vpid)
     }
 }
@@ -78,7 +78,7 @@ impl PrtedTemplate {
 /// Environment forwarded with a launch: the MCA settings of prte's own environment, less our
 /// own selections. (PRRTE also passes them on the command line; the agent accepts only
 /// `PRTE_*`, `PMIX_*` and `OMPI_*` names.)
-pub fn forwarded_env(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
+pub(crate) fn forwarded_env(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = vars
         .filter(|(k, _)| {
             let key = k

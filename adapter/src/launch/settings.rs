@@ -9,7 +9,7 @@ use crate::protocol;
 
 /// Grace period between SIGTERM and SIGKILL the launcher asks of the agents when it stops its
 /// daemons.
-pub const KILL_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// The `plm_k8s_*` parameters a round uses, as they are set (checked by [`check`]).
 pub use crate::settings::mca::PlmParams as PlmSettings;
@@ -58,12 +58,12 @@ pub fn check(
 
 /// prte's PMIx tool URI, if the agents can publish it for other pods: a well-formed URI
 /// ([`protocol::validate_dvm_uri`]) that is not on the loopback network.
-pub fn reachable_dvm_uri(uri: Option<String>) -> Option<String> {
+pub(crate) fn reachable_dvm_uri(uri: Option<String>) -> Option<String> {
     uri.filter(|u| protocol::validate_dvm_uri(u).is_ok() && !u.contains("tcp4://127."))
 }
 
 /// The message for a round without a DVM URI to publish.
-pub const NO_DVM_URI: &str = "plm:k8s: prte's tool listener is not reachable from other pods (set --pmixmca ptl_base_if_include to the pod network); no DVM URI published";
+pub(crate) const NO_DVM_URI: &str = "plm:k8s: prte's tool listener is not reachable from other pods (set --pmixmca ptl_base_if_include to the pod network); no DVM URI published";
 
 #[cfg(test)]
 mod tests {

@@ -24,7 +24,7 @@
 use base64::Engine;
 
 /// Signals a client may forward to an exec'd program.
-pub const FORWARDED_SIGNALS: &[i32] = &[
+pub(crate) const FORWARDED_SIGNALS: &[i32] = &[
     libc_sig::SIGHUP,
     libc_sig::SIGINT,
     libc_sig::SIGQUIT,
@@ -41,21 +41,21 @@ pub const FORWARDED_SIGNALS: &[i32] = &[
 pub mod libc_sig {
     pub const SIGHUP: i32 = 1;
     pub const SIGINT: i32 = 2;
-    pub const SIGQUIT: i32 = 3;
+    pub(crate) const SIGQUIT: i32 = 3;
     pub const SIGKILL: i32 = 9;
-    pub const SIGUSR1: i32 = 10;
-    pub const SIGUSR2: i32 = 12;
+    pub(crate) const SIGUSR1: i32 = 10;
+    pub(crate) const SIGUSR2: i32 = 12;
     pub const SIGTERM: i32 = 15;
-    pub const SIGCONT: i32 = 18;
-    pub const SIGSTOP: i32 = 19;
-    pub const SIGTSTP: i32 = 20;
+    pub(crate) const SIGCONT: i32 = 18;
+    pub(crate) const SIGSTOP: i32 = 19;
+    pub(crate) const SIGTSTP: i32 = 20;
 }
 
 /// Largest chunk of output or stdin carried in one frame (before base64).
-pub const CHUNK: usize = 32 * 1024;
+pub(crate) const CHUNK: usize = 32 * 1024;
 
 /// Encodes bytes for `output`/`stdin` frames.
-pub fn encode_data(bytes: &[u8]) -> String {
+pub(crate) fn encode_data(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
@@ -65,7 +65,7 @@ pub fn encode_data(bytes: &[u8]) -> String {
 pub struct InvalidData(#[source] pub base64::DecodeError);
 
 /// Decodes the `data` of an `output`/`stdin` frame.
-pub fn decode_data(text: &str) -> Result<Vec<u8>, InvalidData> {
+pub(crate) fn decode_data(text: &str) -> Result<Vec<u8>, InvalidData> {
     base64::engine::general_purpose::STANDARD
         .decode(text)
         .map_err(InvalidData)
@@ -77,7 +77,7 @@ pub fn escape(text: &str) -> String {
 }
 
 /// Whether `name` is a valid environment variable name (`[A-Za-z_][A-Za-z0-9_]*`).
-pub fn is_var_name(name: &str) -> bool {
+pub(crate) fn is_var_name(name: &str) -> bool {
     let mut b = name.bytes();
     matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
         && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')

@@ -120,6 +120,6 @@ pub use validate::{
 pub use wire::{decode_message, encode_message, ProtocolError, VERSION};
 
 /// Default TCP port of the agent's protocol listener.
-pub const DEFAULT_AGENT_PORT: u16 = crate::settings::mca::AGENT_PORT.default_u64() as u16;
+pub(crate) const DEFAULT_AGENT_PORT: u16 = crate::settings::mca::AGENT_PORT.default_u64() as u16;
 /// Default TCP port of the agent's HTTP health endpoint.
-pub const DEFAULT_HEALTH_PORT: u16 = 7118;
+pub(crate) const DEFAULT_HEALTH_PORT: u16 = 7118;

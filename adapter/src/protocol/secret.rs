@@ -26,7 +26,7 @@ pub enum SecretError {
 }
 
 /// The shortest secret accepted (bytes, after trailing line breaks are removed).
-pub const MIN_SECRET_LEN: usize = 32;
+pub(crate) const MIN_SECRET_LEN: usize = 32;
 
 /// Reads the per-job secret. Trailing line breaks (`\n`, `\r\n`) are not part of the secret, so a
 /// key written with `echo` and one created from a literal work the same.

@@ -36,7 +36,7 @@ use crate::settings::{mca, tools, Setting, SettingError};
 pub use error::{ResolveError, RshError, UsageError};
 
 /// Exit status for our own failures (as ssh's).
-pub const EXIT_FAILURE: i32 = 255;
+pub(crate) const EXIT_FAILURE: i32 = 255;
 
 /// ssh options that take an argument.
 const SSH_OPTS_WITH_ARG: &str = "BbcDEeFIiJLlmOoPpQRSWw";
@@ -45,7 +45,7 @@ const SSH_FLAGS: &str = "1246AaCfGgKkMNnqsTtVvXxYy";
 
 /// The parsed command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RshArgs {
+pub(crate) struct RshArgs {
     /// `-n`: stdin from /dev/null.
     pub no_stdin: bool,
     /// `-v`: report what is done on stderr.
@@ -56,7 +56,7 @@ pub struct RshArgs {
 }
 
 /// Parses ssh-style arguments (without the program name).
-pub fn parse_args(args: &[String]) -> Result<RshArgs, UsageError> {
+pub(crate) fn parse_args(args: &[String]) -> Result<RshArgs, UsageError> {
     let mut no_stdin = false;
     let mut verbose = false;
     let mut i = 0;

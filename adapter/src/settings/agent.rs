@@ -36,14 +36,14 @@ pub const SECRET_FILE: Setting = Setting {
     ..mca::SECRET_FILE
 };
 
-pub const INSECURE_NO_AUTH: Setting = Setting {
+pub(crate) const INSECURE_NO_AUTH: Setting = Setting {
     flag: "insecure-no-auth",
     help: "Serve without authentication when no secret file exists, for tests only (anyone who can reach the port can then start prted; every connection logs a warning)",
     kind: Kind::Bool,
     ..Setting::NONE
 };
 
-pub const HEALTH_LISTEN: Setting = Setting {
+pub(crate) const HEALTH_LISTEN: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_HEALTH_LISTEN"],
     flag: "health-listen",
     value_name: "ADDR|off",
@@ -62,7 +62,7 @@ pub const TMPDIR: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const KILL_GRACE: Setting = Setting {
+pub(crate) const KILL_GRACE: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_KILL_GRACE"],
     flag: "kill-grace",
     value_name: "SECS",
@@ -75,7 +75,7 @@ pub const KILL_GRACE: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const MAX_FRAME: Setting = Setting {
+pub(crate) const MAX_FRAME: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_MAX_FRAME"],
     flag: "max-frame",
     value_name: "BYTES",
@@ -88,7 +88,7 @@ pub const MAX_FRAME: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const PASS_ENV: Setting = Setting {
+pub(crate) const PASS_ENV: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_PASS_ENV"],
     flag: "pass-env",
     value_name: "NAMES",
@@ -106,9 +106,9 @@ pub const DVM_URI_FILE: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const DVM_HEAD_CHOICES: &[&str] = &["auto", "always", "never"];
+pub(crate) const DVM_HEAD_CHOICES: &[&str] = &["auto", "always", "never"];
 
-pub const DVM_HEAD: Setting = Setting {
+pub(crate) const DVM_HEAD: Setting = Setting {
     env: &["PRRTE_K8S_DVM_HEAD"],
     flag: "dvm-head",
     value_name: "MODE",
@@ -118,7 +118,7 @@ pub const DVM_HEAD: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const PRTE: Setting = Setting {
+pub(crate) const PRTE: Setting = Setting {
     env: &["PRRTE_K8S_PRTE"],
     flag: "prte",
     value_name: "PATH",
@@ -138,14 +138,14 @@ pub const TOOL_PORT: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const PRTE_ARG: Setting = Setting {
+pub(crate) const PRTE_ARG: Setting = Setting {
     flag: "prte-arg",
     value_name: "ARG",
     help: "Extra argument for the DVM head's prte (repeatable, e.g. --prte-arg=--prtemca --prte-arg=oob_tcp_dynamic_ipv4_ports --prte-arg=7121)",
     ..Setting::NONE
 };
 
-pub const RUN: Setting = Setting {
+pub(crate) const RUN: Setting = Setting {
     flag: "run",
     help: "Batch mode: the agent of the pod with index 0 runs COMMAND (given after `--`, else $PRRTE_K8S_RUN) once it is ready, its output is the pod's log and its exit status the agent's; every other pod's agent exits when it ends (0 if it succeeded)",
     kind: Kind::Bool,
@@ -153,15 +153,15 @@ pub const RUN: Setting = Setting {
 };
 
 /// The batch command as a shell command line, when none is given after `--`.
-pub const RUN_SHELL: Setting = Setting {
+pub(crate) const RUN_SHELL: Setting = Setting {
     env: &["PRRTE_K8S_RUN"],
     help: "The batch command as a shell command line (run with /bin/sh -c) when none is given after `--`",
     ..Setting::NONE
 };
 
-pub const BATCH_ROLE_CHOICES: &[&str] = &["auto", "launcher", "worker"];
+pub(crate) const BATCH_ROLE_CHOICES: &[&str] = &["auto", "launcher", "worker"];
 
-pub const BATCH_ROLE: Setting = Setting {
+pub(crate) const BATCH_ROLE: Setting = Setting {
     env: &["PRRTE_K8S_BATCH_ROLE"],
     flag: "batch-role",
     value_name: "ROLE",
@@ -171,7 +171,7 @@ pub const BATCH_ROLE: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const LAUNCHER_WAIT: Setting = Setting {
+pub(crate) const LAUNCHER_WAIT: Setting = Setting {
     env: &["PRRTE_K8S_LAUNCHER_WAIT"],
     flag: "launcher-wait",
     value_name: "SECS",
@@ -181,7 +181,7 @@ pub const LAUNCHER_WAIT: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const PODS_TIMEOUT: Setting = Setting {
+pub(crate) const PODS_TIMEOUT: Setting = Setting {
     env: &["PRRTE_K8S_BATCH_PODS_TIMEOUT"],
     flag: "pods-timeout",
     value_name: "SECS",
@@ -191,9 +191,9 @@ pub const PODS_TIMEOUT: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const CGROUP_CHOICES: &[&str] = &["auto", "off"];
+pub(crate) const CGROUP_CHOICES: &[&str] = &["auto", "off"];
 
-pub const CGROUP: Setting = Setting {
+pub(crate) const CGROUP: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_CGROUP"],
     flag: "cgroup",
     value_name: "MODE",
@@ -208,7 +208,7 @@ const COUNT: Kind = Kind::Int {
     max: 1 << 20,
 };
 
-pub const MAX_PENDING: Setting = Setting {
+pub(crate) const MAX_PENDING: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_MAX_PENDING"],
     flag: "max-pending",
     value_name: "N",
@@ -218,7 +218,7 @@ pub const MAX_PENDING: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const MAX_PENDING_PER_PEER: Setting = Setting {
+pub(crate) const MAX_PENDING_PER_PEER: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_MAX_PENDING_PER_PEER"],
     flag: "max-pending-per-peer",
     value_name: "N",
@@ -228,7 +228,7 @@ pub const MAX_PENDING_PER_PEER: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const HANDSHAKE_TIMEOUT: Setting = Setting {
+pub(crate) const HANDSHAKE_TIMEOUT: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_HANDSHAKE_TIMEOUT"],
     flag: "handshake-timeout",
     value_name: "SECS",
@@ -238,7 +238,7 @@ pub const HANDSHAKE_TIMEOUT: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const EXEC_ALLOW: Setting = Setting {
+pub(crate) const EXEC_ALLOW: Setting = Setting {
     env: &["PRRTE_K8S_EXEC_ALLOW"],
     flag: "exec-allow",
     value_name: "PATH|NAME",
@@ -247,7 +247,7 @@ pub const EXEC_ALLOW: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const EXEC_DIR: Setting = Setting {
+pub(crate) const EXEC_DIR: Setting = Setting {
     env: &["PRRTE_K8S_EXEC_DIR"],
     flag: "exec-dir",
     value_name: "DIR",
@@ -257,7 +257,7 @@ pub const EXEC_DIR: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const MAX_EXEC: Setting = Setting {
+pub(crate) const MAX_EXEC: Setting = Setting {
     env: &["PRRTE_K8S_MAX_EXEC"],
     flag: "max-exec",
     value_name: "N",
@@ -267,9 +267,9 @@ pub const MAX_EXEC: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const LOG_FORMAT_CHOICES: &[&str] = &["text", "json"];
+pub(crate) const LOG_FORMAT_CHOICES: &[&str] = &["text", "json"];
 
-pub const LOG_FORMAT: Setting = Setting {
+pub(crate) const LOG_FORMAT: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_LOG_FORMAT"],
     flag: "log-format",
     value_name: "FORMAT",

@@ -8,10 +8,10 @@ use super::mca;
 use super::setting::{Kind, Setting};
 
 /// The line before the MCA parameter table in `README.md`.
-pub const BEGIN: &str =
+pub(crate) const BEGIN: &str =
     "<!-- MCA parameter table: rendered from adapter/src/settings/mca.rs, kept equal by its test -->";
 /// The line after it.
-pub const END: &str = "<!-- end of the MCA parameter table -->";
+pub(crate) const END: &str = "<!-- end of the MCA parameter table -->";
 
 fn cell(text: &str) -> String {
     text.replace('|', "\\|")
@@ -36,7 +36,7 @@ fn row(s: &Setting) -> String {
 }
 
 /// The MCA parameter table, between its [`BEGIN`] and [`END`] lines.
-pub fn mca_table() -> String {
+pub(crate) fn mca_table() -> String {
     let mut out = format!("{BEGIN}\n\n| parameter | default | meaning |\n| --- | --- | --- |\n");
     for s in mca::RAS.iter().chain(mca::PLM.iter()) {
         out.push_str(&row(s));
@@ -49,14 +49,14 @@ pub fn mca_table() -> String {
 
 /// A table of agent options in `README.md`.
 #[derive(Debug, Clone, Copy)]
-pub struct AgentTable {
+pub(crate) struct AgentTable {
     /// What it lists, as its marker lines name it.
     pub what: &'static str,
     pub settings: &'static [&'static Setting],
 }
 
 /// What site administrators set in the pod template ("Agent options for site administrators").
-pub const AGENT_SITE: AgentTable = AgentTable {
+pub(crate) const AGENT_SITE: AgentTable = AgentTable {
     what: "agent options for site administrators",
     settings: &[
         &agent::PRTED,
@@ -78,7 +78,7 @@ pub const AGENT_SITE: AgentTable = AgentTable {
 };
 
 /// The DVM head and batch mode ("prun from any pod").
-pub const AGENT_HEAD_AND_BATCH: AgentTable = AgentTable {
+pub(crate) const AGENT_HEAD_AND_BATCH: AgentTable = AgentTable {
     what: "agent options of the DVM head and batch mode",
     settings: &[
         &agent::DVM_HEAD,
@@ -95,13 +95,13 @@ pub const AGENT_HEAD_AND_BATCH: AgentTable = AgentTable {
 };
 
 /// What `exec` requests (`prrte-k8s-rsh`) may run ("Every MPI without sshd").
-pub const AGENT_EXEC: AgentTable = AgentTable {
+pub(crate) const AGENT_EXEC: AgentTable = AgentTable {
     what: "agent options for exec requests",
     settings: &[&agent::EXEC_ALLOW, &agent::EXEC_DIR, &agent::MAX_EXEC],
 };
 
 /// Every agent table, in the README's order.
-pub const AGENT_TABLES: &[AgentTable] = &[AGENT_SITE, AGENT_HEAD_AND_BATCH, AGENT_EXEC];
+pub(crate) const AGENT_TABLES: &[AgentTable] = &[AGENT_SITE, AGENT_HEAD_AND_BATCH, AGENT_EXEC];
 
 /// The flag as it is written: `--flag VALUE`, the choices for a value that is one of a few
 /// words (`--cgroup auto|off`), nothing for a setting without a flag.

@@ -23,7 +23,7 @@ pub struct ExecArgs {
 }
 
 /// Default of `--max-exec`.
-pub const DEFAULT_MAX_EXEC: usize = agent::MAX_EXEC.default_u64() as usize;
+pub(crate) const DEFAULT_MAX_EXEC: usize = agent::MAX_EXEC.default_u64() as usize;
 
 /// One allowed program.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,7 +153,7 @@ fn allowed(path: PathBuf) -> Allowed {
 
 /// What happens to one variable of an exec request's environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EnvUse {
+pub(crate) enum EnvUse {
     /// Set for the program.
     Pass,
     /// Not set: the pod's own value decides (the reason, for the log).
@@ -182,7 +182,7 @@ const REFUSED: &[&str] = &[
 
 /// Checks one `name=value` of an exec request: passed, ignored (the pod's value stays), or
 /// refused with the reason.
-pub fn check_env(name: &str) -> Result<EnvUse, ExecRefusal> {
+pub(crate) fn check_env(name: &str) -> Result<EnvUse, ExecRefusal> {
     let shown = crate::text::printable(name, 200);
     if !is_var_name(name) {
         return Err(ExecRefusal::VariableName(shown));
@@ -216,7 +216,7 @@ pub fn check_env(name: &str) -> Result<EnvUse, ExecRefusal> {
 /// launch requests ([`super::super::launch_policy::check_launch`]), except that PRRTE's own ssh
 /// launcher may tell it to start further daemons through `prrte-k8s-rsh` (`plm ssh`,
 /// `plm_ssh_agent prrte-k8s-rsh`), as it does for its tree spawn.
-pub fn check_daemon_args(args: &[String]) -> Result<(), String> {
+pub(crate) fn check_daemon_args(args: &[String]) -> Result<(), String> {
     let mut kept: Vec<String> = Vec::with_capacity(args.len());
     let mut i = 0;
     while i < args.len() {
@@ -254,7 +254,7 @@ pub fn check_daemon_args(args: &[String]) -> Result<(), String> {
 }
 
 /// Whether a resolved program is a PRRTE daemon whose arguments [`check_daemon_args`] checks.
-pub fn is_prrte_daemon(path: &Path) -> bool {
+pub(crate) fn is_prrte_daemon(path: &Path) -> bool {
     matches!(file_name(path).as_str(), "prted" | "prte")
 }
 

@@ -50,7 +50,7 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// An `exec` request.
 #[derive(Debug, Clone)]
-pub struct ExecRequest {
+pub(crate) struct ExecRequest {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: Option<String>,
@@ -59,7 +59,7 @@ pub struct ExecRequest {
 
 /// The agent's exec settings and the count of programs running.
 #[derive(Debug)]
-pub struct ExecState {
+pub(crate) struct ExecState {
     pub policy: ExecPolicy,
     running: AtomicUsize,
 }
