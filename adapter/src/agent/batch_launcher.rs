@@ -14,9 +14,10 @@ use super::batch::{shell_status, BatchState};
 use super::checked_config::{AgentConfig, BatchConfig};
 use super::local_launch::{launcher_command, wait_health};
 use super::process::{Job, Reaper};
-use crate::discovery::{self, DiscoveryConfig};
+use crate::discovery::{self, DiscoveryConfig, DiscoveryError};
 use crate::launch::{
-    agent_name, connect_authenticated, recv_reply, send_request, LaunchOptions, LaunchTarget,
+    agent_name, connect_authenticated, recv_reply, send_request, AgentError, LaunchOptions,
+    LaunchTarget,
 };
 use crate::protocol::{FramedConn, Reply, Request, Session};
 
@@ -24,10 +25,21 @@ use crate::protocol::{FramedConn, Reply, Request, Session};
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 /// When the command failed after a worker's agent went away, how long the launcher waits before
 /// it tells the others and exits (see [`super::batch`]).
-pub const LOST_PEER_DELAY: Duration = Duration::from_secs(5);
+pub(crate) const LOST_PEER_DELAY: Duration = Duration::from_secs(5);
 /// After a successful command, how long the launcher waits for the workers' pods to be
 /// finished before it exits itself (see [`wait_workers_finished`]).
-pub const WORKER_EXIT_WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WORKER_EXIT_WAIT: Duration = Duration::from_secs(20);
+
+/// Why the batch launcher could not find the job's other pods, or see them finished.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PeersError {
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    #[error("no answer within {0:?}")]
+    NoAnswer(Duration),
+    #[error("no Kubernetes API client within {0:?}")]
+    NoClient(Duration),
+}
 
 /// One attached worker agent.
 struct Attached {
@@ -36,7 +48,7 @@ struct Attached {
     session: Session,
 }
 
-async fn attach_one(target: LaunchTarget, opts: &LaunchOptions) -> Result<Attached, String> {
+async fn attach_one(target: LaunchTarget, opts: &LaunchOptions) -> Result<Attached, AgentError> {
     let (mut conn, mut session) = connect_authenticated(&target, opts).await?;
     let who = agent_name(&target);
     send_request(
@@ -64,17 +76,23 @@ async fn attach_one(target: LaunchTarget, opts: &LaunchOptions) -> Result<Attach
             conn,
             session,
         }),
-        Reply::Failed { reason } | Reply::Error { reason } => {
-            Err(format!("{who} refused attach: {reason}"))
-        }
-        other => Err(format!("{who} answered attach with {other:?}")),
+        Reply::Failed { reason } | Reply::Error { reason } => Err(AgentError::RequestRefused {
+            what: "attach",
+            who,
+            reason,
+        }),
+        other => Err(AgentError::Unexpected {
+            what: "attach",
+            who,
+            reply: format!("{other:?}"),
+        }),
     }
 }
 
 async fn finish_one(
     mut a: Attached,
     code: i32,
-) -> Result<(LaunchTarget, FramedConn<TcpStream>), (LaunchTarget, String)> {
+) -> Result<(LaunchTarget, FramedConn<TcpStream>), (LaunchTarget, AgentError)> {
     let who = agent_name(&a.target);
     let r = async {
         send_request(
@@ -100,7 +118,11 @@ async fn finish_one(
             {
                 Reply::Ack {} => return Ok(()),
                 Reply::Failed { reason } | Reply::Error { reason } => {
-                    return Err(format!("{who} refused finish: {reason}"))
+                    return Err(AgentError::RequestRefused {
+                        what: "finish",
+                        who: who.clone(),
+                        reason,
+                    })
                 }
                 _ => continue,
             }
@@ -117,7 +139,7 @@ async fn finish_one(
 async fn find_peers(
     config: &AgentConfig,
     timeout: Duration,
-) -> Result<(String, Vec<LaunchTarget>), String> {
+) -> Result<(String, Vec<LaunchTarget>), PeersError> {
     let cfg = DiscoveryConfig {
         timeout,
         ..Default::default()
@@ -125,8 +147,8 @@ async fn find_peers(
     let bound = timeout + Duration::from_secs(5);
     let alloc = match tokio::time::timeout(bound, discovery::discover(&cfg)).await {
         Ok(Ok(a)) => a,
-        Ok(Err(e)) => return Err(e.to_string()),
-        Err(_) => return Err(format!("no answer within {bound:?}")),
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => return Err(PeersError::NoAnswer(bound)),
     };
     let port = config.listen.port();
     let targets = alloc
@@ -145,12 +167,12 @@ async fn find_peers(
 
 /// Waits (at most `limit`) until every pod in `pods` of `namespace` is finished: phase
 /// `Succeeded` or `Failed`, or gone. Returns the pods still not finished.
-pub async fn wait_pods_finished(
+pub(crate) async fn wait_pods_finished(
     kubeconfig: Option<&std::path::Path>,
     namespace: &str,
     mut pods: Vec<String>,
     limit: Duration,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, PeersError> {
     use k8s_openapi::api::core::v1::Pod;
     use kube::Api;
     let deadline = tokio::time::Instant::now() + limit;
@@ -159,8 +181,7 @@ pub async fn wait_pods_finished(
         crate::discovery::client::connect(kubeconfig, PEER_TIMEOUT),
     )
     .await
-    .map_err(|_| format!("no Kubernetes API client within {limit:?}"))?
-    .map_err(|e| e.to_string())?;
+    .map_err(|_| PeersError::NoClient(limit))??;
     let pods_api: Api<Pod> = Api::namespaced(api.client, namespace);
     loop {
         let mut left = Vec::new();
@@ -301,7 +322,7 @@ async fn finish_all(links: Vec<Attached>, code: i32) -> Vec<(LaunchTarget, Frame
 }
 
 /// The launcher: attach to the other agents, run the command, tell them how it ended.
-pub async fn run_launcher(
+pub(crate) async fn run_launcher(
     config: AgentConfig,
     reaper: Arc<Reaper>,
     health: Option<SocketAddr>,

@@ -342,7 +342,10 @@ impl AgentConfig {
     /// head, the batch command): `PRTE_MCA_plm_k8s_secret_file` (when it serves with a secret)
     /// and `PRTE_MCA_plm_k8s_agent_port`, each unless `is_set` says the variable is already
     /// set in the agent's environment (which the child inherits).
-    pub fn launcher_env(&self, is_set: impl Fn(&str) -> bool) -> Vec<(&'static str, String)> {
+    pub(crate) fn launcher_env(
+        &self,
+        is_set: impl Fn(&str) -> bool,
+    ) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         let secret = mca::SECRET_FILE.mca.map(|m| m.env);
         if let Some(var) = secret.filter(|v| self.secret.is_some() && !is_set(v)) {
@@ -404,7 +407,7 @@ fn batch_config(
 }
 
 /// Checks that `path` is absolute, a regular file and executable by this process.
-pub fn check_prted(path: &Path) -> Result<(), ConfigError> {
+pub(crate) fn check_prted(path: &Path) -> Result<(), ConfigError> {
     if !path.is_absolute() {
         return Err(ConfigError::PrtedNotAbsolute(path.to_owned()));
     }

@@ -18,9 +18,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 /// Default cap on unauthenticated launch connections.
-pub const DEFAULT_MAX_PENDING: usize = crate::settings::agent::MAX_PENDING.default_u64() as usize;
+pub(crate) const DEFAULT_MAX_PENDING: usize =
+    crate::settings::agent::MAX_PENDING.default_u64() as usize;
 /// Default cap on unauthenticated launch connections from one IP address.
-pub const DEFAULT_MAX_PENDING_PER_PEER: usize =
+pub(crate) const DEFAULT_MAX_PENDING_PER_PEER: usize =
     crate::settings::agent::MAX_PENDING_PER_PEER.default_u64() as usize;
 
 struct Entry {

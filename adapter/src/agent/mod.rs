@@ -99,7 +99,7 @@ impl Agent {
     }
 
     /// As [`bind`](Agent::bind), with the programs `exec` requests may run.
-    pub async fn bind_with_exec(
+    pub(crate) async fn bind_with_exec(
         config: AgentConfig,
         exec_policy: exec::ExecPolicy,
     ) -> Result<Agent, AgentError> {

@@ -48,13 +48,13 @@ impl Reaper {
     /// Spawns `cmd` as a tracked launch: inside a fresh cgroup when `tracking` has a cgroup base
     /// (falling back to the sweep if the cgroup cannot be created or entered), and returns the
     /// [`Job`].
-    pub fn spawn_job(&self, cmd: &mut Command, tracking: &Tracking) -> std::io::Result<Job> {
+    pub(crate) fn spawn_job(&self, cmd: &mut Command, tracking: &Tracking) -> std::io::Result<Job> {
         self.spawn_job_child(cmd, tracking).map(|(job, _)| job)
     }
 
     /// As [`spawn_job`](Reaper::spawn_job), also returning the [`std::process::Child`] for its
     /// stdio pipes (never wait on it: the reaper collects the status).
-    pub fn spawn_job_child(
+    pub(crate) fn spawn_job_child(
         &self,
         cmd: &mut Command,
         tracking: &Tracking,
@@ -108,7 +108,7 @@ impl Reaper {
     }
 
     /// Reaps every child that has ended; returns how many were reaped.
-    pub fn reap_all(&self) -> usize {
+    pub(crate) fn reap_all(&self) -> usize {
         let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
         let mut n = 0;
         loop {
@@ -162,7 +162,7 @@ impl Reaper {
 
 /// Whether this process has any child, running or not yet reaped (`waitid` without waiting or
 /// reaping; only "no children" (ECHILD) is a no).
-pub fn has_children() -> bool {
+pub(crate) fn has_children() -> bool {
     use nix::sys::wait::{waitid, Id};
     let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
     loop {
@@ -175,7 +175,7 @@ pub fn has_children() -> bool {
 }
 
 /// Whether any process is left in process group `pgid` (zombies count until reaped).
-pub fn group_exists(pgid: i32) -> bool {
+pub(crate) fn group_exists(pgid: i32) -> bool {
     !matches!(killpg(Pid::from_raw(pgid), None), Err(Errno::ESRCH))
 }
 
@@ -258,7 +258,7 @@ impl Job {
     }
 
     /// How the job's processes are tracked, for logs and tests.
-    pub fn tracking_label(&self) -> &'static str {
+    pub(crate) fn tracking_label(&self) -> &'static str {
         match &self.descendants {
             Descendants::Group => "process group",
             Descendants::Cgroup { cg, .. } if cg.base.v2 => "cgroup v2",
@@ -318,7 +318,7 @@ impl Job {
 
     /// For a job abandoned without [`terminate`](Job::terminate) (a panic, an aborted task):
     /// SIGKILL to whatever is left in its process group. Does nothing after `terminate`.
-    pub fn kill_leftovers(&mut self) {
+    pub(crate) fn kill_leftovers(&mut self) {
         if std::mem::replace(&mut self.terminated, true) {
             return;
         }

@@ -23,9 +23,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 
 pub const JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
-pub const STATEFULSET_POD_INDEX: &str = "apps.kubernetes.io/pod-index";
-pub const JOBSET_JOB_INDEX: &str = "jobset.sigs.k8s.io/job-index";
-pub const JOBSET_JOB_GLOBAL_INDEX: &str = "jobset.sigs.k8s.io/job-global-index";
+pub(crate) const STATEFULSET_POD_INDEX: &str = "apps.kubernetes.io/pod-index";
+pub(crate) const JOBSET_JOB_INDEX: &str = "jobset.sigs.k8s.io/job-index";
+pub(crate) const JOBSET_JOB_GLOBAL_INDEX: &str = "jobset.sigs.k8s.io/job-global-index";
 
 /// The index of a pod within its workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -68,7 +68,7 @@ pub fn pod_index(pod: &Pod) -> Option<PodIndex> {
 }
 
 /// Natural order: runs of digits compare numerically, everything else byte-wise.
-pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+pub(crate) fn natural_cmp(a: &str, b: &str) -> Ordering {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let (mut i, mut j) = (0, 0);
     while i < a.len() && j < b.len() {
@@ -130,7 +130,7 @@ pub fn sort_pods(pods: &mut [Pod]) {
 /// their pods, so a sorted set of them (a `BTreeSet<OrderKey>`) keeps pods in allocation order
 /// as they come and go, each change costing O(log n) instead of a re-sort.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct OrderKey {
+pub(crate) struct OrderKey {
     index: Option<(u64, u64)>,
     name: String,
 }
@@ -145,7 +145,7 @@ impl OrderKey {
     }
 
     /// A key ordering by name alone (natural order, then plain), as for pods without an index.
-    pub fn by_name(name: &str) -> OrderKey {
+    pub(crate) fn by_name(name: &str) -> OrderKey {
         OrderKey {
             index: None,
             name: name.to_string(),
@@ -180,7 +180,7 @@ impl PartialOrd for OrderKey {
 
 /// Sorts items holding pods into allocation order (as [`compare_pods`]), reading each pod's
 /// index once rather than at every comparison.
-pub fn sort_pods_by<T>(items: &mut [T], pod: impl Fn(&T) -> &Pod) {
+pub(crate) fn sort_pods_by<T>(items: &mut [T], pod: impl Fn(&T) -> &Pod) {
     let keys: Vec<OrderKey> = items.iter().map(|t| OrderKey::of(pod(t))).collect();
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
@@ -200,7 +200,7 @@ pub fn sort_pods_by<T>(items: &mut [T], pod: impl Fn(&T) -> &Pod) {
 }
 
 /// The number reported as each pod's index, for pods already in allocation order.
-pub fn reported_indices(pods: &[Pod]) -> Vec<Option<u64>> {
+pub(crate) fn reported_indices(pods: &[Pod]) -> Vec<Option<u64>> {
     let indices: Vec<Option<PodIndex>> = pods.iter().map(pod_index).collect();
     let stride = indices
         .iter()

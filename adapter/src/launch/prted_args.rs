@@ -10,6 +10,8 @@
 
 use crate::protocol::params::{forwardable, Origin, Project};
 
+use super::error::PrtedArgsError;
+
 /// MCA flags that take `key value`.
 const MCA_FLAGS: [&str; 4] = ["--prtemca", "-prtemca", "--pmixmca", "-pmixmca"];
 
@@ -32,7 +34,7 @@ fn agents_take(flag: &str, key: &str) -> bool {
 ///
 /// `argv` is the full command (executable first) and `vpid_index` the index PRRTE reported for
 /// the vpid placeholder in it. Returns `None` if the index does not fall inside the arguments.
-pub fn agent_template(argv: &[String], vpid_index: usize) -> Option<(Vec<String>, usize)> {
+pub(crate) fn agent_template(argv: &[String], vpid_index: usize) -> Option<(Vec<String>, usize)> {
     if argv.is_empty() || vpid_index == 0 || vpid_index >= argv.len() {
         return None;
     }
@@ -59,7 +61,7 @@ pub fn agent_template(argv: &[String], vpid_index: usize) -> Option<(Vec<String>
 }
 
 /// The template with one daemon's vpid filled in.
-pub fn for_vpid(template: &[String], index: usize, vpid: u32) -> Vec<String> {
+pub(crate) fn for_vpid(template: &[String], index: usize, vpid: u32) -> Vec<String> {
     let mut v = template.to_vec();
     if let Some(slot) = v.get_mut(index) {
         *slot = vpid.to_string();
@@ -77,21 +79,21 @@ pub struct PrtedTemplate {
 impl PrtedTemplate {
     /// From the full command line PRRTE's helpers built (executable first) and the index of the
     /// vpid placeholder in it (see [`agent_template`]).
-    pub fn from_prrte(argv: &[String], vpid_index: usize) -> Result<PrtedTemplate, String> {
+    pub fn from_prrte(argv: &[String], vpid_index: usize) -> Result<PrtedTemplate, PrtedArgsError> {
         agent_template(argv, vpid_index)
             .map(|(args, vpid_slot)| PrtedTemplate { args, vpid_slot })
-            .ok_or_else(|| "PRRTE's prted command line has no vpid slot".to_string())
+            .ok_or(PrtedArgsError::NoVpidSlot)
     }
 
     /// The arguments of the daemon `vpid`.
-    pub fn for_vpid(&self, vpid: u32) -> Vec<String> {
+    pub(crate) fn for_vpid(&self, vpid: u32) -> Vec<String> {
         for_vpid(&self.args, self.vpid_slot, vpid)
     }
 }
 
 /// Environment forwarded with a launch: the MCA settings of prte's own environment that the
 /// agents take there, less our own selections. (PRRTE also passes them on the command line.)
-pub fn forwarded_env(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
+pub(crate) fn forwarded_env(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = vars
         .filter(|(k, v)| {
             [Project::Prte, Project::Pmix, Project::Ompi]
@@ -165,7 +167,7 @@ mod tests {
         let t = PrtedTemplate::from_prrte(&argv, 3).unwrap();
         assert_eq!(t.for_vpid(5), s(&["--prtemca", "ess_base_vpid", "5"]));
         assert_eq!(t.for_vpid(12), s(&["--prtemca", "ess_base_vpid", "12"]));
-        let e = PrtedTemplate::from_prrte(&argv, 0).unwrap_err();
+        let e = PrtedTemplate::from_prrte(&argv, 0).unwrap_err().to_string();
         assert!(e.contains("no vpid slot"), "{e}");
     }
 

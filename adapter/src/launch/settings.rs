@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
+use super::error::SettingsError;
 use super::request::{Heartbeat, LaunchOptions};
 use crate::protocol;
-use crate::settings::mca;
 
 /// Grace period between SIGTERM and SIGKILL the launcher asks of the agents when it stops its
 /// daemons.
-pub const KILL_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// The `plm_k8s_*` parameters a round uses, as they are set (checked by [`check`]).
 pub use crate::settings::mca::PlmParams as PlmSettings;
@@ -31,17 +31,18 @@ pub struct RoundSettings {
 pub fn check(
     settings: &PlmSettings,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<RoundSettings, String> {
-    let checked = settings.check(env).map_err(|e| e.to_string())?;
+) -> Result<RoundSettings, SettingsError> {
+    let checked = settings.check(env)?;
     let secret = match &checked.secret_file {
         None => None,
-        Some(file) => Some(protocol::read_secret_file(file).map_err(|e| {
-            format!(
-                "{e} (parameter {} = {})",
-                mca::SECRET_FILE.name(),
-                file.display()
+        Some(file) => {
+            Some(
+                protocol::read_secret_file(file).map_err(|source| SettingsError::Secret {
+                    file: file.clone(),
+                    source,
+                })?,
             )
-        })?),
+        }
     };
     Ok(RoundSettings {
         port: checked.agent_port,
@@ -61,12 +62,12 @@ pub fn check(
 
 /// prte's PMIx tool URI, if the agents can publish it for other pods: a well-formed URI
 /// ([`protocol::validate_dvm_uri`]) that is not on the loopback network.
-pub fn reachable_dvm_uri(uri: Option<String>) -> Option<String> {
+pub(crate) fn reachable_dvm_uri(uri: Option<String>) -> Option<String> {
     uri.filter(|u| protocol::validate_dvm_uri(u).is_ok() && !u.contains("tcp4://127."))
 }
 
 /// The message for a round without a DVM URI to publish.
-pub const NO_DVM_URI: &str = "plm:k8s: prte's tool listener is not reachable from other pods (set --pmixmca ptl_base_if_include to the pod network); no DVM URI published";
+pub(crate) const NO_DVM_URI: &str = "plm:k8s: prte's tool listener is not reachable from other pods (set --pmixmca ptl_base_if_include to the pod network); no DVM URI published";
 
 #[cfg(test)]
 mod tests {
@@ -74,7 +75,7 @@ mod tests {
     use std::path::Path;
 
     fn check(s: &PlmSettings) -> Result<RoundSettings, String> {
-        super::check(s, &|_| None)
+        super::check(s, &|_| None).map_err(|e| e.to_string())
     }
 
     fn settings(secret_file: Option<&Path>) -> PlmSettings {
@@ -178,7 +179,9 @@ mod tests {
             "PRTE_MCA_plm_k8s_agent_port" => Some("9001".to_string()),
             _ => None,
         };
-        let e = super::check(&settings(Some(f.path())), &env).unwrap_err();
+        let e = super::check(&settings(Some(f.path())), &env)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("PRRTE_K8S_AGENT_PORT"), "{e}");
     }
 

@@ -1,8 +1,8 @@
 //! The comment header of the rendered manifest, with the command line shell-quoted.
 
 use super::meta::names;
-use super::options::Part;
 use super::plan::JobPlan;
+use super::plan::Part;
 
 /// The header: the command line `argv_text`, the mode, what the job was made from, and how to
 /// make the Secret when it is left out (`key` is None).

@@ -36,9 +36,9 @@ pub const SECRET_DIR: &str = parent(mca::SECRET_FILE.default);
 /// Where the agent publishes the DVM URI: the directory of its default `--dvm-uri-file`.
 pub const RUN_DIR: &str = parent(agent::DVM_URI_FILE.default);
 /// PRRTE/PMIx session directories (the pods' `TMPDIR`).
-pub const TMP_DIR: &str = "/tmp";
+pub(crate) const TMP_DIR: &str = "/tmp";
 /// Open MPI's shared memory.
-pub const SHM_DIR: &str = "/dev/shm";
+pub(crate) const SHM_DIR: &str = "/dev/shm";
 /// Where in-cluster clients (discovery, kube-rs) find the service account's token, the
 /// cluster's CA and the namespace.
 pub const API_ACCESS_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -59,7 +59,7 @@ pub enum Source {
 
 /// One volume every pod gets, and where the agent's container mounts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OwnVolume {
+pub(crate) struct OwnVolume {
     pub name: &'static str,
     pub path: &'static str,
     pub source: Source,
@@ -69,7 +69,7 @@ pub struct OwnVolume {
 }
 
 /// The volumes of every pod, in the order they are rendered.
-pub const OWN_VOLUMES: [OwnVolume; 5] = [
+pub(crate) const OWN_VOLUMES: [OwnVolume; 5] = [
     OwnVolume {
         name: "secret",
         source: Source::Secret,

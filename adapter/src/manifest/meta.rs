@@ -3,8 +3,8 @@
 
 use serde_json::{json, Value};
 
-use super::options::Kind;
 use super::plan::JobPlan;
+use super::plan::Kind;
 
 /// The names of the objects beside the workload.
 pub(super) struct Names {

@@ -73,7 +73,7 @@ pub use layout::{
     SECRET_DIR, TOOL_PORT,
 };
 pub use meta::JOB_LABEL;
-pub use options::{check, Kind, ManifestArgs, Mpi, Part, Success, DEFAULT_NAME};
-pub use plan::{JobPlan, Launch, PodPlan};
+pub use options::{check, ManifestArgs, Mpi, DEFAULT_NAME};
+pub use plan::{JobPlan, Kind, Launch, Part, PodPlan, Success};
 pub use render::{objects, prepare, render};
 pub use secret::fresh_key;

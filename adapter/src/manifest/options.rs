@@ -6,28 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::error::{EnvArgError, ManifestError};
 use super::inject::INJECT_IMAGE;
-use super::plan::{JobPlan, Launch, PodPlan};
-
-/// The workload kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Kind {
-    /// An Indexed Job (batch or interactive).
-    Job,
-    /// A StatefulSet (interactive only: its pods are restarted when they exit).
-    Statefulset,
-    /// A JobSet (jobset.x-k8s.io/v1alpha2) with one replicated Job.
-    Jobset,
-}
-
-/// When a batch Job counts as complete.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Success {
-    /// When the pod with index 0 (the one that runs the command) succeeded; the rest are
-    /// then stopped by the Job controller.
-    Index0,
-    /// When every pod succeeded.
-    All,
-}
+use super::plan::{JobPlan, Kind, Launch, Part, PodPlan, Success};
 
 /// The MPI in an image the runtime is injected into (the agent's `--mpi`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -52,15 +31,6 @@ impl Mpi {
             Mpi::Intel => "intel",
         }
     }
-}
-
-/// Parts of the output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Part {
-    Rbac,
-    Secret,
-    Workload,
-    Networkpolicy,
 }
 
 /// The job's name when no option or MPIJob gives one.

@@ -11,7 +11,7 @@ use super::layout::{
     OWN_VOLUMES, TMP_DIR, TOOL_PORT,
 };
 use super::meta::{job_label, names, own_labels, workload_label};
-use super::options::Kind;
+use super::plan::Kind;
 use super::plan::{JobPlan, Launch};
 use crate::settings::{agent, Setting};
 

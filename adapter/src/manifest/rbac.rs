@@ -5,8 +5,8 @@
 use serde_json::{json, Value};
 
 use super::meta::{meta, names};
-use super::options::Kind;
 use super::plan::JobPlan;
+use super::plan::Kind;
 
 /// The ServiceAccount, Role and RoleBinding.
 pub(super) fn rbac(a: &JobPlan) -> Vec<Value> {

@@ -4,8 +4,8 @@ use serde_json::Value;
 
 use super::error::ManifestError;
 use super::mpijob::{from_mpijob, MpiJobError, Note, Overrides};
-use super::options::{Kind, ManifestArgs, Part};
-use super::plan::JobPlan;
+use super::options::ManifestArgs;
+use super::plan::{JobPlan, Kind, Part};
 use super::{header, job, jobset, network_policy, rbac, secret, statefulset};
 
 /// The workload object of the chosen kind.

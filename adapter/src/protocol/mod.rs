@@ -114,14 +114,19 @@ pub use frame::{
     FramedConn, DEFAULT_MAX_FRAME, HANDSHAKE_MAX_FRAME,
 };
 pub use handshake::{client_handshake, HandshakeError};
-pub use messages::{decode_request, plain_kind, AuthMode, Plain, Reply, Request};
+pub use messages::{
+    decode_request, parse_request, plain_kind, AuthMode, Plain, Reply, Request, RequestError,
+};
 pub use secret::{read_secret_file, SecretError, DEFAULT_SECRET_FILE};
 pub use session::{Role, Session};
 pub use signal::signal_name;
-pub use validate::{validate_dvm_uri, validate_env_key, validate_launch, MAX_DVM_URI_LEN};
+pub use validate::{
+    validate_dvm_uri, validate_env_key, validate_launch, InvalidDvmUri, LaunchRefusal,
+    MAX_DVM_URI_LEN,
+};
 pub use wire::{decode_message, encode_message, ProtocolError, VERSION};
 
 /// Default TCP port of the agent's protocol listener.
-pub const DEFAULT_AGENT_PORT: u16 = crate::settings::mca::AGENT_PORT.default_u64() as u16;
+pub(crate) const DEFAULT_AGENT_PORT: u16 = crate::settings::mca::AGENT_PORT.default_u64() as u16;
 /// Default TCP port of the agent's HTTP health endpoint.
-pub const DEFAULT_HEALTH_PORT: u16 = 7118;
+pub(crate) const DEFAULT_HEALTH_PORT: u16 = 7118;

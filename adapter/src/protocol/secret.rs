@@ -51,7 +51,7 @@ pub enum SecretError {
 }
 
 /// The shortest secret accepted (bytes, after trailing line breaks are removed).
-pub const MIN_SECRET_LEN: usize = 32;
+pub(crate) const MIN_SECRET_LEN: usize = 32;
 
 /// The least variety a key must show (bits, estimated from its byte frequencies).
 const MIN_ESTIMATED_BITS: f64 = 80.0;

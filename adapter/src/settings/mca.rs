@@ -15,9 +15,9 @@ use std::time::Duration;
 use super::setting::{Kind, Setting, SettingError};
 
 /// `ras_k8s_slots`'s words.
-pub const SLOTS_CHOICES: &[&str] = &["auto", "annotation", "gpu", "cpu", "one"];
+pub(crate) const SLOTS_CHOICES: &[&str] = &["auto", "annotation", "gpu", "cpu", "one"];
 /// Other spellings `ras_k8s_slots` accepts (as `discovery::SlotsPolicy` parses them).
-pub const SLOTS_ALIASES: &[&str] = &["gpus", "cpus", "1"];
+pub(crate) const SLOTS_ALIASES: &[&str] = &["gpus", "cpus", "1"];
 
 pub const NAMESPACE: Setting = Setting {
     mca: mca_param!("ras", "namespace"),

@@ -123,7 +123,7 @@ fn expand_in(
 ) -> Result<String, ExecError> {
     expand(template, |k| env.get(k).cloned()).map_err(|reason| ExecError::Template {
         what: what.into(),
-        reason,
+        reason: reason.to_string(),
     })
 }
 

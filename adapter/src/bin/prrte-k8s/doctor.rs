@@ -313,11 +313,11 @@ async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocati
                 path.display(),
                 rtt.as_millis()
             )),
-            Err(e) if *is_self && e.contains("cannot reach") => r.ok(&format!(
+            Err(e) if *is_self && e.is_unreachable() => r.ok(&format!(
                 "agent of pod {} (this pod) not reachable at {}; fine if prte runs here, the launcher's pod needs no agent",
                 t.pod, t.addr
             )),
-            Err(e) if e.contains("authentication failed") || e.contains("secret") => r.fail(
+            Err(e) if e.is_secret_mismatch() => r.fail(
                 &format!("agent of pod {}: {e}", t.pod),
                 "mount the same Secret in every pod of the job (the agents' --secret-file and this pod's secret file must hold the same key), then restart the mismatching pod",
             ),
