@@ -346,6 +346,7 @@ mod tests {
             batch: None,
             cgroup: false,
             limits: Default::default(),
+            mpi: None,
         }
     }
 }
