@@ -73,6 +73,9 @@ pub struct DiscoveryConfig {
     pub kubeconfig: Option<PathBuf>,
     /// Name of the pod we run in. Default: `$POD_NAME`, else `$HOSTNAME`, else the host name.
     pub self_pod: Option<String>,
+    /// Leave the pod we run in out of the allocation (it launches, the other pods run the
+    /// ranks). The expected count still counts it: discovery waits for it as for every pod.
+    pub exclude_self: bool,
 }
 
 impl Default for DiscoveryConfig {
@@ -85,6 +88,7 @@ impl Default for DiscoveryConfig {
             slots: SlotsPolicy::Auto,
             kubeconfig: None,
             self_pod: None,
+            exclude_self: false,
         }
     }
 }
@@ -108,7 +112,40 @@ impl DiscoveryConfig {
             slots,
             kubeconfig: p.kubeconfig.as_ref().map(PathBuf::from),
             self_pod: p.self_pod.clone(),
+            exclude_self: p.exclude_self,
         })
+    }
+}
+
+impl DiscoveryConfig {
+    /// The configuration from the `ras_k8s_*` settings in the environment `env`
+    /// (`PRTE_MCA_ras_k8s_*`), as prte in the same pod would read them: for programs that
+    /// discover the pods in PRRTE's place (a hostfile for a launcher without our RAS). A bad
+    /// value names its variable.
+    pub fn from_env(
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<DiscoveryConfig, DiscoveryError> {
+        let text = |s: &crate::settings::Setting| -> Result<Option<String>, DiscoveryError> {
+            Ok(s.lookup(env)?.map(|(_, v)| v.trim().to_string()))
+        };
+        let int = |s: &crate::settings::Setting| -> Result<Option<i32>, DiscoveryError> {
+            Ok(s.from_env(env, |s, t| s.mca_int(t))?)
+        };
+        let defaults = mca::RasParams::default();
+        let p = mca::RasParams {
+            namespace: text(&mca::NAMESPACE)?,
+            selector: text(&mca::SELECTOR)?,
+            expected_pods: int(&mca::EXPECTED_PODS)?.unwrap_or(defaults.expected_pods),
+            timeout: int(&mca::TIMEOUT)?.unwrap_or(defaults.timeout),
+            slots: text(&mca::SLOTS)?.or(defaults.slots),
+            kubeconfig: text(&mca::KUBECONFIG)?,
+            self_pod: text(&mca::SELF_POD)?,
+            exclude_self: mca::EXCLUDE_SELF
+                .from_env(env, |s, t| s.mca_bool(t))?
+                .unwrap_or(defaults.exclude_self),
+            ..defaults
+        };
+        DiscoveryConfig::from_params(&p)
     }
 }
 
@@ -251,15 +288,49 @@ pub async fn discover_with(
     .await?;
 
     let own_uid = own_pod.as_ref().and_then(|p| p.metadata.uid.clone());
-    let nodes = build_nodes(&chosen, &namespace, cfg.slots, |p| match &own_uid {
+    let mut nodes = build_nodes(&chosen, &namespace, cfg.slots, |p| match &own_uid {
         Some(uid) => p.metadata.uid.as_ref() == Some(uid),
         None => me.as_ref().is_some_and(|m| m.matches(p)),
     })?;
+    if cfg.exclude_self {
+        leave_out_self(&mut nodes, &namespace, me.as_ref())?;
+    }
     Ok(Allocation {
         namespace,
         selector,
         nodes,
     })
+}
+
+/// `ras_k8s_exclude_self`: removes the pod we run in from `nodes`; an error if it was the only
+/// one. A pod we run in that is not one of the job's (prte started elsewhere) leaves nothing
+/// to remove, with a warning.
+fn leave_out_self(
+    nodes: &mut Vec<PodNode>,
+    namespace: &str,
+    me: Option<&SelfIdentity>,
+) -> Result<(), DiscoveryError> {
+    let Some(at) = nodes.iter().position(|n| n.is_self) else {
+        tracing::warn!(
+            self_pod = ?me,
+            "{} is set, but the pod prte runs in is not one of the job's pods: nothing is left out",
+            mca::EXCLUDE_SELF.name()
+        );
+        return Ok(());
+    };
+    if nodes.len() == 1 {
+        return Err(DiscoveryError::OnlySelf {
+            namespace: namespace.to_string(),
+            pod: nodes[at].pod.clone(),
+        });
+    }
+    let gone = nodes.remove(at);
+    tracing::info!(
+        pod = %gone.pod,
+        "{}: the pod prte runs in is left out of the allocation",
+        mca::EXCLUDE_SELF.name()
+    );
+    Ok(())
 }
 
 /// The API client of a discovery (bounded by `deadline`), and the namespace of the pods:
@@ -412,6 +483,40 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("ras_k8s_namespace"));
+    }
+
+    #[test]
+    fn config_from_the_environment() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let cfg = DiscoveryConfig::from_env(&vars(&[])).unwrap();
+        assert_eq!(cfg, DiscoveryConfig::default());
+        let cfg = DiscoveryConfig::from_env(&vars(&[
+            ("PRTE_MCA_ras_k8s_exclude_self", "true"),
+            ("PRTE_MCA_ras_k8s_selector", "app=x"),
+            ("PRTE_MCA_ras_k8s_timeout", "20"),
+            ("PRTE_MCA_ras_k8s_expected_pods", "3"),
+            ("PRTE_MCA_ras_k8s_slots", "one"),
+        ]))
+        .unwrap();
+        assert!(cfg.exclude_self);
+        assert_eq!(cfg.selector.as_deref(), Some("app=x"));
+        assert_eq!(cfg.timeout, Duration::from_secs(20));
+        assert_eq!(cfg.expected_pods, Some(3));
+        assert_eq!(cfg.slots, SlotsPolicy::One);
+        let e = DiscoveryConfig::from_env(&vars(&[("PRTE_MCA_ras_k8s_exclude_self", "maybe")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("ras_k8s_exclude_self") && e.contains("PRTE_MCA_ras_k8s_exclude_self"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -854,3 +854,96 @@ async fn losing_the_api_server_while_waiting_ends_in_a_bounded_timeout() {
     );
     assert!(msg.contains("the last watch attempt failed"), "{msg}");
 }
+
+/// `ras_k8s_exclude_self`: the launcher's pod (index 0, where prte runs) is waited for like
+/// every pod of the Job but left out of the allocation; a Job of that one pod is an error
+/// naming the parameter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclude_self_leaves_the_launchers_pod_out_but_waits_for_it() {
+    let f = Fixture::new("launcher").await;
+    let job: Job = serde_json::from_value(json!({
+        "metadata": {"name": "pi"},
+        "spec": {
+            "parallelism": 3,
+            "completions": 3,
+            "completionMode": "Indexed",
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "mpi", "image": "mpi"}]}},
+        },
+    }))
+    .unwrap();
+    let job = Api::<Job>::namespaced(f.client.clone(), "launcher")
+        .create(&PostParams::default(), &job)
+        .await
+        .unwrap();
+    let owner = json!({"metadata": {"ownerReferences": [{
+        "apiVersion": "batch/v1", "kind": "Job", "name": "pi",
+        "uid": job.metadata.uid.clone().unwrap(), "controller": true,
+    }]}});
+    let labels = |i: u32| json!({"batch.kubernetes.io/job-name": "pi", "batch.kubernetes.io/job-completion-index": i.to_string()});
+    for (i, name) in ["pi-0-aaaaa", "pi-1-bbbbb", "pi-2-ccccc"]
+        .iter()
+        .enumerate()
+    {
+        f.create_pod(name, labels(i as u32), owner.clone()).await;
+    }
+    f.make_ready("pi-1-bbbbb", "10.4.0.2").await;
+    f.make_ready("pi-2-ccccc", "10.4.0.3").await;
+    let cfg = discovery::DiscoveryConfig {
+        self_pod: Some("pi-0-aaaaa".into()),
+        exclude_self: true,
+        ..f.config()
+    };
+    let (handle, mut rx) = spawn_discovery(cfg.clone());
+    let resolved = progress_until(&mut rx, "resolution", |p| {
+        matches!(p, Progress::Resolved { .. })
+    })
+    .await;
+    assert!(
+        matches!(resolved, Progress::Resolved { expected: 3, .. }),
+        "the launcher's pod is counted: {resolved:?}"
+    );
+    progress_until(&mut rx, "2 ready", ready_count(2)).await;
+    // The two workers are ready, but the launcher's own pod is not yet: still waiting.
+    assert!(
+        !handle.is_finished(),
+        "discovery waits for the launcher's pod too"
+    );
+    f.make_ready("pi-0-aaaaa", "10.4.0.1").await;
+    let alloc = tokio::time::timeout(WAIT, handle)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("allocation");
+    assert_eq!(names(&alloc), ["pi-1-bbbbb", "pi-2-ccccc"]);
+    assert!(alloc.self_node().is_none());
+    assert_eq!(alloc.total_slots(), 2);
+
+    // Without the parameter the same discovery allocates all three.
+    let all = discovery::discover(&discovery::DiscoveryConfig {
+        exclude_self: false,
+        ..cfg.clone()
+    })
+    .await
+    .unwrap();
+    assert_eq!(names(&all), ["pi-0-aaaaa", "pi-1-bbbbb", "pi-2-ccccc"]);
+    assert!(all.nodes[0].is_self);
+
+    // A job of the launcher's pod alone leaves nothing for the ranks.
+    f.create_pod("solo-0-ddddd", json!({"app": "solo"}), json!({}))
+        .await;
+    f.make_ready("solo-0-ddddd", "10.4.0.9").await;
+    let err = discovery::discover(&discovery::DiscoveryConfig {
+        selector: Some("app=solo".into()),
+        self_pod: Some("solo-0-ddddd".into()),
+        exclude_self: true,
+        ..f.config()
+    })
+    .await
+    .expect_err("only the launcher's pod");
+    assert!(matches!(err, DiscoveryError::OnlySelf { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("launcher/solo-0-ddddd") && msg.contains("ras_k8s_exclude_self"),
+        "{msg}"
+    );
+}

@@ -1,7 +1,8 @@
 //! The manifests: every file in prrte-config/k8s/ is exactly what `prrte-k8s manifest` renders
-//! for the command line in its first line, and every file and rendered variant passes
+//! for the command line in its first line, and every file and rendered variant (the runtime
+//! injected with `--inject`, MPIJobs converted with `--from-mpijob`) passes
 //! `kubernetes-validate --strict` for Kubernetes 1.33 (the JobSet, whose schema is not bundled,
-//! also through its Job template as a Job).
+//! also through its Job template as a Job) and the restricted pod security level.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,21 +20,33 @@ fn k8s_dir() -> PathBuf {
     repo().join("prrte-config/k8s")
 }
 
-/// `prrte-k8s manifest` with the arguments of a header line (shell quoting as printed).
-fn render(args_text: &str) -> String {
+/// `prrte-k8s manifest` with `args_text` (shell quoting as printed), in `dir`.
+fn run(args_text: &str, dir: &Path) -> std::process::Output {
     let script = format!("exec \"$0\" manifest {args_text}");
-    let out = Command::new("/bin/sh")
+    Command::new("/bin/sh")
         .arg("-c")
         .arg(&script)
         .arg(env!("CARGO_BIN_EXE_prrte-k8s"))
+        .current_dir(dir)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// `prrte-k8s manifest` with the arguments of a header line (shell quoting as printed); MPIJob
+/// files are named relative to the examples' directory.
+fn render(args_text: &str) -> String {
+    let out = run(args_text, &examples());
     assert!(
         out.status.success(),
         "prrte-k8s manifest {args_text}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// The MPIJob examples (mpi-operator's pi jobs, written here).
+fn examples() -> PathBuf {
+    repo().join("adapter/src/manifest/mpijob/examples")
 }
 
 fn files() -> Vec<PathBuf> {
@@ -120,7 +133,16 @@ fn files_and_variants_pass_kubernetes_validate_strict() {
         "--name dvm --kind statefulset --pods 3 --image-pull-policy Never --env A=1",
         "--name js --kind jobset --pods 4 -- mpirun -n 8 ./allreduce",
         "--name js --kind jobset --pods 2",
+        "--name inj --image debian-openmpi:trixie --inject --mpi openmpi -- mpirun -n 2 /home/mpiuser/pi",
+        "--name injd --inject --kind statefulset --pods 2 --inject-image registry.example/inject:1",
+        "--name injs --inject --kind jobset --pods 2 -- mpirun ./x",
+        "--from-mpijob pi.yaml",
+        "--from-mpijob pi-mpich.yaml --image-pull-policy Never",
+        "--from-mpijob pi-intel.yaml -n hpc",
+        "--from-mpijob rich.yaml",
+        "--from-mpijob rich.yaml --only workload,secret --name rich2",
     ];
+
     let mut texts: Vec<String> = paths
         .iter()
         .map(|p| std::fs::read_to_string(p).unwrap())
@@ -135,6 +157,11 @@ fn files_and_variants_pass_kubernetes_validate_strict() {
         std::fs::write(&p, &t).unwrap();
         paths.push(p);
         texts.push(t);
+    }
+    for (t, what) in texts.iter().zip(paths.iter()) {
+        for v in restricted_violations(t) {
+            panic!("{}: not restricted: {v}", what.display());
+        }
     }
     for (i, t) in texts.iter().enumerate() {
         for (j, job) in jobset_templates(t).into_iter().enumerate() {
@@ -175,4 +202,80 @@ fn files_and_variants_pass_kubernetes_validate_strict() {
         - texts.len();
     assert_eq!(passed + jobsets, docs, "{report}");
     assert!(jobsets > 0 && passed > jobsets, "{report}");
+}
+
+/// What the restricted level finds wrong in the pod templates of the workloads of `yaml`.
+fn restricted_violations(yaml: &str) -> Vec<String> {
+    use serde::Deserialize;
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let v = serde_json::Value::deserialize(doc).unwrap();
+        let templates: Vec<&serde_json::Value> = match v["kind"].as_str() {
+            Some("Job" | "StatefulSet") => vec![&v["spec"]["template"]],
+            Some("JobSet") => v["spec"]["replicatedJobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|rj| &rj["template"]["spec"]["template"])
+                .collect(),
+            _ => vec![],
+        };
+        for t in templates {
+            assert!(t["spec"]["containers"].is_array(), "a pod template: {t}");
+            out.extend(prrte_k8s::manifest::restricted::violations(t));
+        }
+    }
+    out
+}
+
+/// An MPIJob that cannot be converted prints nothing on stdout (no half-rendered job for
+/// `kubectl apply`), its cause and remedy on stderr, and exits 2; a converted one prints its
+/// notes on stderr, one line each.
+#[test]
+fn from_mpijob_refuses_with_nothing_on_stdout_and_notes_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let pi = std::fs::read_to_string(examples().join("pi.yaml")).unwrap();
+    for (name, text, needle) in [
+        ("v1.yaml", pi.replace("kubeflow.org/v2beta1", "kubeflow.org/v1"), "only kubeflow.org/v2beta1"),
+        ("nolauncher.yaml", pi.replace("Launcher:", "Driver:"), "spec.mpiReplicaSpecs.Driver"),
+        ("nocommand.yaml", pi.replace("              command: [mpirun]\n              args: [-n, \"2\", /home/mpiuser/pi]\n", ""), "Launcher.template.spec.containers[0].command"),
+        ("unknown.yaml", pi.replace("  slotsPerWorker: 1\n", "  slotsPerWorker: 1\n  elasticPolicy: {maxReplicas: 4}\n"), "spec.elasticPolicy"),
+        ("deployment.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n".to_string(), "not MPIJob"),
+    ] {
+        std::fs::write(dir.path().join(name), &text).unwrap();
+        let out = run(&format!("--from-mpijob {name}"), dir.path());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(out.stdout.is_empty(), "{name}: nothing on stdout");
+        assert!(err.contains(needle), "{name}: {err}");
+        assert_eq!(err.lines().count(), 1, "{name}: one line: {err}");
+    }
+    // From stdin too, refused the same way.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_prrte-k8s"))
+        .args(["manifest", "--from-mpijob", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(b"kind: MPIJob\napiVersion: kubeflow.org/v2beta1\n")
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("metadata"));
+    // Converted: the manifest on stdout, the notes on stderr.
+    let out = run("--from-mpijob pi-mpich.yaml", &examples());
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines().any(|l| l.starts_with("prrte-k8s manifest: spec.mpiReplicaSpecs.Worker.template.spec.containers[0].readinessProbe: dropped")),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("kind: Secret"));
 }

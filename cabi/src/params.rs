@@ -34,7 +34,7 @@ pub struct Param<P> {
 }
 
 /// The `ras_k8s_*` parameters.
-pub static RAS_PARAMS: [Param<RasParams>; 9] = [
+pub static RAS_PARAMS: [Param<RasParams>; 10] = [
     Param {
         setting: &mca::NAMESPACE,
         field: Field::Str(|p| &mut p.namespace),
@@ -62,6 +62,10 @@ pub static RAS_PARAMS: [Param<RasParams>; 9] = [
     Param {
         setting: &mca::SELF_POD,
         field: Field::Str(|p| &mut p.self_pod),
+    },
+    Param {
+        setting: &mca::EXCLUDE_SELF,
+        field: Field::Bool(|p| &mut p.exclude_self),
     },
     Param {
         setting: &mca::RAS_PRIORITY,

@@ -1,8 +1,9 @@
 //! Containers: sandbox pods that run in an image's root filesystem.
 //!
-//! A pod whose container has an [`crate::podnet::ContainerSpec::image`] does not share the host's
+//! A container with an [`crate::podnet::ContainerSpec::image`] does not share the host's
 //! filesystem. Its PID 1 starts as the small program `prrte-k8s-sandbox-init` (a binary of this
-//! crate), which, inside the pod's fresh mount, UTS and PID namespaces and as root:
+//! crate), which, inside the container's fresh mount and PID namespaces (in the pod's network,
+//! UTS and IPC namespaces) and as root:
 //!
 //! 1. mounts an overlay with the image's root filesystem as the read-only lower layer and a
 //!    per-start writable layer (so a restarted container starts from the image again);
@@ -76,9 +77,12 @@ pub struct Container {
     pub tmpfs: Vec<Tmpfs>,
 }
 
-/// A tmpfs mounted in the container.
+/// A tmpfs mounted in the container: a memory-backed volume of the pod.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Tmpfs {
+    /// The pod's volume: every container of the pod that mounts it gets the same tmpfs.
+    #[serde(default)]
+    pub volume: String,
     pub path: PathBuf,
     /// Mode of its root directory (e.g. 0o1777, or 0o2777 with an fsGroup).
     pub mode: u32,
@@ -91,7 +95,6 @@ pub struct InitConfig {
     pub container: Container,
     /// Directory for the writable layer (`upper`, `work`) and the new root (`root`).
     pub layer_dir: PathBuf,
-    pub hostname: String,
     pub workdir: PathBuf,
     /// Exactly the command's environment.
     pub env: Vec<(String, String)>,
@@ -279,8 +282,6 @@ fn run(config: &Path) -> Result<Never> {
     let c = &cfg.container;
     let mut ready = fs::File::create(&cfg.ready)
         .with_context(|| format!("creating {}", cfg.ready.display()))?;
-    nix::unistd::sethostname(&cfg.hostname)
-        .with_context(|| format!("setting hostname {}", cfg.hostname))?;
     // Nothing done here may reach the host (unshare made the mounts slaves already).
     mount(
         None::<&str>,

@@ -32,6 +32,55 @@ pub fn runs_on_host(image: &str) -> bool {
         || image.starts_with(&format!("{HOST_IMAGE_REPO}@"))
 }
 
+/// The reference a container runtime resolves an image name to, as containerd and CRI-O do
+/// (Docker's normalization): a name whose first component is not a registry (no `.` or `:`,
+/// not `localhost`) is on `docker.io`, a single-component name in its `library/`, and a name
+/// without tag or digest is `:latest`. `mpioperator/x:1` is `docker.io/mpioperator/x:1`,
+/// `ubuntu` is `docker.io/library/ubuntu:latest`, `localhost/x` is `localhost/x:latest`. An
+/// image ID (64 hex digits, or `sha256:` and them) stays as it is.
+pub fn normalize(image: &str) -> String {
+    let image = image.trim();
+    let hex = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if hex(image) || image.strip_prefix("sha256:").is_some_and(hex) {
+        return image.to_string();
+    }
+    let mut full = match image.split_once('/') {
+        Some((first, _))
+            if first.contains(['.', ':'])
+                || first == "localhost"
+                || first.bytes().any(|b| b.is_ascii_uppercase()) =>
+        {
+            image.to_string()
+        }
+        Some(_) => format!("docker.io/{image}"),
+        None => format!("docker.io/library/{image}"),
+    };
+    if let Some(rest) = full.strip_prefix("docker.io/") {
+        if !rest.contains('/') {
+            full = format!("docker.io/library/{rest}");
+        }
+    }
+    let last = full.rsplit('/').next().unwrap_or("");
+    if !full.contains('@') && !last.contains(':') {
+        full.push_str(":latest");
+    }
+    full
+}
+
+/// Kubernetes' default `imagePullPolicy` for an image name: `Always` when it names the tag
+/// `latest` or no tag (and no digest), else `IfNotPresent`.
+pub fn default_pull_policy(image: &str) -> &'static str {
+    let image = image.trim();
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    let last = image.rsplit('/').next().unwrap_or("");
+    match last.split_once(':') {
+        Some((_, tag)) if tag != "latest" => "IfNotPresent",
+        _ => "Always",
+    }
+}
+
 /// An image's configuration (from `buildah inspect --type image`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ImageConfig {
@@ -315,24 +364,8 @@ pub const TEST_IMAGE_REPO: &str = "localhost/prrte-k8s-test/busybox";
 pub fn test_image(root: bool) -> Result<String> {
     static LOCK: Mutex<()> = Mutex::new(());
     let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .ok_or_else(|| anyhow!("busybox is not installed (the test image is made from Debian's busybox-static); run prrte-config/setup.sh"))?;
-    let bytes =
-        std::fs::read(&busybox).with_context(|| format!("reading {}", busybox.display()))?;
-    if !is_static(&bytes) {
-        bail!("{} is not statically linked; install Debian's busybox-static (prrte-config/setup.sh does)", busybox.display());
-    }
-    const RECIPE: u32 = 2;
-    let key = {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        bytes.hash(&mut h);
-        RECIPE.hash(&mut h);
-        format!("{:016x}", h.finish())
-    };
+    let (busybox, bytes) = static_busybox()?;
+    let key = recipe_key(&bytes);
     let name = format!("{TEST_IMAGE_REPO}:{key}{}", if root { "-root" } else { "" });
     if inspect(&name)?.is_some() {
         return Ok(name);
@@ -349,39 +382,43 @@ pub fn test_image(root: bool) -> Result<String> {
     if inspect(&name)?.is_some() {
         return Ok(name);
     }
+    build_test_image(&busybox, &name, root)?;
+    Ok(name)
+}
+
+/// The host's busybox and its contents; it must be linked statically.
+fn static_busybox() -> Result<(PathBuf, Vec<u8>)> {
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or_else(|| anyhow!("busybox is not installed (the test image is made from Debian's busybox-static); run prrte-config/setup.sh"))?;
+    let bytes =
+        std::fs::read(&busybox).with_context(|| format!("reading {}", busybox.display()))?;
+    if !is_static(&bytes) {
+        bail!("{} is not statically linked; install Debian's busybox-static (prrte-config/setup.sh does)", busybox.display());
+    }
+    Ok((busybox, bytes))
+}
+
+/// The test image's tag: a hash of the busybox binary and of the recipe's version.
+fn recipe_key(bytes: &[u8]) -> String {
+    const RECIPE: u32 = 2;
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    RECIPE.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+/// Builds the test image `name` in a working container from scratch, removed afterwards.
+fn build_test_image(busybox: &Path, name: &str, root: bool) -> Result<()> {
     let ctr = format!("prrte-k8s-test-image-build-{}", std::process::id());
     let _ = run_buildah(&["rm", &ctr]);
     buildah_ok(&["from", "--quiet", "--name", &ctr, "scratch"])?;
     let r = (|| -> Result<()> {
         let m = PathBuf::from(buildah_ok(&["mount", &ctr])?);
-        for d in [
-            "bin", "etc", "tmp", "home/app", "data", "root", "proc", "sys", "dev",
-        ] {
-            std::fs::create_dir_all(m.join(d))?;
-        }
-        std::fs::copy(&busybox, m.join("bin/busybox"))?;
-        let out = Command::new(m.join("bin/busybox"))
-            .arg("--list")
-            .output()
-            .context("busybox --list")?;
-        for applet in String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|a| !a.is_empty() && *a != "busybox")
-        {
-            let _ = std::os::unix::fs::symlink("busybox", m.join("bin").join(applet));
-        }
-        // As in Debian: /var/run is an absolute link (mount paths must resolve in the image).
-        std::fs::create_dir_all(m.join("run"))?;
-        std::fs::create_dir_all(m.join("var"))?;
-        std::os::unix::fs::symlink("/run", m.join("var/run"))?;
-        std::fs::write(m.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")?;
-        std::fs::write(
-            m.join("etc/group"),
-            "root:x:0:\napp:x:1000:\nextra:x:2000:app\nnogroup:x:65534:\n",
-        )?;
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(m.join("tmp"), std::fs::Permissions::from_mode(0o1777))?;
-        std::os::unix::fs::chown(m.join("home/app"), Some(1000), Some(1000))?;
+        fill_test_root(&m, busybox)?;
         let mut cfg = vec![
             "config",
             "--env",
@@ -398,12 +435,45 @@ pub fn test_image(root: bool) -> Result<String> {
         }
         cfg.push(&ctr);
         buildah_ok(&cfg)?;
-        buildah_ok(&["commit", "--quiet", &ctr, &name])?;
+        buildah_ok(&["commit", "--quiet", &ctr, name])?;
         Ok(())
     })();
     let _ = run_buildah(&["rm", &ctr]);
-    r.with_context(|| format!("building the test image {name}"))?;
-    Ok(name)
+    r.with_context(|| format!("building the test image {name}"))
+}
+
+/// The test image's files in its mounted root `m`: busybox and its applets, the directories,
+/// the users and groups.
+fn fill_test_root(m: &Path, busybox: &Path) -> Result<()> {
+    for d in [
+        "bin", "etc", "tmp", "home/app", "data", "root", "proc", "sys", "dev",
+    ] {
+        std::fs::create_dir_all(m.join(d))?;
+    }
+    std::fs::copy(busybox, m.join("bin/busybox"))?;
+    let out = Command::new(m.join("bin/busybox"))
+        .arg("--list")
+        .output()
+        .context("busybox --list")?;
+    for applet in String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|a| !a.is_empty() && *a != "busybox")
+    {
+        let _ = std::os::unix::fs::symlink("busybox", m.join("bin").join(applet));
+    }
+    // As in Debian: /var/run is an absolute link (mount paths must resolve in the image).
+    std::fs::create_dir_all(m.join("run"))?;
+    std::fs::create_dir_all(m.join("var"))?;
+    std::os::unix::fs::symlink("/run", m.join("var/run"))?;
+    std::fs::write(m.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")?;
+    std::fs::write(
+        m.join("etc/group"),
+        "root:x:0:\napp:x:1000:\nextra:x:2000:app\nnogroup:x:65534:\n",
+    )?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(m.join("tmp"), std::fs::Permissions::from_mode(0o1777))?;
+    std::os::unix::fs::chown(m.join("home/app"), Some(1000), Some(1000))?;
+    Ok(())
 }
 
 fn is_static(elf: &[u8]) -> bool {
@@ -429,6 +499,43 @@ mod tests {
         }
         for i in ["prrte-k8s:latest", "busybox", "prrte-k8s/sandbox-hostile:1"] {
             assert!(!runs_on_host(i), "{i}");
+        }
+    }
+
+    #[test]
+    fn names_resolve_as_a_runtime_does() {
+        for (name, full) in [
+            ("mpioperator/x:tag", "docker.io/mpioperator/x:tag"),
+            ("ubuntu", "docker.io/library/ubuntu:latest"),
+            (
+                "debian:bookworm-slim",
+                "docker.io/library/debian:bookworm-slim",
+            ),
+            ("docker.io/ubuntu", "docker.io/library/ubuntu:latest"),
+            ("localhost/x", "localhost/x:latest"),
+            ("localhost/prrte-k8s:latest", "localhost/prrte-k8s:latest"),
+            ("localhost:5000/a/b", "localhost:5000/a/b:latest"),
+            ("quay.io/org/img:1", "quay.io/org/img:1"),
+            ("ghcr.io/o/i@sha256:abc", "ghcr.io/o/i@sha256:abc"),
+        ] {
+            assert_eq!(normalize(name), full, "{name}");
+        }
+        let id = "a".repeat(64);
+        assert_eq!(normalize(&id), id);
+        assert_eq!(normalize(&format!("sha256:{id}")), format!("sha256:{id}"));
+    }
+
+    #[test]
+    fn pull_policy_defaults() {
+        for (name, policy) in [
+            ("ubuntu", "Always"),
+            ("ubuntu:latest", "Always"),
+            ("localhost:5000/x", "Always"),
+            ("localhost:5000/x:2", "IfNotPresent"),
+            ("mpioperator/x:tag", "IfNotPresent"),
+            ("x@sha256:abc", "IfNotPresent"),
+        ] {
+            assert_eq!(default_pull_policy(name), policy, "{name}");
         }
     }
 

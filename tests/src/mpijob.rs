@@ -105,48 +105,9 @@ fn agent_pod(
     let host = format!("{job}-{i}");
     let podtmp = tmp.join(&host);
     std::fs::create_dir_all(&podtmp).unwrap();
-    let sub = |v: &str| {
-        subst.iter().fold(v.to_string(), |v, (from, to)| {
-            v.replace(from, to.to_str().unwrap())
-        })
-    };
-    let mut command: Vec<String> = spec.entrypoint_prefix.iter().map(|a| sub(a)).collect();
-    command.extend(
-        [
-            agent,
-            Path::new("--prted"),
-            prted,
-            Path::new("--secret-file"),
-            secret,
-            Path::new("--tmpdir"),
-            podtmp.as_path(),
-        ]
-        .iter()
-        .map(|p| p.to_str().unwrap().to_string()),
-    );
-    command.extend(["--kill-grace".to_string(), "2".into()]);
-    command.extend(spec.agent_args.get(i).cloned().unwrap_or_default());
-    let mut env = vec![
-        json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
-        json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
-        json!({"name": "TMPDIR", "value": podtmp.to_str().unwrap()}),
-        // pods share the host's file system here: keep each pod's DVM URI file its own
-        json!({"name": "PRRTE_K8S_DVM_URI_FILE", "value": podtmp.join("dvm.uri").to_str().unwrap()}),
-    ];
-    env.extend(
-        spec.env
-            .iter()
-            .map(|(k, v)| json!({"name": k, "value": sub(v)})),
-    );
-    let volumes: Vec<Value> = (0..spec.empty_dirs.len())
-        .map(|n| json!({"name": format!("scratch-{n}"), "emptyDir": {}}))
-        .collect();
-    let mounts: Vec<Value> = spec
-        .empty_dirs
-        .iter()
-        .enumerate()
-        .map(|(n, p)| json!({"name": format!("scratch-{n}"), "mountPath": p}))
-        .collect();
+    let command = agent_command(i, spec, agent, prted, secret, &podtmp, subst);
+    let env = agent_env(spec, &podtmp, subst);
+    let (volumes, mounts) = scratch_volumes(spec);
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
@@ -174,6 +135,79 @@ fn agent_pod(
             "volumes": volumes,
         }
     })
+}
+
+/// `v` with each placeholder of `subst` replaced by its path.
+fn substituted(v: &str, subst: &[(&str, &Path)]) -> String {
+    subst.iter().fold(v.to_string(), |v, (from, to)| {
+        v.replace(from, to.to_str().unwrap())
+    })
+}
+
+/// Pod `i`'s command: the spec's entrypoint prefix, then the agent with its prted, secret,
+/// TMPDIR and the spec's extra arguments.
+fn agent_command(
+    i: usize,
+    spec: &JobSpec,
+    agent: &Path,
+    prted: &Path,
+    secret: &Path,
+    podtmp: &Path,
+    subst: &[(&str, &Path)],
+) -> Vec<String> {
+    let mut command: Vec<String> = spec
+        .entrypoint_prefix
+        .iter()
+        .map(|a| substituted(a, subst))
+        .collect();
+    command.extend(
+        [
+            agent,
+            Path::new("--prted"),
+            prted,
+            Path::new("--secret-file"),
+            secret,
+            Path::new("--tmpdir"),
+            podtmp,
+        ]
+        .iter()
+        .map(|p| p.to_str().unwrap().to_string()),
+    );
+    command.extend(["--kill-grace".to_string(), "2".into()]);
+    command.extend(spec.agent_args.get(i).cloned().unwrap_or_default());
+    command
+}
+
+/// A pod's environment: its IP and name, its own TMPDIR and DVM URI file, the spec's
+/// variables.
+fn agent_env(spec: &JobSpec, podtmp: &Path, subst: &[(&str, &Path)]) -> Vec<Value> {
+    let mut env = vec![
+        json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
+        json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+        json!({"name": "TMPDIR", "value": podtmp.to_str().unwrap()}),
+        // pods share the host's file system here: keep each pod's DVM URI file its own
+        json!({"name": "PRRTE_K8S_DVM_URI_FILE", "value": podtmp.join("dvm.uri").to_str().unwrap()}),
+    ];
+    env.extend(
+        spec.env
+            .iter()
+            .map(|(k, v)| json!({"name": k, "value": substituted(v, subst)})),
+    );
+    env
+}
+
+/// The spec's emptyDir volumes and their mounts.
+fn scratch_volumes(spec: &JobSpec) -> (Vec<Value>, Vec<Value>) {
+    let volumes: Vec<Value> = (0..spec.empty_dirs.len())
+        .map(|n| json!({"name": format!("scratch-{n}"), "emptyDir": {}}))
+        .collect();
+    let mounts: Vec<Value> = spec
+        .empty_dirs
+        .iter()
+        .enumerate()
+        .map(|(n, p)| json!({"name": format!("scratch-{n}"), "mountPath": p}))
+        .collect();
+    (volumes, mounts)
 }
 
 impl Job {

@@ -109,6 +109,36 @@ async fn allocation_follows_pod_index_with_slots_from_cpu() {
     }
 }
 
+/// `ras_k8s_exclude_self`: prterun in pod 0 (an mpi-operator launcher) puts no rank there;
+/// every slot of the other pods is used, and one rank more than they hold is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclude_self_runs_no_rank_in_the_launchers_pod() {
+    let mut spec = JobSpec::new("exself", 3);
+    spec.cpus = vec!["2"; 3];
+    let job = Job::start(spec).await.unwrap();
+    let exclude = ["--prtemca", "ras_k8s_exclude_self", "true"];
+    let mut args = exclude.to_vec();
+    args.extend(["-n", "4", "sh", "-c", "echo on=$(hostname)"]);
+    let out = job.prterun(&args, Duration::from_secs(120)).unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "prterun failed: {t}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let on = |h: &str| stdout.lines().filter(|l| *l == format!("on={h}")).count();
+    assert_eq!(
+        on(&job.hostnames[0]),
+        0,
+        "no rank in the launcher's pod: {t}"
+    );
+    assert_eq!(on(&job.hostnames[1]), 2, "{t}");
+    assert_eq!(on(&job.hostnames[2]), 2, "{t}");
+    // Pod 0's two slots are not there to take a fifth rank.
+    let mut args = exclude.to_vec();
+    args.extend(["-n", "5", "true"]);
+    let out = job.prterun(&args, Duration::from_secs(120)).unwrap();
+    assert!(!out.status.success(), "5 ranks on 4 slots: {}", text(&out));
+    job.wait_no_prteds(Duration::from_secs(10)).unwrap();
+}
+
 /// mpi4py from the PyPI wheels, across pods.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mpi4py_allreduce_across_pods() {

@@ -24,6 +24,12 @@
 //!    each of its items; `super::` inside an inline module (`mod tests { use super::*; }`)
 //!    names that file's own module, as in Rust.
 //!
+//!    **Unit tests are exempt.** A child module named `tests` (`#[cfg(test)] mod tests;` with
+//!    its code in `x/tests.rs`, beside `x.rs` or `x/mod.rs`) may use its parent's items, glob
+//!    imports included: the parent's items are what it tests, and nothing imports a test module,
+//!    so no cycle can come of it. Only its own parent's: a `tests` module reaching further up
+//!    is judged as any other module.
+//!
 //! The references come from the `crate::` and `super::` paths in each file's code (comments and
 //! the insides of string literals are left out), each resolved to the deepest module file it
 //! names and, for rule 1, on through that file's re-exports to the module that defines the item
@@ -595,6 +601,9 @@ impl Crate {
             if !(module.starts_with(t) && module != t) || r.path.len() <= t.len() {
                 continue; // not an ancestor, or the ancestor module itself
             }
+            if is_unit_test_of(module, t) {
+                continue;
+            }
             let name = &r.path[t.len()];
             let branch = &module[..t.len() + 1];
             let shown = format!("{}:{}: `{}`", self.file(module), r.line, r.path.join("::"));
@@ -643,6 +652,11 @@ impl Crate {
             })
             .collect()
     }
+}
+
+/// Whether `module` is the unit-test module (`tests`) of `parent`.
+fn is_unit_test_of(module: &Module, parent: &Module) -> bool {
+    module.last().is_some_and(|l| l == "tests") && module[..module.len() - 1] == parent[..]
 }
 
 fn related(a: &Module, b: &Module) -> bool {
@@ -859,4 +873,37 @@ fn the_checker_finds_a_parent_serving_its_children() {
     let found = c.parent_uses(&m("a::y"));
     assert_eq!(found.len(), 1, "{found:#?}");
     assert!(found[0].contains("glob import of a"), "{found:#?}");
+}
+
+/// A unit-test module (`tests`, in a file of its own) may use its parent's items, by name or
+/// by a glob; not those of a module further up, and a module of another name may not either.
+#[test]
+fn unit_test_modules_may_use_their_parents_items() {
+    let files = [
+        ("", "mod a;"),
+        (
+            "a",
+            "mod x;\n#[cfg(test)] mod tests;\npub(crate) fn helper() {}\nstruct Slot;",
+        ),
+        ("a::tests", "use super::*;\nuse super::{helper, Slot};"),
+        (
+            "a::x",
+            "#[cfg(test)] mod tests;\nmod tested;\npub(crate) fn own() {}",
+        ),
+        ("a::x::tests", "use super::own;\nuse crate::a::helper;"),
+        ("a::x::tested", "use super::own;"),
+    ];
+    let all: BTreeMap<Module, PathBuf> = files
+        .iter()
+        .map(|(n, _)| (m(n), PathBuf::from(format!("{}.rs", n.replace("::", "/")))))
+        .collect();
+    let text = files.iter().map(|(n, t)| (m(n), t.to_string())).collect();
+    let c = Crate::new(all, text, Path::new(""));
+    assert!(c.parent_uses(&m("a::tests")).is_empty());
+    let found = c.parent_uses(&m("a::x::tests"));
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(found[0].contains("`helper` is defined there"), "{found:#?}");
+    let found = c.parent_uses(&m("a::x::tested"));
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(found[0].contains("`own` is defined there"), "{found:#?}");
 }

@@ -133,6 +133,8 @@ struct DiscoverArgs {
     kubeconfig: Option<PathBuf>,
     #[arg(long, setting = &mca::SELF_POD)]
     self_pod: Option<String>,
+    #[arg(long, setting = &mca::EXCLUDE_SELF)]
+    exclude_self: bool,
     /// Report progress (ready counts, watch restarts) on stderr.
     #[arg(long, short = 'v')]
     verbose: bool,
@@ -148,6 +150,7 @@ impl DiscoverArgs {
             slots: self.slots,
             kubeconfig: self.kubeconfig.clone(),
             self_pod: self.self_pod.clone(),
+            exclude_self: self.exclude_self,
         }
     }
 }
@@ -278,8 +281,16 @@ fn manifest(args: prrte_k8s::manifest::ManifestArgs) -> i32 {
         .map(|a| manifest::quote(&a))
         .collect();
     let key = (!args.no_secret).then(manifest::fresh_key);
-    match manifest::render(&args, &argv.join(" "), key.as_deref()) {
-        Ok(text) => {
+    // Nothing on stdout unless the whole manifest rendered.
+    let rendered =
+        manifest::prepare(&args, &mut std::io::stdin().lock()).and_then(|(plan, notes)| {
+            manifest::render(&plan, &argv.join(" "), key.as_deref()).map(|t| (t, notes))
+        });
+    match rendered {
+        Ok((text, notes)) => {
+            for n in notes {
+                eprintln!("prrte-k8s manifest: {n}");
+            }
             print!("{text}");
             0
         }

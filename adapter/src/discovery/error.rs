@@ -163,6 +163,11 @@ pub enum DiscoveryError {
     },
 
     #[error(
+        "The job's only pod {namespace}/{pod} is the one prte runs in, and {p_exclude} leaves it out of the allocation: no pod is left for the ranks. Give the job more pods (the workers), or set {p_exclude} to false to run the ranks in this pod.", p_exclude = mca::EXCLUDE_SELF.refer()
+    )]
+    OnlySelf { namespace: String, pod: String },
+
+    #[error(
         "Timed out after {}s waiting for {expected} pods ({expected_source}) matching {selector:?} in namespace {namespace:?} to be Running and Ready with an IP: {ready} of {expected} ready. {}. Check these pods (`kubectl describe pod -n {namespace} ...`), raise {p_timeout} if they are just slow to start, or lower {p_expected} if fewer pods are intended.",
         *waited_ms as f64 / 1000.0,
         problems.join("; "), p_timeout = mca::TIMEOUT.refer(), p_expected = mca::EXPECTED_PODS.refer()
@@ -235,7 +240,7 @@ impl DiscoveryError {
             DiscoveryError::OwnerUnreadable { .. } => ErrorKind::Api,
             DiscoveryError::SelfPodNotFound { .. }
             | DiscoveryError::SelectorNotInferable { .. } => ErrorKind::SelectorNotInferable,
-            DiscoveryError::NoPods { .. } => ErrorKind::NoPods,
+            DiscoveryError::NoPods { .. } | DiscoveryError::OnlySelf { .. } => ErrorKind::NoPods,
             DiscoveryError::Timeout { .. } => ErrorKind::Timeout,
             DiscoveryError::Api { .. } => ErrorKind::Api,
             DiscoveryError::Internal { .. } => ErrorKind::Internal,

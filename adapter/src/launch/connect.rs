@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
-use super::{LaunchOptions, LaunchTarget};
+use super::request::{LaunchOptions, LaunchTarget};
 use crate::protocol::{
     self, client_handshake, decode_message, recv_frame, send_frame, FramedConn, HandshakeError,
     ProtocolError, Reply, Request, Session, DEFAULT_MAX_FRAME, HANDSHAKE_MAX_FRAME,

@@ -22,8 +22,6 @@
 //! sink is never called again.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,115 +34,17 @@ use crate::protocol::{
 };
 
 mod connect;
+mod event;
 pub mod prted_args;
+mod request;
 pub mod rounds;
 pub mod settings;
 pub mod targets;
 
 pub use connect::ping_agent;
 pub(crate) use connect::{agent_name, connect_authenticated, recv_reply, send_request};
-
-/// One daemon to start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LaunchTarget {
-    /// The daemon's vpid.
-    pub id: u32,
-    /// Pod name, for messages.
-    pub pod: String,
-    /// The agent's address.
-    pub addr: SocketAddr,
-}
-
-/// What to start: prted's arguments after the executable, and extra environment.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct LaunchRequest {
-    pub argv: Vec<String>,
-    pub env: Vec<(String, String)>,
-    /// The DVM's PMIx tool URI for the agent to publish in its pod (see
-    /// [`protocol::validate_dvm_uri`]); the PLM passes prte's own listener URI when it is
-    /// reachable from other pods.
-    pub dvm_uri: Option<String>,
-}
-
-/// Launcher settings.
-#[derive(Clone)]
-pub struct LaunchOptions {
-    /// The per-job secret shared with the agents; `None` = insecure mode, accepted only by
-    /// agents that run with `--insecure-no-auth` and no secret.
-    pub secret: Option<Vec<u8>>,
-    /// Bound on establishing each TCP connection.
-    pub connect_timeout: Duration,
-    /// Bound on each wait for an agent's answer before prted has started.
-    pub request_timeout: Duration,
-    /// Grace period between SIGTERM and SIGKILL asked of agents on shutdown (agents use the
-    /// smaller of this and their own `--kill-grace`).
-    pub kill_grace: Duration,
-}
-
-impl Default for LaunchOptions {
-    fn default() -> Self {
-        LaunchOptions {
-            secret: None,
-            connect_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(30),
-            kill_grace: Duration::from_secs(5),
-        }
-    }
-}
-
-impl fmt::Debug for LaunchOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LaunchOptions")
-            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .field("kill_grace", &self.kill_grace)
-            .finish()
-    }
-}
-
-/// How a started prted ended, as far as the launcher knows.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExitDesc {
-    /// prted exited with this code.
-    Code(i32),
-    /// prted was killed by this signal.
-    Signal(i32),
-    /// The agent connection ended before an exit was reported (the agent stops prted then).
-    ConnectionLost(String),
-}
-
-impl fmt::Display for ExitDesc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ExitDesc::Code(c) => write!(f, "exit code {c}"),
-            ExitDesc::Signal(s) => {
-                write!(f, "killed by signal {s} ({})", protocol::signal_name(*s))
-            }
-            ExitDesc::ConnectionLost(why) => write!(f, "agent connection lost: {why}"),
-        }
-    }
-}
-
-/// Progress of one target, reported through the sink.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LaunchEvent {
-    Started {
-        id: u32,
-        pod: String,
-        pid: u32,
-    },
-    Failed {
-        id: u32,
-        pod: String,
-        reason: String,
-    },
-    Exited {
-        id: u32,
-        pod: String,
-        status: ExitDesc,
-    },
-}
+pub use event::{ExitDesc, LaunchEvent};
+pub use request::{LaunchOptions, LaunchRequest, LaunchTarget};
 
 type Sink = Box<dyn Fn(LaunchEvent) + Send + Sync>;
 
@@ -473,19 +373,6 @@ async fn supervise(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn exit_desc_display() {
-        assert_eq!(ExitDesc::Code(3).to_string(), "exit code 3");
-        assert_eq!(
-            ExitDesc::Signal(9).to_string(),
-            "killed by signal 9 (SIGKILL)"
-        );
-        assert_eq!(
-            ExitDesc::ConnectionLost("reset".into()).to_string(),
-            "agent connection lost: reset"
-        );
-    }
 
     #[test]
     fn invalid_requests_fail_without_connecting() {

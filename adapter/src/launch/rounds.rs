@@ -18,10 +18,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use super::event::{ExitDesc, LaunchEvent};
 use super::prted_args::{forwarded_env, PrtedTemplate};
+use super::request::{LaunchOptions, LaunchRequest, LaunchTarget};
 use super::settings::{self, reachable_dvm_uri, PlmSettings, NO_DVM_URI};
 use super::targets::{resolve, DaemonNode, PodTable};
-use super::{ExitDesc, LaunchEvent, LaunchOptions, LaunchRequest, LaunchTarget};
 
 #[cfg(test)]
 mod tests;

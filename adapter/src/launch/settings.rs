@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::LaunchOptions;
+use super::request::LaunchOptions;
 use crate::protocol;
 use crate::settings::mca;
 

@@ -2,12 +2,15 @@
 
 use serde_json::{json, Value};
 
+use super::layout::CONTAINER;
+use super::meta::meta;
+use super::options::Success;
+use super::plan::JobPlan;
 use super::pod::pod_template;
-use super::{meta, ManifestArgs, Success, CONTAINER};
 
 /// The spec of the Indexed Job: one pod per index, one try, failing at the first disruption or
 /// non-zero exit.
-pub(super) fn job_spec(a: &ManifestArgs, batch: bool) -> Value {
+pub(super) fn job_spec(a: &JobPlan, batch: bool) -> Value {
     let mut spec = json!({
         "completionMode": "Indexed",
         "completions": a.pods,
@@ -28,12 +31,37 @@ pub(super) fn job_spec(a: &ManifestArgs, batch: bool) -> Value {
     if let Some(d) = a.deadline {
         spec["activeDeadlineSeconds"] = json!(d);
     }
+    if a.suspend {
+        spec["suspend"] = json!(true);
+    }
+    if let Some(m) = &a.managed_by {
+        spec["managedBy"] = json!(m);
+    }
     spec
 }
 
 /// The Job object.
-pub(super) fn job(a: &ManifestArgs, batch: bool) -> Value {
+pub(super) fn job(a: &JobPlan, batch: bool) -> Value {
     let mut spec = job_spec(a, batch);
-    spec["ttlSecondsAfterFinished"] = json!(a.ttl);
-    json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(a, &a.name), "spec": spec})
+    if let Some(ttl) = a.ttl {
+        spec["ttlSecondsAfterFinished"] = json!(ttl);
+    }
+    json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": workload_meta(a), "spec": spec})
+}
+
+/// The workload object's metadata: the job's own, plus the labels and annotations the plan
+/// gives it (the job's own labels win).
+pub(super) fn workload_meta(a: &JobPlan) -> Value {
+    let mut m = meta(a, &a.name);
+    if !a.labels.is_empty() {
+        let mut labels = a.labels.clone();
+        if let Value::Object(own) = &m["labels"] {
+            labels.extend(own.clone());
+        }
+        m["labels"] = Value::Object(labels);
+    }
+    if !a.annotations.is_empty() {
+        m["annotations"] = Value::Object(a.annotations.clone());
+    }
+    m
 }

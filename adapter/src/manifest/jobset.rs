@@ -2,19 +2,21 @@
 
 use serde_json::{json, Value};
 
-use super::job::job_spec;
-use super::{meta, ManifestArgs};
+use super::job::{job_spec, workload_meta};
+use super::plan::JobPlan;
 
 /// The JobSet object: one replicated Job `node` (the Indexed Job's spec), no restarts.
-pub(super) fn jobset(a: &ManifestArgs, batch: bool) -> Value {
+pub(super) fn jobset(a: &JobPlan, batch: bool) -> Value {
     let mut spec = json!({
         "replicatedJobs": [{"name": "node", "replicas": 1, "template": {"spec": job_spec(a, batch)}}],
         "successPolicy": {"operator": "All", "targetReplicatedJobs": ["node"]},
         "failurePolicy": {"maxRestarts": 0},
-        "ttlSecondsAfterFinished": a.ttl,
     });
+    if let Some(ttl) = a.ttl {
+        spec["ttlSecondsAfterFinished"] = json!(ttl);
+    }
     if batch {
         spec["startupPolicy"] = json!({"startupPolicyOrder": "AnyOrder"});
     }
-    json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta(a, &a.name), "spec": spec})
+    json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": workload_meta(a), "spec": spec})
 }

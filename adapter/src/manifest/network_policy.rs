@@ -2,13 +2,14 @@
 
 use serde_json::{json, Value};
 
-use super::{job_label, meta, names, ManifestArgs};
-use super::{AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, HEALTH_PORT, OOB_PORT, TOOL_PORT};
+use super::layout::{AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, HEALTH_PORT, OOB_PORT, TOOL_PORT};
+use super::meta::{job_label, meta, names};
+use super::plan::JobPlan;
 
 /// The NetworkPolicy of the job.
-pub(super) fn network_policy(a: &ManifestArgs) -> Value {
+pub(super) fn network_policy(a: &JobPlan) -> Value {
     let (lk, lv) = job_label(a);
-    let batch = !a.command.is_empty();
+    let batch = a.batch();
     let mut ports = vec![
         json!({"protocol": "TCP", "port": AGENT_PORT}),
         json!({"protocol": "TCP", "port": HEALTH_PORT}),

@@ -1,81 +1,100 @@
 //! The pod template every workload kind shares: the agent as entrypoint under the "restricted"
-//! pod security, its ports, resources, environment and volumes.
+//! pod security, its ports, readiness probe, environment and volumes, around what the plan
+//! gives (the application container's image, resources and security context, the pod's own
+//! volumes and scheduling fields).
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
-use super::{job_label, names, Kind, ManifestArgs};
-use super::{
-    AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, CONTAINER, HEALTH_PORT, OOB_PORT, SECRET_DIR,
-    TOOL_PORT,
+use super::inject;
+use super::layout::{
+    OwnVolume, Source, AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, CONTAINER, HEALTH_PORT, OOB_PORT,
+    OWN_VOLUMES, TMP_DIR, TOOL_PORT,
 };
+use super::meta::{job_label, names, own_labels};
+use super::options::Kind;
+use super::plan::{JobPlan, Launch};
+use crate::settings::{agent, Setting};
 
-/// The container's environment: the downward-API variables, the pinned ports and transports,
-/// then `--env` (which overrides).
-fn pod_env(a: &ManifestArgs) -> Vec<Value> {
+/// The job's own environment: the downward-API variables, the pinned ports and transports.
+pub(super) fn own_env(kind: Kind, launch: &Launch) -> Vec<Value> {
     let mut env = vec![
         json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
         json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
     ];
-    if a.kind == Kind::Statefulset {
+    if kind == Kind::Statefulset {
         env.push(json!({"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}}));
     }
-    let fixed: Vec<(String, String)> = vec![
-        ("TMPDIR".into(), "/tmp".into()),
+    // MPI traffic between pods only through the TCP BTL (no fabric with its own ports). The
+    // image's own Open MPI may be a 4.x, whose shared-memory BTL is `vader`, not `sm`, and an
+    // include list naming a component it lacks fails: there, the fabrics are excluded instead.
+    let btl = match launch {
+        Launch::Image { .. } => "self,sm,tcp",
+        Launch::Injected { .. } => "^ofi,openib,portals4,uct,ugni,usnic",
+    };
+    let fixed: [(&str, String); 6] = [
+        ("TMPDIR", TMP_DIR.into()),
         // `ras k8s` and `plm k8s` are not set here: every prted inherits the pod's environment
         // and must not select `plm k8s`. The agent sets both for the batch command, the DVM
         // head passes them to prte, and `prrte-k8s prun` talks to that DVM.
         // Pinned ports (the NetworkPolicy admits exactly these).
         // (`dynamic`, not `static`: see OOB_PORT.)
-        (
-            "PRTE_MCA_oob_tcp_dynamic_ipv4_ports".into(),
-            OOB_PORT.to_string(),
-        ),
-        (
-            "OMPI_MCA_btl_tcp_port_min_v4".into(),
-            BTL_PORT_MIN.to_string(),
-        ),
-        (
-            "OMPI_MCA_btl_tcp_port_range_v4".into(),
-            BTL_PORT_RANGE.to_string(),
-        ),
-        // MPI traffic between pods only through the TCP BTL (no fabric with its own ports).
-        ("OMPI_MCA_pml".into(), "ob1".into()),
-        ("OMPI_MCA_btl".into(), "self,sm,tcp".into()),
+        ("PRTE_MCA_oob_tcp_dynamic_ipv4_ports", OOB_PORT.to_string()),
+        ("OMPI_MCA_btl_tcp_port_min_v4", BTL_PORT_MIN.to_string()),
+        ("OMPI_MCA_btl_tcp_port_range_v4", BTL_PORT_RANGE.to_string()),
+        ("OMPI_MCA_pml", "ob1".into()),
+        ("OMPI_MCA_btl", btl.into()),
     ];
-    for (k, v) in fixed.into_iter().chain(a.env.iter().cloned()) {
-        env.retain(|e| e["name"] != k.as_str());
-        env.push(json!({"name": k, "value": v}));
+    env.extend(
+        fixed
+            .into_iter()
+            .map(|(k, v)| json!({"name": k, "value": v})),
+    );
+    env
+}
+
+/// The container's environment: the job's own, then the plan's (an entry replaces the job's
+/// of the same name).
+fn pod_env(a: &JobPlan) -> Vec<Value> {
+    let mut env = own_env(a.kind, &a.pod.launch);
+    for e in &a.pod.env {
+        env.retain(|o| o["name"] != e["name"]);
+        env.push(e.clone());
     }
     env
 }
 
-/// The agent's command line: batch (`--run -- COMMAND`) or interactive (`--dvm-head auto`).
-fn agent_command(a: &ManifestArgs, batch: bool) -> Vec<String> {
-    let prefix = a.prrte_prefix.trim_end_matches('/');
-    let mut command = vec![
-        a.agent.clone(),
-        "--prted".to_string(),
-        format!("{prefix}/bin/prted"),
-    ];
+/// `--NAME` of an agent setting.
+fn flag(s: &Setting) -> String {
+    format!("--{}", s.flag)
+}
+
+/// The agent's command line: how it finds the MPI's daemon, then batch (`--run -- COMMAND`)
+/// or interactive (`--dvm-head auto`).
+fn agent_command(a: &JobPlan, batch: bool) -> Vec<String> {
+    let mut command = match &a.pod.launch {
+        Launch::Image {
+            agent: path,
+            prrte_prefix,
+        } => {
+            let prefix = prrte_prefix.trim_end_matches('/');
+            vec![
+                path.clone(),
+                flag(&agent::PRTED),
+                format!("{prefix}/bin/prted"),
+            ]
+        }
+        Launch::Injected { mpi, .. } => {
+            vec![inject::agent(), inject::MPI_FLAG.to_string(), mpi.clone()]
+        }
+    };
     if batch {
-        command.push("--run".into());
+        command.push(flag(&agent::RUN));
         command.push("--".into());
         command.extend(a.command.iter().cloned());
     } else {
-        command.extend(["--dvm-head".into(), "auto".into()]);
+        command.extend([flag(&agent::DVM_HEAD), "auto".into()]);
     }
     command
-}
-
-/// Requests and limits (equal): CPU, memory and GPUs.
-fn resources(a: &ManifestArgs) -> Value {
-    let mut requests = json!({"cpu": a.cpu, "memory": a.memory});
-    let mut limits = requests.clone();
-    if a.gpus > 0 {
-        requests[&a.gpu_resource] = json!(a.gpus.to_string());
-        limits[&a.gpu_resource] = json!(a.gpus.to_string());
-    }
-    json!({"requests": requests, "limits": limits})
 }
 
 /// The container's named ports (the tool port only for an interactive job).
@@ -91,71 +110,115 @@ fn ports(batch: bool) -> Vec<Value> {
     ports
 }
 
-/// The one container: the agent, with the restricted security context and its mounts.
-fn container(a: &ManifestArgs, batch: bool) -> Value {
-    let mut container = json!({
+/// The job's own volumes the pod gets: all but a scratch directory the plan mounts a volume
+/// of its own at.
+fn own_volumes(a: &JobPlan) -> impl Iterator<Item = &'static OwnVolume> + '_ {
+    OWN_VOLUMES.iter().filter(|v| {
+        !(v.replaceable
+            && a.pod
+                .mounts
+                .iter()
+                .any(|m| m["mountPath"].as_str() == Some(v.path)))
+    })
+}
+
+/// The container's mount of one of the pod's own volumes (the Secret read-only).
+fn mount(v: &OwnVolume) -> Value {
+    let mut m = json!({"name": v.name, "mountPath": v.path});
+    if v.source == Source::Secret {
+        m["readOnly"] = json!(true);
+    }
+    m
+}
+
+/// One of the pod's own volumes (`secret`: the Secret's name).
+fn volume(v: &OwnVolume, secret: &str) -> Value {
+    match v.source {
+        Source::Secret => {
+            json!({"name": v.name, "secret": {"secretName": secret, "defaultMode": 0o440}})
+        }
+        Source::Disk => json!({"name": v.name, "emptyDir": {}}),
+        Source::Memory => json!({"name": v.name, "emptyDir": {"medium": "Memory"}}),
+    }
+}
+
+fn injected(a: &JobPlan) -> bool {
+    matches!(a.pod.launch, Launch::Injected { .. })
+}
+
+/// The application container: the plan's, with the agent as its command and the job's
+/// environment, ports, probe and mounts.
+fn container(a: &JobPlan, batch: bool) -> Value {
+    let mut mounts: Vec<Value> = own_volumes(a).map(mount).collect();
+    if injected(a) {
+        mounts.push(inject::mount(true));
+    }
+    mounts.extend(a.pod.mounts.iter().cloned());
+    let mut c = a.pod.container.clone();
+    let own = json!({
         "name": CONTAINER,
-        "image": a.image,
         "command": agent_command(a, batch),
         "env": pod_env(a),
         "ports": ports(batch),
-        "resources": resources(a),
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": HEALTH_PORT}, "periodSeconds": 2},
-        "securityContext": {
-            "runAsNonRoot": true,
-            "runAsUser": a.uid,
-            "runAsGroup": a.uid,
-            "allowPrivilegeEscalation": false,
-            "readOnlyRootFilesystem": true,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "volumeMounts": [
-            {"name": "secret", "mountPath": SECRET_DIR, "readOnly": true},
-            {"name": "tmp", "mountPath": "/tmp"},
-            {"name": "run", "mountPath": "/var/run/prrte-k8s"},
-            {"name": "shm", "mountPath": "/dev/shm"},
-        ],
+        "volumeMounts": mounts,
     });
-    if let Some(p) = &a.image_pull_policy {
-        container["imagePullPolicy"] = json!(p);
+    if let Value::Object(own) = own {
+        c.extend(own);
     }
-    container
+    Value::Object(c)
 }
 
 /// The pod template (metadata and spec) of the workload.
-pub(super) fn pod_template(a: &ManifestArgs, batch: bool) -> Value {
+pub(super) fn pod_template(a: &JobPlan, batch: bool) -> Value {
     let n = names(a);
     let (lk, lv) = job_label(a);
-    let mut labels =
-        json!({"app.kubernetes.io/name": "prrte-k8s", "app.kubernetes.io/instance": a.name});
-    labels[lk] = json!(lv);
-    let mut pod_meta = json!({"labels": labels});
-    if let Some(s) = a.slots {
-        pod_meta["annotations"] = json!({crate::discovery::SLOTS_ANNOTATION: s.to_string()});
+    let mut labels = a.pod.labels.clone();
+    if let Value::Object(own) = own_labels(a) {
+        labels.extend(own);
     }
-    let mut spec = json!({
+    labels.insert(lk.to_string(), json!(lv));
+    let mut pod_meta = json!({"labels": labels});
+    let mut annotations = a.pod.annotations.clone();
+    if let Some(s) = a.pod.slots {
+        annotations.insert(
+            crate::discovery::SLOTS_ANNOTATION.to_string(),
+            json!(s.to_string()),
+        );
+    }
+    if !annotations.is_empty() {
+        pod_meta["annotations"] = Value::Object(annotations);
+    }
+    let mut volumes: Vec<Value> = own_volumes(a).map(|v| volume(v, &n.secret)).collect();
+    let mut init: Vec<Value> = Vec::new();
+    if let Launch::Injected { image, .. } = &a.pod.launch {
+        volumes.push(inject::volume());
+        init.push(inject::install_container(
+            image,
+            a.pod.runtime_pull_policy.as_deref(),
+            a.pod.uid,
+            a.pod.gid,
+        ));
+    }
+    volumes.extend(a.pod.volumes.iter().cloned());
+    init.extend(a.pod.init_containers.iter().cloned());
+    let mut spec: Map<String, Value> = a.pod.spec.clone();
+    let own = json!({
         "serviceAccountName": n.sa,
         // The pod with index 0 runs the allocation (ras k8s reads the API); the pods share one
         // template, so each gets the token of a Role that only reads.
         "automountServiceAccountToken": true,
-        "securityContext": {
-            "runAsNonRoot": true,
-            "runAsUser": a.uid,
-            "runAsGroup": a.uid,
-            "fsGroup": a.uid,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
         "containers": [container(a, batch)],
-        "volumes": [
-            {"name": "secret", "secret": {"secretName": n.secret, "defaultMode": 0o440}},
-            {"name": "tmp", "emptyDir": {}},
-            {"name": "run", "emptyDir": {}},
-            {"name": "shm", "emptyDir": {"medium": "Memory"}},
-        ],
+        "volumes": volumes,
     });
+    if let Value::Object(own) = own {
+        spec.extend(own);
+    }
+    if !init.is_empty() {
+        spec.insert("initContainers".into(), Value::Array(init));
+    }
     if a.kind != Kind::Statefulset {
-        spec["restartPolicy"] = json!("Never");
+        spec.insert("restartPolicy".into(), json!("Never"));
     }
     json!({"metadata": pod_meta, "spec": spec})
 }

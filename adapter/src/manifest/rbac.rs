@@ -3,10 +3,12 @@
 
 use serde_json::{json, Value};
 
-use super::{meta, names, Kind, ManifestArgs};
+use super::meta::{meta, names};
+use super::options::Kind;
+use super::plan::JobPlan;
 
 /// The ServiceAccount, Role and RoleBinding.
-pub(super) fn rbac(a: &ManifestArgs) -> Vec<Value> {
+pub(super) fn rbac(a: &JobPlan) -> Vec<Value> {
     let n = names(a);
     let owner = match a.kind {
         Kind::Job => json!({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]}),

@@ -2,7 +2,8 @@
 
 use serde_json::{json, Value};
 
-use super::{meta, names, ManifestArgs};
+use super::meta::{meta, names};
+use super::plan::JobPlan;
 
 /// A fresh per-job key: 32 random bytes from the operating system, hex-encoded.
 pub fn fresh_key() -> String {
@@ -13,7 +14,7 @@ pub fn fresh_key() -> String {
 }
 
 /// The Secret holding `key`.
-pub(super) fn secret(a: &ManifestArgs, key: &str) -> Value {
+pub(super) fn secret(a: &JobPlan, key: &str) -> Value {
     use base64::Engine;
     let encode = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
     json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta(a, &names(a).secret), "type": "Opaque",

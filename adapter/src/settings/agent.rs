@@ -2,7 +2,8 @@
 //! file are the PLM's settings ([`super::mca::AGENT_PORT`], [`super::mca::SECRET_FILE`]) under
 //! the agent's flag names.
 
-use super::{mca, Kind, Setting};
+use super::mca;
+use super::setting::{Kind, Setting};
 
 pub const LISTEN: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_LISTEN"],

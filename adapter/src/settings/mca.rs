@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Kind, Setting, SettingError};
+use super::setting::{Kind, Setting, SettingError};
 
 /// `ras_k8s_slots`'s words.
 pub const SLOTS_CHOICES: &[&str] = &["auto", "annotation", "gpu", "cpu", "one"];
@@ -98,6 +98,15 @@ pub const BIND_NONE: Setting = Setting {
     ..Setting::NONE
 };
 
+pub const EXCLUDE_SELF: Setting = Setting {
+    mca: mca_param!("ras", "exclude_self"),
+    flag: "exclude-self",
+    default: "false",
+    help: "Leave the pod prte runs in out of the allocation, so that it runs mpirun and no ranks (an mpi-operator launcher); the expected pod count still counts it",
+    kind: Kind::Bool,
+    ..Setting::NONE
+};
+
 pub const RAS_PRIORITY: Setting = Setting {
     mca: mca_param!("ras", "priority"),
     default: "60",
@@ -174,6 +183,7 @@ pub const RAS: &[&Setting] = &[
     &SLOTS,
     &KUBECONFIG,
     &SELF_POD,
+    &EXCLUDE_SELF,
     &RAS_PRIORITY,
     &BIND_NONE,
 ];
@@ -212,6 +222,7 @@ pub struct RasParams {
     pub slots: Option<String>,
     pub kubeconfig: Option<String>,
     pub self_pod: Option<String>,
+    pub exclude_self: bool,
     pub priority: i32,
     pub bind_none: bool,
 }
@@ -226,6 +237,7 @@ impl Default for RasParams {
             slots: default_text(&SLOTS),
             kubeconfig: default_text(&KUBECONFIG),
             self_pod: default_text(&SELF_POD),
+            exclude_self: default_bool(&EXCLUDE_SELF),
             priority: default_int(&RAS_PRIORITY),
             bind_none: default_bool(&BIND_NONE),
         }

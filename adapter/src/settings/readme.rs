@@ -1,6 +1,7 @@
 //! The README's table of MCA parameters, rendered from [`super::mca`].
 
-use super::{mca, Setting};
+use super::mca;
+use super::setting::Setting;
 
 /// The line before the table in `README.md`.
 pub const BEGIN: &str =

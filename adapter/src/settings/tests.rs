@@ -1,5 +1,6 @@
 use super::*;
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 #[test]
 fn readme_table_is_the_registry() {

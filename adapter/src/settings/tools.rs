@@ -2,7 +2,7 @@
 //! [`super::mca`] settings: the `ras_k8s_*` ones to find the job's pods, the agent port and the
 //! secret file to reach the agents).
 
-use super::{Kind, Setting};
+use super::setting::{Kind, Setting};
 
 pub const PREFIX: Setting = Setting {
     env: &["PRRTE_K8S_PREFIX"],

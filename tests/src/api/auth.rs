@@ -192,28 +192,32 @@ fn subject_matches(id: &Identity, s: &Value, binding_ns: &str) -> bool {
     }
 }
 
+/// What every authenticated user may do (system:basic-user).
+fn basic_user_rules() -> Vec<ScopedRule> {
+    vec![
+        ScopedRule::plain(
+            None,
+            Rule::new(
+                &["create"],
+                &["authorization.k8s.io"],
+                &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+            ),
+        ),
+        ScopedRule::plain(
+            None,
+            Rule::new(
+                &["create"],
+                &["authentication.k8s.io"],
+                &["selfsubjectreviews"],
+            ),
+        ),
+    ]
+}
+
 impl Identity {
     /// Every rule this identity holds, each with its namespace scope.
     pub fn rules(&self, store: &Store) -> Vec<ScopedRule> {
-        let mut out = vec![
-            // What every authenticated user may do (system:basic-user).
-            ScopedRule::plain(
-                None,
-                Rule::new(
-                    &["create"],
-                    &["authorization.k8s.io"],
-                    &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
-                ),
-            ),
-            ScopedRule::plain(
-                None,
-                Rule::new(
-                    &["create"],
-                    &["authentication.k8s.io"],
-                    &["selfsubjectreviews"],
-                ),
-            ),
-        ];
+        let mut out = basic_user_rules();
         match &self.source {
             RightsSource::Static { namespace, rules } => {
                 out.extend(
@@ -223,57 +227,72 @@ impl Identity {
                 );
             }
             RightsSource::Rbac => {
-                if let Ok(l) = store.list(&CLUSTERROLEBINDINGS, None, &ListQuery::default()) {
-                    for b in l.items {
-                        let subjects = b
-                            .get("subjects")
-                            .and_then(Value::as_array)
-                            .cloned()
-                            .unwrap_or_default();
-                        if subjects.iter().any(|s| subject_matches(self, s, "")) {
-                            let name = b
-                                .pointer("/roleRef/name")
-                                .and_then(Value::as_str)
-                                .unwrap_or("");
-                            out.extend(role_rules(store, "ClusterRole", "", name).into_iter().map(
-                                |(rule, resource_names)| ScopedRule {
-                                    namespace: None,
-                                    rule,
-                                    resource_names,
-                                },
-                            ));
-                        }
-                    }
+                out.extend(self.cluster_role_binding_rules(store));
+                out.extend(self.role_binding_rules(store));
+            }
+        }
+        out
+    }
+
+    /// The rules of the cluster roles bound to this identity by ClusterRoleBindings.
+    fn cluster_role_binding_rules(&self, store: &Store) -> Vec<ScopedRule> {
+        let mut out = Vec::new();
+        if let Ok(l) = store.list(&CLUSTERROLEBINDINGS, None, &ListQuery::default()) {
+            for b in l.items {
+                let subjects = b
+                    .get("subjects")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                if subjects.iter().any(|s| subject_matches(self, s, "")) {
+                    let name = b
+                        .pointer("/roleRef/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    out.extend(role_rules(store, "ClusterRole", "", name).into_iter().map(
+                        |(rule, resource_names)| ScopedRule {
+                            namespace: None,
+                            rule,
+                            resource_names,
+                        },
+                    ));
                 }
-                if let Ok(l) = store.list(&ROLEBINDINGS, None, &ListQuery::default()) {
-                    for b in l.items {
-                        let ns = b
-                            .pointer("/metadata/namespace")
-                            .and_then(Value::as_str)
-                            .unwrap_or("");
-                        let subjects = b
-                            .get("subjects")
-                            .and_then(Value::as_array)
-                            .cloned()
-                            .unwrap_or_default();
-                        if subjects.iter().any(|s| subject_matches(self, s, ns)) {
-                            let kind = b
-                                .pointer("/roleRef/kind")
-                                .and_then(Value::as_str)
-                                .unwrap_or("");
-                            let name = b
-                                .pointer("/roleRef/name")
-                                .and_then(Value::as_str)
-                                .unwrap_or("");
-                            out.extend(role_rules(store, kind, ns, name).into_iter().map(
-                                |(rule, resource_names)| ScopedRule {
-                                    namespace: Some(ns.to_string()),
-                                    rule,
-                                    resource_names,
-                                },
-                            ));
-                        }
-                    }
+            }
+        }
+        out
+    }
+
+    /// The rules of the roles and cluster roles bound to this identity by RoleBindings, each
+    /// limited to its binding's namespace.
+    fn role_binding_rules(&self, store: &Store) -> Vec<ScopedRule> {
+        let mut out = Vec::new();
+        if let Ok(l) = store.list(&ROLEBINDINGS, None, &ListQuery::default()) {
+            for b in l.items {
+                let ns = b
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let subjects = b
+                    .get("subjects")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                if subjects.iter().any(|s| subject_matches(self, s, ns)) {
+                    let kind = b
+                        .pointer("/roleRef/kind")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    let name = b
+                        .pointer("/roleRef/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    out.extend(role_rules(store, kind, ns, name).into_iter().map(
+                        |(rule, resource_names)| ScopedRule {
+                            namespace: Some(ns.to_string()),
+                            rule,
+                            resource_names,
+                        },
+                    ));
                 }
             }
         }

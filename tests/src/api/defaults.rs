@@ -140,8 +140,9 @@ fn pod_spec_defaults(spec: &mut Value) {
                 set_default(c, "/terminationMessagePath", json!("/dev/termination-log"));
                 set_default(c, "/terminationMessagePolicy", json!("File"));
                 set_default(c, "/resources", json!({}));
-                if c.get("image").is_some() {
-                    set_default(c, "/imagePullPolicy", json!("IfNotPresent"));
+                if let Some(image) = c.get("image").and_then(Value::as_str) {
+                    let policy = crate::images::default_pull_policy(image);
+                    set_default(c, "/imagePullPolicy", json!(policy));
                 }
             }
         }
@@ -342,24 +343,27 @@ fn check_pod_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<(String, St
         causes.push((path.into(), "Required value".into()));
         return;
     };
-    match spec.get("containers").and_then(Value::as_array) {
-        None => causes.push((format!("{path}.containers"), "Required value".into())),
-        Some(cs) if cs.is_empty() => {
-            causes.push((format!("{path}.containers"), "Required value".into()))
-        }
-        Some(cs) => {
-            let mut seen = std::collections::HashSet::new();
-            for (i, c) in cs.iter().enumerate() {
-                match c.get("name").and_then(Value::as_str) {
-                    None | Some("") => causes.push((format!("{path}.containers[{i}].name"), "Required value".into())),
-                    Some(n) if !is_dns_label(n) => causes.push((
-                        format!("{path}.containers[{i}].name"),
-                        format!("Invalid value: {n:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'"),
-                    )),
-                    Some(n) => {
-                        if !seen.insert(n.to_string()) {
-                            causes.push((format!("{path}.containers[{i}].name"), format!("Duplicate value: {n:?}")));
-                        }
+    if spec
+        .get("containers")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty)
+    {
+        causes.push((format!("{path}.containers"), "Required value".into()));
+    }
+    // Names are unique among the init containers and the containers together.
+    let mut seen = std::collections::HashSet::new();
+    for list in ["initContainers", "containers"] {
+        let cs = spec.get(list).and_then(Value::as_array);
+        for (i, c) in cs.into_iter().flatten().enumerate() {
+            let at = format!("{path}.{list}[{i}]");
+            check_container(c, &at, &mut seen, causes);
+            if list == "initContainers" {
+                if let Some(rp) = c.get("restartPolicy").and_then(Value::as_str) {
+                    if rp != "Always" {
+                        causes.push((
+                            format!("{at}.restartPolicy"),
+                            format!("Unsupported value: {rp:?}: supported values: \"Always\""),
+                        ));
                     }
                 }
             }
@@ -371,6 +375,27 @@ fn check_pod_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<(String, St
                 format!("{path}.restartPolicy"),
                 format!("Unsupported value: {rp:?}: supported values: \"Always\", \"OnFailure\", \"Never\""),
             ));
+        }
+    }
+}
+
+/// A container's name: required, a DNS label, not used by another container of the pod.
+fn check_container(
+    c: &Value,
+    at: &str,
+    seen: &mut std::collections::HashSet<String>,
+    causes: &mut Vec<(String, String)>,
+) {
+    match c.get("name").and_then(Value::as_str) {
+        None | Some("") => causes.push((format!("{at}.name"), "Required value".into())),
+        Some(n) if !is_dns_label(n) => causes.push((
+            format!("{at}.name"),
+            format!("Invalid value: {n:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'"),
+        )),
+        Some(n) => {
+            if !seen.insert(n.to_string()) {
+                causes.push((format!("{at}.name"), format!("Duplicate value: {n:?}")));
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod defaults;
 pub mod faults;
 pub mod http;
+pub mod pod_table;
 mod protobuf;
 pub mod resources;
 pub mod selector;
@@ -315,10 +316,11 @@ impl ApiServer {
         self.state.store.clone()
     }
 
-    /// Lets `GET .../pods/NAME/log` serve pod logs: `f(namespace, name)` gives the log file.
+    /// Lets `GET .../pods/NAME/log` serve pod logs: `f(namespace, name, container)` gives the
+    /// container's log file.
     pub fn set_log_source(
         &self,
-        f: impl Fn(&str, &str) -> Option<PathBuf> + Send + Sync + 'static,
+        f: impl Fn(&str, &str, &str) -> Option<PathBuf> + Send + Sync + 'static,
     ) {
         *self.state.logs.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(f));
     }

@@ -1,6 +1,7 @@
 //! Server-side printing: `meta.k8s.io` Table responses as kubectl asks for with
 //! `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`.
 
+use super::pod_table::{summarize, PodSummary};
 use super::resources::ResourceType;
 use serde_json::{json, Value};
 
@@ -157,48 +158,7 @@ fn none_if_empty(s: Option<&str>) -> Value {
 
 /// The STATUS column of a pod, as kubectl shows it.
 pub fn pod_status_reason(pod: &Value) -> String {
-    let mut reason = pod
-        .pointer("/status/reason")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .or_else(|| pod.pointer("/status/phase").and_then(Value::as_str))
-        .unwrap_or("Pending")
-        .to_string();
-    let evicted = reason == "Evicted";
-    if let Some(cs) = pod
-        .pointer("/status/containerStatuses")
-        .and_then(Value::as_array)
-        .filter(|_| !evicted)
-    {
-        for c in cs.iter().rev() {
-            if let Some(r) = c
-                .pointer("/state/waiting/reason")
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-            {
-                reason = r.to_string();
-            } else if let Some(t) = c.pointer("/state/terminated") {
-                reason = match t
-                    .get("reason")
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty())
-                {
-                    Some(r) => r.to_string(),
-                    None => match t.get("signal").and_then(Value::as_i64).filter(|s| *s != 0) {
-                        Some(sig) => format!("Signal:{sig}"),
-                        None => format!(
-                            "ExitCode:{}",
-                            t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)
-                        ),
-                    },
-                };
-            }
-        }
-    }
-    if pod.pointer("/metadata/deletionTimestamp").is_some() && reason != "Evicted" {
-        reason = "Terminating".into();
-    }
-    reason
+    summarize(pod).status
 }
 
 fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
@@ -278,23 +238,12 @@ fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
 
 /// A pod's row: ready containers, status, restarts, age, IP, node, nominated node, gates.
 fn pod_cells(obj: &Value, name: Value, now: i64) -> Vec<Value> {
-    let total = obj
-        .pointer("/spec/containers")
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len);
-    let statuses = obj
-        .pointer("/status/containerStatuses")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let ready = statuses
-        .iter()
-        .filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true))
-        .count();
-    let restarts: i64 = statuses
-        .iter()
-        .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
-        .sum();
+    let PodSummary {
+        ready,
+        total,
+        status,
+        restarts,
+    } = summarize(obj);
     let gates = obj
         .pointer("/spec/readinessGates")
         .and_then(Value::as_array)
@@ -302,7 +251,7 @@ fn pod_cells(obj: &Value, name: Value, now: i64) -> Vec<Value> {
     vec![
         name,
         json!(format!("{ready}/{total}")),
-        json!(pod_status_reason(obj)),
+        json!(status),
         json!(restarts.to_string()),
         json!(age(obj, now)),
         none_if_empty(obj.pointer("/status/podIP").and_then(Value::as_str)),

@@ -1,10 +1,11 @@
 //! The commands that talk to a running sandbox: `exec`, `kill`, `status`, `down`.
 
-use super::{
-    cleanup_stale, control, pid_alive, read_state, require_root, running, PodLine, StateFile,
-};
+use super::host::{pid_alive, require_root};
+use super::state::{cleanup_stale, read_state, running, PodLine, StateFile};
 use crate::cluster::ExecInfo;
 use anyhow::{anyhow, bail, Context, Result};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -145,4 +146,17 @@ pub(super) fn down(dir: &Path) -> Result<()> {
     }
     println!("sandbox in {} is down", dir.display());
     Ok(())
+}
+
+/// Sends one request line on the control socket and returns the reply lines.
+fn control(dir: &Path, request: &str, timeout: Duration) -> Result<Vec<String>> {
+    let sock = dir.join("control.sock");
+    let mut s = UnixStream::connect(&sock)
+        .with_context(|| format!("connecting to the sandbox server at {}", sock.display()))?;
+    s.set_read_timeout(Some(timeout))?;
+    writeln!(s, "{request}")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)
+        .with_context(|| format!("waiting for the sandbox server to answer {request:?}"))?;
+    Ok(out.lines().map(String::from).collect())
 }

@@ -1,7 +1,7 @@
 //! `serve`: the sandbox server (cluster, workload, state file, control socket), and `api`.
 
+use super::host::require_root;
 use super::ready::wait_workload;
-use super::require_root;
 use super::state::{snapshot, write_state};
 use crate::api::resources::PODS;
 use crate::api::{ApiOptions, ApiServer, Obj};

@@ -1,11 +1,72 @@
-//! The state file: the running sandbox's API, network and pods, for the other commands.
+//! The state file: the running sandbox's API, network and pods, for the other commands; the
+//! running sandbox it names, and the cleanup after one that died.
 
-use super::{PodLine, StateFile};
+use super::host::pid_alive;
 use crate::api::resources::PODS;
 use crate::cluster::{self, Cluster};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+/// What `state.json` holds.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct StateFile {
+    pub pid: u32,
+    pub url: String,
+    pub kubeconfig: PathBuf,
+    pub ca: PathBuf,
+    pub gateway: String,
+    pub network_prefix: String,
+    pub node: String,
+    pub pods: Vec<PodLine>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct PodLine {
+    pub namespace: String,
+    pub name: String,
+    pub ip: String,
+    pub index: String,
+    pub phase: String,
+    pub ready: bool,
+    /// Where the pod's exec information is (absent unless the pod runs).
+    pub exec: Option<PathBuf>,
+}
+
+pub(super) fn read_state(dir: &Path) -> Option<StateFile> {
+    let text = std::fs::read(dir.join("state.json")).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// The running sandbox's state, or a clear error.
+pub(super) fn running(dir: &Path) -> Result<StateFile> {
+    match read_state(dir) {
+        Some(s) if pid_alive(s.pid) => Ok(s),
+        Some(s) => bail!(
+            "the sandbox in {} is not running (server pid {} is gone; see {}); run `prrte-k8s-sandbox down --state {}` to clean up",
+            dir.display(),
+            s.pid,
+            dir.join("sandbox.log").display(),
+            dir.display()
+        ),
+        None => bail!("no sandbox is running in {} (start one with `prrte-k8s-sandbox up --state {}`)", dir.display(), dir.display()),
+    }
+}
+
+pub(super) fn cleanup_stale(dir: &Path, s: &StateFile) -> Result<()> {
+    if !s.network_prefix.is_empty() {
+        let l = crate::podnet::cleanup_leftovers(&s.network_prefix)
+            .context("removing what a dead sandbox left behind")?;
+        if !l.is_empty() {
+            eprintln!("prrte-k8s-sandbox: removed leftovers of a dead sandbox: {l}");
+        }
+    }
+    for f in ["state.json", "control.sock"] {
+        let _ = std::fs::remove_file(dir.join(f));
+    }
+    Ok(())
+}
 fn pod_index(p: &Value) -> String {
     p.pointer("/metadata/annotations/batch.kubernetes.io~1job-completion-index")
         .or_else(|| p.pointer("/metadata/labels/apps.kubernetes.io~1pod-index"))

@@ -1,8 +1,10 @@
 //! `up`: the workload's manifest, the sandbox server started in the background, and the wait
 //! until its pods are Ready.
 
+use super::args::UpArgs;
 use super::client::down;
-use super::{cleanup_stale, pid_alive, read_state, require_root, running, tail, UpArgs};
+use super::host::{pid_alive, require_root};
+use super::state::{cleanup_stale, read_state, running};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -224,4 +226,10 @@ fn wait_ready(child: &mut Child, timeout: u64, log_path: &Path) -> Result<()> {
             ))
         }
     }
+}
+
+fn tail(p: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(p).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }

@@ -102,11 +102,13 @@ impl Cluster {
             max_pods: opts.max_pods.max(1),
             stopping: Default::default(),
             dying: Default::default(),
-            ip_lock: Arc::new(Mutex::new(())),
             images: Arc::new(crate::images::ImageStore::new(&net.prefix())),
         });
         let weak = Arc::downgrade(&kubelet);
-        api.set_log_source(move |ns, name| weak.upgrade().and_then(|k| k.log_path(ns, name)));
+        api.set_log_source(move |ns, name, container| {
+            weak.upgrade()
+                .and_then(|k| k.log_path(ns, name, Some(container)))
+        });
         let netpol = Arc::new(crate::netpol::Enforcer::new(&net.prefix(), store.clone()));
         let tasks = vec![
             tokio::spawn(kubelet.clone().run()),
@@ -169,14 +171,43 @@ impl Cluster {
     /// pod's environment; set stdio and spawn it.
     pub fn pod_exec(&self, pod: &str, argv: &[&str]) -> Result<std::process::Command> {
         let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-        self.kubelet.exec(pod, &argv)
+        self.kubelet.exec(pod, None, &argv)
+    }
+
+    /// As [`Cluster::pod_exec`], in container `container` of the pod (`kubectl exec -c`).
+    pub fn container_exec(
+        &self,
+        pod: &str,
+        container: &str,
+        argv: &[&str],
+    ) -> Result<std::process::Command> {
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        self.kubelet.exec(pod, Some(container), &argv)
     }
 
     /// Run `argv` to completion inside a running pod (as [`Cluster::pod_exec`], stdin empty):
     /// its exit code (-1 when a signal ended it), stdout and stderr, each trimmed.
     pub fn pod_run(&self, pod: &str, argv: &[&str]) -> Result<(i32, String, String)> {
-        let out = self
-            .pod_exec(pod, argv)?
+        self.run_in(self.pod_exec(pod, argv)?, pod, argv)
+    }
+
+    /// As [`Cluster::pod_run`], in container `container` of the pod.
+    pub fn container_run(
+        &self,
+        pod: &str,
+        container: &str,
+        argv: &[&str],
+    ) -> Result<(i32, String, String)> {
+        self.run_in(self.container_exec(pod, container, argv)?, pod, argv)
+    }
+
+    fn run_in(
+        &self,
+        mut cmd: std::process::Command,
+        pod: &str,
+        argv: &[&str],
+    ) -> Result<(i32, String, String)> {
+        let out = cmd
             .stdin(std::process::Stdio::null())
             .output()
             .with_context(|| format!("running {argv:?} in {pod}"))?;
@@ -209,9 +240,15 @@ impl Cluster {
         self.kubelet.pod_dir(ns, name)
     }
 
-    /// The log file of a pod the kubelet runs.
+    /// The log file of a pod the kubelet runs (of its default container: the one the
+    /// `kubectl.kubernetes.io/default-container` annotation names, else the first).
     pub fn pod_log(&self, ns: &str, name: &str) -> Option<PathBuf> {
-        self.kubelet.log_path(ns, name)
+        self.kubelet.log_path(ns, name, None)
+    }
+
+    /// The log file of container `container` of a pod the kubelet runs.
+    pub fn container_log(&self, ns: &str, name: &str, container: &str) -> Option<PathBuf> {
+        self.kubelet.log_path(ns, name, Some(container))
     }
 
     /// Waits until `count` pods in `ns` matching `selector` are Running and Ready; returns them

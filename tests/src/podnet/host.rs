@@ -1,6 +1,6 @@
 //! Host tools (`ip`, `unshare`, `nsenter`, ...), the host-wide lock, and the state directory.
 
-use super::{STATE_DIR, SYSTEM_PATH};
+use super::names::{STATE_DIR, SYSTEM_PATH};
 use anyhow::{anyhow, bail, Context, Result};
 use nix::fcntl::{Flock, FlockArg};
 use std::fs::{self, File, OpenOptions};
@@ -138,4 +138,56 @@ pub(super) fn list_dir_names(dir: &str) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Mount points below `dir` (not `dir` itself) in this process's mount namespace, from
+/// `/proc/self/mountinfo` (whose octal escapes, e.g. `\040` for a space, are decoded).
+pub(super) fn mounts_below(dir: &Path) -> Vec<PathBuf> {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|m| PathBuf::from(unescape_mount_path(m)))
+        .filter(|m| m.starts_with(dir) && m != dir)
+        .collect()
+}
+
+fn unescape_mount_path(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Detaches everything mounted below `dir` (deepest first), so that `dir` can be removed.
+pub(super) fn unmount_below(dir: &Path) -> Result<()> {
+    let mut mounts = mounts_below(dir);
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+    let mut errors = Vec::new();
+    for m in mounts {
+        if let Err(e) = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH) {
+            if e != nix::errno::Errno::EINVAL && e != nix::errno::Errno::ENOENT {
+                errors.push(format!("unmounting {}: {e}", m.display()));
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        bail!("{}", errors.join("; "))
+    }
 }

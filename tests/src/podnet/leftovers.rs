@@ -1,9 +1,11 @@
 //! What a network left on the host (namespaces, links, processes, state directories, image
 //! containers, nftables tables), and removing it.
 
-use super::host::{delete_link, delete_netns, list_dir_names, pods_state_dir, require_root};
+use super::host::{
+    delete_link, delete_netns, list_dir_names, pods_state_dir, require_root, unmount_below,
+};
+use super::names::NAME_PREFIX;
 use super::procfs::{all_pids, cmdline, comm, describe_process, ns_id};
-use super::NAME_PREFIX;
 use anyhow::{bail, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -124,8 +126,8 @@ pub fn leftovers(prefix: &str) -> Leftovers {
 }
 
 /// Removes what [`leftovers`] finds (for instance after a test run that was killed): kills the
-/// processes, deletes links and network namespaces, removes state directories. Returns what was
-/// found. Only prefixes starting with `pk8s` are accepted.
+/// processes, deletes links and network namespaces, removes state directories (and what is
+/// mounted in them). Returns what was found. Only prefixes starting with `pk8s` are accepted.
 pub fn cleanup_leftovers(prefix: &str) -> Result<Leftovers> {
     if !prefix.starts_with(NAME_PREFIX) {
         bail!("refusing to clean up names starting with {prefix:?} (not {NAME_PREFIX}...)");
@@ -150,6 +152,10 @@ pub fn cleanup_leftovers(prefix: &str) -> Result<Leftovers> {
         }
     }
     for d in &found.state_dirs {
+        // The pods' UTS and IPC namespace files and memory volumes are mounted there.
+        if let Err(e) = unmount_below(d) {
+            errors.push(format!("{e:#}"));
+        }
         if let Err(e) = fs::remove_dir_all(d) {
             errors.push(format!("removing {}: {e}", d.display()));
         }

@@ -1,25 +1,35 @@
 //! Pods as Linux namespaces.
 //!
-//! A sandbox pod is what a pod is on a node, minus the container image: the host filesystem is
-//! shared (binaries under /opt, /usr and the repository's target directory are visible), but the
-//! pod has
+//! A sandbox pod is what a pod is on a node: a **sandbox** that its containers share, and
+//! **containers**, each its own process. The sandbox (`sandbox`) is
 //!
-//! * its own **network namespace**: `eth0` is one end of a veth pair whose other end sits on the
-//!   [`Network`]'s bridge; it carries the pod's IPv4 address in the network's /24, `lo` is up and
-//!   the default route points at the bridge's gateway address (the host side, where a sandbox API
-//!   server can listen);
-//! * its own **UTS namespace** (hostname = [`PodSpec::hostname`]);
-//! * its own **mount namespace**, so files can be bind-mounted at pod-specific paths (for example
-//!   the service-account directory). Mount points that do not exist on the host are created only
-//!   inside the pod: the nearest existing ancestor directory is covered by a pod-private tmpfs that
-//!   keeps the ancestor's entries visible through bind mounts, and the missing directories are
-//!   made on that tmpfs. Like the kubelet, the sandbox also gives each pod an `/etc/hosts` that
-//!   names the pod's own hostname;
-//! * its own **PID namespace**: the container command is PID 1, and killing it ends every process
-//!   in the pod, including the ones started later with [`RunningPod::exec`].
+//! * the pod's **network namespace**: `eth0` is one end of a veth pair whose other end sits on
+//!   the [`Network`]'s bridge; it carries the pod's IPv4 address in the network's /24, `lo` is up
+//!   and the default route points at the bridge's gateway address (the host side, where a
+//!   sandbox API server can listen);
+//! * its **UTS namespace** (hostname = [`PodSpec::hostname`]) and **IPC namespace** (System V
+//!   IPC, POSIX message queues), kept by bind mounts of their namespace files in the pod's state
+//!   directory while the pod lives, as `ip netns` keeps a network namespace;
+//! * its `/etc/hosts` (as the kubelet writes it: it names the pod's own hostname) and its
+//!   memory-backed volumes (a tmpfs each, mounted in the state directory on first use, so that
+//!   every container mounting the volume shares it).
+//!
+//! Each container ([`ContainerSpec`], started by [`RunningPod::start_container`]; `spawn`,
+//! `process`) joins the sandbox's namespaces and gets
+//!
+//! * its own **mount namespace**: on the host's filesystem (binaries under /opt, /usr and the
+//!   repository's target directory are visible), files are bind-mounted at container-specific
+//!   paths (for example the service-account directory). Mount points that do not exist on the
+//!   host are created only inside the container: the nearest existing ancestor directory is
+//!   covered by a private tmpfs that keeps the ancestor's entries visible through bind mounts,
+//!   and the missing directories are made on that tmpfs. A container with an image runs in the
+//!   image's root filesystem instead (see [`crate::container`]). Two containers that mount the
+//!   same host directory (an emptyDir) see the same files;
+//! * its own **PID namespace**: the container command is PID 1, and killing it ends every
+//!   process of the container, including the ones started later with [`RunningPod::exec_in`].
 //!
 //! Everything is built with `ip` (iproute2), `unshare`/`nsenter`/`mount` (util-linux) and a small
-//! POSIX shell program that prepares the pod before it `exec`s the container command. All names
+//! POSIX shell program that prepares the container before it `exec`s its command. All names
 //! a [`Network`] creates (bridge, veths, network namespaces, state directories) start with
 //! [`Network::prefix`], which is what [`leftovers()`] takes to check that nothing stayed behind;
 //! [`cleanup_leftovers`] removes what a killed test run left.
@@ -30,21 +40,17 @@
 //! is left alone: pods only talk to each other and to the gateway address, and nothing leaves the
 //! machine.
 //!
-//! A pod is its **sandbox** (`sandbox`: network namespace, veth, `/etc/hosts`, state directory)
-//! and a list of **containers** ([`PodSpec::containers`], each a [`ContainerSpec`] with its own
-//! command, environment, mounts, log and root filesystem), each run as its own process
-//! (`spawn`, `process`). Sandbox pods have exactly one container, whose process makes the UTS,
-//! mount and PID namespaces; a second container would join the first one's UTS namespace and
-//! get mount and PID namespaces of its own. The rest: `network` (the bridge and its addresses),
-//! `mounts` (the host-filesystem setup program), `state` (what a pod and its network share),
-//! `pod` ([`RunningPod`], `exec`), `host` and `procfs` (host tools, /proc), `leftovers`.
+//! The rest: `network` (the bridge and its addresses, starting pods), `mounts` (the
+//! host-filesystem setup program), `state` (what a pod and its network share), `pod`
+//! ([`RunningPod`], `exec`), `host` and `procfs` (host tools, mounts, /proc), `names`,
+//! `leftovers`.
 
-use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
-
+#[cfg(test)]
+mod container_tests;
 mod host;
 mod leftovers;
 mod mounts;
+mod names;
 mod network;
 mod pod;
 mod process;
@@ -62,26 +68,6 @@ pub use pod::{exec_command, RunningPod};
 pub use process::PodExit;
 pub use spec::{ContainerSpec, PodSpec};
 
-/// Every bridge, veth, network namespace and state directory made here starts with this.
-pub const NAME_PREFIX: &str = "pk8s";
-
-/// Host directory for the lock file and the per-pod state directories.
-pub const STATE_DIR: &str = "/run/prrte-k8s-sandbox";
+pub use names::{DEFAULT_HOME, NAME_PREFIX, STATE_DIR};
 
 pub use crate::container::DEFAULT_PATH;
-
-/// `HOME` given to pods whose environment does not set one.
-pub const DEFAULT_HOME: &str = "/root";
-
-/// `PATH` used to run the host tools themselves.
-const SYSTEM_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// How long to wait for a pod's PID 1 to appear and finish its setup.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How long to wait for a pod to die after SIGKILL of its PID 1.
-const KILL_TIMEOUT: Duration = Duration::from_secs(10);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}

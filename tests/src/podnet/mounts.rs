@@ -1,6 +1,6 @@
-//! The setup program PID 1 of a pod on the host's filesystem runs: hostname, bind mounts (mount
-//! points that the host lacks are made inside the pod only), working directory, then the
-//! command with exactly the pod's environment; and the containers' bind mounts.
+//! The setup program PID 1 of a container on the host's filesystem runs: bind mounts (mount
+//! points that the host lacks are made inside the container only), working directory, then the
+//! command with exactly the container's environment; and the containers' bind mounts.
 
 use super::spec::ContainerSpec;
 use anyhow::Context;
@@ -14,7 +14,7 @@ pub(super) const PUNCH_FS: &str = "pk8s-pod";
 
 /// The program PID 1 of every pod runs before it becomes the container command.
 ///
-/// Positional arguments: ready-file, hostname, workdir, path of `env`, number of bind mounts N,
+/// Positional arguments: ready-file, workdir, path of `env`, number of bind mounts N,
 /// then N (source, target) pairs, then `NAME=VALUE` words, then the command. stdout is the pod
 /// log and stderr is pointed there too (the outer tools' stderr goes to a separate file). Errors
 /// go to the log and exit with 125; "ok" is written to the ready file right before the final
@@ -64,10 +64,9 @@ bind() {
   mount -n --rbind -- "$src" "$dst" || die "cannot bind-mount $src on $dst"
 }
 
-ready=$1 hn=$2 wd=$3 envbin=$4 n=$5
-shift 5
+ready=$1 wd=$2 envbin=$3 n=$4
+shift 4
 exec 4>"$ready" || die "cannot open $ready"
-printf '%s' "$hn" >/proc/sys/kernel/hostname || die "cannot set hostname $hn"
 while [ "$n" -gt 0 ]; do
   bind "$1" "$2"
   shift 2

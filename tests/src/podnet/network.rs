@@ -2,21 +2,19 @@
 //! and starting pods on it.
 
 use super::host::{
-    delete_link, host_lock, ip, list_dir_names, pods_state_dir, require_root, tools, Tools,
+    delete_link, host_lock, ip, list_dir_names, pods_state_dir, require_root, tools,
 };
-use super::mounts::resolved_binds;
+use super::names::NAME_PREFIX;
 use super::pod::RunningPod;
-use super::sandbox::{mounts_hosts, PodSandbox};
-use super::spawn::{start_container, Launch};
+use super::sandbox::PodSandbox;
 use super::spec::PodSpec;
-use super::state::{NetState, PodInner};
-use super::{lock, NAME_PREFIX};
+use super::state::{lock, NetState, PodInner};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::fs;
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, Weak};
 
 /// A bridge with a /24 out of 10.250.0.0/16; the host holds the gateway address `.1` on it.
@@ -171,27 +169,44 @@ impl Network {
         Ok(Ipv4Addr::new(10, 250, self.subnet, host))
     }
 
-    /// Creates the pod's namespaces and veth, starts the container command as the pod's PID 1
-    /// and returns once the pod is set up (hostname, bind mounts, working directory) and the
-    /// command has been `exec`ed. A command that exits right away is not an error: see
-    /// [`RunningPod::try_wait`]. Failures of the setup itself are, with the pod log's tail.
+    /// Creates the pod's namespaces and veth, starts its containers in order (see
+    /// [`RunningPod::start_container`]; a container with an empty name is named `c<index>`) and
+    /// returns once each is set up and its command has been `exec`ed. A command that exits right
+    /// away is not an error: see [`RunningPod::try_wait`]. Failures of the setup itself are,
+    /// with the log's tail.
     pub fn start_pod(&self, spec: PodSpec) -> Result<RunningPod> {
+        if spec.containers.is_empty() {
+            bail!("pod {}: no container to start", spec.name);
+        }
+        let pod = self.start_sandbox(&spec)?;
+        for (i, c) in spec.containers.iter().enumerate() {
+            let mut c = c.clone();
+            if c.name.is_empty() {
+                c.name = format!("c{i}");
+            }
+            pod.start_container(&c)?;
+        }
+        Ok(pod)
+    }
+
+    /// Creates the pod's sandbox, without containers: its state directory, `/etc/hosts`,
+    /// network namespace and veth (the pod's address), UTS namespace (its hostname) and IPC
+    /// namespace. `spec.containers` is not looked at: start them with
+    /// [`RunningPod::start_container`].
+    pub fn start_sandbox(&self, spec: &PodSpec) -> Result<RunningPod> {
         if self.torn_down {
             bail!("network {} is torn down", self.bridge);
         }
-        let tools = tools()?;
+        tools()?;
         let host = spec.validate(self.subnet, &self.cidr())?;
-        let binds = spec
-            .containers
-            .iter()
-            .map(|c| resolved_binds(c, &spec.name))
-            .collect::<Result<Vec<_>>>()?;
-        let seq = self.take_address(host, &spec)?;
-        let pod = self.new_pod(&spec, host, seq);
+        let seq = self.take_address(host, spec)?;
+        let pod = self.new_pod(spec, host, seq);
         // Registered first, so that a failed start is cleaned up by the pod's Drop and a
         // network teardown also reaches it.
         lock(&self.state).pods.push(Arc::downgrade(&pod.inner));
-        self.launch(tools, pod, &spec, binds)
+        let what = format!("starting pod {} ({})", pod.name, pod.netns);
+        pod.set_up(&self.bridge, self.gateway()).context(what)?;
+        Ok(pod)
     }
 
     /// Marks the pod's address (host part `host`) as used and numbers the pod: its names on
@@ -226,52 +241,10 @@ impl Network {
             ip: spec.ip,
             netns,
             veth,
-            containers: Vec::new(),
             inner: Arc::new(Mutex::new(PodInner::new(sandbox))),
             net: Arc::downgrade(&self.state),
             host,
         }
-    }
-
-    /// Sets the pod's sandbox up (state directory, `/etc/hosts`, network namespace and veth)
-    /// and starts its containers (`binds`: each one's resolved bind mounts).
-    fn launch(
-        &self,
-        tools: &Tools,
-        mut pod: RunningPod,
-        spec: &PodSpec,
-        binds: Vec<Vec<(PathBuf, PathBuf)>>,
-    ) -> Result<RunningPod> {
-        let what = format!("starting pod {} ({})", pod.name, pod.netns);
-        let ctx = || what.clone();
-        let sandbox = lock(&pod.inner).sandbox.clone();
-        sandbox.create_state_dir().with_context(ctx)?;
-        let mut with_hosts = Vec::with_capacity(binds.len());
-        for mut b in binds {
-            if !mounts_hosts(&b) {
-                let hosts = sandbox
-                    .write_hosts(&pod.name, pod.ip, &pod.hostname)
-                    .with_context(ctx)?;
-                b.push((hosts, PathBuf::from("/etc/hosts")));
-            }
-            with_hosts.push(b);
-        }
-        sandbox
-            .connect(&self.bridge, self.gateway(), pod.ip)
-            .with_context(ctx)?;
-        for (c, binds) in spec.containers.iter().zip(with_hosts) {
-            let l = Launch {
-                tools,
-                sandbox: &sandbox,
-                hostname: &pod.hostname,
-                spec: c,
-                binds,
-                what: &what,
-            };
-            let started = start_container(&l, &pod.inner)?;
-            pod.containers.push(started);
-        }
-        Ok(pod)
     }
 
     /// Kills the pods still running on this network and deletes the bridge, reporting errors

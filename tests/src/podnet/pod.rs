@@ -1,11 +1,16 @@
-//! A running pod: its containers' processes, exit, kill and teardown, and `exec` into it.
+//! A running pod: its sandbox, starting its containers, their processes, exit, kill and
+//! teardown, and `exec` into a container.
 
 use super::host::tools;
-use super::lock;
+use super::mounts::resolved_binds;
 use super::process::PodExit;
 use super::procfs::pids_in_pidns;
-use super::state::{NetState, PodInner};
-use anyhow::Result;
+use super::sandbox::mounts_hosts;
+use super::spawn::{start_container, Launch};
+use super::spec::ContainerSpec;
+use super::state::{lock, NetState, PodInner};
+use crate::container::Container;
+use anyhow::{bail, Result};
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -14,42 +19,32 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-/// A pod started by [`super::Network::start_pod`]. Dropping it kills everything in the pod and
-/// deletes its network namespace and veth.
+/// A pod started by [`super::Network::start_pod`] or [`super::Network::start_sandbox`].
+/// Dropping it kills everything in the pod and deletes its network namespace and veth.
+///
+/// Its methods take `&self`: containers start, end and are entered while other threads hold
+/// the pod. The pod-wide methods ([`RunningPod::host_pid`], [`RunningPod::exec`],
+/// [`RunningPod::try_wait`], ...) are about its first container.
 pub struct RunningPod {
     pub(super) name: String,
     pub(super) hostname: String,
     pub(super) ip: Ipv4Addr,
     pub(super) netns: String,
     pub(super) veth: String,
-    /// The pod's containers, in its order, once started.
-    pub(super) containers: Vec<RunningContainer>,
     pub(super) inner: Arc<Mutex<PodInner>>,
     pub(super) net: Weak<Mutex<NetState>>,
     pub(super) host: u8,
 }
 
-/// What the pod side knows of a started container.
-#[derive(Debug, Clone)]
-pub(super) struct RunningContainer {
-    /// Host pid of the container's PID 1 (0 if it ended during startup before it was seen).
-    pub(super) pid1: u32,
-    /// Its PID namespace (`pid:[inode]`, "" when `pid1` is 0).
-    pub(super) pidns: String,
-    /// Its environment (the spec's, plus defaults).
-    pub(super) env: Vec<(String, String)>,
-    pub(super) workdir: PathBuf,
-    /// The init program's configuration, for a container that runs an image.
-    pub(super) config: Option<PathBuf>,
-    pub(super) log_path: PathBuf,
+/// What `exec` needs of a running container.
+struct ExecTarget {
+    pid1: u32,
+    workdir: PathBuf,
+    config: Option<PathBuf>,
+    env: Vec<(String, String)>,
 }
 
 impl RunningPod {
-    /// The container whose command is the pod's PID 1 (the sandbox's pods have one).
-    fn main(&self) -> Option<&RunningContainer> {
-        self.containers.first()
-    }
-
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -72,28 +67,177 @@ impl RunningPod {
         &self.veth
     }
 
-    /// Host pid of the pod's PID 1 (the container command). 0 if it could not be determined
-    /// because the pod ended during startup.
+    /// Starts container `spec` in the pod (in its network, UTS and IPC namespaces, with mount
+    /// and PID namespaces of its own) and returns once its setup is done and its command has
+    /// been `exec`ed. A container of the same name must have ended: it is replaced (a restart).
+    /// A command that exits right away is not an error (see [`RunningPod::container_exit`]);
+    /// failures of the setup itself are, with the log's tail.
+    pub fn start_container(&self, spec: &ContainerSpec) -> Result<()> {
+        spec.validate(&self.name)?;
+        let tools = tools()?;
+        let mut binds = resolved_binds(spec, &self.name)?;
+        let (sandbox, seq) = {
+            let mut inner = lock(&self.inner);
+            let seq = inner.begin_start(&spec.name)?;
+            (inner.sandbox.clone(), seq)
+        };
+        if !mounts_hosts(&binds) {
+            binds.push((sandbox.hosts_file(), PathBuf::from("/etc/hosts")));
+        }
+        let image = match &spec.image {
+            Some(c) => Some(self.memory_volumes(c, &mut binds)?),
+            None => None,
+        };
+        let l = Launch {
+            tools,
+            sandbox: &sandbox,
+            spec,
+            image,
+            binds,
+            dir: sandbox.container_dir(&spec.name, seq)?,
+            what: format!(
+                "starting container {} of pod {} ({})",
+                spec.name, self.name, self.netns
+            ),
+        };
+        start_container(&l, &self.inner)
+    }
+
+    /// `c` with its memory-backed volumes as bind mounts (appended to `binds`) of the pod's
+    /// tmpfs of each volume, mounted on first use.
+    fn memory_volumes(
+        &self,
+        c: &Container,
+        binds: &mut Vec<(PathBuf, PathBuf)>,
+    ) -> Result<Container> {
+        let mut inner = lock(&self.inner);
+        for t in &c.tmpfs {
+            let dir = match inner.memory.get(&t.volume) {
+                Some(d) => d.clone(),
+                None => {
+                    let d = inner.sandbox.memory_volume(&t.volume, t.mode, t.gid)?;
+                    inner.memory.insert(t.volume.clone(), d.clone());
+                    d
+                }
+            };
+            binds.push((dir, t.path.clone()));
+        }
+        Ok(Container {
+            tmpfs: Vec::new(),
+            ..c.clone()
+        })
+    }
+
+    /// The names of the containers started so far, in the order they were first started.
+    pub fn containers(&self) -> Vec<String> {
+        lock(&self.inner)
+            .containers
+            .iter()
+            .map(|c| c.name.clone())
+            .collect()
+    }
+
+    /// `Some` once container `name`'s PID 1 has ended (every process of the container has
+    /// ended then).
+    pub fn container_exit(&self, name: &str) -> Result<Option<PodExit>> {
+        lock(&self.inner).container(name)?.poll_exit()
+    }
+
+    /// SIGKILLs container `name`'s PID 1 (its PID namespace, and with it every process of
+    /// the container, dies with it), reaps it and returns how it ended (or how it had ended).
+    pub fn kill_container(&self, name: &str) -> Result<PodExit> {
+        lock(&self.inner).container(name)?.kill()
+    }
+
+    /// Host pid of container `name`'s PID 1 (None before it was seen, e.g. when it ended
+    /// during startup).
+    pub fn container_pid(&self, name: &str) -> Option<u32> {
+        let mut inner = lock(&self.inner);
+        inner
+            .container(name)
+            .ok()
+            .map(|c| c.pid1)
+            .filter(|p| *p != 0)
+    }
+
+    /// Container `name`'s environment (the spec's, plus defaults).
+    pub fn container_env(&self, name: &str) -> Vec<(String, String)> {
+        let mut inner = lock(&self.inner);
+        inner
+            .container(name)
+            .map(|c| c.env.clone())
+            .unwrap_or_default()
+    }
+
+    /// The init program's configuration of container `name`, when it runs an image.
+    pub fn container_config(&self, name: &str) -> Option<PathBuf> {
+        let mut inner = lock(&self.inner);
+        inner.container(name).ok().and_then(|c| c.config.clone())
+    }
+
+    /// A command that runs `argv` in running container `name` (see [`RunningPod::exec`]).
+    pub fn exec_in(
+        &self,
+        name: &str,
+        argv: &[String],
+        env: &[(String, String)],
+    ) -> Result<Command> {
+        let t = {
+            let mut inner = lock(&self.inner);
+            let c = inner.container(name)?;
+            if c.poll_exit()?.is_some() || c.pid1 == 0 {
+                bail!("container {name:?} of pod {} is not running", self.name);
+            }
+            ExecTarget {
+                pid1: c.pid1,
+                workdir: c.workdir.clone(),
+                config: c.config.clone(),
+                env: c.env.clone(),
+            }
+        };
+        let mut c = exec_command(t.pid1, &t.workdir, t.config.as_deref(), argv);
+        c.envs(t.env.iter().map(|(k, v)| (k, v)))
+            .envs(env.iter().map(|(k, v)| (k, v)));
+        Ok(c)
+    }
+
+    /// The first container's name ("" before any started).
+    fn first(&self) -> String {
+        lock(&self.inner)
+            .containers
+            .first()
+            .map(|c| c.name.clone())
+            .unwrap_or_default()
+    }
+
+    /// Host pid of the first container's PID 1. 0 if it could not be determined because it
+    /// ended during startup.
     pub fn host_pid(&self) -> u32 {
-        self.main().map_or(0, |c| c.pid1)
+        self.container_pid(&self.first()).unwrap_or(0)
     }
 
-    /// The pod's environment (the spec's, plus defaults).
-    pub fn env(&self) -> &[(String, String)] {
-        self.main().map_or(&[], |c| &c.env)
+    /// The first container's environment (the spec's, plus defaults).
+    pub fn env(&self) -> Vec<(String, String)> {
+        self.container_env(&self.first())
     }
 
+    /// The first container's log.
     pub fn log_path(&self) -> PathBuf {
-        self.main().map(|c| c.log_path.clone()).unwrap_or_default()
+        let inner = lock(&self.inner);
+        inner
+            .containers
+            .first()
+            .map(|c| c.log_path.clone())
+            .unwrap_or_default()
     }
 
-    /// `Some` once PID 1 has ended (the whole pod has ended then).
-    pub fn try_wait(&mut self) -> Result<Option<PodExit>> {
+    /// `Some` once the first container's PID 1 has ended.
+    pub fn try_wait(&self) -> Result<Option<PodExit>> {
         lock(&self.inner).poll_exit()
     }
 
-    /// Waits up to `d` for the pod to end.
-    pub fn wait_timeout(&mut self, d: Duration) -> Result<Option<PodExit>> {
+    /// Waits up to `d` for the first container to end.
+    pub fn wait_timeout(&self, d: Duration) -> Result<Option<PodExit>> {
         let deadline = Instant::now() + d;
         loop {
             if let Some(e) = self.try_wait()? {
@@ -107,39 +251,41 @@ impl RunningPod {
         }
     }
 
-    /// A command that runs `argv` inside all of the pod's namespaces (network, UTS, mount,
-    /// PID) in the pod's working directory, with the pod's environment overridden by `env`.
-    /// The process is in the pod's PID namespace, so it dies with the pod. The caller sets
-    /// stdio and spawns it; `argv[0]` is looked up in the resulting `PATH`.
+    /// A command that runs `argv` inside all of the first container's namespaces (network,
+    /// UTS, IPC, mount, PID) in its working directory, with its environment overridden by
+    /// `env`. The process is in the container's PID namespace, so it dies with it. The caller
+    /// sets stdio and spawns it; `argv[0]` is looked up in the resulting `PATH`.
     ///
-    /// In a pod that runs an image, the command runs in the container's root filesystem as
-    /// the container's user, with its capabilities and `no_new_privs`, as `kubectl exec` does.
+    /// In a container that runs an image, the command runs in the container's root
+    /// filesystem as the container's user, with its capabilities and `no_new_privs`, as
+    /// `kubectl exec` does.
     pub fn exec(&self, argv: &[String], env: &[(String, String)]) -> Command {
-        let workdir = self.main().map_or(Path::new("/"), |c| c.workdir.as_path());
-        let mut c = exec_command(self.host_pid(), workdir, self.container_config(), argv);
-        c.envs(self.env().iter().map(|(k, v)| (k, v)))
-            .envs(env.iter().map(|(k, v)| (k, v)));
-        c
+        let first = self.first();
+        self.exec_in(&first, argv, env).unwrap_or_else(|_| {
+            // Ended: a command that fails like nsenter does for a gone process.
+            let mut c = exec_command(0, Path::new("/"), None, argv);
+            c.envs(env.iter().map(|(k, v)| (k, v)));
+            c
+        })
     }
 
-    /// SIGKILLs the pod's PID 1 (the PID namespace, and with it every process started in the
-    /// pod, dies with it), reaps it and returns how it ended. If the pod had already ended, that
-    /// exit is returned. The network namespace stays until the pod is dropped.
-    pub fn kill(&mut self) -> Result<PodExit> {
+    /// SIGKILLs every container's PID 1, reaps them and returns how the first one ended. The
+    /// network namespace stays until the pod is dropped.
+    pub fn kill(&self) -> Result<PodExit> {
         lock(&self.inner).kill()
     }
 
-    /// Host pids of every process in the pod's PID namespace (empty once the pod has ended).
+    /// Host pids of every process of the pod's containers (empty once they have ended).
     pub fn host_pids(&self) -> Vec<u32> {
-        match self.main() {
-            Some(c) if !c.pidns.is_empty() => pids_in_pidns(&c.pidns),
-            _ => Vec::new(),
-        }
-    }
-
-    /// The init program's configuration, for a pod that runs an image.
-    pub fn container_config(&self) -> Option<&Path> {
-        self.main().and_then(|c| c.config.as_deref())
+        let inner = lock(&self.inner);
+        let mut v: Vec<u32> = inner
+            .containers
+            .iter()
+            .filter_map(|c| c.pidns.as_deref())
+            .flat_map(pids_in_pidns)
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// Kills the pod and deletes its network namespace and veth, reporting errors (Drop does
@@ -159,6 +305,16 @@ impl RunningPod {
         }
         r
     }
+
+    /// Sets the sandbox up: state directory, `/etc/hosts`, network namespace and veth on
+    /// `bridge`, UTS and IPC namespaces.
+    pub(super) fn set_up(&self, bridge: &str, gateway: Ipv4Addr) -> Result<()> {
+        let sandbox = lock(&self.inner).sandbox.clone();
+        sandbox.create_state_dir()?;
+        sandbox.write_hosts(&self.name, self.ip, &self.hostname)?;
+        sandbox.connect(bridge, gateway, self.ip)?;
+        sandbox.pin_namespaces(&self.hostname)
+    }
 }
 
 impl Drop for RunningPod {
@@ -175,14 +331,14 @@ impl fmt::Debug for RunningPod {
             .field("name", &self.name)
             .field("ip", &self.ip)
             .field("netns", &self.netns)
-            .field("pid1", &self.host_pid())
+            .field("containers", &self.containers())
             .finish()
     }
 }
 
-/// A command that runs `argv` in the pod whose PID 1 has host pid `pid1` (see
+/// A command that runs `argv` in the container whose PID 1 has host pid `pid1` (see
 /// [`RunningPod::exec`]), with an empty environment for the caller to fill. `container` is the
-/// init program's configuration of a pod that runs an image.
+/// init program's configuration of a container that runs an image.
 pub fn exec_command(
     pid1: u32,
     workdir: &Path,
@@ -198,7 +354,7 @@ pub fn exec_command(
         (Some(config), Ok(init)) => {
             // The init program enters the mount namespace itself (its own path is a host path)
             // and drops to the container's user.
-            c.args(["--net", "--uts", "--pid", "--"])
+            c.args(["--net", "--uts", "--ipc", "--pid", "--"])
                 .arg(init)
                 .arg("exec")
                 .arg(config)
@@ -206,10 +362,11 @@ pub fn exec_command(
                 .arg("--");
         }
         _ => {
-            // The working directory is resolved in the pod's mount namespace via PID 1's root.
+            // The working directory is resolved in the container's mount namespace via PID 1's
+            // root.
             let wd = Path::new(&format!("/proc/{pid1}/root"))
                 .join(workdir.strip_prefix("/").unwrap_or(workdir));
-            c.args(["--net", "--uts", "--mount", "--pid"])
+            c.args(["--net", "--uts", "--ipc", "--mount", "--pid"])
                 .arg(format!("--wd={}", wd.display()))
                 .arg("--");
         }

@@ -1,17 +1,20 @@
-//! A container's process: the pod's PID 1 in its own PID namespace, how it ended, killing it.
+//! A container's process: PID 1 of its own PID namespace, what it runs with, how it ended,
+//! killing it.
 
 use super::procfs::{ns_id, pids_in_pidns};
-use super::KILL_TIMEOUT;
 use anyhow::{bail, Context, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::fmt;
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+
+/// How long to wait for a container to die after SIGKILL of its PID 1.
+const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How a pod's PID 1 ended: exit `code`, or the `signal` that killed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,11 +46,22 @@ impl fmt::Display for PodExit {
     }
 }
 
-/// The process of one container: `ip netns exec` → `unshare`, whose child is the container's
-/// PID 1 (the container command once set up).
+/// The process of one container: `ip netns exec` → `nsenter` → `unshare`, whose child is the
+/// container's PID 1 (the container command once set up).
 pub(super) struct ContainerProcess {
-    /// Names the pod in messages (its network namespace).
+    /// The container's name in the pod.
+    pub(super) name: String,
+    /// Names the container in messages (the pod's network namespace and its name).
     pub(super) label: String,
+    /// Its files on the host (ready file, runtime errors, the init program's configuration
+    /// and the writable layer of an image container).
+    pub(super) dir: PathBuf,
+    /// What it runs with (the spec's environment plus defaults, its working directory).
+    pub(super) env: Vec<(String, String)>,
+    pub(super) workdir: PathBuf,
+    /// The init program's configuration, for a container that runs an image.
+    pub(super) config: Option<PathBuf>,
+    pub(super) log_path: PathBuf,
     /// stderr of `ip netns exec` / `unshare`.
     pub(super) runtime_err: PathBuf,
     /// `ip netns exec` → `unshare`, the parent of the container's PID 1.
@@ -58,10 +72,16 @@ pub(super) struct ContainerProcess {
 }
 
 impl ContainerProcess {
-    pub(super) fn new(label: &str, child: Child, runtime_err: PathBuf) -> Self {
+    pub(super) fn new(started: Started, child: Child) -> Self {
         ContainerProcess {
-            label: label.to_string(),
-            runtime_err,
+            label: started.label,
+            name: started.name,
+            runtime_err: started.dir.join("runtime.err"),
+            dir: started.dir,
+            env: started.env,
+            workdir: started.workdir,
+            config: started.config,
+            log_path: started.log_path,
             child,
             pid1: 0,
             pidns: None,
@@ -95,7 +115,8 @@ impl ContainerProcess {
         e
     }
 
-    fn live_pids(&self) -> Vec<u32> {
+    /// Host pids of the container's processes (none once it has ended).
+    pub(super) fn live_pids(&self) -> Vec<u32> {
         self.pidns.as_deref().map(pids_in_pidns).unwrap_or_default()
     }
 
@@ -137,12 +158,36 @@ impl ContainerProcess {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!(
-                    "pod {}: processes still alive after kill: {left:?}",
-                    self.label
-                );
+                bail!("{}: processes still alive after kill: {left:?}", self.label);
             }
             sleep(Duration::from_millis(5));
         }
+    }
+}
+
+/// What a container starts with (see [`ContainerProcess`]'s fields).
+pub(super) struct Started {
+    pub(super) name: String,
+    pub(super) label: String,
+    pub(super) dir: PathBuf,
+    pub(super) env: Vec<(String, String)>,
+    pub(super) workdir: PathBuf,
+    pub(super) config: Option<PathBuf>,
+    pub(super) log_path: PathBuf,
+}
+
+impl ContainerProcess {
+    /// Removes the container's files (after it has ended), keeping its log.
+    pub(super) fn remove_files(&self) {
+        if let Err(e) = remove_tree(&self.dir) {
+            tracing::warn!("{}: removing {}: {e:#}", self.label, self.dir.display());
+        }
+    }
+}
+
+fn remove_tree(d: &Path) -> std::io::Result<()> {
+    match fs::remove_dir_all(d) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r,
     }
 }

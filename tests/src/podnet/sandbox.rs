@@ -1,12 +1,19 @@
 //! A pod's sandbox: what its containers share. The network namespace with `lo` and `eth0` (one
 //! end of a veth pair on the network's bridge, the pod's address, the default route via the
-//! gateway), the pod's `/etc/hosts`, and its state directory on the host.
+//! gateway), the UTS namespace (the pod's hostname) and the IPC namespace, both kept by bind
+//! mounts of their namespace files in the state directory (as `ip netns` keeps a network
+//! namespace), the pod's `/etc/hosts`, its memory-backed volumes (a tmpfs each, mounted in the
+//! state directory), and the state directory on the host.
 
-use super::host::{delete_link, delete_netns, host_lock, ip};
+use super::host::{delete_link, delete_netns, host_lock, ip, run, tools, unmount_below};
 use anyhow::{Context, Result};
+use nix::mount::{mount, MsFlags};
 use std::fs;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+
+/// `$0` of the program that sets the hostname in the pod's new UTS namespace.
+const UTS_ARG0: &str = "pk8s-pod-uts";
 
 /// The names of a pod's sandbox on the host.
 #[derive(Debug, Clone)]
@@ -25,14 +32,14 @@ impl PodSandbox {
             .with_context(|| format!("creating {}", self.state_dir.display()))
     }
 
+    /// The pod's `/etc/hosts` (see [`PodSandbox::write_hosts`]).
+    pub(super) fn hosts_file(&self) -> PathBuf {
+        self.state_dir.join("hosts")
+    }
+
     /// Like the kubelet: an /etc/hosts that knows the pod's own name (in the state directory).
-    pub(super) fn write_hosts(
-        &self,
-        pod: &str,
-        pod_ip: Ipv4Addr,
-        hostname: &str,
-    ) -> Result<PathBuf> {
-        let hosts = self.state_dir.join("hosts");
+    pub(super) fn write_hosts(&self, pod: &str, pod_ip: Ipv4Addr, hostname: &str) -> Result<()> {
+        let hosts = self.hosts_file();
         fs::write(
             &hosts,
             format!(
@@ -43,8 +50,8 @@ impl PodSandbox {
                  fe00::2\tip6-allrouters\n\
                  {pod_ip}\t{hostname}\n"
             ),
-        )?;
-        Ok(hosts)
+        )
+        .with_context(|| format!("writing {}", hosts.display()))
     }
 
     /// Creates the network namespace and the veth pair, and configures both ends: `eth0` with
@@ -78,7 +85,72 @@ impl PodSandbox {
         Ok(())
     }
 
-    /// Deletes the veth, the network namespace and the state directory; errors go to `errors`.
+    /// The file that keeps the pod's namespace `kind` (`uts`, `ipc`).
+    pub(super) fn ns_file(&self, kind: &str) -> PathBuf {
+        self.state_dir.join("ns").join(kind)
+    }
+
+    /// Creates the pod's UTS and IPC namespaces, kept by bind mounts of their files (see
+    /// [`PodSandbox::ns_file`]), and sets the hostname in the UTS namespace.
+    pub(super) fn pin_namespaces(&self, hostname: &str) -> Result<()> {
+        let (uts, ipc) = (self.ns_file("uts"), self.ns_file("ipc"));
+        fs::create_dir_all(self.state_dir.join("ns"))?;
+        for f in [&uts, &ipc] {
+            fs::write(f, b"").with_context(|| format!("creating {}", f.display()))?;
+        }
+        let t = tools()?;
+        let (uts_opt, ipc_opt) = (
+            format!("--uts={}", uts.display()),
+            format!("--ipc={}", ipc.display()),
+        );
+        let set_hostname = r#"printf '%s' "$1" >/proc/sys/kernel/hostname"#;
+        run(
+            &t.unshare,
+            &[
+                &uts_opt,
+                &ipc_opt,
+                "--",
+                &t.sh.to_string_lossy(),
+                "-c",
+                set_hostname,
+                UTS_ARG0,
+                hostname,
+            ],
+        )
+        .with_context(|| format!("creating the UTS and IPC namespaces of pod {}", self.netns))?;
+        Ok(())
+    }
+
+    /// The pod's memory-backed volume `name` (a tmpfs with root directory `mode` and group
+    /// `gid`, mounted on first use): its directory on the host, which every container that
+    /// mounts the volume gets.
+    pub(super) fn memory_volume(&self, name: &str, mode: u32, gid: u32) -> Result<PathBuf> {
+        let d = self.state_dir.join("memory").join(name);
+        fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+        let data = format!("mode={mode:o},gid={gid}");
+        mount(
+            Some("tmpfs"),
+            &d,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some(data.as_str()),
+        )
+        .with_context(|| format!("mounting the memory volume {name} on {}", d.display()))?;
+        Ok(d)
+    }
+
+    /// A fresh directory for the files of container `name`'s start number `seq`.
+    pub(super) fn container_dir(&self, name: &str, seq: u32) -> Result<PathBuf> {
+        let d = self
+            .state_dir
+            .join("containers")
+            .join(format!("{name}.{seq}"));
+        fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+        Ok(d)
+    }
+
+    /// Deletes the veth, the network namespace, what is mounted in the state directory
+    /// (namespace files, memory volumes) and the state directory; errors go to `errors`.
     pub(super) fn teardown(&self, errors: &mut Vec<String>) {
         if let Err(e) = delete_link(&self.veth) {
             errors.push(format!("{e:#}"));
@@ -86,16 +158,14 @@ impl PodSandbox {
         if let Err(e) = delete_netns(&self.netns) {
             errors.push(format!("{e:#}"));
         }
+        if let Err(e) = unmount_below(&self.state_dir) {
+            errors.push(format!("{e:#}"));
+        }
         if self.state_dir.exists() {
             if let Err(e) = fs::remove_dir_all(&self.state_dir) {
                 errors.push(format!("removing {}: {e}", self.state_dir.display()));
             }
         }
-    }
-
-    /// Path of a file of the pod's (single) container: its files sit in the state directory.
-    pub(super) fn file(&self, name: &str) -> PathBuf {
-        self.state_dir.join(name)
     }
 }
 

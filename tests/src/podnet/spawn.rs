@@ -1,18 +1,17 @@
-//! Starting a container's process in its pod: PID 1 of fresh UTS, mount and PID namespaces
-//! inside the pod's network namespace, set up by the host-filesystem setup program
+//! Starting a container's process in its pod: PID 1 of fresh mount and PID namespaces inside
+//! the pod's network, UTS and IPC namespaces, set up by the host-filesystem setup program
 //! ([`super::mounts`]) or by the image init program ([`crate::container`]), then waiting until
 //! it has become the container command.
 
 use super::host::Tools;
 use super::mounts::{INIT_ARG0, POD_INIT, PUNCH_FS};
-use super::pod::RunningContainer;
-use super::process::ContainerProcess;
+use super::names::{DEFAULT_HOME, SYSTEM_PATH};
+use super::process::{ContainerProcess, Started};
 use super::procfs::{children_of, cmdline, ns_id, runtime_errors, tail_of};
 use super::sandbox::PodSandbox;
 use super::spec::ContainerSpec;
-use super::state::PodInner;
-use super::{lock, DEFAULT_HOME, DEFAULT_PATH, START_TIMEOUT, SYSTEM_PATH};
-use crate::container::{Container, InitConfig};
+use super::state::{lock, PodInner};
+use crate::container::{Container, InitConfig, DEFAULT_PATH};
 use anyhow::{bail, Context, Result};
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -21,16 +20,23 @@ use std::sync::{Arc, Mutex};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-/// One container to start in a pod whose sandbox is connected.
+/// How long to wait for a container's PID 1 to appear and finish its setup.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One container to start in a pod whose sandbox is set up.
 pub(super) struct Launch<'a> {
     pub(super) tools: &'a Tools,
     pub(super) sandbox: &'a PodSandbox,
-    pub(super) hostname: &'a str,
     pub(super) spec: &'a ContainerSpec,
+    /// The image container's settings, its memory volumes turned into `binds` (None: the
+    /// host's filesystem).
+    pub(super) image: Option<Container>,
     /// The container's bind mounts, sources resolved, `/etc/hosts` included.
     pub(super) binds: Vec<(PathBuf, PathBuf)>,
-    /// "starting pod NAME (NETNS)", the context of every error.
-    pub(super) what: &'a str,
+    /// Its files' directory (see [`PodSandbox::container_dir`]).
+    pub(super) dir: PathBuf,
+    /// "starting container NAME of pod POD (NETNS)", the context of every error.
+    pub(super) what: String,
 }
 
 /// What PID 1 runs while it sets the container up, and where the container's files are.
@@ -43,11 +49,8 @@ struct Stage {
 
 /// Starts the container's process, registers it with `inner` (so that a failed start is
 /// cleaned up with the pod) and waits until its setup is done and the command runs.
-pub(super) fn start_container(
-    l: &Launch<'_>,
-    inner: &Arc<Mutex<PodInner>>,
-) -> Result<RunningContainer> {
-    let ctx = || l.what.to_string();
+pub(super) fn start_container(l: &Launch<'_>, inner: &Arc<Mutex<PodInner>>) -> Result<()> {
+    let ctx = || l.what.clone();
     let workdir = l.spec.workdir.clone().unwrap_or_else(|| PathBuf::from("/"));
     let env = container_env(&l.spec.env);
     let log_path = &l.spec.log_path;
@@ -56,15 +59,14 @@ pub(super) fn start_container(
         .write(true)
         .truncate(true)
         .open(log_path)
-        .with_context(|| format!("opening pod log {}", log_path.display()))
+        .with_context(|| format!("opening container log {}", log_path.display()))
         .with_context(ctx)?;
-    // stderr of `ip netns exec` and `unshare` themselves; the pod's own stderr is sent to
-    // the log by the setup program.
-    let runtime_err = l.sandbox.file("runtime.err");
-    let runtime_err_file = File::create(&runtime_err).with_context(ctx)?;
-    let ready = l.sandbox.file("ready");
-    let mut cmd = outer_command(l.tools, &l.sandbox.netns);
-    let stage = match &l.spec.image {
+    // stderr of `ip netns exec`, `nsenter` and `unshare` themselves; the container's own
+    // stderr is sent to the log by the setup program.
+    let runtime_err_file = File::create(l.dir.join("runtime.err")).with_context(ctx)?;
+    let ready = l.dir.join("ready");
+    let mut cmd = outer_command(l.tools, l.sandbox);
+    let stage = match &l.image {
         Some(image) => image_stage(&mut cmd, l, image, &workdir, &env, &ready).with_context(ctx)?,
         None => host_stage(&mut cmd, l, &workdir, &env, &ready),
     };
@@ -76,21 +78,17 @@ pub(super) fn start_container(
         .stderr(runtime_err_file);
     let child = cmd.spawn().with_context(ctx)?;
     let outer = child.id();
-    let index = {
-        let mut inner = lock(inner);
-        let p = ContainerProcess::new(&l.sandbox.netns, child, runtime_err);
-        inner.containers.push(p);
-        inner.containers.len() - 1
-    };
-    let (pid1, pidns) = wait_started(l, inner, index, outer, &ready, &stage.final_stage)?;
-    Ok(RunningContainer {
-        pid1,
-        pidns,
+    let started = Started {
+        name: l.spec.name.clone(),
+        label: format!("container {} of pod {}", l.spec.name, l.sandbox.netns),
+        dir: l.dir.clone(),
         env,
         workdir,
         config: stage.config,
         log_path: log_path.clone(),
-    })
+    };
+    lock(inner).register(ContainerProcess::new(started, child));
+    wait_started(l, inner, outer, &ready, &stage.final_stage)
 }
 
 /// The container's environment: `env` in order, then `PATH`/`HOME` defaults if absent.
@@ -104,16 +102,20 @@ fn container_env(env: &[(String, String)]) -> Vec<(String, String)> {
     v
 }
 
-/// `ip netns exec NETNS unshare ... --`: PID 1 of fresh UTS, mount and PID namespaces inside
-/// the pod's network namespace. Mount propagation is "slave": the pod's mounts never reach the
-/// host, while unmounts on the host (e.g. `ip netns del` of other pods) still reach the pod, so
-/// pods do not keep each other's network namespaces alive.
-fn outer_command(tools: &Tools, netns: &str) -> Command {
+/// `ip netns exec NETNS nsenter --uts=.. --ipc=.. unshare ... --`: PID 1 of fresh mount and
+/// PID namespaces inside the pod's network, UTS and IPC namespaces. Mount propagation is
+/// "slave": the container's mounts never reach the host, while unmounts on the host (e.g. `ip
+/// netns del` of other pods) still reach the container, so pods do not keep each other's
+/// namespaces alive.
+fn outer_command(tools: &Tools, sandbox: &PodSandbox) -> Command {
     let mut cmd = Command::new(&tools.ip);
-    cmd.args(["netns", "exec", netns])
+    cmd.args(["netns", "exec", &sandbox.netns])
+        .arg(&tools.nsenter)
+        .arg(format!("--uts={}", sandbox.ns_file("uts").display()))
+        .arg(format!("--ipc={}", sandbox.ns_file("ipc").display()))
+        .arg("--")
         .arg(&tools.unshare)
         .args([
-            "--uts",
             "--mount",
             "--pid",
             "--fork",
@@ -136,11 +138,10 @@ fn image_stage(
     ready: &Path,
 ) -> Result<Stage> {
     let init = crate::container::init_binary()?;
-    let config = l.sandbox.file("container.json");
+    let config = l.dir.join("container.json");
     let ic = InitConfig {
         container: image.clone(),
-        layer_dir: l.sandbox.file("layer"),
-        hostname: l.hostname.to_string(),
+        layer_dir: l.dir.join("layer"),
         workdir: workdir.to_path_buf(),
         env: env.to_vec(),
         command: l.spec.command.clone(),
@@ -173,7 +174,6 @@ fn host_stage(
         .arg(POD_INIT.replace("PUNCH_FS", PUNCH_FS))
         .arg(INIT_ARG0)
         .arg(ready)
-        .arg(l.hostname)
         .arg(workdir)
         .arg(&tools.env)
         .arg(l.binds.len().to_string());
@@ -193,33 +193,32 @@ fn host_stage(
 }
 
 /// Finds PID 1 (the child of `unshare`, `outer`) and waits for its setup to finish: the ready
-/// file says "ok" and PID 1 no longer runs `final_stage`. Returns PID 1's host pid and PID
-/// namespace (0 and "" when the container ended during startup before it was seen).
+/// file says "ok" and PID 1 no longer runs `final_stage`. PID 1's host pid and PID namespace
+/// stay unknown (0, None) when the container ended during startup before it was seen.
 fn wait_started(
     l: &Launch<'_>,
     inner: &Arc<Mutex<PodInner>>,
-    index: usize,
     outer: u32,
     ready: &Path,
     final_stage: &[u8],
-) -> Result<(u32, String)> {
+) -> Result<()> {
     let own_pidns = ns_id(std::process::id(), "pid");
     let deadline = Instant::now() + START_TIMEOUT;
-    let (mut pid1, mut pidns) = (0u32, String::new());
+    let mut pid1 = 0u32;
     loop {
         let exited = {
             let mut inner = lock(inner);
-            let c = &mut inner.containers[index];
-            c.poll_exit().with_context(|| l.what.to_string())?.is_some()
+            let c = inner.container(&l.spec.name)?;
+            c.poll_exit().with_context(|| l.what.clone())?.is_some()
         };
         if pid1 == 0 {
             if let Some(&p) = children_of(outer).first() {
                 match ns_id(p, "pid") {
                     Some(ns) if Some(&ns) != own_pidns.as_ref() => {
-                        (pid1, pidns) = (p, ns.clone());
+                        pid1 = p;
                         let mut inner = lock(inner);
-                        inner.containers[index].pid1 = p;
-                        inner.containers[index].pidns = Some(ns);
+                        let c = inner.container(&l.spec.name)?;
+                        (c.pid1, c.pidns) = (p, Some(ns));
                     }
                     _ => {}
                 }
@@ -230,15 +229,17 @@ fn wait_started(
             .unwrap_or(false);
         if exited {
             if setup_done {
-                return Ok((pid1, pidns));
+                return Ok(());
             }
-            bail!("{}: the pod exited during setup{}", l.what, log_tails(l));
+            bail!(
+                "{}: the container exited during setup{}",
+                l.what,
+                log_tails(l)
+            );
         }
         if setup_done && pid1 != 0 {
             match cmdline(pid1) {
-                Some(c) if !c.is_empty() && !c.starts_with(final_stage) => {
-                    return Ok((pid1, pidns))
-                }
+                Some(c) if !c.is_empty() && !c.starts_with(final_stage) => return Ok(()),
                 _ => {}
             }
         }
@@ -261,6 +262,6 @@ fn log_tails(l: &Launch<'_>) -> String {
         "; log {}:\n{}{}",
         log.display(),
         tail_of(log, 4096),
-        runtime_errors(&l.sandbox.file("runtime.err"))
+        runtime_errors(&l.dir.join("runtime.err"))
     )
 }

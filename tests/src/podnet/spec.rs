@@ -15,8 +15,9 @@ pub struct PodSpec {
     pub hostname: String,
     /// Address in the network's /24, `.2`-`.254` (e.g. from [`super::Network::alloc_ip`]).
     pub ip: Ipv4Addr,
-    /// The pod's containers. The sandbox runs exactly one per pod: its command is the pod's
-    /// PID 1, in the pod's own UTS, mount and PID namespaces.
+    /// The containers [`super::Network::start_pod`] starts, in order (each its own process in
+    /// its own mount and PID namespaces, sharing the pod's network, UTS and IPC namespaces).
+    /// [`super::Network::start_sandbox`] starts none: see [`super::RunningPod::start_container`].
     pub containers: Vec<ContainerSpec>,
 }
 
@@ -34,7 +35,10 @@ impl Default for PodSpec {
 /// One container of a pod: its command, environment, mounts, log and root filesystem.
 #[derive(Debug, Clone, Default)]
 pub struct ContainerSpec {
-    /// The container command; becomes PID 1 of the pod. Looked up in the pod's `PATH`.
+    /// Its name in the pod (letters, digits, '-', '_', '.'; unique in the pod). Empty in
+    /// [`super::Network::start_pod`]: `c0`, `c1`, ... by position.
+    pub name: String,
+    /// The container command; becomes PID 1 of the container. Looked up in its `PATH`.
     pub command: Vec<String>,
     /// Exactly the command's environment, plus `PATH` and `HOME` defaults if absent.
     pub env: Vec<(String, String)>,
@@ -52,8 +56,8 @@ pub struct ContainerSpec {
 }
 
 impl PodSpec {
-    /// The host part of the pod's address, once the spec is checked against the network's
-    /// `10.250.<subnet>.0/24` (`cidr`). Creates the directories of the containers' logs.
+    /// The host part of the pod's address, once the pod's identity is checked against the
+    /// network's `10.250.<subnet>.0/24` (`cidr`). The containers are checked when they start.
     pub(super) fn validate(&self, subnet: u8, cidr: &str) -> Result<u8> {
         if self.name.is_empty() {
             bail!("pod name is empty");
@@ -75,22 +79,23 @@ impl PodSpec {
         {
             bail!("pod {}: invalid hostname {:?}", self.name, self.hostname);
         }
-        if self.containers.len() != 1 {
-            bail!(
-                "pod {}: sandbox pods run exactly one container, not {}",
-                self.name,
-                self.containers.len()
-            );
-        }
-        for c in &self.containers {
-            c.validate(&self.name)?;
-        }
         Ok(o[3])
     }
 }
 
 impl ContainerSpec {
-    fn validate(&self, pod: &str) -> Result<()> {
+    /// Checks the container of pod `pod`; creates the directory of its log.
+    pub(super) fn validate(&self, pod: &str) -> Result<()> {
+        if self.name.is_empty()
+            || self.name.len() > 63
+            || !self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            || self.name.starts_with('.')
+        {
+            bail!("pod {pod}: invalid container name {:?}", self.name);
+        }
         let Some(cmd0) = self.command.first() else {
             bail!("pod {pod}: empty command");
         };

@@ -5,8 +5,14 @@
 use super::process::{ContainerProcess, PodExit};
 use super::sandbox::PodSandbox;
 use anyhow::{anyhow, bail, Result};
-use std::collections::BTreeSet;
-use std::sync::{Mutex, Weak};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, Weak};
+
+/// Locks `m`, also when a thread panicked holding it (the state stays usable for teardown).
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The network's addresses and the pods started on it.
 pub(super) struct NetState {
@@ -18,10 +24,15 @@ pub(super) struct NetState {
     pub(super) next_seq: u32,
 }
 
-/// A pod's sandbox and the processes of its containers, in the pod's order.
+/// A pod's sandbox and the processes of its containers, in the order they were first started
+/// (a restarted container keeps its place).
 pub(super) struct PodInner {
     pub(super) sandbox: PodSandbox,
     pub(super) containers: Vec<ContainerProcess>,
+    /// The memory-backed volumes mounted so far: name → directory on the host.
+    pub(super) memory: BTreeMap<String, PathBuf>,
+    /// Numbers the containers' starts (their directories carry it).
+    pub(super) starts: u32,
     pub(super) torn_down: bool,
 }
 
@@ -30,11 +41,51 @@ impl PodInner {
         PodInner {
             sandbox,
             containers: Vec::new(),
+            memory: BTreeMap::new(),
+            starts: 0,
             torn_down: false,
         }
     }
 
-    /// How the pod's PID 1 (its first container's) ended, once it has.
+    /// The container named `name`.
+    pub(super) fn container(&mut self, name: &str) -> Result<&mut ContainerProcess> {
+        let pod = self.sandbox.netns.clone();
+        self.containers
+            .iter_mut()
+            .find(|c| c.name == name)
+            .ok_or_else(|| anyhow!("pod {pod} has no container {name:?}"))
+    }
+
+    /// Makes room for a new start of container `name`: a previous start must have ended; its
+    /// files go (its log stays). Returns the start's number.
+    pub(super) fn begin_start(&mut self, name: &str) -> Result<u32> {
+        if self.torn_down {
+            bail!("pod {} is torn down", self.sandbox.netns);
+        }
+        if let Some(i) = self.containers.iter().position(|c| c.name == name) {
+            let c = &mut self.containers[i];
+            if c.poll_exit()?.is_none() {
+                bail!(
+                    "container {name:?} of pod {} is running",
+                    self.sandbox.netns
+                );
+            }
+            c.kill()?;
+            c.remove_files();
+        }
+        self.starts += 1;
+        Ok(self.starts)
+    }
+
+    /// Adds the process of a container start (replacing the container's previous one in place).
+    pub(super) fn register(&mut self, p: ContainerProcess) {
+        match self.containers.iter().position(|c| c.name == p.name) {
+            Some(i) => self.containers[i] = p,
+            None => self.containers.push(p),
+        }
+    }
+
+    /// How the pod's first container's PID 1 ended, once it has.
     pub(super) fn poll_exit(&mut self) -> Result<Option<PodExit>> {
         match self.containers.first_mut() {
             Some(c) => c.poll_exit(),

@@ -1,6 +1,12 @@
 use super::host::tools;
+use super::leftovers::{cleanup_leftovers, leftovers};
+use super::names::NAME_PREFIX;
+use super::network::Network;
+use super::pod::RunningPod;
+use super::process::PodExit;
 use super::procfs::{comm, ns_id, parent_of};
-use super::*;
+use super::spec::{ContainerSpec, PodSpec};
+use crate::container::DEFAULT_PATH;
 use std::collections::HashSet;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -273,7 +279,7 @@ fn podnet_kill_ends_every_process_in_the_pod() {
     let dir = tempfile::tempdir().unwrap();
     let net = Network::create().unwrap();
     let prefix = net.prefix();
-    let mut pod = net
+    let pod = net
         .start_pod(spec(
             &net,
             dir.path(),
@@ -328,7 +334,7 @@ fn podnet_exit_code_env_and_log() {
         &["sh", "-c", "env | sort; echo oops >&2; exit 3"],
     );
     sp.containers[0].env = vec![("A".into(), "1".into()), ("SPACED".into(), "x y=z".into())];
-    let mut pod = net.start_pod(sp).unwrap();
+    let pod = net.start_pod(sp).unwrap();
     let exit = pod
         .wait_timeout(Duration::from_secs(10))
         .unwrap()
@@ -375,7 +381,7 @@ fn podnet_network_drop_takes_live_pods_down() {
     let net2 = Network::create().unwrap();
     assert_ne!(net.cidr(), net2.cidr());
     let prefix = net.prefix();
-    let mut pod = net
+    let pod = net
         .start_pod(spec(&net, dir.path(), "orphan", &["sleep", "1000"]))
         .unwrap();
     let pid1 = pod.host_pid();

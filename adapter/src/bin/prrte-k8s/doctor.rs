@@ -218,6 +218,8 @@ async fn check_discovery(
         slots: SlotsPolicy::Auto,
         kubeconfig: None,
         self_pod: None,
+        // Every pod's agent is checked, this one's too.
+        exclude_self: false,
     };
     let bound = args.timeout.0 + Duration::from_secs(5);
     match tokio::time::timeout(bound, discovery::discover_with(&cfg, env, &mut |_| {})).await {

@@ -1,6 +1,6 @@
 //! Who is asking: the bearer token's identity, or the one it impersonates.
 
-use super::State;
+use super::state::State;
 use crate::api::auth::{Attributes, Identity, RightsSource};
 use crate::api::status::ApiError;
 use http::{header, HeaderMap};

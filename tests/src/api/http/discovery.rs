@@ -1,6 +1,6 @@
 //! Discovery: the version, API groups and resource lists, and the OpenAPI v2 document.
 
-use super::{full, json_response, Body};
+use super::response::{full, json_response, Body};
 use crate::api::resources;
 use http::{header, HeaderMap, Response};
 use serde_json::{json, Value};

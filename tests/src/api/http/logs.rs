@@ -1,7 +1,8 @@
 //! Pod logs (`pods/log`), whole, tailed or followed.
 
 use super::request::flag;
-use super::{streamed, text_response, Body, State};
+use super::response::{streamed, text_response, Body};
+use super::state::State;
 use crate::api::resources;
 use crate::api::status::ApiError;
 use crate::api::store::Store;
@@ -23,13 +24,24 @@ pub(super) async fn pod_log(
     q: &HashMap<String, String>,
 ) -> Result<Response<Body>, ApiError> {
     let pod = st.store.get(&resources::PODS, ns, name)?;
+    let container = log_container(&pod, q.get("container").map(String::as_str))?;
     let src = st.logs.read().unwrap_or_else(|p| p.into_inner()).clone();
-    let path = src.and_then(|f| f(ns, name)).ok_or_else(|| {
+    let path = src.and_then(|f| f(ns, name, &container)).ok_or_else(|| {
         ApiError::bad_request(format!(
             "no log is available for pod \"{name}\": only pods the sandbox kubelet runs have logs"
         ))
     })?;
-    let data = tokio::fs::read(&path).await.unwrap_or_default();
+    let data = match tokio::fs::read(&path).await {
+        Ok(d) => d,
+        Err(_) => match waiting_reason(&pod, &container) {
+            Some(r) => {
+                return Err(ApiError::bad_request(format!(
+                    "container \"{container}\" in pod \"{name}\" is waiting to start: {r}"
+                )))
+            }
+            None => Vec::new(),
+        },
+    };
     let tail = q.get("tailLines").and_then(|s| s.parse::<usize>().ok());
     let mut text = data;
     if let Some(n) = tail {
@@ -63,6 +75,49 @@ pub(super) async fn pod_log(
         .header(header::CONTENT_TYPE, "text/plain")
         .body(streamed(rx))
         .expect("valid response"))
+}
+
+/// The container whose log is asked for (`container`), as the API server checks it: one of the
+/// pod's, or the only one when none is named.
+fn log_container(pod: &Value, container: Option<&str>) -> Result<String, ApiError> {
+    let names = |k: &str| -> Vec<String> {
+        pod.pointer(&format!("/spec/{k}"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str().map(String::from))
+            .collect()
+    };
+    let (init, regular) = (names("initContainers"), names("containers"));
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or("");
+    match container.filter(|c| !c.is_empty()) {
+        Some(c) if init.iter().chain(&regular).any(|n| n == c) => Ok(c.to_string()),
+        Some(c) => Err(ApiError::bad_request(format!(
+            "container {c} is not valid for pod {pod_name}"
+        ))),
+        None if regular.len() == 1 => Ok(regular[0].clone()),
+        None => {
+            let all: Vec<String> = init.into_iter().chain(regular).collect();
+            Err(ApiError::bad_request(format!(
+                "a container name must be specified for pod {pod_name}, choose one of: [{}]",
+                all.join(" ")
+            )))
+        }
+    }
+}
+
+/// Why `container` of `pod` has not started, if it waits and never ran.
+fn waiting_reason(pod: &Value, container: &str) -> Option<String> {
+    ["initContainerStatuses", "containerStatuses"]
+        .iter()
+        .filter_map(|k| {
+            pod.pointer(&format!("/status/{k}"))
+                .and_then(Value::as_array)
+        })
+        .flatten()
+        .find(|c| c["name"] == container && c["restartCount"].as_i64().unwrap_or(0) == 0)
+        .and_then(|c| c.pointer("/state/waiting/reason").and_then(Value::as_str))
+        .map(String::from)
 }
 
 /// A followed log: what gets appended to `path` after `offset` goes to `tx`.

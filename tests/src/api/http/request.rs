@@ -1,6 +1,5 @@
 //! Reading a request: its query, body, list options, and the response shape it accepts.
 
-use super::MAX_BODY;
 use crate::api::resources::ResourceType;
 use crate::api::selector::{FieldSelector, LabelSelector};
 use crate::api::status::ApiError;
@@ -11,6 +10,9 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::Value;
 use std::collections::HashMap;
+
+/// The largest request body read.
+const MAX_BODY: usize = 16 << 20;
 
 pub(super) fn parse_query(q: Option<&str>) -> HashMap<String, String> {
     form_urlencoded::parse(q.unwrap_or("").as_bytes())

@@ -2,8 +2,9 @@
 //! the verb's authorization, then its answer ([`super::verbs`]).
 
 use super::request::{flag, negotiate};
+use super::response::Body;
+use super::state::State;
 use super::verbs::Call;
-use super::{Body, State};
 use crate::api::auth::{Attributes, Identity};
 use crate::api::resources::{self, ResourceType};
 use crate::api::status::ApiError;

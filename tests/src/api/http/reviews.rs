@@ -1,6 +1,7 @@
 //! Access reviews: SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview.
 
-use super::{json_response, Body, State};
+use super::response::{json_response, Body};
+use super::state::State;
 use crate::api::auth::{Attributes, Identity, RightsSource};
 use crate::api::resources::ResourceType;
 use crate::api::status::ApiError;

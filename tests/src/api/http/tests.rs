@@ -1,4 +1,4 @@
-use super::RequestRecord;
+use super::record::RequestRecord;
 
 fn rec(method: &str, path: &str, query: &str) -> RequestRecord {
     RequestRecord {

@@ -1,6 +1,7 @@
 //! Service-account tokens: minted for pods and for TokenRequests.
 
-use super::{json_response, Body, State};
+use super::response::{json_response, Body};
+use super::state::State;
 use crate::api::auth::{Identity, RightsSource};
 use crate::api::resources;
 use crate::api::status::ApiError;

@@ -3,10 +3,11 @@
 
 use super::logs::pod_log;
 use super::request::{dry_run, list_query, parse_body, read_body, Shape};
+use super::response::{bytes_response, json_response, Body};
 use super::reviews::review;
+use super::state::State;
 use super::tokens::token_request;
 use super::watch::start_watch;
-use super::{bytes_response, json_response, Body, State};
 use crate::api::auth::Identity;
 use crate::api::resources::ResourceType;
 use crate::api::selector::FieldSelector;

@@ -1,7 +1,8 @@
 //! Watches: the events a watcher sees (filtered, translated, rendered), bookmarks, ends.
 
 use super::request::{flag, Shape};
-use super::{streamed, Body, State};
+use super::response::{streamed, Body};
+use super::state::State;
 use crate::api::resources::ResourceType;
 use crate::api::status::ApiError;
 use crate::api::store::{EventType, ListQuery, Obj, StoreEvent, WatchStart};

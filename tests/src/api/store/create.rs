@@ -1,6 +1,8 @@
 //! Creates: names (generateName), metadata, defaults and validation, admission.
 
-use super::{check_type, meta_str, normalize, EventType, Inner, Key, Obj, Store};
+use super::event::EventType;
+use super::object::{check_type, meta_str, normalize, Obj};
+use super::state::{Inner, Key, Store};
 use crate::api::defaults::{self, ensure_object, new_uid, now_rfc3339, random_suffix};
 use crate::api::resources::{self, ResourceType};
 use crate::api::status::ApiError;

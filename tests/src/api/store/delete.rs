@@ -1,6 +1,9 @@
 //! Deletes: preconditions, namespace contents, garbage collection of dependents (or orphaning).
 
-use super::{meta_str, DeleteOptions, EventType, Inner, ListQuery, Obj, Part, Store};
+use super::event::EventType;
+use super::object::{meta_str, Obj};
+use super::params::{DeleteOptions, ListQuery, Part};
+use super::state::{Inner, Store};
 use crate::api::defaults::now_rfc3339;
 use crate::api::resources::{self, ResourceType};
 use crate::api::status::ApiError;

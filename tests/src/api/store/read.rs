@@ -1,6 +1,9 @@
 //! Reads: get, dependents, paged lists, and the start of watches.
 
-use super::{meta_str, EventType, Key, ListQuery, ListResult, Obj, Store, StoreEvent, WatchStart};
+use super::event::{EventType, StoreEvent, WatchStart};
+use super::object::{meta_str, Obj};
+use super::params::{ListQuery, ListResult};
+use super::state::{Key, Store};
 use crate::api::resources::ResourceType;
 use crate::api::status::ApiError;
 use base64::Engine;

@@ -1,5 +1,7 @@
-use super::*;
+use super::params::{DeleteOptions, ListQuery, Part, Patch};
+use super::state::Store;
 use crate::api::resources::{NAMESPACES, PODS};
+use serde_json::{json, Value};
 
 fn store() -> Store {
     let s = Store::new();

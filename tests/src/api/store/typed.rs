@@ -1,6 +1,8 @@
 //! Typed helpers for in-process users (kubelet, controllers, tests): k8s-openapi types in and out.
 
-use super::{from_obj, meta_str, DeleteOptions, ListQuery, Part, Store};
+use super::object::{from_obj, meta_str};
+use super::params::{DeleteOptions, ListQuery, Part};
+use super::state::Store;
 use crate::api::resources;
 use crate::api::status::ApiError;
 use serde::{de::DeserializeOwned, Serialize};

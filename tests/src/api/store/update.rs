@@ -1,8 +1,9 @@
 //! Updates: replace (PUT), patches (merge, JSON, apply), and atomic in-process changes.
 
-use super::{
-    check_type, meta_str, normalize, without_rv, EventType, Inner, Obj, Part, Patch, Store,
-};
+use super::event::EventType;
+use super::object::{check_type, meta_str, normalize, without_rv, Obj};
+use super::params::{Part, Patch};
+use super::state::{Inner, Store};
 use crate::api::defaults::{self, ensure_object};
 use crate::api::resources::ResourceType;
 use crate::api::status::ApiError;

@@ -3,6 +3,7 @@
 //! redrawn from a saved report (`--plot-from`). Text goes through plotters' `ab_glyph` backend
 //! with DejaVu Sans embedded in the binary (crate `dejavu`): no fontconfig, no system fonts.
 use anyhow::{anyhow, bail, Context, Result};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde_json::Value;
@@ -136,44 +137,7 @@ pub fn draw_on<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, report: &Value
         .draw()
         .map_err(err)?;
     for s in &all {
-        let color = s.color;
-        chart
-            .draw_series(LineSeries::new(
-                s.points.iter().map(|p| (p.0, p.1)),
-                color.stroke_width(3),
-            ))
-            .map_err(err)?
-            .label(s.label.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-            });
-        chart
-            .draw_series(
-                s.points
-                    .iter()
-                    .map(|p| ErrorBar::new_vertical(p.0, p.2, p.1, p.3, color.stroke_width(2), 10)),
-            )
-            .map_err(err)?;
-        chart
-            .draw_series(
-                s.points
-                    .iter()
-                    .map(|p| Circle::new((p.0, p.1), 5, color.filled())),
-            )
-            .map_err(err)?;
-        // The median at the largest pod count, right of its point.
-        if let Some(last) = s.points.last() {
-            chart
-                .draw_series(std::iter::once(
-                    EmptyElement::at((last.0, last.1))
-                        + Text::new(
-                            format!("{:.2} s", last.1),
-                            (12, -8),
-                            ("sans-serif", 15).into_font().color(&color),
-                        ),
-                ))
-                .map_err(err)?;
-        }
+        draw_method(&mut chart, s).map_err(err)?;
     }
     chart
         .configure_series_labels()
@@ -184,6 +148,46 @@ pub fn draw_on<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, report: &Value
         .draw()
         .map_err(err)?;
     root.present().map_err(err)?;
+    Ok(())
+}
+
+/// The chart's coordinates: pods against seconds.
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// One method's line, its min-max bars, its points and the label of its last median.
+fn draw_method<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    s: &Series,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let color = s.color;
+    chart
+        .draw_series(LineSeries::new(
+            s.points.iter().map(|p| (p.0, p.1)),
+            color.stroke_width(3),
+        ))?
+        .label(s.label.clone())
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3)));
+    chart.draw_series(
+        s.points
+            .iter()
+            .map(|p| ErrorBar::new_vertical(p.0, p.2, p.1, p.3, color.stroke_width(2), 10)),
+    )?;
+    chart.draw_series(
+        s.points
+            .iter()
+            .map(|p| Circle::new((p.0, p.1), 5, color.filled())),
+    )?;
+    // The median at the largest pod count, right of its point.
+    if let Some(last) = s.points.last() {
+        chart.draw_series(std::iter::once(
+            EmptyElement::at((last.0, last.1))
+                + Text::new(
+                    format!("{:.2} s", last.1),
+                    (12, -8),
+                    ("sans-serif", 15).into_font().color(&color),
+                ),
+        ))?;
+    }
     Ok(())
 }
 

@@ -1,17 +1,17 @@
 //! The Job controller: a Job's pods (Indexed or not) and its status and conditions.
 
+use super::conditions::{condition_true, seconds_since, set_condition};
 use super::indexes::compress_indexes;
 use super::job_policy::{pod_failure_rule, success_rule_met};
-use super::{
-    condition_true, is_ready, owned_pods, owner_ref, phase, pod_from_template, seconds_since,
-    set_condition, INDEX_KEY,
-};
+use super::pods::{is_ready, owned_pods, owner_ref, phase, pod_from_template};
 use crate::api::defaults::{now_rfc3339, random_suffix};
 use crate::api::resources::{JOBS, PODS};
 use crate::api::{DeleteOptions, Part, Store};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::Arc;
+
+pub(super) const INDEX_KEY: &str = "batch.kubernetes.io/job-completion-index";
 
 /// Brings one Job's pods and status in line with its spec: Indexed or not, backoffLimit,
 /// successPolicy, podFailurePolicy (FailJob, Ignore, Count), activeDeadlineSeconds,

@@ -39,11 +39,17 @@ pub fn pod_failure_rule(policy: &Value, pod: &Value) -> Option<(String, usize, S
                 .unwrap_or_default();
             let want_in = oc["operator"] != "NotIn";
             let only = oc["containerName"].as_str();
-            let statuses = pod
-                .pointer("/status/containerStatuses")
-                .and_then(Value::as_array)
+            // The regular containers first, then the init containers, as the Job controller
+            // matches them.
+            let statuses: Vec<Value> = ["containerStatuses", "initContainerStatuses"]
+                .iter()
+                .filter_map(|k| {
+                    pod.pointer(&format!("/status/{k}"))
+                        .and_then(Value::as_array)
+                })
+                .flatten()
                 .cloned()
-                .unwrap_or_default();
+                .collect();
             for cs in statuses {
                 if only.is_some_and(|n| cs["name"] != n) {
                     continue;

@@ -2,20 +2,21 @@
 //! controllers do and keep their status up to date. They only use the store, so they also run
 //! next to an API server without pods ([`spawn`]).
 //!
-//! This file routes store events to the controllers and holds what they share (owners, pod
-//! phases, conditions); one file per controller (`job`, `statefulset`), with the Job's
-//! policies (`job_policy`) and index sets (`indexes`) beside it.
+//! This file routes store events to the controllers; one file per controller (`job`,
+//! `statefulset`), with the Job's policies (`job_policy`) and index sets (`indexes`) beside
+//! it, and what they share: `pods` (owners, pods from templates, phases, readiness) and
+//! `conditions`.
 
-use crate::api::defaults::now_rfc3339;
 use crate::api::resources::{JOBS, PODS, STATEFULSETS};
 use crate::api::Store;
-use serde_json::{json, Value};
-use std::sync::Arc;
+use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 
+mod conditions;
 mod indexes;
 mod job;
 mod job_policy;
+mod pods;
 mod statefulset;
 #[cfg(test)]
 mod tests;
@@ -25,8 +26,6 @@ use job::reconcile_timed_jobs;
 pub use job::{job_pod, reconcile_job};
 pub use job_policy::{pod_failure_rule, success_rule_met};
 pub use statefulset::{reconcile_sts, sts_pod};
-
-const INDEX_KEY: &str = "batch.kubernetes.io/job-completion-index";
 
 /// Runs the controllers until the store's event feed closes or the task is aborted.
 pub fn spawn(store: Store) -> tokio::task::JoinHandle<()> {
@@ -107,75 +106,4 @@ fn controller_of(pod: &Value) -> Vec<(String, String)> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn owner_ref(api_version: &str, kind: &str, owner: &Value) -> Value {
-    json!([{
-        "apiVersion": api_version,
-        "kind": kind,
-        "name": owner["metadata"]["name"],
-        "uid": owner["metadata"]["uid"],
-        "controller": true,
-        "blockOwnerDeletion": true,
-    }])
-}
-
-/// A pod from the template of `owner` (`spec.template`), with an object as metadata.
-fn pod_from_template(owner: &Value) -> Value {
-    let tmpl = &owner["spec"]["template"];
-    let mut pod = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": tmpl.get("metadata").cloned().unwrap_or(json!({})),
-        "spec": tmpl.get("spec").cloned().unwrap_or(json!({})),
-    });
-    if !pod["metadata"].is_object() {
-        pod["metadata"] = json!({});
-    }
-    pod
-}
-
-fn phase(p: &Value) -> &str {
-    p.pointer("/status/phase")
-        .and_then(Value::as_str)
-        .unwrap_or("Pending")
-}
-
-fn is_ready(p: &Value) -> bool {
-    p.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|a| {
-            a.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
-}
-
-fn owned_pods(store: &Store, owner: &Value) -> Vec<Arc<Value>> {
-    let uid = owner["metadata"]["uid"].as_str().unwrap_or("");
-    store
-        .dependents(uid)
-        .into_iter()
-        .filter(|o| o["kind"] == "Pod" && o["metadata"]["deletionTimestamp"].is_null())
-        .collect()
-}
-
-fn set_condition(conds: &mut Vec<Value>, ty: &str, reason: &str, message: &str) {
-    if !conds.iter().any(|c| c["type"] == ty) {
-        let now = now_rfc3339();
-        conds.push(json!({
-            "type": ty, "status": "True", "reason": reason, "message": message,
-            "lastProbeTime": now, "lastTransitionTime": now,
-        }));
-    }
-}
-
-fn seconds_since(rfc3339: &str) -> Option<i64> {
-    let t: k8s_openapi::jiff::Timestamp = rfc3339.parse().ok()?;
-    Some(crate::api::defaults::now_secs() - t.as_second())
-}
-
-fn condition_true<'a>(conds: &'a [Value], ty: &str) -> Option<&'a Value> {
-    conds
-        .iter()
-        .find(|c| c["type"] == ty && c["status"] == "True")
 }

@@ -1,6 +1,6 @@
 //! The StatefulSet controller: ordinal pods (in order or in parallel) and the set's status.
 
-use super::{is_ready, owned_pods, owner_ref, phase, pod_from_template};
+use super::pods::{is_ready, owned_pods, owner_ref, phase, pod_from_template};
 use crate::api::resources::{PODS, STATEFULSETS};
 use crate::api::{DeleteOptions, Part, Store};
 use serde_json::{json, Value};

@@ -1,8 +1,12 @@
-use super::job::has_timers;
-use super::*;
-use crate::api::resources::NAMESPACES;
-use crate::api::{DeleteOptions, Part};
+use super::indexes::{compress_indexes, parse_indexes};
+use super::job::{has_timers, reconcile_job, reconcile_timed_jobs, INDEX_KEY};
+use super::pods::phase;
+use super::statefulset::reconcile_sts;
+use crate::api::resources::{JOBS, NAMESPACES, PODS, STATEFULSETS};
+use crate::api::{DeleteOptions, Part, Store};
+use serde_json::{json, Value};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 fn store() -> Store {
     let s = Store::new();

@@ -1,88 +1,76 @@
-//! Images: a container's root filesystem from the machine's local image store, with the
-//! kubelet's pull reasons while the store does not have it.
+//! Images: a container's root filesystem from the machine's local image store, which stands in
+//! for the registry, with the kubelet's pull policies, events and waiting reasons.
 
-use super::pod::{PodContainer, PodCtx};
-use super::{Ctl, MAX_BACKOFF};
-use crate::images::{self, MountedImage};
-use anyhow::anyhow;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::Arc;
-use std::time::Duration;
+use super::containers::{PodContainer, PullPolicy};
+use super::pod::PodCtx;
+use std::time::Instant;
+
+/// Why a container's image is not there (yet): the waiting reason and message.
+pub(super) type NotPulled = (&'static str, String);
 
 impl PodCtx {
-    /// Sets `c.rootfs` from the store (nothing to do for a container that runs the host's
-    /// programs). False when the pod went away meanwhile.
-    pub(super) fn pull_rootfs(&self, rx: &Receiver<Ctl>, c: &mut PodContainer) -> bool {
-        if images::runs_on_host(&c.image) {
-            return true;
+    /// One attempt to have container `c`'s image (`attempts`: the failed ones before, for the
+    /// reason and the events). Sets `c.rootfs`: with `Always` the name is resolved again at
+    /// every start (an image re-tagged in the store meanwhile is the one that runs), with
+    /// `IfNotPresent` and `Never` the image of the first start is kept. Nothing to do for a
+    /// container that runs the host's programs. The sandbox has no registry: an image the
+    /// store does not have waits with `ErrImageNeverPull` (`Never`), else `ErrImagePull` then
+    /// `ImagePullBackOff`, until it is built or tagged there.
+    pub(super) fn pull(&self, c: &mut PodContainer, attempts: u32) -> Result<(), NotPulled> {
+        if c.on_host() {
+            return Ok(());
         }
-        match self.pull(rx, c) {
-            Some(m) => {
+        let image = c.reference.clone();
+        if c.pull != PullPolicy::Always && c.rootfs.is_some() {
+            self.present(&image);
+            return Ok(());
+        }
+        if c.pull == PullPolicy::Always && attempts == 0 {
+            self.event("Normal", "Pulling", &format!("Pulling image \"{image}\""));
+        }
+        let began = Instant::now();
+        let (reason, message) = match self.images.get(&image) {
+            Ok(Some(m)) => {
+                if c.pull == PullPolicy::Always {
+                    let took = began.elapsed().as_millis();
+                    let message = format!("Successfully pulled image \"{image}\" in {took}ms");
+                    self.event("Normal", "Pulled", &message);
+                } else {
+                    self.present(&image);
+                }
                 c.rootfs = Some(m);
-                true
+                return Ok(());
             }
-            None => false,
-        }
+            Ok(None) => not_present(&image, c.pull == PullPolicy::Never, attempts),
+            Err(e) => (
+                pull_failed(attempts),
+                format!("failed to pull image \"{image}\": {e:#}"),
+            ),
+        };
+        self.pull_events(&image, c.pull, attempts, reason, &message);
+        Err((reason, message))
     }
 
-    /// The image's root filesystem from the local store. While the store does not have the image
-    /// the pod stays Pending with the kubelet's waiting reason (`ErrImageNeverPull` for
-    /// `imagePullPolicy: Never`, else `ErrImagePull` then `ImagePullBackOff`), and the store is
-    /// checked again now and then (the sandbox has no registry: build or tag the image locally).
-    /// `None` when the pod went away meanwhile.
-    fn pull(&self, rx: &Receiver<Ctl>, c: &PodContainer) -> Option<Arc<MountedImage>> {
-        let image = c.image.as_str();
-        let never = c.spec["imagePullPolicy"].as_str().unwrap_or("IfNotPresent") == "Never";
-        let mut attempts = 0u32;
-        let mut backoff = Duration::from_secs(1);
-        loop {
-            let (reason, message) = match self.images.get(image) {
-                Ok(Some(m)) => {
-                    self.event(
-                        "Normal",
-                        "Pulled",
-                        &format!("Container image \"{image}\" already present on machine"),
-                    );
-                    return Some(m);
-                }
-                Ok(None) => not_present(image, never, attempts),
-                Err(e) => (
-                    pull_failed(attempts),
-                    format!("failed to pull image \"{image}\": {e:#}"),
-                ),
-            };
-            self.pull_events(image, attempts, reason, &message);
-            attempts += 1;
-            self.report_pulling(c, reason, &message);
-            match rx.recv_timeout(backoff) {
-                Ok(Ctl::Evict(_, done)) => {
-                    let _ = done.send(Err(anyhow!(
-                        "pod {} has not started yet ({reason}: {message})",
-                        self.name
-                    )));
-                }
-                Ok(_) | Err(RecvTimeoutError::Disconnected) => return None,
-                Err(RecvTimeoutError::Timeout) => {}
-            }
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-            // The pod went away meanwhile.
-            self.pod()?;
-        }
+    fn present(&self, image: &str) {
+        let message = format!("Container image \"{image}\" already present on machine");
+        self.event("Normal", "Pulled", &message);
     }
 
     /// The kubelet's events of a failed pull: at the first attempt, and when back-off begins.
-    fn pull_events(&self, image: &str, attempts: u32, reason: &str, message: &str) {
+    fn pull_events(&self, image: &str, p: PullPolicy, attempts: u32, reason: &str, m: &str) {
         if attempts == 0 {
             if reason == "ErrImageNeverPull" {
-                self.event("Warning", "ErrImageNeverPull", message);
+                self.event("Warning", "ErrImageNeverPull", m);
                 self.event("Warning", "Failed", "Error: ErrImageNeverPull");
             } else {
-                self.event("Normal", "Pulling", &format!("Pulling image \"{image}\""));
-                self.event("Warning", "Failed", message);
+                if p != PullPolicy::Always {
+                    self.event("Normal", "Pulling", &format!("Pulling image \"{image}\""));
+                }
+                self.event("Warning", "Failed", m);
                 self.event("Warning", "Failed", "Error: ErrImagePull");
             }
         } else if attempts == 1 && reason == "ImagePullBackOff" {
-            self.event("Normal", "BackOff", message);
+            self.event("Normal", "BackOff", m);
             self.event("Warning", "Failed", "Error: ImagePullBackOff");
         }
     }
@@ -98,7 +86,7 @@ fn pull_failed(attempts: u32) -> &'static str {
 }
 
 /// The waiting reason and message for an image the store does not have.
-fn not_present(image: &str, never: bool, attempts: u32) -> (&'static str, String) {
+fn not_present(image: &str, never: bool, attempts: u32) -> NotPulled {
     if never {
         return (
             "ErrImageNeverPull",

@@ -2,91 +2,62 @@
 //! pods, and reports their status like the real kubelet.
 //!
 //! This file is the node: it watches pods, admits them up to its capacity, keeps a worker
-//! thread per pod and serves `exec`, eviction and logs. A pod's worker (`pod`: `Pod`
-//! holds the pod's containers) goes through `lifecycle`: `image` (each container's root
-//! filesystem from the local store), `prepare` (service account, volumes, and per container
-//! mounts, environment, command and security), then starts the pod and `supervise`s it with
-//! its `probe`; `status` is what it reports on the way. Sandbox pods have one container, whose
-//! process is the pod's.
+//! thread per pod (`pod`, `control`) and serves `exec`, eviction and logs. A pod's worker goes
+//! through `lifecycle`: the pod admitted (`containers`: its init containers, native sidecars
+//! and regular containers), what they share prepared (`prepare`: service account, volumes),
+//! its sandbox created (podnet: address, hostname, IPC namespace); then the `worker` runs the
+//! init containers in order and the regular containers, each started (`start`: its image by
+//! its pull policy, `image`; its mounts, environment, command and security, `prepare`) and
+//! restarted by the restart policy on its own, with its `probe`s (`supervise`), until the pod
+//! is done. `status` and `phase` are what it reports on the way, after every change.
 
 use crate::api::defaults::now_rfc3339;
 use crate::api::resources::PODS;
 use crate::api::{ApiServer, EventType, Part, Store};
 use crate::images::ImageStore;
-use crate::podnet::{Network, RunningPod};
+use crate::podnet::Network;
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::mpsc::channel;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 
+mod backoff;
+mod containers;
+mod control;
+mod exec_info;
+mod fields;
 mod image;
 mod lifecycle;
+mod paths;
+mod phase;
 mod pod;
 mod prepare;
 mod probe;
+mod start;
 mod status;
 mod supervise;
+mod sync;
+mod worker;
 
-use pod::{IpLock, PodCtx};
+pub use containers::{container_names, default_container, DEFAULT_CONTAINER_ANNOTATION};
+use control::{Ctl, PodHandle};
+pub use exec_info::ExecInfo;
+use fields::s;
+use paths::container_log;
+use pod::PodCtx;
 pub use prepare::expand;
 pub use prepare::sources::field_ref;
+pub use prepare::SA_MOUNT;
 use status::set_cond_reason;
-
-/// In-pod path of the service-account directory.
-pub const SA_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-
-/// How often a running pod is checked for having exited.
-const EXIT_POLL: Duration = Duration::from_millis(50);
+use sync::lock;
 
 /// Pods the node runs at once by default (the kubelet's default maxPods).
 pub const MAX_PODS: usize = 110;
-
-/// The container's log, in the pod's directory.
-const CONTAINER_LOG: &str = "container.log";
-
-/// Longest wait between restarts of a failing container.
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
-
-pub(crate) enum Ctl {
-    /// The pod object was deleted: kill and clean up.
-    Delete,
-    /// Kill the pod and mark it Failed/Evicted with this message.
-    Evict(String, Sender<Result<()>>),
-    /// The cluster is shutting down.
-    Shutdown,
-}
-
-/// What the kubelet keeps per pod it runs.
-pub(crate) struct PodHandle {
-    pub ns: String,
-    pub name: String,
-    pub ctl: Sender<Ctl>,
-    pub thread: Option<std::thread::JoinHandle<()>>,
-    pub running: Arc<Mutex<Option<RunningPod>>>,
-    pub dir: PathBuf,
-}
-
-/// Per-pod facts a separate process needs to `exec` into a pod (written as JSON).
-#[derive(serde::Serialize, serde::Deserialize, Debug, Clone)]
-pub struct ExecInfo {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub pid: u32,
-    pub ip: String,
-    pub netns: String,
-    pub workdir: String,
-    pub env: Vec<(String, String)>,
-    /// The init program's configuration when the pod runs an image (exec then enters the
-    /// container's root as its user: see [`crate::podnet::exec_command`]).
-    #[serde(default)]
-    pub container: Option<PathBuf>,
-}
 
 pub(crate) struct Kubelet {
     pub node: String,
@@ -101,21 +72,8 @@ pub(crate) struct Kubelet {
     /// Threads of deleted pods still cleaning up.
     pub dying: Mutex<Vec<std::thread::JoinHandle<()>>>,
     pub max_pods: usize,
-    /// Held while allocating an address or (re)starting a pod on it.
-    pub ip_lock: Arc<Mutex<()>>,
     /// Root filesystems of the images pods run.
     pub images: Arc<ImageStore>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn s(v: &Value, ptr: &str) -> String {
-    v.pointer(ptr)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
 }
 
 impl Kubelet {
@@ -227,10 +185,9 @@ impl Kubelet {
             uid: uid.clone(),
             running: running.clone(),
         };
-        let ip_lock = IpLock(self.ip_lock.clone());
         let thread = std::thread::Builder::new()
             .name(format!("pod-{name}"))
-            .spawn(move || ctx.run(rx, ip_lock))
+            .spawn(move || ctx.run(rx))
             .expect("spawning a pod thread");
         pods.insert(
             uid,
@@ -280,15 +237,30 @@ impl Kubelet {
         }
     }
 
-    pub fn exec(&self, pod: &str, argv: &[String]) -> Result<std::process::Command> {
-        let (uid, _, _) = self.find(pod)?;
+    /// A command that runs `argv` in container `container` of pod `pod` (None: its default
+    /// container, see [`default_container`]), as `kubectl exec [-c CONTAINER]` does.
+    pub fn exec(
+        &self,
+        pod: &str,
+        container: Option<&str>,
+        argv: &[String],
+    ) -> Result<std::process::Command> {
+        let (uid, ns, name) = self.find(pod)?;
+        let container = match container {
+            Some(c) => c.to_string(),
+            None => {
+                let object = self.store.get(&PODS, &ns, &name);
+                default_container(&*object.map_err(|e| anyhow!("pod {pod}: {e}"))?)
+            }
+        };
         let pods = lock(&self.pods);
         let h = pods.get(&uid).ok_or_else(|| anyhow!("pod {pod} is gone"))?;
         let r = lock(&h.running);
-        let rp = r.as_ref().ok_or_else(|| {
-            anyhow!("pod {pod} is not running (not started yet, or between restarts)")
-        })?;
-        Ok(rp.exec(argv, &[]))
+        let rp = r
+            .as_ref()
+            .ok_or_else(|| anyhow!("pod {pod} is not running (not started yet)"))?;
+        rp.exec_in(&container, argv, &[])
+            .map_err(|e| anyhow!("pod {pod}: {e:#} (not started yet, or between restarts)"))
     }
 
     pub fn evict(&self, pod: &str, message: &str) -> Result<()> {
@@ -312,11 +284,16 @@ impl Kubelet {
             .map(|h| h.dir.clone())
     }
 
-    pub fn log_path(&self, ns: &str, name: &str) -> Option<PathBuf> {
+    /// The log of container `container` (None: the default one) of pod `ns`/`name`.
+    pub fn log_path(&self, ns: &str, name: &str, container: Option<&str>) -> Option<PathBuf> {
+        let container = match container {
+            Some(c) => c.to_string(),
+            None => default_container(&*self.store.get(&PODS, ns, name).ok()?),
+        };
         let pods = lock(&self.pods);
         pods.values()
             .find(|h| h.ns == ns && h.name == name)
-            .map(|h| h.dir.join(CONTAINER_LOG))
+            .map(|h| container_log(&h.dir, &container))
     }
 
     /// Stops every pod and waits for them to be gone.

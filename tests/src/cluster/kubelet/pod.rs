@@ -1,21 +1,19 @@
-//! One pod on this node: the worker thread that runs it, its access to the pod's object
-//! (status, events), and the pod as the kubelet runs it ([`Pod`]: its containers).
+//! One pod on this node: the worker thread that runs it and its access to the pod's object
+//! (status, events).
 
-use super::probe::{parse_probe, Probe};
-use super::{lock, s, Ctl};
+use super::control::Ctl;
+use super::fields::s;
+use super::paths::EXEC_INFO;
+use super::sync::lock;
 use crate::api::defaults::now_rfc3339;
 use crate::api::resources::{EVENTS, PODS};
 use crate::api::{ApiServer, Part, Store};
-use crate::images::{ImageStore, MountedImage};
-use crate::podnet::{Network, PodExit, RunningPod};
-use anyhow::Result;
+use crate::images::ImageStore;
+use crate::podnet::{Network, RunningPod};
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
-
-/// Held while allocating an address or (re)starting a pod on it.
-pub(super) struct IpLock(pub(super) Arc<Mutex<()>>);
 
 /// Everything a pod's thread needs.
 pub(super) struct PodCtx {
@@ -28,79 +26,21 @@ pub(super) struct PodCtx {
     pub(super) ns: String,
     pub(super) name: String,
     pub(super) uid: String,
-    pub(super) running: Arc<Mutex<Option<RunningPod>>>,
-}
-
-pub(super) enum Outcome {
-    /// The pod object is gone or the cluster stops: just clean up.
-    Stop,
-    /// Evicted: report and clean up (the object stays).
-    Evicted(String, Sender<Result<()>>),
-    /// The container ended.
-    Exited(PodExit),
-}
-
-/// A pod as this kubelet runs it: the object it was admitted from and its containers.
-pub(super) struct Pod {
-    /// The pod object when its containers were read.
-    pub(super) object: Arc<Value>,
-    /// `spec.containers`, in order. Sandbox pods have exactly one (checked on admission): its
-    /// process is the pod's PID 1, see [`Pod::main`].
-    pub(super) containers: Vec<PodContainer>,
-}
-
-impl Pod {
-    /// The container whose process is the pod's (its exit ends the pod, its readiness probe is
-    /// the pod's).
-    pub(super) fn main(&self) -> &PodContainer {
-        &self.containers[0]
-    }
-}
-
-/// One container of a pod.
-pub(super) struct PodContainer {
-    /// Its entry in `spec.containers`.
-    pub(super) spec: Value,
-    pub(super) name: String,
-    pub(super) image: String,
-    /// The image's root filesystem once pulled; None before, and for a container that runs
-    /// the host's programs.
-    pub(super) rootfs: Option<Arc<MountedImage>>,
-    pub(super) probe: Option<Probe>,
-}
-
-impl PodContainer {
-    pub(super) fn new(spec: &Value) -> Self {
-        PodContainer {
-            name: spec["name"].as_str().unwrap_or("main").to_string(),
-            image: spec["image"].as_str().unwrap_or("").to_string(),
-            rootfs: None,
-            probe: spec
-                .get("readinessProbe")
-                .and_then(|p| parse_probe(p, spec)),
-            spec: spec.clone(),
-        }
-    }
-
-    /// `sha256:<id>` of the image it runs ("" for the host's programs or before the pull).
-    pub(super) fn image_id(&self) -> String {
-        self.rootfs
-            .as_ref()
-            .map(|m| format!("sha256:{}", m.config.id))
-            .unwrap_or_default()
-    }
+    /// The pod's sandbox while it exists (`exec` and the node's other requests reach the
+    /// containers through it).
+    pub(super) running: Arc<Mutex<Option<Arc<RunningPod>>>>,
 }
 
 impl PodCtx {
-    pub(super) fn run(self, rx: Receiver<Ctl>, ip_lock: IpLock) {
-        let r = self.lifecycle(&rx, &ip_lock);
+    pub(super) fn run(self, rx: Receiver<Ctl>) {
+        let r = self.lifecycle(&rx);
         if let Err(e) = &r {
             tracing::warn!(pod = %self.name, "pod failed: {e:#}");
         }
         // Kill and clean up whatever is left.
         let pod = lock(&self.running).take();
         drop(pod);
-        let _ = std::fs::remove_file(self.dir.join("exec.json"));
+        let _ = std::fs::remove_file(self.dir.join(EXEC_INFO));
         // Keep the log of finished pods while their object exists.
         if self
             .store

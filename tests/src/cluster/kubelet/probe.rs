@@ -1,4 +1,4 @@
-//! Readiness probes: TCP, HTTP and exec checks with the kubelet's thresholds.
+//! Readiness and startup probes: TCP, HTTP and exec checks with the kubelet's thresholds.
 
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -6,14 +6,14 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// A container's readiness probe.
+/// A container's readiness or startup probe.
 pub(super) struct Probe {
     action: ProbeAction,
     pub(super) initial_delay: Duration,
     pub(super) period: Duration,
     timeout: Duration,
     success_threshold: u32,
-    failure_threshold: u32,
+    pub(super) failure_threshold: u32,
 }
 
 enum ProbeAction {

@@ -1,72 +1,85 @@
-//! Pod status: conditions in the kubelet's order, container statuses, and what the kubelet
-//! reports as the pod goes through its lifecycle (pulling, waiting, running, ended, evicted,
-//! backing off).
+//! Pod status: each container's status (state, readiness, restarts), and the pod's status made
+//! from them: phase, conditions in the kubelet's order, `containerStatuses` and
+//! `initContainerStatuses`, addresses.
 
-use super::pod::{Pod, PodContainer, PodCtx};
-use crate::api::defaults::now_rfc3339;
+use super::containers::{Pod, PodContainer};
+use super::phase::{containers_ready, initialized, phase, View};
 use crate::podnet::PodExit;
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
-use std::time::Duration;
 
-/// Sets condition `ty` of a pod status `st`.
-pub(super) fn set_cond(st: &mut Value, ty: &str, status: bool, now: &str) {
-    set_cond_reason(st, ty, status, now, "", "");
+/// A container's state.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum State {
+    /// Not running: reason and message ("" for none).
+    Waiting(String, String),
+    /// Running since (RFC 3339).
+    Running(String),
+    /// Ended: the `terminated` object.
+    Terminated(Value),
 }
 
-/// Sets condition `ty` with a reason and message (kept while the status stays).
-pub(super) fn set_cond_reason(
-    st: &mut Value,
-    ty: &str,
-    status: bool,
-    now: &str,
-    reason: &str,
-    message: &str,
-) {
-    if !st["conditions"].is_array() {
-        st["conditions"] = json!([]);
-    }
-    let want = if status { "True" } else { "False" };
-    let conds = st["conditions"].as_array_mut().expect("array");
-    match conds.iter_mut().find(|c| c["type"] == ty) {
-        Some(c) => {
-            if c["status"] != want {
-                c["status"] = json!(want);
-                c["lastTransitionTime"] = json!(now);
-                if let Some(m) = c.as_object_mut() {
-                    m.remove("reason");
-                    m.remove("message");
-                }
-            }
-            if !reason.is_empty() {
-                c["reason"] = json!(reason);
-                c["message"] = json!(message);
-            }
-        }
-        None => {
-            let mut c = json!({"type": ty, "status": want, "lastProbeTime": null, "lastTransitionTime": now});
-            if !reason.is_empty() {
-                c["reason"] = json!(reason);
-                c["message"] = json!(message);
-            }
-            conds.push(c);
+impl State {
+    fn json(&self) -> Value {
+        match self {
+            State::Waiting(reason, m) if m.is_empty() => json!({"waiting": {"reason": reason}}),
+            State::Waiting(reason, m) => json!({"waiting": {"reason": reason, "message": m}}),
+            State::Running(at) => json!({"running": {"startedAt": at}}),
+            State::Terminated(t) => json!({"terminated": t}),
         }
     }
-    // Keep the order the real kubelet reports.
-    let order = [
-        "PodReadyToStartContainers",
-        "Initialized",
-        "Ready",
-        "ContainersReady",
-        "PodScheduled",
-        "DisruptionTarget",
-    ];
-    conds.sort_by_key(|c| {
-        order
-            .iter()
-            .position(|o| c["type"] == *o)
-            .unwrap_or(order.len())
-    });
+}
+
+/// What a container's entry in the pod's status says.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct CStatus {
+    pub(super) state: State,
+    pub(super) ready: bool,
+    /// Running and its startup probe (if any) passed.
+    pub(super) started: bool,
+    pub(super) restarts: i64,
+    /// `{"terminated": ...}` of the previous run; Null before the first restart.
+    pub(super) last_state: Value,
+    pub(super) container_id: Option<String>,
+    pub(super) image_id: String,
+}
+
+impl CStatus {
+    /// Not started yet, waiting with `reason`.
+    pub(super) fn waiting(reason: &str) -> CStatus {
+        CStatus {
+            state: State::Waiting(reason.to_string(), String::new()),
+            ready: false,
+            started: false,
+            restarts: 0,
+            last_state: Value::Null,
+            container_id: None,
+            image_id: String::new(),
+        }
+    }
+
+    pub(super) fn with_state(self, state: State) -> CStatus {
+        CStatus { state, ..self }
+    }
+
+    pub(super) fn is_running(&self) -> bool {
+        matches!(self.state, State::Running(_))
+    }
+
+    fn json(&self, c: &PodContainer) -> Value {
+        let mut cs = json!({
+            "name": c.name, "ready": self.ready, "restartCount": self.restarts,
+            "started": self.started, "image": c.reference, "imageID": self.image_id,
+            "state": self.state.json(),
+        });
+        if let Some(cid) = &self.container_id {
+            cs["containerID"] = json!(cid);
+        }
+        if !self.last_state.is_null() {
+            cs["lastState"] = self.last_state.clone();
+        }
+        cs
+    }
 }
 
 /// The `terminated` state of a container that ended with `exit` (None: killed, 137).
@@ -91,255 +104,145 @@ pub(super) fn terminated(exit: Option<PodExit>, started: &str, finished: &str, c
     t
 }
 
-/// What a container's status reports across restarts of the pod.
-pub(super) struct Run {
-    pub(super) restarts: i64,
-    /// `lastState` (Null until the first restart).
-    pub(super) last_state: Value,
-    /// The next wait before a restart.
-    pub(super) backoff: Duration,
-    /// When the pod first started (`startTime`).
-    pub(super) start_time: String,
+/// Everything the pod's status is made from.
+pub(super) struct PodView<'a> {
+    pub(super) pod: &'a Pod,
+    /// Per container of `pod`, in its order.
+    pub(super) cs: &'a [CStatus],
+    /// The pod's address once its sandbox exists.
+    pub(super) ip: Option<Ipv4Addr>,
+    /// The node's address.
+    pub(super) host_ip: &'a str,
+    pub(super) start_time: &'a str,
+    /// Whether the sandbox is up (`PodReadyToStartContainers`).
+    pub(super) sandbox: bool,
+    /// Whether the pod is done: no container will start again.
+    pub(super) terminal: bool,
+    /// The phase, when it is not the containers' (an evicted pod is Failed).
+    pub(super) phase: Option<&'static str>,
 }
 
-impl Run {
-    pub(super) fn new() -> Self {
-        Run {
-            restarts: 0,
-            last_state: Value::Null,
-            backoff: Duration::from_millis(500),
-            start_time: now_rfc3339(),
-        }
-    }
-}
-
-/// One entry of `status.containerStatuses`.
-pub(super) struct ContainerStatus<'a> {
-    pub(super) c: &'a PodContainer,
-    pub(super) ready: bool,
-    pub(super) started: bool,
-    pub(super) restarts: i64,
-    pub(super) state: Value,
-    pub(super) container_id: Option<&'a str>,
-    /// Reported when set and not null.
-    pub(super) last_state: Option<&'a Value>,
-}
-
-impl ContainerStatus<'_> {
-    /// Not ready, not started, no restarts, in `state`.
-    pub(super) fn new(c: &PodContainer, state: Value) -> ContainerStatus<'_> {
-        ContainerStatus {
-            c,
-            ready: false,
-            started: false,
-            restarts: 0,
-            state,
-            container_id: None,
-            last_state: None,
-        }
-    }
-
-    pub(super) fn json(&self) -> Value {
-        let mut cs = json!({
-            "name": self.c.name, "ready": self.ready, "restartCount": self.restarts,
-            "started": self.started, "image": self.c.image, "imageID": self.c.image_id(),
-            "state": self.state,
-        });
-        if let Some(cid) = self.container_id {
-            cs["containerID"] = json!(cid);
-        }
-        if let Some(ls) = self.last_state.filter(|l| !l.is_null()) {
-            cs["lastState"] = ls.clone();
-        }
-        cs
-    }
-}
-
-/// `status.containerStatuses`: one entry per container of the pod, as `f` makes it.
-pub(super) fn statuses<'a>(
-    pod: &'a Pod,
-    f: impl Fn(&'a PodContainer) -> ContainerStatus<'a>,
-) -> Value {
-    Value::Array(pod.containers.iter().map(|c| f(c).json()).collect())
-}
-
-/// Ready and ContainersReady false, and PodReadyToStartContainers: the pod's process ended.
-fn not_running(st: &mut Value, now: &str) {
-    set_cond(st, "Ready", false, now);
-    set_cond(st, "ContainersReady", false, now);
-    set_cond(st, "PodReadyToStartContainers", false, now);
-}
-
-impl PodCtx {
-    /// Pending while container `c`'s image is not in the store (`reason`, `message`).
-    pub(super) fn report_pulling(&self, c: &PodContainer, reason: &str, message: &str) {
-        let waiting = json!({"waiting": {"reason": reason, "message": message}});
-        let cs = ContainerStatus::new(c, waiting).json();
-        let unready = format!("containers with unready status: [{}]", c.name);
-        self.status(|st| {
-            st["phase"] = json!("Pending");
-            st["containerStatuses"] = json!([cs]);
-            let now = now_rfc3339();
-            set_cond(st, "PodReadyToStartContainers", true, &now);
-            set_cond(st, "Initialized", true, &now);
-            set_cond_reason(st, "Ready", false, &now, "ContainersNotReady", &unready);
-            set_cond_reason(
+impl PodView<'_> {
+    fn views(&self) -> Vec<View<'_>> {
+        self.pod
+            .containers
+            .iter()
+            .zip(self.cs)
+            .map(|(c, st)| View {
+                kind: c.kind,
+                name: &c.name,
                 st,
-                "ContainersReady",
-                false,
-                &now,
-                "ContainersNotReady",
-                &unready,
-            );
-        });
+            })
+            .collect()
     }
 
-    /// Waiting with `reason` for what the containers need (a Secret, a ConfigMap, ...).
-    pub(super) fn report_waiting(&self, pod: &Pod, reason: &str, message: &str) {
-        let waiting = json!({"waiting": {"reason": reason, "message": message}});
-        let cs = statuses(pod, |c| ContainerStatus::new(c, waiting.clone()));
-        self.status(|st| st["containerStatuses"] = cs);
+    /// The statuses of the init containers (`init`) or of the regular ones.
+    fn statuses(&self, init: bool) -> Value {
+        let v: Vec<Value> = self
+            .pod
+            .containers
+            .iter()
+            .zip(self.cs)
+            .filter(|(c, _)| c.kind.is_init() == init)
+            .map(|(c, st)| st.json(c))
+            .collect();
+        Value::Array(v)
     }
 
-    /// Failed: the sandbox could not start the pod (`msg`).
-    pub(super) fn report_start_error(&self, pod: &Pod, run: &Run, msg: &str) {
-        self.event("Warning", "Failed", &format!("Error: {msg}"));
-        let state =
-            json!({"terminated": {"exitCode": 128, "reason": "StartError", "message": msg}});
-        let cs = statuses(pod, |c| ContainerStatus {
-            restarts: run.restarts,
-            ..ContainerStatus::new(c, state.clone())
-        });
-        self.status(|st| {
-            st["phase"] = json!("Failed");
-            st["message"] = json!(format!("the sandbox could not start the pod: {msg}"));
-            st["startTime"] = json!(run.start_time);
-            st["containerStatuses"] = cs;
-        });
-    }
-
-    /// Running at `ip` since `started_at`, as container `cid`.
-    pub(super) fn report_running(
-        &self,
-        pod: &Pod,
-        run: &Run,
-        cid: &str,
-        started_at: &str,
-        ip: Ipv4Addr,
-    ) {
-        let ready_now = pod.main().probe.is_none();
-        let state = json!({"running": {"startedAt": started_at}});
-        let cs = statuses(pod, |c| ContainerStatus {
-            ready: ready_now,
-            started: true,
-            restarts: run.restarts,
-            container_id: Some(cid),
-            last_state: Some(&run.last_state),
-            ..ContainerStatus::new(c, state.clone())
-        });
-        let gw = self.net.gateway().to_string();
-        self.status(|st| {
-            st["phase"] = json!("Running");
-            st["hostIP"] = json!(gw);
-            st["hostIPs"] = json!([{"ip": gw}]);
+    /// Writes the pod's status into `st` at time `now`. Its phase is the one returned.
+    pub(super) fn write(&self, st: &mut Value, now: &str) -> &'static str {
+        let views = self.views();
+        let phase = self
+            .phase
+            .unwrap_or_else(|| phase(&views, self.pod.restart_policy(), self.terminal));
+        st["phase"] = json!(phase);
+        st["hostIP"] = json!(self.host_ip);
+        st["hostIPs"] = json!([{"ip": self.host_ip}]);
+        if let Some(ip) = self.ip {
             st["podIP"] = json!(ip.to_string());
             st["podIPs"] = json!([{"ip": ip.to_string()}]);
-            st["startTime"] = json!(run.start_time);
-            st["containerStatuses"] = cs;
-            let now = now_rfc3339();
-            set_cond(st, "PodReadyToStartContainers", true, &now);
-            set_cond(st, "Initialized", true, &now);
-            set_cond(st, "Ready", ready_now, &now);
-            set_cond(st, "ContainersReady", ready_now, &now);
-            set_cond(st, "PodScheduled", true, &now);
-        });
+        }
+        st["startTime"] = json!(self.start_time);
+        st["containerStatuses"] = self.statuses(false);
+        if self.pod.containers.iter().any(|c| c.kind.is_init()) {
+            st["initContainerStatuses"] = self.statuses(true);
+        }
+        let sandbox = self.sandbox && !matches!(phase, "Succeeded" | "Failed");
+        set_cond(st, "PodReadyToStartContainers", sandbox, now);
+        let init = initialized(&views, phase);
+        set_cond_reason(
+            st,
+            "Initialized",
+            init.status,
+            now,
+            init.reason,
+            &init.message,
+        );
+        let ready = containers_ready(&views, phase);
+        for ty in ["ContainersReady", "Ready"] {
+            set_cond_reason(st, ty, ready.status, now, ready.reason, &ready.message);
+        }
+        set_cond(st, "PodScheduled", true, now);
+        phase
     }
+}
 
-    /// Succeeded or Failed by `exit`; the container `cid` is `terminated` (`term`).
-    pub(super) fn report_finished(
-        &self,
-        pod: &Pod,
-        run: &Run,
-        cid: &str,
-        exit: PodExit,
-        term: &Value,
-    ) {
-        let state = json!({"terminated": term});
-        let cs = statuses(pod, |c| ContainerStatus {
-            restarts: run.restarts,
-            container_id: Some(cid),
-            last_state: Some(&run.last_state),
-            ..ContainerStatus::new(c, state.clone())
-        });
-        self.status(|st| {
-            st["phase"] = json!(if exit.success() {
-                "Succeeded"
-            } else {
-                "Failed"
-            });
-            st["containerStatuses"] = cs;
-            not_running(st, &now_rfc3339());
-        });
-    }
+/// Sets condition `ty` of a pod status `st` (no reason).
+pub(super) fn set_cond(st: &mut Value, ty: &str, status: bool, now: &str) {
+    set_cond_reason(st, ty, status, now, "", "");
+}
 
-    /// Failed, Evicted with `message`: the container `cid` was killed (`term`).
-    pub(super) fn report_evicted(
-        &self,
-        pod: &Pod,
-        run: &Run,
-        cid: &str,
-        term: &Value,
-        message: &str,
-    ) {
-        let state = json!({"terminated": term});
-        let cs = statuses(pod, |c| ContainerStatus {
-            restarts: run.restarts,
-            container_id: Some(cid),
-            ..ContainerStatus::new(c, state.clone())
-        });
-        self.status(|st| {
-            st["phase"] = json!("Failed");
-            st["reason"] = json!("Evicted");
-            st["message"] = json!(message);
-            st["containerStatuses"] = cs;
-            let now = now_rfc3339();
-            not_running(st, &now);
-            set_cond_reason(
-                st,
-                "DisruptionTarget",
-                true,
-                &now,
-                "TerminationByKubelet",
-                message,
-            );
-        });
-        self.event("Warning", "Evicted", message);
+/// Sets condition `ty` with a reason and message ("" for none). `lastTransitionTime` changes
+/// only when the status does.
+pub(super) fn set_cond_reason(
+    st: &mut Value,
+    ty: &str,
+    status: bool,
+    now: &str,
+    reason: &str,
+    message: &str,
+) {
+    if !st["conditions"].is_array() {
+        st["conditions"] = json!([]);
     }
-
-    /// Waiting in CrashLoopBackOff (`message`) before the next restart.
-    pub(super) fn report_back_off(&self, pod: &Pod, run: &Run, message: &str) {
-        let state = json!({"waiting": {"reason": "CrashLoopBackOff", "message": message}});
-        let cs = statuses(pod, |c| ContainerStatus {
-            restarts: run.restarts,
-            last_state: Some(&run.last_state),
-            ..ContainerStatus::new(c, state.clone())
-        });
-        self.status(|st| {
-            st["containerStatuses"] = cs;
-            let now = now_rfc3339();
-            set_cond(st, "Ready", false, &now);
-            set_cond(st, "ContainersReady", false, &now);
-        });
+    let want = if status { "True" } else { "False" };
+    let conds = st["conditions"].as_array_mut().expect("array");
+    let c = match conds.iter().position(|c| c["type"] == ty) {
+        Some(i) => &mut conds[i],
+        None => {
+            conds.push(json!({"type": ty, "status": want, "lastProbeTime": null, "lastTransitionTime": now}));
+            conds.last_mut().expect("pushed")
+        }
+    };
+    if c["status"] != want {
+        c["status"] = json!(want);
+        c["lastTransitionTime"] = json!(now);
     }
-
-    /// Failed, Evicted with `message`, between restarts (no container runs).
-    pub(super) fn report_evicted_in_back_off(&self, message: &str) {
-        self.status(|st| {
-            st["phase"] = json!("Failed");
-            st["reason"] = json!("Evicted");
-            st["message"] = json!(message);
-        });
+    if let Some(m) = c.as_object_mut() {
+        m.remove("reason");
+        m.remove("message");
+        if !reason.is_empty() {
+            m.insert("reason".into(), json!(reason));
+        }
+        if !message.is_empty() {
+            m.insert("message".into(), json!(message));
+        }
     }
+    // Keep the order the real kubelet reports.
+    let order = [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+        "PodScheduled",
+        "DisruptionTarget",
+    ];
+    conds.sort_by_key(|c| {
+        order
+            .iter()
+            .position(|o| c["type"] == *o)
+            .unwrap_or(order.len())
+    });
 }
 
 #[cfg(test)]
@@ -359,5 +262,17 @@ mod tests {
             .map(|c| c["type"].as_str().unwrap())
             .collect();
         assert_eq!(types, ["Initialized", "Ready", "PodScheduled"]);
+        set_cond_reason(&mut st, "Ready", false, "u", "ContainersNotReady", "m");
+        let ready = &st["conditions"][1];
+        assert_eq!(
+            (
+                ready["reason"].as_str(),
+                ready["lastTransitionTime"].as_str()
+            ),
+            (Some("ContainersNotReady"), Some("t"))
+        );
+        set_cond(&mut st, "Ready", true, "v");
+        let ready = &st["conditions"][1];
+        assert!(ready.get("reason").is_none() && ready["lastTransitionTime"] == "v");
     }
 }

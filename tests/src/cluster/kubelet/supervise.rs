@@ -1,72 +1,75 @@
-//! Supervising a running pod: its exit, control messages, and the readiness probe.
+//! Supervising a pod's running containers: their startup and readiness probes.
 
-use super::pod::{Outcome, PodCtx};
-use super::probe::{Probe, Readiness};
-use super::status::set_cond;
-use super::{lock, Ctl, EXIT_POLL};
-use crate::api::defaults::now_rfc3339;
-use serde_json::json;
-use std::net::Ipv4Addr;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use super::status::State;
+use super::worker::Worker;
 use std::time::Instant;
 
-impl PodCtx {
-    /// Waits for the container to end, a control message, and runs the readiness probe.
-    pub(super) fn supervise(
-        &self,
-        rx: &Receiver<Ctl>,
-        probe: Option<&Probe>,
-        ip: Ipv4Addr,
-    ) -> Outcome {
-        let started = Instant::now();
-        let mut next_probe = probe.map(|p| started + p.initial_delay);
-        let mut readiness = Readiness::new(probe);
-        loop {
-            let wait = match next_probe {
-                Some(t) => t.saturating_duration_since(Instant::now()).min(EXIT_POLL),
-                None => EXIT_POLL,
-            };
-            match rx.recv_timeout(wait) {
-                Ok(Ctl::Delete) | Ok(Ctl::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
-                    return Outcome::Stop
-                }
-                Ok(Ctl::Evict(m, done)) => return Outcome::Evicted(m, done),
-                Err(RecvTimeoutError::Timeout) => {}
+impl Worker<'_> {
+    /// Runs the probes that are due: a container's startup probe until it passes (after its
+    /// failure threshold the container is killed, and restarted by the restart policy), then
+    /// its readiness probe.
+    pub(super) fn probe(&mut self) {
+        for i in 0..self.cs.len() {
+            if !matches!(self.cs[i].state, State::Running(_)) {
+                continue;
             }
-            let exited = lock(&self.running)
-                .as_mut()
-                .and_then(|rp| rp.try_wait().ok().flatten());
-            if let Some(e) = exited {
-                return Outcome::Exited(e);
-            }
-            if let (Some(p), Some(t)) = (probe, next_probe) {
-                if Instant::now() >= t {
-                    let pass = self.probe_once(p, ip);
-                    if let Some(r) = readiness.record(p, pass) {
-                        self.report_ready(r);
-                    }
-                    next_probe = Some(Instant::now() + p.period);
-                }
+            if self.cs[i].started {
+                self.readiness(i);
+            } else {
+                self.startup(i);
             }
         }
     }
 
-    fn probe_once(&self, p: &Probe, ip: Ipv4Addr) -> bool {
-        p.check(ip, |cmd| {
-            let r = lock(&self.running);
-            r.as_ref().map(|rp| rp.exec(cmd, &[]))
-        })
+    fn startup(&mut self, i: usize) {
+        let now = Instant::now();
+        let (Some(p), Some(t)) = (&self.pod.containers[i].startup, self.sup[i].next_startup) else {
+            return;
+        };
+        if now < t {
+            return;
+        }
+        let name = self.pod.containers[i].name.clone();
+        let pass = p.check(self.ip, |cmd| self.sandbox.exec_in(&name, cmd, &[]).ok());
+        let sup = &mut self.sup[i];
+        sup.next_startup = Some(Instant::now() + p.period);
+        if !pass {
+            sup.startup_fails += 1;
+            if sup.startup_fails >= p.failure_threshold {
+                sup.next_startup = None;
+                let m = format!("Container {name} failed startup probe, will be restarted");
+                self.ctx.event("Warning", "Unhealthy", &m);
+                let _ = self.sandbox.kill_container(&name);
+            }
+            return;
+        }
+        sup.next_startup = None;
+        sup.ever_started = true;
+        let readiness = self.pod.containers[i].readiness.as_ref();
+        sup.next_readiness = readiness.map(|p| (sup.since + p.initial_delay).max(now));
+        let st = &mut self.cs[i];
+        st.started = true;
+        st.ready = readiness.is_none();
+        self.publish();
     }
 
-    /// The container's readiness changed to `r`.
-    fn report_ready(&self, r: bool) {
-        self.status(|st| {
-            let now = now_rfc3339();
-            set_cond(st, "Ready", r, &now);
-            set_cond(st, "ContainersReady", r, &now);
-            if let Some(c) = st.pointer_mut("/containerStatuses/0") {
-                c["ready"] = json!(r);
-            }
-        });
+    fn readiness(&mut self, i: usize) {
+        let (Some(p), Some(t)) = (
+            &self.pod.containers[i].readiness,
+            self.sup[i].next_readiness,
+        ) else {
+            return;
+        };
+        if Instant::now() < t {
+            return;
+        }
+        let name = &self.pod.containers[i].name;
+        let pass = p.check(self.ip, |cmd| self.sandbox.exec_in(name, cmd, &[]).ok());
+        let sup = &mut self.sup[i];
+        sup.next_readiness = Some(Instant::now() + p.period);
+        if let Some(r) = sup.readiness.record(p, pass) {
+            self.cs[i].ready = r;
+            self.publish();
+        }
     }
 }

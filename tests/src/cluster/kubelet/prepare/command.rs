@@ -3,9 +3,10 @@
 //! settings; on the host's filesystem, a command the host can execute.
 
 use super::env::expand;
+use super::error::{fatal, PrepareError};
+use super::prepared::Prepared;
 use super::volumes::Mounts;
-use super::{fatal, PrepareError, Prepared};
-use crate::cluster::kubelet::pod::PodContainer;
+use crate::cluster::kubelet::containers::PodContainer;
 use crate::cluster::security::Security;
 use crate::container::Container;
 use crate::images::MountedImage;

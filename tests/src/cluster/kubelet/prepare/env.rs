@@ -2,10 +2,12 @@
 //! variables, `HOSTNAME`, `envFrom`, then `env` (values with `$(VAR)` expansion, or from
 //! downward-API fields, Secrets, ConfigMaps and resource fields).
 
+use super::error::{fatal, PrepareError};
+use super::prepared::POD_IP_MARK;
 use super::sources::{config_map_data, decoded, field_ref, resource_field};
-use super::{fatal, PrepareError, POD_IP_MARK};
 use crate::api::resources::{CONFIGMAPS, SECRETS};
-use crate::cluster::kubelet::pod::{PodContainer, PodCtx};
+use crate::cluster::kubelet::containers::PodContainer;
+use crate::cluster::kubelet::pod::PodCtx;
 use serde_json::Value;
 
 type Env = Vec<(String, String)>;

@@ -1,113 +1,67 @@
-//! What a pod's containers need before they start: the service-account files, the volumes,
-//! and for each container its mounts, environment, command and (in an image) root filesystem
-//! and security settings. Something missing that may still appear (a Secret, a ConfigMap, the
-//! ServiceAccount) keeps the pod waiting, as on a node.
+//! What a pod's containers need before they start: once for the pod, the service-account
+//! files and the volumes; at each start of a container, its mounts, environment, command and
+//! (in an image) root filesystem and security settings. Something missing that may still
+//! appear (a Secret, a ConfigMap, the ServiceAccount) keeps the pod or the container waiting,
+//! as on a node.
 
 mod command;
 mod env;
+mod error;
+mod prepared;
 pub(super) mod sources;
 mod volumes;
 
 pub use env::expand;
+use error::fatal;
+pub(super) use error::PrepareError;
+pub(super) use prepared::{PodPrep, Prepared};
+pub use volumes::SA_MOUNT;
 
-use super::pod::{Pod, PodContainer, PodCtx};
+use super::containers::{Pod, PodContainer};
+use super::pod::PodCtx;
 use crate::cluster::security::{self, Security};
-use crate::container::Container;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
-
-/// Stands for the pod IP in the environment until the address is allocated.
-const POD_IP_MARK: &str = "\u{1}pod-ip\u{1}";
-
-/// Why a pod's containers cannot be prepared (yet).
-pub(super) enum PrepareError {
-    /// Will not get better (bad spec): the pod fails.
-    Fatal(String),
-    /// Waits for something to appear (Secret, ConfigMap, ServiceAccount).
-    Retry(String),
-    /// The container cannot be created as specified (e.g. runAsNonRoot with a root image): the
-    /// pod stays Pending with this waiting reason, as on a node.
-    Config(&'static str, String),
-}
-
-fn fatal(m: String) -> PrepareError {
-    PrepareError::Fatal(m)
-}
-
-/// What one container runs.
-pub(super) struct Prepared {
-    pub(super) command: Vec<String>,
-    pub(super) env: Vec<(String, String)>,
-    pub(super) workdir: Option<PathBuf>,
-    /// (host source, path in the container).
-    pub(super) mounts: Vec<(PathBuf, PathBuf)>,
-    /// Set for containers that run an image.
-    pub(super) container: Option<Container>,
-}
-
-/// What the pod's containers run, in the pod's order.
-pub(super) struct PreparedPod {
-    pub(super) hostname: String,
-    pub(super) containers: Vec<Prepared>,
-}
-
-impl PreparedPod {
-    /// With the pod's address in place of [`POD_IP_MARK`] (in env values and the command).
-    pub(super) fn with_pod_ip(self, ip: Ipv4Addr) -> PreparedPod {
-        let ip = ip.to_string();
-        let containers = self
-            .containers
-            .into_iter()
-            .map(|p| Prepared {
-                env: p
-                    .env
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.replace(POD_IP_MARK, &ip)))
-                    .collect(),
-                command: p
-                    .command
-                    .iter()
-                    .map(|a| a.replace(POD_IP_MARK, &ip))
-                    .collect(),
-                ..p
-            })
-            .collect();
-        PreparedPod { containers, ..self }
-    }
-}
 
 impl PodCtx {
-    /// Prepares the pod: the checks and files that the pod's containers share first (their
-    /// users, the service account, the volumes), then each container's mounts, environment
-    /// and command.
-    pub(super) fn prepare(&self, pod: &Pod) -> Result<PreparedPod, PrepareError> {
-        // What each container runs as (image containers only); refusals keep the pod waiting.
-        let security = pod
-            .containers
-            .iter()
-            .map(|c| container_security(&pod.object, c))
-            .collect::<Result<Vec<_>, _>>()?;
-        let fs_group = security.iter().flatten().find_map(|s| s.fs_group);
-        let image_pod = pod.containers.iter().any(|c| c.rootfs.is_some());
+    /// Prepares what the pod's containers share: the service account's files and the volumes
+    /// (their users' checks come with each container).
+    pub(super) fn prepare_pod(&self, pod: &Pod) -> Result<PodPrep, PrepareError> {
+        let fs_group = pod
+            .object
+            .pointer("/spec/securityContext/fsGroup")
+            .and_then(serde_json::Value::as_u64)
+            .filter(|_| pod.runs_images())
+            .map(|g| g as u32);
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| fatal(format!("creating {}: {e}", self.dir.display())))?;
         let sa = self.service_account(&pod.object)?;
-        let volumes = self.volumes(&pod.object, fs_group, image_pod)?;
+        let volumes = self.volumes(&pod.object, fs_group, pod.runs_images())?;
         let hostname = pod.object["spec"]["hostname"]
             .as_str()
             .filter(|s| !s.is_empty())
             .unwrap_or(&self.name)
             .to_string();
-        let mut containers = Vec::with_capacity(pod.containers.len());
-        for (c, security) in pod.containers.iter().zip(security) {
-            let mounts = volumes.mounts(c, sa.as_deref(), fs_group)?;
-            let env = self.env(&pod.object, c, &hostname)?;
-            containers.push(command::prepared(c, security, env, mounts)?);
-        }
-        Ok(PreparedPod {
+        Ok(PodPrep {
             hostname,
-            containers,
+            sa,
+            volumes,
+            fs_group,
         })
+    }
+
+    /// Prepares container `c` of `pod` (whose address is `ip`) to start: what it runs as (in
+    /// an image; a refusal keeps it waiting), its mounts, environment and command.
+    pub(super) fn prepare_container(
+        &self,
+        pod: &Pod,
+        prep: &PodPrep,
+        c: &PodContainer,
+        ip: Ipv4Addr,
+    ) -> Result<Prepared, PrepareError> {
+        let security = container_security(&pod.object, c)?;
+        let mounts = prep.volumes.mounts(c, prep.sa.as_deref(), prep.fs_group)?;
+        let env = self.env(&pod.object, c, &prep.hostname)?;
+        Ok(command::prepared(c, security, env, mounts)?.with_pod_ip(ip))
     }
 }
 

@@ -2,16 +2,20 @@
 //! modes; emptyDirs; hostPaths), the service-account files, and each container's mounts of
 //! them.
 
+use super::error::{fatal, PrepareError};
 use super::sources::{config_map_data, decoded, field_ref};
-use super::{fatal, PrepareError};
 use crate::api::resources::{CONFIGMAPS, SECRETS, SERVICEACCOUNTS};
-use crate::cluster::kubelet::pod::{PodContainer, PodCtx};
-use crate::cluster::kubelet::{s, SA_MOUNT};
+use crate::cluster::kubelet::containers::PodContainer;
+use crate::cluster::kubelet::fields::s;
+use crate::cluster::kubelet::pod::PodCtx;
 use crate::container::Tmpfs;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+/// In-pod path of the service-account directory.
+pub const SA_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// The pod's volumes: their directories on the host, by name, and which are memory-backed
 /// (emptyDir `medium: Memory` of an image pod: a tmpfs in the container instead).
@@ -328,6 +332,7 @@ impl Volumes {
         if c.rootfs.is_some() && self.memory.iter().any(|v| v == vname) {
             let mode = if fs_group.is_some() { 0o2777 } else { 0o777 };
             out.tmpfs.push(Tmpfs {
+                volume: vname.to_string(),
                 path: PathBuf::from(path),
                 mode,
                 gid: fs_group.unwrap_or(0),

@@ -1,0 +1,67 @@
+//! What the launcher reports through its sink: each target's [`LaunchEvent`]s and how a started
+//! prted ended ([`ExitDesc`]).
+
+use std::fmt;
+
+use crate::protocol;
+
+/// How a started prted ended, as far as the launcher knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExitDesc {
+    /// prted exited with this code.
+    Code(i32),
+    /// prted was killed by this signal.
+    Signal(i32),
+    /// The agent connection ended before an exit was reported (the agent stops prted then).
+    ConnectionLost(String),
+}
+
+impl fmt::Display for ExitDesc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExitDesc::Code(c) => write!(f, "exit code {c}"),
+            ExitDesc::Signal(s) => {
+                write!(f, "killed by signal {s} ({})", protocol::signal_name(*s))
+            }
+            ExitDesc::ConnectionLost(why) => write!(f, "agent connection lost: {why}"),
+        }
+    }
+}
+
+/// Progress of one target, reported through the sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaunchEvent {
+    Started {
+        id: u32,
+        pod: String,
+        pid: u32,
+    },
+    Failed {
+        id: u32,
+        pod: String,
+        reason: String,
+    },
+    Exited {
+        id: u32,
+        pod: String,
+        status: ExitDesc,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_desc_display() {
+        assert_eq!(ExitDesc::Code(3).to_string(), "exit code 3");
+        assert_eq!(
+            ExitDesc::Signal(9).to_string(),
+            "killed by signal 9 (SIGKILL)"
+        );
+        assert_eq!(
+            ExitDesc::ConnectionLost("reset".into()).to_string(),
+            "agent connection lost: reset"
+        );
+    }
+}

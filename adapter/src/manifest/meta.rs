@@ -1,0 +1,49 @@
+//! The names and metadata of the objects: every object is named after the job and carries its
+//! labels.
+
+use serde_json::{json, Value};
+
+use super::options::Kind;
+use super::plan::JobPlan;
+
+/// The names of the objects beside the workload.
+pub(super) struct Names {
+    pub sa: String,
+    pub role: String,
+    pub secret: String,
+    pub policy: String,
+}
+
+/// `<name>-prrte` for each.
+pub(super) fn names(p: &JobPlan) -> Names {
+    let base = format!("{}-prrte", p.name);
+    Names {
+        sa: base.clone(),
+        role: base.clone(),
+        secret: base.clone(),
+        policy: base,
+    }
+}
+
+/// The labels every object of the job carries.
+pub(super) fn own_labels(p: &JobPlan) -> Value {
+    json!({"app.kubernetes.io/name": "prrte-k8s", "app.kubernetes.io/instance": p.name})
+}
+
+/// The metadata of an object: its name, the job's labels, the namespace if given.
+pub(super) fn meta(p: &JobPlan, name: &str) -> Value {
+    let mut m = json!({"name": name, "labels": own_labels(p)});
+    if let Some(ns) = &p.namespace {
+        m["namespace"] = json!(ns);
+    }
+    m
+}
+
+/// The label every pod of the job carries, and its value (what the NetworkPolicy selects).
+pub(super) fn job_label(p: &JobPlan) -> (&'static str, String) {
+    match p.kind {
+        Kind::Job => ("batch.kubernetes.io/job-name", p.name.clone()),
+        Kind::Statefulset => ("app.kubernetes.io/instance", p.name.clone()),
+        Kind::Jobset => ("jobset.sigs.k8s.io/jobset-name", p.name.clone()),
+    }
+}

@@ -1,0 +1,243 @@
+//! An MPIJob as the job to render ([`from_mpijob`]): one Indexed Job whose pod 0 is the
+//! launcher and pods 1..N the workers, its `runPolicy` mapped onto the Job, and every field it
+//! cannot honour named in a note.
+
+use serde_json::{json, Map, Value};
+
+use super::error::{MpiJobError, Note};
+use super::parse::{parse, MpiJob, API_VERSION};
+use super::pods::pods;
+use crate::manifest::options::{valid_name, Kind, Part, Success};
+use crate::manifest::plan::{JobPlan, Launch, PodPlan};
+use crate::manifest::pod::pod_template;
+use crate::manifest::restricted::violations;
+use crate::settings::mca;
+
+/// Kueue's label naming the LocalQueue a Job is submitted to.
+pub const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
+
+/// What the command line adds to a converted MPIJob.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--name` instead of `metadata.name`.
+    pub name: Option<String>,
+    /// `-n` instead of `metadata.namespace`.
+    pub namespace: Option<String>,
+    /// `--inject-image`.
+    pub inject_image: String,
+    /// `--image-pull-policy` for every container.
+    pub pull_policy: Option<String>,
+    /// `--env` of every pod (last, so they win).
+    pub env: Vec<(String, String)>,
+    /// `--only`.
+    pub only: Vec<Part>,
+}
+
+/// The job an MPIJob (YAML or JSON `text`) describes, and the notes on what it changed or
+/// cannot honour.
+pub fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Note>), MpiJobError> {
+    let mut notes = Vec::new();
+    let job = parse(text, &mut notes)?;
+    let name = o.name.clone().unwrap_or_else(|| job.name.clone());
+    if !valid_name(&name) {
+        return Err(MpiJobError::field(
+            "metadata.name",
+            format!("{name:?} cannot name the job: it takes 1-40 lower-case letters, digits and '-', starting with a letter and not ending with '-' (it names the pods and their host names)"),
+            "name the job with --name",
+        ));
+    }
+    let workers = job.worker.as_ref().map_or(0, |w| w.replicas);
+    // mpi-operator runs ranks on the workers only, unless the launcher is a worker too: the
+    // launcher's pod is then left out of the allocation (it is the pod mpirun runs in).
+    let exclude_self = (!job.run_launcher_as_worker)
+        .then(|| json!({"name": mca::EXCLUDE_SELF.mca.map_or("", |m| m.env), "value": "true"}));
+    let mut p = pods(&job, exclude_self, o.pull_policy.as_deref(), &mut notes)?;
+    p.env
+        .extend(o.env.iter().map(|(k, v)| json!({"name": k, "value": v})));
+    let launch = Launch::Injected {
+        image: o.inject_image.clone(),
+        mpi: job.mpi.to_string(),
+    };
+    own_env_replaced(&p.env, &launch, &job, &mut notes);
+    let mut labels = job.labels.clone();
+    let mut spec = p.spec;
+    run_policy(&job, &mut labels, &mut spec, &mut notes)?;
+    replica_policies(&job, &mut notes);
+    let slots_annotation = crate::discovery::SLOTS_ANNOTATION;
+    if let Some(v) = p.annotations.get(slots_annotation) {
+        if v != &json!(job.slots_per_worker.to_string()) {
+            notes.push(Note::new(
+                format!("metadata.annotations[{slots_annotation}]"),
+                format!(
+                    "{} replaced by slotsPerWorker ({})",
+                    super::reader::show(v),
+                    job.slots_per_worker
+                ),
+            ));
+        }
+    }
+    let ranks = if job.run_launcher_as_worker {
+        format!("ranks on all {} pods (runLauncherAsWorker)", workers + 1)
+    } else {
+        "ranks on the workers only".to_string()
+    };
+    let pods_text = match workers {
+        0 => "no workers".to_string(),
+        1 => "pod 1 the worker".to_string(),
+        n => format!("pods 1-{n} the workers"),
+    };
+    let plan = JobPlan {
+        name,
+        namespace: o.namespace.clone().or_else(|| job.namespace.clone()),
+        kind: Kind::Job,
+        pods: workers + 1,
+        command: p.command,
+        success: Success::Index0,
+        deadline: job.run_policy.deadline,
+        ttl: job.run_policy.ttl,
+        only: o.only.clone(),
+        labels,
+        annotations: job.annotations.clone(),
+        suspend: job.run_policy.suspend,
+        managed_by: job
+            .run_policy
+            .managed_by
+            .filter(|m| *m != "kubeflow.org/mpi-operator")
+            .map(String::from),
+        origin: vec![format!(
+            "from the MPIJob {} ({API_VERSION}): pod 0 is the launcher, {pods_text}; {ranks}, slotsPerWorker {}; the agent's --mpi {}",
+            job.name, job.slots_per_worker, job.mpi
+        )],
+        pod: PodPlan {
+            labels: p.labels,
+            annotations: p.annotations,
+            slots: Some(job.slots_per_worker),
+            spec,
+            container: p.container,
+            env: p.env,
+            mounts: p.mounts,
+            volumes: p.volumes,
+            init_containers: p.init_containers,
+            launch,
+            runtime_pull_policy: o.pull_policy.clone(),
+            uid: p.identity.uid,
+            gid: p.identity.gid,
+        },
+    };
+    let broken = violations(&pod_template(&plan, true));
+    if !broken.is_empty() {
+        return Err(MpiJobError::NotRestricted(broken.join("; ")));
+    }
+    Ok((plan, notes))
+}
+
+/// Notes each of the job's own variables the MPIJob's environment replaces.
+fn own_env_replaced(env: &[Value], launch: &Launch, job: &MpiJob, notes: &mut Vec<Note>) {
+    let own = crate::manifest::pod::own_env(Kind::Job, launch);
+    let base = job.worker.as_ref().unwrap_or(&job.launcher);
+    for e in env {
+        if let Some(o) = own.iter().find(|o| o["name"] == e["name"]) {
+            let name = e["name"].as_str().unwrap_or("");
+            notes.push(Note::new(
+                format!("{}.containers[0].env[{name}]", base.path),
+                format!(
+                    "replaces the job's own {} (the NetworkPolicy admits only the job's pinned ports and the TCP BTL; a change may need the policy changed too)",
+                    super::reader::show(o.get("value").unwrap_or(&o["valueFrom"]))
+                ),
+            ));
+        }
+    }
+}
+
+/// `spec.runPolicy` onto the Job (`labels`: the Job's; `spec`: the pods').
+fn run_policy(
+    job: &MpiJob,
+    labels: &mut Map<String, Value>,
+    spec: &mut Map<String, Value>,
+    notes: &mut Vec<Note>,
+) -> Result<(), MpiJobError> {
+    let p = &job.run_policy;
+    let at = "spec.runPolicy";
+    match p.backoff_limit {
+        Some(n) if n > 0 => notes.push(Note::new(
+            format!("{at}.backoffLimit"),
+            format!("{n} not honoured: the job runs once, and a failed pod or rank fails it at once, naming it (a retried pod cannot rejoin a running MPI job); rerun it with kubectl"),
+        )),
+        _ => {}
+    }
+    match p.clean_pod_policy {
+        Some("None") => notes.push(Note::new(
+            format!("{at}.cleanPodPolicy"),
+            "None not honoured: the workers end with the launcher, and the Job controller stops any pod still running when the Job ends (as Running); finished pods stay until ttlSecondsAfterFinished",
+        )),
+        Some("All") => notes.push(Note::new(
+            format!("{at}.cleanPodPolicy"),
+            "All not fully honoured: running pods are stopped when the Job ends, but finished pods (and their logs) stay until ttlSecondsAfterFinished deletes the Job",
+        )),
+        _ => {}
+    }
+    let s = &p.scheduling;
+    let sp = format!("{at}.schedulingPolicy");
+    if let Some(queue) = &s.queue {
+        match labels.get(QUEUE_LABEL) {
+            Some(l) if l != &json!(queue) => {
+                return Err(MpiJobError::field(
+                    format!("{sp}.queue"),
+                    format!(
+                        "{queue:?} differs from the label {QUEUE_LABEL}={}",
+                        super::reader::show(l)
+                    ),
+                    "name one queue",
+                ))
+            }
+            _ => {
+                labels.insert(QUEUE_LABEL.into(), json!(queue));
+            }
+        }
+    }
+    if let Some(pc) = &s.priority_class {
+        match spec.get("priorityClassName") {
+            Some(t) if t != &json!(pc) => notes.push(Note::new(
+                format!("{sp}.priorityClass"),
+                format!(
+                    "{pc:?} not used: the pod template's priorityClassName {} is kept",
+                    super::reader::show(t)
+                ),
+            )),
+            _ => {
+                spec.insert("priorityClassName".into(), json!(pc));
+            }
+        }
+    }
+    if let Some(n) = s.min_available {
+        notes.push(Note::new(
+            format!("{sp}.minAvailable"),
+            format!("{n} not honoured: no PodGroup is rendered; all the Job's pods are needed and the launcher waits for them (gang admission: a Kueue queue, schedulingPolicy.queue)"),
+        ));
+    }
+    if s.min_resources.is_some() {
+        notes.push(Note::new(
+            format!("{sp}.minResources"),
+            "not honoured: it sizes a PodGroup of volcano or scheduler-plugins, and none is rendered",
+        ));
+    }
+    if let Some(n) = s.schedule_timeout {
+        notes.push(Note::new(
+            format!("{sp}.scheduleTimeoutSeconds"),
+            format!("{n} not honoured: no PodGroup is rendered (activeDeadlineSeconds bounds the whole Job)"),
+        ));
+    }
+    Ok(())
+}
+
+/// The replicas' restartPolicy: one try.
+fn replica_policies(job: &MpiJob, notes: &mut Vec<Note>) {
+    for r in std::iter::once(&job.launcher).chain(job.worker.as_ref()) {
+        if r.restart_policy == Some("OnFailure") {
+            notes.push(Note::new(
+                format!("spec.mpiReplicaSpecs.{}.restartPolicy", r.role),
+                "OnFailure not honoured: every pod runs once (restartPolicy Never); a failure fails the Job, naming the pod",
+            ));
+        }
+    }
+}

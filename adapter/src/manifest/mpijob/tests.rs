@@ -1,0 +1,680 @@
+//! The conversion: mpi-operator's pi examples (written here) rendered and compared with their
+//! golden files, every runPolicy field, and every refusal.
+
+use serde_json::{json, Value};
+
+use super::convert::{from_mpijob, Overrides};
+use super::error::{MpiJobError, Note};
+use crate::manifest::inject::INJECT_IMAGE;
+use crate::manifest::plan::JobPlan;
+use crate::manifest::render::{objects, render};
+use crate::manifest::restricted::violations;
+
+fn overrides() -> Overrides {
+    Overrides {
+        inject_image: INJECT_IMAGE.to_string(),
+        ..Default::default()
+    }
+}
+
+fn convert(text: &str) -> (JobPlan, Vec<Note>) {
+    from_mpijob(text, &overrides()).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+fn refused(text: &str) -> String {
+    match from_mpijob(text, &overrides()) {
+        Ok(_) => panic!("converted, but should be refused:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// The Job of a converted MPIJob.
+fn job(plan: &JobPlan) -> Value {
+    objects(plan, None)
+        .into_iter()
+        .find(|o| o["kind"] == "Job")
+        .unwrap()
+}
+
+fn notes_text(notes: &[Note]) -> String {
+    notes.iter().map(|n| format!("{n}\n")).collect()
+}
+
+const EXAMPLES: &[(&str, &str, &str, &str)] = &[
+    (
+        "pi.yaml",
+        include_str!("examples/pi.yaml"),
+        include_str!("examples/pi.rendered.yaml"),
+        include_str!("examples/pi.notes"),
+    ),
+    (
+        "pi-mpich.yaml",
+        include_str!("examples/pi-mpich.yaml"),
+        include_str!("examples/pi-mpich.rendered.yaml"),
+        include_str!("examples/pi-mpich.notes"),
+    ),
+    (
+        "pi-intel.yaml",
+        include_str!("examples/pi-intel.yaml"),
+        include_str!("examples/pi-intel.rendered.yaml"),
+        include_str!("examples/pi-intel.notes"),
+    ),
+];
+
+/// mpi-operator's three pi examples render to their golden files (the manifest and the notes
+/// on stderr). `PRRTE_K8S_UPDATE_GOLDEN=1` rewrites the files; review the diff.
+#[test]
+fn the_pi_examples_render_to_their_golden_files() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/manifest/mpijob/examples");
+    let update = std::env::var_os("PRRTE_K8S_UPDATE_GOLDEN").is_some();
+    for (file, input, rendered, notes) in EXAMPLES {
+        let (plan, got_notes) = convert(input);
+        let got = render(&plan, &format!("--from-mpijob {file} --no-secret"), None).unwrap();
+        let got_notes = notes_text(&got_notes);
+        let stem = file.trim_end_matches(".yaml");
+        if update {
+            std::fs::write(dir.join(format!("{stem}.rendered.yaml")), &got).unwrap();
+            std::fs::write(dir.join(format!("{stem}.notes")), &got_notes).unwrap();
+            continue;
+        }
+        assert!(
+            got == *rendered,
+            "{file}: the rendering changed (PRRTE_K8S_UPDATE_GOLDEN=1 rewrites the golden file):\n{got}"
+        );
+        assert_eq!(got_notes, *notes, "{file}: the notes changed");
+    }
+}
+
+/// What the pi examples map to, checked field by field (the golden files hold the rest).
+#[test]
+fn pi_maps_launcher_workers_and_ranks_as_mpi_operator_does() {
+    let (plan, _) = convert(EXAMPLES[0].1);
+    let j = job(&plan);
+    let spec = &j["spec"];
+    assert_eq!(j["metadata"]["name"], "pi");
+    assert_eq!(spec["completions"], 3, "the launcher and 2 workers");
+    assert_eq!(spec["parallelism"], 3);
+    assert_eq!(spec["completionMode"], "Indexed");
+    assert_eq!(spec["successPolicy"]["rules"][0]["succeededIndexes"], "0");
+    assert_eq!(spec["ttlSecondsAfterFinished"], 60);
+    assert_eq!(spec["backoffLimit"], 0);
+    assert!(spec.get("activeDeadlineSeconds").is_none());
+    assert!(spec.get("suspend").is_none());
+    let tmpl = &spec["template"];
+    assert_eq!(
+        tmpl["metadata"]["annotations"]["prrte-k8s.io/slots"], "1",
+        "slotsPerWorker"
+    );
+    let pod = &tmpl["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(c["image"], "mpioperator/mpi-pi:openmpi");
+    assert_eq!(
+        c["resources"],
+        json!({"limits": {"cpu": 1, "memory": "1Gi"}})
+    );
+    let cmd: Vec<&str> = c["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        cmd,
+        [
+            "/opt/prrte-k8s/bin/prrte-k8s-agent",
+            "--mpi",
+            "openmpi",
+            "--run",
+            "--",
+            "mpirun",
+            "-n",
+            "2",
+            "/home/mpiuser/pi"
+        ]
+    );
+    let env = |k: &str| {
+        c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == k)
+            .cloned()
+    };
+    assert_eq!(
+        env("PRTE_MCA_ras_k8s_exclude_self"),
+        Some(json!({"name": "PRTE_MCA_ras_k8s_exclude_self", "value": "true"})),
+        "ranks on the workers only"
+    );
+    assert_eq!(c["securityContext"]["runAsUser"], 1000);
+    assert_eq!(
+        pod["initContainers"][0]["securityContext"]["runAsUser"],
+        1000
+    );
+    assert_eq!(pod["securityContext"]["fsGroup"], 1000);
+    assert_eq!(violations(tmpl), Vec::<String>::new());
+    // runLauncherAsWorker: ranks on every pod, pod 0 included.
+    let text = EXAMPLES[0].1.replace(
+        "  slotsPerWorker: 1\n",
+        "  slotsPerWorker: 4\n  runLauncherAsWorker: true\n",
+    );
+    let (plan, _) = convert(&text);
+    let j = job(&plan);
+    assert_eq!(j["spec"]["completions"], 3);
+    let c = &j["spec"]["template"]["spec"]["containers"][0];
+    assert!(
+        !c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "PRTE_MCA_ras_k8s_exclude_self"),
+        "{c}"
+    );
+    assert_eq!(
+        j["spec"]["template"]["metadata"]["annotations"]["prrte-k8s.io/slots"],
+        "4"
+    );
+    // MPICH and Intel reach the agent's --mpi; the launcher's args alone are the command.
+    for ((_, input, _, _), mpi) in EXAMPLES[1..].iter().zip(["mpich", "intel"]) {
+        let (plan, notes) = convert(input);
+        let c = &job(&plan)["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(c["command"][2], mpi);
+        assert_eq!(c["command"][5], "mpirun");
+        assert_eq!(c["imagePullPolicy"], "Always");
+        assert!(c.get("readinessProbe").unwrap()["httpGet"]["path"] == "/healthz");
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.field.ends_with("containers[0].readinessProbe")),
+            "{notes:?}"
+        );
+    }
+}
+
+/// A minimal MPIJob with `spec` fields spliced in (YAML, indented by two).
+fn mpijob(extra_spec: &str) -> String {
+    format!(
+        "apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata:
+  name: j
+spec:
+{extra_spec}
+  mpiReplicaSpecs:
+    Launcher:
+      template:
+        spec:
+          containers:
+          - name: l
+            image: app:1
+            command: [mpirun, ./a]
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+          - name: w
+            image: app:1
+"
+    )
+}
+
+fn field<'a>(notes: &'a [Note], suffix: &str) -> Option<&'a Note> {
+    notes.iter().find(|n| n.field.ends_with(suffix))
+}
+
+#[test]
+fn every_run_policy_field_is_mapped_or_named() {
+    let (plan, notes) = convert(&mpijob(
+        "  runPolicy:
+    backoffLimit: 0
+    activeDeadlineSeconds: 900
+    ttlSecondsAfterFinished: 30
+    suspend: true
+    cleanPodPolicy: Running
+    managedBy: kueue.x-k8s.io/multikueue
+    schedulingPolicy:
+      queue: team-a
+      priorityClass: high",
+    ));
+    assert!(
+        notes.is_empty() || notes.iter().all(|n| n.field.contains("securityContext")),
+        "{notes:#?}"
+    );
+    let j = job(&plan);
+    let s = &j["spec"];
+    assert_eq!(s["backoffLimit"], 0);
+    assert_eq!(s["activeDeadlineSeconds"], 900);
+    assert_eq!(s["ttlSecondsAfterFinished"], 30);
+    assert_eq!(s["suspend"], true);
+    assert_eq!(s["managedBy"], "kueue.x-k8s.io/multikueue");
+    assert_eq!(
+        j["metadata"]["labels"]["kueue.x-k8s.io/queue-name"],
+        "team-a"
+    );
+    assert_eq!(s["template"]["spec"]["priorityClassName"], "high");
+    // Defaults: no TTL (mpi-operator keeps a finished job), not suspended, no managedBy.
+    let (plan, _) = convert(&mpijob(
+        "  runPolicy:\n    managedBy: kubeflow.org/mpi-operator",
+    ));
+    let s = &job(&plan)["spec"];
+    assert!(s.get("ttlSecondsAfterFinished").is_none() && s.get("suspend").is_none());
+    assert!(s.get("managedBy").is_none());
+
+    // What cannot be honoured is named, one note each, with the reason.
+    let (_, notes) = convert(&mpijob(
+        "  runPolicy:
+    backoffLimit: 3
+    cleanPodPolicy: None
+    schedulingPolicy:
+      minAvailable: 2
+      minResources: {cpu: 4}
+      scheduleTimeoutSeconds: 60",
+    ));
+    for (f, needle) in [
+        ("runPolicy.backoffLimit", "3 not honoured"),
+        ("runPolicy.cleanPodPolicy", "None not honoured"),
+        ("schedulingPolicy.minAvailable", "no PodGroup"),
+        ("schedulingPolicy.minResources", "PodGroup"),
+        ("schedulingPolicy.scheduleTimeoutSeconds", "60 not honoured"),
+    ] {
+        let n = field(&notes, f).unwrap_or_else(|| panic!("no note on {f}: {notes:#?}"));
+        assert!(n.what.contains(needle), "{n}");
+    }
+    let (_, notes) = convert(&mpijob("  runPolicy:\n    cleanPodPolicy: All"));
+    assert!(field(&notes, "cleanPodPolicy")
+        .unwrap()
+        .what
+        .contains("All not fully honoured"));
+    // The queue as the MPIJob's own Kueue label works the same; two different queues are refused.
+    let labelled = mpijob("").replace(
+        "  name: j\n",
+        "  name: j\n  labels:\n    kueue.x-k8s.io/queue-name: q1\n",
+    );
+    let (plan, _) = convert(&labelled);
+    assert_eq!(
+        job(&plan)["metadata"]["labels"]["kueue.x-k8s.io/queue-name"],
+        "q1"
+    );
+    let both = labelled.replace(
+        "spec:\n\n",
+        "spec:\n  runPolicy:\n    schedulingPolicy:\n      queue: q2\n",
+    );
+    let e = refused(&both);
+    assert!(
+        e.contains("queue") && e.contains("q1") && e.contains("q2"),
+        "{e}"
+    );
+    // restartPolicy OnFailure: one try.
+    let (_, notes) = convert(&mpijob("").replace(
+        "    Launcher:\n",
+        "    Launcher:\n      restartPolicy: OnFailure\n",
+    ));
+    assert!(field(&notes, "Launcher.restartPolicy")
+        .unwrap()
+        .what
+        .contains("OnFailure not honoured"));
+}
+
+#[test]
+fn every_refusal_names_the_cause_and_the_remedy() {
+    let base = mpijob("");
+    let cases: Vec<(String, &[&str])> = vec![
+        ("".into(), &["no document"]),
+        ("a: [".into(), &["not valid YAML"]),
+        (format!("{base}---\n{base}"), &["2 documents"]),
+        (base.replace("kind: MPIJob", "kind: Job"), &["\"Job\"", "not MPIJob", "--image"]),
+        (base.replace("kubeflow.org/v2beta1", "kubeflow.org/v1"), &["kubeflow.org/v1", "v2beta1"]),
+        (base.replace("  name: j\n", "  generateName: j-\n"), &["metadata.name", "generateName", "--name"]),
+        (base.replace("  name: j\n", "  name: Not_A_Name\n"), &["metadata.name", "--name"]),
+        (base.replace("spec:\n\n", "spec:\n  elasticPolicy: {}\n"), &["spec.elasticPolicy", "not a field"]),
+        (base.replace("spec:\n\n", "spec:\n  runPolicy:\n    cleanPodPolicy: Sometimes\n"), &["cleanPodPolicy", "Sometimes", "Running"]),
+        (base.replace("spec:\n\n", "spec:\n  runPolicy:\n    restarts: 2\n"), &["spec.runPolicy.restarts"]),
+        (base.replace("spec:\n\n", "spec:\n  runPolicy:\n    backoffLimit: -1\n"), &["backoffLimit", "at least 0"]),
+        (base.replace("spec:\n\n", "spec:\n  runPolicy:\n    activeDeadlineSeconds: 0\n"), &["activeDeadlineSeconds", "positive"]),
+        (base.replace("spec:\n\n", "spec:\n  runPolicy:\n    managedBy: someone\n"), &["managedBy", "multikueue"]),
+        (base.replace("spec:\n\n", "spec:\n  runPolicy:\n    schedulingPolicy:\n      gang: true\n"), &["schedulingPolicy.gang"]),
+        (base.replace("spec:\n\n", "spec:\n  mpiImplementation: LAM\n"), &["mpiImplementation", "LAM", "MPICH"]),
+        (base.replace("spec:\n\n", "spec:\n  slotsPerWorker: 0\n"), &["slotsPerWorker", "at least 1"]),
+        (base.replace("spec:\n\n", "spec:\n  launcherCreationPolicy: Later\n"), &["launcherCreationPolicy"]),
+        (base.replace("    Launcher:", "    Driver:"), &["mpiReplicaSpecs.Driver", "Launcher"]),
+        (base.replace("    Launcher:\n      template:", "    Launcher:\n      replicas: 2\n      template:"), &["Launcher.replicas", "set it to 1"]),
+        (base.replace("    Launcher:\n      template:", "    Launcher:\n      restartPolicy: ExitCode\n      template:"), &["restartPolicy", "ExitCode"]),
+        (base.replace("            command: [mpirun, ./a]\n", ""), &["Launcher.template.spec.containers[0].command", "is missing", "give the Launcher's container a command"]),
+        (base.replace("      replicas: 2\n", ""), &["Worker.replicas", "missing"]),
+        (base.replace("      replicas: 2\n", "      replicas: 0\n"), &["Worker.replicas", "runLauncherAsWorker"]),
+        (base[..base.find("    Worker:").unwrap()].to_string(), &["Worker", "runLauncherAsWorker: true"]),
+        (base.replace("          - name: w\n            image: app:1\n", "          - name: w\n"), &["Worker.template.spec.containers[0].image", "missing"]),
+        (format!("{base}          - name: sidecar\n            image: s:1\n"), &["containers[1]", "sidecar", "initContainers"]),
+        (format!("{base}          volumes:\n          - name: data\n            hostPath: {{path: /data}}\n"), &["volumes[data].hostPath", "restricted", "persistentVolumeClaim"]),
+        (base.replace("            image: app:1\n\"", "").replace("          - name: w\n            image: app:1\n", "          - name: w\n            image: app:1\n            volumeMounts:\n            - {name: keys, mountPath: /etc/prrte-k8s/secret}\n          volumes:\n          - {name: keys, emptyDir: {}}\n"), &["/etc/prrte-k8s/secret", "secret volume"]),
+        (base.replace("          - name: w\n            image: app:1\n", "          - name: w\n            image: app:1\n            volumeMounts:\n            - {name: gone, mountPath: /data}\n"), &["volumeMounts[/data]", "\"gone\""]),
+        (base.replace("          - name: w\n            image: app:1\n", "          - name: w\n            image: app:1\n          initContainers:\n          - {name: prrte-k8s-install, image: x}\n"), &["initContainers[0].name", "rename"]),
+    ];
+    for (text, needles) in cases {
+        let e = refused(&text);
+        for n in needles {
+            assert!(e.contains(n), "missing {n:?} in: {e}\nfor:\n{text}");
+        }
+        assert!(
+            e.contains("; ") || e.contains(": "),
+            "cause and remedy: {e}"
+        );
+    }
+    // The typed error names the field, the cause and the remedy apart.
+    match from_mpijob(
+        &base.replace("            command: [mpirun, ./a]\n", ""),
+        &overrides(),
+    ) {
+        Err(MpiJobError::Field {
+            field,
+            cause,
+            remedy,
+        }) => {
+            assert!(field.ends_with("containers[0].command"), "{field}");
+            assert!(
+                !cause.is_empty() && remedy.contains("command"),
+                "{cause} / {remedy}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn security_contexts_are_kept_but_made_restricted() {
+    let text = mpijob("").replace(
+        "          - name: w\n            image: app:1\n",
+        "          - name: w
+            image: app:1
+            securityContext:
+              runAsUser: 0
+              privileged: true
+              allowPrivilegeEscalation: true
+              capabilities: {add: [NET_BIND_SERVICE, SYS_PTRACE, IPC_LOCK]}
+              seccompProfile: {type: Unconfined}
+              readOnlyRootFilesystem: false
+          hostNetwork: true
+          hostIPC: true
+          securityContext:
+            sysctls: [{name: kernel.shm_rmid_forced, value: \"1\"}, {name: kernel.msgmax, value: \"65536\"}]
+            supplementalGroups: [44]
+          initContainers:
+          - name: prep
+            image: busybox
+            securityContext: {privileged: true}
+          volumes:
+          - {name: tmp, emptyDir: {medium: Memory}}
+          - {name: data, persistentVolumeClaim: {claimName: d}}
+",
+    ).replace("            image: app:1\n\"", "");
+    let text = text.replace(
+        "            securityContext:\n              runAsUser: 0\n",
+        "            volumeMounts:\n            - {name: tmp, mountPath: /scratch}\n            - {name: data, mountPath: /dev/shm}\n            securityContext:\n              runAsUser: 0\n",
+    );
+    let (plan, notes) = convert(&text);
+    let j = job(&plan);
+    let tmpl = &j["spec"]["template"];
+    assert_eq!(
+        violations(tmpl),
+        Vec::<String>::new(),
+        "restricted:\n{tmpl:#}"
+    );
+    let pod = &tmpl["spec"];
+    let sc = &pod["containers"][0]["securityContext"];
+    assert_eq!(sc["runAsUser"], 1000, "root replaced");
+    assert_eq!(sc["privileged"], false);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(
+        sc["capabilities"],
+        json!({"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]})
+    );
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert!(pod.get("hostNetwork").is_none() && pod.get("hostIPC").is_none());
+    assert_eq!(
+        pod["securityContext"]["sysctls"],
+        json!([{"name": "kernel.shm_rmid_forced", "value": "1"}])
+    );
+    assert_eq!(
+        pod["securityContext"]["supplementalGroups"],
+        json!([44]),
+        "kept"
+    );
+    let init = pod["initContainers"].as_array().unwrap();
+    assert_eq!(init[0]["name"], "prrte-k8s-install");
+    assert_eq!(init[1]["name"], "prep");
+    assert_eq!(init[1]["securityContext"]["privileged"], false);
+    // The user's volume named like ours is renamed, in its mount too; a volume of its own at
+    // /dev/shm replaces ours there.
+    let vols: Vec<&str> = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        vols,
+        [
+            "secret",
+            "tmp",
+            "run",
+            "prrte-k8s-runtime",
+            "mpijob-tmp",
+            "data"
+        ]
+    );
+    let mounts: Vec<(&str, &str)> = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap(),
+                m["mountPath"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        mounts.contains(&("mpijob-tmp", "/scratch")) && mounts.contains(&("data", "/dev/shm")),
+        "{mounts:?}"
+    );
+    assert!(!mounts.iter().any(|m| m.0 == "shm"), "{mounts:?}");
+    // Each change is said, with what it was.
+    let app = field(&notes, "Worker.template.spec.containers[0].securityContext").unwrap();
+    for w in [
+        "runAsUser 1000 (was 0)",
+        "privileged false (was true)",
+        "allowPrivilegeEscalation false (was true)",
+        "SYS_PTRACE",
+        "seccompProfile",
+        "readOnlyRootFilesystem true (was false)",
+    ] {
+        assert!(app.what.contains(w), "{w}: {app}");
+    }
+    assert!(
+        field(&notes, "spec.hostNetwork").is_some() && field(&notes, "spec.hostIPC").is_some(),
+        "{notes:#?}"
+    );
+    assert!(field(&notes, "Worker.template.spec.securityContext")
+        .unwrap()
+        .what
+        .contains("kernel.msgmax"));
+    assert!(
+        field(&notes, "initContainers[0].securityContext").is_some(),
+        "{notes:#?}"
+    );
+    assert!(field(&notes, "volumes[tmp]")
+        .unwrap()
+        .what
+        .contains("mpijob-tmp"));
+    assert!(
+        field(&notes, "volumeMounts[/dev/shm]").is_some(),
+        "{notes:#?}"
+    );
+    // No uid anywhere: uid 1000, said so.
+    let (plan, notes) = convert(&mpijob(""));
+    let pod = &job(&plan)["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsUser"], 1000);
+    assert!(field(&notes, "Worker.template.spec.securityContext")
+        .unwrap()
+        .what
+        .contains("runAsUser 1000 (was unset"));
+}
+
+#[test]
+fn the_launcher_adds_what_the_worker_lacks_and_differences_are_named() {
+    let text = mpijob("")
+        .replace(
+            "            command: [mpirun, ./a]\n",
+            "            command: [mpirun, ./a]
+            image: app:2
+            workingDir: /work
+            env: [{name: OMPI_MCA_btl_base_verbose, value: \"1\"}, {name: SHARED, value: launcher}]
+            resources: {limits: {cpu: 1}}
+            volumeMounts: [{name: scripts, mountPath: /scripts}]
+          volumes: [{name: scripts, configMap: {name: s}}]
+          nodeSelector: {pool: cpu}
+",
+        )
+        .replace(
+            "            image: app:1\n            command",
+            "            command",
+        )
+        .replace(
+            "          - name: w\n            image: app:1\n",
+            "          - name: w
+            image: app:1
+            command: [/usr/sbin/sshd, -De]
+            env:
+            - {name: SHARED, value: worker}
+            - {name: OMPI_MCA_orte_default_hostfile, value: /etc/mpi/hostfile}
+            - {name: OMPI_MCA_pml, value: ucx}
+            resources: {limits: {cpu: 4, nvidia.com/gpu: 1}}
+          nodeSelector: {pool: gpu}
+",
+        );
+    let text = text.replace(
+        "    Launcher:\n      template:\n",
+        "    Launcher:\n      template:\n        metadata: {labels: {role: launcher}}\n",
+    );
+    let (plan, notes) = convert(&text);
+    let tmpl = &job(&plan)["spec"]["template"];
+    assert!(
+        tmpl["metadata"]["labels"].get("role").is_none(),
+        "the Launcher's labels are not every pod's: {tmpl}"
+    );
+    let pod = &tmpl["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(c["image"], "app:1", "the Worker's");
+    assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], 1);
+    assert_eq!(pod["nodeSelector"]["pool"], "gpu");
+    let env: Vec<(String, Value)> = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap().to_string(), e["value"].clone()))
+        .collect();
+    let get = |k: &str| env.iter().find(|e| e.0 == k).map(|e| e.1.clone());
+    assert_eq!(
+        get("OMPI_MCA_btl_base_verbose"),
+        Some(json!("1")),
+        "the Launcher's own variable"
+    );
+    assert_eq!(get("SHARED"), Some(json!("worker")));
+    assert_eq!(
+        get("OMPI_MCA_orte_default_hostfile"),
+        None,
+        "mpi-operator's hostfile variable dropped"
+    );
+    assert_eq!(
+        get("OMPI_MCA_pml"),
+        Some(json!("ucx")),
+        "the MPIJob's value wins over the job's"
+    );
+    assert!(pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|v| v["name"] == "scripts"));
+    assert!(c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["mountPath"] == "/scripts"));
+    for f in [
+        "Launcher.template.spec.containers[0].image",
+        "Launcher.template.spec.containers[0].resources",
+        "Launcher.template.spec.containers[0].workingDir",
+        "Launcher.template.spec.nodeSelector",
+        "Launcher.template.metadata.labels[role]",
+        "containers[0].env[SHARED]",
+        "env[OMPI_MCA_orte_default_hostfile]",
+        "env[OMPI_MCA_pml]",
+        "Worker.template.spec.containers[0].command",
+    ] {
+        assert!(field(&notes, f).is_some(), "no note on {f}: {notes:#?}");
+    }
+    assert!(field(&notes, "Worker.template.spec.containers[0].command")
+        .unwrap()
+        .what
+        .contains("sshd"));
+    let wd = field(&notes, "Launcher.template.spec.containers[0].workingDir").unwrap();
+    assert!(
+        wd.what
+            .starts_with("\"/work\" not used: pod 0 (the launcher) gets the Worker's none"),
+        "{wd}"
+    );
+    let res = field(&notes, "Launcher.template.spec.containers[0].resources").unwrap();
+    assert!(res.what.contains("nvidia.com/gpu"), "{res}");
+}
+
+#[test]
+fn name_namespace_labels_and_overrides() {
+    let text = mpijob("").replace(
+        "  name: j\n",
+        "  name: j\n  namespace: hpc\n  uid: 1234\n  resourceVersion: \"9\"\n  labels: {team: a}\n  annotations:\n    kubectl.kubernetes.io/last-applied-configuration: \"{}\"\n    owner: me\n",
+    );
+    let (plan, _) = convert(&text);
+    let j = job(&plan);
+    assert_eq!(j["metadata"]["namespace"], "hpc");
+    assert_eq!(j["metadata"]["labels"]["team"], "a");
+    assert_eq!(
+        j["metadata"]["labels"]["app.kubernetes.io/name"],
+        "prrte-k8s"
+    );
+    assert_eq!(j["metadata"]["annotations"], json!({"owner": "me"}));
+    let o = Overrides {
+        name: Some("other".into()),
+        namespace: Some("ns2".into()),
+        pull_policy: Some("Never".into()),
+        env: vec![("PRRTE_K8S_AGENT_KILL_GRACE".into(), "2".into())],
+        ..overrides()
+    };
+    let (plan, _) = from_mpijob(&text, &o).unwrap();
+    let j = job(&plan);
+    assert_eq!(j["metadata"]["name"], "other");
+    assert_eq!(j["metadata"]["namespace"], "ns2");
+    let pod = &j["spec"]["template"]["spec"];
+    assert_eq!(pod["containers"][0]["imagePullPolicy"], "Never");
+    assert_eq!(pod["initContainers"][0]["imagePullPolicy"], "Never");
+    assert!(pod["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .contains(&json!({"name": "PRRTE_K8S_AGENT_KILL_GRACE", "value": "2"})));
+    // The RBAC, Secret and NetworkPolicy are the job's, as for any batch job.
+    let kinds: Vec<String> = objects(&plan, Some("k"))
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "Secret",
+            "Job",
+            "NetworkPolicy"
+        ]
+    );
+}

@@ -1,0 +1,314 @@
+//! `prrte-k8s manifest`'s options, their checks, and the job they describe
+//! ([`ManifestArgs::plan`]).
+
+use clap::{Args, ValueEnum};
+use serde_json::{json, Map, Value};
+
+use super::error::{EnvArgError, ManifestError};
+use super::inject::INJECT_IMAGE;
+use super::plan::{JobPlan, Launch, PodPlan};
+
+/// The workload kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Kind {
+    /// An Indexed Job (batch or interactive).
+    Job,
+    /// A StatefulSet (interactive only: its pods are restarted when they exit).
+    Statefulset,
+    /// A JobSet (jobset.x-k8s.io/v1alpha2) with one replicated Job.
+    Jobset,
+}
+
+/// When a batch Job counts as complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Success {
+    /// When the pod with index 0 (the one that runs the command) succeeded; the rest are
+    /// then stopped by the Job controller.
+    Index0,
+    /// When every pod succeeded.
+    All,
+}
+
+/// The MPI in an image the runtime is injected into (the agent's `--mpi`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mpi {
+    /// The agent looks for one in the image (Open MPI, MPICH, Intel MPI).
+    Auto,
+    /// Open MPI 5 (on PRRTE) or 4 (ORTE).
+    Openmpi,
+    /// MPICH (Hydra).
+    Mpich,
+    /// Intel MPI (Hydra).
+    Intel,
+}
+
+impl Mpi {
+    /// The agent's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mpi::Auto => "auto",
+            Mpi::Openmpi => "openmpi",
+            Mpi::Mpich => "mpich",
+            Mpi::Intel => "intel",
+        }
+    }
+}
+
+/// Parts of the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Part {
+    Rbac,
+    Secret,
+    Workload,
+    Networkpolicy,
+}
+
+/// The job's name when no option or MPIJob gives one.
+pub const DEFAULT_NAME: &str = "mpi";
+
+/// What an MPIJob gives, so the options for it are refused with --from-mpijob.
+const FROM_MPIJOB: [&str; 16] = [
+    "pods",
+    "image",
+    "kind",
+    "cpu",
+    "memory",
+    "gpus",
+    "gpu_resource",
+    "slots",
+    "success",
+    "deadline",
+    "ttl",
+    "uid",
+    "agent",
+    "prrte_prefix",
+    "mpi",
+    "command",
+];
+
+/// `prrte-k8s manifest` options.
+#[derive(Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("runtime").args(["inject", "from_mpijob"]).multiple(true)))]
+pub struct ManifestArgs {
+    /// Name of the job (and prefix of every object's name) [default: mpi, or the MPIJob's]
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Namespace of every object [default: the MPIJob's, else none, so kubectl's current
+    /// namespace]
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Number of pods
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub pods: u32,
+    /// Container image holding prrte-k8s-agent, PRRTE (with the k8s components) and the MPI
+    #[arg(long, default_value = "prrte-k8s:latest")]
+    pub image: String,
+    /// imagePullPolicy of the container [default: Kubernetes' own]
+    #[arg(long, value_name = "POLICY", value_parser = ["Always", "IfNotPresent", "Never"])]
+    pub image_pull_policy: Option<String>,
+    /// Workload kind
+    #[arg(long, value_enum, default_value = "job")]
+    pub kind: Kind,
+    /// CPU request and limit of each pod (whole CPUs are its MPI slots unless --slots or --gpus)
+    #[arg(long, default_value = "1")]
+    pub cpu: String,
+    /// Memory request and limit of each pod
+    #[arg(long, default_value = "1Gi")]
+    pub memory: String,
+    /// GPUs per pod (then the slots: one rank per GPU)
+    #[arg(long, default_value_t = 0)]
+    pub gpus: u32,
+    /// Extended resource name of a GPU
+    #[arg(long, default_value = "nvidia.com/gpu", value_name = "RESOURCE")]
+    pub gpu_resource: String,
+    /// MPI slots per pod (annotation prrte-k8s.io/slots) [default: GPUs, else whole CPUs]
+    #[arg(long)]
+    pub slots: Option<u32>,
+    /// Batch: when the Job is complete
+    #[arg(long, value_enum, default_value = "index0")]
+    pub success: Success,
+    /// Batch: seconds the Job may run before it is failed (activeDeadlineSeconds)
+    #[arg(long, value_name = "SECS")]
+    pub deadline: Option<u64>,
+    /// Seconds a finished Job (and its pods and logs) is kept (ttlSecondsAfterFinished)
+    #[arg(long, value_name = "SECS", default_value_t = 3600)]
+    pub ttl: u64,
+    /// uid (and gid) the pods run as (>= 1000)
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1000..))]
+    pub uid: u32,
+    /// prrte-k8s-agent in the image (absolute, or found on the image's PATH)
+    #[arg(long, default_value = "prrte-k8s-agent", value_name = "PATH")]
+    pub agent: String,
+    /// PRRTE's prefix in the image (prted and prte are in its bin/)
+    #[arg(long, default_value = "/opt/prrte", value_name = "DIR")]
+    pub prrte_prefix: String,
+    /// Run any image (with its own MPI): an init container copies our runtime into every pod
+    /// from --inject-image, and the agent finds the image's MPI (--mpi)
+    #[arg(long, conflicts_with_all = ["agent", "prrte_prefix"])]
+    pub inject: bool,
+    /// The image the runtime is injected from
+    #[arg(long, default_value = INJECT_IMAGE, value_name = "IMAGE", requires = "runtime")]
+    pub inject_image: String,
+    /// Convert a kubeflow.org/v2beta1 MPIJob (a file, or - for stdin) into this job, the
+    /// runtime injected into its images; what it cannot honour is said on stderr
+    #[arg(long, value_name = "FILE", conflicts_with_all = FROM_MPIJOB)]
+    pub from_mpijob: Option<String>,
+    /// With --inject: the image's MPI (the agent's --mpi)
+    #[arg(long, value_enum, default_value = "auto", requires = "inject")]
+    pub mpi: Mpi,
+    /// Extra environment variable of every pod (NAME=VALUE, repeatable)
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// Print only these parts (comma-separated) [default: all]
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub only: Vec<Part>,
+    /// Leave out the Secret (create it yourself; the header says how)
+    #[arg(long)]
+    pub no_secret: bool,
+    /// Batch mode: the command the pod with index 0 runs (after `--`), e.g.
+    /// `-- mpirun -n 8 ./app`; without one, the job is interactive (DVM head in pod 0)
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+impl ManifestArgs {
+    /// The job these options describe (checked).
+    pub fn plan(&self) -> Result<JobPlan, ManifestError> {
+        check(self)?;
+        let launch = if self.inject {
+            Launch::Injected {
+                image: self.inject_image.clone(),
+                mpi: self.mpi.as_str().to_string(),
+            }
+        } else {
+            Launch::Image {
+                agent: self.agent.clone(),
+                prrte_prefix: self.prrte_prefix.clone(),
+            }
+        };
+        let mut container = Map::new();
+        container.insert("image".into(), json!(self.image));
+        if let Some(p) = &self.image_pull_policy {
+            container.insert("imagePullPolicy".into(), json!(p));
+        }
+        container.insert("resources".into(), self.resources());
+        container.insert(
+            "securityContext".into(),
+            json!({
+                "runAsNonRoot": true,
+                "runAsUser": self.uid,
+                "runAsGroup": self.uid,
+                "allowPrivilegeEscalation": false,
+                "readOnlyRootFilesystem": true,
+                "capabilities": {"drop": ["ALL"]},
+                "seccompProfile": {"type": "RuntimeDefault"},
+            }),
+        );
+        let mut spec = Map::new();
+        spec.insert(
+            "securityContext".into(),
+            json!({
+                "runAsNonRoot": true,
+                "runAsUser": self.uid,
+                "runAsGroup": self.uid,
+                "fsGroup": self.uid,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            }),
+        );
+        Ok(JobPlan {
+            name: self.name().to_string(),
+            namespace: self.namespace.clone(),
+            kind: self.kind,
+            pods: self.pods,
+            command: self.command.clone(),
+            success: self.success,
+            deadline: self.deadline,
+            ttl: Some(self.ttl),
+            only: self.only.clone(),
+            labels: Map::new(),
+            annotations: Map::new(),
+            suspend: false,
+            managed_by: None,
+            origin: Vec::new(),
+            pod: PodPlan {
+                labels: Map::new(),
+                annotations: Map::new(),
+                slots: self.slots,
+                spec,
+                container,
+                env: self
+                    .env
+                    .iter()
+                    .map(|(k, v)| json!({"name": k, "value": v}))
+                    .collect(),
+                mounts: Vec::new(),
+                volumes: Vec::new(),
+                init_containers: Vec::new(),
+                launch,
+                runtime_pull_policy: self.image_pull_policy.clone(),
+                uid: self.uid,
+                gid: Some(self.uid),
+            },
+        })
+    }
+
+    /// The job's name.
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or(DEFAULT_NAME)
+    }
+
+    /// Requests and limits (equal): CPU, memory and GPUs.
+    fn resources(&self) -> Value {
+        let mut requests = json!({"cpu": self.cpu, "memory": self.memory});
+        let mut limits = requests.clone();
+        if self.gpus > 0 {
+            requests[&self.gpu_resource] = json!(self.gpus.to_string());
+            limits[&self.gpu_resource] = json!(self.gpus.to_string());
+        }
+        json!({"requests": requests, "limits": limits})
+    }
+}
+
+/// `--env NAME=VALUE`.
+pub(super) fn parse_env(s: &str) -> Result<(String, String), EnvArgError> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| EnvArgError::NoValue(s.to_string()))?;
+    let ok = !k.is_empty()
+        && !k.starts_with(|c: char| c.is_ascii_digit())
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-');
+    if !ok {
+        return Err(EnvArgError::Name(k.to_string()));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// A job name: a DNS-1123 label short enough for the objects' and pods' names and host names.
+pub(super) fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 40
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+/// Checks the options.
+pub fn check(a: &ManifestArgs) -> Result<(), ManifestError> {
+    if !valid_name(a.name()) {
+        return Err(ManifestError::Name(a.name().to_string()));
+    }
+    if a.kind == Kind::Statefulset && !a.command.is_empty() {
+        return Err(ManifestError::StatefulsetBatch);
+    }
+    if !a.agent.starts_with('/') && a.agent.contains('/') {
+        return Err(ManifestError::Agent(a.agent.clone()));
+    }
+    if !a.prrte_prefix.starts_with('/') {
+        return Err(ManifestError::PrrtePrefix(a.prrte_prefix.clone()));
+    }
+    Ok(())
+}

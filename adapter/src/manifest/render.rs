@@ -1,0 +1,83 @@
+//! The whole manifest: the objects in their order, and their YAML with the comment header.
+
+use serde_json::Value;
+
+use super::error::ManifestError;
+use super::mpijob::{from_mpijob, MpiJobError, Note, Overrides};
+use super::options::{Kind, ManifestArgs, Part};
+use super::plan::JobPlan;
+use super::{header, job, jobset, network_policy, rbac, secret, statefulset};
+
+/// The workload object of the chosen kind.
+fn workload(a: &JobPlan) -> Value {
+    let batch = a.batch();
+    match a.kind {
+        Kind::Job => job::job(a, batch),
+        Kind::Statefulset => statefulset::statefulset(a),
+        Kind::Jobset => jobset::jobset(a, batch),
+    }
+}
+
+/// The job the options describe: from the options themselves, or from the MPIJob of
+/// `--from-mpijob` (read from `stdin` for `-`) with the notes on what it changed or cannot
+/// honour.
+pub fn prepare(
+    a: &ManifestArgs,
+    stdin: &mut dyn std::io::Read,
+) -> Result<(JobPlan, Vec<Note>), ManifestError> {
+    let Some(file) = &a.from_mpijob else {
+        return Ok((a.plan()?, Vec::new()));
+    };
+    let fail = |error| ManifestError::MpiJob {
+        file: file.clone(),
+        error,
+    };
+    let mut text = String::new();
+    if file == "-" {
+        stdin.read_to_string(&mut text)
+    } else {
+        std::fs::File::open(file).and_then(|mut f| std::io::Read::read_to_string(&mut f, &mut text))
+    }
+    .map_err(|e| fail(MpiJobError::Read(e)))?;
+    let overrides = Overrides {
+        name: a.name.clone(),
+        namespace: a.namespace.clone(),
+        inject_image: a.inject_image.clone(),
+        pull_policy: a.image_pull_policy.clone(),
+        env: a.env.clone(),
+        only: a.only.clone(),
+    };
+    from_mpijob(&text, &overrides).map_err(fail)
+}
+
+/// The objects of the manifest (`key`: the Secret's key, or None to leave the Secret out).
+pub fn objects(a: &JobPlan, key: Option<&str>) -> Vec<Value> {
+    let want = |p: Part| a.only.is_empty() || a.only.contains(&p);
+    let mut out = Vec::new();
+    if want(Part::Rbac) {
+        out.extend(rbac::rbac(a));
+    }
+    if want(Part::Secret) {
+        if let Some(k) = key {
+            out.push(secret::secret(a, k));
+        }
+    }
+    if want(Part::Workload) {
+        out.push(workload(a));
+    }
+    if want(Part::Networkpolicy) {
+        out.push(network_policy::network_policy(a));
+    }
+    out
+}
+
+/// Renders the manifest: a header of comments (the command line `argv_text`, and how to make
+/// the Secret if it is left out), then the objects as YAML documents.
+pub fn render(a: &JobPlan, argv_text: &str, key: Option<&str>) -> Result<String, ManifestError> {
+    let mut text = header::header(a, argv_text, key);
+    for o in objects(a, key) {
+        text.push_str("---\n");
+        text.push_str(&serde_yaml::to_string(&o)?);
+    }
+    Ok(text)
+}

@@ -1,0 +1,276 @@
+//! Running the benchmark: the pods of one pod count, each method's DVM started and stopped,
+//! what is measured while it is up, and the prteds this run started.
+
+use crate::host::{load_avg, tree_cpu, PROFILE};
+use crate::results::{Row, Rss, Sample, Variant};
+use anyhow::{bail, Context, Result};
+use sandbox::harness::{self, TestDir};
+use sandbox::mpijob::{Job, JobSpec};
+use sandbox::nsexec::NsPins;
+use sandbox::sshd::{self, Spawn, SshBaseline};
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// The directories of this run's jobs: every prted it started has its TMPDIR under one.
+fn own_dirs() -> std::sync::MutexGuard<'static, Vec<String>> {
+    static DIRS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    DIRS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// prted processes this run started that are still alive (others' prteds on the same machine,
+/// e.g. of tests running side by side, are not ours to report).
+pub fn own_prteds() -> Vec<u32> {
+    let dirs = own_dirs().clone();
+    harness::pids_named("prted")
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                let env = String::from_utf8_lossy(&env);
+                dirs.iter().any(|d| env.contains(d.as_str()))
+            })
+        })
+        .collect()
+}
+
+/// Per worker pod (1..), the summed peak RSS (VmHWM, KiB) of its processes named like `comm`.
+fn peak_per_worker(job: &Job, comm: &str) -> Result<Vec<u64>> {
+    (1..job.pods.len())
+        .map(|i| {
+            Ok(sshd::pids_like(job, i, comm)?
+                .iter()
+                .filter_map(|p| sshd::status_kb(*p, "VmHWM"))
+                .sum())
+        })
+        .collect()
+}
+
+/// Peak RSS of processes in worker pods while the DVM of `variant` is up.
+fn measure_rss(job: &Job, variant: Variant, rss: &mut Rss) -> Result<()> {
+    match variant {
+        Variant::Agent => {
+            // comm is cut to 15 characters: "prrte-k8s-agen"
+            rss.agent = peak_per_worker(job, "prrte-k8s-agen")?;
+        }
+        Variant::Ssh => {
+            rss.sshd = peak_per_worker(job, "sshd")?;
+            rss.clients = job
+                .pids_in_pod(0, "ssh")?
+                .iter()
+                .filter_map(|p| sshd::status_kb(*p, "VmHWM"))
+                .sum();
+        }
+        Variant::SshNoTree | Variant::LowerBound => {}
+    }
+    Ok(())
+}
+
+/// Each method's samples, in the order of the methods.
+type Times = Vec<(Variant, Vec<Sample>)>;
+
+/// The pods of one pod count and what every method needs to start a DVM on them.
+struct Methods<'a> {
+    job: &'a Job,
+    ssh: &'a SshBaseline,
+    /// The lower bound's `plm_ssh_agent` script (when the lower bound runs).
+    lower: Option<&'a Path>,
+    /// How long one DVM may take to become ready.
+    limit: Duration,
+}
+
+impl Methods<'_> {
+    /// prte's options for `variant`.
+    fn prte_args(&self, variant: Variant) -> Result<Vec<String>> {
+        Ok(match variant {
+            Variant::Agent => sandbox::mpijob::K8S.iter().map(|s| s.to_string()).collect(),
+            Variant::Ssh => self.ssh.prte_args(Spawn::Tree),
+            Variant::SshNoTree => self.ssh.prte_args(Spawn::NoTree),
+            Variant::LowerBound => {
+                let script = self
+                    .lower
+                    .context("the lower bound's agent script is missing")?;
+                let mut a = self.ssh.prte_args(Spawn::NoTree);
+                let i = a
+                    .iter()
+                    .position(|x| x == "plm_ssh_agent")
+                    .context("no plm_ssh_agent")?;
+                a[i + 1] = script.to_string_lossy().into_owned();
+                a
+            }
+        })
+    }
+
+    /// One DVM start/stop of `variant`: DVM-ready time, first job, launcher CPU.
+    fn one(&self, variant: Variant, tag: &str, rss: Option<&mut Rss>) -> Result<Sample> {
+        let args = self.prte_args(variant)?;
+        let job = self.job;
+        let uri = job.dir.path().join(format!("{tag}.uri"));
+        let mut sample = Sample {
+            load: load_avg(),
+            ..Sample::default()
+        };
+        let cycle = job.dvm_cycle(tag, &args, self.limit, Some(&INTERRUPTED), |job| {
+            // The launcher's CPU first, before anything else runs in pod 0.
+            let prte = job.pids_in_pod(0, "prte")?;
+            let [prte] = prte[..] else {
+                bail!("expected one prte in pod 0, found {prte:?}");
+            };
+            sample.cpu = tree_cpu(prte);
+            check_daemons(job, variant)?;
+            if let Some(r) = rss {
+                measure_rss(job, variant, r)?;
+            }
+            sample.first_job = first_job(job, &uri, tag)?;
+            Ok(String::new())
+        })?;
+        if matches!(variant, Variant::Ssh | Variant::SshNoTree) {
+            sshd::wait_sessions_closed(job, Duration::from_secs(15))
+                .with_context(|| format!("{tag}: ssh sessions left"))?;
+        }
+        sample.ready = cycle.ready.as_secs_f64();
+        Ok(sample)
+    }
+
+    /// One untimed warm-up of each variant (page cache, first connections).
+    fn warm_up(&self, variants: &[Variant]) -> Result<()> {
+        let n = self.job.pods.len();
+        for v in variants {
+            eprintln!("[{n} pods] warm-up {}", v.tag());
+            self.one(*v, &format!("warmup-{}", v.tag()), None)?;
+        }
+        Ok(())
+    }
+
+    /// `runs` timed rounds of every variant, and the peak RSS of the last.
+    fn timed(&self, variants: &[Variant], runs: usize) -> Result<(Times, Rss)> {
+        let n = self.job.pods.len();
+        let mut times: Times = variants.iter().map(|v| (*v, Vec::new())).collect();
+        let mut rss = Rss::default();
+        for r in 0..runs {
+            // Rotate the order so no variant always runs right after another.
+            for k in 0..variants.len() {
+                let idx = (k + r) % variants.len();
+                let v = variants[idx];
+                let last = r + 1 == runs;
+                let t = self.one(
+                    v,
+                    &format!("run{r}-{}", v.tag()),
+                    if last { Some(&mut rss) } else { None },
+                )?;
+                eprintln!(
+                    "[{n} pods, {PROFILE}] run {}/{runs} {:<11} ready {:.3} s, first job {:.3} s, launcher CPU {:.3} s (load {:.2})",
+                    r + 1,
+                    v.tag(),
+                    t.ready,
+                    t.first_job,
+                    t.cpu,
+                    t.load
+                );
+                times[idx].1.push(t);
+            }
+        }
+        Ok((times, rss))
+    }
+}
+
+/// Every worker pod runs a prted once the DVM of `variant` is ready.
+fn check_daemons(job: &Job, variant: Variant) -> Result<()> {
+    let n = job.pods.len();
+    if variant == Variant::LowerBound {
+        // The daemons live in pod 0's PID namespace (see sandbox::nsexec).
+        if job.pids_in_pod(0, "prted")?.len() < n - 1 {
+            bail!("DVM ready but fewer than {} prteds run", n - 1);
+        }
+    } else {
+        for i in 1..n {
+            if job.pids_in_pod(i, "prted")?.is_empty() {
+                bail!("DVM ready but pod {i} runs no prted");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `prun -n <2 per pod> hostname` into the DVM whose URI is in `uri`: seconds it took.
+fn first_job(job: &Job, uri: &Path, tag: &str) -> Result<f64> {
+    let n = job.pods.len();
+    let dvm = format!("file:{}", uri.display());
+    let np = (2 * n).to_string();
+    let t0 = std::time::Instant::now();
+    let o = job.run_in_pod(
+        0,
+        "prun",
+        &[
+            "--allow-run-as-root",
+            "--dvm-uri",
+            &dvm,
+            "-n",
+            &np,
+            "hostname",
+        ],
+        Duration::from_secs(60),
+    )?;
+    let took = t0.elapsed().as_secs_f64();
+    let lines = String::from_utf8_lossy(&o.stdout).lines().count();
+    if !o.status.success() || lines != 2 * n {
+        bail!(
+            "first job ({tag}): {lines} lines of {} expected, {}",
+            2 * n,
+            sandbox::mpijob::text(&o)
+        );
+    }
+    Ok(took)
+}
+
+/// Every method on `n` pods: the pods (agent and sshd in each), a warm-up, then `runs` timed
+/// rounds.
+pub async fn bench_pods(
+    n: usize,
+    runs: usize,
+    variants: &[Variant],
+    limit: Duration,
+) -> Result<Row> {
+    let keys = TestDir::new("bench-keys")?;
+    let ssh = SshBaseline::prepare(keys.path())?;
+    let name = format!("bench{n}");
+    let mut spec = JobSpec::new(&name, n);
+    // 2 slots per pod (ras k8s counts whole CPUs) for the first job's 2 ranks per pod.
+    spec.cpus = vec!["2"; n];
+    ssh.apply(&mut spec);
+    let pins = if variants.contains(&Variant::LowerBound) {
+        Some(NsPins::prepare(&keys.path().join("ns"))?)
+    } else {
+        None
+    };
+    eprintln!("[{n} pods] starting the sandbox and {n} pods (agent + sshd in each) ...");
+    let job = Job::start(spec).await?;
+    own_dirs().push(job.dir.path().to_string_lossy().into_owned());
+    let lower = match &pins {
+        Some(p) => Some(p.write_agent(&job, &keys.path().join("nsexec"))?),
+        None => None,
+    };
+    for i in 0..n {
+        if sshd::pids_like(&job, i, "sshd")?.len() != 1 {
+            bail!("pod {i} runs no sshd:\n{}", sshd::sshd_log(&job, i));
+        }
+    }
+    let methods = Methods {
+        job: &job,
+        ssh: &ssh,
+        lower: lower.as_deref(),
+        limit,
+    };
+    methods.warm_up(variants)?;
+    let (times, rss) = methods.timed(variants, runs)?;
+    job.wait_no_prteds(Duration::from_secs(10))?;
+    drop(job);
+    drop(pins);
+    drop(keys);
+    Ok(Row {
+        pods: n,
+        times,
+        rss,
+    })
+}

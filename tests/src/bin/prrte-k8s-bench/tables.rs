@@ -1,0 +1,141 @@
+//! The tables printed at the end: DVM-ready time, first job, launcher CPU, peak memory.
+
+use crate::host::{machine, PROFILE};
+use crate::results::{Row, Sample, Variant};
+use crate::stats::{cell, col, loads, median, median_u, min_max};
+use sandbox::harness;
+
+/// Every table: the setting, DVM-ready time, first job and launcher CPU, peak memory.
+pub fn print_tables(rows: &[Row], runs: usize) {
+    let Some(first) = rows.first() else { return };
+    let variants: Vec<Variant> = first.times.iter().map(|t| t.0).collect();
+    print_setting(rows);
+    print_ready(rows, &variants, runs);
+    print_per_run(rows, &variants);
+    if variants.contains(&Variant::Ssh) {
+        print_rss(rows);
+    }
+}
+
+/// What every figure was measured with and on, and the load.
+fn print_setting(rows: &[Row]) {
+    let m = machine();
+    let load = loads(rows);
+    let (lo, hi) = min_max(&load);
+    println!();
+    println!(
+        "Every figure below: {PROFILE} build of the bench, the agent and the components ({}); {} cores ({}), kernel {}; 1-minute load average at the start of the timed runs {lo:.2}-{hi:.2} (median {:.2}; the benchmark itself adds about 1)",
+        harness::target_dir().display(),
+        m["cores"],
+        m["cpu"].as_str().unwrap_or("?"),
+        m["kernel"].as_str().unwrap_or("?"),
+        median(&load)
+    );
+}
+
+/// DVM-ready time per method, with the ratios.
+fn print_ready(rows: &[Row], variants: &[Variant], runs: usize) {
+    println!();
+    println!(
+        "DVM-ready time [{PROFILE}]: prte started in pod 0 until it prints \"DVM ready\" (all prteds reported)"
+    );
+    println!("median of {runs} runs in seconds, [min-max]; ssh/agent and agent/lower bound are ratios of medians");
+    let mut head = format!("{:>5}", "pods");
+    for v in variants {
+        head += &format!(" | {:<24}", v.label());
+    }
+    let has = |v| variants.contains(&v);
+    if has(Variant::Ssh) {
+        head += " | ssh/agent";
+    }
+    if has(Variant::SshNoTree) {
+        head += " | ssh no tree/agent";
+    }
+    if has(Variant::LowerBound) {
+        head += " | agent/lower bound";
+    }
+    println!("{head}");
+    println!("{}", "-".repeat(head.len()));
+    for row in rows {
+        let ready = |v| col(row, v, |s| s.ready).map(|t| median(&t));
+        let agent = ready(Variant::Agent).unwrap_or(f64::NAN);
+        let mut line = format!("{:>5}", row.pods);
+        for (_, t) in &row.times {
+            let r: Vec<f64> = t.iter().map(|s| s.ready).collect();
+            line += &format!(" | {:<24}", cell(&r, 3));
+        }
+        if let Some(m) = ready(Variant::Ssh) {
+            line += &format!(" | {:>9.2}", m / agent);
+        }
+        if let Some(m) = ready(Variant::SshNoTree) {
+            line += &format!(" | {:>18.2}", m / agent);
+        }
+        if let Some(m) = ready(Variant::LowerBound) {
+            line += &format!(" | {:>17.2}", agent / m);
+        }
+        println!("{line}");
+    }
+}
+
+/// First job and launcher CPU per daemon per method.
+fn print_per_run(rows: &[Row], variants: &[Variant]) {
+    for (title, unit, f) in [
+        (
+            "First job: `prun -n <2 per pod> hostname` into the fresh DVM, seconds, median [min-max]",
+            1.0,
+            (|s: &Sample| s.first_job) as fn(&Sample) -> f64,
+        ),
+        (
+            "Launcher CPU per daemon: user+system of prte and all it started (prteds excluded) at DVM ready, ms, median [min-max]",
+            1e3,
+            |s: &Sample| s.cpu,
+        ),
+    ] {
+        println!();
+        println!("{title} [{PROFILE}]");
+        let mut head = format!("{:>5}", "pods");
+        for v in variants {
+            head += &format!(" | {:<24}", v.label());
+        }
+        println!("{head}");
+        println!("{}", "-".repeat(head.len()));
+        for row in rows {
+            let per = if unit > 1.0 {
+                (row.pods - 1) as f64
+            } else {
+                1.0
+            };
+            let mut line = format!("{:>5}", row.pods);
+            for (_, t) in &row.times {
+                let r: Vec<f64> = t.iter().map(|s| f(s) * unit / per).collect();
+                // seconds to the ms; CPU per daemon in ms to 0.1 ms (ticks are 10 ms)
+                line += &format!(" | {:<24}", cell(&r, if unit > 1.0 { 1 } else { 3 }));
+            }
+            println!("{line}");
+        }
+    }
+}
+
+/// Peak RSS of the agent, sshd and ssh clients.
+fn print_rss(rows: &[Row]) {
+    println!();
+    println!("Peak RSS (VmHWM, MiB) while the DVM is up, in the last timed run; per worker pod: median over pods 1..N-1 [{PROFILE}]");
+    println!("(agent: the prrte-k8s-agent process, plm k8s run; sshd: the listener plus the connection's sshd");
+    println!(" processes, plm ssh tree run; ssh clients: all ssh processes prte keeps in pod 0 then, summed)");
+    let head = format!(
+        "{:>5} | {:>8} | {:>8} | {:>16}",
+        "pods", "agent", "sshd", "ssh clients pod0"
+    );
+    println!("{head}");
+    println!("{}", "-".repeat(head.len()));
+    for row in rows {
+        let mib = |kb: u64| kb as f64 / 1024.0;
+        println!(
+            "{:>5} | {:>8.1} | {:>8.1} | {:>16.1}",
+            row.pods,
+            mib(median_u(&row.rss.agent)),
+            mib(median_u(&row.rss.sshd)),
+            mib(row.rss.clients)
+        );
+    }
+}
