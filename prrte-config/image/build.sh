@@ -17,6 +17,8 @@
 #                                              tests/programs/allreduce.{c,py})
 #        localhost/prrte-k8s-inject:latest     the injected runtime (Containerfile.inject: FROM
 #                                              scratch, the bundle in /opt/prrte-k8s-bundle)
+#        localhost/prrte-k8s-app/*:latest      the tests' user images, like mpi-operator's
+#                                              (app-images.sh: Debian's Open MPI or MPICH, no libc)
 # Prints the time of every step and the image sizes.
 #
 #   PRRTE_K8S_PREFIX   the PMIx/PRRTE prefix the images carry (default: the project's default)
@@ -152,7 +154,7 @@ timings+=("$(printf '%-34s %4d s' "example app image" $((SECONDS - t)))")
 
 # The injected runtime: the static programs, the components (the glibc library PRRTE dlopens,
 # under both component names) and the site parameter file, with a VERSION naming the content.
-t=SECONDS
+t=$SECONDS
 inject_stage="$stage/inject"
 bundle="$inject_stage/bundle"
 rm -rf "$inject_stage" && mkdir -p "$bundle"/{bin,lib/prte,etc}
@@ -170,10 +172,14 @@ inject_key=$( { cat "$here/Containerfile.inject"; echo "$content"; } | sha256sum
 build_image "$INJECT" "$inject_key" "$inject_stage/Containerfile" "$inject_stage"
 timings+=("$(printf '%-34s %4d s' "inject image" $((SECONDS - t)))")
 
+t=$SECONDS
+bash "$here/app-images.sh" || die "app-images.sh failed"
+timings+=("$(printf '%-34s %4d s' "test user images (app-images.sh)" $((SECONDS - t)))")
+
 say "build times:"
 for line in "${timings[@]}"; do say "  $line"; done
 say "  $(printf '%-34s %4d s' total $((SECONDS - t_all)))"
 say "images:"
-for name in "$BASE" "$RUNTIME" "$BUILDER" "$APP" "$INJECT"; do
+for name in "$BASE" "$RUNTIME" "$BUILDER" "$APP" "$INJECT" localhost/prrte-k8s-app/{trixie-openmpi,trixie-mpich,bookworm-openmpi,bullseye-mpich,nolibc}:latest; do
     say "  $(printf '%-40s %s' "$name" "$(buildah images --format '{{.Size}}' "$name" | head -1)")"
 done

@@ -5,8 +5,9 @@
 //! `spawn.c`); and an image with no libc at all (`Containerfile.nolibc`). Nothing of prrte-k8s
 //! is in them.
 //!
-//! Each is built once into the local store under a tag keyed by its recipe, its sources and its
-//! base image, so later calls (and later test runs) only look it up. [`InjectBundle`] gives the
+//! `make image` builds them (`prrte-config/image/app-images.sh`, keyed by recipe, sources and
+//! base image); [`app_image`] runs the same script for one, so a missing or stale image is
+//! made the same way and an up-to-date one only looked up. [`InjectBundle`] gives the
 //! injected runtime of `localhost/prrte-k8s-inject:latest` as a host directory, for mounting
 //! where a pod's init container would copy it.
 
@@ -17,8 +18,8 @@ use std::sync::Mutex;
 
 use crate::images::inspect;
 
-/// The repository of the app images.
-pub const APP_IMAGE_REPO: &str = "localhost/prrte-k8s-test";
+/// The repository of the app images (`prrte-config/image/app-images.sh`).
+pub const APP_IMAGE_REPO: &str = "localhost/prrte-k8s-app";
 /// The inject image `make image` builds.
 pub const INJECT_IMAGE: &str = "localhost/prrte-k8s-inject:latest";
 /// Where the inject image holds the bundle.
@@ -60,6 +61,11 @@ impl AppImage {
         AppImage::NoLibc,
     ];
 
+    /// The image's name in the local store.
+    pub fn image(self) -> String {
+        format!("{APP_IMAGE_REPO}/{}:latest", self.name())
+    }
+
     /// The image's short name (its repository under [`APP_IMAGE_REPO`]).
     pub fn name(self) -> &'static str {
         match self {
@@ -68,32 +74,6 @@ impl AppImage {
             AppImage::BookwormOpenmpi => "bookworm-openmpi",
             AppImage::BullseyeMpich => "bullseye-mpich",
             AppImage::NoLibc => "nolibc",
-        }
-    }
-
-    /// The base image (`prrte-config/image/base.sh` makes it).
-    pub fn base(self) -> &'static str {
-        match self {
-            AppImage::TrixieOpenmpi | AppImage::TrixieMpich | AppImage::NoLibc => {
-                "docker.io/library/debian:trixie-slim"
-            }
-            AppImage::BookwormOpenmpi => "docker.io/library/debian:bookworm-slim",
-            AppImage::BullseyeMpich => "docker.io/library/debian:bullseye-slim",
-        }
-    }
-
-    /// The Containerfile and its build arguments.
-    fn recipe(self) -> (&'static str, Vec<(&'static str, &'static str)>) {
-        let openmpi = [("MPI_RUN", "openmpi-bin"), ("MPI_DEV", "libopenmpi-dev")];
-        let mpich = [("MPI_RUN", "mpich"), ("MPI_DEV", "libmpich-dev")];
-        match self {
-            AppImage::TrixieOpenmpi | AppImage::BookwormOpenmpi => {
-                ("Containerfile.mpi-app", openmpi.to_vec())
-            }
-            AppImage::TrixieMpich | AppImage::BullseyeMpich => {
-                ("Containerfile.mpi-app", mpich.to_vec())
-            }
-            AppImage::NoLibc => ("Containerfile.nolibc", Vec::new()),
         }
     }
 
@@ -152,51 +132,12 @@ fn run(cmd: &mut Command, what: &str) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// A key over `parts` (16 hex digits).
-fn key_of(parts: &[&[u8]]) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for p in parts {
-        p.hash(&mut h);
-    }
-    format!("{:016x}", h.finish())
-}
-
-/// Builds (once) and names the image `app`: `localhost/prrte-k8s-test/<name>:<key>`.
+/// The image `app` as `make image` builds it, `localhost/prrte-k8s-app/<name>:latest`: made
+/// or found up to date by `prrte-config/image/app-images.sh NAME` (the same script, so the
+/// same recipe and cache key), one build at a time on the machine.
 pub fn app_image(app: AppImage) -> Result<String> {
     static LOCK: Mutex<()> = Mutex::new(());
     let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let repo = repo();
-    let image_dir = repo.join("prrte-config/image");
-    let programs = repo.join("tests/programs");
-    let base = app.base();
-    // The base: made by base.sh (cached there by content) when the store lacks it.
-    let base_id = match inspect(base)? {
-        Some(c) => c.id,
-        None => {
-            base_image(base)?;
-            inspect(base)?
-                .ok_or_else(|| anyhow!("base.sh made no {base}"))?
-                .id
-        }
-    };
-    let (file, args) = app.recipe();
-    let recipe = std::fs::read(image_dir.join(file)).with_context(|| format!("reading {file}"))?;
-    let pi = std::fs::read(programs.join("pi.cc"))?;
-    let spawn = std::fs::read(programs.join("spawn.c"))?;
-    let args_text = format!("{args:?}");
-    let key = key_of(&[
-        &recipe,
-        &pi,
-        &spawn,
-        base_id.as_bytes(),
-        args_text.as_bytes(),
-    ]);
-    let name = format!("{APP_IMAGE_REPO}/{}:{key}", app.name());
-    if inspect(&name)?.is_some() {
-        return Ok(name);
-    }
-    // Serialize builds across test binaries too.
     let lock_path = std::env::temp_dir().join("prrte-k8s-app-image.lock");
     let lock_file = std::fs::OpenOptions::new()
         .create(true)
@@ -205,39 +146,17 @@ pub fn app_image(app: AppImage) -> Result<String> {
         .open(&lock_path)?;
     let _flock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| anyhow!("locking {}: {e}", lock_path.display()))?;
-    if inspect(&name)?.is_some() {
-        return Ok(name);
-    }
-    let mut cmd = Command::new("buildah");
-    cmd.args([
-        "bud",
-        "--isolation",
-        "chroot",
-        "--pull=never",
-        "--quiet",
-        "--layers",
-        "-f",
-    ])
-    .arg(image_dir.join(file))
-    .args(["--build-arg", &format!("BASE={base}")]);
-    for (k, v) in &args {
-        cmd.args(["--build-arg", &format!("{k}={v}")]);
-    }
-    cmd.args(["--label", &format!("org.prrte-k8s.key={key}"), "-t", &name])
-        .arg(&programs)
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
-    run(&mut cmd, &format!("buildah bud of {name}"))?;
-    Ok(name)
-}
-
-/// Makes a base image with `prrte-config/image/base.sh` (mmdebstrap).
-pub fn base_image(name: &str) -> Result<()> {
-    let script = repo().join("prrte-config/image/base.sh");
+    let script = repo().join("prrte-config/image/app-images.sh");
     run(
-        Command::new("bash").arg(&script).arg(name),
-        &format!("{} {name}", script.display()),
-    )
-    .map(|_| ())
+        Command::new("bash")
+            .arg(&script)
+            .arg(app.name())
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        &format!("{} {}", script.display(), app.name()),
+    )?;
+    let name = app.image();
+    inspect(&name)?.ok_or_else(|| anyhow!("{} made no {name}", script.display()))?;
+    Ok(name)
 }
 
 /// The injected runtime of [`INJECT_IMAGE`] as a directory on the host (the image mounted by a
@@ -253,7 +172,7 @@ pub struct InjectBundle {
 impl InjectBundle {
     pub fn mount() -> Result<InjectBundle> {
         let container = format!(
-            "prrte-k8s-inject-{}-{:08x}",
+            "pk8s-inject-{}-{:08x}",
             std::process::id(),
             rand::random::<u32>()
         );
@@ -364,14 +283,14 @@ mod tests {
     }
 
     #[test]
-    fn every_image_has_a_name_base_and_expectation() {
+    fn every_image_is_built_by_the_script_and_has_an_expectation() {
+        let script =
+            std::fs::read_to_string(repo().join("prrte-config/image/app-images.sh")).unwrap();
         for a in AppImage::ALL {
-            assert!(!a.name().is_empty());
-            assert!(a.base().starts_with("docker.io/library/debian:"));
-            let (file, _) = a.recipe();
             assert!(
-                repo().join("prrte-config/image").join(file).is_file(),
-                "{file}"
+                script.contains(&format!("\n        {}) ", a.name())),
+                "app-images.sh builds {}",
+                a.name()
             );
             assert!(!a.expected().launch.is_empty());
         }
