@@ -119,13 +119,13 @@ struct Peers {
     targets: Vec<LaunchTarget>,
 }
 
-/// Finds the job's pods (bounded), as `ras k8s` does: the allocation, and the other pods'
-/// agents.
+/// Finds the job's pods (bounded), as `ras k8s` in this pod would (its `PRTE_MCA_ras_k8s_*`
+/// settings, `ras_k8s_exclude_self` included, since the hostfile written from the allocation
+/// stands in for it): the allocation, and the other pods' agents.
 async fn find_peers(config: &AgentConfig, timeout: Duration) -> Result<Peers, String> {
-    let cfg = DiscoveryConfig {
-        timeout,
-        ..Default::default()
-    };
+    let mut cfg =
+        DiscoveryConfig::from_env(&|k| std::env::var(k).ok()).map_err(|e| e.to_string())?;
+    cfg.timeout = timeout;
     let bound = timeout + Duration::from_secs(5);
     let alloc = match tokio::time::timeout(bound, discovery::discover(&cfg)).await {
         Ok(Ok(a)) => a,
