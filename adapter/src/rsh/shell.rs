@@ -442,7 +442,13 @@ mod tests {
         assert!(c.env.is_empty());
         assert_eq!(c.argv[0], "orted");
         assert_eq!(c.argv[1], "--daemonize");
-        assert_eq!(c.argv[9], "[4:469]b9c11d81,[2:10].255.255.1@0(2)");
+        let regex = c.argv.iter().position(|a| a == "orte_node_regex").unwrap();
+        assert_eq!(c.argv[regex + 1], "[4:469]b9c11d81,[2:10].255.255.1@0(2)");
+        assert_eq!(c.argv[regex + 3], "orte_hnp_uri");
+        assert_eq!(
+            c.argv[regex + 4],
+            "3099131904.0;tcp://192.0.2.2:34807;tcp6://[fd00::2]:45793"
+        );
         assert_eq!(c.argv.last().unwrap(), "/opt/prrte-k8s/bin/prrte-k8s-rsh");
         // Only that exact wrapper: another subshell is still refused.
         for bad in [
