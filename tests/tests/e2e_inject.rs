@@ -502,45 +502,6 @@ async fn mpijob_whose_program_exits_3_fails_the_job_naming_the_code() {
     );
 }
 
-/// MPI_Comm_spawn through the injected runtime: 2 parents (one per worker) spawn 2 children
-/// into the DVM of the image's own prte.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mpijob_of_trixie_openmpi_spawns_children_on_the_workers() {
-    let (_sb, f) = run_mpijob(
-        "injspawn",
-        AppImage::TrixieOpenmpi,
-        "OpenMPI",
-        2,
-        &[
-            "mpirun",
-            "-n",
-            "2",
-            "--map-by",
-            "ppr:1:node",
-            "/home/mpiuser/spawn",
-            "2",
-        ],
-        "complete",
-    )
-    .await;
-    assert!(
-        f.launcher.contains("spawn: parents=2 children=2 sum=3 OK"),
-        "{}",
-        f.describe
-    );
-    let children: Vec<&str> = f
-        .launcher
-        .lines()
-        .filter(|l| l.starts_with("spawn: child "))
-        .collect();
-    assert_eq!(children.len(), 2, "{}", f.describe);
-    assert!(
-        children.iter().all(|l| !l.ends_with(&f.launcher_host)),
-        "{children:?}"
-    );
-    assert_no_sshd(&f);
-}
-
 /// The static programs run in an image with no libc (busybox-static only), copied there by the
 /// inject image's init container; the agent's `--mpi auto` finds no MPI and says what it
 /// looked for.
