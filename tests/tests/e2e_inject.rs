@@ -380,7 +380,7 @@ fn assert_detected(f: &Finished, launch: &str, mpi: &str) {
 }
 
 /// `np` ranks of pi, `per_worker` on each worker pod, none on the launcher; no sshd anywhere;
-/// the daemon `daemon` ran in each worker pod (so the sampling saw the pods' programs).
+/// each worker's agent started the image's daemon `daemon`.
 fn assert_pi_on_workers(f: &Finished, np: usize, per_worker: usize, daemon: &str) {
     let run = check_pi(&f.launcher, np).unwrap_or_else(|e| panic!("{e:#}\n{}", f.describe));
     assert!(
@@ -399,11 +399,12 @@ fn assert_pi_on_workers(f: &Finished, np: usize, per_worker: usize, daemon: &str
         );
     }
     assert_no_sshd(f);
-    for (pod, _, _) in &f.workers {
-        let progs = f.seen.get(pod).cloned().unwrap_or_default();
+    for (pod, _, log) in &f.workers {
+        // The worker's agent started the image's daemon for the launcher (a launch or exec
+        // request), the daemon it serves named at its start.
         assert!(
-            progs.contains(daemon),
-            "{daemon} never ran in {pod}: {progs:?}"
+            log.contains(&format!("prted={daemon} ")) && log.contains("outcome=started pid"),
+            "{pod}'s agent did not start {daemon}:\n{log}"
         );
     }
 }
@@ -415,7 +416,12 @@ fn assert_no_sshd(f: &Finished) {
             "sshd ran in {pod}: {progs:?}"
         );
     }
-    assert!(!f.seen.is_empty(), "no pod's processes were seen");
+    // The sampling saw each pod's processes: its agent (pid 1, alive throughout) at least.
+    assert!(
+        f.seen.len() >= 3 && f.seen.values().all(|p| p.contains("prrte-k8s-agent")),
+        "the pods' processes were not all seen: {:?}",
+        f.seen
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -430,7 +436,7 @@ async fn mpijob_of_trixie_openmpi_runs_ranks_on_the_workers_through_the_componen
     )
     .await;
     assert_detected(&f, "prrte-components", "Open MPI 5.0");
-    assert_pi_on_workers(&f, 4, 2, "prted");
+    assert_pi_on_workers(&f, 4, 2, "/usr/bin/prted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -445,7 +451,7 @@ async fn mpijob_of_trixie_mpich_runs_ranks_on_the_workers_through_hydra() {
     )
     .await;
     assert_detected(&f, "mpich-hydra", "MPICH 4.");
-    assert_pi_on_workers(&f, 4, 2, "hydra_pmi_proxy");
+    assert_pi_on_workers(&f, 4, 2, "/usr/bin/hydra_pmi_proxy");
 }
 
 /// The program fails with exit code 3 after a correct run: the Job fails, and kubectl names the
