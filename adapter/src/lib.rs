@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod bundle;
 pub mod discovery;
 pub mod hostfile;
 pub mod launch;

@@ -351,6 +351,7 @@ mod tests {
             batch: None,
             cgroup: false,
             limits: Default::default(),
+            mpi: None,
         }
     }
 }

@@ -14,7 +14,7 @@ use super::batch::{shell_status, BatchState};
 use super::checked_config::{AgentConfig, BatchConfig};
 use super::local_launch::{launcher_command, wait_health};
 use super::process::{Job, Reaper};
-use crate::discovery::{self, DiscoveryConfig, DiscoveryError};
+use crate::discovery::{self, Allocation, DiscoveryConfig, DiscoveryError};
 use crate::launch::{
     agent_name, connect_authenticated, recv_reply, send_request, AgentError, LaunchOptions,
     LaunchTarget,
@@ -135,15 +135,18 @@ async fn finish_one(
     }
 }
 
-/// Finds the other pods of the job (bounded), as `ras k8s` does; also their namespace.
-async fn find_peers(
-    config: &AgentConfig,
-    timeout: Duration,
-) -> Result<(String, Vec<LaunchTarget>), PeersError> {
-    let cfg = DiscoveryConfig {
-        timeout,
-        ..Default::default()
-    };
+/// The job's pods as discovery found them, and the other pods' agents.
+struct Peers {
+    alloc: Allocation,
+    targets: Vec<LaunchTarget>,
+}
+
+/// Finds the job's pods (bounded), as `ras k8s` in this pod would (its `PRTE_MCA_ras_k8s_*`
+/// settings, `ras_k8s_exclude_self` included, since the hostfile written from the allocation
+/// stands in for it): the allocation, and the other pods' agents.
+async fn find_peers(config: &AgentConfig, timeout: Duration) -> Result<Peers, PeersError> {
+    let mut cfg = DiscoveryConfig::from_env(&|k| std::env::var(k).ok())?;
+    cfg.timeout = timeout;
     let bound = timeout + Duration::from_secs(5);
     let alloc = match tokio::time::timeout(bound, discovery::discover(&cfg)).await {
         Ok(Ok(a)) => a,
@@ -162,7 +165,35 @@ async fn find_peers(
             addr: SocketAddr::new(n.ip.into(), port),
         })
         .collect();
-    Ok((alloc.namespace, targets))
+    Ok(Peers { alloc, targets })
+}
+
+/// Writes the hostfile the image's MPI reads (`--mpi` with a launcher that needs one) from the
+/// allocation. Without an allocation such a launcher would run the whole job in this pod, so
+/// that is an error naming why.
+fn write_hostfile(
+    config: &AgentConfig,
+    alloc: Option<&Allocation>,
+    why: &str,
+) -> Result<(), String> {
+    let Some(m) = &config.mpi else { return Ok(()) };
+    if m.hostfile.is_none() {
+        return Ok(());
+    }
+    let Some(alloc) = alloc else {
+        return Err(format!(
+            "{} needs the job's pods for its hostfile, but discovery failed: {why}",
+            m.plan
+                .found
+                .version
+                .clone()
+                .unwrap_or_else(|| m.plan.found.kind.describe().into())
+        ));
+    };
+    if let Some(path) = m.write_hostfile(alloc)? {
+        info!(hostfile = %path.display(), pods = alloc.nodes.len(), slots = alloc.nodes.iter().map(|n| n.slots).sum::<u32>(), "batch launcher: wrote the hostfile from discovery");
+    }
+    Ok(())
 }
 
 /// Waits (at most `limit`) until every pod in `pods` of `namespace` is finished: phase
@@ -275,6 +306,7 @@ async fn attach_all(peers: Vec<LaunchTarget>, config: &AgentConfig) -> Vec<Attac
 async fn run_watching(
     command: &[String],
     config: &AgentConfig,
+    alloc: Option<&Allocation>,
     reaper: &Reaper,
     stop: &CancellationToken,
     links: &mut [Attached],
@@ -298,7 +330,7 @@ async fn run_watching(
             std::future::pending::<()>().await
         };
         tokio::select! {
-            c = run_command(command, config, reaper, stop) => c,
+            c = run_command(command, config, alloc, reaper, stop) => c,
             () = watch => unreachable!("the watch never ends"),
         }
     };
@@ -347,16 +379,33 @@ pub(crate) async fn run_launcher(
         p = find_peers(&config, pods_timeout) => p,
         _ = stop.cancelled() => { batch.exit(143); return; }
     };
-    let (namespace, peers) = match peers {
-        Ok(p) => p,
+    let (alloc, peers, failure) = match peers {
+        Ok(p) => (Some(p.alloc), p.targets, String::new()),
         Err(e) => {
             warn!(error = %e, "batch launcher: cannot find the job's other pods; running the command anyway, but their agents will not be told when it ends (they give up after --launcher-wait)");
-            (String::new(), Vec::new())
+            (None, Vec::new(), e.to_string())
         }
     };
+    if let Err(e) = write_hostfile(&config, alloc.as_ref(), &failure) {
+        error!(error = %e, "batch launcher: not running the job's command");
+        batch.exit(1);
+        return;
+    }
+    let namespace = alloc
+        .as_ref()
+        .map(|a| a.namespace.clone())
+        .unwrap_or_default();
     let mut links = attach_all(peers, &config).await;
     info!(workers = links.len(), command = ?command, "batch launcher: running the job's command");
-    let (code, lost) = run_watching(&command, &config, &reaper, &stop, &mut links).await;
+    let (code, lost) = run_watching(
+        &command,
+        &config,
+        alloc.as_ref(),
+        &reaper,
+        &stop,
+        &mut links,
+    )
+    .await;
     links.retain(|l| !lost.contains(&l.target.pod));
     if code != 0 && !lost.is_empty() {
         warn!(code, pods = ?lost, "batch launcher: the command failed after worker pods went away; waiting {LOST_PEER_DELAY:?} before telling the others and exiting, so that their disruption, not this pod's exit status, is what fails the Job");
@@ -387,20 +436,24 @@ pub(crate) async fn run_launcher(
 async fn run_command(
     command: &[String],
     config: &AgentConfig,
+    alloc: Option<&Allocation>,
     reaper: &Reaper,
     stop: &CancellationToken,
 ) -> i32 {
     let Some((exe, args)) = command.split_first() else {
         return 127;
     };
-    let mut cmd = launcher_command(exe, args, config);
+    let mut cmd = launcher_command(exe, args, config, alloc);
     // The job's launcher allocates and launches through the Kubernetes components. Set here,
     // for this command only, never in the pod's environment: every prted inherits that, and a
     // prted told to use `plm k8s` (which only the launcher can select) has no PLM and exits.
-    // prterun itself never forwards `plm` to the daemons it starts.
-    for (name, value) in [("PRTE_MCA_ras", "k8s"), ("PRTE_MCA_plm", "k8s")] {
-        if std::env::var_os(name).is_none() {
-            cmd.env(name, value);
+    // prterun itself never forwards `plm` to the daemons it starts. With `--mpi` the plan of
+    // the image's MPI decides (it sets these for an Open MPI 5 the components serve).
+    if config.mpi.is_none() {
+        for (name, value) in [("PRTE_MCA_ras", "k8s"), ("PRTE_MCA_plm", "k8s")] {
+            if std::env::var_os(name).is_none() {
+                cmd.env(name, value);
+            }
         }
     }
     let (pid, exit_rx) = match reaper.spawn(&mut cmd) {

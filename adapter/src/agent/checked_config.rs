@@ -4,12 +4,14 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::{
     AgentArgs, BatchRole, CgroupMode, DvmHead, DEFAULT_HANDSHAKE_TIMEOUT_SECS, MAX_MAX_FRAME,
     MIN_MAX_FRAME,
 };
+use super::mpi::prepare::Prepared;
 use crate::protocol::{read_secret_file, SecretError, DEFAULT_HEALTH_PORT};
 use crate::settings::{agent, mca, SettingError};
 
@@ -37,6 +39,9 @@ pub struct AgentConfig {
     pub cgroup: bool,
     /// Caps on unauthenticated connections, and how long a launcher may stay silent.
     pub limits: ConnLimits,
+    /// The image's MPI and what its launcher gets (`--mpi`); `None`: `--prted` as given, and
+    /// the batch command gets `ras k8s` and `plm k8s`.
+    pub mpi: Option<Arc<Prepared>>,
 }
 
 /// Caps on connections that have not authenticated yet (see [`super::limits`]), and the
@@ -138,6 +143,7 @@ impl std::fmt::Debug for AgentConfig {
             .field("batch", &self.batch)
             .field("cgroup", &self.cgroup)
             .field("limits", &self.limits)
+            .field("mpi", &self.mpi.as_ref().map(|m| m.plan.launch))
             .finish()
     }
 }
@@ -145,6 +151,8 @@ impl std::fmt::Debug for AgentConfig {
 /// Why the agent refuses to start.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    #[error("no --prted: give the absolute path of prted with --prted (or {}), or let the agent find the image's MPI with --mpi auto", agent::PRTED.var())]
+    NoPrted,
     #[error("--prted {0}: must be an absolute path (the agent never searches PATH)")]
     PrtedNotAbsolute(PathBuf),
     #[error("--prted {path}: {why}")]
@@ -201,7 +209,8 @@ impl AgentConfig {
                     .map_err(|_| ConfigError::HealthListen(s.to_owned()))?,
             ),
         };
-        check_prted(&args.prted)?;
+        let prted = args.prted.clone().ok_or(ConfigError::NoPrted)?;
+        check_prted(&prted)?;
 
         let secret = match read_secret_file(&args.secret_file) {
             Ok(s) => Some(s),
@@ -225,7 +234,7 @@ impl AgentConfig {
         Ok(AgentConfig {
             listen,
             health_listen,
-            prted: args.prted.clone(),
+            prted,
             secret,
             secret_file: args.secret_file.clone(),
             tmpdir,
@@ -248,6 +257,7 @@ impl AgentConfig {
                 heartbeat_timeout: (args.heartbeat_timeout > 0)
                     .then(|| Duration::from_secs(args.heartbeat_timeout)),
             },
+            mpi: None,
         })
     }
 }
@@ -301,7 +311,11 @@ fn head_config(
         Some(reason) => {
             let prte = match &args.prte {
                 Some(p) => p.clone(),
-                None => args.prted.with_file_name("prte"),
+                None => args
+                    .prted
+                    .as_deref()
+                    .ok_or(ConfigError::NoPrted)?
+                    .with_file_name("prte"),
             };
             check_prted(&prte).map_err(|e| match e {
                 ConfigError::PrtedNotAbsolute(path) => ConfigError::Prte {

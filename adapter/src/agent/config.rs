@@ -87,7 +87,16 @@ pub struct AgentArgs {
     pub port: u16,
 
     #[arg(long, setting = &agent::PRTED)]
-    pub prted: PathBuf,
+    pub prted: Option<PathBuf>,
+
+    #[arg(long, setting = &agent::MPI, value_enum)]
+    pub mpi: Option<super::mpi::MpiChoice>,
+
+    #[arg(long, setting = &agent::RUNTIME_DIR)]
+    pub runtime_dir: Option<PathBuf>,
+
+    #[arg(long, setting = &agent::DETECT_ONLY)]
+    pub detect_only: bool,
 
     #[arg(long, setting = &agent::SECRET_FILE)]
     pub secret_file: PathBuf,

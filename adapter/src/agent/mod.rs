@@ -38,6 +38,7 @@ pub mod health;
 pub mod launch_policy;
 pub mod limits;
 pub mod local_launch;
+pub mod mpi;
 pub mod proc_stat;
 pub mod process;
 pub mod tracking;

@@ -49,6 +49,22 @@ pub(super) fn own_env(kind: Kind, launch: &Launch) -> Vec<Value> {
             .into_iter()
             .map(|(k, v)| json!({"name": k, "value": v})),
     );
+    if let Launch::Injected { .. } = launch {
+        // The image's MPI may be an MPICH or Intel MPI: Hydra's mpiexec listens for its
+        // proxies, and the ranks for each other, on ports of their own choosing unless pinned
+        // (Hydra and ch3 read MPIR_CVAR_CH3_PORT_RANGE; ch4:ucx UCX's tcp transport; ch4:ofi
+        // libfabric's tcp provider). The same range as Open MPI's TCP BTL, which the
+        // NetworkPolicy admits.
+        let (lo, hi) = (BTL_PORT_MIN, BTL_PORT_MIN + BTL_PORT_RANGE - 1);
+        for (k, v) in [
+            ("MPIR_CVAR_CH3_PORT_RANGE", format!("{lo}:{hi}")),
+            ("UCX_TCP_PORT_RANGE", format!("{lo}-{hi}")),
+            ("FI_TCP_PORT_LOW_RANGE", lo.to_string()),
+            ("FI_TCP_PORT_HIGH_RANGE", hi.to_string()),
+        ] {
+            env.push(json!({"name": k, "value": v}));
+        }
+    }
     env
 }
 

@@ -16,7 +16,10 @@
 //!
 //! PRRTE's ssh launcher sends `PRTE_PREFIX=P;export PRTE_PREFIX;LD_LIBRARY_PATH=P/lib:$LD_LIBRARY_PATH;
 //! export LD_LIBRARY_PATH;...;P/bin/prted --prtemca ess "env" ...`; MPICH's and Intel MPI's
-//! Hydra send `"/path/hydra_pmi_proxy" --control-port host:port ...`. Anything a shell would do
+//! Hydra send `"/path/hydra_pmi_proxy" --control-port host:port ...`. ORTE (Open MPI 3/4), for
+//! a user whose login shell is `sh` or `ksh`, wraps its command as `( test ! -r ./.profile ||
+//! . ./.profile; orted ... )`: that exact wrapper is taken off and the command inside parsed
+//! (no shell runs, so no profile is read, as for a user without one). Anything a shell would do
 //! beyond this (pipes, redirections, `||`, `&`, `$(...)`, backquotes, globbing `$?`-style
 //! parameters, subshells) is refused with the construct named, so nothing runs that was not
 //! meant.
@@ -289,10 +292,22 @@ fn dollar(
     }
 }
 
+/// The command inside ORTE's `( test ! -r ./.profile || . ./.profile; COMMAND )`, if `src` is
+/// exactly that.
+fn orte_profile_wrapper(src: &str) -> Option<&str> {
+    src.trim()
+        .strip_prefix('(')?
+        .trim_start()
+        .strip_prefix("test ! -r ./.profile || . ./.profile;")?
+        .trim_end()
+        .strip_suffix(')')
+}
+
 /// Parses the remote command (ssh's arguments after the host, joined with spaces).
 pub fn parse(src: &str) -> Result<RemoteCommand, ShellError> {
     let mut out = RemoteCommand::default();
-    interpret(lex(src)?, &mut out, 0)?;
+    let inner = orte_profile_wrapper(src).unwrap_or(src);
+    interpret(lex(inner)?, &mut out, 0)?;
     if out.argv.is_empty() {
         return Err(ShellError::NoProgram(src.to_owned()));
     }
@@ -443,6 +458,35 @@ mod tests {
                 "--tree-spawn",
             ]
         );
+    }
+
+    #[test]
+    fn orte_rsh_launcher_command() {
+        // What Open MPI 4.1's rsh PLM sends for a user whose shell is sh (no tree spawn).
+        let src = "( test ! -r ./.profile || . ./.profile;  orted --daemonize -mca ess \"env\" -mca ess_base_jobid \"3099131904\" -mca ess_base_vpid 1 -mca orte_node_regex \"[4:469]b9c11d81,[2:10].255.255.1@0(2)\" -mca orte_hnp_uri \"3099131904.0;tcp://192.0.2.2:34807;tcp6://[fd00::2]:45793\" -mca plm \"rsh\" -mca plm_rsh_agent \"/opt/prrte-k8s/bin/prrte-k8s-rsh\" )";
+        let c = parse(src).unwrap();
+        assert!(c.env.is_empty());
+        assert_eq!(c.argv[0], "orted");
+        assert_eq!(c.argv[1], "--daemonize");
+        let regex = c.argv.iter().position(|a| a == "orte_node_regex").unwrap();
+        assert_eq!(c.argv[regex + 1], "[4:469]b9c11d81,[2:10].255.255.1@0(2)");
+        assert_eq!(c.argv[regex + 3], "orte_hnp_uri");
+        assert_eq!(
+            c.argv[regex + 4],
+            "3099131904.0;tcp://192.0.2.2:34807;tcp6://[fd00::2]:45793"
+        );
+        assert_eq!(c.argv.last().unwrap(), "/opt/prrte-k8s/bin/prrte-k8s-rsh");
+        // Only that exact wrapper: another subshell is still refused.
+        for bad in [
+            "( test ! -r ./.profile || . ./.evil; orted )",
+            "( orted )",
+            "( test ! -r ./.profile || . ./.profile; orted ) ; /bin/x",
+        ] {
+            assert!(
+                parse(bad).unwrap_err().to_string().contains("subshell"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -25,8 +25,38 @@ pub const PRTED: Setting = Setting {
     env: &["PRRTE_K8S_PRTED"],
     flag: "prted",
     value_name: "PATH",
+    default_doc: "the daemon of the MPI --mpi finds",
     help: "Absolute path of the prted executable; the only program this agent starts unless --exec-allow names others",
     kind: Kind::Path,
+    ..Setting::NONE
+};
+
+pub const MPI_CHOICES: &[&str] = &["auto", "openmpi", "mpich", "intel"];
+
+pub const MPI: Setting = Setting {
+    env: &["PRRTE_K8S_MPI"],
+    flag: "mpi",
+    value_name: "MPI",
+    default_doc: "auto when --prted is not given",
+    help: "The image's MPI, found in the pod at start: \"auto\" (Open MPI 5 on PRRTE, Open MPI 4, MPICH or Intel MPI, whichever the image has), \"openmpi\", \"mpich\" or \"intel\". The agent then finds the MPI's daemon itself (no --prted) and gives the batch command and the DVM head what that MPI needs: the k8s components for an Open MPI 5 on PRRTE 3.0.8, else prrte-k8s-rsh as its ssh and a hostfile of the job's pods",
+    kind: Kind::Choice(MPI_CHOICES),
+    ..Setting::NONE
+};
+
+pub const RUNTIME_DIR: Setting = Setting {
+    env: &["PRRTE_K8S_RUNTIME_DIR"],
+    flag: "runtime-dir",
+    value_name: "DIR",
+    default_doc: "the parent of the agent's own bin/ directory",
+    help: "The injected runtime --mpi uses: bin/prrte-k8s-rsh, lib/prte/ (the k8s components) and etc/prte-mca-params.conf",
+    kind: Kind::Path,
+    ..Setting::NONE
+};
+
+pub const DETECT_ONLY: Setting = Setting {
+    flag: "detect-only",
+    help: "Print which MPI --mpi finds in this image and what the agent would give its launcher, then exit (0 when one was found)",
+    kind: Kind::Bool,
     ..Setting::NONE
 };
 
@@ -294,6 +324,9 @@ pub const ALL: &[&Setting] = &[
     &LISTEN,
     &PORT,
     &PRTED,
+    &MPI,
+    &RUNTIME_DIR,
+    &DETECT_ONLY,
     &SECRET_FILE,
     &INSECURE_NO_AUTH,
     &HEALTH_LISTEN,

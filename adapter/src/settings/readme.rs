@@ -60,6 +60,9 @@ pub(crate) const AGENT_SITE: AgentTable = AgentTable {
     what: "agent options for site administrators",
     settings: &[
         &agent::PRTED,
+        &agent::MPI,
+        &agent::RUNTIME_DIR,
+        &agent::DETECT_ONLY,
         &agent::LISTEN,
         &agent::PORT,
         &agent::HEALTH_LISTEN,

@@ -57,18 +57,18 @@ fn defaults_follow_pod_ip() {
 fn refuses_bad_prted_and_missing_secret() {
     let d = setup();
     let mut a = args(d.path(), &[]);
-    a.prted = PathBuf::from("prted");
+    a.prted = Some(PathBuf::from("prted"));
     assert!(matches!(
         AgentConfig::from_args(&a, |_| None),
         Err(ConfigError::PrtedNotAbsolute(_))
     ));
     std::fs::write(d.path().join("noexec"), "x").unwrap();
-    a.prted = d.path().join("noexec");
+    a.prted = Some(d.path().join("noexec"));
     let e = AgentConfig::from_args(&a, |_| None)
         .unwrap_err()
         .to_string();
     assert!(e.contains("not executable"), "{e}");
-    a.prted = d.path().to_owned();
+    a.prted = Some(d.path().to_owned());
     let e = AgentConfig::from_args(&a, |_| None)
         .unwrap_err()
         .to_string();
