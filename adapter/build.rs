@@ -6,6 +6,11 @@
 //! reads (and keeps resident) at every start. Needs GNU ld >= 2.38 or lld to link and glibc >=
 //! 2.36 to run (Debian 12 and the images' base have both); `PRRTE_K8S_NO_RELR=1` turns it off.
 //! The cdylib PRRTE loads is not affected.
+//!
+//! The static builds for the injected runtime (`--target x86_64-unknown-linux-musl`: static-pie,
+//! no program interpreter, they run in any image) keep the plain relocations: there the
+//! executable relocates itself with musl's static-pie start-up code, which knows DT_RELR only
+//! since musl 1.2.4 (Debian 12's musl-tools have 1.2.3), so the flag stays glibc-only.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

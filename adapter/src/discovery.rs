@@ -14,6 +14,7 @@ pub mod api;
 pub mod client;
 pub mod error;
 pub mod infer;
+pub mod keys;
 pub mod list;
 pub mod names;
 pub mod order;
@@ -38,6 +39,7 @@ pub use allocation::{build_nodes, Allocation, PodNode};
 pub use error::{DiscoveryError, ErrorKind, PODS_RULE};
 pub use infer::{SelfIdentity, SelfNameSource};
 pub use progress::Progress;
+pub use selector::SelectorError;
 pub use slots::{
     ParseSlotsPolicyError, SlotsPolicy, DEPRECATED_SLOTS_ANNOTATION, SLOTS_ANNOTATION,
 };
@@ -50,7 +52,7 @@ use readiness::{classify, PodReadiness};
 
 /// Default bound of a discovery call: the default of `ras_k8s_timeout` (and so of
 /// `prrte-k8s pods --timeout`).
-pub const DEFAULT_TIMEOUT: Duration =
+pub(crate) const DEFAULT_TIMEOUT: Duration =
     Duration::from_secs(crate::settings::mca::TIMEOUT.default_u64());
 
 /// What to discover and how (the `ras_k8s_*` MCA parameters).
@@ -187,7 +189,7 @@ fn invalid(param: &str, value: impl ToString, reason: impl ToString) -> Discover
 }
 
 /// Checks the parts of the configuration that need no cluster; returns the explicit selector.
-pub fn validate_config(cfg: &DiscoveryConfig) -> Result<Option<String>, DiscoveryError> {
+pub(crate) fn validate_config(cfg: &DiscoveryConfig) -> Result<Option<String>, DiscoveryError> {
     mca::TIMEOUT.check_duration(cfg.timeout)?;
     if cfg.expected_pods == Some(0) {
         return Err(invalid(

@@ -3,9 +3,27 @@
 //! Everything here is plain safe Rust and testable without PRRTE: pod discovery for the RAS
 //! component, the in-pod agent and its wire protocol, and the launcher side the PLM component
 //! drives. The `cabi` crate wraps this for PRRTE.
+//!
+//! Who uses what (everything else is `pub(crate)`, or public only because a public item's
+//! signature names it; the integration tests in `adapter/tests` also reach the agent's and the
+//! protocol's parts):
+//! - `cabi` (`prte_mca_ras_k8s.so`, `prte_mca_plm_k8s.so`): [`discovery`] (`discover`,
+//!   `DiscoveryConfig`, `Allocation`, `DiscoveryError`), [`launch`] (the round state machine
+//!   [`launch::rounds`], `Launcher`, [`launch::targets`]' pod table, [`launch::prted_args`],
+//!   [`launch::settings`]), [`settings::mca`] (the MCA parameter tables it registers) and
+//!   [`protocol::DEFAULT_SECRET_FILE`].
+//! - `prrte-k8s-agent`: [`agent`] (`AgentArgs`, `AgentConfig`, `ExecPolicy`,
+//!   `run_until_signalled_with_exec`), [`runtime`],
+//!   [`settings`].
+//! - `prrte-k8s-rsh`: [`rsh::main`], [`runtime`].
+//! - `prrte-k8s` (pods, hostfile, manifest, doctor, prun and the PRRTE tools): [`discovery`],
+//!   [`hostfile`], [`manifest`], [`launch::ping_agent`], [`protocol`] (the secret file, the DVM
+//!   URI's check), [`settings`], [`runtime`].
+//! - [`text`] makes peers' text safe to log, for all of them.
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod bundle;
 pub mod discovery;
 pub mod hostfile;
 pub mod launch;

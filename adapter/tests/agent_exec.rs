@@ -10,9 +10,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use agent_support::{alive, all_gone, wait_for, AgentProc, TestDir, WAIT};
+use agent_support::{alive, all_gone, wait_for, AgentProc, RawClient, TestDir, STEP, WAIT};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use prrte_k8s::protocol::{exec::encode_data, send_frame, Reply, Request};
 
 const RSH: &str = env!("CARGO_BIN_EXE_prrte-k8s-rsh");
 
@@ -22,12 +23,16 @@ const PROG: &str = r#"#!/bin/sh
 d='@DIR@'
 echo $$ > "$d/prog.tmp"; mv "$d/prog.tmp" "$d/prog.pid"
 case "$1" in
-  --io) echo "out $2 FOO=$FOO PRE=$LD_PRELOAD PWD=$(pwd)"; echo "err line" >&2; cat; exit "$3" ;;
+  --io) echo "out $2 PFX=$PRTE_PREFIX PWD=$(pwd)"; echo "err line" >&2; cat; exit "$3" ;;
   --wait) sleep 1000 & echo $! > "$d/sleep.tmp"; mv "$d/sleep.tmp" "$d/sleep.pid"; wait ;;
 esac
 "#;
 
 fn setup(allow: bool) -> (TestDir, AgentProc, String) {
+    setup_with(allow, &[])
+}
+
+fn setup_with(allow: bool, more: &[&str]) -> (TestDir, AgentProc, String) {
     let td = TestDir::new();
     let prog = td.path("prog");
     std::fs::write(
@@ -37,11 +42,12 @@ fn setup(allow: bool) -> (TestDir, AgentProc, String) {
     .unwrap();
     std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
     let prog = prog.display().to_string();
-    let extra: Vec<&str> = if allow {
+    let mut extra: Vec<&str> = if allow {
         vec!["--exec-allow", prog.as_str()]
     } else {
         vec![]
     };
+    extra.extend(more);
     let agent = AgentProc::spawn(&td, &extra);
     (td, agent, prog)
 }
@@ -118,12 +124,15 @@ fn a_program_not_on_the_allowlist_is_refused_and_nothing_starts() {
 fn output_stdin_environment_and_exit_status_travel() {
     let (td, agent, prog) = setup(true);
     let cwd = td.dir.path().display().to_string();
-    // As a launcher sends it: one shell-quoted string with prefixes.
-    let remote = format!("cd {cwd} && FOO='a b' exec '{prog}' --io \"hello world\" 7");
+    // As a launcher sends it: one shell-quoted string with prefixes (an installation prefix
+    // is taken when it is the program's own; a search path never).
+    let remote = format!(
+        "cd {cwd} && PRTE_PREFIX='{cwd}' LD_LIBRARY_PATH=/x:$LD_LIBRARY_PATH exec '{prog}' --io \"hello world\" 7"
+    );
     let o = run(rsh(&td, &agent, &["-x", "-n", "127.0.0.1", &remote]), b"");
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert_eq!(o.status.code(), Some(7), "{out}{err}");
-    assert_eq!(out, format!("out hello world FOO=a b PRE= PWD={cwd}\n"));
+    assert_eq!(out, format!("out hello world PFX={cwd} PWD={cwd}\n"));
     assert_eq!(err, "err line\n");
     // stdin is forwarded until its end.
     let o = run(
@@ -136,22 +145,26 @@ fn output_stdin_environment_and_exit_status_travel() {
         "{}",
         text(&o.stdout)
     );
-    // Code-loading variables are refused with the reason; nothing starts.
+    // Any other variable is refused with the reason; nothing starts.
     std::fs::remove_file(td.path("prog.pid")).unwrap();
-    let o = run(
-        rsh(
-            &td,
-            &agent,
-            &["127.0.0.1", "LD_PRELOAD=/x.so", &prog, "--io", "x", "0"],
-        ),
-        b"",
-    );
-    assert_eq!(o.status.code(), Some(255));
-    assert!(
-        text(&o.stderr).contains("LD_PRELOAD"),
-        "{}",
-        text(&o.stderr)
-    );
+    for var in [
+        "LD_PRELOAD=/x.so",
+        "FOO=1",
+        "HOME=/tmp",
+        "PRTE_SYSCONFDIR=/tmp",
+    ] {
+        let o = run(
+            rsh(&td, &agent, &["127.0.0.1", var, &prog, "--io", "x", "0"]),
+            b"",
+        );
+        assert_eq!(o.status.code(), Some(255));
+        let name = var.split('=').next().unwrap();
+        assert!(
+            text(&o.stderr).contains(name) && text(&o.stderr).contains("not allowed"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
     assert!(!td.path("prog.pid").exists());
 }
 
@@ -199,4 +212,83 @@ fn killing_the_client_kills_the_remote_process_group() {
         .any(|l| l.contains("the client went away"))
         .then_some(()))
     .is_some());
+}
+
+/// Starts `prog --wait` (which never reads its stdin) through a raw exec request with stdin.
+async fn exec_waiting(agent: &AgentProc, td: &TestDir, prog: &str) -> RawClient {
+    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+        .await
+        .unwrap();
+    let reply = c
+        .request(&Request::Exec {
+            argv: vec![prog.into(), "--wait".into()],
+            env: vec![],
+            cwd: None,
+            stdin: true,
+        })
+        .await;
+    assert!(matches!(reply, Reply::Started { .. }), "{reply:?}");
+    c
+}
+
+/// A client pushes 100 × 32 KiB of stdin to a program that never reads it, then goes away: its
+/// program is stopped within the kill grace (1 s here) all the same, and its --max-exec place
+/// is free again. (Before, the connection's loop waited on the full stdin queue, saw neither
+/// the end of the connection nor a kill, and the program ran on holding its place.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_floods_stdin_and_goes_away_takes_its_program_along() {
+    let (td, agent, prog) = setup_with(true, &["--max-exec", "1"]);
+    let mut c = exec_waiting(&agent, &td, &prog).await;
+    let (prog_pid, sleep_pid) = (td.wait_pid("prog.pid"), td.wait_pid("sleep.pid"));
+    let chunk = encode_data(&[b'x'; 32 * 1024]);
+    let push = async {
+        for _ in 0..100 {
+            let frame = c.session.seal(&Request::Stdin {
+                data: chunk.clone(),
+            });
+            if send_frame(&mut c.conn, frame, STEP).await.is_err() {
+                break;
+            }
+        }
+    };
+    // The agent may end the exec (stdin overrun) before the last frame: sends may fail then.
+    let _ = tokio::time::timeout(Duration::from_secs(10), push).await;
+    let gone_at = std::time::Instant::now();
+    drop(c);
+    assert!(
+        all_gone(&[prog_pid, sleep_pid], Duration::from_secs(4)),
+        "the program outlived its client by {:?}",
+        gone_at.elapsed()
+    );
+    // Its place is free: the next exec starts.
+    std::fs::remove_file(td.path("sleep.pid")).unwrap();
+    let c = exec_waiting(&agent, &td, &prog).await;
+    let next = td.wait_pid("sleep.pid");
+    drop(c);
+    assert!(all_gone(&[next], WAIT));
+}
+
+/// A program that does not read stdin while its client sends a little: the client's `kill`
+/// still gets through at once.
+#[tokio::test]
+async fn kill_gets_through_while_stdin_waits() {
+    let (td, agent, prog) = setup(true);
+    let mut c = exec_waiting(&agent, &td, &prog).await;
+    let sleep_pid = td.wait_pid("sleep.pid");
+    let chunk = encode_data(&[b'y'; 32 * 1024]);
+    for _ in 0..8 {
+        c.send(&Request::Stdin {
+            data: chunk.clone(),
+        })
+        .await;
+    }
+    c.send(&Request::Kill { grace_ms: None }).await;
+    let reply = loop {
+        match c.recv(STEP).await.unwrap() {
+            Reply::Output { .. } => continue,
+            other => break other,
+        }
+    };
+    assert!(matches!(reply, Reply::Exited { .. }), "{reply:?}");
+    assert!(!alive(sleep_pid) || all_gone(&[sleep_pid], WAIT));
 }

@@ -373,7 +373,7 @@ async fn simultaneous_launches_start_one_prted() {
     }
     assert_eq!(started.len(), 1, "{started:?}");
     assert_eq!(refused, 7);
-    assert_eq!(td.launches(), 1);
+    assert_eq!(td.wait_launches(1), 1);
     drop(keep);
     assert_idle(agent.addr, &td.secret).await;
 }
@@ -389,7 +389,7 @@ async fn code_loading_launch_parameters_are_refused() {
         .unwrap();
     let env = |k: &str| -> Request {
         Request::Launch {
-            argv: vec!["--sleep".into()],
+            argv: mode_args("sleep"),
             env: [(k.to_string(), "/tmp/evil".to_string())]
                 .into_iter()
                 .collect(),
@@ -505,4 +505,61 @@ async fn a_dvm_uri_file_the_agent_did_not_write_is_not_removed() {
         std::fs::read_to_string(&file).unwrap(),
         "someone-else@0.0;tcp4://127.0.0.1:9999\n"
     );
+}
+
+/// Connections whose handshake fails keep their place among the pending ones while the agent
+/// lingers on them (reading what they still send, for up to 1 s): failed handshakes one after
+/// another, each still sending, make the agent drop the oldest at the cap (4 here), as any
+/// pending connections do, and its descriptors stay within the cap. (Before, a failed
+/// handshake left the table at once and lingered outside it: no cap ever applied.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_handshakes_stay_within_the_pending_caps_while_they_linger() {
+    let td = TestDir::new();
+    let agent = AgentProc::spawn(&td, &["--max-pending", "4", "--max-pending-per-peer", "4"]);
+    assert_idle(agent.addr, &td.secret).await;
+    let baseline = wait_for(WAIT, || {
+        let n = fd_count(agent.pid());
+        std::thread::sleep(Duration::from_millis(200));
+        (fd_count(agent.pid()) == n).then_some(n)
+    })
+    .unwrap();
+    let mut senders = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let (conn, _) = challenge(agent.addr).await;
+        let mut conn = conn;
+        // Not a response: the handshake fails, the agent says so and lingers.
+        send_frame(&mut conn, b"hello".to_vec(), STEP)
+            .await
+            .unwrap();
+        assert!(handshake_answer(&mut conn).await.is_err());
+        let mut s = conn.into_inner();
+        senders.spawn(async move {
+            for _ in 0..200 {
+                if s.write_all(b"more").await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+    }
+    let dropped = agent.wait_log(WAIT, |v| {
+        v["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("too many unauthenticated connections"))
+    });
+    assert!(
+        dropped.is_some(),
+        "lingering connections were never counted"
+    );
+    let settled = wait_for(WAIT, || {
+        (fd_count(agent.pid()) <= baseline + 4 + 1).then_some(())
+    });
+    assert!(
+        settled.is_some(),
+        "{} descriptors while failed handshakes linger (baseline {baseline}, cap 4)",
+        fd_count(agent.pid())
+    );
+    senders.abort_all();
+    while senders.join_next().await.is_some() {}
+    assert_idle(agent.addr, &td.secret).await;
 }

@@ -22,6 +22,7 @@ fn opts(secret: Option<&[u8]>) -> LaunchOptions {
         connect_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(10),
         kill_grace: Duration::from_secs(2),
+        heartbeat: Default::default(),
     }
 }
 
@@ -35,7 +36,7 @@ fn target(id: u32, addr: SocketAddr) -> LaunchTarget {
 
 fn request(args: &[&str]) -> LaunchRequest {
     LaunchRequest {
-        argv: args.iter().map(|s| s.to_string()).collect(),
+        argv: launch_args(args),
         env: vec![],
         dvm_uri: None,
     }
@@ -121,7 +122,7 @@ fn argv_and_env_arrive_exactly() {
         &args,
         &[
             ("PRTE_MCA_site_default", "from-pod-spec"),
-            ("PRTE_MCA_overridden", "pod"),
+            ("PRTE_MCA_odls_base_num_threads", "4"),
             ("AGENT_ONLY_SECRET", "must-not-leak"),
             ("SITE_EXTRA", "passed"),
             ("LANG", "C.UTF-8"),
@@ -129,34 +130,39 @@ fn argv_and_env_arrive_exactly() {
     )
     .unwrap();
 
-    let argv: Vec<String> = [
-        "--exit",
-        "0",
-        "--prtemca",
-        "ess_base_jobid",
-        "1234",
-        "with space",
-        "quote\"s and 'single'",
-        "",
-        "ünïcödé",
-        "new\nline",
-        "$HOME;`id`",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    // What a launcher may send, of every kind: flags, MCA pairs of both projects, values
+    // with the punctuation their shapes admit.
+    let mut argv = launch_args(&["--exit", "0"]);
+    argv.extend(
+        [
+            "--debug-daemons",
+            "--prtemca",
+            "rmaps_default_mapping_policy",
+            "ppr:2:node:PE=2",
+            "--pmixmca",
+            "ptl_base_if_include",
+            "10.0.0.0/24,eth0",
+            "--prtemca",
+            "oob_tcp_dynamic_ipv4_ports",
+            "7121,7200-7299",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
     let env = vec![
         (
             "PRTE_MCA_odls_base_max_threads".to_string(),
             "0".to_string(),
         ),
-        ("PMIX_MCA_x".to_string(), "a=b=c".to_string()),
         (
-            "OMPI_MCA_y".to_string(),
-            "multi\nline value with spaces".to_string(),
+            "PMIX_MCA_ptl_base_if_include".to_string(),
+            "eth0,lo".to_string(),
         ),
-        ("PRTE_MCA_overridden".to_string(), "request".to_string()),
-        ("PRTE_MCA_empty".to_string(), String::new()),
+        ("OMPI_MCA_btl".to_string(), "^openib,self,tcp".to_string()),
+        (
+            "PRTE_MCA_odls_base_num_threads".to_string(),
+            "2".to_string(),
+        ),
     ];
     let (launcher, rx) = start(
         vec![(
@@ -189,7 +195,10 @@ fn argv_and_env_arrive_exactly() {
     }
     assert_eq!(got["TMPDIR"], tmp_arg);
     assert_eq!(got["PRTE_MCA_site_default"], "from-pod-spec");
-    assert_eq!(got["PRTE_MCA_overridden"], "request");
+    assert_eq!(
+        got["PRTE_MCA_odls_base_num_threads"], "2",
+        "the request's value wins"
+    );
     assert_eq!(got["SITE_EXTRA"], "passed");
     assert_eq!(got["LANG"], "C.UTF-8");
     assert!(got.contains_key("PATH") && got.contains_key("HOME"));

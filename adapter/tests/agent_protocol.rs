@@ -128,7 +128,7 @@ async fn frame_replayed_from_an_earlier_session_is_refused() {
         .await
         .unwrap();
     let captured = s1
-        .send_text(r#"{"v":1,"type":"launch","argv":["--exit","0"]}"#)
+        .send_text(r#"{"v":1,"type":"launch","argv":["--prtemca","ess_base_nspace","exit-0"]}"#)
         .await;
     assert!(matches!(
         s1.recv(STEP).await.unwrap(),
@@ -206,7 +206,7 @@ async fn frames_replayed_or_forged_within_a_session_are_refused() {
     };
     let swapped = Plain::Sealed {
         seq,
-        body: r#"{"v":1,"type":"launch","argv":["--sleep"]}"#.into(),
+        body: r#"{"v":1,"type":"launch","argv":["--prtemca","ess_base_nspace","sleep"]}"#.into(),
         mac,
     };
     c.send_body(encode_message(&swapped)).await;
@@ -217,8 +217,10 @@ async fn frames_replayed_or_forged_within_a_session_are_refused() {
     let mut c = RawClient::connect(agent.addr, Some(&td.secret))
         .await
         .unwrap();
-    c.send_body(br#"{"v":1,"type":"launch","argv":["--sleep"]}"#.to_vec())
-        .await;
+    c.send_body(
+        br#"{"v":1,"type":"launch","argv":["--prtemca","ess_base_nspace","sleep"]}"#.to_vec(),
+    )
+    .await;
     match c.recv(STEP).await.unwrap() {
         Reply::Error { reason } => assert!(reason.contains("expected a sealed frame"), "{reason}"),
         other => panic!("unexpected {other:?}"),
@@ -343,23 +345,23 @@ async fn disallowed_env_unknown_fields_and_executables_are_refused() {
         .unwrap();
     let cases: &[(&str, &str)] = &[
         (
-            r#"{"v":1,"type":"launch","argv":["--sleep"],"env":{"PRTE_OK":"1","LD_PRELOAD":"/x.so"}}"#,
+            r#"{"v":1,"type":"launch","argv":["--prtemca","ess_base_nspace","sleep"],"env":{"PRTE_OK":"1","LD_PRELOAD":"/x.so"}}"#,
             "`LD_PRELOAD`",
         ),
         (
-            r#"{"v":1,"type":"launch","argv":["--sleep"],"env":{"PATH":"/evil"}}"#,
+            r#"{"v":1,"type":"launch","argv":["--prtemca","ess_base_nspace","sleep"],"env":{"PATH":"/evil"}}"#,
             "`PATH`",
         ),
         (
-            r#"{"v":1,"type":"launch","argv":["--sleep"],"env":{"PRTE_X":"a\u0000b"}}"#,
+            r#"{"v":1,"type":"launch","argv":["--prtemca","ess_base_nspace","sleep"],"env":{"PRTE_X":"a\u0000b"}}"#,
             "PRTE_X",
         ),
         (
-            r#"{"v":1,"type":"launch","argv":["--sleep"],"executable":"/bin/sh"}"#,
+            r#"{"v":1,"type":"launch","argv":["--prtemca","ess_base_nspace","sleep"],"executable":"/bin/sh"}"#,
             "cannot name an executable (field `executable`)",
         ),
         (
-            r#"{"v":1,"type":"launch","argv":["--sleep"],"program":"/bin/sh"}"#,
+            r#"{"v":1,"type":"launch","argv":["--prtemca","ess_base_nspace","sleep"],"program":"/bin/sh"}"#,
             "field `program`",
         ),
         (
@@ -367,11 +369,11 @@ async fn disallowed_env_unknown_fields_and_executables_are_refused() {
             "looks like an executable",
         ),
         (
-            r#"{"v":1,"type":"launch","argv":["--sleep"],"cwd":"/"}"#,
+            r#"{"v":1,"type":"launch","argv":["--prtemca","ess_base_nspace","sleep"],"cwd":"/"}"#,
             "unknown field `cwd`",
         ),
         (
-            r#"{"v":1,"type":"shell","argv":["--sleep"]}"#,
+            r#"{"v":1,"type":"shell","argv":["--prtemca","ess_base_nspace","sleep"]}"#,
             "unknown variant `shell`",
         ),
         (r#"{"v":2,"type":"ping"}"#, "unsupported protocol version"),
@@ -432,7 +434,7 @@ async fn second_launch_while_one_runs_is_refused() {
         }
         other => panic!("unexpected {other:?}"),
     }
-    assert_eq!(td.launches(), 1);
+    assert_eq!(td.wait_launches(1), 1);
 
     // kill: TERM to the group, then `exited` once everything is gone.
     let child = td.wait_pid("child.pid");

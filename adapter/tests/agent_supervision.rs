@@ -13,9 +13,11 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use prrte_k8s::protocol::{Reply, Request};
 
-/// `$1`: `wait` (the main process stays, like prted's parent waiting for its daemon) or `exit`
-/// (the main process exits as soon as the daemon runs). The daemon is `sleep 1000` in a new
-/// session whose leader (the intermediate process) has exited; its pid goes to `daemon.pid`.
+/// The mode (given as the namespace, as for the fake prted of `agent_support`): `wait` (the
+/// main process stays, like prted's parent waiting for its daemon) or `exit` (the main process
+/// exits as soon as the daemon runs). The daemon is `sleep 1000` in a new session whose leader
+/// (the intermediate process) has exited; its pid goes to `daemon.pid`. Pid files are written
+/// aside and renamed, so a reader never sees one half written.
 const DAEMONIZING_PRTED: &str = r#"#!/bin/sh
 d='@DIR@'
 echo $$ >> "$d/launches"
@@ -31,8 +33,10 @@ perl -MPOSIX -e '
   exec "sleep", "1000";
 ' "$d"
 while [ ! -s "$d/daemon.pid" ]; do sleep 0.01; done
-echo $$ > "$d/main.pid"
-case "$1" in
+echo $$ > "$d/main.tmp"; mv "$d/main.tmp" "$d/main.pid"
+mode=wait; prev=
+for a in "$@"; do [ "$prev" = ess_base_nspace ] && mode=$a; prev=$a; done
+case "$mode" in
   exit) exit 0 ;;
   *) exec sleep 1000 ;;
 esac
@@ -216,10 +220,15 @@ async fn prted_is_told_to_stay_in_the_session() {
         vec!["--exit", "0", "--prtemca", "ess", "env"],
         vec!["--exit", "0", "--leave-session-attached"],
     ] {
-        assert!(matches!(
-            c.request(&launch(&argv)).await,
-            Reply::Started { .. }
-        ));
+        let argv = launch_args(&argv);
+        let reply = c
+            .request(&Request::Launch {
+                argv: argv.clone(),
+                env: Default::default(),
+                dvm_uri: None,
+            })
+            .await;
+        assert!(matches!(reply, Reply::Started { .. }), "{reply:?}");
         assert!(matches!(c.recv(WAIT).await.unwrap(), Reply::Exited { .. }));
         let got = td.argv();
         assert_eq!(
@@ -348,4 +357,90 @@ async fn an_agent_removes_empty_launch_cgroups_a_killed_agent_left() {
         "(stale removed, foreign kept, young kept) for {}",
         left.display()
     );
+}
+
+/// A process of the launch that moves itself into the agent's own cgroup (which the pod's
+/// user may write), leaves the session (`setsid`, then forks again so it is reparented to the
+/// agent) and has no PMIx namespace: in cgroup mode too the agent finds it by its place in the
+/// process tree and stops it with the launch.
+const ESCAPING_PRTED: &str = r#"#!/bin/sh
+d='@DIR@'
+echo $$ >> "$d/launches"
+perl -MPOSIX -e '
+  my $d = shift;
+  exit 0 if fork();
+  open(my $t, "<", "$d/escape-to") or die "escape-to: $!";
+  my $to = <$t>; chomp $to; close $t;
+  open(my $p, ">", "$to/cgroup.procs") or die "cgroup.procs: $!";
+  print $p "$$\n"; close $p or die "moving: $!";
+  POSIX::setsid() or die "setsid: $!";
+  exit 0 if fork();
+  delete $ENV{PMIX_NAMESPACE};
+  open(my $f, ">", "$d/escaped.tmp") or die; print $f "$$\n"; close $f;
+  rename("$d/escaped.tmp", "$d/escaped.pid");
+  open(STDOUT, ">/dev/null"); open(STDERR, ">/dev/null");
+  exec "sleep", "1000";
+' "$d"
+exec sleep 1000
+"#;
+
+#[tokio::test]
+async fn a_process_that_moves_to_the_agents_cgroup_is_stopped_with_the_launch() {
+    let td = TestDir::new();
+    std::fs::write(
+        &td.prted,
+        ESCAPING_PRTED.replace("@DIR@", td.dir.path().to_str().unwrap()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&td.prted, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let agent = AgentProc::spawn(&td, &[]);
+    let chosen = agent
+        .wait_log(WAIT, |v| {
+            v["message"].as_str().is_some_and(|m| m.contains("tracked"))
+        })
+        .expect("the agent logs how it tracks descendants");
+    let Some(base) = chosen["cgroup"].as_str().map(str::to_owned) else {
+        eprintln!("no writable cgroup here ({chosen}); nothing to check");
+        return;
+    };
+    std::fs::write(td.path("escape-to"), format!("{base}\n")).unwrap();
+    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+        .await
+        .unwrap();
+    let reply = c.request(&launch(&["wait"])).await;
+    assert!(matches!(reply, Reply::Started { .. }), "{reply:?}");
+    let escaped = td.wait_pid("escaped.pid");
+    let guard = KillOnDrop(escaped);
+    let cg = std::fs::read_to_string(format!("/proc/{escaped}/cgroup")).unwrap();
+    assert!(
+        !cg.contains("prrte-k8s-"),
+        "it left the launch's cgroup: {cg}"
+    );
+    let s = wait_for(WAIT, || stat(escaped).filter(|s| s.ppid == agent.pid()))
+        .expect("reparented to the agent");
+    let agents = stat(agent.pid()).unwrap();
+    assert_ne!(s.session, agents.session, "it left the agent's session");
+    let reply = c
+        .request(&Request::Kill {
+            grace_ms: Some(500),
+        })
+        .await;
+    assert!(matches!(reply, Reply::Exited { .. }), "{reply:?}");
+    assert!(
+        !running(escaped),
+        "the process that left the launch's cgroup outlived `kill`: {}",
+        cmdline(escaped)
+    );
+    drop(guard);
+}
+
+/// Kills a `sleep 1000` of a test (only if it still is one) when dropped.
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if cmdline(self.0).starts_with("sleep 1000") {
+            let _ = kill(Pid::from_raw(self.0), Signal::SIGKILL);
+        }
+    }
 }

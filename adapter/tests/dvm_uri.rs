@@ -27,6 +27,7 @@ fn opts(secret: &[u8]) -> LaunchOptions {
         connect_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(10),
         kill_grace: Duration::from_secs(2),
+        heartbeat: Default::default(),
     }
 }
 
@@ -50,7 +51,7 @@ fn agent_publishes_the_uri_while_prted_runs() {
         vec![(
             target(agent.addr),
             LaunchRequest {
-                argv: vec!["--sleep".into()],
+                argv: mode_args("sleep"),
                 env: vec![],
                 dvm_uri: Some(URI.into()),
             },
@@ -120,7 +121,8 @@ fn ping_authenticates_both_ways() {
             .unwrap();
         let e = ping_agent(&target(agent.addr), &opts(b"another secret"))
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("authentication failed") && e.contains("job-worker-1"),
             "{e}"
@@ -130,7 +132,8 @@ fn ping_authenticates_both_ways() {
         drop(closed);
         let e = ping_agent(&target(addr), &opts(&td.secret))
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("cannot reach"), "{e}");
     });
     assert_eq!(td.launches(), 0, "a ping starts nothing");

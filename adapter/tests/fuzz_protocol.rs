@@ -226,7 +226,7 @@ fn exercise(data: &[u8]) {
             assert_eq!(decode_request(&again).unwrap(), req);
             if let Request::Launch { argv, env, dvm_uri } = &req {
                 let ok = validate_launch(argv, env).is_ok();
-                let _ = policy::check_launch(argv, env);
+                let _ = policy::check_launch(argv, env, launcher());
                 if let Some(uri) = dvm_uri {
                     if validate_dvm_uri(uri).is_ok() {
                         let _ = policy::check_dvm_uri_host(uri, "10.0.0.5".parse().unwrap());
@@ -257,15 +257,20 @@ fn exercise(data: &[u8]) {
     let _ = validate_dvm_uri(&text);
     let pieces: Vec<String> = text.split(' ').map(str::to_owned).collect();
     let _ = validate_launch(&pieces, &BTreeMap::new());
-    let _ = policy::check_launch(&pieces, &BTreeMap::new());
+    let _ = policy::check_launch(&pieces, &BTreeMap::new(), launcher());
     let env: BTreeMap<String, String> = pieces
         .chunks(2)
         .map(|c| (c[0].clone(), c.get(1).cloned().unwrap_or_default()))
         .collect();
     let _ = validate_launch(&[], &env);
-    let _ = policy::check_launch(&[], &env);
+    let _ = policy::check_launch(&[], &env, launcher());
     let p = prrte_k8s::text::echo(&text);
     assert!(!p.chars().any(|c| c.is_control()));
+}
+
+/// The launcher's address in the seed corpus (its HNP URI's).
+fn launcher() -> std::net::IpAddr {
+    "10.0.0.2".parse().unwrap()
 }
 
 #[test]
@@ -286,7 +291,7 @@ fn the_seed_corpus_parses_as_expected() {
         Ok(Plain::Challenge { .. })
     ));
     if let Ok(Request::Launch { argv, env, .. }) = decode_request(&read("launch.json")) {
-        assert_eq!(policy::check_launch(&argv, &env), Ok(()));
+        assert_eq!(policy::check_launch(&argv, &env, launcher()), Ok(argv));
     }
 }
 

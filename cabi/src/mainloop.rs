@@ -24,14 +24,26 @@ static MAILBOX: OnceLock<Mailbox> = OnceLock::new();
 /// The libevent event (as an address) while registered; 0 when not.
 static EVENT: AtomicUsize = AtomicUsize::new(0);
 
-fn mailbox() -> Result<&'static Mailbox, String> {
+/// Why the wake-up event cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum MainloopError {
+    #[error("cannot create the wake-up socket pair: {0}")]
+    SocketPair(#[source] std::io::Error),
+    #[error("{0}")]
+    Nonblocking(#[source] std::io::Error),
+    #[error("cannot register an event on PRRTE's event base")]
+    Event,
+}
+
+fn mailbox() -> Result<&'static Mailbox, MainloopError> {
     if let Some(m) = MAILBOX.get() {
         return Ok(m);
     }
-    let (tx, rx) =
-        UnixStream::pair().map_err(|e| format!("cannot create the wake-up socket pair: {e}"))?;
-    tx.set_nonblocking(true).map_err(|e| e.to_string())?;
-    rx.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let (tx, rx) = UnixStream::pair().map_err(MainloopError::SocketPair)?;
+    tx.set_nonblocking(true)
+        .map_err(MainloopError::Nonblocking)?;
+    rx.set_nonblocking(true)
+        .map_err(MainloopError::Nonblocking)?;
     let _ = MAILBOX.set(Mailbox {
         queue: Mutex::new(VecDeque::new()),
         tx,
@@ -41,7 +53,7 @@ fn mailbox() -> Result<&'static Mailbox, String> {
 }
 
 /// Register the wake-up event on PRRTE's event base. Main thread only; idempotent.
-pub fn ensure() -> Result<(), String> {
+pub fn ensure() -> Result<(), MainloopError> {
     let m = mailbox()?;
     if EVENT.load(Ordering::Acquire) != 0 {
         return Ok(());
@@ -56,7 +68,7 @@ pub fn ensure() -> Result<(), String> {
         )
     };
     if ev.is_null() {
-        return Err("cannot register an event on PRRTE's event base".into());
+        return Err(MainloopError::Event);
     }
     EVENT.store(ev as usize, Ordering::Release);
     Ok(())

@@ -78,7 +78,7 @@ pub static RAS_PARAMS: [Param<RasParams>; 10] = [
 ];
 
 /// The `plm_k8s_*` parameters.
-pub static PLM_PARAMS: [Param<PlmParams>; 6] = [
+pub static PLM_PARAMS: [Param<PlmParams>; 8] = [
     Param {
         setting: &mca::SECRET_FILE,
         field: Field::Str(|p| &mut p.secret_file),
@@ -94,6 +94,14 @@ pub static PLM_PARAMS: [Param<PlmParams>; 6] = [
     Param {
         setting: &mca::CONNECT_TIMEOUT,
         field: Field::Int(|p| &mut p.connect_timeout),
+    },
+    Param {
+        setting: &mca::HEARTBEAT_INTERVAL,
+        field: Field::Int(|p| &mut p.heartbeat_interval),
+    },
+    Param {
+        setting: &mca::HEARTBEAT_MISSES,
+        field: Field::Int(|p| &mut p.heartbeat_misses),
     },
     Param {
         setting: &mca::INSECURE,

@@ -112,28 +112,51 @@ pub fn running() -> (Option<String>, Option<String>) {
     (prrte, pmix)
 }
 
-/// Compare what we were built for with what runs; the error is the one line to print.
-pub fn check(built: &Versions, running: &(Option<String>, Option<String>)) -> Result<(), String> {
+/// The PRRTE or PMIx that runs is not the one the components were built for; displays as the
+/// one line to print.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "prrte-k8s: the k8s components (ras, plm) were built for PRRTE {} with PMIx {} but this is \
+     PRRTE {} with PMIx {}; they are not used (PRRTE continues with its other components); \
+     rebuild prrte-k8s against this PRRTE (prrte-config/README.md)",
+    built.prrte,
+    built.pmix,
+    shown(prrte),
+    shown(pmix)
+)]
+pub struct VersionMismatch {
+    pub built: Versions,
+    /// The running PRRTE's version, if it could be read.
+    pub prrte: Option<String>,
+    /// The running PMIx's major.minor, if it could be read.
+    pub pmix: Option<String>,
+}
+
+fn shown(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or("unknown")
+}
+
+/// Compare what we were built for with what runs.
+pub fn check(
+    built: &Versions,
+    running: &(Option<String>, Option<String>),
+) -> Result<(), VersionMismatch> {
     let (prrte, pmix) = running;
     if prrte.as_deref() == Some(built.prrte.as_str())
         && pmix.as_deref() == Some(built.pmix.as_str())
     {
         return Ok(());
     }
-    let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
-    Err(format!(
-        "prrte-k8s: the k8s components (ras, plm) were built for PRRTE {} with PMIx {} but this is PRRTE {} with PMIx {}; \
-         they are not used (PRRTE continues with its other components); rebuild prrte-k8s against this PRRTE (prrte-config/README.md)",
-        built.prrte,
-        built.pmix,
-        shown(prrte),
-        shown(pmix)
-    ))
+    Err(VersionMismatch {
+        built: built.clone(),
+        prrte: prrte.clone(),
+        pmix: pmix.clone(),
+    })
 }
 
 /// Whether the components may run here; on the first refusal prints the one line to stderr.
 pub fn admitted() -> bool {
-    static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
+    static RESULT: OnceLock<Result<(), VersionMismatch>> = OnceLock::new();
     static REPORTED: Once = Once::new();
     match RESULT.get_or_init(|| check(&built_for(), &running())) {
         Ok(()) => true,
@@ -209,7 +232,7 @@ mod tests {
             (Some("3.0.8"), None),
         ] {
             let running = (prrte.map(String::from), pmix.map(String::from));
-            let line = check(&built, &running).unwrap_err();
+            let line = check(&built, &running).unwrap_err().to_string();
             assert!(!line.contains('\n'), "one line: {line}");
             assert!(
                 line.contains("built for PRRTE 3.0.8 with PMIx 5.0"),

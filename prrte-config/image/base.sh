@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# The base image the Containerfiles start FROM, made locally from Debian packages (no registry is
-# needed): `mmdebstrap --variant=minbase bookworm` (the Debian release the host builds run on, so
-# host-built binaries run in it), imported into buildah's local store and tagged under the exact
-# name the Containerfiles' FROM uses. Elsewhere the same Containerfiles pull that name from a
-# registry instead.
+# A base image the Containerfiles start FROM, made locally from Debian packages (no registry is
+# needed): `mmdebstrap --variant=minbase SUITE`, imported into buildah's local store and tagged
+# under the exact name the Containerfiles' FROM uses. Elsewhere the same Containerfiles pull that
+# name from a registry instead. The runtime images use bookworm (the Debian release the host
+# builds run on, so host-built binaries run in it); the test application images also trixie and
+# bullseye.
 #
-#   base.sh [NAME]   default docker.io/library/debian:bookworm-slim
+#   base.sh [NAME [SUITE]]   default docker.io/library/debian:bookworm-slim; SUITE defaults to
+#                            the tag's release name (debian:trixie-slim: trixie)
 #
-# Cached by content: the image carries a label with a hash of this script; when the store already
-# has NAME with that label, nothing is done.
+# Cached by content: the image carries a label with a hash of this script and the suite; when the
+# store already has NAME with that label, nothing is done.
 set -euo pipefail
 NAME=${1:-docker.io/library/debian:bookworm-slim}
-SUITE=bookworm
+tag=${NAME##*:}
+SUITE=${2:-${tag%-slim}}
+case "$SUITE" in
+    bullseye|bookworm|trixie) ;;
+    *) printf '[image-base] ERROR: %s\n' "no Debian suite for $NAME (give it: base.sh NAME SUITE, one of bullseye, bookworm, trixie)" >&2; exit 2 ;;
+esac
 say() { printf '[image-base] %s\n' "$*"; }
 die() { printf '[image-base] ERROR: %s\n' "$*" >&2; exit 1; }
 command -v mmdebstrap >/dev/null && command -v buildah >/dev/null \
     || die "mmdebstrap and buildah are needed (apt-get install mmdebstrap buildah)"
 
-key=$(sha256sum "$0" | cut -c1-16)
+key=$( { cat "$0"; echo "$SUITE"; } | sha256sum | cut -c1-16)
 have=$(buildah inspect --type image --format '{{index .ImageAnnotations "org.prrte-k8s.key"}}{{index .OCIv1.Config.Labels "org.prrte-k8s.key"}}' "$NAME" 2>/dev/null || true)
 if [[ "$have" == "$key" ]]; then
     say "$NAME (mmdebstrap $SUITE, key $key) already in the local store; nothing to do."

@@ -3,8 +3,10 @@
 # reusing every cache:
 #   1. PMIx 5.0.5 + PRRTE 3.0.8 (build-prrte.sh) and Open MPI 5.0.7 + an mpi4py wheel on them
 #      (build-ompi.sh), cached under /opt/prrte-k8s by version;
-#   2. the Rust artifacts (prrte-k8s, prrte-k8s-agent, the components' library), `cargo build
-#      --release` with the project's toolchain, in $CARGO_TARGET_DIR;
+#   2. the Rust artifacts (prrte-k8s, prrte-k8s-agent, prrte-k8s-rsh, the components' library),
+#      `cargo build --release` with the project's toolchain, in $CARGO_TARGET_DIR; and the
+#      three programs again as static executables (x86_64-unknown-linux-musl, static-pie) for
+#      the injected runtime, which must run in any image;
 #   3. the base image docker.io/library/debian:bookworm-slim made with mmdebstrap (base.sh);
 #   4. the images, each built with `buildah bud --isolation chroot` from a staging directory and
 #      labelled with a key hashed from everything that goes into it; an image whose label already
@@ -13,6 +15,10 @@
 #        localhost/prrte-k8s-builder:latest    builder (Containerfile.builder)
 #        localhost/prrte-k8s-allreduce:latest  example application (Containerfile.app with
 #                                              tests/programs/allreduce.{c,py})
+#        localhost/prrte-k8s-inject:latest     the injected runtime (Containerfile.inject: FROM
+#                                              scratch, the bundle in /opt/prrte-k8s-bundle)
+#        localhost/prrte-k8s-app/*:latest      the tests' user images, like mpi-operator's
+#                                              (app-images.sh: Debian's Open MPI or MPICH, no libc)
 # Prints the time of every step and the image sizes.
 #
 #   PRRTE_K8S_PREFIX   the PMIx/PRRTE prefix the images carry (default: the project's default)
@@ -27,6 +33,8 @@ BASE=docker.io/library/debian:bookworm-slim
 RUNTIME=localhost/prrte-k8s:latest
 BUILDER=localhost/prrte-k8s-builder:latest
 APP=localhost/prrte-k8s-allreduce:latest
+INJECT=localhost/prrte-k8s-inject:latest
+MUSL=x86_64-unknown-linux-musl
 target=${CARGO_TARGET_DIR:-$repo/target}
 
 say() { printf '[image] %s\n' "$*"; }
@@ -53,6 +61,18 @@ timed "Rust release build (cargo)" bash -c 'cd "$1" && cargo build --release -q 
 rust=("$target/release/prrte-k8s" "$target/release/prrte-k8s-agent" "$target/release/prrte-k8s-rsh"
       "$target/release/libprrte_k8s_cabi.so")
 for f in "${rust[@]}"; do [[ -f "$f" ]] || die "$f was not built"; done
+command -v musl-gcc >/dev/null || die "musl-gcc is missing (prrte-config/setup.sh installs Debian's musl-tools)"
+rustup target list --installed 2>/dev/null | grep -qx "$MUSL" \
+    || die "the Rust target $MUSL is missing (prrte-config/setup.sh adds it: rustup target add $MUSL)"
+timed "Rust static build (cargo, musl)" bash -c 'cd "$1" && cargo build --release -q --target "$2" -p prrte-k8s --bins' _ "$repo" "$MUSL"
+static=("$target/$MUSL/release/prrte-k8s" "$target/$MUSL/release/prrte-k8s-agent" "$target/$MUSL/release/prrte-k8s-rsh")
+for f in "${static[@]}"; do
+    [[ -f "$f" ]] || die "$f was not built"
+    # Static: no program interpreter (PT_INTERP), so no loader or libc is needed in the image.
+    if LC_ALL=C readelf -lW "$f" | grep -q 'Requesting program interpreter'; then
+        die "$f is not statically linked (it names a program interpreter)"
+    fi
+done
 timed "base image (base.sh)" bash "$here/base.sh" "$BASE"
 
 wheel=$(compgen -G "$OMPI_PREFIX/share/wheels/mpi4py-*-cp311-*.whl" | head -1)
@@ -132,10 +152,34 @@ build_image "$APP" "$app_key" "$here/Containerfile.app" "$programs" \
     --build-arg "RUNTIME=$RUNTIME" --build-arg "BUILDER=$BUILDER"
 timings+=("$(printf '%-34s %4d s' "example app image" $((SECONDS - t)))")
 
+# The injected runtime: the static programs, the components (the glibc library PRRTE dlopens,
+# under both component names) and the site parameter file, with a VERSION naming the content.
+t=$SECONDS
+inject_stage="$stage/inject"
+bundle="$inject_stage/bundle"
+rm -rf "$inject_stage" && mkdir -p "$bundle"/{bin,lib/prte,etc}
+install -m 0755 "${static[@]}" "$bundle/bin/"
+strip --strip-unneeded "$bundle/bin/"* 2>/dev/null || true
+install -m 0755 "$target/release/libprrte_k8s_cabi.so" "$bundle/lib/prte/prte_mca_ras_k8s.so"
+strip --strip-unneeded "$bundle/lib/prte/prte_mca_ras_k8s.so" 2>/dev/null || true
+ln -s prte_mca_ras_k8s.so "$bundle/lib/prte/prte_mca_plm_k8s.so"
+install -m 0644 "$repo/prrte-config/prte-mca-params.conf" "$bundle/etc/prte-mca-params.conf"
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -1)
+content=$( (cd "$bundle" && find . -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-12)
+echo "prrte-k8s $version $content" > "$bundle/VERSION"
+cp "$here/Containerfile.inject" "$inject_stage/Containerfile"
+inject_key=$( { cat "$here/Containerfile.inject"; echo "$content"; } | sha256sum | cut -c1-16)
+build_image "$INJECT" "$inject_key" "$inject_stage/Containerfile" "$inject_stage"
+timings+=("$(printf '%-34s %4d s' "inject image" $((SECONDS - t)))")
+
+t=$SECONDS
+bash "$here/app-images.sh" || die "app-images.sh failed"
+timings+=("$(printf '%-34s %4d s' "test user images (app-images.sh)" $((SECONDS - t)))")
+
 say "build times:"
 for line in "${timings[@]}"; do say "  $line"; done
 say "  $(printf '%-34s %4d s' total $((SECONDS - t_all)))"
 say "images:"
-for name in "$BASE" "$RUNTIME" "$BUILDER" "$APP"; do
+for name in "$BASE" "$RUNTIME" "$BUILDER" "$APP" "$INJECT" localhost/prrte-k8s-app/{trixie-openmpi,trixie-mpich,bookworm-openmpi,bullseye-mpich,nolibc}:latest; do
     say "  $(printf '%-40s %s' "$name" "$(buildah images --format '{{.Size}}' "$name" | head -1)")"
 done

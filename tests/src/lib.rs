@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod app_images;
 pub mod cli;
 pub mod cluster;
 pub mod container;

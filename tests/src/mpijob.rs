@@ -32,6 +32,24 @@ pub fn k8s_args<'a>(more: &[&'a str]) -> Vec<&'a str> {
 pub const SERVICE_ACCOUNT: &str = "mpi-demo-prrte";
 pub const ROLEBINDING: &str = "mpi-demo-prrte";
 
+/// prrte-config/k8s/rbac.yaml for the job `job`: its Role reads the owner Job by name
+/// (`resourceNames`), the file's own job's; here the rule names `job` instead.
+pub fn rbac_yaml(job: &str) -> Result<String> {
+    let path = repo().join("prrte-config/k8s/rbac.yaml");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+    let owner = "  resourceNames:\n  - mpi-demo\n  resources:\n  - jobs\n";
+    if text.matches(owner).count() != 1 {
+        bail!(
+            "{}: no owner rule `{owner}` to point at the job {job}",
+            path.display()
+        );
+    }
+    Ok(text.replace(
+        owner,
+        &format!("  resourceNames:\n  - {job}\n  resources:\n  - jobs\n"),
+    ))
+}
+
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -225,7 +243,7 @@ impl Job {
             ..Default::default()
         })
         .await?;
-        let rbac = std::fs::read_to_string(repo().join("prrte-config/k8s/rbac.yaml"))?;
+        let rbac = rbac_yaml(spec.name)?;
         cluster
             .apply_yaml(&rbac)
             .context("applying prrte-config/k8s/rbac.yaml")?;
@@ -503,13 +521,15 @@ pub fn allreduce_lines(stdout: &str) -> Vec<(usize, usize, String, bool)> {
         .collect()
 }
 
-/// Wait until a file contains `needle` (bounded).
+/// Wait until a file holds `needle` in a complete line (bounded); its complete lines.
 pub fn wait_for_text(path: &Path, needle: &str, limit: Duration) -> Result<String> {
     let deadline = std::time::Instant::now() + limit;
     loop {
         let t = std::fs::read_to_string(path).unwrap_or_default();
-        if t.contains(needle) {
-            return Ok(t);
+        // Only whole lines count: a file read while its writer is at it may end mid-line.
+        let whole = t.rfind('\n').map_or("", |end| &t[..=end]);
+        if whole.contains(needle) {
+            return Ok(whole.to_string());
         }
         if std::time::Instant::now() >= deadline {
             bail!(

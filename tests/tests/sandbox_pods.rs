@@ -1,7 +1,8 @@
 //! Pods as a node runs them: init containers in order, a failing one failing the pod (and its
 //! Job through podFailurePolicy), several containers from different images sharing the pod's
 //! network, hostname, IPC and volumes, native sidecars, readiness of a multi-container pod,
-//! `kubectl logs -c`, short image names and `imagePullPolicy: Always`. What kubectl shows is
+//! `kubectl logs -c`, short image names and `imagePullPolicy: Always`, a projected
+//! service-account token only in the container that mounts it. What kubectl shows is
 //! checked with Debian's kubectl. Needs root, buildah and busybox-static.
 
 use sandbox::api::Obj;
@@ -744,6 +745,68 @@ async fn each_pod_has_its_own_ipc_namespace_shared_by_its_containers() {
             .any(|l| l.split_whitespace().next() == Some(made[0].as_str())),
         "nor does the host"
     );
+    cluster.shutdown().unwrap();
+    assert_clean(&prefix);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projected_service_account_token_is_only_in_the_container_that_mounts_it() {
+    let image = marker_image("a", false);
+    let cluster = Cluster::start(ClusterOptions::default()).await.unwrap();
+    let prefix = cluster.network().prefix();
+    let pod = unique("token");
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    cluster
+        .apply_yaml(&format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {pod}}}
+spec:
+  automountServiceAccountToken: false
+  volumes:
+  - name: kube-api-access
+    projected:
+      sources:
+      - serviceAccountToken: {{path: token, expirationSeconds: 3607}}
+      - configMap: {{name: kube-root-ca.crt, items: [{{key: ca.crt, path: ca.crt}}]}}
+      - downwardAPI: {{items: [{{path: namespace, fieldRef: {{apiVersion: v1, fieldPath: metadata.namespace}}}}]}}
+  initContainers:
+  - name: init
+    image: {image}
+    command: [sh, -c, "test ! -e {sa}/token"]
+  containers:
+  - name: api
+    image: {image}
+    command: [sleep, "3600"]
+    volumeMounts: [{{name: kube-api-access, mountPath: {sa}, readOnly: true}}]
+  - name: other
+    image: {image}
+    command: [sleep, "3600"]
+"#
+        ))
+        .unwrap();
+    wait_pod(&cluster, &pod, "was Ready", sandbox::cluster::pod_ready).await;
+    // Where it is mounted: the token of the pod's service account, the cluster's CA, the
+    // namespace, read-only.
+    let token = sh_in(&cluster, &pod, "api", &format!("cat {sa}/token"));
+    assert!(sh_in(&cluster, &pod, "api", &format!("cat {sa}/ca.crt"))
+        .starts_with("-----BEGIN CERTIFICATE-----"));
+    assert_eq!(
+        sh_in(&cluster, &pod, "api", &format!("cat {sa}/namespace")),
+        "default"
+    );
+    let (code, _, err) = cluster
+        .container_run(&pod, "api", &["touch", &format!("{sa}/x")])
+        .unwrap();
+    assert!(code != 0 && err.contains("Read-only file system"), "{err}");
+    let (ok, _, err) = kubectl(&cluster, &["--token", &token, "get", "pods"]);
+    assert!(
+        !ok && err.contains("system:serviceaccount:default:default"),
+        "the token is the pod's service account's: {err}"
+    );
+    // Elsewhere (the other container; the init container checked it itself): nothing.
+    sh_in(&cluster, &pod, "other", &format!("test ! -e {sa}"));
     cluster.shutdown().unwrap();
     assert_clean(&prefix);
 }

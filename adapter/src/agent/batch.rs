@@ -48,9 +48,9 @@ use super::exit_status::ExitStatus;
 use crate::protocol::Reply;
 
 /// How long a worker whose launcher connection ended without `finish` waits before exiting.
-pub const LINK_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const LINK_GRACE: Duration = Duration::from_secs(10);
 /// How long a worker told that the command failed waits before exiting with its code.
-pub const FAIL_DELAY: Duration = Duration::from_secs(3);
+pub(crate) const FAIL_DELAY: Duration = Duration::from_secs(3);
 
 /// What a worker knows about its launcher.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +66,7 @@ pub enum Link {
 }
 
 /// Batch state shared by the agent's tasks.
-pub struct BatchState {
+pub(crate) struct BatchState {
     link: watch::Sender<Link>,
     /// Cancelled when the agent should exit (with `exit_code`).
     done: CancellationToken,
@@ -103,6 +103,7 @@ impl BatchState {
     }
 
     /// The worker's current view of its launcher.
+    #[cfg(test)]
     pub fn link(&self) -> Link {
         self.link.borrow().clone()
     }
@@ -151,7 +152,7 @@ impl BatchState {
     }
 
     /// A connection ended: if it was the attached launcher's, the launcher is lost.
-    pub fn connection_closed(&self, conn: u64) {
+    pub(crate) fn connection_closed(&self, conn: u64) {
         self.link.send_if_modified(|l| match *l {
             Link::Attached { conn: c, peer } if c == conn => {
                 *l = Link::Lost { peer };
@@ -178,7 +179,7 @@ fn not_a_worker(config: &AgentConfig, what: &str) -> (Reply, String) {
 }
 
 /// The exit status of a process as a shell reports it (128 + N for signal N).
-pub fn shell_status(status: ExitStatus) -> i32 {
+pub(crate) fn shell_status(status: ExitStatus) -> i32 {
     match status {
         ExitStatus::Code(c) => c,
         ExitStatus::Signal(s) => 128 + s,
@@ -186,12 +187,16 @@ pub fn shell_status(status: ExitStatus) -> i32 {
 }
 
 /// The agent's process exit code for a batch status (outside 0..=255: 1).
-pub fn process_exit_code(code: i32) -> u8 {
+pub(crate) fn process_exit_code(code: i32) -> u8 {
     u8::try_from(code).unwrap_or(1)
 }
 
 /// A worker: exits on `finish`, a lost launcher, or no launcher within `launcher_wait`.
-pub async fn run_worker(batch: Arc<BatchState>, launcher_wait: Duration, stop: CancellationToken) {
+pub(crate) async fn run_worker(
+    batch: Arc<BatchState>,
+    launcher_wait: Duration,
+    stop: CancellationToken,
+) {
     let mut rx = batch.link.subscribe();
     let wait_until = tokio::time::Instant::now() + launcher_wait;
     loop {
@@ -346,6 +351,7 @@ mod tests {
             batch: None,
             cgroup: false,
             limits: Default::default(),
+            mpi: None,
         }
     }
 }

@@ -14,9 +14,10 @@ use super::batch::{shell_status, BatchState};
 use super::checked_config::{AgentConfig, BatchConfig};
 use super::local_launch::{launcher_command, wait_health};
 use super::process::{Job, Reaper};
-use crate::discovery::{self, DiscoveryConfig};
+use crate::discovery::{self, Allocation, DiscoveryConfig, DiscoveryError};
 use crate::launch::{
-    agent_name, connect_authenticated, recv_reply, send_request, LaunchOptions, LaunchTarget,
+    agent_name, connect_authenticated, recv_reply, send_request, AgentError, LaunchOptions,
+    LaunchTarget,
 };
 use crate::protocol::{FramedConn, Reply, Request, Session};
 
@@ -24,10 +25,21 @@ use crate::protocol::{FramedConn, Reply, Request, Session};
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 /// When the command failed after a worker's agent went away, how long the launcher waits before
 /// it tells the others and exits (see [`super::batch`]).
-pub const LOST_PEER_DELAY: Duration = Duration::from_secs(5);
+pub(crate) const LOST_PEER_DELAY: Duration = Duration::from_secs(5);
 /// After a successful command, how long the launcher waits for the workers' pods to be
 /// finished before it exits itself (see [`wait_workers_finished`]).
-pub const WORKER_EXIT_WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WORKER_EXIT_WAIT: Duration = Duration::from_secs(20);
+
+/// Why the batch launcher could not find the job's other pods, or see them finished.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PeersError {
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    #[error("no answer within {0:?}")]
+    NoAnswer(Duration),
+    #[error("no Kubernetes API client within {0:?}")]
+    NoClient(Duration),
+}
 
 /// One attached worker agent.
 struct Attached {
@@ -36,7 +48,7 @@ struct Attached {
     session: Session,
 }
 
-async fn attach_one(target: LaunchTarget, opts: &LaunchOptions) -> Result<Attached, String> {
+async fn attach_one(target: LaunchTarget, opts: &LaunchOptions) -> Result<Attached, AgentError> {
     let (mut conn, mut session) = connect_authenticated(&target, opts).await?;
     let who = agent_name(&target);
     send_request(
@@ -64,17 +76,23 @@ async fn attach_one(target: LaunchTarget, opts: &LaunchOptions) -> Result<Attach
             conn,
             session,
         }),
-        Reply::Failed { reason } | Reply::Error { reason } => {
-            Err(format!("{who} refused attach: {reason}"))
-        }
-        other => Err(format!("{who} answered attach with {other:?}")),
+        Reply::Failed { reason } | Reply::Error { reason } => Err(AgentError::RequestRefused {
+            what: "attach",
+            who,
+            reason,
+        }),
+        other => Err(AgentError::Unexpected {
+            what: "attach",
+            who,
+            reply: format!("{other:?}"),
+        }),
     }
 }
 
 async fn finish_one(
     mut a: Attached,
     code: i32,
-) -> Result<(LaunchTarget, FramedConn<TcpStream>), (LaunchTarget, String)> {
+) -> Result<(LaunchTarget, FramedConn<TcpStream>), (LaunchTarget, AgentError)> {
     let who = agent_name(&a.target);
     let r = async {
         send_request(
@@ -100,7 +118,11 @@ async fn finish_one(
             {
                 Reply::Ack {} => return Ok(()),
                 Reply::Failed { reason } | Reply::Error { reason } => {
-                    return Err(format!("{who} refused finish: {reason}"))
+                    return Err(AgentError::RequestRefused {
+                        what: "finish",
+                        who: who.clone(),
+                        reason,
+                    })
                 }
                 _ => continue,
             }
@@ -113,20 +135,23 @@ async fn finish_one(
     }
 }
 
-/// Finds the other pods of the job (bounded), as `ras k8s` does; also their namespace.
-async fn find_peers(
-    config: &AgentConfig,
-    timeout: Duration,
-) -> Result<(String, Vec<LaunchTarget>), String> {
-    let cfg = DiscoveryConfig {
-        timeout,
-        ..Default::default()
-    };
+/// The job's pods as discovery found them, and the other pods' agents.
+struct Peers {
+    alloc: Allocation,
+    targets: Vec<LaunchTarget>,
+}
+
+/// Finds the job's pods (bounded), as `ras k8s` in this pod would (its `PRTE_MCA_ras_k8s_*`
+/// settings, `ras_k8s_exclude_self` included, since the hostfile written from the allocation
+/// stands in for it): the allocation, and the other pods' agents.
+async fn find_peers(config: &AgentConfig, timeout: Duration) -> Result<Peers, PeersError> {
+    let mut cfg = DiscoveryConfig::from_env(&|k| std::env::var(k).ok())?;
+    cfg.timeout = timeout;
     let bound = timeout + Duration::from_secs(5);
     let alloc = match tokio::time::timeout(bound, discovery::discover(&cfg)).await {
         Ok(Ok(a)) => a,
-        Ok(Err(e)) => return Err(e.to_string()),
-        Err(_) => return Err(format!("no answer within {bound:?}")),
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => return Err(PeersError::NoAnswer(bound)),
     };
     let port = config.listen.port();
     let targets = alloc
@@ -140,17 +165,45 @@ async fn find_peers(
             addr: SocketAddr::new(n.ip.into(), port),
         })
         .collect();
-    Ok((alloc.namespace, targets))
+    Ok(Peers { alloc, targets })
+}
+
+/// Writes the hostfile the image's MPI reads (`--mpi` with a launcher that needs one) from the
+/// allocation. Without an allocation such a launcher would run the whole job in this pod, so
+/// that is an error naming why.
+fn write_hostfile(
+    config: &AgentConfig,
+    alloc: Option<&Allocation>,
+    why: &str,
+) -> Result<(), String> {
+    let Some(m) = &config.mpi else { return Ok(()) };
+    if m.hostfile.is_none() {
+        return Ok(());
+    }
+    let Some(alloc) = alloc else {
+        return Err(format!(
+            "{} needs the job's pods for its hostfile, but discovery failed: {why}",
+            m.plan
+                .found
+                .version
+                .clone()
+                .unwrap_or_else(|| m.plan.found.kind.describe().into())
+        ));
+    };
+    if let Some(path) = m.write_hostfile(alloc)? {
+        info!(hostfile = %path.display(), pods = alloc.nodes.len(), slots = alloc.nodes.iter().map(|n| n.slots).sum::<u32>(), "batch launcher: wrote the hostfile from discovery");
+    }
+    Ok(())
 }
 
 /// Waits (at most `limit`) until every pod in `pods` of `namespace` is finished: phase
 /// `Succeeded` or `Failed`, or gone. Returns the pods still not finished.
-pub async fn wait_pods_finished(
+pub(crate) async fn wait_pods_finished(
     kubeconfig: Option<&std::path::Path>,
     namespace: &str,
     mut pods: Vec<String>,
     limit: Duration,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, PeersError> {
     use k8s_openapi::api::core::v1::Pod;
     use kube::Api;
     let deadline = tokio::time::Instant::now() + limit;
@@ -159,8 +212,7 @@ pub async fn wait_pods_finished(
         crate::discovery::client::connect(kubeconfig, PEER_TIMEOUT),
     )
     .await
-    .map_err(|_| format!("no Kubernetes API client within {limit:?}"))?
-    .map_err(|e| e.to_string())?;
+    .map_err(|_| PeersError::NoClient(limit))??;
     let pods_api: Api<Pod> = Api::namespaced(api.client, namespace);
     loop {
         let mut left = Vec::new();
@@ -254,6 +306,7 @@ async fn attach_all(peers: Vec<LaunchTarget>, config: &AgentConfig) -> Vec<Attac
 async fn run_watching(
     command: &[String],
     config: &AgentConfig,
+    alloc: Option<&Allocation>,
     reaper: &Reaper,
     stop: &CancellationToken,
     links: &mut [Attached],
@@ -277,7 +330,7 @@ async fn run_watching(
             std::future::pending::<()>().await
         };
         tokio::select! {
-            c = run_command(command, config, reaper, stop) => c,
+            c = run_command(command, config, alloc, reaper, stop) => c,
             () = watch => unreachable!("the watch never ends"),
         }
     };
@@ -301,7 +354,7 @@ async fn finish_all(links: Vec<Attached>, code: i32) -> Vec<(LaunchTarget, Frame
 }
 
 /// The launcher: attach to the other agents, run the command, tell them how it ended.
-pub async fn run_launcher(
+pub(crate) async fn run_launcher(
     config: AgentConfig,
     reaper: Arc<Reaper>,
     health: Option<SocketAddr>,
@@ -326,16 +379,33 @@ pub async fn run_launcher(
         p = find_peers(&config, pods_timeout) => p,
         _ = stop.cancelled() => { batch.exit(143); return; }
     };
-    let (namespace, peers) = match peers {
-        Ok(p) => p,
+    let (alloc, peers, failure) = match peers {
+        Ok(p) => (Some(p.alloc), p.targets, String::new()),
         Err(e) => {
             warn!(error = %e, "batch launcher: cannot find the job's other pods; running the command anyway, but their agents will not be told when it ends (they give up after --launcher-wait)");
-            (String::new(), Vec::new())
+            (None, Vec::new(), e.to_string())
         }
     };
+    if let Err(e) = write_hostfile(&config, alloc.as_ref(), &failure) {
+        error!(error = %e, "batch launcher: not running the job's command");
+        batch.exit(1);
+        return;
+    }
+    let namespace = alloc
+        .as_ref()
+        .map(|a| a.namespace.clone())
+        .unwrap_or_default();
     let mut links = attach_all(peers, &config).await;
     info!(workers = links.len(), command = ?command, "batch launcher: running the job's command");
-    let (code, lost) = run_watching(&command, &config, &reaper, &stop, &mut links).await;
+    let (code, lost) = run_watching(
+        &command,
+        &config,
+        alloc.as_ref(),
+        &reaper,
+        &stop,
+        &mut links,
+    )
+    .await;
     links.retain(|l| !lost.contains(&l.target.pod));
     if code != 0 && !lost.is_empty() {
         warn!(code, pods = ?lost, "batch launcher: the command failed after worker pods went away; waiting {LOST_PEER_DELAY:?} before telling the others and exiting, so that their disruption, not this pod's exit status, is what fails the Job");
@@ -366,20 +436,24 @@ pub async fn run_launcher(
 async fn run_command(
     command: &[String],
     config: &AgentConfig,
+    alloc: Option<&Allocation>,
     reaper: &Reaper,
     stop: &CancellationToken,
 ) -> i32 {
     let Some((exe, args)) = command.split_first() else {
         return 127;
     };
-    let mut cmd = launcher_command(exe, args, config);
+    let mut cmd = launcher_command(exe, args, config, alloc);
     // The job's launcher allocates and launches through the Kubernetes components. Set here,
     // for this command only, never in the pod's environment: every prted inherits that, and a
     // prted told to use `plm k8s` (which only the launcher can select) has no PLM and exits.
-    // prterun itself never forwards `plm` to the daemons it starts.
-    for (name, value) in [("PRTE_MCA_ras", "k8s"), ("PRTE_MCA_plm", "k8s")] {
-        if std::env::var_os(name).is_none() {
-            cmd.env(name, value);
+    // prterun itself never forwards `plm` to the daemons it starts. With `--mpi` the plan of
+    // the image's MPI decides (it sets these for an Open MPI 5 the components serve).
+    if config.mpi.is_none() {
+        for (name, value) in [("PRTE_MCA_ras", "k8s"), ("PRTE_MCA_plm", "k8s")] {
+            if std::env::var_os(name).is_none() {
+                cmd.env(name, value);
+            }
         }
     }
     let (pid, exit_rx) = match reaper.spawn(&mut cmd) {

@@ -24,7 +24,7 @@ pub struct CgroupBase {
 
 /// One mounted cgroup hierarchy from `/proc/self/mountinfo`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CgroupMount {
+pub(crate) struct CgroupMount {
     pub mount_point: PathBuf,
     /// The path inside the hierarchy that is mounted there (`/` normally).
     pub root: String,
@@ -34,7 +34,7 @@ pub struct CgroupMount {
 }
 
 /// The cgroup mounts listed in mountinfo text.
-pub fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
+pub(crate) fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
     let mut out = Vec::new();
     for line in text.lines() {
         let Some((left, right)) = line.split_once(" - ") else {
@@ -84,7 +84,7 @@ fn unescape_mount(s: &str) -> String {
 
 /// The agent's cgroup path in each hierarchy from `/proc/self/cgroup` text: `(None, path)` for
 /// v2, `(Some(controllers), path)` for v1.
-pub fn parse_proc_cgroup(text: &str) -> Vec<(Option<Vec<String>>, String)> {
+pub(crate) fn parse_proc_cgroup(text: &str) -> Vec<(Option<Vec<String>>, String)> {
     text.lines()
         .filter_map(|l| {
             let mut f = l.splitn(3, ':');
@@ -101,7 +101,7 @@ pub fn parse_proc_cgroup(text: &str) -> Vec<(Option<Vec<String>>, String)> {
 }
 
 /// Candidate directories for launch cgroups, best first.
-pub fn cgroup_candidates(
+pub(crate) fn cgroup_candidates(
     mounts: &[CgroupMount],
     own: &[(Option<Vec<String>>, String)],
 ) -> Vec<CgroupBase> {
@@ -146,15 +146,31 @@ pub fn cgroup_candidates(
     out
 }
 
+/// Why launches cannot be tracked in cgroups here (the agent then sweeps the process tree).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NoCgroup {
+    #[error("cannot read {file}: {source}")]
+    Unreadable {
+        file: &'static str,
+        source: std::io::Error,
+    },
+    #[error("no cgroup hierarchy is mounted")]
+    NotMounted,
+    /// Each candidate directory with why a launch cgroup cannot be made there.
+    #[error("{}", .0.join("; "))]
+    NotWritable(Vec<String>),
+}
+
 /// The first candidate where a launch cgroup can be created, entered and removed.
-pub fn find_cgroup_base() -> Result<CgroupBase, String> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
-    let own = std::fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+pub(crate) fn find_cgroup_base() -> Result<CgroupBase, NoCgroup> {
+    let read = |file: &'static str| {
+        std::fs::read_to_string(file).map_err(|source| NoCgroup::Unreadable { file, source })
+    };
+    let mountinfo = read("/proc/self/mountinfo")?;
+    let own = read("/proc/self/cgroup")?;
     let candidates = cgroup_candidates(&parse_mountinfo(&mountinfo), &parse_proc_cgroup(&own));
     if candidates.is_empty() {
-        return Err("no cgroup hierarchy is mounted".into());
+        return Err(NoCgroup::NotMounted);
     }
     let mut why = Vec::new();
     for base in candidates {
@@ -170,16 +186,16 @@ pub fn find_cgroup_base() -> Result<CgroupBase, String> {
             Err(e) => why.push(format!("{}: {e}", base.dir.display())),
         }
     }
-    Err(why.join("; "))
+    Err(NoCgroup::NotWritable(why))
 }
 
 /// How old an empty launch cgroup must be before an agent starting up removes it: a cgroup
 /// another agent has just created is empty only until that agent forks prted into it.
-pub const STALE_AFTER: Duration = Duration::from_secs(10);
+pub(crate) const STALE_AFTER: Duration = Duration::from_secs(10);
 
 /// Whether `name` is a launch cgroup's name (`prrte-k8s-` and 16 lowercase hex digits, as
 /// [`Cgroup::create`] makes them).
-pub fn is_launch_cgroup_name(name: &str) -> bool {
+pub(crate) fn is_launch_cgroup_name(name: &str) -> bool {
     name.strip_prefix("prrte-k8s-").is_some_and(|h| {
         h.len() == 16
             && h.bytes()
@@ -190,7 +206,7 @@ pub fn is_launch_cgroup_name(name: &str) -> bool {
 /// Removes the launch cgroups below `base` that an agent killed before it could clean up left
 /// behind: only directories named like ours, empty (no process, no child cgroup: the kernel
 /// refuses to remove any other) and unchanged for `older_than`. Returns what was removed.
-pub fn remove_stale_cgroups(base: &CgroupBase, older_than: Duration) -> Vec<PathBuf> {
+pub(crate) fn remove_stale_cgroups(base: &CgroupBase, older_than: Duration) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(&base.dir) else {
         return Vec::new();
     };
@@ -255,12 +271,12 @@ impl Cgroup {
 
     /// Moves the calling process (all its threads) into this cgroup; a child forked now starts
     /// inside it. The caller must make sure no other fork happens until [`leave_self`](Self::leave_self).
-    pub fn enter_self(&self) -> std::io::Result<()> {
+    pub(crate) fn enter_self(&self) -> std::io::Result<()> {
         Self::enter(&self.dir, 0)
     }
 
     /// Moves the calling process back to its own cgroup.
-    pub fn leave_self(&self) {
+    pub(crate) fn leave_self(&self) {
         if let Err(e) = Self::enter(&self.base.dir, 0) {
             warn!(cgroup = %self.base.dir.display(), error = %e, "cannot move the agent back to its own cgroup");
         }
@@ -279,7 +295,7 @@ impl Cgroup {
     }
 
     /// Whether any live (non-zombie) process is left.
-    pub fn populated(&self) -> bool {
+    pub(crate) fn populated(&self) -> bool {
         self.pids()
             .into_iter()
             .any(|p| read_stat(p).is_some_and(|s| s.state != 'Z'))
@@ -323,12 +339,12 @@ impl Cgroup {
     }
 
     /// Removes the (empty) cgroup directory.
-    pub fn remove_now(&self) -> std::io::Result<()> {
+    pub(crate) fn remove_now(&self) -> std::io::Result<()> {
         std::fs::remove_dir(&self.dir)
     }
 
     /// Removes the cgroup once its last process is reaped (in the background, bounded).
-    pub fn remove_eventually(&self) {
+    pub(crate) fn remove_eventually(&self) {
         if self.remove_now().is_ok() {
             return;
         }

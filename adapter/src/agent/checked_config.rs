@@ -4,12 +4,14 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::{
     AgentArgs, BatchRole, CgroupMode, DvmHead, DEFAULT_HANDSHAKE_TIMEOUT_SECS, MAX_MAX_FRAME,
     MIN_MAX_FRAME,
 };
+use super::mpi::prepare::Prepared;
 use crate::protocol::{read_secret_file, SecretError, DEFAULT_HEALTH_PORT};
 use crate::settings::{agent, mca, SettingError};
 
@@ -35,11 +37,15 @@ pub struct AgentConfig {
     pub batch: Option<BatchConfig>,
     /// Whether launches get a cgroup of their own where possible (`--cgroup auto`).
     pub cgroup: bool,
-    /// Caps on unauthenticated connections.
+    /// Caps on unauthenticated connections, and how long a launcher may stay silent.
     pub limits: ConnLimits,
+    /// The image's MPI and what its launcher gets (`--mpi`); `None`: `--prted` as given, and
+    /// the batch command gets `ras k8s` and `plm k8s`.
+    pub mpi: Option<Arc<Prepared>>,
 }
 
-/// Caps on connections that have not authenticated yet (see [`super::limits`]).
+/// Caps on connections that have not authenticated yet (see [`super::limits`]), and the
+/// silence allowed to a launcher that sends heartbeats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnLimits {
     /// Unauthenticated launch connections at once (the oldest is dropped beyond).
@@ -48,6 +54,9 @@ pub struct ConnLimits {
     pub max_pending_per_peer: usize,
     /// The whole handshake must complete within this time.
     pub handshake_timeout: Duration,
+    /// How long a launch connection whose launcher sends heartbeats may stay silent while its
+    /// prted runs; `None`: forever.
+    pub heartbeat_timeout: Option<Duration>,
 }
 
 impl Default for ConnLimits {
@@ -56,6 +65,9 @@ impl Default for ConnLimits {
             max_pending: super::limits::DEFAULT_MAX_PENDING,
             max_pending_per_peer: super::limits::DEFAULT_MAX_PENDING_PER_PEER,
             handshake_timeout: Duration::from_secs(DEFAULT_HANDSHAKE_TIMEOUT_SECS),
+            heartbeat_timeout: Some(Duration::from_secs(
+                crate::settings::agent::HEARTBEAT_TIMEOUT.default_u64(),
+            )),
         }
     }
 }
@@ -131,6 +143,7 @@ impl std::fmt::Debug for AgentConfig {
             .field("batch", &self.batch)
             .field("cgroup", &self.cgroup)
             .field("limits", &self.limits)
+            .field("mpi", &self.mpi.as_ref().map(|m| m.plan.launch))
             .finish()
     }
 }
@@ -138,6 +151,8 @@ impl std::fmt::Debug for AgentConfig {
 /// Why the agent refuses to start.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    #[error("no --prted: give the absolute path of prted with --prted (or {}), or let the agent find the image's MPI with --mpi auto", agent::PRTED.var())]
+    NoPrted,
     #[error("--prted {0}: must be an absolute path (the agent never searches PATH)")]
     PrtedNotAbsolute(PathBuf),
     #[error("--prted {path}: {why}")]
@@ -194,7 +209,8 @@ impl AgentConfig {
                     .map_err(|_| ConfigError::HealthListen(s.to_owned()))?,
             ),
         };
-        check_prted(&args.prted)?;
+        let prted = args.prted.clone().ok_or(ConfigError::NoPrted)?;
+        check_prted(&prted)?;
 
         let secret = match read_secret_file(&args.secret_file) {
             Ok(s) => Some(s),
@@ -218,7 +234,7 @@ impl AgentConfig {
         Ok(AgentConfig {
             listen,
             health_listen,
-            prted: args.prted.clone(),
+            prted,
             secret,
             secret_file: args.secret_file.clone(),
             tmpdir,
@@ -238,7 +254,10 @@ impl AgentConfig {
                 max_pending: args.max_pending.max(1),
                 max_pending_per_peer: args.max_pending_per_peer.max(1),
                 handshake_timeout: Duration::from_secs(args.handshake_timeout.max(1)),
+                heartbeat_timeout: (args.heartbeat_timeout > 0)
+                    .then(|| Duration::from_secs(args.heartbeat_timeout)),
             },
+            mpi: None,
         })
     }
 }
@@ -292,7 +311,11 @@ fn head_config(
         Some(reason) => {
             let prte = match &args.prte {
                 Some(p) => p.clone(),
-                None => args.prted.with_file_name("prte"),
+                None => args
+                    .prted
+                    .as_deref()
+                    .ok_or(ConfigError::NoPrted)?
+                    .with_file_name("prte"),
             };
             check_prted(&prte).map_err(|e| match e {
                 ConfigError::PrtedNotAbsolute(path) => ConfigError::Prte {
@@ -333,7 +356,10 @@ impl AgentConfig {
     /// head, the batch command): `PRTE_MCA_plm_k8s_secret_file` (when it serves with a secret)
     /// and `PRTE_MCA_plm_k8s_agent_port`, each unless `is_set` says the variable is already
     /// set in the agent's environment (which the child inherits).
-    pub fn launcher_env(&self, is_set: impl Fn(&str) -> bool) -> Vec<(&'static str, String)> {
+    pub(crate) fn launcher_env(
+        &self,
+        is_set: impl Fn(&str) -> bool,
+    ) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         let secret = mca::SECRET_FILE.mca.map(|m| m.env);
         if let Some(var) = secret.filter(|v| self.secret.is_some() && !is_set(v)) {
@@ -395,7 +421,7 @@ fn batch_config(
 }
 
 /// Checks that `path` is absolute, a regular file and executable by this process.
-pub fn check_prted(path: &Path) -> Result<(), ConfigError> {
+pub(crate) fn check_prted(path: &Path) -> Result<(), ConfigError> {
     if !path.is_absolute() {
         return Err(ConfigError::PrtedNotAbsolute(path.to_owned()));
     }

@@ -84,6 +84,7 @@ mod tests {
             batch: None,
             cgroup: false,
             limits: Default::default(),
+            mpi: None,
         };
         let agent_env: Vec<(OsString, OsString)> = [
             ("PATH", "/opt/bin"),

@@ -15,12 +15,12 @@ const MAX_FRAME_RANGE: (i64, i64) = match agent::MAX_FRAME.kind {
     _ => panic!("--max-frame is a count"),
 };
 /// Smallest `--max-frame` accepted (a launch request must fit).
-pub const MIN_MAX_FRAME: usize = MAX_FRAME_RANGE.0 as usize;
+pub(crate) const MIN_MAX_FRAME: usize = MAX_FRAME_RANGE.0 as usize;
 /// Largest `--max-frame` accepted.
-pub const MAX_MAX_FRAME: usize = MAX_FRAME_RANGE.1 as usize;
+pub(crate) const MAX_MAX_FRAME: usize = MAX_FRAME_RANGE.1 as usize;
 
 /// Default time a connection has to complete the handshake.
-pub const DEFAULT_HANDSHAKE_TIMEOUT_SECS: u64 = agent::HANDSHAKE_TIMEOUT.default_u64();
+pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT_SECS: u64 = agent::HANDSHAKE_TIMEOUT.default_u64();
 
 /// Default location of the file holding the DVM's PMIx tool URI in every pod.
 pub const DEFAULT_DVM_URI_FILE: &str = agent::DVM_URI_FILE.default;
@@ -87,7 +87,16 @@ pub struct AgentArgs {
     pub port: u16,
 
     #[arg(long, setting = &agent::PRTED)]
-    pub prted: PathBuf,
+    pub prted: Option<PathBuf>,
+
+    #[arg(long, setting = &agent::MPI, value_enum)]
+    pub mpi: Option<super::mpi::MpiChoice>,
+
+    #[arg(long, setting = &agent::RUNTIME_DIR)]
+    pub runtime_dir: Option<PathBuf>,
+
+    #[arg(long, setting = &agent::DETECT_ONLY)]
+    pub detect_only: bool,
 
     #[arg(long, setting = &agent::SECRET_FILE)]
     pub secret_file: PathBuf,
@@ -152,6 +161,9 @@ pub struct AgentArgs {
 
     #[arg(long, setting = &agent::HANDSHAKE_TIMEOUT)]
     pub handshake_timeout: u64,
+
+    #[arg(long, setting = &agent::HEARTBEAT_TIMEOUT)]
+    pub heartbeat_timeout: u64,
 
     #[command(flatten)]
     pub exec: super::exec::ExecArgs,

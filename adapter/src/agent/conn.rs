@@ -98,9 +98,11 @@ fn set_keepalive(stream: &TcpStream) {
 }
 
 /// Closes a connection so that the peer reads everything sent so far (in particular a final
-/// `error` or `refused`): FIN first, then discard what the peer still sends for a short while,
-/// instead of closing with unread data (which makes the kernel send a reset).
-async fn close_gracefully(conn: FramedConn<TcpStream>) {
+/// `error` or `refused`): FIN first, then discard what the peer still sends for a short while
+/// (at most [`LINGER`] and [`LINGER_MAX_BYTES`]), instead of closing with unread data (which
+/// makes the kernel send a reset). An unauthenticated connection keeps its place among the
+/// pending ones meanwhile: `evicted` ends the linger when the caps drop it.
+async fn close_gracefully(conn: FramedConn<TcpStream>, evicted: Option<&CancellationToken>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = conn.into_inner();
     if stream.shutdown().await.is_err() {
@@ -116,7 +118,16 @@ async fn close_gracefully(conn: FramedConn<TcpStream>) {
             }
         }
     };
-    let _ = tokio::time::timeout(LINGER, drain).await;
+    let evicted = async {
+        match evicted {
+            Some(t) => t.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::timeout(LINGER, drain) => {}
+        _ = evicted => {}
+    }
 }
 
 async fn wait_job(job: &mut Option<ActiveJob>) -> ExitStatus {
@@ -149,6 +160,8 @@ struct Conn {
     peer: SocketAddr,
     id: u64,
     job: Option<ActiveJob>,
+    /// Set by the first `ping`: the launcher sends heartbeats, so its silence means it is gone.
+    heartbeats: bool,
 }
 
 impl Conn {
@@ -227,7 +240,12 @@ impl Conn {
             }
             Request::Launch { argv, env, dvm_uri } => self.launch(argv, env, dvm_uri),
             Request::Kill { grace_ms } => self.kill(grace_ms).await,
-            Request::Ping {} => (Reply::Pong {}, "pong".to_owned()),
+            Request::Ping {} => {
+                // Heartbeats come every few seconds: not worth a log line each.
+                self.heartbeats = true;
+                debug!(peer = %self.peer, "ping");
+                return self.send_or_close(&Reply::Pong {}).await;
+            }
             Request::Attach {} => self
                 .shared
                 .batch
@@ -293,14 +311,23 @@ impl Conn {
     async fn serve(&mut self, stop: &CancellationToken) -> Ended {
         let peer = self.peer;
         let grace = self.shared.config.kill_grace;
+        let silence = self.shared.config.limits.heartbeat_timeout;
+        let mut heard = tokio::time::Instant::now();
         loop {
+            // Watched only while this connection's prted runs and its launcher sends heartbeats.
+            let watch = silence.filter(|_| self.heartbeats && self.job.is_some());
+            let deadline = heard + watch.unwrap_or(Duration::from_secs(3600));
             tokio::select! {
+                biased;
                 frame = recv_frame(&mut self.conn, None) => match frame {
-                    Ok(bytes) => match self.handle_frame(&bytes).await {
-                        Next::Continue => {}
-                        Next::Close(reason) => return Ended::Closed(reason),
-                        Next::Exec(req) => return Ended::Exec(req),
-                    },
+                    Ok(bytes) => {
+                        heard = tokio::time::Instant::now();
+                        match self.handle_frame(&bytes).await {
+                            Next::Continue => {}
+                            Next::Close(reason) => return Ended::Closed(reason),
+                            Next::Exec(req) => return Ended::Exec(req),
+                        }
+                    }
                     Err(ProtocolError::Closed) => return Ended::Closed("closed by the launcher".to_owned()),
                     Err(e @ (ProtocolError::FrameTooLarge { .. } | ProtocolError::Malformed(_))) => {
                         let reason = describe_bad_frame(&e);
@@ -325,6 +352,18 @@ impl Conn {
                     let _ = self.reply(&Reply::Error { reason: "the agent is shutting down".into() }).await;
                     return Ended::Closed("agent shutting down".to_owned());
                 }
+                // Last: a frame that arrived during a stall counts before the silence.
+                _ = tokio::time::sleep_until(deadline), if watch.is_some() => {
+                    let reason = format!(
+                        "the launcher was silent for {:.1} s (heartbeats stopped; --heartbeat-timeout): its pod is cut off or gone",
+                        heard.elapsed().as_secs_f64()
+                    );
+                    warn!(%peer, %reason, "stopping prted");
+                    if let Some((pid, status)) = self.stop_job(grace).await {
+                        let _ = self.reply(&exited_reply(pid, status)).await;
+                    }
+                    return Ended::Closed(reason);
+                }
             }
         }
     }
@@ -336,21 +375,23 @@ impl Conn {
         }
     }
 
-    /// Why a launch request is refused, if it is: the protocol's checks, the launch policy's,
-    /// and those of the DVM URI it carries.
+    /// prted's arguments for a launch request (the HNP's URI pinned to the launcher's
+    /// address), or why it is refused: the protocol's checks, the launch policy's, and those of
+    /// the DVM URI it carries.
     fn check_launch(
         &self,
         argv: &[String],
         env: &std::collections::BTreeMap<String, String>,
         dvm_uri: Option<&str>,
-    ) -> Result<(), String> {
+    ) -> Result<Vec<String>, String> {
         validate_launch(argv, env)?;
-        launch_policy::check_launch(argv, env)?;
+        let argv =
+            launch_policy::check_launch(argv, env, self.peer.ip()).map_err(|e| e.to_string())?;
         if let Some(uri) = dvm_uri {
             protocol::validate_dvm_uri(uri)?;
-            launch_policy::check_dvm_uri_host(uri, self.peer.ip())?;
+            launch_policy::check_dvm_uri_host(uri, self.peer.ip()).map_err(|e| e.to_string())?;
         }
-        Ok(())
+        Ok(argv)
     }
 
     fn launch(
@@ -364,9 +405,12 @@ impl Conn {
             let outcome = format!("refused: {reason}");
             (Reply::Failed { reason }, outcome)
         };
-        if let Err(reason) = self.check_launch(&argv, &env, dvm_uri.as_deref()) {
-            return refuse(reason);
-        }
+        let argv = match self.check_launch(&argv, &env, dvm_uri.as_deref()) {
+            Ok(argv) => argv,
+            Err(reason) => return refuse(reason),
+        };
+        debug!(peer = %self.peer, argv = ?argv.iter().map(|a| crate::text::echo(a)).collect::<Vec<_>>(),
+               env = ?env.keys().map(|k| crate::text::echo(k)).collect::<Vec<_>>(), "launch: prted's arguments");
         let config = &self.shared.config;
         let mut slot = self.shared.slot();
         if let Some(s) = *slot {
@@ -450,6 +494,7 @@ pub(super) async fn handle_connection(
         peer,
         id,
         job: None,
+        heartbeats: false,
     };
 
     let reason = match c.serve(&stop).await {
@@ -470,7 +515,7 @@ pub(super) async fn handle_connection(
         c.stop_job(shared.config.kill_grace).await;
     }
     shared.batch.connection_closed(id);
-    close_gracefully(c.conn).await;
+    close_gracefully(c.conn, None).await;
     info!(%peer, %reason, connected_ms = opened.elapsed().as_millis() as u64, "connection closed");
 }
 
@@ -505,11 +550,12 @@ async fn authenticate(
             return None;
         }
     };
-    drop(ticket);
     let Some(session) = session else {
-        close_gracefully(framed).await;
+        // Still pending until closed: a flood of failed handshakes stays within the caps.
+        close_gracefully(framed, Some(&ticket.cancel)).await;
         return None;
     };
+    drop(ticket);
     framed
         .codec_mut()
         .set_max_frame_length(shared.config.max_frame);

@@ -90,7 +90,7 @@ pub async fn run(
     publish_dvm_uri_dir(&uri_file);
     let root = nix::unistd::geteuid().is_root();
     let args = prte_args(&head, &config, root);
-    let mut cmd = launcher_command(&head.prte, &args, &config);
+    let mut cmd = launcher_command(&head.prte, &args, &config, None);
     let mut job = match reaper.spawn_job(&mut cmd, &tracking) {
         Ok(j) => j,
         Err(e) => {
@@ -154,6 +154,7 @@ mod tests {
             batch: None,
             cgroup: false,
             limits: Default::default(),
+            mpi: None,
         };
         let a = prte_args(&head, &config, true).join(" ");
         assert_eq!(

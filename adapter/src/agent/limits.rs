@@ -1,7 +1,9 @@
 //! Limits against peers that open connections and never authenticate.
 //!
 //! Every connection of the launch port (and every request of the health port) holds a
-//! [`Ticket`] from a [`Pending`] table until it has authenticated (or been answered). The table
+//! [`Ticket`] from a [`Pending`] table until it has authenticated (or been answered); one whose
+//! handshake failed or timed out holds it until it is closed, the short linger that lets the
+//! peer read the refusal included (a dropped ticket ends the linger at once). The table
 //! admits at most `global` such connections, and at most `per_peer` from one IP address; when a
 //! new connection would exceed a cap, the **oldest** pending connection (of that peer for the
 //! per-peer cap) is dropped, so a flood can delay a legitimate launcher by at most the time it
@@ -16,9 +18,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 /// Default cap on unauthenticated launch connections.
-pub const DEFAULT_MAX_PENDING: usize = crate::settings::agent::MAX_PENDING.default_u64() as usize;
+pub(crate) const DEFAULT_MAX_PENDING: usize =
+    crate::settings::agent::MAX_PENDING.default_u64() as usize;
 /// Default cap on unauthenticated launch connections from one IP address.
-pub const DEFAULT_MAX_PENDING_PER_PEER: usize =
+pub(crate) const DEFAULT_MAX_PENDING_PER_PEER: usize =
     crate::settings::agent::MAX_PENDING_PER_PEER.default_u64() as usize;
 
 struct Entry {

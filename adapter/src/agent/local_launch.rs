@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::checked_config::AgentConfig;
+use crate::discovery::Allocation;
 
 /// How long the agent waits for its own health endpoint before it starts its launcher anyway.
 const HEALTH_WAIT: Duration = Duration::from_secs(30);
@@ -56,12 +57,14 @@ pub(crate) async fn wait_health(addr: Option<SocketAddr>, stop: &CancellationTok
 
 /// The command of a launcher the agent runs itself, `program` with `args`: in its own process
 /// group, stdin from `/dev/null`, stdout and stderr the agent's (the pod's log), the agent's
-/// environment plus `TMPDIR` (`--tmpdir`) and, unless set, the agent's secret file and port for
-/// the k8s PLM ([`AgentConfig::launcher_env`]).
+/// environment plus `TMPDIR` (`--tmpdir`), unless set the agent's secret file and port for
+/// the k8s PLM ([`AgentConfig::launcher_env`]), and with `--mpi` what the image's MPI needs
+/// ([`crate::agent::mpi::prepare`]; `alloc` is the job's pods where they are known).
 pub(crate) fn launcher_command<S: AsRef<OsStr>>(
     program: impl AsRef<OsStr>,
     args: impl IntoIterator<Item = S>,
     config: &AgentConfig,
+    alloc: Option<&Allocation>,
 ) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(args)
@@ -72,6 +75,11 @@ pub(crate) fn launcher_command<S: AsRef<OsStr>>(
         .process_group(0);
     for (name, value) in config.launcher_env(|k| std::env::var_os(k).is_some()) {
         cmd.env(name, value);
+    }
+    if let Some(m) = &config.mpi {
+        for (name, value) in m.command_env(alloc, |k| std::env::var_os(k)) {
+            cmd.env(name, value);
+        }
     }
     cmd
 }

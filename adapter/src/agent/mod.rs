@@ -1,9 +1,10 @@
 //! `prrte-k8s-agent`: runs in every pod and starts PRRTE's prted when an authenticated launcher
 //! asks it to (see [`crate::protocol`] for the wire protocol).
 //!
-//! * Only the configured prted executable is ever started, with `argv[1..]` and extra
-//!   `PRTE_*`/`PMIX_*`/`OMPI_*` variables from the request, in its own process group, with
-//!   stdin from `/dev/null` and stdout/stderr shared with the agent (raw, unprefixed).
+//! * Only the configured prted executable is ever started, with the request's arguments and
+//!   MCA variables as [`launch_policy`] admits them (what PRRTE's k8s PLM sends, the HNP pinned
+//!   to the launcher's address), in its own process group, with stdin from `/dev/null` and
+//!   stdout/stderr shared with the agent (raw, unprefixed).
 //! * prted's environment is a minimal base, not the agent's whole environment: `PATH` (the
 //!   agent's, or a standard default), `HOME` (the agent's, or `/`), `HOSTNAME` (the agent's, or
 //!   the host name), `TMPDIR` (`--tmpdir`), `LANG`, `LC_ALL`, `TZ`, `USER` and
@@ -37,6 +38,7 @@ pub mod health;
 pub mod launch_policy;
 pub mod limits;
 pub mod local_launch;
+pub mod mpi;
 pub mod proc_stat;
 pub mod process;
 pub mod tracking;
@@ -98,7 +100,7 @@ impl Agent {
     }
 
     /// As [`bind`](Agent::bind), with the programs `exec` requests may run.
-    pub async fn bind_with_exec(
+    pub(crate) async fn bind_with_exec(
         config: AgentConfig,
         exec_policy: exec::ExecPolicy,
     ) -> Result<Agent, AgentError> {

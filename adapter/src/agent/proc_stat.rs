@@ -14,7 +14,7 @@ pub struct ProcStat {
 }
 
 /// Parses `/proc/PID/stat` text (the command name may contain spaces and parentheses).
-pub fn parse_stat(text: &str) -> Option<ProcStat> {
+pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
     let pid = text.split_whitespace().next()?.parse().ok()?;
     let rest = &text[text.rfind(')')? + 1..];
     let mut f = rest.split_whitespace();
@@ -37,7 +37,7 @@ pub fn read_stat(pid: i32) -> Option<ProcStat> {
 }
 
 /// Every process's stat line, from /proc.
-pub fn all_stats() -> Vec<ProcStat> {
+pub(crate) fn all_stats() -> Vec<ProcStat> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -47,7 +47,7 @@ pub fn all_stats() -> Vec<ProcStat> {
 }
 
 /// All descendants of `root` in `stats` (not `root` itself).
-pub fn descendants_in(root: i32, stats: &[ProcStat]) -> Vec<i32> {
+pub(crate) fn descendants_in(root: i32, stats: &[ProcStat]) -> Vec<i32> {
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     for s in stats {
         children.entry(s.ppid).or_default().push(s.pid);

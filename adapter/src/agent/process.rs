@@ -13,12 +13,10 @@ use nix::unistd::Pid;
 use tokio::sync::oneshot;
 use tracing::{debug, error, warn};
 
-use super::cgroup::Cgroup;
+use super::cgroup::{is_launch_cgroup_name, Cgroup};
 use super::exit_status::ExitStatus;
 use super::proc_stat::read_stat;
-use super::tracking::{
-    recorded_targets, sweep_targets, Known, OrphanedRanks, Tracking, SCAN_INTERVAL,
-};
+use super::tracking::{recorded_targets, sweep_targets, OrphanedRanks, Tracking, Tree};
 
 /// Reaps every child of the agent and hands the statuses of registered children to their waiters.
 ///
@@ -50,13 +48,13 @@ impl Reaper {
     /// Spawns `cmd` as a tracked launch: inside a fresh cgroup when `tracking` has a cgroup base
     /// (falling back to the sweep if the cgroup cannot be created or entered), and returns the
     /// [`Job`].
-    pub fn spawn_job(&self, cmd: &mut Command, tracking: &Tracking) -> std::io::Result<Job> {
+    pub(crate) fn spawn_job(&self, cmd: &mut Command, tracking: &Tracking) -> std::io::Result<Job> {
         self.spawn_job_child(cmd, tracking).map(|(job, _)| job)
     }
 
     /// As [`spawn_job`](Reaper::spawn_job), also returning the [`std::process::Child`] for its
     /// stdio pipes (never wait on it: the reaper collects the status).
-    pub fn spawn_job_child(
+    pub(crate) fn spawn_job_child(
         &self,
         cmd: &mut Command,
         tracking: &Tracking,
@@ -110,7 +108,7 @@ impl Reaper {
     }
 
     /// Reaps every child that has ended; returns how many were reaped.
-    pub fn reap_all(&self) -> usize {
+    pub(crate) fn reap_all(&self) -> usize {
         let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
         let mut n = 0;
         loop {
@@ -164,7 +162,7 @@ impl Reaper {
 
 /// Whether this process has any child, running or not yet reaped (`waitid` without waiting or
 /// reaping; only "no children" (ECHILD) is a no).
-pub fn has_children() -> bool {
+pub(crate) fn has_children() -> bool {
     use nix::sys::wait::{waitid, Id};
     let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
     loop {
@@ -177,7 +175,7 @@ pub fn has_children() -> bool {
 }
 
 /// Whether any process is left in process group `pgid` (zombies count until reaped).
-pub fn group_exists(pgid: i32) -> bool {
+pub(crate) fn group_exists(pgid: i32) -> bool {
     !matches!(killpg(Pid::from_raw(pgid), None), Err(Errno::ESRCH))
 }
 
@@ -198,13 +196,13 @@ const STATUS_WAIT: Duration = Duration::from_secs(2);
 enum Descendants {
     /// Only the process group (and the agent's strays in its own session).
     Group,
-    /// Every process in the launch's cgroup.
-    Cgroup(Cgroup),
+    /// Every process in the launch's cgroup, and the process tree as for the sweep: a process
+    /// of the job can move itself to another cgroup the pod's user may write (the agent's own),
+    /// but not out of the agent's process tree. Processes in another launch's cgroup are that
+    /// launch's.
+    Cgroup { cg: Cgroup, tree: Tree },
     /// Descendants recorded while the job runs, plus a process-tree sweep when it is stopped.
-    Sweep {
-        known: Known,
-        scanner: Option<tokio::task::JoinHandle<()>>,
-    },
+    Sweep(Tree),
 }
 
 /// A running prted (or the DVM head's prte): its pid (= process group id), the channel
@@ -223,12 +221,6 @@ pub struct Job {
 impl Drop for Job {
     fn drop(&mut self) {
         self.kill_leftovers();
-        if let Descendants::Sweep {
-            scanner: Some(t), ..
-        } = &self.descendants
-        {
-            t.abort();
-        }
     }
 }
 
@@ -244,30 +236,17 @@ impl Job {
         }
     }
 
-    /// A job tracked by `cgroup`, or else by recording its descendants (which needs a tokio
-    /// runtime: the recording runs as a task until the job is dropped).
+    /// A job tracked by `cgroup` and by recording its descendants, or by the recording alone
+    /// (which needs a tokio runtime: it runs as a task until the job is dropped).
     pub fn tracked(
         pid: u32,
         exit_rx: oneshot::Receiver<ExitStatus>,
         cgroup: Option<Cgroup>,
     ) -> Job {
+        let tree = Tree::record(pid);
         let descendants = match cgroup {
-            Some(cg) => Descendants::Cgroup(cg),
-            None => {
-                let known = Known::default();
-                known.record(pid as i32);
-                let k = known.clone();
-                let scanner = tokio::spawn(async move {
-                    loop {
-                        tokio::time::sleep(SCAN_INTERVAL).await;
-                        k.record(pid as i32);
-                    }
-                });
-                Descendants::Sweep {
-                    known,
-                    scanner: Some(scanner),
-                }
-            }
+            Some(cg) => Descendants::Cgroup { cg, tree },
+            None => Descendants::Sweep(tree),
         };
         Job {
             pid,
@@ -279,19 +258,19 @@ impl Job {
     }
 
     /// How the job's processes are tracked, for logs and tests.
-    pub fn tracking_label(&self) -> &'static str {
+    pub(crate) fn tracking_label(&self) -> &'static str {
         match &self.descendants {
             Descendants::Group => "process group",
-            Descendants::Cgroup(cg) if cg.base.v2 => "cgroup v2",
-            Descendants::Cgroup(_) => "cgroup v1",
-            Descendants::Sweep { .. } => "process-tree sweep",
+            Descendants::Cgroup { cg, .. } if cg.base.v2 => "cgroup v2",
+            Descendants::Cgroup { .. } => "cgroup v1",
+            Descendants::Sweep(_) => "process-tree sweep",
         }
     }
 
     /// The job's cgroup directory, if it has one.
     pub fn cgroup_dir(&self) -> Option<&std::path::Path> {
         match &self.descendants {
-            Descendants::Cgroup(cg) => Some(&cg.dir),
+            Descendants::Cgroup { cg, .. } => Some(&cg.dir),
             _ => None,
         }
     }
@@ -303,8 +282,19 @@ impl Job {
         let live = |p: &i32| read_stat(*p).is_some_and(|s| s.state != 'Z' && s.pgrp != pgid);
         match &self.descendants {
             Descendants::Group => Vec::new(),
-            Descendants::Cgroup(cg) => cg.pids().into_iter().filter(live).collect(),
-            Descendants::Sweep { known, .. } => sweep_targets(pgid, known, tracked)
+            Descendants::Cgroup { cg, tree } => {
+                let mut pids = cg.pids();
+                let tree: Vec<i32> = sweep_targets(pgid, &tree.known, tracked)
+                    .into_iter()
+                    .filter(|p| !pids.contains(p) && !in_other_launch(*p, cg))
+                    .collect();
+                pids.extend(tree);
+                pids.into_iter()
+                    .filter(|p| *p != pgid)
+                    .filter(live)
+                    .collect()
+            }
+            Descendants::Sweep(tree) => sweep_targets(pgid, &tree.known, tracked)
                 .into_iter()
                 .filter(|p| *p != pgid)
                 .filter(live)
@@ -316,20 +306,19 @@ impl Job {
     fn signal_all(&self, sig: Signal, tracked: &(dyn Fn(i32) -> bool + Sync)) {
         let pgid = self.pid as i32;
         signal_group(pgid, sig);
-        match &self.descendants {
-            Descendants::Group => {}
-            Descendants::Cgroup(cg) => cg.signal(sig),
-            Descendants::Sweep { .. } => {
-                for p in self.others(tracked) {
-                    let _ = kill(Pid::from_raw(p), sig);
-                }
+        if let Descendants::Cgroup { cg, .. } = &self.descendants {
+            cg.signal(sig);
+        }
+        if !matches!(self.descendants, Descendants::Group) {
+            for p in self.others(tracked) {
+                let _ = kill(Pid::from_raw(p), sig);
             }
         }
     }
 
     /// For a job abandoned without [`terminate`](Job::terminate) (a panic, an aborted task):
     /// SIGKILL to whatever is left in its process group. Does nothing after `terminate`.
-    pub fn kill_leftovers(&mut self) {
+    pub(crate) fn kill_leftovers(&mut self) {
         if std::mem::replace(&mut self.terminated, true) {
             return;
         }
@@ -343,9 +332,17 @@ impl Job {
         }
         let others: Vec<i32> = match &self.descendants {
             Descendants::Group => Vec::new(),
-            Descendants::Cgroup(cg) => cg.pids(),
             // Without the reaper, only what was recorded as the job's (never another child).
-            Descendants::Sweep { known, .. } => recorded_targets(pgid, known),
+            Descendants::Cgroup { cg, tree } => {
+                let mut pids = cg.pids();
+                pids.extend(
+                    recorded_targets(pgid, &tree.known)
+                        .into_iter()
+                        .filter(|p| !in_other_launch(*p, cg)),
+                );
+                pids
+            }
+            Descendants::Sweep(tree) => recorded_targets(pgid, &tree.known),
         };
         let others: Vec<i32> = others
             .into_iter()
@@ -353,14 +350,14 @@ impl Job {
             .collect();
         if !others.is_empty() {
             error!(pids = ?others, "processes of the job are still there while it is dropped; killing them");
-            match &self.descendants {
-                Descendants::Cgroup(cg) => cg.signal(Signal::SIGKILL),
-                _ => others.iter().for_each(|p| {
-                    let _ = kill(Pid::from_raw(*p), Signal::SIGKILL);
-                }),
+            if let Descendants::Cgroup { cg, .. } = &self.descendants {
+                cg.signal(Signal::SIGKILL);
             }
+            others.iter().for_each(|p| {
+                let _ = kill(Pid::from_raw(*p), Signal::SIGKILL);
+            });
         }
-        if let Descendants::Cgroup(cg) = &self.descendants {
+        if let Descendants::Cgroup { cg, .. } = &self.descendants {
             cg.remove_eventually();
         }
     }
@@ -437,7 +434,7 @@ impl Job {
             }
         }
         sweep_descendants(grace, reaper).await;
-        if let Descendants::Cgroup(cg) = &self.descendants {
+        if let Descendants::Cgroup { cg, .. } = &self.descendants {
             if cg.populated() {
                 cg.signal(Signal::SIGKILL);
             }
@@ -457,6 +454,17 @@ impl Job {
             }
         }
     }
+}
+
+/// Whether process `pid` is in a launch cgroup other than `ours` (another job's process).
+fn in_other_launch(pid: i32, ours: &Cgroup) -> bool {
+    let ours_name = ours.dir.file_name().and_then(|n| n.to_str());
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|text| {
+        text.lines().any(|l| {
+            let name = l.rsplit('/').next().unwrap_or_default();
+            is_launch_cgroup_name(name) && Some(name) != ours_name
+        })
+    })
 }
 
 /// Children of this process in its own session that `reaper` did not spawn: with the agent as a

@@ -5,10 +5,13 @@
 //!   runs in (cgroup v2, else a v1 hierarchy with the `pids` or `freezer` controller, else the
 //!   named `systemd` one), creates `prrte-k8s-<random>` below its own cgroup for each launch and
 //!   starts prted inside it. Membership is inherited by every fork, whatever the session or
-//!   process group, so `cgroup.procs` lists exactly what the launch started; stopping it signals
+//!   process group, so `cgroup.procs` lists what the launch started; stopping it signals
 //!   every member (cgroup v2's `cgroup.kill` for SIGKILL) until the cgroup is empty, then removes
 //!   it. The agent moves itself into the new cgroup just for the `fork` (under the reaper's
-//!   spawn lock) and back, so no process of the launch ever runs outside it.
+//!   spawn lock) and back, so no process of the launch ever starts outside it. A process of
+//!   the launch may still move itself out (into any cgroup the pod's user can write, such as
+//!   the agent's own), so the process tree is followed as for the sweep below as well; only
+//!   processes in another launch's cgroup are left to that launch.
 //! * **A process-tree sweep** otherwise (no writable cgroup, or `--cgroup off`): the agent
 //!   records, every [`SCAN_INTERVAL`] while the launch runs, every descendant of prted (by
 //!   `/proc/PID/stat` parent links, with the start time against pid reuse), and when stopping it
@@ -29,7 +32,7 @@ use super::cgroup::{find_cgroup_base, remove_stale_cgroups, CgroupBase, STALE_AF
 use super::proc_stat::{all_stats, descendants_in, read_stat, start_time, ProcStat};
 
 /// How often the sweep fallback records the descendants of a running launch.
-pub const SCAN_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const SCAN_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How the agent tracks the processes of a launch.
 #[derive(Debug, Clone)]
@@ -40,7 +43,7 @@ pub enum Tracking {
 
 impl Tracking {
     /// Cgroups if `enabled` and a writable hierarchy is found, else the sweep; logs the choice.
-    pub fn detect(enabled: bool) -> Tracking {
+    pub(crate) fn detect(enabled: bool) -> Tracking {
         if !enabled {
             info!("descendants of prted are tracked by a process-tree sweep (--cgroup off)");
             return Tracking::Sweep;
@@ -74,9 +77,43 @@ impl Tracking {
     }
 }
 
+/// The recorded descendants of a job and the task recording them.
+pub struct Tree {
+    pub(crate) known: Known,
+    scanner: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Tree {
+    /// Records the descendants of `pid` every [`SCAN_INTERVAL`] (needs a tokio runtime; the
+    /// recording runs until the tree is dropped).
+    pub fn record(pid: u32) -> Tree {
+        let known = Known::default();
+        known.record(pid as i32);
+        let k = known.clone();
+        let scanner = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(SCAN_INTERVAL).await;
+                k.record(pid as i32);
+            }
+        });
+        Tree {
+            known,
+            scanner: Some(scanner),
+        }
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        if let Some(t) = self.scanner.take() {
+            t.abort();
+        }
+    }
+}
+
 /// Descendants of a launch recorded by the sweep fallback: pid → start time.
 #[derive(Debug, Default, Clone)]
-pub struct Known(Arc<Mutex<HashMap<i32, u64>>>);
+pub(crate) struct Known(Arc<Mutex<HashMap<i32, u64>>>);
 
 impl Known {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, u64>> {
@@ -118,7 +155,7 @@ impl Known {
 
 /// The recorded processes of a launch still alive and their current descendants (what can be
 /// attributed to it without knowing the agent's other children).
-pub fn recorded_targets(root: i32, known: &Known) -> Vec<i32> {
+pub(crate) fn recorded_targets(root: i32, known: &Known) -> Vec<i32> {
     let stats = all_stats();
     let mut out = known.alive();
     out.push(root);
@@ -135,7 +172,7 @@ pub fn recorded_targets(root: i32, known: &Known) -> Vec<i32> {
 /// descendants of `root` and of every recorded one, and the agent's untracked children that
 /// belong to the launch (see the module documentation). `tracked` tells the agent's own
 /// registered children (prted itself, the DVM head's prte), which are never strays.
-pub fn sweep_targets(root: i32, known: &Known, tracked: impl Fn(i32) -> bool) -> Vec<i32> {
+pub(crate) fn sweep_targets(root: i32, known: &Known, tracked: impl Fn(i32) -> bool) -> Vec<i32> {
     let me = std::process::id() as i32;
     let stats = all_stats();
     let by_pid: HashMap<i32, &ProcStat> = stats.iter().map(|s| (s.pid, s)).collect();
@@ -185,7 +222,7 @@ const ORPHAN_GRACE: Duration = Duration::from_secs(2);
 /// never finish its job: the agent stops it (SIGTERM, SIGKILL after [`ORPHAN_GRACE`]), so no
 /// rank outlives a failed job even in the pod where prterun ran. Other orphans are left alone.
 #[derive(Default)]
-pub struct OrphanedRanks {
+pub(crate) struct OrphanedRanks {
     /// pid, start time → when it was sent SIGTERM.
     seen: HashMap<(i32, u64), Instant>,
 }

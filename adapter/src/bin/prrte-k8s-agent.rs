@@ -5,8 +5,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use prrte_k8s::agent::{self, AgentArgs, AgentConfig, LogFormat};
-use tracing::error;
+use prrte_k8s::agent::{self, mpi, AgentArgs, AgentConfig, LogFormat};
+use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
 fn init_logging(format: LogFormat) {
@@ -26,22 +26,8 @@ fn init_logging(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
-    let args = AgentArgs::parse();
+    let mut args = AgentArgs::parse();
     init_logging(args.log_format);
-    let config = match AgentConfig::from_args(&args, |k| std::env::var(k).ok()) {
-        Ok(c) => c,
-        Err(e) => {
-            error!("refusing to start: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let exec_policy = match agent::exec::ExecPolicy::from_args(&args.exec, &config.prted) {
-        Ok(p) => p,
-        Err(e) => {
-            error!("refusing to start: {e}");
-            return ExitCode::from(2);
-        }
-    };
     let runtime = match prrte_k8s::runtime::current_thread() {
         Ok(rt) => rt,
         Err(e) => {
@@ -49,11 +35,99 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let env = |k: &str| std::env::var(k).ok();
+    // --mpi (or no --prted): find the image's MPI before the arguments are checked, since it
+    // decides --prted, --prte and --exec-allow.
+    let plan = if mpi::wants_detection(&args) {
+        let detect_env = mpi::DetectEnv::from_process(Vec::new());
+        match runtime.block_on(mpi::resolve(&mut args, &detect_env)) {
+            Ok(plan) => Some(plan),
+            Err(e) => {
+                if args.detect_only {
+                    println!("launch: none");
+                    println!("error: {e}");
+                } else {
+                    error!("refusing to start: {e}");
+                }
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        None
+    };
+    if args.detect_only {
+        return detect_only(&args, plan);
+    }
+    let mut config = match AgentConfig::from_args(&args, env) {
+        Ok(c) => c,
+        Err(e) => {
+            error!("refusing to start: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(plan) = plan {
+        if let Some(why) = &plan.fallback {
+            warn!(mpi = %plan.found.summary(), "the k8s components are not used: {why}; the launcher starts its daemons through prrte-k8s-rsh instead");
+        }
+        let pod_ip = mpi::select::pod_ip(&env, config.listen.ip());
+        match mpi::Prepared::new(plan, &config.tmpdir, pod_ip) {
+            Ok(p) => {
+                info!(launch = p.plan.launch.name(), mpi = %p.plan.found.summary(), how = p.plan.launch.describe(), "serving the image's MPI");
+                for w in &p.warnings {
+                    warn!("{w}");
+                }
+                config.mpi = Some(std::sync::Arc::new(p));
+            }
+            Err(e) => {
+                error!("refusing to start: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let exec_policy = match agent::exec::ExecPolicy::from_args(&args.exec, &config.prted) {
+        Ok(p) => p,
+        Err(e) => {
+            error!("refusing to start: {e}");
+            return ExitCode::from(2);
+        }
+    };
     match runtime.block_on(agent::run_until_signalled_with_exec(config, exec_policy)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             error!("{e}");
             ExitCode::from(1)
+        }
+    }
+}
+
+/// `--detect-only`: prints what was found and what the launcher would get, then exits.
+fn detect_only(args: &AgentArgs, plan: Option<mpi::Plan>) -> ExitCode {
+    let Some(plan) = plan else {
+        println!("launch: none");
+        return ExitCode::from(2);
+    };
+    let tmpdir = args
+        .tmpdir
+        .clone()
+        .or_else(|| {
+            std::env::var_os("TMPDIR")
+                .filter(|v| !v.is_empty())
+                .map(Into::into)
+        })
+        .unwrap_or_else(|| "/tmp".into());
+    let listen = args.listen.map(|l| l.ip()).unwrap_or([0, 0, 0, 0].into());
+    let pod_ip = mpi::select::pod_ip(&|k: &str| std::env::var(k).ok(), listen);
+    match mpi::Prepared::new(plan, &tmpdir, pod_ip) {
+        Ok(p) => {
+            for line in p.report() {
+                println!("{line}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("launch: none");
+            println!("error: {e}");
+            ExitCode::from(2)
         }
     }
 }

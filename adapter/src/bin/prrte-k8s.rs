@@ -58,6 +58,52 @@ enum Command {
     /// Print a complete MPI job for `kubectl apply -f -`: RBAC, a fresh Secret, the Job
     /// (batch with a command after `--`, else interactive), the NetworkPolicy.
     Manifest(Box<prrte_k8s::manifest::ManifestArgs>),
+    /// Copy the injected runtime this program belongs to (its bundle: bin/, lib/prte/, etc/)
+    /// into DIR: the init container of the inject image, into the pod's emptyDir.
+    InstallRuntime(InstallRuntimeArgs),
+}
+
+#[derive(Args, Debug)]
+struct InstallRuntimeArgs {
+    /// Where to copy the runtime (the application container mounts it at /opt/prrte-k8s)
+    #[arg(long, value_name = "DIR")]
+    to: PathBuf,
+    /// The bundle to copy [default: the parent of this program's bin/ directory]
+    #[arg(long, value_name = "DIR")]
+    from: Option<PathBuf>,
+}
+
+fn install_runtime(args: InstallRuntimeArgs) -> i32 {
+    use prrte_k8s::bundle;
+    let from = match args.from.clone().or_else(|| {
+        std::env::current_exe()
+            .ok()
+            .and_then(|e| bundle::bundle_of(&e))
+    }) {
+        Some(f) => f,
+        None => {
+            eprintln!("prrte-k8s install-runtime: error: cannot tell where this program's bundle is; give --from DIR");
+            return 1;
+        }
+    };
+    match bundle::install(&from, &args.to) {
+        Ok(done) => {
+            println!(
+                "prrte-k8s install-runtime: installed {} into {} ({} files, {} links, {:.1} MiB from {})",
+                done.version.as_deref().unwrap_or("the runtime (no VERSION)"),
+                args.to.display(),
+                done.files,
+                done.links,
+                done.bytes as f64 / (1024.0 * 1024.0),
+                from.display()
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("prrte-k8s install-runtime: error: {e}");
+            1
+        }
+    }
 }
 
 /// Which pods make up the job (the `ras_k8s_*` parameters of the same names), for every
@@ -272,6 +318,7 @@ fn main() -> ExitCode {
         Command::Pterm(args) => tools::exec_tool("pterm", args),
         Command::Doctor(args) => doctor::run(args),
         Command::Manifest(args) => manifest(*args),
+        Command::InstallRuntime(args) => install_runtime(args),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::client::{error_chain, ApiClient};
 use super::error::DiscoveryError;
+use super::selector::SelectorError;
 use crate::settings::mca;
 
 /// What discovery is doing when a call fails, for messages and RBAC rules.
@@ -33,7 +34,7 @@ impl Operation {
     }
 
     /// `get` of one named object of a namespaced resource.
-    pub fn get_named(
+    pub(crate) fn get_named(
         resource: &'static str,
         group: &'static str,
         namespace: &str,
@@ -77,7 +78,7 @@ impl Operation {
 
 /// The client plus the overall deadline every call is bounded by.
 #[derive(Debug, Clone)]
-pub struct Ctx {
+pub(crate) struct Ctx {
     pub api: ApiClient,
     pub deadline: Instant,
     pub timeout: Duration,
@@ -85,7 +86,7 @@ pub struct Ctx {
 
 impl Ctx {
     /// Maps a client error for `op` to a discovery error.
-    pub fn map_error(&self, op: &Operation, err: kube::Error) -> DiscoveryError {
+    pub(crate) fn map_error(&self, op: &Operation, err: kube::Error) -> DiscoveryError {
         let url = self.api.url.clone();
         let source_desc = self.api.source.to_string();
         match err {
@@ -112,7 +113,7 @@ impl Ctx {
                     },
                     400 if op.selector.is_some() => DiscoveryError::InvalidSelector {
                         selector: op.selector.clone().unwrap_or_default(),
-                        reason: format!("the API server rejected it: {message}"),
+                        reason: SelectorError::Rejected { message },
                     },
                     code => DiscoveryError::Api {
                         url,
@@ -148,7 +149,7 @@ impl Ctx {
     }
 
     /// The error for a call that did not finish before the deadline.
-    pub fn deadline_error(&self, op: &Operation) -> DiscoveryError {
+    pub(crate) fn deadline_error(&self, op: &Operation) -> DiscoveryError {
         DiscoveryError::Unreachable {
             url: self.api.url.clone(),
             source_desc: self.api.source.to_string(),
@@ -173,7 +174,7 @@ impl Ctx {
 
     /// Reads the object that owns the job's pods (`kind` for messages): "forbidden" and "not
     /// found" are errors that name the Role rule and the `ras_k8s_expected_pods` alternative.
-    pub async fn call_owner<T, F, Fut>(
+    pub(crate) async fn call_owner<T, F, Fut>(
         &self,
         op: &Operation,
         kind: &'static str,
@@ -206,7 +207,7 @@ impl Ctx {
 
     /// Runs one API call whose "not found" or "forbidden" answer is not fatal: those give
     /// `Ok(None)`. Used for optional lookups (owner Jobs, StatefulSets, JobSets).
-    pub async fn call_optional<T, F, Fut>(
+    pub(crate) async fn call_optional<T, F, Fut>(
         &self,
         op: &Operation,
         mut f: F,
@@ -334,13 +335,13 @@ impl Ctx {
 }
 
 /// First delay before retrying a transient API failure.
-pub const RETRY_FIRST: Duration = Duration::from_millis(200);
+pub(crate) const RETRY_FIRST: Duration = Duration::from_millis(200);
 /// Longest delay between retries.
-pub const RETRY_MAX: Duration = Duration::from_secs(5);
+pub(crate) const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// Whether retrying `err` may help: the server could not be reached or dropped the connection,
 /// or answered 429 (too many requests) or 5xx (the server or something in front of it failed).
-pub fn is_transient(err: &kube::Error) -> bool {
+pub(crate) fn is_transient(err: &kube::Error) -> bool {
     match err {
         kube::Error::Api(s) => s.code == 429 || (500..600).contains(&s.code),
         kube::Error::HyperError(_) | kube::Error::Service(_) => true,
@@ -349,7 +350,7 @@ pub fn is_transient(err: &kube::Error) -> bool {
 }
 
 /// A one-line description of a client error, for retry warnings.
-pub fn short_error(err: &kube::Error) -> String {
+pub(crate) fn short_error(err: &kube::Error) -> String {
     match err {
         kube::Error::Api(s) => format!("HTTP {} {}: {}", s.code, s.reason, s.message),
         e => error_chain(e),

@@ -116,29 +116,25 @@ impl Environment {
             .filter(|s| !s.is_empty())
     }
 
-    fn in_cluster_available(&self) -> Result<String, String> {
+    /// The API server's URL in the pod we run in, or why the in-cluster configuration cannot
+    /// be used.
+    fn in_cluster_available(&self) -> Result<String, NotInCluster> {
         let Some(host) = &self.service_host else {
-            return Err("not in a pod: KUBERNETES_SERVICE_HOST is not set".into());
+            return Err(NotInCluster::NoServiceHost);
         };
         let Some(dir) = &self.service_account_dir else {
-            return Err(
-                "KUBERNETES_SERVICE_HOST is set but no service account directory is configured"
-                    .into(),
-            );
+            return Err(NotInCluster::NoServiceAccountDir);
         };
         let token = dir.join("token");
         if !token.is_file() {
-            return Err(format!(
-                "KUBERNETES_SERVICE_HOST is set but there is no service account token at {}",
-                token.display()
-            ));
+            return Err(NotInCluster::NoToken(token));
         }
         let port: u16 = match &self.service_port {
             None => 443,
             Some(p) => p
                 .trim()
                 .parse()
-                .map_err(|_| format!("KUBERNETES_SERVICE_PORT {p:?} is not a port number"))?,
+                .map_err(|_| NotInCluster::BadPort(p.clone()))?,
         };
         let host = host.trim();
         let host = if host.parse::<std::net::Ipv6Addr>().is_ok() {
@@ -152,6 +148,20 @@ impl Environment {
             format!("https://{host}:{port}")
         })
     }
+}
+
+/// Why the in-cluster configuration cannot be used (one of the places tried, in
+/// [`DiscoveryError::NoCluster`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NotInCluster {
+    #[error("not in a pod: KUBERNETES_SERVICE_HOST is not set")]
+    NoServiceHost,
+    #[error("KUBERNETES_SERVICE_HOST is set but no service account directory is configured")]
+    NoServiceAccountDir,
+    #[error("KUBERNETES_SERVICE_HOST is set but there is no service account token at {}", .0.display())]
+    NoToken(PathBuf),
+    #[error("KUBERNETES_SERVICE_PORT {0:?} is not a port number")]
+    BadPort(String),
 }
 
 /// A resolved client configuration and what it says about namespaces.
@@ -314,7 +324,7 @@ pub async fn resolve_config(
             }
             return from_kubeconfig(in_cluster_kubeconfig(&url, env), source).await;
         }
-        Err(why) => tried.push(why),
+        Err(why) => tried.push(why.to_string()),
     }
 
     match &env.home {

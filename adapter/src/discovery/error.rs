@@ -1,5 +1,6 @@
 //! Discovery errors. Each one displays as a paragraph naming the cause and the remedy.
 
+use super::selector::SelectorError;
 use crate::settings::mca;
 
 /// The broad class of a [`DiscoveryError`], for callers that map errors to codes.
@@ -56,7 +57,10 @@ pub enum DiscoveryError {
     #[error(
         "Invalid label selector {selector:?}: {reason}. Set {p_selector} to a valid Kubernetes label selector, for example \"batch.kubernetes.io/job-name=my-job\" or \"app=mpi,role in (launcher,worker)\".", p_selector = mca::SELECTOR.refer()
     )]
-    InvalidSelector { selector: String, reason: String },
+    InvalidSelector {
+        selector: String,
+        reason: SelectorError,
+    },
 
     #[error("{0}.")]
     Setting(Box<crate::settings::SettingError>),
@@ -255,7 +259,7 @@ impl DiscoveryError {
 
 /// The Role rule that grants what discovery needs on `resource`: all of get, list and watch on
 /// pods (discovery uses the three), else the one verb that was refused.
-pub fn required_rule(group: &str, resource: &str, verb: &str) -> String {
+pub(crate) fn required_rule(group: &str, resource: &str, verb: &str) -> String {
     if group.is_empty() && resource == "pods" {
         PODS_RULE.to_string()
     } else {
@@ -264,7 +268,7 @@ pub fn required_rule(group: &str, resource: &str, verb: &str) -> String {
 }
 
 /// Renders an RBAC rule in Role YAML form.
-pub fn rbac_rule(group: &str, resource: &str, verbs: &[&str]) -> String {
+pub(crate) fn rbac_rule(group: &str, resource: &str, verbs: &[&str]) -> String {
     let verbs: Vec<String> = verbs.iter().map(|v| format!("{v:?}")).collect();
     format!(
         "- apiGroups: [{group:?}]\n  resources: [{resource:?}]\n  verbs: [{}]",

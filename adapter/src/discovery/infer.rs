@@ -12,19 +12,18 @@ use kube::core::GroupVersionKind;
 
 use super::api::{Ctx, Operation};
 use super::error::DiscoveryError;
+pub(crate) use super::keys::{JOBSET_NAME_LABEL, JOBSET_REPLICATED_JOB_LABEL};
 use super::readiness::{classify, PodReadiness};
 use super::record::PodRecord;
 use super::selector::validate_value;
 
-pub const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
-pub const JOBSET_REPLICATED_JOB_LABEL: &str = "jobset.sigs.k8s.io/replicatedjob-name";
-pub const KUBEFLOW_JOB_LABEL: &str = "training.kubeflow.org/job-name";
-pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
-pub const LEGACY_JOB_NAME_LABEL: &str = "job-name";
+pub(crate) const KUBEFLOW_JOB_LABEL: &str = "training.kubeflow.org/job-name";
+pub(crate) const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+pub(crate) const LEGACY_JOB_NAME_LABEL: &str = "job-name";
 
 /// The labels looked for on our own pod, most encompassing workload first: a JobSet's pods
 /// also carry the name of their child Job, and the whole JobSet is the MPI job.
-pub const INFERENCE_LABELS: &[&str] = &[
+pub(crate) const INFERENCE_LABELS: &[&str] = &[
     JOBSET_NAME_LABEL,
     KUBEFLOW_JOB_LABEL,
     JOB_NAME_LABEL,
@@ -63,7 +62,7 @@ impl SelfNameSource {
     }
 
     /// A host name equals the pod name unless the pod sets spec.hostname.
-    pub fn is_hostname(self) -> bool {
+    pub(crate) fn is_hostname(self) -> bool {
         matches!(
             self,
             SelfNameSource::HostnameEnv | SelfNameSource::Gethostname
@@ -127,7 +126,7 @@ impl SelfIdentity {
 
 /// The workload the selected pods belong to, used to find the expected pod count.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Workload {
+pub(crate) enum Workload {
     Job(String),
     StatefulSet(String),
     /// A JobSet; `replicated_jobs` limits the count to those replicated jobs (None: all).
@@ -139,7 +138,7 @@ pub enum Workload {
 
 /// A selector inferred from our own pod.
 #[derive(Debug, Clone)]
-pub struct InferredSelector {
+pub(crate) struct InferredSelector {
     pub selector: String,
     /// Human-readable basis ("label batch.kubernetes.io/job-name of pod ns/x").
     pub basis: String,
@@ -155,7 +154,7 @@ fn pods_api(ctx: &Ctx, ns: &str) -> Api<Pod> {
 
 /// Finds our own pod in `ns`. A name taken from the host name may be the pod's spec.hostname
 /// rather than its name; then the pod with that hostname is looked for.
-pub async fn find_own_pod(
+pub(crate) async fn find_own_pod(
     ctx: &Ctx,
     ns: &str,
     me: Option<&SelfIdentity>,
@@ -203,7 +202,7 @@ pub fn controller_of<'a>(pod: &'a PodRecord, kind: &str) -> Option<&'a OwnerRefe
 }
 
 /// Renders a LabelSelector in selector-string syntax.
-pub fn label_selector_string(sel: &LabelSelector) -> Option<String> {
+pub(crate) fn label_selector_string(sel: &LabelSelector) -> Option<String> {
     let mut parts: Vec<String> = Vec::new();
     for (k, v) in sel.match_labels.iter().flatten() {
         parts.push(format!("{k}={v}"));
@@ -222,7 +221,7 @@ pub fn label_selector_string(sel: &LabelSelector) -> Option<String> {
 }
 
 /// Infers the selector from our own pod: a workload label, else the StatefulSet that owns it.
-pub async fn infer_selector(
+pub(crate) async fn infer_selector(
     ctx: &Ctx,
     ns: &str,
     me: Option<&SelfIdentity>,
@@ -309,7 +308,7 @@ fn not_inferable(ns: &str, pod: &str) -> DiscoveryError {
 
 /// Guesses the workload of pods selected by an explicit selector: all of them in one JobSet,
 /// or all controlled by one Job or StatefulSet.
-pub fn workload_of(pods: &[&PodRecord]) -> Option<Workload> {
+pub(crate) fn workload_of(pods: &[&PodRecord]) -> Option<Workload> {
     if pods.is_empty() {
         return None;
     }
@@ -347,7 +346,7 @@ pub fn workload_of(pods: &[&PodRecord]) -> Option<Workload> {
 }
 
 /// The number of pods a Job runs at once: parallelism (default 1), at most completions.
-pub fn job_pod_count(job: &Job) -> Option<u32> {
+pub(crate) fn job_pod_count(job: &Job) -> Option<u32> {
     let spec = job.spec.as_ref()?;
     let parallelism = spec.parallelism.unwrap_or(1);
     let n = match spec.completions {
@@ -358,13 +357,16 @@ pub fn job_pod_count(job: &Job) -> Option<u32> {
 }
 
 /// The replica count of a StatefulSet (default 1).
-pub fn statefulset_pod_count(sts: &StatefulSet) -> Option<u32> {
+pub(crate) fn statefulset_pod_count(sts: &StatefulSet) -> Option<u32> {
     let replicas = sts.spec.as_ref().map(|s| s.replicas.unwrap_or(1))?;
     u32::try_from(replicas).ok().filter(|n| *n > 0)
 }
 
 /// Pods of a JobSet: sum over replicated jobs of replicas × pods per job.
-pub fn jobset_pod_count(spec: &serde_json::Value, only: Option<&BTreeSet<String>>) -> Option<u32> {
+pub(crate) fn jobset_pod_count(
+    spec: &serde_json::Value,
+    only: Option<&BTreeSet<String>>,
+) -> Option<u32> {
     let rjobs = spec.get("replicatedJobs")?.as_array()?;
     let mut total: u64 = 0;
     let mut counted = 0;
@@ -401,7 +403,7 @@ pub fn jobset_pod_count(spec: &serde_json::Value, only: Option<&BTreeSet<String>
 /// `owned_job`: whether a pod really is controlled by the Job (an ownerReference), not just
 /// labelled with its name; a labelled-only Job that does not exist (404) is no error then.
 /// Returns the count and a description of where it came from.
-pub async fn expected_from_workload(
+pub(crate) async fn expected_from_workload(
     ctx: &Ctx,
     ns: &str,
     workload: &Workload,

@@ -45,7 +45,7 @@ struct ListMetaOnly {
 }
 
 /// Reads only a page's list metadata (its `continue` token), skipping the items unparsed.
-pub fn decode_page_meta(body: &[u8]) -> Result<ListMeta, serde_json::Error> {
+pub(crate) fn decode_page_meta(body: &[u8]) -> Result<ListMeta, serde_json::Error> {
     serde_json::from_slice::<ListMetaOnly>(body).map(|l| l.metadata)
 }
 
@@ -71,7 +71,7 @@ fn is_expired(e: &kube::Error) -> bool {
 
 /// Lists the pods of `namespace` matching `selector` in pages of [`PAGE_SIZE`]; the result's
 /// metadata (resource version) is the first page's. Bounded by the context's deadline.
-pub async fn list_pods(
+pub(crate) async fn list_pods(
     ctx: &Ctx,
     namespace: &str,
     selector: &str,

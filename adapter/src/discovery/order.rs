@@ -20,12 +20,10 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
+pub use super::keys::{
+    JOBSET_JOB_GLOBAL_INDEX, JOBSET_JOB_INDEX, JOB_COMPLETION_INDEX, STATEFULSET_POD_INDEX,
+};
 use super::record::PodRecord;
-
-pub const JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
-pub const STATEFULSET_POD_INDEX: &str = "apps.kubernetes.io/pod-index";
-pub const JOBSET_JOB_INDEX: &str = "jobset.sigs.k8s.io/job-index";
-pub const JOBSET_JOB_GLOBAL_INDEX: &str = "jobset.sigs.k8s.io/job-global-index";
 
 /// The index of a pod within its workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -68,7 +66,7 @@ pub fn pod_index(pod: &PodRecord) -> Option<PodIndex> {
 }
 
 /// Natural order: runs of digits compare numerically, everything else byte-wise.
-pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+pub(crate) fn natural_cmp(a: &str, b: &str) -> Ordering {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let (mut i, mut j) = (0, 0);
     while i < a.len() && j < b.len() {
@@ -130,7 +128,7 @@ pub fn sort_pods(pods: &mut [PodRecord]) {
 /// their pods, so a sorted set of them (a `BTreeSet<OrderKey>`) keeps pods in allocation order
 /// as they come and go, each change costing O(log n) instead of a re-sort.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct OrderKey {
+pub(crate) struct OrderKey {
     index: Option<(u64, u64)>,
     name: String,
 }
@@ -145,7 +143,7 @@ impl OrderKey {
     }
 
     /// A key ordering by name alone (natural order, then plain), as for pods without an index.
-    pub fn by_name(name: &str) -> OrderKey {
+    pub(crate) fn by_name(name: &str) -> OrderKey {
         OrderKey {
             index: None,
             name: name.to_string(),
@@ -180,7 +178,7 @@ impl PartialOrd for OrderKey {
 
 /// Sorts items holding pods into allocation order (as [`compare_pods`]), reading each pod's
 /// index once rather than at every comparison.
-pub fn sort_pods_by<T>(items: &mut [T], pod: impl Fn(&T) -> &PodRecord) {
+pub(crate) fn sort_pods_by<T>(items: &mut [T], pod: impl Fn(&T) -> &PodRecord) {
     let keys: Vec<OrderKey> = items.iter().map(|t| OrderKey::of(pod(t))).collect();
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
@@ -200,7 +198,7 @@ pub fn sort_pods_by<T>(items: &mut [T], pod: impl Fn(&T) -> &PodRecord) {
 }
 
 /// The number reported as each pod's index, for pods already in allocation order.
-pub fn reported_indices(pods: &[PodRecord]) -> Vec<Option<u64>> {
+pub(crate) fn reported_indices(pods: &[PodRecord]) -> Vec<Option<u64>> {
     let indices: Vec<Option<PodIndex>> = pods.iter().map(pod_index).collect();
     let stride = indices
         .iter()

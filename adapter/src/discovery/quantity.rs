@@ -21,7 +21,7 @@ use std::fmt;
 
 /// A parsed, exact Kubernetes quantity: `sign * digits * 10^exp10 * 2^exp2`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Quantity {
+pub(crate) struct Quantity {
     negative: bool,
     digits: u128,
     exp10: i32,
@@ -30,7 +30,7 @@ pub struct Quantity {
 
 /// Why a quantity string was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QuantityError {
+pub(crate) struct QuantityError {
     pub input: String,
     pub reason: &'static str,
 }
@@ -115,18 +115,14 @@ impl Quantity {
     }
 
     /// True for quantities below zero.
+    #[cfg(test)]
     pub fn is_negative(&self) -> bool {
         self.negative
     }
 
-    /// True for a zero quantity.
-    pub fn is_zero(&self) -> bool {
-        self.digits == 0
-    }
-
     /// The value in thousandths, rounded up (as the API server's `MilliValue`), saturating at
     /// `u128::MAX`. Negative quantities give `None`.
-    pub fn millis_ceil(&self) -> Option<u128> {
+    pub(crate) fn millis_ceil(&self) -> Option<u128> {
         if self.negative {
             return None;
         }
@@ -165,6 +161,7 @@ impl Quantity {
 
     /// The whole units contained in the quantity, rounded down ("1.5" -> 1, "2500m" -> 2),
     /// clamped to `u64`. Negative quantities give `None`.
+    #[cfg(test)]
     pub fn whole_floor(&self) -> Option<u64> {
         self.millis_ceil()
             .map(|m| u64::try_from(m / 1000).unwrap_or(u64::MAX))

@@ -63,7 +63,7 @@ pub fn classify(pod: &PodRecord) -> PodReadiness {
 }
 
 /// The pod's IPv4 address: the first IPv4 entry of status.podIPs, else status.podIP.
-pub fn pod_ipv4(pod: &PodRecord) -> Option<Ipv4Addr> {
+pub(crate) fn pod_ipv4(pod: &PodRecord) -> Option<Ipv4Addr> {
     let status = pod.status.as_ref()?;
     if let Some(ip) = status
         .pod_ips

@@ -25,23 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use super::infer::{JOBSET_NAME_LABEL, JOBSET_REPLICATED_JOB_LABEL};
-use super::order::{
-    JOBSET_JOB_GLOBAL_INDEX, JOBSET_JOB_INDEX, JOB_COMPLETION_INDEX, STATEFULSET_POD_INDEX,
-};
-use super::slots::{DEPRECATED_SLOTS_ANNOTATION, SLOTS_ANNOTATION};
-
-/// The label and annotation keys discovery reads; a record keeps no other.
-pub const KEPT_KEYS: [&str; 8] = [
-    JOB_COMPLETION_INDEX,
-    STATEFULSET_POD_INDEX,
-    JOBSET_JOB_INDEX,
-    JOBSET_JOB_GLOBAL_INDEX,
-    JOBSET_NAME_LABEL,
-    JOBSET_REPLICATED_JOB_LABEL,
-    SLOTS_ANNOTATION,
-    DEPRECATED_SLOTS_ANNOTATION,
-];
+pub use super::keys::KEPT_KEYS;
 
 fn kept(key: &str) -> bool {
     KEPT_KEYS.contains(&key)

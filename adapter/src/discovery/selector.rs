@@ -9,6 +9,66 @@
 
 use super::names::{is_dns_subdomain, is_name_part};
 
+/// What is wrong with a label selector, as a sentence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    #[error("the selector is empty (it would select every pod in the namespace)")]
+    Empty,
+    #[error("the selector ends with a ',' and no requirement after it")]
+    TrailingComma,
+    #[error("expected ',' or the end of the selector after a requirement, found {found}")]
+    ExpectedSeparator { found: String },
+    #[error("expected a label key, found {found}")]
+    ExpectedKey { found: String },
+    #[error("the value after {op} for key {key:?} must be an integer, found {value:?}")]
+    NotAnInteger {
+        op: String,
+        key: String,
+        value: String,
+    },
+    #[error(
+        "expected an operator (=, ==, !=, in, notin, >, <), ',' or the end after key {key:?}, \
+         found {found}"
+    )]
+    ExpectedOperator { key: String, found: String },
+    #[error("expected a label value, found {found}")]
+    ExpectedValue { found: String },
+    #[error("expected '(' after {op:?} for key {key:?}, found {found}")]
+    ExpectedOpen {
+        op: String,
+        key: String,
+        found: String,
+    },
+    #[error("unexpected {found} in the value list of {key:?} {op}")]
+    UnexpectedInList {
+        found: String,
+        key: String,
+        op: String,
+    },
+    #[error("the value list of {key:?} {op} is not closed with ')'")]
+    Unclosed { key: String, op: String },
+    #[error("the value list of {key:?} {op} is empty; give at least one value")]
+    EmptyList { key: String, op: String },
+    #[error(
+        "label key {key:?} has an invalid prefix {prefix:?}: it must be a lowercase DNS \
+         subdomain (like example.com) of at most 253 characters"
+    )]
+    InvalidPrefix { key: String, prefix: String },
+    #[error(
+        "label key {key:?} is invalid: its name part must be 1-63 characters of letters, digits, \
+         '-', '_' or '.', starting and ending with a letter or digit"
+    )]
+    InvalidKey { key: String },
+    #[error(
+        "label value {value:?} is invalid: it must be at most 63 characters of letters, digits, \
+         '-', '_' or '.', starting and ending with a letter or digit"
+    )]
+    InvalidValue { value: String },
+    /// The API server refused the selector (400) though it passed these checks.
+    #[error("the API server rejected it: {message}")]
+    Rejected { message: String },
+}
+
 /// One parsed requirement of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Requirement {
@@ -100,9 +160,9 @@ fn lex(input: &str) -> Vec<Token> {
 }
 
 /// Parses and validates a label selector; the error is a sentence saying what is wrong.
-pub fn parse_selector(input: &str) -> Result<Selector, String> {
+pub(crate) fn parse_selector(input: &str) -> Result<Selector, SelectorError> {
     if input.trim().is_empty() {
-        return Err("the selector is empty (it would select every pod in the namespace)".into());
+        return Err(SelectorError::Empty);
     }
     let tokens = lex(input);
     let mut p = Parser { tokens, pos: 0 };
@@ -113,14 +173,13 @@ pub fn parse_selector(input: &str) -> Result<Selector, String> {
             None => break,
             Some(Token::Comma) => {
                 if p.peek().is_none() {
-                    return Err("the selector ends with a ',' and no requirement after it".into());
+                    return Err(SelectorError::TrailingComma);
                 }
             }
             Some(t) => {
-                return Err(format!(
-                    "expected ',' or the end of the selector after a requirement, found {}",
-                    t.describe()
-                ))
+                return Err(SelectorError::ExpectedSeparator {
+                    found: t.describe(),
+                })
             }
         }
     }
@@ -143,18 +202,22 @@ impl Parser {
         t
     }
 
-    fn key(&mut self) -> Result<String, String> {
+    fn key(&mut self) -> Result<String, SelectorError> {
         match self.next() {
             Some(Token::Ident(k)) => {
                 validate_key(&k)?;
                 Ok(k)
             }
-            Some(t) => Err(format!("expected a label key, found {}", t.describe())),
-            None => Err("expected a label key, found the end of the selector".into()),
+            Some(t) => Err(SelectorError::ExpectedKey {
+                found: t.describe(),
+            }),
+            None => Err(SelectorError::ExpectedKey {
+                found: "the end of the selector".into(),
+            }),
         }
     }
 
-    fn requirement(&mut self) -> Result<Requirement, String> {
+    fn requirement(&mut self) -> Result<Requirement, SelectorError> {
         if self.peek() == Some(&Token::Bang) {
             self.pos += 1;
             let key = self.key()?;
@@ -174,25 +237,35 @@ impl Parser {
             Some(op @ (Token::Gt | Token::Lt)) => {
                 self.pos += 1;
                 let v = self.value()?;
-                let n: i64 = v.parse().map_err(|_| {
-                    format!("the value after {} for key {key:?} must be an integer, found {v:?}", op.describe())
+                let n: i64 = v.parse().map_err(|_| SelectorError::NotAnInteger {
+                    op: op.describe(),
+                    key: key.clone(),
+                    value: v.clone(),
                 })?;
-                Ok(if op == Token::Gt { Requirement::GreaterThan(key, n) } else { Requirement::LessThan(key, n) })
+                Ok(if op == Token::Gt {
+                    Requirement::GreaterThan(key, n)
+                } else {
+                    Requirement::LessThan(key, n)
+                })
             }
             Some(Token::Ident(word)) if word == "in" || word == "notin" => {
                 self.pos += 1;
                 let values = self.value_set(&key, &word)?;
-                Ok(if word == "in" { Requirement::In(key, values) } else { Requirement::NotIn(key, values) })
+                Ok(if word == "in" {
+                    Requirement::In(key, values)
+                } else {
+                    Requirement::NotIn(key, values)
+                })
             }
-            Some(t) => Err(format!(
-                "expected an operator (=, ==, !=, in, notin, >, <), ',' or the end after key {key:?}, found {}",
-                t.describe()
-            )),
+            Some(t) => Err(SelectorError::ExpectedOperator {
+                key,
+                found: t.describe(),
+            }),
         }
     }
 
     /// A value after `=`, `==` or `!=`: possibly empty (`key=` selects an empty value).
-    fn value(&mut self) -> Result<String, String> {
+    fn value(&mut self) -> Result<String, SelectorError> {
         match self.peek().cloned() {
             Some(Token::Ident(v)) => {
                 self.pos += 1;
@@ -200,24 +273,24 @@ impl Parser {
                 Ok(v)
             }
             None | Some(Token::Comma) => Ok(String::new()),
-            Some(t) => Err(format!("expected a label value, found {}", t.describe())),
+            Some(t) => Err(SelectorError::ExpectedValue {
+                found: t.describe(),
+            }),
         }
     }
 
-    fn value_set(&mut self, key: &str, op: &str) -> Result<Vec<String>, String> {
-        match self.next() {
-            Some(Token::Open) => {}
-            Some(t) => {
-                return Err(format!(
-                    "expected '(' after {op:?} for key {key:?}, found {}",
-                    t.describe()
-                ))
-            }
-            None => {
-                return Err(format!(
-                    "expected '(' after {op:?} for key {key:?}, found the end of the selector"
-                ))
-            }
+    fn value_set(&mut self, key: &str, op: &str) -> Result<Vec<String>, SelectorError> {
+        let found = match self.next() {
+            Some(Token::Open) => None,
+            Some(t) => Some(t.describe()),
+            None => Some("the end of the selector".to_owned()),
+        };
+        if let Some(found) = found {
+            return Err(SelectorError::ExpectedOpen {
+                op: op.into(),
+                key: key.into(),
+                found,
+            });
         }
         let mut values = Vec::new();
         let mut expect_value = true;
@@ -241,22 +314,25 @@ impl Parser {
                     expect_value = true;
                 }
                 Some(t) => {
-                    return Err(format!(
-                        "unexpected {} in the value list of {key:?} {op}",
-                        t.describe()
-                    ))
+                    return Err(SelectorError::UnexpectedInList {
+                        found: t.describe(),
+                        key: key.into(),
+                        op: op.into(),
+                    })
                 }
                 None => {
-                    return Err(format!(
-                        "the value list of {key:?} {op} is not closed with ')'"
-                    ))
+                    return Err(SelectorError::Unclosed {
+                        key: key.into(),
+                        op: op.into(),
+                    })
                 }
             }
         }
         if values.is_empty() {
-            return Err(format!(
-                "the value list of {key:?} {op} is empty; give at least one value"
-            ));
+            return Err(SelectorError::EmptyList {
+                key: key.into(),
+                op: op.into(),
+            });
         }
         Ok(values)
     }
@@ -264,33 +340,32 @@ impl Parser {
 
 /// Validates a label key: `[prefix/]name`, prefix a DNS subdomain, name at most 63 characters
 /// of alphanumerics, '-', '_' and '.', starting and ending alphanumeric.
-pub fn validate_key(key: &str) -> Result<(), String> {
+pub(crate) fn validate_key(key: &str) -> Result<(), SelectorError> {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
     if let Some(p) = prefix.filter(|p| !is_dns_subdomain(p)) {
-        return Err(format!(
-            "label key {key:?} has an invalid prefix {p:?}: it must be a lowercase DNS subdomain (like example.com) of at most 253 characters"
-        ));
+        return Err(SelectorError::InvalidPrefix {
+            key: key.into(),
+            prefix: p.into(),
+        });
     }
     if !is_name_part(name) {
-        return Err(format!(
-            "label key {key:?} is invalid: its name part must be 1-63 characters of letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
-        ));
+        return Err(SelectorError::InvalidKey { key: key.into() });
     }
     Ok(())
 }
 
 /// Validates a label value: empty, or at most 63 characters of alphanumerics, '-', '_' and
 /// '.', starting and ending alphanumeric.
-pub fn validate_value(value: &str) -> Result<(), String> {
+pub(crate) fn validate_value(value: &str) -> Result<(), SelectorError> {
     if value.is_empty() || is_name_part(value) {
         Ok(())
     } else {
-        Err(format!(
-            "label value {value:?} is invalid: it must be at most 63 characters of letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
-        ))
+        Err(SelectorError::InvalidValue {
+            value: value.into(),
+        })
     }
 }
 
@@ -370,7 +445,7 @@ mod tests {
                 assert!(parse_selector(input).is_ok());
                 continue;
             }
-            let err = parse_selector(input).expect_err(input);
+            let err = parse_selector(input).expect_err(input).to_string();
             assert!(err.contains(needle), "{input:?}: {err}");
         }
     }

@@ -9,17 +9,11 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use super::record::{PodRecord, RecordContainer};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
+pub use super::keys::{DEPRECATED_SLOTS_ANNOTATION, SLOTS_ANNOTATION};
 use super::quantity::Quantity;
 
-/// Pod annotation giving the slot count explicitly.
-pub const SLOTS_ANNOTATION: &str = "prrte-k8s.io/slots";
-
-/// The annotation's former name, still read when [`SLOTS_ANNOTATION`] is absent. Deprecated:
-/// `k8s.io` and its subdomains are reserved for Kubernetes itself.
-pub const DEPRECATED_SLOTS_ANNOTATION: &str = "prrte.k8s.io/slots";
-
 /// Extended resources counted as GPUs.
-pub const GPU_RESOURCES: &[&str] = &["nvidia.com/gpu", "amd.com/gpu"];
+pub(crate) const GPU_RESOURCES: &[&str] = &["nvidia.com/gpu", "amd.com/gpu"];
 
 /// Where the slot count of a pod comes from (MCA param `ras_k8s_slots`).
 ///
@@ -71,7 +65,7 @@ pub struct ParseSlotsPolicyError {
 
 impl ParseSlotsPolicyError {
     /// The error as for any bad value of `ras_k8s_slots`.
-    pub fn setting_error(&self) -> crate::settings::SettingError {
+    pub(crate) fn setting_error(&self) -> crate::settings::SettingError {
         crate::settings::mca::SLOTS.invalid(format!("{:?}", self.value))
     }
 }
@@ -94,7 +88,7 @@ impl FromStr for SlotsPolicy {
 
 /// A slot annotation that is not a positive integer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadSlotsAnnotation {
+pub(crate) struct BadSlotsAnnotation {
     /// The annotation's name ([`SLOTS_ANNOTATION`] or [`DEPRECATED_SLOTS_ANNOTATION`]).
     pub annotation: &'static str,
     pub value: String,
@@ -102,7 +96,7 @@ pub struct BadSlotsAnnotation {
 }
 
 /// Largest slot count accepted from an annotation.
-pub const MAX_SLOTS: u32 = 1 << 20;
+pub(crate) const MAX_SLOTS: u32 = 1 << 20;
 
 fn parse_annotation((annotation, value): (&'static str, &str)) -> Result<u32, BadSlotsAnnotation> {
     let bad = |reason| BadSlotsAnnotation {
@@ -202,7 +196,7 @@ fn slots_annotation(pod: &PodRecord) -> Option<(&'static str, &str)> {
 
 /// The slot count of a pod under a policy. Errors only for a malformed annotation under the
 /// `Auto` and `Annotation` policies.
-pub fn pod_slots(pod: &PodRecord, policy: SlotsPolicy) -> Result<u32, BadSlotsAnnotation> {
+pub(crate) fn pod_slots(pod: &PodRecord, policy: SlotsPolicy) -> Result<u32, BadSlotsAnnotation> {
     let annotation = slots_annotation(pod);
     match policy {
         SlotsPolicy::One => Ok(1),

@@ -111,7 +111,7 @@ impl PodTracker {
     }
 
     /// Replaces every pod with `pods` (a fresh list); returns the names that are gone.
-    pub fn replace_all(&mut self, pods: impl IntoIterator<Item = PodRecord>) -> Vec<String> {
+    pub(crate) fn replace_all(&mut self, pods: impl IntoIterator<Item = PodRecord>) -> Vec<String> {
         let fresh = PodTracker::new(pods);
         let gone = self
             .pods
@@ -159,7 +159,7 @@ impl PodTracker {
         self.ready.len()
     }
 
-    pub fn not_ready_len(&self) -> usize {
+    pub(crate) fn not_ready_len(&self) -> usize {
         self.not_ready.len()
     }
 

@@ -83,7 +83,7 @@ pub fn problems<'a>(
     out
 }
 
-pub struct Waiter<'a> {
+pub(crate) struct Waiter<'a> {
     pub ctx: &'a Ctx,
     pub namespace: &'a str,
     pub selector: &'a str,

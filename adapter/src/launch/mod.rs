@@ -34,6 +34,7 @@ use crate::protocol::{
 };
 
 mod connect;
+mod error;
 mod event;
 pub mod prted_args;
 mod request;
@@ -43,8 +44,11 @@ pub mod targets;
 
 pub use connect::ping_agent;
 pub(crate) use connect::{agent_name, connect_authenticated, recv_reply, send_request};
+pub use error::{
+    AgentError, ConnectFailure, NotSent, PrtedArgsError, SettingsError, UnresolvedNodes,
+};
 pub use event::{ExitDesc, LaunchEvent};
-pub use request::{LaunchOptions, LaunchRequest, LaunchTarget};
+pub use request::{Heartbeat, LaunchOptions, LaunchRequest, LaunchTarget};
 
 type Sink = Box<dyn Fn(LaunchEvent) + Send + Sync>;
 
@@ -229,7 +233,7 @@ async fn run_target(
             "the launcher closed before prted was started in pod {} ({})",
             target.pod, target.addr
         )),
-        r = launch_one(&target, &request, opts) => r,
+        r = launch_one(&target, &request, opts) => r.map_err(|e| e.to_string()),
         _ = control.shutting_down.cancelled() => Err(format!(
             "the launcher shut down before prted was started in pod {} ({})",
             target.pod, target.addr
@@ -271,15 +275,16 @@ async fn launch_one(
     target: &LaunchTarget,
     request: &LaunchRequest,
     opts: &LaunchOptions,
-) -> Result<(FramedConn<TcpStream>, Session, u32), String> {
+) -> Result<(FramedConn<TcpStream>, Session, u32), AgentError> {
+    let not_sent = |source: NotSent| AgentError::NotSent {
+        pod: target.pod.clone(),
+        source,
+    };
     let env: BTreeMap<String, String> = request.env.iter().cloned().collect();
-    validate_launch(&request.argv, &env)
-        .map_err(|reason| format!("launch request for pod {} not sent: {reason}", target.pod))?;
+    validate_launch(&request.argv, &env).map_err(|e| not_sent(e.into()))?;
     let dvm_uri = request.dvm_uri.clone();
     if let Some(uri) = &dvm_uri {
-        protocol::validate_dvm_uri(uri).map_err(|reason| {
-            format!("launch request for pod {} not sent: {reason}", target.pod)
-        })?;
+        protocol::validate_dvm_uri(uri).map_err(|e| not_sent(e.into()))?;
     }
     let (mut conn, mut session) = connect_authenticated(target, opts).await?;
 
@@ -296,8 +301,8 @@ async fn launch_one(
     loop {
         match recv_reply(&mut conn, &mut session, what, &who, deadline, timeout).await? {
             Reply::Started { pid } => return Ok((conn, session, pid)),
-            Reply::Failed { reason } => return Err(format!("{who} did not start prted: {reason}")),
-            Reply::Error { reason } => return Err(format!("{who} reported an error: {reason}")),
+            Reply::Failed { reason } => return Err(AgentError::NotStarted { who, reason }),
+            Reply::Error { reason } => return Err(AgentError::Reported { who, reason }),
             // Not an answer to `launch`; keep waiting.
             Reply::Pong {}
             | Reply::Status { .. }
@@ -323,11 +328,23 @@ async fn supervise(
     control: &Control,
 ) -> ExitDesc {
     let mut kill_sent = false;
+    // Heartbeats: a ping every interval; any frame from the agent counts as a sign of life.
+    let limit = opts.heartbeat.silence_limit();
+    let period = if opts.heartbeat.interval.is_zero() {
+        Duration::from_secs(3600)
+    } else {
+        opts.heartbeat.interval
+    };
+    // The first at once: it tells the agent that this launcher sends heartbeats.
+    let mut beat = tokio::time::interval(period);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut heard = tokio::time::Instant::now();
     loop {
         tokio::select! {
             biased;
             _ = control.closing.cancelled() => return closed_by_launcher(),
             frame = recv_frame(conn, None) => {
+                heard = tokio::time::Instant::now();
                 let frame = match frame {
                     Ok(f) => f,
                     Err(ProtocolError::Closed) => {
@@ -352,6 +369,22 @@ async fn supervise(
                     }
                     Ok(_) => continue,
                     Err(e) => return ExitDesc::ConnectionLost(format!("protocol error: {e}")),
+                }
+            }
+            // After the frames: data that arrived during a stall counts before the silence.
+            _ = beat.tick(), if limit.is_some() => {
+                let silent = heard.elapsed();
+                if limit.is_some_and(|l| silent > l) {
+                    return ExitDesc::ConnectionLost(format!(
+                        "the agent was silent for {:.1} s ({} heartbeats {} s apart unanswered, plm_k8s_heartbeat_interval/plm_k8s_heartbeat_misses): its pod is cut off from the network, stopped or stalled",
+                        silent.as_secs_f64(),
+                        opts.heartbeat.misses,
+                        opts.heartbeat.interval.as_secs_f64()
+                    ));
+                }
+                let ping = session.seal(&Request::Ping {});
+                if let Err(e) = send_frame(conn, ping, period).await {
+                    return ExitDesc::ConnectionLost(format!("cannot send a heartbeat: {e}"));
                 }
             }
             _ = control.shutting_down.cancelled(), if !kill_sent => {

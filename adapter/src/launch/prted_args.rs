@@ -3,7 +3,14 @@
 //! PRRTE's helpers produce `[prted, --prtemca, key, value, ...]` with a placeholder where each
 //! daemon's vpid goes. The agent runs its own configured prted, so the executable is dropped;
 //! our own selections (`ras`, `ras_k8s_*`, `plm_k8s_*`) are removed so prted does not go looking
-//! for components it has no use for.
+//! for components it has no use for, and so is every MCA parameter the agents would refuse
+//! ([`crate::protocol::params`]: PRRTE forwards all of prte's command-line and environment MCA
+//! settings; those the list leaves out concern prte itself, and every pod's prted has the pod
+//! template's environment anyway).
+
+use crate::protocol::params::{forwardable, Origin, Project};
+
+use super::error::PrtedArgsError;
 
 /// MCA flags that take `key value`.
 const MCA_FLAGS: [&str; 4] = ["--prtemca", "-prtemca", "--pmixmca", "-pmixmca"];
@@ -12,11 +19,22 @@ fn ours(key: &str) -> bool {
     key == "ras" || key == "plm" || key.starts_with("ras_k8s_") || key.starts_with("plm_k8s_")
 }
 
+/// Whether the agents take `--<flag> key value` from the k8s PLM (values they would refuse
+/// are left for them to refuse, naming the problem).
+fn agents_take(flag: &str, key: &str) -> bool {
+    let project = if flag.ends_with("pmixmca") {
+        Project::Pmix
+    } else {
+        Project::Prte
+    };
+    crate::protocol::params::lookup(project, key).is_some_and(|p| p.from(Origin::Launch))
+}
+
 /// The argument template for the agents and the index of the vpid in it.
 ///
 /// `argv` is the full command (executable first) and `vpid_index` the index PRRTE reported for
 /// the vpid placeholder in it. Returns `None` if the index does not fall inside the arguments.
-pub fn agent_template(argv: &[String], vpid_index: usize) -> Option<(Vec<String>, usize)> {
+pub(crate) fn agent_template(argv: &[String], vpid_index: usize) -> Option<(Vec<String>, usize)> {
     if argv.is_empty() || vpid_index == 0 || vpid_index >= argv.len() {
         return None;
     }
@@ -27,7 +45,7 @@ pub fn agent_template(argv: &[String], vpid_index: usize) -> Option<(Vec<String>
         let a = &argv[i];
         if MCA_FLAGS.contains(&a.as_str())
             && i + 2 < argv.len()
-            && ours(&argv[i + 1])
+            && (ours(&argv[i + 1]) || !agents_take(a, &argv[i + 1]))
             && vpid_index != i + 2
         {
             i += 3;
@@ -43,7 +61,7 @@ pub fn agent_template(argv: &[String], vpid_index: usize) -> Option<(Vec<String>
 }
 
 /// The template with one daemon's vpid filled in.
-pub fn for_vpid(template: &[String], index: usize, vpid: u32) -> Vec<String> {
+pub(crate) fn for_vpid(template: &[String], index: usize, vpid: u32) -> Vec<String> {
     let mut v = template.to_vec();
     if let Some(slot) = v.get_mut(index) {
         *slot = vpid.to_string();
@@ -61,29 +79,27 @@ pub struct PrtedTemplate {
 impl PrtedTemplate {
     /// From the full command line PRRTE's helpers built (executable first) and the index of the
     /// vpid placeholder in it (see [`agent_template`]).
-    pub fn from_prrte(argv: &[String], vpid_index: usize) -> Result<PrtedTemplate, String> {
+    pub fn from_prrte(argv: &[String], vpid_index: usize) -> Result<PrtedTemplate, PrtedArgsError> {
         agent_template(argv, vpid_index)
             .map(|(args, vpid_slot)| PrtedTemplate { args, vpid_slot })
-            .ok_or_else(|| "PRRTE's prted command line has no vpid slot".to_string())
+            .ok_or(PrtedArgsError::NoVpidSlot)
     }
 
     /// The arguments of the daemon `vpid`.
-    pub fn for_vpid(&self, vpid: u32) -> Vec<String> {
+    pub(crate) fn for_vpid(&self, vpid: u32) -> Vec<String> {
         for_vpid(&self.args, self.vpid_slot, vpid)
     }
 }
 
-/// Environment forwarded with a launch: the MCA settings of prte's own environment, less our
-/// own selections. (PRRTE also passes them on the command line; the agent accepts only
-/// `PRTE_*`, `PMIX_*` and `OMPI_*` names.)
-pub fn forwarded_env(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
+/// Environment forwarded with a launch: the MCA settings of prte's own environment that the
+/// agents take there, less our own selections. (PRRTE also passes them on the command line.)
+pub(crate) fn forwarded_env(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = vars
-        .filter(|(k, _)| {
-            let key = k
-                .strip_prefix("PRTE_MCA_")
-                .or_else(|| k.strip_prefix("PMIX_MCA_"))
-                .or_else(|| k.strip_prefix("OMPI_MCA_"));
-            matches!(key, Some(key) if !ours(key))
+        .filter(|(k, v)| {
+            [Project::Prte, Project::Pmix, Project::Ompi]
+                .into_iter()
+                .find_map(|p| Some((p, k.strip_prefix(p.env_prefix())?)))
+                .is_some_and(|(p, key)| !ours(key) && forwardable(p, key, v, Origin::Launch, true))
         })
         .collect();
     out.sort();
@@ -151,7 +167,7 @@ mod tests {
         let t = PrtedTemplate::from_prrte(&argv, 3).unwrap();
         assert_eq!(t.for_vpid(5), s(&["--prtemca", "ess_base_vpid", "5"]));
         assert_eq!(t.for_vpid(12), s(&["--prtemca", "ess_base_vpid", "12"]));
-        let e = PrtedTemplate::from_prrte(&argv, 0).unwrap_err();
+        let e = PrtedTemplate::from_prrte(&argv, 0).unwrap_err().to_string();
         assert!(e.contains("no vpid slot"), "{e}");
     }
 

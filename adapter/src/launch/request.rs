@@ -40,6 +40,41 @@ pub struct LaunchOptions {
     /// Grace period between SIGTERM and SIGKILL asked of agents on shutdown (agents use the
     /// smaller of this and their own `--kill-grace`).
     pub kill_grace: Duration,
+    /// Liveness of the connections while the daemons run.
+    pub heartbeat: Heartbeat,
+}
+
+/// The launcher's heartbeats: a `ping` to each running daemon's agent every `interval`; an
+/// agent silent (no answer, no frame at all) for more than `misses` intervals is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// Zero: no heartbeats.
+    pub interval: Duration,
+    pub misses: u32,
+}
+
+impl Heartbeat {
+    /// No heartbeats (only TCP keepalive notices a silent peer).
+    pub const OFF: Heartbeat = Heartbeat {
+        interval: Duration::ZERO,
+        misses: 1,
+    };
+
+    /// How long an agent may stay silent; `None` without heartbeats.
+    pub fn silence_limit(&self) -> Option<Duration> {
+        (!self.interval.is_zero()).then(|| self.interval * self.misses.max(1))
+    }
+}
+
+impl Default for Heartbeat {
+    /// `plm_k8s_heartbeat_interval` and `plm_k8s_heartbeat_misses`' defaults.
+    fn default() -> Self {
+        use crate::settings::mca;
+        Heartbeat {
+            interval: Duration::from_secs(mca::HEARTBEAT_INTERVAL.default_u64()),
+            misses: mca::HEARTBEAT_MISSES.default_u64() as u32,
+        }
+    }
 }
 
 impl Default for LaunchOptions {
@@ -49,6 +84,7 @@ impl Default for LaunchOptions {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             kill_grace: Duration::from_secs(5),
+            heartbeat: Heartbeat::default(),
         }
     }
 }
@@ -60,6 +96,7 @@ impl fmt::Debug for LaunchOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("kill_grace", &self.kill_grace)
+            .field("heartbeat", &self.heartbeat)
             .finish()
     }
 }

@@ -204,7 +204,7 @@ impl Rounds {
         };
         let settings = match settings::check(request.settings, &env) {
             Ok(s) => s,
-            Err(e) => return refused(actions, e),
+            Err(e) => return refused(actions, e.to_string()),
         };
         let dvm_uri = reachable_dvm_uri(request.server_uri);
         if dvm_uri.is_none() {
@@ -212,7 +212,7 @@ impl Rounds {
         }
         let targets = match resolve(&request.nodes, request.pods) {
             Ok(t) => t,
-            Err(e) => return refused(actions, e),
+            Err(e) => return refused(actions, e.to_string()),
         };
         if targets.is_empty() {
             return Begun {

@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use super::request::LaunchOptions;
+use super::error::SettingsError;
+use super::request::{Heartbeat, LaunchOptions};
 use crate::protocol;
-use crate::settings::mca;
 
 /// Grace period between SIGTERM and SIGKILL the launcher asks of the agents when it stops its
 /// daemons.
-pub const KILL_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// The `plm_k8s_*` parameters a round uses, as they are set (checked by [`check`]).
 pub use crate::settings::mca::PlmParams as PlmSettings;
@@ -31,17 +31,18 @@ pub struct RoundSettings {
 pub fn check(
     settings: &PlmSettings,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<RoundSettings, String> {
-    let checked = settings.check(env).map_err(|e| e.to_string())?;
+) -> Result<RoundSettings, SettingsError> {
+    let checked = settings.check(env)?;
     let secret = match &checked.secret_file {
         None => None,
-        Some(file) => Some(protocol::read_secret_file(file).map_err(|e| {
-            format!(
-                "{e} (parameter {} = {})",
-                mca::SECRET_FILE.name(),
-                file.display()
+        Some(file) => {
+            Some(
+                protocol::read_secret_file(file).map_err(|source| SettingsError::Secret {
+                    file: file.clone(),
+                    source,
+                })?,
             )
-        })?),
+        }
     };
     Ok(RoundSettings {
         port: checked.agent_port,
@@ -50,6 +51,10 @@ pub fn check(
             connect_timeout: checked.connect_timeout,
             request_timeout: checked.launch_timeout,
             kill_grace: KILL_GRACE,
+            heartbeat: Heartbeat {
+                interval: checked.heartbeat_interval,
+                misses: checked.heartbeat_misses,
+            },
         },
         startup_timeout: checked.launch_timeout,
     })
@@ -57,12 +62,12 @@ pub fn check(
 
 /// prte's PMIx tool URI, if the agents can publish it for other pods: a well-formed URI
 /// ([`protocol::validate_dvm_uri`]) that is not on the loopback network.
-pub fn reachable_dvm_uri(uri: Option<String>) -> Option<String> {
+pub(crate) fn reachable_dvm_uri(uri: Option<String>) -> Option<String> {
     uri.filter(|u| protocol::validate_dvm_uri(u).is_ok() && !u.contains("tcp4://127."))
 }
 
 /// The message for a round without a DVM URI to publish.
-pub const NO_DVM_URI: &str = "plm:k8s: prte's tool listener is not reachable from other pods (set --pmixmca ptl_base_if_include to the pod network); no DVM URI published";
+pub(crate) const NO_DVM_URI: &str = "plm:k8s: prte's tool listener is not reachable from other pods (set --pmixmca ptl_base_if_include to the pod network); no DVM URI published";
 
 #[cfg(test)]
 mod tests {
@@ -70,7 +75,7 @@ mod tests {
     use std::path::Path;
 
     fn check(s: &PlmSettings) -> Result<RoundSettings, String> {
-        super::check(s, &|_| None)
+        super::check(s, &|_| None).map_err(|e| e.to_string())
     }
 
     fn settings(secret_file: Option<&Path>) -> PlmSettings {
@@ -79,14 +84,18 @@ mod tests {
             agent_port: 7117,
             launch_timeout: 60,
             connect_timeout: 10,
+            heartbeat_interval: 2,
+            heartbeat_misses: 4,
             insecure: false,
             priority: 0,
         }
     }
 
+    const KEY: &[u8; 32] = b"9f2c7a1e5b3d8046c2e9a7f1b5d3c8e0";
+
     fn secret_file() -> tempfile::NamedTempFile {
         let f = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(f.path(), [b'k'; 32]).unwrap();
+        std::fs::write(f.path(), KEY).unwrap();
         f
     }
 
@@ -95,10 +104,15 @@ mod tests {
         let f = secret_file();
         let r = check(&settings(Some(f.path()))).unwrap();
         assert_eq!(r.port, 7117);
-        assert_eq!(r.options.secret.as_deref(), Some(&[b'k'; 32][..]));
+        assert_eq!(r.options.secret.as_deref(), Some(&KEY[..]));
         assert_eq!(r.options.connect_timeout, Duration::from_secs(10));
         assert_eq!(r.options.request_timeout, Duration::from_secs(60));
         assert_eq!(r.options.kill_grace, KILL_GRACE);
+        assert_eq!(
+            r.options.heartbeat.silence_limit(),
+            Some(Duration::from_secs(8)),
+            "a cut-off pod is noticed within 10 s"
+        );
         assert_eq!(r.startup_timeout, Duration::from_secs(60));
     }
 
@@ -165,7 +179,9 @@ mod tests {
             "PRTE_MCA_plm_k8s_agent_port" => Some("9001".to_string()),
             _ => None,
         };
-        let e = super::check(&settings(Some(f.path())), &env).unwrap_err();
+        let e = super::check(&settings(Some(f.path())), &env)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("PRRTE_K8S_AGENT_PORT"), "{e}");
     }
 

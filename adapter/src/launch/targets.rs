@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
+use super::error::UnresolvedNodes;
+
 /// A pod discovery allocated, as the launcher needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodAddr {
@@ -68,7 +70,10 @@ pub struct DaemonTarget {
 
 /// Resolves every node to its pod: the node's raw name when it is an IP address, else the
 /// table's pod IP. A node with neither fails the whole round, naming every such node.
-pub fn resolve(nodes: &[DaemonNode], pods: &PodTable) -> Result<Vec<DaemonTarget>, String> {
+pub fn resolve(
+    nodes: &[DaemonNode],
+    pods: &PodTable,
+) -> Result<Vec<DaemonTarget>, UnresolvedNodes> {
     let mut targets = Vec::with_capacity(nodes.len());
     let mut unresolved = Vec::new();
     for node in nodes {
@@ -85,15 +90,11 @@ pub fn resolve(nodes: &[DaemonNode], pods: &PodTable) -> Result<Vec<DaemonTarget
                 node: node.name.clone(),
                 ip,
             }),
-            None => unresolved.push(node.name.as_str()),
+            None => unresolved.push(node.name.clone()),
         }
     }
     if !unresolved.is_empty() {
-        return Err(format!(
-            "no pod IP is known for node(s) {}. The k8s PLM launches through the agents of pods \
-             that the k8s RAS allocated; use --prtemca ras k8s (or give nodes by IP address).",
-            unresolved.join(", ")
-        ));
+        return Err(UnresolvedNodes(unresolved));
     }
     Ok(targets)
 }
@@ -181,6 +182,8 @@ mod tests {
             &table(),
         )
         .unwrap_err();
+        assert_eq!(e.0, ["other-a", "other-b"]);
+        let e = e.to_string();
         assert!(
             e.starts_with("no pod IP is known for node(s) other-a, other-b.")
                 && e.contains("--prtemca ras k8s"),

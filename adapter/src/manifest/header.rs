@@ -1,8 +1,8 @@
 //! The comment header of the rendered manifest, with the command line shell-quoted.
 
 use super::meta::names;
-use super::options::Part;
 use super::plan::JobPlan;
+use super::plan::Part;
 
 /// The header: the command line `argv_text`, the mode, what the job was made from, and how to
 /// make the Secret when it is left out (`key` is None).
@@ -35,7 +35,7 @@ pub(super) fn header(a: &JobPlan, argv_text: &str, key: Option<&str>) -> String 
             .map(|n| format!(" -n {n}"))
             .unwrap_or_default();
         text.push_str(&format!(
-            "# Create the per-job Secret first:\n#   kubectl create secret generic {}{ns} --from-literal=key=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \\n')\n",
+            "# Create the per-job Secret first, from a file (never --from-literal: the key would stay in the shell's history):\n#   (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > key)\n#   kubectl create secret generic {}{ns} --from-file=key=key && rm key\n",
             names(a).secret
         ));
     }

@@ -13,15 +13,15 @@ use serde_json::{json, Value};
 /// The inject image `make image` builds.
 pub const INJECT_IMAGE: &str = "localhost/prrte-k8s-inject:latest";
 /// Where the inject image holds the bundle.
-pub const BUNDLE_DIR: &str = "/opt/prrte-k8s-bundle";
+pub(crate) const BUNDLE_DIR: &str = "/opt/prrte-k8s-bundle";
 /// Where the bundle is copied to and mounted in every container of the pod.
 pub const RUNTIME_DIR: &str = "/opt/prrte-k8s";
 /// The emptyDir the bundle is copied into.
-pub const RUNTIME_VOLUME: &str = "prrte-k8s-runtime";
+pub(crate) const RUNTIME_VOLUME: &str = "prrte-k8s-runtime";
 /// The init container that copies it.
-pub const INSTALL_CONTAINER: &str = "prrte-k8s-install";
+pub(crate) const INSTALL_CONTAINER: &str = "prrte-k8s-install";
 /// The agent's option naming the image's MPI (`auto`: the agent looks for one).
-pub const MPI_FLAG: &str = "--mpi";
+pub(crate) const MPI_FLAG: &str = "--mpi";
 
 /// The agent in the copied bundle.
 pub fn agent() -> String {
@@ -30,7 +30,7 @@ pub fn agent() -> String {
 
 /// The init container: `prrte-k8s install-runtime --to RUNTIME_DIR` from the inject image, as
 /// the application's uid, at the restricted level, with a small fixed share of the node.
-pub fn install_container(
+pub(crate) fn install_container(
     image: &str,
     pull_policy: Option<&str>,
     uid: u32,

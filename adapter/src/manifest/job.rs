@@ -4,8 +4,8 @@ use serde_json::{json, Value};
 
 use super::layout::CONTAINER;
 use super::meta::meta;
-use super::options::Success;
 use super::plan::JobPlan;
+use super::plan::Success;
 use super::pod::pod_template;
 
 /// The spec of the Indexed Job: one pod per index, one try, failing at the first disruption or

@@ -36,9 +36,12 @@ pub const SECRET_DIR: &str = parent(mca::SECRET_FILE.default);
 /// Where the agent publishes the DVM URI: the directory of its default `--dvm-uri-file`.
 pub const RUN_DIR: &str = parent(agent::DVM_URI_FILE.default);
 /// PRRTE/PMIx session directories (the pods' `TMPDIR`).
-pub const TMP_DIR: &str = "/tmp";
+pub(crate) const TMP_DIR: &str = "/tmp";
 /// Open MPI's shared memory.
-pub const SHM_DIR: &str = "/dev/shm";
+pub(crate) const SHM_DIR: &str = "/dev/shm";
+/// Where in-cluster clients (discovery, kube-rs) find the service account's token, the
+/// cluster's CA and the namespace.
+pub const API_ACCESS_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// What one of the pod's own volumes holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,11 +52,14 @@ pub enum Source {
     Disk,
     /// An emptyDir in memory.
     Memory,
+    /// The service account's token, the cluster's CA and the namespace (a projected volume,
+    /// mounted read-only into the agent's container alone).
+    ApiAccess,
 }
 
 /// One volume every pod gets, and where the agent's container mounts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OwnVolume {
+pub(crate) struct OwnVolume {
     pub name: &'static str,
     pub path: &'static str,
     pub source: Source,
@@ -63,7 +69,7 @@ pub struct OwnVolume {
 }
 
 /// The volumes of every pod, in the order they are rendered.
-pub const OWN_VOLUMES: [OwnVolume; 4] = [
+pub(crate) const OWN_VOLUMES: [OwnVolume; 5] = [
     OwnVolume {
         name: "secret",
         source: Source::Secret,
@@ -87,6 +93,12 @@ pub const OWN_VOLUMES: [OwnVolume; 4] = [
         source: Source::Memory,
         path: SHM_DIR,
         replaceable: true,
+    },
+    OwnVolume {
+        name: "kube-api-access",
+        source: Source::ApiAccess,
+        path: API_ACCESS_DIR,
+        replaceable: false,
     },
 ];
 

@@ -3,8 +3,8 @@
 
 use serde_json::{json, Value};
 
-use super::options::Kind;
 use super::plan::JobPlan;
+use super::plan::Kind;
 
 /// The names of the objects beside the workload.
 pub(super) struct Names {
@@ -39,11 +39,22 @@ pub(super) fn meta(p: &JobPlan, name: &str) -> Value {
     m
 }
 
-/// The label every pod of the job carries, and its value (what the NetworkPolicy selects).
+/// The label every pod of the job carries with the job's name, set by the manifest alone (no
+/// controller or chart puts it on other pods): what the StatefulSet and the NetworkPolicy
+/// select. Not `app.kubernetes.io/instance`, which Helm puts on every pod of a release.
+pub const JOB_LABEL: &str = "prrte-k8s.io/job";
+
+/// [`JOB_LABEL`] and its value.
 pub(super) fn job_label(p: &JobPlan) -> (&'static str, String) {
+    (JOB_LABEL, p.name.clone())
+}
+
+/// The label the workload's controller puts on its pods, which discovery infers the job's pods
+/// from (the pod template carries it as well), if the kind has one.
+pub(super) fn workload_label(p: &JobPlan) -> Option<(&'static str, String)> {
     match p.kind {
-        Kind::Job => ("batch.kubernetes.io/job-name", p.name.clone()),
-        Kind::Statefulset => ("app.kubernetes.io/instance", p.name.clone()),
-        Kind::Jobset => ("jobset.sigs.k8s.io/jobset-name", p.name.clone()),
+        Kind::Job => Some(("batch.kubernetes.io/job-name", p.name.clone())),
+        Kind::Statefulset => None,
+        Kind::Jobset => Some(("jobset.sigs.k8s.io/jobset-name", p.name.clone())),
     }
 }

@@ -1,17 +1,20 @@
 //! `prrte-k8s manifest`: one complete MPI job as Kubernetes YAML, for `kubectl apply -f -`.
 //!
 //! The output holds, in this order: a ServiceAccount, a Role with exactly what discovery reads
-//! for the chosen workload (get/list/watch pods; get on the Job, StatefulSet or JobSet that
-//! owns them), its RoleBinding, a Secret with a fresh random key (32 bytes from the operating
-//! system, hex), the workload (an Indexed Job, a StatefulSet or a JobSet), and a NetworkPolicy
-//! that admits exactly the job's pinned ports, only from the job's own pods.
+//! for the chosen workload (get/list/watch pods; get on the one Job, StatefulSet or JobSet that
+//! owns them, by name), its RoleBinding, a Secret with a fresh random key (32 bytes from the
+//! operating system, hex), the workload (an Indexed Job, a StatefulSet or a JobSet), and a
+//! NetworkPolicy that admits exactly the job's pinned ports, only from the job's own pods, and
+//! lets them connect only to each other, the cluster DNS and the Kubernetes API
+//! (`--api-server-cidr`). Every pod carries [`JOB_LABEL`] with the job's name, which the
+//! StatefulSet and the NetworkPolicy select.
 //!
 //! Every pod runs `prrte-k8s-agent` as its entrypoint under Kubernetes' "restricted" pod
 //! security: non-root uid, no privilege escalation, every capability dropped, the runtime's
 //! seccomp profile, a read-only root file system with emptyDirs for `/tmp`,
-//! `/var/run/prrte-k8s` and `/dev/shm` (memory). The service-account token is mounted only into
-//! pods that run the allocation (all pods of a Job/StatefulSet/JobSet share one template; the
-//! Role only reads).
+//! `/var/run/prrte-k8s` and `/dev/shm` (memory). The service-account token (of a Role that only
+//! reads) is mounted into the agent's container alone, by a projected volume; the pod does not
+//! automount it, so init containers and sidecars have none.
 //!
 //! **Batch** (a command after `--`): the agent of the pod with index 0 runs it once the pod is
 //! ready; its output is the pod's log; when it ends every other agent exits too (see
@@ -69,7 +72,8 @@ pub use layout::{
     AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, CONTAINER, HEALTH_PORT, OOB_PORT, RUN_DIR,
     SECRET_DIR, TOOL_PORT,
 };
-pub use options::{check, Kind, ManifestArgs, Mpi, Part, Success, DEFAULT_NAME};
-pub use plan::{JobPlan, Launch, PodPlan};
+pub use meta::JOB_LABEL;
+pub use options::{check, ManifestArgs, Mpi, DEFAULT_NAME};
+pub use plan::{JobPlan, Kind, Launch, Part, PodPlan, Success};
 pub use render::{objects, prepare, render};
 pub use secret::fresh_key;

@@ -6,28 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::error::{EnvArgError, ManifestError};
 use super::inject::INJECT_IMAGE;
-use super::plan::{JobPlan, Launch, PodPlan};
-
-/// The workload kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Kind {
-    /// An Indexed Job (batch or interactive).
-    Job,
-    /// A StatefulSet (interactive only: its pods are restarted when they exit).
-    Statefulset,
-    /// A JobSet (jobset.x-k8s.io/v1alpha2) with one replicated Job.
-    Jobset,
-}
-
-/// When a batch Job counts as complete.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Success {
-    /// When the pod with index 0 (the one that runs the command) succeeded; the rest are
-    /// then stopped by the Job controller.
-    Index0,
-    /// When every pod succeeded.
-    All,
-}
+use super::plan::{JobPlan, Kind, Launch, Part, PodPlan, Success};
 
 /// The MPI in an image the runtime is injected into (the agent's `--mpi`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -52,15 +31,6 @@ impl Mpi {
             Mpi::Intel => "intel",
         }
     }
-}
-
-/// Parts of the output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Part {
-    Rbac,
-    Secret,
-    Workload,
-    Networkpolicy,
 }
 
 /// The job's name when no option or MPIJob gives one.
@@ -162,6 +132,11 @@ pub struct ManifestArgs {
     /// Print only these parts (comma-separated) [default: all]
     #[arg(long, value_enum, value_delimiter = ',')]
     pub only: Vec<Part>,
+    /// Address range of the Kubernetes API server's endpoints (CIDR, repeatable), the only
+    /// one besides the job's pods and the cluster DNS the pods may connect to [default: any
+    /// address but link-local ones (cloud metadata), on ports 443 and 6443]
+    #[arg(long, value_name = "CIDR")]
+    pub api_server_cidr: Vec<ipnet::IpNet>,
     /// Leave out the Secret (create it yourself; the header says how)
     #[arg(long)]
     pub no_secret: bool,
@@ -230,6 +205,7 @@ impl ManifestArgs {
             suspend: false,
             managed_by: None,
             origin: Vec::new(),
+            api_server: self.api_server_cidr.clone(),
             pod: PodPlan {
                 labels: Map::new(),
                 annotations: Map::new(),

@@ -2,9 +2,38 @@
 //! ([`super::options::ManifestArgs::plan`]) or an MPIJob ([`super::mpijob`]). The renderers
 //! read only this.
 
+use clap::ValueEnum;
 use serde_json::{Map, Value};
 
-use super::options::{Kind, Part, Success};
+/// The workload kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Kind {
+    /// An Indexed Job (batch or interactive).
+    Job,
+    /// A StatefulSet (interactive only: its pods are restarted when they exit).
+    Statefulset,
+    /// A JobSet (jobset.x-k8s.io/v1alpha2) with one replicated Job.
+    Jobset,
+}
+
+/// When a batch Job counts as complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Success {
+    /// When the pod with index 0 (the one that runs the command) succeeded; the rest are
+    /// then stopped by the Job controller.
+    Index0,
+    /// When every pod succeeded.
+    All,
+}
+
+/// Parts of the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Part {
+    Rbac,
+    Secret,
+    Workload,
+    Networkpolicy,
+}
 
 /// How the agent and the MPI runtime get into the pods.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +102,9 @@ pub struct JobPlan {
     pub managed_by: Option<String>,
     /// Header lines saying what the job was made from.
     pub origin: Vec<String>,
+    /// Where the pods may reach the Kubernetes API (the NetworkPolicy's egress); empty: any
+    /// address but link-local ones, on the API server's usual ports.
+    pub api_server: Vec<ipnet::IpNet>,
     pub pod: PodPlan,
 }
 

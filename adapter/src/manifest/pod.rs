@@ -10,8 +10,8 @@ use super::layout::{
     OwnVolume, Source, AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, CONTAINER, HEALTH_PORT, OOB_PORT,
     OWN_VOLUMES, TMP_DIR, TOOL_PORT,
 };
-use super::meta::{job_label, names, own_labels};
-use super::options::Kind;
+use super::meta::{job_label, names, own_labels, workload_label};
+use super::plan::Kind;
 use super::plan::{JobPlan, Launch};
 use crate::settings::{agent, Setting};
 
@@ -49,6 +49,22 @@ pub(super) fn own_env(kind: Kind, launch: &Launch) -> Vec<Value> {
             .into_iter()
             .map(|(k, v)| json!({"name": k, "value": v})),
     );
+    if let Launch::Injected { .. } = launch {
+        // The image's MPI may be an MPICH or Intel MPI: Hydra's mpiexec listens for its
+        // proxies, and the ranks for each other, on ports of their own choosing unless pinned
+        // (Hydra and ch3 read MPIR_CVAR_CH3_PORT_RANGE; ch4:ucx UCX's tcp transport; ch4:ofi
+        // libfabric's tcp provider). The same range as Open MPI's TCP BTL, which the
+        // NetworkPolicy admits.
+        let (lo, hi) = (BTL_PORT_MIN, BTL_PORT_MIN + BTL_PORT_RANGE - 1);
+        for (k, v) in [
+            ("MPIR_CVAR_CH3_PORT_RANGE", format!("{lo}:{hi}")),
+            ("UCX_TCP_PORT_RANGE", format!("{lo}-{hi}")),
+            ("FI_TCP_PORT_LOW_RANGE", lo.to_string()),
+            ("FI_TCP_PORT_HIGH_RANGE", hi.to_string()),
+        ] {
+            env.push(json!({"name": k, "value": v}));
+        }
+    }
     env
 }
 
@@ -125,7 +141,7 @@ fn own_volumes(a: &JobPlan) -> impl Iterator<Item = &'static OwnVolume> + '_ {
 /// The container's mount of one of the pod's own volumes (the Secret read-only).
 fn mount(v: &OwnVolume) -> Value {
     let mut m = json!({"name": v.name, "mountPath": v.path});
-    if v.source == Source::Secret {
+    if matches!(v.source, Source::Secret | Source::ApiAccess) {
         m["readOnly"] = json!(true);
     }
     m
@@ -139,6 +155,13 @@ fn volume(v: &OwnVolume, secret: &str) -> Value {
         }
         Source::Disk => json!({"name": v.name, "emptyDir": {}}),
         Source::Memory => json!({"name": v.name, "emptyDir": {"medium": "Memory"}}),
+        // What the kubelet mounts into every container when the token is automounted, here
+        // for the agent's container alone.
+        Source::ApiAccess => json!({"name": v.name, "projected": {"sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+        ]}}),
     }
 }
 
@@ -177,6 +200,9 @@ pub(super) fn pod_template(a: &JobPlan, batch: bool) -> Value {
     if let Value::Object(own) = own_labels(a) {
         labels.extend(own);
     }
+    if let Some((wk, wv)) = workload_label(a) {
+        labels.insert(wk.to_string(), json!(wv));
+    }
     labels.insert(lk.to_string(), json!(lv));
     let mut pod_meta = json!({"labels": labels});
     let mut annotations = a.pod.annotations.clone();
@@ -206,8 +232,10 @@ pub(super) fn pod_template(a: &JobPlan, batch: bool) -> Value {
     let own = json!({
         "serviceAccountName": n.sa,
         // The pod with index 0 runs the allocation (ras k8s reads the API); the pods share one
-        // template, so each gets the token of a Role that only reads.
-        "automountServiceAccountToken": true,
+        // template, so each gets the token of a Role that only reads, in the agent's container
+        // alone (the `kube-api-access` volume): not in the runtime's or the plan's init
+        // containers, nor in sidecars.
+        "automountServiceAccountToken": false,
         "containers": [container(a, batch)],
         "volumes": volumes,
     });

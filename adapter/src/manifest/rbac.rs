@@ -1,24 +1,23 @@
-//! The ServiceAccount, the Role with exactly what discovery reads for the workload, and its
-//! RoleBinding.
+//! The ServiceAccount, the Role with exactly what discovery reads for the workload (the pods of
+//! the namespace, which it selects by label and watches, and `get` on the one workload object
+//! by name), and its RoleBinding.
 
 use serde_json::{json, Value};
 
 use super::meta::{meta, names};
-use super::options::Kind;
 use super::plan::JobPlan;
+use super::plan::Kind;
 
 /// The ServiceAccount, Role and RoleBinding.
 pub(super) fn rbac(a: &JobPlan) -> Vec<Value> {
     let n = names(a);
-    let owner = match a.kind {
-        Kind::Job => json!({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]}),
-        Kind::Statefulset => {
-            json!({"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get"]})
-        }
-        Kind::Jobset => {
-            json!({"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]})
-        }
+    // Discovery reads one owner, by name: the workload itself.
+    let (group, resource) = match a.kind {
+        Kind::Job => ("batch", "jobs"),
+        Kind::Statefulset => ("apps", "statefulsets"),
+        Kind::Jobset => ("jobset.x-k8s.io", "jobsets"),
     };
+    let owner = json!({"apiGroups": [group], "resources": [resource], "resourceNames": [a.name], "verbs": ["get"]});
     let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(a, &n.sa),
         // Mounted only where the pod template asks for it.
         "automountServiceAccountToken": false});

@@ -4,8 +4,8 @@ use serde_json::Value;
 
 use super::error::ManifestError;
 use super::mpijob::{from_mpijob, MpiJobError, Note, Overrides};
-use super::options::{Kind, ManifestArgs, Part};
-use super::plan::JobPlan;
+use super::options::ManifestArgs;
+use super::plan::{JobPlan, Kind, Part};
 use super::{header, job, jobset, network_policy, rbac, secret, statefulset};
 
 /// The workload object of the chosen kind.
@@ -46,6 +46,7 @@ pub fn prepare(
         pull_policy: a.image_pull_policy.clone(),
         env: a.env.clone(),
         only: a.only.clone(),
+        api_server: a.api_server_cidr.clone(),
     };
     from_mpijob(&text, &overrides).map_err(fail)
 }

@@ -15,7 +15,7 @@
 use serde_json::Value;
 
 /// The volume types the restricted level allows.
-pub const VOLUME_TYPES: &[&str] = &[
+pub(crate) const VOLUME_TYPES: &[&str] = &[
     "configMap",
     "csi",
     "downwardAPI",
@@ -27,7 +27,7 @@ pub const VOLUME_TYPES: &[&str] = &[
 ];
 
 /// The sysctls the baseline level allows (Kubernetes 1.33).
-pub const SAFE_SYSCTLS: &[&str] = &[
+pub(crate) const SAFE_SYSCTLS: &[&str] = &[
     "kernel.shm_rmid_forced",
     "net.ipv4.ip_local_port_range",
     "net.ipv4.ip_unprivileged_port_start",
@@ -41,7 +41,7 @@ pub const SAFE_SYSCTLS: &[&str] = &[
 ];
 
 /// The SELinux types a container may run as.
-pub const SELINUX_TYPES: &[&str] = &[
+pub(crate) const SELINUX_TYPES: &[&str] = &[
     "container_t",
     "container_init_t",
     "container_kvm_t",
@@ -49,7 +49,7 @@ pub const SELINUX_TYPES: &[&str] = &[
 ];
 
 /// The one capability that may be added.
-pub const ALLOWED_CAPABILITY: &str = "NET_BIND_SERVICE";
+pub(crate) const ALLOWED_CAPABILITY: &str = "NET_BIND_SERVICE";
 
 /// The fields of a pod's spec and its containers' (`containers`, `initContainers`,
 /// `ephemeralContainers`) that live in `securityContext`, as `(where, context)`.

@@ -72,7 +72,8 @@ fn batch_job_has_everything() {
     );
     assert_eq!(
         role["rules"][1],
-        json!({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]})
+        json!({"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": ["ar"], "verbs": ["get"]}),
+        "the owner is read by name only"
     );
     assert_eq!(role["rules"].as_array().unwrap().len(), 2);
     let job = &objs[4];
@@ -125,6 +126,33 @@ fn batch_job_has_everything() {
         assert!(mounts.contains(&p), "{p} mounted: {mounts:?}");
     }
     assert_eq!(pod["volumes"][3]["emptyDir"]["medium"], "Memory");
+    // The token only in the agent's container, read-only, where in-cluster clients look.
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["serviceAccountName"], "ar-prrte");
+    let api = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount")
+        .expect("the API access mount");
+    assert_eq!(api["readOnly"], true);
+    let vol = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == api["name"])
+        .unwrap();
+    let sources: Vec<&str> = vol["projected"]["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_object().unwrap().keys().next().unwrap().as_str())
+        .collect();
+    assert_eq!(sources, ["serviceAccountToken", "configMap", "downwardAPI"]);
+    // Pods carry the job's own label besides the Job controller's.
+    let labels = &job["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(labels["prrte-k8s.io/job"], "ar");
+    assert_eq!(labels["batch.kubernetes.io/job-name"], "ar");
     // pinned ports in the env, and exactly those in the policy
     let env = |k: &str| {
         c["env"]
@@ -141,14 +169,53 @@ fn batch_job_has_everything() {
     assert_eq!(env("OMPI_MCA_btl_tcp_port_min_v4"), Some(json!("7200")));
     assert_eq!(env("OMPI_MCA_btl_tcp_port_range_v4"), Some(json!("100")));
     let np = &objs[5]["spec"];
+    let own = json!({"matchLabels": {"prrte-k8s.io/job": "ar"}});
+    assert_eq!(np["podSelector"], own);
+    assert_eq!(np["ingress"][0]["from"], json!([{"podSelector": own}]));
+    assert_eq!(np["policyTypes"], json!(["Ingress", "Egress"]));
+    // Out: the job's pods on the same ports, the cluster DNS, the API server; nothing else.
+    let egress = np["egress"].as_array().unwrap();
+    assert_eq!(egress.len(), 3, "{egress:?}");
+    assert_eq!(egress[0]["to"], json!([{"podSelector": own}]));
+    assert_eq!(egress[0]["ports"], np["ingress"][0]["ports"]);
     assert_eq!(
-        np["podSelector"]["matchLabels"]["batch.kubernetes.io/job-name"],
-        "ar"
+        egress[1]["to"][0]["podSelector"]["matchLabels"]["k8s-app"],
+        "kube-dns"
     );
     assert_eq!(
-        np["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["batch.kubernetes.io/job-name"],
-        "ar"
+        egress[1]["ports"],
+        json!([{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}])
     );
+    assert_eq!(
+        egress[2]["to"],
+        json!([{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}]),
+        "no cloud metadata endpoint"
+    );
+    assert_eq!(
+        egress[2]["ports"],
+        json!([{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}])
+    );
+    for e in egress {
+        assert!(e["to"].as_array().is_some_and(|t| !t.is_empty()), "{e}");
+        assert!(e["ports"].as_array().is_some_and(|p| !p.is_empty()), "{e}");
+    }
+    let narrowed = objects(
+        &args(&[
+            "--name",
+            "ar",
+            "--api-server-cidr",
+            "10.0.0.17/32",
+            "--api-server-cidr",
+            "192.168.7.9/24",
+        ]),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        narrowed.last().unwrap()["spec"]["egress"][2]["to"],
+        json!([{"ipBlock": {"cidr": "10.0.0.17/32"}}, {"ipBlock": {"cidr": "192.168.7.0/24"}}])
+    );
+    assert!(T::try_parse_from(["m", "--api-server-cidr", "10.0.0.300/8"]).is_err());
     let ports: Vec<(u64, Option<u64>)> = np["ingress"][0]["ports"]
         .as_array()
         .unwrap()
@@ -194,6 +261,7 @@ fn interactive_statefulset_and_jobset() {
         ]
     );
     assert_eq!(objs[1]["rules"][1]["resources"], json!(["statefulsets"]));
+    assert_eq!(objs[1]["rules"][1]["resourceNames"], json!(["dvm"]));
     assert_eq!(objs[2]["subjects"][0]["namespace"], "hpc");
     let sts = &objs[3];
     assert_eq!(sts["metadata"]["namespace"], "hpc");
@@ -211,6 +279,22 @@ fn interactive_statefulset_and_jobset() {
     assert!(sts["spec"]["template"]["spec"]
         .get("restartPolicy")
         .is_none());
+    // The StatefulSet and its policy select the job's own label, not the one Helm puts on
+    // every pod of a release.
+    let own = json!({"matchLabels": {"prrte-k8s.io/job": "dvm"}});
+    assert_eq!(sts["spec"]["selector"], own);
+    assert_eq!(
+        sts["spec"]["template"]["metadata"]["labels"]["prrte-k8s.io/job"],
+        "dvm"
+    );
+    assert_eq!(objs[4]["spec"]["podSelector"], own);
+    assert_eq!(
+        objs[4]["spec"]["ingress"][0]["from"],
+        json!([{"podSelector": own}])
+    );
+    assert!(!objs[4]
+        .to_string()
+        .contains("app.kubernetes.io/instance\":\"dvm\"}"));
     assert!(objs[4]["spec"]["ingress"][0]["ports"]
         .as_array()
         .unwrap()
@@ -234,14 +318,18 @@ fn interactive_statefulset_and_jobset() {
     ]);
     let objs = objects(&a, None).unwrap();
     assert_eq!(objs[1]["rules"][1]["resources"], json!(["jobsets"]));
+    assert_eq!(objs[1]["rules"][1]["resourceNames"], json!(["js"]));
     let js = &objs[3];
     let job = &js["spec"]["replicatedJobs"][0]["template"]["spec"];
     assert!(job.get("successPolicy").is_none(), "--success all");
     assert_eq!(job["activeDeadlineSeconds"], 600);
     assert_eq!(
-        objs[4]["spec"]["podSelector"]["matchLabels"]["jobset.sigs.k8s.io/jobset-name"],
-        "js"
+        objs[4]["spec"]["podSelector"],
+        json!({"matchLabels": {"prrte-k8s.io/job": "js"}})
     );
+    let labels = &job["template"]["metadata"]["labels"];
+    assert_eq!(labels["prrte-k8s.io/job"], "js");
+    assert_eq!(labels["jobset.sigs.k8s.io/jobset-name"], "js");
 }
 
 #[test]
@@ -364,10 +452,12 @@ fn inject_puts_the_runtime_into_any_image() {
             "/opt/prrte-k8s"
         ])
     );
+    // The runtime's init container gets no service-account token.
     assert_eq!(
         i["volumeMounts"],
         json!([{"name": "prrte-k8s-runtime", "mountPath": "/opt/prrte-k8s"}])
     );
+    assert_eq!(pod["automountServiceAccountToken"], false);
     let sc = &i["securityContext"];
     assert_eq!(sc["runAsUser"], 1000);
     assert_eq!(sc["runAsNonRoot"], true);

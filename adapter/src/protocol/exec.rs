@@ -24,7 +24,7 @@
 use base64::Engine;
 
 /// Signals a client may forward to an exec'd program.
-pub const FORWARDED_SIGNALS: &[i32] = &[
+pub(crate) const FORWARDED_SIGNALS: &[i32] = &[
     libc_sig::SIGHUP,
     libc_sig::SIGINT,
     libc_sig::SIGQUIT,
@@ -41,29 +41,34 @@ pub const FORWARDED_SIGNALS: &[i32] = &[
 pub mod libc_sig {
     pub const SIGHUP: i32 = 1;
     pub const SIGINT: i32 = 2;
-    pub const SIGQUIT: i32 = 3;
+    pub(crate) const SIGQUIT: i32 = 3;
     pub const SIGKILL: i32 = 9;
-    pub const SIGUSR1: i32 = 10;
-    pub const SIGUSR2: i32 = 12;
+    pub(crate) const SIGUSR1: i32 = 10;
+    pub(crate) const SIGUSR2: i32 = 12;
     pub const SIGTERM: i32 = 15;
-    pub const SIGCONT: i32 = 18;
-    pub const SIGSTOP: i32 = 19;
-    pub const SIGTSTP: i32 = 20;
+    pub(crate) const SIGCONT: i32 = 18;
+    pub(crate) const SIGSTOP: i32 = 19;
+    pub(crate) const SIGTSTP: i32 = 20;
 }
 
 /// Largest chunk of output or stdin carried in one frame (before base64).
-pub const CHUNK: usize = 32 * 1024;
+pub(crate) const CHUNK: usize = 32 * 1024;
 
 /// Encodes bytes for `output`/`stdin` frames.
 pub fn encode_data(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// The `data` of an `output`/`stdin` frame is not base64.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("data is not base64: {0}")]
+pub struct InvalidData(#[source] pub base64::DecodeError);
+
 /// Decodes the `data` of an `output`/`stdin` frame.
-pub fn decode_data(text: &str) -> Result<Vec<u8>, String> {
+pub(crate) fn decode_data(text: &str) -> Result<Vec<u8>, InvalidData> {
     base64::engine::general_purpose::STANDARD
         .decode(text)
-        .map_err(|e| format!("data is not base64: {e}"))
+        .map_err(InvalidData)
 }
 
 /// Escapes literal text for a template (every `$` doubled).
@@ -72,17 +77,35 @@ pub fn escape(text: &str) -> String {
 }
 
 /// Whether `name` is a valid environment variable name (`[A-Za-z_][A-Za-z0-9_]*`).
-pub fn is_var_name(name: &str) -> bool {
+pub(crate) fn is_var_name(name: &str) -> bool {
     let mut b = name.bytes();
     matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
         && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
+/// Why a template cannot be expanded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("contains a NUL byte")]
+    Nul,
+    #[error("unterminated `${{` in {template:?}")]
+    Unterminated { template: String },
+    #[error("`${{{name}}}` is not a variable reference")]
+    NotAVariable { name: String },
+    #[error(
+        "a lone `$` in {template:?}: write `$$` for a literal dollar, `${{NAME}}` for a variable"
+    )]
+    LoneDollar { template: String },
+}
+
 /// Expands a template: `${NAME}` → `lookup(NAME)` (empty if `None`), `$$` → `$`. Any other `$`
 /// is an error (the client must escape literal dollars), as are NUL bytes.
-pub fn expand(template: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+pub fn expand(
+    template: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<String, TemplateError> {
     if template.contains('\0') {
-        return Err("contains a NUL byte".into());
+        return Err(TemplateError::Nul);
     }
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
@@ -94,18 +117,20 @@ pub fn expand(template: &str, lookup: impl Fn(&str) -> Option<String>) -> Result
             rest = r;
         } else if let Some(r) = after.strip_prefix('{') {
             let Some(end) = r.find('}') else {
-                return Err(format!("unterminated `${{` in {template:?}"));
+                return Err(TemplateError::Unterminated {
+                    template: template.into(),
+                });
             };
             let name = &r[..end];
             if !is_var_name(name) {
-                return Err(format!("`${{{name}}}` is not a variable reference"));
+                return Err(TemplateError::NotAVariable { name: name.into() });
             }
             out.push_str(&lookup(name).unwrap_or_default());
             rest = &r[end + 1..];
         } else {
-            return Err(format!(
-                "a lone `$` in {template:?}: write `$$` for a literal dollar, `${{NAME}}` for a variable"
-            ));
+            return Err(TemplateError::LoneDollar {
+                template: template.into(),
+            });
         }
     }
     out.push_str(rest);
@@ -123,8 +148,11 @@ mod tests {
         assert_eq!(expand("${NOPE}y", env).unwrap(), "y");
         assert_eq!(expand("cost $$5", env).unwrap(), "cost $5");
         assert_eq!(expand(&escape("a$b$$c"), env).unwrap(), "a$b$$c");
-        assert!(expand("$LD", env).unwrap_err().contains("lone"));
-        assert!(expand("${LD", env).unwrap_err().contains("unterminated"));
+        assert!(expand("$LD", env).unwrap_err().to_string().contains("lone"));
+        assert!(expand("${LD", env)
+            .unwrap_err()
+            .to_string()
+            .contains("unterminated"));
         assert!(expand("${1x}", env).is_err());
         assert!(expand("a\0", env).is_err());
     }

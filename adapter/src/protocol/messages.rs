@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::wire::parse_versioned;
+use super::wire::{parse_versioned, ProtocolError};
 
 /// How the agent authenticates clients; announced in its `challenge`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -180,21 +180,40 @@ const EXECUTABLE_FIELDS: &[&str] = &[
     "prted",
 ];
 
-/// Parses a request body (the text inside a sealed frame), giving reasons a launcher author can act on.
-pub fn decode_request(body: &[u8]) -> Result<Request, String> {
-    let value = parse_versioned(body).map_err(|e| e.to_string())?;
+/// Why a request body (the text inside a sealed frame) is not a request, with reasons a
+/// launcher author can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// Not a JSON object of this protocol's version.
+    #[error(transparent)]
+    Frame(#[from] ProtocolError),
+    /// A launch request that names a program: the agent only starts its configured prted.
+    #[error(
+        "a launch request cannot name an executable (field `{field}`): this agent only starts \
+         its configured prted; send only the arguments after the executable in `argv`"
+    )]
+    NamesExecutable { field: &'static str },
+    /// An unknown type or field, a missing field, a value of the wrong type.
+    #[error("invalid request: {0}")]
+    Invalid(#[source] serde_json::Error),
+}
+
+/// Parses a request body (the text inside a sealed frame).
+pub fn parse_request(body: &[u8]) -> Result<Request, RequestError> {
+    let value = parse_versioned(body)?;
     if let serde_json::Value::Object(map) = &value {
         if map.get("type").and_then(|t| t.as_str()) == Some("launch") {
             if let Some(field) = EXECUTABLE_FIELDS.iter().find(|f| map.contains_key(**f)) {
-                return Err(format!(
-                    "a launch request cannot name an executable (field `{field}`): this agent \
-                     only starts its configured prted; send only the arguments after the \
-                     executable in `argv`"
-                ));
+                return Err(RequestError::NamesExecutable { field });
             }
         }
     }
-    serde_json::from_value(value).map_err(|e| format!("invalid request: {e}"))
+    serde_json::from_value(value).map_err(RequestError::Invalid)
+}
+
+/// [`parse_request`] with the reason as text, as the agent echoes it back (`failed {reason}`).
+pub fn decode_request(body: &[u8]) -> Result<Request, String> {
+    parse_request(body).map_err(|e| e.to_string())
 }
 
 /// The `type` of a plain frame, for messages.

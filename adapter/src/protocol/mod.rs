@@ -53,7 +53,9 @@
 //!   configured prted. `argv` holds only the arguments *after* the executable: a request can never
 //!   name an executable (there is no field for one; a field such as `executable` or `program`, or
 //!   an `argv[0]` that looks like a path to a program, is refused). `env` keys must match
-//!   `^(PRTE|PMIX|OMPI)_[A-Za-z0-9_]*$` and values must not contain NUL (see [`validate_launch`]).
+//!   `^(PRTE|PMIX|OMPI)_[A-Za-z0-9_]*$` and values must not contain NUL (see [`validate_launch`]);
+//!   the agent admits only the arguments and MCA parameters of [`params`] (see
+//!   `crate::agent::launch_policy`).
 //!   An optional `"dvm_uri":"<nspace>.<rank>;tcp4://<ipv4>:<port>"` is the URI of the DVM's
 //!   PMIx tool server (prte's); the agent writes it to its DVM URI file (default
 //!   `/var/run/prrte-k8s/dvm.uri`) while that prted runs, so `prrte-k8s prun` works from any pod.
@@ -61,7 +63,8 @@
 //! * `{"v":1,"type":"kill","grace_ms":2000}` — terminate the running prted: SIGTERM to its whole
 //!   process group, SIGKILL after the grace period (the smaller of `grace_ms`, if given, and the
 //!   agent's `--kill-grace`), then `exited`.
-//! * `{"v":1,"type":"ping"}` → `pong`; `{"v":1,"type":"status"}` → `status`.
+//! * `{"v":1,"type":"ping"}` → `pong`; `{"v":1,"type":"status"}` → `status`. The launcher also
+//!   sends `ping` as a heartbeat while its prted runs (see Supervision).
 //! * Batch mode only (agents started with `--run`): `{"v":1,"type":"attach"}` → `ack`, sent by
 //!   the agent that runs the job's command to every other pod's agent, on a connection it keeps
 //!   open for the whole run; then `{"v":1,"type":"finish","code":N}` → `ack` on that connection
@@ -85,13 +88,17 @@
 //!
 //! The connection that launched prted controls it: when that connection ends (EOF, reset, a
 //! protocol error, TCP keepalive failure), the agent kills prted's process group exactly as for
-//! `kill`. The agent runs one prted at a time.
+//! `kill`; so it does when a launcher that sent a `ping` on the connection has been silent for
+//! the agent's `--heartbeat-timeout` (the launcher pings every `plm_k8s_heartbeat_interval`
+//! and takes an agent silent for `plm_k8s_heartbeat_misses` intervals for lost). The agent
+//! runs one prted at a time.
 
 mod auth;
 pub mod exec;
 mod frame;
 mod handshake;
 mod messages;
+pub mod params;
 mod secret;
 mod session;
 mod signal;
@@ -107,14 +114,19 @@ pub use frame::{
     FramedConn, DEFAULT_MAX_FRAME, HANDSHAKE_MAX_FRAME,
 };
 pub use handshake::{client_handshake, HandshakeError};
-pub use messages::{decode_request, plain_kind, AuthMode, Plain, Reply, Request};
+pub use messages::{
+    decode_request, parse_request, plain_kind, AuthMode, Plain, Reply, Request, RequestError,
+};
 pub use secret::{read_secret_file, SecretError, DEFAULT_SECRET_FILE};
 pub use session::{Role, Session};
 pub use signal::signal_name;
-pub use validate::{validate_dvm_uri, validate_env_key, validate_launch, MAX_DVM_URI_LEN};
+pub use validate::{
+    validate_dvm_uri, validate_env_key, validate_launch, InvalidDvmUri, LaunchRefusal,
+    MAX_DVM_URI_LEN,
+};
 pub use wire::{decode_message, encode_message, ProtocolError, VERSION};
 
 /// Default TCP port of the agent's protocol listener.
-pub const DEFAULT_AGENT_PORT: u16 = crate::settings::mca::AGENT_PORT.default_u64() as u16;
+pub(crate) const DEFAULT_AGENT_PORT: u16 = crate::settings::mca::AGENT_PORT.default_u64() as u16;
 /// Default TCP port of the agent's HTTP health endpoint.
-pub const DEFAULT_HEALTH_PORT: u16 = 7118;
+pub(crate) const DEFAULT_HEALTH_PORT: u16 = 7118;

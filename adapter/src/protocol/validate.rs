@@ -1,18 +1,42 @@
 //! The checks a launch request passes before the agent looks at it further: its environment
 //! names, its arguments, and the DVM URI it may carry.
 
+/// Why a launch request's arguments or environment are refused; the message names the item.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaunchRefusal {
+    #[error(
+        "environment variable `{}` is not allowed: launch requests may only set variables \
+         matching ^(PRTE|PMIX|OMPI)_[A-Za-z0-9_]*$",
+        key.escape_debug()
+    )]
+    EnvName { key: String },
+    #[error(
+        "argv[0] `{}` looks like an executable: `argv` holds only the arguments after the \
+         executable; the agent always runs its configured prted",
+        arg.escape_debug()
+    )]
+    Executable { arg: String },
+    #[error("argv[{index}] contains a NUL byte")]
+    NulInArgument { index: usize },
+    #[error("the value of environment variable `{key}` contains a NUL byte")]
+    NulInValue { key: String },
+}
+
+/// The agent answers a refused launch with the reason as text (`failed {reason}`).
+impl From<LaunchRefusal> for String {
+    fn from(e: LaunchRefusal) -> String {
+        e.to_string()
+    }
+}
+
 /// Checks an environment variable name a launch request may set.
-pub fn validate_env_key(key: &str) -> Result<(), String> {
+pub fn validate_env_key(key: &str) -> Result<(), LaunchRefusal> {
     let rest = ["PRTE_", "PMIX_", "OMPI_"]
         .iter()
         .find_map(|p| key.strip_prefix(p));
     match rest {
         Some(rest) if rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') => Ok(()),
-        _ => Err(format!(
-            "environment variable `{}` is not allowed: launch requests may only set variables \
-             matching ^(PRTE|PMIX|OMPI)_[A-Za-z0-9_]*$",
-            key.escape_debug()
-        )),
+        _ => Err(LaunchRefusal::EnvName { key: key.into() }),
     }
 }
 
@@ -20,29 +44,43 @@ pub fn validate_env_key(key: &str) -> Result<(), String> {
 pub fn validate_launch<'a>(
     argv: &[String],
     env: impl IntoIterator<Item = (&'a String, &'a String)>,
-) -> Result<(), String> {
+) -> Result<(), LaunchRefusal> {
     if let Some(first) = argv.first() {
         let base = first.rsplit('/').next().unwrap_or(first);
         if !first.starts_with('-') && (first.contains('/') || base == "prted") {
-            return Err(format!(
-                "argv[0] `{}` looks like an executable: `argv` holds only the arguments after the \
-                 executable; the agent always runs its configured prted",
-                first.escape_debug()
-            ));
+            return Err(LaunchRefusal::Executable { arg: first.clone() });
         }
     }
-    if let Some(i) = argv.iter().position(|a| a.contains('\0')) {
-        return Err(format!("argv[{i}] contains a NUL byte"));
+    if let Some(index) = argv.iter().position(|a| a.contains('\0')) {
+        return Err(LaunchRefusal::NulInArgument { index });
     }
     for (key, value) in env {
         validate_env_key(key)?;
         if value.contains('\0') {
-            return Err(format!(
-                "the value of environment variable `{key}` contains a NUL byte"
-            ));
+            return Err(LaunchRefusal::NulInValue { key: key.clone() });
         }
     }
     Ok(())
+}
+
+/// A DVM URI that is not of the form prte writes; the message says what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid dvm_uri {uri:?}: {why}; expected <nspace>.<rank>;tcp4://<ipv4>:<port> (what prte \
+     --report-uri writes)"
+)]
+pub struct InvalidDvmUri {
+    /// The URI (its first 120 characters).
+    pub uri: String,
+    /// What is wrong with it.
+    pub why: String,
+}
+
+/// The agent answers a launch with a bad DVM URI with the reason as text (`failed {reason}`).
+impl From<InvalidDvmUri> for String {
+    fn from(e: InvalidDvmUri) -> String {
+        e.to_string()
+    }
 }
 
 /// Longest DVM URI accepted in a launch request.
@@ -52,13 +90,12 @@ pub const MAX_DVM_URI_LEN: usize = 1024;
 /// `--report-uri` writes, e.g. `prte-pod-0-77@0.0;tcp4://10.0.0.5:7120`). The namespace is
 /// printable ASCII without whitespace or `;`, the rank a decimal number, the address a dotted
 /// IPv4 address and the port 1..=65535. Anything else is refused with the reason.
-pub fn validate_dvm_uri(uri: &str) -> Result<(), String> {
+pub fn validate_dvm_uri(uri: &str) -> Result<(), InvalidDvmUri> {
     let bad = |why: &str| {
-        Err(format!(
-            "invalid dvm_uri {:?}: {why}; expected <nspace>.<rank>;tcp4://<ipv4>:<port> (what \
-             prte --report-uri writes)",
-            uri.chars().take(120).collect::<String>()
-        ))
+        Err(InvalidDvmUri {
+            uri: uri.chars().take(120).collect(),
+            why: why.to_owned(),
+        })
     };
     if uri.len() > MAX_DVM_URI_LEN {
         return bad(&format!("longer than {MAX_DVM_URI_LEN} bytes"));
@@ -118,17 +155,21 @@ mod tests {
             "XPRTE_A",
             "PRTE_é",
         ] {
-            let e = validate_env_key(bad).unwrap_err();
+            let e = validate_env_key(bad).unwrap_err().to_string();
             assert!(e.contains(&format!("`{bad}`")), "{e}");
         }
         let env: BTreeMap<String, String> = [("PRTE_X".to_string(), "a\0b".to_string())].into();
-        assert!(validate_launch(&[], &env).unwrap_err().contains("PRTE_X"));
+        assert!(validate_launch(&[], &env)
+            .unwrap_err()
+            .to_string()
+            .contains("PRTE_X"));
         let none = BTreeMap::new();
         assert!(validate_launch(&["/bin/sh".into()], &none).is_err());
         assert!(validate_launch(&["prted".into()], &none).is_err());
         assert!(validate_launch(&["--prtemca".into(), "/x/y".into()], &none).is_ok());
         assert!(validate_launch(&["--a".into(), "b\0".into()], &none)
             .unwrap_err()
+            .to_string()
             .contains("argv[1]"));
     }
 
@@ -156,7 +197,7 @@ mod tests {
             ("ns.0;tcp4://10.0.0.1:7120;tcp4://10.0.0.2:7120", "IPv4"),
             ("ns.0;tcp4://10.0.0.1:7120\n", "port"),
         ] {
-            let e = validate_dvm_uri(bad).unwrap_err();
+            let e = validate_dvm_uri(bad).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains("expected"), "{bad:?}: {e}");
         }
         assert!(validate_dvm_uri(&format!("{}.0;tcp4://1.2.3.4:5", "n".repeat(2000))).is_err());

@@ -17,6 +17,7 @@
 //! `PRRTE_K8S_RSH_CONNECT_TIMEOUT` (seconds, 10), and `PRTE_MCA_ras_k8s_namespace`, `_selector`
 //! and `_kubeconfig` for resolving names. A bad value is an error naming the variable.
 
+mod error;
 pub mod shell;
 
 use std::io::Write;
@@ -32,18 +33,19 @@ use crate::protocol::{
     decode_message, recv_frame, send_frame, signal_name, ProtocolError, Reply, Request,
 };
 use crate::settings::{mca, tools, Setting, SettingError};
+pub use error::{ResolveError, RshError, UsageError};
 
 /// Exit status for our own failures (as ssh's).
-pub const EXIT_FAILURE: i32 = 255;
+pub(crate) const EXIT_FAILURE: i32 = 255;
 
 /// ssh options that take an argument.
 const SSH_OPTS_WITH_ARG: &str = "BbcDEeFIiJLlmOoPpQRSWw";
 /// ssh options without one.
-const SSH_FLAGS: &str = "1246AaCfGgKkMNnqsTtVvXxYy";
+pub const SSH_FLAGS: &str = "1246AaCfGgKkMNnqsTtVvXxYy";
 
 /// The parsed command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RshArgs {
+pub(crate) struct RshArgs {
     /// `-n`: stdin from /dev/null.
     pub no_stdin: bool,
     /// `-v`: report what is done on stderr.
@@ -54,7 +56,7 @@ pub struct RshArgs {
 }
 
 /// Parses ssh-style arguments (without the program name).
-pub fn parse_args(args: &[String]) -> Result<RshArgs, String> {
+pub(crate) fn parse_args(args: &[String]) -> Result<RshArgs, UsageError> {
     let mut no_stdin = false;
     let mut verbose = false;
     let mut i = 0;
@@ -73,7 +75,7 @@ pub fn parse_args(args: &[String]) -> Result<RshArgs, String> {
                 if chars.as_str().is_empty() {
                     i += 1;
                     if i >= args.len() {
-                        return Err(format!("option -{c} needs an argument"));
+                        return Err(UsageError::MissingArgument(c));
                     }
                 }
                 break;
@@ -81,20 +83,18 @@ pub fn parse_args(args: &[String]) -> Result<RshArgs, String> {
                 no_stdin |= c == 'n';
                 verbose |= c == 'v';
             } else {
-                return Err(format!("unknown option -{c} (ssh's options are accepted)"));
+                return Err(UsageError::UnknownOption(c));
             }
         }
         i += 1;
     }
     let Some(host) = args.get(i) else {
-        return Err("no host given".into());
+        return Err(UsageError::NoHost);
     };
     let host = host.rsplit('@').next().unwrap_or(host).to_owned();
     let command = args[i + 1..].join(" ");
     if command.trim().is_empty() {
-        return Err(format!(
-            "no command for {host}: prrte-k8s-rsh runs a command, it has no interactive login"
-        ));
+        return Err(UsageError::NoCommand(host));
     }
     Ok(RshArgs {
         no_stdin,
@@ -106,7 +106,7 @@ pub fn parse_args(args: &[String]) -> Result<RshArgs, String> {
 
 /// The agent address for HOST: an IPv4 address as is, else the pod of the job whose name or
 /// host name it is.
-pub async fn resolve(host: &str, port: u16, timeout: Duration) -> Result<SocketAddr, String> {
+pub async fn resolve(host: &str, port: u16, timeout: Duration) -> Result<SocketAddr, ResolveError> {
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(SocketAddr::new(ip, port));
     }
@@ -114,39 +114,33 @@ pub async fn resolve(host: &str, port: u16, timeout: Duration) -> Result<SocketA
     let env = |k: &str| std::env::var(k).ok();
     let text = |s: &Setting| s.lookup(&env).map(|v| v.map(|(_, v)| v));
     let cfg = crate::discovery::DiscoveryConfig {
-        namespace: text(&mca::NAMESPACE).map_err(|e| e.to_string())?,
-        selector: text(&mca::SELECTOR).map_err(|e| e.to_string())?,
+        namespace: text(&mca::NAMESPACE)?,
+        selector: text(&mca::SELECTOR)?,
         expected_pods: None,
         timeout,
-        kubeconfig: text(&mca::KUBECONFIG)
-            .map_err(|e| e.to_string())?
-            .map(Into::into),
+        kubeconfig: text(&mca::KUBECONFIG)?.map(Into::into),
         ..Default::default()
     };
     let env = crate::discovery::client::Environment::from_process();
     let alloc = crate::discovery::discover_with(&cfg, &env, &mut |_| {})
         .await
-        .map_err(|e| {
-            format!(
-                "{host} is not an IP address, and the job's pods could not be listed to find \
-                 it: {e}"
-            )
+        .map_err(|source| ResolveError::Discovery {
+            host: host.to_owned(),
+            source,
         })?;
     alloc
         .nodes
         .iter()
         .find(|n| n.pod == host || n.hostname == host || n.pod == short || n.hostname == short)
         .map(|n| SocketAddr::new(IpAddr::V4(n.ip), port))
-        .ok_or_else(|| {
-            format!(
-                "{host} is not a pod of the job (pods: {}); give a pod name, host name or IP",
-                alloc
-                    .nodes
-                    .iter()
-                    .map(|n| format!("{} ({}, {})", n.pod, n.hostname, n.ip))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+        .ok_or_else(|| ResolveError::NotAPod {
+            host: host.to_owned(),
+            pods: alloc
+                .nodes
+                .iter()
+                .map(|n| format!("{} ({}, {})", n.pod, n.hostname, n.ip))
+                .collect::<Vec<_>>()
+                .join(", "),
         })
 }
 
@@ -210,7 +204,7 @@ pub async fn main(args: Vec<String>) -> i32 {
     };
     let addr = match resolve(&args.host, port, Duration::from_secs(30)).await {
         Ok(a) => a,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e.to_string()),
     };
     let target = LaunchTarget {
         id: 0,
@@ -242,7 +236,7 @@ pub async fn run(
     opts: &LaunchOptions,
     command: shell::RemoteCommand,
     forward_stdin: bool,
-) -> Result<i32, String> {
+) -> Result<i32, RshError> {
     let (mut conn, mut session) = connect_authenticated(target, opts).await?;
     let request = Request::Exec {
         argv: command.argv,
@@ -253,7 +247,7 @@ pub async fn run(
     let timeout = opts.request_timeout;
     send_frame(&mut conn, session.seal(&request), timeout)
         .await
-        .map_err(|e| format!("cannot send the command: {e}"))?;
+        .map_err(RshError::SendCommand)?;
 
     let mut sig_rx = catch_signals()?;
     let (stdin_tx, mut stdin_rx) = mpsc::channel::<Option<Vec<u8>>>(16);
@@ -265,14 +259,14 @@ pub async fn run(
             frame = recv_frame(&mut conn, (!started).then(|| deadline.saturating_duration_since(Instant::now()))) => {
                 let frame = match frame {
                     Ok(f) => f,
-                    Err(ProtocolError::Timeout(_)) => return Err(format!("the agent did not answer within {timeout:?}")),
-                    Err(ProtocolError::Closed) => return Err("the agent closed the connection before the command ended".into()),
-                    Err(e) => return Err(format!("connection to the agent lost: {e}")),
+                    Err(ProtocolError::Timeout(_)) => return Err(RshError::NoAnswer(timeout)),
+                    Err(ProtocolError::Closed) => return Err(RshError::Closed),
+                    Err(e) => return Err(RshError::Lost(e)),
                 };
                 let reply = session
                     .open(&frame)
                     .and_then(|body| decode_message::<Reply>(body.as_bytes()))
-                    .map_err(|e| format!("protocol error: {e}"))?;
+                    .map_err(RshError::Protocol)?;
                 match reply {
                     Reply::Started { .. } => {
                         started = true;
@@ -283,12 +277,12 @@ pub async fn run(
                         }
                     }
                     Reply::Failed { reason } if !started => {
-                        return Err(format!("the agent refused the command: {reason}"))
+                        return Err(RshError::Refused(reason))
                     }
                     Reply::Failed { reason } => eprintln!("prrte-k8s-rsh: the agent: {reason}"),
                     Reply::Output { fd, data } => write_output(fd, &data)?,
                     Reply::Exited { code, signal, .. } => return Ok(exit_status(code, signal)),
-                    Reply::Error { reason } => return Err(format!("the agent reported an error: {reason}")),
+                    Reply::Error { reason } => return Err(RshError::Reported(reason)),
                     Reply::Pong {} | Reply::Status { .. } | Reply::Ack {} => {}
                 }
             }
@@ -302,7 +296,7 @@ pub async fn run(
                 };
                 send_frame(&mut conn, session.seal(&msg), timeout)
                     .await
-                    .map_err(|e| format!("cannot forward stdin: {e}"))?;
+                    .map_err(RshError::Stdin)?;
             }
             Some(num) = sig_rx.recv() => {
                 if !started {
@@ -312,21 +306,21 @@ pub async fn run(
                 }
                 send_frame(&mut conn, session.seal(&Request::Signal { signal: num }), timeout)
                     .await
-                    .map_err(|e| format!("cannot forward {}: {e}", signal_name(num)))?;
+                    .map_err(|source| RshError::Signal { signal: signal_name(num), source })?;
             }
         }
     }
 }
 
 /// SIGINT, SIGTERM and SIGHUP to this process, by number, to forward to the remote program.
-fn catch_signals() -> Result<mpsc::UnboundedReceiver<i32>, String> {
+fn catch_signals() -> Result<mpsc::UnboundedReceiver<i32>, RshError> {
     let mut signals = Vec::new();
     for kind in [
         SignalKind::interrupt(),
         SignalKind::terminate(),
         SignalKind::hangup(),
     ] {
-        signals.push(signal(kind).map_err(|e| format!("cannot handle signals: {e}"))?);
+        signals.push(signal(kind).map_err(RshError::Signals)?);
     }
     let (sig_tx, sig_rx) = mpsc::unbounded_channel::<i32>();
     for (mut s, num) in signals.into_iter().zip([2, 15, 1]) {
@@ -343,8 +337,8 @@ fn catch_signals() -> Result<mpsc::UnboundedReceiver<i32>, String> {
 }
 
 /// Writes the remote program's output (`fd` 2: to stderr, else stdout), flushed.
-fn write_output(fd: u8, data: &str) -> Result<(), String> {
-    let bytes = decode_data(data).map_err(|e| format!("protocol error: {e}"))?;
+fn write_output(fd: u8, data: &str) -> Result<(), RshError> {
+    let bytes = decode_data(data)?;
     let _ = if fd == 2 {
         let mut e = std::io::stderr().lock();
         e.write_all(&bytes).and_then(|_| e.flush())
@@ -411,11 +405,10 @@ mod tests {
         assert_eq!((a.host.as_str(), a.no_stdin), ("pod-1", true));
         let a = parse_args(&v(&["--", "-h", "cmd"])).unwrap();
         assert_eq!(a.host, "-h");
-        assert!(parse_args(&v(&["-Z", "h", "x"]))
-            .unwrap_err()
-            .contains("-Z"));
-        assert!(parse_args(&v(&["h"])).unwrap_err().contains("no command"));
-        assert!(parse_args(&v(&["-o"])).unwrap_err().contains("argument"));
-        assert!(parse_args(&v(&[])).unwrap_err().contains("no host"));
+        let e = |args: &[&str]| parse_args(&v(args)).unwrap_err().to_string();
+        assert!(e(&["-Z", "h", "x"]).contains("-Z"));
+        assert!(e(&["h"]).contains("no command"));
+        assert!(e(&["-o"]).contains("argument"));
+        assert!(e(&[]).contains("no host"));
     }
 }

@@ -16,7 +16,10 @@
 //!
 //! PRRTE's ssh launcher sends `PRTE_PREFIX=P;export PRTE_PREFIX;LD_LIBRARY_PATH=P/lib:$LD_LIBRARY_PATH;
 //! export LD_LIBRARY_PATH;...;P/bin/prted --prtemca ess "env" ...`; MPICH's and Intel MPI's
-//! Hydra send `"/path/hydra_pmi_proxy" --control-port host:port ...`. Anything a shell would do
+//! Hydra send `"/path/hydra_pmi_proxy" --control-port host:port ...`. ORTE (Open MPI 3/4), for
+//! a user whose login shell is `sh` or `ksh`, wraps its command as `( test ! -r ./.profile ||
+//! . ./.profile; orted ... )`: that exact wrapper is taken off and the command inside parsed
+//! (no shell runs, so no profile is read, as for a user without one). Anything a shell would do
 //! beyond this (pipes, redirections, `||`, `&`, `$(...)`, backquotes, globbing `$?`-style
 //! parameters, subshells) is refused with the construct named, so nothing runs that was not
 //! meant.
@@ -24,6 +27,42 @@
 //! The results are templates in the sense of [`crate::protocol::exec::expand`].
 
 use crate::protocol::exec::is_var_name;
+use crate::text::printable;
+
+/// Why a remote command is not run; the message names the construct and shows the command.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShellError {
+    /// A construct only a shell would run (a pipe, a redirection, a substitution...).
+    #[error(
+        "the remote command uses {what}, which prrte-k8s-rsh does not run (it runs one program \
+         without a shell): {}",
+        printable(command, 300)
+    )]
+    Refused { what: String, command: String },
+    #[error("unterminated {0} in the remote command")]
+    Unterminated(&'static str),
+    #[error(
+        "no program in the remote command {:?} (an interactive login is not supported)",
+        printable(.0, 300)
+    )]
+    NoProgram(String),
+    #[error("eval nested too deeply")]
+    EvalTooDeep,
+    #[error(
+        "nothing may follow the program in the remote command (found `{}` after `{}`)",
+        printable(found, 100),
+        printable(program, 100)
+    )]
+    AfterProgram { found: String, program: String },
+    #[error("export {}: not a variable name", printable(.0, 100))]
+    NotAName(String),
+    #[error("cd needs exactly one directory")]
+    CdArguments,
+    #[error("env options are not supported in the remote command")]
+    EnvOptions,
+    #[error("env without a program")]
+    EnvWithoutProgram,
+}
 
 /// A remote command: what one `exec` request carries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -50,13 +89,13 @@ impl Word {
 }
 
 /// Splits shell text into commands of words.
-fn lex(src: &str) -> Result<Vec<Vec<Word>>, String> {
+fn lex(src: &str) -> Result<Vec<Vec<Word>>, ShellError> {
     let mut commands: Vec<Vec<Word>> = vec![Vec::new()];
     let mut word: Option<Word> = None;
     // Whether everything in the current word so far is an unquoted name (for `NAME=`).
     let mut name_so_far = true;
     let mut chars = src.chars().peekable();
-    let refuse = |what: &str| -> Result<Vec<Vec<Word>>, String> { Err(refused(what, src)) };
+    let refuse = |what: &str| -> Result<Vec<Vec<Word>>, ShellError> { Err(refused(what, src)) };
     while let Some(c) = chars.next() {
         match c {
             ' ' | '\t' => end_word(&mut commands, &mut word, &mut name_so_far),
@@ -148,26 +187,25 @@ fn end_command(commands: &mut Vec<Vec<Word>>) {
 }
 
 /// Why the remote command is refused: it uses `what`.
-fn refused(what: &str, src: &str) -> String {
-    format!(
-        "the remote command uses {what}, which prrte-k8s-rsh does not run (it runs one \
-         program without a shell): {}",
-        crate::text::printable(src, 300)
-    )
+fn refused(what: &str, src: &str) -> ShellError {
+    ShellError::Refused {
+        what: what.to_owned(),
+        command: src.to_owned(),
+    }
 }
 
 /// The rest of a `'...'` word part after its opening quote, into `text`.
 fn single_quoted(
     chars: &mut std::iter::Peekable<std::str::Chars<'_>>,
     text: &mut String,
-) -> Result<(), String> {
+) -> Result<(), ShellError> {
     for c in chars.by_ref() {
         if c == '\'' {
             return Ok(());
         }
         push_literal(text, c);
     }
-    Err("unterminated single quote in the remote command".into())
+    Err(ShellError::Unterminated("single quote"))
 }
 
 /// The rest of a `"..."` word part after its opening quote, into `text` (of the shell `src`).
@@ -175,7 +213,7 @@ fn double_quoted(
     chars: &mut std::iter::Peekable<std::str::Chars<'_>>,
     text: &mut String,
     src: &str,
-) -> Result<(), String> {
+) -> Result<(), ShellError> {
     while let Some(c) = chars.next() {
         match c {
             '"' => return Ok(()),
@@ -186,14 +224,14 @@ fn double_quoted(
                     text.push('\\');
                     push_literal(text, e);
                 }
-                None => return Err("unterminated double quote".into()),
+                None => return Err(ShellError::Unterminated("double quote")),
             },
             '`' => return Err(refused("a command substitution (backquotes)", src)),
             '$' => dollar(chars, text, src)?,
             c => push_literal(text, c),
         }
     }
-    Err("unterminated double quote in the remote command".into())
+    Err(ShellError::Unterminated("double quote"))
 }
 
 fn push_literal(text: &mut String, c: char) {
@@ -210,14 +248,8 @@ fn dollar(
     chars: &mut std::iter::Peekable<std::str::Chars<'_>>,
     text: &mut String,
     src: &str,
-) -> Result<(), String> {
-    let refuse = |what: &str| {
-        Err(format!(
-            "the remote command uses {what}, which prrte-k8s-rsh does not run (it runs one \
-             program without a shell): {}",
-            crate::text::printable(src, 300)
-        ))
-    };
+) -> Result<(), ShellError> {
+    let refuse = |what: &str| Err(refused(what, src));
     match chars.peek().copied() {
         Some('(') => refuse("`$(...)` (command substitution or arithmetic)"),
         Some('{') => {
@@ -235,7 +267,7 @@ fn dollar(
                 }
                 name.push(c);
             }
-            Err("unterminated `${` in the remote command".into())
+            Err(ShellError::Unterminated("`${`"))
         }
         Some(c) if c.is_ascii_alphabetic() || c == '_' => {
             let mut name = String::new();
@@ -260,30 +292,42 @@ fn dollar(
     }
 }
 
+/// The command inside ORTE's `( test ! -r ./.profile || . ./.profile; COMMAND )`, if `src` is
+/// exactly that.
+fn orte_profile_wrapper(src: &str) -> Option<&str> {
+    src.trim()
+        .strip_prefix('(')?
+        .trim_start()
+        .strip_prefix("test ! -r ./.profile || . ./.profile;")?
+        .trim_end()
+        .strip_suffix(')')
+}
+
 /// Parses the remote command (ssh's arguments after the host, joined with spaces).
-pub fn parse(src: &str) -> Result<RemoteCommand, String> {
+pub fn parse(src: &str) -> Result<RemoteCommand, ShellError> {
     let mut out = RemoteCommand::default();
-    interpret(lex(src)?, &mut out, 0)?;
+    let inner = orte_profile_wrapper(src).unwrap_or(src);
+    interpret(lex(inner)?, &mut out, 0)?;
     if out.argv.is_empty() {
-        return Err(format!(
-            "no program in the remote command {:?} (an interactive login is not supported)",
-            crate::text::printable(src, 300)
-        ));
+        return Err(ShellError::NoProgram(src.to_owned()));
     }
     Ok(out)
 }
 
-fn interpret(commands: Vec<Vec<Word>>, out: &mut RemoteCommand, depth: u32) -> Result<(), String> {
+fn interpret(
+    commands: Vec<Vec<Word>>,
+    out: &mut RemoteCommand,
+    depth: u32,
+) -> Result<(), ShellError> {
     if depth > 4 {
-        return Err("eval nested too deeply".into());
+        return Err(ShellError::EvalTooDeep);
     }
     for cmd in commands {
         if !out.argv.is_empty() {
-            return Err(format!(
-                "nothing may follow the program in the remote command (found `{}` after `{}`)",
-                crate::text::printable(&cmd[0].text, 100),
-                crate::text::printable(&out.argv[0], 100)
-            ));
+            return Err(ShellError::AfterProgram {
+                found: cmd[0].text.clone(),
+                program: out.argv[0].clone(),
+            });
         }
         let mut words = cmd.into_iter().peekable();
         let mut assigns = Vec::new();
@@ -310,7 +354,7 @@ fn run_words(
     assigns: Vec<(String, String)>,
     out: &mut RemoteCommand,
     depth: u32,
-) -> Result<(), String> {
+) -> Result<(), ShellError> {
     match rest[0].literal() {
         Some("export") => {
             out.env.extend(assigns);
@@ -318,10 +362,7 @@ fn run_words(
                 if w.assign.is_some() {
                     out.env.push(split_assign(w));
                 } else if !w.literal().is_some_and(is_var_name) {
-                    return Err(format!(
-                        "export {}: not a variable name",
-                        crate::text::printable(&w.text, 100)
-                    ));
+                    return Err(ShellError::NotAName(w.text.clone()));
                 }
             }
             Ok(())
@@ -331,7 +372,7 @@ fn run_words(
                 out.cwd = Some(dir.text.clone());
                 Ok(())
             }
-            _ => Err("cd needs exactly one directory".into()),
+            _ => Err(ShellError::CdArguments),
         },
         Some("true") | Some(":") if rest.len() == 1 => Ok(()),
         Some("exec") if rest.len() > 1 => {
@@ -345,10 +386,10 @@ fn run_words(
                 assigns.push(split_assign(&rest.remove(0)));
             }
             if rest.first().is_some_and(|w| w.text.starts_with('-')) {
-                return Err("env options are not supported in the remote command".into());
+                return Err(ShellError::EnvOptions);
             }
             if rest.is_empty() {
-                return Err("env without a program".into());
+                return Err(ShellError::EnvWithoutProgram);
             }
             run_words(rest, assigns, out, depth)
         }
@@ -420,6 +461,35 @@ mod tests {
     }
 
     #[test]
+    fn orte_rsh_launcher_command() {
+        // What Open MPI 4.1's rsh PLM sends for a user whose shell is sh (no tree spawn).
+        let src = "( test ! -r ./.profile || . ./.profile;  orted --daemonize -mca ess \"env\" -mca ess_base_jobid \"3099131904\" -mca ess_base_vpid 1 -mca orte_node_regex \"[4:469]b9c11d81,[2:10].255.255.1@0(2)\" -mca orte_hnp_uri \"3099131904.0;tcp://192.0.2.2:34807;tcp6://[fd00::2]:45793\" -mca plm \"rsh\" -mca plm_rsh_agent \"/opt/prrte-k8s/bin/prrte-k8s-rsh\" )";
+        let c = parse(src).unwrap();
+        assert!(c.env.is_empty());
+        assert_eq!(c.argv[0], "orted");
+        assert_eq!(c.argv[1], "--daemonize");
+        let regex = c.argv.iter().position(|a| a == "orte_node_regex").unwrap();
+        assert_eq!(c.argv[regex + 1], "[4:469]b9c11d81,[2:10].255.255.1@0(2)");
+        assert_eq!(c.argv[regex + 3], "orte_hnp_uri");
+        assert_eq!(
+            c.argv[regex + 4],
+            "3099131904.0;tcp://192.0.2.2:34807;tcp6://[fd00::2]:45793"
+        );
+        assert_eq!(c.argv.last().unwrap(), "/opt/prrte-k8s/bin/prrte-k8s-rsh");
+        // Only that exact wrapper: another subshell is still refused.
+        for bad in [
+            "( test ! -r ./.profile || . ./.evil; orted )",
+            "( orted )",
+            "( test ! -r ./.profile || . ./.profile; orted ) ; /bin/x",
+        ] {
+            assert!(
+                parse(bad).unwrap_err().to_string().contains("subshell"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn hydra_launcher_command() {
         let src = "\"/opt/m/bin/hydra_pmi_proxy\" --control-port 10.0.0.2:39129 --rmk user --launcher ssh --launcher-exec /usr/bin/prrte-k8s-rsh --demux poll --pgid 0 --retries 10 --usize -1 --proxy-id 0";
         let c = parse(src).unwrap();
@@ -468,7 +538,7 @@ mod tests {
             ("/p 'x", "unterminated"),
             ("/p \"x", "unterminated"),
         ] {
-            let e = parse(src).unwrap_err();
+            let e = parse(src).unwrap_err().to_string();
             assert!(e.contains(what), "{src:?}: {e}");
         }
     }

@@ -25,30 +25,60 @@ pub const PRTED: Setting = Setting {
     env: &["PRRTE_K8S_PRTED"],
     flag: "prted",
     value_name: "PATH",
+    default_doc: "the daemon of the MPI --mpi finds",
     help: "Absolute path of the prted executable; the only program this agent starts unless --exec-allow names others",
     kind: Kind::Path,
     ..Setting::NONE
 };
 
-/// The agent's side of `plm_k8s_secret_file`.
-pub const SECRET_FILE: Setting = Setting {
-    help: "File holding the per-job secret shared with the launcher (a mounted Kubernetes Secret; the launcher's plm_k8s_secret_file)",
-    ..mca::SECRET_FILE
+pub const MPI_CHOICES: &[&str] = &["auto", "openmpi", "mpich", "intel"];
+
+pub const MPI: Setting = Setting {
+    env: &["PRRTE_K8S_MPI"],
+    flag: "mpi",
+    value_name: "MPI",
+    default_doc: "auto when --prted is not given",
+    help: "The image's MPI, found in the pod at start: \"auto\" (Open MPI 5 on PRRTE, Open MPI 4, MPICH or Intel MPI, whichever the image has), \"openmpi\", \"mpich\" or \"intel\". The agent then finds the MPI's daemon itself (no --prted) and gives the batch command and the DVM head what that MPI needs: the k8s components for an Open MPI 5 on PRRTE 3.0.8, else prrte-k8s-rsh as its ssh and a hostfile of the job's pods",
+    kind: Kind::Choice(MPI_CHOICES),
+    ..Setting::NONE
 };
 
-pub const INSECURE_NO_AUTH: Setting = Setting {
-    flag: "insecure-no-auth",
-    help: "Serve without authentication when no secret file exists (anyone who can reach the port can then start prted; every connection logs a warning)",
+pub const RUNTIME_DIR: Setting = Setting {
+    env: &["PRRTE_K8S_RUNTIME_DIR"],
+    flag: "runtime-dir",
+    value_name: "DIR",
+    default_doc: "the parent of the agent's own bin/ directory",
+    help: "The injected runtime --mpi uses: bin/prrte-k8s-rsh, lib/prte/ (the k8s components) and etc/prte-mca-params.conf",
+    kind: Kind::Path,
+    ..Setting::NONE
+};
+
+pub const DETECT_ONLY: Setting = Setting {
+    flag: "detect-only",
+    help: "Print which MPI --mpi finds in this image and what the agent would give its launcher, then exit (0 when one was found)",
     kind: Kind::Bool,
     ..Setting::NONE
 };
 
-pub const HEALTH_LISTEN: Setting = Setting {
+/// The agent's side of `plm_k8s_secret_file`.
+pub const SECRET_FILE: Setting = Setting {
+    help: "File holding the per-job secret shared with the launcher (a mounted Kubernetes Secret; the launcher's plm_k8s_secret_file): at least 32 bytes of a real key, read once at start; a file others could write, or a guessable key, is refused, one others can read is warned about (docs/security.md)",
+    ..mca::SECRET_FILE
+};
+
+pub(crate) const INSECURE_NO_AUTH: Setting = Setting {
+    flag: "insecure-no-auth",
+    help: "Serve without authentication when no secret file exists, for tests only (anyone who can reach the port can then start prted; every connection logs a warning)",
+    kind: Kind::Bool,
+    ..Setting::NONE
+};
+
+pub(crate) const HEALTH_LISTEN: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_HEALTH_LISTEN"],
     flag: "health-listen",
     value_name: "ADDR|off",
     default_doc: "$POD_IP:7118 if POD_IP is set, else 0.0.0.0:7118",
-    help: "HTTP readiness endpoint (GET /healthz answers 200 \"ok\" while serving), or \"off\"",
+    help: "HTTP endpoint for a readinessProbe (GET /healthz answers 200 \"ok\" while serving), or \"off\"",
     ..Setting::NONE
 };
 
@@ -57,12 +87,12 @@ pub const TMPDIR: Setting = Setting {
     flag: "tmpdir",
     value_name: "DIR",
     default_doc: "the agent's own TMPDIR, else /tmp",
-    help: "TMPDIR given to prted",
+    help: "TMPDIR given to prted (where PRRTE and PMIx keep their session directories)",
     kind: Kind::Path,
     ..Setting::NONE
 };
 
-pub const KILL_GRACE: Setting = Setting {
+pub(crate) const KILL_GRACE: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_KILL_GRACE"],
     flag: "kill-grace",
     value_name: "SECS",
@@ -75,12 +105,12 @@ pub const KILL_GRACE: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const MAX_FRAME: Setting = Setting {
+pub(crate) const MAX_FRAME: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_MAX_FRAME"],
     flag: "max-frame",
     value_name: "BYTES",
     default: "1048576",
-    help: "Largest accepted frame in bytes",
+    help: "Largest accepted frame in bytes once a connection is authenticated (before, 16 KiB)",
     kind: Kind::Int {
         min: 4096,
         max: 64 * 1024 * 1024,
@@ -88,7 +118,7 @@ pub const MAX_FRAME: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const PASS_ENV: Setting = Setting {
+pub(crate) const PASS_ENV: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_PASS_ENV"],
     flag: "pass-env",
     value_name: "NAMES",
@@ -106,9 +136,9 @@ pub const DVM_URI_FILE: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const DVM_HEAD_CHOICES: &[&str] = &["auto", "always", "never"];
+pub(crate) const DVM_HEAD_CHOICES: &[&str] = &["auto", "always", "never"];
 
-pub const DVM_HEAD: Setting = Setting {
+pub(crate) const DVM_HEAD: Setting = Setting {
     env: &["PRRTE_K8S_DVM_HEAD"],
     flag: "dvm-head",
     value_name: "MODE",
@@ -118,7 +148,7 @@ pub const DVM_HEAD: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const PRTE: Setting = Setting {
+pub(crate) const PRTE: Setting = Setting {
     env: &["PRRTE_K8S_PRTE"],
     flag: "prte",
     value_name: "PATH",
@@ -138,14 +168,14 @@ pub const TOOL_PORT: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const PRTE_ARG: Setting = Setting {
+pub(crate) const PRTE_ARG: Setting = Setting {
     flag: "prte-arg",
     value_name: "ARG",
     help: "Extra argument for the DVM head's prte (repeatable, e.g. --prte-arg=--prtemca --prte-arg=oob_tcp_dynamic_ipv4_ports --prte-arg=7121)",
     ..Setting::NONE
 };
 
-pub const RUN: Setting = Setting {
+pub(crate) const RUN: Setting = Setting {
     flag: "run",
     help: "Batch mode: the agent of the pod with index 0 runs COMMAND (given after `--`, else $PRRTE_K8S_RUN) once it is ready, its output is the pod's log and its exit status the agent's; every other pod's agent exits when it ends (0 if it succeeded)",
     kind: Kind::Bool,
@@ -153,15 +183,15 @@ pub const RUN: Setting = Setting {
 };
 
 /// The batch command as a shell command line, when none is given after `--`.
-pub const RUN_SHELL: Setting = Setting {
+pub(crate) const RUN_SHELL: Setting = Setting {
     env: &["PRRTE_K8S_RUN"],
     help: "The batch command as a shell command line (run with /bin/sh -c) when none is given after `--`",
     ..Setting::NONE
 };
 
-pub const BATCH_ROLE_CHOICES: &[&str] = &["auto", "launcher", "worker"];
+pub(crate) const BATCH_ROLE_CHOICES: &[&str] = &["auto", "launcher", "worker"];
 
-pub const BATCH_ROLE: Setting = Setting {
+pub(crate) const BATCH_ROLE: Setting = Setting {
     env: &["PRRTE_K8S_BATCH_ROLE"],
     flag: "batch-role",
     value_name: "ROLE",
@@ -171,7 +201,7 @@ pub const BATCH_ROLE: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const LAUNCHER_WAIT: Setting = Setting {
+pub(crate) const LAUNCHER_WAIT: Setting = Setting {
     env: &["PRRTE_K8S_LAUNCHER_WAIT"],
     flag: "launcher-wait",
     value_name: "SECS",
@@ -181,7 +211,7 @@ pub const LAUNCHER_WAIT: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const PODS_TIMEOUT: Setting = Setting {
+pub(crate) const PODS_TIMEOUT: Setting = Setting {
     env: &["PRRTE_K8S_BATCH_PODS_TIMEOUT"],
     flag: "pods-timeout",
     value_name: "SECS",
@@ -191,14 +221,14 @@ pub const PODS_TIMEOUT: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const CGROUP_CHOICES: &[&str] = &["auto", "off"];
+pub(crate) const CGROUP_CHOICES: &[&str] = &["auto", "off"];
 
-pub const CGROUP: Setting = Setting {
+pub(crate) const CGROUP: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_CGROUP"],
     flag: "cgroup",
     value_name: "MODE",
     default: "auto",
-    help: "Track every process of a launch in a cgroup of its own (\"auto\": where a writable cgroup hierarchy is mounted, else by a process-tree sweep) or only by the sweep (\"off\")",
+    help: "Track every process of a launch in a cgroup of its own (\"auto\": where a writable cgroup hierarchy is mounted, else by a process-tree sweep) or only by the sweep (\"off\"). Launch cgroups are named prrte-k8s-<16 hex digits>, below the agent's own; at start the agent removes those that are empty and older than 10 s (left by an agent killed with SIGKILL)",
     kind: Kind::Choice(CGROUP_CHOICES),
     ..Setting::NONE
 };
@@ -208,7 +238,7 @@ const COUNT: Kind = Kind::Int {
     max: 1 << 20,
 };
 
-pub const MAX_PENDING: Setting = Setting {
+pub(crate) const MAX_PENDING: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_MAX_PENDING"],
     flag: "max-pending",
     value_name: "N",
@@ -218,7 +248,7 @@ pub const MAX_PENDING: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const MAX_PENDING_PER_PEER: Setting = Setting {
+pub(crate) const MAX_PENDING_PER_PEER: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_MAX_PENDING_PER_PEER"],
     flag: "max-pending-per-peer",
     value_name: "N",
@@ -228,7 +258,7 @@ pub const MAX_PENDING_PER_PEER: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const HANDSHAKE_TIMEOUT: Setting = Setting {
+pub(crate) const HANDSHAKE_TIMEOUT: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_HANDSHAKE_TIMEOUT"],
     flag: "handshake-timeout",
     value_name: "SECS",
@@ -238,16 +268,26 @@ pub const HANDSHAKE_TIMEOUT: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const EXEC_ALLOW: Setting = Setting {
+pub const HEARTBEAT_TIMEOUT: Setting = Setting {
+    env: &["PRRTE_K8S_AGENT_HEARTBEAT_TIMEOUT"],
+    flag: "heartbeat-timeout",
+    value_name: "SECS",
+    default: "10",
+    help: "Seconds a launcher that sends heartbeats may stay silent before the agent stops the prted it launched (0 = never; launchers without heartbeats are not watched)",
+    kind: Kind::Int { min: 0, max: 3600 },
+    ..Setting::NONE
+};
+
+pub(crate) const EXEC_ALLOW: Setting = Setting {
     env: &["PRRTE_K8S_EXEC_ALLOW"],
     flag: "exec-allow",
     value_name: "PATH|NAME",
     default_doc: "only --prted",
-    help: "Programs that exec requests (prrte-k8s-rsh) may run besides --prted: absolute paths, or names looked up in --exec-dir (repeatable or comma-separated), e.g. hydra_pmi_proxy. Never a shell; nothing else is ever run",
+    help: "Programs that exec requests (prrte-k8s-rsh) may run besides --prted: absolute paths, or names looked up in --exec-dir (repeatable or comma-separated), e.g. hydra_pmi_proxy. Never a shell or env; nothing else is ever run",
     ..Setting::NONE
 };
 
-pub const EXEC_DIR: Setting = Setting {
+pub(crate) const EXEC_DIR: Setting = Setting {
     env: &["PRRTE_K8S_EXEC_DIR"],
     flag: "exec-dir",
     value_name: "DIR",
@@ -257,7 +297,7 @@ pub const EXEC_DIR: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const MAX_EXEC: Setting = Setting {
+pub(crate) const MAX_EXEC: Setting = Setting {
     env: &["PRRTE_K8S_MAX_EXEC"],
     flag: "max-exec",
     value_name: "N",
@@ -267,9 +307,9 @@ pub const MAX_EXEC: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const LOG_FORMAT_CHOICES: &[&str] = &["text", "json"];
+pub(crate) const LOG_FORMAT_CHOICES: &[&str] = &["text", "json"];
 
-pub const LOG_FORMAT: Setting = Setting {
+pub(crate) const LOG_FORMAT: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_LOG_FORMAT"],
     flag: "log-format",
     value_name: "FORMAT",
@@ -284,6 +324,9 @@ pub const ALL: &[&Setting] = &[
     &LISTEN,
     &PORT,
     &PRTED,
+    &MPI,
+    &RUNTIME_DIR,
+    &DETECT_ONLY,
     &SECRET_FILE,
     &INSECURE_NO_AUTH,
     &HEALTH_LISTEN,
@@ -305,6 +348,7 @@ pub const ALL: &[&Setting] = &[
     &MAX_PENDING,
     &MAX_PENDING_PER_PEER,
     &HANDSHAKE_TIMEOUT,
+    &HEARTBEAT_TIMEOUT,
     &EXEC_ALLOW,
     &EXEC_DIR,
     &MAX_EXEC,

@@ -15,9 +15,9 @@ use std::time::Duration;
 use super::setting::{Kind, Setting, SettingError};
 
 /// `ras_k8s_slots`'s words.
-pub const SLOTS_CHOICES: &[&str] = &["auto", "annotation", "gpu", "cpu", "one"];
+pub(crate) const SLOTS_CHOICES: &[&str] = &["auto", "annotation", "gpu", "cpu", "one"];
 /// Other spellings `ras_k8s_slots` accepts (as `discovery::SlotsPolicy` parses them).
-pub const SLOTS_ALIASES: &[&str] = &["gpus", "cpus", "1"];
+pub(crate) const SLOTS_ALIASES: &[&str] = &["gpus", "cpus", "1"];
 
 pub const NAMESPACE: Setting = Setting {
     mca: mca_param!("ras", "namespace"),
@@ -158,6 +158,24 @@ pub const CONNECT_TIMEOUT: Setting = Setting {
     ..Setting::NONE
 };
 
+pub const HEARTBEAT_INTERVAL: Setting = Setting {
+    mca: mca_param!("plm", "heartbeat_interval"),
+    value_name: "SECS",
+    default: "2",
+    help: "Seconds between the launcher's heartbeats to each running daemon's agent (0 = none, then only TCP keepalive notices a cut-off pod, after about 35 s)",
+    kind: Kind::Int { min: 0, max: 60 },
+    ..Setting::NONE
+};
+
+pub const HEARTBEAT_MISSES: Setting = Setting {
+    mca: mca_param!("plm", "heartbeat_misses"),
+    value_name: "N",
+    default: "4",
+    help: "Heartbeat intervals an agent may stay silent before its pod's daemon is reported lost (the default notices a cut-off pod within 10 s)",
+    kind: Kind::Int { min: 1, max: 100 },
+    ..Setting::NONE
+};
+
 pub const INSECURE: Setting = Setting {
     mca: mca_param!("plm", "insecure"),
     default: "false",
@@ -194,6 +212,8 @@ pub const PLM: &[&Setting] = &[
     &AGENT_PORT,
     &LAUNCH_TIMEOUT,
     &CONNECT_TIMEOUT,
+    &HEARTBEAT_INTERVAL,
+    &HEARTBEAT_MISSES,
     &INSECURE,
     &PLM_PRIORITY,
 ];
@@ -251,6 +271,8 @@ pub struct PlmParams {
     pub agent_port: i32,
     pub launch_timeout: i32,
     pub connect_timeout: i32,
+    pub heartbeat_interval: i32,
+    pub heartbeat_misses: i32,
     pub insecure: bool,
     pub priority: i32,
 }
@@ -262,6 +284,8 @@ impl Default for PlmParams {
             agent_port: default_int(&AGENT_PORT),
             launch_timeout: default_int(&LAUNCH_TIMEOUT),
             connect_timeout: default_int(&CONNECT_TIMEOUT),
+            heartbeat_interval: default_int(&HEARTBEAT_INTERVAL),
+            heartbeat_misses: default_int(&HEARTBEAT_MISSES),
             insecure: default_bool(&INSECURE),
             priority: default_int(&PLM_PRIORITY),
         }
@@ -276,6 +300,9 @@ pub struct PlmSettings {
     pub agent_port: u16,
     pub launch_timeout: Duration,
     pub connect_timeout: Duration,
+    /// Zero: no heartbeats.
+    pub heartbeat_interval: Duration,
+    pub heartbeat_misses: u32,
 }
 
 impl PlmParams {
@@ -294,6 +321,10 @@ impl PlmParams {
             agent_port: AGENT_PORT.port(&self.agent_port.to_string())?,
             launch_timeout: LAUNCH_TIMEOUT.seconds(&self.launch_timeout.to_string())?,
             connect_timeout: CONNECT_TIMEOUT.seconds(&self.connect_timeout.to_string())?,
+            heartbeat_interval: Duration::from_secs(
+                HEARTBEAT_INTERVAL.int(&self.heartbeat_interval.to_string())? as u64,
+            ),
+            heartbeat_misses: HEARTBEAT_MISSES.int(&self.heartbeat_misses.to_string())? as u32,
         })
     }
 }

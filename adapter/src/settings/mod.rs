@@ -10,7 +10,8 @@
 //! - [`tools`]: the settings of `prrte-k8s` and `prrte-k8s-rsh` that are no MCA parameter.
 //!
 //! The programs build their clap arguments from here ([`ArgExt::setting`]), `README.md`'s
-//! parameter table is rendered from [`mca`] (a test keeps the two equal), and every value with
+//! tables of the MCA parameters and of the agent's options are rendered from [`mca`] and
+//! [`agent`] (`readme.rs`, built for its tests, which keep the README equal), and every value with
 //! a unit or a range is checked by [`Setting::parse`] and its typed wrappers, whose errors name
 //! the setting, the bad value and what it accepts.
 //!
@@ -31,11 +32,11 @@ macro_rules! mca_param {
 
 pub mod agent;
 pub mod mca;
+#[cfg(test)]
 mod readme;
 mod setting;
 pub mod tools;
 
-pub use readme::mca_table;
 pub use setting::{parse_seconds, Kind, Mca, Setting, SettingError, Value, MAX_SECONDS};
 
 /// Builds a clap argument from a [`Setting`]: `#[arg(setting = &settings::agent::PRTED)]` on a

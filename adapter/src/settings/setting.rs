@@ -77,7 +77,7 @@ pub struct Setting {
 
 impl Setting {
     /// The fields every entry starts from (`..Setting::NONE`).
-    pub const NONE: Setting = Setting {
+    pub(crate) const NONE: Setting = Setting {
         mca: None,
         env: &[],
         flag: "",
@@ -108,7 +108,7 @@ impl Setting {
 
     /// Every environment variable of the setting: our programs' own names first, then the MCA
     /// parameter's.
-    pub fn env_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+    pub(crate) fn env_names(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.env.iter().copied().chain(self.mca.map(|m| m.env))
     }
 
@@ -242,7 +242,7 @@ impl Setting {
     }
 
     /// Checks a duration against the rule of [`Kind::Seconds`] (positive, at most a year).
-    pub fn check_duration(&self, d: Duration) -> Result<Duration, SettingError> {
+    pub(crate) fn check_duration(&self, d: Duration) -> Result<Duration, SettingError> {
         if d.is_zero() || d.as_secs_f64() > MAX_SECONDS {
             return Err(self.invalid(format!("\"{}\"", d.as_secs_f64())));
         }

@@ -6,7 +6,7 @@ use std::time::Duration;
 fn readme_table_is_the_registry() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
     let readme = std::fs::read_to_string(path).unwrap();
-    let rendered = mca_table();
+    let rendered = readme::mca_table();
     let start = readme.find(readme::BEGIN).unwrap_or_else(|| {
         panic!("README.md lacks the MCA parameter table; put this where it belongs:\n{rendered}")
     });
@@ -18,6 +18,44 @@ fn readme_table_is_the_registry() {
         readme[start..end] == rendered,
         "README.md's MCA parameter table differs from adapter/src/settings/mca.rs; replace it with:\n{rendered}"
     );
+}
+
+#[test]
+fn readme_agent_tables_are_the_registry() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+    let readme = std::fs::read_to_string(path).unwrap();
+    for table in readme::AGENT_TABLES {
+        let rendered = table.render();
+        let (begin, end) = (table.begin(), table.end());
+        let start = readme.find(&begin).unwrap_or_else(|| {
+            panic!(
+                "README.md lacks the {}; put this where it belongs:\n{rendered}",
+                table.what
+            )
+        });
+        let stop = readme[start..]
+            .find(&end)
+            .map(|i| start + i + end.len() + 1)
+            .unwrap_or_else(|| panic!("README.md: the {} has no end line", table.what));
+        assert!(
+            readme[start..stop] == rendered,
+            "README.md's {} differ from adapter/src/settings/agent.rs; replace them with:\n{rendered}",
+            table.what
+        );
+    }
+}
+
+#[test]
+fn every_agent_option_is_in_one_readme_table() {
+    for s in agent::ALL {
+        let n = readme::AGENT_TABLES
+            .iter()
+            .filter(|t| t.settings.contains(s))
+            .count();
+        assert_eq!(n, 1, "{} is in {n} of the README's agent tables", s.name());
+    }
+    let listed: usize = readme::AGENT_TABLES.iter().map(|t| t.settings.len()).sum();
+    assert_eq!(listed, agent::ALL.len(), "an option is listed twice");
 }
 
 #[test]

@@ -40,7 +40,7 @@ pub const DOCTOR_AGENT_TIMEOUT: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const RSH_CONNECT_TIMEOUT: Setting = Setting {
+pub(crate) const RSH_CONNECT_TIMEOUT: Setting = Setting {
     env: &["PRRTE_K8S_RSH_CONNECT_TIMEOUT"],
     value_name: "SECS",
     default: "10",

@@ -22,31 +22,62 @@ pub const AGENT: &str = env!("CARGO_BIN_EXE_prrte-k8s-agent");
 pub const WAIT: Duration = Duration::from_secs(20);
 
 /// The fake prted. Records its pid, argv (NUL-separated) and environment (`env -0`) in its
-/// directory, then behaves according to its first argument:
-/// `--exit N` exits with N; `--sleep` starts `sleep 1000` in the background and waits;
-/// `--stubborn` does the same with SIGTERM ignored; `--escape` starts a `sleep` that moves to
-/// its own process group and waits; `--orphan` also leaves a `sleep` orphaned (its parent, a
-/// subshell, exits at once), so that it is reparented to the agent or init.
+/// directory, then behaves according to its mode, given the way a launcher gives it a
+/// namespace (`--prtemca ess_base_nspace MODE`, see [`mode_args`]; the agents admit only what
+/// launchers send): `exit-N` exits with N; `sleep` (the default) starts `sleep 1000` in the
+/// background and waits; `stubborn` does the same with SIGTERM ignored; `escape` starts a
+/// `sleep` that moves to its own process group and waits; `orphan` also leaves a `sleep`
+/// orphaned (its parent, a subshell, exits at once), so that it is reparented to the agent or
+/// init. Every file is written whole before it appears (written aside, then renamed).
 const FAKE_PRTED: &str = r#"#!/bin/sh
 d='@DIR@'
 echo $$ >> "$d/launches"
 for a in "$@"; do printf '%s\0' "$a"; done > "$d/argv.tmp"; mv "$d/argv.tmp" "$d/argv"
 env -0 > "$d/env.tmp"; mv "$d/env.tmp" "$d/env"
-case "$1" in
-  --exit) exit "$2" ;;
-  --stubborn) trap '' TERM ;;
+mode=sleep; prev=
+for a in "$@"; do [ "$prev" = ess_base_nspace ] && mode=$a; prev=$a; done
+case "$mode" in
+  exit-*) exit "${mode#exit-}" ;;
+  stubborn) trap '' TERM ;;
 esac
-case "$1" in
-  --orphan) ( sleep 1000 & echo $! > "$d/orphan.pid" ) ;;
+case "$mode" in
+  orphan) ( sleep 1000 & echo $! > "$d/orphan.tmp"; mv "$d/orphan.tmp" "$d/orphan.pid" ) ;;
 esac
-case "$1" in
-  --escape) perl -e 'setpgrp(0, 0); exec "sleep", "1000"' & ;;
+case "$mode" in
+  escape) perl -e 'setpgrp(0, 0); exec "sleep", "1000"' & ;;
   *) sleep 1000 & ;;
 esac
 echo $! > "$d/child.tmp"; mv "$d/child.tmp" "$d/child.pid"
 echo $$ > "$d/prted.tmp"; mv "$d/prted.tmp" "$d/prted.pid"
 wait
 "#;
+
+/// The arguments that put the fake prted in `mode` (a word, `exit-N` for an exit code).
+pub fn mode_args(mode: &str) -> Vec<String> {
+    ["--prtemca", "ess_base_nspace", mode]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// Arguments written the short way (`--sleep`, `--exit 3`, `--stubborn`, a bare mode word as
+/// the first argument) as the launcher would send them: the mode as [`mode_args`], the rest as
+/// they are.
+pub fn launch_args(args: &[&str]) -> Vec<String> {
+    const MODES: &[&str] = &["sleep", "stubborn", "escape", "orphan", "wait", "exit"];
+    let word = |a: &str| {
+        let m = a.strip_prefix("--").unwrap_or(a);
+        MODES.contains(&m).then(|| m.to_string())
+    };
+    let (mode, rest) = match args {
+        ["--exit", code, rest @ ..] => (format!("exit-{code}"), rest),
+        [first, rest @ ..] if word(first).is_some() => (word(first).unwrap(), rest),
+        rest => return rest.iter().map(|s| s.to_string()).collect(),
+    };
+    let mut out = mode_args(&mode);
+    out.extend(rest.iter().map(|s| s.to_string()));
+    out
+}
 
 /// A per-test directory with a fake prted and a secret file; kills whatever the fake prted
 /// recorded when dropped, so a failing test leaves nothing behind.
@@ -92,12 +123,26 @@ impl TestDir {
             .unwrap_or(0)
     }
 
-    /// Waits for the fake prted to record `name` (a pid file) and returns the pid.
+    /// The number of starts once at least `n` are recorded (bounded by [`WAIT`]): a launch is
+    /// answered `started` before the fake prted has run its first line.
+    pub fn wait_launches(&self, n: usize) -> usize {
+        wait_for(WAIT, || (self.launches() >= n).then_some(()))
+            .unwrap_or_else(|| panic!("{n} launches never recorded ({} so far)", self.launches()));
+        self.launches()
+    }
+
+    /// Waits for the fake prted to record `name` (a pid file) and returns the pid. A file
+    /// read while its writer is still at it (created, not yet written) counts only once it
+    /// holds a whole line with a pid.
     pub fn wait_pid(&self, name: &str) -> i32 {
         let path = self.path(name);
-        let text = wait_for(WAIT, || std::fs::read_to_string(&path).ok())
-            .unwrap_or_else(|| panic!("{} never appeared", path.display()));
-        text.trim().parse().unwrap()
+        wait_for(WAIT, || read_pid_line(&path)).unwrap_or_else(|| {
+            panic!(
+                "{} never held a pid: {:?}",
+                path.display(),
+                std::fs::read_to_string(&path)
+            )
+        })
     }
 
     /// The recorded argv of the last launch.
@@ -141,6 +186,13 @@ impl Drop for TestDir {
             let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
         }
     }
+}
+
+/// The pid in `path` once it holds a complete line (`None` before, or if it is no pid).
+pub fn read_pid_line(path: &Path) -> Option<i32> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.strip_suffix('\n')?;
+    line.trim().parse().ok()
 }
 
 /// A process's command line with NULs shown as spaces ("" if it does not exist).
@@ -486,10 +538,10 @@ pub async fn expect_closed(conn: &mut FramedConn<TcpStream>) {
     }
 }
 
-/// A launch request for the fake prted.
+/// A launch request for the fake prted, its arguments written the short way ([`launch_args`]).
 pub fn launch(args: &[&str]) -> Request {
     Request::Launch {
-        argv: args.iter().map(|s| s.to_string()).collect(),
+        argv: launch_args(args),
         env: Default::default(),
         dvm_uri: None,
     }
@@ -509,7 +561,7 @@ pub async fn sleep_launch_with_dvm_uri(
         .unwrap();
     let reply = c
         .request(&Request::Launch {
-            argv: vec!["--sleep".into()],
+            argv: mode_args("sleep"),
             env: Default::default(),
             dvm_uri: Some(dvm_uri.into()),
         })

@@ -8,21 +8,33 @@ use crate::{ffi, prrte};
 use prrte_k8s::launch::prted_args::PrtedTemplate;
 use prrte_k8s::launch::rounds::{DaemonState, DaemonStates};
 use prrte_k8s::launch::targets::DaemonNode;
+use prrte_k8s::launch::PrtedArgsError;
 use std::os::raw::c_int;
+
+/// Why PRRTE's daemon job cannot be read or prted's command line not built.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonsError {
+    #[error("setting up the virtual machine failed (PRRTE error {0})")]
+    VirtualMachine(c_int),
+    #[error("the daemon job has no map")]
+    NoMap,
+    #[error("building prted's command line failed (PRRTE error {0})")]
+    PrtedCommand(c_int),
+    #[error(transparent)]
+    PrtedArgs(#[from] PrtedArgsError),
+}
 
 /// Sets up the virtual machine and reads the nodes of the daemon map that need a daemon; `None`
 /// when PRRTE needs no new daemons.
 pub fn nodes_needing_daemons(
     jdata: JobRef,
     dvm: JobRef,
-) -> Result<Option<Vec<DaemonNode>>, String> {
+) -> Result<Option<Vec<DaemonNode>>, DaemonsError> {
     // SAFETY: main thread, live job (`JobRef`); PRRTE's helper computes which nodes need new
     // daemons.
     let rc = unsafe { ffi::prte_plm_base_setup_virtual_machine(jdata.as_ptr()) };
     if rc != prrte::SUCCESS {
-        return Err(format!(
-            "setting up the virtual machine failed (PRRTE error {rc})"
-        ));
+        return Err(DaemonsError::VirtualMachine(rc));
     }
     // SAFETY: attribute lookup on the live daemon job object (`JobRef`).
     let do_not_launch = unsafe {
@@ -39,7 +51,7 @@ pub fn nodes_needing_daemons(
         return if do_not_launch {
             Ok(None)
         } else {
-            Err("the daemon job has no map".into())
+            Err(DaemonsError::NoMap)
         };
     }
     // SAFETY: the map exists (not NULL) and belongs to the live daemon job.
@@ -92,7 +104,7 @@ unsafe fn map_nodes(map: *mut ffi::prte_job_map_t) -> Vec<DaemonNode> {
 }
 
 /// prted's arguments (without the executable), from PRRTE's own helpers.
-pub fn build_template() -> Result<PrtedTemplate, String> {
+pub fn build_template() -> Result<PrtedTemplate, DaemonsError> {
     let mut argc: c_int = 0;
     let mut argv: *mut *mut std::os::raw::c_char = std::ptr::null_mut();
     let mut vpid_index: c_int = -1;
@@ -128,18 +140,15 @@ pub fn build_template() -> Result<PrtedTemplate, String> {
         unsafe { ffi::PMIx_Argv_free(argv) };
     }
     if rc != prrte::SUCCESS {
-        return Err(format!(
-            "building prted's command line failed (PRRTE error {rc})"
-        ));
+        return Err(DaemonsError::PrtedCommand(rc));
     }
     shim::verbose(
         Framework::Plm,
         2,
         &format!("plm:k8s: prted command: {}", full.join(" ")),
     );
-    let no_slot = || "PRRTE's prted command line has no vpid slot".to_string();
-    let vpid_index = usize::try_from(vpid_index).map_err(|_| no_slot())?;
-    PrtedTemplate::from_prrte(&full, vpid_index)
+    let vpid_index = usize::try_from(vpid_index).map_err(|_| PrtedArgsError::NoVpidSlot)?;
+    Ok(PrtedTemplate::from_prrte(&full, vpid_index)?)
 }
 
 /// The daemon job, on the main thread, once a round has recorded it.

@@ -29,7 +29,10 @@ pub fn module_ptr() -> *const ffi::prte_plm_base_module_t {
 unsafe extern "C" fn init() -> c_int {
     boundary("plm k8s init", prrte::ERROR, || {
         if let Err(e) = mainloop::ensure() {
-            prrte::error_box("The k8s PLM component could not set up its event.", &e);
+            prrte::error_box(
+                "The k8s PLM component could not set up its event.",
+                &e.to_string(),
+            );
             return prrte::ERROR;
         }
         crate::logging::route(crate::shim::Framework::Plm);

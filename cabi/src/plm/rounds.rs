@@ -108,12 +108,12 @@ pub fn launch_round(jdata: JobRef) {
             shim::verbose(Framework::Plm, 1, "plm:k8s: no new daemons to launch");
             return daemons_reported_now(jdata);
         }
-        Err(e) => return launch_error(jdata, &e),
+        Err(e) => return launch_error(jdata, &e.to_string()),
     };
     // prted's command line from PRRTE's own helpers.
     let prted = match daemons::build_template() {
         Ok(t) => t,
-        Err(e) => return launch_error(jdata, &e),
+        Err(e) => return launch_error(jdata, &e.to_string()),
     };
     let (settings, env, server_uri) = (settings(), std::env::vars().collect(), shim::server_uri());
     let begun = {

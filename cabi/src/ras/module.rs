@@ -33,8 +33,19 @@ unsafe extern "C" fn finalize() -> c_int {
 }
 
 /// The discovery configuration from our MCA parameters; a clear message for bad values.
-pub fn config_from(p: &params::RasParams) -> Result<DiscoveryConfig, String> {
-    DiscoveryConfig::from_params(p).map_err(|e| e.to_string())
+pub fn config_from(p: &params::RasParams) -> Result<DiscoveryConfig, DiscoveryError> {
+    DiscoveryConfig::from_params(p)
+}
+
+/// Why the pods could not be handed to PRRTE as nodes.
+#[derive(Debug, thiserror::Error)]
+enum InsertError {
+    #[error("discovery returned no pods")]
+    NoPods,
+    #[error("out of memory")]
+    OutOfMemory,
+    #[error("prte_ras_base_node_insert failed with PRRTE error {0}")]
+    Prrte(c_int),
 }
 
 /// The module's `allocate`: starts discovery on our own thread and returns at once.
@@ -49,13 +60,17 @@ unsafe extern "C" fn allocate(jdata: *mut ffi::prte_job_t, _nodes: *mut ffi::pmi
         }
         let cfg = match config_from(&params::ras()) {
             Ok(c) => c,
-            Err(msg) => {
+            Err(e) => {
+                let msg = e.to_string();
                 prrte::error_box("The k8s RAS component has a bad MCA parameter value.", &msg);
                 return ffi::PRTE_ERR_BAD_PARAM;
             }
         };
         if let Err(e) = mainloop::ensure() {
-            prrte::error_box("The k8s RAS component could not set up its event.", &e);
+            prrte::error_box(
+                "The k8s RAS component could not set up its event.",
+                &e.to_string(),
+            );
             return prrte::ERROR;
         }
         crate::logging::route(Framework::Ras);
@@ -120,10 +135,10 @@ fn run_discovery(
 fn complete(job: JobRef, result: Result<Allocation, DiscoveryError>) {
     match result {
         Ok(alloc) => {
-            if let Err(msg) = insert(job, &alloc) {
+            if let Err(e) = insert(job, &alloc) {
                 prrte::error_box(
                     "The k8s RAS component could not hand the pods to PRRTE.",
-                    &msg,
+                    &e.to_string(),
                 );
                 job.activate(ffi::PRTE_JOB_STATE_ALLOC_FAILED);
             }
@@ -142,15 +157,15 @@ fn complete(job: JobRef, result: Result<Allocation, DiscoveryError>) {
 }
 
 /// Inserts the pods as PRRTE nodes and completes the allocation.
-fn insert(job: JobRef, alloc: &Allocation) -> Result<(), String> {
+fn insert(job: JobRef, alloc: &Allocation) -> Result<(), InsertError> {
     let jdata = job.as_ptr();
     if alloc.nodes.is_empty() {
-        return Err("discovery returned no pods".into());
+        return Err(InsertError::NoPods);
     }
     // SAFETY: shim allocation of a PMIx list.
     let list = unsafe { ffi::prrte_k8s_shim_list_new() };
     if list.is_null() {
-        return Err("out of memory".into());
+        return Err(InsertError::OutOfMemory);
     }
     for n in &alloc.nodes {
         let name = cstring(&n.hostname);
@@ -161,7 +176,7 @@ fn insert(job: JobRef, alloc: &Allocation) -> Result<(), String> {
         if node.is_null() {
             // SAFETY: release the list and what is on it.
             unsafe { ffi::prrte_k8s_shim_list_release(list) };
-            return Err("out of memory".into());
+            return Err(InsertError::OutOfMemory);
         }
         // SAFETY: `node` is a fresh prte_node_t we own until it is appended to the list.
         unsafe {
@@ -202,9 +217,7 @@ fn insert(job: JobRef, alloc: &Allocation) -> Result<(), String> {
         let rc = ffi::prte_ras_base_node_insert(list as *mut ffi::pmix_list_t, jdata);
         ffi::prrte_k8s_shim_list_release(list);
         if rc != prrte::SUCCESS {
-            return Err(format!(
-                "prte_ras_base_node_insert failed with PRRTE error {rc}"
-            ));
+            return Err(InsertError::Prrte(rc));
         }
         let display =
             ffi::prte_get_attribute(

@@ -275,12 +275,16 @@ impl RunningPod {
         lock(&self.inner).kill()
     }
 
-    /// Host pids of every process of the pod's containers (empty once they have ended).
+    /// Host pids of every process of the pod's containers (empty once they have ended). A
+    /// container seen to have ended (a finished init container) is left out: the kernel reuses
+    /// the inode numbers of freed PID namespaces, so its namespace's name may already be
+    /// another container's, of any pod on the node.
     pub fn host_pids(&self) -> Vec<u32> {
         let inner = lock(&self.inner);
         let mut v: Vec<u32> = inner
             .containers
             .iter()
+            .filter(|c| c.exit.is_none())
             .filter_map(|c| c.pidns.as_deref())
             .flat_map(pids_in_pidns)
             .collect();

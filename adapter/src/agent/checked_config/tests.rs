@@ -25,7 +25,7 @@ fn setup() -> tempfile::TempDir {
         std::fs::Permissions::from_mode(0o755),
     )
     .unwrap();
-    std::fs::write(d.path().join("key"), "s3cret-s3cret-s3cret-s3cret-s3cret\n").unwrap();
+    std::fs::write(d.path().join("key"), "7d1e0c9a4b2f86e3a5c7d9b1f0e2a4c6\n").unwrap();
     d
 }
 
@@ -38,7 +38,7 @@ fn defaults_follow_pod_ip() {
     assert_eq!(c.health_listen, Some("10.1.2.3:7118".parse().unwrap()));
     assert_eq!(
         c.secret.as_deref(),
-        Some(&b"s3cret-s3cret-s3cret-s3cret-s3cret"[..])
+        Some(&b"7d1e0c9a4b2f86e3a5c7d9b1f0e2a4c6"[..])
     );
     assert_eq!(c.kill_grace, Duration::from_secs(5));
     assert_eq!(c.max_frame, 1024 * 1024);
@@ -57,18 +57,18 @@ fn defaults_follow_pod_ip() {
 fn refuses_bad_prted_and_missing_secret() {
     let d = setup();
     let mut a = args(d.path(), &[]);
-    a.prted = PathBuf::from("prted");
+    a.prted = Some(PathBuf::from("prted"));
     assert!(matches!(
         AgentConfig::from_args(&a, |_| None),
         Err(ConfigError::PrtedNotAbsolute(_))
     ));
     std::fs::write(d.path().join("noexec"), "x").unwrap();
-    a.prted = d.path().join("noexec");
+    a.prted = Some(d.path().join("noexec"));
     let e = AgentConfig::from_args(&a, |_| None)
         .unwrap_err()
         .to_string();
     assert!(e.contains("not executable"), "{e}");
-    a.prted = d.path().to_owned();
+    a.prted = Some(d.path().to_owned());
     let e = AgentConfig::from_args(&a, |_| None)
         .unwrap_err()
         .to_string();
@@ -100,7 +100,7 @@ fn refuses_a_short_secret() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("at least 32"), "{e}");
-    std::fs::write(d.path().join("key"), "0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::write(d.path().join("key"), "f3a9c0e17b2d48a6905c1e7f3b2a8d4e\n").unwrap();
     assert!(AgentConfig::from_args(&args(d.path(), &[]), |_| None).is_ok());
 }
 

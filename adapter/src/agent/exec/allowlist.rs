@@ -1,11 +1,12 @@
-//! What an `exec` request may run: the allowlist, the environment it may set, and the
-//! arguments a prted started this way may get.
+//! What an `exec` request may run: the allowlist of programs, and the `prrte-k8s-rsh`
+//! installed with this agent (the only program a daemon started this way may start others
+//! with).
 
 use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::protocol::exec::is_var_name;
+use super::error::{ExecConfigError, ExecError};
 use crate::settings::{agent, ArgExt};
 
 /// The agent's exec settings (`prrte-k8s-agent --exec-allow ...`).
@@ -24,6 +25,14 @@ pub struct ExecArgs {
 /// Default of `--max-exec`.
 pub const DEFAULT_MAX_EXEC: usize = agent::MAX_EXEC.default_u64() as usize;
 
+/// The file name of the ssh-compatible client daemons start other daemons with.
+pub const RSH_NAME: &str = "prrte-k8s-rsh";
+
+/// Programs that would run any other program.
+const SHELLS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", "csh", "tcsh", "busybox", "env",
+];
+
 /// One allowed program.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allowed {
@@ -38,6 +47,15 @@ pub struct Allowed {
 pub struct ExecPolicy {
     pub allowed: Vec<Allowed>,
     pub max: usize,
+    /// The `prrte-k8s-rsh` of this agent's installation (next to its executable), if any.
+    pub rsh: Option<PathBuf>,
+}
+
+/// The `prrte-k8s-rsh` next to the running executable, if there is one.
+pub fn installed_rsh() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let rsh = exe.parent()?.join(RSH_NAME);
+    rsh.is_file().then_some(rsh)
 }
 
 impl ExecPolicy {
@@ -46,49 +64,39 @@ impl ExecPolicy {
         ExecPolicy {
             allowed: vec![allowed(prted.to_owned())],
             max: DEFAULT_MAX_EXEC,
+            rsh: installed_rsh(),
         }
     }
 
     /// From the agent's arguments; `prted` (the agent's `--prted`) is always allowed.
-    pub fn from_args(args: &ExecArgs, prted: &Path) -> Result<ExecPolicy, String> {
+    pub fn from_args(args: &ExecArgs, prted: &Path) -> Result<ExecPolicy, ExecConfigError> {
         let mut policy = ExecPolicy::only(prted);
         policy.max = args.max.max(1);
         let dir = match &args.dir {
             Some(d) if !d.is_absolute() => {
-                return Err(format!(
-                    "--exec-dir {}: must be an absolute path",
-                    d.display()
-                ))
+                return Err(ExecConfigError::RelativeDir(d.display().to_string()))
             }
             Some(d) => d.clone(),
             None => prted.parent().map(Path::to_owned).unwrap_or_default(),
         };
-        for entry in args
+        let entries = args
             .allow
             .iter()
             .map(|e| e.trim())
-            .filter(|e| !e.is_empty())
-        {
+            .filter(|e| !e.is_empty());
+        for entry in entries {
             let path = if entry.starts_with('/') {
                 PathBuf::from(entry)
             } else if entry.contains('/') {
-                return Err(format!(
-                    "--exec-allow {entry}: give an absolute path or a bare name (found in \
-                     --exec-dir {})",
-                    dir.display()
-                ));
+                return Err(ExecConfigError::RelativeEntry {
+                    entry: entry.into(),
+                    dir: dir.display().to_string(),
+                });
             } else {
                 dir.join(entry)
             };
-            if [
-                "sh", "bash", "dash", "zsh", "ksh", "csh", "tcsh", "busybox", "env",
-            ]
-            .contains(&file_name(&path).as_str())
-            {
-                return Err(format!(
-                    "--exec-allow {entry}: a shell or `env` would run any program; allow the \
-                     programs themselves"
-                ));
+            if SHELLS.contains(&file_name(&path).as_str()) {
+                return Err(ExecConfigError::Shell(entry.into()));
             }
             if !policy.allowed.iter().any(|a| a.path == path) {
                 policy.allowed.push(allowed(path));
@@ -107,19 +115,16 @@ impl ExecPolicy {
     }
 
     /// The program to run for a request's `argv[0]`, or why not.
-    pub fn resolve(&self, argv0: &str) -> Result<PathBuf, String> {
-        let refuse = |why: &str| {
-            Err(format!(
-                "`{}` {why}: this agent's exec allowlist holds only {} (a site admin adds \
-                 programs with --{} / {}; a shell is never run)",
-                crate::text::printable(argv0, 300),
-                self.describe(),
-                agent::EXEC_ALLOW.flag,
-                agent::EXEC_ALLOW.var()
-            ))
+    pub fn resolve(&self, argv0: &str) -> Result<PathBuf, ExecError> {
+        let refuse = |why| {
+            Err(ExecError::NotAllowed {
+                program: argv0.into(),
+                why,
+                allowed: self.describe(),
+            })
         };
         if argv0.is_empty() {
-            return Err("empty program name".into());
+            return Err(ExecError::NoProgram);
         }
         if !argv0.contains('/') {
             return match self.allowed.iter().find(|a| a.name == argv0) {
@@ -162,125 +167,11 @@ fn allowed(path: PathBuf) -> Allowed {
     }
 }
 
-/// What happens to one variable of an exec request's environment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EnvUse {
-    /// Set for the program.
-    Pass,
-    /// Not set: the pod's own value decides (the reason, for the log).
-    Ignore(&'static str),
-}
-
-/// Variables launchers put in front of the remote command that name where code comes from;
-/// the pod's own settings apply instead of the launcher's.
-const IGNORED: &[&str] = &["PATH", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH"];
-
-/// Variables that change what a program or its interpreter loads and runs.
-const REFUSED: &[&str] = &[
-    "BASH_ENV",
-    "ENV",
-    "IFS",
-    "SHELLOPTS",
-    "PS4",
-    "GCONV_PATH",
-    "PYTHONPATH",
-    "PYTHONHOME",
-    "PYTHONSTARTUP",
-    "PERL5LIB",
-    "PERL5OPT",
-    "NODE_OPTIONS",
-];
-
-/// Checks one `name=value` of an exec request: passed, ignored (the pod's value stays), or
-/// refused with the reason.
-pub fn check_env(name: &str) -> Result<EnvUse, String> {
-    let shown = crate::text::printable(name, 200);
-    if !is_var_name(name) {
-        return Err(format!(
-            "`{shown}` is not a valid environment variable name"
-        ));
-    }
-    if IGNORED.contains(&name) || name.ends_with("_PREFIX") || name.ends_with("PKGLIBDIR") {
-        return Ok(EnvUse::Ignore(
-            "where programs and libraries come from is the pod's setting",
-        ));
-    }
-    if name.starts_with("LD_") || REFUSED.contains(&name) {
-        return Err(format!(
-            "environment variable `{shown}` is not allowed in an exec request: it changes what \
-             code a program loads or runs"
-        ));
-    }
-    if name.starts_with("PRRTE_K8S_") {
-        return Err(format!(
-            "environment variable `{shown}` is not allowed in an exec request: the agent's \
-             own settings are not the launcher's to change"
-        ));
-    }
-    for marker in ["PRTE_MCA_", "PMIX_MCA_", "OMPI_MCA_", "OPAL_MCA_"] {
-        if let Some(param) = name.strip_prefix(marker) {
-            if let Some(why) = super::super::launch_policy::refused_mca(param) {
-                return Err(format!(
-                    "environment variable `{shown}` is not allowed in an exec request: MCA \
-                     parameter `{param}` {why}"
-                ));
-            }
-        }
-    }
-    Ok(EnvUse::Pass)
-}
-
-/// Checks the arguments of a PRRTE daemon (`prted`, `prte`) started through exec: the rules of
-/// launch requests ([`super::super::launch_policy::check_launch`]), except that PRRTE's own ssh
-/// launcher may tell it to start further daemons through `prrte-k8s-rsh` (`plm ssh`,
-/// `plm_ssh_agent prrte-k8s-rsh`), as it does for its tree spawn.
-pub fn check_daemon_args(args: &[String]) -> Result<(), String> {
-    let mut kept: Vec<String> = Vec::with_capacity(args.len());
-    let mut i = 0;
-    while i < args.len() {
-        let a = args[i].as_str();
-        if matches!(a, "--prtemca" | "-prtemca" | "--mca" | "-mca") {
-            if let (Some(name), Some(value)) = (args.get(i + 1), args.get(i + 2)) {
-                let n = name.to_ascii_lowercase();
-                let n = n.strip_prefix("prte_").unwrap_or(&n);
-                let first = value.split_whitespace().next().unwrap_or("");
-                let ok = match n {
-                    "plm" => matches!(value.as_str(), "ssh" | "rsh"),
-                    "plm_ssh_agent" | "plm_rsh_agent" => {
-                        !first.is_empty()
-                            && Path::new(first)
-                                .file_name()
-                                .is_some_and(|f| f == "prrte-k8s-rsh")
-                            && value.split_whitespace().skip(1).all(|w| w.starts_with('-'))
-                    }
-                    _ => false,
-                };
-                if ok {
-                    // Placeholders keep the indices in the policy's messages right.
-                    kept.extend(["--x-allowed".into(), "-".into(), "-".into()]);
-                    i += 3;
-                    continue;
-                }
-            }
-        }
-        kept.push(args[i].clone());
-        i += 1;
-    }
-    let none: Vec<(String, String)> = Vec::new();
-    super::super::launch_policy::check_launch(&kept, none.iter().map(|(k, v)| (k, v)))
-        .map_err(|e| e.replace("launch request", "exec request"))
-}
-
-/// Whether a resolved program is a PRRTE daemon whose arguments [`check_daemon_args`] checks.
-pub fn is_prrte_daemon(path: &Path) -> bool {
-    matches!(file_name(path).as_str(), "prted" | "prte")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn policy(dir: &Path, allow: &[&str]) -> Result<ExecPolicy, String> {
+    fn policy(dir: &Path, allow: &[&str]) -> Result<ExecPolicy, ExecConfigError> {
         let args = ExecArgs {
             allow: allow.iter().map(|s| s.to_string()).collect(),
             dir: Some(dir.to_owned()),
@@ -310,88 +201,24 @@ mod tests {
             proxy
         );
         assert_eq!(p.resolve("true").unwrap(), Path::new("/usr/bin/true"));
-        for bad in [
-            "sh",
-            "/bin/sh",
-            "bin/prted",
-            "./prted",
-            "/opt/p/bin/prte",
-            "",
-        ] {
-            let e = p.resolve(bad).unwrap_err();
-            assert!(!e.is_empty(), "{bad}");
-            if !bad.is_empty() {
-                assert!(
-                    e.contains("allowlist") && e.contains("/opt/p/bin/prted"),
-                    "{e}"
-                );
-            }
+        for bad in ["sh", "/bin/sh", "bin/prted", "./prted", "/opt/p/bin/prte"] {
+            let e = p.resolve(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("allowlist") && e.contains("/opt/p/bin/prted"),
+                "{e}"
+            );
         }
-        assert!(policy(d.path(), &["/bin/sh"])
-            .unwrap_err()
-            .contains("shell"));
+        assert_eq!(p.resolve(""), Err(ExecError::NoProgram));
+        assert!(matches!(
+            policy(d.path(), &["/bin/sh"]),
+            Err(ExecConfigError::Shell(_))
+        ));
         assert!(policy(d.path(), &["env"]).is_err());
         assert!(policy(d.path(), &["bin/x"])
             .unwrap_err()
+            .to_string()
             .contains("absolute"));
         let only = ExecPolicy::only(Path::new("/opt/p/bin/prted"));
         assert!(only.resolve("hydra_pmi_proxy").is_err());
-    }
-
-    #[test]
-    fn exec_env_is_filtered() {
-        assert_eq!(check_env("HYDRA_X").unwrap(), EnvUse::Pass);
-        assert_eq!(check_env("PRTE_MCA_ess").unwrap(), EnvUse::Pass);
-        for ignored in [
-            "PATH",
-            "LD_LIBRARY_PATH",
-            "PRTE_PREFIX",
-            "OPAL_PREFIX",
-            "PRTE_PKGLIBDIR",
-        ] {
-            assert!(
-                matches!(check_env(ignored).unwrap(), EnvUse::Ignore(_)),
-                "{ignored}"
-            );
-        }
-        for bad in [
-            "LD_PRELOAD",
-            "BASH_ENV",
-            "PRRTE_K8S_SECRET_FILE",
-            "PRTE_MCA_plm_ssh_agent",
-            "A-B",
-            "1A",
-        ] {
-            assert!(check_env(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn daemon_args_admit_only_the_rsh_tree_spawn() {
-        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        check_daemon_args(&v(&[
-            "--prtemca",
-            "ess",
-            "env",
-            "--prtemca",
-            "plm",
-            "ssh",
-            "--prtemca",
-            "plm_ssh_agent",
-            "/usr/bin/prrte-k8s-rsh",
-            "--tree-spawn",
-        ]))
-        .unwrap();
-        check_daemon_args(&v(&["--prtemca", "plm_ssh_agent", "prrte-k8s-rsh -x"])).unwrap();
-        for bad in [
-            v(&["--prtemca", "plm_ssh_agent", "/bin/sh"]),
-            v(&["--prtemca", "plm_ssh_agent", "prrte-k8s-rsh /bin/sh"]),
-            v(&["--prtemca", "plm", "k8s"]),
-            v(&["--prtemca", "prte_launch_agent", "/tmp/x"]),
-            v(&["--prefix", "/tmp"]),
-        ] {
-            let e = check_daemon_args(&bad).unwrap_err();
-            assert!(e.contains("not allowed"), "{bad:?}: {e}");
-        }
     }
 }

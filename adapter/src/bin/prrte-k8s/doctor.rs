@@ -97,9 +97,10 @@ fn check_in_cluster(r: &mut Report, env: &Environment) {
     } else {
         r.fail(
             &format!("in-cluster config: missing {}", missing.join(", ")),
-            "run inside a pod of the job whose service account token is mounted (set \
-             automountServiceAccountToken: true in the pod template and use the job's \
-             ServiceAccount, as `prrte-k8s manifest` renders them)",
+            "run inside a pod of the job whose service account token is mounted in this \
+             container (a projected serviceAccountToken volume at \
+             /var/run/secrets/kubernetes.io/serviceaccount, as `prrte-k8s manifest` renders \
+             it, or automountServiceAccountToken: true) and use the job's ServiceAccount",
         );
     }
 }
@@ -312,11 +313,11 @@ async fn check_agents(r: &mut Report, args: &DoctorArgs, alloc: Option<&Allocati
                 path.display(),
                 rtt.as_millis()
             )),
-            Err(e) if *is_self && e.contains("cannot reach") => r.ok(&format!(
+            Err(e) if *is_self && e.is_unreachable() => r.ok(&format!(
                 "agent of pod {} (this pod) not reachable at {}; fine if prte runs here, the launcher's pod needs no agent",
                 t.pod, t.addr
             )),
-            Err(e) if e.contains("authentication failed") || e.contains("secret") => r.fail(
+            Err(e) if e.is_secret_mismatch() => r.fail(
                 &format!("agent of pod {}: {e}", t.pod),
                 "mount the same Secret in every pod of the job (the agents' --secret-file and this pod's secret file must hold the same key), then restart the mismatching pod",
             ),

@@ -132,8 +132,40 @@ pub fn filled_hint(file: &Path, jobs: &[String]) -> String {
     s
 }
 
+/// Why the job of an interrupted prun could not be ended in the DVM; each says how to end it.
+#[derive(Debug, thiserror::Error)]
+pub enum EndJobError {
+    #[error("cannot run {}: {source} ({})", path.display(), crate::tools::tool_remedy("it"))]
+    CannotRun {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{tool}: {source}")]
+    Tool {
+        tool: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{tool} did not answer within {PMIX_TOOL_LIMIT:?}")]
+    ToolTimeout { tool: &'static str },
+    #[error(
+        "the DVM knows no job with process set {pset} (it was not started); pquery said: {said}"
+    )]
+    NoSuchJob { pset: String, said: String },
+    #[error(
+        "job {nspace} was killed but is still in the DVM after {JOB_GONE_WITHIN:?}; end it \
+         with\n    {kill}"
+    )]
+    StillThere { nspace: String, kill: String },
+    #[error("the DVM refused to kill job {nspace}: {said}; end it with\n    {kill}")]
+    Refused {
+        nspace: String,
+        said: String,
+        kill: String,
+    },
+}
+
 /// Runs a PMIx tool to completion (bounded); its stdout and stderr together.
-async fn pmix_tool(tool: &str, args: &[String]) -> Result<(bool, String), String> {
+async fn pmix_tool(tool: &'static str, args: &[String]) -> Result<(bool, String), EndJobError> {
     let path = tool_path(tool);
     let child = Command::new(&path)
         .args(args)
@@ -142,13 +174,7 @@ async fn pmix_tool(tool: &str, args: &[String]) -> Result<(bool, String), String
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| {
-            format!(
-                "cannot run {}: {e} ({})",
-                path.display(),
-                crate::tools::tool_remedy("it")
-            )
-        })?;
+        .map_err(|source| EndJobError::CannotRun { path, source })?;
     match tokio::time::timeout(PMIX_TOOL_LIMIT, child.wait_with_output()).await {
         Ok(Ok(o)) => Ok((
             o.status.success(),
@@ -158,13 +184,13 @@ async fn pmix_tool(tool: &str, args: &[String]) -> Result<(bool, String), String
                 String::from_utf8_lossy(&o.stderr)
             ),
         )),
-        Ok(Err(e)) => Err(format!("{tool}: {e}")),
-        Err(_) => Err(format!("{tool} did not answer within {PMIX_TOOL_LIMIT:?}")),
+        Ok(Err(source)) => Err(EndJobError::Tool { tool, source }),
+        Err(_) => Err(EndJobError::ToolTimeout { tool }),
     }
 }
 
 /// Finds the job of process set `pset` in the DVM (retrying while it may still be spawned).
-async fn find_job(uri_arg: &str, pset: &str) -> Result<String, String> {
+async fn find_job(uri_arg: &str, pset: &str) -> Result<String, EndJobError> {
     let query = vec![
         "--uri".to_owned(),
         uri_arg.to_owned(),
@@ -177,7 +203,10 @@ async fn find_job(uri_arg: &str, pset: &str) -> Result<String, String> {
             return Ok(ns);
         }
         if tokio::time::Instant::now() >= deadline {
-            return Err(format!("the DVM knows no job with process set {pset} (it was not started); pquery said: {}", out.trim()));
+            return Err(EndJobError::NoSuchJob {
+                pset: pset.to_owned(),
+                said: out.trim().to_owned(),
+            });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -202,7 +231,7 @@ async fn list_jobs(uri_arg: &str) -> Vec<String> {
 }
 
 /// Ends the job of process set `pset` in the DVM; returns its namespace.
-async fn end_job(file: &Path, pset: &str) -> Result<String, String> {
+async fn end_job(file: &Path, pset: &str) -> Result<String, EndJobError> {
     let uri_arg = format!("file:{}", file.display());
     let ns = find_job(&uri_arg, pset).await?;
     let (ok, out) = pmix_tool(
@@ -222,20 +251,20 @@ async fn end_job(file: &Path, pset: &str) -> Result<String, String> {
         let deadline = tokio::time::Instant::now() + JOB_GONE_WITHIN;
         while list_jobs(&uri_arg).await.contains(&ns) {
             if tokio::time::Instant::now() >= deadline {
-                return Err(format!(
-                    "job {ns} was killed but is still in the DVM after {JOB_GONE_WITHIN:?}; end it with\n    {}",
-                    kill_command(file, &ns)
-                ));
+                return Err(EndJobError::StillThere {
+                    kill: kill_command(file, &ns),
+                    nspace: ns,
+                });
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         Ok(ns)
     } else {
-        Err(format!(
-            "the DVM refused to kill job {ns}: {}; end it with\n    {}",
-            out.trim(),
-            kill_command(file, &ns)
-        ))
+        Err(EndJobError::Refused {
+            said: out.trim().to_owned(),
+            kill: kill_command(file, &ns),
+            nspace: ns,
+        })
     }
 }
 

@@ -60,6 +60,8 @@ fn settings() -> PlmSettings {
         agent_port: 7117,
         launch_timeout: 4,
         connect_timeout: 2,
+        heartbeat_interval: 2,
+        heartbeat_misses: 4,
         insecure: true,
         priority: 0,
     }

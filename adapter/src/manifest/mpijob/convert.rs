@@ -7,8 +7,8 @@ use serde_json::{json, Map, Value};
 use super::error::{MpiJobError, Note};
 use super::parse::{parse, MpiJob, API_VERSION};
 use super::pods::pods;
-use crate::manifest::options::{valid_name, Kind, Part, Success};
-use crate::manifest::plan::{JobPlan, Launch, PodPlan};
+use crate::manifest::options::valid_name;
+use crate::manifest::plan::{JobPlan, Kind, Launch, Part, PodPlan, Success};
 use crate::manifest::pod::pod_template;
 use crate::manifest::restricted::violations;
 use crate::settings::mca;
@@ -31,6 +31,8 @@ pub struct Overrides {
     pub env: Vec<(String, String)>,
     /// `--only`.
     pub only: Vec<Part>,
+    /// `--api-server-cidr`.
+    pub api_server: Vec<ipnet::IpNet>,
 }
 
 /// The job an MPIJob (YAML or JSON `text`) describes, and the notes on what it changed or
@@ -108,6 +110,7 @@ pub fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Note>), Mp
             "from the MPIJob {} ({API_VERSION}): pod 0 is the launcher, {pods_text}; {ranks}, slotsPerWorker {}; the agent's --mpi {}",
             job.name, job.slots_per_worker, job.mpi
         )],
+        api_server: o.api_server.clone(),
         pod: PodPlan {
             labels: p.labels,
             annotations: p.annotations,

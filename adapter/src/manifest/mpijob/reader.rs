@@ -128,7 +128,7 @@ impl<'a> Obj<'a> {
     }
 
     /// One of `words`.
-    pub fn choice(
+    pub(crate) fn choice(
         &self,
         key: &str,
         words: &[&'static str],

@@ -458,6 +458,7 @@ fn security_contexts_are_kept_but_made_restricted() {
             "secret",
             "tmp",
             "run",
+            "kube-api-access",
             "prrte-k8s-runtime",
             "mpijob-tmp",
             "data"

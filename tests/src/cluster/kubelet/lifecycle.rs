@@ -2,12 +2,13 @@
 //! its sandbox created (address, hostname, IPC), then its containers run by the [`Worker`]
 //! until the pod ends, is evicted or deleted.
 
+use super::container_status::{CStatus, State};
 use super::containers::Pod;
 use super::control::Ctl;
 use super::fields::s;
 use super::pod::PodCtx;
 use super::prepare::{PodPrep, PrepareError};
-use super::status::{set_cond, CStatus, PodView};
+use super::status::{set_cond, PodView};
 use super::sync::lock;
 use super::worker::{initial_statuses, Worker, PREPARE_RETRY};
 use crate::api::defaults::now_rfc3339;
@@ -119,8 +120,8 @@ impl PodCtx {
                 self.event("Warning", "Failed", &format!("Error: {m}"));
                 last_config_error = m.clone();
             }
-            let waiting = CStatus::waiting(reason)
-                .with_state(super::status::State::Waiting(reason.into(), m.clone()));
+            let waiting =
+                CStatus::waiting(reason).with_state(State::Waiting(reason.into(), m.clone()));
             self.report_waiting(pod, &vec![waiting; pod.containers.len()], start_time);
             match rx.recv_timeout(PREPARE_RETRY) {
                 Ok(Ctl::Evict(_, done)) => {

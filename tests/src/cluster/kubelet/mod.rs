@@ -27,6 +27,7 @@ use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 
 mod backoff;
+mod container_status;
 mod containers;
 mod control;
 mod exec_info;

@@ -1,8 +1,8 @@
 //! The pod's phase and its `Initialized` and `ContainersReady` conditions from its containers'
 //! states, as the kubelet computes them (native sidecars included).
 
+use super::container_status::{CStatus, State};
 use super::containers::Kind;
-use super::status::{CStatus, State};
 
 /// One container as the phase and the conditions see it.
 pub(super) struct View<'a> {

@@ -2,11 +2,11 @@
 //! needs prepared, its process started in the pod's sandbox; a wait with the kubelet's reason
 //! when something is missing.
 
+use super::container_status::State;
 use super::exec_info::ExecInfo;
 use super::paths::{container_log, EXEC_INFO};
 use super::prepare::{PrepareError, Prepared};
 use super::probe::Readiness;
-use super::status::State;
 use super::worker::{PodFailure, Worker, PREPARE_RETRY};
 use crate::api::defaults::now_rfc3339;
 use crate::podnet::ContainerSpec;

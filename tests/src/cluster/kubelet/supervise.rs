@@ -1,6 +1,6 @@
 //! Supervising a pod's running containers: their startup and readiness probes.
 
-use super::status::State;
+use super::container_status::State;
 use super::worker::Worker;
 use std::time::Instant;
 

@@ -3,12 +3,13 @@
 //! the pod is done, evicted or deleted. Every change of a container's state is reported at once.
 
 use super::backoff::Backoff;
+use super::container_status::{terminated, CStatus, State};
 use super::containers::{Kind, Pod};
 use super::control::Ctl;
 use super::pod::PodCtx;
 use super::prepare::PodPrep;
 use super::probe::Readiness;
-use super::status::{set_cond_reason, terminated, CStatus, PodView, State};
+use super::status::{set_cond_reason, PodView};
 use crate::api::defaults::now_rfc3339;
 use crate::podnet::{PodExit, RunningPod};
 use serde_json::json;

@@ -46,15 +46,84 @@ fn mkdir(d: &Path) -> Result<(), PrepareError> {
 }
 
 impl PodCtx {
-    /// Service account: token, CA and namespace, written for mounting where in-cluster clients
-    /// look ([`SA_MOUNT`]). Their directory, unless the token is not mounted.
-    pub(super) fn service_account(&self, pod: &Value) -> Result<Option<PathBuf>, PrepareError> {
+    /// The pod's service account (`default` when it names none).
+    fn service_account_name(pod: &Value) -> String {
         let sa = s(pod, "/spec/serviceAccountName");
-        let sa = if sa.is_empty() {
+        if sa.is_empty() {
             "default".to_string()
         } else {
             sa
+        }
+    }
+
+    /// A projected volume: its sources' files in one directory, as the kubelet writes them
+    /// (`serviceAccountToken`: a token of the pod's service account; `configMap`
+    /// `kube-root-ca.crt`, which the API server's controller publishes in every namespace:
+    /// the cluster's CA unless the namespace holds one; `secret`, `configMap`, `downwardAPI`
+    /// as their own volumes), then the volume's modes.
+    fn projected_volume(
+        &self,
+        pod: &Value,
+        d: &Path,
+        pj: &Value,
+        vname: &str,
+        modes: Modes,
+    ) -> Result<(), PrepareError> {
+        mkdir(d)?;
+        let plain = Modes {
+            image_pod: false,
+            ..modes
         };
+        for src in pj["sources"].as_array().cloned().unwrap_or_default() {
+            if let Some(t) = src.get("serviceAccountToken") {
+                let sa = Self::service_account_name(pod);
+                if self.store.get(&SERVICEACCOUNTS, &self.ns, &sa).is_err() {
+                    return Err(PrepareError::Retry(format!(
+                        "serviceaccount \"{sa}\" not found (volume {vname})"
+                    )));
+                }
+                let token = self.api.service_account_token(&self.ns, &sa);
+                write_file(d, t["path"].as_str().unwrap_or(""), token.as_bytes()).map_err(fatal)?;
+            } else if let Some(cm) = src.get("configMap") {
+                let root_ca = cm["name"] == "kube-root-ca.crt"
+                    && self
+                        .store
+                        .get(&CONFIGMAPS, &self.ns, "kube-root-ca.crt")
+                        .is_err();
+                if root_ca {
+                    let ca = std::fs::read(self.api.ca_pem_path())
+                        .map_err(|e| fatal(format!("reading the cluster CA: {e}")))?;
+                    write_items(d, &[("ca.crt".to_string(), ca)], cm.get("items"))
+                        .map_err(fatal)?;
+                } else {
+                    self.config_map_volume(d, cm, vname, plain)?;
+                }
+            } else if let Some(sec) = src.get("secret") {
+                let sec = match sec.get("name") {
+                    Some(n) => {
+                        let mut s = sec.clone();
+                        s["secretName"] = n.clone();
+                        s
+                    }
+                    None => sec.clone(),
+                };
+                self.secret_volume(d, &sec, vname, plain)?;
+            } else if let Some(da) = src.get("downwardAPI") {
+                downward_api_volume(pod, d, da, plain)?;
+            } else {
+                return Err(fatal(format!("volume {vname}: only serviceAccountToken, configMap, secret and downwardAPI sources of a projected volume are supported in the sandbox")));
+            }
+        }
+        if modes.image_pod {
+            volume_modes(d, pj, modes.fs_group).map_err(fatal)?;
+        }
+        Ok(())
+    }
+
+    /// Service account: token, CA and namespace, written for mounting where in-cluster clients
+    /// look ([`SA_MOUNT`]). Their directory, unless the token is not mounted.
+    pub(super) fn service_account(&self, pod: &Value) -> Result<Option<PathBuf>, PrepareError> {
+        let sa = Self::service_account_name(pod);
         let sa_obj = self.store.get(&SERVICEACCOUNTS, &self.ns, &sa).ok();
         let automount = pod
             .pointer("/spec/automountServiceAccountToken")
@@ -139,10 +208,8 @@ impl PodCtx {
             }
         } else if let Some(hp) = v.get("hostPath") {
             return host_path(hp, vname);
-        } else if v.get("projected").is_some() {
-            // The usual projected service-account volume is served by the service account's
-            // mount.
-            mkdir(&d)?;
+        } else if let Some(pj) = v.get("projected") {
+            self.projected_volume(pod, &d, pj, vname, modes)?;
         } else {
             return Err(fatal(format!("volume {vname}: only secret, configMap, downwardAPI, emptyDir, hostPath and projected volumes are supported in the sandbox")));
         }

@@ -1,0 +1,389 @@
+//! Checking a daemon's command line against the grammar of what its launchers send: every
+//! argument is an option of the grammar spelled out exactly (no abbreviation, no `--opt=value`,
+//! no other case, no quotes), followed by exactly the values it takes, each of its shape; MCA
+//! parameters are looked up in [`crate::protocol::params`]. Contact addresses are pinned to the
+//! launcher's own address and the program a daemon starts others with must be the installed
+//! `prrte-k8s-rsh`. The checked command line comes back, possibly rewritten (pinned URIs,
+//! earlier duplicates of a URI dropped: the daemon takes the last one).
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use super::error::{PolicyError, Request};
+use super::uri::{pin, UriProblem};
+use crate::protocol::params::{lookup, Origin, Project, Shape};
+
+/// What an option of a grammar takes.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg {
+    /// Nothing.
+    Flag,
+    /// One value of this shape, checked further as said.
+    Value(Shape, Check),
+    /// An MCA `NAME VALUE` pair of this project.
+    Mca(Project),
+}
+
+/// What is checked of a value beyond its shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    None,
+    /// `HOST:PORT` whose host is the launcher's address.
+    PeerHostPort,
+    /// A host that is the launcher's address.
+    PeerHost,
+    /// The installed `prrte-k8s-rsh`.
+    Rsh,
+    /// The directory of the program itself.
+    OwnDir,
+}
+
+/// After the options: nothing, or Intel MPI's bootstrap proxy's `hydra_pmi_proxy` command.
+#[derive(Debug, Clone, Copy)]
+pub enum Tail {
+    None,
+    /// `<own dir>/hydra_pmi_proxy` and its options (of this grammar).
+    Program(&'static str, &'static Grammar),
+}
+
+/// A daemon's command-line grammar.
+#[derive(Debug)]
+pub struct Grammar {
+    /// The daemon, for messages.
+    pub daemon: &'static str,
+    pub options: &'static [(&'static str, Arg)],
+    pub tail: Tail,
+    /// The names of the HNP's and the parent's contact URIs (the parent's, when given, is the
+    /// one pinned: the daemon reports to it).
+    pub uris: Option<(&'static str, &'static str)>,
+}
+
+/// What the check needs to know of the request.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx<'a> {
+    pub req: Request,
+    /// The launcher's address: the authenticated connection's peer.
+    pub peer: IpAddr,
+    /// The `prrte-k8s-rsh` installed with this agent, if there is one.
+    pub rsh: Option<&'a Path>,
+    /// The daemon's `PATH` (a bare `prrte-k8s-rsh` is looked up in it).
+    pub path: Option<&'a str>,
+    /// The daemon program.
+    pub program: Option<&'a Path>,
+}
+
+impl Ctx<'_> {
+    fn origin(&self) -> Origin {
+        match self.req {
+            Request::Launch => Origin::Launch,
+            Request::Exec => Origin::Exec,
+        }
+    }
+}
+
+/// A URI argument seen while walking: its value's index and the parameter name.
+struct UriArg {
+    at: usize,
+    name: String,
+}
+
+/// Checks `argv` against `g`; the checked (possibly rewritten) command line.
+pub fn check(g: &Grammar, argv: &[String], ctx: &Ctx<'_>) -> Result<Vec<String>, PolicyError> {
+    let mut out: Vec<String> = Vec::with_capacity(argv.len());
+    let mut uris: Vec<UriArg> = Vec::new();
+    let mut i = 0;
+    while i < argv.len() {
+        let a = argv[i].as_str();
+        let Some((_, arg)) = g.options.iter().find(|(o, _)| *o == a) else {
+            if let (Tail::Program(name, tail), false) = (g.tail, a.starts_with('-')) {
+                out.extend(check_tail(name, tail, &argv[i..], i, ctx)?);
+                break;
+            }
+            return Err(unknown(g, ctx, i, a));
+        };
+        let taken = match arg {
+            Arg::Flag => 1,
+            Arg::Value(shape, check) => {
+                value(g, argv, i, *shape, *check, ctx)?;
+                2
+            }
+            Arg::Mca(project) => {
+                if mca(g, argv, i, *project, ctx)? {
+                    uris.push(UriArg {
+                        at: out.len() + 2,
+                        name: argv[i + 1].clone(),
+                    });
+                }
+                3
+            }
+        };
+        out.extend(argv[i..i + taken].iter().cloned());
+        i += taken;
+    }
+    pin_uris(g, out, &uris, ctx)
+}
+
+fn unknown(g: &Grammar, ctx: &Ctx<'_>, index: usize, arg: &str) -> PolicyError {
+    let accepted: Vec<&str> = g.options.iter().map(|(o, _)| *o).collect();
+    PolicyError::Option {
+        req: ctx.req,
+        index,
+        arg: arg.to_owned(),
+        daemon: g.daemon,
+        accepted: accepted.join(", "),
+    }
+}
+
+/// Checks the value of option `argv[i]`.
+fn value(
+    g: &Grammar,
+    argv: &[String],
+    i: usize,
+    shape: Shape,
+    check: Check,
+    ctx: &Ctx<'_>,
+) -> Result<(), PolicyError> {
+    let name = argv[i].as_str();
+    let Some(v) = argv.get(i + 1) else {
+        return Err(PolicyError::Missing {
+            index: i,
+            flag: name.to_owned(),
+            what: "a value",
+        });
+    };
+    if !shape.accepts(v) {
+        return Err(bad_value(i + 1, name, v, shape));
+    }
+    let peer_host = |host: &str| match host.parse::<IpAddr>() {
+        Ok(h) if same_host(h, ctx.peer) => Ok(()),
+        _ => Err(PolicyError::NotThePeer {
+            index: i + 1,
+            name: name.to_owned(),
+            named: format!("{host} (give the launcher an address to hand out, not a name)"),
+            peer: ctx.peer,
+        }),
+    };
+    match check {
+        Check::None => Ok(()),
+        Check::PeerHost => peer_host(v),
+        Check::PeerHostPort => match v.rsplit_once(':') {
+            Some((host, port)) if port.parse::<u16>().is_ok() => peer_host(host),
+            _ => Err(bad_value(i + 1, name, v, Shape::OneOf(&["HOST:PORT"]))),
+        },
+        Check::Rsh => rsh(i + 1, name, v, ctx),
+        Check::OwnDir => own_dir(i + 1, g, v, ctx),
+    }
+}
+
+fn bad_value(index: usize, name: &str, value: &str, shape: Shape) -> PolicyError {
+    PolicyError::Value {
+        index,
+        name: name.to_owned(),
+        value: value.to_owned(),
+        expected: shape.describe(),
+    }
+}
+
+/// Whether two addresses are the same host (an IPv4-mapped IPv6 address is its IPv4 one).
+pub fn same_host(a: IpAddr, b: IpAddr) -> bool {
+    let v4 = |x: IpAddr| match x {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(x, IpAddr::V4),
+        v => v,
+    };
+    v4(a) == v4(b)
+}
+
+/// Checks the MCA pair after `argv[i]`; whether its value is a URI to pin.
+fn mca(
+    g: &Grammar,
+    argv: &[String],
+    i: usize,
+    project: Project,
+    ctx: &Ctx<'_>,
+) -> Result<bool, PolicyError> {
+    let flag = &argv[i];
+    let (Some(name), Some(v)) = (argv.get(i + 1), argv.get(i + 2)) else {
+        return Err(PolicyError::Missing {
+            index: i,
+            flag: flag.clone(),
+            what: "a parameter name and a value",
+        });
+    };
+    let param = lookup(project, name)
+        .filter(|p| p.from(ctx.origin()))
+        .ok_or_else(|| PolicyError::Parameter {
+            req: ctx.req,
+            index: i + 1,
+            name: name.clone(),
+            daemon: g.daemon,
+        })?;
+    if !param.shape.accepts(v) {
+        return Err(bad_value(i + 2, name, v, param.shape));
+    }
+    match param.shape {
+        Shape::Uri => Ok(true),
+        Shape::Rsh => rsh(i + 2, name, v, ctx).map(|()| false),
+        _ => Ok(false),
+    }
+}
+
+/// `value` (words) names the installed `prrte-k8s-rsh`, with ssh's flags at most.
+fn rsh(index: usize, name: &str, value: &str, ctx: &Ctx<'_>) -> Result<(), PolicyError> {
+    let refuse = || PolicyError::NotRsh {
+        index,
+        name: name.to_owned(),
+        value: value.to_owned(),
+        installed: ctx.rsh.map(|p| p.display().to_string()),
+    };
+    let mut words = value.split(' ');
+    let first = words.next().unwrap_or_default();
+    let installed = ctx
+        .rsh
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .ok_or_else(refuse)?;
+    let found = if first.contains('/') {
+        Path::new(first)
+            .is_absolute()
+            .then(|| Path::new(first).to_owned())
+    } else if Some(first) == installed.file_name().and_then(|n| n.to_str()) {
+        // The daemon looks a bare name up in its PATH (the pod's, never the request's).
+        ctx.path.and_then(|path| {
+            path.split(':')
+                .filter(|d| d.starts_with('/'))
+                .map(|d| Path::new(d).join(first))
+                .find(|p| p.is_file())
+        })
+    } else {
+        None
+    };
+    let is_installed = found
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .is_some_and(|p| p == installed);
+    let flags_only = words.all(|w| {
+        w.len() > 1
+            && w.starts_with('-')
+            && w[1..].chars().all(|c| crate::rsh::SSH_FLAGS.contains(c))
+    });
+    if is_installed && flags_only {
+        Ok(())
+    } else {
+        Err(refuse())
+    }
+}
+
+/// `value` is the directory of the program itself (Intel MPI's `--base-path`).
+fn own_dir(index: usize, g: &Grammar, value: &str, ctx: &Ctx<'_>) -> Result<(), PolicyError> {
+    let dir = ctx.program.and_then(Path::parent);
+    let same = match (dir, std::fs::canonicalize(value)) {
+        (Some(d), Ok(v)) => std::fs::canonicalize(d).is_ok_and(|d| d == v),
+        _ => false,
+    };
+    if same {
+        return Ok(());
+    }
+    Err(PolicyError::Path {
+        index,
+        what: "--base-path",
+        value: value.to_owned(),
+        expected: format!(
+            "the directory of {} itself ({})",
+            g.daemon,
+            dir.map(|d| d.display().to_string()).unwrap_or_default()
+        ),
+    })
+}
+
+/// The program after a bootstrap proxy's options: `<own dir>/<name>` and its own options.
+fn check_tail(
+    name: &str,
+    g: &Grammar,
+    argv: &[String],
+    offset: usize,
+    ctx: &Ctx<'_>,
+) -> Result<Vec<String>, PolicyError> {
+    let program = &argv[0];
+    let expected = ctx.program.and_then(Path::parent).map(|d| d.join(name));
+    let same = match (&expected, std::fs::canonicalize(program)) {
+        (Some(e), Ok(p)) => std::fs::canonicalize(e).is_ok_and(|e| e == p),
+        _ => false,
+    };
+    if !same || !Path::new(program).is_absolute() {
+        return Err(PolicyError::Path {
+            index: offset,
+            what: "the program to start",
+            value: program.clone(),
+            expected: format!(
+                "{}, next to the bootstrap proxy",
+                expected
+                    .map(|e| e.display().to_string())
+                    .unwrap_or_else(|| name.into())
+            ),
+        });
+    }
+    let rest = check(g, &argv[1..], ctx).map_err(|e| shift_index(e, offset + 1))?;
+    Ok(std::iter::once(program.clone()).chain(rest).collect())
+}
+
+/// `e` with its argument index moved by `by` (for a part checked on its own).
+pub fn shift_index(mut e: PolicyError, by: usize) -> PolicyError {
+    match &mut e {
+        PolicyError::Option { index, .. }
+        | PolicyError::Missing { index, .. }
+        | PolicyError::Parameter { index, .. }
+        | PolicyError::Value { index, .. }
+        | PolicyError::NotThePeer { index, .. }
+        | PolicyError::NotRsh { index, .. }
+        | PolicyError::Path { index, .. } => *index += by,
+        PolicyError::Env { .. } | PolicyError::DvmUriElsewhere { .. } => {}
+    }
+    e
+}
+
+/// Pins the URI the daemon reports to (the parent's if given, else the HNP's) to the
+/// launcher's address; earlier duplicates of a URI parameter are dropped.
+fn pin_uris(
+    g: &Grammar,
+    mut out: Vec<String>,
+    uris: &[UriArg],
+    ctx: &Ctx<'_>,
+) -> Result<Vec<String>, PolicyError> {
+    let Some((hnp, parent)) = g.uris else {
+        return Ok(out);
+    };
+    let reports_to = if uris.iter().any(|u| u.name == parent) {
+        parent
+    } else {
+        hnp
+    };
+    let mut drop = Vec::new();
+    for (k, u) in uris.iter().enumerate() {
+        let last = !uris[k + 1..].iter().any(|later| later.name == u.name);
+        // Nothing was dropped yet: the index is the request's.
+        let original = u.at;
+        let problem = |p: UriProblem| match p {
+            UriProblem::Malformed(why) => PolicyError::Value {
+                index: original,
+                name: u.name.clone(),
+                value: out[u.at].clone(),
+                expected: format!("{} ({why})", Shape::Uri.describe()),
+            },
+            UriProblem::Elsewhere(named) => PolicyError::NotThePeer {
+                index: original,
+                name: u.name.clone(),
+                named,
+                peer: ctx.peer,
+            },
+        };
+        let pinned = pin(&out[u.at], ctx.peer);
+        match (u.name == reports_to && last, pinned) {
+            (true, Ok(p)) => out[u.at] = p,
+            (true, Err(e)) | (false, Err(e @ UriProblem::Malformed(_))) => return Err(problem(e)),
+            (false, _) if !last => drop.push(u.at - 2),
+            (false, _) => {}
+        }
+    }
+    for at in drop.into_iter().rev() {
+        out.drain(at..at + 3);
+    }
+    Ok(out)
+}

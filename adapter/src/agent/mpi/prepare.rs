@@ -1,0 +1,299 @@
+//! What the agent sets up for the job's launcher once it knows the MPI: its own directory under
+//! the agent's `--tmpdir` (removed when the agent ends) with the component directory PRRTE
+//! loads from and the hostfile, and the environment the batch command and the DVM head get.
+//!
+//! - **Components** (Open MPI 5 on PRRTE 3.0.8): `PRTE_MCA_ras=k8s`, `PRTE_MCA_plm=k8s`,
+//!   `PRTE_PKGLIBDIR` naming a directory of symlinks to the injected runtime's two components
+//!   and to every file of the image's own component directory (`PRTE_PKGLIBDIR` replaces
+//!   PRRTE's default directory, so the image's own DSO components must be there too), and the
+//!   injected runtime's site parameter file as `PRTE_MCA_<name>` variables: prte forwards
+//!   those to every prted it starts, which a parameter file in the image would not reach here
+//!   (the image's PRRTE reads only its own `etc/`).
+//! - **PRRTE's ssh launcher**: `PRTE_MCA_plm_ssh_agent=<runtime>/bin/prrte-k8s-rsh`,
+//!   `PRTE_MCA_prte_default_hostfile=<hostfile>`, and for a PRRTE 3.x
+//!   `PRTE_MCA_odls_base_max_threads=0` (the short-job hang of the unpatched 3.0.x lines).
+//! - **ORTE**: `OMPI_MCA_plm_rsh_agent`, `OMPI_MCA_orte_default_hostfile`,
+//!   `OMPI_MCA_plm_rsh_no_tree_spawn=1` (mpirun starts every orted itself).
+//! - **Hydra**: see [`super::hydra::hydra_env`]; Intel MPI also `I_MPI_PERHOST=<slots>` when
+//!   every pod has the same number of slots (its `-f` host file carries no counts).
+//!
+//! Every variable is set only where the agent's own environment does not set it (the pod spec
+//! wins). `PATH` gets the injected runtime's `bin/` appended (and the MPI's directory when it
+//! was found off `PATH`).
+
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use super::error::MpiError;
+use super::hydra::hydra_env;
+use super::kind::MpiKind;
+use super::openmpi::parse_param_file;
+use super::plan::{Launch, Plan};
+use crate::discovery::Allocation;
+use crate::hostfile::{render, Use};
+
+/// `PATH` for the command when the agent has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The plan with the agent's files in place.
+#[derive(Debug)]
+pub struct Prepared {
+    pub plan: Plan,
+    /// The agent's directory for this MPI (`<tmpdir>/prrte-k8s-mpi-<pid>`).
+    pub state: PathBuf,
+    /// Where the hostfile is written from discovery, when the launcher needs one.
+    pub hostfile: Option<PathBuf>,
+    /// The directory `PRTE_PKGLIBDIR` names (components launch only).
+    pub pkglibdir: Option<PathBuf>,
+    /// The variables the command gets (unless the agent's environment sets them).
+    pub env: Vec<(String, String)>,
+    /// Directories appended to the command's `PATH`.
+    pub path_append: Vec<PathBuf>,
+    /// The site parameter file could not be read (logged at start).
+    pub warnings: Vec<String>,
+}
+
+/// The interface holding `ip`, if any (Hydra's proxies call back on it).
+pub fn interface_of(ip: IpAddr) -> Option<String> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    for a in addrs {
+        let Some(sa) = a.address else { continue };
+        let found = match ip {
+            IpAddr::V4(v4) => sa.as_sockaddr_in().map(|s| s.ip() == v4),
+            IpAddr::V6(v6) => sa.as_sockaddr_in6().map(|s| s.ip() == v6),
+        };
+        if found == Some(true) {
+            return Some(a.interface_name);
+        }
+    }
+    None
+}
+
+/// A directory of symlinks: to each of `ours` (all of it), then to each entry of `image` whose
+/// name is not taken yet. A missing `image` directory is no error (Debian's is not created).
+pub fn merge_components(dst: &Path, ours: &Path, image: Option<&Path>) -> std::io::Result<()> {
+    std::fs::create_dir_all(dst)?;
+    let link_all = |from: &Path, required: bool| -> std::io::Result<()> {
+        let entries = match std::fs::read_dir(from) {
+            Ok(e) => e,
+            Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut names: Vec<OsString> = entries
+            .filter_map(|e| e.ok().map(|e| e.file_name()))
+            .collect();
+        names.sort();
+        for name in names {
+            let link = dst.join(&name);
+            if std::fs::symlink_metadata(&link).is_ok() {
+                continue;
+            }
+            std::os::unix::fs::symlink(from.join(&name), &link)?;
+        }
+        Ok(())
+    };
+    link_all(ours, true)?;
+    if let Some(image) = image.filter(|i| *i != ours) {
+        link_all(image, false)?;
+    }
+    Ok(())
+}
+
+impl Prepared {
+    /// Creates the agent's directory under `tmpdir` and the files the plan needs;
+    /// `pod_ip` is the pod's address (Hydra's interface is the one holding it).
+    pub fn new(plan: Plan, tmpdir: &Path, pod_ip: Option<IpAddr>) -> Result<Prepared, MpiError> {
+        let state = tmpdir.join(format!("prrte-k8s-mpi-{}", std::process::id()));
+        let setup = |what: &str, e: std::io::Error| {
+            MpiError::Setup(format!("cannot create {what}: {e}; the agent's --tmpdir must be writable (an emptyDir on /tmp)"))
+        };
+        let _ = std::fs::remove_dir_all(&state);
+        std::fs::create_dir_all(&state).map_err(|e| setup(&state.display().to_string(), e))?;
+        let mut p = Prepared {
+            hostfile: None,
+            pkglibdir: None,
+            env: Vec::new(),
+            path_append: vec![plan.bin_dir()],
+            warnings: Vec::new(),
+            state,
+            plan,
+        };
+        if !p.plan.found.on_path {
+            p.path_append.insert(0, p.plan.found.dir.clone());
+        }
+        let rsh = p.plan.rsh().display().to_string();
+        let hostfile = p.plan.hostfile_format().map(|f| {
+            p.state.join(match f {
+                crate::hostfile::Format::Openmpi => "hostfile",
+                _ => "machinefile",
+            })
+        });
+        let host = hostfile
+            .as_ref()
+            .map(|h| h.display().to_string())
+            .unwrap_or_default();
+        let mut env: Vec<(String, String)> = Vec::new();
+        let mut put = |k: &str, v: String| env.push((k.to_owned(), v));
+        match p.plan.launch {
+            Launch::Components => {
+                let dir = p.state.join("components");
+                let image_dir = p
+                    .plan
+                    .found
+                    .prrte
+                    .as_ref()
+                    .and_then(|i| i.pkglibdir.clone());
+                merge_components(&dir, &p.plan.components_dir(), image_dir.as_deref())
+                    .map_err(|e| setup(&format!("the component directory {}", dir.display()), e))?;
+                put("PRTE_MCA_ras", "k8s".into());
+                put("PRTE_MCA_plm", "k8s".into());
+                put("PRTE_PKGLIBDIR", dir.display().to_string());
+                p.pkglibdir = Some(dir);
+                match std::fs::read_to_string(p.plan.param_file()) {
+                    Ok(text) => {
+                        let params = parse_param_file(&text);
+                        for (k, v) in params.into_iter().filter(|(k, _)| k != "ras" && k != "plm") {
+                            put(&format!("PRTE_MCA_{k}"), v);
+                        }
+                    }
+                    Err(e) => p.warnings.push(format!(
+                        "cannot read the site parameter file {}: {e}; PRRTE runs with its defaults",
+                        p.plan.param_file().display()
+                    )),
+                }
+            }
+            Launch::PrrteRsh => {
+                put("PRTE_MCA_plm_ssh_agent", rsh);
+                put("PRTE_MCA_prte_default_hostfile", host);
+                let v3 = p
+                    .plan
+                    .found
+                    .prrte
+                    .as_ref()
+                    .and_then(|i| i.version.as_deref())
+                    .is_some_and(|v| v.starts_with("3."));
+                if v3 {
+                    put("PRTE_MCA_odls_base_max_threads", "0".into());
+                }
+            }
+            Launch::OrteRsh => {
+                put("OMPI_MCA_plm_rsh_agent", rsh);
+                put("OMPI_MCA_orte_default_hostfile", host);
+                put("OMPI_MCA_plm_rsh_no_tree_spawn", "1".into());
+            }
+            Launch::MpichHydra | Launch::IntelHydra => {
+                let kind = if p.plan.launch == Launch::IntelHydra {
+                    MpiKind::Intel
+                } else {
+                    MpiKind::Mpich
+                };
+                let iface = pod_ip.and_then(interface_of);
+                let rsh = p.plan.rsh();
+                let h = hostfile.clone().unwrap_or_default();
+                for (k, v) in hydra_env(kind, &rsh, &h, iface.as_deref()) {
+                    put(&k, v);
+                }
+            }
+        }
+        p.env = env;
+        p.hostfile = hostfile;
+        Ok(p)
+    }
+
+    /// The command's variables (the plan's, `I_MPI_PERHOST` from `alloc`, the `PATH` with the
+    /// runtime appended), each only where `current` (the agent's
+    /// environment) does not set it, `PATH` always.
+    pub fn command_env(
+        &self,
+        alloc: Option<&Allocation>,
+        current: impl Fn(&str) -> Option<OsString>,
+    ) -> Vec<(OsString, OsString)> {
+        let set = |k: &str| current(k).is_some_and(|v| !v.is_empty());
+        let mut out: Vec<(OsString, OsString)> = self
+            .env
+            .iter()
+            .filter(|(k, _)| !set(k))
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        if self.plan.launch == Launch::IntelHydra && !set("I_MPI_PERHOST") {
+            if let Some(n) = alloc.and_then(uniform_slots) {
+                out.push(("I_MPI_PERHOST".into(), n.to_string().into()));
+            }
+        }
+        let path = current("PATH")
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| DEFAULT_PATH.into());
+        let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+        for d in &self.path_append {
+            if !dirs.contains(d) {
+                dirs.push(d.clone());
+            }
+        }
+        if let Ok(joined) = std::env::join_paths(dirs) {
+            out.push(("PATH".into(), joined));
+        }
+        out
+    }
+
+    /// Writes the hostfile (if the plan has one) from the allocation: one line per pod in
+    /// allocation order, by IP (no DNS), atomically (the command never sees half a file).
+    pub fn write_hostfile(&self, alloc: &Allocation) -> Result<Option<&Path>, String> {
+        let (Some(path), Some(format)) = (&self.hostfile, self.plan.hostfile_format()) else {
+            return Ok(None);
+        };
+        let text = render(alloc, format, Use::Ips);
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| format!("cannot write the hostfile {}: {e}", path.display()))?;
+        Ok(Some(path))
+    }
+
+    /// What the agent found and does, one `key: value` per line (`--detect-only` prints it).
+    pub fn report(&self) -> Vec<String> {
+        let mut lines = vec![
+            format!("launch: {}", self.plan.launch.name()),
+            format!("mpi: {}", self.plan.found.summary()),
+            format!("how: {}", self.plan.launch.describe()),
+        ];
+        if let Some(why) = &self.plan.fallback {
+            lines.push(format!("components: not used: {why}"));
+        }
+        lines.push(format!("daemon: {}", self.plan.daemon().display()));
+        if let Some(prte) = self.plan.prte() {
+            lines.push(format!("prte: {}", prte.display()));
+        }
+        for a in self.plan.exec_allow() {
+            lines.push(format!("exec-allow: {}", a.display()));
+        }
+        if let Some(h) = &self.hostfile {
+            lines.push(format!(
+                "hostfile: {} (written from discovery)",
+                h.display()
+            ));
+        }
+        for (k, v) in &self.env {
+            lines.push(format!("env: {k}={v}"));
+        }
+        for d in &self.path_append {
+            lines.push(format!("path: +{}", d.display()));
+        }
+        for w in &self.warnings {
+            lines.push(format!("warning: {w}"));
+        }
+        lines
+    }
+}
+
+/// The slots of every pod, when they are all the same.
+fn uniform_slots(a: &Allocation) -> Option<u32> {
+    let first = a.nodes.first()?.slots;
+    a.nodes.iter().all(|n| n.slots == first).then_some(first)
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}

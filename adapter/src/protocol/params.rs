@@ -1,0 +1,444 @@
+//! The MCA parameters a daemon started through an agent may be given by its launcher, with
+//! the shape of each value: an allowlist, shared by the agent (which refuses everything else)
+//! and the launcher (which sends nothing else).
+//!
+//! The list is what the launchers really send: PRRTE 3.0.8's
+//! `prte_plm_base_prted_append_basic_args` (`ess`, `ess_base_nspace`, `ess_base_vpid`,
+//! `ess_base_num_procs`, `prte_hnp_uri`, then prte's own `PREFIXES` and `pmix_session_server`),
+//! PRRTE's ssh launcher on top (`plm ssh`, `plm_ssh_agent`, `prte_parent_uri`; PMIx adds
+//! `compress_base_silence_warning` in daemons that launch daemons), Open MPI 4.x's rsh
+//! launcher for `orted` (`ess_base_jobid`, `orte_node_regex`, `orte_hnp_uri`,
+//! `orte_parent_uri`, `plm rsh`, `plm_rsh_agent`, `pmix`, `routed`), and the few settings a
+//! job in a pod needs forwarded (interfaces, the pinned ports, launch threads, verbosity,
+//! mapping and binding defaults; Open MPI's transport selection in a launch's environment).
+//! Names are matched exactly (PMIx matches them exactly too); a value must have the shape of
+//! the parameter, which never admits a path, a quote or a blank.
+
+use std::fmt;
+
+/// Whose parameter space a name belongs to: the flag or environment prefix it came with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Project {
+    /// `--prtemca NAME VALUE`, `PRTE_MCA_NAME`.
+    Prte,
+    /// `--pmixmca NAME VALUE`, `PMIX_MCA_NAME`.
+    Pmix,
+    /// `OMPI_MCA_NAME` (an MPI program's own parameters).
+    Ompi,
+    /// `-mca NAME VALUE` on Open MPI 4.x's `orted`.
+    Orte,
+}
+
+impl Project {
+    /// The environment prefix of the project's parameters.
+    pub fn env_prefix(self) -> &'static str {
+        match self {
+            Project::Prte => "PRTE_MCA_",
+            Project::Pmix => "PMIX_MCA_",
+            Project::Ompi => "OMPI_MCA_",
+            Project::Orte => "OMPI_MCA_",
+        }
+    }
+}
+
+/// Who asks: the k8s PLM (a `launch` request) or an ssh-style launcher (an `exec` request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Launch,
+    Exec,
+}
+
+/// Where a parameter may appear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// Only on the command line (what PRRTE builds for each daemon).
+    Argv,
+    /// On the command line and in a launch request's environment.
+    Both,
+}
+
+/// The shape a parameter's value must have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Exactly one of these words.
+    OneOf(&'static [&'static str]),
+    /// A decimal number.
+    Uint,
+    /// A decimal number, possibly negative (Hydra's `-1` for "unset").
+    Int,
+    /// `0`, `1`, `true` or `false`.
+    Bool,
+    /// A PRRTE namespace such as `prte-pod-0-77@0`.
+    Nspace,
+    /// Comma-separated framework names (`PREFIXES`).
+    Names,
+    /// Component names, comma-separated, optionally negated with a leading `^`.
+    Components,
+    /// Interface names or IPv4 CIDRs, comma-separated.
+    Interfaces,
+    /// Ports or port ranges (`7121`, `7200-7299`), comma-separated.
+    Ports,
+    /// A verbosity: a number or a level name.
+    Verbosity,
+    /// A mapping, ranking or binding policy (`ppr:2:node`, `core:overload-allowed`).
+    Policy,
+    /// Open MPI 4.x's compressed node list (`pod-[1:0-3]@0(4)`).
+    NodeRegex,
+    /// A daemon's contact URI: checked and pinned to the launcher's address by the agent.
+    Uri,
+    /// An address or host name, with `:PORT` or not (Hydra's upstream).
+    Address,
+    /// An absolute path (checked further by the agent).
+    Path,
+    /// The ssh-like program a daemon starts further daemons with: only `prrte-k8s-rsh`,
+    /// checked by the agent.
+    Rsh,
+}
+
+impl Shape {
+    /// What the shape accepts, for messages.
+    pub fn describe(self) -> String {
+        match self {
+            Shape::OneOf(words) => format!("one of {}", words.join(", ")),
+            Shape::Uint => "a decimal number".into(),
+            Shape::Int => "a decimal number, possibly negative".into(),
+            Shape::Bool => "0, 1, true or false".into(),
+            Shape::Nspace => "a PRRTE namespace (letters, digits, `.`, `_`, `@`, `+`, `-`)".into(),
+            Shape::Names => "framework names separated by commas".into(),
+            Shape::Components => "component names separated by commas, `^` to exclude".into(),
+            Shape::Interfaces => "interface names or IPv4 CIDRs separated by commas".into(),
+            Shape::Ports => "ports or port ranges (N-M) separated by commas".into(),
+            Shape::Verbosity => "a number or a verbosity level (none ... all)".into(),
+            Shape::Policy => "a policy such as ppr:2:node (no paths or blanks)".into(),
+            Shape::NodeRegex => "Open MPI's node list (no paths or blanks)".into(),
+            Shape::Uri => "a daemon URI nspace.rank;tcp://ADDR:PORT[:MASK]".into(),
+            Shape::Address => "an IP address, with :PORT where a port is due".into(),
+            Shape::Path => "an absolute path".into(),
+            Shape::Rsh => "prrte-k8s-rsh, as installed next to this agent".into(),
+        }
+    }
+
+    /// Whether `value` has this shape. [`Shape::Uri`] is only checked for being one word of
+    /// printable ASCII here, [`Shape::Rsh`] for being words separated by single blanks; the
+    /// agent checks both against the request.
+    pub fn accepts(self, value: &str) -> bool {
+        let words = |v: &str| {
+            v.split(' ')
+                .all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_graphic()))
+        };
+        let printable = match self {
+            Shape::Rsh => words(value),
+            _ => !value.is_empty() && value.bytes().all(|b| b.is_ascii_graphic()),
+        };
+        if !printable || value.len() > 4096 || value.contains(['"', '\'', '`', '\\']) {
+            return false;
+        }
+        let word = |v: &str, extra: &str| {
+            !v.is_empty()
+                && v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || extra.contains(c))
+        };
+        let list = |v: &str, item: &dyn Fn(&str) -> bool| v.split(',').all(item);
+        match self {
+            Shape::OneOf(words) => words.contains(&value),
+            Shape::Uint => value.len() <= 10 && value.bytes().all(|b| b.is_ascii_digit()),
+            Shape::Int => {
+                let digits = value.strip_prefix('-').unwrap_or(value);
+                !digits.is_empty()
+                    && digits.len() <= 10
+                    && digits.bytes().all(|b| b.is_ascii_digit())
+            }
+            Shape::Bool => matches!(value, "0" | "1" | "true" | "false"),
+            Shape::Nspace => value.len() <= 255 && word(value, "._@+-"),
+            Shape::Names => list(value, &|n| word(n, "_")),
+            Shape::Components => list(value.strip_prefix('^').unwrap_or(value), &|n| word(n, "_")),
+            Shape::Interfaces => list(value, &|i| interface(i)),
+            Shape::Ports => list(value, &|p| ports(p)),
+            Shape::Verbosity => verbosity(value),
+            Shape::Policy => value.len() <= 256 && word(value, ":=,_.-"),
+            Shape::NodeRegex => word(value, "[]():,.@_-"),
+            Shape::Address => value.len() <= 300 && word(value, ".:[]_-"),
+            Shape::Path => value.starts_with('/') && !value.contains("/../"),
+            Shape::Uri | Shape::Rsh => true,
+        }
+    }
+}
+
+fn interface(item: &str) -> bool {
+    if let Some((addr, len)) = item.split_once('/') {
+        return addr.parse::<std::net::Ipv4Addr>().is_ok()
+            && len.parse::<u8>().is_ok_and(|l| l <= 32);
+    }
+    !item.is_empty()
+        && item.len() <= 64
+        && item
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._:@-".contains(c))
+}
+
+fn ports(item: &str) -> bool {
+    let port = |p: &str| p.parse::<u16>().is_ok_and(|p| p > 0);
+    match item.split_once('-') {
+        Some((a, b)) => port(a) && port(b),
+        None => port(item),
+    }
+}
+
+fn verbosity(value: &str) -> bool {
+    const LEVELS: &[&str] = &[
+        "none",
+        "error",
+        "component",
+        "warn",
+        "info",
+        "trace",
+        "debug",
+        "max",
+        "all",
+    ];
+    LEVELS.contains(&value)
+        || (value.len() <= 4
+            && value
+                .strip_prefix('-')
+                .unwrap_or(value)
+                .parse::<u16>()
+                .is_ok())
+}
+
+/// One parameter of the allowlist.
+#[derive(Debug, Clone, Copy)]
+pub struct Param {
+    pub name: &'static str,
+    pub project: Project,
+    pub shape: Shape,
+    place: Place,
+    /// Only from ssh-style launchers (tree spawn), never in a launch request.
+    exec_only: bool,
+}
+
+impl Param {
+    /// Whether the parameter may come from `origin`.
+    pub fn from(&self, origin: Origin) -> bool {
+        !self.exec_only || origin == Origin::Exec
+    }
+
+    /// Whether the parameter may be set through a launch request's environment.
+    pub fn in_env(&self) -> bool {
+        self.place == Place::Both
+    }
+}
+
+impl fmt::Display for Param {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+const fn p(name: &'static str, project: Project, shape: Shape, place: Place) -> Param {
+    Param {
+        name,
+        project,
+        shape,
+        place,
+        exec_only: false,
+    }
+}
+
+const fn exec(name: &'static str, project: Project, shape: Shape) -> Param {
+    Param {
+        name,
+        project,
+        shape,
+        place: Place::Argv,
+        exec_only: true,
+    }
+}
+
+use Place::{Argv, Both};
+use Project::{Ompi, Orte, Pmix, Prte};
+
+/// The allowlist (besides the `<framework>_base_verbose` family, see [`lookup`]).
+const PARAMS: &[Param] = &[
+    // PRRTE's basic daemon arguments.
+    p("ess", Prte, Shape::OneOf(&["env"]), Argv),
+    p("ess_base_nspace", Prte, Shape::Nspace, Argv),
+    p("ess_base_vpid", Prte, Shape::Uint, Argv),
+    p("ess_base_num_procs", Prte, Shape::Uint, Argv),
+    p("prte_hnp_uri", Prte, Shape::Uri, Argv),
+    p("PREFIXES", Prte, Shape::Names, Both),
+    p("pmix_session_server", Prte, Shape::Bool, Both),
+    // PRRTE's ssh launcher (tree spawn through prrte-k8s-rsh).
+    exec("plm", Prte, Shape::OneOf(&["ssh", "rsh"])),
+    exec("plm_ssh_agent", Prte, Shape::Rsh),
+    exec("prte_parent_uri", Prte, Shape::Uri),
+    p("compress_base_silence_warning", Pmix, Shape::Bool, Both),
+    // What a job in pods forwards to its daemons.
+    p("prte_if_include", Prte, Shape::Interfaces, Both),
+    p("prte_if_exclude", Prte, Shape::Interfaces, Both),
+    p("oob_tcp_if_include", Prte, Shape::Interfaces, Both),
+    p("oob_tcp_if_exclude", Prte, Shape::Interfaces, Both),
+    p("oob_tcp_dynamic_ipv4_ports", Prte, Shape::Ports, Both),
+    p("odls_base_max_threads", Prte, Shape::Uint, Both),
+    p("odls_base_num_threads", Prte, Shape::Uint, Both),
+    p("hwloc_default_binding_policy", Prte, Shape::Policy, Both),
+    p("rmaps_default_mapping_policy", Prte, Shape::Policy, Both),
+    p("rmaps_default_ranking_policy", Prte, Shape::Policy, Both),
+    p("ptl_base_if_include", Pmix, Shape::Interfaces, Both),
+    p("ptl_base_if_exclude", Pmix, Shape::Interfaces, Both),
+    p("ptl_base_ipv4_port", Pmix, Shape::Uint, Both),
+    // Open MPI's own, in a launch's environment (what the pod template sets for the ranks).
+    p("btl", Ompi, Shape::Components, Both),
+    p("pml", Ompi, Shape::Components, Both),
+    p("mtl", Ompi, Shape::Components, Both),
+    p("btl_tcp_if_include", Ompi, Shape::Interfaces, Both),
+    p("btl_tcp_if_exclude", Ompi, Shape::Interfaces, Both),
+    p("btl_tcp_port_min_v4", Ompi, Shape::Uint, Both),
+    p("btl_tcp_port_range_v4", Ompi, Shape::Uint, Both),
+    // Open MPI 4.x's rsh launcher, for orted.
+    exec("ess", Orte, Shape::OneOf(&["env"])),
+    exec("ess_base_jobid", Orte, Shape::Uint),
+    exec("ess_base_vpid", Orte, Shape::Uint),
+    exec("ess_base_num_procs", Orte, Shape::Uint),
+    exec("orte_node_regex", Orte, Shape::NodeRegex),
+    exec("orte_hnp_uri", Orte, Shape::Uri),
+    exec("orte_parent_uri", Orte, Shape::Uri),
+    exec("plm", Orte, Shape::OneOf(&["rsh"])),
+    exec("plm_rsh_agent", Orte, Shape::Rsh),
+    exec("pmix", Orte, Shape::Components),
+    exec(
+        "routed",
+        Orte,
+        Shape::OneOf(&["radix", "binomial", "direct"]),
+    ),
+    exec("orte_leave_session_attached", Orte, Shape::Bool),
+    exec("orte_debug", Orte, Shape::Bool),
+    exec("orte_debug_daemons", Orte, Shape::Bool),
+    exec("oob_tcp_if_include", Orte, Shape::Interfaces),
+    exec("oob_tcp_if_exclude", Orte, Shape::Interfaces),
+    exec("btl_tcp_if_include", Orte, Shape::Interfaces),
+    exec("btl_tcp_if_exclude", Orte, Shape::Interfaces),
+];
+
+const VERBOSE: Param = p("<framework>_base_verbose", Prte, Shape::Verbosity, Both);
+
+/// The allowlisted parameter `name` of `project`, if it is one: an entry of the list, or a
+/// framework's verbosity (`<framework>_base_verbose`, a lowercase framework name).
+pub fn lookup(project: Project, name: &str) -> Option<Param> {
+    if let Some(p) = PARAMS
+        .iter()
+        .find(|p| p.project == project && p.name == name)
+    {
+        return Some(*p);
+    }
+    let framework = name.strip_suffix("_base_verbose")?;
+    let ok = !framework.is_empty()
+        && framework.len() <= 32
+        && framework
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    ok.then_some(Param {
+        name: "<framework>_base_verbose",
+        project,
+        exec_only: project == Orte,
+        ..VERBOSE
+    })
+}
+
+/// Whether a launcher may send `name` = `value` in `project`'s space from `origin` (on the
+/// command line, or in the environment with `in_env`), shapes checked; the agent also pins URIs
+/// and checks `prrte-k8s-rsh` (see `crate::agent::launch_policy`).
+pub fn forwardable(
+    project: Project,
+    name: &str,
+    value: &str,
+    origin: Origin,
+    in_env: bool,
+) -> bool {
+    lookup(project, name)
+        .is_some_and(|p| p.from(origin) && (!in_env || p.in_env()) && p.shape.accepts(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_matched_exactly() {
+        assert!(lookup(Prte, "ess_base_vpid").is_some());
+        for bad in [
+            "ESS_BASE_VPID",
+            "ess_base_vpi",
+            "\"ess_base_vpid\"",
+            "ess_base_vpid ",
+            "prte_ess_base_vpid",
+            "ess_base_vpid=1",
+        ] {
+            assert!(lookup(Prte, bad).is_none(), "{bad}");
+        }
+        assert!(lookup(Pmix, "ess_base_vpid").is_none());
+        assert!(lookup(Prte, "ras_base_verbose").is_some());
+        assert!(lookup(Pmix, "ptl_base_verbose").is_some());
+        for bad in [
+            "mca_base_verbose_x",
+            "RAS_base_verbose",
+            "_base_verbose",
+            "a/b_base_verbose",
+        ] {
+            assert!(lookup(Prte, bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn values_have_their_parameters_shapes() {
+        let ok = |s: Shape, v: &str| assert!(s.accepts(v), "{s:?} {v}");
+        let bad = |s: Shape, v: &str| assert!(!s.accepts(v), "{s:?} {v}");
+        ok(Shape::Uint, "12");
+        bad(Shape::Uint, "-1");
+        bad(Shape::Uint, "1 2");
+        ok(Shape::Nspace, "prterun-vm-5676@0");
+        bad(Shape::Nspace, "x/y");
+        ok(Shape::Interfaces, "eth0,10.0.0.0/24");
+        bad(Shape::Interfaces, "/tmp");
+        bad(Shape::Interfaces, "10.0.0.0/99");
+        ok(Shape::Ports, "7121,7200-7299");
+        bad(Shape::Ports, "0");
+        ok(Shape::Components, "^openib,ofi");
+        ok(Shape::Verbosity, "5");
+        ok(Shape::Verbosity, "debug");
+        bad(Shape::Verbosity, "file:/tmp/x");
+        ok(Shape::Policy, "ppr:2:node:PE=2");
+        bad(Shape::Policy, "rankfile:file=/tmp/x");
+        ok(Shape::OneOf(&["env"]), "env");
+        bad(Shape::OneOf(&["env"]), "\"env\"");
+        bad(Shape::Names, "a,b c");
+        for v in ["", "a\tb", "a\"b", "a'b", "é"] {
+            bad(Shape::Uri, v);
+        }
+    }
+
+    #[test]
+    fn launch_requests_never_carry_tree_spawn_parameters() {
+        let fw = |n: &str, v: &str, o: Origin, env: bool| forwardable(Prte, n, v, o, env);
+        assert!(fw("plm", "ssh", Origin::Exec, false));
+        assert!(!fw("plm", "ssh", Origin::Launch, false));
+        assert!(!fw(
+            "prte_parent_uri",
+            "x.0;tcp://1.2.3.4:5:24",
+            Origin::Launch,
+            false
+        ));
+        assert!(fw(
+            "oob_tcp_dynamic_ipv4_ports",
+            "7121",
+            Origin::Launch,
+            true
+        ));
+        assert!(!fw(
+            "prte_hnp_uri",
+            "x.0;tcp://1.2.3.4:5:24",
+            Origin::Launch,
+            true
+        ));
+        assert!(!fw("prte_launch_agent", "/bin/sh", Origin::Exec, false));
+    }
+}
