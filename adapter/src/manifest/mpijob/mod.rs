@@ -22,17 +22,20 @@
 //! than its workers costs one worker's resources more here.
 //!
 //! Layout: `parse` reads and checks the document (`reader` reads fields with their paths),
-//! `pods` makes the pod template's parts, `harden` their security contexts, `convert` the
-//! job; `error` holds the refusals and the notes.
+//! `pods` makes the pod template's parts (`volumes` checks and renames the Worker's volumes),
+//! `harden` their security contexts, `convert` the job; `error` holds the refusals and the notes.
 
 mod convert;
 mod error;
 mod harden;
 mod parse;
+#[cfg(test)]
+mod pod_tests;
 mod pods;
 mod reader;
 #[cfg(test)]
 mod tests;
+mod volumes;
 
 pub use convert::{from_mpijob, Overrides, QUEUE_LABEL};
 pub use error::{MpiJobError, Note};
