@@ -231,34 +231,9 @@ pub(super) fn pods(
         ));
     }
     if other.is_some() {
-        let words = [
-            keyed_strings(app, "command", &app_at)?,
-            keyed_strings(app, "args", &app_at)?,
-        ]
-        .concat();
-        if !words.is_empty() {
-            notes.push(Note::new(
-                format!("{app_at}.command"),
-                format!(
-                    "{} dropped: every pod's entrypoint is the agent (no sshd is needed)",
-                    show(&json!(words))
-                ),
-            ));
-        }
+        note_worker_command(app, &app_at, notes)?;
     }
-    for dropped in ["ports", "readinessProbe", "livenessProbe", "startupProbe"] {
-        if app.get(dropped).is_some_and(|v| !v.is_null()) {
-            let why = if dropped == "ports" {
-                "the job's pods listen on the agent's pinned ports, which the NetworkPolicy admits"
-            } else {
-                "the agent's /healthz is the readiness probe (an sshd probe would never pass)"
-            };
-            notes.push(Note::new(
-                format!("{app_at}.{dropped}"),
-                format!("dropped: {why}"),
-            ));
-        }
-    }
+    note_dropped_fields(app, &app_at, notes);
     let mut container: Map<String, Value> = app
         .iter()
         .filter(|(k, _)| !REPLACED.contains(&k.as_str()))
@@ -280,9 +255,77 @@ pub(super) fn pods(
         &app_sc,
         notes,
     )?;
+    let env = merged_env(app, &app_at, other, exclude_self, notes)?;
+    let (volumes, mounts, mut init_containers) = merged_volumes(base, app, &app_at, other, notes)?;
+    harden_init_containers(&mut init_containers, &at, notes)?;
+    let spec = pod_spec(base, pod_sc, notes);
+    if let Some(l) = other {
+        launcher_differences(l, base, notes)?;
+    }
+    Ok(Pods {
+        labels: base.labels.clone(),
+        annotations: base.annotations.clone(),
+        spec,
+        container,
+        env,
+        mounts,
+        volumes,
+        init_containers,
+        identity,
+        command,
+    })
+}
 
-    // Environment: the Worker's, with what only the Launcher sets.
-    let mut env = keyed(app, "env", "name", &app_at)?;
+/// Notes the Worker's own command and args, which the agent replaces.
+fn note_worker_command(
+    app: &Map<String, Value>,
+    app_at: &str,
+    notes: &mut Vec<Note>,
+) -> Result<(), MpiJobError> {
+    let words = [
+        keyed_strings(app, "command", app_at)?,
+        keyed_strings(app, "args", app_at)?,
+    ]
+    .concat();
+    if !words.is_empty() {
+        notes.push(Note::new(
+            format!("{app_at}.command"),
+            format!(
+                "{} dropped: every pod's entrypoint is the agent (no sshd is needed)",
+                show(&json!(words))
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Notes the application container's ports and probes, which the job's own replace.
+fn note_dropped_fields(app: &Map<String, Value>, app_at: &str, notes: &mut Vec<Note>) {
+    for dropped in ["ports", "readinessProbe", "livenessProbe", "startupProbe"] {
+        if app.get(dropped).is_some_and(|v| !v.is_null()) {
+            let why = if dropped == "ports" {
+                "the job's pods listen on the agent's pinned ports, which the NetworkPolicy admits"
+            } else {
+                "the agent's /healthz is the readiness probe (an sshd probe would never pass)"
+            };
+            notes.push(Note::new(
+                format!("{app_at}.{dropped}"),
+                format!("dropped: {why}"),
+            ));
+        }
+    }
+}
+
+/// The environment: the Worker's, with what only the Launcher sets, less mpi-operator's
+/// hostfile and ssh variables; the job's own variable first.
+fn merged_env(
+    app: &Map<String, Value>,
+    app_at: &str,
+    other: Option<&Replica>,
+    exclude_self: Option<Value>,
+    notes: &mut Vec<Note>,
+) -> Result<Vec<Value>, MpiJobError> {
+    let mut env = keyed(app, "env", "name", app_at)?;
     if let Some(l) = other {
         let lc = first_container(l)?;
         let l_at = format!("{}.containers[0]", l.path);
@@ -310,9 +353,22 @@ pub(super) fn pods(
         env.insert(0, e);
     }
 
-    // Volumes and mounts: the Worker's, with what only the Launcher has.
-    let mut volumes = keyed(&base.spec, "volumes", "name", &at)?;
-    let mut mounts = keyed(app, "volumeMounts", "mountPath", &app_at)?;
+    Ok(env)
+}
+
+/// Volumes, mounts and init containers: the Worker's, with what only the Launcher has,
+/// checked and renamed where the job's own volumes take the name.
+#[allow(clippy::type_complexity)]
+fn merged_volumes(
+    base: &Replica,
+    app: &Map<String, Value>,
+    app_at: &str,
+    other: Option<&Replica>,
+    notes: &mut Vec<Note>,
+) -> Result<(Vec<Value>, Vec<Value>, Vec<Value>), MpiJobError> {
+    let at = base.path.as_str();
+    let mut volumes = keyed(&base.spec, "volumes", "name", at)?;
+    let mut mounts = keyed(app, "volumeMounts", "mountPath", app_at)?;
     if let Some(l) = other {
         let lc = first_container(l)?;
         let l_at = format!("{}.containers[0]", l.path);
@@ -333,10 +389,10 @@ pub(super) fn pods(
             notes,
         );
     }
-    let mut init_containers = keyed(&base.spec, "initContainers", "name", &at)?;
-    check_volumes(&volumes, &at)?;
-    check_mounts(&mounts, &app_at, notes)?;
-    rename_volumes(&mut volumes, &mut mounts, &mut init_containers, &at, notes);
+    let mut init_containers = keyed(&base.spec, "initContainers", "name", at)?;
+    check_volumes(&volumes, at)?;
+    check_mounts(&mounts, app_at, notes)?;
+    rename_volumes(&mut volumes, &mut mounts, &mut init_containers, at, notes);
     for m in &mounts {
         let v = m["name"].as_str().unwrap_or("");
         if !volumes.iter().any(|x| x["name"] == v) {
@@ -350,6 +406,15 @@ pub(super) fn pods(
             ));
         }
     }
+    Ok((volumes, mounts, init_containers))
+}
+
+/// The init containers made restricted; the runtime's installer's name is refused.
+fn harden_init_containers(
+    init_containers: &mut [Value],
+    at: &str,
+    notes: &mut Vec<Note>,
+) -> Result<(), MpiJobError> {
     for (i, c) in init_containers.iter_mut().enumerate() {
         let c_at = format!("{at}.initContainers[{i}]");
         if c["name"] == INSTALL_CONTAINER {
@@ -378,7 +443,17 @@ pub(super) fn pods(
         }
     }
 
-    // The rest of the pod spec.
+    Ok(())
+}
+
+/// The rest of the pod spec: the Worker's, less what the job's own pods set; what is dropped
+/// or replaced is noted.
+fn pod_spec(
+    base: &Replica,
+    pod_sc: Map<String, Value>,
+    notes: &mut Vec<Note>,
+) -> Map<String, Value> {
+    let at = base.path.as_str();
     let mut spec: Map<String, Value> = base
         .spec
         .iter()
@@ -416,21 +491,7 @@ pub(super) fn pods(
         }
     }
 
-    if let Some(l) = other {
-        launcher_differences(l, base, notes)?;
-    }
-    Ok(Pods {
-        labels: base.labels.clone(),
-        annotations: base.annotations.clone(),
-        spec,
-        container,
-        env,
-        mounts,
-        volumes,
-        init_containers,
-        identity,
-        command,
-    })
+    spec
 }
 
 /// `...template.spec` → `...template`.
