@@ -74,6 +74,20 @@ pub fn violations(template: &Value) -> Vec<String> {
     let spec = &template["spec"];
     let pod_sc = &spec["securityContext"];
     let mut out = Vec::new();
+    pod_violations(spec, &mut out);
+    volume_violations(spec, &mut out);
+    annotation_violations(template, &mut out);
+    let pod_non_root = is_true(&pod_sc["runAsNonRoot"]);
+    let pod_seccomp = seccomp_ok(&pod_sc["seccompProfile"]);
+    for (at, c) in containers(spec) {
+        container_violations(&at, c, pod_non_root, pod_seccomp, &mut out);
+    }
+    out
+}
+
+/// The pod's own fields: host namespaces, its security context, sysctls.
+fn pod_violations(spec: &Value, out: &mut Vec<String>) {
+    let pod_sc = &spec["securityContext"];
     for ns in ["hostNetwork", "hostPID", "hostIPC"] {
         if is_true(&spec[ns]) {
             out.push(format!("spec.{ns}: host namespaces are not allowed"));
@@ -82,7 +96,7 @@ pub fn violations(template: &Value) -> Vec<String> {
     if is_true(&pod_sc["windowsOptions"]["hostProcess"]) {
         out.push("spec.securityContext.windowsOptions.hostProcess: not allowed".into());
     }
-    common_context(pod_sc, "spec.securityContext", &mut out);
+    common_context(pod_sc, "spec.securityContext", out);
     if pod_sc["runAsUser"].as_i64() == Some(0) {
         out.push("spec.securityContext.runAsUser: 0 (root) is not allowed".into());
     }
@@ -94,6 +108,10 @@ pub fn violations(template: &Value) -> Vec<String> {
             ));
         }
     }
+}
+
+/// Volume types other than the restricted level's.
+fn volume_violations(spec: &Value, out: &mut Vec<String>) {
     for (i, v) in spec["volumes"].as_array().into_iter().flatten().enumerate() {
         let name = v["name"].as_str().unwrap_or("?");
         let types: Vec<&str> = v
@@ -112,6 +130,10 @@ pub fn violations(template: &Value) -> Vec<String> {
             }
         }
     }
+}
+
+/// AppArmor profiles other than the runtime's default or a local one.
+fn annotation_violations(template: &Value, out: &mut Vec<String>) {
     for (k, v) in template["metadata"]["annotations"]
         .as_object()
         .into_iter()
@@ -125,79 +147,85 @@ pub fn violations(template: &Value) -> Vec<String> {
             ));
         }
     }
-    let pod_non_root = is_true(&pod_sc["runAsNonRoot"]);
-    let pod_seccomp = seccomp_ok(&pod_sc["seccompProfile"]);
-    for (at, c) in containers(spec) {
-        let sc = &c["securityContext"];
-        let field = |f: &str| format!("{at}.securityContext.{f}");
-        if is_true(&sc["privileged"]) {
+}
+
+/// One container's security context and ports (`pod_non_root`, `pod_seccomp`: what the pod's
+/// security context sets for every container).
+fn container_violations(
+    at: &str,
+    c: &Value,
+    pod_non_root: bool,
+    pod_seccomp: bool,
+    out: &mut Vec<String>,
+) {
+    let sc = &c["securityContext"];
+    let field = |f: &str| format!("{at}.securityContext.{f}");
+    if is_true(&sc["privileged"]) {
+        out.push(format!(
+            "{}: privileged containers are not allowed",
+            field("privileged")
+        ));
+    }
+    if is_true(&sc["windowsOptions"]["hostProcess"]) {
+        out.push(format!(
+            "{}: not allowed",
+            field("windowsOptions.hostProcess")
+        ));
+    }
+    if sc["allowPrivilegeEscalation"].as_bool() != Some(false) {
+        out.push(format!(
+            "{}: must be false",
+            field("allowPrivilegeEscalation")
+        ));
+    }
+    let non_root = match sc["runAsNonRoot"].as_bool() {
+        Some(b) => b,
+        None => pod_non_root,
+    };
+    if !non_root {
+        out.push(format!(
+            "{}: must be true (here or in spec.securityContext)",
+            field("runAsNonRoot")
+        ));
+    }
+    if sc["runAsUser"].as_i64() == Some(0) {
+        out.push(format!("{}: 0 (root) is not allowed", field("runAsUser")));
+    }
+    let seccomp = &sc["seccompProfile"];
+    let seccomp_fine = if seccomp.is_null() {
+        pod_seccomp
+    } else {
+        seccomp_ok(seccomp)
+    };
+    if !seccomp_fine {
+        out.push(format!(
+            "{}: must be RuntimeDefault or Localhost (here or in spec.securityContext)",
+            field("seccompProfile.type")
+        ));
+    }
+    let caps = &sc["capabilities"];
+    let drops_all = caps["drop"]
+        .as_array()
+        .is_some_and(|d| d.iter().any(|c| c == "ALL"));
+    if !drops_all {
+        out.push(format!("{}: must contain ALL", field("capabilities.drop")));
+    }
+    for cap in caps["add"].as_array().into_iter().flatten() {
+        if cap != ALLOWED_CAPABILITY {
             out.push(format!(
-                "{}: privileged containers are not allowed",
-                field("privileged")
+                "{}: {cap} may not be added (only {ALLOWED_CAPABILITY})",
+                field("capabilities.add")
             ));
-        }
-        if is_true(&sc["windowsOptions"]["hostProcess"]) {
-            out.push(format!(
-                "{}: not allowed",
-                field("windowsOptions.hostProcess")
-            ));
-        }
-        if sc["allowPrivilegeEscalation"].as_bool() != Some(false) {
-            out.push(format!(
-                "{}: must be false",
-                field("allowPrivilegeEscalation")
-            ));
-        }
-        let non_root = match sc["runAsNonRoot"].as_bool() {
-            Some(b) => b,
-            None => pod_non_root,
-        };
-        if !non_root {
-            out.push(format!(
-                "{}: must be true (here or in spec.securityContext)",
-                field("runAsNonRoot")
-            ));
-        }
-        if sc["runAsUser"].as_i64() == Some(0) {
-            out.push(format!("{}: 0 (root) is not allowed", field("runAsUser")));
-        }
-        let seccomp = &sc["seccompProfile"];
-        let seccomp_fine = if seccomp.is_null() {
-            pod_seccomp
-        } else {
-            seccomp_ok(seccomp)
-        };
-        if !seccomp_fine {
-            out.push(format!(
-                "{}: must be RuntimeDefault or Localhost (here or in spec.securityContext)",
-                field("seccompProfile.type")
-            ));
-        }
-        let caps = &sc["capabilities"];
-        let drops_all = caps["drop"]
-            .as_array()
-            .is_some_and(|d| d.iter().any(|c| c == "ALL"));
-        if !drops_all {
-            out.push(format!("{}: must contain ALL", field("capabilities.drop")));
-        }
-        for cap in caps["add"].as_array().into_iter().flatten() {
-            if cap != ALLOWED_CAPABILITY {
-                out.push(format!(
-                    "{}: {cap} may not be added (only {ALLOWED_CAPABILITY})",
-                    field("capabilities.add")
-                ));
-            }
-        }
-        common_context(sc, &format!("{at}.securityContext"), &mut out);
-        for (j, p) in c["ports"].as_array().into_iter().flatten().enumerate() {
-            if p["hostPort"].as_i64().is_some_and(|h| h != 0) {
-                out.push(format!(
-                    "{at}.ports[{j}].hostPort: host ports are not allowed"
-                ));
-            }
         }
     }
-    out
+    common_context(sc, &format!("{at}.securityContext"), out);
+    for (j, p) in c["ports"].as_array().into_iter().flatten().enumerate() {
+        if p["hostPort"].as_i64().is_some_and(|h| h != 0) {
+            out.push(format!(
+                "{at}.ports[{j}].hostPort: host ports are not allowed"
+            ));
+        }
+    }
 }
 
 /// A seccomp profile the restricted level accepts.

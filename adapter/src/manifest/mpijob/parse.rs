@@ -125,6 +125,34 @@ pub(super) fn parse(text: &str, notes: &mut Vec<Note>) -> Result<MpiJob, MpiJobE
         "launcherCreationPolicy",
         "mpiImplementation",
     ])?;
+    let slots_per_worker = slots_per_worker(&spec)?;
+    let mpi = mpi_implementation(&spec)?;
+    spec.text("sshAuthMountPath")?;
+    spec.choice(
+        "launcherCreationPolicy",
+        &["AtStartup", "WaitForWorkersReady"],
+    )?;
+    let run_policy = match spec.obj("runPolicy")? {
+        Some(p) => run_policy(&p)?,
+        None => RunPolicy::default(),
+    };
+    let (launcher, worker, run_launcher_as_worker) = replicas(&spec)?;
+    Ok(MpiJob {
+        name,
+        namespace,
+        labels,
+        annotations,
+        slots_per_worker,
+        run_launcher_as_worker,
+        mpi,
+        run_policy,
+        launcher,
+        worker,
+    })
+}
+
+/// `spec.slotsPerWorker` (default 1; 0 is refused).
+fn slots_per_worker(spec: &Obj) -> Result<u32, MpiJobError> {
     let slots = spec.int("slotsPerWorker", 0)?.unwrap_or(1);
     if slots == 0 {
         return Err(MpiJobError::field(
@@ -140,20 +168,22 @@ pub(super) fn parse(text: &str, notes: &mut Vec<Note>) -> Result<MpiJob, MpiJobE
             "give a count of slots",
         )
     })?;
+    Ok(slots_per_worker)
+}
+
+/// `spec.mpiImplementation` as the agent's `--mpi` value.
+fn mpi_implementation(spec: &Obj) -> Result<&'static str, MpiJobError> {
     let mpi = match spec.choice("mpiImplementation", &["OpenMPI", "Intel", "MPICH"])? {
         None | Some("OpenMPI") => "openmpi",
         Some("Intel") => "intel",
         Some(_) => "mpich",
     };
-    spec.text("sshAuthMountPath")?;
-    spec.choice(
-        "launcherCreationPolicy",
-        &["AtStartup", "WaitForWorkersReady"],
-    )?;
-    let run_policy = match spec.obj("runPolicy")? {
-        Some(p) => run_policy(&p)?,
-        None => RunPolicy::default(),
-    };
+    Ok(mpi)
+}
+
+/// The Launcher, the Worker (if any) and `spec.runLauncherAsWorker`: one launcher, and some pod
+/// that runs the ranks.
+fn replicas(spec: &Obj) -> Result<(Replica, Option<Replica>, bool), MpiJobError> {
     let replicas = spec.obj("mpiReplicaSpecs")?.ok_or_else(|| {
         MpiJobError::field(
             spec.at("mpiReplicaSpecs"),
@@ -210,18 +240,7 @@ pub(super) fn parse(text: &str, notes: &mut Vec<Note>) -> Result<MpiJob, MpiJobE
             "add a Worker replica spec, or set spec.runLauncherAsWorker: true",
         ));
     }
-    Ok(MpiJob {
-        name,
-        namespace,
-        labels,
-        annotations,
-        slots_per_worker,
-        run_launcher_as_worker,
-        mpi,
-        run_policy,
-        launcher,
-        worker,
-    })
+    Ok((launcher, worker, run_launcher_as_worker))
 }
 
 type Metadata = (
