@@ -523,21 +523,13 @@ fn launcher_differences(
     };
     let lc = first_container(l)?;
     let wc = first_container(w)?;
-    let ignore = [
-        "name",
-        "command",
-        "args",
-        "env",
-        "volumeMounts",
-        "ports",
-        "readinessProbe",
-        "livenessProbe",
-        "startupProbe",
-    ];
+    // What the agent's parts replace is not compared, but for the security context: the
+    // Worker's is made restricted, and a Launcher's that differs is named.
+    let ignored = |k: &str| k != "securityContext" && REPLACED.contains(&k);
     let mut keys: Vec<&String> = lc
         .keys()
         .chain(wc.keys())
-        .filter(|k| !ignore.contains(&k.as_str()))
+        .filter(|k| !ignored(k.as_str()))
         .collect();
     keys.sort();
     keys.dedup();
