@@ -2,8 +2,8 @@
 #   make demo   sandbox cluster, a DVM through ras k8s / plm k8s, a real MPI program across pods
 #   make test   everything the project tests
 #   make image  the container images (Open MPI 5 + PRRTE + the k8s components; prrte-config/image)
-#   make bench  DVM-ready time, daemons through the agents vs through an sshd in each pod
-#               (release build; bench.json and the plot bench.png)
+#   make bench  DVM-ready time, daemons through the agents vs through an sshd in each pod,
+#               and a batch Job end to end (release build; bench.json, bench.png, bench-batch.png)
 #   make bench-scale  discovery of 1,000/10,000 pods, fan-out to 256/1,024 agents, agent RSS
 SHELL := /bin/bash
 export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s1
@@ -28,9 +28,10 @@ test: build image
 # BENCH_ARGS, e.g. "--quick" or "--pods 4,16 --runs 3" (prrte-k8s-bench --help)
 # `make bench` runs the scale benchmarks first, then the launch benchmark, both release builds:
 # the bench binary takes the agent and the components from its own target directory, so all
-# three are built --release here (cargo builds what is missing or stale). Writes bench.json and
-# bench.png (DVM-ready time against pods per method).
-bench: setup bench-scale
+# three are built --release here (cargo builds what is missing or stale). Writes bench.json,
+# bench.png (DVM-ready time against pods per method) and bench-batch.png (a batch Job's phases;
+# its pods run the application image `make image` builds, hence the dependency).
+bench: setup bench-scale image
 	cargo build --release -p prrte-k8s -p prrte-k8s-cabi -p prrte-k8s-sandbox
 	cargo run --release -q -p prrte-k8s-sandbox --bin prrte-k8s-bench -- \
 		--json bench.json --plot bench.png $(BENCH_ARGS)

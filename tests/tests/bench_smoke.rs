@@ -65,7 +65,8 @@ async fn ssh_baseline_reaches_dvm_ready_and_pterm_ends_it() {
 /// The benchmark binary itself, end to end at the smallest size (2 pods, 1 run; not timed):
 /// every method reaches "DVM ready", the tables and the JSON name the profile the binary was
 /// built with (the agent and the components are taken from its own target directory), and the
-/// PNG plot is written next to the JSON; `--plot-from` redraws it from the JSON alone.
+/// PNG plot is written next to the JSON; `--plot-from` redraws it from the JSON alone. The
+/// batch Jobs' part runs too (a Job of 2 pods in a sandbox cluster), with its own plot.
 #[test]
 fn bench_binary_writes_json_and_plot_of_its_profile() {
     let dir = sandbox::harness::TestDir::new("bench-smoke-run").unwrap();
@@ -120,6 +121,29 @@ fn bench_binary_writes_json_and_plot_of_its_profile() {
         std::fs::read(p).is_ok_and(|b| b.starts_with(b"\x89PNG\r\n\x1a\n") && b.len() > 5_000)
     };
     assert!(is_png(&png), "no plot at {}\n{stdout}", png.display());
+    // The batch Jobs: a Job of 2 pods applied until Complete, phase by phase, and the same
+    // command in a running DVM; their table, JSON and plot.
+    assert!(stdout.contains("Batch Job end to end"), "{stdout}");
+    let batch = &report["batch"]["rows"].as_array().unwrap()[0];
+    assert_eq!(batch["pods"], 2, "{batch}");
+    assert_eq!(batch["command"], "mpirun -n 2 true", "{batch}");
+    let med = |k: &str| batch[k]["median"].as_f64().unwrap_or(f64::NAN);
+    for k in ["pods_ready_s", "command_s", "total_s", "in_running_dvm_s"] {
+        assert!(med(k) > 0.0 && med(k) < 120.0, "{k}: {batch}");
+    }
+    assert!(
+        med("total_s") > med("pods_ready_s") + med("command_s"),
+        "{batch}"
+    );
+    for k in ["ready_to_command_s", "ended_to_complete_s", "overhead_s"] {
+        assert!(med(k).is_finite(), "{k}: {batch}");
+    }
+    let batch_png = dir.path().join("b-batch.png");
+    assert!(
+        is_png(&batch_png),
+        "no batch plot at {}\n{stdout}",
+        batch_png.display()
+    );
     // Redraw from the JSON alone, and refuse a file that is not a report.
     let again = dir.path().join("again.png");
     let o = std::process::Command::new(bench)
@@ -131,6 +155,7 @@ fn bench_binary_writes_json_and_plot_of_its_profile() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(is_png(&again));
+    assert!(is_png(&dir.path().join("again-batch.png")));
     std::fs::write(dir.path().join("bad.json"), "not json").unwrap();
     let o = std::process::Command::new(bench)
         .arg("--plot-from")

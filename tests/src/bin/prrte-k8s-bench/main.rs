@@ -2,7 +2,8 @@
 //! daemons started through the agents (`plm k8s`) and, side by side on the same pods, through a
 //! real sshd in every pod (`plm ssh`, the mpi-operator way) and through the lower bound (`plm
 //! ssh` with an agent that execs the command straight into the pod's namespaces); then the
-//! first job into the fresh DVM and the launcher's CPU time per daemon. Prints tables (medians
+//! first job into the fresh DVM and the launcher's CPU time per daemon; then a batch Job end to
+//! end in a sandbox cluster (`batch`), phase by phase. Prints tables (medians
 //! and ranges), writes JSON (`--json`) and a PNG plot of DVM-ready time against pods (`--plot`,
 //! by default next to the JSON); not part of `make test` (run `make bench`, which builds and
 //! runs the release profile). Needs root, like the sandbox. The agent and the components it
@@ -10,8 +11,10 @@
 //!
 //! This file is the command line; `run` runs the methods on the pods, `results` is what they
 //! measure, `host` what they ran on, `stats` the medians and ranges, `tables`, `report` and
-//! `plot` the output.
+//! `plot` the output; `batch` and `batch_report` the batch Jobs.
 #![forbid(unsafe_code)]
+mod batch;
+mod batch_report;
 mod host;
 mod plot;
 mod report;
@@ -55,6 +58,12 @@ struct Args {
     /// Leave out the lower bound (plm ssh with a namespace-exec agent).
     #[arg(long)]
     no_lower_bound: bool,
+    /// Leave out the batch Jobs (a Job of N pods applied until Complete, in a sandbox cluster).
+    #[arg(long, conflicts_with = "batch_only")]
+    no_batch: bool,
+    /// Only the batch Jobs (no DVM starts through the launch methods).
+    #[arg(long)]
+    batch_only: bool,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -68,12 +77,27 @@ struct Args {
     plot_from: Option<PathBuf>,
 }
 
+/// The batch Jobs' plot beside the DVM plot `png`: bench.png, bench-batch.png.
+fn batch_png(png: &Path) -> PathBuf {
+    let stem = png.file_stem().unwrap_or_default().to_string_lossy();
+    png.with_file_name(format!("{stem}-batch.png"))
+}
+
 /// `--plot-from`: redraw the plot of a saved JSON report.
 fn replot(from: &Path, out: &Path) -> Result<()> {
     let text = std::fs::read_to_string(from).with_context(|| format!("read {}", from.display()))?;
     let report: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("{} is not JSON written by prrte-k8s-bench", from.display()))?;
-    plot::write_png(&report, out)
+    if report["rows"].as_array().is_some_and(|r| !r.is_empty()) {
+        plot::write_png(&report, out)?;
+        println!("wrote {}", out.display());
+    }
+    if !report["batch"].is_null() {
+        let p = batch_png(out);
+        batch_report::write_batch_png(&report["batch"], &p)?;
+        println!("wrote {}", p.display());
+    }
+    Ok(())
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -85,7 +109,7 @@ async fn main() {
             .clone()
             .unwrap_or_else(|| from.with_extension("png"));
         match replot(from, &out) {
-            Ok(()) => println!("wrote {}", out.display()),
+            Ok(()) => {}
             Err(e) => {
                 eprintln!("prrte-k8s-bench: {e:#}");
                 std::process::exit(1);
@@ -103,10 +127,22 @@ async fn main() {
             eprintln!("prrte-k8s-bench: interrupted; tearing down the pods (bounded waits)");
         }
     });
-    let (rows, mut failed) = run_all(&args).await;
+    let (rows, mut failed) = if args.batch_only {
+        (Vec::new(), None)
+    } else {
+        run_all(&args).await
+    };
+    let mut batch = Vec::new();
+    if !args.no_batch && failed.is_none() {
+        match batch::bench_batch(&args.pods, args.runs, Duration::from_secs(args.timeout)).await {
+            Ok(b) => batch = b,
+            Err(e) => failed = Some(e.context("batch Jobs")),
+        }
+    }
     print_tables(&rows, args.runs);
-    if !rows.is_empty() {
-        write_report(&args, &rows, &mut failed);
+    batch_report::print_batch(&batch, args.runs);
+    if !rows.is_empty() || !batch.is_empty() {
+        write_report(&args, &rows, &batch, &mut failed);
     }
     let left = own_prteds();
     if !left.is_empty() {
@@ -175,8 +211,16 @@ async fn run_all(args: &Args) -> (Vec<Row>, Option<anyhow::Error>) {
 
 /// The JSON report (`--json`) and the plot (`--plot`, else next to the JSON); a failure to
 /// write either is kept in `failed` unless it holds an earlier one.
-fn write_report(args: &Args, rows: &[Row], failed: &mut Option<anyhow::Error>) {
-    let report = json_report(rows, args.runs);
+fn write_report(
+    args: &Args,
+    rows: &[Row],
+    batch: &[batch::BatchRow],
+    failed: &mut Option<anyhow::Error>,
+) {
+    let mut report = json_report(rows, args.runs);
+    if !batch.is_empty() {
+        report["batch"] = batch_report::batch_json(batch);
+    }
     println!();
     if let Some(p) = &args.json {
         let text = serde_json::to_string_pretty(&report).unwrap_or_default();
@@ -191,8 +235,18 @@ fn write_report(args: &Args, rows: &[Row], failed: &mut Option<anyhow::Error>) {
         .plot
         .clone()
         .or_else(|| args.json.as_ref().map(|p| p.with_extension("png")));
-    if let Some(p) = png {
-        match plot::write_png(&report, &p) {
+    let Some(png) = png else { return };
+    let mut plots: Vec<(PathBuf, anyhow::Result<()>)> = Vec::new();
+    if !rows.is_empty() {
+        plots.push((png.clone(), plot::write_png(&report, &png)));
+    }
+    if !batch.is_empty() {
+        let p = batch_png(&png);
+        let r = batch_report::write_batch_png(&report["batch"], &p);
+        plots.push((p, r));
+    }
+    for (p, r) in plots {
+        match r {
             Ok(()) => println!("wrote {} ({PROFILE} build)", p.display()),
             Err(e) => {
                 failed.get_or_insert(e);

@@ -22,7 +22,7 @@ pub const METHODS: [(&str, RGBColor); 4] = [
 ];
 
 /// Register the embedded font as plotters' "sans-serif" (once per process).
-fn fonts() -> Result<()> {
+pub fn fonts() -> Result<()> {
     static DONE: OnceLock<bool> = OnceLock::new();
     let ok = DONE.get_or_init(|| {
         plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
