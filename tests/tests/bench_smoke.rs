@@ -113,6 +113,8 @@ fn bench_binary_writes_json_and_plot_of_its_profile() {
         assert!(med > 0.0 && med < 120.0, "{m}: {r}");
         assert_eq!(r["samples"].as_array().unwrap().len(), 1, "{m}: {r}");
         assert!(r["min"].as_f64() <= Some(med) && r["max"].as_f64() >= Some(med));
+        let idle = &rows[0]["methods"][m]["agents_idle_cpu_ms_per_s"]["median"];
+        assert!(idle.as_f64().is_some_and(|c| c >= 0.0), "{m}: {idle}");
     }
     assert!(rows[0]["ratio_ssh_over_agent"].as_f64().unwrap() > 0.0);
     assert!(rows[0]["ratio_agent_over_lower_bound"].as_f64().unwrap() > 0.0);

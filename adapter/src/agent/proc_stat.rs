@@ -1,5 +1,11 @@
 //! The process table as `/proc` shows it: a process's parent, group, session and state, its
 //! start time (against pid reuse), and the descendants of a process.
+//!
+//! A process's children are read from its threads' `/proc/PID/task/TID/children` (the kernel's
+//! inverse of the parent links), so following a launch's tree costs a few reads per process of
+//! the tree, not one per process of the machine: the agent follows its launch every 100 ms, and
+//! where pods share a PID namespace (or on a kernel without that file) a whole-table scan would
+//! read every process's stat line each time. Without the file the table is scanned.
 
 use std::collections::HashMap;
 
@@ -43,6 +49,65 @@ pub(crate) fn all_stats() -> Vec<ProcStat> {
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter_map(read_stat)
+        .collect()
+}
+
+/// The children of `pid` (of all its threads), or None when the kernel has no `children` file
+/// (or `pid` is gone).
+pub(crate) fn children_of(pid: i32) -> Option<Vec<i32>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut out = Vec::new();
+    let mut any = false;
+    for t in tasks.flatten() {
+        let Ok(text) = std::fs::read_to_string(t.path().join("children")) else {
+            continue;
+        };
+        any = true;
+        out.extend(text.split_whitespace().filter_map(|c| c.parse::<i32>().ok()));
+    }
+    any.then_some(out)
+}
+
+/// Whether this kernel has `/proc/PID/task/TID/children` (checked once, on this process).
+fn have_children_files() -> bool {
+    static HAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAVE.get_or_init(|| {
+        let me = std::process::id();
+        std::path::Path::new(&format!("/proc/{me}/task/{me}/children")).exists()
+    })
+}
+
+/// All descendants of `root` now (not `root` itself): through the children files where the
+/// kernel has them, else by a scan of the whole table.
+pub(crate) fn descendants(root: i32) -> Vec<i32> {
+    if !have_children_files() {
+        return descendants_in(root, &all_stats());
+    }
+    let mut out = Vec::new();
+    let mut todo = vec![root];
+    while let Some(p) = todo.pop() {
+        for k in children_of(p).unwrap_or_default() {
+            if k != root && !out.contains(&k) {
+                out.push(k);
+                todo.push(k);
+            }
+        }
+    }
+    out
+}
+
+/// The stat lines of this process's children (all its threads'), through the children files
+/// where the kernel has them, else by a scan of the whole table.
+pub(crate) fn own_children() -> Vec<ProcStat> {
+    let me = std::process::id() as i32;
+    if !have_children_files() {
+        return all_stats().into_iter().filter(|s| s.ppid == me).collect();
+    }
+    children_of(me)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(read_stat)
+        .filter(|s| s.ppid == me)
         .collect()
 }
 
@@ -95,6 +160,45 @@ mod tests {
         assert!(parse_stat("garbage").is_none());
         let me = read_stat(std::process::id() as i32).unwrap();
         assert_eq!(me.pid, std::process::id() as i32);
+    }
+
+    /// A tree of real processes: the children files give what the parent links give.
+    #[test]
+    fn descendants_through_children_files_match_the_table() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & (sleep 30 & sleep 30; :) & echo ready; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let root = child.id() as i32;
+        // the subshell forks its two sleeps after "ready": wait until the tree is complete
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut from_table = descendants_in(root, &all_stats());
+        while from_table.len() < 4 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            from_table = descendants_in(root, &all_stats());
+        }
+        let mut through_files = descendants(root);
+        from_table.sort();
+        through_files.sort();
+        for p in &from_table {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*p),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(from_table.len(), 4, "sleep, subshell and its two sleeps: {from_table:?}");
+        assert_eq!(through_files, from_table);
+        let mine: Vec<i32> = own_children().iter().map(|s| s.pid).collect();
+        assert!(mine.contains(&root), "{mine:?} lacks {root}");
     }
 
     #[test]

@@ -152,7 +152,8 @@ impl Reaper {
             }
             self.reap_all();
             // Orphaned ranks are children of the agent: with no child at all there is nothing
-            // to sweep, and an idle agent skips the process-table scan (one syscall instead).
+            // to sweep, and an idle agent skips even the read of its children list (one syscall
+            // instead).
             if has_children() {
                 orphans.sweep(|p| self.tracks(p));
             }

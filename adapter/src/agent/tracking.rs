@@ -13,8 +13,9 @@
 //!   the agent's own), so the process tree is followed as for the sweep below as well; only
 //!   processes in another launch's cgroup are left to that launch.
 //! * **A process-tree sweep** otherwise (no writable cgroup, or `--cgroup off`): the agent
-//!   records, every [`SCAN_INTERVAL`] while the launch runs, every descendant of prted (by
-//!   `/proc/PID/stat` parent links, with the start time against pid reuse), and when stopping it
+//!   records, every [`SCAN_INTERVAL`] while the launch runs, every descendant of prted (by the
+//!   kernel's children lists, `/proc/PID/task/TID/children`, with the start time against pid
+//!   reuse; a kernel without them: by the parent links of the whole table), and when stopping it
 //!   adds the current descendants and the agent's untracked children that belong to the launch:
 //!   in the agent's own session, recorded before, or in a session whose leader is gone or was
 //!   recorded (a double-forking daemon); a child in a session whose leader is alive and not the
@@ -29,7 +30,9 @@ use nix::unistd::Pid;
 use tracing::{info, warn};
 
 use super::cgroup::{find_cgroup_base, remove_stale_cgroups, CgroupBase, STALE_AFTER};
-use super::proc_stat::{all_stats, descendants_in, read_stat, start_time, ProcStat};
+use super::proc_stat::{
+    all_stats, descendants, descendants_in, own_children, read_stat, start_time, ProcStat,
+};
 
 /// How often the sweep fallback records the descendants of a running launch.
 pub(crate) const SCAN_INTERVAL: Duration = Duration::from_millis(100);
@@ -122,9 +125,9 @@ impl Known {
 
     /// Records the current descendants of `root` (and `root`).
     pub fn record(&self, root: i32) {
-        let stats = all_stats();
+        let now = descendants(root);
         let mut known = self.lock();
-        for p in std::iter::once(root).chain(descendants_in(root, &stats)) {
+        for p in std::iter::once(root).chain(now) {
             if let Some(t) = start_time(p) {
                 known.insert(p, t);
             }
@@ -230,11 +233,10 @@ pub(crate) struct OrphanedRanks {
 impl OrphanedRanks {
     /// One pass: signal the agent's untracked children that are PRRTE-launched processes.
     pub fn sweep(&mut self, tracked: impl Fn(i32) -> bool) {
-        let me = std::process::id() as i32;
         let mut now_seen = HashMap::new();
-        for s in all_stats()
+        for s in own_children()
             .into_iter()
-            .filter(|s| s.ppid == me && s.state != 'Z' && !tracked(s.pid))
+            .filter(|s| s.state != 'Z' && !tracked(s.pid))
         {
             if !is_prrte_launched(s.pid) {
                 continue;

@@ -64,6 +64,11 @@ fn cpu_and_parent(pid: u32) -> Option<(f64, u32)> {
     Some((cpu / tick, f.get(1)?.parse().ok()?))
 }
 
+/// CPU seconds a process used itself (and what it reaped).
+pub fn own_cpu(pid: u32) -> Option<f64> {
+    cpu_and_parent(pid).map(|c| c.0)
+}
+
 /// CPU seconds of `root` and its live descendants (with what they reaped), leaving out prted
 /// and everything under it (the daemons' own work is not the launcher's).
 pub fn tree_cpu(root: u32) -> f64 {

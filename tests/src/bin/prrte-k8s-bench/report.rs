@@ -24,6 +24,7 @@ pub fn json_report(rows: &[Row], runs: usize) -> serde_json::Value {
                         "dvm_ready_s": stats(&get(|s| s.ready)),
                         "first_job_s": stats(&get(|s| s.first_job)),
                         "launcher_cpu_per_daemon_ms": stats(&per),
+                        "agents_idle_cpu_ms_per_s": stats(&get(|s| s.agents_idle)),
                     }),
                 );
             }

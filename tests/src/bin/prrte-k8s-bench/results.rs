@@ -41,6 +41,9 @@ pub struct Sample {
     pub cpu: f64,
     /// The machine's 1-minute load average when this run started.
     pub load: f64,
+    /// CPU the worker pods' agents used while the DVM was up and idle (before the first job),
+    /// ms per second per agent.
+    pub agents_idle: f64,
 }
 
 /// Peak resident memory (VmHWM, kB) per worker pod (pods 1..N-1), measured while the DVM is up.

@@ -1,7 +1,7 @@
 //! Running the benchmark: the pods of one pod count, each method's DVM started and stopped,
 //! what is measured while it is up, and the prteds this run started.
 
-use crate::host::{load_avg, tree_cpu, PROFILE};
+use crate::host::{load_avg, own_cpu, tree_cpu, PROFILE};
 use crate::results::{Row, Rss, Sample, Variant};
 use anyhow::{bail, Context, Result};
 use sandbox::harness::{self, TestDir};
@@ -122,6 +122,9 @@ impl Methods<'_> {
             if let Some(r) = rss {
                 measure_rss(job, variant, r)?;
             }
+            // Every method waits the same window here, so the first job finds every DVM as
+            // settled.
+            sample.agents_idle = agents_idle_cpu(job)?;
             sample.first_job = first_job(job, &uri, tag)?;
             Ok(String::new())
         })?;
@@ -160,12 +163,13 @@ impl Methods<'_> {
                     if last { Some(&mut rss) } else { None },
                 )?;
                 eprintln!(
-                    "[{n} pods, {PROFILE}] run {}/{runs} {:<11} ready {:.3} s, first job {:.3} s, launcher CPU {:.3} s (load {:.2})",
+                    "[{n} pods, {PROFILE}] run {}/{runs} {:<11} ready {:.3} s, first job {:.3} s, launcher CPU {:.3} s, idle agents {:.2} ms/s (load {:.2})",
                     r + 1,
                     v.tag(),
                     t.ready,
                     t.first_job,
                     t.cpu,
+                    t.agents_idle,
                     t.load
                 );
                 times[idx].1.push(t);
@@ -191,6 +195,28 @@ fn check_daemons(job: &Job, variant: Variant) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// How long the agents' CPU is watched while the DVM is up and idle.
+const IDLE_WINDOW: Duration = Duration::from_secs(1);
+
+/// CPU the worker pods' agents use over [`IDLE_WINDOW`] with the DVM up and idle, ms per
+/// second per agent (the agents follow their prted's process tree while it runs; with the
+/// other methods they have no prted and show what an idle agent costs).
+fn agents_idle_cpu(job: &Job) -> Result<f64> {
+    let mut agents = Vec::new();
+    for i in 1..job.pods.len() {
+        // comm is cut to 15 characters: "prrte-k8s-agen"
+        agents.extend(sshd::pids_like(job, i, "prrte-k8s-agen")?);
+    }
+    if agents.is_empty() {
+        bail!("no agent runs in the worker pods");
+    }
+    let sum = || agents.iter().filter_map(|p| own_cpu(*p)).sum::<f64>();
+    let (t0, c0) = (std::time::Instant::now(), sum());
+    std::thread::sleep(IDLE_WINDOW);
+    let (c1, dt) = (sum(), t0.elapsed().as_secs_f64());
+    Ok((c1 - c0) * 1e3 / dt / agents.len() as f64)
 }
 
 /// `prun -n <2 per pod> hostname` into the DVM whose URI is in `uri`: seconds it took.

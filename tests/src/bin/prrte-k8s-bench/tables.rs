@@ -90,6 +90,11 @@ fn print_per_run(rows: &[Row], variants: &[Variant]) {
             1e3,
             |s: &Sample| s.cpu,
         ),
+        (
+            "Agents' own CPU while the DVM is up and idle (1 s before the first job), ms per second per worker agent, median [min-max]",
+            1.0,
+            |s: &Sample| s.agents_idle,
+        ),
     ] {
         println!();
         println!("{title} [{PROFILE}]");
