@@ -185,6 +185,7 @@ mod tests {
             from_table = descendants_in(root, &all_stats());
         }
         let mut through_files = descendants(root);
+        let mine: Vec<i32> = own_children().iter().map(|s| s.pid).collect();
         from_table.sort();
         through_files.sort();
         for p in &from_table {
@@ -197,7 +198,6 @@ mod tests {
         let _ = child.wait();
         assert_eq!(from_table.len(), 4, "sleep, subshell and its two sleeps: {from_table:?}");
         assert_eq!(through_files, from_table);
-        let mine: Vec<i32> = own_children().iter().map(|s| s.pid).collect();
         assert!(mine.contains(&root), "{mine:?} lacks {root}");
     }
 
