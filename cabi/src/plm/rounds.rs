@@ -189,7 +189,11 @@ fn resolve_added_then_begin(
                         }
                         begin_round(jdata, dvm, nodes, &prted);
                     }
-                    Err(e) => launch_error(jdata, &e),
+                    Err(e) => {
+                        let vpids: Vec<u32> = nodes.iter().map(|n| n.vpid).collect();
+                        daemons::drop_unlaunched(dvm, &vpids);
+                        launch_error(jdata, &e);
+                    }
                 }
                 // SAFETY: releases the reference taken above (`jdata` is not used after this).
                 unsafe { ffi::prrte_k8s_shim_release(jdata.as_ptr() as *mut c_void) };
