@@ -126,7 +126,11 @@ async fn grow_adds_pods_to_the_running_dvm_and_prun_uses_them() {
     wait_for_text(&log, said, Duration::from_secs(10)).unwrap();
     // The DVM keeps running on its 6 pods.
     let out = prrte_k8s(&job, 4, &["prun", "-n", "12", "hostname"]);
-    assert!(out.status.success(), "prun after the refusal: {}", text(&out));
+    assert!(
+        out.status.success(),
+        "prun after the refusal: {}",
+        text(&out)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 12);
     let out = prrte_k8s(&job, 0, &["pterm"]);
     assert!(out.status.success(), "pterm: {}", text(&out));
