@@ -76,7 +76,7 @@ pub enum GrowError {
         kind: &'static str,
         namespace: String,
         name: String,
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 }
 
@@ -150,7 +150,7 @@ fn api_error(what: &'static str, w: &Workload, source: kube::Error) -> GrowError
         kind: w.kind,
         namespace: w.namespace.clone(),
         name: w.name.clone(),
-        source,
+        source: Box::new(source),
     }
 }
 
