@@ -135,3 +135,56 @@ async fn grow_adds_pods_to_the_running_dvm_and_prun_uses_them() {
     let out = prrte_k8s(&job, 0, &["pterm"]);
     assert!(out.status.success(), "pterm: {}", text(&out));
 }
+
+/// `MPI_Comm_spawn` with Open MPI's `add-host` info key onto pods the Job was raised to (by a
+/// patch, as Kubernetes scales it): the hosts join the running DVM, the PLM starts a daemon in
+/// each new pod only, and the children run there (each checks its host name).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpi_comm_spawn_with_add_host_runs_on_new_pods() {
+    let mut job = ElasticJob::start(spec("spawn", 2), 4).await.unwrap();
+    for i in 0..2 {
+        wait_for_text(&uri_file(&job, i), "tcp4://", Duration::from_secs(90)).unwrap();
+    }
+    job.cluster
+        .store()
+        .patch(
+            &sandbox::api::resources::JOBS,
+            NS,
+            "spawn",
+            sandbox::api::Patch::Merge(
+                serde_json::json!({"spec": {"parallelism": 4, "completions": 4}}),
+            ),
+            sandbox::api::Part::Main,
+            false,
+        )
+        .unwrap();
+    job.refresh(4).await.unwrap();
+    let prog = harness::mpi_program("spawn_add_host").unwrap();
+    let out = prrte_k8s(
+        &job,
+        1,
+        &[
+            "prun",
+            "-n",
+            "1",
+            prog.to_str().unwrap(),
+            "2",
+            "spawn-2:1,spawn-3:1",
+            "spawn-2,spawn-3",
+        ],
+    );
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("spawn: parents=1 children=2 sum=3 OK"),
+        "{t}"
+    );
+    // (The children's own output stays in the DVM; a child off the listed hosts would have
+    // made the sum wrong.)
+    for i in 2..4 {
+        assert_eq!(prteds(&job, i).len(), 1, "a prted in new pod {i}");
+    }
+    let out = prrte_k8s(&job, 0, &["pterm"]);
+    assert!(out.status.success(), "pterm: {}", text(&out));
+}
