@@ -46,7 +46,7 @@ pub use slots::{
 
 use crate::settings::mca;
 use api::Ctx;
-use client::Environment;
+pub use client::Environment;
 use names::is_dns_label;
 use readiness::{classify, PodReadiness};
 
@@ -178,6 +178,48 @@ pub fn discover_blocking(cfg: &DiscoveryConfig) -> Result<Allocation, DiscoveryE
     } else {
         run()
     }
+}
+
+/// The workload that owns the pod we run in, by kind and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkloadRef {
+    Job(String),
+    StatefulSet(String),
+    JobSet(String),
+}
+
+/// Our own pod's workload and an API client to act on it (what `prrte-k8s grow` needs).
+pub struct OwnWorkload {
+    pub client: kube::Client,
+    pub namespace: String,
+    /// None when our pod carries no workload label and no owning StatefulSet.
+    pub workload: Option<WorkloadRef>,
+}
+
+/// Finds the workload of the pod we run in, as discovery infers it (bounded by the timeout).
+pub async fn own_workload(
+    cfg: &DiscoveryConfig,
+    env: &Environment,
+) -> Result<OwnWorkload, DiscoveryError> {
+    validate_config(cfg)?;
+    let deadline = tokio::time::Instant::now() + cfg.timeout;
+    let (ctx, namespace) = connect(cfg, env, deadline).await?;
+    let me = SelfIdentity::resolve(
+        cfg.self_pod.as_deref(),
+        env.pod_name.as_deref(),
+        env.hostname.as_deref(),
+    );
+    let inf = infer::infer_selector(&ctx, &namespace, me.as_ref()).await?;
+    let workload = inf.workload.map(|w| match w {
+        infer::Workload::Job(n) => WorkloadRef::Job(n),
+        infer::Workload::StatefulSet(n) => WorkloadRef::StatefulSet(n),
+        infer::Workload::JobSet { name, .. } => WorkloadRef::JobSet(name),
+    });
+    Ok(OwnWorkload {
+        client: ctx.api.client,
+        namespace,
+        workload,
+    })
 }
 
 fn invalid(param: &str, value: impl ToString, reason: impl ToString) -> DiscoveryError {

@@ -9,15 +9,15 @@
 //! protocol's parts):
 //! - `cabi` (`prte_mca_ras_k8s.so`, `prte_mca_plm_k8s.so`): [`discovery`] (`discover`,
 //!   `DiscoveryConfig`, `Allocation`, `DiscoveryError`), [`launch`] (the round state machine
-//!   [`launch::rounds`], `Launcher`, [`launch::targets`]' pod table, [`launch::prted_args`],
+//!   [`launch::rounds`], `Launcher`, [`launch::targets`]' pod table, [`launch::added`], [`launch::prted_args`],
 //!   [`launch::settings`]), [`settings::mca`] (the MCA parameter tables it registers) and
 //!   [`protocol::DEFAULT_SECRET_FILE`].
 //! - `prrte-k8s-agent`: [`agent`] (`AgentArgs`, `AgentConfig`, `ExecPolicy`,
 //!   `run_until_signalled_with_exec`), [`runtime`],
 //!   [`settings`].
 //! - `prrte-k8s-rsh`: [`rsh::main`], [`runtime`].
-//! - `prrte-k8s` (pods, hostfile, manifest, doctor, prun and the PRRTE tools): [`discovery`],
-//!   [`hostfile`], [`manifest`], [`launch::ping_agent`], [`protocol`] (the secret file, the DVM
+//! - `prrte-k8s` (pods, hostfile, manifest, doctor, prun, grow and the PRRTE tools):
+//!   [`discovery`], [`grow`], [`hostfile`], [`manifest`], [`launch::ping_agent`], [`protocol`] (the secret file, the DVM
 //!   URI's check), [`settings`], [`runtime`].
 //! - [`text`] makes peers' text safe to log, for all of them.
 #![forbid(unsafe_code)]
@@ -25,6 +25,7 @@
 pub mod agent;
 pub mod bundle;
 pub mod discovery;
+pub mod grow;
 pub mod hostfile;
 pub mod launch;
 pub mod manifest;

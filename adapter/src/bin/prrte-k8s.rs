@@ -7,12 +7,15 @@
 //! `prrte-k8s prun ARGS...` / `prrte-k8s pterm ARGS...` run PRRTE's tools against the job's DVM
 //! from any pod: the DVM URI comes from the file the agent publishes (`dvm-uri` prints it). An
 //! interrupted `prrte-k8s prun` kills its job in the DVM (PRRTE's own prun leaves it running).
+//! `prrte-k8s grow N` adds N pods to a running elastic job and its DVM.
 //! `prrte-k8s doctor` checks what PRRTE's k8s components need, one line per check.
 //! `prrte-k8s manifest [OPTIONS] [-- COMMAND...]` prints a complete job for `kubectl apply -f -`.
 #![forbid(unsafe_code)]
 
 #[path = "prrte-k8s/doctor.rs"]
 mod doctor;
+#[path = "prrte-k8s/grow.rs"]
+mod grow;
 #[path = "prrte-k8s/prun.rs"]
 mod prun;
 #[path = "prrte-k8s/tools.rs"]
@@ -51,6 +54,10 @@ enum Command {
     /// Run PRRTE's prun against the job's DVM: `prrte-k8s prun -n 12 ./app`. Interrupted
     /// (SIGINT, SIGTERM, SIGHUP), it kills its job in the DVM, so the job's slots are freed.
     Prun(tools::ToolArgs),
+    /// Add N pods to the running job and its DVM (a job rendered with `manifest --elastic
+    /// --max-pods M`): raises the workload, waits for the new pods to be Ready, adds them to
+    /// the DVM and prints their host names.
+    Grow(GrowArgs),
     /// Run PRRTE's pterm against the job's DVM (stops the DVM).
     Pterm(tools::ToolArgs),
     /// Check cluster access, RBAC, the job's pods and agents, and the PRRTE install.
@@ -153,6 +160,17 @@ impl DiscoverArgs {
             exclude_self: self.exclude_self,
         }
     }
+}
+
+#[derive(Args, Debug)]
+struct GrowArgs {
+    /// How many pods to add
+    #[arg(value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pods: u32,
+    #[command(flatten)]
+    discover: DiscoverArgs,
+    #[arg(long, setting = &prrte_k8s::settings::agent::DVM_URI_FILE)]
+    file: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -315,6 +333,7 @@ fn main() -> ExitCode {
         Command::Hostfile(args) => hostfile(args),
         Command::DvmUri(args) => tools::dvm_uri(args),
         Command::Prun(args) => prun::run(args),
+        Command::Grow(args) => grow::run(args.discover.config(), args.pods, args.file),
         Command::Pterm(args) => tools::exec_tool("pterm", args),
         Command::Doctor(args) => doctor::run(args),
         Command::Manifest(args) => manifest(*args),

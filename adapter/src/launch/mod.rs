@@ -4,7 +4,7 @@
 //! This is what PRRTE's k8s PLM component drives (through the C ABI) from its own thread; what
 //! it launches in each round, and what it reports to PRRTE about the outcomes, is decided by
 //! [`rounds`], from the [`settings`] the PLM's parameters give, the nodes resolved to pods by
-//! [`targets`] and prted's command line adapted by [`prted_args`]. `connect` holds the
+//! [`targets`] (hosts added to a running DVM by [`added`]) and prted's command line adapted by [`prted_args`]. `connect` holds the
 //! connection to one agent, which the batch launcher, `prrte-k8s-rsh` and `doctor` use too.
 //!
 //! [`Launcher::start`] returns at once; all network work runs on the launcher's own tokio
@@ -33,6 +33,7 @@ use crate::protocol::{
     Reply, Request, Session,
 };
 
+pub mod added;
 mod connect;
 mod error;
 mod event;

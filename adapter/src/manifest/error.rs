@@ -12,6 +12,10 @@ pub enum ManifestError {
     Name(String),
     #[error("--kind statefulset runs interactive jobs only (a StatefulSet restarts pods that exit); use --kind job or jobset for a command")]
     StatefulsetBatch,
+    #[error("--elastic with --kind jobset: a JobSet's replicated Jobs cannot be changed while it runs; use --kind job or statefulset for a job that grows")]
+    ElasticJobset,
+    #[error("--max-pods {max} is below --pods {pods}: give the most pods the job may grow to (at least --pods)")]
+    MaxPods { max: u32, pods: u32 },
     #[error("--agent {0:?}: give an absolute path or a bare name found on the image's PATH")]
     Agent(String),
     #[error("--prrte-prefix {0:?}: must be absolute")]

@@ -4,8 +4,9 @@ use serde_json::{json, Value};
 
 use super::layout::CONTAINER;
 use super::meta::meta;
-use super::plan::JobPlan;
+use super::meta::{KUEUE_ELASTIC_ANNOTATION, MAX_PODS_ANNOTATION};
 use super::plan::Success;
+use super::plan::{JobPlan, Kind};
 use super::pod::pod_template;
 
 /// The spec of the Indexed Job: one pod per index, one try, failing at the first disruption or
@@ -60,8 +61,15 @@ pub(super) fn workload_meta(a: &JobPlan) -> Value {
         }
         m["labels"] = Value::Object(labels);
     }
-    if !a.annotations.is_empty() {
-        m["annotations"] = Value::Object(a.annotations.clone());
+    let mut annotations = a.annotations.clone();
+    if let Some(max) = a.max_pods {
+        annotations.insert(MAX_PODS_ANNOTATION.into(), json!(max.to_string()));
+        if a.kind == Kind::Job {
+            annotations.insert(KUEUE_ELASTIC_ANNOTATION.into(), json!("true"));
+        }
+    }
+    if !annotations.is_empty() {
+        m["annotations"] = Value::Object(annotations);
     }
     m
 }

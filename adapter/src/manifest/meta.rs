@@ -44,6 +44,13 @@ pub(super) fn meta(p: &JobPlan, name: &str) -> Value {
 /// select. Not `app.kubernetes.io/instance`, which Helm puts on every pod of a release.
 pub const JOB_LABEL: &str = "prrte-k8s.io/job";
 
+/// The annotation of an elastic job's workload object: the most pods it may grow to (what
+/// `prrte-k8s grow` reads; absent: the job does not grow).
+pub const MAX_PODS_ANNOTATION: &str = "prrte-k8s.io/max-pods";
+
+/// Kueue's annotation of a Job that may change its parallelism while admitted.
+pub const KUEUE_ELASTIC_ANNOTATION: &str = "kueue.x-k8s.io/elastic-job";
+
 /// [`JOB_LABEL`] and its value.
 pub(super) fn job_label(p: &JobPlan) -> (&'static str, String) {
     (JOB_LABEL, p.name.clone())

@@ -24,6 +24,12 @@
 //! `ttlSecondsAfterFinished`. **Interactive** (no command): the agent of pod 0 runs the DVM head
 //! and `prrte-k8s prun` works from any pod.
 //!
+//! **Elastic** (`--elastic --max-pods M`): `prrte-k8s grow N` may add pods to the running job.
+//! The Role may then also `patch` the one workload (a StatefulSet's `scale` subresource too),
+//! the workload carries [`MAX_PODS_ANNOTATION`] with M, and a Job Kueue's
+//! [`KUEUE_ELASTIC_ANNOTATION`] so that a cluster with Kueue admits the growth. A JobSet does
+//! not grow (its replicated Jobs cannot change while it runs).
+//!
 //! Ports (pinned, so that the NetworkPolicy can name them):
 //! [`AGENT_PORT`] (agent), [`HEALTH_PORT`] (readiness), [`TOOL_PORT`] (the DVM head's PMIx
 //! tool listener, interactive only), [`OOB_PORT`] (PRRTE's OOB: `oob_tcp_dynamic_ipv4_ports`),
@@ -45,6 +51,8 @@
 //! `secret`, `network_policy` the other objects; `header` the comment header; `mpijob` the
 //! MPIJob input; `restricted` the check. This file only names the parts and what they offer.
 
+#[cfg(test)]
+mod elastic_tests;
 mod error;
 mod header;
 mod inject;
@@ -72,7 +80,7 @@ pub use layout::{
     AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, CONTAINER, HEALTH_PORT, OOB_PORT, RUN_DIR,
     SECRET_DIR, TOOL_PORT,
 };
-pub use meta::JOB_LABEL;
+pub use meta::{JOB_LABEL, KUEUE_ELASTIC_ANNOTATION, MAX_PODS_ANNOTATION};
 pub use options::{check, ManifestArgs, Mpi, DEFAULT_NAME};
 pub use plan::{JobPlan, Kind, Launch, Part, PodPlan, Success};
 pub use render::{objects, prepare, render};

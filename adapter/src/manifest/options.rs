@@ -137,6 +137,13 @@ pub struct ManifestArgs {
     /// address but link-local ones (cloud metadata), on ports 443 and 6443]
     #[arg(long, value_name = "CIDR")]
     pub api_server_cidr: Vec<ipnet::IpNet>,
+    /// Elastic: `prrte-k8s grow N` may add pods to the running job, up to --max-pods (the
+    /// Role may then patch the workload; a Job carries Kueue's elastic-job annotation)
+    #[arg(long, requires = "max_pods")]
+    pub elastic: bool,
+    /// With --elastic: the most pods the job may grow to
+    #[arg(long, value_name = "M", requires = "elastic", value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub max_pods: Option<u32>,
     /// Leave out the Secret (create it yourself; the header says how)
     #[arg(long)]
     pub no_secret: bool,
@@ -204,6 +211,7 @@ impl ManifestArgs {
             annotations: Map::new(),
             suspend: false,
             managed_by: None,
+            max_pods: self.max_pods.filter(|_| self.elastic),
             origin: Vec::new(),
             api_server: self.api_server_cidr.clone(),
             pod: PodPlan {
@@ -279,6 +287,17 @@ pub fn check(a: &ManifestArgs) -> Result<(), ManifestError> {
     }
     if a.kind == Kind::Statefulset && !a.command.is_empty() {
         return Err(ManifestError::StatefulsetBatch);
+    }
+    if let Some(m) = a.max_pods.filter(|_| a.elastic) {
+        if a.kind == Kind::Jobset {
+            return Err(ManifestError::ElasticJobset);
+        }
+        if m < a.pods {
+            return Err(ManifestError::MaxPods {
+                max: m,
+                pods: a.pods,
+            });
+        }
     }
     if !a.agent.starts_with('/') && a.agent.contains('/') {
         return Err(ManifestError::Agent(a.agent.clone()));

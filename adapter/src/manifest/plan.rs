@@ -100,6 +100,9 @@ pub struct JobPlan {
     pub suspend: bool,
     /// `spec.managedBy` of the Job.
     pub managed_by: Option<String>,
+    /// Elastic: `prrte-k8s grow` may raise the workload up to this many pods (None: it may
+    /// not grow).
+    pub max_pods: Option<u32>,
     /// Header lines saying what the job was made from.
     pub origin: Vec<String>,
     /// Where the pods may reach the Kubernetes API (the NetworkPolicy's egress); empty: any

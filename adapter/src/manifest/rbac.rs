@@ -1,6 +1,6 @@
 //! The ServiceAccount, the Role with exactly what discovery reads for the workload (the pods of
 //! the namespace, which it selects by label and watches, and `get` on the one workload object
-//! by name), and its RoleBinding.
+//! by name; an elastic job's also `patch` on it, to grow), and its RoleBinding.
 
 use serde_json::{json, Value};
 
@@ -17,7 +17,17 @@ pub(super) fn rbac(a: &JobPlan) -> Vec<Value> {
         Kind::Statefulset => ("apps", "statefulsets"),
         Kind::Jobset => ("jobset.x-k8s.io", "jobsets"),
     };
-    let owner = json!({"apiGroups": [group], "resources": [resource], "resourceNames": [a.name], "verbs": ["get"]});
+    // An elastic job also raises it (`patch`; a StatefulSet's scale subresource too, so
+    // `kubectl scale` works with the same rights).
+    let (verbs, resources) = match (a.max_pods, a.kind) {
+        (None, _) => (json!(["get"]), json!([resource])),
+        (Some(_), Kind::Statefulset) => (
+            json!(["get", "patch"]),
+            json!([resource, format!("{resource}/scale")]),
+        ),
+        (Some(_), _) => (json!(["get", "patch"]), json!([resource])),
+    };
+    let owner = json!({"apiGroups": [group], "resources": resources, "resourceNames": [a.name], "verbs": verbs});
     let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(a, &n.sa),
         // Mounted only where the pod template asks for it.
         "automountServiceAccountToken": false});

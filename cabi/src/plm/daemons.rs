@@ -209,6 +209,26 @@ pub fn fail_daemon(dvm: JobRef, vpid: u32) {
     };
 }
 
+/// A later round refused before anything was launched: its daemons leave the routing tree and
+/// their nodes are marked down, so the running DVM neither routes messages to daemons that never
+/// started nor maps processes onto their nodes.
+pub fn drop_unlaunched(dvm: JobRef, vpids: &[u32]) {
+    for &vpid in vpids {
+        let Some(proc_) = daemon_proc(dvm, vpid) else {
+            continue;
+        };
+        // SAFETY: main thread, live daemon job and proc; the same bookkeeping PRRTE's own
+        // launchers do for a daemon that is gone (route lost), and the node's state field.
+        unsafe {
+            ffi::prte_rml_route_lost(vpid);
+            let node = (*proc_).node;
+            if !node.is_null() {
+                (*node).state = ffi::PRTE_NODE_STATE_DOWN as ffi::prte_node_state_t;
+            }
+        }
+    }
+}
+
 /// Tell PRRTE a running daemon is lost (`COMM_FAILED`), as its OOB does when a daemon's
 /// connection breaks.
 pub fn lost_daemon(dvm: JobRef, vpid: u32) {

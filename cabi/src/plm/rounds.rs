@@ -6,14 +6,21 @@
 //! helpers; the rounds' state machine decides what to launch, and the launcher talks to the
 //! agents in parallel on its own threads. Its events and each round's startup timeout come back
 //! through the main-loop mailbox; the state machine answers each with [`Action`]s, which are
-//! carried out here, in PRRTE.
+//! carried out here, in PRRTE. A later round's nodes that were added to the running DVM by
+//! name (`--add-host`) are first resolved to the job's ready pods by a discovery on a thread of
+//! our own ([`prrte_k8s::launch::added`]).
 use super::daemons::{self, Procs};
 use crate::prrte::JobRef;
 use crate::shim::{self, Framework};
 use crate::{ffi, mainloop, params, pods, prrte};
+use prrte_k8s::discovery::{self, DiscoveryConfig};
+use prrte_k8s::launch::added;
+use prrte_k8s::launch::prted_args::PrtedTemplate;
 use prrte_k8s::launch::rounds::{Action, RoundLaunch, RoundRequest, Rounds, Start};
 use prrte_k8s::launch::settings::PlmSettings;
+use prrte_k8s::launch::targets::DaemonNode;
 use prrte_k8s::launch::{LaunchEvent, Launcher};
+use std::os::raw::c_void;
 use std::sync::{mpsc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -115,6 +122,95 @@ pub fn launch_round(jdata: JobRef) {
         Ok(t) => t,
         Err(e) => return launch_error(jdata, &e.to_string()),
     };
+    // Hosts added to the running DVM that the RAS never allocated: found among the job's
+    // ready pods first, on our own thread.
+    let unknown = pods::with(|p| added::unknown_nodes(&nodes, p));
+    if unknown.is_empty() {
+        begin_round(jdata, dvm, nodes, &prted);
+    } else {
+        resolve_added_then_begin(jdata, dvm, nodes, prted, unknown);
+    }
+}
+
+/// Resolves the added hosts `unknown` to ready pods of the job through a discovery (as `ras
+/// k8s` runs it: its parameters, readiness rules and timeout) on a thread of our own, then
+/// begins the round on the main thread; a host that is not a ready pod of the job fails the
+/// launch, named.
+fn resolve_added_then_begin(
+    jdata: JobRef,
+    dvm: JobRef,
+    nodes: Vec<DaemonNode>,
+    prted: PrtedTemplate,
+    unknown: Vec<String>,
+) {
+    let cfg = match DiscoveryConfig::from_params(&params::ras()) {
+        Ok(c) => c,
+        Err(e) => return launch_error(jdata, &e.to_string()),
+    };
+    shim::verbose(
+        Framework::Plm,
+        1,
+        &format!(
+            "plm:k8s: resolving added host(s) {} to the job's ready pods",
+            unknown.join(", ")
+        ),
+    );
+    // SAFETY: `jdata` is live (PRRTE's state callback); kept alive until the completion below
+    // releases it.
+    unsafe { ffi::prrte_k8s_shim_retain(jdata.as_ptr() as *mut c_void) };
+    let (job, daemons) = (jdata.as_ptr() as usize, dvm.as_ptr() as usize);
+    let spawned = std::thread::Builder::new()
+        .name("prrte-k8s-add-hosts".into())
+        .spawn(move || {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                discovery::discover_blocking(&cfg)
+            }))
+            .map_err(|_| {
+                "the discovery of the added hosts panicked; please report this as a bug".to_string()
+            })
+            .and_then(|r| r.map_err(|e| e.to_string()))
+            .and_then(|alloc| added::resolve_added(&unknown, &alloc).map_err(|e| e.to_string()));
+            mainloop::post(move || {
+                // SAFETY: the job object was retained above and is released just below; the
+                // daemon job lives until prte exits; the mailbox runs this on the main thread.
+                let (jdata, dvm) = unsafe {
+                    (
+                        JobRef::new(job as *mut ffi::prte_job_t),
+                        JobRef::new(daemons as *mut ffi::prte_job_t),
+                    )
+                };
+                let (Some(jdata), Some(dvm)) = (jdata, dvm) else {
+                    return;
+                };
+                match result {
+                    Ok(found) => {
+                        for (host, addr) in found {
+                            pods::record(&host, addr);
+                        }
+                        begin_round(jdata, dvm, nodes, &prted);
+                    }
+                    Err(e) => {
+                        let vpids: Vec<u32> = nodes.iter().map(|n| n.vpid).collect();
+                        daemons::drop_unlaunched(dvm, &vpids);
+                        launch_error(jdata, &e);
+                    }
+                }
+                // SAFETY: releases the reference taken above (`jdata` is not used after this).
+                unsafe { ffi::prrte_k8s_shim_release(jdata.as_ptr() as *mut c_void) };
+            })
+        });
+    if let Err(e) = spawned {
+        // SAFETY: undo the retain above.
+        unsafe { ffi::prrte_k8s_shim_release(jdata.as_ptr() as *mut c_void) };
+        launch_error(
+            jdata,
+            &format!("cannot start the thread resolving added hosts: {e}"),
+        );
+    }
+}
+
+/// Begins a round for `nodes`, all of which the pod table now resolves (main thread).
+fn begin_round(jdata: JobRef, dvm: JobRef, nodes: Vec<DaemonNode>, prted: &PrtedTemplate) {
     let (settings, env, server_uri) = (settings(), std::env::vars().collect(), shim::server_uri());
     let begun = {
         let mut plm = plm();
@@ -122,7 +218,7 @@ pub fn launch_round(jdata: JobRef) {
         pods::with(|pods| {
             plm.rounds.begin(RoundRequest {
                 settings: &settings,
-                prted: &prted,
+                prted,
                 env,
                 server_uri,
                 nodes,

@@ -410,7 +410,12 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
     check_labels(obj, &mut causes);
     match (rt.group, rt.plural) {
         ("", "pods") => check_pod(obj, old, &mut causes),
-        ("batch", "jobs") => check_job(obj, &mut causes),
+        ("batch", "jobs") => {
+            check_job(obj, &mut causes);
+            if let Some(old) = old {
+                check_job_update(obj, old, &mut causes);
+            }
+        }
         ("apps", "statefulsets") => check_statefulset(obj, &mut causes),
         ("rbac.authorization.k8s.io", "rolebindings")
         | ("rbac.authorization.k8s.io", "clusterrolebindings") => {
@@ -479,6 +484,32 @@ fn check_job(obj: &Value, causes: &mut Vec<(String, String)>) {
         }
     }
     check_selector_matches(obj, causes);
+}
+
+/// What a Job update may change in its counts: `completions` is immutable, but for an
+/// Indexed Job whose new `completions` equals its `parallelism` (an elastic Indexed Job, so
+/// both change in tandem).
+fn check_job_update(obj: &Value, old: &Value, causes: &mut Vec<(String, String)>) {
+    let (new_c, old_c) = (
+        obj.pointer("/spec/completions"),
+        old.pointer("/spec/completions"),
+    );
+    if new_c == old_c {
+        return;
+    }
+    let shown = new_c.map_or("null".to_string(), Value::to_string);
+    let indexed = obj.pointer("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
+    if !indexed {
+        causes.push((
+            "spec.completions".into(),
+            format!("Invalid value: {shown}: field is immutable"),
+        ));
+    } else if new_c.is_some_and(|c| !c.is_null()) && new_c != obj.pointer("/spec/parallelism") {
+        causes.push((
+            "spec.completions".into(),
+            format!("Invalid value: {shown}: can only be modified in tandem with spec.parallelism"),
+        ));
+    }
 }
 
 /// The checks of a StatefulSet: its template, selector, restart policy, replicas.

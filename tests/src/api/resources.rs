@@ -84,6 +84,7 @@ const RW: &[&str] = &[
     "watch",
 ];
 const STATUS: &[&str] = &["status"];
+const STATUS_SCALE: &[&str] = &["status", "scale"];
 
 macro_rules! rt {
     ($g:expr, $v:expr, $plural:expr, $singular:expr, $kind:expr, $ns:expr, $short:expr, $cat:expr, $verbs:expr, $sub:expr, $stored:expr, $ty:ty) => {
@@ -240,7 +241,7 @@ pub static STATEFULSETS: ResourceType = rt!(
     &["sts"],
     &["all"],
     RW,
-    STATUS,
+    STATUS_SCALE,
     true,
     apps::v1::StatefulSet
 );

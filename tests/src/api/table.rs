@@ -315,7 +315,7 @@ fn job_cells(obj: &Value, name: Value, now: i64) -> Vec<Value> {
 }
 
 /// A structured label selector as kubectl prints it ("a=b,c in (d,e)"; "<none>" when empty).
-fn label_selector_text(sel: Option<&Value>) -> String {
+pub(crate) fn label_selector_text(sel: Option<&Value>) -> String {
     let Some(sel) = sel else {
         return "<none>".into();
     };

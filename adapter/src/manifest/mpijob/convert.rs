@@ -106,6 +106,7 @@ pub fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Note>), Mp
             .managed_by
             .filter(|m| *m != "kubeflow.org/mpi-operator")
             .map(String::from),
+        max_pods: None,
         origin: vec![format!(
             "from the MPIJob {} ({API_VERSION}): pod 0 is the launcher, {pods_text}; {ranks}, slotsPerWorker {}; the agent's --mpi {}",
             job.name, job.slots_per_worker, job.mpi

@@ -55,6 +55,11 @@ pub(super) fn resource_list(group: &str, version: &str) -> Value {
                     s["version"] = json!("v1");
                     s["verbs"] = json!(["create"]);
                 }
+                "scale" => {
+                    s["kind"] = json!("Scale");
+                    s["group"] = json!("autoscaling");
+                    s["version"] = json!("v1");
+                }
                 _ => {}
             }
             out.push(s);

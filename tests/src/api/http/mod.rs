@@ -4,7 +4,7 @@
 //! This file is the entry ([`handle`]: injected faults, the request record); `state` is the
 //! server's state, `record` a request's record, `response` the responses; `route` dispatches
 //! by path to `discovery` or to `resource`, which names the target and verb and authorizes it,
-//! and `verbs` answers it (with `watch`, `logs`, `tokens`, `reviews`); `request` reads queries
+//! and `verbs` answers it (with `watch`, `logs`, `tokens`, `reviews`, `scale`); `request` reads queries
 //! and bodies, `authn` tells who is asking.
 
 use super::status::ApiError;
@@ -22,6 +22,7 @@ mod resource;
 mod response;
 mod reviews;
 mod route;
+mod scale;
 mod state;
 #[cfg(test)]
 mod tests;

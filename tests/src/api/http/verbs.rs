@@ -5,6 +5,7 @@ use super::logs::pod_log;
 use super::request::{dry_run, list_query, parse_body, read_body, Shape};
 use super::response::{bytes_response, json_response, Body};
 use super::reviews::review;
+use super::scale::{scale_of, write_scale, ScaleChange};
 use super::state::State;
 use super::tokens::token_request;
 use super::watch::start_watch;
@@ -120,6 +121,9 @@ impl Call<'_> {
             return pod_log(st, &self.ns_str(), self.name_str(), &self.query).await;
         }
         let obj = st.store.get(rt, &self.ns_str(), self.name_str())?;
+        if self.sub == "scale" {
+            return Ok(json_response(200, &scale_of(&obj)));
+        }
         let out = match self.shape {
             Shape::Table(tv) => {
                 let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
@@ -150,6 +154,9 @@ impl Call<'_> {
     pub(super) async fn update(&self, body: Incoming) -> Answer {
         let bytes = read_body(body).await?;
         let v = parse_body(&self.parts.headers, &bytes)?;
+        if self.sub == "scale" {
+            return self.scale(ScaleChange::Replace(v));
+        }
         let obj = self.st.store.update(
             self.rt,
             &self.ns_str(),
@@ -171,6 +178,9 @@ impl Call<'_> {
             .unwrap_or("")
             .to_string();
         let patch = parse_patch(ct.split(';').next().unwrap_or("").trim(), &bytes)?;
+        if self.sub == "scale" {
+            return self.scale(ScaleChange::Patch(patch));
+        }
         let obj = self.st.store.patch(
             self.rt,
             &self.ns_str(),
@@ -180,6 +190,14 @@ impl Call<'_> {
             dry_run(&self.query),
         )?;
         Ok(json_response(200, &obj))
+    }
+
+    /// A write of the scale subresource.
+    fn scale(&self, change: ScaleChange) -> Answer {
+        let (ns, name) = (self.ns_str(), self.name_str());
+        let dry = dry_run(&self.query);
+        let scale = write_scale(&self.st.store, self.rt, &ns, name, change, dry)?;
+        Ok(json_response(200, &scale))
     }
 
     /// `delete` of one object (`one`), or `deletecollection`.

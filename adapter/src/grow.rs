@@ -1,0 +1,378 @@
+//! `prrte-k8s grow N`: the running job gets N more pods. Its workload (an Indexed Job's
+//! `parallelism` and `completions` in tandem, a StatefulSet's `replicas`) is raised through the
+//! Kubernetes API, the new pods are awaited as `ras k8s` awaits a job's pods (same readiness
+//! rules, timeout and naming of the pods missing), and they are returned for the DVM to add
+//! (`prun --add-host` with [`add_host_arg`]).
+//!
+//! Only a job rendered elastic grows (`prrte-k8s manifest --elastic --max-pods M`: its workload
+//! carries [`MAX_PODS_ANNOTATION`] and its Role may patch it); beyond M, or not elastic, it is
+//! refused with the reason before anything is changed ([`check`]).
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use crate::discovery::{
+    discover_with, own_workload, Allocation, DiscoveryConfig, DiscoveryError, Environment, PodNode,
+    WorkloadRef,
+};
+use crate::manifest::MAX_PODS_ANNOTATION;
+
+/// An elastic job's workload as `grow` reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workload {
+    /// "Job" or "StatefulSet".
+    pub kind: &'static str,
+    pub name: String,
+    pub namespace: String,
+    /// Its pods now (a Job's parallelism, a StatefulSet's replicas).
+    pub pods: u32,
+    /// The annotation's value; None: not elastic.
+    pub max_pods: Option<String>,
+    /// A Job in Indexed completion mode (the only Jobs that grow).
+    pub indexed: bool,
+}
+
+/// Why the job does not grow; each names the cause and the remedy. Nothing was changed unless
+/// said.
+#[derive(Debug, thiserror::Error)]
+pub enum GrowError {
+    #[error("grow by at least one pod (N >= 1)")]
+    Zero,
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    #[error("the pod this runs in belongs to no Job or StatefulSet (nothing to grow); run grow in a pod of the job")]
+    NoWorkload,
+    #[error("the job is a JobSet {0}: a JobSet's replicated Jobs cannot change while it runs; render the job with --kind job or statefulset and --elastic to grow it")]
+    JobSet(String),
+    #[error("{kind} {namespace}/{name} is not elastic (no {MAX_PODS_ANNOTATION} annotation): nothing was changed; render the job with `prrte-k8s manifest --elastic --max-pods M` to grow it")]
+    NotElastic {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+    #[error("{kind} {name}'s {MAX_PODS_ANNOTATION} annotation {value:?} is not a pod count: nothing was changed; set it to the most pods the job may have")]
+    BadMax {
+        kind: &'static str,
+        name: String,
+        value: String,
+    },
+    #[error("Job {0} is not Indexed: only an Indexed Job's completions may change with its parallelism; nothing was changed")]
+    NotIndexed(String),
+    #[error("growing {kind} {name} by {by} to {wanted} pods is beyond its --max-pods {max} (it has {pods}): nothing was changed; grow by at most {room}")]
+    BeyondMax {
+        kind: &'static str,
+        name: String,
+        by: u32,
+        pods: u32,
+        wanted: u32,
+        max: u32,
+        room: u32,
+    },
+    #[error("{what} {kind} {namespace}/{name} failed: {source}; the job's Role must allow get and patch on it (prrte-k8s manifest --elastic grants both)")]
+    Api {
+        what: &'static str,
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        source: Box<kube::Error>,
+    },
+}
+
+/// The pod count `w` grows to by `by`, if it may.
+pub fn check(w: &Workload, by: u32) -> Result<u32, GrowError> {
+    if by == 0 {
+        return Err(GrowError::Zero);
+    }
+    let Some(value) = &w.max_pods else {
+        return Err(GrowError::NotElastic {
+            kind: w.kind,
+            namespace: w.namespace.clone(),
+            name: w.name.clone(),
+        });
+    };
+    let max: u32 = value.trim().parse().map_err(|_| GrowError::BadMax {
+        kind: w.kind,
+        name: w.name.clone(),
+        value: value.clone(),
+    })?;
+    if w.kind == "Job" && !w.indexed {
+        return Err(GrowError::NotIndexed(w.name.clone()));
+    }
+    let wanted = w.pods.saturating_add(by);
+    if wanted > max {
+        return Err(GrowError::BeyondMax {
+            kind: w.kind,
+            name: w.name.clone(),
+            by,
+            pods: w.pods,
+            wanted,
+            max,
+            room: max.saturating_sub(w.pods),
+        });
+    }
+    Ok(wanted)
+}
+
+/// The merge patch raising `w` to `pods`.
+pub fn patch_for(w: &Workload, pods: u32) -> serde_json::Value {
+    if w.kind == "Job" {
+        json!({"spec": {"parallelism": pods, "completions": pods}})
+    } else {
+        json!({"spec": {"replicas": pods}})
+    }
+}
+
+/// `prun --add-host`'s value for the new pods: each host name with its slots ("a:2,b:2"), so
+/// PRRTE gives them the slots `ras k8s` would.
+pub fn add_host_arg(nodes: &[PodNode]) -> String {
+    nodes
+        .iter()
+        .map(|n| format!("{}:{}", n.hostname, n.slots))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The nodes of `after` that `before` did not have (by pod uid), in allocation order.
+pub fn new_nodes(before: &Allocation, after: &Allocation) -> Vec<PodNode> {
+    after
+        .nodes
+        .iter()
+        .filter(|n| !before.nodes.iter().any(|b| b.uid == n.uid))
+        .cloned()
+        .collect()
+}
+
+fn api_error(what: &'static str, w: &Workload, source: kube::Error) -> GrowError {
+    GrowError::Api {
+        what,
+        kind: w.kind,
+        namespace: w.namespace.clone(),
+        name: w.name.clone(),
+        source: Box::new(source),
+    }
+}
+
+/// Reads the workload of our own pod.
+async fn read_workload(
+    client: &kube::Client,
+    ns: &str,
+    wref: WorkloadRef,
+) -> Result<Workload, GrowError> {
+    let blank = |kind, name: &str| Workload {
+        kind,
+        name: name.to_string(),
+        namespace: ns.to_string(),
+        pods: 0,
+        max_pods: None,
+        indexed: false,
+    };
+    match wref {
+        WorkloadRef::JobSet(n) => Err(GrowError::JobSet(n)),
+        WorkloadRef::Job(name) => {
+            let w = blank("Job", &name);
+            let api: Api<Job> = Api::namespaced(client.clone(), ns);
+            let job = api
+                .get(&name)
+                .await
+                .map_err(|e| api_error("reading", &w, e))?;
+            let spec = job.spec.unwrap_or_default();
+            Ok(Workload {
+                pods: u32::try_from(spec.parallelism.unwrap_or(1)).unwrap_or(0),
+                max_pods: annotation(&job.metadata),
+                indexed: spec.completion_mode.as_deref() == Some("Indexed"),
+                ..w
+            })
+        }
+        WorkloadRef::StatefulSet(name) => {
+            let w = blank("StatefulSet", &name);
+            let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+            let sts = api
+                .get(&name)
+                .await
+                .map_err(|e| api_error("reading", &w, e))?;
+            let replicas = sts.spec.and_then(|s| s.replicas).unwrap_or(1);
+            Ok(Workload {
+                pods: u32::try_from(replicas).unwrap_or(0),
+                max_pods: annotation(&sts.metadata),
+                ..w
+            })
+        }
+    }
+}
+
+fn annotation(m: &kube::api::ObjectMeta) -> Option<String> {
+    m.annotations.as_ref()?.get(MAX_PODS_ANNOTATION).cloned()
+}
+
+/// Patches `w` to `pods`.
+async fn raise(client: &kube::Client, w: &Workload, pods: u32) -> Result<(), GrowError> {
+    let pp = PatchParams::default();
+    let patch = Patch::Merge(patch_for(w, pods));
+    let done = if w.kind == "Job" {
+        let api: Api<Job> = Api::namespaced(client.clone(), &w.namespace);
+        api.patch(&w.name, &pp, &patch).await.map(drop)
+    } else {
+        let api: Api<StatefulSet> = Api::namespaced(client.clone(), &w.namespace);
+        api.patch(&w.name, &pp, &patch).await.map(drop)
+    };
+    done.map_err(|e| api_error("patching", w, e))
+}
+
+/// What a growth did.
+#[derive(Debug, Clone)]
+pub struct Grown {
+    pub workload: Workload,
+    /// The pod count now.
+    pub pods: u32,
+    /// The new pods, Ready, in allocation order.
+    pub new: Vec<PodNode>,
+}
+
+/// Grows the job of the pod we run in by `by` pods and waits for them to be Ready.
+pub async fn grow(cfg: &DiscoveryConfig, env: &Environment, by: u32) -> Result<Grown, GrowError> {
+    if by == 0 {
+        return Err(GrowError::Zero);
+    }
+    let own = own_workload(cfg, env).await?;
+    let wref = own.workload.ok_or(GrowError::NoWorkload)?;
+    let w = read_workload(&own.client, &own.namespace, wref).await?;
+    let pods = check(&w, by)?;
+    // The pods the job has now, as discovery sees them (all Ready: the job runs).
+    let fixed = DiscoveryConfig {
+        expected_pods: Some(w.pods),
+        exclude_self: false,
+        ..cfg.clone()
+    };
+    let before = discover_with(&fixed, env, &mut |_| {}).await?;
+    raise(&own.client, &w, pods).await?;
+    let grown = DiscoveryConfig {
+        expected_pods: Some(pods),
+        ..fixed
+    };
+    let after = discover_with(&grown, env, &mut |_| {}).await?;
+    Ok(Grown {
+        new: new_nodes(&before, &after),
+        workload: w,
+        pods,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn job(pods: u32, max: Option<&str>) -> Workload {
+        Workload {
+            kind: "Job",
+            name: "el".into(),
+            namespace: "ns".into(),
+            pods,
+            max_pods: max.map(String::from),
+            indexed: true,
+        }
+    }
+
+    fn node(i: u8, uid: &str) -> PodNode {
+        PodNode {
+            pod: format!("el-{i}-abc"),
+            namespace: "ns".into(),
+            hostname: format!("el-{i}"),
+            ip: Ipv4Addr::new(10, 0, 0, i),
+            slots: 2,
+            index: Some(u64::from(i)),
+            is_self: false,
+            uid: uid.into(),
+        }
+    }
+
+    fn alloc(nodes: Vec<PodNode>) -> Allocation {
+        Allocation {
+            namespace: "ns".into(),
+            selector: "s".into(),
+            nodes,
+        }
+    }
+
+    #[test]
+    fn an_elastic_job_grows_up_to_its_max() {
+        assert_eq!(check(&job(4, Some("8")), 2).unwrap(), 6);
+        assert_eq!(check(&job(4, Some("6")), 2).unwrap(), 6);
+        let e = check(&job(4, Some("6")), 3).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                GrowError::BeyondMax {
+                    wanted: 7,
+                    max: 6,
+                    room: 2,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "growing Job el by 3 to 7 pods is beyond its --max-pods 6 (it has 4): nothing was changed; grow by at most 2"
+        );
+        assert!(matches!(check(&job(4, Some("8")), 0), Err(GrowError::Zero)));
+    }
+
+    #[test]
+    fn a_job_not_rendered_elastic_is_refused_with_the_remedy() {
+        let e = check(&job(4, None), 1).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "Job ns/el is not elastic (no prrte-k8s.io/max-pods annotation): nothing was changed"
+            ) && text.contains("prrte-k8s manifest --elastic --max-pods M"),
+            "{text}"
+        );
+        assert!(matches!(
+            check(&job(4, Some("many")), 1),
+            Err(GrowError::BadMax { .. })
+        ));
+        let mut plain = job(4, Some("8"));
+        plain.indexed = false;
+        assert!(matches!(check(&plain, 1), Err(GrowError::NotIndexed(_))));
+        // A StatefulSet has no completion mode.
+        let sts = Workload {
+            kind: "StatefulSet",
+            indexed: false,
+            ..job(2, Some("3"))
+        };
+        assert_eq!(check(&sts, 1).unwrap(), 3);
+    }
+
+    #[test]
+    fn the_patch_raises_what_the_kind_counts() {
+        assert_eq!(
+            patch_for(&job(4, Some("8")), 6),
+            json!({"spec": {"parallelism": 6, "completions": 6}})
+        );
+        let sts = Workload {
+            kind: "StatefulSet",
+            ..job(2, Some("3"))
+        };
+        assert_eq!(patch_for(&sts, 3), json!({"spec": {"replicas": 3}}));
+    }
+
+    #[test]
+    fn the_new_pods_are_those_not_there_before_with_their_slots() {
+        let before = alloc(vec![node(0, "a"), node(1, "b")]);
+        // A pod replaced under the same name counts as new (another uid).
+        let after = alloc(vec![
+            node(0, "a"),
+            node(1, "b2"),
+            node(2, "c"),
+            node(3, "d"),
+        ]);
+        let new = new_nodes(&before, &after);
+        let names: Vec<&str> = new.iter().map(|n| n.hostname.as_str()).collect();
+        assert_eq!(names, ["el-1", "el-2", "el-3"]);
+        assert_eq!(add_host_arg(&new[1..]), "el-2:2,el-3:2");
+        assert_eq!(add_host_arg(&[]), "");
+    }
+}

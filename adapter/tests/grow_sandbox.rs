@@ -1,0 +1,159 @@
+//! `prrte-k8s grow`'s Kubernetes side against the sandbox API server and its Job controller:
+//! an elastic Indexed Job grows by N (its parallelism and completions raised together, the
+//! missing indexes made, the new pods awaited until Ready and returned with their host names
+//! and slots), and a growth past --max-pods or of a job not rendered elastic is refused with
+//! the reason, nothing changed. A stand-in kubelet makes every pod of the namespace Ready.
+#![forbid(unsafe_code)]
+
+mod discovery_support;
+
+use discovery_support::{Fixture, WAIT};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use prrte_k8s::discovery::{DiscoveryConfig, Environment};
+use prrte_k8s::grow::{add_host_arg, grow, GrowError};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+const INDEX: &str = "batch.kubernetes.io/job-completion-index";
+
+fn job(name: &str, pods: u32, max: Option<u32>) -> Job {
+    let mut meta = json!({"name": name});
+    if let Some(m) = max {
+        meta["annotations"] = json!({"prrte-k8s.io/max-pods": m.to_string()});
+    }
+    serde_json::from_value(json!({
+        "metadata": meta,
+        "spec": {"completionMode": "Indexed", "completions": pods, "parallelism": pods,
+            "template": {"metadata": {"annotations": {"prrte-k8s.io/slots": "2"}},
+                "spec": {"restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "mpi", "command": ["sleep", "infinity"]}]}}}
+    }))
+    .unwrap()
+}
+
+/// A stand-in kubelet: every pod of the namespace becomes Running and Ready with an address
+/// from its index (Job `j` of index i: 10.77.j.(10+i)).
+fn kubelet(f: &Fixture) -> tokio::task::JoinHandle<()> {
+    let pods: Api<Pod> = f.pods();
+    tokio::spawn(async move {
+        let mut ips: BTreeMap<String, u8> = BTreeMap::new();
+        loop {
+            for p in pods.list(&ListParams::default()).await.unwrap().items {
+                let name = p.metadata.name.clone().unwrap();
+                let ready = p.status.as_ref().and_then(|s| s.pod_ip.clone()).is_some();
+                if ready {
+                    continue;
+                }
+                let labels = p.metadata.labels.clone().unwrap_or_default();
+                let index: u8 = labels.get(INDEX).and_then(|i| i.parse().ok()).unwrap_or(0);
+                let next = ips.len() as u8;
+                let job = *ips
+                    .entry(labels.get("job-name").cloned().unwrap_or_default())
+                    .or_insert(next);
+                let ip = format!("10.77.{job}.{}", 10 + index);
+                let status = json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+                    "conditions": [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]}});
+                let _ = pods
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+                    .await;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+}
+
+/// The Job's pods by index (name, uid, ready), once there are `n` Ready.
+async fn ready_pods(f: &Fixture, job: &str, n: usize) -> Vec<(String, String)> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let mut got: Vec<(u32, String, String)> = f
+            .pods()
+            .list(&ListParams::default().labels(&format!("job-name={job}")))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some())
+            .map(|p| {
+                let i = p.metadata.labels.as_ref().unwrap()[INDEX].parse().unwrap();
+                (i, p.metadata.name.unwrap(), p.metadata.uid.unwrap())
+            })
+            .collect();
+        got.sort();
+        if got.len() == n {
+            return got.into_iter().map(|(_, n, u)| (n, u)).collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{job}: {} of {n} pods Ready",
+            got.len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+fn spec_counts(j: &Job) -> (i32, i32) {
+    let s = j.spec.as_ref().unwrap();
+    (s.parallelism.unwrap(), s.completions.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elastic_job_grows_and_the_rest_is_refused_unchanged() {
+    let f = Fixture::new("grow").await;
+    let controllers = sandbox::cluster::controllers::spawn(f.server.store().clone());
+    let kubelet = kubelet(&f);
+    let jobs: Api<Job> = Api::namespaced(f.client.clone(), &f.ns);
+    jobs.create(&PostParams::default(), &job("el", 4, Some(6)))
+        .await
+        .unwrap();
+    jobs.create(&PostParams::default(), &job("fixed", 2, None))
+        .await
+        .unwrap();
+    let first = ready_pods(&f, "el", 4).await;
+    ready_pods(&f, "fixed", 2).await;
+    let cfg = |pod: &str| DiscoveryConfig {
+        self_pod: Some(pod.to_string()),
+        ..f.config()
+    };
+    let env = Environment::default();
+
+    // From pod 2 of the elastic job: 2 more.
+    let grown = grow(&cfg(&first[2].0), &env, 2).await.unwrap();
+    assert_eq!((grown.workload.pods, grown.pods), (4, 6));
+    let hosts: Vec<&str> = grown.new.iter().map(|n| n.hostname.as_str()).collect();
+    assert_eq!(hosts, ["el-4", "el-5"]);
+    assert_eq!(add_host_arg(&grown.new), "el-4:2,el-5:2");
+    assert_eq!(grown.new[0].ip.to_string(), "10.77.0.14");
+    assert_eq!(spec_counts(&jobs.get("el").await.unwrap()), (6, 6));
+    // The first four pods are the same pods.
+    let now = ready_pods(&f, "el", 6).await;
+    assert_eq!(&now[..4], &first[..]);
+
+    // Past --max-pods: refused, nothing changed.
+    let e = grow(&cfg(&first[0].0), &env, 1).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            GrowError::BeyondMax {
+                max: 6,
+                room: 0,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("nothing was changed"), "{e}");
+    assert_eq!(spec_counts(&jobs.get("el").await.unwrap()), (6, 6));
+
+    // Not elastic: refused with the remedy, nothing changed.
+    let fixed = ready_pods(&f, "fixed", 2).await;
+    let e = grow(&cfg(&fixed[1].0), &env, 1).await.unwrap_err();
+    assert!(matches!(e, GrowError::NotElastic { .. }), "{e}");
+    assert!(e.to_string().contains("--elastic --max-pods M"), "{e}");
+    assert_eq!(spec_counts(&jobs.get("fixed").await.unwrap()), (2, 2));
+    kubelet.abort();
+    controllers.abort();
+}
