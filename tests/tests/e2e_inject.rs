@@ -454,6 +454,40 @@ async fn mpijob_of_trixie_mpich_runs_ranks_on_the_workers_through_hydra() {
     assert_pi_on_workers(&f, 4, 2, "/usr/bin/hydra_pmi_proxy");
 }
 
+/// Debian bookworm's Open MPI 4.1 (ORTE): its mpirun starts an `orted` on each worker pod
+/// through `prrte-k8s-rsh` as its rsh agent, hosts from the hostfile the agent wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpijob_of_bookworm_openmpi4_runs_ranks_on_the_workers_through_orte() {
+    let (_sb, f) = run_mpijob(
+        "injorte",
+        AppImage::BookwormOpenmpi,
+        "OpenMPI",
+        2,
+        &["mpirun", "-n", "4", "/home/mpiuser/pi"],
+        "complete",
+    )
+    .await;
+    assert_detected(&f, "orte-rsh", "Open MPI 4.1");
+    assert_pi_on_workers(&f, 4, 2, "/usr/bin/orted");
+}
+
+/// Debian bullseye's MPICH 3.4 (glibc 2.31, older than the one the runtime was built on: the
+/// injected programs are static) through Hydra and `prrte-k8s-rsh`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpijob_of_bullseye_mpich_runs_ranks_on_the_workers_through_hydra() {
+    let (_sb, f) = run_mpijob(
+        "injbull",
+        AppImage::BullseyeMpich,
+        "MPICH",
+        2,
+        &["mpirun", "-n", "4", "/home/mpiuser/pi"],
+        "complete",
+    )
+    .await;
+    assert_detected(&f, "mpich-hydra", "MPICH 3.");
+    assert_pi_on_workers(&f, 4, 2, "/usr/bin/hydra_pmi_proxy");
+}
+
 /// The program fails with exit code 3 after a correct run: the Job fails, and kubectl names the
 /// code.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -580,4 +614,130 @@ spec:
         log.contains("prted"),
         "the error names what was looked for:\n{log}"
     );
+}
+
+/// A process of a pod, told apart from a later one with the same pid by its start time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Proc {
+    pid: u32,
+    comm: String,
+    start: u64,
+}
+
+impl Proc {
+    fn read(pid: u32) -> Option<Proc> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ...`: the comm may hold spaces and parentheses, the fields after
+        // the last `)` do not; the start time is field 22 (the 20th after the comm).
+        let (head, rest) = stat.rsplit_once(')')?;
+        let comm = head.split_once('(')?.1.to_string();
+        let start = rest.split_whitespace().nth(19)?.parse().ok()?;
+        Some(Proc { pid, comm, start })
+    }
+
+    fn alive(&self) -> bool {
+        Proc::read(self.pid).is_some_and(|p| p == *self)
+    }
+}
+
+impl Sandbox {
+    /// The processes of pod `pod` on the node.
+    fn procs(&self, pod: &str) -> Vec<Proc> {
+        self.cluster
+            .pod_host_pids(pod)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(Proc::read)
+            .collect()
+    }
+
+    /// Waits until each pod `i` of Job `job` runs at least `per_pod[i]` processes named
+    /// `comm`; then every process of the Job's pods.
+    fn wait_for_procs(&self, job: &str, comm: &str, per_pod: &[usize], secs: u64) -> Vec<Proc> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let pods = self.pods(job);
+            let procs: Vec<Vec<Proc>> = pods.iter().map(|p| self.procs(&pod_name(p))).collect();
+            let ok = pods.len() == per_pod.len()
+                && procs
+                    .iter()
+                    .zip(per_pod)
+                    .all(|(ps, &n)| ps.iter().filter(|p| p.comm == comm).count() >= n);
+            if ok {
+                return procs.into_iter().flatten().collect();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the pods do not run {per_pod:?} {comm} processes within {secs} s: {procs:?}\n{}",
+                self.describe(job)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// A worker pod is evicted while the ranks run: the Job fails at once naming that pod (the pod
+/// failure policy's `DisruptionTarget` rule), and every process of every pod ends, the
+/// launcher's mpirun and the other worker's ranks too. How long the other pods' deletion takes
+/// (their grace period) is not what is tested: only that it ends, within a bound well above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpijob_with_an_evicted_worker_fails_the_job_naming_it_and_nothing_is_left() {
+    let test = "injevict";
+    let image = app_image(AppImage::TrixieOpenmpi).unwrap();
+    let sb = Sandbox::start(test).await.unwrap();
+    let yaml = mpijob(
+        test,
+        &image,
+        "OpenMPI",
+        2,
+        &["mpirun", "-n", "4", "sleep", "600"],
+    );
+    sb.apply_mpijob(test, &yaml).unwrap();
+    // Two ranks (`sleep`) on each worker, none on the launcher.
+    let procs = sb.wait_for_procs(test, "sleep", &[0, 2, 2], 240);
+    let pods = sb.pods(test);
+    assert!(
+        sb.procs(&pod_name(&pods[0]))
+            .iter()
+            .all(|p| p.comm != "sleep"),
+        "a rank on the launcher:\n{}",
+        sb.describe(test)
+    );
+    let victim = pod_name(&pods[2]);
+    sb.cluster.evict(&victim).unwrap();
+    sb.wait_job(test, "failed", 60).unwrap();
+    let job = sb.cluster.store().get(&JOBS, NS, test).unwrap();
+    let failed = job["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Failed"))
+        .cloned()
+        .unwrap_or_default();
+    let message = failed["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains(&victim) && message.contains("DisruptionTarget"),
+        "the Failed condition names the evicted pod {victim}: {failed}"
+    );
+    // Nothing left: every process seen in the pods ends, and no pod of the Job runs.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let left: Vec<&Proc> = procs.iter().filter(|p| p.alive()).collect();
+        let running: Vec<String> = sb
+            .pods(test)
+            .iter()
+            .filter(|p| {
+                !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+                    || !sb.procs(&pod_name(p)).is_empty()
+            })
+            .map(|p| pod_name(p))
+            .collect();
+        if left.is_empty() && running.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left running 120 s after the Job failed: processes {left:?}, pods {running:?}\n{}",
+            sb.describe(test)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -54,9 +54,12 @@ pub(super) fn own_env(kind: Kind, launch: &Launch) -> Vec<Value> {
         // proxies, and the ranks for each other, on ports of their own choosing unless pinned
         // (Hydra and ch3 read MPIR_CVAR_CH3_PORT_RANGE; ch4:ucx UCX's tcp transport; ch4:ofi
         // libfabric's tcp provider). The same range as Open MPI's TCP BTL, which the
-        // NetworkPolicy admits.
+        // NetworkPolicy admits. An Open MPI 4.x (ORTE) mpirun and its orteds listen on an OOB
+        // port of their own choosing too unless pinned: ORTE reads its parameters as
+        // `OMPI_MCA_*` (mpirun also hands them to each orted on its command line).
         let (lo, hi) = (BTL_PORT_MIN, BTL_PORT_MIN + BTL_PORT_RANGE - 1);
         for (k, v) in [
+            ("OMPI_MCA_oob_tcp_dynamic_ipv4_ports", OOB_PORT.to_string()),
             ("MPIR_CVAR_CH3_PORT_RANGE", format!("{lo}:{hi}")),
             ("UCX_TCP_PORT_RANGE", format!("{lo}-{hi}")),
             ("FI_TCP_PORT_LOW_RANGE", lo.to_string()),

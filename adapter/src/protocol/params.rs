@@ -317,6 +317,16 @@ const PARAMS: &[Param] = &[
     exec("oob_tcp_if_exclude", Orte, Shape::Interfaces),
     exec("btl_tcp_if_include", Orte, Shape::Interfaces),
     exec("btl_tcp_if_exclude", Orte, Shape::Interfaces),
+    // ORTE's mpirun hands every `OMPI_MCA_*` of its environment to each orted as `-mca`: what
+    // the pod template and the agent set for the batch command comes back here.
+    exec("orte_default_hostfile", Orte, Shape::Path),
+    exec("plm_rsh_no_tree_spawn", Orte, Shape::Bool),
+    exec("oob_tcp_dynamic_ipv4_ports", Orte, Shape::Ports),
+    exec("btl", Orte, Shape::Components),
+    exec("pml", Orte, Shape::Components),
+    exec("mtl", Orte, Shape::Components),
+    exec("btl_tcp_port_min_v4", Orte, Shape::Uint),
+    exec("btl_tcp_port_range_v4", Orte, Shape::Uint),
 ];
 
 const VERBOSE: Param = p("<framework>_base_verbose", Prte, Shape::Verbosity, Both);

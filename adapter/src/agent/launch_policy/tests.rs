@@ -299,6 +299,31 @@ fn what_open_mpi_4s_rsh_launcher_sends_passes() {
     assert_eq!(out[27], "3456106496.0;tcp://10.0.0.2:4000");
 }
 
+/// Debian bookworm's Open MPI 4.1.4 mpirun, as the injected agent runs it (the pod's and the
+/// agent's `OMPI_MCA_*`, which mpirun hands to each orted): captured with a stand-in rsh agent.
+#[test]
+fn what_open_mpi_4s_mpirun_sends_from_an_injected_pod_passes() {
+    let inst = Install::new();
+    let rsh = inst.bin("prrte-k8s-rsh").display().to_string();
+    #[rustfmt::skip]
+    let argv = s(&[
+        "-mca", "orte_leave_session_attached", "1", "-mca", "ess", "env", "-mca",
+        "ess_base_jobid", "3470589952", "-mca", "ess_base_vpid", "1", "-mca",
+        "ess_base_num_procs", "2", "-mca", "orte_node_regex", "bebd[3:410]a2efb,[2:10].1.1.1@0(2)",
+        "-mca", "orte_hnp_uri", "3470589952.0;tcp://10.0.0.2:7121", "-mca", "plm", "rsh",
+        "-mca", "pml", "ob1", "-mca", "plm_rsh_no_tree_spawn", "1", "-mca",
+        "btl_tcp_port_min_v4", "7200", "-mca", "oob_tcp_dynamic_ipv4_ports", "7121", "-mca",
+        "btl_tcp_port_range_v4", "100", "-mca", "btl", "^ofi,openib,portals4,uct,ugni,usnic",
+        "-mca", "orte_default_hostfile", "/tmp/prrte-k8s-mpi-1/hostfile", "-mca",
+        "plm_rsh_agent", &rsh, "-mca", "pmix", "^s1,s2,cray,isolated",
+    ]);
+    exec_check(&inst, "orted", &argv, "10.0.0.2").unwrap();
+    // A parameter mpirun would not forward from the pod is still refused.
+    let mut bad = argv.clone();
+    bad.extend(s(&["-mca", "mca_base_param_files", "/tmp/p"]));
+    assert!(exec_check(&inst, "orted", &bad, "10.0.0.2").is_err());
+}
+
 #[test]
 fn a_launch_requests_environment_holds_only_listed_parameters() {
     check_env_var("PRTE_MCA_prte_if_include", "eth0").unwrap();

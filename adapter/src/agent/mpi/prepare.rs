@@ -13,7 +13,11 @@
 //!   `PRTE_MCA_prte_default_hostfile=<hostfile>`, and for a PRRTE 3.x
 //!   `PRTE_MCA_odls_base_max_threads=0` (the short-job hang of the unpatched 3.0.x lines).
 //! - **ORTE**: `OMPI_MCA_plm_rsh_agent`, `OMPI_MCA_orte_default_hostfile`,
-//!   `OMPI_MCA_plm_rsh_no_tree_spawn=1` (mpirun starts every orted itself).
+//!   `OMPI_MCA_plm_rsh_no_tree_spawn=1` (mpirun starts every orted itself),
+//!   `OMPI_MCA_orte_leave_session_attached=1` (each orted stays the program of its exec
+//!   request instead of daemonizing, so its agent supervises it and stops it when the
+//!   launcher's connection goes). ORTE's mpirun hands every `OMPI_MCA_*` of its environment to
+//!   the orteds as `-mca` arguments, which the exec allowlist admits.
 //! - **Hydra**: see [`super::hydra::hydra_env`]; Intel MPI also `I_MPI_PERHOST=<slots>` when
 //!   every pod has the same number of slots (its `-f` host file carries no counts).
 //!
@@ -181,6 +185,7 @@ impl Prepared {
                 put("OMPI_MCA_plm_rsh_agent", rsh);
                 put("OMPI_MCA_orte_default_hostfile", host);
                 put("OMPI_MCA_plm_rsh_no_tree_spawn", "1".into());
+                put("OMPI_MCA_orte_leave_session_attached", "1".into());
             }
             Launch::MpichHydra | Launch::IntelHydra => {
                 let kind = if p.plan.launch == Launch::IntelHydra {

@@ -276,6 +276,10 @@ async fn open_mpi_4_goes_through_orte_rsh_with_a_hostfile() {
         env_of(&p, "OMPI_MCA_plm_rsh_no_tree_spawn").as_deref(),
         Some("1")
     );
+    assert_eq!(
+        env_of(&p, "OMPI_MCA_orte_leave_session_attached").as_deref(),
+        Some("1")
+    );
 }
 
 #[tokio::test]

@@ -324,12 +324,14 @@ impl<'a> Worker<'a> {
         InitStep::Done
     }
 
-    /// Kills every container and reports the pod Failed, Evicted with `message`.
+    /// Reports the pod Failed, Evicted with `message`, then kills every container and reports
+    /// their ends. As a node's kubelet does: the eviction's status (phase, reason, the
+    /// `DisruptionTarget` condition) is written before the containers are killed, so the pod's
+    /// controller sees the eviction before anything its end sets off in other pods (a launcher
+    /// that fails because this pod's daemon went away).
     fn evict(&mut self, message: &str) {
         self.terminal = true;
-        self.kill_running();
-        let _ = self.sandbox.kill();
-        self.write_status(Some("Failed"), |st, now| {
+        let evicted = |st: &mut serde_json::Value, now: &str| {
             st["reason"] = json!("Evicted");
             st["message"] = json!(message);
             set_cond_reason(
@@ -340,7 +342,11 @@ impl<'a> Worker<'a> {
                 "TerminationByKubelet",
                 message,
             );
-        });
+        };
+        self.write_status(Some("Failed"), evicted);
+        self.kill_running();
+        let _ = self.sandbox.kill();
+        self.write_status(Some("Failed"), evicted);
         self.ctx.event("Warning", "Evicted", message);
     }
 
