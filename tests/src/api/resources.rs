@@ -16,7 +16,7 @@ pub struct ResourceType {
     pub short_names: &'static [&'static str],
     pub categories: &'static [&'static str],
     pub verbs: &'static [&'static str],
-    /// Subresources served for this resource ("status", "log", "token").
+    /// Subresources served for this resource ("status", "log", "token", "eviction").
     pub subresources: &'static [&'static str],
     /// Whether objects are kept in the store (false for access reviews).
     pub stored: bool,
@@ -114,7 +114,7 @@ pub static PODS: ResourceType = rt!(
     &["po"],
     &["all"],
     RW,
-    &["status", "log"],
+    &["status", "log", "eviction"],
     true,
     core::v1::Pod
 );
