@@ -3,9 +3,9 @@
 //! after marking it with the condition `DisruptionTarget` (reason `EvictionByEvictionAPI`), as
 //! the API server does. The sandbox has no PodDisruptionBudgets, so no eviction is refused.
 
+use super::request::delete_options_from;
 use super::response::{json_response, Body};
 use super::state::State;
-use super::verbs::delete_options_from;
 use crate::api::defaults::now_rfc3339;
 use crate::api::resources::PODS;
 use crate::api::status::ApiError;

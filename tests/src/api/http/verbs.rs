@@ -3,7 +3,7 @@
 
 use super::eviction::evict;
 use super::logs::pod_log;
-use super::request::{dry_run, list_query, parse_body, read_body, Shape};
+use super::request::{delete_options_from, dry_run, list_query, parse_body, read_body, Shape};
 use super::response::{bytes_response, json_response, Body};
 use super::reviews::review;
 use super::state::State;
@@ -234,48 +234,6 @@ impl Call<'_> {
         }
         Ok(opts)
     }
-}
-
-/// `opts` with what the DeleteOptions `v` sets, checked.
-pub(super) fn delete_options_from(v: &Value, opts: &mut DeleteOptions) -> Result<(), ApiError> {
-    if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
-        opts.propagation = Some(p.to_string());
-    }
-    if v.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
-        opts.propagation = Some("Orphan".into());
-    }
-    match v.get("gracePeriodSeconds") {
-        None | Some(Value::Null) => {}
-        Some(g) => {
-            opts.grace_period = Some(g.as_i64().ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "gracePeriodSeconds {g} is not a whole number of seconds"
-                ))
-            })?)
-        }
-    }
-    opts.precondition_uid = v
-        .pointer("/preconditions/uid")
-        .and_then(Value::as_str)
-        .map(String::from);
-    opts.precondition_rv = v
-        .pointer("/preconditions/resourceVersion")
-        .and_then(Value::as_str)
-        .map(String::from);
-    if v.get("dryRun")
-        .and_then(Value::as_array)
-        .is_some_and(|a| a.iter().any(|x| x == "All"))
-    {
-        opts.dry_run = true;
-    }
-    if let Some(p) = &opts.propagation {
-        if !["Orphan", "Background", "Foreground"].contains(&p.as_str()) {
-            return Err(ApiError::bad_request(format!(
-                "invalid propagationPolicy {p:?}: use Orphan, Background or Foreground"
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// A patch body of media type `media`.

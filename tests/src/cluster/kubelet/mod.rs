@@ -14,7 +14,7 @@
 
 use crate::api::defaults::now_rfc3339;
 use crate::api::resources::PODS;
-use crate::api::{ApiServer, DeleteOptions, EventType, Part, Store};
+use crate::api::{ApiServer, EventType, Part, Store};
 use crate::images::ImageStore;
 use crate::podnet::Network;
 use anyhow::{anyhow, bail, Result};
@@ -40,6 +40,7 @@ mod phase;
 mod pod;
 mod prepare;
 mod probe;
+mod remove;
 mod start;
 mod status;
 mod supervise;
@@ -228,7 +229,7 @@ impl Kubelet {
             .get(&uid)
             .is_some_and(|h| h.ctl.send(Ctl::Terminate(grace)).is_ok());
         if !told {
-            remove_terminated(&self.store, pod);
+            remove::remove_terminated(&self.store, pod);
         }
     }
 
@@ -349,16 +350,4 @@ impl Kubelet {
         // Every pod is gone: the images' working containers can go.
         self.images.release();
     }
-}
-
-/// Removes pod object `pod` (this very pod: same uid) once nothing of it runs any more, as the
-/// kubelet ends a graceful deletion.
-pub(super) fn remove_terminated(store: &Store, pod: &Value) {
-    let opts = DeleteOptions {
-        grace_period: Some(0),
-        precondition_uid: Some(s(pod, "/metadata/uid")),
-        ..Default::default()
-    };
-    let (ns, name) = (s(pod, "/metadata/namespace"), s(pod, "/metadata/name"));
-    let _ = store.delete(&PODS, &ns, &name, &opts);
 }

@@ -46,7 +46,7 @@ impl PodCtx {
         // A pod being deleted goes once nothing of it runs.
         if let Some(p) = self.pod() {
             if !p["metadata"]["deletionTimestamp"].is_null() {
-                super::remove_terminated(&self.store, &p);
+                super::remove::remove_terminated(&self.store, &p);
             }
         }
         // Keep the log of finished pods while their object exists.
