@@ -16,6 +16,8 @@ pub enum ManifestError {
     ElasticJobset,
     #[error("--max-pods {max} is below --pods {pods}: give the most pods the job may grow to (at least --pods)")]
     MaxPods { max: u32, pods: u32 },
+    #[error("--max-restarts restarts a JobSet: add --kind jobset (a Job or StatefulSet is not restarted as a whole)")]
+    MaxRestartsKind,
     #[error("--agent {0:?}: give an absolute path or a bare name found on the image's PATH")]
     Agent(String),
     #[error("--prrte-prefix {0:?}: must be absolute")]
