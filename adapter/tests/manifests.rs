@@ -133,6 +133,7 @@ fn files_and_variants_pass_kubernetes_validate_strict() {
         "--name dvm --kind statefulset --pods 3 --image-pull-policy Never --env A=1",
         "--name js --kind jobset --pods 4 -- mpirun -n 8 ./allreduce",
         "--name js --kind jobset --pods 2",
+        "--name jsr --kind jobset --pods 2 --max-restarts 3 -- mpirun -n 4 ./allreduce",
         "--name inj --image debian-openmpi:trixie --inject --mpi openmpi -- mpirun -n 2 /home/mpiuser/pi",
         "--name injd --inject --kind statefulset --pods 2 --inject-image registry.example/inject:1",
         "--name injs --inject --kind jobset --pods 2 -- mpirun ./x",

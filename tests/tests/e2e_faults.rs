@@ -18,7 +18,15 @@ use std::time::{Duration, Instant};
 fn delete_pod(job: &Job, i: usize) {
     job.cluster
         .store()
-        .delete(&PODS, NS, &job.pods[i], &DeleteOptions::default())
+        .delete(
+            &PODS,
+            NS,
+            &job.pods[i],
+            &DeleteOptions {
+                grace_period: Some(0),
+                ..Default::default()
+            },
+        )
         .unwrap_or_else(|e| panic!("deleting pod {}: {e:?}", job.pods[i]));
 }
 

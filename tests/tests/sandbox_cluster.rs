@@ -427,13 +427,16 @@ async fn pods_beyond_capacity_wait_and_other_nodes_pods_are_left_alone() {
     .await
     .unwrap();
     assert_eq!(c["status"]["phase"], "Pending");
-    // Room again: the waiting pod starts.
+    // Room again (a pod deleted at once, grace period 0): the waiting pod starts.
     store
         .delete(
             &sandbox::api::resources::PODS,
             "default",
             &format!("{t}-a"),
-            &Default::default(),
+            &sandbox::api::DeleteOptions {
+                grace_period: Some(0),
+                ..Default::default()
+            },
         )
         .unwrap();
     let ready = cluster

@@ -12,6 +12,8 @@ pub enum ManifestError {
     Name(String),
     #[error("--kind statefulset runs interactive jobs only (a StatefulSet restarts pods that exit); use --kind job or jobset for a command")]
     StatefulsetBatch,
+    #[error("--max-restarts restarts a JobSet: add --kind jobset (a Job or StatefulSet is not restarted as a whole)")]
+    MaxRestartsKind,
     #[error("--agent {0:?}: give an absolute path or a bare name found on the image's PATH")]
     Agent(String),
     #[error("--prrte-prefix {0:?}: must be absolute")]

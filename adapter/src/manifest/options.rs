@@ -37,7 +37,7 @@ impl Mpi {
 pub const DEFAULT_NAME: &str = "mpi";
 
 /// What an MPIJob gives, so the options for it are refused with --from-mpijob.
-const FROM_MPIJOB: [&str; 16] = [
+const FROM_MPIJOB: [&str; 17] = [
     "pods",
     "image",
     "kind",
@@ -49,6 +49,7 @@ const FROM_MPIJOB: [&str; 16] = [
     "success",
     "deadline",
     "ttl",
+    "max_restarts",
     "uid",
     "agent",
     "prrte_prefix",
@@ -103,6 +104,11 @@ pub struct ManifestArgs {
     /// Seconds a finished Job (and its pods and logs) is kept (ttlSecondsAfterFinished)
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
     pub ttl: u64,
+    /// With --kind jobset: how many times the JobSet restarts the whole job (all its pods,
+    /// made again) after one of them failed or was evicted (failurePolicy.maxRestarts)
+    /// [default: 0, no restart]
+    #[arg(long, value_name = "N")]
+    pub max_restarts: Option<u32>,
     /// uid (and gid) the pods run as (>= 1000)
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1000..))]
     pub uid: u32,
@@ -212,6 +218,7 @@ impl ManifestArgs {
             success: self.success,
             deadline: self.deadline,
             ttl: Some(self.ttl),
+            max_restarts: self.max_restarts.unwrap_or(0),
             only: self.only.clone(),
             labels: Map::new(),
             annotations: Map::new(),
@@ -319,6 +326,9 @@ pub fn check(a: &ManifestArgs) -> Result<(), ManifestError> {
     }
     if a.kind == Kind::Statefulset && !a.command.is_empty() {
         return Err(ManifestError::StatefulsetBatch);
+    }
+    if a.kind != Kind::Jobset && a.max_restarts.is_some() {
+        return Err(ManifestError::MaxRestartsKind);
     }
     if !a.agent.starts_with('/') && a.agent.contains('/') {
         return Err(ManifestError::Agent(a.agent.clone()));

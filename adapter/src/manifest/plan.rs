@@ -91,6 +91,8 @@ pub struct JobPlan {
     pub deadline: Option<u64>,
     /// ttlSecondsAfterFinished.
     pub ttl: Option<u64>,
+    /// A JobSet's failurePolicy.maxRestarts.
+    pub max_restarts: u32,
     /// The parts to print (empty: all).
     pub only: Vec<Part>,
     /// Labels and annotations of the workload object besides the job's own.

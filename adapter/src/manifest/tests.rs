@@ -333,6 +333,42 @@ fn interactive_statefulset_and_jobset() {
 }
 
 #[test]
+fn jobset_max_restarts_is_its_failure_policy() {
+    let js = |v: &[&str]| {
+        let objs = objects(&args(v), None).unwrap();
+        objs.into_iter().find(|o| o["kind"] == "JobSet").unwrap()
+    };
+    let base = ["--kind", "jobset", "--name", "js", "--", "mpirun", "./x"];
+    assert_eq!(
+        js(&base)["spec"]["failurePolicy"],
+        json!({"maxRestarts": 0})
+    );
+    let mut v = vec!["--max-restarts", "3"];
+    v.extend(base);
+    let restarting = js(&v);
+    assert_eq!(
+        restarting["spec"]["failurePolicy"],
+        json!({"maxRestarts": 3})
+    );
+    // Only the failure policy differs.
+    let mut without = restarting.clone();
+    without["spec"]["failurePolicy"]["maxRestarts"] = json!(0);
+    assert_eq!(without, js(&base));
+    for kind in ["job", "statefulset"] {
+        let e = objects(&args(&["--kind", kind, "--max-restarts", "1"]), None).unwrap_err();
+        assert!(
+            e.to_string().contains("--max-restarts") && e.to_string().contains("--kind jobset"),
+            "{e}"
+        );
+    }
+    let argv = ["manifest", "--from-mpijob", "x.yaml", "--max-restarts", "1"];
+    assert!(
+        T::try_parse_from(argv).is_err(),
+        "an MPIJob is not a JobSet"
+    );
+}
+
+#[test]
 fn options_are_checked_and_header_says_how() {
     assert!(objects(&args(&["--name", "Bad_Name"]), None)
         .unwrap_err()

@@ -16,7 +16,7 @@ pub struct ResourceType {
     pub short_names: &'static [&'static str],
     pub categories: &'static [&'static str],
     pub verbs: &'static [&'static str],
-    /// Subresources served for this resource ("status", "log", "token").
+    /// Subresources served for this resource ("status", "log", "token", "eviction").
     pub subresources: &'static [&'static str],
     /// Whether objects are kept in the store (false for access reviews).
     pub stored: bool,
@@ -114,7 +114,7 @@ pub static PODS: ResourceType = rt!(
     &["po"],
     &["all"],
     RW,
-    &["status", "log"],
+    &["status", "log", "eviction"],
     true,
     core::v1::Pod
 );
@@ -244,6 +244,44 @@ pub static STATEFULSETS: ResourceType = rt!(
     true,
     apps::v1::StatefulSet
 );
+/// JobSet (jobset.x-k8s.io/v1alpha2), which the sandbox serves as if its CRD were installed.
+pub static JOBSETS: ResourceType = ResourceType {
+    group: "jobset.x-k8s.io",
+    version: "v1alpha2",
+    plural: "jobsets",
+    singular: "jobset",
+    kind: "JobSet",
+    namespaced: true,
+    short_names: &[],
+    categories: &[],
+    verbs: RW,
+    subresources: STATUS,
+    stored: true,
+    normalize: normalize_jobset,
+};
+
+/// A JobSet as its schema has it: `spec.replicatedJobs`, each named and with a Job template
+/// (checked and pruned as a Job's); the rest of the spec and the status as given.
+fn normalize_jobset(mut v: Value) -> Result<Value, String> {
+    let rjs = v
+        .pointer_mut("/spec/replicatedJobs")
+        .and_then(Value::as_array_mut)
+        .ok_or("spec.replicatedJobs: Required value (a list of replicated Jobs)")?;
+    for (i, rj) in rjs.iter_mut().enumerate() {
+        if !rj["name"].is_string() {
+            return Err(format!("spec.replicatedJobs[{i}].name: Required value"));
+        }
+        let t = rj
+            .get_mut("template")
+            .ok_or_else(|| format!("spec.replicatedJobs[{i}].template: Required value"))?;
+        *t = norm::<batch::v1::JobTemplateSpec>(t.take())
+            .map_err(|e| format!("spec.replicatedJobs[{i}].template: {e}"))?;
+    }
+    let meta = v.get_mut("metadata").map(Value::take).unwrap_or_default();
+    v["metadata"] = norm::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>(meta)?;
+    Ok(v)
+}
+
 pub static NETWORKPOLICIES: ResourceType = rt!(
     "networking.k8s.io",
     "v1",
@@ -369,6 +407,7 @@ pub static ALL: &[&ResourceType] = &[
     &NODES,
     &JOBS,
     &STATEFULSETS,
+    &JOBSETS,
     &NETWORKPOLICIES,
     &ROLES,
     &ROLEBINDINGS,

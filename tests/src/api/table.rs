@@ -81,6 +81,15 @@ fn columns(rt: &ResourceType) -> Vec<Col> {
             AGE,
         ],
         ("apps", "statefulsets") => vec![NAME, col("Ready", "string", "Number of the pod with ready state.", 0), AGE],
+        // The printer columns of JobSet's CRD.
+        ("jobset.x-k8s.io", "jobsets") => vec![
+            NAME,
+            col("TerminalState", "string", "Final state of JobSet", 0),
+            col("Restarts", "string", "Number of restarts", 0),
+            col("Completed", "string", "", 0),
+            col("Suspended", "string", "JobSet suspended", 0),
+            col("Age", "date", "Time this JobSet was created", 0),
+        ],
         ("", "secrets") => vec![
             NAME,
             col("Type", "string", "The type of the secret.", 0),
@@ -169,6 +178,27 @@ fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
     match (rt.group, rt.plural) {
         ("", "pods") => pod_cells(obj, name, now),
         ("batch", "jobs") => job_cells(obj, name, now),
+        ("jobset.x-k8s.io", "jobsets") => {
+            let text = |p: &str| match obj.pointer(p) {
+                None | Some(Value::Null) => json!(""),
+                Some(Value::String(s)) => json!(s),
+                Some(v) => json!(v.to_string()),
+            };
+            let completed = obj
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|a| a.iter().find(|c| c["type"] == "Completed"))
+                .map(|c| c["status"].clone())
+                .unwrap_or(json!(""));
+            vec![
+                name,
+                text("/status/terminalState"),
+                text("/status/restarts"),
+                completed,
+                text("/spec/suspend"),
+                json!(age(obj, now)),
+            ]
+        }
         ("apps", "statefulsets") => {
             let ready = obj
                 .pointer("/status/readyReplicas")

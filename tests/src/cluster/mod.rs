@@ -104,6 +104,8 @@ impl Cluster {
             dying: Default::default(),
             images: Arc::new(crate::images::ImageStore::new(&net.prefix())),
         });
+        // Its pods are deleted gracefully: the kubelet stops their containers, then removes them.
+        store.set_node_terminates_pods(&opts.node_name, true);
         let weak = Arc::downgrade(&kubelet);
         api.set_log_source(move |ns, name, container| {
             weak.upgrade()

@@ -149,6 +149,12 @@ impl RunningPod {
         lock(&self.inner).container(name)?.kill()
     }
 
+    /// Sends `signal` to container `name`'s PID 1 if it still runs (as a container runtime
+    /// stops a container: PID 1 of its PID namespace gets it only if it handles it).
+    pub fn signal_container(&self, name: &str, signal: nix::sys::signal::Signal) -> Result<()> {
+        lock(&self.inner).container(name)?.signal(signal)
+    }
+
     /// Host pid of container `name`'s PID 1 (None before it was seen, e.g. when it ended
     /// during startup).
     pub fn container_pid(&self, name: &str) -> Option<u32> {

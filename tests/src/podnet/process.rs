@@ -120,6 +120,17 @@ impl ContainerProcess {
         self.pidns.as_deref().map(pids_in_pidns).unwrap_or_default()
     }
 
+    /// Sends `signal` to PID 1 while it still runs (and still is this container's PID 1).
+    pub(super) fn signal(&mut self, signal: Signal) -> Result<()> {
+        if self.poll_exit()?.is_some() {
+            return Ok(());
+        }
+        if self.pid1 != 0 && self.pidns.is_some() && ns_id(self.pid1, "pid") == self.pidns {
+            let _ = kill(Pid::from_raw(self.pid1 as i32), signal);
+        }
+        Ok(())
+    }
+
     /// SIGKILL PID 1 (the kernel then kills the whole PID namespace), reap, and wait until no
     /// process of the container is left.
     pub(super) fn kill(&mut self) -> Result<PodExit> {

@@ -97,6 +97,7 @@ pub fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Note>), Mp
         success: Success::Index0,
         deadline: job.run_policy.deadline,
         ttl: job.run_policy.ttl,
+        max_restarts: 0,
         only: o.only.clone(),
         labels,
         annotations: job.annotations.clone(),

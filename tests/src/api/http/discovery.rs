@@ -49,6 +49,12 @@ pub(super) fn resource_list(group: &str, version: &str) -> Value {
             });
             match *sub {
                 "log" => s["verbs"] = json!(["get"]),
+                "eviction" => {
+                    s["kind"] = json!("Eviction");
+                    s["group"] = json!("policy");
+                    s["version"] = json!("v1");
+                    s["verbs"] = json!(["create"]);
+                }
                 "token" => {
                     s["kind"] = json!("TokenRequest");
                     s["group"] = json!("authentication.k8s.io");

@@ -4,7 +4,7 @@
 //! This file is the entry ([`handle`]: injected faults, the request record); `state` is the
 //! server's state, `record` a request's record, `response` the responses; `route` dispatches
 //! by path to `discovery` or to `resource`, which names the target and verb and authorizes it,
-//! and `verbs` answers it (with `watch`, `logs`, `tokens`, `reviews`); `request` reads queries
+//! and `verbs` answers it (with `watch`, `logs`, `tokens`, `reviews`, `eviction`); `request` reads queries
 //! and bodies, `authn` tells who is asking.
 
 use super::status::ApiError;
@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 mod authn;
 mod discovery;
+mod eviction;
 mod logs;
 mod record;
 mod request;

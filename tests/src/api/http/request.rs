@@ -3,7 +3,7 @@
 use crate::api::resources::ResourceType;
 use crate::api::selector::{FieldSelector, LabelSelector};
 use crate::api::status::ApiError;
-use crate::api::store::ListQuery;
+use crate::api::store::{DeleteOptions, ListQuery};
 use bytes::Bytes;
 use http::{header, HeaderMap};
 use http_body_util::BodyExt;
@@ -136,4 +136,46 @@ pub(super) fn flag(q: &HashMap<String, String>, k: &str) -> bool {
 
 pub(super) fn dry_run(q: &HashMap<String, String>) -> bool {
     q.get("dryRun").is_some_and(|v| v == "All")
+}
+
+/// `opts` with what the DeleteOptions `v` sets, checked.
+pub(super) fn delete_options_from(v: &Value, opts: &mut DeleteOptions) -> Result<(), ApiError> {
+    if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
+        opts.propagation = Some(p.to_string());
+    }
+    if v.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
+        opts.propagation = Some("Orphan".into());
+    }
+    match v.get("gracePeriodSeconds") {
+        None | Some(Value::Null) => {}
+        Some(g) => {
+            opts.grace_period = Some(g.as_i64().ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "gracePeriodSeconds {g} is not a whole number of seconds"
+                ))
+            })?)
+        }
+    }
+    opts.precondition_uid = v
+        .pointer("/preconditions/uid")
+        .and_then(Value::as_str)
+        .map(String::from);
+    opts.precondition_rv = v
+        .pointer("/preconditions/resourceVersion")
+        .and_then(Value::as_str)
+        .map(String::from);
+    if v.get("dryRun")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|x| x == "All"))
+    {
+        opts.dry_run = true;
+    }
+    if let Some(p) = &opts.propagation {
+        if !["Orphan", "Background", "Foreground"].contains(&p.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "invalid propagationPolicy {p:?}: use Orphan, Background or Foreground"
+            )));
+        }
+    }
+    Ok(())
 }

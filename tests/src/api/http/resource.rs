@@ -122,7 +122,7 @@ fn verb(
         (&Method::GET, true) if watching => "watch",
         (&Method::GET, true) => "get",
         (&Method::POST, false) => "create",
-        (&Method::POST, true) if t.sub == "token" => "create",
+        (&Method::POST, true) if t.sub == "token" || t.sub == "eviction" => "create",
         (&Method::PUT, true) => "update",
         (&Method::PATCH, true) => "patch",
         (&Method::DELETE, true) => "delete",
@@ -132,7 +132,7 @@ fn verb(
     let verb_ok = match t.sub.as_str() {
         "" => t.rt.verbs.contains(&verb),
         "log" => verb == "get",
-        "token" => verb == "create",
+        "token" | "eviction" => verb == "create",
         _ => ["get", "update", "patch"].contains(&verb),
     };
     let rt = t.rt;

@@ -1,8 +1,9 @@
 //! The answers to resource requests, verb by verb: list, watch, get, create, update, patch,
 //! delete and deletecollection, in the shape the client accepts.
 
+use super::eviction::evict;
 use super::logs::pod_log;
-use super::request::{dry_run, list_query, parse_body, read_body, Shape};
+use super::request::{delete_options_from, dry_run, list_query, parse_body, read_body, Shape};
 use super::response::{bytes_response, json_response, Body};
 use super::reviews::review;
 use super::state::State;
@@ -138,6 +139,9 @@ impl Call<'_> {
         if self.sub == "token" {
             return token_request(st, &self.ns_str(), self.name_str(), v);
         }
+        if self.sub == "eviction" {
+            return evict(st, &self.ns_str(), self.name_str(), &v);
+        }
         if !rt.stored {
             return review(st, self.id, rt, v);
         }
@@ -215,37 +219,18 @@ impl Call<'_> {
             propagation: self.query.get("propagationPolicy").cloned(),
             ..Default::default()
         };
+        if let Some(g) = self.query.get("gracePeriodSeconds") {
+            opts.grace_period = Some(g.parse().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "gracePeriodSeconds {g:?} is not a whole number of seconds"
+                ))
+            })?);
+        }
         if !bytes.is_empty() {
             let v: Value = serde_json::from_slice(bytes).map_err(|e| {
                 ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}"))
             })?;
-            if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
-                opts.propagation = Some(p.to_string());
-            }
-            if v.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
-                opts.propagation = Some("Orphan".into());
-            }
-            opts.precondition_uid = v
-                .pointer("/preconditions/uid")
-                .and_then(Value::as_str)
-                .map(String::from);
-            opts.precondition_rv = v
-                .pointer("/preconditions/resourceVersion")
-                .and_then(Value::as_str)
-                .map(String::from);
-            if v.get("dryRun")
-                .and_then(Value::as_array)
-                .is_some_and(|a| a.iter().any(|x| x == "All"))
-            {
-                opts.dry_run = true;
-            }
-        }
-        if let Some(p) = &opts.propagation {
-            if !["Orphan", "Background", "Foreground"].contains(&p.as_str()) {
-                return Err(ApiError::bad_request(format!(
-                    "invalid propagationPolicy {p:?}: use Orphan, Background or Foreground"
-                )));
-            }
+            delete_options_from(&v, &mut opts)?;
         }
         Ok(opts)
     }

@@ -1,6 +1,5 @@
 //! Deletes: preconditions, namespace contents, garbage collection of dependents (or orphaning).
 
-use super::event::EventType;
 use super::object::{meta_str, Obj};
 use super::params::{DeleteOptions, ListQuery, Part};
 use super::state::{Inner, Store};
@@ -12,8 +11,9 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 impl Store {
-    /// Deletes an object (immediately, whatever the grace period) and, unless the propagation
-    /// policy is "Orphan", the objects it owns; deleting a namespace deletes its contents.
+    /// Deletes an object and, unless the propagation policy is "Orphan", the objects it owns
+    /// (with "Foreground", before the object itself); deleting a namespace deletes its
+    /// contents. A pod on a node that terminates pods is deleted gracefully (see `graceful`).
     pub fn delete(
         &self,
         rt: &'static ResourceType,
@@ -35,13 +35,22 @@ impl Store {
     ) -> Result<Obj, ApiError> {
         let old = g.stored(rt, ns, name)?;
         check_preconditions(rt, name, &old, opts)?;
-        let mut last = (*old).clone();
-        last["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
-        last["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        if rt.is("", "pods") {
+            if let Some(terminating) = self.delete_pod_gracefully(g, rt, &old, opts) {
+                return Ok(terminating);
+            }
+        }
+        let uid = meta_str(&old, "uid").unwrap_or("").to_string();
+        if opts.propagation.as_deref() == Some("Foreground") && g.dependents.contains_key(&uid) {
+            return Ok(self.delete_in_foreground(g, rt, &old, &uid, opts));
+        }
         if opts.dry_run {
+            let mut last = (*old).clone();
+            last["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+            last["metadata"]["deletionGracePeriodSeconds"] = json!(0);
             return Ok(Arc::new(last));
         }
-        let deleted = self.commit(g, rt, EventType::Deleted, last, Some(old.clone()));
+        let deleted = self.remove_locked(g, rt, &old)?;
         // Contents of a deleted namespace.
         if rt.is("", "namespaces") {
             for (r, n) in namespace_contents(g, name) {
@@ -49,7 +58,7 @@ impl Store {
             }
         }
         // Garbage collection of dependents.
-        if let Some(uid) = meta_str(&old, "uid").map(String::from) {
+        if !uid.is_empty() {
             let orphan = opts.propagation.as_deref() == Some("Orphan");
             self.collect_dependents(g, &uid, orphan);
         }
@@ -58,7 +67,7 @@ impl Store {
 
     /// Deletes the objects the object with `uid` owns, or (`orphan`) removes it from their
     /// owners.
-    fn collect_dependents(&self, g: &mut Inner, uid: &str, orphan: bool) {
+    pub(super) fn collect_dependents(&self, g: &mut Inner, uid: &str, orphan: bool) {
         let deps: Vec<(&'static str, String, String)> = g
             .dependents
             .get(uid)

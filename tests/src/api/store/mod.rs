@@ -3,11 +3,12 @@
 //!
 //! `state` is the store itself and the commit of a change, `object` a stored object's helpers,
 //! `event` the changes watchers see, `params` what the operations take and give; one file per
-//! kind of operation (`create`, `read`, `update`, `delete`, and `typed` for k8s-openapi types).
+//! kind of operation (`create`, `read`, `update`, `delete` with `graceful`, and `typed` for k8s-openapi types).
 
 mod create;
 mod delete;
 mod event;
+mod graceful;
 mod object;
 mod params;
 mod read;
@@ -18,6 +19,7 @@ mod typed;
 mod update;
 
 pub use event::{EventType, StoreEvent, WatchStart};
+pub use graceful::FOREGROUND_FINALIZER;
 pub use object::{from_obj, Obj};
 pub use params::{DeleteOptions, ListQuery, ListResult, Part, Patch};
 pub use state::Store;

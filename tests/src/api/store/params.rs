@@ -31,6 +31,9 @@ pub struct DeleteOptions {
     pub propagation: Option<String>,
     pub precondition_uid: Option<String>,
     pub precondition_rv: Option<String>,
+    /// `gracePeriodSeconds`: how long a pod's containers get to end after SIGTERM (None: the
+    /// pod's `terminationGracePeriodSeconds`; 0: deleted at once).
+    pub grace_period: Option<i64>,
     pub dry_run: bool,
 }
 

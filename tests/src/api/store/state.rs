@@ -22,6 +22,8 @@ pub(super) struct Inner {
     pub(super) compacted: u64,
     /// owner uid -> dependents (resource key, namespace, name)
     pub(super) dependents: HashMap<String, BTreeSet<(&'static str, String, String)>>,
+    /// Nodes whose kubelet terminates pods gracefully.
+    pub(super) graceful_nodes: BTreeSet<String>,
 }
 
 impl Inner {
@@ -65,6 +67,7 @@ impl Store {
                 history_limit: DEFAULT_HISTORY,
                 compacted: 0,
                 dependents: HashMap::new(),
+                graceful_nodes: BTreeSet::new(),
             })),
             tx,
         }

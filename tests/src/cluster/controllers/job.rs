@@ -100,7 +100,7 @@ impl<'a> JobState<'a> {
         // Failed pods and what the pod failure policy says about each.
         let mut fail_job: Option<String> = None;
         let mut failed = 0i64;
-        for p in pods.iter().filter(|p| phase(p) == "Failed") {
+        for p in pods.iter().filter(|p| counts_failed(p, spec)) {
             match pod_failure_rule(&spec["podFailurePolicy"], p) {
                 Some((action, _, msg)) if action == "FailJob" => {
                     failed += 1;
@@ -132,10 +132,7 @@ impl<'a> JobState<'a> {
             parallelism: spec["parallelism"].as_i64().unwrap_or(1).max(0),
             backoff: spec["backoffLimit"].as_i64().unwrap_or(6),
             suspended: spec["suspend"].as_bool().unwrap_or(false),
-            active: pods
-                .iter()
-                .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
-                .collect(),
+            active: pods.iter().filter(|p| is_active(p)).collect(),
             failed,
             fail_job,
             succeeded_idx,
@@ -162,6 +159,22 @@ impl<'a> JobState<'a> {
             None
         }
     }
+}
+
+/// A pod that neither ended nor is being deleted.
+fn is_active(p: &Value) -> bool {
+    !matches!(phase(p), "Succeeded" | "Failed") && p["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// A pod being deleted that has not ended yet.
+fn is_terminating(p: &Value) -> bool {
+    !matches!(phase(p), "Succeeded" | "Failed") && !p["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// Whether a pod counts as failed: Failed, or (without a pod failure policy, which waits for
+/// the phase) being deleted before it succeeded, as the Job controller counts it.
+fn counts_failed(p: &Value, spec: &Value) -> bool {
+    phase(p) == "Failed" || (spec["podFailurePolicy"].is_null() && is_terminating(p))
 }
 
 /// The completion index of a Job's pod.
@@ -201,7 +214,10 @@ fn decide(store: &Store, job: &Value, state: &JobState, conds: &mut Vec<Value>) 
         set_condition(conds, "Complete", "CompletionsReached", msg);
         return (true, false);
     }
-    create_job_pods(store, job, state);
+    // A Job being deleted (propagation Foreground) gets no new pods.
+    if job["metadata"]["deletionTimestamp"].is_null() {
+        create_job_pods(store, job, state);
+    }
     (false, false)
 }
 
@@ -217,10 +233,9 @@ fn write_status(
 ) {
     let ns = job["metadata"]["namespace"].as_str().unwrap_or("");
     let name = job["metadata"]["name"].as_str().unwrap_or("");
-    let active_now = owned_pods(store, job)
-        .iter()
-        .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
-        .count() as i64;
+    let now = owned_pods(store, job);
+    let active_now = now.iter().filter(|p| is_active(p)).count() as i64;
+    let terminating = now.iter().filter(|p| is_terminating(p)).count() as i64;
     let ready = owned_pods(store, job)
         .iter()
         .filter(|p| is_ready(p))
@@ -237,7 +252,7 @@ fn write_status(
         st["ready"] = json!(ready);
         st["succeeded"] = json!(state.succeeded);
         st["failed"] = json!(state.failed);
-        st["terminating"] = json!(0);
+        st["terminating"] = json!(terminating);
         st["uncountedTerminatedPods"] = json!({});
         if state.indexed {
             st["completedIndexes"] = json!(compress_indexes(&state.succeeded_idx));

@@ -1,13 +1,13 @@
-//! The Job and StatefulSet controllers: they expand those objects into pods as the real
-//! controllers do and keep their status up to date. They only use the store, so they also run
+//! The Job, StatefulSet and JobSet controllers: they expand those objects into pods (a
+//! JobSet into Jobs) as the real controllers do and keep their status up to date. They only use the store, so they also run
 //! next to an API server without pods ([`spawn`]).
 //!
 //! This file routes store events to the controllers; one file per controller (`job`,
-//! `statefulset`), with the Job's policies (`job_policy`) and index sets (`indexes`) beside
+//! `statefulset`, `jobset`), with the Job's policies (`job_policy`) and index sets (`indexes`) beside
 //! it, and what they share: `pods` (owners, pods from templates, phases, readiness) and
 //! `conditions`.
 
-use crate::api::resources::{JOBS, PODS, STATEFULSETS};
+use crate::api::resources::{JOBS, JOBSETS, PODS, STATEFULSETS};
 use crate::api::Store;
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
@@ -16,6 +16,7 @@ mod conditions;
 mod indexes;
 mod job;
 mod job_policy;
+mod jobset;
 mod pods;
 mod statefulset;
 #[cfg(test)]
@@ -25,6 +26,7 @@ pub use indexes::{compress_indexes, parse_indexes};
 use job::reconcile_timed_jobs;
 pub use job::{job_pod, reconcile_job};
 pub use job_policy::{pod_failure_rule, success_rule_met};
+pub use jobset::reconcile_jobset;
 pub use statefulset::{reconcile_sts, sts_pod};
 
 /// Runs the controllers until the store's event feed closes or the task is aborted.
@@ -43,6 +45,7 @@ async fn run(store: Store) {
             ev = rx.recv() => ev,
             _ = tick.tick() => {
                 reconcile_timed_jobs(&store);
+                reconcile_timed_jobsets(&store);
                 continue;
             }
         };
@@ -52,6 +55,15 @@ async fn run(store: Store) {
                 if std::ptr::eq(ev.resource, &JOBS) {
                     if ev.kind != crate::api::EventType::Deleted {
                         reconcile_job(&store, ns, name);
+                    }
+                    for (kind, owner) in controller_of(&ev.object) {
+                        if kind == "JobSet" {
+                            reconcile_jobset(&store, ns, &owner);
+                        }
+                    }
+                } else if std::ptr::eq(ev.resource, &JOBSETS) {
+                    if ev.kind != crate::api::EventType::Deleted {
+                        reconcile_jobset(&store, ns, name);
                     }
                 } else if std::ptr::eq(ev.resource, &STATEFULSETS) {
                     if ev.kind != crate::api::EventType::Deleted {
@@ -77,6 +89,7 @@ fn reconcile_all(store: &Store) {
     for (rt, f) in [
         (&JOBS, reconcile_job as fn(&Store, &str, &str)),
         (&STATEFULSETS, reconcile_sts),
+        (&JOBSETS, reconcile_jobset),
     ] {
         if let Ok(l) = store.list(rt, None, &Default::default()) {
             for o in l.items {
@@ -87,6 +100,17 @@ fn reconcile_all(store: &Store) {
                 let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
                 f(store, &ns, &name);
             }
+        }
+    }
+}
+
+/// Reconciles the finished JobSets that have a TTL.
+fn reconcile_timed_jobsets(store: &Store) {
+    if let Ok(l) = store.list(&JOBSETS, None, &Default::default()) {
+        for o in l.items.iter().filter(|o| jobset::has_ttl(o)) {
+            let ns = o["metadata"]["namespace"].as_str().unwrap_or("");
+            let name = o["metadata"]["name"].as_str().unwrap_or("");
+            reconcile_jobset(store, ns, name);
         }
     }
 }

@@ -46,11 +46,17 @@ pub(super) fn is_ready(p: &Value) -> bool {
         })
 }
 
+/// The pods `owner` has, those being deleted (`deletionTimestamp`) included.
 pub(super) fn owned_pods(store: &Store, owner: &Value) -> Vec<Arc<Value>> {
+    owned(store, owner, "Pod")
+}
+
+/// The objects of `kind` that `owner` has.
+pub(super) fn owned(store: &Store, owner: &Value, kind: &str) -> Vec<Arc<Value>> {
     let uid = owner["metadata"]["uid"].as_str().unwrap_or("");
     store
         .dependents(uid)
         .into_iter()
-        .filter(|o| o["kind"] == "Pod" && o["metadata"]["deletionTimestamp"].is_null())
+        .filter(|o| o["kind"] == kind)
         .collect()
 }

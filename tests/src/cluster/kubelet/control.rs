@@ -10,6 +10,9 @@ use std::sync::{Arc, Mutex};
 pub(crate) enum Ctl {
     /// The pod object was deleted: kill and clean up.
     Delete,
+    /// The pod is being deleted with this grace period (seconds): SIGTERM to its containers,
+    /// SIGKILL to those still running when it is over (a shorter one brings that forward).
+    Terminate(i64),
     /// Kill the pod and mark it Failed/Evicted with this message.
     Evict(String, Sender<Result<()>>),
     /// The cluster is shutting down.

@@ -9,7 +9,8 @@
 //! init containers in order and the regular containers, each started (`start`: its image by
 //! its pull policy, `image`; its mounts, environment, command and security, `prepare`) and
 //! restarted by the restart policy on its own, with its `probe`s (`supervise`), until the pod
-//! is done. `status` and `phase` are what it reports on the way, after every change.
+//! is done or deleted (`terminate`: SIGTERM, the grace period, SIGKILL, then the pod object
+//! goes). `status` and `phase` are what it reports on the way, after every change.
 
 use crate::api::defaults::now_rfc3339;
 use crate::api::resources::PODS;
@@ -39,10 +40,12 @@ mod phase;
 mod pod;
 mod prepare;
 mod probe;
+mod remove;
 mod start;
 mod status;
 mod supervise;
 mod sync;
+mod terminate;
 mod worker;
 
 pub use containers::{container_names, default_container, DEFAULT_CONTAINER_ANNOTATION};
@@ -85,6 +88,11 @@ impl Kubelet {
         loop {
             match rx.recv().await {
                 Ok(ev) if std::ptr::eq(ev.resource, &PODS) => match ev.kind {
+                    EventType::Added | EventType::Modified
+                        if !ev.object["metadata"]["deletionTimestamp"].is_null() =>
+                    {
+                        self.terminating(&ev.object);
+                    }
                     EventType::Added | EventType::Modified => {
                         let finished = matches!(
                             s(&ev.object, "/status/phase").as_str(),
@@ -120,7 +128,11 @@ impl Kubelet {
         let live: std::collections::HashSet<String> =
             pods.iter().map(|p| s(p, "/metadata/uid")).collect();
         for p in &pods {
-            self.consider(p);
+            if p["metadata"]["deletionTimestamp"].is_null() {
+                self.consider(p);
+            } else {
+                self.terminating(p);
+            }
         }
         let gone: Vec<String> = lock(&self.pods)
             .keys()
@@ -201,6 +213,24 @@ impl Kubelet {
                 dir,
             },
         );
+    }
+
+    /// A pod of this node being deleted: its worker stops its containers gracefully and then
+    /// removes it; one that does not run (any more) is removed now.
+    fn terminating(&self, pod: &Value) {
+        if s(pod, "/spec/nodeName") != self.node {
+            return;
+        }
+        let uid = s(pod, "/metadata/uid");
+        let grace = pod["metadata"]["deletionGracePeriodSeconds"]
+            .as_i64()
+            .unwrap_or(0);
+        let told = lock(&self.pods)
+            .get(&uid)
+            .is_some_and(|h| h.ctl.send(Ctl::Terminate(grace)).is_ok());
+        if !told {
+            remove::remove_terminated(&self.store, pod);
+        }
     }
 
     /// Stops the pod with this uid if it is ours; true if it was.
@@ -299,6 +329,7 @@ impl Kubelet {
 
     /// Stops every pod and waits for them to be gone.
     pub fn shutdown(&self) {
+        self.store.set_node_terminates_pods(&self.node, false);
         let handles: Vec<PodHandle> = {
             let mut pods = lock(&self.pods);
             self.stopping.store(true, Ordering::SeqCst);

@@ -37,10 +37,18 @@ impl PodCtx {
         if let Err(e) = &r {
             tracing::warn!(pod = %self.name, "pod failed: {e:#}");
         }
+        // From now on the node removes a pod being deleted itself (nobody hears `Terminate`).
+        drop(rx);
         // Kill and clean up whatever is left.
         let pod = lock(&self.running).take();
         drop(pod);
         let _ = std::fs::remove_file(self.dir.join(EXEC_INFO));
+        // A pod being deleted goes once nothing of it runs.
+        if let Some(p) = self.pod() {
+            if !p["metadata"]["deletionTimestamp"].is_null() {
+                super::remove::remove_terminated(&self.store, &p);
+            }
+        }
         // Keep the log of finished pods while their object exists.
         if self
             .store

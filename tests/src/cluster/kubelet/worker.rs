@@ -1,6 +1,6 @@
 //! Running a pod whose sandbox is up: its init containers in order, then its regular
 //! containers (each restarted by the pod's restart policy), native sidecars alongside, until
-//! the pod is done, evicted or deleted. Every change of a container's state is reported at once.
+//! the pod is done, evicted or deleted (gracefully: `terminate`). Every change of a container's state is reported at once.
 
 use super::backoff::Backoff;
 use super::container_status::{terminated, CStatus, State};
@@ -97,6 +97,10 @@ pub(super) struct Worker<'a> {
     pub(super) initialized: bool,
     /// No container will start again.
     pub(super) terminal: bool,
+    /// While the pod is being deleted: when what still runs gets SIGKILL.
+    pub(super) stop_by: Option<Instant>,
+    /// The sidecars have been told to stop (the other containers have ended).
+    pub(super) sidecars_stopping: bool,
 }
 
 impl<'a> Worker<'a> {
@@ -126,6 +130,8 @@ impl<'a> Worker<'a> {
             cs,
             sup,
             terminal: false,
+            stop_by: None,
+            sidecars_stopping: false,
         }
     }
 
@@ -143,9 +149,16 @@ impl<'a> Worker<'a> {
                     let _ = done.send(Ok(()));
                     return;
                 }
+                Ok(Ctl::Terminate(grace)) => self.terminate(grace),
                 Err(RecvTimeoutError::Timeout) => {}
             }
             self.poll_exits();
+            if self.stop_by.is_some() {
+                if self.terminated() {
+                    return;
+                }
+                continue;
+            }
             self.probe();
             if self.done() {
                 self.finish();
@@ -169,6 +182,7 @@ impl<'a> Worker<'a> {
             .flat_map(|s| [s.next_readiness, s.next_startup]);
         starts
             .chain(probes.flatten())
+            .chain(self.stop_by)
             .map(|t| t.saturating_duration_since(now))
             .fold(EXIT_POLL, Duration::min)
     }
@@ -238,7 +252,7 @@ impl<'a> Worker<'a> {
     }
 
     /// Kills the running containers, the last first, and records how they ended.
-    fn kill_running(&mut self) {
+    pub(super) fn kill_running(&mut self) {
         for i in (0..self.cs.len()).rev() {
             if self.cs[i].is_running() {
                 let name = self.pod.containers[i].name.clone();
@@ -350,7 +364,7 @@ impl<'a> Worker<'a> {
     }
 
     /// Writes the pod's status (its phase `phase` unless None), then has `more` change it.
-    fn write_status(
+    pub(super) fn write_status(
         &self,
         phase: Option<&'static str>,
         more: impl FnOnce(&mut serde_json::Value, &str),
