@@ -2,7 +2,8 @@
 //! is evicted or deleted) with its agent's `--preempt-grace`; every rank of the job, in every
 //! pod, hears of it within 1 s with the seconds left (a PMIx event `PMIX_JCTRL_PREEMPT_ALERT`
 //! for a C program registered for it; the site's signal, `plm_k8s_preempt_signal`, for an
-//! mpi4py program), writes its checkpoint before its pod ends, and nothing is left running.
+//! mpi4py program), writes its checkpoint before its pod ends, and nothing is left running; the
+//! same when the pod is evicted through the API (the sandbox's kubelet then sends SIGTERM).
 #![forbid(unsafe_code)]
 mod common;
 
@@ -141,6 +142,7 @@ fn sigterm_agent(job: &Job, i: usize) -> (u128, u32) {
 /// `rank_comm` is the ranks' process name; `pmix`: the notice names the pod.
 fn preempt_run(
     job: &Job,
+    end_pod_2: &dyn Fn(&Job) -> (u128, u32),
     extra: &[&str],
     program: &[&str],
     rest: &[&str],
@@ -162,7 +164,7 @@ fn preempt_run(
         .unwrap();
     let mut run = harness::Guarded::spawn(cmd, "prterun", job.dir.path()).unwrap();
     wait_ready(&dir, 3, &mut run, job);
-    let (t0, agent) = sigterm_agent(job, 2);
+    let (t0, agent) = end_pod_2(job);
     // The agent keeps its pod up until the ranks have exited (after their checkpoints).
     let deadline = Instant::now() + Duration::from_secs(GRACE + 10);
     while Path::new(&format!("/proc/{agent}")).exists() {
@@ -220,11 +222,56 @@ fn preempt_run(
         out.contains("preempt rank 2"),
         "the ranks' output says so: {out}"
     );
-    job.wait_no_prteds(Duration::from_secs(15)).unwrap();
+    // Pod 2's agent, the last of its processes, has ended (an evicted pod is then removed);
+    // in the other pods no prted and no rank is left.
+    let deadline = Instant::now() + Duration::from_secs(15);
     for i in 0..2 {
-        let left = job.pids_in_pod(i, rank_comm).unwrap();
-        assert!(left.is_empty(), "ranks left in pod {i}: {left:?}");
+        loop {
+            let left = [
+                job.pids_in_pod(i, "prted").unwrap(),
+                job.pids_in_pod(i, rank_comm).unwrap(),
+            ]
+            .concat();
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "processes of the job left in pod {i}: {left:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
+}
+
+/// Pod 2 evicted through the API (`kubectl create --raw .../pods/P/eviction`, grace
+/// [`GRACE`] s): the sandbox's kubelet gives its agent SIGTERM and the grace period.
+fn evict_pod_2(job: &Job) -> (u128, u32) {
+    let agent = job.pids_in_pod(2, "prrte-k8s-agent").unwrap();
+    assert_eq!(agent.len(), 1, "one agent in pod 2");
+    let pod = &job.pods[2];
+    let body = job.dir.path().join("eviction.json");
+    std::fs::write(
+        &body,
+        format!(
+            r#"{{"apiVersion":"policy/v1","kind":"Eviction","metadata":{{"name":"{pod}","namespace":"{NS}"}},"deleteOptions":{{"gracePeriodSeconds":{GRACE}}}}}"#
+        ),
+    )
+    .unwrap();
+    let kubectl =
+        sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh unpacks Debian's)");
+    let t0 = now_ms();
+    let out = Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(job.cluster.kubeconfig())
+        .args(["create", "--raw"])
+        .arg(format!("/api/v1/namespaces/{NS}/pods/{pod}/eviction"))
+        .arg("-f")
+        .arg(&body)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "kubectl eviction: {}", text(&out));
+    (t0, agent[0])
 }
 
 /// A C program registered for `PMIX_JCTRL_PREEMPT_ALERT` hears of pod 2's SIGTERM in every pod.
@@ -233,7 +280,32 @@ async fn pmix_event_tells_every_rank_in_every_pod() {
     let job = job("prepmix", 3).await;
     let prog = build_pmix_program(job.dir.path()).unwrap();
     let prog = [prog.to_str().unwrap()];
-    preempt_run(&job, &[], &prog, &["600"], "preempt_pmix", true);
+    preempt_run(
+        &job,
+        &|j| sigterm_agent(j, 2),
+        &[],
+        &prog,
+        &["600"],
+        "preempt_pmix",
+        true,
+    );
+}
+
+/// The same when pod 2 is evicted through the Kubernetes API with a grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_pod_tells_every_rank_in_every_pod() {
+    let job = job("preevict", 3).await;
+    let prog = build_pmix_program(job.dir.path()).unwrap();
+    let prog = [prog.to_str().unwrap()];
+    preempt_run(
+        &job,
+        &evict_pod_2,
+        &[],
+        &prog,
+        &["600"],
+        "preempt_pmix",
+        true,
+    );
 }
 
 /// An mpi4py program that handles the site's signal (`plm_k8s_preempt_signal SIGUSR1`) hears of
@@ -245,6 +317,7 @@ async fn site_signal_tells_every_mpi4py_rank_in_every_pod() {
     let prog = repo().join("tests/programs/preempt_signal.py");
     preempt_run(
         &job,
+        &|j| sigterm_agent(j, 2),
         &["--prtemca", "plm_k8s_preempt_signal", "SIGUSR1"],
         &[py.to_str().unwrap(), prog.to_str().unwrap()],
         &["600", "SIGUSR1"],
