@@ -21,6 +21,7 @@ fn main() {
     println!("cargo:rerun-if-changed=shim/shim.c");
     println!("cargo:rerun-if-changed=shim/prrte_headers.h");
     println!("cargo:rerun-if-changed=../include/prrte_k8s.h");
+    println!("cargo:rerun-if-changed=../include/prrte_k8s_preempt.h");
 
     let prefix =
         PathBuf::from(env::var("PRRTE_K8S_PREFIX").unwrap_or_else(|_| DEFAULT_PREFIX.into()));
@@ -71,6 +72,11 @@ fn main() {
         .header(shim_dir.join("prrte_headers.h").to_string_lossy())
         // Our own ABI: the shim's functions as the header declares them.
         .header(include_dir.join("prrte_k8s.h").to_string_lossy())
+        // The keys of the preemption notice applications read.
+        .header(include_dir.join("prrte_k8s_preempt.h").to_string_lossy())
+        .allowlist_var("PRRTE_K8S_PREEMPT_.*")
+        .allowlist_function("PMIx_Notify_event|PMIx_Info_create|PMIx_Info_free|PMIx_Info_load")
+        .allowlist_var("PMIX_JCTRL_PREEMPT_ALERT|PMIX_RANGE_SESSION|PMIX_UINT32|PMIX_EVENT_NON_DEFAULT|PMIX_EVENT_TEXT_MESSAGE|PMIX_OPERATION_SUCCEEDED")
         .allowlist_function("prrte_k8s_shim_.*")
         .allowlist_type("prrte_k8s_type_id_t|prrte_k8s_fd_cb_t")
         .allowlist_var("PRRTE_K8S_FRAMEWORK_.*")

@@ -9,6 +9,7 @@
 #include "constants.h"
 #include "types.h"
 
+#include "pmix.h"
 #include "src/class/pmix_list.h"
 #include "src/class/pmix_pointer_array.h"
 #include "src/mca/base/pmix_base.h"

@@ -78,7 +78,7 @@ pub static RAS_PARAMS: [Param<RasParams>; 10] = [
 ];
 
 /// The `plm_k8s_*` parameters.
-pub static PLM_PARAMS: [Param<PlmParams>; 8] = [
+pub static PLM_PARAMS: [Param<PlmParams>; 9] = [
     Param {
         setting: &mca::SECRET_FILE,
         field: Field::Str(|p| &mut p.secret_file),
@@ -106,6 +106,10 @@ pub static PLM_PARAMS: [Param<PlmParams>; 8] = [
     Param {
         setting: &mca::INSECURE,
         field: Field::Bool(|p| &mut p.insecure),
+    },
+    Param {
+        setting: &mca::PREEMPT_SIGNAL,
+        field: Field::Str(|p| &mut p.preempt_signal),
     },
     Param {
         setting: &mca::PLM_PRIORITY,

@@ -310,6 +310,17 @@ impl Job {
     /// A PRRTE command (prte, prterun, prun, pterm) run inside pod `index` with the pod's
     /// environment, the components, and a private TMPDIR.
     pub fn in_pod(&self, index: usize, tool: &str, args: &[&str]) -> Result<Command> {
+        self.in_pod_with(index, tool, &[], args)
+    }
+
+    /// As [`in_pod`](Job::in_pod), with more variables (`NAME=VALUE`) in the tool's environment.
+    pub fn in_pod_with(
+        &self,
+        index: usize,
+        tool: &str,
+        vars: &[String],
+        args: &[&str],
+    ) -> Result<Command> {
         let tmp = self.dir.sub(&format!("launcher-tmp-{index}"))?;
         let exe = harness::prefix().join("bin").join(tool);
         let mut argv: Vec<String> = vec![
@@ -317,8 +328,9 @@ impl Job {
             format!("TMPDIR={}", tmp.display()),
             format!("PRTE_PKGLIBDIR={}", self.components.display()),
             format!("PRTE_MCA_plm_k8s_secret_file={}", self.secret.display()),
-            exe.to_string_lossy().into_owned(),
         ];
+        argv.extend(vars.iter().cloned());
+        argv.push(exe.to_string_lossy().into_owned());
         argv.extend(args.iter().map(|s| s.to_string()));
         let refs: Vec<&str> = argv.iter().map(|s| s.as_str()).collect();
         self.cluster.pod_exec(&self.pods[index], &refs)

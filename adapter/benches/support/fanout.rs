@@ -297,6 +297,7 @@ pub fn run_round(agents: &Agents, secret: &[u8], timeout: Duration) -> Outcome {
                         s.t_exited = Some(Instant::now());
                     }
                 }
+                LaunchEvent::Preempt { .. } => {}
             }
             cv.notify_all();
         }),

@@ -344,6 +344,7 @@ mod tests {
             secret_file: "/nonexistent".into(),
             tmpdir: dir.to_owned(),
             kill_grace: Duration::from_secs(1),
+            preempt_grace: Duration::ZERO,
             max_frame: 4096,
             pass_env: vec![],
             dvm_uri_file: dir.join("dvm.uri"),

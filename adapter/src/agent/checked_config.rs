@@ -26,6 +26,8 @@ pub struct AgentConfig {
     pub secret_file: PathBuf,
     pub tmpdir: PathBuf,
     pub kill_grace: Duration,
+    /// The pod's termination grace period (`--preempt-grace`); zero: no preemption notice.
+    pub preempt_grace: Duration,
     pub max_frame: usize,
     /// Names of agent environment variables passed to prted (besides the prefixes).
     pub pass_env: Vec<String>,
@@ -136,6 +138,7 @@ impl std::fmt::Debug for AgentConfig {
             .field("secret_file", &self.secret_file)
             .field("tmpdir", &self.tmpdir)
             .field("kill_grace", &self.kill_grace)
+            .field("preempt_grace", &self.preempt_grace)
             .field("max_frame", &self.max_frame)
             .field("pass_env", &self.pass_env)
             .field("dvm_uri_file", &self.dvm_uri_file)
@@ -239,6 +242,7 @@ impl AgentConfig {
             secret_file: args.secret_file.clone(),
             tmpdir,
             kill_grace: Duration::from_secs(args.kill_grace),
+            preempt_grace: Duration::from_secs(args.preempt_grace),
             max_frame: args.max_frame,
             pass_env: args
                 .pass_env

@@ -58,8 +58,18 @@ pub(crate) fn base_env(
         }
     }
     env.push(("TMPDIR".into(), config.tmpdir.clone().into_os_string()));
+    // What a program told by a signal has after it (see `super::preempt`).
+    if let Some(hold) =
+        super::preempt::Preemption::hold_for(config.preempt_grace, config.kill_grace)
+    {
+        env.push((PREEMPT_SECONDS.into(), hold.as_secs().to_string().into()));
+    }
     env
 }
+
+/// The seconds the job's processes have after a preemption notice, in prted's environment
+/// (and so its ranks') when the agent runs with `--preempt-grace`.
+pub const PREEMPT_SECONDS: &str = "PRRTE_K8S_PREEMPT_SECONDS";
 
 #[cfg(test)]
 mod tests {
@@ -77,6 +87,7 @@ mod tests {
             secret_file: "/nonexistent".into(),
             tmpdir: d.path().to_owned(),
             kill_grace: Duration::from_secs(1),
+            preempt_grace: Duration::ZERO,
             max_frame: 4096,
             pass_env: vec!["EXTRA".into()],
             dvm_uri_file: d.path().join("dvm.uri"),

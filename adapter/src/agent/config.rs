@@ -113,6 +113,9 @@ pub struct AgentArgs {
     #[arg(long, setting = &agent::KILL_GRACE)]
     pub kill_grace: u64,
 
+    #[arg(long, setting = &agent::PREEMPT_GRACE)]
+    pub preempt_grace: u64,
+
     #[arg(long, setting = &agent::MAX_FRAME)]
     pub max_frame: usize,
 

@@ -22,6 +22,7 @@ use super::exit_status::{exited_reply, ExitStatus};
 use super::handshake::{agent_handshake, describe_bad_frame, SEND_TIMEOUT};
 use super::launch_policy;
 use super::limits::Pending;
+use super::preempt::{self, Preemption, WatchGuard};
 use super::process::{Job, Reaper};
 use super::tracking::Tracking;
 use crate::protocol::{
@@ -57,6 +58,8 @@ pub(super) struct Shared {
     pub(super) pending: Arc<Pending>,
     /// What `exec` requests may run.
     pub(super) exec: exec::ExecState,
+    /// The preemption notice (SIGTERM with `--preempt-grace`).
+    pub(super) preemption: Arc<Preemption>,
 }
 
 impl Shared {
@@ -88,6 +91,8 @@ impl Drop for ActiveJob {
         if slot.is_some_and(|s| s.conn == self.conn) {
             *slot = None;
         }
+        drop(slot);
+        self.shared.preemption.poke();
     }
 }
 
@@ -162,6 +167,8 @@ struct Conn {
     job: Option<ActiveJob>,
     /// Set by the first `ping`: the launcher sends heartbeats, so its silence means it is gone.
     heartbeats: bool,
+    /// Set by `watch`: this connection is told `preempt`.
+    watch: Option<WatchGuard>,
 }
 
 impl Conn {
@@ -256,6 +263,12 @@ impl Conn {
                     .finish(&self.shared.config, self.peer, code)
             }
             Request::Status {} => self.status(),
+            Request::Watch {} => {
+                if self.watch.is_none() {
+                    self.watch = Some(self.shared.preemption.watch());
+                }
+                (Reply::Ack {}, "watching".to_owned())
+            }
         };
         info!(peer = %self.peer, request = kind, %outcome,
               duration_ms = t0.elapsed().as_millis() as u64, "request");
@@ -313,7 +326,10 @@ impl Conn {
         let grace = self.shared.config.kill_grace;
         let silence = self.shared.config.limits.heartbeat_timeout;
         let mut heard = tokio::time::Instant::now();
+        let mut notice = self.shared.preemption.subscribe();
+        let mut told = false;
         loop {
+            let tell = !told && (self.job.is_some() || self.watch.is_some());
             // Watched only while this connection's prted runs and its launcher sends heartbeats.
             let watch = silence.filter(|_| self.heartbeats && self.job.is_some());
             let deadline = heard + watch.unwrap_or(Duration::from_secs(3600));
@@ -351,6 +367,14 @@ impl Conn {
                     }
                     let _ = self.reply(&Reply::Error { reason: "the agent is shutting down".into() }).await;
                     return Ended::Closed("agent shutting down".to_owned());
+                }
+                deadline = preempt::notice(&mut notice), if tell => {
+                    told = true;
+                    let seconds = preempt::seconds_left(deadline);
+                    info!(%peer, seconds, "the pod is told to end: telling the launcher");
+                    if let Err(e) = self.reply(&Reply::Preempt { seconds }).await {
+                        return Ended::Closed(format!("cannot send the preemption notice: {e}"));
+                    }
                 }
                 // Last: a frame that arrived during a stall counts before the silence.
                 _ = tokio::time::sleep_until(deadline), if watch.is_some() => {
@@ -495,6 +519,7 @@ pub(super) async fn handle_connection(
         id,
         job: None,
         heartbeats: false,
+        watch: None,
     };
 
     let reason = match c.serve(&stop).await {

@@ -147,6 +147,7 @@ mod tests {
             secret_file: "/s".into(),
             tmpdir: "/tmp".into(),
             kill_grace: Duration::from_secs(1),
+            preempt_grace: Duration::ZERO,
             max_frame: 4096,
             pass_env: vec![],
             dvm_uri_file: "/var/run/prrte-k8s/dvm.uri".into(),

@@ -76,6 +76,14 @@ pub(crate) fn launcher_command<S: AsRef<OsStr>>(
     for (name, value) in config.launcher_env(|k| std::env::var_os(k).is_some()) {
         cmd.env(name, value);
     }
+    if let Some(hold) =
+        super::preempt::Preemption::hold_for(config.preempt_grace, config.kill_grace)
+    {
+        cmd.env(
+            super::child_env::PREEMPT_SECONDS,
+            hold.as_secs().to_string(),
+        );
+    }
     if let Some(m) = &config.mpi {
         for (name, value) in m.command_env(alloc, |k| std::env::var_os(k)) {
             cmd.env(name, value);

@@ -20,7 +20,10 @@
 //!   descendants of prted that left its process group are reparented to it; those left in the
 //!   agent's session after prted ends are stopped too. No process outlives its job.
 //! * SIGTERM/SIGINT: stop accepting, report 503 on the health endpoint, stop the running prted
-//!   as above (reporting `exited` to its launcher), and exit 0.
+//!   as above (reporting `exited` to its launcher), and exit 0. With `--preempt-grace` a SIGTERM
+//!   while a prted runs or a launcher watches first tells those launchers (`preempt`) and holds
+//!   prted until it ends, the grace period is nearly over or a second signal comes (see
+//!   [`preempt`]).
 
 pub mod batch;
 pub mod batch_launcher;
@@ -39,6 +42,7 @@ pub mod launch_policy;
 pub mod limits;
 pub mod local_launch;
 pub mod mpi;
+pub mod preempt;
 pub mod proc_stat;
 pub mod process;
 pub mod tracking;
@@ -136,6 +140,7 @@ impl Agent {
                 tracking,
                 pending,
                 exec: exec::ExecState::new(exec_policy),
+                preemption: preempt::Preemption::new(),
             }),
             listener,
             health,
@@ -355,6 +360,7 @@ pub async fn run_until_signalled_with_exec(
     let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(AgentError::Signals)?;
     let agent = Agent::bind_with_exec(config, exec_policy).await?;
+    let shared = agent.shared.clone();
     agent
         .run(async move {
             let name = tokio::select! {
@@ -362,6 +368,40 @@ pub async fn run_until_signalled_with_exec(
                 _ = int.recv() => "SIGINT",
             };
             info!(signal = name, "received signal");
+            if name == "SIGTERM" {
+                hold_for_preemption(&shared, async {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                })
+                .await;
+            }
         })
         .await
+}
+
+/// On SIGTERM with `--preempt-grace`, while a prted runs or a launcher watches: announces the
+/// notice and waits until nothing runs nor watches, the deadline passes or `again` (a second
+/// signal) completes.
+async fn hold_for_preemption(shared: &Arc<Shared>, again: impl Future<Output = ()>) {
+    let config = &shared.config;
+    let busy = || shared.slot().is_some() || shared.preemption.watchers() > 0;
+    let Some(hold) = preempt::Preemption::hold_for(config.preempt_grace, config.kill_grace) else {
+        return;
+    };
+    if !busy() {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + hold;
+    info!(
+        seconds = hold.as_secs(),
+        "the pod is told to end: its launcher is told, prted keeps running until it ends or for the grace period (--preempt-grace less --kill-grace and 1 s)"
+    );
+    shared.preemption.announce(deadline);
+    tokio::select! {
+        _ = shared.preemption.idle(busy) => info!("prted ended and no launcher watches: stopping"),
+        _ = tokio::time::sleep_until(deadline) => info!("the grace period is over: stopping prted"),
+        _ = again => info!("a second signal: stopping prted now"),
+    }
 }

@@ -46,6 +46,13 @@ pub enum LaunchEvent {
         pod: String,
         status: ExitDesc,
     },
+    /// The pod's agent was told to end (SIGTERM): it keeps prted running `seconds` more.
+    /// Not a final event; may come between `Started` and `Exited`.
+    Preempt {
+        id: u32,
+        pod: String,
+        seconds: u64,
+    },
 }
 
 #[cfg(test)]

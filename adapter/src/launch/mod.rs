@@ -42,6 +42,7 @@ mod request;
 pub mod rounds;
 pub mod settings;
 pub mod targets;
+mod watch;
 
 pub use connect::ping_agent;
 pub(crate) use connect::{agent_name, connect_authenticated, recv_reply, send_request};
@@ -50,6 +51,7 @@ pub use error::{
 };
 pub use event::{ExitDesc, LaunchEvent};
 pub use request::{Heartbeat, LaunchOptions, LaunchRequest, LaunchTarget};
+pub use watch::{own_pod_target, Watcher};
 
 type Sink = Box<dyn Fn(LaunchEvent) + Send + Sync>;
 
@@ -259,7 +261,18 @@ async fn run_target(
         pod: pod.clone(),
         pid,
     });
-    let status = supervise(&mut conn, &mut session, opts, control).await;
+    let preempted = |seconds| {
+        tracing::warn!(
+            vpid = id,
+            "pod {pod} is told to end: prted runs {seconds} s more"
+        );
+        emitter.emit(LaunchEvent::Preempt {
+            id,
+            pod: pod.clone(),
+            seconds,
+        })
+    };
+    let status = supervise(&mut conn, &mut session, opts, control, &preempted).await;
     if control.shutting_down.is_cancelled() {
         tracing::info!(vpid = id, "prted in pod {pod} ended: {status}");
     } else {
@@ -309,6 +322,7 @@ async fn launch_one(
             | Reply::Status { .. }
             | Reply::Exited { .. }
             | Reply::Ack {}
+            | Reply::Preempt { .. }
             | Reply::Output { .. } => continue,
         }
     }
@@ -327,6 +341,7 @@ async fn supervise(
     session: &mut Session,
     opts: &LaunchOptions,
     control: &Control,
+    preempted: &(dyn Fn(u64) + Sync),
 ) -> ExitDesc {
     let mut kill_sent = false;
     // Heartbeats: a ping every interval; any frame from the agent counts as a sign of life.
@@ -368,6 +383,7 @@ async fn supervise(
                     Ok(Reply::Error { reason }) => {
                         return ExitDesc::ConnectionLost(format!("the agent reported an error: {reason}"))
                     }
+                    Ok(Reply::Preempt { seconds }) => preempted(seconds),
                     Ok(_) => continue,
                     Err(e) => return ExitDesc::ConnectionLost(format!("protocol error: {e}")),
                 }

@@ -79,6 +79,13 @@ pub enum Action {
     /// Tell PRRTE the running daemon's connection is lost, as its OOB does when a daemon's
     /// connection breaks: PRRTE aborts the DVM instead of waiting for that pod forever.
     LostDaemon(u32),
+    /// Tell every rank of the DVM's jobs, in every pod, that pod `pod` is told to end and the
+    /// ranks have `seconds` left: the PMIx event, and `signal` if the site chose one.
+    Preempt {
+        pod: String,
+        seconds: u64,
+        signal: Option<i32>,
+    },
 }
 
 fn verbose(level: i32, message: impl Into<String>) -> Action {
@@ -170,6 +177,10 @@ pub struct Rounds {
     last_generation: u64,
     rounds: BTreeMap<u64, Round>,
     phase: Phase,
+    /// `plm_k8s_preempt_signal` as the last round read it.
+    preempt_signal: Option<i32>,
+    /// The ranks were told of a preemption (they are told once per DVM).
+    preempted: bool,
 }
 
 impl Default for Rounds {
@@ -184,6 +195,8 @@ impl Rounds {
             last_generation: 0,
             rounds: BTreeMap::new(),
             phase: Phase::Running,
+            preempt_signal: None,
+            preempted: false,
         }
     }
 
@@ -206,6 +219,7 @@ impl Rounds {
             Ok(s) => s,
             Err(e) => return refused(actions, e.to_string()),
         };
+        self.preempt_signal = settings.preempt_signal;
         let dvm_uri = reachable_dvm_uri(request.server_uri);
         if dvm_uri.is_none() {
             actions.push(verbose(1, NO_DVM_URI));
@@ -286,6 +300,9 @@ impl Rounds {
         if self.suppressed(&event) {
             return Vec::new();
         }
+        if let LaunchEvent::Preempt { id, pod, seconds } = event {
+            return self.on_preempt(id, pod, seconds);
+        }
         match self.rounds.get_mut(&generation) {
             Some(round) => round.on_event(event, states),
             None => Vec::new(),
@@ -302,6 +319,28 @@ impl Rounds {
             Some(round) => round.on_timeout(states),
             None => Vec::new(),
         }
+    }
+
+    /// A pod's agent was told to end: the ranks are told, the first time only (the pods of a
+    /// deleted Job are all told to end at once).
+    fn on_preempt(&mut self, id: u32, pod: String, seconds: u64) -> Vec<Action> {
+        if std::mem::replace(&mut self.preempted, true) {
+            return vec![verbose(
+                2,
+                format!("plm:k8s: pod {pod} (daemon {id}) is told to end too; the ranks were told already"),
+            )];
+        }
+        vec![
+            verbose(
+                1,
+                format!("plm:k8s: pod {pod} (daemon {id}) is told to end: telling every rank, {seconds} s left"),
+            ),
+            Action::Preempt {
+                pod,
+                seconds,
+                signal: self.preempt_signal,
+            },
+        ]
     }
 
     /// PRRTE ordered the daemons to exit.
@@ -394,6 +433,8 @@ impl Round {
             LaunchEvent::Exited { id, pod, status } => {
                 self.on_exit(id, &pod, status, states.state(id))
             }
+            // Handled by the rounds as a whole.
+            LaunchEvent::Preempt { .. } => Vec::new(),
         }
     }
 

@@ -23,6 +23,8 @@ pub struct RoundSettings {
     pub options: LaunchOptions,
     /// How long every daemon of the round has to report back (the startup timeout PRRTE lacks).
     pub startup_timeout: Duration,
+    /// The signal ranks get on a preemption notice (`plm_k8s_preempt_signal`), if any.
+    pub preempt_signal: Option<i32>,
 }
 
 /// Checks the parameters as the registry does ([`PlmSettings::check`]: ports and timeouts in
@@ -57,6 +59,7 @@ pub fn check(
             },
         },
         startup_timeout: checked.launch_timeout,
+        preempt_signal: checked.preempt_signal,
     })
 }
 
@@ -87,6 +90,7 @@ mod tests {
             heartbeat_interval: 2,
             heartbeat_misses: 4,
             insecure: false,
+            preempt_signal: None,
             priority: 0,
         }
     }

@@ -132,6 +132,15 @@ pub struct ManifestArgs {
     /// With --inject: the image's MPI (the agent's --mpi)
     #[arg(long, value_enum, default_value = "auto", requires = "inject")]
     pub mpi: Mpi,
+    /// Seconds a pod has between SIGTERM and SIGKILL when it is told to end
+    /// (terminationGracePeriodSeconds); its agent holds the ranks that long, less a few
+    /// seconds to stop them, after telling them (--preempt-grace)
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub grace_period: u64,
+    /// Signal every rank gets when a pod of the job is told to end, besides the PMIx event
+    /// (plm_k8s_preempt_signal), e.g. SIGUSR1 [default: none]
+    #[arg(long, value_name = "SIG", value_parser = preempt_signal)]
+    pub preempt_signal: Option<String>,
     /// Extra environment variable of every pod (NAME=VALUE, repeatable)
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
@@ -194,6 +203,10 @@ impl ManifestArgs {
         );
         let mut spec = Map::new();
         spec.insert(
+            "terminationGracePeriodSeconds".into(),
+            json!(self.grace_period),
+        );
+        spec.insert(
             "securityContext".into(),
             json!({
                 "runAsNonRoot": true,
@@ -228,9 +241,8 @@ impl ManifestArgs {
                 spec,
                 container,
                 env: self
-                    .env
-                    .iter()
-                    .map(|(k, v)| json!({"name": k, "value": v}))
+                    .preempt_env()
+                    .chain(self.env.iter().map(|(k, v)| json!({"name": k, "value": v})))
                     .collect(),
                 mounts: Vec::new(),
                 volumes: Vec::new(),
@@ -241,6 +253,17 @@ impl ManifestArgs {
                 gid: Some(self.uid),
             },
         })
+    }
+
+    /// The agents' grace period (the pod's) and the site's preemption signal, for every pod.
+    fn preempt_env(&self) -> impl Iterator<Item = Value> {
+        let grace =
+            json!({"name": "PRRTE_K8S_PREEMPT_GRACE", "value": self.grace_period.to_string()});
+        let signal = self
+            .preempt_signal
+            .as_ref()
+            .map(|s| json!({"name": crate::settings::mca::PREEMPT_SIGNAL.var(), "value": s}));
+        std::iter::once(grace).chain(signal)
     }
 
     /// The job's name.
@@ -258,6 +281,23 @@ impl ManifestArgs {
         }
         json!({"requests": requests, "limits": limits})
     }
+}
+
+/// `--preempt-signal SIG`: a name `plm_k8s_preempt_signal` takes (SIGUSR1, usr1...), spelled
+/// as it lists them.
+pub(super) fn preempt_signal(s: &str) -> Result<String, String> {
+    let sig = s.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("sig"));
+    let word = if !sig && !s.eq_ignore_ascii_case("none") {
+        format!("SIG{s}")
+    } else {
+        s.to_string()
+    };
+    crate::settings::mca::preempt_signal(&word).map_err(|e| e.to_string())?;
+    let canonical = crate::settings::mca::PREEMPT_SIGNALS
+        .iter()
+        .find(|w| w.eq_ignore_ascii_case(&word))
+        .expect("checked");
+    Ok(canonical.to_string())
 }
 
 /// `--env NAME=VALUE`.

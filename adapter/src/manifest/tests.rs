@@ -566,3 +566,52 @@ fn inject_puts_the_runtime_into_any_image() {
         assert!(T::try_parse_from(&argv).is_err(), "{bad:?} is refused");
     }
 }
+
+/// The pod's grace period reaches the pod spec and the agents; the site's preemption signal
+/// reaches the launcher's parameter, spelled as the parameter lists it; a signal no program
+/// can catch is refused.
+#[test]
+fn grace_period_and_preempt_signal() {
+    let env_of = |a: &ManifestArgs| {
+        let objs = objects(a, None).unwrap();
+        let job = objs.iter().find(|o| o["kind"] == "Job").unwrap().clone();
+        let spec = job["spec"]["template"]["spec"].clone();
+        let env = spec["containers"][0]["env"].as_array().unwrap().clone();
+        let get = |k: &str| {
+            env.iter()
+                .find(|e| e["name"] == k)
+                .map(|e| e["value"].as_str().unwrap().to_string())
+        };
+        (
+            spec["terminationGracePeriodSeconds"].clone(),
+            get("PRRTE_K8S_PREEMPT_GRACE"),
+            get("PRTE_MCA_plm_k8s_preempt_signal"),
+        )
+    };
+    let (grace, agent, signal) = env_of(&args(&["--", "mpirun", "x"]));
+    assert_eq!(
+        (grace, agent.as_deref(), signal),
+        (json!(30), Some("30"), None)
+    );
+    let a = args(&[
+        "--grace-period",
+        "90",
+        "--preempt-signal",
+        "usr1",
+        "--",
+        "mpirun",
+        "x",
+    ]);
+    let (grace, agent, signal) = env_of(&a);
+    assert_eq!(grace, json!(90));
+    assert_eq!(agent.as_deref(), Some("90"));
+    assert_eq!(signal.as_deref(), Some("SIGUSR1"));
+    let mut argv = vec!["manifest", "--preempt-signal", "SIGKILL"];
+    argv.push("--");
+    argv.push("x");
+    let e = T::try_parse_from(argv).err().unwrap().to_string();
+    assert!(
+        e.contains("plm_k8s_preempt_signal") && e.contains("SIGUSR1"),
+        "{e}"
+    );
+}

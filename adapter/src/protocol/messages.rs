@@ -74,6 +74,9 @@ pub enum Request {
     },
     Ping {},
     Status {},
+    /// Ask to be told when this agent's pod is told to end: the agent answers `ack`, and sends
+    /// `preempt` on this connection when it gets SIGTERM (a launcher watching its own pod).
+    Watch {},
     /// Batch mode: the agent running the job's command (pod 0) attaches to a worker's agent;
     /// while this connection lasts the worker waits for `finish`, and if it ends without one
     /// the worker concludes that its launcher went away.
@@ -119,6 +122,7 @@ impl Request {
             Request::Kill { .. } => "kill",
             Request::Ping {} => "ping",
             Request::Status {} => "status",
+            Request::Watch {} => "watch",
             Request::Attach {} => "attach",
             Request::Finish { .. } => "finish",
             Request::Exec { .. } => "exec",
@@ -157,8 +161,13 @@ pub enum Reply {
     Error {
         reason: String,
     },
-    /// An `attach` or `finish` was accepted.
+    /// An `attach`, `finish` or `watch` was accepted.
     Ack {},
+    /// The agent's pod was told to end (SIGTERM, its termination grace period running): the
+    /// agent keeps its prted running for `seconds` more (or until it ends), then stops it.
+    Preempt {
+        seconds: u64,
+    },
     /// Exec: output of the program on `fd` 1 (stdout) or 2 (stderr), base64.
     Output {
         fd: u8,

@@ -65,6 +65,9 @@
 //!   agent's `--kill-grace`), then `exited`.
 //! * `{"v":1,"type":"ping"}` → `pong`; `{"v":1,"type":"status"}` → `status`. The launcher also
 //!   sends `ping` as a heartbeat while its prted runs (see Supervision).
+//! * `{"v":1,"type":"watch"}` → `ack`: the connection is told `preempt` (below) when the
+//!   agent's pod is told to end, and keeps the agent's pod up meanwhile; a launcher watches its
+//!   own pod's agent this way.
 //! * Batch mode only (agents started with `--run`): `{"v":1,"type":"attach"}` → `ack`, sent by
 //!   the agent that runs the job's command to every other pod's agent, on a connection it keeps
 //!   open for the whole run; then `{"v":1,"type":"finish","code":N}` → `ack` on that connection
@@ -82,6 +85,10 @@
 //!   and everything left in its process group are gone;
 //! * `failed {reason}` for a `kill` that has nothing to kill, or a request that could not be parsed;
 //! * `pong {}`, `status {running, pid, launched_by}`, `ack {}`;
+//! * `preempt {seconds}`, unasked, on the connection that launched the running prted and on
+//!   every `watch` connection, once, when the agent gets SIGTERM and was started with
+//!   `--preempt-grace` (its pod's termination grace period): the agent keeps its prted (and the
+//!   ranks) running for `seconds` more, or until prted ends, then stops it as for `kill`;
 //! * `error {reason}`: a protocol violation; the agent closes the connection after sending it.
 //!
 //! # Supervision

@@ -283,7 +283,7 @@ pub async fn run(
                     Reply::Output { fd, data } => write_output(fd, &data)?,
                     Reply::Exited { code, signal, .. } => return Ok(exit_status(code, signal)),
                     Reply::Error { reason } => return Err(RshError::Reported(reason)),
-                    Reply::Pong {} | Reply::Status { .. } | Reply::Ack {} => {}
+                    Reply::Pong {} | Reply::Status { .. } | Reply::Ack {} | Reply::Preempt { .. } => {}
                 }
             }
             Some(chunk) = stdin_rx.recv(), if stdin_open => {

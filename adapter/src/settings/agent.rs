@@ -105,6 +105,19 @@ pub(crate) const KILL_GRACE: Setting = Setting {
     ..Setting::NONE
 };
 
+pub(crate) const PREEMPT_GRACE: Setting = Setting {
+    env: &["PRRTE_K8S_PREEMPT_GRACE"],
+    flag: "preempt-grace",
+    value_name: "SECS",
+    default: "0",
+    help: "The pod's terminationGracePeriodSeconds (prrte-k8s manifest sets it): on SIGTERM while a prted runs or a launcher watches, the agent tells its launcher at once (the job's ranks get the preemption notice), keeps prted and its ranks running until they end or the grace period less --kill-grace and 1 s has passed, then stops them; a second SIGTERM stops them at once. 0: stop at once, no notice",
+    kind: Kind::Int {
+        min: 0,
+        max: 86_400,
+    },
+    ..Setting::NONE
+};
+
 pub(crate) const MAX_FRAME: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_MAX_FRAME"],
     flag: "max-frame",
@@ -332,6 +345,7 @@ pub const ALL: &[&Setting] = &[
     &HEALTH_LISTEN,
     &TMPDIR,
     &KILL_GRACE,
+    &PREEMPT_GRACE,
     &MAX_FRAME,
     &PASS_ENV,
     &DVM_URI_FILE,

@@ -184,6 +184,22 @@ pub const INSECURE: Setting = Setting {
     ..Setting::NONE
 };
 
+/// `plm_k8s_preempt_signal`'s words: no signal, or a signal a program can catch.
+pub(crate) const PREEMPT_SIGNALS: &[&str] = &[
+    "none", "SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGALRM", "SIGCONT",
+    "SIGWINCH", "SIGURG", "SIGPWR", "SIGXCPU",
+];
+
+pub const PREEMPT_SIGNAL: Setting = Setting {
+    mca: mca_param!("plm", "preempt_signal"),
+    flag: "preempt-signal",
+    value_name: "SIG",
+    default: "none",
+    help: "Signal sent to every rank of the DVM's jobs, in every pod, when a pod of the job is told to end (its termination grace period running), besides the PMIx event PMIX_JCTRL_PREEMPT_ALERT; for programs without PMIx (prrte-k8s manifest --preempt-signal sets it)",
+    kind: Kind::Choice(PREEMPT_SIGNALS),
+    ..Setting::NONE
+};
+
 pub const PLM_PRIORITY: Setting = Setting {
     mca: mca_param!("plm", "priority"),
     default: "60",
@@ -215,6 +231,7 @@ pub const PLM: &[&Setting] = &[
     &HEARTBEAT_INTERVAL,
     &HEARTBEAT_MISSES,
     &INSECURE,
+    &PREEMPT_SIGNAL,
     &PLM_PRIORITY,
 ];
 
@@ -274,6 +291,7 @@ pub struct PlmParams {
     pub heartbeat_interval: i32,
     pub heartbeat_misses: i32,
     pub insecure: bool,
+    pub preempt_signal: Option<String>,
     pub priority: i32,
 }
 
@@ -287,6 +305,7 @@ impl Default for PlmParams {
             heartbeat_interval: default_int(&HEARTBEAT_INTERVAL),
             heartbeat_misses: default_int(&HEARTBEAT_MISSES),
             insecure: default_bool(&INSECURE),
+            preempt_signal: default_text(&PREEMPT_SIGNAL),
             priority: default_int(&PLM_PRIORITY),
         }
     }
@@ -303,6 +322,8 @@ pub struct PlmSettings {
     /// Zero: no heartbeats.
     pub heartbeat_interval: Duration,
     pub heartbeat_misses: u32,
+    /// The signal number ranks get on a preemption notice, if any.
+    pub preempt_signal: Option<i32>,
 }
 
 impl PlmParams {
@@ -325,8 +346,24 @@ impl PlmParams {
                 HEARTBEAT_INTERVAL.int(&self.heartbeat_interval.to_string())? as u64,
             ),
             heartbeat_misses: HEARTBEAT_MISSES.int(&self.heartbeat_misses.to_string())? as u32,
+            preempt_signal: preempt_signal(self.preempt_signal.as_deref().unwrap_or("none"))?,
         })
     }
+}
+
+/// `plm_k8s_preempt_signal`'s value as a signal number (`None` for "none"); a name not in
+/// [`PREEMPT_SIGNALS`] is refused naming the ones it takes.
+pub fn preempt_signal(text: &str) -> Result<Option<i32>, SettingError> {
+    let word = match PREEMPT_SIGNAL.parse(text)? {
+        super::setting::Value::Text(w) => w,
+        _ => return Err(PREEMPT_SIGNAL.invalid(format!("{text:?}"))),
+    };
+    if word == "none" {
+        return Ok(None);
+    }
+    word.parse::<nix::sys::signal::Signal>()
+        .map(|s| Some(s as i32))
+        .map_err(|_| PREEMPT_SIGNAL.invalid(format!("{text:?}")))
 }
 
 /// What is wrong with the k8s parameters set in an environment (`vars`): a `PRTE_MCA_ras_k8s_*`

@@ -71,6 +71,7 @@ pub(crate) const AGENT_SITE: AgentTable = AgentTable {
         &agent::TMPDIR,
         &agent::PASS_ENV,
         &agent::KILL_GRACE,
+        &agent::PREEMPT_GRACE,
         &agent::CGROUP,
         &agent::MAX_PENDING,
         &agent::MAX_PENDING_PER_PEER,

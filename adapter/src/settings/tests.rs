@@ -224,3 +224,18 @@ fn help_shows_a_documented_default() {
         .ends_with("[default: $POD_NAME, else the hostname]"));
     assert_eq!(mca::TIMEOUT.default_u64(), 300);
 }
+
+#[test]
+fn preempt_signal_names() {
+    use super::mca::preempt_signal;
+    assert_eq!(preempt_signal("none").unwrap(), None);
+    assert_eq!(preempt_signal("sigusr1").unwrap(), Some(10));
+    assert_eq!(preempt_signal(" SIGUSR2 ").unwrap(), Some(12));
+    let e = preempt_signal("SIGKILL").unwrap_err().to_string();
+    assert!(
+        e.contains("plm_k8s_preempt_signal") && e.contains("SIGUSR1"),
+        "{e}"
+    );
+    let e = preempt_signal("USR1").unwrap_err().to_string();
+    assert!(e.contains("one of none, SIGUSR1"), "{e}");
+}

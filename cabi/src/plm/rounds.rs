@@ -19,7 +19,7 @@ use prrte_k8s::launch::prted_args::PrtedTemplate;
 use prrte_k8s::launch::rounds::{Action, RoundLaunch, RoundRequest, Rounds, Start};
 use prrte_k8s::launch::settings::PlmSettings;
 use prrte_k8s::launch::targets::DaemonNode;
-use prrte_k8s::launch::{LaunchEvent, Launcher};
+use prrte_k8s::launch::{own_pod_target, LaunchEvent, Launcher, Watcher};
 use std::os::raw::c_void;
 use std::sync::{mpsc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -41,12 +41,15 @@ struct Plm {
     /// prte exits. 0 before the first round.
     dvm: usize,
     running: Vec<Running>,
+    /// The watch of our own pod's agent (its preemption notice), from the first round on.
+    watcher: Option<Watcher>,
 }
 
 static PLM: Mutex<Plm> = Mutex::new(Plm {
     rounds: Rounds::new(),
     dvm: 0,
     running: Vec::new(),
+    watcher: None,
 });
 
 fn plm() -> MutexGuard<'static, Plm> {
@@ -86,6 +89,8 @@ pub fn finalize() {
     plm().rounds.finalized();
     drop(launchers);
     plm().running.clear();
+    let watcher = plm().watcher.take();
+    drop(watcher);
 }
 
 /// Why the launch could not even be handed to the agents.
@@ -243,6 +248,7 @@ fn begin_round(jdata: JobRef, dvm: JobRef, nodes: Vec<DaemonNode>, prted: &Prted
 /// round's startup timer (the timeout PRRTE lacks).
 fn start(launch: RoundLaunch) {
     let generation = launch.generation;
+    watch_own_pod(&launch);
     let launcher = Launcher::start(
         launch.targets,
         launch.options,
@@ -263,6 +269,33 @@ fn start(launch: RoundLaunch) {
     });
 }
 
+/// Watches our own pod's agent (once), so that its pod being told to end reaches the ranks
+/// too; its notices come back on the main thread as the round's events do.
+fn watch_own_pod(launch: &RoundLaunch) {
+    if plm().watcher.is_some() {
+        return;
+    }
+    let Some(port) = launch.targets.first().map(|(t, _)| t.addr.port()) else {
+        return;
+    };
+    let env = |k: &str| std::env::var(k).ok();
+    let Some(target) = own_pod_target(&env, port) else {
+        shim::verbose(
+            Framework::Plm,
+            2,
+            "plm:k8s: no POD_IP: this pod's agent is not watched for a preemption notice",
+        );
+        return;
+    };
+    let generation = launch.generation;
+    let watcher = Watcher::start(
+        target,
+        launch.options.clone(),
+        Box::new(move |ev| mainloop::post(move || on_event(generation, ev))),
+    );
+    plm().watcher = Some(watcher);
+}
+
 /// Carries out the rounds' actions, in order (main thread).
 fn perform(dvm: JobRef, actions: Vec<Action>) {
     for action in actions {
@@ -272,6 +305,11 @@ fn perform(dvm: JobRef, actions: Vec<Action>) {
             Action::SetExitStatus(status) => shim::update_exit_status(status),
             Action::FailDaemon(vpid) => daemons::fail_daemon(dvm, vpid),
             Action::LostDaemon(vpid) => daemons::lost_daemon(dvm, vpid),
+            Action::Preempt {
+                pod,
+                seconds,
+                signal,
+            } => super::preempt::tell_ranks(&pod, seconds, signal),
         }
     }
 }

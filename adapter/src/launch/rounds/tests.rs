@@ -63,6 +63,7 @@ fn settings() -> PlmSettings {
         heartbeat_interval: 2,
         heartbeat_misses: 4,
         insecure: true,
+        preempt_signal: None,
         priority: 0,
     }
 }
@@ -531,4 +532,51 @@ fn rounds_that_cannot_start_say_why_and_open_no_generation() {
     assert!(matches!(begun.start, Start::Nothing), "{:?}", begun.start);
     // The first round that launches is the first generation.
     assert_eq!(begin(&mut rounds, &[1]), 1);
+}
+
+fn preempt(id: u32, seconds: u64) -> LaunchEvent {
+    LaunchEvent::Preempt {
+        id,
+        pod: format!("job-{id}-xyz"),
+        seconds,
+    }
+}
+
+fn preempts(actions: &[Action]) -> Vec<Action> {
+    actions
+        .iter()
+        .filter(|a| matches!(a, Action::Preempt { .. }))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn the_first_pod_told_to_end_tells_the_ranks_once_with_the_sites_signal() {
+    let (mut rounds, prrte) = (Rounds::new(), Prrte::default());
+    let mut s = settings();
+    s.preempt_signal = Some("SIGUSR1".into());
+    let g = match begin_with(&mut rounds, &s, &[1, 2]).start {
+        Start::Launch(l) => l.generation,
+        other => panic!("expected a launch, got {other:?}"),
+    };
+    let first = rounds.on_event(g, preempt(2, 24), &prrte);
+    assert_eq!(
+        preempts(&first),
+        vec![Action::Preempt {
+            pod: "job-2-xyz".into(),
+            seconds: 24,
+            signal: Some(10),
+        }]
+    );
+    // The watch of our own pod reports with any generation; the ranks were told already.
+    assert!(preempts(&rounds.on_event(0, preempt(0, 24), &prrte)).is_empty());
+    assert!(preempts(&rounds.on_event(g, preempt(1, 23), &prrte)).is_empty());
+}
+
+#[test]
+fn a_notice_while_shutting_down_is_not_passed_on() {
+    let (mut rounds, prrte) = (Rounds::new(), Prrte::default());
+    let g = begin(&mut rounds, &[1]);
+    rounds.shutting_down();
+    assert!(rounds.on_event(g, preempt(1, 24), &prrte).is_empty());
 }
