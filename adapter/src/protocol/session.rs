@@ -17,11 +17,11 @@ use super::messages::Plain;
 use super::wire::{encode_message, parse_versioned, ProtocolError};
 
 /// The largest Noise message.
-const NOISE_MAX: usize = 65_535;
+pub(super) const NOISE_MAX: usize = 65_535;
 /// The AEAD tag of each message.
-const TAG: usize = 16;
+pub(super) const TAG: usize = 16;
 /// JSON bytes per Noise message (after the flag byte).
-const CHUNK: usize = NOISE_MAX - TAG - 1;
+pub(super) const CHUNK: usize = NOISE_MAX - TAG - 1;
 const MORE: u8 = 1;
 const LAST: u8 = 0;
 
@@ -168,95 +168,4 @@ fn undecryptable(frame: &[u8]) -> ProtocolError {
          is encrypted)",
         kind.escape_debug()
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::messages::{decode_request, Reply, Request};
-    use super::super::noise::local_pair;
-    use super::super::wire::decode_message;
-    use super::*;
-
-    #[test]
-    fn sealed_round_trip_and_order() {
-        let (mut c, mut a) = local_pair(Some(b"k1"));
-        let f1 = c.seal(&Request::Ping {});
-        let f2 = c.seal(&Request::Status {});
-        let b1 = a.open(&f1).unwrap();
-        assert_eq!(decode_request(b1.as_bytes()).unwrap(), Request::Ping {});
-        assert_eq!(
-            decode_request(a.open(&f2).unwrap().as_bytes()).unwrap(),
-            Request::Status {}
-        );
-        let r = a.seal(&Reply::Pong {});
-        assert_eq!(
-            decode_message::<Reply>(c.open(&r).unwrap().as_bytes()).unwrap(),
-            Reply::Pong {}
-        );
-        // Replaying frame 1 after it was accepted is refused, and the session is over.
-        assert!(matches!(a.open(&f1), Err(ProtocolError::Integrity(_))));
-        assert!(a.open(&a_frame(&mut c)).is_err());
-    }
-
-    fn a_frame(c: &mut Session) -> Vec<u8> {
-        c.seal(&Request::Ping {})
-    }
-
-    #[test]
-    fn reordered_reflected_and_foreign_frames_are_refused() {
-        let (mut c, mut a) = local_pair(Some(b"k1"));
-        let _skipped = c.seal(&Request::Ping {});
-        let second = c.seal(&Request::Ping {});
-        assert!(matches!(a.open(&second), Err(ProtocolError::Integrity(_))));
-        // A client frame sent back to the client (reflection) fails: the other direction's key.
-        let (mut c, _) = local_pair(Some(b"k1"));
-        let f = c.seal(&Request::Ping {});
-        assert!(c.open(&f).is_err());
-        // A frame from another session fails.
-        let (mut c2, _) = local_pair(Some(b"k1"));
-        let (_, mut a) = local_pair(Some(b"k1"));
-        assert!(a.open(&c2.seal(&Request::Ping {})).is_err());
-    }
-
-    #[test]
-    fn altered_and_truncated_frames_are_refused() {
-        let (mut c, mut a) = local_pair(Some(b"secret"));
-        let mut frame = c.seal(&Request::Ping {});
-        frame[3] ^= 0x20;
-        assert!(matches!(a.open(&frame), Err(ProtocolError::Integrity(_))));
-        // A frame of several messages, cut after its first.
-        let (mut c, mut a) = local_pair(Some(b"secret"));
-        let big = format!("\"{}\"", "x".repeat(3 * CHUNK));
-        let frame = c.seal_text(&big);
-        assert_eq!(frame.len(), big.len() + 4 * (TAG + 1));
-        let e = a.open(&frame[..NOISE_MAX]).unwrap_err();
-        assert!(e.to_string().contains("truncated"), "{e}");
-        let (mut c, mut a) = local_pair(Some(b"secret"));
-        assert_eq!(a.open(&c.seal_text(&big)).unwrap(), big);
-    }
-
-    #[test]
-    fn nothing_of_the_body_is_in_clear() {
-        let (mut c, _) = local_pair(None);
-        let frame = c.seal_text(r#"{"v":1,"type":"launch","argv":["MARKER-7f3a"]}"#);
-        let text = String::from_utf8_lossy(&frame);
-        assert!(
-            !text.contains("MARKER") && !text.contains("launch"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn a_plain_frame_after_the_handshake_is_named() {
-        let (_, mut a) = local_pair(Some(b"k"));
-        let e = a
-            .open(&encode_message(&Plain::Error {
-                reason: "busy".into(),
-            }))
-            .unwrap_err();
-        assert!(e.to_string().contains("unencrypted error: busy"), "{e}");
-        let (_, mut a) = local_pair(Some(b"k"));
-        let e = a.open(br#"{"v":1,"type":"ping"}"#).unwrap_err();
-        assert!(e.to_string().contains("expected an encrypted frame"), "{e}");
-    }
 }
