@@ -36,6 +36,8 @@ use k8s_openapi::api::core::v1::Pod;
 use record::PodRecord;
 
 pub use allocation::{build_nodes, Allocation, PodNode};
+#[cfg(test)]
+pub(crate) use error::required_rule;
 pub use error::{DiscoveryError, ErrorKind, PODS_RULE};
 pub use infer::{SelfIdentity, SelfNameSource};
 pub use progress::Progress;

@@ -616,7 +616,7 @@ fn oversized_frame_before_authentication_is_refused() {
 
 #[test]
 fn the_launch_answer_is_bounded_even_if_the_agent_keeps_talking() {
-    use protocol::{Plain, Reply, Role, Session};
+    use protocol::{Plain, Reply};
     let secret = b"job secret".to_vec();
     let key = secret.clone();
     // Authenticates properly, then answers the launch request only with pongs, forever.
@@ -633,17 +633,21 @@ fn the_launch_answer_is_bounded_even_if_the_agent_keeps_talking() {
             .await
             .unwrap();
         let frame = protocol::recv_frame(&mut conn, Some(t)).await.unwrap();
-        let Ok(Plain::Response { nonce, .. }) = protocol::decode_message::<Plain>(&frame) else {
+        let Ok(Plain::Response { nonce, noise, .. }) = protocol::decode_message::<Plain>(&frame)
+        else {
             panic!("no response");
         };
         let nc = protocol::parse_nonce(&nonce).unwrap();
+        let client_msg = protocol::parse_noise_field(noise.as_deref(), "the launcher").unwrap();
+        let (agent_msg, mut session) =
+            protocol::agent_noise(Some(&key), &na, &nc, &client_msg).unwrap();
         let welcome = Plain::Welcome {
             mac: Some(protocol::agent_proof(&key, &na, &nc)),
+            noise: Some(hex::encode(agent_msg)),
         };
         protocol::send_frame(&mut conn, protocol::encode_message(&welcome), t)
             .await
             .unwrap();
-        let mut session = Session::new(Role::Agent, Some(key), na, nc);
         while protocol::send_frame(&mut conn, session.seal(&Reply::Pong {}), t)
             .await
             .is_ok()

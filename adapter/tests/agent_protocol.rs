@@ -88,19 +88,17 @@ async fn wrong_secret_is_refused_and_nothing_starts() {
     let agent_nonce = protocol::parse_nonce(&nonce).unwrap();
     let client_nonce = protocol::new_nonce();
     let mac = protocol::client_proof(b"wrong", &agent_nonce, &client_nonce);
+    let (_, noise_msg) =
+        protocol::client_noise_start(Some(b"wrong"), &agent_nonce, &client_nonce).unwrap();
     let resp = Plain::Response {
         nonce: hex::encode(client_nonce),
         mac: Some(mac),
+        noise: Some(hex::encode(noise_msg)),
     };
     protocol::send_frame(&mut conn, encode_message(&resp), STEP)
         .await
         .unwrap();
-    let mut forged = protocol::Session::new(
-        protocol::Role::Client,
-        Some(b"wrong".to_vec()),
-        agent_nonce,
-        client_nonce,
-    );
+    let (mut forged, _) = protocol::local_pair(Some(b"wrong"));
     let _ = protocol::send_frame(&mut conn, forged.seal(&launch(&["--sleep"])), STEP).await;
     let answer = protocol::recv_frame(&mut conn, Some(STEP)).await.unwrap();
     assert!(matches!(
@@ -141,13 +139,13 @@ async fn frame_replayed_from_an_earlier_session_is_refused() {
     drop(s1);
     assert_eq!(td.launches(), 1);
 
-    // Session 2 (authenticated) replays it verbatim as its first frame: same seq, old nonces.
+    // Session 2 (authenticated) replays it verbatim as its first frame: the keys of another session.
     let mut s2 = RawClient::connect(agent.addr, Some(&td.secret))
         .await
         .unwrap();
     s2.send_body(captured).await;
     match s2.recv(STEP).await.unwrap() {
-        Reply::Error { reason } => assert!(reason.contains("MAC does not verify"), "{reason}"),
+        Reply::Error { reason } => assert!(reason.contains("does not decrypt"), "{reason}"),
         other => panic!("unexpected {other:?}"),
     }
     s2.expect_closed().await;
@@ -160,7 +158,7 @@ async fn frames_replayed_or_forged_within_a_session_are_refused() {
     let td = TestDir::new();
     let agent = AgentProc::spawn(&td, &[]);
 
-    // The same frame twice: the second is a replay (stale sequence number).
+    // The same frame twice: the second is a replay.
     let mut c = RawClient::connect(agent.addr, Some(&td.secret))
         .await
         .unwrap();
@@ -168,48 +166,34 @@ async fn frames_replayed_or_forged_within_a_session_are_refused() {
     assert_eq!(c.recv(STEP).await.unwrap(), Reply::Pong {});
     c.send_body(ping).await;
     match c.recv(STEP).await.unwrap() {
-        Reply::Error { reason } => assert!(reason.contains("sequence number"), "{reason}"),
+        Reply::Error { reason } => assert!(reason.contains("does not decrypt"), "{reason}"),
         other => panic!("unexpected {other:?}"),
     }
     c.expect_closed().await;
 
-    // A forged MAC (one hex digit changed).
-    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
-        .await
-        .unwrap();
-    let frame = c.session.seal(&launch(&["--sleep"]));
-    let Plain::Sealed { seq, body, mac } = protocol::decode_message::<Plain>(&frame).unwrap()
-    else {
-        unreachable!()
-    };
-    let mut mac = mac.unwrap().into_bytes();
-    mac[0] = if mac[0] == b'0' { b'1' } else { b'0' };
-    let forged = Plain::Sealed {
-        seq,
-        body,
-        mac: Some(String::from_utf8(mac).unwrap()),
-    };
-    c.send_body(encode_message(&forged)).await;
-    match c.recv(STEP).await.unwrap() {
-        Reply::Error { reason } => assert!(reason.contains("MAC does not verify"), "{reason}"),
-        other => panic!("unexpected {other:?}"),
+    // One bit of the ciphertext changed, anywhere: in the first and the last byte (the tag).
+    for at in [0usize, usize::MAX] {
+        let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+            .await
+            .unwrap();
+        let mut frame = c.session.seal(&launch(&["--sleep"]));
+        let at = at.min(frame.len() - 1);
+        frame[at] ^= 0x01;
+        c.send_body(frame).await;
+        match c.recv(STEP).await.unwrap() {
+            Reply::Error { reason } => assert!(reason.contains("does not decrypt"), "{reason}"),
+            other => panic!("unexpected {other:?}"),
+        }
+        c.expect_closed().await;
     }
-    c.expect_closed().await;
 
-    // A valid MAC over a different body (the body was swapped).
+    // A frame cut short.
     let mut c = RawClient::connect(agent.addr, Some(&td.secret))
         .await
         .unwrap();
-    let frame = c.session.seal(&Request::Ping {});
-    let Plain::Sealed { seq, mac, .. } = protocol::decode_message::<Plain>(&frame).unwrap() else {
-        unreachable!()
-    };
-    let swapped = Plain::Sealed {
-        seq,
-        body: r#"{"v":1,"type":"launch","argv":["--prtemca","ess_base_nspace","sleep"]}"#.into(),
-        mac,
-    };
-    c.send_body(encode_message(&swapped)).await;
+    let mut frame = c.session.seal(&launch(&["--sleep"]));
+    frame.truncate(frame.len() - 1);
+    c.send_body(frame).await;
     assert!(matches!(c.recv(STEP).await.unwrap(), Reply::Error { .. }));
     c.expect_closed().await;
 
@@ -222,7 +206,9 @@ async fn frames_replayed_or_forged_within_a_session_are_refused() {
     )
     .await;
     match c.recv(STEP).await.unwrap() {
-        Reply::Error { reason } => assert!(reason.contains("expected a sealed frame"), "{reason}"),
+        Reply::Error { reason } => {
+            assert!(reason.contains("expected an encrypted frame"), "{reason}")
+        }
         other => panic!("unexpected {other:?}"),
     }
     c.expect_closed().await;

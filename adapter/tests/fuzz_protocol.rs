@@ -26,8 +26,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use prrte_k8s::agent::launch_policy as policy;
 use prrte_k8s::protocol::{
-    self, decode_message, decode_request, parse_nonce, validate_dvm_uri, validate_launch, Plain,
-    Reply, Request, Role, Session,
+    self, decode_message, decode_request, local_pair, parse_nonce, validate_dvm_uri,
+    validate_launch, Plain, Reply, Request,
 };
 use tokio_util::bytes::BytesMut;
 use tokio_util::codec::Decoder;
@@ -244,14 +244,12 @@ fn exercise(data: &[u8]) {
     }
     // Sealed frames, with and without a key, in both roles.
     let text = String::from_utf8_lossy(data);
-    for (role, key) in [
-        (Role::Agent, Some(b"k".repeat(32))),
-        (Role::Agent, None),
-        (Role::Client, Some(b"k".repeat(32))),
-    ] {
-        let mut s = Session::new(role, key, [1; 32], [2; 32]);
-        let _ = s.open(data);
-        let _ = s.open(data);
+    for key in [Some(b"k".repeat(32)), None] {
+        let (mut client, mut agent) = local_pair(key.as_deref());
+        for s in [&mut client, &mut agent] {
+            let _ = s.open(data);
+            let _ = s.open(data);
+        }
     }
     let _ = parse_nonce(&text);
     let _ = validate_dvm_uri(&text);
@@ -327,8 +325,7 @@ fn random_json_never_panics() {
             let body = serde_json::to_vec(&v).unwrap();
             exercise(&body);
             // As the body of a correctly sealed frame, too.
-            let mut client = Session::new(Role::Client, Some(b"k".repeat(32)), [1; 32], [2; 32]);
-            let mut agent = Session::new(Role::Agent, Some(b"k".repeat(32)), [1; 32], [2; 32]);
+            let (mut client, mut agent) = local_pair(Some(&b"k".repeat(32)));
             let frame = client.seal_text(&String::from_utf8_lossy(&body));
             let opened = agent.open(&frame).expect("a sealed frame opens");
             exercise(opened.as_bytes());
@@ -348,7 +345,7 @@ fn deep_nesting_is_an_error_not_a_crash() {
         );
         assert!(decode_request(body.as_bytes()).is_err());
         assert!(decode_message::<Plain>(body.as_bytes()).is_err());
-        let mut s = Session::new(Role::Agent, None, [1; 32], [2; 32]);
+        let (_, mut s) = local_pair(None);
         assert!(s.open(body.as_bytes()).is_err());
     }
 }

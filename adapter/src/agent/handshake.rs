@@ -11,9 +11,9 @@ use tracing::{debug, warn};
 
 use super::checked_config::AgentConfig;
 use crate::protocol::{
-    self, agent_proof, decode_message, encode_message, new_nonce, parse_nonce, recv_frame,
-    send_frame, verify_client_proof, AuthMode, FramedConn, Plain, ProtocolError, Role, Session,
-    AUTH_FAILED_REASON, NONCE_LEN,
+    self, agent_noise, agent_proof, decode_message, encode_message, new_nonce, parse_noise_field,
+    parse_nonce, recv_frame, send_frame, verify_client_proof, AuthMode, FramedConn, Plain,
+    ProtocolError, Session, AUTH_FAILED_REASON, NONCE_LEN,
 };
 
 /// How long the agent waits for a peer to take a frame it sends.
@@ -68,7 +68,7 @@ pub(super) async fn agent_handshake(
             return None;
         }
     };
-    let (client_nonce, mac) = match read_response(&frame, &agent_nonce, peer) {
+    let (client_nonce, mac, noise) = match read_response(&frame, &agent_nonce, peer) {
         Ok(r) => r,
         Err(reason) => {
             send_plain(conn, Plain::Error { reason }).await;
@@ -95,16 +95,30 @@ pub(super) async fn agent_handshake(
         }
         None => None,
     };
-    send_frame(
-        conn,
-        encode_message(&Plain::Welcome { mac: welcome_mac }),
-        SEND_TIMEOUT,
-    )
-    .await
-    .ok()?;
-    debug!(%peer, "authenticated");
-    Some(Session::new(Role::Agent, key, agent_nonce, client_nonce))
+    let channel = parse_noise_field(noise.as_deref(), "the launcher")
+        .and_then(|msg| agent_noise(key.as_deref(), &agent_nonce, &client_nonce, &msg));
+    let (noise_msg, session) = match channel {
+        Ok(c) => c,
+        Err(e) => {
+            let reason = describe_bad_frame(&e);
+            warn!(%peer, %reason, "handshake failed");
+            send_plain(conn, Plain::Error { reason }).await;
+            return None;
+        }
+    };
+    let welcome = Plain::Welcome {
+        mac: welcome_mac,
+        noise: Some(hex::encode(noise_msg)),
+    };
+    send_frame(conn, encode_message(&welcome), SEND_TIMEOUT)
+        .await
+        .ok()?;
+    debug!(%peer, "authenticated; channel encrypted");
+    Some(session)
 }
+
+/// A `response`'s parts: the client's nonce, its proof and its Noise handshake message.
+type Response = ([u8; NONCE_LEN], Option<String>, Option<String>);
 
 /// The launcher's `response` to the challenge: its nonce (not the agent's own) and its proof;
 /// else why the handshake failed (logged here), to be sent to the peer.
@@ -112,9 +126,9 @@ fn read_response(
     frame: &[u8],
     agent_nonce: &[u8; NONCE_LEN],
     peer: SocketAddr,
-) -> Result<([u8; NONCE_LEN], Option<String>), String> {
-    let (nonce, mac) = match decode_message::<Plain>(frame) {
-        Ok(Plain::Response { nonce, mac }) => (nonce, mac),
+) -> Result<Response, String> {
+    let (nonce, mac, noise) = match decode_message::<Plain>(frame) {
+        Ok(Plain::Response { nonce, mac, noise }) => (nonce, mac, noise),
         Ok(other) => {
             let reason = format!(
                 "expected a `response` to the challenge, got `{}`",
@@ -135,7 +149,7 @@ fn read_response(
             warn!(%peer, reason, "handshake failed");
             Err(reason.into())
         }
-        Ok(n) => Ok((n, mac)),
+        Ok(n) => Ok((n, mac, noise)),
         Err(e) => {
             let reason = crate::text::echo(&e.to_string());
             warn!(%peer, error = %reason, "handshake failed");

@@ -265,16 +265,17 @@ async fn accept_until(
 
 /// Logs what the agent serves, and loudly when it serves without authentication.
 fn log_listening(config: &AgentConfig, addr: SocketAddr, health_addr: Option<SocketAddr>) {
-    let auth = if config.secret.is_some() {
-        "hmac-sha256"
+    let (auth, channel) = if config.secret.is_some() {
+        ("hmac-sha256", crate::protocol::NOISE_PSK)
     } else {
-        "NONE (insecure)"
+        ("NONE (insecure)", crate::protocol::NOISE_NONE)
     };
     info!(
         addr = %addr,
         health = %health_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
         prted = %config.prted.display(),
         auth,
+        channel,
         pid = std::process::id(),
         "listening"
     );

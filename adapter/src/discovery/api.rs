@@ -104,11 +104,12 @@ impl Ctx {
                         message,
                     },
                     403 => DiscoveryError::Forbidden {
-                        source_desc,
+                        source_desc: source_desc.into(),
                         verb: op.verb,
                         resource: op.resource,
                         group: op.group,
-                        namespace: op.namespace.clone(),
+                        namespace: op.namespace.as_str().into(),
+                        name: op.name.as_deref().map(Into::into),
                         message: message.into(),
                     },
                     400 if op.selector.is_some() => DiscoveryError::InvalidSelector {
@@ -196,7 +197,13 @@ impl Ctx {
                     namespace: op.namespace.clone(),
                     name: op.name.clone().unwrap_or_default(),
                     code: status.code,
-                    rule: super::error::required_rule(op.group, op.resource, op.verb).into(),
+                    rule: super::error::required_rule(
+                        op.group,
+                        op.resource,
+                        op.verb,
+                        op.name.as_deref(),
+                    )
+                    .into(),
                     message: message.into(),
                 })
             }

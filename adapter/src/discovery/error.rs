@@ -125,14 +125,16 @@ pub enum DiscoveryError {
 
     #[error(
         "Permission denied (403 Forbidden): the identity from {source_desc} may not {verb} {resource} in API group {group:?} in namespace {namespace:?}. The API server said: {message}. Grant it with a Role in namespace {namespace:?} containing the rule\n{}\nand a RoleBinding of that Role to the service account the pods run as (or to your user).",
-        required_rule(.group, .resource, .verb)
+        required_rule(.group, .resource, .verb, .name.as_deref())
     )]
     Forbidden {
-        source_desc: String,
+        source_desc: Box<str>,
         verb: &'static str,
         resource: &'static str,
         group: &'static str,
-        namespace: String,
+        namespace: Box<str>,
+        /// The object's name, for a `get` of one object (the Role names it in `resourceNames`).
+        name: Option<Box<str>>,
         /// The API server's own words.
         message: Box<str>,
     },
@@ -258,21 +260,31 @@ impl DiscoveryError {
 }
 
 /// The Role rule that grants what discovery needs on `resource`: all of get, list and watch on
-/// pods (discovery uses the three), else the one verb that was refused.
-pub(crate) fn required_rule(group: &str, resource: &str, verb: &str) -> String {
+/// pods (discovery uses the three), else the one verb that was refused, on the one object
+/// `name` when it is known: the rule `prrte-k8s manifest` puts in the Role (its owner rule
+/// names the workload in `resourceNames`).
+pub(crate) fn required_rule(group: &str, resource: &str, verb: &str, name: Option<&str>) -> String {
     if group.is_empty() && resource == "pods" {
         PODS_RULE.to_string()
     } else {
-        rbac_rule(group, resource, &[verb])
+        rbac_rule(group, resource, name.as_slice(), &[verb])
     }
 }
 
-/// Renders an RBAC rule in Role YAML form.
-pub(crate) fn rbac_rule(group: &str, resource: &str, verbs: &[&str]) -> String {
-    let verbs: Vec<String> = verbs.iter().map(|v| format!("{v:?}")).collect();
+/// Renders an RBAC rule in Role YAML form; `names` (if any) as its `resourceNames`.
+pub(crate) fn rbac_rule(group: &str, resource: &str, names: &[&str], verbs: &[&str]) -> String {
+    let list = |items: &[&str]| {
+        let quoted: Vec<String> = items.iter().map(|v| format!("{v:?}")).collect();
+        quoted.join(", ")
+    };
+    let names = if names.is_empty() {
+        String::new()
+    } else {
+        format!("\n  resourceNames: [{}]", list(names))
+    };
     format!(
-        "- apiGroups: [{group:?}]\n  resources: [{resource:?}]\n  verbs: [{}]",
-        verbs.join(", ")
+        "- apiGroups: [{group:?}]\n  resources: [{resource:?}]{names}\n  verbs: [{}]",
+        list(verbs)
     )
 }
 
@@ -282,12 +294,35 @@ mod tests {
 
     #[test]
     fn pods_rule_matches_renderer() {
-        assert_eq!(rbac_rule("", "pods", &["get", "list", "watch"]), PODS_RULE);
-        assert_eq!(required_rule("", "pods", "watch"), PODS_RULE);
         assert_eq!(
-            required_rule("batch", "jobs", "get"),
+            rbac_rule("", "pods", &[], &["get", "list", "watch"]),
+            PODS_RULE
+        );
+        assert_eq!(required_rule("", "pods", "watch", None), PODS_RULE);
+        assert_eq!(required_rule("", "pods", "get", Some("w-0")), PODS_RULE);
+        assert_eq!(
+            required_rule("batch", "jobs", "get", None),
             "- apiGroups: [\"batch\"]\n  resources: [\"jobs\"]\n  verbs: [\"get\"]"
         );
+    }
+
+    #[test]
+    fn a_refused_owner_get_names_the_object_in_resource_names() {
+        let rule = "- apiGroups: [\"batch\"]\n  resources: [\"jobs\"]\n  resourceNames: [\"mpi-demo\"]\n  verbs: [\"get\"]";
+        assert_eq!(
+            required_rule("batch", "jobs", "get", Some("mpi-demo")),
+            rule
+        );
+        let e = DiscoveryError::Forbidden {
+            source_desc: "the pod's service account".into(),
+            verb: "get",
+            resource: "jobs",
+            group: "batch",
+            namespace: "ns1".into(),
+            name: Some("mpi-demo".into()),
+            message: "jobs.batch \"mpi-demo\" is forbidden".into(),
+        };
+        assert!(e.to_string().contains(rule), "{e}");
     }
 
     #[test]
@@ -307,6 +342,7 @@ mod tests {
             resource: "pods",
             group: "",
             namespace: "ns1".into(),
+            name: None,
             message: "pods is forbidden".into(),
         };
         let s = e.to_string();

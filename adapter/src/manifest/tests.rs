@@ -615,3 +615,35 @@ fn grace_period_and_preempt_signal() {
         "{e}"
     );
 }
+
+/// What discovery's 403 hint tells an administrator to grant is, rule for rule, what the Role
+/// `prrte-k8s manifest` renders holds (the owner `get` limited by `resourceNames` to the
+/// workload).
+#[test]
+fn discovery_hints_name_the_role_rules_exactly() {
+    for (kind, group, resource) in [
+        ("job", "batch", "jobs"),
+        ("statefulset", "apps", "statefulsets"),
+        ("jobset", "jobset.x-k8s.io", "jobsets"),
+    ] {
+        let mut argv = vec!["--name", "hinted", "--pods", "2", "--kind", kind];
+        if kind != "statefulset" {
+            argv.extend(["--", "mpirun", "./a"]);
+        }
+        let objs = objects(&args(&argv), Some(&fresh_key())).unwrap();
+        let role = objs.iter().find(|o| o["kind"] == "Role").unwrap();
+        let rules = role["rules"].as_array().unwrap();
+        let hint = |g: &str, r: &str, verb: &str, name: Option<&str>| -> Value {
+            let text = crate::discovery::required_rule(g, r, verb, name);
+            let v: Vec<Value> = serde_yaml::from_str(&text).unwrap();
+            v.into_iter().next().unwrap()
+        };
+        assert_eq!(hint("", "pods", "list", None), rules[0], "{kind}");
+        assert_eq!(
+            hint(group, resource, "get", Some("hinted")),
+            rules[1],
+            "{kind}"
+        );
+        assert_eq!(rules.len(), 2, "{kind}");
+    }
+}

@@ -12,8 +12,6 @@ pub const NONCE_LEN: usize = 32;
 
 const LABEL_CLIENT_PROOF: &[u8] = b"prrte-k8s client";
 const LABEL_AGENT_PROOF: &[u8] = b"prrte-k8s agent";
-pub(super) const LABEL_C2S: &[u8] = b"prrte-k8s frame c2s";
-pub(super) const LABEL_S2C: &[u8] = b"prrte-k8s frame s2c";
 
 /// The reason text the agent sends when the client's proof does not verify.
 pub const AUTH_FAILED_REASON: &str = "authentication failed: the launcher's secret does not \

@@ -7,7 +7,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::auth::{client_proof, new_nonce, parse_nonce, verify_agent_proof};
 use super::frame::{recv_frame, send_frame, FramedConn};
 use super::messages::{plain_kind, AuthMode, Plain};
-use super::session::{Role, Session};
+use super::noise::{client_noise_start, parse_noise_field};
+use super::session::Session;
 use super::wire::{decode_message, encode_message, ProtocolError};
 
 /// Why a client-side handshake did not complete.
@@ -50,9 +51,11 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
     let mac = key
         .as_deref()
         .map(|k| client_proof(k, &agent_nonce, &client_nonce));
+    let (noise, noise_msg) = client_noise_start(key.as_deref(), &agent_nonce, &client_nonce)?;
     let response = Plain::Response {
         nonce: hex::encode(client_nonce),
         mac,
+        noise: Some(hex::encode(noise_msg)),
     };
     send_frame(conn, encode_message(&response), timeout).await?;
     let answer = match recv_frame(conn, Some(timeout)).await {
@@ -66,7 +69,10 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
         Err(e) => return Err(e.into()),
     };
     match decode_message::<Plain>(&answer)? {
-        Plain::Welcome { mac } => {
+        Plain::Welcome {
+            mac,
+            noise: agent_msg,
+        } => {
             if let Some(k) = &key {
                 let ok = mac
                     .as_deref()
@@ -75,10 +81,11 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
                     return Err(HandshakeError::AgentNotProven);
                 }
             }
+            let agent_msg = parse_noise_field(agent_msg.as_deref(), "the agent")?;
+            Ok(noise.finish(&agent_msg)?)
         }
-        other => return Err(unexpected(other, "welcome")),
+        other => Err(unexpected(other, "welcome")),
     }
-    Ok(Session::new(Role::Client, key, agent_nonce, client_nonce))
 }
 
 /// The agent sent `got` where the client waited for `expected`: its `refused` or `error`, or

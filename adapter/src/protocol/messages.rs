@@ -1,5 +1,5 @@
-//! The messages of the protocol: the plain frames of the handshake and the sealed envelope,
-//! and the requests and replies carried inside sealed frames.
+//! The messages of the protocol: the plain frames of the handshake, and the requests and
+//! replies carried inside encrypted (sealed) frames.
 
 use std::collections::BTreeMap;
 
@@ -16,8 +16,8 @@ pub enum AuthMode {
     None,
 }
 
-/// Frames sent outside the sealed channel: the handshake, `refused`/`error` before
-/// authentication, and the `sealed` envelope itself.
+/// Frames sent before the encrypted channel exists: the handshake, and `refused`/`error`
+/// before authentication.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Plain {
@@ -31,22 +31,22 @@ pub enum Plain {
         nonce: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mac: Option<String>,
+        /// The client's Noise handshake message, hex (see `noise`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        noise: Option<String>,
     },
     Welcome {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mac: Option<String>,
+        /// The agent's Noise handshake message, hex.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        noise: Option<String>,
     },
     Refused {
         reason: String,
     },
     Error {
         reason: String,
-    },
-    Sealed {
-        seq: u64,
-        body: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        mac: Option<String>,
     },
 }
 
@@ -233,7 +233,6 @@ pub fn plain_kind(p: &Plain) -> &'static str {
         Plain::Welcome { .. } => "welcome",
         Plain::Refused { .. } => "refused",
         Plain::Error { .. } => "error",
-        Plain::Sealed { .. } => "sealed",
     }
 }
 

@@ -20,33 +20,40 @@
 //! 1. agent → client, as soon as the connection is accepted:
 //!    `{"v":1,"type":"challenge","auth":"hmac-sha256","nonce":Na,"agent":"prrte-k8s-agent 0.1.0"}`
 //! 2. client → agent:
-//!    `{"v":1,"type":"response","nonce":Nc,"mac":MAC("prrte-k8s client" || Na || Nc)}`
+//!    `{"v":1,"type":"response","nonce":Nc,"mac":MAC("prrte-k8s client" || Na || Nc),"noise":E1}`
 //! 3. the agent checks the MAC in constant time. On mismatch it sends
 //!    `{"v":1,"type":"refused","reason":"authentication failed: ..."}` and closes; nothing is
-//!    started. On success it proves that it holds `K` too:
-//!    `{"v":1,"type":"welcome","mac":MAC("prrte-k8s agent" || Nc || Na)}`
+//!    started. On success it reads `E1` and proves that it holds `K` too:
+//!    `{"v":1,"type":"welcome","mac":MAC("prrte-k8s agent" || Nc || Na),"noise":E2}`
 //!    and the client checks that (a client must not send a request to an agent that failed to
-//!    prove itself).
+//!    prove itself), then reads `E2`.
+//!
+//! `E1` and `E2` (hex) are the two messages of a Noise handshake ([`NOISE_PSK`],
+//! `Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s`, through the `snow` crate): each side's fresh X25519
+//! key, with the pre-shared key `HMAC-SHA256(K, "prrte-k8s noise psk")` and the prologue
+//! `"prrte-k8s channel v1" || mode || Na || Nc` (`mode` 1 with a secret). A message that does
+//! not verify (altered, or made under another key) fails the handshake with an `error`; a
+//! `response` or `welcome` without `noise` comes from a prrte-k8s without the encrypted
+//! channel and is refused, saying so.
 //!
 //! An agent started with `--insecure-no-auth` and no secret sends `"auth":"none"`; the client
-//! then answers without `mac` and the agent's `welcome` has none either. A launcher that holds a
-//! secret refuses such an agent, and a launcher without a secret refuses an agent that demands
-//! one: insecure mode needs both sides to agree.
+//! then answers without `mac` and the agent's `welcome` has none either; the Noise pattern is
+//! [`NOISE_NONE`] (`Noise_NN_...`: encrypted, but nothing authenticates the peer). A launcher
+//! that holds a secret refuses such an agent, and a launcher without a secret refuses an agent
+//! that demands one: insecure mode needs both sides to agree.
 //!
-//! # Sealed frames
+//! # Encrypted (sealed) frames
 //!
-//! After the handshake every frame in **both** directions is sealed:
-//! `{"v":1,"type":"sealed","seq":S,"body":"<JSON text of the message>","mac":M}` with
-//! `M = MAC(label || Na || Nc || S as u64 big-endian || body bytes)`, where `label` is
-//! `"prrte-k8s frame c2s"` for client-to-agent frames and `"prrte-k8s frame s2c"` for
-//! agent-to-client frames. `S` starts at 1 in each direction and must grow by exactly one per
-//! frame. The receiver checks the MAC over the exact body bytes before parsing the body, so a
-//! frame replayed from this session (wrong `seq`), from an earlier session (other nonces), one
-//! sent in the other direction, or one with a forged body or MAC is refused: the agent answers
-//! with a sealed `error` and closes the connection. In insecure mode `mac` is omitted but `seq`
-//! is still enforced.
+//! After the handshake every frame in **both** directions is encrypted and authenticated with
+//! the Noise session's keys (ChaCha20-Poly1305, one key per direction, a counter as nonce): the
+//! frame body is one or more Noise messages of at most 65,535 bytes, each holding a flag byte
+//! (more follow in this frame, or the last) and up to 65,518 bytes of the message's JSON (see
+//! [`Session`]). A frame replayed from this session or an earlier one, reordered, sent in the
+//! other direction, cut, or altered in any byte does not decrypt: the agent answers with an
+//! encrypted `error` and closes the connection; an unencrypted frame is refused by name.
+//! `--max-frame` bounds the encrypted frame.
 //!
-//! # Messages inside sealed frames
+//! # Messages inside encrypted frames
 //!
 //! Requests (client → agent; unknown fields are refused, see [`Request`]):
 //! * `{"v":1,"type":"launch","argv":[...],"env":{"PRTE_X":"..."}}` — start the agent's
@@ -105,6 +112,7 @@ pub mod exec;
 mod frame;
 mod handshake;
 mod messages;
+mod noise;
 pub mod params;
 mod secret;
 mod session;
@@ -123,6 +131,10 @@ pub use frame::{
 pub use handshake::{client_handshake, HandshakeError};
 pub use messages::{
     decode_request, parse_request, plain_kind, AuthMode, Plain, Reply, Request, RequestError,
+};
+pub use noise::{
+    agent_noise, client_noise_start, local_pair, parse_noise_field, ClientNoise, NOISE_NONE,
+    NOISE_PSK,
 };
 pub use secret::{read_secret_file, SecretError, DEFAULT_SECRET_FILE};
 pub use session::{Role, Session};
