@@ -63,7 +63,10 @@ pub(crate) fn children_of(pid: i32) -> Option<Vec<i32>> {
             continue;
         };
         any = true;
-        out.extend(text.split_whitespace().filter_map(|c| c.parse::<i32>().ok()));
+        out.extend(
+            text.split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok()),
+        );
     }
     any.then_some(out)
 }
@@ -166,7 +169,10 @@ mod tests {
     #[test]
     fn descendants_through_children_files_match_the_table() {
         let mut child = std::process::Command::new("sh")
-            .args(["-c", "sleep 30 & (sleep 30 & sleep 30; :) & echo ready; wait"])
+            .args([
+                "-c",
+                "sleep 30 & (sleep 30 & sleep 30; :) & echo ready; wait",
+            ])
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -196,7 +202,11 @@ mod tests {
         }
         let _ = child.kill();
         let _ = child.wait();
-        assert_eq!(from_table.len(), 4, "sleep, subshell and its two sleeps: {from_table:?}");
+        assert_eq!(
+            from_table.len(),
+            4,
+            "sleep, subshell and its two sleeps: {from_table:?}"
+        );
         assert_eq!(through_files, from_table);
         assert!(mine.contains(&root), "{mine:?} lacks {root}");
     }
