@@ -65,6 +65,8 @@ mod network_policy;
 mod options;
 mod plan;
 mod pod;
+#[cfg(test)]
+mod preempt_tests;
 mod rbac;
 mod render;
 pub mod restricted;

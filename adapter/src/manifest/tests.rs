@@ -9,19 +9,19 @@ use clap::Parser;
 use serde_json::{json, Value};
 
 #[derive(Parser)]
-struct T {
+pub(super) struct T {
     #[command(flatten)]
-    a: ManifestArgs,
+    pub(super) a: ManifestArgs,
 }
 
-fn args(v: &[&str]) -> ManifestArgs {
+pub(super) fn args(v: &[&str]) -> ManifestArgs {
     let mut argv = vec!["manifest"];
     argv.extend(v);
     T::try_parse_from(argv).unwrap().a
 }
 
 /// The objects of the job `a` describes.
-fn objects(a: &ManifestArgs, key: Option<&str>) -> Result<Vec<Value>, ManifestError> {
+pub(super) fn objects(a: &ManifestArgs, key: Option<&str>) -> Result<Vec<Value>, ManifestError> {
     Ok(render::objects(&a.plan()?, key))
 }
 
@@ -564,86 +564,5 @@ fn inject_puts_the_runtime_into_any_image() {
         let mut argv = vec!["manifest"];
         argv.extend(bad);
         assert!(T::try_parse_from(&argv).is_err(), "{bad:?} is refused");
-    }
-}
-
-/// The pod's grace period reaches the pod spec and the agents; the site's preemption signal
-/// reaches the launcher's parameter, spelled as the parameter lists it; a signal no program
-/// can catch is refused.
-#[test]
-fn grace_period_and_preempt_signal() {
-    let env_of = |a: &ManifestArgs| {
-        let objs = objects(a, None).unwrap();
-        let job = objs.iter().find(|o| o["kind"] == "Job").unwrap().clone();
-        let spec = job["spec"]["template"]["spec"].clone();
-        let env = spec["containers"][0]["env"].as_array().unwrap().clone();
-        let get = |k: &str| {
-            env.iter()
-                .find(|e| e["name"] == k)
-                .map(|e| e["value"].as_str().unwrap().to_string())
-        };
-        (
-            spec["terminationGracePeriodSeconds"].clone(),
-            get("PRRTE_K8S_PREEMPT_GRACE"),
-            get("PRTE_MCA_plm_k8s_preempt_signal"),
-        )
-    };
-    let (grace, agent, signal) = env_of(&args(&["--", "mpirun", "x"]));
-    assert_eq!(
-        (grace, agent.as_deref(), signal),
-        (json!(30), Some("30"), None)
-    );
-    let a = args(&[
-        "--grace-period",
-        "90",
-        "--preempt-signal",
-        "usr1",
-        "--",
-        "mpirun",
-        "x",
-    ]);
-    let (grace, agent, signal) = env_of(&a);
-    assert_eq!(grace, json!(90));
-    assert_eq!(agent.as_deref(), Some("90"));
-    assert_eq!(signal.as_deref(), Some("SIGUSR1"));
-    let mut argv = vec!["manifest", "--preempt-signal", "SIGKILL"];
-    argv.push("--");
-    argv.push("x");
-    let e = T::try_parse_from(argv).err().unwrap().to_string();
-    assert!(
-        e.contains("plm_k8s_preempt_signal") && e.contains("SIGUSR1"),
-        "{e}"
-    );
-}
-
-/// What discovery's 403 hint tells an administrator to grant is, rule for rule, what the Role
-/// `prrte-k8s manifest` renders holds (the owner `get` limited by `resourceNames` to the
-/// workload).
-#[test]
-fn discovery_hints_name_the_role_rules_exactly() {
-    for (kind, group, resource) in [
-        ("job", "batch", "jobs"),
-        ("statefulset", "apps", "statefulsets"),
-        ("jobset", "jobset.x-k8s.io", "jobsets"),
-    ] {
-        let mut argv = vec!["--name", "hinted", "--pods", "2", "--kind", kind];
-        if kind != "statefulset" {
-            argv.extend(["--", "mpirun", "./a"]);
-        }
-        let objs = objects(&args(&argv), Some(&fresh_key())).unwrap();
-        let role = objs.iter().find(|o| o["kind"] == "Role").unwrap();
-        let rules = role["rules"].as_array().unwrap();
-        let hint = |g: &str, r: &str, verb: &str, name: Option<&str>| -> Value {
-            let text = crate::discovery::required_rule(g, r, verb, name);
-            let v: Vec<Value> = serde_yaml::from_str(&text).unwrap();
-            v.into_iter().next().unwrap()
-        };
-        assert_eq!(hint("", "pods", "list", None), rules[0], "{kind}");
-        assert_eq!(
-            hint(group, resource, "get", Some("hinted")),
-            rules[1],
-            "{kind}"
-        );
-        assert_eq!(rules.len(), 2, "{kind}");
     }
 }
