@@ -152,6 +152,20 @@ impl TestDir {
     }
 }
 
+/// Waits until `path` exists (another process, e.g. a container, wrote it); panics after
+/// `limit`.
+pub fn wait_file(path: &Path, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared within {limit:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// `prefix` with a random suffix: a name no other test (or concurrent run) uses.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{:08x}", rand::random::<u32>())

@@ -1,6 +1,8 @@
-//! Finding a kubectl to drive the sandbox with.
+//! Finding a kubectl to drive the sandbox with, and running it against a sandbox cluster.
 
+use crate::cluster::Cluster;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 /// Where the setup script extracts Debian's kubernetes-client package.
 pub const DEBIAN_KUBECTL: &str = "/opt/prrte-k8s/kubernetes-client/usr/bin/kubectl";
@@ -30,6 +32,28 @@ pub fn all() -> Vec<PathBuf> {
         }
     }
     v
+}
+
+/// Runs the kubectl [`find`] picks against `cluster` (its kubeconfig), stdin closed: whether it
+/// succeeded, and its stdout and stderr, trimmed. Panics when there is no kubectl at all.
+pub fn run(cluster: &Cluster, args: &[&str]) -> (bool, String, String) {
+    let kubectl = find().expect("a kubectl (prrte-config/setup.sh unpacks Debian's)");
+    let out = Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run kubectl {args:?}: {e}"));
+    let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// [`run`], which must succeed: its stdout; panics with kubectl's stderr otherwise.
+pub fn run_ok(cluster: &Cluster, args: &[&str]) -> String {
+    let (ok, out, err) = run(cluster, args);
+    assert!(ok, "kubectl {args:?}: {err}");
+    out
 }
 
 fn on_path(name: &str) -> Option<PathBuf> {

@@ -10,34 +10,14 @@ use sandbox::api::resources::{JOBS, JOBSETS, PODS};
 use sandbox::api::{EventType, Obj};
 use sandbox::cluster::{Cluster, ClusterOptions};
 use sandbox::harness::unique;
+use sandbox::kubectl::run_ok as kubectl_ok;
 use sandbox::podnet;
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(90);
 const ATTEMPT: &str = "jobset.sigs.k8s.io/restart-attempt";
-
-fn kubectl(c: &Cluster, args: &[&str]) -> (bool, String, String) {
-    let kubectl =
-        sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh unpacks Debian's)");
-    let out = Command::new(kubectl)
-        .arg("--kubeconfig")
-        .arg(c.kubeconfig())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
-    (out.status.success(), text(&out.stdout), text(&out.stderr))
-}
-
-fn kubectl_ok(c: &Cluster, args: &[&str]) -> String {
-    let (ok, out, err) = kubectl(c, args);
-    assert!(ok, "kubectl {args:?}: {err}");
-    out
-}
 
 /// `kubectl apply -f` of `yaml`.
 fn apply(c: &Cluster, dir: &Path, yaml: &str) {
@@ -98,19 +78,6 @@ fn cell(row: &[(String, String)], head: &str) -> String {
         .find(|(h, _)| h == head)
         .map(|(_, v)| v.clone())
         .unwrap_or_else(|| panic!("no column {head} in {row:?}"))
-}
-
-/// Waits until `path` exists (a container wrote it).
-fn wait_file(path: &Path) {
-    let deadline = Instant::now() + WAIT;
-    while !path.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn jobs_of(c: &Cluster, js: &str) -> Vec<Obj> {
@@ -364,10 +331,10 @@ async fn a_jobset_fails_once_its_restarts_are_used_up() {
     // Both attempts' index 1 got SIGTERM (the last one's when its Job failed); no third
     // attempt.
     for a in 0..2 {
-        wait_file(&d1.join(format!("term-{a}-1")));
+        sandbox::harness::wait_file(&d1.join(format!("term-{a}-1")), WAIT);
     }
     assert!(!d1.join("started-2-0").exists());
-    wait_file(&d2.join("term-0-1"));
+    sandbox::harness::wait_file(&d2.join("term-0-1"), WAIT);
     let r = row(&cluster, &limited);
     assert_eq!(cell(&r, "TERMINALSTATE"), "Failed", "{r:?}");
     drop(cluster);

@@ -10,36 +10,15 @@ use sandbox::api::resources::{JOBS, PODS};
 use sandbox::api::{EventType, Obj, StoreEvent};
 use sandbox::cluster::{Cluster, ClusterOptions};
 use sandbox::harness::unique;
+use sandbox::kubectl::{run as kubectl, run_ok as kubectl_ok};
 use sandbox::podnet;
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::broadcast::Receiver;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// Runs kubectl against the cluster: (success, stdout, stderr).
-fn kubectl(c: &Cluster, args: &[&str]) -> (bool, String, String) {
-    let kubectl =
-        sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh unpacks Debian's)");
-    let out = Command::new(kubectl)
-        .arg("--kubeconfig")
-        .arg(c.kubeconfig())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
-    (out.status.success(), text(&out.stdout), text(&out.stderr))
-}
-
-fn kubectl_ok(c: &Cluster, args: &[&str]) -> String {
-    let (ok, out, err) = kubectl(c, args);
-    assert!(ok, "kubectl {args:?}: {err}");
-    out
-}
 
 /// What a pod went through until it was removed, from the store's feed.
 struct Ending {
@@ -75,19 +54,6 @@ async fn ending(rx: &mut Receiver<Arc<StoreEvent>>, name: &str) -> Ending {
             saw_terminating = Some(ev.object.clone());
         }
         last = Some(ev.object.clone());
-    }
-}
-
-/// Waits until `path` exists (a container wrote it).
-fn wait_file(path: &Path) {
-    let deadline = Instant::now() + WAIT;
-    while !path.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -168,8 +134,8 @@ spec:
             handler_script(dir.path(), "ignores", false),
         ))
         .unwrap();
-    wait_file(&dir.path().join("stops.started"));
-    wait_file(&dir.path().join("ignores.started"));
+    sandbox::harness::wait_file(&dir.path().join("stops.started"), WAIT);
+    sandbox::harness::wait_file(&dir.path().join("ignores.started"), WAIT);
     let pids = [
         cluster.pod_host_pids(&stops).unwrap(),
         cluster.pod_host_pids(&ignores).unwrap(),
@@ -265,7 +231,7 @@ spec:
             handler_script(dir.path(), "evicted", true),
         ))
         .unwrap();
-    wait_file(&dir.path().join("evicted.started"));
+    sandbox::harness::wait_file(&dir.path().join("evicted.started"), WAIT);
     let pids = cluster.pod_host_pids(&pod).unwrap();
     let body = dir.path().join("eviction.json");
     std::fs::write(
@@ -359,7 +325,7 @@ async fn job_failed(c: &Cluster, name: &str) -> String {
 
 fn wait_started(dir: &Path, n: usize) {
     for i in 0..n {
-        wait_file(&dir.join(format!("{i}.started")));
+        sandbox::harness::wait_file(&dir.join(format!("{i}.started")), WAIT);
     }
 }
 
@@ -433,7 +399,7 @@ async fn a_failed_jobs_remaining_pods_get_sigterm() {
     assert_eq!(job_failed(&cluster, &job).await, "BackoffLimitExceeded");
     // Indexes 1 and 2 were told and stopped; index 0 had failed by itself.
     for i in [1, 2] {
-        wait_file(&dir.path().join(i.to_string()));
+        sandbox::harness::wait_file(&dir.path().join(i.to_string()), WAIT);
     }
     assert!(
         !dir.path().join("0").exists(),
