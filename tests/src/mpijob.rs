@@ -228,12 +228,21 @@ fn scratch_volumes(spec: &JobSpec) -> (Vec<Value>, Vec<Value>) {
     (volumes, mounts)
 }
 
-impl Job {
-    /// Start a sandbox cluster and a job of pods (plain Pods labelled like an Indexed Job's, so
-    /// each can have its own resources), and wait until all are Ready.
-    pub async fn start(spec: JobSpec<'_>) -> Result<Job> {
+/// What every job of agent pods starts from: its test directory, the components, the job's
+/// secret, the agent and prted to run, and a sandbox cluster with the job's RBAC applied.
+struct Base {
+    dir: TestDir,
+    components: PathBuf,
+    secret: PathBuf,
+    agent: PathBuf,
+    prted: PathBuf,
+    cluster: Cluster,
+}
+
+impl Base {
+    async fn start(name: &str) -> Result<Base> {
         harness::require_prrte()?;
-        let dir = TestDir::new(spec.name)?;
+        let dir = TestDir::new(name)?;
         let components = harness::component_dir(dir.path())?;
         let secret = dir.secret("secret")?;
         let agent = harness::workspace_bin("prrte-k8s-agent")?;
@@ -243,10 +252,32 @@ impl Job {
             ..Default::default()
         })
         .await?;
-        let rbac = rbac_yaml(spec.name)?;
         cluster
-            .apply_yaml(&rbac)
+            .apply_yaml(&rbac_yaml(name)?)
             .context("applying prrte-config/k8s/rbac.yaml")?;
+        Ok(Base {
+            dir,
+            components,
+            secret,
+            agent,
+            prted,
+            cluster,
+        })
+    }
+}
+
+impl Job {
+    /// Start a sandbox cluster and a job of pods (plain Pods labelled like an Indexed Job's, so
+    /// each can have its own resources), and wait until all are Ready.
+    pub async fn start(spec: JobSpec<'_>) -> Result<Job> {
+        let Base {
+            dir,
+            components,
+            secret,
+            agent,
+            prted,
+            cluster,
+        } = Base::start(spec.name).await?;
         let tmp = dir.sub("podtmp")?;
         let mut docs = Vec::new();
         for i in 0..spec.pods {
@@ -271,40 +302,17 @@ impl Job {
             ))?);
         }
         cluster.apply_yaml(&docs.join("---\n"))?;
-        let ready = cluster
-            .wait_ready(
-                NS,
-                &format!("batch.kubernetes.io/job-name={}", spec.name),
-                spec.pods,
-                Duration::from_secs(60),
-            )
-            .await?;
-        let mut pods: Vec<(usize, String, String)> = ready
-            .iter()
-            .map(|p| {
-                let idx: usize = p["metadata"]["labels"]
-                    ["batch.kubernetes.io/job-completion-index"]
-                    .as_str()
-                    .unwrap()
-                    .parse()
-                    .unwrap();
-                (
-                    idx,
-                    p["metadata"]["name"].as_str().unwrap().to_string(),
-                    p["spec"]["hostname"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect();
-        pods.sort();
-        Ok(Job {
+        let mut job = Job {
             name: spec.name.to_string(),
             dir,
             cluster,
             components,
             secret,
-            pods: pods.iter().map(|p| p.1.clone()).collect(),
-            hostnames: pods.iter().map(|p| p.2.clone()).collect(),
-        })
+            pods: Vec::new(),
+            hostnames: Vec::new(),
+        };
+        job.refresh(spec.pods).await?;
+        Ok(job)
     }
 
     /// A PRRTE command (prte, prterun, prun, pterm) run inside pod `index` with the pod's
@@ -575,20 +583,14 @@ const INDEX_ENV: &str = "PRRTE_K8S_TEST_INDEX";
 
 impl ElasticJob {
     pub async fn start(spec: JobSpec<'_>, max_pods: usize) -> Result<Job> {
-        harness::require_prrte()?;
-        let dir = TestDir::new(spec.name)?;
-        let components = harness::component_dir(dir.path())?;
-        let secret = dir.secret("secret")?;
-        let agent = harness::workspace_bin("prrte-k8s-agent")?;
-        let prted = harness::prefix().join("bin/prted");
-        let cluster = Cluster::start(ClusterOptions {
-            dir: Some(dir.path().join("cluster")),
-            ..Default::default()
-        })
-        .await?;
-        cluster
-            .apply_yaml(&rbac_yaml(spec.name)?)
-            .context("applying prrte-config/k8s/rbac.yaml")?;
+        let Base {
+            dir,
+            components,
+            secret,
+            agent,
+            prted,
+            cluster,
+        } = Base::start(spec.name).await?;
         cluster.apply_yaml(&grow_rbac_yaml(spec.name))?;
         let tmp = dir.sub("podtmp")?;
         for i in 0..max_pods {
