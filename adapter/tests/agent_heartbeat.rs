@@ -306,3 +306,78 @@ fn a_quiet_job_on_a_busy_machine_is_not_taken_for_lost() {
     launcher_off.shutdown(Duration::from_secs(5));
     assert!(all_gone(&pids, Duration::from_secs(10)));
 }
+
+const RSH: &str = env!("CARGO_BIN_EXE_prrte-k8s-rsh");
+
+/// An exec'd program (through the real `prrte-k8s-rsh`) whose pod is cut off mid-run: the
+/// client, hearing no answer to its heartbeats, exits 255 saying the pod is cut off, and the
+/// agent, hearing no heartbeats, stops the program's whole process group; a quiet program is
+/// left alone while the link is up.
+#[test]
+fn an_exec_cut_off_mid_run_is_ended_by_both_ends() {
+    use std::os::unix::fs::PermissionsExt;
+    let td = TestDir::new();
+    let dir = td.dir.path().display().to_string();
+    let prog = td.path("prog");
+    let script = format!(
+        "#!/bin/sh\necho $$ > {dir}/prog.tmp; mv {dir}/prog.tmp {dir}/prog.pid\nsleep 1000 & echo $! > {dir}/sleep.tmp; mv {dir}/sleep.tmp {dir}/sleep.pid\nwait\n"
+    );
+    std::fs::write(&prog, script).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let prog = prog.display().to_string();
+    let agent = debug_agent(&td, &["--heartbeat-timeout", "4", "--exec-allow", &prog]);
+    let link = Link::to(agent.addr);
+    let mut rsh = std::process::Command::new(RSH)
+        .args(["-n", "127.0.0.1", &prog])
+        .env("PRRTE_K8S_SECRET_FILE", &td.secret_file)
+        .env("PRRTE_K8S_AGENT_PORT", link.addr.port().to_string())
+        .env("PRTE_MCA_plm_k8s_heartbeat_interval", "1")
+        .env("PRTE_MCA_plm_k8s_heartbeat_misses", "3")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pids = [td.wait_pid("prog.pid"), td.wait_pid("sleep.pid")];
+    agent
+        .wait_log(WAIT, |v| {
+            v["message"] == "exec: the client sends heartbeats"
+        })
+        .expect("no heartbeat reached the agent");
+    // Quiet for longer than both limits: heartbeats keep it alive.
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(rsh.try_wait().unwrap().is_none(), "the client ended early");
+    assert!(pids.iter().all(|p| alive(*p)), "the program was stopped");
+    link.cut();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = rsh.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = rsh.kill();
+            panic!("prrte-k8s-rsh did not notice the cut");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    rsh.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(255), "{err}");
+    assert!(err.contains("silent") && err.contains("cut off"), "{err}");
+    // Silent for more than 3 × 1 s since the last answer: noticed 2 to 4 s after the cut
+    // (the bound leaves room for a loaded machine).
+    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+    assert!(
+        agent
+            .wait_log(Duration::from_secs(10), |v| v
+                .to_string()
+                .contains("the client was silent"))
+            .is_some(),
+        "{:?}",
+        agent.logs()
+    );
+    assert!(
+        all_gone(&pids, Duration::from_secs(10)),
+        "the program survived"
+    );
+    drop(link);
+}

@@ -11,8 +11,11 @@
 //!   group is gone; the agent then closes the connection.
 //! * client → agent: `stdin {data: base64}`, `stdin_close {}` (only with `"stdin": true`),
 //!   `signal {signal}` (one of [`FORWARDED_SIGNALS`], delivered to the program's process
-//!   group) and `kill {}`.
+//!   group), `kill {}` and `ping {}` (answered `pong {}`; `prrte-k8s-rsh` sends one every
+//!   `plm_k8s_heartbeat_interval`).
 //!
+//! A client that has sent a `ping` and is then silent for the agent's `--heartbeat-timeout` is
+//! taken for cut off: its program is stopped as when its connection ends.
 //! When the connection ends before the program does, the agent stops the program's whole
 //! process group and cgroup (SIGTERM, then SIGKILL after the kill grace), as for prted.
 //!

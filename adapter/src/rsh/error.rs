@@ -64,6 +64,14 @@ pub enum RshError {
     Refused(String),
     #[error("the agent reported an error: {0}")]
     Reported(String),
+    #[error("the agent was silent for {silent:.1} s ({misses} heartbeats {interval} s apart unanswered, PRTE_MCA_plm_k8s_heartbeat_interval/_misses): its pod is cut off from the network, stopped or stalled")]
+    Silent {
+        silent: f64,
+        misses: u32,
+        interval: u64,
+    },
+    #[error("cannot send a heartbeat: {0}")]
+    Heartbeat(#[source] ProtocolError),
     #[error("cannot forward stdin: {0}")]
     Stdin(#[source] ProtocolError),
     #[error("cannot forward {signal}: {source}")]

@@ -14,8 +14,12 @@
 //! [`crate::settings`]): the job's secret file (`PRRTE_K8S_SECRET_FILE` or
 //! `PRTE_MCA_plm_k8s_secret_file`, default `/etc/prrte-k8s/secret/key`), the agent port
 //! (`PRRTE_K8S_AGENT_PORT` or `PRTE_MCA_plm_k8s_agent_port`, 7117),
-//! `PRRTE_K8S_RSH_CONNECT_TIMEOUT` (seconds, 10), and `PRTE_MCA_ras_k8s_namespace`, `_selector`
-//! and `_kubeconfig` for resolving names. A bad value is an error naming the variable.
+//! `PRRTE_K8S_RSH_CONNECT_TIMEOUT` (seconds, 10), `PRTE_MCA_plm_k8s_heartbeat_interval` and
+//! `_misses` (as the k8s PLM's: while the program runs, a `ping` every interval; an agent
+//! silent for that many intervals means its pod is cut off, and the client exits 255 saying so,
+//! while the agent, hearing no more pings, stops the program), and
+//! `PRTE_MCA_ras_k8s_namespace`, `_selector` and `_kubeconfig` for resolving names. A bad value
+//! is an error naming the variable.
 
 mod error;
 pub mod shell;
@@ -27,7 +31,7 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
-use crate::launch::{connect_authenticated, LaunchOptions, LaunchTarget};
+use crate::launch::{connect_authenticated, Heartbeat, LaunchOptions, LaunchTarget};
 use crate::protocol::exec::{decode_data, encode_data, CHUNK};
 use crate::protocol::{
     decode_message, recv_frame, send_frame, signal_name, ProtocolError, Reply, Request,
@@ -149,6 +153,7 @@ struct Reach {
     secret_file: std::path::PathBuf,
     port: u16,
     connect_timeout: Duration,
+    heartbeat: Heartbeat,
 }
 
 fn reach() -> Result<Reach, SettingError> {
@@ -164,7 +169,21 @@ fn reach() -> Result<Reach, SettingError> {
             .unwrap_or(Duration::from_secs(
                 tools::RSH_CONNECT_TIMEOUT.default_u64(),
             )),
+        heartbeat: heartbeat(&env)?,
     })
+}
+
+/// `plm_k8s_heartbeat_interval` and `_misses` from the environment, else their defaults.
+fn heartbeat(env: &dyn Fn(&str) -> Option<String>) -> Result<Heartbeat, SettingError> {
+    let int = |s: &Setting, v: &str| s.int(v);
+    let mut hb = Heartbeat::default();
+    if let Some(i) = mca::HEARTBEAT_INTERVAL.from_env(env, int)? {
+        hb.interval = Duration::from_secs(i as u64);
+    }
+    if let Some(m) = mca::HEARTBEAT_MISSES.from_env(env, int)? {
+        hb.misses = m as u32;
+    }
+    Ok(hb)
 }
 
 /// Runs the whole client; returns the exit status.
@@ -189,6 +208,7 @@ pub async fn main(args: Vec<String>) -> i32 {
         secret_file,
         port,
         connect_timeout,
+        heartbeat,
     } = match reach() {
         Ok(r) => r,
         Err(e) => return fail(e.to_string()),
@@ -215,6 +235,7 @@ pub async fn main(args: Vec<String>) -> i32 {
         secret: Some(secret),
         connect_timeout,
         request_timeout: Duration::from_secs(30),
+        heartbeat,
         ..Default::default()
     };
     if args.verbose {
@@ -254,9 +275,26 @@ pub async fn run(
     let mut started = false;
     let mut stdin_open = false;
     let deadline = Instant::now() + timeout;
+    let hb = opts.heartbeat;
+    let mut ticks = tokio::time::interval(hb.interval.max(Duration::from_millis(100)));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut heard = Instant::now();
     loop {
         tokio::select! {
+            _ = ticks.tick(), if started && !hb.interval.is_zero() => {
+                if hb.silence_limit().is_some_and(|limit| heard.elapsed() > limit) {
+                    return Err(RshError::Silent {
+                        silent: heard.elapsed().as_secs_f64(),
+                        misses: hb.misses,
+                        interval: hb.interval.as_secs(),
+                    });
+                }
+                send_frame(&mut conn, session.seal(&Request::Ping {}), timeout)
+                    .await
+                    .map_err(RshError::Heartbeat)?;
+            }
             frame = recv_frame(&mut conn, (!started).then(|| deadline.saturating_duration_since(Instant::now()))) => {
+                heard = Instant::now();
                 let frame = match frame {
                     Ok(f) => f,
                     Err(ProtocolError::Timeout(_)) => return Err(RshError::NoAnswer(timeout)),
@@ -270,6 +308,9 @@ pub async fn run(
                 match reply {
                     Reply::Started { .. } => {
                         started = true;
+                        // The first heartbeat at once: it tells the agent that this client
+                        // sends them.
+                        ticks.reset_immediately();
                         if forward_stdin {
                             stdin_open = true;
                             let tx = stdin_tx.clone();

@@ -171,7 +171,8 @@ pub(crate) async fn serve(
         job.terminate(ctx.config.kill_grace, ctx.reaper).await;
         return format!("cannot send reply: {e}");
     }
-    let (end, status) = pump(&mut client, &mut job, Pipes::of(child)).await;
+    let silence = ctx.config.limits.heartbeat_timeout;
+    let (end, status) = pump(&mut client, &mut job, Pipes::of(child), silence).await;
     let final_status = job.terminate(ctx.config.kill_grace, ctx.reaper).await;
     let status = status.unwrap_or(final_status);
     let ran_ms = t0.elapsed().as_millis() as u64;
@@ -267,9 +268,15 @@ impl Drop for Stdin {
 
 /// Forwards the program's output to the client and the client's stdin and signals to the
 /// program, until the program has ended and its output is drained (for at most [`DRAIN`]), or
-/// the client asks for `kill`, goes away, or the agent stops. Returns why, and the program's
-/// status if it ended.
-async fn pump(client: &mut Client<'_>, job: &mut Job, pipes: Pipes) -> (End, Option<ExitStatus>) {
+/// the client asks for `kill`, goes away, or the agent stops. A client that sends heartbeats
+/// (`ping`) and then stays silent for `silence` is gone (its pod is cut off): its program is
+/// stopped as for a closed connection. Returns why, and the program's status if it ended.
+async fn pump(
+    client: &mut Client<'_>,
+    job: &mut Job,
+    pipes: Pipes,
+    silence: Option<Duration>,
+) -> (End, Option<ExitStatus>) {
     let pid = job.pid;
     let Pipes {
         mut out,
@@ -280,9 +287,10 @@ async fn pump(client: &mut Client<'_>, job: &mut Job, pipes: Pipes) -> (End, Opt
     let mut obuf = vec![0u8; CHUNK];
     let mut ebuf = vec![0u8; CHUNK];
     let mut status: Option<ExitStatus> = None;
-    let drain = tokio::time::sleep(Duration::from_secs(86_400 * 365));
+    let drain = tokio::time::sleep(FAR);
     tokio::pin!(drain);
     let stop = client.stop.clone();
+    let mut heard = Heard::new(silence);
     loop {
         if status.is_some() && out.is_none() && err.is_none() {
             return (End::Done, status);
@@ -303,8 +311,14 @@ async fn pump(client: &mut Client<'_>, job: &mut Job, pipes: Pipes) -> (End, Opt
                 None
             }
             _ = &mut drain, if status.is_some() => return (End::Done, status),
+            _ = tokio::time::sleep_until(heard.deadline()), if heard.watched() => {
+                let reason = heard.silent_reason();
+                warn!(peer = %client.peer, pid, %reason, "exec: the client is silent");
+                return (End::ClientGone(reason), status);
+            }
             frame = recv_frame(client.conn, None) => {
-                if let Some(end) = on_frame(client, frame, &mut stdin, pid).await {
+                heard.frame();
+                if let Some(end) = on_frame(client, frame, &mut stdin, pid, &mut heard).await {
                     return (end, status);
                 }
                 None
@@ -329,6 +343,55 @@ async fn pump(client: &mut Client<'_>, job: &mut Job, pipes: Pipes) -> (End, Opt
     }
 }
 
+/// Effectively never (a timer that is not meant to fire).
+const FAR: Duration = Duration::from_secs(86_400 * 365);
+
+/// When the client was last heard of, and whether it sends heartbeats (a `ping` came): only
+/// then does its silence mean it is gone.
+struct Heard {
+    silence: Option<Duration>,
+    last: tokio::time::Instant,
+    heartbeats: bool,
+}
+
+impl Heard {
+    fn new(silence: Option<Duration>) -> Heard {
+        Heard {
+            silence,
+            last: tokio::time::Instant::now(),
+            heartbeats: false,
+        }
+    }
+
+    /// A frame came from the client.
+    fn frame(&mut self) {
+        self.last = tokio::time::Instant::now();
+    }
+
+    /// The client sent a heartbeat: from now on its silence counts.
+    fn ping(&mut self, peer: SocketAddr, pid: u32) {
+        if !self.heartbeats {
+            debug!(%peer, pid, "exec: the client sends heartbeats");
+        }
+        self.heartbeats = true;
+    }
+
+    fn watched(&self) -> bool {
+        self.heartbeats && self.silence.is_some()
+    }
+
+    fn deadline(&self) -> tokio::time::Instant {
+        self.last + self.silence.unwrap_or(FAR)
+    }
+
+    fn silent_reason(&self) -> String {
+        format!(
+            "the client was silent for {:.1} s (heartbeats stopped; --heartbeat-timeout): its pod is cut off or gone",
+            self.last.elapsed().as_secs_f64()
+        )
+    }
+}
+
 /// Handles one frame of the client while its program runs (process group `pid`); `Some` when
 /// the connection's exec is over.
 async fn on_frame(
@@ -336,6 +399,7 @@ async fn on_frame(
     frame: Result<tokio_util::bytes::Bytes, ProtocolError>,
     stdin: &mut Stdin,
     pid: u32,
+    heard: &mut Heard,
 ) -> Option<End> {
     let peer = client.peer;
     let frame = match frame {
@@ -384,7 +448,10 @@ async fn on_frame(
             },
         },
         Ok(Request::Kill { .. }) => return Some(End::Killed),
-        Ok(Request::Ping {}) => Reply::Pong {},
+        Ok(Request::Ping {}) => {
+            heard.ping(peer, pid);
+            Reply::Pong {}
+        }
         Ok(other) => Reply::Failed {
             reason: format!(
                 "`{}` is not accepted while a program runs on this connection",
