@@ -381,3 +381,61 @@ fn an_exec_cut_off_mid_run_is_ended_by_both_ends() {
     );
     drop(link);
 }
+
+/// A batch worker's agent whose attached launcher pinged and then fell silent (its pod cut
+/// off) takes the launcher for gone and exits with 1 (as when the connection ends); one whose
+/// launcher never pings is not watched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_worker_whose_launcher_falls_silent_exits() {
+    use prrte_k8s::protocol::{Reply, Request};
+    let worker = |td: &TestDir| {
+        AgentProc::spawn(
+            td,
+            &[
+                "--run",
+                "--batch-role",
+                "worker",
+                "--heartbeat-timeout",
+                "2",
+            ],
+        )
+    };
+    let (td, td_off) = (TestDir::new(), TestDir::new());
+    let (mut agent, mut agent_off) = (worker(&td), worker(&td_off));
+    let mut beating = RawClient::connect(agent.addr, Some(&td.secret))
+        .await
+        .unwrap();
+    let mut quiet = RawClient::connect(agent_off.addr, Some(&td_off.secret))
+        .await
+        .unwrap();
+    for c in [&mut beating, &mut quiet] {
+        let r = c.request(&Request::Attach {}).await;
+        assert!(matches!(r, Reply::Ack {}), "{r:?}");
+    }
+    let r = beating.request(&Request::Ping {}).await;
+    assert!(matches!(r, Reply::Pong {}), "{r:?}");
+    let t0 = Instant::now();
+    let code = tokio::task::block_in_place(|| agent.wait_exit(Duration::from_secs(20)));
+    assert_eq!(code, Some(1), "{:?}", agent.logs());
+    assert!(t0.elapsed() >= Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(
+        agent
+            .logs()
+            .iter()
+            .any(|l| l.contains("the launcher was silent")),
+        "{:?}",
+        agent.logs()
+    );
+    // Longer than its limit too: still attached, still running.
+    assert_eq!(
+        tokio::task::block_in_place(|| agent_off.wait_exit(Duration::from_secs(3))),
+        None,
+        "{:?}",
+        agent_off.logs()
+    );
+    drop(quiet);
+    assert_eq!(
+        tokio::task::block_in_place(|| agent_off.wait_exit(WAIT)),
+        Some(1)
+    );
+}

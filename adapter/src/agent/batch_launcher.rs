@@ -16,8 +16,8 @@ use super::local_launch::{launcher_command, wait_health};
 use super::process::{Job, Reaper};
 use crate::discovery::{self, Allocation, DiscoveryConfig, DiscoveryError};
 use crate::launch::{
-    agent_name, connect_authenticated, recv_reply, send_request, AgentError, LaunchOptions,
-    LaunchTarget,
+    agent_name, connect_authenticated, recv_reply, send_request, AgentError, Heartbeat,
+    LaunchOptions, LaunchTarget,
 };
 use crate::protocol::{FramedConn, Reply, Request, Session};
 
@@ -314,13 +314,15 @@ async fn run_watching(
     let lost: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let code = {
         // While the command runs, notice a worker whose agent goes away: a worker sends nothing
-        // unasked, so any end of its connection means its pod was evicted, deleted or killed.
+        // unasked but `pong`s, so any end of its connection means its pod was evicted, deleted
+        // or killed, and its silence that its pod is cut off.
+        let beat = heartbeat();
         let watch = async {
             futures::future::join_all(links.iter_mut().map(|l| {
                 let lost = &lost;
                 async move {
-                    while crate::protocol::recv_frame(&mut l.conn, None).await.is_ok() {}
-                    warn!(pod = %l.target.pod, "batch launcher: a worker's agent went away while the job's command runs (its pod evicted, deleted or killed?)");
+                    let why = beat_until_gone(l, beat).await;
+                    warn!(pod = %l.target.pod, %why, "batch launcher: a worker's agent went away while the job's command runs");
                     lost.lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .push(l.target.pod.clone());
@@ -335,6 +337,48 @@ async fn run_watching(
         }
     };
     (code, lost.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// The batch launcher's heartbeats: `PRTE_MCA_plm_k8s_heartbeat_*` (the site's parameter
+/// file sets no environment, so the defaults unless the pod's environment sets them).
+fn heartbeat() -> Heartbeat {
+    Heartbeat::from_env(&|k| std::env::var(k).ok()).unwrap_or_else(|e| {
+        warn!(error = %e, "batch launcher: using the default heartbeats");
+        Heartbeat::default()
+    })
+}
+
+/// Pings the attached worker every interval and returns why it is gone: its connection ended,
+/// or it was silent for longer than `beat` allows (its pod cut off from the network).
+async fn beat_until_gone(l: &mut Attached, beat: Heartbeat) -> String {
+    let Some(limit) = beat.silence_limit() else {
+        while crate::protocol::recv_frame(&mut l.conn, None).await.is_ok() {}
+        return "its connection ended (its pod evicted, deleted or killed?)".into();
+    };
+    let mut ticks = tokio::time::interval(beat.interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut heard = Instant::now();
+    loop {
+        tokio::select! {
+            biased;
+            frame = crate::protocol::recv_frame(&mut l.conn, None) => match frame {
+                Ok(_) => heard = Instant::now(),
+                Err(_) => return "its connection ended (its pod evicted, deleted or killed?)".into(),
+            },
+            _ = ticks.tick() => {
+                if heard.elapsed() > limit {
+                    return format!(
+                        "it was silent for {:.1} s ({} heartbeats {} s apart unanswered): its pod is cut off from the network, stopped or stalled",
+                        heard.elapsed().as_secs_f64(), beat.misses, beat.interval.as_secs()
+                    );
+                }
+                let ping = l.session.seal(&Request::Ping {});
+                if crate::protocol::send_frame(&mut l.conn, ping, PEER_TIMEOUT).await.is_err() {
+                    return "a heartbeat could not be sent (its connection ended)".into();
+                }
+            }
+        }
+    }
 }
 
 /// Sends `finish {code}` to every attached worker; returns the told ones and their connections

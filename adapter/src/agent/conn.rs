@@ -167,6 +167,8 @@ struct Conn {
     job: Option<ActiveJob>,
     /// Set by the first `ping`: the launcher sends heartbeats, so its silence means it is gone.
     heartbeats: bool,
+    /// The batch launcher attached on this connection (see `super::batch`).
+    attached: bool,
     /// Set by `watch`: this connection is told `preempt`.
     watch: Option<WatchGuard>,
 }
@@ -253,10 +255,15 @@ impl Conn {
                 debug!(peer = %self.peer, "ping");
                 return self.send_or_close(&Reply::Pong {}).await;
             }
-            Request::Attach {} => self
-                .shared
-                .batch
-                .attach(&self.shared.config, self.id, self.peer),
+            Request::Attach {} => {
+                let r = self
+                    .shared
+                    .batch
+                    .attach(&self.shared.config, self.id, self.peer);
+                // The batch launcher's connection: watched for silence once it pings.
+                self.attached |= matches!(r.0, Reply::Ack {});
+                r
+            }
             Request::Finish { code } => {
                 self.shared
                     .batch
@@ -330,8 +337,10 @@ impl Conn {
         let mut told = false;
         loop {
             let tell = !told && (self.job.is_some() || self.watch.is_some());
-            // Watched only while this connection's prted runs and its launcher sends heartbeats.
-            let watch = silence.filter(|_| self.heartbeats && self.job.is_some());
+            // Watched only while this connection's prted runs (or the batch launcher is
+            // attached on it) and its launcher sends heartbeats.
+            let watch =
+                silence.filter(|_| self.heartbeats && (self.job.is_some() || self.attached));
             let deadline = heard + watch.unwrap_or(Duration::from_secs(3600));
             tokio::select! {
                 biased;
@@ -382,7 +391,7 @@ impl Conn {
                         "the launcher was silent for {:.1} s (heartbeats stopped; --heartbeat-timeout): its pod is cut off or gone",
                         heard.elapsed().as_secs_f64()
                     );
-                    warn!(%peer, %reason, "stopping prted");
+                    warn!(%peer, %reason, "closing the connection (and stopping its prted, if any)");
                     if let Some((pid, status)) = self.stop_job(grace).await {
                         let _ = self.reply(&exited_reply(pid, status)).await;
                     }
@@ -519,6 +528,7 @@ pub(super) async fn handle_connection(
         id,
         job: None,
         heartbeats: false,
+        attached: false,
         watch: None,
     };
 

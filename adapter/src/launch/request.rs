@@ -60,6 +60,24 @@ impl Heartbeat {
         misses: 1,
     };
 
+    /// `plm_k8s_heartbeat_interval` and `_misses` from the environment
+    /// (`PRTE_MCA_plm_k8s_heartbeat_*`), else their defaults: how the launchers that are no
+    /// PRRTE component (`prrte-k8s-rsh`, the batch launcher) beat.
+    pub fn from_env(
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Heartbeat, crate::settings::SettingError> {
+        use crate::settings::{mca, Setting};
+        let int = |s: &Setting, v: &str| s.int(v);
+        let mut hb = Heartbeat::default();
+        if let Some(i) = mca::HEARTBEAT_INTERVAL.from_env(env, int)? {
+            hb.interval = Duration::from_secs(i as u64);
+        }
+        if let Some(m) = mca::HEARTBEAT_MISSES.from_env(env, int)? {
+            hb.misses = m as u32;
+        }
+        Ok(hb)
+    }
+
     /// How long an agent may stay silent; `None` without heartbeats.
     pub fn silence_limit(&self) -> Option<Duration> {
         (!self.interval.is_zero()).then(|| self.interval * self.misses.max(1))

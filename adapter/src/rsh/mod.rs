@@ -169,21 +169,8 @@ fn reach() -> Result<Reach, SettingError> {
             .unwrap_or(Duration::from_secs(
                 tools::RSH_CONNECT_TIMEOUT.default_u64(),
             )),
-        heartbeat: heartbeat(&env)?,
+        heartbeat: Heartbeat::from_env(&env)?,
     })
-}
-
-/// `plm_k8s_heartbeat_interval` and `_misses` from the environment, else their defaults.
-fn heartbeat(env: &dyn Fn(&str) -> Option<String>) -> Result<Heartbeat, SettingError> {
-    let int = |s: &Setting, v: &str| s.int(v);
-    let mut hb = Heartbeat::default();
-    if let Some(i) = mca::HEARTBEAT_INTERVAL.from_env(env, int)? {
-        hb.interval = Duration::from_secs(i as u64);
-    }
-    if let Some(m) = mca::HEARTBEAT_MISSES.from_env(env, int)? {
-        hb.misses = m as u32;
-    }
-    Ok(hb)
 }
 
 /// Runs the whole client; returns the exit status.

@@ -312,9 +312,22 @@ async fn pump(
             }
             _ = &mut drain, if status.is_some() => return (End::Done, status),
             _ = tokio::time::sleep_until(heard.deadline()), if heard.watched() => {
-                let reason = heard.silent_reason();
-                warn!(peer = %client.peer, pid, %reason, "exec: the client is silent");
-                return (End::ClientGone(reason), status);
+                // A frame that arrived during a stall of this process counts before the
+                // silence (the read is cancel-safe, so a frame is never lost here).
+                match recv_frame(client.conn, Some(Duration::from_millis(1))).await {
+                    Err(ProtocolError::Timeout(_)) => {
+                        let reason = heard.silent_reason();
+                        warn!(peer = %client.peer, pid, %reason, "exec: the client is silent");
+                        return (End::ClientGone(reason), status);
+                    }
+                    frame => {
+                        heard.frame();
+                        if let Some(end) = on_frame(client, frame, &mut stdin, pid, &mut heard).await {
+                            return (end, status);
+                        }
+                    }
+                }
+                None
             }
             frame = recv_frame(client.conn, None) => {
                 heard.frame();
