@@ -88,7 +88,11 @@ impl Prte {
         let p = Prte { child, log };
         harness::wait_file(&uri, Duration::from_secs(60));
         let deadline = Instant::now() + Duration::from_secs(60);
-        while std::fs::read_to_string(&uri).unwrap_or_default().trim().is_empty() {
+        while std::fs::read_to_string(&uri)
+            .unwrap_or_default()
+            .trim()
+            .is_empty()
+        {
             assert!(Instant::now() < deadline, "prte wrote no URI");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -138,7 +142,10 @@ fn start_probe(t: &TestDir, probe: &Path, args: &[String]) -> Guarded {
         if let Some(st) = g.wait_timeout(Duration::ZERO).unwrap() {
             panic!("the scheduler probe ended ({st}): {}", probe_output(t));
         }
-        assert!(Instant::now() < deadline, "the scheduler probe never got ready");
+        assert!(
+            Instant::now() < deadline,
+            "the scheduler probe never got ready"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     g
@@ -186,11 +193,22 @@ fn a_request_forwarded_to_an_attached_scheduler_loops_inside_prte() {
     let probe = build(t.path(), "k8s_scheduler_probe").unwrap();
     let client = build(t.path(), "palloc_client").unwrap();
     let prte = Prte::start(&t).unwrap();
-    let mut sched = start_probe(&t, &probe, &["attach".into(), prte.pid().to_string(), "8".into()]);
-    assert!(probe_output(&t).contains("ATTACHED k8s-scheduler:0"), "{}", probe_output(&t));
+    let mut sched = start_probe(
+        &t,
+        &probe,
+        &["attach".into(), prte.pid().to_string(), "8".into()],
+    );
+    assert!(
+        probe_output(&t).contains("ATTACHED k8s-scheduler:0"),
+        "{}",
+        probe_output(&t)
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     while !prte.log.lock().unwrap().scheduler_connected {
-        assert!(Instant::now() < deadline, "prte never saw the scheduler connect");
+        assert!(
+            Instant::now() < deadline,
+            "prte never saw the scheduler connect"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 
@@ -209,11 +227,19 @@ fn a_request_forwarded_to_an_attached_scheduler_loops_inside_prte() {
     let nspace = prte.nspace(&t);
     let deadline = Instant::now() + Duration::from_secs(30);
     while prte.log.lock().unwrap().upcalls <= 1000 {
-        assert!(Instant::now() < deadline, "prte logged few allocate upcalls");
+        assert!(
+            Instant::now() < deadline,
+            "prte logged few allocate upcalls"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let log = prte.log.lock().unwrap();
-    assert_eq!(log.first_upcalls.len(), 3, "upcalls seen: {:?}", log.first_upcalls);
+    assert_eq!(
+        log.first_upcalls.len(),
+        3,
+        "upcalls seen: {:?}",
+        log.first_upcalls
+    );
     // the client's request (the first tool, job 1), then prte's forwarding of it arriving
     // back at prte as a request of prte itself, again and again
     assert_eq!(log.first_upcalls[0], format!("{nspace}@1:0"));
@@ -234,7 +260,10 @@ fn a_scheduler_that_is_a_pmix_server_answers_a_tool_directly() {
     let (code, out) = run(&t, cmd).unwrap();
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("ANSWER status=PMIX_SUCCESS ninfo=2"), "{out}");
-    assert!(out.contains("key=pmix.alloc.id ") && out.contains("k8s-probe-1"), "{out}");
+    assert!(
+        out.contains("key=pmix.alloc.id ") && out.contains("k8s-probe-1"),
+        "{out}"
+    );
     assert!(
         out.contains("key=pmix.alloc.nlist ") && out.contains("probe-node-a,probe-node-b"),
         "{out}"
@@ -242,9 +271,18 @@ fn a_scheduler_that_is_a_pmix_server_answers_a_tool_directly() {
     let st = sched.wait_timeout(Duration::from_secs(60)).unwrap();
     let s = probe_output(&t);
     assert_eq!(st.and_then(|s| s.code()), Some(0), "{s}");
-    assert!(s.contains("ALLOCATE from=k8s-scheduler-tool:0 directive=EXTEND ndata=2"), "{s}");
-    assert!(s.contains("key=pmix.alloc.nnodes ") && s.contains("Value: 2"), "{s}");
-    assert!(s.contains("key=pmix.alloc.reqid ") && s.contains("probe-req"), "{s}");
+    assert!(
+        s.contains("ALLOCATE from=k8s-scheduler-tool:0 directive=EXTEND ndata=2"),
+        "{s}"
+    );
+    assert!(
+        s.contains("key=pmix.alloc.nnodes ") && s.contains("Value: 2"),
+        "{s}"
+    );
+    assert!(
+        s.contains("key=pmix.alloc.reqid ") && s.contains("probe-req"),
+        "{s}"
+    );
 }
 
 #[test]
@@ -254,8 +292,13 @@ fn pmix_palloc_reaches_a_scheduler_that_is_a_pmix_server() {
     let probe = build(t.path(), "k8s_scheduler_probe").unwrap();
     let mut sched = start_probe(&t, &probe, &["serve".into(), "30".into()]);
     let mut cmd = Command::new(harness::prefix().join("bin/palloc"));
-    cmd.args(["--pid", &sched.pid().to_string()])
-        .args(["--extend", "--nodes", "3", "--request-id", "palloc-req"]);
+    cmd.args(["--pid", &sched.pid().to_string()]).args([
+        "--extend",
+        "--nodes",
+        "3",
+        "--request-id",
+        "palloc-req",
+    ]);
     let (code, out) = run(&t, cmd).unwrap();
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("granted"), "{out}");
@@ -263,6 +306,9 @@ fn pmix_palloc_reaches_a_scheduler_that_is_a_pmix_server() {
     let s = probe_output(&t);
     assert_eq!(st.and_then(|s| s.code()), Some(0), "{s}");
     assert!(s.contains("directive=EXTEND ndata=2"), "{s}");
-    assert!(s.contains("key=pmix.alloc.nnodes ") && s.contains("Value: 3"), "{s}");
+    assert!(
+        s.contains("key=pmix.alloc.nnodes ") && s.contains("Value: 3"),
+        "{s}"
+    );
     assert!(s.contains("palloc-req"), "{s}");
 }
