@@ -247,4 +247,174 @@ mod tests {
         );
         assert!(decode_page(b"{\"items\": [{\"spec\": 3}]}").is_err());
     }
+
+    /// A page of pods as varied as a cluster hands out: init containers (whose resources
+    /// never count), GPUs of two vendors, CPU quantities in millicores and limits only,
+    /// pod-level resources, pods not ready, without an IP, with only an IPv6 address,
+    /// terminating, finished, JobSet pairs, no index at all, and fields discovery has never
+    /// heard of at every level.
+    fn varied_page() -> serde_json::Value {
+        let ready = json!([{"type": "Initialized", "status": "True"},
+                           {"type": "Ready", "status": "True", "lastProbeTime": null,
+                            "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
+        let c = |name: &str, res: serde_json::Value| {
+            json!({"name": name, "image": "img", "command": ["sh"], "args": ["-c", "x"],
+                   "env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                   "ports": [{"containerPort": 22}], "resources": res,
+                   "readinessProbe": {"tcpSocket": {"port": 22}, "periodSeconds": 1},
+                   "securityContext": {"runAsNonRoot": true}, "futureContainerField": {"x": [1]}})
+        };
+        let meta = |name: &str, labels: serde_json::Value| {
+            json!({"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                   "resourceVersion": "7", "generateName": "w-", "creationTimestamp": "2026-01-01T00:00:00Z",
+                   "labels": labels, "finalizers": ["f"],
+                   "managedFields": [{"manager": "kubelet", "operation": "Update",
+                                      "fieldsV1": {"f:status": {"f:podIP": {}}}}]})
+        };
+        let running = |ips: serde_json::Value, ip: serde_json::Value| {
+            json!({"phase": "Running", "conditions": ready.clone(), "podIP": ip, "podIPs": ips,
+                   "hostIP": "192.168.0.1", "qosClass": "Burstable", "startTime": "2026-01-01T00:00:00Z",
+                   "initContainerStatuses": [{"name": "init", "ready": true, "restartCount": 0,
+                       "image": "i", "imageID": "", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}],
+                   "containerStatuses": [{"name": "mpi", "ready": true, "restartCount": 0, "image": "i",
+                       "imageID": "", "started": true, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}],
+                   "futureStatusField": 1})
+        };
+        let idx = |i: &str| {
+            json!({"batch.kubernetes.io/job-completion-index": i, "app": "mpi",
+                                   "controller-uid": "c", "job-name": "j"})
+        };
+        let init = c(
+            "init",
+            json!({"requests": {"cpu": "64", "nvidia.com/gpu": "8"}}),
+        );
+        json!({
+            "kind": "PodList", "apiVersion": "v1", "futureListField": [1, 2],
+            "metadata": {"resourceVersion": "99", "continue": "next", "remainingItemCount": 10},
+            "items": [
+                {"metadata": meta("w-2", idx("2")), "futureTopLevel": {"a": null},
+                 "spec": {"initContainers": [init.clone()], "hostname": "w-2", "subdomain": "s",
+                          "containers": [c("mpi", json!({"limits": {"nvidia.com/gpu": "2", "amd.com/gpu": "1",
+                                                                    "cpu": "8", "memory": "1Gi"}})),
+                                         c("side", json!({}))],
+                          "tolerations": [{"key": "k", "operator": "Exists"}],
+                          "affinity": {"nodeAffinity": {}}, "volumes": [{"name": "v", "emptyDir": {}}]},
+                 "status": running(json!([{"ip": "fd00::2"}, {"ip": "10.0.0.2"}]), json!("fd00::2"))},
+                {"metadata": meta("w-10", idx("10")),
+                 "spec": {"initContainers": [init], "containers": [c("mpi", json!({"requests": {"cpu": "1500m"}, "limits": {"cpu": "4"}}))]},
+                 "status": {"phase": "Running", "podIP": "10.0.0.10", "podIPs": [{"ip": "10.0.0.10"}],
+                            "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady",
+                                            "message": "containers with unready status: [mpi]"}],
+                            "containerStatuses": [{"name": "mpi", "ready": false, "restartCount": 4, "image": "i", "imageID": "",
+                                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                                "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}},
+                {"metadata": meta("w-1", idx("1")),
+                 "spec": {"containers": [c("mpi", json!({"limits": {"cpu": "2500m"}}))]},
+                 "status": running(json!(null), json!(null))},
+                {"metadata": meta("w-4", idx("4")),
+                 "spec": {"containers": [c("mpi", json!({"requests": {"cpu": "3"}}))]},
+                 "status": running(json!([{"ip": "fd00::4"}]), json!("fd00::4"))},
+                {"metadata": {"name": "w-0", "labels": idx("0"),
+                              "annotations": {"prrte-k8s.io/slots": "4", "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+                 "spec": {"containers": [c("mpi", json!(null))], "resources": {"requests": {"cpu": "2"}}},
+                 "status": {"phase": "Pending", "reason": "Unschedulable", "message": "0/3 nodes",
+                            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}},
+                {"metadata": {"name": "w-3", "labels": idx("3"), "deletionTimestamp": "2026-01-01T00:00:00Z",
+                              "deletionGracePeriodSeconds": 30,
+                              "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "c",
+                                                   "controller": true, "blockOwnerDeletion": true}]},
+                 "spec": {"containers": [c("mpi", json!({"requests": {"amd.com/gpu": "1"}}))]},
+                 "status": running(json!([{"ip": "10.0.0.3"}]), json!("10.0.0.3"))},
+                {"metadata": {"name": "w-5", "labels": idx("5")},
+                 "status": {"phase": "Failed", "reason": "Evicted", "message": "low on memory",
+                            "containerStatuses": [{"name": "mpi", "ready": false, "restartCount": 0, "image": "i",
+                                "imageID": "", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}},
+                {"metadata": {"name": "js-b-0-1", "labels": {"jobset.sigs.k8s.io/job-index": "1",
+                              "jobset.sigs.k8s.io/jobset-name": "js", "batch.kubernetes.io/job-completion-index": "1"}},
+                 "spec": {"containers": [c("mpi", json!({"requests": {"cpu": "0.5"}}))]},
+                 "status": running(json!([{"ip": "10.0.1.1"}]), json!("10.0.1.1"))},
+                {"metadata": {"name": "extra-10", "annotations": {"prrte-k8s.io/slots": "many"}},
+                 "spec": {"containers": []}, "status": {}},
+                {"metadata": {"name": "extra-9", "labels": {"apps.kubernetes.io/pod-index": "x"}}},
+            ],
+        })
+    }
+
+    #[test]
+    fn a_varied_page_decodes_to_the_records_full_pods_convert_to() {
+        use super::super::order::{pod_index, sort_pods};
+        use super::super::readiness::{classify, describe, pod_ipv4, PodReadiness};
+        use super::super::slots::{pod_slots, SlotsPolicy};
+        let bytes = serde_json::to_vec(&varied_page()).unwrap();
+        let (meta, records) = decode_page(&bytes).unwrap();
+        // What list requests decoded before: whole k8s_openapi Pods, each then made a record.
+        let full: ObjectList<Pod> = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(meta, full.metadata);
+        let converted: Vec<PodRecord> = full.items.iter().map(PodRecord::from).collect();
+        assert_eq!(records.len(), 10);
+        assert_eq!(records, converted);
+        let policies = [
+            SlotsPolicy::Auto,
+            SlotsPolicy::Annotation,
+            SlotsPolicy::Gpu,
+            SlotsPolicy::Cpu,
+            SlotsPolicy::One,
+        ];
+        for (r, c) in records.iter().zip(&converted) {
+            assert_eq!(classify(r), classify(c));
+            assert_eq!(describe(r), describe(c));
+            assert_eq!(pod_ipv4(r), pod_ipv4(c));
+            assert_eq!(pod_index(r), pod_index(c));
+            for p in policies {
+                assert_eq!(pod_slots(r, p), pod_slots(c, p));
+            }
+        }
+        // The values themselves, so an equal mistake on both paths fails too.
+        let by = |n: &str| {
+            records
+                .iter()
+                .find(|r| r.metadata.name.as_deref() == Some(n))
+                .unwrap()
+        };
+        let auto = |n: &str| pod_slots(by(n), SlotsPolicy::Auto);
+        assert_eq!(
+            classify(by("w-2")),
+            PodReadiness::Ready("10.0.0.2".parse().unwrap())
+        );
+        assert_eq!(
+            (auto("w-2"), auto("w-10"), auto("w-1")),
+            (Ok(3), Ok(1), Ok(2))
+        );
+        assert_eq!(
+            (auto("w-0"), auto("w-3"), auto("js-b-0-1")),
+            (Ok(4), Ok(1), Ok(1))
+        );
+        assert!(auto("extra-10").is_err());
+        assert_eq!(pod_slots(by("w-0"), SlotsPolicy::Cpu), Ok(2));
+        assert_eq!(pod_slots(by("w-3"), SlotsPolicy::Gpu), Ok(1));
+        let not_ready = |n: &str| match classify(by(n)) {
+            PodReadiness::NotReady(why) => why,
+            other => panic!("{n}: {other:?}"),
+        };
+        assert!(not_ready("w-10").contains("container mpi waiting: CrashLoopBackOff"));
+        assert!(not_ready("w-1").contains("no IPv4 pod IP yet (pod IPs: none)"));
+        assert!(not_ready("w-4").contains("(pod IPs: fd00::4)"));
+        assert!(not_ready("w-0").contains("reason Unschedulable"));
+        assert!(matches!(classify(by("w-3")), PodReadiness::Excluded(_)));
+        assert!(matches!(classify(by("w-5")), PodReadiness::Excluded(_)));
+        let labels = by("w-2").metadata.labels.as_ref().unwrap();
+        assert_eq!(
+            labels.keys().collect::<Vec<_>>(),
+            ["batch.kubernetes.io/job-completion-index"]
+        );
+        let (mut a, mut b) = (records.clone(), converted);
+        sort_pods(&mut a);
+        sort_pods(&mut b);
+        let names: Vec<_> = a.iter().map(|r| r.metadata.name.clone().unwrap()).collect();
+        assert_eq!(a, b);
+        assert_eq!(
+            names,
+            ["w-0", "w-1", "w-2", "w-3", "w-4", "w-5", "w-10", "js-b-0-1", "extra-9", "extra-10"]
+        );
+    }
 }
