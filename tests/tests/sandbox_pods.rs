@@ -173,20 +173,12 @@ struct Untag(String);
 
 impl Drop for Untag {
     fn drop(&mut self) {
-        let _ = Command::new("buildah")
-            .args(["rmi", &self.0])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        let _ = images::untag(&self.0);
     }
 }
 
 fn tag(image: &str, name: &str) -> Untag {
-    let ok = Command::new("buildah")
-        .args(["tag", image, name])
-        .status()
-        .unwrap();
-    assert!(ok.success(), "buildah tag {image} {name}");
+    images::tag(image, name).unwrap_or_else(|e| panic!("tagging {image} as {name}: {e:#}"));
     Untag(name.to_string())
 }
 
