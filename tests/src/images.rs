@@ -271,6 +271,34 @@ impl Drop for ImageStore {
     }
 }
 
+/// Gives `image` the additional name `name` (`buildah tag`), taking it from the image that had
+/// it. See [`untag`] for why name changes take a lock.
+pub fn tag(image: &str, name: &str) -> Result<()> {
+    let _lock = names_lock()?;
+    buildah_ok(&["tag", image, name]).map(|_| ())
+}
+
+/// Removes the name `name` from the local store (`buildah rmi`: the image goes only with its
+/// last name). Changes of image names are serialized across processes (tests run in parallel
+/// binaries): buildah reads an image's names and writes the list back whole, so two changes of
+/// one image's names at once lose one of them (a new name vanishes, a moved one comes back).
+pub fn untag(name: &str) -> Result<()> {
+    let _lock = names_lock()?;
+    buildah_ok(&["rmi", name]).map(|_| ())
+}
+
+fn names_lock() -> Result<nix::fcntl::Flock<std::fs::File>> {
+    let path = std::env::temp_dir().join("prrte-k8s-test-image-names.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow!("locking {}: {e}", path.display()))
+}
+
 /// Names of buildah working containers starting with `prefix` (read from containers-storage's
 /// list, without running buildah).
 pub fn working_containers(prefix: &str) -> Vec<String> {

@@ -6,7 +6,7 @@ use sandbox::api::Obj;
 use sandbox::cluster::{Cluster, ClusterOptions};
 use sandbox::harness::unique;
 use sandbox::{images, podnet};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -393,19 +393,11 @@ spec:
     assert!(cluster.pod_exec(&never, &["true"]).is_err());
 
     // Once the local store has the image, the IfNotPresent pod starts from it.
-    let tagged = Command::new("buildah")
-        .args(["tag", &present, &absent])
-        .status()
-        .unwrap();
-    assert!(tagged.success());
+    images::tag(&present, &absent).unwrap();
     struct Untag(String);
     impl Drop for Untag {
         fn drop(&mut self) {
-            let _ = Command::new("buildah")
-                .args(["rmi", &self.0])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+            let _ = images::untag(&self.0);
         }
     }
     let _untag = Untag(absent.clone());

@@ -376,16 +376,7 @@ pub fn describe_pods(pods: &[Obj]) -> String {
                     why.push(s.to_string());
                 }
             }
-            if let Some(w) = p.pointer("/status/containerStatuses/0/state/waiting") {
-                why.push(format!(
-                    "{}: {}",
-                    w["reason"].as_str().unwrap_or(""),
-                    w["message"].as_str().unwrap_or("")
-                ));
-            }
-            if let Some(t) = p.pointer("/status/containerStatuses/0/state/terminated") {
-                why.push(format!("exit code {}", t["exitCode"]));
-            }
+            why.extend(containers_why(p));
             let ready = if pod_ready(p) { "Ready" } else { "not Ready" };
             format!(
                 "{}: {}, {ready}{}",
@@ -400,6 +391,44 @@ pub fn describe_pods(pods: &[Obj]) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n  ")
+}
+
+/// Why each container of pod `p` that is not running is not: "reason: message" while it
+/// waits (and how its last run ended, when that says more), "exit code N" once it ended;
+/// prefixed with the container's name in a pod of several containers.
+fn containers_why(p: &Value) -> Vec<String> {
+    let statuses: Vec<&Value> = ["initContainerStatuses", "containerStatuses"]
+        .iter()
+        .filter_map(|k| p["status"][k].as_array())
+        .flatten()
+        .collect();
+    let text = |v: &Value, k: &str| v[k].as_str().unwrap_or("").to_string();
+    let mut out = Vec::new();
+    for cs in &statuses {
+        let name = if statuses.len() > 1 {
+            format!("{}: ", text(cs, "name"))
+        } else {
+            String::new()
+        };
+        if let Some(w) = cs.pointer("/state/waiting") {
+            let mut line = format!("{name}{}: {}", text(w, "reason"), text(w, "message"));
+            if let Some(t) = cs
+                .pointer("/lastState/terminated")
+                .filter(|t| t["message"].is_string())
+            {
+                line.push_str(&format!(
+                    " (last: {}: {})",
+                    text(t, "reason"),
+                    text(t, "message")
+                ));
+            }
+            out.push(line);
+        }
+        if let Some(t) = cs.pointer("/state/terminated") {
+            out.push(format!("{name}exit code {}", t["exitCode"]));
+        }
+    }
+    out
 }
 
 /// Waits (on store events, no polling) until `check` returns Some for the pods in `ns`

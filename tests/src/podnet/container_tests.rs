@@ -172,3 +172,62 @@ fn podnet_containers_share_network_hostname_ipc_and_mounts_not_processes() {
         sleep(Duration::from_millis(20));
     }
 }
+
+/// A container that ended keeps the name of its PID namespace (`pid:[inode]`) to itself until
+/// it is started again: the kernel gives the inode number of a freed namespace to the next
+/// namespace it creates, here another container's, and a restart, which first waits until no
+/// process of the ended container's namespace is left, would then wait for that container's.
+#[test]
+fn podnet_a_restart_does_not_wait_for_a_namespace_that_took_the_ended_one_s_name() {
+    assert!(nix::unistd::geteuid().is_root(), "podnet tests need root");
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    let net = Network::create().unwrap();
+    let prefix = net.prefix();
+    let pod = net
+        .start_sandbox(&PodSpec {
+            name: "reuse".into(),
+            hostname: "reuse-host".into(),
+            ip: net.alloc_ip().unwrap(),
+            containers: Vec::new(),
+        })
+        .unwrap();
+    let pidns = |c: &str| {
+        let pid = pod.container_pid(c).expect("a running container's PID 1");
+        super::procfs::ns_id(pid, "pid").expect("its PID namespace")
+    };
+    let until_go = "until [ -e /srv/pk8s-shared/go ]; do sleep 0.05; done";
+    let once = container(dir.path(), "once", &["sh", "-c", until_go], &shared);
+    pod.start_container(&once).unwrap();
+    let ended = pidns("once");
+    std::fs::write(shared.join("go"), "").unwrap();
+    wait_for("container once to end", || {
+        pod.container_exit("once").unwrap().is_some()
+    });
+    std::fs::remove_file(shared.join("go")).unwrap();
+    // New namespaces while the ended container is not started again: none gets its name.
+    for i in 0..8 {
+        let c = format!("other-{i}");
+        pod.start_container(&container(dir.path(), &c, &["sleep", "1000"], &shared))
+            .unwrap();
+        assert_ne!(
+            pidns(&c),
+            ended,
+            "{c} has the PID namespace name of ended `once`"
+        );
+    }
+    // The restart's wait for the ended container's processes finds none (it would give up
+    // after 10 s on the other container's and fail the start).
+    pod.start_container(&once).unwrap();
+    assert!(pod.container_exit("once").unwrap().is_none());
+    assert_ne!(pidns("once"), ended, "a restart has a new PID namespace");
+
+    drop(pod);
+    net.teardown().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !leftovers(&prefix).is_empty() {
+        assert!(Instant::now() < deadline, "{}", leftovers(&prefix));
+        sleep(Duration::from_millis(20));
+    }
+}

@@ -282,17 +282,16 @@ impl RunningPod {
     }
 
     /// Host pids of every process of the pod's containers (empty once they have ended). A
-    /// container seen to have ended (a finished init container) is left out: the kernel reuses
-    /// the inode numbers of freed PID namespaces, so its namespace's name may already be
-    /// another container's, of any pod on the node.
+    /// container seen to have ended (a finished init container) is left out: its PID 1 is
+    /// reaped only after every other process of its PID namespace is gone.
     pub fn host_pids(&self) -> Vec<u32> {
         let inner = lock(&self.inner);
         let mut v: Vec<u32> = inner
             .containers
             .iter()
             .filter(|c| c.exit.is_none())
-            .filter_map(|c| c.pidns.as_deref())
-            .flat_map(pids_in_pidns)
+            .filter_map(|c| c.pidns.as_ref())
+            .flat_map(|ns| pids_in_pidns(ns.id()))
             .collect();
         v.sort_unstable();
         v

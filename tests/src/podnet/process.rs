@@ -1,7 +1,7 @@
 //! A container's process: PID 1 of its own PID namespace, what it runs with, how it ended,
 //! killing it.
 
-use super::procfs::{ns_id, pids_in_pidns};
+use super::procfs::{ns_id, pids_in_pidns, PidNs};
 use anyhow::{bail, Context, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -67,7 +67,9 @@ pub(super) struct ContainerProcess {
     /// `ip netns exec` → `unshare`, the parent of the container's PID 1.
     pub(super) child: Child,
     pub(super) pid1: u32,
-    pub(super) pidns: Option<String>,
+    /// PID 1's PID namespace, held for as long as this process is the container's (so that
+    /// its name never becomes another container's while this one is looked for by it).
+    pub(super) pidns: Option<PidNs>,
     pub(super) exit: Option<PodExit>,
 }
 
@@ -117,7 +119,17 @@ impl ContainerProcess {
 
     /// Host pids of the container's processes (none once it has ended).
     pub(super) fn live_pids(&self) -> Vec<u32> {
-        self.pidns.as_deref().map(pids_in_pidns).unwrap_or_default()
+        self.pidns
+            .as_ref()
+            .map(|ns| pids_in_pidns(ns.id()))
+            .unwrap_or_default()
+    }
+
+    /// Whether `pid1` still is this container's PID 1 (not ended, its pid not taken by another
+    /// process).
+    fn pid1_is_ours(&self) -> bool {
+        let ns = self.pidns.as_ref().map(PidNs::id);
+        self.pid1 != 0 && ns.is_some() && ns_id(self.pid1, "pid").as_deref() == ns
     }
 
     /// Sends `signal` to PID 1 while it still runs (and still is this container's PID 1).
@@ -125,7 +137,7 @@ impl ContainerProcess {
         if self.poll_exit()?.is_some() {
             return Ok(());
         }
-        if self.pid1 != 0 && self.pidns.is_some() && ns_id(self.pid1, "pid") == self.pidns {
+        if self.pid1_is_ours() {
             let _ = kill(Pid::from_raw(self.pid1 as i32), signal);
         }
         Ok(())
@@ -139,7 +151,7 @@ impl ContainerProcess {
             return Ok(e);
         }
         // Only signal the pid while it still is this container's PID 1.
-        if self.pid1 != 0 && self.pidns.is_some() && ns_id(self.pid1, "pid") == self.pidns {
+        if self.pid1_is_ours() {
             let _ = kill(Pid::from_raw(self.pid1 as i32), Signal::SIGKILL);
         }
         let deadline = Instant::now() + KILL_TIMEOUT;

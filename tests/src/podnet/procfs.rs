@@ -10,6 +10,32 @@ pub(super) fn ns_id(pid: u32, kind: &str) -> Option<String> {
         .map(|p| p.to_string_lossy().into_owned())
 }
 
+/// A held reference to a PID namespace, named as its `/proc/PID/ns/pid` link reads
+/// (`pid:[inode]`). The kernel frees a namespace once no process and no open file refers to it
+/// and gives its inode number to the next namespace it creates (of any kind, any pod): only
+/// while this is held does the name keep meaning this namespace.
+pub(super) struct PidNs {
+    id: String,
+    _file: File,
+}
+
+impl PidNs {
+    /// The PID namespace of process `pid` (None when it has gone).
+    pub(super) fn of(pid: u32) -> Option<PidNs> {
+        use std::os::unix::fs::MetadataExt;
+        let file = File::open(format!("/proc/{pid}/ns/pid")).ok()?;
+        let ino = file.metadata().ok()?.ino();
+        Some(PidNs {
+            id: format!("pid:[{ino}]"),
+            _file: file,
+        })
+    }
+
+    pub(super) fn id(&self) -> &str {
+        &self.id
+    }
+}
+
 pub(super) fn all_pids() -> Vec<u32> {
     let Ok(rd) = fs::read_dir("/proc") else {
         return Vec::new();

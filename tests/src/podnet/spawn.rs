@@ -7,7 +7,7 @@ use super::host::Tools;
 use super::mounts::{INIT_ARG0, POD_INIT, PUNCH_FS};
 use super::names::{DEFAULT_HOME, SYSTEM_PATH};
 use super::process::{ContainerProcess, Started};
-use super::procfs::{children_of, cmdline, ns_id, runtime_errors, tail_of};
+use super::procfs::{children_of, cmdline, ns_id, runtime_errors, tail_of, PidNs};
 use super::sandbox::PodSandbox;
 use super::spec::ContainerSpec;
 use super::state::{lock, PodInner};
@@ -213,8 +213,8 @@ fn wait_started(
         };
         if pid1 == 0 {
             if let Some(&p) = children_of(outer).first() {
-                match ns_id(p, "pid") {
-                    Some(ns) if Some(&ns) != own_pidns.as_ref() => {
+                match PidNs::of(p) {
+                    Some(ns) if Some(ns.id()) != own_pidns.as_deref() => {
                         pid1 = p;
                         let mut inner = lock(inner);
                         let c = inner.container(&l.spec.name)?;
