@@ -444,6 +444,14 @@ async fn evicted_pod_fails_the_job_quickly() {
             .contains("DisruptionTarget"),
         "{failed}"
     );
+    // It names the evicted pod, so the user knows which one ended the job.
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&format!("{NS}/{victim}")),
+        "the Failed condition names {victim}: {failed}"
+    );
     job.assert_nothing_left(Duration::from_secs(20));
     let deadline = Instant::now() + Duration::from_secs(20);
     while sleeps

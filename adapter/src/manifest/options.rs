@@ -33,6 +33,9 @@ impl Mpi {
     }
 }
 
+/// The pods' grace period (seconds) when no option or MPIJob gives one: Kubernetes' own.
+pub const DEFAULT_GRACE: u64 = 30;
+
 /// The job's name when no option or MPIJob gives one.
 pub const DEFAULT_NAME: &str = "mpi";
 
@@ -134,9 +137,10 @@ pub struct ManifestArgs {
     pub mpi: Mpi,
     /// Seconds a pod has between SIGTERM and SIGKILL when it is told to end
     /// (terminationGracePeriodSeconds); its agent holds the ranks that long, less a few
-    /// seconds to stop them, after telling them (--preempt-grace)
-    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=86_400))]
-    pub grace_period: u64,
+    /// seconds to stop them, after telling them (--preempt-grace) [default: 30, or the
+    /// MPIJob's]
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub grace_period: Option<u64>,
     /// Signal every rank gets when a pod of the job is told to end, besides the PMIx event
     /// (plm_k8s_preempt_signal), e.g. SIGUSR1 [default: none]
     #[arg(long, value_name = "SIG", value_parser = preempt_signal)]
@@ -204,7 +208,7 @@ impl ManifestArgs {
         let mut spec = Map::new();
         spec.insert(
             "terminationGracePeriodSeconds".into(),
-            json!(self.grace_period),
+            json!(self.grace_period()),
         );
         spec.insert(
             "securityContext".into(),
@@ -240,8 +244,7 @@ impl ManifestArgs {
                 slots: self.slots,
                 spec,
                 container,
-                env: self
-                    .preempt_env()
+                env: preempt_env(self.grace_period(), self.preempt_signal.as_deref())
                     .chain(self.env.iter().map(|(k, v)| json!({"name": k, "value": v})))
                     .collect(),
                 mounts: Vec::new(),
@@ -255,15 +258,9 @@ impl ManifestArgs {
         })
     }
 
-    /// The agents' grace period (the pod's) and the site's preemption signal, for every pod.
-    fn preempt_env(&self) -> impl Iterator<Item = Value> {
-        let grace =
-            json!({"name": "PRRTE_K8S_PREEMPT_GRACE", "value": self.grace_period.to_string()});
-        let signal = self
-            .preempt_signal
-            .as_ref()
-            .map(|s| json!({"name": crate::settings::mca::PREEMPT_SIGNAL.var(), "value": s}));
-        std::iter::once(grace).chain(signal)
+    /// The pods' grace period: `--grace-period`, else [`DEFAULT_GRACE`].
+    fn grace_period(&self) -> u64 {
+        self.grace_period.unwrap_or(DEFAULT_GRACE)
     }
 
     /// The job's name.
@@ -281,6 +278,15 @@ impl ManifestArgs {
         }
         json!({"requests": requests, "limits": limits})
     }
+}
+
+/// The agents' grace period (the pod's, `grace` seconds) and the site's preemption signal,
+/// for every pod's environment.
+pub(super) fn preempt_env(grace: u64, signal: Option<&str>) -> impl Iterator<Item = Value> {
+    let grace = json!({"name": "PRRTE_K8S_PREEMPT_GRACE", "value": grace.to_string()});
+    let signal =
+        signal.map(|s| json!({"name": crate::settings::mca::PREEMPT_SIGNAL.var(), "value": s}));
+    std::iter::once(grace).chain(signal)
 }
 
 /// `--preempt-signal SIG`: a name `plm_k8s_preempt_signal` takes (SIGUSR1, usr1...), spelled

@@ -87,3 +87,96 @@ fn discovery_hints_name_the_role_rules_exactly() {
         assert_eq!(rules.len(), 2, "{kind}");
     }
 }
+
+/// An MPIJob whose Worker template has `grace` (a `terminationGracePeriodSeconds` line, or
+/// nothing).
+fn mpijob(grace: &str) -> String {
+    format!(
+        "apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata:
+  name: j
+spec:
+  mpiReplicaSpecs:
+    Launcher:
+      template:
+        spec:
+          containers:
+          - name: l
+            image: app:1
+            command: [mpirun, ./a]
+    Worker:
+      replicas: 2
+      template:
+        spec:
+{grace}          containers:
+          - name: w
+            image: app:1
+"
+    )
+}
+
+/// A converted MPIJob's pods get the preemption notice as any job's do: the grace period (the
+/// option's, else the template's, else 30 s) in the pod spec and the agents' environment, and
+/// the site's signal; an option replacing the template's value is noted.
+#[test]
+fn from_mpijob_carries_grace_period_and_preempt_signal() {
+    let run = |grace: &str, opts: &[&str]| {
+        let mut argv = vec!["--from-mpijob", "-"];
+        argv.extend(opts);
+        let a = args(&argv);
+        let text = mpijob(grace);
+        let (plan, notes) = super::render::prepare(&a, &mut text.as_bytes()).unwrap();
+        let job = super::render::objects(&plan, None)
+            .into_iter()
+            .find(|o| o["kind"] == "Job")
+            .unwrap();
+        let spec = job["spec"]["template"]["spec"].clone();
+        let env = spec["containers"][0]["env"].as_array().unwrap().clone();
+        let get = |k: &str| {
+            env.iter()
+                .find(|e| e["name"] == k)
+                .map(|e| e["value"].as_str().unwrap().to_string())
+        };
+        let notes: Vec<String> = notes.iter().map(|n| n.to_string()).collect();
+        (
+            spec["terminationGracePeriodSeconds"].clone(),
+            get("PRRTE_K8S_PREEMPT_GRACE"),
+            get("PRTE_MCA_plm_k8s_preempt_signal"),
+            notes,
+        )
+    };
+    let (grace, agent, signal, _) = run("", &[]);
+    assert_eq!(
+        (grace, agent.as_deref(), signal),
+        (json!(30), Some("30"), None)
+    );
+    let own = "          terminationGracePeriodSeconds: 45\n";
+    let (grace, agent, _, notes) = run(own, &[]);
+    assert_eq!((grace, agent.as_deref()), (json!(45), Some("45")));
+    assert!(
+        !notes.iter().any(|n| n.contains("--grace-period")),
+        "{notes:?}"
+    );
+    let opts = ["--grace-period", "90", "--preempt-signal", "usr1"];
+    let (grace, agent, signal, notes) = run(own, &opts);
+    assert_eq!(grace, json!(90));
+    assert_eq!(agent.as_deref(), Some("90"));
+    assert_eq!(signal.as_deref(), Some("SIGUSR1"));
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("terminationGracePeriodSeconds")
+                && n.contains("45 replaced by --grace-period 90")),
+        "{notes:?}"
+    );
+    let bad = "          terminationGracePeriodSeconds: soon\n";
+    let a = args(&["--from-mpijob", "-"]);
+    let e = super::render::prepare(&a, &mut mpijob(bad).as_bytes())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("terminationGracePeriodSeconds") && e.contains("--grace-period"),
+        "{e}"
+    );
+}

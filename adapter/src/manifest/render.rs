@@ -47,6 +47,8 @@ pub fn prepare(
         env: a.env.clone(),
         only: a.only.clone(),
         api_server: a.api_server_cidr.clone(),
+        grace_period: a.grace_period,
+        preempt_signal: a.preempt_signal.clone(),
     };
     from_mpijob(&text, &overrides).map_err(fail)
 }

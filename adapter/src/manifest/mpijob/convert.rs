@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 use super::error::{MpiJobError, Note};
 use super::parse::{parse, MpiJob, API_VERSION};
 use super::pods::pods;
-use crate::manifest::options::valid_name;
+use crate::manifest::options::{preempt_env, valid_name, DEFAULT_GRACE};
 use crate::manifest::plan::{JobPlan, Kind, Launch, Part, PodPlan, Success};
 use crate::manifest::pod::pod_template;
 use crate::manifest::restricted::violations;
@@ -33,6 +33,10 @@ pub struct Overrides {
     pub only: Vec<Part>,
     /// `--api-server-cidr`.
     pub api_server: Vec<ipnet::IpNet>,
+    /// `--grace-period` instead of the pod template's `terminationGracePeriodSeconds`.
+    pub grace_period: Option<u64>,
+    /// `--preempt-signal`.
+    pub preempt_signal: Option<String>,
 }
 
 /// The job an MPIJob (YAML or JSON `text`) describes, and the notes on what it changed or
@@ -54,6 +58,9 @@ pub fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Note>), Mp
     let exclude_self = (!job.run_launcher_as_worker)
         .then(|| json!({"name": mca::EXCLUDE_SELF.mca.map_or("", |m| m.env), "value": "true"}));
     let mut p = pods(&job, exclude_self, o.pull_policy.as_deref(), &mut notes)?;
+    let grace = grace_period(&job, &mut p.spec, o.grace_period, &mut notes)?;
+    p.env
+        .extend(preempt_env(grace, o.preempt_signal.as_deref()));
     p.env
         .extend(o.env.iter().map(|(k, v)| json!({"name": k, "value": v})));
     let launch = Launch::Injected {
@@ -134,6 +141,43 @@ pub fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Note>), Mp
         return Err(MpiJobError::NotRestricted(broken.join("; ")));
     }
     Ok((plan, notes))
+}
+
+/// The pods' grace period: `--grace-period` (noted when it replaces the template's), else the
+/// pod template's `terminationGracePeriodSeconds`, else [`DEFAULT_GRACE`]; set in `spec`, so
+/// the agents hold the ranks for as long as the pod has (their `--preempt-grace`).
+fn grace_period(
+    job: &MpiJob,
+    spec: &mut Map<String, Value>,
+    given: Option<u64>,
+    notes: &mut Vec<Note>,
+) -> Result<u64, MpiJobError> {
+    let base = job.worker.as_ref().unwrap_or(&job.launcher);
+    let at = format!("{}.terminationGracePeriodSeconds", base.path);
+    let own = match spec.get("terminationGracePeriodSeconds") {
+        None => None,
+        Some(v) => Some(v.as_u64().ok_or_else(|| {
+            MpiJobError::field(
+                at.clone(),
+                format!(
+                    "{} is not a whole number of seconds",
+                    super::reader::show(v)
+                ),
+                "give seconds, or leave it out and give --grace-period",
+            )
+        })?),
+    };
+    let grace = match (given, own) {
+        (Some(g), Some(t)) if g != t => {
+            notes.push(Note::new(at, format!("{t} replaced by --grace-period {g}")));
+            g
+        }
+        (Some(g), _) => g,
+        (None, Some(t)) => t,
+        (None, None) => DEFAULT_GRACE,
+    };
+    spec.insert("terminationGracePeriodSeconds".into(), json!(grace));
+    Ok(grace)
 }
 
 /// Notes each of the job's own variables the MPIJob's environment replaces.
