@@ -362,7 +362,11 @@ async fn beat_until_gone(l: &mut Attached, beat: Heartbeat) -> String {
         tokio::select! {
             biased;
             frame = crate::protocol::recv_frame(&mut l.conn, None) => match frame {
-                Ok(_) => heard = Instant::now(),
+                // Every frame is opened, so the session stays in step for `finish`.
+                Ok(f) => match l.session.open(&f) {
+                    Ok(_) => heard = Instant::now(),
+                    Err(e) => return format!("it sent a frame that does not open: {e}"),
+                },
                 Err(_) => return "its connection ended (its pod evicted, deleted or killed?)".into(),
             },
             _ = ticks.tick() => {
