@@ -3,7 +3,8 @@
 #   make test   everything the project tests
 #   make image  the container images (Open MPI 5 + PRRTE + the k8s components; prrte-config/image)
 #   make bench  DVM-ready time, daemons through the agents vs through an sshd in each pod,
-#               and a batch Job end to end (release build; bench.json, bench.png, bench-batch.png)
+#               a batch Job end to end, a running DVM grown by 1/4/16 pods
+#               (release build; bench.json, bench.png, bench-batch.png)
 #   make bench-scale  discovery of 1,000/10,000 pods, fan-out to 256/1,024 agents, agent RSS
 SHELL := /bin/bash
 export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s1

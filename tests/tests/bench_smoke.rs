@@ -1,7 +1,7 @@
 //! The launch benchmark's ssh baseline works at all (not timed): with an sshd and an agent in
 //! each of two pods, a DVM through the agents and then prte with `plm ssh` (tree spawn and not)
 //! reach "DVM ready", pterm ends each, and no prted or ssh session is left; and the benchmark
-//! binary runs end to end at 2 pods, writing its JSON and plot.
+//! binary runs end to end at 2 pods, writing its JSON and plot, and grows a DVM of 2 pods by 1.
 #![forbid(unsafe_code)]
 use sandbox::mpijob::{Job, JobSpec};
 use sandbox::sshd::{self, Spawn, SshBaseline};
@@ -66,14 +66,16 @@ async fn ssh_baseline_reaches_dvm_ready_and_pterm_ends_it() {
 /// every method reaches "DVM ready", the tables and the JSON name the profile the binary was
 /// built with (the agent and the components are taken from its own target directory), and the
 /// PNG plot is written next to the JSON; `--plot-from` redraws it from the JSON alone. The
-/// batch Jobs' part runs too (a Job of 2 pods in a sandbox cluster), with its own plot.
+/// batch Jobs' part runs too (a Job of 2 pods in a sandbox cluster), with its own plot, and the
+/// grow part (a DVM of 2 pods grown by 1): its phases positive and summing to its total, the
+/// grown DVM with a daemon in each of its 3 pods.
 #[test]
 fn bench_binary_writes_json_and_plot_of_its_profile() {
     let dir = sandbox::harness::TestDir::new("bench-smoke-run").unwrap();
     let bench = env!("CARGO_BIN_EXE_prrte-k8s-bench");
     let json_path = dir.path().join("b.json");
     let o = std::process::Command::new(bench)
-        .args(["--pods", "2", "--runs", "1", "--json"])
+        .args(["--pods", "2", "--runs", "1", "--grow", "1", "--json"])
         .arg(&json_path)
         .env("TMPDIR", dir.tmpdir())
         .output()
@@ -146,6 +148,23 @@ fn bench_binary_writes_json_and_plot_of_its_profile() {
         "no batch plot at {}\n{stdout}",
         batch_png.display()
     );
+    // The grow: 2 pods grown by 1, split into its phases, beside a plain start of 3 pods.
+    assert!(stdout.contains("Growing a running DVM"), "{stdout}");
+    let grow = &report["grow"]["rows"].as_array().unwrap()[0];
+    assert_eq!(grow["new_pods"], 1, "{grow}");
+    assert_eq!(grow["pods_after"], 3, "{grow}");
+    assert_eq!(grow["daemons_after"], serde_json::json!([3]), "{grow}");
+    let sample = |k: &str| grow[k]["samples"][0].as_f64().unwrap_or(f64::NAN);
+    let phases = [
+        "request_to_patched_s",
+        "patched_to_ready_s",
+        "ready_to_in_dvm_s",
+    ];
+    for k in phases.iter().chain(&["total_s", "plain_dvm_ready_s"]) {
+        assert!(sample(k) > 0.0 && sample(k) < 120.0, "{k}: {grow}");
+    }
+    let sum: f64 = phases.iter().map(|k| sample(k)).sum();
+    assert!((sum - sample("total_s")).abs() < 1e-6, "{grow}");
     // Redraw from the JSON alone, and refuse a file that is not a report.
     let again = dir.path().join("again.png");
     let o = std::process::Command::new(bench)

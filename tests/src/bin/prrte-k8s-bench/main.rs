@@ -3,7 +3,9 @@
 //! real sshd in every pod (`plm ssh`, the mpi-operator way) and through the lower bound (`plm
 //! ssh` with an agent that execs the command straight into the pod's namespaces); then the
 //! first job into the fresh DVM and the launcher's CPU time per daemon; then a batch Job end to
-//! end in a sandbox cluster (`batch`), phase by phase. Prints tables (medians
+//! end in a sandbox cluster (`batch`), phase by phase; then a running DVM grown by N pods
+//! (`prrte-k8s grow N`, `grow`), phase by phase, beside a plain DVM start of the grown size.
+//! Prints tables (medians
 //! and ranges), writes JSON (`--json`) and a PNG plot of DVM-ready time against pods (`--plot`,
 //! by default next to the JSON); not part of `make test` (run `make bench`, which builds and
 //! runs the release profile). Needs root, like the sandbox. The agent and the components it
@@ -11,10 +13,13 @@
 //!
 //! This file is the command line; `run` runs the methods on the pods, `results` is what they
 //! measure, `host` what they ran on, `stats` the medians and ranges, `tables`, `report` and
-//! `plot` the output; `batch` and `batch_report` the batch Jobs.
+//! `plot` the output; `batch` and `batch_report` the batch Jobs; `grow` and `grow_report` the
+//! grown DVMs.
 #![forbid(unsafe_code)]
 mod batch;
 mod batch_report;
+mod grow;
+mod grow_report;
 mod host;
 mod plot;
 mod report;
@@ -46,7 +51,7 @@ struct Args {
     /// Timed runs per variant and pod count (the median is reported).
     #[arg(long, default_value_t = 5)]
     runs: usize,
-    /// Quick check: 4 pods, 3 runs (overrides --pods and --runs).
+    /// Quick check: 4 pods, 3 runs, a grow by 1 (overrides --pods, --runs and --grow).
     #[arg(long)]
     quick: bool,
     /// Leave out the third variant (ssh with plm_ssh_no_tree_spawn).
@@ -61,9 +66,18 @@ struct Args {
     /// Leave out the batch Jobs (a Job of N pods applied until Complete, in a sandbox cluster).
     #[arg(long, conflicts_with = "batch_only")]
     no_batch: bool,
-    /// Only the batch Jobs (no DVM starts through the launch methods).
-    #[arg(long)]
+    /// Only the batch Jobs (no DVM starts through the launch methods, no grows).
+    #[arg(long, conflicts_with = "grow_only")]
     batch_only: bool,
+    /// New pods per grow of a running DVM of 2 pods (`prrte-k8s grow N`), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    grow: Vec<usize>,
+    /// Leave out the grows of a running DVM.
+    #[arg(long, conflicts_with = "grow_only")]
+    no_grow: bool,
+    /// Only the grows (each beside a plain DVM start of the grown size through the agents).
+    #[arg(long)]
+    grow_only: bool,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -127,22 +141,30 @@ async fn main() {
             eprintln!("prrte-k8s-bench: interrupted; tearing down the pods (bounded waits)");
         }
     });
-    let (rows, mut failed) = if args.batch_only {
+    let (rows, mut failed) = if args.batch_only || args.grow_only {
         (Vec::new(), None)
     } else {
         run_all(&args).await
     };
     let mut batch = Vec::new();
-    if !args.no_batch && failed.is_none() {
+    if !args.no_batch && !args.grow_only && failed.is_none() {
         match batch::bench_batch(&args.pods, args.runs, Duration::from_secs(args.timeout)).await {
             Ok(b) => batch = b,
             Err(e) => failed = Some(e.context("batch Jobs")),
         }
     }
+    let mut grown = Vec::new();
+    if !args.no_grow && !args.batch_only && failed.is_none() {
+        match grow::bench_grow(&args.grow, args.runs, Duration::from_secs(args.timeout)).await {
+            Ok(g) => grown = g,
+            Err(e) => failed = Some(e.context("grows")),
+        }
+    }
     print_tables(&rows, args.runs);
     batch_report::print_batch(&batch, args.runs);
-    if !rows.is_empty() || !batch.is_empty() {
-        write_report(&args, &rows, &batch, &mut failed);
+    grow_report::print_grow(&grown, args.runs);
+    if !rows.is_empty() || !batch.is_empty() || !grown.is_empty() {
+        write_report(&args, &rows, &batch, &grown, &mut failed);
     }
     let left = own_prteds();
     if !left.is_empty() {
@@ -164,9 +186,13 @@ fn ready_to_run(args: &mut Args) -> Result<()> {
     if args.quick {
         args.pods = vec![4];
         args.runs = 3;
+        args.grow = vec![1];
     }
     if args.runs == 0 || args.pods.iter().any(|n| *n < 2) {
         bail!("--runs must be at least 1 and every pod count at least 2");
+    }
+    if args.grow.contains(&0) {
+        bail!("every --grow size must be at least 1 new pod");
     }
     if !nix::unistd::Uid::effective().is_root() {
         bail!("the sandbox pods need root");
@@ -215,11 +241,15 @@ fn write_report(
     args: &Args,
     rows: &[Row],
     batch: &[batch::BatchRow],
+    grown: &[grow::GrowRow],
     failed: &mut Option<anyhow::Error>,
 ) {
     let mut report = json_report(rows, args.runs);
     if !batch.is_empty() {
         report["batch"] = batch_report::batch_json(batch);
+    }
+    if !grown.is_empty() {
+        report["grow"] = grow_report::grow_json(grown);
     }
     println!();
     if let Some(p) = &args.json {

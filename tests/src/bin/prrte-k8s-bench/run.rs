@@ -20,6 +20,11 @@ fn own_dirs() -> std::sync::MutexGuard<'static, Vec<String>> {
     DIRS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Keeps `dir` as one of this run's jobs' directories (for [`own_prteds`]).
+pub fn register_dir(dir: &TestDir) {
+    own_dirs().push(dir.path().to_string_lossy().into_owned());
+}
+
 /// prted processes this run started that are still alive (others' prteds on the same machine,
 /// e.g. of tests running side by side, are not ours to report).
 pub fn own_prteds() -> Vec<u32> {
@@ -272,7 +277,7 @@ pub async fn bench_pods(
     };
     eprintln!("[{n} pods] starting the sandbox and {n} pods (agent + sshd in each) ...");
     let job = Job::start(spec).await?;
-    own_dirs().push(job.dir.path().to_string_lossy().into_owned());
+    register_dir(&job.dir);
     let lower = match &pins {
         Some(p) => Some(p.write_agent(&job, &keys.path().join("nsexec"))?),
         None => None,
