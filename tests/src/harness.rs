@@ -73,6 +73,35 @@ pub fn component_dir(under: &Path) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// `tests/programs/NAME.c` compiled with `cflags` into `dir` against the installed PMIx (its
+/// headers and this repository's `include/`, linked with `-lpmix` and an rpath to it).
+pub fn pmix_program(dir: &Path, name: &str, cflags: &[&str]) -> Result<PathBuf> {
+    let prefix = prefix();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let src = repo.join(format!("tests/programs/{name}.c"));
+    let out = dir.join(name);
+    let o = Command::new("cc")
+        .args(cflags)
+        .arg(format!("-I{}", prefix.join("include").display()))
+        .arg(format!("-I{}", repo.join("include").display()))
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .arg(format!("-L{}", prefix.join("lib").display()))
+        .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()))
+        .arg("-lpmix")
+        .output()?;
+    if !o.status.success() {
+        bail!(
+            "cc {}: {}{}",
+            src.display(),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    Ok(out)
+}
+
 /// Compile one of `tests/programs/*.c` with the wheel's `mpicc` (once per test process).
 pub fn mpi_program(name: &str) -> Result<PathBuf> {
     static BUILT: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> =

@@ -93,6 +93,25 @@ pub struct JobSpec<'a> {
 }
 
 impl<'a> JobSpec<'a> {
+    /// A job whose pods have what a persistent DVM's pod spec would set: the DVM URI file in
+    /// each pod's TMPDIR, the PRRTE prefix, the components and the job's secret file.
+    pub fn persistent_dvm(name: &'a str, pods: usize) -> Self {
+        let mut spec = JobSpec::new(name, pods);
+        spec.env = vec![
+            (
+                "PRRTE_K8S_DVM_URI_FILE".into(),
+                "$(TMPDIR)/dvm/dvm.uri".into(),
+            ),
+            (
+                "PRRTE_K8S_PREFIX".into(),
+                harness::prefix().display().to_string(),
+            ),
+            ("PRTE_PKGLIBDIR".into(), "@COMPONENTS@".into()),
+            ("PRRTE_K8S_SECRET_FILE".into(), "@SECRET@".into()),
+        ];
+        spec
+    }
+
     pub fn new(name: &'a str, pods: usize) -> Self {
         JobSpec {
             name,

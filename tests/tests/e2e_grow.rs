@@ -17,21 +17,9 @@ use std::time::Duration;
 const TOOL_LIMIT: Duration = Duration::from_secs(120);
 
 fn spec(name: &str, pods: usize) -> JobSpec<'_> {
-    let mut spec = JobSpec::new(name, pods);
+    let mut spec = JobSpec::persistent_dvm(name, pods);
     spec.cpus = vec!["2"];
     spec.agent_args = vec![vec!["--dvm-head".into(), "auto".into()]];
-    spec.env = vec![
-        (
-            "PRRTE_K8S_DVM_URI_FILE".into(),
-            "$(TMPDIR)/dvm/dvm.uri".into(),
-        ),
-        (
-            "PRRTE_K8S_PREFIX".into(),
-            harness::prefix().display().to_string(),
-        ),
-        ("PRTE_PKGLIBDIR".into(), "@COMPONENTS@".into()),
-        ("PRRTE_K8S_SECRET_FILE".into(), "@SECRET@".into()),
-    ];
     spec
 }
 

@@ -7,34 +7,17 @@
 //! connects to it directly, with the status and info it chose.
 #![forbid(unsafe_code)]
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use sandbox::harness::{self, Guarded, TestDir};
-use sandbox::mpijob::{repo, text};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// `tests/programs/NAME.c` compiled against the installed PMIx into `dir`.
+/// `tests/programs/NAME.c` compiled against the installed PMIx into `dir`, warnings as errors.
 fn build(dir: &Path, name: &str) -> Result<PathBuf> {
-    let prefix = harness::prefix();
-    let src = repo().join(format!("tests/programs/{name}.c"));
-    let out = dir.join(name);
-    let o = Command::new("cc")
-        .args(["-O1", "-Wall", "-Wextra", "-Werror"])
-        .arg(format!("-I{}", prefix.join("include").display()))
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .arg(format!("-L{}", prefix.join("lib").display()))
-        .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()))
-        .arg("-lpmix")
-        .output()?;
-    if !o.status.success() {
-        bail!("cc {}: {}", src.display(), text(&o));
-    }
-    Ok(out)
+    harness::pmix_program(dir, name, &["-O1", "-Wall", "-Wextra", "-Werror"])
 }
 
 /// What prte said on stderr that the tests look for (its verbose PMIx server output).

@@ -7,7 +7,7 @@
 #![forbid(unsafe_code)]
 mod common;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use common::*;
 use sandbox::harness;
 use std::path::{Path, PathBuf};
@@ -28,24 +28,7 @@ fn now_ms() -> u128 {
 
 /// `tests/programs/preempt_pmix.c` compiled against the installed PMIx.
 fn build_pmix_program(dir: &Path) -> Result<PathBuf> {
-    let prefix = harness::prefix();
-    let src = repo().join("tests/programs/preempt_pmix.c");
-    let out = dir.join("preempt_pmix");
-    let o = Command::new("cc")
-        .arg("-O1")
-        .arg(format!("-I{}", prefix.join("include").display()))
-        .arg(format!("-I{}", repo().join("include").display()))
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .arg(format!("-L{}", prefix.join("lib").display()))
-        .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()))
-        .arg("-lpmix")
-        .output()?;
-    if !o.status.success() {
-        bail!("cc {}: {}", src.display(), text(&o));
-    }
-    Ok(out)
+    harness::pmix_program(dir, "preempt_pmix", &["-O1"])
 }
 
 /// A job of `pods` pods whose agents have the grace period.

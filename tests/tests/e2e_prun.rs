@@ -17,20 +17,8 @@ const TOOL_LIMIT: Duration = Duration::from_secs(90);
 /// `$(TMPDIR)/dvm/dvm.uri` (a directory the agent has to create). Every pod has what a user's
 /// pod spec would set: the PRRTE prefix, the components and the job's secret file.
 fn spec(name: &str, pods: usize) -> JobSpec<'_> {
-    let mut spec = JobSpec::new(name, pods);
+    let mut spec = JobSpec::persistent_dvm(name, pods);
     spec.cpus = vec!["4"; pods];
-    spec.env = vec![
-        (
-            "PRRTE_K8S_DVM_URI_FILE".into(),
-            "$(TMPDIR)/dvm/dvm.uri".into(),
-        ),
-        (
-            "PRRTE_K8S_PREFIX".into(),
-            harness::prefix().display().to_string(),
-        ),
-        ("PRTE_PKGLIBDIR".into(), "@COMPONENTS@".into()),
-        ("PRRTE_K8S_SECRET_FILE".into(), "@SECRET@".into()),
-    ];
     spec
 }
 

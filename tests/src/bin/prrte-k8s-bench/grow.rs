@@ -55,21 +55,9 @@ pub struct GrowRow {
 }
 
 fn spec(pods: usize) -> JobSpec<'static> {
-    let mut spec = JobSpec::new(NAME, pods);
+    let mut spec = JobSpec::persistent_dvm(NAME, pods);
     spec.cpus = vec!["2"];
     spec.agent_args = vec![vec!["--dvm-head".into(), "auto".into()]];
-    spec.env = vec![
-        (
-            "PRRTE_K8S_DVM_URI_FILE".into(),
-            "$(TMPDIR)/dvm/dvm.uri".into(),
-        ),
-        (
-            "PRRTE_K8S_PREFIX".into(),
-            harness::prefix().display().to_string(),
-        ),
-        ("PRTE_PKGLIBDIR".into(), "@COMPONENTS@".into()),
-        ("PRRTE_K8S_SECRET_FILE".into(), "@SECRET@".into()),
-    ];
     spec
 }
 
