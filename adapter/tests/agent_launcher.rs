@@ -523,10 +523,15 @@ fn shutdown_is_bounded_when_agents_are_slow_to_report() {
         .expect("Exited must be reported before shutdown returns")
     {
         LaunchEvent::Exited {
-            status: ExitDesc::ConnectionLost(why),
+            status: status @ ExitDesc::ClosedByLauncher,
             ..
         } => {
-            assert!(why.contains("launcher closed the connection"), "{why}")
+            assert!(
+                status
+                    .to_string()
+                    .contains("launcher closed the connection"),
+                "{status}"
+            )
         }
         other => panic!("unexpected {other:?}"),
     }

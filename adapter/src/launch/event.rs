@@ -14,6 +14,19 @@ pub enum ExitDesc {
     Signal(i32),
     /// The agent connection ended before an exit was reported (the agent stops prted then).
     ConnectionLost(String),
+    /// The launcher itself closed the connection (its shutdown wait ran out, or it was dropped)
+    /// before the agent reported an exit; the agent stops prted when the connection ends.
+    ClosedByLauncher,
+}
+
+impl ExitDesc {
+    /// The connection ended without an exit status, whoever ended it.
+    pub fn connection_ended(&self) -> bool {
+        matches!(
+            self,
+            ExitDesc::ConnectionLost(_) | ExitDesc::ClosedByLauncher
+        )
+    }
 }
 
 impl fmt::Display for ExitDesc {
@@ -24,6 +37,11 @@ impl fmt::Display for ExitDesc {
                 write!(f, "killed by signal {s} ({})", protocol::signal_name(*s))
             }
             ExitDesc::ConnectionLost(why) => write!(f, "agent connection lost: {why}"),
+            ExitDesc::ClosedByLauncher => write!(
+                f,
+                "agent connection lost: the launcher closed the connection before the agent \
+                 reported prted's exit (the agent stops prted when the connection ends)"
+            ),
         }
     }
 }

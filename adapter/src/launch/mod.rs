@@ -191,7 +191,7 @@ impl Launcher {
 
     /// Ask every agent to kill its prted, wait for their `exited` (bounded by `timeout`), close
     /// connections. Targets still connecting are abandoned (reported `Failed`); targets whose
-    /// agent did not report in time are reported `Exited` with [`ExitDesc::ConnectionLost`] (their
+    /// agent did not report in time are reported `Exited` with [`ExitDesc::ClosedByLauncher`] (their
     /// agents stop prted when the connection closes). Every target has had its final event when
     /// this returns.
     pub fn shutdown(&self, timeout: Duration) {
@@ -328,14 +328,6 @@ async fn launch_one(
     }
 }
 
-fn closed_by_launcher() -> ExitDesc {
-    ExitDesc::ConnectionLost(
-        "the launcher closed the connection before the agent reported prted's exit (the agent \
-         stops prted when the connection ends)"
-            .into(),
-    )
-}
-
 async fn supervise(
     conn: &mut FramedConn<TcpStream>,
     session: &mut Session,
@@ -358,7 +350,7 @@ async fn supervise(
     loop {
         tokio::select! {
             biased;
-            _ = control.closing.cancelled() => return closed_by_launcher(),
+            _ = control.closing.cancelled() => return ExitDesc::ClosedByLauncher,
             frame = recv_frame(conn, None) => {
                 heard = tokio::time::Instant::now();
                 let frame = match frame {
@@ -410,7 +402,7 @@ async fn supervise(
                 let kill = session.seal(&Request::Kill { grace_ms: Some(grace_ms) });
                 tokio::select! {
                     biased;
-                    _ = control.closing.cancelled() => return closed_by_launcher(),
+                    _ = control.closing.cancelled() => return ExitDesc::ClosedByLauncher,
                     sent = send_frame(conn, kill, opts.request_timeout) => if let Err(e) = sent {
                         return ExitDesc::ConnectionLost(format!("cannot send the kill request: {e}"));
                     }

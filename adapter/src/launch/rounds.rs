@@ -106,7 +106,7 @@ pub enum Phase {
     Running,
     /// PRRTE ordered the daemons to exit: a daemon ending is expected.
     ShuttingDown,
-    /// The agents were asked to stop their daemons: SIGTERM and a lost connection are ours.
+    /// The agents were asked to stop their daemons: SIGTERM and the launcher's own closing are ours.
     FinalSweep,
     /// Nothing more is reported.
     Finalized,
@@ -303,8 +303,9 @@ impl Rounds {
         if let LaunchEvent::Preempt { id, pod, seconds } = event {
             return self.on_preempt(id, pod, seconds);
         }
+        let shutting_down = self.phase >= Phase::ShuttingDown;
         match self.rounds.get_mut(&generation) {
-            Some(round) => round.on_event(event, states),
+            Some(round) => round.on_event(event, states, shutting_down),
             None => Vec::new(),
         }
     }
@@ -369,7 +370,7 @@ impl Rounds {
         let ours = matches!(
             event,
             LaunchEvent::Exited {
-                status: ExitDesc::Signal(15) | ExitDesc::ConnectionLost(_),
+                status: ExitDesc::Signal(15) | ExitDesc::ClosedByLauncher,
                 ..
             }
         );
@@ -412,7 +413,13 @@ impl Round {
         self.daemons.get(&vpid).map_or("", |d| d.node.as_str())
     }
 
-    fn on_event(&mut self, event: LaunchEvent, states: &impl DaemonStates) -> Vec<Action> {
+    /// One event; `shutting_down`: PRRTE is already shutting the DVM down.
+    fn on_event(
+        &mut self,
+        event: LaunchEvent,
+        states: &impl DaemonStates,
+        shutting_down: bool,
+    ) -> Vec<Action> {
         match event {
             LaunchEvent::Started { id, pod, pid } => vec![verbose(
                 1,
@@ -431,7 +438,7 @@ impl Round {
                 actions
             }
             LaunchEvent::Exited { id, pod, status } => {
-                self.on_exit(id, &pod, status, states.state(id))
+                self.on_exit(id, &pod, status, states.state(id), shutting_down)
             }
             // Handled by the rounds as a whole.
             LaunchEvent::Preempt { .. } => Vec::new(),
@@ -444,6 +451,7 @@ impl Round {
         pod: &str,
         status: ExitDesc,
         state: Option<DaemonState>,
+        shutting_down: bool,
     ) -> Vec<Action> {
         let node = self.node(id).to_string();
         let already_failed = !self.failed.insert(id);
@@ -464,17 +472,30 @@ impl Round {
         if !abnormal(&status) {
             return Vec::new();
         }
-        // The DVM cannot continue without it; make prte's own exit say so.
+        // The DVM cannot continue without it; make prte's own exit say so. Once PRRTE is
+        // shutting down, the end may be the cause (reported late) or a consequence of another
+        // daemon's loss: say which is which as far as known.
+        let (title, then) = if shutting_down {
+            (
+                format!("PRRTE's daemon in pod {pod} ended abnormally as the DVM shut down."),
+                "If another daemon is named as lost, this one may have ended because of it.",
+            )
+        } else {
+            (
+                format!("PRRTE's daemon in pod {pod} ended while the DVM was running."),
+                "PRRTE will now shut the DVM down.",
+            )
+        };
         let mut actions = vec![
             Action::SetExitStatus(1),
             report(
-                format!("PRRTE's daemon in pod {pod} ended while the DVM was running."),
-                format!("Daemon {id} (node {node}): {status}. PRRTE will now shut the DVM down."),
+                title,
+                format!("Daemon {id} (node {node}): {status}. {then}"),
             ),
         ];
         // PRRTE's own connection to it may stall without ever failing; the agent stops the
         // daemon when it sees the launcher's connection end.
-        if matches!(status, ExitDesc::ConnectionLost(_)) && !state.is_some_and(DaemonState::ended) {
+        if status.connection_ended() && !state.is_some_and(DaemonState::ended) {
             actions.push(Action::LostDaemon(id));
         }
         actions

@@ -410,11 +410,43 @@ fn after_the_final_sweep_our_own_stops_are_not_reported() {
     assert!(rounds
         .on_event(g, exited(1, ExitDesc::Signal(15)), &prrte)
         .is_empty());
-    assert!(rounds.on_event(g, exited(2, lost()), &prrte).is_empty());
+    assert!(rounds
+        .on_event(g, exited(2, ExitDesc::ClosedByLauncher), &prrte)
+        .is_empty());
     let got = rounds.on_event(g, exited(3, ExitDesc::Signal(9)), &prrte);
     assert!(errors(&got)[0].1.contains("killed by signal 9"), "{got:?}");
     let got = rounds.on_event(g, exited(4, ExitDesc::Code(3)), &prrte);
     assert!(errors(&got)[0].1.contains("exit code 3"), "{got:?}");
+}
+
+/// A pod deleted outright: PRRTE may notice its daemon's loss (and shut down) before the agent's
+/// closed connection is read, which then comes during the final sweep. It is still reported,
+/// naming the pod; only the launcher's own closing is ours. A daemon that exits non-zero
+/// while PRRTE shuts down is named as possibly a consequence.
+#[test]
+fn a_lost_agent_read_during_the_final_sweep_is_still_named() {
+    let (mut rounds, prrte) = (Rounds::new(), Prrte::default());
+    let g = begin(&mut rounds, &[1, 2]);
+    for id in [1, 2] {
+        prrte.set(id, DaemonState::Running);
+    }
+    rounds.shutting_down();
+    let got = rounds.on_event(g, exited(1, ExitDesc::Code(1)), &prrte);
+    let e = errors(&got);
+    assert_eq!(
+        e[0].0,
+        "PRRTE's daemon in pod job-1-xyz ended abnormally as the DVM shut down."
+    );
+    assert!(e[0].1.contains("exit code 1") && e[0].1.contains("because of it"));
+    rounds.final_sweep();
+    prrte.set(2, DaemonState::Ended);
+    let got = rounds.on_event(g, exited(2, lost()), &prrte);
+    let e = errors(&got);
+    assert_eq!(e.len(), 1, "{got:?}");
+    assert!(e[0].0.contains("pod job-2-xyz"), "{got:?}");
+    assert!(e[0].1.contains("agent connection lost: connection reset"));
+    // PRRTE knows it ended: nothing more to tell PRRTE.
+    assert_eq!(effects(&got), vec![Action::SetExitStatus(1)]);
 }
 
 #[test]
