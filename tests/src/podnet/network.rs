@@ -74,12 +74,19 @@ impl Network {
             })),
             torn_down: false,
         };
-        // From here on, Drop deletes the bridge if anything fails.
+        // From here on, Drop deletes the bridge if anything fails. Its MAC address is set, so
+        // that it is kept: a bridge whose address was not set takes the lowest of its ports',
+        // so it would change as pods come and go, and the pods' ARP entries for the gateway
+        // would go stale (their traffic to the host, the API server's included, stalls for a
+        // second or two until ARP finds the new address).
+        let mac = net.bridge_mac();
         ip(&[
             "link",
             "add",
             "name",
             &net.bridge,
+            "address",
+            &mac,
             "type",
             "bridge",
             "stp_state",
@@ -130,6 +137,17 @@ impl Network {
         ip(&["addr", "add", &gw, "dev", br]).context("adding the gateway address")?;
         ip(&["link", "set", "dev", br, "up"]).context("bringing the bridge up")?;
         Ok(())
+    }
+
+    /// The bridge's MAC address: locally administered, unicast, from the network's id.
+    fn bridge_mac(&self) -> String {
+        let id = self.id.as_bytes();
+        format!(
+            "02:70:6b:{}:{}:{}",
+            std::str::from_utf8(&id[0..2]).unwrap_or("00"),
+            std::str::from_utf8(&id[2..4]).unwrap_or("00"),
+            std::str::from_utf8(&id[4..6]).unwrap_or("00")
+        )
     }
 
     /// Random hex id of this network (part of every name it creates).

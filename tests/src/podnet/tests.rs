@@ -122,6 +122,43 @@ fn podnet_eight_pods_have_own_identity() {
     assert_clean(&prefix);
 }
 
+/// The bridge keeps its address while pods (their veths) come and go, so the pods' ARP entries
+/// for the gateway stay right (an unset bridge address follows the lowest port's).
+#[test]
+fn podnet_bridge_address_stays_as_pods_come_and_go() {
+    need_root();
+    let dir = tempfile::tempdir().unwrap();
+    let net = Network::create().unwrap();
+    let prefix = net.prefix();
+    let addr = || {
+        std::fs::read_to_string(format!("/sys/class/net/{}/address", net.bridge()))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let first = addr();
+    let mut pods = Vec::new();
+    for i in 0..4 {
+        let sp = spec(&net, dir.path(), &format!("mac-{i}"), &["sleep", "1000"]);
+        pods.push(net.start_pod(sp).unwrap());
+        assert_eq!(addr(), first, "after pod {i} started");
+    }
+    let gw = net.gateway().to_string();
+    let reach = format!(": </dev/tcp/{gw}/1 2>/dev/null; true");
+    ok_in(&pods[3], &["bash", "-c", &reach]);
+    while pods.len() > 1 {
+        drop(pods.remove(0));
+        assert_eq!(addr(), first, "after a pod ended");
+    }
+    // The pod left sees the gateway at the bridge's address.
+    ok_in(&pods[0], &["bash", "-c", &reach]);
+    let neigh = ok_in(&pods[0], &["ip", "neigh", "show", &gw]);
+    assert!(neigh.contains(&first), "{neigh} (bridge {first})");
+    drop(pods);
+    net.teardown().unwrap();
+    assert_clean(&prefix);
+}
+
 #[test]
 fn podnet_tcp_between_pods_and_to_gateway() {
     need_root();
