@@ -261,6 +261,10 @@ async fn wait_workers_finished(namespace: &str, told: Vec<(LaunchTarget, FramedC
         }
     }))
     .await;
+    info!(
+        waited_ms = t0.elapsed().as_millis() as u64,
+        "batch launcher: every told worker's agent has closed its connection"
+    );
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
     // The same client configuration as discovery: $KUBECONFIG, else in-cluster.
     match wait_pods_finished(None, namespace, pods, left).await {

@@ -198,11 +198,24 @@ async fn in_running_dvm(
         .first()
         .and_then(|p| p["metadata"]["name"].as_str().map(str::to_string))
         .context("the interactive job has no pod 0")?;
+    tokio::task::block_in_place(|| prun_times(cluster, name, &pod0, pods, runs, limit))
+}
+
+/// `prrte-k8s prun -n <pods> true` from pod 0 into the DVM of job `name`, after a warm-up that
+/// waits for the DVM; `runs` times, then the job is deleted (seconds each). Blocks.
+fn prun_times(
+    cluster: &Cluster,
+    name: &str,
+    pod0: &str,
+    pods: usize,
+    runs: usize,
+    limit: Duration,
+) -> Result<Vec<f64>> {
     let n = pods.to_string();
     let prun = || -> Result<(bool, f64, String)> {
         let t = Instant::now();
         let out = harness::run_with_timeout(
-            cluster.pod_exec(&pod0, &["prrte-k8s", "prun", "-n", &n, "true"])?,
+            cluster.pod_exec(pod0, &["prrte-k8s", "prun", "-n", &n, "true"])?,
             limit,
         )?;
         let took = t.elapsed().as_secs_f64();
@@ -275,10 +288,10 @@ async fn run_counts(
         let mut jobs = Vec::new();
         for r in 0..runs {
             let name = harness::unique(&format!("bj{pods}r{r}"));
-            jobs.push(
-                one_job(cluster, &name, pods, limit)
-                    .with_context(|| format!("{pods} pods, run {r}"))?,
-            );
+            // The Job is followed by polling on this thread: off the runtime's workers, which
+            // serve the sandbox's API server to the pods (a blocked worker delays its answers).
+            let sample = tokio::task::block_in_place(|| one_job(cluster, &name, pods, limit));
+            jobs.push(sample.with_context(|| format!("{pods} pods, run {r}"))?);
         }
         let name = harness::unique(&format!("dvm{pods}"));
         let in_dvm = in_running_dvm(cluster, &name, pods, runs, limit)
