@@ -21,6 +21,11 @@
 //!
 //!   So a worker never waits forever, even without a Job controller to end it.
 //!
+//! An agent whose pod is told to end (SIGTERM or SIGINT) before the job ended exits with 128 +
+//! the signal even when the command, holding on through the preemption notice, then succeeds:
+//! a preempted run is not the Job's success, and its pod ends `Failed`, so the Job's pod
+//! failure policy fails the Job for the pod's `DisruptionTarget` (and a JobSet restarts it).
+//!
 //! While the command runs, the launcher notices a worker whose agent goes away (its attached
 //! connection ends: the pod was evicted, deleted or killed). If the command then fails (mpirun
 //! has lost a daemon), the launcher waits
@@ -100,6 +105,20 @@ impl BatchState {
             .unwrap_or_else(|p| p.into_inner())
             .get_or_insert(code);
         self.done.cancel();
+    }
+
+    /// The agent's pod is told to end (the signal `signum`) before the job ended: whatever the
+    /// command does from now on, the agent exits with 128 + `signum`, so that the pod ends
+    /// `Failed` (an evicted or preempted pod whose container exits 0 is `Succeeded`, and a
+    /// preempted run would count as the Job's success). Returns whether the job had not ended
+    /// yet (else its status stays).
+    pub(super) fn told_to_end(&self, signum: i32) -> bool {
+        let mut code = self.exit_code.lock().unwrap_or_else(|p| p.into_inner());
+        if code.is_some() {
+            return false;
+        }
+        *code = Some(128 + signum);
+        true
     }
 
     /// The worker's current view of its launcher.
@@ -289,6 +308,24 @@ mod tests {
             Link::Finished { code: 3 },
             "the first word counts"
         );
+    }
+
+    #[test]
+    fn a_pod_told_to_end_before_the_job_ended_does_not_succeed() {
+        // Told to end while the command runs: its later success does not count.
+        let b = BatchState::default();
+        assert!(b.told_to_end(15));
+        assert!(!b.done().is_cancelled(), "the command is not stopped by it");
+        b.exit(0);
+        assert_eq!(b.exit_code(), Some(143));
+        // Told to end once the job had ended: its status stays.
+        let b = BatchState::default();
+        b.exit(0);
+        assert!(!b.told_to_end(15));
+        assert_eq!(b.exit_code(), Some(0));
+        let b = BatchState::default();
+        assert!(b.told_to_end(2));
+        assert_eq!(b.exit_code(), Some(130));
     }
 
     #[tokio::test(start_paused = true)]
