@@ -107,6 +107,15 @@ impl BatchState {
         self.done.cancel();
     }
 
+    /// The job's command ended with `code`, the agent's exit status unless one was decided
+    /// already; the agent exits later ([`BatchState::exit`]).
+    pub(super) fn decide(&self, code: i32) {
+        self.exit_code
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(code);
+    }
+
     /// The agent's pod is told to end (the signal `signum`) before the job ended: whatever the
     /// command does from now on, the agent exits with 128 + `signum`, so that the pod ends
     /// `Failed` (an evicted or preempted pod whose container exits 0 is `Succeeded`, and a
@@ -159,6 +168,7 @@ impl BatchState {
             _ => return not_a_worker(config, "finish"),
         }
         info!(%peer, code, "the job's command ended; this agent exits");
+        self.decide(code);
         self.link.send_modify(|l| {
             if !matches!(l, Link::Finished { .. }) {
                 *l = Link::Finished { code }
@@ -322,6 +332,13 @@ mod tests {
         let b = BatchState::default();
         b.exit(0);
         assert!(!b.told_to_end(15));
+        assert_eq!(b.exit_code(), Some(0));
+        // ... also while the agent still waits to exit after the command's end.
+        let b = BatchState::default();
+        b.decide(0);
+        assert!(!b.done().is_cancelled());
+        assert!(!b.told_to_end(15));
+        b.exit(0);
         assert_eq!(b.exit_code(), Some(0));
         let b = BatchState::default();
         assert!(b.told_to_end(2));

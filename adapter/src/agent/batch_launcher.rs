@@ -460,6 +460,7 @@ pub(crate) async fn run_launcher(
         &mut links,
     )
     .await;
+    batch.decide(code);
     links.retain(|l| !lost.contains(&l.target.pod));
     // A worker that went away while the command ran and then succeeded (its ranks held on
     // through a preemption notice) was told to end: its pod ends Failed, which must reach the
