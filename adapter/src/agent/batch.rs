@@ -38,7 +38,9 @@
 //! (its connection closed and the pod's phase `Succeeded` or `Failed` in the API, bounded by
 //! [`WORKER_EXIT_WAIT`](super::batch_launcher::WORKER_EXIT_WAIT)): with `successPolicy` on
 //! index 0 the Job controller stops every pod still running when pod 0 succeeds, so a worker
-//! that exited a moment after pod 0 would be deleted instead of being shown `Completed`.
+//! that exited a moment after pod 0 would be deleted instead of being shown `Completed`. It
+//! waits the same way for the pod of every worker that went away while the command ran (told
+//! to end, so ending `Failed`): the Job must see that failure before pod 0's success.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
