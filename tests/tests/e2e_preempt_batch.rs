@@ -11,7 +11,7 @@
 //! In both, nothing of the job is left running.
 #![forbid(unsafe_code)]
 use anyhow::{bail, Result};
-use sandbox::api::resources::{JOBS, JOBSETS};
+use sandbox::api::resources::{JOBS, JOBSETS, PODS};
 use sandbox::batch_job::{condition, text, BatchJob, NS};
 use sandbox::harness::TestDir;
 use sandbox::kubectl::{cell, get_row};
@@ -246,6 +246,8 @@ async fn jobset_restart_resumes_from_the_checkpoint() {
     wait_ready(&job);
     let first: Vec<u32> = all_pids(&job);
     let victim = BatchJob::pod_name(&job.pods()[2]);
+    // Every change of the stored objects from now on (to see how the evicted pod ended).
+    let mut events = job.cluster.store().subscribe();
     let t0 = evict(&job, &victim);
     let notices = wait_notices(&job, t0, 3000);
 
@@ -264,6 +266,28 @@ async fn jobset_restart_resumes_from_the_checkpoint() {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(js["status"]["restarts"], 1, "{}", job.describe());
+    // The evicted pod ended Failed (its agent exited 143 although its rank exited 0 after the
+    // checkpoint), with the eviction's DisruptionTarget: what failed the attempt.
+    let mut last = None;
+    while let Ok(ev) = events.try_recv() {
+        if std::ptr::eq(ev.resource, &PODS) && ev.name == victim {
+            last = Some(ev.object.clone());
+        }
+    }
+    let last = last.expect("events of the evicted pod");
+    assert_eq!(last["status"]["phase"], "Failed", "{}", last["status"]);
+    assert_eq!(
+        last.pointer("/status/containerStatuses/0/state/terminated/exitCode")
+            .and_then(|c| c.as_i64()),
+        Some(143),
+        "{}",
+        last["status"]
+    );
+    assert!(
+        condition(&last, "DisruptionTarget").is_some(),
+        "{}",
+        last["status"]
+    );
     let row = get_row(&job.cluster, "jobset", &job.name);
     assert_eq!(cell(&row, "RESTARTS"), "1", "{row:?}");
     assert_eq!(cell(&row, "TERMINALSTATE"), "Completed", "{row:?}");
