@@ -56,6 +56,38 @@ pub fn run_ok(cluster: &Cluster, args: &[&str]) -> String {
     out
 }
 
+/// The columns of `kubectl get KIND NAME`, by header: (header, cell) pairs.
+pub fn get_row(c: &Cluster, kind: &str, name: &str) -> Vec<(String, String)> {
+    let out = run_ok(c, &["get", kind, name]);
+    let mut lines = out.lines();
+    let head = lines.next().unwrap();
+    let line = lines.next().unwrap();
+    // Cells may be empty: cut by the header's column starts.
+    let starts: Vec<usize> = head
+        .char_indices()
+        .filter(|(i, ch)| *ch != ' ' && (*i == 0 || head.as_bytes()[i - 1] == b' '))
+        .map(|(i, _)| i)
+        .collect();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(k, &s)| {
+            let e = starts.get(k + 1).copied().unwrap_or(line.len().max(s));
+            let cell = line.get(s..e.min(line.len())).unwrap_or("").trim();
+            let h = head[s..e.min(head.len())].trim();
+            (h.to_string(), cell.to_string())
+        })
+        .collect()
+}
+
+/// The cell under `head` in a [`get_row`] row; panics when there is no such column.
+pub fn cell(row: &[(String, String)], head: &str) -> String {
+    row.iter()
+        .find(|(h, _)| h == head)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no column {head} in {row:?}"))
+}
+
 fn on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)

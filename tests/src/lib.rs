@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod app_images;
+pub mod batch_job;
 pub mod cli;
 pub mod cluster;
 pub mod container;

@@ -10,7 +10,7 @@ use sandbox::api::resources::{JOBS, JOBSETS, PODS};
 use sandbox::api::{EventType, Obj};
 use sandbox::cluster::{Cluster, ClusterOptions};
 use sandbox::harness::unique;
-use sandbox::kubectl::run_ok as kubectl_ok;
+use sandbox::kubectl::{cell, get_row as row, run_ok as kubectl_ok};
 use sandbox::podnet;
 use serde_json::Value;
 use std::path::Path;
@@ -47,37 +47,6 @@ fn condition<'a>(js: &'a Value, ty: &str) -> &'a Value {
         .as_array()
         .and_then(|a| a.iter().find(|x| x["type"] == ty))
         .unwrap_or_else(|| panic!("no condition {ty}: {js}"))
-}
-
-/// The columns of `kubectl get jobset NAME`, by header.
-fn row(c: &Cluster, name: &str) -> Vec<(String, String)> {
-    let out = kubectl_ok(c, &["get", "jobset", name]);
-    let mut lines = out.lines();
-    let head = lines.next().unwrap();
-    let line = lines.next().unwrap();
-    // Cells may be empty: cut by the header's column starts.
-    let starts: Vec<usize> = head
-        .char_indices()
-        .filter(|(i, ch)| *ch != ' ' && (*i == 0 || head.as_bytes()[i - 1] == b' '))
-        .map(|(i, _)| i)
-        .collect();
-    starts
-        .iter()
-        .enumerate()
-        .map(|(k, &s)| {
-            let e = starts.get(k + 1).copied().unwrap_or(line.len().max(s));
-            let cell = line.get(s..e.min(line.len())).unwrap_or("").trim();
-            let h = head[s..e.min(head.len())].trim();
-            (h.to_string(), cell.to_string())
-        })
-        .collect()
-}
-
-fn cell(row: &[(String, String)], head: &str) -> String {
-    row.iter()
-        .find(|(h, _)| h == head)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| panic!("no column {head} in {row:?}"))
 }
 
 fn jobs_of(c: &Cluster, js: &str) -> Vec<Obj> {
@@ -171,7 +140,7 @@ async fn a_jobset_makes_its_child_jobs_and_completes() {
         js.as_str()
     );
     assert_eq!(p["spec"]["subdomain"], js.as_str());
-    let r = row(&cluster, &js);
+    let r = row(&cluster, "jobset", &js);
     assert_eq!(cell(&r, "TERMINALSTATE"), "Completed", "{r:?}");
     assert_eq!(cell(&r, "RESTARTS"), "0", "{r:?}");
     assert_eq!(cell(&r, "COMPLETED"), "True", "{r:?}");
@@ -252,7 +221,7 @@ async fn a_failed_child_job_restarts_the_whole_jobset() {
         &["get", "jobset", &js, "-o", "jsonpath={.status.restarts}"],
     );
     assert_eq!(restarts, "1");
-    let r = row(&cluster, &js);
+    let r = row(&cluster, "jobset", &js);
     assert_eq!(cell(&r, "RESTARTS"), "1", "{r:?}");
     assert_eq!(cell(&r, "TERMINALSTATE"), "Completed", "{r:?}");
     // The first attempt's index 1 was told to stop; the second attempt ran both.
@@ -335,7 +304,7 @@ async fn a_jobset_fails_once_its_restarts_are_used_up() {
     }
     assert!(!d1.join("started-2-0").exists());
     sandbox::harness::wait_file(&d2.join("term-0-1"), WAIT);
-    let r = row(&cluster, &limited);
+    let r = row(&cluster, "jobset", &limited);
     assert_eq!(cell(&r, "TERMINALSTATE"), "Failed", "{r:?}");
     drop(cluster);
     assert!(podnet::leftovers(&prefix).is_empty());

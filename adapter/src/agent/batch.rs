@@ -21,6 +21,11 @@
 //!
 //!   So a worker never waits forever, even without a Job controller to end it.
 //!
+//! An agent whose pod is told to end (SIGTERM or SIGINT) before the job ended exits with 128 +
+//! the signal even when the command, holding on through the preemption notice, then succeeds:
+//! a preempted run is not the Job's success, and its pod ends `Failed`, so the Job's pod
+//! failure policy fails the Job for the pod's `DisruptionTarget` (and a JobSet restarts it).
+//!
 //! While the command runs, the launcher notices a worker whose agent goes away (its attached
 //! connection ends: the pod was evicted, deleted or killed). If the command then fails (mpirun
 //! has lost a daemon), the launcher waits
@@ -33,7 +38,9 @@
 //! (its connection closed and the pod's phase `Succeeded` or `Failed` in the API, bounded by
 //! [`WORKER_EXIT_WAIT`](super::batch_launcher::WORKER_EXIT_WAIT)): with `successPolicy` on
 //! index 0 the Job controller stops every pod still running when pod 0 succeeds, so a worker
-//! that exited a moment after pod 0 would be deleted instead of being shown `Completed`.
+//! that exited a moment after pod 0 would be deleted instead of being shown `Completed`. It
+//! waits the same way for the pod of every worker that went away while the command ran (told
+//! to end, so ending `Failed`): the Job must see that failure before pod 0's success.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -102,6 +109,29 @@ impl BatchState {
         self.done.cancel();
     }
 
+    /// The job's command ended with `code`, the agent's exit status unless one was decided
+    /// already; the agent exits later ([`BatchState::exit`]).
+    pub(super) fn decide(&self, code: i32) {
+        self.exit_code
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(code);
+    }
+
+    /// The agent's pod is told to end (the signal `signum`) before the job ended: whatever the
+    /// command does from now on, the agent exits with 128 + `signum`, so that the pod ends
+    /// `Failed` (an evicted or preempted pod whose container exits 0 is `Succeeded`, and a
+    /// preempted run would count as the Job's success). Returns whether the job had not ended
+    /// yet (else its status stays).
+    pub(super) fn told_to_end(&self, signum: i32) -> bool {
+        let mut code = self.exit_code.lock().unwrap_or_else(|p| p.into_inner());
+        if code.is_some() {
+            return false;
+        }
+        *code = Some(128 + signum);
+        true
+    }
+
     /// The worker's current view of its launcher.
     #[cfg(test)]
     pub fn link(&self) -> Link {
@@ -140,6 +170,7 @@ impl BatchState {
             _ => return not_a_worker(config, "finish"),
         }
         info!(%peer, code, "the job's command ended; this agent exits");
+        self.decide(code);
         self.link.send_modify(|l| {
             if !matches!(l, Link::Finished { .. }) {
                 *l = Link::Finished { code }
@@ -289,6 +320,31 @@ mod tests {
             Link::Finished { code: 3 },
             "the first word counts"
         );
+    }
+
+    #[test]
+    fn a_pod_told_to_end_before_the_job_ended_does_not_succeed() {
+        // Told to end while the command runs: its later success does not count.
+        let b = BatchState::default();
+        assert!(b.told_to_end(15));
+        assert!(!b.done().is_cancelled(), "the command is not stopped by it");
+        b.exit(0);
+        assert_eq!(b.exit_code(), Some(143));
+        // Told to end once the job had ended: its status stays.
+        let b = BatchState::default();
+        b.exit(0);
+        assert!(!b.told_to_end(15));
+        assert_eq!(b.exit_code(), Some(0));
+        // ... also while the agent still waits to exit after the command's end.
+        let b = BatchState::default();
+        b.decide(0);
+        assert!(!b.done().is_cancelled());
+        assert!(!b.told_to_end(15));
+        b.exit(0);
+        assert_eq!(b.exit_code(), Some(0));
+        let b = BatchState::default();
+        assert!(b.told_to_end(2));
+        assert_eq!(b.exit_code(), Some(130));
     }
 
     #[tokio::test(start_paused = true)]

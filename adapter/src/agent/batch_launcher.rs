@@ -239,12 +239,18 @@ pub(crate) async fn wait_pods_finished(
 }
 
 /// After `finish {0}`: waits until each told worker's agent has closed its connection (it
-/// exits at once) and then until the API shows its pod finished, all within
+/// exits at once) and then until the API shows its pod finished, and the pods of the workers
+/// that went away (`lost`: evicted or deleted, still ending) too, all within
 /// [`WORKER_EXIT_WAIT`]. Only logs what it cannot confirm.
-async fn wait_workers_finished(namespace: &str, told: Vec<(LaunchTarget, FramedConn<TcpStream>)>) {
+async fn wait_workers_finished(
+    namespace: &str,
+    told: Vec<(LaunchTarget, FramedConn<TcpStream>)>,
+    lost: Vec<String>,
+) {
     let t0 = Instant::now();
     let deadline = tokio::time::Instant::now() + WORKER_EXIT_WAIT;
-    let pods: Vec<String> = told.iter().map(|(t, _)| t.pod.clone()).collect();
+    let mut pods: Vec<String> = told.iter().map(|(t, _)| t.pod.clone()).collect();
+    pods.extend(lost);
     futures::future::join_all(told.into_iter().map(|(t, mut conn)| async move {
         // Anything but a frame means the connection ended.
         loop {
@@ -458,7 +464,11 @@ pub(crate) async fn run_launcher(
         &mut links,
     )
     .await;
+    batch.decide(code);
     links.retain(|l| !lost.contains(&l.target.pod));
+    // A worker that went away while the command ran and then succeeded (its ranks held on
+    // through a preemption notice) was told to end: its pod ends Failed, which must reach the
+    // Job controller before this pod's success does (else the Job would be complete).
     if code != 0 && !lost.is_empty() {
         warn!(code, pods = ?lost, "batch launcher: the command failed after worker pods went away; waiting {LOST_PEER_DELAY:?} before telling the others and exiting, so that their disruption, not this pod's exit status, is what fails the Job");
         tokio::select! {
@@ -474,14 +484,21 @@ pub(crate) async fn run_launcher(
         workers = n,
         "batch launcher: the job's command ended"
     );
-    if code == 0 && !told.is_empty() {
+    if code == 0 && !(told.is_empty() && lost.is_empty()) {
         tokio::select! {
-            _ = wait_workers_finished(&namespace, told) => {}
+            _ = wait_workers_finished(&namespace, told, lost) => {}
             _ = stop.cancelled() => {}
         }
     }
-    info!(code, "batch launcher: exiting with the command's status");
     batch.exit(code);
+    match batch.exit_code() {
+        Some(exit) if exit != code => warn!(
+            code,
+            exit,
+            "batch launcher: this pod was told to end while the job's command ran: exiting with 128 + the signal, not the command's status, so that the Job does not count the run as a success"
+        ),
+        _ => info!(code, "batch launcher: exiting with the command's status"),
+    }
 }
 
 /// Runs the command to its end (or until `stop`); its status as a shell reports it.

@@ -369,6 +369,13 @@ pub async fn run_until_signalled_with_exec(
                 _ = int.recv() => "SIGINT",
             };
             info!(signal = name, "received signal");
+            let signum = if name == "SIGTERM" { 15 } else { 2 };
+            if shared.config.batch.is_some() && shared.batch.told_to_end(signum) {
+                warn!(
+                    code = 128 + signum,
+                    "batch mode: the pod is told to end before the job ended: the agent exits with 128 + the signal, whatever the command does now"
+                );
+            }
             if name == "SIGTERM" {
                 hold_for_preemption(&shared, async {
                     tokio::select! {

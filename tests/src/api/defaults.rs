@@ -254,11 +254,16 @@ fn job_defaults(obj: &mut Value, creating: bool) {
     set_default(obj, "/spec/backoffLimit", json!(6));
     set_default(obj, "/spec/completionMode", json!("NonIndexed"));
     set_default(obj, "/spec/suspend", json!(false));
-    set_default(
-        obj,
-        "/spec/podReplacementPolicy",
-        json!("TerminatingOrFailed"),
-    );
+    // As the API server: a Job with a pod failure policy replaces a pod only once it Failed.
+    let replacement = if obj
+        .pointer("/spec/podFailurePolicy")
+        .is_some_and(|p| !p.is_null())
+    {
+        "Failed"
+    } else {
+        "TerminatingOrFailed"
+    };
+    set_default(obj, "/spec/podReplacementPolicy", json!(replacement));
     let manual = obj
         .pointer("/spec/manualSelector")
         .and_then(Value::as_bool)

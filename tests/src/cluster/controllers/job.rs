@@ -18,6 +18,13 @@ pub(super) const INDEX_KEY: &str = "batch.kubernetes.io/job-completion-index";
 /// ttlSecondsAfterFinished, and the conditions Complete, Failed, SuccessCriteriaMet and
 /// FailureTarget. A finishing Job's remaining pods are deleted (terminated by the kubelet).
 pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
+    reconcile_job_seeing(store, ns, name, None);
+}
+
+/// As [`reconcile_job`], counting `gone` too if it ended (Succeeded or Failed) and is no
+/// longer stored: a pod of the Job removed before the controller saw it end, which the real
+/// controller still counts (its tracking finalizer keeps the pod until it did).
+pub fn reconcile_job_seeing(store: &Store, ns: &str, name: &str, gone: Option<&Arc<Value>>) {
     let Ok(job) = store.get(&JOBS, ns, name) else {
         return;
     };
@@ -42,7 +49,18 @@ pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
         }
     }
     let finished = finished_cond.is_some();
-    let pods = owned_pods(store, &job);
+    let mut pods = owned_pods(store, &job);
+    let ours = |g: &Value| {
+        g.pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .is_some_and(|o| o.iter().any(|r| r["uid"] == job["metadata"]["uid"]))
+    };
+    if let Some(g) = gone.filter(|g| matches!(phase(g), "Succeeded" | "Failed") && ours(g)) {
+        let uid = &g["metadata"]["uid"];
+        if !pods.iter().any(|p| &p["metadata"]["uid"] == uid) {
+            pods.push(g.clone());
+        }
+    }
     let state = JobState::of(&job, &pods);
     let mut new_conds = conds.clone();
     let (done_now, terminate) = if !finished && !state.suspended {
@@ -84,6 +102,9 @@ struct JobState<'a> {
     suspended: bool,
     /// Pods neither Succeeded nor Failed.
     active: Vec<&'a Arc<Value>>,
+    /// Terminating pods not to be replaced before they Failed (`podReplacementPolicy:
+    /// Failed`).
+    held: Vec<&'a Arc<Value>>,
     /// Failed pods, counted by the pod failure policy.
     failed: i64,
     /// The message of the first failed pod whose failure fails the Job.
@@ -133,6 +154,11 @@ impl<'a> JobState<'a> {
             backoff: spec["backoffLimit"].as_i64().unwrap_or(6),
             suspended: spec["suspend"].as_bool().unwrap_or(false),
             active: pods.iter().filter(|p| is_active(p)).collect(),
+            held: if spec["podReplacementPolicy"] == "Failed" {
+                pods.iter().filter(|p| is_terminating(p)).collect()
+            } else {
+                Vec::new()
+            },
             failed,
             fail_job,
             succeeded_idx,
@@ -304,10 +330,15 @@ pub(super) fn reconcile_timed_jobs(store: &Store) {
 /// an Indexed Job first.
 fn create_job_pods(store: &Store, job: &Value, state: &JobState) {
     let ns = job["metadata"]["namespace"].as_str().unwrap_or("");
-    let active = state.active.len() as i64;
+    let active = (state.active.len() + state.held.len()) as i64;
     if state.indexed {
         let total = state.completions.unwrap_or(0);
-        let active_idx: BTreeSet<i64> = state.active.iter().filter_map(|p| index_of(p)).collect();
+        let active_idx: BTreeSet<i64> = state
+            .active
+            .iter()
+            .chain(&state.held)
+            .filter_map(|p| index_of(p))
+            .collect();
         let want = state
             .parallelism
             .min(total - state.succeeded_idx.len() as i64)

@@ -70,9 +70,11 @@ async fn run(store: Store) {
                         reconcile_sts(&store, ns, name);
                     }
                 } else if std::ptr::eq(ev.resource, &PODS) {
+                    // The pod as the event shows it: counted if it ended and is stored no more.
+                    let gone = Some(&ev.object);
                     for (kind, owner) in controller_of(&ev.object) {
                         match kind.as_str() {
-                            "Job" => reconcile_job(&store, ns, &owner),
+                            "Job" => job::reconcile_job_seeing(&store, ns, &owner, gone),
                             "StatefulSet" => reconcile_sts(&store, ns, &owner),
                             _ => {}
                         }

@@ -1,5 +1,7 @@
 use super::indexes::{compress_indexes, parse_indexes};
-use super::job::{has_timers, reconcile_job, reconcile_timed_jobs, INDEX_KEY};
+use super::job::{
+    has_timers, reconcile_job, reconcile_job_seeing, reconcile_timed_jobs, INDEX_KEY,
+};
 use super::pods::phase;
 use super::statefulset::reconcile_sts;
 use crate::api::resources::{JOBS, NAMESPACES, PODS, STATEFULSETS};
@@ -292,6 +294,78 @@ fn pod_failure_policy_fail_job_ignore_and_count() {
             .all(|p| phase(p) == "Failed"),
         "no pod left running"
     );
+}
+
+/// With a pod failure policy a pod being deleted (evicted) is not replaced before it Failed
+/// (`podReplacementPolicy: Failed`, the default then), and its failure fails the Job even when
+/// its object was removed before the controller saw it end (the tracking finalizer's job):
+/// the success of index 0 that follows does not complete the Job.
+#[test]
+fn an_evicted_pod_is_not_replaced_and_fails_the_job_even_once_removed() {
+    let s = store();
+    s.set_node_terminates_pods("n1", true);
+    let extra = json!({"podFailurePolicy": {"rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
+           "successPolicy": {"rules": [{"succeededIndexes": "0"}]},
+           "template": {"spec": {"nodeName": "n1", "restartPolicy": "Never", "containers": [{"name": "c", "command": ["true"]}]}}});
+    let mut pods = indexed_job(&s, "ev", 3, extra.clone());
+    let j = s.get(&JOBS, "default", "ev").unwrap();
+    assert_eq!(j["spec"]["podReplacementPolicy"], "Failed");
+    let victim = pods.remove(2);
+    let vname = victim["metadata"]["name"].as_str().unwrap();
+    let terminating = s
+        .delete(&PODS, "default", vname, &DeleteOptions::default())
+        .unwrap();
+    assert!(terminating["metadata"]["deletionTimestamp"].is_string());
+    reconcile_job(&s, "default", "ev");
+    assert_eq!(
+        names(&s).len(),
+        3,
+        "index 2 is not made again while its pod ends"
+    );
+    // It ends Failed (exit 143, evicted) and is removed before the controller looks again.
+    end_pod(
+        &s,
+        &victim,
+        "Failed",
+        143,
+        json!([{"type": "DisruptionTarget", "status": "True"}]),
+    );
+    let last = s.get(&PODS, "default", vname).unwrap();
+    let removed = DeleteOptions {
+        grace_period: Some(0),
+        ..Default::default()
+    };
+    s.delete(&PODS, "default", vname, &removed).unwrap();
+    end_pod(&s, &pods[0], "Succeeded", 0, json!([]));
+    reconcile_job_seeing(&s, "default", "ev", Some(&last));
+    let j = s.get(&JOBS, "default", "ev").unwrap();
+    assert!(cond(&j, "Complete").is_none(), "{}", j["status"]);
+    assert_eq!(cond(&j, "Failed").unwrap()["reason"], "PodFailurePolicy");
+    // A new Job of the same name (a JobSet's restart) does not count the old Job's pod.
+    s.delete(&JOBS, "default", "ev", &DeleteOptions::default())
+        .unwrap();
+    indexed_job(&s, "ev", 3, extra);
+    reconcile_job_seeing(&s, "default", "ev", Some(&last));
+    let j = s.get(&JOBS, "default", "ev").unwrap();
+    assert!(cond(&j, "Failed").is_none(), "{}", j["status"]);
+    // Without a pod failure policy a terminating pod is replaced at once, as before.
+    let s = store();
+    s.set_node_terminates_pods("n1", true);
+    let pods = indexed_job(
+        &s,
+        "tf",
+        2,
+        json!({"backoffLimit": 6, "template": {"spec": {"nodeName": "n1", "restartPolicy": "Never", "containers": [{"name": "c", "command": ["true"]}]}}}),
+    );
+    assert_eq!(
+        s.get(&JOBS, "default", "tf").unwrap()["spec"]["podReplacementPolicy"],
+        "TerminatingOrFailed"
+    );
+    let name = pods[1]["metadata"]["name"].as_str().unwrap();
+    s.delete(&PODS, "default", name, &DeleteOptions::default())
+        .unwrap();
+    reconcile_job(&s, "default", "tf");
+    assert_eq!(names(&s).len(), 3, "index 1 made again");
 }
 
 #[test]
