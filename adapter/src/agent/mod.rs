@@ -3,8 +3,10 @@
 //!
 //! * Only the configured prted executable is ever started, with the request's arguments and
 //!   MCA variables as [`launch_policy`] admits them (what PRRTE's k8s PLM sends, the HNP pinned
-//!   to the launcher's address), in its own process group, with stdin from `/dev/null` and
-//!   stdout/stderr shared with the agent (raw, unprefixed).
+//!   to the launcher's address), plus `--leave-session-attached` (prted stays the agent's
+//!   child) and `--set-sid` (prted leads a session and process group of its own, as through
+//!   ssh; see [`prted_cmd::SET_SID`]), with stdin from `/dev/null` and stdout/stderr shared with the
+//!   agent (raw, unprefixed).
 //! * prted's environment is a minimal base, not the agent's whole environment: `PATH` (the
 //!   agent's, or a standard default), `HOME` (the agent's, or `/`), `HOSTNAME` (the agent's, or
 //!   the host name), `TMPDIR` (`--tmpdir`), `LANG`, `LC_ALL`, `TZ`, `USER` and
@@ -45,6 +47,7 @@ pub mod mpi;
 pub mod preempt;
 pub mod proc_stat;
 pub mod process;
+pub mod prted_cmd;
 pub mod tracking;
 
 use std::future::Future;
@@ -63,11 +66,11 @@ use tracing::{error, info, warn};
 
 pub use checked_config::{AgentConfig, BatchConfig, ConfigError, ConnLimits, HeadConfig};
 pub use config::{AgentArgs, BatchRole, CgroupMode, DvmHead, LogFormat};
-pub use conn::LEAVE_SESSION_ATTACHED;
 use conn::{handle_connection, Shared};
 pub use dvm_uri::{write_dvm_uri_file, FileId};
 use limits::Pending;
 use process::Reaper;
+pub use prted_cmd::{LEAVE_SESSION_ATTACHED, SET_SID};
 use tracking::Tracking;
 
 /// Caps of the health port (requests in progress at once, overall and from one address).
