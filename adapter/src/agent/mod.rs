@@ -19,8 +19,9 @@
 //!   and reaps it. When prted ends by itself, anything left in its group is stopped the same way
 //!   before `exited` is reported.
 //! * The agent reaps every child (it may be PID 1) and makes itself a child subreaper, so
-//!   descendants of prted that left its process group are reparented to it; those left in the
-//!   agent's session after prted ends are stopped too. No process outlives its job.
+//!   descendants of prted that left its process group are reparented to it; they are stopped
+//!   with the launch too (found by its cgroup or by following prted's process tree and session,
+//!   see [`tracking`]). No process outlives its job.
 //! * SIGTERM/SIGINT: stop accepting, report 503 on the health endpoint, stop the running prted
 //!   as above (reporting `exited` to its launcher), and exit 0. With `--preempt-grace` a SIGTERM
 //!   while a prted runs or a launcher watches first tells those launchers (`preempt`) and holds
