@@ -185,9 +185,11 @@ fn argv_and_env_arrive_exactly() {
     ));
     launcher.shutdown(Duration::from_secs(5));
 
-    // The agent adds --leave-session-attached (prted must not daemonize out of its reach).
+    // The agent adds --leave-session-attached (prted must not daemonize out of its reach) and
+    // --set-sid (a session of its own, without a fork).
     let mut expected = argv.clone();
     expected.push("--leave-session-attached".into());
+    expected.push("--set-sid".into());
     assert_eq!(td.argv(), expected);
     let got: BTreeMap<String, String> = td.env().into_iter().collect();
     for (k, v) in &env {

@@ -207,8 +207,9 @@ async fn a_daemon_left_by_an_exiting_prted_is_stopped_before_exited() {
     }
 }
 
-/// prted always gets `--leave-session-attached` (once), so the real prted stays in the
-/// agent's process group.
+/// prted always gets `--leave-session-attached` and `--set-sid` (each once; a launch request
+/// may carry the first, never the second), so the real prted stays the agent's child and makes
+/// itself the leader of its own session.
 #[tokio::test]
 async fn prted_is_told_to_stay_in_the_session() {
     let td = TestDir::new();
@@ -231,15 +232,57 @@ async fn prted_is_told_to_stay_in_the_session() {
         assert!(matches!(reply, Reply::Started { .. }), "{reply:?}");
         assert!(matches!(c.recv(WAIT).await.unwrap(), Reply::Exited { .. }));
         let got = td.argv();
-        assert_eq!(
-            got.iter()
-                .filter(|a| *a == "--leave-session-attached")
-                .count(),
-            1,
-            "{got:?}"
-        );
+        for flag in ["--leave-session-attached", "--set-sid"] {
+            assert_eq!(
+                got.iter().filter(|a| *a == flag).count(),
+                1,
+                "{flag}: {got:?}"
+            );
+        }
         assert_eq!(&got[..argv.len().min(got.len())], &argv[..], "{got:?}");
     }
+}
+
+/// The prted the agent starts leads its own session and process group (pid = pgid = sid, not
+/// the agent's session, as a prted started through ssh): with the kernel's autogroup
+/// scheduling a session is one scheduling entity, and a prted left in the agent's session
+/// shared its CPU with everything else there. `kill` still stops the whole group.
+#[tokio::test]
+async fn prted_leads_its_own_session() {
+    let td = TestDir::new();
+    let agent = AgentProc::spawn(&td, &[]);
+    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+        .await
+        .unwrap();
+    let reply = c
+        .request(&Request::Launch {
+            argv: launch_args(&["--sleep"]),
+            env: Default::default(),
+            dvm_uri: None,
+        })
+        .await;
+    let Reply::Started { pid } = reply else {
+        panic!("{reply:?}")
+    };
+    let pid = pid as i32;
+    assert_eq!(td.wait_pid("prted.pid"), pid, "the pid the agent started");
+    let child = td.wait_pid("child.pid");
+    let p = stat(pid).unwrap();
+    assert_eq!((p.pgrp, p.session), (pid, pid), "prted's group and session");
+    assert_ne!(
+        p.session,
+        stat(agent.pid()).unwrap().session,
+        "not the agent's"
+    );
+    let k = stat(child).unwrap();
+    assert_eq!(
+        (k.pgrp, k.session),
+        (pid, pid),
+        "its child's group and session"
+    );
+    let reply = c.request(&Request::Kill { grace_ms: None }).await;
+    assert!(matches!(reply, Reply::Exited { .. }), "{reply:?}");
+    assert!(all_gone(&[pid, child], WAIT), "kill left {pid} or {child}");
 }
 
 /// With cgroups available (this machine: cgroup v2 at /sys/fs/cgroup/unified), the agent says so

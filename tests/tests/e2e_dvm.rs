@@ -184,12 +184,26 @@ async fn persistent_dvm_runs_several_jobs_then_pterm() {
         )
         .unwrap();
     for i in 0..4 {
-        let n = job.pids_in_pod(i, "prted").unwrap().len();
+        let prteds = job.pids_in_pod(i, "prted").unwrap();
+        let n = prteds.len();
         assert_eq!(
             n > 0,
             i > 0,
             "pod {i} has {n} prted processes: one prted in each pod but prte's"
         );
+        // Its own session and process group (as through ssh), not its agent's session.
+        for p in prteds {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap();
+            let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+            let (ppid, pgrp, session) = (f[1], f[2], f[3]);
+            assert_eq!(
+                (pgrp, session),
+                (&*p.to_string(), &*p.to_string()),
+                "pod {i}'s prted"
+            );
+            let parent = std::fs::read_to_string(format!("/proc/{ppid}/comm")).unwrap();
+            assert!(parent.starts_with("prrte-k8s-agen"), "pod {i}: {parent}");
+        }
     }
     let dvm = format!("file:{}", uri.display());
     for round in 0..3 {

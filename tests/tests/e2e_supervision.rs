@@ -1,6 +1,6 @@
-//! No process outlives its job, in any pod: with the real prted (which would daemonize out of
-//! the agent's session without `--leave-session-attached`), after a pod is evicted while ranks
-//! run in every pod, and after the launcher's connection ends.
+//! No process outlives its job, in any pod: with the real prted (which would fork a daemon away
+//! from the agent without `--leave-session-attached`), after a pod is evicted while ranks run in
+//! every pod, and after the launcher's connection ends.
 #![forbid(unsafe_code)]
 mod common;
 
@@ -33,10 +33,11 @@ fn leftovers(job: &Job, i: usize, rank_comm: &str) -> Vec<String> {
         .collect()
 }
 
-/// The real prted in a pod runs as the agent's child in the agent's session: one prted per pod
-/// (it did not fork a daemon into its own session).
+/// The real prted in a pod runs as the agent's child (one prted per pod: it did not fork a
+/// daemon away from the agent) and leads a session and process group of its own, not the
+/// agent's session (`--set-sid`, as a prted started through ssh).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_real_prted_stays_in_the_agents_session() {
+async fn the_real_prted_is_the_agents_child_in_its_own_session() {
     let job = Job::start(JobSpec::new("session", 2)).await.unwrap();
     let mut prte = job.start_prte(&[], Duration::from_secs(60)).unwrap();
     let agent = job.pids_in_pod(1, "prrte-k8s-agent").unwrap();
@@ -48,20 +49,24 @@ async fn the_real_prted_stays_in_the_agents_session() {
         "one prted, not a parent and its daemon: {:?}",
         processes(&job, 1)
     );
-    let stat = |p: u32| std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap();
-    let session = |p: u32| -> String {
-        let s = stat(p);
-        s[s.rfind(')').unwrap() + 2..]
+    // (parent, process group, session) as /proc/PID/stat gives them.
+    let ids = |p: u32| -> [u32; 3] {
+        let s = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap();
+        let f: Vec<u32> = s[s.rfind(')').unwrap() + 2..]
             .split_whitespace()
-            .nth(3)
-            .unwrap()
-            .to_string()
+            .skip(1)
+            .take(3)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        [f[0], f[1], f[2]]
     };
+    let (prted, agent) = (prteds[0], agent[0]);
     assert_eq!(
-        session(prteds[0]),
-        session(agent[0]),
-        "prted left the agent's session"
+        ids(prted),
+        [agent, prted, prted],
+        "prted's parent, group, session"
     );
+    assert_ne!(ids(agent)[2], prted, "the agent's session is not prted's");
     // The agent stops it when prte goes away (SIGKILL: no orderly shutdown of the DVM).
     prte.signal(nix::sys::signal::Signal::SIGKILL);
     let _ = prte.wait_timeout(Duration::from_secs(10));

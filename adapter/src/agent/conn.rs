@@ -5,7 +5,6 @@
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,6 +23,7 @@ use super::launch_policy;
 use super::limits::Pending;
 use super::preempt::{self, Preemption, WatchGuard};
 use super::process::{Job, Reaper};
+use super::prted_cmd::prted_args;
 use super::tracking::Tracking;
 use crate::protocol::{
     self, decode_request, recv_frame, send_frame, validate_launch, FramedConn, ProtocolError,
@@ -33,10 +33,6 @@ use crate::protocol::{
 /// How long, and how many bytes, a closing connection is drained.
 const LINGER: Duration = Duration::from_secs(1);
 const LINGER_MAX_BYTES: usize = 1 << 20;
-/// prted's flag that keeps it from forking into a new session (`setsid()`), which would take
-/// the daemon out of the agent's process group; always passed.
-pub const LEAVE_SESSION_ATTACHED: &str = "--leave-session-attached";
-
 /// Which connection launched the running prted.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Slot {
@@ -452,19 +448,18 @@ impl Conn {
                 s.peer, s.pid
             ));
         }
+        // No `process_group(0)`: a process group leader cannot call `setsid()`, and prted makes
+        // itself the leader of a new session and group at once (`--set-sid`, see
+        // [`super::prted_cmd::SET_SID`]).
+        // Until it has, the agent signals it by its pid as well as by its group.
         let mut cmd = Command::new(&config.prted);
-        cmd.args(&argv)
-            .args(
-                (!argv.iter().any(|a| a == LEAVE_SESSION_ATTACHED))
-                    .then_some(LEAVE_SESSION_ATTACHED),
-            )
+        cmd.args(prted_args(&argv))
             .env_clear()
             .envs(self.shared.child_env.iter().map(|(k, v)| (k, v)))
             .envs(&env)
             .stdin(Stdio::null())
             .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
-            .process_group(0);
+            .stderr(Stdio::inherit());
         match self
             .shared
             .reaper

@@ -3,8 +3,10 @@
 //!
 //! * Only the configured prted executable is ever started, with the request's arguments and
 //!   MCA variables as [`launch_policy`] admits them (what PRRTE's k8s PLM sends, the HNP pinned
-//!   to the launcher's address), in its own process group, with stdin from `/dev/null` and
-//!   stdout/stderr shared with the agent (raw, unprefixed).
+//!   to the launcher's address), plus `--leave-session-attached` (prted stays the agent's
+//!   child) and `--set-sid` (prted leads a session and process group of its own, as through
+//!   ssh; see [`prted_cmd::SET_SID`]), with stdin from `/dev/null` and stdout/stderr shared with the
+//!   agent (raw, unprefixed).
 //! * prted's environment is a minimal base, not the agent's whole environment: `PATH` (the
 //!   agent's, or a standard default), `HOME` (the agent's, or `/`), `HOSTNAME` (the agent's, or
 //!   the host name), `TMPDIR` (`--tmpdir`), `LANG`, `LC_ALL`, `TZ`, `USER` and
@@ -17,8 +19,9 @@
 //!   and reaps it. When prted ends by itself, anything left in its group is stopped the same way
 //!   before `exited` is reported.
 //! * The agent reaps every child (it may be PID 1) and makes itself a child subreaper, so
-//!   descendants of prted that left its process group are reparented to it; those left in the
-//!   agent's session after prted ends are stopped too. No process outlives its job.
+//!   descendants of prted that left its process group are reparented to it; they are stopped
+//!   with the launch too (found by its cgroup or by following prted's process tree and session,
+//!   see [`tracking`]). No process outlives its job.
 //! * SIGTERM/SIGINT: stop accepting, report 503 on the health endpoint, stop the running prted
 //!   as above (reporting `exited` to its launcher), and exit 0. With `--preempt-grace` a SIGTERM
 //!   while a prted runs or a launcher watches first tells those launchers (`preempt`) and holds
@@ -45,6 +48,7 @@ pub mod mpi;
 pub mod preempt;
 pub mod proc_stat;
 pub mod process;
+pub mod prted_cmd;
 pub mod tracking;
 
 use std::future::Future;
@@ -63,11 +67,11 @@ use tracing::{error, info, warn};
 
 pub use checked_config::{AgentConfig, BatchConfig, ConfigError, ConnLimits, HeadConfig};
 pub use config::{AgentArgs, BatchRole, CgroupMode, DvmHead, LogFormat};
-pub use conn::LEAVE_SESSION_ATTACHED;
 use conn::{handle_connection, Shared};
 pub use dvm_uri::{write_dvm_uri_file, FileId};
 use limits::Pending;
 use process::Reaper;
+pub use prted_cmd::{LEAVE_SESSION_ATTACHED, SET_SID};
 use tracking::Tracking;
 
 /// Caps of the health port (requests in progress at once, overall and from one address).

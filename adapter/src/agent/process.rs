@@ -187,6 +187,13 @@ fn signal_group(pgid: i32, sig: Signal) {
     }
 }
 
+fn signal_pid(pid: i32, sig: Signal) {
+    match kill(Pid::from_raw(pid), sig) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => warn!(pid, signal = sig.as_str(), error = %e, "cannot signal process"),
+    }
+}
+
 const POLL: Duration = Duration::from_millis(20);
 /// How long to wait for processes to disappear after SIGKILL.
 const AFTER_KILL: Duration = Duration::from_secs(10);
@@ -303,9 +310,14 @@ impl Job {
         }
     }
 
-    /// Sends `sig` to the process group and to every other process of the job.
-    fn signal_all(&self, sig: Signal, tracked: &(dyn Fn(i32) -> bool + Sync)) {
+    /// Sends `sig` to prted itself while it is not reaped (a prted that has not made itself the
+    /// leader of its own group yet is not reached through the group), to the process group and
+    /// to every other process of the job.
+    fn signal_all(&mut self, sig: Signal, tracked: &(dyn Fn(i32) -> bool + Sync)) {
         let pgid = self.pid as i32;
+        if self.poll_status().is_none() {
+            signal_pid(pgid, sig);
+        }
         signal_group(pgid, sig);
         if let Descendants::Cgroup { cg, .. } = &self.descendants {
             cg.signal(sig);
@@ -324,6 +336,9 @@ impl Job {
             return;
         }
         let pgid = self.pid as i32;
+        if self.poll_status().is_none() {
+            signal_pid(pgid, Signal::SIGKILL);
+        }
         if group_exists(pgid) {
             error!(
                 pgid,

@@ -28,8 +28,16 @@ pub const WAIT: Duration = Duration::from_secs(20);
 /// background and waits; `stubborn` does the same with SIGTERM ignored; `escape` starts a
 /// `sleep` that moves to its own process group and waits; `orphan` also leaves a `sleep`
 /// orphaned (its parent, a subshell, exits at once), so that it is reparented to the agent or
-/// init. Every file is written whole before it appears (written aside, then renamed).
+/// init. Every file is written whole before it appears (written aside, then renamed). Like
+/// PRRTE's prted, `--set-sid` makes it the leader of a new session and process group without
+/// a fork (util-linux `setsid` execs in place when its caller leads no process group; were the
+/// fake a group leader already, `setsid` would fork and the recorded pid would not be the one
+/// the agent started).
 const FAKE_PRTED: &str = r#"#!/bin/sh
+case " $* " in
+  *" --set-sid "*) if [ -z "$FAKE_PRTED_SID" ]; then export FAKE_PRTED_SID=1; exec setsid "$0" "$@"; fi ;;
+esac
+unset FAKE_PRTED_SID
 d='@DIR@'
 echo $$ >> "$d/launches"
 for a in "$@"; do printf '%s\0' "$a"; done > "$d/argv.tmp"; mv "$d/argv.tmp" "$d/argv"
