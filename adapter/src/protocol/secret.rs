@@ -56,9 +56,11 @@ pub(crate) const MIN_SECRET_LEN: usize = 32;
 /// The least variety a key must show (bits, estimated from its byte frequencies).
 const MIN_ESTIMATED_BITS: f64 = 80.0;
 
-/// Reads the per-job secret. Trailing line breaks (`\n`, `\r\n`) are not part of the secret, so a
-/// key written with `echo` and one created from a file work the same. Refuses keys others could
-/// replace and degenerate keys; warns (on the log) when others can read it.
+/// Reads the per-job secret. For a text key (printable ASCII: hex, base64, a passphrase) trailing
+/// line breaks (`\n`, `\r\n`) are not part of the secret, so a key written with `echo` and one
+/// written without a newline work the same; a binary key is taken byte for byte, a last byte of
+/// `\n` included. Refuses keys others could replace and degenerate keys; warns (on the log) when
+/// others can read it.
 pub fn read_secret_file(path: &Path) -> Result<Vec<u8>, SecretError> {
     let mut bytes = match std::fs::read(path) {
         Ok(b) => b,
@@ -75,8 +77,12 @@ pub fn read_secret_file(path: &Path) -> Result<Vec<u8>, SecretError> {
         }
     };
     check_file(path)?;
-    while matches!(bytes.last(), Some(b'\n' | b'\r')) {
-        bytes.pop();
+    let text_end = bytes
+        .iter()
+        .rposition(|b| !matches!(b, b'\n' | b'\r'))
+        .map_or(0, |i| i + 1);
+    if bytes[..text_end].iter().all(|b| (0x20..=0x7e).contains(b)) {
+        bytes.truncate(text_end);
     }
     if bytes.is_empty() {
         return Err(SecretError::Empty {
@@ -236,9 +242,21 @@ mod tests {
         let key = hex::encode(rand::random::<[u8; 32]>());
         write(&p, format!("{key}\r\n").as_bytes(), 0o400);
         assert_eq!(read_secret_file(&p).unwrap(), key.as_bytes());
-        let binary: [u8; 32] = rand::random();
-        write(&p, &binary, 0o440);
-        assert_eq!(read_secret_file(&p).unwrap(), binary);
+        // A binary key is the file's bytes, whatever its last byte (a random 32-byte key ends in
+        // a line break one time in 128).
+        for last in [b'\n', b'\r', 0xa5] {
+            let mut binary: [u8; 32] = rand::random();
+            binary[0] = 0x80;
+            binary[31] = last;
+            write(&p, &binary, 0o440);
+            assert_eq!(read_secret_file(&p).unwrap(), binary);
+        }
+        let mut crlf = [0u8; 32];
+        crlf[..30].copy_from_slice(&rand::random::<[u8; 30]>());
+        crlf[0] = 0x80;
+        crlf[30..].copy_from_slice(b"\r\n");
+        write(&p, &crlf, 0o600);
+        assert_eq!(read_secret_file(&p).unwrap(), crlf);
         let e = read_secret_file(d.path()).unwrap_err();
         assert!(matches!(e, SecretError::Unreadable { .. }), "{e:?}");
     }
