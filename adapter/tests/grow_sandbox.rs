@@ -1,13 +1,15 @@
-//! `prrte-k8s grow`'s Kubernetes side against the sandbox API server and its Job controller:
-//! an elastic Indexed Job grows by N (its parallelism and completions raised together, the
-//! missing indexes made, the new pods awaited until Ready and returned with their host names
-//! and slots), and a growth past --max-pods or of a job not rendered elastic is refused with
-//! the reason, nothing changed. A stand-in kubelet makes every pod of the namespace Ready.
+//! `prrte-k8s grow`'s Kubernetes side against the sandbox API server and its Job and StatefulSet
+//! controllers: an elastic Indexed Job grows by N (its parallelism and completions raised
+//! together, the missing indexes made, the new pods awaited until Ready and returned with their
+//! host names and slots), an elastic StatefulSet by its replicas, and a growth past --max-pods or
+//! of a job not rendered elastic is refused with the reason, nothing changed. A stand-in kubelet
+//! makes every pod of the namespace Ready.
 #![forbid(unsafe_code)]
 
 mod discovery_support;
 
 use discovery_support::{Fixture, WAIT};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -18,6 +20,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 const INDEX: &str = "batch.kubernetes.io/job-completion-index";
+const STS_INDEX: &str = "apps.kubernetes.io/pod-index";
 
 fn job(name: &str, pods: u32, max: Option<u32>) -> Job {
     let mut meta = json!({"name": name});
@@ -34,8 +37,25 @@ fn job(name: &str, pods: u32, max: Option<u32>) -> Job {
     .unwrap()
 }
 
+/// A StatefulSet of `pods` replicas (pods made in parallel) selecting `app=<name>`.
+fn statefulset(name: &str, pods: u32, max: Option<u32>) -> StatefulSet {
+    let mut meta = json!({"name": name});
+    if let Some(m) = max {
+        meta["annotations"] = json!({"prrte-k8s.io/max-pods": m.to_string()});
+    }
+    serde_json::from_value(json!({
+        "metadata": meta,
+        "spec": {"replicas": pods, "podManagementPolicy": "Parallel", "serviceName": name,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name},
+                    "annotations": {"prrte-k8s.io/slots": "3"}},
+                "spec": {"containers": [{"name": "c", "image": "mpi", "command": ["sleep", "infinity"]}]}}}
+    }))
+    .unwrap()
+}
+
 /// A stand-in kubelet: every pod of the namespace becomes Running and Ready with an address
-/// from its index (Job `j` of index i: 10.77.j.(10+i)).
+/// from its index (workload `j` (a Job, or a StatefulSet's `app`) of index i: 10.77.j.(10+i)).
 fn kubelet(f: &Fixture) -> tokio::task::JoinHandle<()> {
     let pods: Api<Pod> = f.pods();
     tokio::spawn(async move {
@@ -48,10 +68,15 @@ fn kubelet(f: &Fixture) -> tokio::task::JoinHandle<()> {
                     continue;
                 }
                 let labels = p.metadata.labels.clone().unwrap_or_default();
-                let index: u8 = labels.get(INDEX).and_then(|i| i.parse().ok()).unwrap_or(0);
+                let index: u8 = labels
+                    .get(INDEX)
+                    .or(labels.get(STS_INDEX))
+                    .and_then(|i| i.parse().ok())
+                    .unwrap_or(0);
                 let next = ips.len() as u8;
+                let workload = labels.get("job-name").or(labels.get("app"));
                 let job = *ips
-                    .entry(labels.get("job-name").cloned().unwrap_or_default())
+                    .entry(workload.cloned().unwrap_or_default())
                     .or_insert(next);
                 let ip = format!("10.77.{job}.{}", 10 + index);
                 let status = json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
@@ -65,20 +90,30 @@ fn kubelet(f: &Fixture) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// The Job's pods by index (name, uid, ready), once there are `n` Ready.
+/// The Job's pods by index (name, uid), once there are `n` Ready.
 async fn ready_pods(f: &Fixture, job: &str, n: usize) -> Vec<(String, String)> {
+    ready_pods_of(f, &format!("job-name={job}"), INDEX, n).await
+}
+
+/// The pods `selector` matches by their index label (name, uid), once there are `n` Ready.
+async fn ready_pods_of(
+    f: &Fixture,
+    selector: &str,
+    index: &str,
+    n: usize,
+) -> Vec<(String, String)> {
     let deadline = Instant::now() + WAIT;
     loop {
         let mut got: Vec<(u32, String, String)> = f
             .pods()
-            .list(&ListParams::default().labels(&format!("job-name={job}")))
+            .list(&ListParams::default().labels(selector))
             .await
             .unwrap()
             .items
             .into_iter()
             .filter(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some())
             .map(|p| {
-                let i = p.metadata.labels.as_ref().unwrap()[INDEX].parse().unwrap();
+                let i = p.metadata.labels.as_ref().unwrap()[index].parse().unwrap();
                 (i, p.metadata.name.unwrap(), p.metadata.uid.unwrap())
             })
             .collect();
@@ -88,7 +123,7 @@ async fn ready_pods(f: &Fixture, job: &str, n: usize) -> Vec<(String, String)> {
         }
         assert!(
             Instant::now() < deadline,
-            "{job}: {} of {n} pods Ready",
+            "{selector}: {} of {n} pods Ready",
             got.len()
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -154,6 +189,74 @@ async fn an_elastic_job_grows_and_the_rest_is_refused_unchanged() {
     assert!(matches!(e, GrowError::NotElastic { .. }), "{e}");
     assert!(e.to_string().contains("--elastic --max-pods M"), "{e}");
     assert_eq!(spec_counts(&jobs.get("fixed").await.unwrap()), (2, 2));
+    kubelet.abort();
+    controllers.abort();
+}
+
+fn replicas(s: &StatefulSet) -> i32 {
+    s.spec.as_ref().unwrap().replicas.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elastic_statefulset_grows_by_its_replicas_and_the_rest_is_refused_unchanged() {
+    let f = Fixture::new("grow-sts").await;
+    let controllers = sandbox::cluster::controllers::spawn(f.server.store().clone());
+    let kubelet = kubelet(&f);
+    let sets: Api<StatefulSet> = Api::namespaced(f.client.clone(), &f.ns);
+    sets.create(&PostParams::default(), &statefulset("els", 3, Some(5)))
+        .await
+        .unwrap();
+    sets.create(&PostParams::default(), &statefulset("stay", 2, None))
+        .await
+        .unwrap();
+    let first = ready_pods_of(&f, "app=els", STS_INDEX, 3).await;
+    let cfg = |pod: &str| DiscoveryConfig {
+        self_pod: Some(pod.to_string()),
+        ..f.config()
+    };
+    let env = Environment::default();
+
+    // From pod 1 of the elastic StatefulSet: 2 more, with the slots of its template.
+    let grown = grow(&cfg(&first[1].0), &env, 2).await.unwrap();
+    assert_eq!(grown.workload.kind, "StatefulSet");
+    assert_eq!((grown.workload.pods, grown.pods), (3, 5));
+    let hosts: Vec<&str> = grown.new.iter().map(|n| n.hostname.as_str()).collect();
+    assert_eq!(hosts, ["els-3", "els-4"]);
+    assert_eq!(add_host_arg(&grown.new), "els-3:3,els-4:3");
+    assert_eq!(replicas(&sets.get("els").await.unwrap()), 5);
+    let now = ready_pods_of(&f, "app=els", STS_INDEX, 5).await;
+    assert_eq!(&now[..3], &first[..]);
+
+    // Past --max-pods: refused, nothing changed.
+    let e = grow(&cfg(&first[0].0), &env, 1).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            GrowError::BeyondMax {
+                kind: "StatefulSet",
+                max: 5,
+                room: 0,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(replicas(&sets.get("els").await.unwrap()), 5);
+
+    // Not elastic: refused, nothing changed.
+    let stay = ready_pods_of(&f, "app=stay", STS_INDEX, 2).await;
+    let e = grow(&cfg(&stay[0].0), &env, 1).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            GrowError::NotElastic {
+                kind: "StatefulSet",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(replicas(&sets.get("stay").await.unwrap()), 2);
     kubelet.abort();
     controllers.abort();
 }
