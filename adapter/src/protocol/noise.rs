@@ -240,6 +240,29 @@ mod session_tests {
     }
 
     #[test]
+    fn bodies_of_every_size_around_a_message_boundary_round_trip() {
+        let (mut c, mut a) = local_pair(Some(b"secret"));
+        for len in [
+            0,
+            1,
+            837,
+            CHUNK - 1,
+            CHUNK,
+            CHUNK + 1,
+            2 * CHUNK,
+            2 * CHUNK + 1,
+        ] {
+            let body = "y".repeat(len);
+            let frame = c.seal_text(&body);
+            let messages = len.div_ceil(CHUNK).max(1);
+            assert_eq!(frame.len(), len + messages * (TAG + 1), "{len}");
+            assert_eq!(a.open(&frame).unwrap(), body, "{len}");
+            let back = a.seal_text(&body);
+            assert_eq!(c.open(&back).unwrap(), body, "{len}");
+        }
+    }
+
+    #[test]
     fn nothing_of_the_body_is_in_clear() {
         let (mut c, _) = local_pair(None);
         let frame = c.seal_text(r#"{"v":1,"type":"launch","argv":["MARKER-7f3a"]}"#);

@@ -81,8 +81,10 @@ impl Session {
     fn seal_bytes(&mut self, body: &[u8]) -> Vec<u8> {
         let count = body.len().div_ceil(CHUNK).max(1);
         let mut out = Vec::with_capacity(body.len() + count * (TAG + 1));
-        let mut plain = Vec::with_capacity(CHUNK + 1);
-        let mut msg = vec![0u8; NOISE_MAX];
+        // Buffers of the frame's size, not of the largest message: most frames are small.
+        let largest = body.len().min(CHUNK) + 1;
+        let mut plain = Vec::with_capacity(largest);
+        let mut msg = vec![0u8; largest + TAG];
         for i in 0..count {
             let part = &body[(i * CHUNK).min(body.len())..((i + 1) * CHUNK).min(body.len())];
             plain.clear();
@@ -116,7 +118,8 @@ impl Session {
     fn open_frame(&mut self, frame: &[u8]) -> Result<Vec<u8>, ProtocolError> {
         let mut body = Vec::with_capacity(frame.len());
         let mut rest = frame;
-        let mut plain = vec![0u8; NOISE_MAX];
+        // A message's plaintext is shorter than the message.
+        let mut plain = vec![0u8; frame.len().min(NOISE_MAX)];
         loop {
             if rest.is_empty() {
                 return Err(ProtocolError::Integrity(
