@@ -9,6 +9,9 @@
 //!   that exits at once, and collects every `started` and `exited`: wall time and the launcher's
 //!   CPU time per daemon.
 //! * `footprint`: RSS of one release agent, idle and while a launch runs.
+//! * `channel`: the CPU the agent channel's cryptography takes per connection (the HMAC
+//!   challenge-response, the Noise handshake on each side, a launch's sealed frames), and what
+//!   the encryption adds to a DVM's start.
 //!
 //! Prints medians with [min-max]; `--json FILE` writes the numbers too. Not a timed test.
 #![forbid(unsafe_code)]
@@ -31,7 +34,7 @@ use serde_json::{json, Value};
 #[derive(Parser, Debug)]
 #[command(
     name = "scale",
-    about = "prrte-k8s scale benchmarks (discovery, fan-out, agent footprint)"
+    about = "prrte-k8s scale benchmarks (discovery, fan-out, agent footprint, channel cost)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -65,6 +68,12 @@ enum What {
     },
     /// RSS of one agent, idle and during a launch.
     Footprint,
+    /// CPU per connection of the agent channel's cryptography.
+    Channel {
+        /// Connections per timed run.
+        #[arg(long, default_value_t = 2000)]
+        connections: usize,
+    },
     /// All of the above with their defaults.
     All,
     /// (internal) where a list's time goes.
@@ -918,6 +927,62 @@ fn breakdown(n: usize) -> Result<()> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// the agent channel's cryptography
+
+/// The channel's CPU per connection (`sandbox::channel_cost`), and what encryption adds to a
+/// DVM's start at a few sizes.
+fn bench_channel(runs: usize, connections: usize) -> Value {
+    let c = sandbox::channel_cost::measure(runs, connections);
+    println!(
+        "== agent channel: CPU per connection, µs, median [min-max] of {runs} runs of \
+         {connections} connections (launch request sealed: {} bytes)",
+        c.request_bytes
+    );
+    println!("{:<42} | {:<20} | {:<20}", "step", "launcher", "agent");
+    for (step, l, a) in [
+        (
+            "HMAC challenge-response (both sides)",
+            stat(&c.hmac_us, 1),
+            "(left: both)".to_string(),
+        ),
+        (
+            "Noise handshake (X25519, PSK)",
+            stat(&c.noise_launcher_us, 1),
+            stat(&c.noise_agent_us, 1),
+        ),
+        (
+            "launch, started, exited sealed/opened",
+            stat(&c.frames_launcher_us, 1),
+            stat(&c.frames_agent_us, 1),
+        ),
+    ] {
+        println!("{step:<42} | {l:<20} | {a:<20}");
+    }
+    let (launcher, agent) = (c.launcher_added_us(), c.agent_added_us());
+    let mut sizes = vec![];
+    for pods in [4u32, 16, 32, 1024] {
+        let ms = launcher * f64::from(pods - 1) / 1e3;
+        println!(
+            "encryption's CPU for a DVM of {pods:>4} pods: launcher {ms:.2} ms for its {} \
+             daemons, each agent {:.3} ms",
+            pods - 1,
+            agent / 1e3
+        );
+        sizes.push(json!({"pods": pods, "launcher_ms": ms, "agent_ms": agent / 1e3}));
+    }
+    json!({
+        "connections_per_run": connections,
+        "launch_request_sealed_bytes": c.request_bytes,
+        "hmac_us": stat_json(&c.hmac_us),
+        "noise_handshake_launcher_us": stat_json(&c.noise_launcher_us),
+        "noise_handshake_agent_us": stat_json(&c.noise_agent_us),
+        "frames_launcher_us": stat_json(&c.frames_launcher_us),
+        "frames_agent_us": stat_json(&c.frames_agent_us),
+        "added_by_encryption": sizes,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
 // fan-out
 
 #[path = "support/fanout.rs"]
@@ -1329,12 +1394,15 @@ fn main() -> Result<()> {
         What::Discovery { pods } => out["discovery"] = bench_discovery(&pods, cli.runs)?,
         What::Fanout { agents, perf } => out["fanout"] = bench_fanout(&agents, cli.runs, perf)?,
         What::Footprint => out["footprint"] = bench_footprint()?,
+        What::Channel { connections } => out["channel"] = bench_channel(cli.runs, connections),
         What::All => {
             out["discovery"] = bench_discovery(&[1000, 10000], cli.runs)?;
             println!();
             out["fanout"] = bench_fanout(&[256, 1024], cli.runs, false)?;
             println!();
             out["footprint"] = bench_footprint()?;
+            println!();
+            out["channel"] = bench_channel(cli.runs, 2000);
         }
         What::Breakdown { pods } => breakdown(pods)?,
         What::MaxRss { .. } => unreachable!(),

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod app_images;
 pub mod batch_job;
+pub mod channel_cost;
 pub mod cli;
 pub mod cluster;
 pub mod container;

@@ -120,6 +120,26 @@ fn bench_binary_writes_json_and_plot_of_its_profile() {
     }
     assert!(rows[0]["ratio_ssh_over_agent"].as_f64().unwrap() > 0.0);
     assert!(rows[0]["ratio_agent_over_lower_bound"].as_f64().unwrap() > 0.0);
+    // The channel's encryption held against the agents' DVM-ready time of the same run.
+    assert!(
+        stdout.contains("The agent channel's encryption"),
+        "{stdout}"
+    );
+    let ch = &report["channel"];
+    let dvm = &ch["per_dvm"].as_array().unwrap()[0];
+    assert_eq!(dvm["pods"], 2, "{ch}");
+    let ready = rows[0]["methods"]["agent"]["dvm_ready_s"]["median"].as_f64();
+    assert_eq!(dvm["agent_dvm_ready_s"].as_f64(), ready, "{ch}");
+    let added = dvm["launcher_added_ms"].as_f64().unwrap();
+    let share = dvm["share_of_dvm_ready_percent"].as_f64().unwrap();
+    assert!(
+        added > 0.0 && (share - added / 1e3 / ready.unwrap() * 100.0).abs() < 1e-9,
+        "{ch}"
+    );
+    assert!(
+        ch["noise_handshake_agent_us"]["median"].as_f64().unwrap() > 0.0,
+        "{ch}"
+    );
     let png = dir.path().join("b.png");
     let is_png = |p: &std::path::Path| {
         std::fs::read(p).is_ok_and(|b| b.starts_with(b"\x89PNG\r\n\x1a\n") && b.len() > 5_000)

@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 mod batch;
 mod batch_report;
+mod channel;
 mod grow;
 mod grow_report;
 mod host;
@@ -160,11 +161,17 @@ async fn main() {
             Err(e) => failed = Some(e.context("grows")),
         }
     }
+    // The channel's cryptography, timed in this run, against the DVM-ready times above.
+    let channel = (!rows.is_empty())
+        .then(|| sandbox::channel_cost::measure(channel::RUNS, channel::CONNECTIONS));
     print_tables(&rows, args.runs);
+    if let Some(c) = &channel {
+        channel::print_channel(&rows, c);
+    }
     batch_report::print_batch(&batch, args.runs);
     grow_report::print_grow(&grown, args.runs);
     if !rows.is_empty() || !batch.is_empty() || !grown.is_empty() {
-        write_report(&args, &rows, &batch, &grown, &mut failed);
+        write_report(&args, &rows, channel.as_ref(), &batch, &grown, &mut failed);
     }
     let left = own_prteds();
     if !left.is_empty() {
@@ -240,11 +247,15 @@ async fn run_all(args: &Args) -> (Vec<Row>, Option<anyhow::Error>) {
 fn write_report(
     args: &Args,
     rows: &[Row],
+    channel: Option<&sandbox::channel_cost::ChannelCost>,
     batch: &[batch::BatchRow],
     grown: &[grow::GrowRow],
     failed: &mut Option<anyhow::Error>,
 ) {
     let mut report = json_report(rows, args.runs);
+    if let Some(c) = channel {
+        report["channel"] = channel::channel_json(rows, c);
+    }
     if !batch.is_empty() {
         report["batch"] = batch_report::batch_json(batch);
     }
