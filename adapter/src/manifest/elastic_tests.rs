@@ -56,7 +56,7 @@ fn an_elastic_job_may_patch_itself_and_says_so() {
 }
 
 #[test]
-fn an_elastic_statefulset_may_patch_itself_and_its_scale() {
+fn an_elastic_statefulset_may_patch_only_its_scale() {
     let objs = objects(&[
         "--name",
         "s",
@@ -69,9 +69,45 @@ fn an_elastic_statefulset_may_patch_itself_and_its_scale() {
         "3",
     ])
     .unwrap();
+    // The StatefulSet itself is only read (a patch of it could rewrite its pod template: another
+    // service account, any Secret mounted, any image); its Scale is read and patched.
+    let rules = of_kind(&objs, "Role")["rules"].as_array().unwrap().clone();
     assert_eq!(
-        of_kind(&objs, "Role")["rules"][1],
-        json!({"apiGroups": ["apps"], "resources": ["statefulsets", "statefulsets/scale"], "resourceNames": ["s"], "verbs": ["get", "patch"]})
+        rules[1..],
+        [
+            json!({"apiGroups": ["apps"], "resources": ["statefulsets"], "resourceNames": ["s"], "verbs": ["get"]}),
+            json!({"apiGroups": ["apps"], "resources": ["statefulsets/scale"], "resourceNames": ["s"], "verbs": ["get", "patch"]}),
+        ]
+    );
+    for r in &rules {
+        if r["verbs"].as_array().unwrap().contains(&json!("patch")) {
+            assert_eq!(r["resources"], json!(["statefulsets/scale"]), "{r}");
+        }
+    }
+    // Its Scale may be patched by the token only up, and not past max-pods (the limit as
+    // rendered: a Scale has no annotations).
+    let policy = of_kind(&objs, "ValidatingAdmissionPolicy");
+    assert_eq!(
+        policy["spec"]["matchConstraints"]["resourceRules"],
+        json!([{"apiGroups": ["apps"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["statefulsets/scale"], "resourceNames": ["s"]}])
+    );
+    let sa = of_kind(&objs, "ServiceAccount")["metadata"]["name"]
+        .as_str()
+        .unwrap();
+    assert!(policy["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!(":{sa}'")));
+    assert_eq!(
+        expression(policy, "past its prrte-k8s.io/max-pods (3)"),
+        "has(object.spec.replicas) && object.spec.replicas <= 3"
+    );
+    assert!(
+        expression(policy, "lower").ends_with("object.spec.replicas >= oldObject.spec.replicas")
+    );
+    assert_eq!(
+        of_kind(&objs, "ValidatingAdmissionPolicyBinding")["spec"]["policyName"],
+        policy["metadata"]["name"]
     );
     let sts = of_kind(&objs, "StatefulSet");
     assert_eq!(sts["metadata"]["annotations"][MAX_PODS_ANNOTATION], "3");
@@ -111,4 +147,124 @@ fn elastic_options_are_checked() {
             "{e}"
         );
     }
+}
+
+/// The CEL of the validation whose message contains `what`.
+fn expression<'a>(policy: &'a Value, what: &str) -> &'a str {
+    policy["spec"]["validations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["message"].as_str().unwrap().contains(what))
+        .unwrap_or_else(|| panic!("no validation about {what}: {policy}"))["expression"]
+        .as_str()
+        .unwrap()
+}
+
+#[test]
+fn an_elastic_jobs_own_token_may_only_raise_its_counts_within_max_pods() {
+    let objs = objects(&[
+        "--name",
+        "el",
+        "--pods",
+        "4",
+        "--elastic",
+        "--max-pods",
+        "8",
+        "-n",
+        "hpc",
+    ])
+    .unwrap();
+    let policy = of_kind(&objs, "ValidatingAdmissionPolicy");
+    let binding = of_kind(&objs, "ValidatingAdmissionPolicyBinding");
+    assert_eq!(policy["apiVersion"], "admissionregistration.k8s.io/v1");
+    assert_eq!(policy["metadata"]["name"], "prrte-k8s-hpc-el");
+    assert_eq!(binding["spec"]["policyName"], "prrte-k8s-hpc-el");
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    assert_eq!(
+        binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]
+            ["kubernetes.io/metadata.name"],
+        "hpc"
+    );
+    let spec = &policy["spec"];
+    assert_eq!(spec["failurePolicy"], "Fail");
+    // Every update of this Job (a patch is one), by the Job's own service account: the one
+    // the Role is bound to.
+    assert_eq!(
+        spec["matchConstraints"]["resourceRules"],
+        json!([{"apiGroups": ["batch"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["jobs"], "resourceNames": ["el"]}])
+    );
+    let sa = of_kind(&objs, "ServiceAccount")["metadata"]["name"]
+        .as_str()
+        .unwrap();
+    let binding_sa = &of_kind(&objs, "RoleBinding")["subjects"][0]["name"];
+    assert_eq!(binding_sa, sa);
+    assert_eq!(
+        spec["matchConditions"][0]["expression"],
+        format!(
+            "request.userInfo.username == 'system:serviceaccount:' + request.namespace + ':{sa}'"
+        )
+    );
+    // What a compromised rank would change with the token is each refused: the limit and
+    // every other annotation, suspend, the pod template, the deadlines.
+    let annotations = expression(policy, "metadata.annotations");
+    assert_eq!(
+        annotations,
+        "has(object.metadata.annotations) == has(oldObject.metadata.annotations) && \
+         (!has(object.metadata.annotations) || object.metadata.annotations == oldObject.metadata.annotations)"
+    );
+    for field in [
+        "suspend",
+        "template",
+        "activeDeadlineSeconds",
+        "backoffLimit",
+        "podFailurePolicy",
+        "successPolicy",
+    ] {
+        let e = expression(policy, &format!("spec.{field}"));
+        assert!(
+            e.contains(&format!("object.spec.{field} == oldObject.spec.{field}")),
+            "{e}"
+        );
+    }
+    for field in ["labels", "finalizers", "ownerReferences"] {
+        expression(policy, &format!("metadata.{field}"));
+    }
+    // The counts only: equal, not lowered, not past the limit as it was before the update.
+    assert!(
+        expression(policy, "equal").contains("object.spec.parallelism == object.spec.completions")
+    );
+    assert!(expression(policy, "lower")
+        .contains("object.spec.parallelism >= oldObject.spec.parallelism"));
+    assert!(expression(policy, "past its prrte-k8s.io/max-pods").ends_with(
+        "object.spec.parallelism <= int(oldObject.metadata.annotations['prrte-k8s.io/max-pods'])"
+    ));
+    // Nothing of the spec is left unguarded but the two counts.
+    let guarded: Vec<String> = spec["validations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| {
+            let m = v["message"].as_str().unwrap();
+            m.split("the Job's spec.").nth(1).map(String::from)
+        })
+        .collect();
+    let job = of_kind(&objs, "Job");
+    for key in job["spec"].as_object().unwrap().keys() {
+        assert!(
+            guarded.contains(key) || key == "parallelism" || key == "completions",
+            "spec.{key} is not guarded: {guarded:?}"
+        );
+    }
+    // Without a namespace the binding matches the Job by name alone.
+    let objs = objects(&["--name", "el", "--elastic", "--max-pods", "8"]).unwrap();
+    let binding = of_kind(&objs, "ValidatingAdmissionPolicyBinding");
+    assert_eq!(binding["metadata"]["name"], "prrte-k8s-el");
+    assert!(binding["spec"].get("matchResources").is_none(), "{binding}");
+    // A job that is not elastic has no policy (its token cannot patch anything).
+    let objs = objects(&["--name", "el"]).unwrap();
+    assert!(!objs.iter().any(|o| o["kind"]
+        .as_str()
+        .unwrap()
+        .starts_with("ValidatingAdmission")));
 }
