@@ -1,17 +1,17 @@
-//! The README's layout table names every folder of the repository down to three levels
-//! (`adapter/src/agent`, `cabi/shim`, `tests/tests/common`...): as a row of its own (`path/`,
-//! or a row below it such as `adapter/src/launch/` for `adapter/src`), or by its name (`exec/`)
-//! in the row of the nearest folder above it that has one.
+//! The layout table of `docs/architecture.md` names every folder of the repository down to
+//! three levels (`adapter/src/agent`, `cabi/shim`, `tests/tests/common`...): as a row of its own
+//! (`path/`, or a row below it such as `adapter/src/launch/` for `adapter/src`), or by its name
+//! (`exec/`) in the row of the nearest folder above it that has one.
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 
 /// The rows of the table under `## Layout`: the paths of the first column and the whole row.
-fn rows(readme: &str) -> Vec<(Vec<String>, String)> {
-    let section = readme
+fn rows(doc: &str) -> Vec<(Vec<String>, String)> {
+    let section = doc
         .split("\n## Layout\n")
         .nth(1)
-        .expect("README.md has a ## Layout section");
+        .expect("docs/architecture.md has a ## Layout section");
     let section = section.split("\n## ").next().unwrap();
     section
         .lines()
@@ -98,8 +98,8 @@ fn named(dir: &Path, rows: &[(Vec<String>, String)]) -> Result<(), String> {
 #[test]
 fn the_layout_table_names_every_folder() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let rows = rows(&readme);
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let rows = rows(&doc);
     assert!(rows.len() > 10, "rows found: {rows:?}");
     let dirs = folders(root, 3);
     assert!(
@@ -109,17 +109,17 @@ fn the_layout_table_names_every_folder() {
     let missing: Vec<String> = dirs.iter().filter_map(|d| named(d, &rows).err()).collect();
     assert!(
         missing.is_empty(),
-        "folders the README's layout table does not name (add a row, or name them in their \
-         parent's row): {missing:#?}"
+        "folders the layout table of docs/architecture.md does not name (add a row, or name \
+         them in their parent's row): {missing:#?}"
     );
 }
 
 /// The check finds a folder no row names, and accepts one named in its parent's row.
 #[test]
 fn the_check_tells_named_folders_from_others() {
-    let readme = "x\n## Layout\n\n| path | what |\n| --- | --- |\n\
+    let doc = "x\n## Layout\n\n| path | what |\n| --- | --- |\n\
                   | `a/` | holds `b/` and `c.rs` |\n| `d/e/` | e |\n\n## Next\n| `z/` | z |\n";
-    let rows = rows(readme);
+    let rows = rows(doc);
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert!(named(Path::new("a"), &rows).is_ok());
     assert!(named(Path::new("a/b"), &rows).is_ok());
@@ -128,3 +128,4 @@ fn the_check_tells_named_folders_from_others() {
     assert!(named(Path::new("d/e/f"), &rows).is_err());
     assert!(named(Path::new("z"), &rows).is_err(), "outside the section");
 }
+
