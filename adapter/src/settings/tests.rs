@@ -244,3 +244,34 @@ fn preempt_signal_names() {
     assert!(e.contains("one of none, SIGUSR1"), "{e}");
 }
 
+#[test]
+fn each_table_is_in_its_doc_only() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let mut docs = vec!["README.md".to_owned(), "prrte-config/README.md".to_owned()];
+    for e in std::fs::read_dir(format!("{root}/docs")).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") {
+            docs.push(format!("docs/{name}"));
+        }
+    }
+    assert!(docs.iter().any(|d| d == readme::MCA_DOC), "{docs:?}");
+    let tables = readme::AGENT_TABLES
+        .iter()
+        .map(|t| (t.what.to_owned(), t.doc, t.begin()))
+        .chain([(
+            "MCA parameter table".to_owned(),
+            readme::MCA_DOC,
+            readme::BEGIN.to_owned(),
+        )]);
+    for (what, doc, begin) in tables {
+        let holders: Vec<&String> = docs
+            .iter()
+            .filter(|d| read_doc(d).contains(&begin))
+            .collect();
+        assert_eq!(
+            holders,
+            [doc],
+            "the {what} belongs in {doc} alone (a copy elsewhere would go stale)"
+        );
+    }
+}
