@@ -86,6 +86,17 @@ impl Store {
             doc["metadata"]["deletionTimestamp"] = json!(rfc3339(now_secs()));
         }
         doc["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        // A pod no kubelet will stop (unscheduled, or on a node without one) and not ended is
+        // marked Failed, as the pod garbage collector does, so that whoever holds it sees it
+        // end.
+        let phase = doc["status"]["phase"].as_str().unwrap_or("");
+        let node = doc["spec"]["nodeName"].as_str().unwrap_or("");
+        if rt.is("", "pods")
+            && !g.graceful_nodes.contains(node)
+            && !matches!(phase, "Succeeded" | "Failed")
+        {
+            doc["status"]["phase"] = json!("Failed");
+        }
         Some(self.commit(g, rt, EventType::Modified, doc, Some(old.clone())))
     }
 

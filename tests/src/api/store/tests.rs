@@ -165,6 +165,8 @@ fn finalizers_hold_a_deletion_until_removed() {
         .unwrap();
     assert!(d["metadata"]["deletionTimestamp"].is_string());
     assert_eq!(d["metadata"]["deletionGracePeriodSeconds"], 0);
+    // No kubelet will end it (not on a node): Failed, as the pod garbage collector marks it.
+    assert_eq!(d["status"]["phase"], "Failed");
     let rv = s.get(&PODS, "default", "held").unwrap()["metadata"]["resourceVersion"].clone();
     s.delete(&PODS, "default", "held", &DeleteOptions::default())
         .unwrap();
