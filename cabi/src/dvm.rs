@@ -8,8 +8,9 @@
 //! - **No job outlives the tool that started it.** PRRTE 3.0.8 only forgets a tool whose
 //!   connection is lost; a job whose `prun` was killed keeps running, holding its slots, and every
 //!   later `prun` that needs them fails ("already filled"). [`watch_tools`] kills such a job in
-//!   the DVM, as `pctrl --kill` would: its slots are free again once its daemons report it ended
-//!   — also when its processes had all ended but their end was never reported.
+//!   the DVM, as `pctrl --kill` would: its slots are free again once its daemons report it ended.
+//!   A killed job whose end is still not reported after a few seconds (its processes had ended,
+//!   but a daemon lost their end) is completed here, with a line naming it.
 use crate::prrte::JobRef;
 use crate::shim::{self, Framework};
 use crate::{cstr, ffi, mainloop, prrte};
@@ -299,9 +300,12 @@ fn end_orphans(connected: &[(String, u32)]) {
         else {
             continue;
         };
+        // SAFETY: a live job of PRRTE's table; PRRTE returns a static string for any state.
+        let state =
+            unsafe { cstr::string(ffi::prte_job_state_to_str((*jdata).state)).unwrap_or_default() };
         shim::output(&format!(
-            "prrte-k8s: job {name} lost its tool {tool}:{rank} (its prun ended or was killed) \
-             before the job ended: killing the job to free its slots"
+            "prrte-k8s: job {name} ({state}) lost its tool {tool}:{rank} (its prun ended or was \
+             killed) before the job ended: killing the job to free its slots"
         ));
         // SAFETY: main thread; a live job of PRRTE's table; PRRTE's own kill of its processes.
         let rc = unsafe { ffi::prrte_k8s_shim_kill_job(jdata.cast()) };
@@ -311,13 +315,100 @@ fn end_orphans(connected: &[(String, u32)]) {
                  --kill or stop the DVM"
             ));
         }
+        later(name.clone(), Completion::Procs);
+    }
+}
+
+/// How long a killed job may take to be reported ended before we complete it ourselves.
+const KILLED_JOB_ENDS_WITHIN: Duration = Duration::from_secs(5);
+
+/// The steps that complete a killed job whose end is not reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Completion {
+    /// Record its unended processes as ended, as their daemons would have.
+    Procs,
+    /// Then the job itself.
+    Job,
+}
+
+/// Runs `step` for job `name` on the main thread after [`KILLED_JOB_ENDS_WITHIN`].
+fn later(name: String, step: Completion) {
+    let spawned = std::thread::Builder::new()
+        .name("prrte-k8s-complete".into())
+        .spawn(move || {
+            std::thread::sleep(KILLED_JOB_ENDS_WITHIN);
+            mainloop::post(move || complete_if_stuck(&name, step));
+        });
+    if spawned.is_err() {
+        shim::output("prrte-k8s: cannot start a thread to check a killed job");
+    }
+}
+
+/// A job we killed is still running after [`KILLED_JOB_ENDS_WITHIN`]: its processes are dead
+/// (killed, or ended long before), but their end never reached prte — the short-job hang of
+/// PRRTE's launch threads, where a daemon loses a process's end and so never reports the job.
+/// Complete it here, as the daemons' reports would have, so that its slots are freed.
+fn complete_if_stuck(name: &str, step: Completion) {
+    let Some(job) = jobs_with_tools().into_iter().find(|j| j.name == name) else {
+        return;
+    };
+    if orphan_action(job.state) != Orphan::Kill {
+        return;
+    }
+    let jdata = job.jdata;
+    match step {
+        Completion::Procs => {
+            // SAFETY: main thread; a live job; its procs array holds prte_proc_t by rank.
+            let (procs, total) = unsafe { ((*jdata).procs, (*jdata).num_procs) };
+            let size = if procs.is_null() {
+                0
+            } else {
+                // SAFETY: the job's live procs array (not NULL); main thread.
+                unsafe { (*procs).size }
+            };
+            let mut unended = Vec::new();
+            for i in 0..size {
+                // SAFETY: as above.
+                let p: *mut ffi::prte_proc_t = unsafe { prrte::array_get(procs, i) };
+                // SAFETY: a live proc of the job (or NULL).
+                if !p.is_null() && unsafe { (*p).state } < ffi::PRTE_PROC_STATE_UNTERMINATED {
+                    unended.push(p);
+                }
+            }
+            shim::output(&format!(
+                "prrte-k8s: job {name} was killed {} s ago but {} of its {total} processes were \
+                 never reported ended (their end was lost): completing them",
+                KILLED_JOB_ENDS_WITHIN.as_secs(),
+                unended.len()
+            ));
+            for p in unended {
+                // SAFETY: main thread; a live proc; the state machine copies the name.
+                unsafe {
+                    ffi::prrte_k8s_shim_activate_proc_state(
+                        std::ptr::addr_of_mut!((*p).name).cast(),
+                        ffi::PRTE_PROC_STATE_TERMINATED as c_int,
+                    )
+                };
+            }
+            later(name.to_owned(), Completion::Job);
+        }
+        Completion::Job => {
+            shim::output(&format!(
+                "prrte-k8s: job {name} still not ended after its processes were: completing the \
+                 job"
+            ));
+            // SAFETY: `JobRef::new` of a live job of PRRTE's table on the main thread.
+            if let Some(job) = unsafe { JobRef::new(jdata) } {
+                job.activate(ffi::PRTE_JOB_STATE_TERMINATED);
+            }
+        }
     }
 }
 
 /// What to do with a running job whose tool is gone, by its state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Orphan {
-    /// Still being mapped or launched: look again later.
+    /// Still being allocated or mapped: look again later.
     Launching,
     /// Running: kill it.
     Kill,
@@ -325,8 +416,10 @@ pub enum Orphan {
     Leave,
 }
 
+/// A job is killable once its launch message went to the daemons: from then on it has (or may
+/// have) processes, and a job whose launch reports were lost stays there.
 pub fn orphan_action(state: u32) -> Orphan {
-    if state < ffi::PRTE_JOB_STATE_RUNNING {
+    if state < ffi::PRTE_JOB_STATE_SEND_LAUNCH_MSG {
         Orphan::Launching
     } else if state < ffi::PRTE_JOB_STATE_UNTERMINATED {
         Orphan::Kill
@@ -384,8 +477,12 @@ mod tests {
     fn only_running_jobs_of_a_departed_tool_are_killed() {
         assert_eq!(orphan_action(ffi::PRTE_JOB_STATE_MAP), Orphan::Launching);
         assert_eq!(
-            orphan_action(ffi::PRTE_JOB_STATE_SEND_LAUNCH_MSG),
+            orphan_action(ffi::PRTE_JOB_STATE_LAUNCH_APPS),
             Orphan::Launching
+        );
+        assert_eq!(
+            orphan_action(ffi::PRTE_JOB_STATE_SEND_LAUNCH_MSG),
+            Orphan::Kill
         );
         assert_eq!(orphan_action(ffi::PRTE_JOB_STATE_RUNNING), Orphan::Kill);
         assert_eq!(
