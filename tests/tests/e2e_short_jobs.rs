@@ -587,3 +587,61 @@ async fn killed_prun_does_not_poison_the_dvm() {
     wait_none_named(&job, "sleep", Duration::from_secs(30));
     hostname_job("prun after a timed-out prun");
 }
+
+/// The README's install (`install-components.sh`) puts the site parameter file into the prefix
+/// (here a stand-in prefix): over PRRTE's stock file (kept as .orig), again when it is ours and
+/// unchanged, but never over a file the site edited (ours goes beside it).
+#[test]
+fn install_components_puts_the_site_params_into_the_prefix_keeping_edits() {
+    let dir = harness::TestDir::new("install-params").unwrap();
+    let prefix = dir.sub("prefix").unwrap();
+    std::fs::create_dir_all(prefix.join("bin")).unwrap();
+    std::fs::create_dir_all(prefix.join("etc")).unwrap();
+    std::fs::write(prefix.join("bin/prte"), "#!/bin/sh\n").unwrap();
+    let mut perm = std::fs::metadata(prefix.join("bin/prte"))
+        .unwrap()
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(prefix.join("bin/prte"), perm).unwrap();
+    let conf = prefix.join("etc/prte-mca-params.conf");
+    let stock = "# PRRTE's stock file\n\n#   mca_component_path = ...\n";
+    std::fs::write(&conf, stock).unwrap();
+    let ours = std::fs::read_to_string(repo().join("prrte-config/prte-mca-params.conf")).unwrap();
+    // the components as built for the tests (debug), not rebuilt
+    let target = harness::workspace_bin("prrte-k8s").unwrap();
+    let target = target.parent().unwrap().parent().unwrap().to_path_buf();
+    let install = || {
+        let o = std::process::Command::new("bash")
+            .arg(repo().join("prrte-config/install-components.sh"))
+            .args(["--debug", "--no-build"])
+            .env("PRRTE_K8S_PREFIX", &prefix)
+            .env("CARGO_TARGET_DIR", &target)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let said = install();
+    assert!(said.contains("installed the site parameter file"), "{said}");
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), ours);
+    assert!(ours.contains("odls_base_max_threads = 0"));
+    assert_eq!(
+        std::fs::read_to_string(prefix.join("etc/prte-mca-params.conf.orig")).unwrap(),
+        stock
+    );
+    assert!(prefix.join("lib/prte/prte_mca_ras_k8s.so").is_file());
+    assert!(install().contains("already current"));
+    // The site edits it: kept, ours beside it.
+    let edited = format!("{ours}ras_k8s_timeout = 20\n");
+    std::fs::write(&conf, &edited).unwrap();
+    let said = install();
+    assert!(
+        said.contains("kept") && said.contains(".prrte-k8s-new"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), edited);
+    assert_eq!(
+        std::fs::read_to_string(prefix.join("etc/prte-mca-params.conf.prrte-k8s-new")).unwrap(),
+        ours
+    );
+}
