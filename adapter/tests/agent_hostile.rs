@@ -636,8 +636,62 @@ async fn a_health_request_dripped_a_byte_at_a_time_costs_little() {
     }
     // A probe still gets its answer.
     let mut s = std::net::TcpStream::connect(health).unwrap();
-    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+}
+
+/// The challenge, sent to anyone who connects, does not say which version the agent is.
+#[tokio::test]
+async fn the_challenge_does_not_disclose_the_version() {
+    let td = TestDir::new();
+    let agent = AgentProc::spawn(&td, &[]);
+    let stream = TcpStream::connect(agent.addr).await.unwrap();
+    let mut conn = protocol::framed(stream, protocol::HANDSHAKE_MAX_FRAME);
+    let first = recv_frame(&mut conn, Some(WAIT)).await.unwrap();
+    let text = String::from_utf8_lossy(&first).into_owned();
+    assert!(text.contains("challenge"), "{text}");
+    assert!(!text.contains(env!("CARGO_PKG_VERSION")), "{text}");
+}
+
+/// Failed handshakes are logged once per interval with their count, not one WARN line each
+/// (a flood of wrong secrets would flood the log).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_handshakes_are_counted_not_logged_one_by_one() {
+    let td = TestDir::new();
+    let agent = AgentProc::spawn(&td, &[]);
+    let wrong = b"another-secret-of-enough-length-0123456789".to_vec();
+    let n = 40;
+    for _ in 0..n {
+        let r = RawClient::connect(agent.addr, Some(&wrong)).await;
+        assert!(r.is_err(), "a wrong secret was accepted");
+    }
+    let is_warn = |v: &serde_json::Value| {
+        v["level"] == "WARN"
+            && v["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("handshake") || m.contains("authentication"))
+    };
+    let warned = |agent: &AgentProc| {
+        agent
+            .logs()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| is_warn(v))
+            .count()
+    };
+    assert!(warned(&agent) <= 2, "{:#?}", agent.logs());
+    // The count comes within the interval (10 s).
+    let summary = agent.wait_log(Duration::from_secs(15), |v| {
+        is_warn(v) && v["failed"].as_u64().is_some()
+    });
+    let summary =
+        summary.unwrap_or_else(|| panic!("no count of failed handshakes: {:#?}", agent.logs()));
+    assert_eq!(
+        summary["failed"].as_u64().unwrap() + 1,
+        n,
+        "the first failure is logged itself, the others counted: {summary}"
+    );
 }
