@@ -50,11 +50,13 @@
 //! [`objects`], [`render`]); `layout` the ports, paths and names every pod shares, `meta` the
 //! objects' names and labels; `pod` the pod template every kind shares, `inject` the injected
 //! runtime's parts; one file per workload kind (`job`, `statefulset`, `jobset`); `rbac`,
-//! `secret`, `network_policy` the other objects, `admission` an elastic Job's admission
-//! policy; `header` the comment header; `mpijob` the MPIJob input; `restricted` the check.
-//! This file only names the parts and what they offer.
+//! `secret`, `network_policy` the other objects (`api_server` where the pods may reach the
+//! API), `admission` an elastic job's admission policy; `header` the comment header; `mpijob`
+//! the MPIJob input; `restricted` the check. This file only names the parts and what they
+//! offer.
 
 mod admission;
+pub mod api_server;
 #[cfg(test)]
 mod elastic_tests;
 mod error;
