@@ -268,3 +268,203 @@ fn an_elastic_jobs_own_token_may_only_raise_its_counts_within_max_pods() {
         .unwrap()
         .starts_with("ValidatingAdmission")));
 }
+
+/// A JSON object as a policy's CEL sees it (numbers as `int`).
+fn cel(v: &Value) -> cel_interpreter::Value {
+    use cel_interpreter::Value as C;
+    use std::sync::Arc;
+    match v {
+        Value::Null => C::Null,
+        Value::Bool(b) => C::Bool(*b),
+        Value::Number(n) => n
+            .as_i64()
+            .map(C::Int)
+            .unwrap_or_else(|| C::Float(n.as_f64().unwrap())),
+        Value::String(s) => C::String(Arc::new(s.clone())),
+        Value::Array(a) => C::List(Arc::new(a.iter().map(cel).collect())),
+        Value::Object(m) => C::from(
+            m.iter()
+                .map(|(k, v)| (k.clone(), cel(v)))
+                .collect::<std::collections::HashMap<String, C>>(),
+        ),
+    }
+}
+
+/// What the API server decides, under `policy`, on `user`'s update of `old` to `new` in
+/// namespace `ns`: admitted, or the messages of the validations that failed (an expression
+/// that does not evaluate fails, as with `failurePolicy: Fail`).
+fn admit(
+    policy: &Value,
+    old: &Value,
+    new: &Value,
+    user: &str,
+    ns: &str,
+) -> Result<(), Vec<String>> {
+    let mut ctx = cel_interpreter::Context::default();
+    ctx.add_variable_from_value("object", cel(new));
+    ctx.add_variable_from_value("oldObject", cel(old));
+    ctx.add_variable_from_value(
+        "request",
+        cel(&json!({"namespace": ns, "userInfo": {"username": user}})),
+    );
+    let holds = |e: &str| {
+        let program =
+            cel_interpreter::Program::compile(e).unwrap_or_else(|err| panic!("{e}: {err}"));
+        match program.execute(&ctx) {
+            Ok(cel_interpreter::Value::Bool(b)) => Ok(b),
+            other => Err(format!("{e}: {other:?}")),
+        }
+    };
+    let spec = &policy["spec"];
+    for m in spec["matchConditions"].as_array().unwrap() {
+        if !holds(m["expression"].as_str().unwrap()).unwrap() {
+            return Ok(());
+        }
+    }
+    let failed: Vec<String> = spec["validations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| match holds(v["expression"].as_str().unwrap()) {
+            Ok(true) => None,
+            Ok(false) => Some(v["message"].as_str().unwrap().to_string()),
+            Err(e) => Some(format!("error: {e}")),
+        })
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed)
+    }
+}
+
+/// `target` with the JSON merge patch `patch` applied (RFC 7386, as `kubectl patch --type
+/// merge` sends it).
+fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let t = target.as_object_mut().unwrap();
+    for (k, v) in p {
+        if v.is_null() {
+            t.remove(k);
+        } else {
+            merge(t.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
+}
+
+fn patched(v: &Value, patch: Value) -> Value {
+    let mut out = v.clone();
+    merge(&mut out, &patch);
+    out
+}
+
+#[test]
+fn the_rendered_policies_admit_a_growth_and_refuse_the_attacks() {
+    let objs = objects(&[
+        "--name",
+        "el",
+        "--pods",
+        "4",
+        "--elastic",
+        "--max-pods",
+        "8",
+        "-n",
+        "hpc",
+    ])
+    .unwrap();
+    let policy = of_kind(&objs, "ValidatingAdmissionPolicy");
+    let job = of_kind(&objs, "Job").clone();
+    let sa = of_kind(&objs, "ServiceAccount")["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let token = format!("system:serviceaccount:hpc:{sa}");
+    let by_token = |patch: Value| admit(policy, &job, &patched(&job, patch), &token, "hpc");
+    // What grow does.
+    assert_eq!(
+        by_token(json!({"spec": {"parallelism": 6, "completions": 6}})),
+        Ok(())
+    );
+    assert_eq!(
+        by_token(json!({"spec": {"parallelism": 8, "completions": 8}})),
+        Ok(())
+    );
+    // What a compromised rank would do with the token.
+    for (attack, refusal) in [
+        (
+            json!({"spec": {"parallelism": 9, "completions": 9}}),
+            "past its prrte-k8s.io/max-pods",
+        ),
+        (
+            json!({"metadata": {"annotations": {"prrte-k8s.io/max-pods": "1000"}}, "spec": {"parallelism": 9, "completions": 9}}),
+            "metadata.annotations",
+        ),
+        (json!({"spec": {"parallelism": 6}}), "equal"),
+        (
+            json!({"spec": {"parallelism": 2, "completions": 2}}),
+            "lower",
+        ),
+        (json!({"spec": {"suspend": true}}), "spec.suspend"),
+        (
+            json!({"spec": {"activeDeadlineSeconds": 1}}),
+            "spec.activeDeadlineSeconds",
+        ),
+        (
+            json!({"spec": {"template": {"spec": {"serviceAccountName": "default"}}}}),
+            "spec.template",
+        ),
+        (
+            json!({"metadata": {"labels": {"x": "y"}}}),
+            "metadata.labels",
+        ),
+        (
+            json!({"metadata": {"finalizers": ["x"]}}),
+            "metadata.finalizers",
+        ),
+    ] {
+        let e = by_token(attack.clone()).expect_err(&format!("admitted: {attack}"));
+        assert!(e.iter().any(|m| m.contains(refusal)), "{attack}: {e:?}");
+        assert!(!e.iter().any(|m| m.starts_with("error")), "{attack}: {e:?}");
+    }
+    // Anyone else is not narrowed by it.
+    let admin = patched(&job, json!({"spec": {"suspend": true, "parallelism": 20}}));
+    assert_eq!(
+        admit(policy, &job, &admin, "kubernetes-admin", "hpc"),
+        Ok(())
+    );
+
+    // A StatefulSet's Scale: up to the rendered max-pods, never down.
+    let objs = objects(&[
+        "--name",
+        "s",
+        "--kind",
+        "statefulset",
+        "--pods",
+        "2",
+        "--elastic",
+        "--max-pods",
+        "3",
+    ])
+    .unwrap();
+    let policy = of_kind(&objs, "ValidatingAdmissionPolicy");
+    let sa = of_kind(&objs, "ServiceAccount")["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let token = format!("system:serviceaccount:default:{sa}");
+    let scale = |n: i64| json!({"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": {"name": "s"}, "spec": {"replicas": n}});
+    let by_token = |to: i64| admit(policy, &scale(2), &scale(to), &token, "default");
+    assert_eq!(by_token(3), Ok(()));
+    assert!(by_token(4).unwrap_err()[0].contains("past its prrte-k8s.io/max-pods (3)"));
+    assert!(by_token(1).unwrap_err()[0].contains("lower"));
+    assert_eq!(
+        admit(policy, &scale(2), &scale(10), "kubernetes-admin", "default"),
+        Ok(())
+    );
+}
