@@ -256,6 +256,18 @@ fn an_elastic_jobs_own_token_may_only_raise_its_counts_within_max_pods() {
             "spec.{key} is not guarded: {guarded:?}"
         );
     }
+    // The header says what the policy is for and what it needs.
+    let a = T::try_parse_from(["manifest", "--name", "el", "--elastic", "--max-pods", "8"])
+        .unwrap()
+        .a;
+    let text =
+        render::render(&a.plan().unwrap(), "--name el --elastic --max-pods 8", None).unwrap();
+    assert!(
+        text.lines().any(|l| l
+            .starts_with("# elastic up to 8 pods: the ValidatingAdmissionPolicy")
+            && l.contains("Kubernetes 1.30+")),
+        "{text}"
+    );
     // Without a namespace the binding matches the Job by name alone.
     let objs = objects(&["--name", "el", "--elastic", "--max-pods", "8"]).unwrap();
     let binding = of_kind(&objs, "ValidatingAdmissionPolicyBinding");
