@@ -19,6 +19,10 @@ fn fd_count(pid: i32) -> usize {
         .unwrap_or(0)
 }
 
+/// Held by the tests that flood the agent: each floods alone, so that the others' timing bounds
+/// (a launch or a probe within 1 s) are not measured under two floods at once.
+static FLOODING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Raises this test process's own open-file limit (the flood needs 1,000+ descriptors here).
 fn raise_own_nofile() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
@@ -54,6 +58,7 @@ async fn handshake_answer(conn: &mut protocol::FramedConn<TcpStream>) -> Result<
 /// succeeds within 1 s, and once the flood ends the agent's descriptors return to the baseline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_flood_does_not_lock_out_the_launcher() {
+    let _alone = FLOODING.lock().await;
     raise_own_nofile();
     let td = TestDir::new();
     let args = AgentProc::test_args(&td, &[]);
@@ -129,6 +134,7 @@ async fn a_connection_flood_does_not_lock_out_the_launcher() {
 /// probe from being answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_on_the_health_port_does_not_block_probes() {
+    let _alone = FLOODING.lock().await;
     raise_own_nofile();
     let td = TestDir::new();
     let args = AgentProc::test_args(&td, &[]);
@@ -778,6 +784,7 @@ async fn rsh_tries_again_a_connection_dropped_before_authenticating_a_bounded_nu
 /// pending connection went, whatever its source, and nothing tried again: every run failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_from_many_addresses_fails_no_launch_and_no_rsh_run() {
+    let _alone = FLOODING.lock().await;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
     use std::sync::Arc;
     raise_own_nofile();
