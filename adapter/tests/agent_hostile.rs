@@ -781,7 +781,7 @@ async fn rsh_tries_again_a_connection_dropped_before_authenticating_a_bounded_nu
 /// agent): the agent drops the pending connections of the sources holding the most, and among
 /// those holding as many of those that opened the most (the flood's), and a client whose
 /// connection was dropped before authenticating tries again (saying so). Before, the oldest
-/// pending connection went, whatever its source, and nothing tried again: every run failed.
+/// pending connection went, whatever its source, and nothing tried again: the runs failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_from_many_addresses_fails_no_launch_and_no_rsh_run() {
     let _alone = FLOODING.lock().await;
