@@ -88,7 +88,7 @@ pub fn check_name(rt: &ResourceType, name: &str) -> Result<(), String> {
     }
 }
 
-fn set_default(obj: &mut Value, ptr: &str, v: Value) {
+pub(super) fn set_default(obj: &mut Value, ptr: &str, v: Value) {
     if obj.pointer(ptr).is_none() {
         let (parent, key) = ptr.rsplit_once('/').expect("pointer has a parent");
         ensure_object(obj, parent);
@@ -180,7 +180,7 @@ fn qos_class(spec: &Value) -> &'static str {
     }
 }
 
-fn template_defaults(obj: &mut Value) {
+pub(super) fn template_defaults(obj: &mut Value) {
     if let Some(spec) = obj.pointer_mut("/spec/template/spec") {
         pod_spec_defaults(spec);
     }
@@ -194,6 +194,7 @@ pub fn apply(rt: &ResourceType, obj: &mut Value, creating: bool) {
         ("", "secrets") => secret_defaults(obj),
         ("batch", "jobs") => job_defaults(obj, creating),
         ("apps", "statefulsets") => statefulset_defaults(obj, creating),
+        ("apps", "deployments" | "replicasets") => super::replicas::defaults(rt, obj),
         _ => {}
     }
 }
@@ -421,7 +422,9 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
                 check_job_update(obj, old, &mut causes);
             }
         }
-        ("apps", "statefulsets") => check_statefulset(obj, &mut causes),
+        ("apps", "statefulsets" | "deployments" | "replicasets") => {
+            check_statefulset(obj, &mut causes)
+        }
         ("rbac.authorization.k8s.io", "rolebindings")
         | ("rbac.authorization.k8s.io", "clusterrolebindings") => {
             check_binding(rt, obj, old, &mut causes)

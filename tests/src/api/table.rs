@@ -171,6 +171,9 @@ pub fn pod_status_reason(pod: &Value) -> String {
 }
 
 fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
+    if let Some(info) = rt.crd {
+        return super::crd::cells(&info.columns(), obj, now);
+    }
     let name = json!(obj
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -412,10 +415,13 @@ pub fn table(
     list_meta: Value,
 ) -> Value {
     let now = super::defaults::now_secs();
-    let defs: Vec<Value> = columns(rt)
-        .iter()
-        .map(|c| json!({"name": c.name, "type": c.ty, "format": c.format, "description": c.description, "priority": c.priority}))
-        .collect();
+    let defs: Vec<Value> = match rt.crd {
+        Some(info) => super::crd::column_definitions(&info.columns()),
+        None => columns(rt)
+            .iter()
+            .map(|c| json!({"name": c.name, "type": c.ty, "format": c.format, "description": c.description, "priority": c.priority}))
+            .collect(),
+    };
     json!({
         "kind": "Table",
         "apiVersion": table_version,

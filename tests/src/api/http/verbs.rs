@@ -3,7 +3,9 @@
 
 use super::eviction::evict;
 use super::logs::pod_log;
-use super::request::{delete_options_from, dry_run, list_query, parse_body, read_body, Shape};
+use super::request::{
+    delete_options_from, dry_run, field_selector, list_query, parse_body, read_body, Shape,
+};
 use super::response::{bytes_response, json_response, Body};
 use super::reviews::review;
 use super::scale::{scale_of, write_scale, ScaleChange};
@@ -12,7 +14,6 @@ use super::tokens::token_request;
 use super::watch::start_watch;
 use crate::api::auth::Identity;
 use crate::api::resources::ResourceType;
-use crate::api::selector::FieldSelector;
 use crate::api::status::ApiError;
 use crate::api::store::{DeleteOptions, ListResult, Part, Patch};
 use crate::api::table::{self, IncludeObject};
@@ -111,7 +112,7 @@ impl Call<'_> {
                 Some(f) => format!("{f},metadata.name={n}"),
                 None => format!("metadata.name={n}"),
             };
-            q.fields = FieldSelector::parse(self.rt, &fs).map_err(ApiError::bad_request)?;
+            q.fields = field_selector(self.rt, &fs).map_err(ApiError::bad_request)?;
         }
         start_watch(self.st, self.rt, self.ns, q, &self.query, self.shape)
     }

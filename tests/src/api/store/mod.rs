@@ -8,7 +8,10 @@
 mod create;
 mod delete;
 mod event;
+#[cfg(test)]
+mod gc_tests;
 mod graceful;
+mod kinds;
 mod object;
 mod params;
 mod read;
