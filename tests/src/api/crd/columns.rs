@@ -61,7 +61,7 @@ pub fn column_definitions(cols: &[Column]) -> Vec<Value> {
         .collect()
 }
 
-/// One row's cells: a missing value is null (kubectl prints `<none>`), a date an age.
+/// One row's cells: a missing value is null (an empty cell), a date an age.
 pub fn cells(cols: &[Column], obj: &Value, now: i64) -> Vec<Value> {
     cols.iter()
         .map(|c| {

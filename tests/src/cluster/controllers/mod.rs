@@ -15,6 +15,8 @@ use tokio::sync::broadcast::error::RecvError;
 
 mod conditions;
 mod deployment;
+#[cfg(test)]
+mod deployment_tests;
 mod indexes;
 mod job;
 mod job_policy;
