@@ -329,6 +329,138 @@ async fn events_and_leases_with_kube_rs() {
     );
 }
 
+/// Server-side apply's field ownership: a second manager applying a different holder to a
+/// Lease gets 409 (forced, it takes the field); and kube-lease-manager's leader election
+/// among three candidates: one leader at a time, another once it steps down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_election_through_a_lease() {
+    let server = ApiServer::start(ApiOptions::default()).await.unwrap();
+    let c = admin(&server).await;
+    let ns = unique("lease");
+    make_ns(&c, &ns).await;
+    let leases: Api<Lease> = Api::namespaced(c.clone(), &ns);
+    let apply = |who: &str| json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "ssa"}, "spec": {"holderIdentity": who}});
+    leases
+        .patch("ssa", &PatchParams::apply("a"), &Patch::Apply(apply("a")))
+        .await
+        .unwrap();
+    let e = leases
+        .patch("ssa", &PatchParams::apply("b"), &Patch::Apply(apply("b")))
+        .await
+        .unwrap_err();
+    match e {
+        kube::Error::Api(s) => assert!(
+            s.code == 409
+                && s.message
+                    .contains("conflict with \"a\": .spec.holderIdentity"),
+            "{s:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let l = leases
+        .patch(
+            "ssa",
+            &PatchParams::apply("b").force(),
+            &Patch::Apply(apply("b")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(l.spec.unwrap().holder_identity.as_deref(), Some("b"));
+    let fields = l.metadata.managed_fields.unwrap_or_default();
+    assert_eq!(
+        fields
+            .iter()
+            .map(|f| f.manager.clone().unwrap_or_default())
+            .collect::<Vec<_>>(),
+        ["b"]
+    );
+
+    let mut candidates = Vec::new();
+    for id in ["a", "b", "c"] {
+        let m = kube_lease_manager::LeaseManagerBuilder::new(c.clone(), "leader")
+            .with_namespace(&ns)
+            .with_identity(id)
+            .with_duration(4)
+            .with_grace(1)
+            .build()
+            .await
+            .unwrap();
+        let (rx, task) = m.watch().await;
+        candidates.push((id, rx, task));
+    }
+    type Candidate = (
+        &'static str,
+        tokio::sync::watch::Receiver<bool>,
+        tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>,
+    );
+    let leaders = |cs: &Vec<Candidate>| -> Vec<String> {
+        cs.iter()
+            .filter(|(_, rx, _)| *rx.borrow())
+            .map(|(id, _, _)| id.to_string())
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let first = loop {
+        let l = leaders(&candidates);
+        assert!(l.len() <= 1, "two leaders at once: {l:?}");
+        if l.len() == 1 {
+            break l[0].clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no leader within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for _ in 0..40 {
+        assert_eq!(
+            leaders(&candidates),
+            [first.clone()],
+            "one leader, and it stays"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        leases
+            .get("leader")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .holder_identity,
+        Some(first.clone())
+    );
+    // The leader steps down (its receiver dropped: it releases the Lease); another takes over.
+    let i = candidates
+        .iter()
+        .position(|(id, _, _)| *id == first)
+        .unwrap();
+    let (_, rx, task) = candidates.remove(i);
+    drop(rx);
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("the leader releases")
+        .unwrap()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let l = leaders(&candidates);
+        assert!(l.len() <= 1, "two leaders at once: {l:?}");
+        if l.len() == 1 {
+            assert_ne!(l[0], first);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no new leader within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (_, _, task) in candidates {
+        task.abort();
+    }
+}
+
 async fn kubectl(
     server: &ApiServer,
     cache: &Path,

@@ -15,7 +15,7 @@ use super::watch::start_watch;
 use crate::api::auth::Identity;
 use crate::api::resources::ResourceType;
 use crate::api::status::ApiError;
-use crate::api::store::{DeleteOptions, ListResult, Part, Patch};
+use crate::api::store::{DeleteOptions, FieldOwner, ListResult, Part, Patch};
 use crate::api::table::{self, IncludeObject};
 use http::{header, Response};
 use hyper::body::Incoming;
@@ -186,15 +186,37 @@ impl Call<'_> {
         if self.sub == "scale" {
             return self.scale(ScaleChange::Patch(patch));
         }
-        let obj = self.st.store.patch(
+        let obj = self.st.store.patch_as(
             self.rt,
             &self.ns_str(),
             self.name_str(),
             patch,
             self.part(),
             dry_run(&self.query),
+            Some(&self.field_owner()),
         )?;
         Ok(json_response(200, &obj))
+    }
+
+    /// Who writes: the `fieldManager` parameter, else the client's name from its User-Agent
+    /// (as the API server names managers); `force` for an apply.
+    fn field_owner(&self) -> FieldOwner {
+        let agent = self
+            .parts
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| s.split('/').next())
+            .filter(|s| !s.is_empty())
+            .unwrap_or("unknown");
+        FieldOwner {
+            manager: self
+                .query
+                .get("fieldManager")
+                .cloned()
+                .unwrap_or_else(|| agent.to_string()),
+            force: self.query.get("force").is_some_and(|f| f == "true"),
+        }
     }
 
     /// A write of the scale subresource.

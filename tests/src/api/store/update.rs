@@ -1,6 +1,7 @@
 //! Updates: replace (PUT), patches (merge, JSON, apply), and atomic in-process changes.
 
 use super::event::EventType;
+use super::managed::FieldOwner;
 use super::object::{check_type, meta_str, normalize, without_rv, Obj};
 use super::params::{Part, Patch};
 use super::state::{Inner, Store};
@@ -100,6 +101,22 @@ impl Store {
         part: Part,
         dry_run: bool,
     ) -> Result<Obj, ApiError> {
+        self.patch_as(rt, ns, name, patch, part, dry_run, None)
+    }
+
+    /// [`Store::patch`] by `owner`, whose fields are recorded in `metadata.managedFields`: an
+    /// apply that changes a field another manager owns fails with 409 Conflict unless forced.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch_as(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        patch: Patch,
+        part: Part,
+        dry_run: bool,
+        owner: Option<&FieldOwner>,
+    ) -> Result<Obj, ApiError> {
         let stored = rt.view.map_or(rt, |v| v.storage);
         let mut g = self.lock();
         let key = (ns.to_string(), name.to_string());
@@ -109,6 +126,10 @@ impl Store {
                 let mut body = body.clone();
                 ensure_object(&mut body, "/metadata");
                 body["metadata"]["name"] = json!(name);
+                if let Some(o) = owner {
+                    let applied = body.clone();
+                    super::managed::record(None, &mut body, Some(&applied), o)?;
+                }
                 let body = super::kinds::to_storage(rt, body)?;
                 let created = self.create_locked(&mut g, stored, ns, body, dry_run)?;
                 return Ok(super::kinds::shown(rt, created));
@@ -118,6 +139,10 @@ impl Store {
         // Patched as the client sees it (a view's conversion of the stored object).
         let current = super::kinds::shown(rt, current);
         let mut doc = (*current).clone();
+        let applied = match &patch {
+            Patch::Apply(p) => Some(p.clone()),
+            _ => None,
+        };
         match patch {
             Patch::Merge(p) | Patch::Apply(p) => {
                 if !p.is_object() {
@@ -141,6 +166,9 @@ impl Store {
         // A resourceVersion in the patch is a precondition.
         let rv_in_patch =
             meta_str(&doc, "resourceVersion") != meta_str(&current, "resourceVersion");
+        if let (Some(o), Part::Main) = (owner, part) {
+            super::managed::record(Some(&current), &mut doc, applied.as_ref(), o)?;
+        }
         let doc = super::kinds::to_storage(rt, doc)?;
         let patched =
             self.update_locked(&mut g, stored, ns, name, doc, part, rv_in_patch, dry_run)?;
