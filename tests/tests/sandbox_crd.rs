@@ -415,7 +415,7 @@ async fn leader_election_through_a_lease() {
     for _ in 0..40 {
         assert_eq!(
             leaders(&candidates),
-            [first.clone()],
+            std::slice::from_ref(&first),
             "one leader, and it stays"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;

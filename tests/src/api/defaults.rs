@@ -88,7 +88,7 @@ pub fn check_name(rt: &ResourceType, name: &str) -> Result<(), String> {
     }
 }
 
-pub(super) fn set_default(obj: &mut Value, ptr: &str, v: Value) {
+fn set_default(obj: &mut Value, ptr: &str, v: Value) {
     if obj.pointer(ptr).is_none() {
         let (parent, key) = ptr.rsplit_once('/').expect("pointer has a parent");
         ensure_object(obj, parent);
@@ -180,7 +180,7 @@ fn qos_class(spec: &Value) -> &'static str {
     }
 }
 
-pub(super) fn template_defaults(obj: &mut Value) {
+fn template_defaults(obj: &mut Value) {
     if let Some(spec) = obj.pointer_mut("/spec/template/spec") {
         pod_spec_defaults(spec);
     }
@@ -194,7 +194,12 @@ pub fn apply(rt: &ResourceType, obj: &mut Value, creating: bool) {
         ("", "secrets") => secret_defaults(obj),
         ("batch", "jobs") => job_defaults(obj, creating),
         ("apps", "statefulsets") => statefulset_defaults(obj, creating),
-        ("apps", "deployments" | "replicasets") => super::replicas::defaults(rt, obj),
+        ("apps", "deployments" | "replicasets") => {
+            for (ptr, v) in super::replicas::defaults(rt.plural) {
+                set_default(obj, ptr, v);
+            }
+            template_defaults(obj);
+        }
         _ => {}
     }
 }

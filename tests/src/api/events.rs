@@ -5,16 +5,7 @@
 //! event recorded through either API shows in both, so `kubectl describe` lists the events a
 //! controller records with kube-runtime's `Recorder`.
 
-use super::resources::{View, EVENTS};
 use serde_json::{json, Map, Value};
-
-/// The view [`super::resources::EVENTS_V1`] is.
-pub static VIEW: View = View {
-    storage: &EVENTS,
-    to_storage,
-    from_storage,
-    fields,
-};
 
 /// (events.k8s.io/v1 field, core/v1 field) of the fields named differently.
 const RENAMED: &[(&str, &str)] = &[
@@ -56,7 +47,7 @@ fn same_pairs() -> Vec<(&'static str, &'static str)> {
 /// An events.k8s.io/v1 Event as a core/v1 one; what the API server requires of a new one
 /// (eventTime, reportingController, reportingInstance, action, reason, a type of Normal or
 /// Warning) is checked.
-fn to_storage(v: Value) -> Result<Value, Vec<(String, String)>> {
+pub fn to_storage(v: Value) -> Result<Value, Vec<(String, String)>> {
     let m = v.as_object().cloned().unwrap_or_default();
     let mut causes = Vec::new();
     for f in [
@@ -92,7 +83,7 @@ fn to_storage(v: Value) -> Result<Value, Vec<(String, String)>> {
 
 /// A core/v1 Event as events.k8s.io/v1 shows it; one recorded without `eventTime` (through
 /// the core API) shows its first timestamp there.
-fn from_storage(v: Value) -> Value {
+pub fn from_storage(v: Value) -> Value {
     let m = v.as_object().cloned().unwrap_or_default();
     let back: Vec<(&str, &str)> = RENAMED.iter().map(|(a, b)| (*b, *a)).collect();
     let mut out = copy(&m, &same_pairs());
@@ -122,7 +113,7 @@ fn from_storage(v: Value) -> Value {
 }
 
 /// A field selector on events.k8s.io/v1 Events as one on core/v1 Events.
-fn fields(sel: &str) -> String {
+pub fn fields(sel: &str) -> String {
     sel.split(',')
         .map(|term| {
             let mut t = term.trim().to_string();

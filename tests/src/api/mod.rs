@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod crd;
+pub mod custom;
 pub mod defaults;
 pub mod events;
 pub mod faults;

@@ -1,19 +1,20 @@
-//! The defaults of Deployments and ReplicaSets (`apps/v1`), as the API server fills them.
+//! The defaults of Deployments and ReplicaSets (`apps/v1`), as the API server fills them
+//! (their pod templates get a pod's, see [`super::defaults`]).
 
-use super::defaults::{set_default, template_defaults};
-use super::resources::ResourceType;
 use serde_json::{json, Value};
 
-pub(super) fn defaults(rt: &ResourceType, obj: &mut Value) {
-    set_default(obj, "/spec/replicas", json!(1));
-    if rt.plural == "deployments" {
-        set_default(
-            obj,
-            "/spec/strategy",
-            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
-        );
-        set_default(obj, "/spec/revisionHistoryLimit", json!(10));
-        set_default(obj, "/spec/progressDeadlineSeconds", json!(600));
+/// (JSON pointer, value) of each default of `plural` ("deployments" or "replicasets").
+pub(super) fn defaults(plural: &str) -> Vec<(&'static str, Value)> {
+    let mut out = vec![("/spec/replicas", json!(1))];
+    if plural == "deployments" {
+        out.extend([
+            (
+                "/spec/strategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
+            ),
+            ("/spec/revisionHistoryLimit", json!(10)),
+            ("/spec/progressDeadlineSeconds", json!(600)),
+        ]);
     }
-    template_defaults(obj);
+    out
 }

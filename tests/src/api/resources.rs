@@ -27,17 +27,20 @@ pub struct ResourceType {
     /// drops unknown fields, as a real server's decoding does.
     pub normalize: fn(Value) -> Result<Value, String>,
     /// For a custom resource: what its CustomResourceDefinition says (see [`crate::api::crd`]).
-    pub crd: Option<&'static crate::api::crd::CrdInfo>,
+    pub crd: Option<&'static crate::api::custom::CrdInfo>,
     /// For a resource served as another's stored objects, converted: how.
     pub view: Option<&'static View>,
 }
+
+/// Why an object is invalid: (field, message) pairs.
+pub type Causes = Vec<(String, String)>;
 
 /// A resource whose objects are another resource's, converted on the way in and out, as
 /// `events.k8s.io/v1` Events are `core/v1` Events in one store.
 pub struct View {
     pub storage: &'static ResourceType,
     /// Invalid: the causes (field, message).
-    pub to_storage: fn(Value) -> Result<Value, Vec<(String, String)>>,
+    pub to_storage: fn(Value) -> Result<Value, Causes>,
     pub from_storage: fn(Value) -> Value,
     /// A field selector of the view as one of the storage.
     pub fields: fn(&str) -> String,
@@ -489,7 +492,15 @@ pub static EVENTS_V1: ResourceType = ResourceType {
     stored: true,
     normalize: norm::<k8s_openapi::api::events::v1::Event>,
     crd: None,
-    view: Some(&crate::api::events::VIEW),
+    view: Some(&EVENTS_VIEW),
+};
+
+/// How [`EVENTS_V1`] shows the core/v1 Events.
+static EVENTS_VIEW: View = View {
+    storage: &EVENTS,
+    to_storage: crate::api::events::to_storage,
+    from_storage: crate::api::events::from_storage,
+    fields: crate::api::events::fields,
 };
 
 /// Every served resource, in discovery order.

@@ -187,7 +187,7 @@ pub fn pod_status_reason(pod: &Value) -> String {
 
 fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
     if let Some(info) = rt.crd {
-        return super::crd::cells(&info.columns(), obj, now);
+        return super::crd::cells(&info.columns(), obj, now, human_age);
     }
     let name = json!(obj
         .pointer("/metadata/name")

@@ -2,19 +2,8 @@
 //! (or Age when it has none), each cell from its JSONPath (the subset kubectl's printer
 //! columns use: `.a.b`, `['a.b']`, `[N]`, `[N:M]`, `[*]`, `[?(@.f=="v")]`).
 
-use crate::api::table::human_age;
+use crate::api::custom::Column;
 use serde_json::{json, Value};
-
-/// One printer column.
-#[derive(Clone, Debug)]
-pub struct Column {
-    pub name: String,
-    pub ty: String,
-    pub format: String,
-    pub description: String,
-    pub priority: i64,
-    pub json_path: String,
-}
 
 /// The columns of a CRD version.
 pub(super) fn from_version(version: &Value) -> Vec<Column> {
@@ -61,8 +50,9 @@ pub fn column_definitions(cols: &[Column]) -> Vec<Value> {
         .collect()
 }
 
-/// One row's cells: a missing value is null (an empty cell), a date an age.
-pub fn cells(cols: &[Column], obj: &Value, now: i64) -> Vec<Value> {
+/// One row's cells: a missing value is null (an empty cell), a date an age (`age` of the
+/// seconds since).
+pub fn cells(cols: &[Column], obj: &Value, now: i64, age: fn(i64) -> String) -> Vec<Value> {
     cols.iter()
         .map(|c| {
             let found = eval(&c.json_path, obj);
@@ -83,7 +73,7 @@ pub fn cells(cols: &[Column], obj: &Value, now: i64) -> Vec<Value> {
                     .as_str()
                     .and_then(|s| s.parse::<k8s_openapi::jiff::Timestamp>().ok());
                 return match t {
-                    Some(t) => json!(human_age(now - t.as_second())),
+                    Some(t) => json!(age(now - t.as_second())),
                     None => Value::Null,
                 };
             }
@@ -215,7 +205,9 @@ fn filter(f: &str, item: &Value) -> bool {
     let want = unquote(rhs);
     let equal = found.iter().any(|v| match v {
         Value::String(s) => s == want,
-        other => other.to_string() == want,
+        Value::Number(n) => n.to_string() == want,
+        Value::Bool(b) => b.to_string() == want,
+        _ => false,
     });
     if op == "==" {
         equal

@@ -13,40 +13,13 @@
 mod columns;
 mod schema;
 
-pub use columns::{cells, column_definitions, Column};
+pub use columns::{cells, column_definitions};
 
+use super::custom::CrdInfo;
 use super::defaults::now_rfc3339;
 use super::resources::{self, ResourceType, CUSTOMRESOURCEDEFINITIONS};
 use super::status::ApiError;
 use serde_json::{json, Value};
-use std::sync::{Arc, RwLock};
-
-/// What a custom resource's CRD says beyond its names.
-pub struct CrdInfo {
-    /// Where the store keeps the objects: "PLURAL.GROUP".
-    pub key: &'static str,
-    /// The CRD's name.
-    pub crd_name: String,
-    /// The version's `openAPIV3Schema`.
-    schema: RwLock<Arc<Value>>,
-    /// The version's `additionalPrinterColumns`.
-    columns: RwLock<Arc<Vec<Column>>>,
-}
-
-impl CrdInfo {
-    pub fn schema(&self) -> Arc<Value> {
-        self.schema
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-    pub fn columns(&self) -> Arc<Vec<Column>> {
-        self.columns
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-}
 
 const RW: &[&str] = &[
     "create",
@@ -275,8 +248,8 @@ pub fn register(custom: &mut Vec<&'static ResourceType>, crd: &Value, removed: b
     {
         return;
     }
-    let schema = Arc::new(version["schema"]["openAPIV3Schema"].clone());
-    let cols = Arc::new(columns::from_version(version));
+    let schema = version["schema"]["openAPIV3Schema"].clone();
+    let cols = columns::from_version(version);
     let leak_all = |v: &Value| -> &'static [&'static str] {
         Box::leak(
             strings(v)
@@ -314,19 +287,15 @@ pub fn register(custom: &mut Vec<&'static ResourceType>, crd: &Value, removed: b
     };
     if let Some(existing) = custom.iter().find(|r| mine(r)) {
         if identity(existing) == identity(&wanted) {
-            let info = existing.crd.expect("a custom resource has its CRD");
-            *info.schema.write().unwrap_or_else(|p| p.into_inner()) = schema;
-            *info.columns.write().unwrap_or_else(|p| p.into_inner()) = cols;
-            return;
+            if let Some(info) = existing.crd {
+                info.replace(schema, cols);
+                return;
+            }
         }
     }
     custom.retain(|r| !mine(r));
-    let info: &'static CrdInfo = Box::leak(Box::new(CrdInfo {
-        key: leak(&format!("{plural}.{group}")),
-        crd_name: name.to_string(),
-        schema: RwLock::new(schema),
-        columns: RwLock::new(cols),
-    }));
+    let key = leak(&format!("{plural}.{group}"));
+    let info: &'static CrdInfo = Box::leak(Box::new(CrdInfo::new(key, name, schema, cols)));
     custom.push(Box::leak(Box::new(ResourceType {
         crd: Some(info),
         ..wanted

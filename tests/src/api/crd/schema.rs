@@ -110,10 +110,11 @@ fn object(
     let embedded = root || s["x-kubernetes-embedded-resource"] == true;
     let keys: Vec<String> = m.keys().cloned().collect();
     for k in keys {
-        if embedded && ["apiVersion", "kind", "metadata"].contains(&k.as_str()) {
-            if root || props.is_none_or(|p| !p.contains_key(&k)) {
-                continue;
-            }
+        if embedded
+            && ["apiVersion", "kind", "metadata"].contains(&k.as_str())
+            && (root || props.is_none_or(|p| !p.contains_key(&k)))
+        {
+            continue;
         }
         let child = props
             .and_then(|p| p.get(&k))
