@@ -2,7 +2,7 @@
 //! k8s-openapi type each stored object is checked against.
 
 use k8s_openapi::api::{
-    apps, authentication, authorization, batch, coordination, core, networking, rbac,
+    apps, authentication, authorization, batch, coordination, core, discovery, networking, rbac,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use serde::{de::DeserializeOwned, Serialize};
@@ -322,6 +322,20 @@ pub static NETWORKPOLICIES: ResourceType = rt!(
     true,
     networking::v1::NetworkPolicy
 );
+pub static ENDPOINTSLICES: ResourceType = rt!(
+    "discovery.k8s.io",
+    "v1",
+    "endpointslices",
+    "endpointslice",
+    "EndpointSlice",
+    true,
+    &[],
+    &[],
+    RW,
+    &[],
+    true,
+    discovery::v1::EndpointSlice
+);
 pub static ROLES: ResourceType = rt!(
     "rbac.authorization.k8s.io",
     "v1",
@@ -519,6 +533,7 @@ pub static ALL: &[&ResourceType] = &[
     &REPLICASETS,
     &JOBSETS,
     &NETWORKPOLICIES,
+    &ENDPOINTSLICES,
     &ROLES,
     &ROLEBINDINGS,
     &CLUSTERROLES,
