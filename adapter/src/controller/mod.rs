@@ -21,6 +21,8 @@ pub mod desired;
 mod desired_tests;
 pub mod metrics;
 pub mod reconcile;
+#[cfg(test)]
+mod reconcile_tests;
 pub mod run;
 pub mod status;
 #[cfg(test)]

@@ -302,12 +302,7 @@ pub fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outcome {
                 .filter(|m| !m.is_empty())
                 .map(String::from)
                 .unwrap_or_else(|| format!("MPIJob {job_id} has failed"));
-            let gone: Vec<&str> = o
-                .pods
-                .iter()
-                .filter(|p| evicted(p))
-                .map(pod_name)
-                .collect();
+            let gone: Vec<&str> = o.pods.iter().filter(|p| evicted(p)).map(pod_name).collect();
             if !gone.is_empty() && !msg.contains(gone[0]) {
                 msg = format!("{msg} (evicted: {})", gone.join(", "));
             }
