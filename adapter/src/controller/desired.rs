@@ -4,6 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::manifest::api_server::ApiServer;
 use crate::manifest::mpijob::{from_mpijob, MpiJobError, Note, Overrides, CONTROLLER_NAME};
 use crate::manifest::objects;
 
@@ -14,8 +15,9 @@ pub struct Settings {
     pub inject_image: String,
     /// `--image-pull-policy` of every container.
     pub pull_policy: Option<String>,
-    /// `--api-server-cidr`: where the pods may reach the Kubernetes API.
-    pub api_server: Vec<ipnet::IpNet>,
+    /// `--api-server-cidr`, `--api-server-port` or `--api-server-from-cluster`: where the pods
+    /// may reach the Kubernetes API.
+    pub api_server: ApiServer,
     /// `--manage-all`: also the MPIJobs that name no `managedBy`.
     pub manage_all: bool,
 }

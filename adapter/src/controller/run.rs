@@ -20,6 +20,7 @@ use super::crd::MpiJobResource;
 use super::desired::Settings;
 use super::metrics::{serve, Metrics};
 use super::reconcile::{error_policy, reconcile, Context};
+use crate::manifest::api_server::{self, ApiServer};
 use crate::manifest::{INJECT_IMAGE, JOB_LABEL};
 
 /// The controller's name: its events' reporting controller and its Lease's default name.
@@ -39,9 +40,16 @@ pub struct ControllerArgs {
     #[arg(long, value_parser = ["Always", "IfNotPresent", "Never"])]
     pub image_pull_policy: Option<String>,
     /// Where the jobs' pods may reach the Kubernetes API (their NetworkPolicy's egress);
-    /// repeatable. Default: any address but link-local ones, on the API server's usual ports.
+    /// repeatable. Default: any address but link-local ones.
     #[arg(long, value_name = "CIDR")]
     pub api_server_cidr: Vec<ipnet::IpNet>,
+    /// The API server's ports in that egress; repeatable. Default: 443 and 6443.
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub api_server_port: Vec<u16>,
+    /// Ask the cluster at start for the API server's addresses and ports (the endpoints of
+    /// Service `kubernetes` in `default`; needs list on endpointslices there).
+    #[arg(long, conflicts_with_all = ["api_server_cidr", "api_server_port"])]
+    pub api_server_from_cluster: bool,
     /// Where to serve GET /metrics.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_address: SocketAddr,
@@ -71,6 +79,10 @@ pub enum ControllerError {
     Metrics(SocketAddr, #[source] std::io::Error),
     #[error("the Lease {0}: {1} (the controller's Role must allow get, create and patch on leases.coordination.k8s.io in that namespace)")]
     Lease(String, String),
+    #[error(
+        "--api-server-from-cluster: {0} (give --api-server-cidr and --api-server-port instead)"
+    )]
+    ApiServer(String),
     #[error("lost the Lease {0}: another replica leads now; exiting so that this one restarts as a follower")]
     LostLease(String),
 }
@@ -95,6 +107,16 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
     let client = Client::try_default()
         .await
         .map_err(ControllerError::Client)?;
+    let api_server = if args.api_server_from_cluster {
+        api_server::lookup(std::time::Duration::from_secs(30))
+            .await
+            .map_err(ControllerError::ApiServer)?
+    } else {
+        ApiServer {
+            cidrs: args.api_server_cidr.clone(),
+            ports: args.api_server_port.clone(),
+        }
+    };
     let metrics = Arc::new(Metrics::new());
     let listener = tokio::net::TcpListener::bind(args.metrics_address)
         .await
@@ -148,7 +170,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
         settings: Settings {
             inject_image: args.inject_image.clone(),
             pull_policy: args.image_pull_policy.clone(),
-            api_server: args.api_server_cidr.clone(),
+            api_server,
             manage_all: args.manage_all,
         },
         recorder: Recorder::new(
