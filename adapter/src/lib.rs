@@ -20,6 +20,8 @@
 //!   [`discovery`], [`grow`], [`hostfile`], [`manifest`], [`launch::ping_agent`], [`protocol`] (the secret file, the DVM
 //!   URI's check), [`settings`], [`runtime`].
 //! - [`text`] makes peers' text safe to log, for all of them.
+//! - [`workload`] is each workload kind's one home (its pods, owner, growth, Role rule,
+//!   renderer): discovery, `grow`, the manifest and `prrte-k8s doctor` ask it.
 #![forbid(unsafe_code)]
 
 pub mod agent;
@@ -34,3 +36,4 @@ pub mod rsh;
 pub mod runtime;
 pub mod settings;
 pub mod text;
+pub mod workload;

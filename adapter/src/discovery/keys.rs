@@ -6,7 +6,7 @@
 pub const JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 
 /// A StatefulSet pod's ordinal.
-pub const STATEFULSET_POD_INDEX: &str = "apps.kubernetes.io/pod-index";
+pub use crate::workload::STATEFULSET_POD_INDEX;
 
 /// Which child Job of its replicated job a JobSet pod belongs to.
 pub const JOBSET_JOB_INDEX: &str = "jobset.sigs.k8s.io/job-index";
@@ -14,11 +14,8 @@ pub const JOBSET_JOB_INDEX: &str = "jobset.sigs.k8s.io/job-index";
 /// Which child Job of the whole JobSet a JobSet pod belongs to.
 pub const JOBSET_JOB_GLOBAL_INDEX: &str = "jobset.sigs.k8s.io/job-global-index";
 
-/// The JobSet a pod belongs to.
-pub const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
-
-/// The replicated job of its JobSet a pod belongs to.
-pub const JOBSET_REPLICATED_JOB_LABEL: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+/// The JobSet a pod belongs to, and the replicated job of its JobSet.
+pub use crate::workload::{JOBSET_NAME_LABEL, JOBSET_REPLICATED_JOB_LABEL};
 
 /// Pod annotation giving the slot count explicitly.
 pub const SLOTS_ANNOTATION: &str = "prrte-k8s.io/slots";

@@ -6,7 +6,8 @@ use serde_json::{json, Map, Value};
 
 use super::error::{EnvArgError, ManifestError};
 use super::inject::INJECT_IMAGE;
-use super::plan::{JobPlan, Kind, Launch, Part, PodPlan, Success};
+use super::plan::{JobPlan, Launch, Part, PodPlan};
+use crate::workload::{Success, WorkloadKind};
 
 /// The MPI in an image the runtime is injected into (the agent's `--mpi`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -82,7 +83,7 @@ pub struct ManifestArgs {
     pub image_pull_policy: Option<String>,
     /// Workload kind
     #[arg(long, value_enum, default_value = "job")]
-    pub kind: Kind,
+    pub kind: WorkloadKind,
     /// CPU request and limit of each pod (whole CPUs are its MPI slots unless --slots or --gpus)
     #[arg(long, default_value = "1")]
     pub cpu: String,
@@ -338,11 +339,11 @@ pub fn check(a: &ManifestArgs) -> Result<(), ManifestError> {
     if !valid_name(a.name()) {
         return Err(ManifestError::Name(a.name().to_string()));
     }
-    if a.kind == Kind::Statefulset && !a.command.is_empty() {
+    if !a.kind.runs_to_completion() && !a.command.is_empty() {
         return Err(ManifestError::StatefulsetBatch);
     }
     if let Some(m) = a.max_pods.filter(|_| a.elastic) {
-        if a.kind == Kind::Jobset {
+        if a.kind.fixed().is_some() {
             return Err(ManifestError::ElasticJobset);
         }
         if m < a.pods {
@@ -352,7 +353,7 @@ pub fn check(a: &ManifestArgs) -> Result<(), ManifestError> {
             });
         }
     }
-    if a.kind != Kind::Jobset && a.max_restarts.is_some() {
+    if a.kind != WorkloadKind::JobSet && a.max_restarts.is_some() {
         return Err(ManifestError::MaxRestartsKind);
     }
     if !a.agent.starts_with('/') && a.agent.contains('/') {

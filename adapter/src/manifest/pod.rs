@@ -11,18 +11,19 @@ use super::layout::{
     OWN_VOLUMES, TMP_DIR, TOOL_PORT,
 };
 use super::meta::{job_label, names, own_labels, workload_label};
-use super::plan::Kind;
 use super::plan::{JobPlan, Launch};
 use crate::settings::{agent, Setting};
+use crate::workload::WorkloadKind;
 
 /// The job's own environment: the downward-API variables, the pinned ports and transports.
-pub(super) fn own_env(kind: Kind, launch: &Launch) -> Vec<Value> {
+pub(super) fn own_env(kind: WorkloadKind, launch: &Launch) -> Vec<Value> {
     let mut env = vec![
         json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
         json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
     ];
-    if kind == Kind::Statefulset {
-        env.push(json!({"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}}));
+    if let Some(label) = kind.index_label_for_env() {
+        let path = format!("metadata.labels['{label}']");
+        env.push(json!({"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": path}}}));
     }
     // MPI traffic between pods only through the TCP BTL (no fabric with its own ports). The
     // image's own Open MPI may be a 4.x, whose shared-memory BTL is `vader`, not `sm`, and an
@@ -200,9 +201,7 @@ pub(super) fn pod_template(a: &JobPlan, batch: bool) -> Value {
     let n = names(a);
     let (lk, lv) = job_label(a);
     let mut labels = a.pod.labels.clone();
-    if let Value::Object(own) = own_labels(a) {
-        labels.extend(own);
-    }
+    labels.extend(own_labels(a).into_iter().map(|(k, v)| (k, json!(v))));
     if let Some((wk, wv)) = workload_label(a) {
         labels.insert(wk.to_string(), json!(wv));
     }
@@ -248,7 +247,7 @@ pub(super) fn pod_template(a: &JobPlan, batch: bool) -> Value {
     if !init.is_empty() {
         spec.insert("initContainers".into(), Value::Array(init));
     }
-    if a.kind != Kind::Statefulset {
+    if a.kind.runs_to_completion() {
         spec.insert("restartPolicy".into(), json!("Never"));
     }
     json!({"metadata": pod_meta, "spec": spec})

@@ -1,47 +1,53 @@
 //! The ServiceAccount, the Role with exactly what discovery reads for the workload (the pods of
-//! the namespace, which it selects by label and watches, and `get` on the one workload object
-//! by name; an elastic job's also `patch` on it, to grow), and its RoleBinding.
+//! the namespace, which it selects by label and watches, and the workload kind's own rule on
+//! the one workload object by name: `get`, an elastic job's also what `grow` changes), and its
+//! RoleBinding.
 
-use serde_json::{json, Value};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use serde_json::Value;
 
 use super::meta::{meta, names};
 use super::plan::JobPlan;
-use super::plan::Kind;
 
 /// The ServiceAccount, Role and RoleBinding.
-pub(super) fn rbac(a: &JobPlan) -> Vec<Value> {
+pub(super) fn rbac(a: &JobPlan) -> Result<Vec<Value>, serde_json::Error> {
     let n = names(a);
-    // Discovery reads one owner, by name: the workload itself.
-    let (group, resource) = match a.kind {
-        Kind::Job => ("batch", "jobs"),
-        Kind::Statefulset => ("apps", "statefulsets"),
-        Kind::Jobset => ("jobset.x-k8s.io", "jobsets"),
-    };
-    // An elastic job also raises it (`patch`; a StatefulSet's scale subresource too, so
-    // `kubectl scale` works with the same rights).
-    let (verbs, resources) = match (a.max_pods, a.kind) {
-        (None, _) => (json!(["get"]), json!([resource])),
-        (Some(_), Kind::Statefulset) => (
-            json!(["get", "patch"]),
-            json!([resource, format!("{resource}/scale")]),
-        ),
-        (Some(_), _) => (json!(["get", "patch"]), json!([resource])),
-    };
-    let owner = json!({"apiGroups": [group], "resources": resources, "resourceNames": [a.name], "verbs": verbs});
-    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(a, &n.sa),
+    let sa = ServiceAccount {
+        metadata: meta(a, &n.sa),
         // Mounted only where the pod template asks for it.
-        "automountServiceAccountToken": false});
-    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(a, &n.role),
-    "rules": [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-        owner,
-    ]});
-    let mut subject = json!({"kind": "ServiceAccount", "name": n.sa});
-    if let Some(ns) = &a.namespace {
-        subject["namespace"] = json!(ns);
-    }
-    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta(a, &n.role),
-        "subjects": [subject],
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": n.role}});
-    vec![sa, role, binding]
+        automount_service_account_token: Some(false),
+        ..Default::default()
+    };
+    let pods = PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["pods".into()]),
+        verbs: ["get", "list", "watch"].map(String::from).to_vec(),
+        ..Default::default()
+    };
+    // Discovery reads one owner, by name: the workload itself.
+    let owner = a.kind.role_rule(&a.name, a.max_pods.is_some());
+    let role = Role {
+        metadata: meta(a, &n.role),
+        rules: Some(vec![pods, owner]),
+    };
+    let binding = RoleBinding {
+        metadata: meta(a, &n.role),
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: n.sa,
+            namespace: a.namespace.clone(),
+            api_group: None,
+        }]),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: n.role,
+        },
+    };
+    Ok(vec![
+        serde_json::to_value(sa)?,
+        serde_json::to_value(role)?,
+        serde_json::to_value(binding)?,
+    ])
 }
