@@ -1,8 +1,9 @@
 //! `prrte-k8s grow N`: the running job gets N more pods. Its workload is raised through the
 //! Kubernetes API by its kind's scale patch (an Indexed Job's `parallelism` and `completions`
-//! in tandem, a StatefulSet's `replicas`; see [`crate::workload`]), the new pods are awaited as `ras k8s` awaits a job's pods (same readiness
-//! rules, timeout and naming of the pods missing), and they are returned for the DVM to add
-//! (`prun --add-host` with [`add_host_arg`]).
+//! in tandem, a StatefulSet's `replicas`; see [`crate::workload`]), the new pods are awaited
+//! as `ras k8s` awaits a job's pods (same readiness rules, timeout and naming of the pods
+//! missing), and they are returned for the DVM to add (`prun --add-host` with
+//! [`add_host_arg`]).
 //!
 //! Only a job rendered elastic grows (`prrte-k8s manifest --elastic --max-pods M`: its workload
 //! carries [`MAX_PODS_ANNOTATION`] and its Role may patch it); beyond M, or not elastic, it is

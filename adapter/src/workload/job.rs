@@ -17,6 +17,8 @@ use super::parts::{Parts, Success};
 pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 /// Its former name, still set.
 pub const LEGACY_JOB_NAME_LABEL: &str = "job-name";
+/// The label the Job controller puts on an Indexed Job's pod with its completion index.
+pub const JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 /// Kueue's annotation of a Job that may change its parallelism while admitted.
 pub const KUEUE_ELASTIC_ANNOTATION: &str = "kueue.x-k8s.io/elastic-job";
 

@@ -5,7 +5,12 @@
 //! behaviour; discovery, `grow`, the manifest and `prrte-k8s doctor` ask it, never a kind's
 //! name.
 //!
-//! Adding a kind: a file implementing [`kind::Kind`] and one variant of [`WorkloadKind`].
+//! Adding a kind: a file implementing [`kind::Kind`] and one variant of [`WorkloadKind`]. A
+//! kind whose pods belong to a child object rather than to itself (a JobSet's Jobs own its
+//! pods; so would the Indexed Job an MPIJob is reconciled into) says so with
+//! [`Kind::owns_pods`] and counts its pods from its own spec; one that cannot be grown says why
+//! with [`Kind::fixed`]. Its renderer gets the same [`Parts`] as the others, so a controller
+//! that makes the workload of a custom resource renders it like `prrte-k8s manifest` does.
 //!
 //! Layout: `kind` the interface, `parts` what a renderer is given; `job` (the Indexed Job),
 //! `statefulset`, `jobset` the kinds. This file only names them.
@@ -26,8 +31,12 @@ use kube::api::ApiResource;
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
-pub use job::{JOB_NAME_LABEL, KUEUE_ELASTIC_ANNOTATION, LEGACY_JOB_NAME_LABEL};
-pub use jobset::{JOBSET_NAME_LABEL, JOBSET_REPLICATED_JOB_LABEL};
+pub use job::{
+    JOB_COMPLETION_INDEX, JOB_NAME_LABEL, KUEUE_ELASTIC_ANNOTATION, LEGACY_JOB_NAME_LABEL,
+};
+pub use jobset::{
+    JOBSET_JOB_GLOBAL_INDEX, JOBSET_JOB_INDEX, JOBSET_NAME_LABEL, JOBSET_REPLICATED_JOB_LABEL,
+};
 pub use kind::Kind;
 pub use parts::{Parts, Success};
 pub use statefulset::STATEFULSET_POD_INDEX;
