@@ -1,11 +1,16 @@
 //! `prrte-k8s manifest`'s options, their checks, and the job they describe
 //! ([`ManifestArgs::plan`]).
 
+use std::collections::BTreeMap;
+
 use clap::{Args, ValueEnum};
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{json, Map, Value};
 
 use super::error::{EnvArgError, ManifestError};
 use super::inject::INJECT_IMAGE;
+use super::layout::{restricted_container, restricted_pod};
 use super::plan::{JobPlan, Launch, Part, PodPlan};
 use crate::workload::{Success, WorkloadKind};
 
@@ -193,18 +198,10 @@ impl ManifestArgs {
         if let Some(p) = &self.image_pull_policy {
             container.insert("imagePullPolicy".into(), json!(p));
         }
-        container.insert("resources".into(), self.resources());
+        container.insert("resources".into(), serde_json::to_value(self.resources())?);
         container.insert(
             "securityContext".into(),
-            json!({
-                "runAsNonRoot": true,
-                "runAsUser": self.uid,
-                "runAsGroup": self.uid,
-                "allowPrivilegeEscalation": false,
-                "readOnlyRootFilesystem": true,
-                "capabilities": {"drop": ["ALL"]},
-                "seccompProfile": {"type": "RuntimeDefault"},
-            }),
+            serde_json::to_value(restricted_container(self.uid, Some(self.uid)))?,
         );
         let mut spec = Map::new();
         spec.insert(
@@ -213,13 +210,7 @@ impl ManifestArgs {
         );
         spec.insert(
             "securityContext".into(),
-            json!({
-                "runAsNonRoot": true,
-                "runAsUser": self.uid,
-                "runAsGroup": self.uid,
-                "fsGroup": self.uid,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            }),
+            serde_json::to_value(restricted_pod(self.uid))?,
         );
         Ok(JobPlan {
             name: self.name().to_string(),
@@ -270,14 +261,19 @@ impl ManifestArgs {
     }
 
     /// Requests and limits (equal): CPU, memory and GPUs.
-    fn resources(&self) -> Value {
-        let mut requests = json!({"cpu": self.cpu, "memory": self.memory});
-        let mut limits = requests.clone();
+    fn resources(&self) -> ResourceRequirements {
+        let mut share = BTreeMap::from([
+            ("cpu".to_string(), Quantity(self.cpu.clone())),
+            ("memory".to_string(), Quantity(self.memory.clone())),
+        ]);
         if self.gpus > 0 {
-            requests[&self.gpu_resource] = json!(self.gpus.to_string());
-            limits[&self.gpu_resource] = json!(self.gpus.to_string());
+            share.insert(self.gpu_resource.clone(), Quantity(self.gpus.to_string()));
         }
-        json!({"requests": requests, "limits": limits})
+        ResourceRequirements {
+            requests: Some(share.clone()),
+            limits: Some(share),
+            claims: None,
+        }
     }
 }
 

@@ -19,7 +19,7 @@ fn workload(a: &JobPlan) -> Result<Value, ManifestError> {
     let parts = Parts {
         name: a.name.clone(),
         metadata: workload_meta(a)?,
-        template: pod_template(a, batch),
+        template: pod_template(a, batch)?,
         selector: [(lk.to_string(), lv)].into(),
         container: CONTAINER.to_string(),
         pods: a.pods,
@@ -78,14 +78,14 @@ pub fn objects(a: &JobPlan, key: Option<&str>) -> Result<Vec<Value>, ManifestErr
     }
     if want(Part::Secret) {
         if let Some(k) = key {
-            out.push(secret::secret(a, k));
+            out.push(serde_json::to_value(secret::secret(a, k))?);
         }
     }
     if want(Part::Workload) {
         out.push(workload(a)?);
     }
     if want(Part::Networkpolicy) {
-        out.push(network_policy::network_policy(a));
+        out.push(serde_json::to_value(network_policy::network_policy(a))?);
     }
     Ok(out)
 }

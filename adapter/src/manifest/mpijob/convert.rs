@@ -137,7 +137,8 @@ pub fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Note>), Mp
             gid: p.identity.gid,
         },
     };
-    let broken = violations(&pod_template(&plan, true));
+    let template = pod_template(&plan, true).map_err(MpiJobError::Render)?;
+    let broken = violations(&template);
     if !broken.is_empty() {
         return Err(MpiJobError::NotRestricted(broken.join("; ")));
     }
@@ -186,13 +187,16 @@ fn own_env_replaced(env: &[Value], launch: &Launch, job: &MpiJob, notes: &mut Ve
     let own = crate::manifest::pod::own_env(WorkloadKind::Job, launch);
     let base = job.worker.as_ref().unwrap_or(&job.launcher);
     for e in env {
-        if let Some(o) = own.iter().find(|o| o["name"] == e["name"]) {
-            let name = e["name"].as_str().unwrap_or("");
+        if let Some(o) = own.iter().find(|o| e["name"] == o.name.as_str()) {
+            let was = match &o.value {
+                Some(v) => json!(v),
+                None => serde_json::to_value(&o.value_from).unwrap_or_default(),
+            };
             notes.push(Note::new(
-                format!("{}.containers[0].env[{name}]", base.path),
+                format!("{}.containers[0].env[{}]", base.path, o.name),
                 format!(
                     "replaces the job's own {} (the NetworkPolicy admits only the job's pinned ports and the TCP BTL; a change may need the policy changed too)",
-                    super::reader::show(o.get("value").unwrap_or(&o["valueFrom"]))
+                    super::reader::show(&was)
                 ),
             ));
         }
