@@ -1,7 +1,7 @@
 //! Inferring what the configuration leaves open: our own pod, the selector, the expected
 //! number of pods.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
@@ -235,7 +235,8 @@ pub(crate) fn label_selector_string(sel: &LabelSelector) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(","))
 }
 
-/// Infers the selector from our own pod: a workload label, else the StatefulSet that owns it.
+/// Infers the selector from our own pod: a workload label, else the selector of the workload
+/// that controls it (a StatefulSet).
 pub(crate) async fn infer_selector(
     ctx: &Ctx,
     ns: &str,
@@ -259,52 +260,74 @@ pub(crate) async fn infer_selector(
             });
         }
     }
-    let sts_kind = WorkloadKind::StatefulSet;
-    if let Some(owner) = controller_of(&PodRecord::from(&own), sts_kind) {
-        let sts_name = owner.name.clone();
-        let api = api_of(ctx, ns, sts_kind);
-        let op = get_op(ns, &WorkloadRef::new(sts_kind, &sts_name));
-        let sts = ctx.call_optional(&op, || api.get(&sts_name)).await?;
-        let from_sts = sts
-            .as_ref()
-            .and_then(|s| sts_kind.selector(&s.data))
-            .and_then(|s| label_selector_string(&s));
-        let (selector, basis) = match from_sts {
-            Some(sel) => (
-                sel,
-                format!(
-                    "spec.selector of StatefulSet {ns}/{sts_name}, owner of our pod {own_name}"
-                ),
-            ),
-            None => {
-                // The StatefulSet is unreadable: its pods share the template labels, which
-                // include everything its selector matches on.
-                let template: Vec<String> = labels
-                    .iter()
-                    .filter(|(k, _)| !PER_POD_LABELS.contains(&k.as_str()))
-                    .filter(|(k, v)| {
-                        super::selector::validate_key(k).is_ok() && validate_value(v).is_ok()
-                    })
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect();
-                if template.is_empty() {
-                    return Err(not_inferable(ns, &own_name));
-                }
-                (
-                    template.join(","),
-                    format!("template labels of our pod {ns}/{own_name} (owned by StatefulSet {sts_name})"),
-                )
-            }
-        };
-        return Ok(InferredSelector {
-            selector,
-            basis,
-            workload: Some(Owner::whole(sts_kind, &sts_name)),
-            own_pod: own,
-            owner_object: sts,
-        });
+    // Kinds that put no label with their name on their pods: their pods are found through
+    // their controller.
+    let unlabelled = WorkloadKind::ALL
+        .into_iter()
+        .filter(|k| k.owns_pods() && k.pod_label().is_none());
+    let record = PodRecord::from(&own);
+    for kind in unlabelled {
+        if let Some(owner) = controller_of(&record, kind) {
+            let name = owner.name.clone();
+            return by_controller(ctx, ns, own, &labels, WorkloadRef::new(kind, name)).await;
+        }
     }
     Err(not_inferable(ns, &own_name))
+}
+
+/// The selector of `owner`, the workload that controls our pod `own` (`labels`: its labels).
+async fn by_controller(
+    ctx: &Ctx,
+    ns: &str,
+    own: Pod,
+    labels: &BTreeMap<String, String>,
+    owner: WorkloadRef,
+) -> Result<InferredSelector, DiscoveryError> {
+    let own_name = own.metadata.name.clone().unwrap_or_default();
+    let (kind, name) = (owner.kind, owner.name.as_str());
+    let api = api_of(ctx, ns, kind);
+    let object = ctx
+        .call_optional(&get_op(ns, &owner), || api.get(name))
+        .await?;
+    let from_object = object
+        .as_ref()
+        .and_then(|o| kind.selector(&o.data))
+        .and_then(|s| label_selector_string(&s));
+    let (selector, basis) = match from_object {
+        Some(sel) => (
+            sel,
+            format!("spec.selector of {kind} {ns}/{name}, owner of our pod {own_name}"),
+        ),
+        None => {
+            // The workload is unreadable: its pods share the template labels, which include
+            // everything its selector matches on.
+            let template: Vec<String> = labels
+                .iter()
+                .filter(|(k, _)| !PER_POD_LABELS.contains(&k.as_str()))
+                .filter(|(k, v)| {
+                    super::selector::validate_key(k).is_ok() && validate_value(v).is_ok()
+                })
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            if template.is_empty() {
+                return Err(not_inferable(ns, &own_name));
+            }
+            (
+                template.join(","),
+                format!("template labels of our pod {ns}/{own_name} (owned by {kind} {name})"),
+            )
+        }
+    };
+    Ok(InferredSelector {
+        selector,
+        basis,
+        workload: Some(Owner {
+            workload: owner,
+            replicated_jobs: None,
+        }),
+        own_pod: own,
+        owner_object: object,
+    })
 }
 
 fn not_inferable(ns: &str, pod: &str) -> DiscoveryError {

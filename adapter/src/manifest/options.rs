@@ -349,7 +349,7 @@ pub fn check(a: &ManifestArgs) -> Result<(), ManifestError> {
             });
         }
     }
-    if a.kind != WorkloadKind::JobSet && a.max_restarts.is_some() {
+    if !a.kind.restarts_as_a_whole() && a.max_restarts.is_some() {
         return Err(ManifestError::MaxRestartsKind);
     }
     if !a.agent.starts_with('/') && a.agent.contains('/') {

@@ -97,6 +97,9 @@ impl Kind for JobSetKind {
     fn owns_pods(&self) -> bool {
         false
     }
+    fn restarts_as_a_whole(&self) -> bool {
+        true
+    }
 
     /// The sum over its replicated jobs of replicas × pods per Job.
     fn expected_pods(&self, object: &Value, only: Option<&BTreeSet<String>>) -> Option<u32> {

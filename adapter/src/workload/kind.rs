@@ -44,6 +44,10 @@ pub trait Kind: Sync {
     fn runs_to_completion(&self) -> bool {
         true
     }
+    /// Whether it is restarted as a whole when it fails ([`Parts::max_restarts`] times).
+    fn restarts_as_a_whole(&self) -> bool {
+        false
+    }
 
     /// How many pods run at once, from the object's spec (`only`: the parts of it whose pods
     /// are counted, a JobSet's replicated jobs; None: all). None: the spec does not say.

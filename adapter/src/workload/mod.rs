@@ -121,6 +121,11 @@ impl WorkloadKind {
         self.spec().runs_to_completion()
     }
 
+    /// See [`Kind::restarts_as_a_whole`].
+    pub fn restarts_as_a_whole(self) -> bool {
+        self.spec().restarts_as_a_whole()
+    }
+
     /// See [`Kind::expected_pods`].
     pub fn expected_pods(self, object: &Value, only: Option<&BTreeSet<String>>) -> Option<u32> {
         self.spec().expected_pods(object, only)
@@ -244,5 +249,19 @@ mod tests {
             ["get", "patch"]
         );
         assert_eq!(WorkloadKind::JobSet.role_rule("j", true).verbs, ["get"]);
+    }
+
+    #[test]
+    fn only_a_jobset_restarts_as_a_whole_and_only_a_statefulset_restarts_its_pods() {
+        let whole: Vec<_> = WorkloadKind::ALL
+            .into_iter()
+            .filter(|k| k.restarts_as_a_whole())
+            .collect();
+        assert_eq!(whole, [WorkloadKind::JobSet]);
+        let restarted: Vec<_> = WorkloadKind::ALL
+            .into_iter()
+            .filter(|k| !k.runs_to_completion())
+            .collect();
+        assert_eq!(restarted, [WorkloadKind::StatefulSet]);
     }
 }
