@@ -2,10 +2,10 @@
 //! crate asks of its kind: how its pods are found (the labels its controller sets, whether it
 //! owns them) and counted, how its object is read and grown (the scale patch), the Role rule
 //! its job needs on it, and its renderer. [`WorkloadKind`] names a kind and hands out its
-//! behaviour; discovery, `grow`, the manifest and `prrte-k8s doctor` ask it, never a kind's
-//! name.
+//! behaviour; discovery (and through it `prrte-k8s doctor`), `grow` and the manifest ask it,
+//! never a kind's name.
 //!
-//! Adding a kind: a file implementing [`kind::Kind`] and one variant of [`WorkloadKind`]. A
+//! Adding a kind: a file implementing [`Kind`] and one variant of [`WorkloadKind`]. A
 //! kind whose pods belong to a child object rather than to itself (a JobSet's Jobs own its
 //! pods; so would the Indexed Job an MPIJob is reconciled into) says so with
 //! [`Kind::owns_pods`] and counts its pods from its own spec; one that cannot be grown says why
