@@ -28,13 +28,9 @@ pub(crate) const INFERENCE_LABELS: &[&str] = &[
     LEGACY_JOB_NAME_LABEL,
 ];
 
-/// Labels a StatefulSet sets per pod or per revision; never part of a selector for all pods.
-const PER_POD_LABELS: &[&str] = &[
-    "statefulset.kubernetes.io/pod-name",
-    "apps.kubernetes.io/pod-index",
-    "controller-revision-hash",
-    "pod-template-hash",
-];
+/// Labels controllers set per revision of a pod template; never part of a selector for all
+/// pods (nor are the labels a kind sets per pod: [`WorkloadKind::per_pod_labels`]).
+const REVISION_LABELS: &[&str] = &["controller-revision-hash", "pod-template-hash"];
 
 /// How the name of our own pod was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -301,19 +297,11 @@ async fn by_controller(
         None => {
             // The workload is unreadable: its pods share the template labels, which include
             // everything its selector matches on.
-            let template: Vec<String> = labels
-                .iter()
-                .filter(|(k, _)| !PER_POD_LABELS.contains(&k.as_str()))
-                .filter(|(k, v)| {
-                    super::selector::validate_key(k).is_ok() && validate_value(v).is_ok()
-                })
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            if template.is_empty() {
+            let Some(template) = template_selector(kind, labels) else {
                 return Err(not_inferable(ns, &own_name));
-            }
+            };
             (
-                template.join(","),
+                template,
                 format!("template labels of our pod {ns}/{own_name} (owned by {kind} {name})"),
             )
         }
@@ -328,6 +316,23 @@ async fn by_controller(
         own_pod: own,
         owner_object: object,
     })
+}
+
+/// The selector of the pods of a workload of `kind` that share the template labels among our
+/// own pod's `labels` (those set per pod or per revision left out); None: there are none.
+pub(crate) fn template_selector(
+    kind: WorkloadKind,
+    labels: &BTreeMap<String, String>,
+) -> Option<String> {
+    let template: Vec<String> = labels
+        .iter()
+        .filter(|(k, _)| {
+            !REVISION_LABELS.contains(&k.as_str()) && !kind.per_pod_labels().contains(&k.as_str())
+        })
+        .filter(|(k, v)| super::selector::validate_key(k).is_ok() && validate_value(v).is_ok())
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    (!template.is_empty()).then(|| template.join(","))
 }
 
 fn not_inferable(ns: &str, pod: &str) -> DiscoveryError {

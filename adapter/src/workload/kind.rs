@@ -28,6 +28,11 @@ pub trait Kind: Sync {
     fn name_labels(&self) -> &'static [&'static str] {
         &[]
     }
+    /// The labels its controller puts on each pod with something of that pod alone (its name,
+    /// its index): never part of a selector of all its pods.
+    fn per_pod_labels(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Whether its pods are controlled by it (an ownerReference to it), not by a child object.
     fn owns_pods(&self) -> bool;
     /// The pod label holding a pod's index, where its controller does not also put the index

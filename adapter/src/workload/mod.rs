@@ -106,6 +106,11 @@ impl WorkloadKind {
         self.spec().name_labels().first().copied()
     }
 
+    /// See [`Kind::per_pod_labels`].
+    pub fn per_pod_labels(self) -> &'static [&'static str] {
+        self.spec().per_pod_labels()
+    }
+
     /// See [`Kind::owns_pods`].
     pub fn owns_pods(self) -> bool {
         self.spec().owns_pods()

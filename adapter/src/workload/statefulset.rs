@@ -12,6 +12,8 @@ use super::parts::Parts;
 
 /// The label the StatefulSet controller puts on each pod with its ordinal.
 pub const STATEFULSET_POD_INDEX: &str = "apps.kubernetes.io/pod-index";
+/// The label it puts on each pod with the pod's name.
+const STATEFULSET_POD_NAME: &str = "statefulset.kubernetes.io/pod-name";
 
 /// The StatefulSet.
 pub(super) struct Sts;
@@ -25,6 +27,9 @@ impl Kind for Sts {
     }
     fn plural(&self) -> &'static str {
         "statefulsets"
+    }
+    fn per_pod_labels(&self) -> &'static [&'static str] {
+        &[STATEFULSET_POD_NAME, STATEFULSET_POD_INDEX]
     }
     fn owns_pods(&self) -> bool {
         true

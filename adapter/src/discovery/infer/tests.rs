@@ -113,3 +113,32 @@ fn workload_detection() {
     );
     assert_eq!(workload_of(&[]), None);
 }
+
+#[test]
+fn a_statefulsets_template_labels_leave_out_what_is_set_per_pod_or_revision() {
+    let labels: BTreeMap<String, String> = [
+        ("app", "ranks"),
+        ("tier", "mpi"),
+        ("apps.kubernetes.io/pod-index", "1"),
+        ("statefulset.kubernetes.io/pod-name", "ranks-1"),
+        ("controller-revision-hash", "ranks-7d9"),
+        ("pod-template-hash", "5f6"),
+        ("bad key!", "x"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(
+        template_selector(WorkloadKind::StatefulSet, &labels).as_deref(),
+        Some("app=ranks,tier=mpi")
+    );
+    let per_pod_only: BTreeMap<String, String> = [(
+        "statefulset.kubernetes.io/pod-name".to_string(),
+        "s-0".to_string(),
+    )]
+    .into();
+    assert_eq!(
+        template_selector(WorkloadKind::StatefulSet, &per_pod_only),
+        None
+    );
+}
