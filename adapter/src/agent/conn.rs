@@ -18,7 +18,7 @@ use super::checked_config::AgentConfig;
 use super::dvm_uri::{publish_dvm_uri, unpublish_dvm_uri, FileId};
 use super::exec;
 use super::exit_status::{exited_reply, ExitStatus};
-use super::handshake::{agent_handshake, describe_bad_frame, SEND_TIMEOUT};
+use super::handshake::{agent_handshake, describe_bad_frame, FailureLog, SEND_TIMEOUT};
 use super::launch_policy;
 use super::limits::Pending;
 use super::preempt::{self, Preemption, WatchGuard};
@@ -52,6 +52,8 @@ pub(super) struct Shared {
     pub(super) tracking: Tracking,
     /// Connections that have not authenticated yet.
     pub(super) pending: Arc<Pending>,
+    /// Failed handshakes, logged a few at a time.
+    pub(super) failures: Arc<FailureLog>,
     /// What `exec` requests may run.
     pub(super) exec: exec::ExecState,
     /// The preemption notice (SIGTERM with `--preempt-grace`).
@@ -569,7 +571,7 @@ async fn authenticate(
     let mut framed = protocol::framed(stream, HANDSHAKE_MAX_FRAME);
     let deadline = shared.config.limits.handshake_timeout;
     let session = tokio::select! {
-        s = tokio::time::timeout(deadline, agent_handshake(&shared.config, &mut framed, peer)) => match s {
+        s = tokio::time::timeout(deadline, agent_handshake(&shared.config, &mut framed, peer, &shared.failures)) => match s {
             Ok(s) => s,
             Err(_) => {
                 debug!(%peer, "no complete handshake within {deadline:?}; closing");

@@ -25,20 +25,32 @@ const LINK_LOCAL: &str = "169.254.0.0/16";
 /// The DNS service's port.
 const DNS_PORT: u16 = 53;
 
-/// The peers the pods may reach the API server at: the given ranges, else any IPv4 address but
-/// link-local ones.
+/// The peers the pods may reach the API server at: the given ranges (or those the cluster
+/// named), else any IPv4 address but link-local ones.
 fn api_peers(a: &JobPlan) -> Vec<NetworkPolicyPeer> {
     let block = |cidr: String, except: Option<Vec<String>>| NetworkPolicyPeer {
         ip_block: Some(IPBlock { cidr, except }),
         ..Default::default()
     };
-    if a.api_server.is_empty() {
+    if a.api_server.cidrs.is_empty() {
         return vec![block("0.0.0.0/0".into(), Some(vec![LINK_LOCAL.into()]))];
     }
     a.api_server
+        .cidrs
         .iter()
         .map(|n| block(n.trunc().to_string(), None))
         .collect()
+}
+
+/// The API server's ports: the given ones (or those the cluster named), else [`API_PORTS`].
+fn api_ports(a: &JobPlan) -> Vec<NetworkPolicyPort> {
+    let given = &a.api_server.ports;
+    let ports = if given.is_empty() {
+        &API_PORTS[..]
+    } else {
+        given
+    };
+    ports.iter().map(|p| port("TCP", *p)).collect()
 }
 
 /// `port` of `protocol`.
@@ -110,10 +122,7 @@ pub(super) fn network_policy(a: &JobPlan) -> NetworkPolicy {
                     vec![dns],
                     vec![port("UDP", DNS_PORT), port("TCP", DNS_PORT)],
                 ),
-                egress(
-                    api_peers(a),
-                    API_PORTS.iter().map(|p| port("TCP", *p)).collect(),
-                ),
+                egress(api_peers(a), api_ports(a)),
             ]),
         }),
     }
