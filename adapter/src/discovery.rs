@@ -31,8 +31,8 @@ pub mod wait;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::DynamicObject;
 use record::PodRecord;
 
 pub use allocation::{build_nodes, Allocation, PodNode};
@@ -47,6 +47,7 @@ pub use slots::{
 };
 
 use crate::settings::mca;
+use crate::workload::WorkloadRef;
 use api::Ctx;
 pub use client::Environment;
 use names::is_dns_label;
@@ -182,14 +183,6 @@ pub fn discover_blocking(cfg: &DiscoveryConfig) -> Result<Allocation, DiscoveryE
     }
 }
 
-/// The workload that owns the pod we run in, by kind and name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WorkloadRef {
-    Job(String),
-    StatefulSet(String),
-    JobSet(String),
-}
-
 /// Our own pod's workload and an API client to act on it (what `prrte-k8s grow` needs).
 pub struct OwnWorkload {
     pub client: kube::Client,
@@ -212,15 +205,10 @@ pub async fn own_workload(
         env.hostname.as_deref(),
     );
     let inf = infer::infer_selector(&ctx, &namespace, me.as_ref()).await?;
-    let workload = inf.workload.map(|w| match w {
-        infer::Workload::Job(n) => WorkloadRef::Job(n),
-        infer::Workload::StatefulSet(n) => WorkloadRef::StatefulSet(n),
-        infer::Workload::JobSet { name, .. } => WorkloadRef::JobSet(name),
-    });
     Ok(OwnWorkload {
         client: ctx.api.client,
         namespace,
-        workload,
+        workload: inf.workload.map(|o| o.workload),
     })
 }
 
@@ -283,7 +271,7 @@ pub async fn discover_with(
     );
     tracing::debug!(namespace = %namespace, self_pod = ?me, "discovering pods via {}", ctx.api.url);
 
-    let (selector, selector_source, workload, own_pod, known_sts) = match explicit_selector {
+    let (selector, selector_source, workload, own_pod, known_owner) = match explicit_selector {
         Some(s) => (s, mca::SELECTOR.name(), None, None, None),
         None => {
             let inf = infer::infer_selector(&ctx, &namespace, me.as_ref()).await?;
@@ -293,7 +281,7 @@ pub async fn discover_with(
                 inf.basis,
                 inf.workload,
                 Some(inf.own_pod),
-                inf.statefulset,
+                inf.owner_object,
             )
         }
     };
@@ -310,7 +298,7 @@ pub async fn discover_with(
                 &first.items,
                 workload,
                 own_pod.as_ref(),
-                known_sts.as_ref(),
+                known_owner.as_ref(),
             )
             .await?
         }
@@ -431,9 +419,9 @@ async fn expected_count(
     namespace: &str,
     selector: &str,
     first: &[PodRecord],
-    mut workload: Option<infer::Workload>,
+    mut workload: Option<infer::Owner>,
     own_pod: Option<&Pod>,
-    known_sts: Option<&StatefulSet>,
+    known_owner: Option<&DynamicObject>,
 ) -> Result<(u32, String), DiscoveryError> {
     let own_pod = own_pod.map(PodRecord::from);
     let candidates: Vec<&PodRecord> = first
@@ -443,15 +431,20 @@ async fn expected_count(
     if workload.is_none() {
         workload = infer::workload_of(&candidates);
     }
-    let owned_job = match &workload {
-        Some(infer::Workload::Job(name)) => own_pod
-            .iter()
-            .chain(candidates.iter().copied())
-            .any(|p| infer::controller_of(p, "Job").is_some_and(|o| &o.name == name)),
+    // Whether a pod is controlled by the workload, not just labelled with its name (only a
+    // kind that owns its pods can tell).
+    let owned = match &workload {
+        Some(o) if o.workload.kind.owns_pods() => {
+            let w = &o.workload;
+            own_pod
+                .iter()
+                .chain(candidates.iter().copied())
+                .any(|p| infer::controller_of(p, w.kind).is_some_and(|r| r.name == w.name))
+        }
         _ => true,
     };
     let from_workload = match &workload {
-        Some(w) => infer::expected_from_workload(ctx, namespace, w, known_sts, owned_job).await?,
+        Some(o) => infer::expected_from_workload(ctx, namespace, o, known_owner, owned).await?,
         None => None,
     };
     if let Some(found) = from_workload {

@@ -1,38 +1,35 @@
-//! `prrte-k8s grow N`: the running job gets N more pods. Its workload (an Indexed Job's
-//! `parallelism` and `completions` in tandem, a StatefulSet's `replicas`) is raised through the
-//! Kubernetes API, the new pods are awaited as `ras k8s` awaits a job's pods (same readiness
-//! rules, timeout and naming of the pods missing), and they are returned for the DVM to add
-//! (`prun --add-host` with [`add_host_arg`]).
+//! `prrte-k8s grow N`: the running job gets N more pods. Its workload is raised through the
+//! Kubernetes API by its kind's scale patch (an Indexed Job's `parallelism` and `completions`
+//! in tandem, a StatefulSet's `replicas`; see [`crate::workload`]), the new pods are awaited
+//! as `ras k8s` awaits a job's pods (same readiness rules, timeout and naming of the pods
+//! missing), and they are returned for the DVM to add (`prun --add-host` with
+//! [`add_host_arg`]).
 //!
 //! Only a job rendered elastic grows (`prrte-k8s manifest --elastic --max-pods M`: its workload
 //! carries [`MAX_PODS_ANNOTATION`] and its Role may raise it: a StatefulSet through its `scale`
 //! subresource alone, a Job by a patch its admission policy narrows); beyond M, or not elastic,
 //! it is refused with the reason before anything is changed ([`check`]).
 
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, Patch, PatchParams};
-use serde_json::json;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 
 use crate::discovery::{
     discover_with, own_workload, Allocation, DiscoveryConfig, DiscoveryError, Environment, PodNode,
-    WorkloadRef,
 };
 use crate::manifest::MAX_PODS_ANNOTATION;
+use crate::workload::{WorkloadKind, WorkloadRef};
 
 /// An elastic job's workload as `grow` reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workload {
-    /// "Job" or "StatefulSet".
-    pub kind: &'static str,
+    pub kind: WorkloadKind,
     pub name: String,
     pub namespace: String,
     /// Its pods now (a Job's parallelism, a StatefulSet's replicas).
     pub pods: u32,
     /// The annotation's value; None: not elastic.
     pub max_pods: Option<String>,
-    /// A Job in Indexed completion mode (the only Jobs that grow).
-    pub indexed: bool,
+    /// Why this object may not grow though its kind does (a Job that is not Indexed).
+    pub refusal: Option<&'static str>,
 }
 
 /// Why the job does not grow; each names the cause and the remedy. Nothing was changed unless
@@ -45,25 +42,33 @@ pub enum GrowError {
     Discovery(#[from] DiscoveryError),
     #[error("the pod this runs in belongs to no Job or StatefulSet (nothing to grow); run grow in a pod of the job")]
     NoWorkload,
-    #[error("the job is a JobSet {0}: a JobSet's replicated Jobs cannot change while it runs; render the job with --kind job or statefulset and --elastic to grow it")]
-    JobSet(String),
+    #[error("the job is a {kind} {name}: {reason}")]
+    Fixed {
+        kind: WorkloadKind,
+        name: String,
+        reason: &'static str,
+    },
     #[error("{kind} {namespace}/{name} is not elastic (no {MAX_PODS_ANNOTATION} annotation): nothing was changed; render the job with `prrte-k8s manifest --elastic --max-pods M` to grow it")]
     NotElastic {
-        kind: &'static str,
+        kind: WorkloadKind,
         namespace: String,
         name: String,
     },
     #[error("{kind} {name}'s {MAX_PODS_ANNOTATION} annotation {value:?} is not a pod count: nothing was changed; set it to the most pods the job may have")]
     BadMax {
-        kind: &'static str,
+        kind: WorkloadKind,
         name: String,
         value: String,
     },
-    #[error("Job {0} is not Indexed: only an Indexed Job's completions may change with its parallelism; nothing was changed")]
-    NotIndexed(String),
+    #[error("{kind} {name} {reason}; nothing was changed")]
+    Refused {
+        kind: WorkloadKind,
+        name: String,
+        reason: &'static str,
+    },
     #[error("growing {kind} {name} by {by} to {wanted} pods is beyond its --max-pods {max} (it has {pods}): nothing was changed; grow by at most {room}")]
     BeyondMax {
-        kind: &'static str,
+        kind: WorkloadKind,
         name: String,
         by: u32,
         pods: u32,
@@ -74,7 +79,7 @@ pub enum GrowError {
     #[error("{what} {kind} {namespace}/{name} failed: {source}; the job's Role must allow get on it and patch on a Job, or get and patch on a StatefulSet's scale subresource (prrte-k8s manifest --elastic grants these)")]
     Api {
         what: &'static str,
-        kind: &'static str,
+        kind: WorkloadKind,
         namespace: String,
         name: String,
         source: Box<kube::Error>,
@@ -98,8 +103,12 @@ pub fn check(w: &Workload, by: u32) -> Result<u32, GrowError> {
         name: w.name.clone(),
         value: value.clone(),
     })?;
-    if w.kind == "Job" && !w.indexed {
-        return Err(GrowError::NotIndexed(w.name.clone()));
+    if let Some(reason) = w.refusal {
+        return Err(GrowError::Refused {
+            kind: w.kind,
+            name: w.name.clone(),
+            reason,
+        });
     }
     let wanted = w.pods.saturating_add(by);
     if wanted > max {
@@ -114,15 +123,6 @@ pub fn check(w: &Workload, by: u32) -> Result<u32, GrowError> {
         });
     }
     Ok(wanted)
-}
-
-/// The merge patch raising `w` to `pods` (a StatefulSet's is of its Scale).
-pub fn patch_for(w: &Workload, pods: u32) -> serde_json::Value {
-    if w.kind == "Job" {
-        json!({"spec": {"parallelism": pods, "completions": pods}})
-    } else {
-        json!({"spec": {"replicas": pods}})
-    }
 }
 
 /// `prun --add-host`'s value for the new pods: each host name with its slots ("a:2,b:2"), so
@@ -155,69 +155,69 @@ fn api_error(what: &'static str, w: &Workload, source: kube::Error) -> GrowError
     }
 }
 
+/// A dynamic API for the kind of `w`.
+fn api_of(client: &kube::Client, ns: &str, kind: WorkloadKind) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &kind.api_resource())
+}
+
 /// Reads the workload of our own pod.
 async fn read_workload(
     client: &kube::Client,
     ns: &str,
     wref: WorkloadRef,
 ) -> Result<Workload, GrowError> {
-    let blank = |kind, name: &str| Workload {
+    let kind = wref.kind;
+    if let Some(reason) = kind.fixed() {
+        return Err(GrowError::Fixed {
+            kind,
+            name: wref.name,
+            reason,
+        });
+    }
+    let w = Workload {
         kind,
-        name: name.to_string(),
+        name: wref.name,
         namespace: ns.to_string(),
         pods: 0,
         max_pods: None,
-        indexed: false,
+        refusal: None,
     };
-    match wref {
-        WorkloadRef::JobSet(n) => Err(GrowError::JobSet(n)),
-        WorkloadRef::Job(name) => {
-            let w = blank("Job", &name);
-            let api: Api<Job> = Api::namespaced(client.clone(), ns);
-            let job = api
-                .get(&name)
-                .await
-                .map_err(|e| api_error("reading", &w, e))?;
-            let spec = job.spec.unwrap_or_default();
-            Ok(Workload {
-                pods: u32::try_from(spec.parallelism.unwrap_or(1)).unwrap_or(0),
-                max_pods: annotation(&job.metadata),
-                indexed: spec.completion_mode.as_deref() == Some("Indexed"),
-                ..w
-            })
-        }
-        WorkloadRef::StatefulSet(name) => {
-            let w = blank("StatefulSet", &name);
-            let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
-            let sts = api
-                .get(&name)
-                .await
-                .map_err(|e| api_error("reading", &w, e))?;
-            let replicas = sts.spec.and_then(|s| s.replicas).unwrap_or(1);
-            Ok(Workload {
-                pods: u32::try_from(replicas).unwrap_or(0),
-                max_pods: annotation(&sts.metadata),
-                ..w
-            })
-        }
-    }
+    let object = api_of(client, ns, kind)
+        .get(&w.name)
+        .await
+        .map_err(|e| api_error("reading", &w, e))?;
+    Ok(Workload {
+        pods: kind.scaled_pods(&object.data),
+        max_pods: annotation(&object.metadata),
+        refusal: kind.scale_refusal(&object.data),
+        ..w
+    })
 }
 
 fn annotation(m: &kube::api::ObjectMeta) -> Option<String> {
     m.annotations.as_ref()?.get(MAX_PODS_ANNOTATION).cloned()
 }
 
-/// Patches `w` to `pods`.
+/// Patches `w` to `pods` with its kind's scale patch.
 async fn raise(client: &kube::Client, w: &Workload, pods: u32) -> Result<(), GrowError> {
-    let pp = PatchParams::default();
-    let patch = Patch::Merge(patch_for(w, pods));
-    let done = if w.kind == "Job" {
-        let api: Api<Job> = Api::namespaced(client.clone(), &w.namespace);
-        api.patch(&w.name, &pp, &patch).await.map(drop)
-    } else {
-        // Through the scale subresource: the job's Role may patch nothing else of it.
-        let api: Api<StatefulSet> = Api::namespaced(client.clone(), &w.namespace);
+    let Some(patch) = w.kind.scale_patch(pods) else {
+        return Err(GrowError::Fixed {
+            kind: w.kind,
+            name: w.name.clone(),
+            reason: w.kind.fixed().unwrap_or("its pod count cannot change"),
+        });
+    };
+    let (api, pp, patch) = (
+        api_of(client, &w.namespace, w.kind),
+        PatchParams::default(),
+        Patch::Merge(patch),
+    );
+    // A kind with a scale subresource is raised through it alone: its job's Role may patch
+    // nothing else of it (a patch of a StatefulSet itself could rewrite its pod template).
+    let done = if w.kind.scales_through_subresource() {
         api.patch_scale(&w.name, &pp, &patch).await.map(drop)
+    } else {
+        api.patch(&w.name, &pp, &patch).await.map(drop)
     };
     done.map_err(|e| api_error("patching", w, e))
 }
@@ -268,12 +268,12 @@ mod tests {
 
     fn job(pods: u32, max: Option<&str>) -> Workload {
         Workload {
-            kind: "Job",
+            kind: WorkloadKind::Job,
             name: "el".into(),
             namespace: "ns".into(),
             pods,
             max_pods: max.map(String::from),
-            indexed: true,
+            refusal: None,
         }
     }
 
@@ -337,28 +337,31 @@ mod tests {
             Err(GrowError::BadMax { .. })
         ));
         let mut plain = job(4, Some("8"));
-        plain.indexed = false;
-        assert!(matches!(check(&plain, 1), Err(GrowError::NotIndexed(_))));
+        plain.refusal = WorkloadKind::Job.scale_refusal(&serde_json::json!({"spec": {}}));
+        let e = check(&plain, 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Job el is not Indexed: only an Indexed Job's completions may change with its parallelism; nothing was changed"
+        );
         // A StatefulSet has no completion mode.
         let sts = Workload {
-            kind: "StatefulSet",
-            indexed: false,
+            kind: WorkloadKind::StatefulSet,
             ..job(2, Some("3"))
         };
         assert_eq!(check(&sts, 1).unwrap(), 3);
     }
 
     #[test]
-    fn the_patch_raises_what_the_kind_counts() {
-        assert_eq!(
-            patch_for(&job(4, Some("8")), 6),
-            json!({"spec": {"parallelism": 6, "completions": 6}})
-        );
-        let sts = Workload {
-            kind: "StatefulSet",
-            ..job(2, Some("3"))
+    fn a_jobset_is_refused_with_the_remedy() {
+        let e = GrowError::Fixed {
+            kind: WorkloadKind::JobSet,
+            name: "js".into(),
+            reason: WorkloadKind::JobSet.fixed().unwrap(),
         };
-        assert_eq!(patch_for(&sts, 3), json!({"spec": {"replicas": 3}}));
+        assert_eq!(
+            e.to_string(),
+            "the job is a JobSet js: a JobSet's replicated Jobs cannot change while it runs; render the job with --kind job or statefulset and --elastic to grow it"
+        );
     }
 
     #[test]

@@ -21,6 +21,8 @@
 //!   URI's check), [`settings`], [`runtime`].
 //! - `prrte-k8s controller` (and `crd`): [`controller`], which converts with [`manifest`].
 //! - [`text`] makes peers' text safe to log, for all of them.
+//! - [`workload`] is each workload kind's one home (its pods, owner, growth, Role rule,
+//!   renderer): discovery, `grow`, the manifest and `prrte-k8s doctor` ask it.
 #![forbid(unsafe_code)]
 
 pub mod agent;
@@ -36,3 +38,4 @@ pub mod rsh;
 pub mod runtime;
 pub mod settings;
 pub mod text;
+pub mod workload;

@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use prrte_k8s::discovery::{DiscoveryConfig, Environment};
 use prrte_k8s::grow::{add_host_arg, grow, GrowError};
+use prrte_k8s::workload::WorkloadKind;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -220,7 +221,7 @@ async fn an_elastic_statefulset_grows_by_its_replicas_and_the_rest_is_refused_un
 
     // From pod 1 of the elastic StatefulSet: 2 more, with the slots of its template.
     let grown = grow(&cfg(&first[1].0), &env, 2).await.unwrap();
-    assert_eq!(grown.workload.kind, "StatefulSet");
+    assert_eq!(grown.workload.kind, WorkloadKind::StatefulSet);
     assert_eq!((grown.workload.pods, grown.pods), (3, 5));
     let hosts: Vec<&str> = grown.new.iter().map(|n| n.hostname.as_str()).collect();
     assert_eq!(hosts, ["els-3", "els-4"]);
@@ -235,7 +236,7 @@ async fn an_elastic_statefulset_grows_by_its_replicas_and_the_rest_is_refused_un
         matches!(
             e,
             GrowError::BeyondMax {
-                kind: "StatefulSet",
+                kind: WorkloadKind::StatefulSet,
                 max: 5,
                 room: 0,
                 ..
@@ -252,7 +253,7 @@ async fn an_elastic_statefulset_grows_by_its_replicas_and_the_rest_is_refused_un
         matches!(
             e,
             GrowError::NotElastic {
-                kind: "StatefulSet",
+                kind: WorkloadKind::StatefulSet,
                 ..
             }
         ),

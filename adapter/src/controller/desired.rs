@@ -6,7 +6,18 @@ use serde_json::{json, Map, Value};
 
 use crate::manifest::api_server::ApiServer;
 use crate::manifest::mpijob::{from_mpijob, MpiJobError, Note, Overrides, CONTROLLER_NAME};
-use crate::manifest::objects;
+use crate::manifest::{objects, ManifestError};
+
+/// Why an MPIJob's objects cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum DesiredError {
+    /// The conversion refused the MPIJob (its reason is the user's to fix).
+    #[error(transparent)]
+    Convert(#[from] MpiJobError),
+    /// The converted job could not be rendered into objects.
+    #[error(transparent)]
+    Render(#[from] ManifestError),
+}
 
 /// What the command line gives every conversion.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -65,7 +76,7 @@ pub fn owner_reference(obj: &Value) -> Value {
 /// The objects `--from-mpijob` renders for the MPIJob `obj` (as the API server returns it),
 /// each owned by it; `key` is the Secret's (made in the controller, used only if the Secret is
 /// created).
-pub fn desired(obj: &Value, s: &Settings, key: &str) -> Result<Desired, MpiJobError> {
+pub fn desired(obj: &Value, s: &Settings, key: &str) -> Result<Desired, DesiredError> {
     let overrides = Overrides {
         inject_image: s.inject_image.clone(),
         pull_policy: s.pull_policy.clone(),
@@ -76,7 +87,7 @@ pub fn desired(obj: &Value, s: &Settings, key: &str) -> Result<Desired, MpiJobEr
     let owner = owner_reference(obj);
     let mut others = Vec::new();
     let mut job = Value::Null;
-    for mut o in objects(&plan, Some(key)) {
+    for mut o in objects(&plan, Some(key))? {
         o["metadata"]["ownerReferences"] = json!([owner]);
         if o["kind"] == "Job" {
             job = o;

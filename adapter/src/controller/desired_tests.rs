@@ -64,7 +64,7 @@ fn the_same_objects_as_from_mpijob_each_owned_by_the_mpijob() {
     )
     .unwrap();
     assert_eq!(d.notes, notes);
-    let rendered = objects(&plan, Some("k3y"));
+    let rendered = objects(&plan, Some("k3y")).unwrap();
     let kinds: Vec<&str> = d
         .others
         .iter()

@@ -1,25 +1,23 @@
 //! Inferring what the configuration leaves open: our own pod, the selector, the expected
 //! number of pods.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-use kube::core::GroupVersionKind;
+use kube::api::{Api, DynamicObject, ListParams};
 
 use super::api::{Ctx, Operation};
 use super::error::DiscoveryError;
-pub(crate) use super::keys::{JOBSET_NAME_LABEL, JOBSET_REPLICATED_JOB_LABEL};
 use super::readiness::{classify, PodReadiness};
 use super::record::PodRecord;
 use super::selector::validate_value;
+use crate::workload::{
+    WorkloadKind, WorkloadRef, JOBSET_NAME_LABEL, JOBSET_REPLICATED_JOB_LABEL, JOB_NAME_LABEL,
+    LEGACY_JOB_NAME_LABEL,
+};
 
 pub(crate) const KUBEFLOW_JOB_LABEL: &str = "training.kubeflow.org/job-name";
-pub(crate) const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
-pub(crate) const LEGACY_JOB_NAME_LABEL: &str = "job-name";
 
 /// The labels looked for on our own pod, most encompassing workload first: a JobSet's pods
 /// also carry the name of their child Job, and the whole JobSet is the MPI job.
@@ -30,13 +28,9 @@ pub(crate) const INFERENCE_LABELS: &[&str] = &[
     LEGACY_JOB_NAME_LABEL,
 ];
 
-/// Labels a StatefulSet sets per pod or per revision; never part of a selector for all pods.
-const PER_POD_LABELS: &[&str] = &[
-    "statefulset.kubernetes.io/pod-name",
-    "apps.kubernetes.io/pod-index",
-    "controller-revision-hash",
-    "pod-template-hash",
-];
+/// Labels controllers set per revision of a pod template; never part of a selector for all
+/// pods (nor are the labels a kind sets per pod: [`WorkloadKind::per_pod_labels`]).
+const REVISION_LABELS: &[&str] = &["controller-revision-hash", "pod-template-hash"];
 
 /// How the name of our own pod was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,14 +120,20 @@ impl SelfIdentity {
 
 /// The workload the selected pods belong to, used to find the expected pod count.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Workload {
-    Job(String),
-    StatefulSet(String),
-    /// A JobSet; `replicated_jobs` limits the count to those replicated jobs (None: all).
-    JobSet {
-        name: String,
-        replicated_jobs: Option<BTreeSet<String>>,
-    },
+pub(crate) struct Owner {
+    pub workload: WorkloadRef,
+    /// The parts of it the pods are in, a JobSet's replicated jobs: the count is theirs
+    /// (None: all).
+    pub replicated_jobs: Option<BTreeSet<String>>,
+}
+
+impl Owner {
+    fn whole(kind: WorkloadKind, name: &str) -> Owner {
+        Owner {
+            workload: WorkloadRef::new(kind, name),
+            replicated_jobs: None,
+        }
+    }
 }
 
 /// A selector inferred from our own pod.
@@ -142,10 +142,10 @@ pub(crate) struct InferredSelector {
     pub selector: String,
     /// Human-readable basis ("label batch.kubernetes.io/job-name of pod ns/x").
     pub basis: String,
-    pub workload: Option<Workload>,
+    pub workload: Option<Owner>,
     pub own_pod: Pod,
-    /// The StatefulSet read during inference, reused for the expected count.
-    pub statefulset: Option<StatefulSet>,
+    /// The owner object read during inference (a StatefulSet), reused for the expected count.
+    pub owner_object: Option<DynamicObject>,
 }
 
 fn pods_api(ctx: &Ctx, ns: &str) -> Api<Pod> {
@@ -193,12 +193,23 @@ pub(crate) async fn find_own_pod(
     })
 }
 
-pub fn controller_of<'a>(pod: &'a PodRecord, kind: &str) -> Option<&'a OwnerReference> {
+pub fn controller_of(pod: &PodRecord, kind: WorkloadKind) -> Option<&OwnerReference> {
     let owners = pod.metadata.owner_references.as_ref()?;
+    let kind = kind.name();
     owners
         .iter()
         .find(|o| o.kind == kind && o.controller == Some(true))
         .or_else(|| owners.iter().find(|o| o.kind == kind))
+}
+
+/// A dynamic API for `kind` in `ns`.
+fn api_of(ctx: &Ctx, ns: &str, kind: WorkloadKind) -> Api<DynamicObject> {
+    Api::namespaced_with(ctx.api.client.clone(), ns, &kind.api_resource())
+}
+
+/// The `get` of the workload `w` in `ns`.
+fn get_op(ns: &str, w: &WorkloadRef) -> Operation {
+    Operation::get_named(w.kind.plural(), w.kind.group(), ns, &w.name)
 }
 
 /// Renders a LabelSelector in selector-string syntax.
@@ -220,7 +231,8 @@ pub(crate) fn label_selector_string(sel: &LabelSelector) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(","))
 }
 
-/// Infers the selector from our own pod: a workload label, else the StatefulSet that owns it.
+/// Infers the selector from our own pod: a workload label, else the selector of the workload
+/// that controls it (a StatefulSet).
 pub(crate) async fn infer_selector(
     ctx: &Ctx,
     ns: &str,
@@ -234,68 +246,93 @@ pub(crate) async fn infer_selector(
             .get(*key)
             .filter(|v| !v.is_empty() && validate_value(v).is_ok())
         {
-            let workload = match *key {
-                JOBSET_NAME_LABEL => Some(Workload::JobSet {
-                    name: value.clone(),
-                    replicated_jobs: None,
-                }),
-                JOB_NAME_LABEL | LEGACY_JOB_NAME_LABEL => Some(Workload::Job(value.clone())),
-                _ => None,
-            };
+            let workload = WorkloadKind::named_by_label(key).map(|k| Owner::whole(k, value));
             return Ok(InferredSelector {
                 selector: format!("{key}={value}"),
                 basis: format!("label {key} of our pod {ns}/{own_name}"),
                 workload,
                 own_pod: own,
-                statefulset: None,
+                owner_object: None,
             });
         }
     }
-    if let Some(owner) = controller_of(&PodRecord::from(&own), "StatefulSet") {
-        let sts_name = owner.name.clone();
-        let api: Api<StatefulSet> = Api::namespaced(ctx.api.client.clone(), ns);
-        let op = Operation::get_named("statefulsets", "apps", ns, &sts_name);
-        let sts = ctx.call_optional(&op, || api.get(&sts_name)).await?;
-        let from_sts = sts
-            .as_ref()
-            .and_then(|s| s.spec.as_ref())
-            .and_then(|s| label_selector_string(&s.selector));
-        let (selector, basis) = match from_sts {
-            Some(sel) => (
-                sel,
-                format!(
-                    "spec.selector of StatefulSet {ns}/{sts_name}, owner of our pod {own_name}"
-                ),
-            ),
-            None => {
-                // The StatefulSet is unreadable: its pods share the template labels, which
-                // include everything its selector matches on.
-                let template: Vec<String> = labels
-                    .iter()
-                    .filter(|(k, _)| !PER_POD_LABELS.contains(&k.as_str()))
-                    .filter(|(k, v)| {
-                        super::selector::validate_key(k).is_ok() && validate_value(v).is_ok()
-                    })
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect();
-                if template.is_empty() {
-                    return Err(not_inferable(ns, &own_name));
-                }
-                (
-                    template.join(","),
-                    format!("template labels of our pod {ns}/{own_name} (owned by StatefulSet {sts_name})"),
-                )
-            }
-        };
-        return Ok(InferredSelector {
-            selector,
-            basis,
-            workload: Some(Workload::StatefulSet(sts_name)),
-            own_pod: own,
-            statefulset: sts,
-        });
+    // Kinds that put no label with their name on their pods: their pods are found through
+    // their controller.
+    let unlabelled = WorkloadKind::ALL
+        .into_iter()
+        .filter(|k| k.owns_pods() && k.pod_label().is_none());
+    let record = PodRecord::from(&own);
+    for kind in unlabelled {
+        if let Some(owner) = controller_of(&record, kind) {
+            let name = owner.name.clone();
+            return by_controller(ctx, ns, own, &labels, WorkloadRef::new(kind, name)).await;
+        }
     }
     Err(not_inferable(ns, &own_name))
+}
+
+/// The selector of `owner`, the workload that controls our pod `own` (`labels`: its labels).
+async fn by_controller(
+    ctx: &Ctx,
+    ns: &str,
+    own: Pod,
+    labels: &BTreeMap<String, String>,
+    owner: WorkloadRef,
+) -> Result<InferredSelector, DiscoveryError> {
+    let own_name = own.metadata.name.clone().unwrap_or_default();
+    let (kind, name) = (owner.kind, owner.name.as_str());
+    let api = api_of(ctx, ns, kind);
+    let object = ctx
+        .call_optional(&get_op(ns, &owner), || api.get(name))
+        .await?;
+    let from_object = object
+        .as_ref()
+        .and_then(|o| kind.selector(&o.data))
+        .and_then(|s| label_selector_string(&s));
+    let (selector, basis) = match from_object {
+        Some(sel) => (
+            sel,
+            format!("spec.selector of {kind} {ns}/{name}, owner of our pod {own_name}"),
+        ),
+        None => {
+            // The workload is unreadable: its pods share the template labels, which include
+            // everything its selector matches on.
+            let Some(template) = template_selector(kind, labels) else {
+                return Err(not_inferable(ns, &own_name));
+            };
+            (
+                template,
+                format!("template labels of our pod {ns}/{own_name} (owned by {kind} {name})"),
+            )
+        }
+    };
+    Ok(InferredSelector {
+        selector,
+        basis,
+        workload: Some(Owner {
+            workload: owner,
+            replicated_jobs: None,
+        }),
+        own_pod: own,
+        owner_object: object,
+    })
+}
+
+/// The selector of the pods of a workload of `kind` that share the template labels among our
+/// own pod's `labels` (those set per pod or per revision left out); None: there are none.
+pub(crate) fn template_selector(
+    kind: WorkloadKind,
+    labels: &BTreeMap<String, String>,
+) -> Option<String> {
+    let template: Vec<String> = labels
+        .iter()
+        .filter(|(k, _)| {
+            !REVISION_LABELS.contains(&k.as_str()) && !kind.per_pod_labels().contains(&k.as_str())
+        })
+        .filter(|(k, v)| super::selector::validate_key(k).is_ok() && validate_value(v).is_ok())
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    (!template.is_empty()).then(|| template.join(","))
 }
 
 fn not_inferable(ns: &str, pod: &str) -> DiscoveryError {
@@ -307,8 +344,8 @@ fn not_inferable(ns: &str, pod: &str) -> DiscoveryError {
 }
 
 /// Guesses the workload of pods selected by an explicit selector: all of them in one JobSet,
-/// or all controlled by one Job or StatefulSet.
-pub(crate) fn workload_of(pods: &[&PodRecord]) -> Option<Workload> {
+/// or all controlled by one workload of a kind that owns its pods (a Job or StatefulSet).
+pub(crate) fn workload_of(pods: &[&PodRecord]) -> Option<Owner> {
     if pods.is_empty() {
         return None;
     }
@@ -321,139 +358,68 @@ pub(crate) fn workload_of(pods: &[&PodRecord]) -> Option<Workload> {
                 .iter()
                 .filter_map(|p| label(p, JOBSET_REPLICATED_JOB_LABEL))
                 .collect();
-            return Some(Workload::JobSet {
-                name,
+            return Some(Owner {
+                workload: WorkloadRef::new(WorkloadKind::JobSet, name),
                 replicated_jobs: (!rjobs.is_empty()).then_some(rjobs),
             });
         }
     }
-    for kind in ["Job", "StatefulSet"] {
+    for kind in WorkloadKind::ALL.into_iter().filter(|k| k.owns_pods()) {
         let owners: BTreeSet<Option<String>> = pods
             .iter()
             .map(|p| controller_of(p, kind).map(|o| o.name.clone()))
             .collect();
         if owners.len() == 1 {
             if let Some(Some(name)) = owners.into_iter().next() {
-                return Some(if kind == "Job" {
-                    Workload::Job(name)
-                } else {
-                    Workload::StatefulSet(name)
-                });
+                return Some(Owner::whole(kind, &name));
             }
         }
     }
     None
 }
 
-/// The number of pods a Job runs at once: parallelism (default 1), at most completions.
-pub(crate) fn job_pod_count(job: &Job) -> Option<u32> {
-    let spec = job.spec.as_ref()?;
-    let parallelism = spec.parallelism.unwrap_or(1);
-    let n = match spec.completions {
-        Some(c) => parallelism.min(c),
-        None => parallelism,
-    };
-    u32::try_from(n).ok().filter(|n| *n > 0)
-}
-
-/// The replica count of a StatefulSet (default 1).
-pub(crate) fn statefulset_pod_count(sts: &StatefulSet) -> Option<u32> {
-    let replicas = sts.spec.as_ref().map(|s| s.replicas.unwrap_or(1))?;
-    u32::try_from(replicas).ok().filter(|n| *n > 0)
-}
-
-/// Pods of a JobSet: sum over replicated jobs of replicas × pods per job.
-pub(crate) fn jobset_pod_count(
-    spec: &serde_json::Value,
-    only: Option<&BTreeSet<String>>,
-) -> Option<u32> {
-    let rjobs = spec.get("replicatedJobs")?.as_array()?;
-    let mut total: u64 = 0;
-    let mut counted = 0;
-    for rj in rjobs {
-        let name = rj.get("name").and_then(|n| n.as_str()).unwrap_or("");
-        if only.is_some_and(|o| !o.contains(name)) {
-            continue;
-        }
-        let replicas = rj.get("replicas").and_then(|r| r.as_u64()).unwrap_or(1);
-        let jspec = rj.get("template").and_then(|t| t.get("spec"));
-        let parallelism = jspec
-            .and_then(|s| s.get("parallelism"))
-            .and_then(|p| p.as_u64())
-            .unwrap_or(1);
-        let per_job = match jspec
-            .and_then(|s| s.get("completions"))
-            .and_then(|c| c.as_u64())
-        {
-            Some(c) => parallelism.min(c),
-            None => parallelism,
-        };
-        total = total.saturating_add(replicas.saturating_mul(per_job));
-        counted += 1;
-    }
-    if counted == 0 {
-        return None;
-    }
-    u32::try_from(total).ok().filter(|n| *n > 0)
-}
-
 /// Reads the expected pod count from the workload (`None` when its spec gives none); an owner
 /// that cannot be read (403, 404) is an error naming the rule, never a silent fallback.
 ///
-/// `owned_job`: whether a pod really is controlled by the Job (an ownerReference), not just
-/// labelled with its name; a labelled-only Job that does not exist (404) is no error then.
-/// Returns the count and a description of where it came from.
+/// `known`: the owner object, if inference read it already. `owned`: whether a pod really is
+/// controlled by the workload (an ownerReference), not just labelled with its name; a
+/// labelled-only workload that does not exist (404) is no error then. Returns the count and a
+/// description of where it came from.
 pub(crate) async fn expected_from_workload(
     ctx: &Ctx,
     ns: &str,
-    workload: &Workload,
-    known_sts: Option<&StatefulSet>,
-    owned_job: bool,
+    owner: &Owner,
+    known: Option<&DynamicObject>,
+    owned: bool,
 ) -> Result<Option<(u32, String)>, DiscoveryError> {
-    match workload {
-        Workload::Job(name) => {
-            let api: Api<Job> = Api::namespaced(ctx.api.client.clone(), ns);
-            let op = Operation::get_named("jobs", "batch", ns, name);
-            let job = match ctx.call_owner(&op, "Job", || api.get(name)).await {
-                Ok(j) => j,
-                Err(DiscoveryError::OwnerUnreadable { code: 404, .. }) if !owned_job => {
-                    tracing::info!("no Job {ns}/{name} (the pods only carry its name as a label)");
+    let w = &owner.workload;
+    let object = match known {
+        Some(o) => o.clone(),
+        None => {
+            let api = api_of(ctx, ns, w.kind);
+            match ctx
+                .call_owner(&get_op(ns, w), w.kind.name(), || api.get(&w.name))
+                .await
+            {
+                Ok(o) => o,
+                Err(DiscoveryError::OwnerUnreadable { code: 404, .. }) if !owned => {
+                    tracing::info!(
+                        "no {} {ns}/{} (the pods only carry its name as a label)",
+                        w.kind,
+                        w.name
+                    );
                     return Ok(None);
                 }
                 Err(e) => return Err(e),
-            };
-            Ok(job_pod_count(&job).map(|n| (n, format!("spec.parallelism of Job {ns}/{name}"))))
+            }
         }
-        Workload::StatefulSet(name) => {
-            let sts = match known_sts {
-                Some(s) => Some(s.clone()),
-                None => {
-                    let api: Api<StatefulSet> = Api::namespaced(ctx.api.client.clone(), ns);
-                    let op = Operation::get_named("statefulsets", "apps", ns, name);
-                    Some(ctx.call_owner(&op, "StatefulSet", || api.get(name)).await?)
-                }
-            };
-            Ok(sts
-                .as_ref()
-                .and_then(statefulset_pod_count)
-                .map(|n| (n, format!("spec.replicas of StatefulSet {ns}/{name}"))))
-        }
-        Workload::JobSet {
-            name,
-            replicated_jobs,
-        } => {
-            let gvk = GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet");
-            let ar = ApiResource::from_gvk_with_plural(&gvk, "jobsets");
-            let api: Api<DynamicObject> = Api::namespaced_with(ctx.api.client.clone(), ns, &ar);
-            let op = Operation::get_named("jobsets", "jobset.x-k8s.io", ns, name);
-            let js = ctx.call_owner(&op, "JobSet", || api.get(name)).await?;
-            Ok(js
-                .data
-                .get("spec")
-                .and_then(|spec| jobset_pod_count(spec, replicated_jobs.as_ref()))
-                .map(|n| (n, format!("replicated jobs of JobSet {ns}/{name}"))))
-        }
-    }
+    };
+    Ok(w.kind
+        .expected_pods(&object.data, owner.replicated_jobs.as_ref())
+        .map(|n| {
+            let source = w.kind.count_source();
+            (n, format!("{source} of {} {ns}/{}", w.kind, w.name))
+        }))
 }
 
 #[cfg(test)]

@@ -2,23 +2,13 @@
 //! (see [`super::order`]), the JobSet names (see [`super::infer`]) and the slot annotations (see
 //! [`super::slots`]). A [`super::record::PodRecord`] keeps these and no other.
 
-/// An Indexed Job pod's completion index.
-pub const JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
-
-/// A StatefulSet pod's ordinal.
-pub const STATEFULSET_POD_INDEX: &str = "apps.kubernetes.io/pod-index";
-
-/// Which child Job of its replicated job a JobSet pod belongs to.
-pub const JOBSET_JOB_INDEX: &str = "jobset.sigs.k8s.io/job-index";
-
-/// Which child Job of the whole JobSet a JobSet pod belongs to.
-pub const JOBSET_JOB_GLOBAL_INDEX: &str = "jobset.sigs.k8s.io/job-global-index";
-
-/// The JobSet a pod belongs to.
-pub const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
-
-/// The replicated job of its JobSet a pod belongs to.
-pub const JOBSET_REPLICATED_JOB_LABEL: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+/// The index labels of each workload kind's pods (an Indexed Job pod's completion index, a
+/// StatefulSet pod's ordinal, which child Job of its replicated job or of the whole JobSet a
+/// JobSet pod belongs to), and the JobSet and replicated job a pod belongs to.
+pub use crate::workload::{
+    JOBSET_JOB_GLOBAL_INDEX, JOBSET_JOB_INDEX, JOBSET_NAME_LABEL, JOBSET_REPLICATED_JOB_LABEL,
+    JOB_COMPLETION_INDEX, STATEFULSET_POD_INDEX,
+};
 
 /// Pod annotation giving the slot count explicitly.
 pub const SLOTS_ANNOTATION: &str = "prrte-k8s.io/slots";

@@ -20,7 +20,8 @@
 use serde_json::{json, Value};
 
 use super::meta::{names, own_labels, MAX_PODS_ANNOTATION};
-use super::plan::{JobPlan, Kind};
+use super::plan::JobPlan;
+use crate::workload::WorkloadKind;
 
 /// The fields of a Job's `metadata` the job's own account may not change.
 const FIXED_METADATA: [&str; 4] = ["labels", "annotations", "finalizers", "ownerReferences"];
@@ -126,12 +127,12 @@ pub(super) fn scale_validations(a: &JobPlan, max: u32) -> Vec<(String, String)> 
 /// for another job).
 pub(super) fn admission(a: &JobPlan) -> Vec<Value> {
     let (rule, validations) = match (a.max_pods, a.kind) {
-        (Some(_), Kind::Job) => (
+        (Some(_), WorkloadKind::Job) => (
             json!({"apiGroups": ["batch"], "apiVersions": ["*"], "operations": ["UPDATE"],
                    "resources": ["jobs"], "resourceNames": [a.name]}),
             validations(a),
         ),
-        (Some(max), Kind::Statefulset) => (
+        (Some(max), WorkloadKind::StatefulSet) => (
             json!({"apiGroups": ["apps"], "apiVersions": ["*"], "operations": ["UPDATE"],
                    "resources": ["statefulsets/scale"], "resourceNames": [a.name]}),
             scale_validations(a, max),

@@ -2,9 +2,10 @@
 //! and the options refused.
 
 use super::error::ManifestError;
-use super::meta::{KUEUE_ELASTIC_ANNOTATION, MAX_PODS_ANNOTATION};
+use super::meta::MAX_PODS_ANNOTATION;
 use super::options::ManifestArgs;
 use super::render;
+use crate::workload::KUEUE_ELASTIC_ANNOTATION;
 use clap::Parser;
 use serde_json::{json, Value};
 
@@ -18,7 +19,7 @@ fn objects(v: &[&str]) -> Result<Vec<Value>, ManifestError> {
     let mut argv = vec!["manifest"];
     argv.extend(v);
     let a = T::try_parse_from(argv).unwrap().a;
-    Ok(render::objects(&a.plan()?, None))
+    render::objects(&a.plan()?, None)
 }
 
 fn of_kind<'a>(objs: &'a [Value], kind: &str) -> &'a Value {

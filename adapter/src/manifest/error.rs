@@ -24,6 +24,8 @@ pub enum ManifestError {
     PrrtePrefix(String),
     #[error("cannot render YAML: {0}")]
     Yaml(#[from] serde_yaml::Error),
+    #[error("cannot render an object: {0}")]
+    Json(#[from] serde_json::Error),
     #[error("--from-mpijob {file}: {error}")]
     MpiJob { file: String, error: MpiJobError },
 }

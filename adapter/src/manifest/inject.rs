@@ -8,7 +8,14 @@
 //! The paths and the command are the contract with the inject image and the agent: the image
 //! holds the bundle at [`BUNDLE_DIR`] and its `prrte-k8s install-runtime --to DIR` copies it.
 
-use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, ResourceRequirements, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::layout::restricted_container;
 
 /// The inject image `make image` builds.
 pub const INJECT_IMAGE: &str = "localhost/prrte-k8s-inject:latest";
@@ -35,45 +42,49 @@ pub(crate) fn install_container(
     pull_policy: Option<&str>,
     uid: u32,
     gid: Option<u32>,
-) -> Value {
-    let mut security = json!({
-        "runAsNonRoot": true,
-        "runAsUser": uid,
-        "allowPrivilegeEscalation": false,
-        "readOnlyRootFilesystem": true,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    });
-    if let Some(g) = gid {
-        security["runAsGroup"] = json!(g);
-    }
+) -> Container {
     // Requests equal to limits, so that the pod keeps a Guaranteed QoS class where the
     // application container has one.
-    let share = json!({"cpu": "50m", "memory": "32Mi"});
-    let mut c = json!({
-        "name": INSTALL_CONTAINER,
-        "image": image,
-        "command": [format!("{BUNDLE_DIR}/bin/prrte-k8s"), "install-runtime", "--to", RUNTIME_DIR],
-        "volumeMounts": [mount(false)],
-        "resources": {"requests": share, "limits": share},
-        "securityContext": security,
-    });
-    if let Some(p) = pull_policy {
-        c["imagePullPolicy"] = json!(p);
+    let share = BTreeMap::from([
+        ("cpu".to_string(), Quantity("50m".into())),
+        ("memory".to_string(), Quantity("32Mi".into())),
+    ]);
+    Container {
+        name: INSTALL_CONTAINER.into(),
+        image: Some(image.into()),
+        image_pull_policy: pull_policy.map(String::from),
+        command: Some(vec![
+            format!("{BUNDLE_DIR}/bin/prrte-k8s"),
+            "install-runtime".into(),
+            "--to".into(),
+            RUNTIME_DIR.into(),
+        ]),
+        volume_mounts: Some(vec![mount(false)]),
+        resources: Some(ResourceRequirements {
+            requests: Some(share.clone()),
+            limits: Some(share),
+            claims: None,
+        }),
+        security_context: Some(restricted_container(uid, gid)),
+        ..Default::default()
     }
-    c
 }
 
 /// The runtime's volume.
-pub fn volume() -> Value {
-    json!({"name": RUNTIME_VOLUME, "emptyDir": {}})
+pub fn volume() -> Volume {
+    Volume {
+        name: RUNTIME_VOLUME.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    }
 }
 
 /// Its mount (read-only in the application container).
-pub fn mount(read_only: bool) -> Value {
-    let mut m = json!({"name": RUNTIME_VOLUME, "mountPath": RUNTIME_DIR});
-    if read_only {
-        m["readOnly"] = json!(true);
+pub fn mount(read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: RUNTIME_VOLUME.into(),
+        mount_path: RUNTIME_DIR.into(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
     }
-    m
 }

@@ -3,6 +3,10 @@
 //! Ports and paths the agent has its own settings for come from the registry
 //! ([`crate::settings`]).
 
+use k8s_openapi::api::core::v1::{
+    Capabilities, PodSecurityContext, SeccompProfile, SecurityContext,
+};
+
 use crate::settings::{agent, mca};
 
 /// The agent's port (`plm_k8s_agent_port`, the agent's `--port`).
@@ -42,6 +46,46 @@ pub(crate) const SHM_DIR: &str = "/dev/shm";
 /// Where in-cluster clients (discovery, kube-rs) find the service account's token, the
 /// cluster's CA and the namespace.
 pub const API_ACCESS_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The container-level seccomp profile every container of ours runs under.
+fn runtime_default() -> Option<SeccompProfile> {
+    Some(SeccompProfile {
+        type_: "RuntimeDefault".into(),
+        localhost_profile: None,
+    })
+}
+
+/// A container of ours at the restricted pod security level: as `uid` (and `gid`), no root, no
+/// privilege escalation, a read-only root file system, no capabilities, the runtime's seccomp
+/// profile.
+pub(crate) fn restricted_container(uid: u32, gid: Option<u32>) -> SecurityContext {
+    SecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(uid.into()),
+        run_as_group: gid.map(i64::from),
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: None,
+        }),
+        seccomp_profile: runtime_default(),
+        ..Default::default()
+    }
+}
+
+/// A pod of ours at the restricted pod security level: as `uid`, with `uid` as its group and
+/// its volumes' group, no root, the runtime's seccomp profile.
+pub(crate) fn restricted_pod(uid: u32) -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(uid.into()),
+        run_as_group: Some(uid.into()),
+        fs_group: Some(uid.into()),
+        seccomp_profile: runtime_default(),
+        ..Default::default()
+    }
+}
 
 /// What one of the pod's own volumes holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,10 +1,12 @@
 //! The names and metadata of the objects: every object is named after the job and carries its
 //! labels.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{json, Value};
 
 use super::plan::JobPlan;
-use super::plan::Kind;
 
 /// The names of the objects beside the workload.
 pub(super) struct Names {
@@ -26,17 +28,47 @@ pub(super) fn names(p: &JobPlan) -> Names {
 }
 
 /// The labels every object of the job carries.
-pub(super) fn own_labels(p: &JobPlan) -> Value {
-    json!({"app.kubernetes.io/name": "prrte-k8s", "app.kubernetes.io/instance": p.name})
+pub(super) fn own_labels(p: &JobPlan) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_string(),
+            "prrte-k8s".to_string(),
+        ),
+        ("app.kubernetes.io/instance".to_string(), p.name.clone()),
+    ])
 }
 
 /// The metadata of an object: its name, the job's labels, the namespace if given.
-pub(super) fn meta(p: &JobPlan, name: &str) -> Value {
-    let mut m = json!({"name": name, "labels": own_labels(p)});
-    if let Some(ns) = &p.namespace {
-        m["namespace"] = json!(ns);
+pub(super) fn meta(p: &JobPlan, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        labels: Some(own_labels(p)),
+        namespace: p.namespace.clone(),
+        ..Default::default()
     }
-    m
+}
+
+/// The workload object's metadata: the job's own, plus the labels and annotations the plan
+/// gives it (the job's own labels win), and an elastic job's annotations. Untyped: the plan's
+/// labels and annotations are kept verbatim.
+pub(super) fn workload_meta(a: &JobPlan) -> Result<Value, serde_json::Error> {
+    let mut m = serde_json::to_value(meta(a, &a.name))?;
+    if !a.labels.is_empty() {
+        let mut labels = a.labels.clone();
+        labels.extend(own_labels(a).into_iter().map(|(k, v)| (k, json!(v))));
+        m["labels"] = Value::Object(labels);
+    }
+    let mut annotations = a.annotations.clone();
+    if let Some(max) = a.max_pods {
+        annotations.insert(MAX_PODS_ANNOTATION.into(), json!(max.to_string()));
+        for (k, v) in a.kind.elastic_annotations() {
+            annotations.insert(k.to_string(), json!(v));
+        }
+    }
+    if !annotations.is_empty() {
+        m["annotations"] = Value::Object(annotations);
+    }
+    Ok(m)
 }
 
 /// The label every pod of the job carries with the job's name, set by the manifest alone (no
@@ -48,9 +80,6 @@ pub const JOB_LABEL: &str = "prrte-k8s.io/job";
 /// `prrte-k8s grow` reads; absent: the job does not grow).
 pub const MAX_PODS_ANNOTATION: &str = "prrte-k8s.io/max-pods";
 
-/// Kueue's annotation of a Job that may change its parallelism while admitted.
-pub const KUEUE_ELASTIC_ANNOTATION: &str = "kueue.x-k8s.io/elastic-job";
-
 /// [`JOB_LABEL`] and its value.
 pub(super) fn job_label(p: &JobPlan) -> (&'static str, String) {
     (JOB_LABEL, p.name.clone())
@@ -59,9 +88,5 @@ pub(super) fn job_label(p: &JobPlan) -> (&'static str, String) {
 /// The label the workload's controller puts on its pods, which discovery infers the job's pods
 /// from (the pod template carries it as well), if the kind has one.
 pub(super) fn workload_label(p: &JobPlan) -> Option<(&'static str, String)> {
-    match p.kind {
-        Kind::Job => Some(("batch.kubernetes.io/job-name", p.name.clone())),
-        Kind::Statefulset => None,
-        Kind::Jobset => Some(("jobset.sigs.k8s.io/jobset-name", p.name.clone())),
-    }
+    p.kind.pod_label().map(|l| (l, p.name.clone()))
 }

@@ -28,7 +28,7 @@
 //! The Role may then also raise the one workload (a StatefulSet through its `scale` subresource
 //! alone; a Job, which has none, by `patch`, narrowed by a ValidatingAdmissionPolicy rendered
 //! with it (`admission`) to its parallelism and completions within M), the workload carries
-//! [`MAX_PODS_ANNOTATION`] with M, and a Job Kueue's [`KUEUE_ELASTIC_ANNOTATION`] so that a
+//! [`MAX_PODS_ANNOTATION`] with M, and a Job Kueue's [`crate::workload::KUEUE_ELASTIC_ANNOTATION`] so that a
 //! cluster with Kueue admits the growth. A JobSet does not grow (its replicated Jobs cannot
 //! change while it runs).
 //!
@@ -49,7 +49,7 @@
 //! the inputs and the renderers, `error` what can go wrong, `render` the entry ([`prepare`],
 //! [`objects`], [`render`]); `layout` the ports, paths and names every pod shares, `meta` the
 //! objects' names and labels; `pod` the pod template every kind shares, `inject` the injected
-//! runtime's parts; one file per workload kind (`job`, `statefulset`, `jobset`); `rbac`,
+//! runtime's parts; the workload object itself is its kind's ([`crate::workload`]); `rbac`,
 //! `secret`, `network_policy` the other objects (`api_server` where the pods may reach the
 //! API), `admission` an elastic job's admission policy; `header` the comment header; `mpijob`
 //! the MPIJob input; `restricted` the check. This file only names the parts and what they
@@ -62,8 +62,6 @@ mod elastic_tests;
 mod error;
 mod header;
 mod inject;
-mod job;
-mod jobset;
 mod layout;
 mod meta;
 pub mod mpijob;
@@ -77,7 +75,6 @@ mod rbac;
 mod render;
 pub mod restricted;
 mod secret;
-mod statefulset;
 #[cfg(test)]
 mod tests;
 
@@ -88,8 +85,8 @@ pub use layout::{
     AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, CONTAINER, HEALTH_PORT, OOB_PORT, RUN_DIR,
     SECRET_DIR, TOOL_PORT,
 };
-pub use meta::{JOB_LABEL, KUEUE_ELASTIC_ANNOTATION, MAX_PODS_ANNOTATION};
+pub use meta::{JOB_LABEL, MAX_PODS_ANNOTATION};
 pub use options::{check, ManifestArgs, Mpi, DEFAULT_NAME};
-pub use plan::{JobPlan, Kind, Launch, Part, PodPlan, Success};
+pub use plan::{JobPlan, Launch, Part, PodPlan};
 pub use render::{objects, prepare, render};
 pub use secret::fresh_key;

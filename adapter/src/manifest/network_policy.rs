@@ -1,7 +1,14 @@
 //! The NetworkPolicy: in, exactly the job's pinned ports, only from the job's own pods; out,
 //! only to the job's own pods (the same ports), the cluster DNS and the Kubernetes API.
 
-use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::networking::v1::{
+    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+    NetworkPolicyPort, NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::layout::{AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, HEALTH_PORT, OOB_PORT, TOOL_PORT};
 use super::meta::{job_label, meta, names};
@@ -15,54 +22,108 @@ const API_PORTS: [u16; 2] = [443, 6443];
 /// metadata and credentials (169.254.169.254).
 const LINK_LOCAL: &str = "169.254.0.0/16";
 
+/// The DNS service's port.
+const DNS_PORT: u16 = 53;
+
 /// The peers the pods may reach the API server at: the given ranges (or those the cluster
 /// named), else any IPv4 address but link-local ones.
-fn api_peers(a: &JobPlan) -> Vec<Value> {
+fn api_peers(a: &JobPlan) -> Vec<NetworkPolicyPeer> {
+    let block = |cidr: String, except: Option<Vec<String>>| NetworkPolicyPeer {
+        ip_block: Some(IPBlock { cidr, except }),
+        ..Default::default()
+    };
     if a.api_server.cidrs.is_empty() {
-        return vec![json!({"ipBlock": {"cidr": "0.0.0.0/0", "except": [LINK_LOCAL]}})];
+        return vec![block("0.0.0.0/0".into(), Some(vec![LINK_LOCAL.into()]))];
     }
     a.api_server
         .cidrs
         .iter()
-        .map(|n| json!({"ipBlock": {"cidr": n.trunc().to_string()}}))
+        .map(|n| block(n.trunc().to_string(), None))
         .collect()
 }
 
-/// The NetworkPolicy of the job.
-pub(super) fn network_policy(a: &JobPlan) -> Value {
-    let (lk, lv) = job_label(a);
-    let batch = a.batch();
-    let mut ports = vec![
-        json!({"protocol": "TCP", "port": AGENT_PORT}),
-        json!({"protocol": "TCP", "port": HEALTH_PORT}),
-    ];
-    if !batch {
-        ports.push(json!({"protocol": "TCP", "port": TOOL_PORT}));
-    }
-    ports.push(json!({"protocol": "TCP", "port": OOB_PORT}));
-    ports.push(json!({"protocol": "TCP", "port": BTL_PORT_MIN, "endPort": BTL_PORT_MIN + BTL_PORT_RANGE - 1}));
-    let own = json!({"podSelector": {"matchLabels": {lk: lv.clone()}}});
-    let dns = json!({
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-    });
+/// The API server's ports: the given ones (or those the cluster named), else [`API_PORTS`].
+fn api_ports(a: &JobPlan) -> Vec<NetworkPolicyPort> {
     let given = &a.api_server.ports;
-    let api_ports: Vec<Value> = if given.is_empty() {
+    let ports = if given.is_empty() {
         &API_PORTS[..]
     } else {
         given
+    };
+    ports.iter().map(|p| port("TCP", *p)).collect()
+}
+
+/// `port` of `protocol`.
+fn port(protocol: &str, port: u16) -> NetworkPolicyPort {
+    NetworkPolicyPort {
+        protocol: Some(protocol.into()),
+        port: Some(IntOrString::Int(port.into())),
+        end_port: None,
     }
-    .iter()
-    .map(|p| json!({"protocol": "TCP", "port": p}))
-    .collect();
-    json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(a, &names(a).policy), "spec": {
-        "podSelector": {"matchLabels": {lk: lv}},
-        "policyTypes": ["Ingress", "Egress"],
-        "ingress": [{"from": [own.clone()], "ports": ports.clone()}],
-        "egress": [
-            {"to": [own], "ports": ports},
-            {"to": [dns], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
-            {"to": api_peers(a), "ports": api_ports},
-        ],
-    }})
+}
+
+/// Pods whose labels are exactly `labels`.
+fn selector<const N: usize>(labels: [(&str, &str); N]) -> Option<LabelSelector> {
+    let labels: BTreeMap<String, String> = labels
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Some(LabelSelector {
+        match_labels: Some(labels),
+        match_expressions: None,
+    })
+}
+
+/// The job's pinned ports: the agent's, its health endpoint's, the DVM's tool port (an
+/// interactive job's), PRRTE's OOB and Open MPI's TCP BTL range.
+fn job_ports(batch: bool) -> Vec<NetworkPolicyPort> {
+    let mut ports = vec![port("TCP", AGENT_PORT), port("TCP", HEALTH_PORT)];
+    if !batch {
+        ports.push(port("TCP", TOOL_PORT));
+    }
+    ports.push(port("TCP", OOB_PORT));
+    ports.push(NetworkPolicyPort {
+        end_port: Some((BTL_PORT_MIN + BTL_PORT_RANGE - 1).into()),
+        ..port("TCP", BTL_PORT_MIN)
+    });
+    ports
+}
+
+/// The NetworkPolicy of the job.
+pub(super) fn network_policy(a: &JobPlan) -> NetworkPolicy {
+    let (lk, lv) = job_label(a);
+    let ports = job_ports(a.batch());
+    let own = NetworkPolicyPeer {
+        pod_selector: selector([(lk, lv.as_str())]),
+        ..Default::default()
+    };
+    let dns = NetworkPolicyPeer {
+        namespace_selector: selector([("kubernetes.io/metadata.name", "kube-system")]),
+        pod_selector: selector([("k8s-app", "kube-dns")]),
+        ip_block: None,
+    };
+    let egress =
+        |to: Vec<NetworkPolicyPeer>, ports: Vec<NetworkPolicyPort>| NetworkPolicyEgressRule {
+            to: Some(to),
+            ports: Some(ports),
+        };
+    NetworkPolicy {
+        metadata: meta(a, &names(a).policy),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: selector([(lk, lv.as_str())]),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(vec![own.clone()]),
+                ports: Some(ports.clone()),
+            }]),
+            egress: Some(vec![
+                egress(vec![own], ports),
+                egress(
+                    vec![dns],
+                    vec![port("UDP", DNS_PORT), port("TCP", DNS_PORT)],
+                ),
+                egress(api_peers(a), api_ports(a)),
+            ]),
+        }),
+    }
 }

@@ -1,12 +1,18 @@
 //! `prrte-k8s manifest`'s options, their checks, and the job they describe
 //! ([`ManifestArgs::plan`]).
 
+use std::collections::BTreeMap;
+
 use clap::{Args, ValueEnum};
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{json, Map, Value};
 
 use super::error::{EnvArgError, ManifestError};
 use super::inject::INJECT_IMAGE;
-use super::plan::{JobPlan, Kind, Launch, Part, PodPlan, Success};
+use super::layout::{restricted_container, restricted_pod};
+use super::plan::{JobPlan, Launch, Part, PodPlan};
+use crate::workload::{Success, WorkloadKind};
 
 /// The MPI in an image the runtime is injected into (the agent's `--mpi`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -82,7 +88,7 @@ pub struct ManifestArgs {
     pub image_pull_policy: Option<String>,
     /// Workload kind
     #[arg(long, value_enum, default_value = "job")]
-    pub kind: Kind,
+    pub kind: WorkloadKind,
     /// CPU request and limit of each pod (whole CPUs are its MPI slots unless --slots or --gpus)
     #[arg(long, default_value = "1")]
     pub cpu: String,
@@ -208,18 +214,10 @@ impl ManifestArgs {
         if let Some(p) = &self.image_pull_policy {
             container.insert("imagePullPolicy".into(), json!(p));
         }
-        container.insert("resources".into(), self.resources());
+        container.insert("resources".into(), serde_json::to_value(self.resources())?);
         container.insert(
             "securityContext".into(),
-            json!({
-                "runAsNonRoot": true,
-                "runAsUser": self.uid,
-                "runAsGroup": self.uid,
-                "allowPrivilegeEscalation": false,
-                "readOnlyRootFilesystem": true,
-                "capabilities": {"drop": ["ALL"]},
-                "seccompProfile": {"type": "RuntimeDefault"},
-            }),
+            serde_json::to_value(restricted_container(self.uid, Some(self.uid)))?,
         );
         let mut spec = Map::new();
         spec.insert(
@@ -228,13 +226,7 @@ impl ManifestArgs {
         );
         spec.insert(
             "securityContext".into(),
-            json!({
-                "runAsNonRoot": true,
-                "runAsUser": self.uid,
-                "runAsGroup": self.uid,
-                "fsGroup": self.uid,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            }),
+            serde_json::to_value(restricted_pod(self.uid))?,
         );
         Ok(JobPlan {
             name: self.name().to_string(),
@@ -285,14 +277,19 @@ impl ManifestArgs {
     }
 
     /// Requests and limits (equal): CPU, memory and GPUs.
-    fn resources(&self) -> Value {
-        let mut requests = json!({"cpu": self.cpu, "memory": self.memory});
-        let mut limits = requests.clone();
+    fn resources(&self) -> ResourceRequirements {
+        let mut share = BTreeMap::from([
+            ("cpu".to_string(), Quantity(self.cpu.clone())),
+            ("memory".to_string(), Quantity(self.memory.clone())),
+        ]);
         if self.gpus > 0 {
-            requests[&self.gpu_resource] = json!(self.gpus.to_string());
-            limits[&self.gpu_resource] = json!(self.gpus.to_string());
+            share.insert(self.gpu_resource.clone(), Quantity(self.gpus.to_string()));
         }
-        json!({"requests": requests, "limits": limits})
+        ResourceRequirements {
+            requests: Some(share.clone()),
+            limits: Some(share),
+            claims: None,
+        }
     }
 }
 
@@ -354,11 +351,11 @@ pub fn check(a: &ManifestArgs) -> Result<(), ManifestError> {
     if !valid_name(a.name()) {
         return Err(ManifestError::Name(a.name().to_string()));
     }
-    if a.kind == Kind::Statefulset && !a.command.is_empty() {
+    if !a.kind.runs_to_completion() && !a.command.is_empty() {
         return Err(ManifestError::StatefulsetBatch);
     }
     if let Some(m) = a.max_pods.filter(|_| a.elastic) {
-        if a.kind == Kind::Jobset {
+        if a.kind.fixed().is_some() {
             return Err(ManifestError::ElasticJobset);
         }
         if m < a.pods {
@@ -368,7 +365,7 @@ pub fn check(a: &ManifestArgs) -> Result<(), ManifestError> {
             });
         }
     }
-    if a.kind != Kind::Jobset && a.max_restarts.is_some() {
+    if !a.kind.restarts_as_a_whole() && a.max_restarts.is_some() {
         return Err(ManifestError::MaxRestartsKind);
     }
     if !a.agent.starts_with('/') && a.agent.contains('/') {

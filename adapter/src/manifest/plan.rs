@@ -5,26 +5,7 @@
 use clap::ValueEnum;
 use serde_json::{Map, Value};
 
-/// The workload kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Kind {
-    /// An Indexed Job (batch or interactive).
-    Job,
-    /// A StatefulSet (interactive only: its pods are restarted when they exit).
-    Statefulset,
-    /// A JobSet (jobset.x-k8s.io/v1alpha2) with one replicated Job.
-    Jobset,
-}
-
-/// When a batch Job counts as complete.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Success {
-    /// When the pod with index 0 (the one that runs the command) succeeded; the rest are
-    /// then stopped by the Job controller.
-    Index0,
-    /// When every pod succeeded.
-    All,
-}
+use crate::workload::{Success, WorkloadKind};
 
 /// Parts of the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -82,7 +63,7 @@ pub struct PodPlan {
 pub struct JobPlan {
     pub name: String,
     pub namespace: Option<String>,
-    pub kind: Kind,
+    pub kind: WorkloadKind,
     pub pods: u32,
     /// The batch command (pod 0 runs it); empty: interactive.
     pub command: Vec<String>,

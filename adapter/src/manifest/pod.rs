@@ -3,6 +3,14 @@
 //! gives (the application container's image, resources and security context, the pod's own
 //! volumes and scheduling fields).
 
+use k8s_openapi::api::core::v1::{
+    ConfigMapProjection, Container, ContainerPort, DownwardAPIProjection, DownwardAPIVolumeFile,
+    EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector,
+    Probe, ProjectedVolumeSource, SecretVolumeSource, ServiceAccountTokenProjection, Volume,
+    VolumeMount, VolumeProjection,
+};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::inject;
@@ -11,18 +19,57 @@ use super::layout::{
     OWN_VOLUMES, TMP_DIR, TOOL_PORT,
 };
 use super::meta::{job_label, names, own_labels, workload_label};
-use super::plan::Kind;
 use super::plan::{JobPlan, Launch};
 use crate::settings::{agent, Setting};
+use crate::workload::WorkloadKind;
+
+/// The JSON of each of `items` (the typed parts of ours, beside the plan's untyped ones).
+fn values<T: Serialize>(
+    items: impl IntoIterator<Item = T>,
+) -> Result<Vec<Value>, serde_json::Error> {
+    items.into_iter().map(serde_json::to_value).collect()
+}
+
+/// The field `path` of the object (`api_version`: of its schema, where given).
+fn field(api_version: Option<&str>, path: &str) -> ObjectFieldSelector {
+    ObjectFieldSelector {
+        api_version: api_version.map(String::from),
+        field_path: path.into(),
+    }
+}
+
+/// The variable `name` holding the field `path` of the pod (the downward API).
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(field(None, path)),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The variable `name` set to `value`.
+pub(super) fn value_env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
 
 /// The job's own environment: the downward-API variables, the pinned ports and transports.
-pub(super) fn own_env(kind: Kind, launch: &Launch) -> Vec<Value> {
+pub(super) fn own_env(kind: WorkloadKind, launch: &Launch) -> Vec<EnvVar> {
     let mut env = vec![
-        json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
-        json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+        field_env("POD_IP", "status.podIP"),
+        field_env("POD_NAME", "metadata.name"),
     ];
-    if kind == Kind::Statefulset {
-        env.push(json!({"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}}));
+    if let Some(label) = kind.index_label_for_env() {
+        env.push(field_env(
+            "POD_INDEX",
+            &format!("metadata.labels['{label}']"),
+        ));
     }
     // MPI traffic between pods only through the TCP BTL (no fabric with its own ports). The
     // image's own Open MPI may be a 4.x, whose shared-memory BTL is `vader`, not `sm`, and an
@@ -44,11 +91,7 @@ pub(super) fn own_env(kind: Kind, launch: &Launch) -> Vec<Value> {
         ("OMPI_MCA_pml", "ob1".into()),
         ("OMPI_MCA_btl", btl.into()),
     ];
-    env.extend(
-        fixed
-            .into_iter()
-            .map(|(k, v)| json!({"name": k, "value": v})),
-    );
+    env.extend(fixed.into_iter().map(|(k, v)| value_env(k, v)));
     if let Launch::Injected { .. } = launch {
         // The image's MPI may be an MPICH or Intel MPI: Hydra's mpiexec listens for its
         // proxies, and the ranks for each other, on ports of their own choosing unless pinned
@@ -65,7 +108,7 @@ pub(super) fn own_env(kind: Kind, launch: &Launch) -> Vec<Value> {
             ("FI_TCP_PORT_LOW_RANGE", lo.to_string()),
             ("FI_TCP_PORT_HIGH_RANGE", hi.to_string()),
         ] {
-            env.push(json!({"name": k, "value": v}));
+            env.push(value_env(k, v));
         }
     }
     env
@@ -73,13 +116,13 @@ pub(super) fn own_env(kind: Kind, launch: &Launch) -> Vec<Value> {
 
 /// The container's environment: the job's own, then the plan's (an entry replaces the job's
 /// of the same name).
-fn pod_env(a: &JobPlan) -> Vec<Value> {
-    let mut env = own_env(a.kind, &a.pod.launch);
+fn pod_env(a: &JobPlan) -> Result<Vec<Value>, serde_json::Error> {
+    let mut env = values(own_env(a.kind, &a.pod.launch))?;
     for e in &a.pod.env {
         env.retain(|o| o["name"] != e["name"]);
         env.push(e.clone());
     }
-    env
+    Ok(env)
 }
 
 /// `--NAME` of an agent setting.
@@ -117,16 +160,34 @@ fn agent_command(a: &JobPlan, batch: bool) -> Vec<String> {
 }
 
 /// The container's named ports (the tool port only for an interactive job).
-fn ports(batch: bool) -> Vec<Value> {
+fn ports(batch: bool) -> Vec<ContainerPort> {
+    let port = |name: &str, port: u16| ContainerPort {
+        name: Some(name.into()),
+        container_port: port.into(),
+        ..Default::default()
+    };
     let mut ports = vec![
-        json!({"name": "agent", "containerPort": AGENT_PORT}),
-        json!({"name": "health", "containerPort": HEALTH_PORT}),
-        json!({"name": "oob", "containerPort": OOB_PORT}),
+        port("agent", AGENT_PORT),
+        port("health", HEALTH_PORT),
+        port("oob", OOB_PORT),
     ];
     if !batch {
-        ports.push(json!({"name": "pmix-tool", "containerPort": TOOL_PORT}));
+        ports.push(port("pmix-tool", TOOL_PORT));
     }
     ports
+}
+
+/// Ready when the agent's health endpoint says so.
+fn readiness_probe() -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some("/healthz".into()),
+            port: IntOrString::Int(HEALTH_PORT.into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(2),
+        ..Default::default()
+    }
 }
 
 /// The job's own volumes the pod gets: all but a scratch directory the plan mounts a volume
@@ -142,29 +203,87 @@ fn own_volumes(a: &JobPlan) -> impl Iterator<Item = &'static OwnVolume> + '_ {
 }
 
 /// The container's mount of one of the pod's own volumes (the Secret read-only).
-fn mount(v: &OwnVolume) -> Value {
-    let mut m = json!({"name": v.name, "mountPath": v.path});
-    if matches!(v.source, Source::Secret | Source::ApiAccess) {
-        m["readOnly"] = json!(true);
+fn mount(v: &OwnVolume) -> VolumeMount {
+    VolumeMount {
+        name: v.name.into(),
+        mount_path: v.path.into(),
+        read_only: matches!(v.source, Source::Secret | Source::ApiAccess).then_some(true),
+        ..Default::default()
     }
-    m
 }
 
 /// One of the pod's own volumes (`secret`: the Secret's name).
-fn volume(v: &OwnVolume, secret: &str) -> Value {
+fn volume(v: &OwnVolume, secret: &str) -> Volume {
+    let empty_dir = |medium: Option<&str>| {
+        Some(EmptyDirVolumeSource {
+            medium: medium.map(String::from),
+            size_limit: None,
+        })
+    };
+    let volume = Volume {
+        name: v.name.into(),
+        ..Default::default()
+    };
     match v.source {
-        Source::Secret => {
-            json!({"name": v.name, "secret": {"secretName": secret, "defaultMode": 0o440}})
-        }
-        Source::Disk => json!({"name": v.name, "emptyDir": {}}),
-        Source::Memory => json!({"name": v.name, "emptyDir": {"medium": "Memory"}}),
-        // What the kubelet mounts into every container when the token is automounted, here
-        // for the agent's container alone.
-        Source::ApiAccess => json!({"name": v.name, "projected": {"sources": [
-            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
-            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
-        ]}}),
+        Source::Secret => Volume {
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.into()),
+                default_mode: Some(0o440),
+                ..Default::default()
+            }),
+            ..volume
+        },
+        Source::Disk => Volume {
+            empty_dir: empty_dir(None),
+            ..volume
+        },
+        Source::Memory => Volume {
+            empty_dir: empty_dir(Some("Memory")),
+            ..volume
+        },
+        Source::ApiAccess => Volume {
+            projected: Some(api_access()),
+            ..volume
+        },
+    }
+}
+
+/// What the kubelet mounts into every container when the token is automounted (here for the
+/// agent's container alone): the service account's token, the cluster's CA, the namespace.
+fn api_access() -> ProjectedVolumeSource {
+    let token = VolumeProjection {
+        service_account_token: Some(ServiceAccountTokenProjection {
+            path: "token".into(),
+            expiration_seconds: Some(3607),
+            audience: None,
+        }),
+        ..Default::default()
+    };
+    let ca = VolumeProjection {
+        config_map: Some(ConfigMapProjection {
+            name: "kube-root-ca.crt".into(),
+            items: Some(vec![KeyToPath {
+                key: "ca.crt".into(),
+                path: "ca.crt".into(),
+                mode: None,
+            }]),
+            optional: None,
+        }),
+        ..Default::default()
+    };
+    let namespace = VolumeProjection {
+        downward_api: Some(DownwardAPIProjection {
+            items: Some(vec![DownwardAPIVolumeFile {
+                path: "namespace".into(),
+                field_ref: Some(field(Some("v1"), "metadata.namespace")),
+                ..Default::default()
+            }]),
+        }),
+        ..Default::default()
+    };
+    ProjectedVolumeSource {
+        sources: Some(vec![token, ca, namespace]),
+        default_mode: None,
     }
 }
 
@@ -174,35 +293,34 @@ fn injected(a: &JobPlan) -> bool {
 
 /// The application container: the plan's, with the agent as its command and the job's
 /// environment, ports, probe and mounts.
-fn container(a: &JobPlan, batch: bool) -> Value {
-    let mut mounts: Vec<Value> = own_volumes(a).map(mount).collect();
+fn container(a: &JobPlan, batch: bool) -> Result<Value, serde_json::Error> {
+    let mut mounts = values(own_volumes(a).map(mount))?;
     if injected(a) {
-        mounts.push(inject::mount(true));
+        mounts.push(serde_json::to_value(inject::mount(true))?);
     }
     mounts.extend(a.pod.mounts.iter().cloned());
+    let own = Container {
+        name: CONTAINER.into(),
+        command: Some(agent_command(a, batch)),
+        ports: Some(ports(batch)),
+        readiness_probe: Some(readiness_probe()),
+        ..Default::default()
+    };
     let mut c = a.pod.container.clone();
-    let own = json!({
-        "name": CONTAINER,
-        "command": agent_command(a, batch),
-        "env": pod_env(a),
-        "ports": ports(batch),
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": HEALTH_PORT}, "periodSeconds": 2},
-        "volumeMounts": mounts,
-    });
-    if let Value::Object(own) = own {
+    if let Value::Object(own) = serde_json::to_value(own)? {
         c.extend(own);
     }
-    Value::Object(c)
+    c.insert("env".into(), Value::Array(pod_env(a)?));
+    c.insert("volumeMounts".into(), Value::Array(mounts));
+    Ok(Value::Object(c))
 }
 
 /// The pod template (metadata and spec) of the workload.
-pub(super) fn pod_template(a: &JobPlan, batch: bool) -> Value {
+pub(super) fn pod_template(a: &JobPlan, batch: bool) -> Result<Value, serde_json::Error> {
     let n = names(a);
     let (lk, lv) = job_label(a);
     let mut labels = a.pod.labels.clone();
-    if let Value::Object(own) = own_labels(a) {
-        labels.extend(own);
-    }
+    labels.extend(own_labels(a).into_iter().map(|(k, v)| (k, json!(v))));
     if let Some((wk, wv)) = workload_label(a) {
         labels.insert(wk.to_string(), json!(wv));
     }
@@ -218,16 +336,16 @@ pub(super) fn pod_template(a: &JobPlan, batch: bool) -> Value {
     if !annotations.is_empty() {
         pod_meta["annotations"] = Value::Object(annotations);
     }
-    let mut volumes: Vec<Value> = own_volumes(a).map(|v| volume(v, &n.secret)).collect();
+    let mut volumes = values(own_volumes(a).map(|v| volume(v, &n.secret)))?;
     let mut init: Vec<Value> = Vec::new();
     if let Launch::Injected { image, .. } = &a.pod.launch {
-        volumes.push(inject::volume());
-        init.push(inject::install_container(
+        volumes.push(serde_json::to_value(inject::volume())?);
+        init.push(serde_json::to_value(inject::install_container(
             image,
             a.pod.runtime_pull_policy.as_deref(),
             a.pod.uid,
             a.pod.gid,
-        ));
+        ))?);
     }
     volumes.extend(a.pod.volumes.iter().cloned());
     init.extend(a.pod.init_containers.iter().cloned());
@@ -239,7 +357,7 @@ pub(super) fn pod_template(a: &JobPlan, batch: bool) -> Value {
         // alone (the `kube-api-access` volume): not in the runtime's or the plan's init
         // containers, nor in sidecars.
         "automountServiceAccountToken": false,
-        "containers": [container(a, batch)],
+        "containers": [container(a, batch)?],
         "volumes": volumes,
     });
     if let Value::Object(own) = own {
@@ -248,8 +366,8 @@ pub(super) fn pod_template(a: &JobPlan, batch: bool) -> Value {
     if !init.is_empty() {
         spec.insert("initContainers".into(), Value::Array(init));
     }
-    if a.kind != Kind::Statefulset {
+    if a.kind.runs_to_completion() {
         spec.insert("restartPolicy".into(), json!("Never"));
     }
-    json!({"metadata": pod_meta, "spec": spec})
+    Ok(json!({"metadata": pod_meta, "spec": spec}))
 }

@@ -128,6 +128,7 @@ fn from_mpijob_carries_grace_period_and_preempt_signal() {
         let text = mpijob(grace);
         let (plan, notes) = super::render::prepare(&a, &mut text.as_bytes()).unwrap();
         let job = super::render::objects(&plan, None)
+            .unwrap()
             .into_iter()
             .find(|o| o["kind"] == "Job")
             .unwrap();

@@ -6,45 +6,51 @@
 //! no scale subresource) by `patch` on the Job, which the admission policy of
 //! [`super::admission`] narrows to its parallelism and completions within its max-pods.
 
-use serde_json::{json, Value};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use serde_json::Value;
 
 use super::meta::{meta, names};
 use super::plan::JobPlan;
-use super::plan::Kind;
 
 /// The ServiceAccount, Role and RoleBinding.
-pub(super) fn rbac(a: &JobPlan) -> Vec<Value> {
+pub(super) fn rbac(a: &JobPlan) -> Result<Vec<Value>, serde_json::Error> {
     let n = names(a);
-    // Discovery reads one owner, by name: the workload itself.
-    let (group, resource) = match a.kind {
-        Kind::Job => ("batch", "jobs"),
-        Kind::Statefulset => ("apps", "statefulsets"),
-        Kind::Jobset => ("jobset.x-k8s.io", "jobsets"),
-    };
-    // An elastic job also raises it: a StatefulSet through its scale subresource only (a patch
-    // of the StatefulSet itself could rewrite its pod template), a Job by a patch the admission
-    // policy narrows.
-    let rule = |resource: String, verbs: Value| json!({"apiGroups": [group], "resources": [resource], "resourceNames": [a.name], "verbs": verbs});
-    let mut owner = vec![match (a.max_pods, a.kind) {
-        (Some(_), Kind::Job) => rule(resource.into(), json!(["get", "patch"])),
-        _ => rule(resource.into(), json!(["get"])),
-    }];
-    if let (Some(_), Kind::Statefulset) = (a.max_pods, a.kind) {
-        owner.push(rule(format!("{resource}/scale"), json!(["get", "patch"])));
-    }
-    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(a, &n.sa),
+    let sa = ServiceAccount {
+        metadata: meta(a, &n.sa),
         // Mounted only where the pod template asks for it.
-        "automountServiceAccountToken": false});
-    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(a, &n.role),
-    "rules": std::iter::once(json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}))
-        .chain(owner)
-        .collect::<Vec<_>>()});
-    let mut subject = json!({"kind": "ServiceAccount", "name": n.sa});
-    if let Some(ns) = &a.namespace {
-        subject["namespace"] = json!(ns);
-    }
-    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta(a, &n.role),
-        "subjects": [subject],
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": n.role}});
-    vec![sa, role, binding]
+        automount_service_account_token: Some(false),
+        ..Default::default()
+    };
+    let pods = PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["pods".into()]),
+        verbs: ["get", "list", "watch"].map(String::from).to_vec(),
+        ..Default::default()
+    };
+    // Discovery reads one owner, by name: the workload itself.
+    let owner = a.kind.role_rules(&a.name, a.max_pods.is_some());
+    let role = Role {
+        metadata: meta(a, &n.role),
+        rules: Some(std::iter::once(pods).chain(owner).collect()),
+    };
+    let binding = RoleBinding {
+        metadata: meta(a, &n.role),
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: n.sa,
+            namespace: a.namespace.clone(),
+            api_group: None,
+        }]),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: n.role,
+        },
+    };
+    Ok(vec![
+        serde_json::to_value(sa)?,
+        serde_json::to_value(role)?,
+        serde_json::to_value(binding)?,
+    ])
 }

@@ -3,19 +3,35 @@
 use serde_json::Value;
 
 use super::error::ManifestError;
+use super::layout::CONTAINER;
+use super::meta::{job_label, workload_meta};
 use super::mpijob::{from_mpijob, MpiJobError, Note, Overrides};
 use super::options::ManifestArgs;
-use super::plan::{JobPlan, Kind, Part};
-use super::{admission, header, job, jobset, network_policy, rbac, secret, statefulset};
+use super::plan::{JobPlan, Part};
+use super::pod::pod_template;
+use super::{admission, header, network_policy, rbac, secret};
+use crate::workload::Parts;
 
 /// The workload object of the chosen kind.
-fn workload(a: &JobPlan) -> Value {
+fn workload(a: &JobPlan) -> Result<Value, ManifestError> {
     let batch = a.batch();
-    match a.kind {
-        Kind::Job => job::job(a, batch),
-        Kind::Statefulset => statefulset::statefulset(a),
-        Kind::Jobset => jobset::jobset(a, batch),
-    }
+    let (lk, lv) = job_label(a);
+    let parts = Parts {
+        name: a.name.clone(),
+        metadata: workload_meta(a)?,
+        template: pod_template(a, batch)?,
+        selector: [(lk.to_string(), lv)].into(),
+        container: CONTAINER.to_string(),
+        pods: a.pods,
+        batch,
+        success: a.success,
+        deadline: a.deadline,
+        ttl: a.ttl,
+        suspend: a.suspend,
+        managed_by: a.managed_by.clone(),
+        max_restarts: a.max_restarts,
+    };
+    Ok(a.kind.render(&parts)?)
 }
 
 /// The job the options describe: from the options themselves, or from the MPIJob of
@@ -54,32 +70,32 @@ pub fn prepare(
 }
 
 /// The objects of the manifest (`key`: the Secret's key, or None to leave the Secret out).
-pub fn objects(a: &JobPlan, key: Option<&str>) -> Vec<Value> {
+pub fn objects(a: &JobPlan, key: Option<&str>) -> Result<Vec<Value>, ManifestError> {
     let want = |p: Part| a.only.is_empty() || a.only.contains(&p);
     let mut out = Vec::new();
     if want(Part::Rbac) {
-        out.extend(rbac::rbac(a));
+        out.extend(rbac::rbac(a)?);
         out.extend(admission::admission(a));
     }
     if want(Part::Secret) {
         if let Some(k) = key {
-            out.push(secret::secret(a, k));
+            out.push(serde_json::to_value(secret::secret(a, k))?);
         }
     }
     if want(Part::Workload) {
-        out.push(workload(a));
+        out.push(workload(a)?);
     }
     if want(Part::Networkpolicy) {
-        out.push(network_policy::network_policy(a));
+        out.push(serde_json::to_value(network_policy::network_policy(a))?);
     }
-    out
+    Ok(out)
 }
 
 /// Renders the manifest: a header of comments (the command line `argv_text`, and how to make
 /// the Secret if it is left out), then the objects as YAML documents.
 pub fn render(a: &JobPlan, argv_text: &str, key: Option<&str>) -> Result<String, ManifestError> {
     let mut text = header::header(a, argv_text, key);
-    for o in objects(a, key) {
+    for o in objects(a, key)? {
         text.push_str("---\n");
         text.push_str(&serde_yaml::to_string(&o)?);
     }

@@ -1,6 +1,7 @@
 //! The per-job Secret and its key.
 
-use serde_json::{json, Value};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::ByteString;
 
 use super::meta::{meta, names};
 use super::plan::JobPlan;
@@ -13,10 +14,12 @@ pub fn fresh_key() -> String {
     hex::encode(b)
 }
 
-/// The Secret holding `key`.
-pub(super) fn secret(a: &JobPlan, key: &str) -> Value {
-    use base64::Engine;
-    let encode = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
-    json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta(a, &names(a).secret), "type": "Opaque",
-        "data": {"key": encode(key.as_bytes())}})
+/// The Secret holding `key` (under the data key `key`).
+pub(super) fn secret(a: &JobPlan, key: &str) -> Secret {
+    Secret {
+        metadata: meta(a, &names(a).secret),
+        type_: Some("Opaque".into()),
+        data: Some([("key".to_string(), ByteString(key.as_bytes().to_vec()))].into()),
+        ..Default::default()
+    }
 }

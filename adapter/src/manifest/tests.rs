@@ -22,7 +22,7 @@ pub(super) fn args(v: &[&str]) -> ManifestArgs {
 
 /// The objects of the job `a` describes.
 pub(super) fn objects(a: &ManifestArgs, key: Option<&str>) -> Result<Vec<Value>, ManifestError> {
-    Ok(render::objects(&a.plan()?, key))
+    render::objects(&a.plan()?, key)
 }
 
 fn plan(a: &ManifestArgs) -> JobPlan {

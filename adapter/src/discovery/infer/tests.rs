@@ -1,5 +1,4 @@
 use super::*;
-use k8s_openapi::api::batch::v1::JobSpec;
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
@@ -88,11 +87,12 @@ fn workload_detection() {
     let r = |p: &Pod| PodRecord::from(p);
     let a = r(&owned("a", "Job", "j1"));
     let b = r(&owned("b", "Job", "j1"));
-    assert_eq!(workload_of(&[&a, &b]), Some(Workload::Job("j1".into())));
+    let whole = |kind, name: &str| Some(Owner::whole(kind, name));
+    assert_eq!(workload_of(&[&a, &b]), whole(WorkloadKind::Job, "j1"));
     let c = r(&owned("c", "Job", "j2"));
     assert_eq!(workload_of(&[&a, &c]), None);
     let s = r(&owned("s-0", "StatefulSet", "s"));
-    assert_eq!(workload_of(&[&s]), Some(Workload::StatefulSet("s".into())));
+    assert_eq!(workload_of(&[&s]), whole(WorkloadKind::StatefulSet, "s"));
     let mut j1 = r(&owned("x", "Job", "js-w-0"));
     let mut j2 = r(&owned("y", "Job", "js-w-1"));
     for p in [&mut j1, &mut j2] {
@@ -106,8 +106,8 @@ fn workload_detection() {
     }
     assert_eq!(
         workload_of(&[&j1, &j2]),
-        Some(Workload::JobSet {
-            name: "js".into(),
+        Some(Owner {
+            workload: WorkloadRef::new(WorkloadKind::JobSet, "js"),
             replicated_jobs: Some(["w".to_string()].into())
         })
     );
@@ -115,30 +115,30 @@ fn workload_detection() {
 }
 
 #[test]
-fn counts_from_specs() {
-    let job = |p: Option<i32>, c: Option<i32>| Job {
-        spec: Some(JobSpec {
-            parallelism: p,
-            completions: c,
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    assert_eq!(job_pod_count(&job(Some(4), None)), Some(4));
-    assert_eq!(job_pod_count(&job(Some(8), Some(3))), Some(3));
-    assert_eq!(job_pod_count(&job(None, None)), Some(1));
-    assert_eq!(job_pod_count(&job(Some(0), None)), None);
-    let spec = serde_json::json!({"replicatedJobs": [
-        {"name": "driver", "replicas": 1, "template": {"spec": {"parallelism": 1}}},
-        {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 4, "completions": 4}}},
-    ]});
-    assert_eq!(jobset_pod_count(&spec, None), Some(9));
+fn a_statefulsets_template_labels_leave_out_what_is_set_per_pod_or_revision() {
+    let labels: BTreeMap<String, String> = [
+        ("app", "ranks"),
+        ("tier", "mpi"),
+        ("apps.kubernetes.io/pod-index", "1"),
+        ("statefulset.kubernetes.io/pod-name", "ranks-1"),
+        ("controller-revision-hash", "ranks-7d9"),
+        ("pod-template-hash", "5f6"),
+        ("bad key!", "x"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
     assert_eq!(
-        jobset_pod_count(&spec, Some(&["workers".to_string()].into())),
-        Some(8)
+        template_selector(WorkloadKind::StatefulSet, &labels).as_deref(),
+        Some("app=ranks,tier=mpi")
     );
+    let per_pod_only: BTreeMap<String, String> = [(
+        "statefulset.kubernetes.io/pod-name".to_string(),
+        "s-0".to_string(),
+    )]
+    .into();
     assert_eq!(
-        jobset_pod_count(&spec, Some(&["nope".to_string()].into())),
+        template_selector(WorkloadKind::StatefulSet, &per_pod_only),
         None
     );
 }

@@ -8,10 +8,11 @@ use super::error::{MpiJobError, Note};
 use super::parse::{parse, MpiJob, API_VERSION, CONTROLLER_NAME, MPI_OPERATOR};
 use super::pods::pods;
 use crate::manifest::options::{preempt_env, valid_name, DEFAULT_GRACE};
-use crate::manifest::plan::{JobPlan, Kind, Launch, Part, PodPlan, Success};
+use crate::manifest::plan::{JobPlan, Launch, Part, PodPlan};
 use crate::manifest::pod::pod_template;
 use crate::manifest::restricted::violations;
 use crate::settings::mca;
+use crate::workload::{Success, WorkloadKind};
 
 /// Kueue's label naming the LocalQueue a Job is submitted to.
 pub const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
@@ -98,7 +99,7 @@ pub fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Note>), Mp
     let plan = JobPlan {
         name,
         namespace: o.namespace.clone().or_else(|| job.namespace.clone()),
-        kind: Kind::Job,
+        kind: WorkloadKind::Job,
         pods: workers + 1,
         command: p.command,
         success: Success::Index0,
@@ -137,7 +138,8 @@ pub fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Note>), Mp
             gid: p.identity.gid,
         },
     };
-    let broken = violations(&pod_template(&plan, true));
+    let template = pod_template(&plan, true).map_err(MpiJobError::Render)?;
+    let broken = violations(&template);
     if !broken.is_empty() {
         return Err(MpiJobError::NotRestricted(broken.join("; ")));
     }
@@ -183,16 +185,19 @@ fn grace_period(
 
 /// Notes each of the job's own variables the MPIJob's environment replaces.
 fn own_env_replaced(env: &[Value], launch: &Launch, job: &MpiJob, notes: &mut Vec<Note>) {
-    let own = crate::manifest::pod::own_env(Kind::Job, launch);
+    let own = crate::manifest::pod::own_env(WorkloadKind::Job, launch);
     let base = job.worker.as_ref().unwrap_or(&job.launcher);
     for e in env {
-        if let Some(o) = own.iter().find(|o| o["name"] == e["name"]) {
-            let name = e["name"].as_str().unwrap_or("");
+        if let Some(o) = own.iter().find(|o| e["name"] == o.name.as_str()) {
+            let was = match &o.value {
+                Some(v) => json!(v),
+                None => serde_json::to_value(&o.value_from).unwrap_or_default(),
+            };
             notes.push(Note::new(
-                format!("{}.containers[0].env[{name}]", base.path),
+                format!("{}.containers[0].env[{}]", base.path, o.name),
                 format!(
                     "replaces the job's own {} (the NetworkPolicy admits only the job's pinned ports and the TCP BTL; a change may need the policy changed too)",
-                    super::reader::show(o.get("value").unwrap_or(&o["valueFrom"]))
+                    super::reader::show(&was)
                 ),
             ));
         }

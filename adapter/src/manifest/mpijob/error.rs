@@ -22,6 +22,8 @@ pub enum MpiJobError {
         cause: String,
         remedy: String,
     },
+    #[error("cannot render the pod template: {0}; this is a bug in prrte-k8s, please report it with the MPIJob")]
+    Render(#[source] serde_json::Error),
     #[error("the rendered pod template would break the restricted pod security level ({0}); this is a bug in prrte-k8s, please report it with the MPIJob")]
     NotRestricted(String),
 }

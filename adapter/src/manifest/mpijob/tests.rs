@@ -31,6 +31,7 @@ fn refused(text: &str) -> String {
 /// The Job of a converted MPIJob.
 pub(super) fn job(plan: &JobPlan) -> Value {
     objects(plan, None)
+        .unwrap()
         .into_iter()
         .find(|o| o["kind"] == "Job")
         .unwrap()
@@ -420,6 +421,7 @@ fn name_namespace_labels_and_overrides() {
         .contains(&json!({"name": "PRRTE_K8S_AGENT_KILL_GRACE", "value": "2"})));
     // The RBAC, Secret and NetworkPolicy are the job's, as for any batch job.
     let kinds: Vec<String> = objects(&plan, Some("k"))
+        .unwrap()
         .iter()
         .map(|o| o["kind"].as_str().unwrap().to_string())
         .collect();

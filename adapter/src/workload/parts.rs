@@ -1,0 +1,46 @@
+//! What a kind's renderer is given: the object's metadata and pod template, made by the
+//! manifest, and the job's settings that the workload object carries.
+
+use std::collections::BTreeMap;
+
+use clap::ValueEnum;
+use serde_json::Value;
+
+/// When a batch Job counts as complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Success {
+    /// When the pod with index 0 (the one that runs the command) succeeded; the rest are
+    /// then stopped by the Job controller.
+    Index0,
+    /// When every pod succeeded.
+    All,
+}
+
+/// The parts of one workload object.
+#[derive(Debug, Clone)]
+pub struct Parts {
+    /// Its name.
+    pub name: String,
+    /// Its metadata (untyped: it carries the plan's labels and annotations verbatim).
+    pub metadata: Value,
+    /// Its pod template (metadata and spec).
+    pub template: Value,
+    /// Labels that select exactly its pods.
+    pub selector: BTreeMap<String, String>,
+    /// The container whose non-zero exit fails the job.
+    pub container: String,
+    pub pods: u32,
+    /// A batch command runs (pod 0 runs it); else interactive.
+    pub batch: bool,
+    pub success: Success,
+    /// activeDeadlineSeconds.
+    pub deadline: Option<u64>,
+    /// ttlSecondsAfterFinished.
+    pub ttl: Option<u64>,
+    /// Created suspended.
+    pub suspend: bool,
+    /// `spec.managedBy`.
+    pub managed_by: Option<String>,
+    /// How many times a JobSet restarts as a whole.
+    pub max_restarts: u32,
+}
