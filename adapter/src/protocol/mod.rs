@@ -110,6 +110,7 @@
 mod auth;
 pub mod exec;
 mod frame;
+pub mod grammar;
 mod handshake;
 mod messages;
 mod noise;

@@ -385,7 +385,8 @@ fn check_prrte(r: &mut Report) {
                 missing.join(", ")
             ),
             &format!(
-                "install PRRTE 3.0.8 there (prrte-config/setup.sh) or point {} at the right prefix",
+                "install PRRTE {} there (prrte-config/setup.sh) or point {} at the right prefix",
+                prrte_k8s::profile::built::PRRTE,
                 tools::PREFIX.var()
             ),
         );
