@@ -18,7 +18,7 @@ use super::checked_config::AgentConfig;
 use super::dvm_uri::{publish_dvm_uri, unpublish_dvm_uri, FileId};
 use super::exec;
 use super::exit_status::{exited_reply, ExitStatus};
-use super::handshake::{agent_handshake, describe_bad_frame, SEND_TIMEOUT};
+use super::handshake::{agent_handshake, describe_bad_frame, FailureLog, SEND_TIMEOUT};
 use super::launch_policy;
 use super::limits::Pending;
 use super::preempt::{self, Preemption, WatchGuard};
@@ -37,8 +37,8 @@ const LINGER_MAX_BYTES: usize = 1 << 20;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Slot {
     pub(super) pid: u32,
-    peer: SocketAddr,
-    conn: u64,
+    pub(super) peer: SocketAddr,
+    pub(super) conn: u64,
 }
 
 /// What the agent's connections share.
@@ -52,10 +52,14 @@ pub(super) struct Shared {
     pub(super) tracking: Tracking,
     /// Connections that have not authenticated yet.
     pub(super) pending: Arc<Pending>,
+    /// Failed handshakes, logged a few at a time.
+    pub(super) failures: Arc<FailureLog>,
     /// What `exec` requests may run.
     pub(super) exec: exec::ExecState,
     /// The preemption notice (SIGTERM with `--preempt-grace`).
     pub(super) preemption: Arc<Preemption>,
+    /// Whether the DVM head's prte runs in this pod (`--dvm-head`).
+    pub(super) head_up: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Shared {
@@ -567,7 +571,7 @@ async fn authenticate(
     let mut framed = protocol::framed(stream, HANDSHAKE_MAX_FRAME);
     let deadline = shared.config.limits.handshake_timeout;
     let session = tokio::select! {
-        s = tokio::time::timeout(deadline, agent_handshake(&shared.config, &mut framed, peer)) => match s {
+        s = tokio::time::timeout(deadline, agent_handshake(&shared.config, &mut framed, peer, &shared.failures)) => match s {
             Ok(s) => s,
             Err(_) => {
                 debug!(%peer, "no complete handshake within {deadline:?}; closing");

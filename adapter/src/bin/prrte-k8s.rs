@@ -6,7 +6,8 @@
 //!
 //! `prrte-k8s prun ARGS...` / `prrte-k8s pterm ARGS...` run PRRTE's tools against the job's DVM
 //! from any pod: the DVM URI comes from the file the agent publishes (`dvm-uri` prints it). An
-//! interrupted `prrte-k8s prun` kills its job in the DVM (PRRTE's own prun leaves it running).
+//! interrupted or timed-out `prrte-k8s prun` kills its job in the DVM (PRRTE's own prun leaves it
+//! running).
 //! `prrte-k8s grow N` adds N pods to a running elastic job and its DVM.
 //! `prrte-k8s doctor` checks what PRRTE's k8s components need, one line per check.
 //! `prrte-k8s manifest [OPTIONS] [-- COMMAND...]` prints a complete job for `kubectl apply -f -`.
@@ -51,9 +52,10 @@ enum Command {
     Hostfile(HostfileArgs),
     /// Print the URI of the job's DVM (published in every pod by the prrte-k8s agent).
     DvmUri(tools::DvmUriArgs),
-    /// Run PRRTE's prun against the job's DVM: `prrte-k8s prun -n 12 ./app`. Interrupted
-    /// (SIGINT, SIGTERM, SIGHUP), it kills its job in the DVM, so the job's slots are freed.
-    Prun(tools::ToolArgs),
+    /// Run PRRTE's prun against the job's DVM: `prrte-k8s prun [--timeout SECS] -n 12 ./app`.
+    /// Interrupted (SIGINT, SIGTERM, SIGHUP) or out of time, it kills its job in the DVM, so the
+    /// job's slots are freed.
+    Prun(prun::PrunArgs),
     /// Add N pods to the running job and its DVM (a job rendered with `manifest --elastic
     /// --max-pods M`): raises the workload, waits for the new pods to be Ready, adds them to
     /// the DVM and prints their host names.
@@ -290,8 +292,26 @@ fn discover(args: &DiscoverArgs, what: Output) -> i32 {
     }
 }
 
-fn manifest(args: prrte_k8s::manifest::ManifestArgs) -> i32 {
+fn manifest(mut args: prrte_k8s::manifest::ManifestArgs) -> i32 {
     use prrte_k8s::manifest;
+    if args.api_server_from_cluster {
+        let found = prrte_k8s::runtime::current_thread()
+            .map_err(|e| format!("cannot start the async runtime: {e}"))
+            .and_then(|rt| rt.block_on(manifest::api_server::lookup(Duration::from_secs(10))));
+        match found {
+            Ok(api) => {
+                args.api_server_cidr = api.cidrs;
+                args.api_server_port = api.ports;
+            }
+            Err(e) => {
+                eprintln!(
+                    "prrte-k8s manifest: error: --api-server-from-cluster: {e}; give the API \
+                     server's endpoints with --api-server-cidr and --api-server-port instead"
+                );
+                return 2;
+            }
+        }
+    }
     // The command line as given, for the header.
     let argv: Vec<String> = std::env::args()
         .skip_while(|a| a != "manifest")

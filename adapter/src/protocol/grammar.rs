@@ -46,8 +46,8 @@ pub struct Grammar {
     pub daemon: &'static str,
     pub options: &'static [(&'static str, Arg)],
     pub tail: Tail,
-    /// The names of the HNP's and the parent's contact URIs (the parent's, when given, is the
-    /// one pinned: the daemon reports to it).
+    /// The names of the HNP's and the parent's contact URIs (both pinned to the launcher's
+    /// address).
     pub uris: Option<(&'static str, &'static str)>,
     /// The MCA parameters its `Arg::Mca` options admit.
     pub params: &'static [Param],

@@ -208,7 +208,7 @@ pub const PLM_PRIORITY: Setting = Setting {
     ..Setting::NONE
 };
 
-/// The `ras_k8s_*` parameters, in the order `prte_info` and the README list them.
+/// The `ras_k8s_*` parameters, in the order `prte_info` and the administrator's guide list them.
 pub const RAS: &[&Setting] = &[
     &NAMESPACE,
     &SELECTOR,

@@ -20,6 +20,7 @@ pub mod daemons;
 pub mod error;
 pub mod grammar;
 pub mod launch;
+pub mod path;
 pub mod uri;
 
 pub use daemons::check_exec_daemon;
