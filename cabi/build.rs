@@ -2,13 +2,18 @@
 //!
 //! Inputs (environment):
 //! - `PRRTE_K8S_PREFIX`: the PRRTE/PMIx install prefix (default
-//!   `/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s1`, where `prrte-config/build-prrte.sh` installs).
+//!   `/opt/prrte-k8s/prrte-<PRRTE>-pmix-<PMIx>-<patch level>`, where
+//!   `prrte-config/build-prrte.sh` installs; the versions are the components' profile's, in
+//!   `adapter/src/profile/built.rs`).
 //! - `PRRTE_SRC`: the configured PRRTE source tree (default `$PRRTE_K8S_PREFIX/src/prrte`);
 //!   its generated `src/include/prte_config.h` is never installed, so it is required.
 use std::env;
 use std::path::{Path, PathBuf};
 
-const DEFAULT_PREFIX: &str = "/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s1";
+/// The release the components are built for (shared with the `prrte-k8s` crate's profile).
+mod built {
+    include!("../adapter/src/profile/built.rs");
+}
 
 fn fail(msg: &str) -> ! {
     eprintln!("\nprrte-k8s-cabi build error: {msg}\n");
@@ -22,9 +27,10 @@ fn main() {
     println!("cargo:rerun-if-changed=shim/prrte_headers.h");
     println!("cargo:rerun-if-changed=../include/prrte_k8s.h");
     println!("cargo:rerun-if-changed=../include/prrte_k8s_preempt.h");
+    println!("cargo:rerun-if-changed=../adapter/src/profile/built.rs");
 
     let prefix =
-        PathBuf::from(env::var("PRRTE_K8S_PREFIX").unwrap_or_else(|_| DEFAULT_PREFIX.into()));
+        PathBuf::from(env::var("PRRTE_K8S_PREFIX").unwrap_or_else(|_| built::default_prefix()));
     let src = env::var("PRRTE_SRC")
         .map(PathBuf::from)
         .unwrap_or_else(|_| prefix.join("src/prrte"));

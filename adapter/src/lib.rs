@@ -33,6 +33,7 @@ pub mod grow;
 pub mod hostfile;
 pub mod launch;
 pub mod manifest;
+pub mod profile;
 pub mod protocol;
 pub mod rsh;
 pub mod runtime;

@@ -9,7 +9,7 @@
 //! libraries:
 //!
 //! - PRRTE: `prte_version_string`, exported by `libprrte` (PRRTE's `PRTE_IDENT_STRING`, e.g.
-//!   `3.0.8`); the exact major.minor.release must match.
+//!   `3.0.x`); the exact major.minor.release must match.
 //! - PMIx: `PMIx_Get_version()` (`OpenPMIx 5.0.5 (PMIx Standard: ...)`); major.minor must match,
 //!   since PMIx keeps its ABI across patch releases (distributions ship 5.0.x builds).
 //!
@@ -18,18 +18,28 @@
 //! (PMIx's "silently ignore me"): PRRTE drops both components and carries on with its others, and
 //! the process prints one line naming both versions (once, however many components decline).
 //!
+//! Admitted, the guard chooses the PRRTE profile the components then work by
+//! ([`prrte_k8s::profile`]: prted's grammar, the parameters forwarded to it, its daemon states):
+//! the one whose components' release is the PRRTE built for. A build against a PRRTE with no
+//! such profile is refused the same way, naming it.
+//!
 //! The recorded versions can be overridden at build time with `PRRTE_K8S_RECORD_PRRTE_VERSION`
 //! (`X.Y.Z`) and `PRRTE_K8S_RECORD_PMIX_VERSION` (`X.Y`); that exists to test the guard.
 use crate::boundary::boundary;
 use crate::ffi;
+use prrte_k8s::profile::{Components, Profile, COMPONENTS_RELEASE};
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 use std::sync::{Once, OnceLock};
 
+/// What the components' profile says of the release they are built for (its process states
+/// are checked against the headers' when this crate is compiled, see `plm::daemons`).
+pub const BUILT: Components = COMPONENTS_RELEASE;
+
 /// The versions the library was built for, or the ones it runs in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Versions {
-    /// PRRTE major.minor.release, e.g. `3.0.8`.
+    /// PRRTE major.minor.release, e.g. `3.0.11`.
     pub prrte: String,
     /// PMIx major.minor, e.g. `5.0`.
     pub pmix: String,
@@ -132,6 +142,19 @@ pub struct VersionMismatch {
     pub pmix: Option<String>,
 }
 
+/// Why the components do not run here; displays as the one line to print.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(transparent)]
+    Mismatch(#[from] VersionMismatch),
+    #[error(
+        "prrte-k8s: the k8s components (ras, plm) were built for PRRTE {0}, which prrte-k8s has \
+         no profile for; they are not used (PRRTE continues with its other components); build \
+         prrte-k8s against a PRRTE it has a profile for (prrte-config/README.md)"
+    )]
+    NoProfile(String),
+}
+
 fn shown(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or("unknown")
 }
@@ -154,12 +177,40 @@ pub fn check(
     })
 }
 
+/// The profile of the PRRTE built for, if the running PRRTE and PMIx are the ones built for.
+pub fn choose(
+    built: &Versions,
+    running: &(Option<String>, Option<String>),
+) -> Result<&'static Profile, Refusal> {
+    check(built, running)?;
+    Profile::with_components(&built.prrte).ok_or_else(|| Refusal::NoProfile(built.prrte.clone()))
+}
+
+static CHOSEN: OnceLock<Result<&'static Profile, Refusal>> = OnceLock::new();
+
+/// The guard's decision, made once per process.
+fn decision() -> &'static Result<&'static Profile, Refusal> {
+    CHOSEN.get_or_init(|| choose(&built_for(), &running()))
+}
+
+/// The profile the components work by: the one the guard chose (the components run only once it
+/// admitted them).
+pub fn profile() -> Option<&'static Profile> {
+    decision().as_ref().ok().copied()
+}
+
+/// The components' release as the chosen profile describes it.
+pub fn components() -> &'static Components {
+    profile()
+        .and_then(|p| p.components.as_ref())
+        .unwrap_or(&BUILT)
+}
+
 /// Whether the components may run here; on the first refusal prints the one line to stderr.
 pub fn admitted() -> bool {
-    static RESULT: OnceLock<Result<(), VersionMismatch>> = OnceLock::new();
     static REPORTED: Once = Once::new();
-    match RESULT.get_or_init(|| check(&built_for(), &running())) {
-        Ok(()) => true,
+    match decision() {
+        Ok(_) => true,
         Err(line) => {
             // One line on stderr, never a panic if stderr is gone.
             REPORTED.call_once(|| {
@@ -257,5 +308,27 @@ mod tests {
         {
             assert_eq!(check(&built_for(), &running), Ok(()));
         }
+    }
+
+    /// The headers built against are the release the profiles name, and the guard chooses that
+    /// release's profile; a release without a profile is refused, naming it.
+    #[test]
+    fn the_guard_chooses_the_profile_of_the_release_built_for() {
+        if option_env!("PRRTE_K8S_RECORD_PRRTE_VERSION").is_some() {
+            return;
+        }
+        let built = built_for();
+        assert_eq!(built.prrte, prrte_k8s::profile::built::PRRTE);
+        assert_eq!(built.pmix, BUILT.pmix);
+        let running = (Some(built.prrte.clone()), Some(built.pmix.clone()));
+        let chosen = choose(&built, &running).unwrap();
+        assert_eq!(chosen, prrte_k8s::profile::COMPONENTS);
+        assert_eq!(chosen.components.unwrap().prrte, built.prrte);
+        let other = v("3.0.99", "5.0");
+        let refusal = choose(&other, &(Some("3.0.99".into()), Some("5.0".into()))).unwrap_err();
+        assert_eq!(refusal, Refusal::NoProfile("3.0.99".into()));
+        let line = refusal.to_string();
+        assert!(line.contains("built for PRRTE 3.0.99, which prrte-k8s has no profile for"));
+        assert!(!line.contains('\n'), "{line}");
     }
 }

@@ -11,6 +11,7 @@
 #   trixie-mpich       localhost/prrte-k8s-app/trixie-mpich        debian:trixie-slim + mpich (Hydra)
 #   bookworm-openmpi   localhost/prrte-k8s-app/bookworm-openmpi    debian:bookworm-slim + openmpi-bin (Open MPI 4.1, ORTE)
 #   bullseye-mpich     localhost/prrte-k8s-app/bullseye-mpich      debian:bullseye-slim + mpich 3.4
+#   sid-openmpi        localhost/prrte-k8s-app/sid-openmpi         debian:sid-slim + openmpi-bin (Open MPI 6.0.0~rc2, PRRTE 5.0.0~rc1)
 #   nolibc             localhost/prrte-k8s-app/nolibc              busybox-static in an empty image
 # (all :latest). The MPI images come from Containerfile.mpi-app with tests/programs/pi.cc and
 # spawn.c, the last from Containerfile.nolibc; their bases from base.sh (mmdebstrap). Each
@@ -21,7 +22,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 programs="$repo/tests/programs"
 REPO=localhost/prrte-k8s-app
-ALL=(trixie-openmpi trixie-mpich bookworm-openmpi bullseye-mpich nolibc)
+ALL=(trixie-openmpi trixie-mpich bookworm-openmpi bullseye-mpich sid-openmpi nolibc)
 
 say() { printf '[app-images] %s\n' "$*"; }
 die() { printf '[app-images] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -38,6 +39,7 @@ build_one() {
         trixie-mpich)     base=trixie-slim;   file=Containerfile.mpi-app; args=(MPI_RUN=mpich MPI_DEV=libmpich-dev) ;;
         bookworm-openmpi) base=bookworm-slim; file=Containerfile.mpi-app; args=(MPI_RUN=openmpi-bin MPI_DEV=libopenmpi-dev) ;;
         bullseye-mpich)   base=bullseye-slim; file=Containerfile.mpi-app; args=(MPI_RUN=mpich MPI_DEV=libmpich-dev) ;;
+        sid-openmpi)      base=sid-slim;      file=Containerfile.mpi-app; args=(MPI_RUN=openmpi-bin MPI_DEV=libopenmpi-dev) ;;
         nolibc)           base=trixie-slim;   file=Containerfile.nolibc ;;
         *) die "no test image $name (one of: ${ALL[*]})" ;;
     esac

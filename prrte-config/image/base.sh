@@ -3,8 +3,10 @@
 # needed): `mmdebstrap --variant=minbase SUITE`, imported into buildah's local store and tagged
 # under the exact name the Containerfiles' FROM uses. Elsewhere the same Containerfiles pull that
 # name from a registry instead. The runtime images use bookworm (the Debian release the host
-# builds run on, so host-built binaries run in it); the test application images also trixie and
-# bullseye.
+# builds run on, so host-built binaries run in it); the test application images also trixie,
+# bullseye and sid (Debian unstable, for the next Open MPI: its Release file may be past its
+# validity date, so sid is fetched with Acquire::Check-Valid-Until false, and the image keeps that
+# setting for its own apt-get update).
 #
 #   base.sh [NAME [SUITE]]   default docker.io/library/debian:bookworm-slim; SUITE defaults to
 #                            the tag's release name (debian:trixie-slim: trixie)
@@ -17,7 +19,8 @@ tag=${NAME##*:}
 SUITE=${2:-${tag%-slim}}
 case "$SUITE" in
     bullseye|bookworm|trixie) ;;
-    *) printf '[image-base] ERROR: %s\n' "no Debian suite for $NAME (give it: base.sh NAME SUITE, one of bullseye, bookworm, trixie)" >&2; exit 2 ;;
+    sid) ;;
+    *) printf '[image-base] ERROR: %s\n' "no Debian suite for $NAME (give it: base.sh NAME SUITE, one of bullseye, bookworm, trixie, sid)" >&2; exit 2 ;;
 esac
 say() { printf '[image-base] %s\n' "$*"; }
 die() { printf '[image-base] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -36,9 +39,20 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/prrte-k8s-base.XXXXXX")
 ctr=""
 cleanup() { [[ -n "$ctr" ]] && buildah rm "$ctr" >/dev/null 2>&1; rm -rf "$work"; }
 trap cleanup EXIT
-say "mmdebstrap --variant=minbase $SUITE (with $SUITE-updates and $SUITE-security)"
-mmdebstrap --quiet --variant=minbase --components=main \
-    --aptopt='Acquire::Languages "none"' \
+sources=("deb http://deb.debian.org/debian $SUITE main")
+aptopts=(--aptopt='Acquire::Languages "none"')
+hooks=()
+if [[ "$SUITE" == sid ]]; then
+    # Unstable has no -updates or -security; its Release file may have expired here, so apt in
+    # the image (a Containerfile's apt-get update) must not check its validity either.
+    aptopts+=(--aptopt='Acquire::Check-Valid-Until "false"')
+    hooks+=(--customize-hook='echo "Acquire::Check-Valid-Until \"false\";" > "$1"/etc/apt/apt.conf.d/99check-valid-until')
+else
+    sources+=("deb http://deb.debian.org/debian $SUITE-updates main"
+        "deb http://deb.debian.org/debian-security $SUITE-security main")
+fi
+say "mmdebstrap --variant=minbase $SUITE (${sources[*]#deb })"
+mmdebstrap --quiet --variant=minbase --components=main "${aptopts[@]}" \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/var/log/*.log' \
@@ -46,10 +60,8 @@ mmdebstrap --quiet --variant=minbase --components=main \
 path-include=/usr/share/doc/*/copyright
 path-exclude=/usr/share/man/*
 path-exclude=/usr/share/locale/*" > "$1"/etc/dpkg/dpkg.cfg.d/docker-slim' \
-    "$SUITE" "$work/base.tar" \
-    "deb http://deb.debian.org/debian $SUITE main" \
-    "deb http://deb.debian.org/debian $SUITE-updates main" \
-    "deb http://deb.debian.org/debian-security $SUITE-security main" \
+    "${hooks[@]}" \
+    "$SUITE" "$work/base.tar" "${sources[@]}" \
   || die "mmdebstrap failed"
 ctr=$(buildah from scratch)
 buildah add --quiet "$ctr" "$work/base.tar" / >/dev/null

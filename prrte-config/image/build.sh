@@ -180,6 +180,6 @@ say "build times:"
 for line in "${timings[@]}"; do say "  $line"; done
 say "  $(printf '%-34s %4d s' total $((SECONDS - t_all)))"
 say "images:"
-for name in "$BASE" "$RUNTIME" "$BUILDER" "$APP" "$INJECT" localhost/prrte-k8s-app/{trixie-openmpi,trixie-mpich,bookworm-openmpi,bullseye-mpich,nolibc}:latest; do
+for name in "$BASE" "$RUNTIME" "$BUILDER" "$APP" "$INJECT" localhost/prrte-k8s-app/{trixie-openmpi,trixie-mpich,bookworm-openmpi,bullseye-mpich,sid-openmpi,nolibc}:latest; do
     say "  $(printf '%-40s %s' "$name" "$(buildah images --format '{{.Size}}' "$name" | head -1)")"
 done

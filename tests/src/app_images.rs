@@ -36,6 +36,8 @@ pub enum AppImage {
     BookwormOpenmpi,
     /// Debian bullseye (glibc 2.31) + mpich (3.4, Hydra).
     BullseyeMpich,
+    /// Debian unstable + openmpi-bin: Open MPI 6.0.0~rc2 on PRRTE 5.0.0~rc1, PMIx 7.0.0~rc1.
+    SidOpenmpi,
     /// Debian's busybox-static in an empty image: no libc, no MPI.
     NoLibc,
 }
@@ -53,11 +55,12 @@ pub struct Expected {
 }
 
 impl AppImage {
-    pub const ALL: [AppImage; 5] = [
+    pub const ALL: [AppImage; 6] = [
         AppImage::TrixieOpenmpi,
         AppImage::TrixieMpich,
         AppImage::BookwormOpenmpi,
         AppImage::BullseyeMpich,
+        AppImage::SidOpenmpi,
         AppImage::NoLibc,
     ];
 
@@ -73,6 +76,7 @@ impl AppImage {
             AppImage::TrixieMpich => "trixie-mpich",
             AppImage::BookwormOpenmpi => "bookworm-openmpi",
             AppImage::BullseyeMpich => "bullseye-mpich",
+            AppImage::SidOpenmpi => "sid-openmpi",
             AppImage::NoLibc => "nolibc",
         }
     }
@@ -99,6 +103,11 @@ impl AppImage {
                 launch: "mpich-hydra",
                 mpi: "MPICH 3.",
                 daemon: "/usr/bin/hydra_pmi_proxy",
+            },
+            AppImage::SidOpenmpi => Expected {
+                launch: "prrte-rsh",
+                mpi: "Open MPI 6.0",
+                daemon: "/usr/bin/prted",
             },
             AppImage::NoLibc => Expected {
                 launch: "none",

@@ -6,7 +6,9 @@
 //! (`make image`), the agent finds the image's MPI (`--mpi`), and the launcher pod's `mpirun`
 //! runs the ranks on the worker pods: trixie's Open MPI 5 through the k8s components loaded
 //! into its own prte, MPICH through Hydra with `prrte-k8s-rsh` and a machinefile from
-//! discovery. No sshd runs. The static programs also run in an image with no libc at all.
+//! discovery; Debian unstable's Open MPI 6 (PRRTE 5.0) through PRRTE's ssh launcher with
+//! `prrte-k8s-rsh`, its prted checked by the PRRTE 5.0 profile. No sshd runs. The static
+//! programs also run in an image with no libc at all.
 #![forbid(unsafe_code)]
 use anyhow::{bail, Context, Result};
 use sandbox::api::resources::{JOBS, PODS};
@@ -469,6 +471,31 @@ async fn mpijob_of_bookworm_openmpi4_runs_ranks_on_the_workers_through_orte() {
     .await;
     assert_detected(&f, "orte-rsh", "Open MPI 4.1");
     assert_pi_on_workers(&f, 4, 2, "/usr/bin/orted");
+}
+
+/// Debian unstable's Open MPI 6.0 (PRRTE 5.0, PMIx 7.0): the components are not built for its
+/// PRRTE, so its mpirun starts a prted on each worker pod through PRRTE's ssh launcher and
+/// `prrte-k8s-rsh`, and the workers' agents admit that prted's command line by the PRRTE 5.0
+/// profile (`--daemonize` and the hostfile it hands on, which PRRTE 3.0's launcher never sends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpijob_of_sid_openmpi6_runs_ranks_on_the_workers_through_prrte_rsh() {
+    let (_sb, f) = run_mpijob(
+        "injompi6",
+        AppImage::SidOpenmpi,
+        "OpenMPI",
+        2,
+        &["mpirun", "-n", "4", "/home/mpiuser/pi"],
+        "complete",
+    )
+    .await;
+    assert_detected(&f, "prrte-rsh", "Open MPI 6.0");
+    assert_pi_on_workers(&f, 4, 2, "/usr/bin/prted");
+    for (pod, _, log) in &f.workers {
+        assert!(
+            !log.contains("is not an option prted gets"),
+            "{pod}'s agent refused a prted argument:\n{log}"
+        );
+    }
 }
 
 /// Debian bullseye's MPICH 3.4 (glibc 2.31, older than the one the runtime was built on: the

@@ -386,6 +386,7 @@ fn the_static_agent_detects_the_mpi_of_each_user_image() {
         AppImage::TrixieMpich,
         AppImage::BookwormOpenmpi,
         AppImage::BullseyeMpich,
+        AppImage::SidOpenmpi,
     ] {
         let image = app_image(app).unwrap();
         let c = Ctr::from(&image);

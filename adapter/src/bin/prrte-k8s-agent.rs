@@ -84,13 +84,17 @@ fn main() -> ExitCode {
             }
         }
     }
-    let exec_policy = match agent::exec::ExecPolicy::from_args(&args.exec, &config.prted) {
+    let mut exec_policy = match agent::exec::ExecPolicy::from_args(&args.exec, &config.prted) {
         Ok(p) => p,
         Err(e) => {
             error!("refusing to start: {e}");
             return ExitCode::from(2);
         }
     };
+    // An exec'd prted is checked against what its own PRRTE's launcher sends.
+    if let Some(profile) = config.mpi.as_ref().and_then(|m| m.plan.prrte_profile()) {
+        exec_policy.prrte = profile;
+    }
     match runtime.block_on(agent::run_until_signalled_with_exec(config, exec_policy)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

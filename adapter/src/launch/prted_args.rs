@@ -4,10 +4,11 @@
 //! daemon's vpid goes. The agent runs its own configured prted, so the executable is dropped;
 //! our own selections (`ras`, `ras_k8s_*`, `plm_k8s_*`) are removed so prted does not go looking
 //! for components it has no use for, and so is every MCA parameter the agents would refuse
-//! ([`crate::protocol::params`]: PRRTE forwards all of prte's command-line and environment MCA
-//! settings; those the list leaves out concern prte itself, and every pod's prted has the pod
-//! template's environment anyway).
+//! (the parameters of the components' PRRTE profile, [`crate::profile::COMPONENTS`]: PRRTE
+//! forwards all of prte's command-line and environment MCA settings; those the list leaves out
+//! concern prte itself, and every pod's prted has the pod template's environment anyway).
 
+use crate::profile::COMPONENTS;
 use crate::protocol::params::{forwardable, Origin, Project};
 
 use super::error::PrtedArgsError;
@@ -27,7 +28,7 @@ fn agents_take(flag: &str, key: &str) -> bool {
     } else {
         Project::Prte
     };
-    crate::protocol::params::lookup(project, key).is_some_and(|p| p.from(Origin::Launch))
+    COMPONENTS.launch_param(project, key).is_some()
 }
 
 /// The argument template for the agents and the index of the vpid in it.
@@ -113,7 +114,10 @@ pub(crate) fn forwarded_env(vars: impl Iterator<Item = (String, String)>) -> Vec
             [Project::Prte, Project::Pmix, Project::Ompi]
                 .into_iter()
                 .find_map(|p| Some((p, k.strip_prefix(p.env_prefix())?)))
-                .is_some_and(|(p, key)| !ours(key) && forwardable(p, key, v, Origin::Launch, true))
+                .is_some_and(|(p, key)| {
+                    !ours(key)
+                        && forwardable(&COMPONENTS.launch_lists(), p, key, v, Origin::Launch, true)
+                })
         })
         .collect();
     out.sort();

@@ -1,6 +1,6 @@
 //! The injected runtime: any image runs the job, with nothing of ours written into it and no
 //! sshd. An init container (`prrte-k8s-install`) copies the runtime bundle of the small inject
-//! image (static `prrte-k8s`, `prrte-k8s-agent`, `prrte-k8s-rsh`, the PRRTE 3.0.8 components,
+//! image (static `prrte-k8s`, `prrte-k8s-agent`, `prrte-k8s-rsh`, the k8s components for PRRTE,
 //! the site parameter file) into an emptyDir; the application container mounts it read-only
 //! at [`RUNTIME_DIR`] and runs the agent from there with `--mpi`, so that the agent finds the
 //! image's own MPI (its prted, orted or Hydra proxy) instead of being told `--prted`.

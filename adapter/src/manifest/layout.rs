@@ -19,7 +19,7 @@ pub const TOOL_PORT: u16 = agent::TOOL_PORT.default_u64() as u16;
 /// prted per pod, so one port.
 ///
 /// Pinned with the *dynamic* range, not `oob_tcp_static_ipv4_ports`: with static ports a
-/// PRRTE 3.0.8 prted first sends a warm-up message to its parent and, on the parent's node
+/// PRRTE 3.0's prted first sends a warm-up message to its parent and, on the parent's node
 /// report, calls its PLM's `remote_spawn`; a prted started by an agent has no PLM (none is
 /// selected unless `PRTE_MCA_plm` is set), so that call is through a null pointer and every
 /// prted dies with SIGSEGV. A one-port dynamic range binds the same single port and keeps the

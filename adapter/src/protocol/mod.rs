@@ -111,6 +111,7 @@
 mod auth;
 pub mod exec;
 mod frame;
+pub mod grammar;
 mod handshake;
 mod messages;
 mod noise;

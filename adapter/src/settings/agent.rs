@@ -38,7 +38,7 @@ pub const MPI: Setting = Setting {
     flag: "mpi",
     value_name: "MPI",
     default_doc: "auto when --prted is not given",
-    help: "The image's MPI, found in the pod at start: \"auto\" (Open MPI 5 on PRRTE, Open MPI 4, MPICH or Intel MPI, whichever the image has), \"openmpi\", \"mpich\" or \"intel\". The agent then finds the MPI's daemon itself (no --prted) and gives the batch command and the DVM head what that MPI needs: the k8s components for an Open MPI 5 on PRRTE 3.0.8, else prrte-k8s-rsh as its ssh and a hostfile of the job's pods",
+    help: "The image's MPI, found in the pod at start: \"auto\" (Open MPI 5 on PRRTE, Open MPI 4, MPICH or Intel MPI, whichever the image has), \"openmpi\", \"mpich\" or \"intel\". The agent then finds the MPI's daemon itself (no --prted) and gives the batch command and the DVM head what that MPI needs: the k8s components for an Open MPI 5 on the PRRTE they are built for, else prrte-k8s-rsh as its ssh and a hostfile of the job's pods",
     kind: Kind::Choice(MPI_CHOICES),
     ..Setting::NONE
 };

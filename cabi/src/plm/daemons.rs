@@ -4,11 +4,12 @@
 use crate::cstr;
 use crate::prrte::JobRef;
 use crate::shim::{self, Framework};
-use crate::{ffi, prrte};
+use crate::{ffi, prrte, version_guard};
 use prrte_k8s::launch::prted_args::PrtedTemplate;
 use prrte_k8s::launch::rounds::{DaemonState, DaemonStates};
 use prrte_k8s::launch::targets::DaemonNode;
 use prrte_k8s::launch::PrtedArgsError;
+use prrte_k8s::profile::ProcStates;
 use std::os::raw::c_int;
 
 /// Why PRRTE's daemon job cannot be read or prted's command line not built.
@@ -166,15 +167,24 @@ fn daemon_proc(dvm: JobRef, vpid: u32) -> Option<*mut ffi::prte_proc_t> {
     (!proc_.is_null()).then_some(proc_)
 }
 
-/// A PRRTE proc state as the rounds tell states apart.
-fn classify(state: u32) -> DaemonState {
-    if state < ffi::PRTE_PROC_STATE_RUNNING {
+// The profile's process states are the headers' (a profile that disagrees fails the build).
+const _: () = {
+    let s = version_guard::BUILT.proc_states;
+    assert!(s.running == ffi::PRTE_PROC_STATE_RUNNING);
+    assert!(s.unterminated == ffi::PRTE_PROC_STATE_UNTERMINATED);
+    assert!(s.failed_to_start == ffi::PRTE_PROC_STATE_FAILED_TO_START);
+    assert!(s.comm_failed == ffi::PRTE_PROC_STATE_COMM_FAILED);
+};
+
+/// A PRRTE proc state as the rounds tell states apart, by the profile's numbering.
+fn classify(states: &ProcStates, state: u32) -> DaemonState {
+    if state < states.running {
         DaemonState::Starting
-    } else if state == ffi::PRTE_PROC_STATE_RUNNING {
+    } else if state == states.running {
         DaemonState::Running
-    } else if state == ffi::PRTE_PROC_STATE_FAILED_TO_START {
+    } else if state == states.failed_to_start {
         DaemonState::FailedToStart
-    } else if state >= ffi::PRTE_PROC_STATE_UNTERMINATED {
+    } else if state >= states.unterminated {
         DaemonState::Ended
     } else {
         DaemonState::Reported
@@ -182,12 +192,25 @@ fn classify(state: u32) -> DaemonState {
 }
 
 /// The daemons' states in PRRTE's daemon job.
-pub struct Procs(pub JobRef);
+pub struct Procs {
+    dvm: JobRef,
+    states: &'static ProcStates,
+}
+
+impl Procs {
+    /// The daemon job's procs, read by the chosen profile's process states.
+    pub fn new(dvm: JobRef) -> Procs {
+        Procs {
+            dvm,
+            states: &version_guard::components().proc_states,
+        }
+    }
+}
 
 impl DaemonStates for Procs {
     fn state(&self, vpid: u32) -> Option<DaemonState> {
         // SAFETY: a live proc object of the daemon job, main thread.
-        daemon_proc(self.0, vpid).map(|p| classify(unsafe { (*p).state }))
+        daemon_proc(self.dvm, vpid).map(|p| classify(self.states, unsafe { (*p).state }))
     }
 }
 
@@ -196,15 +219,16 @@ pub fn fail_daemon(dvm: JobRef, vpid: u32) {
     let Some(proc_) = daemon_proc(dvm, vpid) else {
         return;
     };
+    let failed = version_guard::components().proc_states.failed_to_start;
     // SAFETY: main thread, live daemon job and proc; updates of PRRTE's daemon bookkeeping as its
     // own launchers make them; the state machine copies the proc's name.
     unsafe {
-        (*proc_).state = ffi::PRTE_PROC_STATE_FAILED_TO_START as ffi::prte_proc_state_t;
+        (*proc_).state = failed as ffi::prte_proc_state_t;
         (*dvm.as_ptr()).num_terminated += 1;
         ffi::prte_rml_route_lost(vpid);
         ffi::prrte_k8s_shim_activate_proc_state(
             std::ptr::addr_of_mut!((*proc_).name).cast(),
-            ffi::PRTE_PROC_STATE_FAILED_TO_START as c_int,
+            failed as c_int,
         )
     };
 }
@@ -235,11 +259,12 @@ pub fn lost_daemon(dvm: JobRef, vpid: u32) {
     let Some(proc_) = daemon_proc(dvm, vpid) else {
         return;
     };
+    let lost = version_guard::components().proc_states.comm_failed;
     // SAFETY: main thread, live daemon job and proc; the state machine copies the proc's name.
     unsafe {
         ffi::prrte_k8s_shim_activate_proc_state(
             std::ptr::addr_of_mut!((*proc_).name).cast(),
-            ffi::PRTE_PROC_STATE_COMM_FAILED as c_int,
+            lost as c_int,
         )
     };
 }
@@ -250,26 +275,33 @@ mod tests {
 
     #[test]
     fn proc_states_are_told_apart_as_the_rounds_need() {
-        assert_eq!(classify(ffi::PRTE_PROC_STATE_INIT), DaemonState::Starting);
-        assert_eq!(classify(ffi::PRTE_PROC_STATE_RUNNING), DaemonState::Running);
+        let s = &version_guard::BUILT.proc_states;
         assert_eq!(
-            classify(ffi::PRTE_PROC_STATE_REGISTERED),
+            classify(s, ffi::PRTE_PROC_STATE_INIT),
+            DaemonState::Starting
+        );
+        assert_eq!(
+            classify(s, ffi::PRTE_PROC_STATE_RUNNING),
+            DaemonState::Running
+        );
+        assert_eq!(
+            classify(s, ffi::PRTE_PROC_STATE_REGISTERED),
             DaemonState::Reported
         );
         assert_eq!(
-            classify(ffi::PRTE_PROC_STATE_UNTERMINATED),
+            classify(s, ffi::PRTE_PROC_STATE_UNTERMINATED),
             DaemonState::Ended
         );
         assert_eq!(
-            classify(ffi::PRTE_PROC_STATE_TERMINATED),
+            classify(s, ffi::PRTE_PROC_STATE_TERMINATED),
             DaemonState::Ended
         );
         assert_eq!(
-            classify(ffi::PRTE_PROC_STATE_COMM_FAILED),
+            classify(s, ffi::PRTE_PROC_STATE_COMM_FAILED),
             DaemonState::Ended
         );
         assert_eq!(
-            classify(ffi::PRTE_PROC_STATE_FAILED_TO_START),
+            classify(s, ffi::PRTE_PROC_STATE_FAILED_TO_START),
             DaemonState::FailedToStart
         );
     }

@@ -330,7 +330,7 @@ fn decide(f: impl FnOnce(&mut Rounds, &Procs) -> Vec<Action>) {
         let Some(dvm) = daemons::daemon_job(plm.dvm) else {
             return;
         };
-        let actions = f(&mut plm.rounds, &Procs(dvm));
+        let actions = f(&mut plm.rounds, &Procs::new(dvm));
         (dvm, actions)
     };
     perform(dvm, actions);

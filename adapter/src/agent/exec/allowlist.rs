@@ -8,6 +8,7 @@ use clap::Args;
 
 use super::error::{ExecConfigError, ExecError};
 use crate::agent::launch_policy::path::{canonical, PathProblem};
+use crate::profile::{self, Profile};
 use crate::settings::{agent, ArgExt};
 
 /// The agent's exec settings (`prrte-k8s-agent --exec-allow ...`).
@@ -50,6 +51,9 @@ pub struct ExecPolicy {
     pub max: usize,
     /// The `prrte-k8s-rsh` of this agent's installation (next to its executable), if any.
     pub rsh: Option<PathBuf>,
+    /// The profile of the image's PRRTE, whose prted grammar an exec'd prted is checked
+    /// against: as the agent's detection found it, else the components' PRRTE's.
+    pub prrte: &'static Profile,
 }
 
 /// The `prrte-k8s-rsh` next to the running executable, if there is one.
@@ -66,6 +70,7 @@ impl ExecPolicy {
             allowed: vec![allowed(prted.to_owned())],
             max: DEFAULT_MAX_EXEC,
             rsh: installed_rsh(),
+            prrte: profile::COMPONENTS,
         }
     }
 

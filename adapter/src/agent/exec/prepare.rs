@@ -92,6 +92,7 @@ pub(crate) fn prepare(
         rsh: ctx.state.policy.rsh.as_deref(),
         path: env.get("PATH").map(String::as_str),
         program: Some(&program),
+        prrte: ctx.state.policy.prrte,
     };
     if let Some(checked) = check_exec_daemon(&argv, &args)? {
         argv.truncate(1);

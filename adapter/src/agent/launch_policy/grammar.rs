@@ -1,8 +1,10 @@
 //! Checking a daemon's command line against the grammar of what its launchers send: every
 //! argument is an option of the grammar spelled out exactly (no abbreviation, no `--opt=value`,
 //! no other case, no quotes), followed by exactly the values it takes, each of its shape; MCA
-//! parameters are looked up in [`crate::protocol::params`]. Contact addresses are pinned to the
-//! launcher's own address and the program a daemon starts others with must be the installed
+//! parameters are looked up in the grammar's lists ([`crate::protocol::params`]). The grammars
+//! are described in [`crate::protocol::grammar`]: PRRTE's prted per release line in
+//! [`crate::profile`], the other MPIs' daemons in [`super::daemons`]. Contact addresses are
+//! pinned to the launcher's own address and the program a daemon starts others with must be the installed
 //! `prrte-k8s-rsh`. The checked command line comes back, possibly rewritten (pinned URIs,
 //! earlier duplicates of a URI dropped: the daemon takes the last one).
 
@@ -12,52 +14,9 @@ use std::path::Path;
 use super::error::{PolicyError, Request};
 use super::path::{as_passed, canonical};
 use super::uri::{pin, rank, redirect, UriProblem};
+use crate::profile::Profile;
+use crate::protocol::grammar::{Arg, Check, Grammar, Tail};
 use crate::protocol::params::{lookup, Origin, Project, Shape};
-
-/// What an option of a grammar takes.
-#[derive(Debug, Clone, Copy)]
-pub enum Arg {
-    /// Nothing.
-    Flag,
-    /// One value of this shape, checked further as said.
-    Value(Shape, Check),
-    /// An MCA `NAME VALUE` pair of this project.
-    Mca(Project),
-}
-
-/// What is checked of a value beyond its shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Check {
-    None,
-    /// `HOST:PORT` whose host is the launcher's address.
-    PeerHostPort,
-    /// A host that is the launcher's address.
-    PeerHost,
-    /// The installed `prrte-k8s-rsh`.
-    Rsh,
-    /// The directory of the program itself.
-    OwnDir,
-}
-
-/// After the options: nothing, or Intel MPI's bootstrap proxy's `hydra_pmi_proxy` command.
-#[derive(Debug, Clone, Copy)]
-pub enum Tail {
-    None,
-    /// `<own dir>/hydra_pmi_proxy` and its options (of this grammar).
-    Program(&'static str, &'static Grammar),
-}
-
-/// A daemon's command-line grammar.
-#[derive(Debug)]
-pub struct Grammar {
-    /// The daemon, for messages.
-    pub daemon: &'static str,
-    pub options: &'static [(&'static str, Arg)],
-    pub tail: Tail,
-    /// The names of the HNP's and the parent's contact URIs (the parent's, when given, is the
-    /// one pinned: the daemon reports to it).
-    pub uris: Option<(&'static str, &'static str)>,
-}
 
 /// What the check needs to know of the request.
 #[derive(Debug, Clone, Copy)]
@@ -71,6 +30,8 @@ pub struct Ctx<'a> {
     pub path: Option<&'a str>,
     /// The daemon program.
     pub program: Option<&'a Path>,
+    /// The PRRTE whose prted is checked (the image's, as the agent found it).
+    pub prrte: &'static Profile,
 }
 
 impl Ctx<'_> {
@@ -223,7 +184,7 @@ fn mca(
             what: "a parameter name and a value",
         });
     };
-    let param = lookup(project, name)
+    let param = lookup(&[g.params], project, name)
         .filter(|p| p.from(ctx.origin()))
         .ok_or_else(|| PolicyError::Parameter {
             req: ctx.req,

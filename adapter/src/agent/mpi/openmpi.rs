@@ -2,22 +2,20 @@
 //! --version`), whether the k8s components fit its PRRTE, and the parameter file the components
 //! come with.
 //!
-//! An Open MPI 5 whose PRRTE is 3.0.8, built with component loading (`dl support: yes`) and on
-//! a PMIx 5.0.x, gets the components (the version guard in the components checks the same
-//! when they are loaded, and is the final word); any other PRRTE goes through PRRTE's ssh
-//! launcher with `prrte-k8s-rsh`, Open MPI 3/4 through ORTE's rsh launcher likewise.
+//! An Open MPI 5 whose PRRTE is the release the components are built for
+//! ([`crate::profile::COMPONENTS`]), built with component loading (`dl support: yes`) and on a
+//! PMIx of the same major.minor, gets the components (the version guard in the components
+//! checks the same when they are loaded, and is the final word); any other PRRTE goes through
+//! PRRTE's ssh launcher with `prrte-k8s-rsh` (its prted checked by its line's profile), Open
+//! MPI 3/4 through ORTE's rsh launcher likewise.
 
 use std::path::{Path, PathBuf};
 
 use super::kind::PrrteInfo;
 use super::probe::{probe, PROBE_TIMEOUT};
+use crate::profile::{Components, Profile, COMPONENTS_RELEASE};
 
-/// The PRRTE version the components are built for.
-pub const COMPONENTS_PRRTE: &str = "3.0.8";
-/// The PMIx major.minor the components are built for (patch releases keep the ABI).
-pub const COMPONENTS_PMIX: &str = "5.0";
-
-/// The version at the start of `text` (`3.0.8`, `5.0.7a1` → `5.0.7`): digits and dots.
+/// The version at the start of `text` (`3.0.11`, `5.0.7a1` → `5.0.7`): digits and dots.
 fn leading_version(text: &str) -> Option<String> {
     let v: String = text
         .trim()
@@ -37,16 +35,21 @@ fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
 }
 
 /// PRRTE's facts from `prte_info`'s output (and `prte_info --path pkglibdir`'s, which may be
-/// the same text). `PRTE: 3.0.82025-02-17` is the version with the repo revision glued on.
+/// the same text). `PRTE: 3.0.x2025-02-17` is the version with the repo revision glued on;
+/// PRRTE 5 says `PRRTE: 5.0.0rc1` and `PRRTE repo revision`.
 pub fn parse_prte_info(text: &str) -> PrrteInfo {
-    let revision = field(text, "PRTE repo revision").unwrap_or("");
-    let version = field(text, "PRTE").and_then(|v| {
-        let v = v
-            .strip_suffix(revision)
-            .filter(|_| !revision.is_empty())
-            .unwrap_or(v);
-        leading_version(v)
-    });
+    let revision = field(text, "PRTE repo revision")
+        .or_else(|| field(text, "PRRTE repo revision"))
+        .unwrap_or("");
+    let version = field(text, "PRTE")
+        .or_else(|| field(text, "PRRTE"))
+        .and_then(|v| {
+            let v = v
+                .strip_suffix(revision)
+                .filter(|_| !revision.is_empty())
+                .unwrap_or(v);
+            leading_version(v)
+        });
     let pmix = field(text, "PMIx").and_then(|v| {
         let v = v.trim_start_matches("OpenPMIx").trim();
         leading_version(v)
@@ -63,7 +66,7 @@ pub fn parse_prte_info(text: &str) -> PrrteInfo {
     }
 }
 
-/// The version in `prted (PRRTE) 3.0.8` / `prte (PRRTE) 3.0.8`.
+/// The version in `prted (PRRTE) 3.0.x` / `prte (PRRTE) 5.0.0rc1`.
 pub fn parse_prrte_version_line(text: &str) -> Option<String> {
     text.lines().find_map(|l| {
         let (_, rest) = l.split_once("(PRRTE)")?;
@@ -134,11 +137,15 @@ pub fn components_fit(info: &PrrteInfo) -> Result<(), String> {
     let Some(version) = &info.version else {
         return Err("its PRRTE did not say its version (prte_info, prted --version)".to_owned());
     };
-    if version != COMPONENTS_PRRTE {
+    let built = COMPONENTS_RELEASE.prrte;
+    let Some(Components {
+        pmix: built_pmix, ..
+    }) = Profile::with_components(version).and_then(|p| p.components)
+    else {
         return Err(format!(
-            "its PRRTE is {version}, the k8s components are built for PRRTE {COMPONENTS_PRRTE}"
+            "its PRRTE is {version}, the k8s components are built for PRRTE {built}"
         ));
-    }
+    };
     if info.dl_support == Some(false) {
         return Err(
             "its PRRTE cannot load components (prte_info: dl support: no; built with \
@@ -147,9 +154,9 @@ pub fn components_fit(info: &PrrteInfo) -> Result<(), String> {
         );
     }
     match &info.pmix {
-        Some(p) if p == COMPONENTS_PMIX || p.starts_with(&format!("{COMPONENTS_PMIX}.")) => Ok(()),
+        Some(p) if p == built_pmix || p.starts_with(&format!("{built_pmix}.")) => Ok(()),
         Some(p) => Err(format!(
-            "its PMIx is {p}, the k8s components are built for PMIx {COMPONENTS_PMIX}.x"
+            "its PMIx is {p}, the k8s components are built for PMIx {built_pmix}.x"
         )),
         None => Ok(()),
     }

@@ -8,6 +8,7 @@ use super::error::MpiError;
 use super::kind::{Found, MpiKind};
 use super::openmpi::components_fit;
 use crate::hostfile::Format;
+use crate::profile::Profile;
 
 /// The component files of the injected runtime (under `lib/prte/`).
 pub const COMPONENT_FILES: [&str; 2] = ["prte_mca_ras_k8s.so", "prte_mca_plm_k8s.so"];
@@ -15,7 +16,8 @@ pub const COMPONENT_FILES: [&str; 2] = ["prte_mca_ras_k8s.so", "prte_mca_plm_k8s
 /// How the job's launcher (the batch command, the DVM head) starts its daemons.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Launch {
-    /// The image's PRRTE 3.0.8 loads `ras k8s` and `plm k8s`: the pods' agents start its prted.
+    /// The image's PRRTE (the components' release) loads `ras k8s` and `plm k8s`: the pods'
+    /// agents start its prted.
     Components,
     /// PRRTE's ssh launcher with `prrte-k8s-rsh` and a hostfile of the job's pods.
     PrrteRsh,
@@ -133,6 +135,12 @@ impl Plan {
     /// The injected runtime's site parameter file.
     pub fn param_file(&self) -> PathBuf {
         self.runtime.join("etc/prte-mca-params.conf")
+    }
+
+    /// The profile of the image's PRRTE line, if prrte-k8s has one.
+    pub fn prrte_profile(&self) -> Option<&'static Profile> {
+        let version = self.found.prrte.as_ref()?.version.as_deref()?;
+        Profile::of(version)
     }
 
     /// The daemon the agent starts for launch requests (its `--prted`).

@@ -2,7 +2,7 @@
 //! the agent's `--tmpdir` (removed when the agent ends) with the component directory PRRTE
 //! loads from and the hostfile, and the environment the batch command and the DVM head get.
 //!
-//! - **Components** (Open MPI 5 on PRRTE 3.0.8): `PRTE_MCA_ras=k8s`, `PRTE_MCA_plm=k8s`,
+//! - **Components** (Open MPI 5 on the components' PRRTE): `PRTE_MCA_ras=k8s`, `PRTE_MCA_plm=k8s`,
 //!   `PRTE_PKGLIBDIR` naming a directory of symlinks to the injected runtime's two components
 //!   and to every file of the image's own component directory (`PRTE_PKGLIBDIR` replaces
 //!   PRRTE's default directory, so the image's own DSO components must be there too), and the
@@ -10,8 +10,9 @@
 //!   those to every prted it starts, which a parameter file in the image would not reach here
 //!   (the image's PRRTE reads only its own `etc/`).
 //! - **PRRTE's ssh launcher**: `PRTE_MCA_plm_ssh_agent=<runtime>/bin/prrte-k8s-rsh`,
-//!   `PRTE_MCA_prte_default_hostfile=<hostfile>`, and for a PRRTE 3.x
-//!   `PRTE_MCA_odls_base_max_threads=0` (the short-job hang of the unpatched 3.0.x lines).
+//!   `PRTE_MCA_prte_default_hostfile=<hostfile>`, and where the line's profile says its launch
+//!   threads race (the short-job hang of the unpatched 3.0.x lines)
+//!   `PRTE_MCA_odls_base_max_threads=0`.
 //! - **ORTE**: `OMPI_MCA_plm_rsh_agent`, `OMPI_MCA_orte_default_hostfile`,
 //!   `OMPI_MCA_plm_rsh_no_tree_spawn=1` (mpirun starts every orted itself),
 //!   `OMPI_MCA_orte_leave_session_attached=1` (each orted stays the program of its exec
@@ -170,14 +171,11 @@ impl Prepared {
             Launch::PrrteRsh => {
                 put("PRTE_MCA_plm_ssh_agent", rsh);
                 put("PRTE_MCA_prte_default_hostfile", host);
-                let v3 = p
+                let race = p
                     .plan
-                    .found
-                    .prrte
-                    .as_ref()
-                    .and_then(|i| i.version.as_deref())
-                    .is_some_and(|v| v.starts_with("3."));
-                if v3 {
+                    .prrte_profile()
+                    .is_some_and(|prof| prof.features.launch_thread_race);
+                if race {
                     put("PRTE_MCA_odls_base_max_threads", "0".into());
                 }
             }

@@ -47,7 +47,7 @@ pub async fn resolve(args: &mut AgentArgs, env: &DetectEnv) -> Result<Plan, MpiE
     if args.dvm_head != DvmHead::Never && plan.launch != Launch::Components {
         return Err(MpiError::Head(format!(
             "the DVM head runs the image's prte with the k8s components, which needs Open MPI 5 on PRRTE {}; this image has {} ({}); run the job in batch mode (--run -- mpirun ...) instead",
-            super::openmpi::COMPONENTS_PRRTE,
+            crate::profile::COMPONENTS_RELEASE.prrte,
             plan.found.version.clone().unwrap_or_else(|| plan.found.kind.describe().into()),
             plan.fallback.clone().unwrap_or_else(|| plan.launch.describe().into()),
         )));

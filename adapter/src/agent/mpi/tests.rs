@@ -36,6 +36,21 @@ const WHEEL_PRTE_INFO: &str = r#"cat <<'X'
               dl support: no
 X"#;
 
+/// Debian unstable's (Open MPI 6.0.0~rc2): PRRTE 5 names itself `PRRTE` and says nothing of
+/// its PMIx.
+const SID_PRTE_INFO: &str = r#"case "$1" in
+--path) echo "               Pkglibdir: /usr/lib/x86_64-linux-gnu/prte" ;;
+*) cat <<'X'
+                 Package: PRRTE username@hostname Distribution
+                   PRRTE: 5.0.0rc1
+     PRRTE repo revision: 2026-09-28
+      PRRTE release date: N/A
+                  Prefix: /usr
+              dl support: yes
+X
+;;
+esac"#;
+
 fn script(path: &Path, body: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
@@ -247,6 +262,29 @@ async fn open_mpi_5_on_another_prrte_falls_back_to_rsh_saying_why() {
         .report()
         .iter()
         .any(|l| l.starts_with("components: not used: ")));
+}
+
+/// Open MPI 6 (PRRTE 5.0) goes through PRRTE's ssh launcher, its prted checked by the 5.0
+/// profile; that line has no launch-thread race, so the launcher is not told to avoid threads.
+#[tokio::test]
+async fn open_mpi_6_on_prrte_5_goes_through_rsh_by_its_profile() {
+    let f = Fake::new();
+    f.prog("prte_info", SID_PRTE_INFO);
+    f.prog(
+        "prted",
+        "printf '\\nprted (PRRTE) 5.0.0rc1\\n\\nReport bugs to: x\\n'",
+    );
+    f.prog("mpirun", "echo 'mpirun (Open MPI) 6.0.0rc2'");
+    let plan = f.plan(MpiChoice::Auto).await.unwrap();
+    assert_eq!(plan.launch, Launch::PrrteRsh);
+    let why = plan.fallback.clone().unwrap();
+    assert!(why.contains("5.0.0") && why.contains("3.0."), "{why}");
+    assert_eq!(plan.prrte_profile().map(|p| p.line), Some("5.0"));
+    assert_eq!(plan.exec_allow(), [f.bin().join("prted")]);
+    let p = f.prepare(plan);
+    assert!(env_of(&p, "PRTE_MCA_plm_ssh_agent").is_some());
+    assert!(env_of(&p, "PRTE_MCA_prte_default_hostfile").is_some());
+    assert_eq!(env_of(&p, "PRTE_MCA_odls_base_max_threads"), None);
 }
 
 #[tokio::test]

@@ -390,7 +390,8 @@ fn check_prrte(r: &mut Report) {
                 missing.join(", ")
             ),
             &format!(
-                "install PRRTE 3.0.8 there (prrte-config/setup.sh) or point {} at the right prefix",
+                "install PRRTE {} there (prrte-config/setup.sh) or point {} at the right prefix",
+                prrte_k8s::profile::built::PRRTE,
                 tools::PREFIX.var()
             ),
         );
@@ -478,7 +479,7 @@ fn check_launch_threads(r: &mut Report, prefix: &Path) {
         )),
         LaunchThreads::Set { value, from } => r.warn(
             &format!(
-                "launch threads: {LAUNCH_THREADS} = {value} ({from}): PRRTE 3.0.8's launch threads can lose the end of a short job, which then hangs and keeps its slots (docs/prrte-short-job-hang.md)"
+                "launch threads: {LAUNCH_THREADS} = {value} ({from}): PRRTE 3.0's launch threads can lose the end of a short job, which then hangs and keeps its slots (docs/prrte-short-job-hang.md)"
             ),
             &format!("set {LAUNCH_THREADS} = 0 there (as prrte-config/prte-mca-params.conf does), or remove the setting: the k8s components then set 0"),
         ),

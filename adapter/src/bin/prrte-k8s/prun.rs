@@ -1,7 +1,7 @@
 //! `prrte-k8s prun`: PRRTE's prun against the job's DVM, and its job ended in the DVM when prun
 //! is interrupted or runs out of time (`--timeout`).
 //!
-//! PRRTE 3.0.8's prun does not catch SIGINT, SIGTERM or SIGHUP, and the DVM does not end a job
+//! PRRTE 3.0's prun does not catch SIGINT, SIGTERM or SIGHUP, and the DVM does not end a job
 //! when the tool that spawned it goes away: a prun killed mid-job leaves its job running, holding
 //! its slots, and every later prun that needs them fails with "All nodes which are allocated for
 //! this job are already filled". So prun runs as our child, its job carries a process set name
@@ -132,7 +132,7 @@ pub fn filled_hint(file: &Path, jobs: &[String]) -> String {
     let mut s = String::from(
         "prrte-k8s prun: the DVM has no free slots for this job (or cannot map it). If you are not \
          running another job now, a job that was killed or hung still holds them (a prun killed without prrte-k8s \
-         prun, or the short-job hang of an unpatched PRRTE 3.0.8: see \
+         prun, or the short-job hang of an unpatched PRRTE 3.0.x: see \
          docs/prrte-short-job-hang.md).",
     );
     match jobs {

@@ -135,7 +135,7 @@ pub fn tool_remedy(tool: &str) -> String {
     )
 }
 
-/// The tool's argument list: `--dvm-uri file:<file>` first (a 3.0.8 prted must never receive a
+/// The tool's argument list: `--dvm-uri file:<file>` first (a PRRTE 3.0 prted must never receive a
 /// tool connection, so the tool is always pointed at prte), `--allow-run-as-root` for prun as
 /// root (pterm refuses that flag), then the user's arguments.
 pub fn tool_argv(tool: &str, file: &Path, root: bool, user: &[OsString]) -> Vec<OsString> {
