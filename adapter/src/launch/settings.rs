@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::error::SettingsError;
-use super::request::{Heartbeat, LaunchOptions};
-use crate::protocol;
+use super::request::LaunchOptions;
+use crate::protocol::{self, liveness::Heartbeat};
 
 /// Grace period between SIGTERM and SIGKILL the launcher asks of the agents when it stops its
 /// daemons.

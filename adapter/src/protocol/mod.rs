@@ -104,13 +104,14 @@
 //! protocol error, TCP keepalive failure), the agent kills prted's process group exactly as for
 //! `kill`; so it does when a launcher that sent a `ping` on the connection has been silent for
 //! the agent's `--heartbeat-timeout` (the launcher pings every `plm_k8s_heartbeat_interval`
-//! and takes an agent silent for `plm_k8s_heartbeat_misses` intervals for lost). The agent
-//! runs one prted at a time.
+//! and takes an agent silent for `plm_k8s_heartbeat_misses` intervals for lost; see
+//! [`liveness`]). The agent runs one prted at a time.
 
 mod auth;
 pub mod exec;
 mod frame;
 mod handshake;
+pub mod liveness;
 mod messages;
 mod noise;
 pub mod params;
