@@ -13,6 +13,7 @@ use tracing::{error, info, warn};
 use super::batch::{shell_status, BatchState};
 use super::checked_config::{AgentConfig, BatchConfig};
 use super::local_launch::{launcher_command, wait_health};
+use super::mpi::prepare::HostfileError;
 use super::process::{Job, Reaper};
 use crate::discovery::{self, Allocation, DiscoveryConfig, DiscoveryError};
 use crate::launch::{
@@ -169,6 +170,15 @@ async fn find_peers(config: &AgentConfig, timeout: Duration) -> Result<Peers, Pe
     Ok(Peers { alloc, targets })
 }
 
+/// Why the batch launcher cannot write the hostfile its MPI needs (it does not run the command).
+#[derive(Debug, thiserror::Error)]
+enum HostfileNotWritten {
+    #[error("{mpi} needs the job's pods for its hostfile, but discovery failed: {why}")]
+    NoPods { mpi: String, why: String },
+    #[error(transparent)]
+    Write(#[from] HostfileError),
+}
+
 /// Writes the hostfile the image's MPI reads (`--mpi` with a launcher that needs one) from the
 /// allocation. Without an allocation such a launcher would run the whole job in this pod, so
 /// that is an error naming why.
@@ -176,20 +186,21 @@ fn write_hostfile(
     config: &AgentConfig,
     alloc: Option<&Allocation>,
     why: &str,
-) -> Result<(), String> {
+) -> Result<(), HostfileNotWritten> {
     let Some(m) = &config.mpi else { return Ok(()) };
     if m.hostfile.is_none() {
         return Ok(());
     }
     let Some(alloc) = alloc else {
-        return Err(format!(
-            "{} needs the job's pods for its hostfile, but discovery failed: {why}",
-            m.plan
+        return Err(HostfileNotWritten::NoPods {
+            mpi: m
+                .plan
                 .found
                 .version
                 .clone()
-                .unwrap_or_else(|| m.plan.found.kind.describe().into())
-        ));
+                .unwrap_or_else(|| m.plan.found.kind.describe().into()),
+            why: why.to_owned(),
+        });
     };
     if let Some(path) = m.write_hostfile(alloc)? {
         info!(hostfile = %path.display(), pods = alloc.nodes.len(), slots = alloc.nodes.iter().map(|n| n.slots).sum::<u32>(), "batch launcher: wrote the hostfile from discovery");

@@ -27,9 +27,20 @@ use super::prted_cmd::prted_args;
 use super::tracking::Tracking;
 use crate::protocol::liveness::SilenceWatch;
 use crate::protocol::{
-    self, decode_request, recv_frame, send_frame, validate_launch, FramedConn, ProtocolError,
-    Reply, Request, Session, HANDSHAKE_MAX_FRAME,
+    self, parse_request, recv_frame, send_frame, validate_launch, FramedConn, ProtocolError, Reply,
+    Request, Session, HANDSHAKE_MAX_FRAME,
 };
+
+/// Why a launch request is refused (the reason goes back as `failed {reason}`).
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error(transparent)]
+    Request(#[from] protocol::LaunchRefusal),
+    #[error(transparent)]
+    DvmUri(#[from] protocol::InvalidDvmUri),
+    #[error(transparent)]
+    Policy(#[from] launch_policy::PolicyError),
+}
 
 /// How long, and how many bytes, a closing connection is drained.
 const LINGER: Duration = Duration::from_secs(1);
@@ -208,10 +219,10 @@ impl Conn {
             }
         };
         let t0 = Instant::now();
-        let request = match decode_request(body.as_bytes()) {
+        let request = match parse_request(body.as_bytes()) {
             Ok(r) => r,
-            Err(reason) => {
-                let reason = crate::text::echo(&reason);
+            Err(e) => {
+                let reason = crate::text::echo(&e.to_string());
                 info!(peer = %self.peer, request = "invalid", outcome = "refused", %reason,
                       duration_ms = t0.elapsed().as_millis() as u64, "request");
                 return self.send_or_close(&Reply::Failed { reason }).await;
@@ -408,13 +419,12 @@ impl Conn {
         argv: &[String],
         env: &std::collections::BTreeMap<String, String>,
         dvm_uri: Option<&str>,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, Refused> {
         validate_launch(argv, env)?;
-        let argv =
-            launch_policy::check_launch(argv, env, self.peer.ip()).map_err(|e| e.to_string())?;
+        let argv = launch_policy::check_launch(argv, env, self.peer.ip())?;
         if let Some(uri) = dvm_uri {
             protocol::validate_dvm_uri(uri)?;
-            launch_policy::check_dvm_uri_host(uri, self.peer.ip()).map_err(|e| e.to_string())?;
+            launch_policy::check_dvm_uri_host(uri, self.peer.ip())?;
         }
         Ok(argv)
     }
@@ -432,7 +442,7 @@ impl Conn {
         };
         let argv = match self.check_launch(&argv, &env, dvm_uri.as_deref()) {
             Ok(argv) => argv,
-            Err(reason) => return refuse(reason),
+            Err(e) => return refuse(e.to_string()),
         };
         debug!(peer = %self.peer, argv = ?argv.iter().map(|a| crate::text::echo(a)).collect::<Vec<_>>(),
                env = ?env.keys().map(|k| crate::text::echo(k)).collect::<Vec<_>>(), "launch: prted's arguments");

@@ -7,6 +7,7 @@ use serde_json::{json, Map, Value};
 use super::error::{EnvArgError, ManifestError};
 use super::inject::INJECT_IMAGE;
 use super::plan::{JobPlan, Kind, Launch, Part, PodPlan, Success};
+use crate::settings::SettingError;
 
 /// The MPI in an image the runtime is injected into (the agent's `--mpi`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -291,14 +292,14 @@ pub(super) fn preempt_env(grace: u64, signal: Option<&str>) -> impl Iterator<Ite
 
 /// `--preempt-signal SIG`: a name `plm_k8s_preempt_signal` takes (SIGUSR1, usr1...), spelled
 /// as it lists them.
-pub(super) fn preempt_signal(s: &str) -> Result<String, String> {
+pub(super) fn preempt_signal(s: &str) -> Result<String, SettingError> {
     let sig = s.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("sig"));
     let word = if !sig && !s.eq_ignore_ascii_case("none") {
         format!("SIG{s}")
     } else {
         s.to_string()
     };
-    crate::settings::mca::preempt_signal(&word).map_err(|e| e.to_string())?;
+    crate::settings::mca::preempt_signal(&word)?;
     let canonical = crate::settings::mca::PREEMPT_SIGNALS
         .iter()
         .find(|w| w.eq_ignore_ascii_case(&word))

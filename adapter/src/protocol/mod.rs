@@ -130,9 +130,7 @@ pub use frame::{
     FramedConn, DEFAULT_MAX_FRAME, HANDSHAKE_MAX_FRAME,
 };
 pub use handshake::{client_handshake, HandshakeError};
-pub use messages::{
-    decode_request, parse_request, plain_kind, AuthMode, Plain, Reply, Request, RequestError,
-};
+pub use messages::{parse_request, plain_kind, AuthMode, Plain, Reply, Request, RequestError};
 pub use noise::{
     agent_noise, client_noise_start, local_pair, parse_noise_field, ClientNoise, NOISE_NONE,
     NOISE_PSK,

@@ -27,7 +27,7 @@ use crate::agent::process::Job;
 use crate::protocol::exec::{decode_data, encode_data, CHUNK, FORWARDED_SIGNALS};
 use crate::protocol::liveness::SilenceWatch;
 use crate::protocol::{
-    decode_request, recv_frame, send_frame, FramedConn, ProtocolError, Reply, Request, Session,
+    parse_request, recv_frame, send_frame, FramedConn, ProtocolError, Reply, Request, Session,
 };
 
 /// How long output is still forwarded after the program ended (its descendants may hold the
@@ -95,6 +95,15 @@ impl Pipes {
     }
 }
 
+/// Why a message did not reach the client.
+#[derive(Debug, thiserror::Error)]
+enum NotSent {
+    #[error(transparent)]
+    Send(#[from] ProtocolError),
+    #[error("the agent is shutting down")]
+    ShuttingDown,
+}
+
 /// The client's connection while its program runs.
 struct Client<'a> {
     conn: &'a mut FramedConn<TcpStream>,
@@ -105,11 +114,11 @@ struct Client<'a> {
 
 impl Client<'_> {
     /// Sends `msg`, giving way to the agent's shutdown (the connection closes then anyway).
-    async fn send(&mut self, msg: Reply) -> Result<(), String> {
+    async fn send(&mut self, msg: Reply) -> Result<(), NotSent> {
         let frame = self.session.seal(&msg);
         tokio::select! {
-            r = send_frame(self.conn, frame, SEND_TIMEOUT) => r.map_err(|e| e.to_string()),
-            _ = self.stop.cancelled() => Err("the agent is shutting down".into()),
+            r = send_frame(self.conn, frame, SEND_TIMEOUT) => Ok(r?),
+            _ = self.stop.cancelled() => Err(NotSent::ShuttingDown),
         }
     }
 
@@ -382,7 +391,7 @@ async fn on_frame(
             return Some(error_and_end(client, reason).await);
         }
     };
-    let reply = match decode_request(body.as_bytes()) {
+    let reply = match parse_request(body.as_bytes()) {
         Ok(Request::Stdin { data }) => {
             let pushed = decode_data(&data).map(|bytes| stdin.push(bytes));
             return match pushed {
@@ -428,8 +437,8 @@ async fn on_frame(
                 other.kind()
             ),
         },
-        Err(reason) => Reply::Failed {
-            reason: crate::text::echo(&reason),
+        Err(e) => Reply::Failed {
+            reason: crate::text::echo(&e.to_string()),
         },
     };
     match client.send(reply).await {
