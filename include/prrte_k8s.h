@@ -93,6 +93,36 @@ void prrte_k8s_shim_verbose(int framework, int level, const char *msg);
 #define PRRTE_K8S_FRAMEWORK_RAS 0
 #define PRRTE_K8S_FRAMEWORK_PLM 1
 
+/* An int MCA variable of PRRTE or PMIx (pmix_mca_base_var_find + pmix_mca_base_var_get_value):
+ * its source (one of PRRTE_K8S_VAR_SOURCE_*), and in *storage the variable's backing store, whose
+ * value is the one in force (writing it changes that value; the source is left as it was).
+ * -1 if no such variable is registered (yet). */
+int prrte_k8s_shim_int_var(const char *project, const char *framework, const char *component,
+                           const char *name, int **storage);
+#define PRRTE_K8S_VAR_SOURCE_DEFAULT 0
+#define PRRTE_K8S_VAR_SOURCE_COMMAND_LINE 1
+#define PRRTE_K8S_VAR_SOURCE_ENV 2
+#define PRRTE_K8S_VAR_SOURCE_FILE 3
+#define PRRTE_K8S_VAR_SOURCE_SET 4
+#define PRRTE_K8S_VAR_SOURCE_OVERRIDE 5
+
+/* Called on PMIx's progress thread with the tools connected to this PMIx server now, one
+ * "nspace:rank" a line (the string is valid during the call only), and the caller's arg. */
+typedef void (*prrte_k8s_tools_cb_t)(const char *tools, void *arg);
+/* Lists the tools connected now (PMIx's own record of its peers, read on PMIx's progress thread
+ * where PMIx keeps it) and hands the list to cb there. PRRTE status (cb not called on error). */
+int prrte_k8s_shim_connected_tools(prrte_k8s_tools_cb_t cb, void *arg);
+
+/* prte_job_data: PRRTE's pointer array of job objects (prte_job_t), indexed as PRRTE keeps it. */
+void *prrte_k8s_shim_jobs(void);
+/* The job's PRTE_JOB_LAUNCH_PROXY (the process that asked for its spawn): 1 and its name in
+ * nspace (PMIX_MAX_NSLEN + 1 bytes) and *rank, or 0 if the job has none. */
+int prrte_k8s_shim_job_launch_proxy(void *jdata, char *nspace, uint32_t *rank);
+/* Kill every process of the job, as PMIx job control's PMIX_JOB_CTRL_KILL on nspace:* does
+ * (prte_plm.terminate_procs with the job's wildcard proc): their daemons kill them and report
+ * them ended, and the job then ends and frees its slots. PRRTE status. */
+int prrte_k8s_shim_kill_job(void *jdata);
+
 /* ---- implemented in Rust, callable from C ---------------------------------------------------- */
 
 /* The module structs the components hand PRRTE (prte_ras_base_module_t / prte_plm_base_module_t),

@@ -23,6 +23,10 @@
 #include "src/util/proc_info.h"
 #include "src/util/name_fns.h"
 #include "src/rml/rml.h"
+#include "src/pmix/pmix-internal.h"
+#include "src/util/attr.h"
+#include "src/include/pmix_globals.h"
+#include "src/server/pmix_server_ops.h"
 
 #include "src/mca/rmaps/rmaps_types.h"
 #include "src/mca/ras/ras.h"

@@ -147,3 +147,129 @@ char *prrte_k8s_shim_server_uri(void)
     }
     return uri;
 }
+
+_Static_assert(PRRTE_K8S_VAR_SOURCE_DEFAULT == PMIX_MCA_BASE_VAR_SOURCE_DEFAULT, "source");
+_Static_assert(PRRTE_K8S_VAR_SOURCE_COMMAND_LINE == PMIX_MCA_BASE_VAR_SOURCE_COMMAND_LINE, "source");
+_Static_assert(PRRTE_K8S_VAR_SOURCE_ENV == PMIX_MCA_BASE_VAR_SOURCE_ENV, "source");
+_Static_assert(PRRTE_K8S_VAR_SOURCE_FILE == PMIX_MCA_BASE_VAR_SOURCE_FILE, "source");
+_Static_assert(PRRTE_K8S_VAR_SOURCE_SET == PMIX_MCA_BASE_VAR_SOURCE_SET, "source");
+_Static_assert(PRRTE_K8S_VAR_SOURCE_OVERRIDE == PMIX_MCA_BASE_VAR_SOURCE_OVERRIDE, "source");
+
+int prrte_k8s_shim_int_var(const char *project, const char *framework, const char *component,
+                           const char *name, int **storage)
+{
+    pmix_mca_base_var_source_t source = PMIX_MCA_BASE_VAR_SOURCE_DEFAULT;
+    void *store = NULL;
+    int idx = pmix_mca_base_var_find(project, framework, component, name);
+    if (idx < 0) {
+        return -1;
+    }
+    if (PMIX_SUCCESS != pmix_mca_base_var_get_value(idx, &store, &source, NULL) || NULL == store) {
+        return -1;
+    }
+    *storage = (int *) store;
+    return (int) source;
+}
+
+struct tools_request {
+    prrte_k8s_tools_cb_t cb;
+    void *arg;
+};
+
+/* On PMIx's progress thread: the connected tools among PMIx's peers. */
+static void list_tools(evutil_socket_t fd, short flags, void *cbdata)
+{
+    struct tools_request *req = (struct tools_request *) cbdata;
+    size_t len = 0, cap = 256;
+    char *out = malloc(cap);
+    int i;
+    (void) fd; (void) flags;
+
+    if (NULL != out) {
+        out[0] = '\0';
+        for (i = 0; i < pmix_server_globals.clients.size; i++) {
+            pmix_peer_t *peer = (pmix_peer_t *) pmix_pointer_array_get_item(&pmix_server_globals.clients, i);
+            char line[PMIX_MAX_NSLEN + 32];
+            int n;
+            if (NULL == peer || NULL == peer->info || NULL == peer->info->pname.nspace
+                || !PMIX_PEER_IS_TOOL(peer) || peer->sd < 0) {
+                continue;
+            }
+            n = snprintf(line, sizeof(line), "%s:%u\n", peer->info->pname.nspace,
+                         (unsigned) peer->info->pname.rank);
+            if (n <= 0 || (size_t) n >= sizeof(line)) {
+                continue;
+            }
+            if (len + (size_t) n + 1 > cap) {
+                char *bigger = realloc(out, 2 * (len + (size_t) n + 1));
+                if (NULL == bigger) {
+                    break;
+                }
+                out = bigger;
+                cap = 2 * (len + (size_t) n + 1);
+            }
+            memcpy(out + len, line, (size_t) n + 1);
+            len += (size_t) n;
+        }
+    }
+    req->cb(NULL == out ? "" : out, req->arg);
+    free(out);
+    free(req);
+}
+
+int prrte_k8s_shim_connected_tools(prrte_k8s_tools_cb_t cb, void *arg)
+{
+    struct tools_request *req = malloc(sizeof(*req));
+    if (NULL == req) {
+        return PRTE_ERR_OUT_OF_RESOURCE;
+    }
+    req->cb = cb;
+    req->arg = arg;
+    /* libevent is thread-safe here (PMIx enables its pthread support): run on PMIx's base */
+    if (0 != event_base_once(pmix_globals.evbase, -1, EV_TIMEOUT, list_tools, req, NULL)) {
+        free(req);
+        return PRTE_ERROR;
+    }
+    return PRTE_SUCCESS;
+}
+
+void *prrte_k8s_shim_jobs(void)
+{
+    return prte_job_data;
+}
+
+int prrte_k8s_shim_job_launch_proxy(void *jdata, char *nspace, uint32_t *rank)
+{
+    prte_job_t *job = (prte_job_t *) jdata;
+    pmix_proc_t *proxy = NULL;
+
+    if (!prte_get_attribute(&job->attributes, PRTE_JOB_LAUNCH_PROXY, (void **) &proxy, PMIX_PROC)
+        || NULL == proxy) {
+        return 0;
+    }
+    memcpy(nspace, proxy->nspace, PMIX_MAX_NSLEN);
+    nspace[PMIX_MAX_NSLEN] = '\0';
+    *rank = proxy->rank;
+    PMIX_PROC_RELEASE(proxy);
+    return 1;
+}
+
+int prrte_k8s_shim_kill_job(void *jdata)
+{
+    prte_job_t *job = (prte_job_t *) jdata;
+    pmix_pointer_array_t procs;
+    prte_proc_t *all;
+    int rc;
+
+    all = PMIX_NEW(prte_proc_t);
+    if (NULL == all) {
+        return PRTE_ERR_OUT_OF_RESOURCE;
+    }
+    PMIX_LOAD_PROCID(&all->name, job->nspace, PMIX_RANK_WILDCARD);
+    PMIX_CONSTRUCT(&procs, pmix_pointer_array_t);
+    pmix_pointer_array_add(&procs, all);
+    rc = prte_plm.terminate_procs(&procs);
+    PMIX_RELEASE(all);
+    PMIX_DESTRUCT(&procs);
+    return rc;
+}

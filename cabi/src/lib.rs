@@ -11,13 +11,15 @@
 //! [`params`] (the MCA parameter tables), [`ffi`] (bindgen's view of PRRTE and of our C shim),
 //! [`shim`] (safe wrappers of the shim), [`prrte`] (typed access to PRRTE objects),
 //! [`mainloop`] (waking PRRTE's event loop from our threads), [`boundary`] (the panic boundary)
-//! and [`cstr`] (C string helpers). [`abi`] holds the functions exported to C besides the
+//! and [`cstr`] (C string helpers). [`dvm`] keeps a DVM usable with a site's defaults (launches
+//! on the daemons' main threads, jobs of departed tools ended). [`abi`] holds the functions exported to C besides the
 //! component structs.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod abi;
 pub mod boundary;
 pub mod component;
 pub mod cstr;
+pub mod dvm;
 pub mod ffi;
 pub mod logging;
 pub mod mainloop;

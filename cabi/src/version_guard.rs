@@ -118,7 +118,7 @@ pub fn running() -> (Option<String>, Option<String>) {
 #[error(
     "prrte-k8s: the k8s components (ras, plm) were built for PRRTE {} with PMIx {} but this is \
      PRRTE {} with PMIx {}; they are not used (PRRTE continues with its other components); \
-     rebuild prrte-k8s against this PRRTE (prrte-config/README.md)",
+     rebuild prrte-k8s against this PRRTE (docs/admin-guide.md)",
     built.prrte,
     built.pmix,
     shown(prrte),

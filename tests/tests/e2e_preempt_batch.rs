@@ -1,7 +1,8 @@
 //! Preemption of batch jobs end to end, the way a user runs them (`prrte-k8s manifest
 //! --preempt-signal SIGUSR1 --grace-period S ... | kubectl apply -f -`, the example image's
 //! pods, `tests/programs/preempt_signal.py` under mpirun across the pods, its checkpoints in a
-//! hostPath volume the test adds to the rendered pod template, as the README tells users to):
+//! hostPath volume the test adds to the rendered pod template, as docs/user-guide.md tells users
+//! to):
 //! - a JobSet (`--kind jobset --max-restarts 1`) one of whose pods is evicted with a grace
 //!   period mid-run: every rank is told and checkpoints, the JobSet restarts once (`kubectl get
 //!   jobset`), the restarted program resumes from its checkpoint and the JobSet completes;

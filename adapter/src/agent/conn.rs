@@ -49,8 +49,8 @@ const LINGER_MAX_BYTES: usize = 1 << 20;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Slot {
     pub(super) pid: u32,
-    peer: SocketAddr,
-    conn: u64,
+    pub(super) peer: SocketAddr,
+    pub(super) conn: u64,
 }
 
 /// What the agent's connections share.
@@ -68,6 +68,8 @@ pub(super) struct Shared {
     pub(super) exec: exec::ExecState,
     /// The preemption notice (SIGTERM with `--preempt-grace`).
     pub(super) preemption: Arc<Preemption>,
+    /// Whether the DVM head's prte runs in this pod (`--dvm-head`).
+    pub(super) head_up: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Shared {

@@ -16,6 +16,7 @@
 //! the agent stops, prte's process group is stopped like prted's.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -61,7 +62,8 @@ pub fn prte_args(head: &HeadConfig, config: &AgentConfig, root: bool) -> Vec<Str
     args
 }
 
-/// Runs the DVM head until prte ends or `stop` is cancelled (then stops prte's group).
+/// Runs the DVM head until prte ends or `stop` is cancelled (then stops prte's group); `up`
+/// is true while prte runs.
 pub async fn run(
     head: HeadConfig,
     config: AgentConfig,
@@ -69,6 +71,7 @@ pub async fn run(
     tracking: Tracking,
     health: Option<SocketAddr>,
     stop: CancellationToken,
+    up: Arc<AtomicBool>,
 ) {
     wait_health(health, &stop).await;
     if stop.is_cancelled() {
@@ -99,10 +102,12 @@ pub async fn run(
         }
     };
     let pid = job.pid;
+    up.store(true, Ordering::SeqCst);
     info!(pid, prte = %head.prte.display(), args = ?args, reason = %head.reason, "started the DVM head (prte)");
     let started = Instant::now();
     tokio::select! {
         status = job.wait_exit() => {
+            up.store(false, Ordering::SeqCst);
             info!(pid, %status, ran_ms = started.elapsed().as_millis() as u64, "the DVM head (prte) exited; the agent keeps serving");
             // Stop whatever prte left in its process group.
             job.terminate(config.kill_grace, &reaper).await;

@@ -23,7 +23,9 @@
 //!   with the launch too (found by its cgroup or by following prted's process tree and session,
 //!   see [`tracking`]). No process outlives its job.
 //! * SIGTERM/SIGINT: stop accepting, report 503 on the health endpoint, stop the running prted
-//!   as above (reporting `exited` to its launcher), and exit 0. With `--preempt-grace` a SIGTERM
+//!   as above (reporting `exited` to its launcher), and exit 0, or 128 + the signal when the
+//!   pod's DVM was up (a prted ran, or the DVM head's prte): a pod deleted or evicted under a
+//!   running DVM ends `Failed`, so its Job's pod failure policy fails the Job. With `--preempt-grace` a SIGTERM
 //!   while a prted runs or a launcher watches first tells those launchers (`preempt`) and holds
 //!   prted until it ends, the grace period is nearly over or a second signal comes (see
 //!   [`preempt`]).
@@ -145,6 +147,7 @@ impl Agent {
                 pending,
                 exec: exec::ExecState::new(exec_policy),
                 preemption: preempt::Preemption::new(),
+                head_up: Arc::new(AtomicBool::new(false)),
             }),
             listener,
             health,
@@ -313,6 +316,7 @@ impl Roles {
                 shared.tracking.clone(),
                 health_addr,
                 stop.clone(),
+                shared.head_up.clone(),
             ))
         });
         let batch = shared.config.batch.clone().map(|b| match b {
@@ -374,12 +378,7 @@ pub async fn run_until_signalled_with_exec(
             };
             info!(signal = name, "received signal");
             let signum = if name == "SIGTERM" { 15 } else { 2 };
-            if shared.config.batch.is_some() && shared.batch.told_to_end(signum) {
-                warn!(
-                    code = 128 + signum,
-                    "batch mode: the pod is told to end before the job ended: the agent exits with 128 + the signal, whatever the command does now"
-                );
-            }
+            told_to_end(&shared, signum);
             if name == "SIGTERM" {
                 hold_for_preemption(&shared, async {
                     tokio::select! {
@@ -391,6 +390,40 @@ pub async fn run_until_signalled_with_exec(
             }
         })
         .await
+}
+
+/// The pod is told to end (signal `signum`). In batch mode before the job ended, or with a
+/// DVM up in the pod (a prted runs, or the DVM head's prte): the agent will exit with 128 +
+/// the signal, whatever happens from now on, so that the pod ends `Failed` (a pod deleted or
+/// evicted while its job runs has not succeeded, and its Job's pod failure policy must see
+/// it). Otherwise (an idle agent, a DVM ended by `pterm`) it exits 0. Returns whether the
+/// status is 128 + `signum`.
+fn told_to_end(shared: &Shared, signum: i32) -> bool {
+    let code = 128 + signum;
+    if shared.config.batch.is_some() {
+        if shared.batch.told_to_end(signum) {
+            warn!(
+                code,
+                "batch mode: the pod is told to end before the job ended: the agent exits with 128 + the signal, whatever the command does now"
+            );
+            return true;
+        }
+        return false;
+    }
+    let prted = shared.slot().is_some();
+    if (prted || shared.head_up.load(Ordering::SeqCst)) && shared.batch.told_to_end(signum) {
+        let what = if prted {
+            "a prted of the DVM runs here"
+        } else {
+            "the DVM head (prte) runs here"
+        };
+        warn!(
+            code,
+            "the pod is told to end while its DVM is up ({what}): the agent exits with 128 + the signal, the DVM loses this pod"
+        );
+        return true;
+    }
+    false
 }
 
 /// On SIGTERM with `--preempt-grace`, while a prted runs or a launcher watches: announces the
@@ -415,5 +448,74 @@ async fn hold_for_preemption(shared: &Arc<Shared>, again: impl Future<Output = (
         _ = shared.preemption.idle(busy) => info!("prted ended and no launcher watches: stopping"),
         _ = tokio::time::sleep_until(deadline) => info!("the grace period is over: stopping prted"),
         _ = again => info!("a second signal: stopping prted now"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &std::path::Path, batch: Option<BatchConfig>) -> AgentConfig {
+        AgentConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            health_listen: None,
+            prted: "/bin/true".into(),
+            secret: None,
+            secret_file: "/nonexistent".into(),
+            tmpdir: dir.to_owned(),
+            kill_grace: Duration::from_secs(1),
+            preempt_grace: Duration::ZERO,
+            max_frame: 4096,
+            pass_env: vec![],
+            dvm_uri_file: dir.join("dvm.uri"),
+            head: None,
+            batch,
+            cgroup: false,
+            limits: Default::default(),
+            mpi: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn told_to_end_under_a_running_dvm_is_not_a_success() {
+        let d = tempfile::tempdir().unwrap();
+        let policy = exec::ExecPolicy::only(std::path::Path::new("/bin/true"));
+        // An idle interactive agent (no DVM, or one ended by pterm): 0.
+        let agent = Agent::bind_with_exec(config(d.path(), None), policy.clone())
+            .await
+            .unwrap();
+        assert!(!told_to_end(&agent.shared, 15));
+        assert_eq!(agent.shared.batch.exit_code(), None);
+        // With the DVM head's prte up: 128 + the signal, kept when prte ends after.
+        let agent = Agent::bind_with_exec(config(d.path(), None), policy.clone())
+            .await
+            .unwrap();
+        agent.shared.head_up.store(true, Ordering::SeqCst);
+        assert!(told_to_end(&agent.shared, 15));
+        agent.shared.head_up.store(false, Ordering::SeqCst);
+        assert!(!told_to_end(&agent.shared, 2), "decided once");
+        assert_eq!(agent.shared.batch.exit_code(), Some(143));
+        // With a prted of the DVM running: the same.
+        let agent = Agent::bind_with_exec(config(d.path(), None), policy.clone())
+            .await
+            .unwrap();
+        *agent.shared.slot() = Some(conn::Slot {
+            pid: 1,
+            peer: "10.0.0.1:1".parse().unwrap(),
+            conn: 1,
+        });
+        assert!(told_to_end(&agent.shared, 2));
+        *agent.shared.slot() = None;
+        assert_eq!(agent.shared.batch.exit_code(), Some(130));
+        // Batch mode keeps its own rule (the job's end decides).
+        let worker = Some(BatchConfig::Worker {
+            launcher_wait: Duration::from_secs(1),
+        });
+        let agent = Agent::bind_with_exec(config(d.path(), worker), policy)
+            .await
+            .unwrap();
+        agent.shared.batch.decide(0);
+        assert!(!told_to_end(&agent.shared, 15));
+        assert_eq!(agent.shared.batch.exit_code(), Some(0));
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! `prrte-k8s prun ARGS...` / `prrte-k8s pterm ARGS...` run PRRTE's tools against the job's DVM
 //! from any pod: the DVM URI comes from the file the agent publishes (`dvm-uri` prints it). An
-//! interrupted `prrte-k8s prun` kills its job in the DVM (PRRTE's own prun leaves it running).
+//! interrupted or timed-out `prrte-k8s prun` kills its job in the DVM (PRRTE's own prun leaves it
+//! running).
 //! `prrte-k8s grow N` adds N pods to a running elastic job and its DVM.
 //! `prrte-k8s doctor` checks what PRRTE's k8s components need, one line per check.
 //! `prrte-k8s manifest [OPTIONS] [-- COMMAND...]` prints a complete job for `kubectl apply -f -`.
@@ -51,9 +52,10 @@ enum Command {
     Hostfile(HostfileArgs),
     /// Print the URI of the job's DVM (published in every pod by the prrte-k8s agent).
     DvmUri(tools::DvmUriArgs),
-    /// Run PRRTE's prun against the job's DVM: `prrte-k8s prun -n 12 ./app`. Interrupted
-    /// (SIGINT, SIGTERM, SIGHUP), it kills its job in the DVM, so the job's slots are freed.
-    Prun(tools::ToolArgs),
+    /// Run PRRTE's prun against the job's DVM: `prrte-k8s prun [--timeout SECS] -n 12 ./app`.
+    /// Interrupted (SIGINT, SIGTERM, SIGHUP) or out of time, it kills its job in the DVM, so the
+    /// job's slots are freed.
+    Prun(prun::PrunArgs),
     /// Add N pods to the running job and its DVM (a job rendered with `manifest --elastic
     /// --max-pods M`): raises the workload, waits for the new pods to be Ready, adds them to
     /// the DVM and prints their host names.

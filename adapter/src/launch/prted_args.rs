@@ -85,6 +85,20 @@ impl PrtedTemplate {
             .ok_or(PrtedArgsError::NoVpidSlot)
     }
 
+    /// With `--prtemca key value` added at the end, unless the arguments already set `key`
+    /// (a value from the site, which prte passed on, is kept).
+    pub fn with_default(mut self, key: &str, value: &str) -> PrtedTemplate {
+        let set = self
+            .args
+            .windows(2)
+            .any(|w| w[0].trim_start_matches('-') == "prtemca" && w[1] == key);
+        if !set {
+            self.args
+                .extend(["--prtemca".to_string(), key.to_string(), value.to_string()]);
+        }
+        self
+    }
+
     /// The arguments of the daemon `vpid`.
     pub(crate) fn for_vpid(&self, vpid: u32) -> Vec<String> {
         for_vpid(&self.args, self.vpid_slot, vpid)
@@ -169,6 +183,39 @@ mod tests {
         assert_eq!(t.for_vpid(12), s(&["--prtemca", "ess_base_vpid", "12"]));
         let e = PrtedTemplate::from_prrte(&argv, 0).unwrap_err().to_string();
         assert!(e.contains("no vpid slot"), "{e}");
+    }
+
+    #[test]
+    fn a_default_is_added_unless_the_site_set_the_parameter() {
+        let argv = s(&["prted", "--prtemca", "ess_base_vpid", "<template>"]);
+        let t = PrtedTemplate::from_prrte(&argv, 3)
+            .unwrap()
+            .with_default("odls_base_max_threads", "0");
+        assert_eq!(
+            t.for_vpid(2),
+            s(&[
+                "--prtemca",
+                "ess_base_vpid",
+                "2",
+                "--prtemca",
+                "odls_base_max_threads",
+                "0"
+            ])
+        );
+        // Idempotent, and a value prte passed on (the site's) is kept.
+        assert_eq!(t.clone().with_default("odls_base_max_threads", "0"), t);
+        let argv = s(&[
+            "prted",
+            "--prtemca",
+            "odls_base_max_threads",
+            "4",
+            "--prtemca",
+            "ess_base_vpid",
+            "<template>",
+        ]);
+        let t = PrtedTemplate::from_prrte(&argv, 6).unwrap();
+        assert_eq!(t.clone().with_default("odls_base_max_threads", "0"), t);
+        assert_eq!(t.for_vpid(1)[2], "4");
     }
 
     #[test]

@@ -212,7 +212,7 @@ pub const PLM_PRIORITY: Setting = Setting {
 mca_table! {
     /// The RAS parameters as PMIx holds them (C types: strings, ints, bools).
     pub struct RasParams;
-    /// The `ras_k8s_*` parameters, in the order `prte_info` and the README list them.
+    /// The `ras_k8s_*` parameters, in the order `prte_info` and the administrator's guide list them.
     pub const RAS;
     {
         namespace: Str = NAMESPACE,

@@ -10,11 +10,11 @@
 //! - [`agent`]: the flags of `prrte-k8s-agent`.
 //! - [`tools`]: the settings of `prrte-k8s` and `prrte-k8s-rsh` that are no MCA parameter.
 //!
-//! The programs build their clap arguments from here ([`ArgExt::setting`]), `README.md`'s
-//! tables of the MCA parameters and of the agent's options are rendered from [`mca`] and
-//! [`agent`] (`readme.rs`, built for its tests, which keep the README equal), and every value with
-//! a unit or a range is checked by [`Setting::parse`] and its typed wrappers, whose errors name
-//! the setting, the bad value and what it accepts.
+//! The programs build their clap arguments from here ([`ArgExt::setting`]), the tables of the
+//! MCA parameters and of the agent's options in `docs/admin-guide.md` and `docs/user-guide.md`
+//! are rendered from [`mca`] and [`agent`] (`readme.rs`, built for its tests, which keep the
+//! docs equal), and every value with a unit or a range is checked by [`Setting::parse`] and its
+//! typed wrappers, whose errors name the setting, the bad value and what it accepts.
 //!
 //! A setting read under two environment variables is one setting: when both are set they must
 //! agree ([`Setting::lookup`]).

@@ -1,13 +1,16 @@
-//! The README's tables of settings, rendered from the registry: the MCA parameters
+//! The docs' tables of settings, rendered from the registry: the MCA parameters
 //! ([`super::mca`]) and the agent's options ([`super::agent`]) in three tables: what site
-//! administrators set, the DVM head and batch mode, and `exec` requests. Tests keep each table
-//! in `README.md` equal to its rendering, and every agent option in exactly one table.
+//! administrators set (both in `docs/admin-guide.md`), the DVM head and batch mode, and `exec`
+//! requests (both in `docs/user-guide.md`). Tests keep each table in its file equal to its
+//! rendering, and every agent option in exactly one table.
 
 use super::agent;
 use super::mca;
 use super::setting::{Kind, Setting};
 
-/// The line before the MCA parameter table in `README.md`.
+/// The file that holds the MCA parameter table, relative to the repository's root.
+pub(crate) const MCA_DOC: &str = "docs/admin-guide.md";
+/// The line before the MCA parameter table in [`MCA_DOC`].
 pub(crate) const BEGIN: &str =
     "<!-- MCA parameter table: rendered from adapter/src/settings/mca.rs, kept equal by its test -->";
 /// The line after it.
@@ -47,17 +50,20 @@ pub(crate) fn mca_table() -> String {
     out
 }
 
-/// A table of agent options in `README.md`.
+/// A table of agent options in the docs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AgentTable {
     /// What it lists, as its marker lines name it.
     pub what: &'static str,
+    /// The file that holds it, relative to the repository's root.
+    pub doc: &'static str,
     pub settings: &'static [&'static Setting],
 }
 
 /// What site administrators set in the pod template ("Agent options for site administrators").
 pub(crate) const AGENT_SITE: AgentTable = AgentTable {
     what: "agent options for site administrators",
+    doc: "docs/admin-guide.md",
     settings: &[
         &agent::PRTED,
         &agent::MPI,
@@ -85,6 +91,7 @@ pub(crate) const AGENT_SITE: AgentTable = AgentTable {
 /// The DVM head and batch mode ("prun from any pod").
 pub(crate) const AGENT_HEAD_AND_BATCH: AgentTable = AgentTable {
     what: "agent options of the DVM head and batch mode",
+    doc: "docs/user-guide.md",
     settings: &[
         &agent::DVM_HEAD,
         &agent::PRTE,
@@ -102,10 +109,11 @@ pub(crate) const AGENT_HEAD_AND_BATCH: AgentTable = AgentTable {
 /// What `exec` requests (`prrte-k8s-rsh`) may run ("Every MPI without sshd").
 pub(crate) const AGENT_EXEC: AgentTable = AgentTable {
     what: "agent options for exec requests",
+    doc: "docs/user-guide.md",
     settings: &[&agent::EXEC_ALLOW, &agent::EXEC_DIR, &agent::MAX_EXEC],
 };
 
-/// Every agent table, in the README's order.
+/// Every agent table.
 pub(crate) const AGENT_TABLES: &[AgentTable] = &[AGENT_SITE, AGENT_HEAD_AND_BATCH, AGENT_EXEC];
 
 /// The flag as it is written: `--flag VALUE`, the choices for a value that is one of a few
@@ -143,7 +151,7 @@ fn agent_row(s: &Setting) -> String {
 }
 
 impl AgentTable {
-    /// The line before the table in `README.md`.
+    /// The line before the table in its [`Self::doc`].
     pub fn begin(&self) -> String {
         format!(
             "<!-- {}: rendered from adapter/src/settings/agent.rs, kept equal by its test -->",

@@ -4,7 +4,7 @@
 //! [`mca_table!`] declares both from one list: the snapshot struct, its [`Default`] (the
 //! registry's defaults), the table ([`McaParams::PARAMS`], from which the `cabi` crate registers
 //! the parameters with PMIx and reads them back) and the component's list of settings (which
-//! `README.md`'s table and the checks across settings walk).
+//! `docs/admin-guide.md`'s table and the checks across settings walk).
 
 use super::setting::Setting;
 
@@ -27,7 +27,7 @@ pub struct Param<P> {
 
 /// A component's snapshot: its parameters' values as PMIx holds them.
 pub trait McaParams: Default + Sized + 'static {
-    /// Every parameter, in the order `prte_info` and the README list them.
+    /// Every parameter, in the order `prte_info` and the administrator's guide list them.
     const PARAMS: &'static [Param<Self>];
 }
 

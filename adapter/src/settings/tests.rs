@@ -2,57 +2,61 @@ use super::*;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-#[test]
-fn readme_table_is_the_registry() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
-    let readme = std::fs::read_to_string(path).unwrap();
-    let rendered = readme::mca_table();
-    let start = readme.find(readme::BEGIN).unwrap_or_else(|| {
-        panic!("README.md lacks the MCA parameter table; put this where it belongs:\n{rendered}")
+/// The text of `doc`, a file relative to the repository's root.
+fn read_doc(doc: &str) -> String {
+    let path = format!("{}/../{doc}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The block of `doc` from its line `begin` to its line `end`, both included; `what` names it in
+/// the failure, which shows `rendered`, the block that belongs there.
+fn doc_block(doc: &str, what: &str, begin: &str, end: &str, rendered: &str) -> String {
+    let text = read_doc(doc);
+    let start = text.find(begin).unwrap_or_else(|| {
+        panic!("{doc} lacks the {what}; put this where it belongs:\n{rendered}")
     });
-    let end = readme[start..]
-        .find(readme::END)
-        .map(|i| start + i + readme::END.len() + 1)
-        .expect("README.md: the MCA parameter table has no end line");
+    let stop = text[start..]
+        .find(end)
+        .map(|i| start + i + end.len() + 1)
+        .unwrap_or_else(|| panic!("{doc}: the {what} has no end line"));
+    text[start..stop].to_owned()
+}
+
+#[test]
+fn the_docs_mca_table_is_the_registry() {
+    let rendered = readme::mca_table();
+    let what = "MCA parameter table";
+    let block = doc_block(readme::MCA_DOC, what, readme::BEGIN, readme::END, &rendered);
     assert!(
-        readme[start..end] == rendered,
-        "README.md's MCA parameter table differs from adapter/src/settings/mca.rs; replace it with:\n{rendered}"
+        block == rendered,
+        "{}'s {what} differs from adapter/src/settings/mca.rs; replace it with:\n{rendered}",
+        readme::MCA_DOC
     );
 }
 
 #[test]
-fn readme_agent_tables_are_the_registry() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
-    let readme = std::fs::read_to_string(path).unwrap();
+fn the_docs_agent_tables_are_the_registry() {
     for table in readme::AGENT_TABLES {
         let rendered = table.render();
         let (begin, end) = (table.begin(), table.end());
-        let start = readme.find(&begin).unwrap_or_else(|| {
-            panic!(
-                "README.md lacks the {}; put this where it belongs:\n{rendered}",
-                table.what
-            )
-        });
-        let stop = readme[start..]
-            .find(&end)
-            .map(|i| start + i + end.len() + 1)
-            .unwrap_or_else(|| panic!("README.md: the {} has no end line", table.what));
+        let block = doc_block(table.doc, table.what, &begin, &end, &rendered);
         assert!(
-            readme[start..stop] == rendered,
-            "README.md's {} differ from adapter/src/settings/agent.rs; replace them with:\n{rendered}",
+            block == rendered,
+            "{}'s {} differ from adapter/src/settings/agent.rs; replace them with:\n{rendered}",
+            table.doc,
             table.what
         );
     }
 }
 
 #[test]
-fn every_agent_option_is_in_one_readme_table() {
+fn every_agent_option_is_in_one_table() {
     for s in agent::ALL {
         let n = readme::AGENT_TABLES
             .iter()
             .filter(|t| t.settings.contains(s))
             .count();
-        assert_eq!(n, 1, "{} is in {n} of the README's agent tables", s.name());
+        assert_eq!(n, 1, "{} is in {n} of the docs' agent tables", s.name());
     }
     let listed: usize = readme::AGENT_TABLES.iter().map(|t| t.settings.len()).sum();
     assert_eq!(listed, agent::ALL.len(), "an option is listed twice");
@@ -275,4 +279,36 @@ fn preempt_signal_names() {
     );
     let e = preempt_signal("USR1").unwrap_err().to_string();
     assert!(e.contains("one of none, SIGUSR1"), "{e}");
+}
+
+#[test]
+fn each_table_is_in_its_doc_only() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let mut docs = vec!["README.md".to_owned(), "prrte-config/README.md".to_owned()];
+    for e in std::fs::read_dir(format!("{root}/docs")).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") {
+            docs.push(format!("docs/{name}"));
+        }
+    }
+    assert!(docs.iter().any(|d| d == readme::MCA_DOC), "{docs:?}");
+    let tables = readme::AGENT_TABLES
+        .iter()
+        .map(|t| (t.what.to_owned(), t.doc, t.begin()))
+        .chain([(
+            "MCA parameter table".to_owned(),
+            readme::MCA_DOC,
+            readme::BEGIN.to_owned(),
+        )]);
+    for (what, doc, begin) in tables {
+        let holders: Vec<&String> = docs
+            .iter()
+            .filter(|d| read_doc(d).contains(&begin))
+            .collect();
+        assert_eq!(
+            holders,
+            [doc],
+            "the {what} belongs in {doc} alone (a copy elsewhere would go stale)"
+        );
+    }
 }

@@ -40,6 +40,16 @@ pub const DOCTOR_AGENT_TIMEOUT: Setting = Setting {
     ..Setting::NONE
 };
 
+pub const PRUN_TIMEOUT: Setting = Setting {
+    flag: "timeout",
+    env: &["PRRTE_K8S_PRUN_TIMEOUT"],
+    value_name: "SECS",
+    default_doc: "none",
+    help: "Seconds the job may run; then it is killed in the DVM (its slots freed) and prrte-k8s prun exits with 124",
+    kind: Kind::Seconds,
+    ..Setting::NONE
+};
+
 pub(crate) const RSH_CONNECT_TIMEOUT: Setting = Setting {
     env: &["PRRTE_K8S_RSH_CONNECT_TIMEOUT"],
     value_name: "SECS",
@@ -55,5 +65,6 @@ pub const ALL: &[&Setting] = &[
     &LOG,
     &DOCTOR_TIMEOUT,
     &DOCTOR_AGENT_TIMEOUT,
+    &PRUN_TIMEOUT,
     &RSH_CONNECT_TIMEOUT,
 ];

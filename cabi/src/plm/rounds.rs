@@ -12,7 +12,7 @@
 use super::daemons::{self, Procs};
 use crate::prrte::JobRef;
 use crate::shim::{self, Framework};
-use crate::{ffi, mainloop, params, pods, prrte};
+use crate::{dvm, ffi, mainloop, params, pods, prrte};
 use prrte_k8s::discovery::{self, DiscoveryConfig};
 use prrte_k8s::launch::added;
 use prrte_k8s::launch::prted_args::PrtedTemplate;
@@ -121,6 +121,14 @@ pub fn launch_round(jdata: JobRef) {
         Ok(t) => t,
         Err(e) => return launch_error(jdata, &e.to_string()),
     };
+    // prte and every prted start local processes on their main threads unless the site chose
+    // otherwise (the short-job hang of PRRTE's launch threads); jobs of departed tools end.
+    let prted = if dvm::launch_on_main_thread(Framework::Plm).for_prteds() {
+        prted.with_default(dvm::LAUNCH_THREADS, "0")
+    } else {
+        prted
+    };
+    dvm::watch_tools(Framework::Plm);
     // Hosts added to the running DVM that the RAS never allocated: found among the job's
     // ready pods first, on our own thread.
     let unknown = pods::with(|p| added::unknown_nodes(&nodes, p));

@@ -74,6 +74,10 @@ unsafe extern "C" fn allocate(jdata: *mut ffi::prte_job_t, _nodes: *mut ffi::pmi
             return prrte::ERROR;
         }
         crate::logging::route(Framework::Ras);
+        // prte starts local processes on its main thread unless the site chose otherwise (the
+        // short-job hang of PRRTE's launch threads); jobs of departed tools end.
+        crate::dvm::launch_on_main_thread(Framework::Ras);
+        crate::dvm::watch_tools(Framework::Ras);
         // SAFETY: `jdata` is live (our caller's promise); keep it alive until our completion runs.
         unsafe { ffi::prrte_k8s_shim_retain(jdata as *mut c_void) };
         let job = jdata as usize;

@@ -357,3 +357,35 @@ fn every_error_names_the_argument() {
         .to_string();
     assert!(e.contains("argv[0]") && e.contains("needs"), "{e}");
 }
+
+/// The k8s PLM appends `--prtemca odls_base_max_threads 0` to what PRRTE builds (launches on
+/// the daemons' main threads): accepted as sent, in that exact form only.
+#[test]
+fn the_plms_launch_thread_setting_passes_exactly() {
+    let mut argv = plm_argv();
+    // as the PLM sends it: not among PRRTE's own arguments, appended at the end
+    let at = argv
+        .iter()
+        .position(|a| a == "odls_base_max_threads")
+        .unwrap();
+    argv.drain(at - 1..at + 2);
+    argv.extend(s(&["--prtemca", "odls_base_max_threads", "0"]));
+    let out = check_launch(&argv, &BTreeMap::new(), ip("10.0.0.2")).unwrap();
+    assert_eq!(&out[out.len() - 3..], &argv[argv.len() - 3..]);
+    for bad in [
+        s(&["--prtemca", "odls_base_max_threads", "-1"]),
+        s(&["--prtemca", "odls_base_max_threads", "0x0"]),
+        s(&["--prtemca", "odls_base_max_threads", "0 "]),
+        s(&["--prtemca", "odls_base_max_threads"]),
+        s(&["--prtemca=odls_base_max_threads", "0"]),
+        s(&["--prtemca", "odls_base_max_thread", "0"]),
+        s(&["--prtemca", "ODLS_BASE_MAX_THREADS", "0"]),
+    ] {
+        let mut v = argv[..argv.len() - 3].to_vec();
+        v.extend(bad.iter().cloned());
+        assert!(
+            check_launch(&v, &BTreeMap::new(), ip("10.0.0.2")).is_err(),
+            "{bad:?} accepted"
+        );
+    }
+}

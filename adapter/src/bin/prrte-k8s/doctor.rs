@@ -55,6 +55,11 @@ impl Report {
     fn skip(&mut self, what: &str) {
         println!("[skip] {what}");
     }
+    /// A problem that does not stop jobs from running (not counted as a failure).
+    fn warn(&mut self, what: &str, remedy: &str) {
+        println!("[warn] {what}");
+        println!("       remedy: {remedy}");
+    }
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {
@@ -390,6 +395,7 @@ fn check_prrte(r: &mut Report) {
             ),
         );
     }
+    check_launch_threads(r, &prefix);
     let (dir, how) = match env_path("PRTE_PKGLIBDIR") {
         Some(d) => (d, "$PRTE_PKGLIBDIR"),
         None => (prefix.join("lib/prte"), "the prefix"),
@@ -410,6 +416,75 @@ fn check_prrte(r: &mut Report) {
             &format!("k8s components: not installed: {} missing ({how})", missing.join(", ")),
             "install them with prrte-config/install-components.sh (or `make install`), or point PRTE_PKGLIBDIR at the directory holding them",
         );
+    }
+}
+
+/// PRRTE's parameter that decides whether daemons launch on launch threads.
+const LAUNCH_THREADS: &str = "odls_base_max_threads";
+
+/// Where the value of `odls_base_max_threads` in force comes from, first match wins: the
+/// environment, then the parameter files in PRRTE's order (the user's before the prefix's).
+#[derive(Debug, PartialEq, Eq)]
+pub enum LaunchThreads {
+    Set {
+        value: String,
+        from: String,
+    },
+    /// Set nowhere we can see: PRRTE's default (16), which the k8s components replace with 0
+    /// when prte runs them.
+    Unset,
+}
+
+pub fn launch_threads_in_force(env: Option<String>, files: &[(PathBuf, String)]) -> LaunchThreads {
+    if let Some(v) = env.filter(|v| !v.trim().is_empty()) {
+        return LaunchThreads::Set {
+            value: v.trim().to_owned(),
+            from: format!("$PRTE_MCA_{LAUNCH_THREADS}"),
+        };
+    }
+    for (path, text) in files {
+        let value = prrte_k8s::agent::mpi::openmpi::parse_param_file(text)
+            .into_iter()
+            .filter(|(k, _)| k == LAUNCH_THREADS)
+            .map(|(_, v)| v)
+            .next_back();
+        if let Some(value) = value {
+            return LaunchThreads::Set {
+                value,
+                from: path.display().to_string(),
+            };
+        }
+    }
+    LaunchThreads::Unset
+}
+
+/// The launch-thread setting in force: 0 (or left to the k8s components, which set 0) is ok;
+/// anything else is a warning (short jobs can hang, docs/prrte-short-job-hang.md).
+fn check_launch_threads(r: &mut Report, prefix: &Path) {
+    let mut files = Vec::new();
+    let home = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".prte/mca-params.conf"));
+    for p in home
+        .into_iter()
+        .chain([prefix.join("etc/prte-mca-params.conf")])
+    {
+        if let Ok(text) = std::fs::read_to_string(&p) {
+            files.push((p, text));
+        }
+    }
+    let env = std::env::var(format!("PRTE_MCA_{LAUNCH_THREADS}")).ok();
+    match launch_threads_in_force(env, &files) {
+        LaunchThreads::Set { value, from } if value == "0" => r.ok(&format!(
+            "launch threads: {LAUNCH_THREADS} = 0 ({from}): daemons start processes on their main thread"
+        )),
+        LaunchThreads::Set { value, from } => r.warn(
+            &format!(
+                "launch threads: {LAUNCH_THREADS} = {value} ({from}): PRRTE 3.0.8's launch threads can lose the end of a short job, which then hangs and keeps its slots (docs/prrte-short-job-hang.md)"
+            ),
+            &format!("set {LAUNCH_THREADS} = 0 there (as prrte-config/prte-mca-params.conf does), or remove the setting: the k8s components then set 0"),
+        ),
+        LaunchThreads::Unset => r.ok(&format!(
+            "launch threads: {LAUNCH_THREADS} not set: the k8s components set 0 in prte and every prted they start (a PRRTE without them uses 16 launch threads: install prrte-config/prte-mca-params.conf with install-components.sh)"
+        )),
     }
 }
 
@@ -447,5 +522,52 @@ pub fn run(args: DoctorArgs) -> i32 {
     } else {
         println!("{failed} check(s) failed");
         1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(p: &str, t: &str) -> (PathBuf, String) {
+        (PathBuf::from(p), t.to_string())
+    }
+
+    #[test]
+    fn the_launch_thread_setting_in_force_is_found_where_prrte_looks_first() {
+        let site = file(
+            "/p/etc/prte-mca-params.conf",
+            "ras = k8s\nodls_base_max_threads = 0\n",
+        );
+        let user = file("/h/.prte/mca-params.conf", "odls_base_max_threads = 4\n");
+        assert_eq!(
+            launch_threads_in_force(Some("8".into()), &[user.clone(), site.clone()]),
+            LaunchThreads::Set {
+                value: "8".into(),
+                from: "$PRTE_MCA_odls_base_max_threads".into()
+            }
+        );
+        assert_eq!(
+            launch_threads_in_force(None, &[user, site.clone()]),
+            LaunchThreads::Set {
+                value: "4".into(),
+                from: "/h/.prte/mca-params.conf".into()
+            }
+        );
+        assert_eq!(
+            launch_threads_in_force(Some(" ".into()), &[site]),
+            LaunchThreads::Set {
+                value: "0".into(),
+                from: "/p/etc/prte-mca-params.conf".into()
+            }
+        );
+        let commented = file(
+            "/p/etc/prte-mca-params.conf",
+            "# odls_base_max_threads = 0\n",
+        );
+        assert_eq!(
+            launch_threads_in_force(None, &[commented]),
+            LaunchThreads::Unset
+        );
     }
 }

@@ -67,7 +67,10 @@ pub fn run(cfg: DiscoveryConfig, by: u32, file: PathBuf) -> i32 {
         .iter()
         .map(OsString::from)
         .collect();
-    let code = prun::run(ToolArgs { file, args });
+    let code = prun::run(prun::PrunArgs {
+        timeout: None,
+        tool: ToolArgs { file, args },
+    });
     if code != 0 {
         eprintln!(
             "prrte-k8s grow: error: the new pods are Ready, but prun --add-host failed (exit {code}); the workload keeps its {} pods",

@@ -1,5 +1,5 @@
 //! `prrte-k8s prun`: PRRTE's prun against the job's DVM, and its job ended in the DVM when prun
-//! is interrupted.
+//! is interrupted or runs out of time (`--timeout`).
 //!
 //! PRRTE 3.0.8's prun does not catch SIGINT, SIGTERM or SIGHUP, and the DVM does not end a job
 //! when the tool that spawned it goes away: a prun killed mid-job leaves its job running, holding
@@ -19,10 +19,27 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio::signal::unix::{signal, SignalKind};
 
+use clap::Args;
+use prrte_k8s::settings::{tools as settings_tools, ArgExt};
+
 use crate::tools::{read_dvm_uri, tool_argv, tool_path, ToolArgs};
+use crate::{seconds_of, Seconds};
+
+#[derive(Args, Debug)]
+pub struct PrunArgs {
+    #[arg(long, setting = &settings_tools::PRUN_TIMEOUT, value_parser = seconds_of(&settings_tools::PRUN_TIMEOUT))]
+    pub timeout: Option<Seconds>,
+    #[command(flatten)]
+    pub tool: ToolArgs,
+}
+
+/// Exit status when the job ran out of time (as timeout(1)).
+pub const TIMED_OUT: i32 = 124;
 
 /// PRRTE's message when a job cannot be mapped because the allocation is used up.
 pub const SLOTS_FILLED: &str = "are already filled";
+/// The error prun reports then (alone once PRRTE has shown its message in this DVM before).
+pub const FAILED_TO_MAP: &str = "PMIX_ERR_JOB_FAILED_TO_MAP";
 /// How long to look for the job of an interrupted prun (it may still be being spawned).
 const FIND_JOB_FOR: Duration = Duration::from_secs(5);
 /// Bound for one pquery/pctrl run.
@@ -113,8 +130,8 @@ pub fn kill_command(file: &Path, nspace: &str) -> String {
 /// What to tell a user whose prun failed because the DVM's slots are taken.
 pub fn filled_hint(file: &Path, jobs: &[String]) -> String {
     let mut s = String::from(
-        "prrte-k8s prun: the DVM has no free slots for this job. If you are not running another job \
-         now, a job that was killed or hung still holds them (a prun killed without prrte-k8s \
+        "prrte-k8s prun: the DVM has no free slots for this job (or cannot map it). If you are not \
+         running another job now, a job that was killed or hung still holds them (a prun killed without prrte-k8s \
          prun, or the short-job hang of an unpatched PRRTE 3.0.8: see \
          docs/prrte-short-job-hang.md).",
     );
@@ -230,10 +247,24 @@ async fn list_jobs(uri_arg: &str) -> Vec<String> {
     }
 }
 
-/// Ends the job of process set `pset` in the DVM; returns its namespace.
-async fn end_job(file: &Path, pset: &str) -> Result<String, EndJobError> {
+/// How the job of an interrupted prun left the DVM.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// We killed it (its namespace).
+    Killed(String),
+    /// It was not (or no longer) in the DVM: the DVM ends the job of a prun that went away
+    /// before it, or the job never started.
+    Gone(Option<String>),
+}
+
+/// Ends the job of process set `pset` in the DVM.
+async fn end_job(file: &Path, pset: &str) -> Result<Ended, EndJobError> {
     let uri_arg = format!("file:{}", file.display());
-    let ns = find_job(&uri_arg, pset).await?;
+    let ns = match find_job(&uri_arg, pset).await {
+        Ok(ns) => ns,
+        Err(EndJobError::NoSuchJob { .. }) => return Ok(Ended::Gone(None)),
+        Err(e) => return Err(e),
+    };
     let (ok, out) = pmix_tool(
         "pctrl",
         &[
@@ -245,32 +276,38 @@ async fn end_job(file: &Path, pset: &str) -> Result<String, EndJobError> {
         ],
     )
     .await?;
-    if ok && out.contains("granted") {
-        // The DVM frees the job's slots when it has recorded the job's end: wait for that, so
-        // that a prun started after we exit finds them free.
-        let deadline = tokio::time::Instant::now() + JOB_GONE_WITHIN;
-        while list_jobs(&uri_arg).await.contains(&ns) {
-            if tokio::time::Instant::now() >= deadline {
-                return Err(EndJobError::StillThere {
-                    kill: kill_command(file, &ns),
-                    nspace: ns,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+    let granted = ok && out.contains("granted");
+    // The DVM frees the job's slots when it has recorded the job's end: wait for that, so that a
+    // prun started after we exit finds them free. A refused kill of a job that has left the DVM
+    // meanwhile (the DVM ended it as its prun went away) is no failure.
+    let deadline = tokio::time::Instant::now() + JOB_GONE_WITHIN;
+    while list_jobs(&uri_arg).await.contains(&ns) {
+        if !granted {
+            return Err(EndJobError::Refused {
+                said: out.trim().to_owned(),
+                kill: kill_command(file, &ns),
+                nspace: ns,
+            });
         }
-        Ok(ns)
-    } else {
-        Err(EndJobError::Refused {
-            said: out.trim().to_owned(),
-            kill: kill_command(file, &ns),
-            nspace: ns,
-        })
+        if tokio::time::Instant::now() >= deadline {
+            return Err(EndJobError::StillThere {
+                kill: kill_command(file, &ns),
+                nspace: ns,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    Ok(if granted {
+        Ended::Killed(ns)
+    } else {
+        Ended::Gone(Some(ns))
+    })
 }
 
 enum Outcome {
     Exited(std::process::ExitStatus),
     Signalled(i32),
+    TimedOut(Duration),
 }
 
 fn exit_code(st: std::process::ExitStatus) -> i32 {
@@ -279,8 +316,8 @@ fn exit_code(st: std::process::ExitStatus) -> i32 {
 }
 
 /// Runs prun against the job's DVM; see the module documentation.
-pub fn run(args: ToolArgs) -> i32 {
-    if let Err(e) = read_dvm_uri(&args.file) {
+pub fn run(args: PrunArgs) -> i32 {
+    if let Err(e) = read_dvm_uri(&args.tool.file) {
         eprintln!("prrte-k8s prun: error: {e}");
         return 1;
     }
@@ -291,10 +328,18 @@ pub fn run(args: ToolArgs) -> i32 {
             return 1;
         }
     };
-    rt.block_on(run_async(args))
+    rt.block_on(run_async(args.tool, args.timeout.map(|s| s.0)))
 }
 
-async fn run_async(args: ToolArgs) -> i32 {
+/// Waits until `limit` has passed (forever without one).
+async fn deadline(limit: Option<Duration>) {
+    match limit {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn run_async(args: ToolArgs, limit: Option<Duration>) -> i32 {
     let (pset, ours) = match user_pset(&args.args) {
         Some(p) => (p, false),
         None => (our_pset(), true),
@@ -343,6 +388,7 @@ async fn run_async(args: ToolArgs) -> i32 {
                 return 1;
             }
         },
+        _ = deadline(limit) => Outcome::TimedOut(limit.unwrap_or_default()),
     };
     match outcome.prun_killed_as_interrupted() {
         Outcome::Exited(st) => {
@@ -356,17 +402,38 @@ async fn run_async(args: ToolArgs) -> i32 {
         }
         Outcome::Signalled(sig) => {
             eprintln!("prrte-k8s prun: interrupted (signal {sig}): ending the job in the DVM");
-            match end_job(&args.file, &pset).await {
-                Ok(ns) => eprintln!(
-                    "prrte-k8s prun: job {ns} killed in the DVM; its slots are free again"
-                ),
-                Err(e) => eprintln!("prrte-k8s prun: error: {e}"),
-            }
-            end_prun(&mut child).await;
+            end_job_and_prun(&args.file, &pset, &mut child).await;
             let _ = relay.await;
             128 + sig
         }
+        Outcome::TimedOut(d) => {
+            eprintln!(
+                "prrte-k8s prun: the job did not end within {} s (--timeout): ending it in the DVM",
+                d.as_secs_f64()
+            );
+            end_job_and_prun(&args.file, &pset, &mut child).await;
+            let _ = relay.await;
+            TIMED_OUT
+        }
     }
+}
+
+/// Kills the job of process set `pset` in the DVM, then waits for prun to end (ending it if
+/// it does not).
+async fn end_job_and_prun(file: &Path, pset: &str, child: &mut tokio::process::Child) {
+    match end_job(file, pset).await {
+        Ok(Ended::Killed(ns)) => {
+            eprintln!("prrte-k8s prun: job {ns} killed in the DVM; its slots are free again")
+        }
+        Ok(Ended::Gone(ns)) => eprintln!(
+            "prrte-k8s prun: {} no longer in the DVM (the DVM ends the job of a prun that went \
+             away, or it never started); its slots are free",
+            ns.map(|n| format!("job {n} is"))
+                .unwrap_or_else(|| "this prun's job is".into())
+        ),
+        Err(e) => eprintln!("prrte-k8s prun: error: {e}"),
+    }
+    end_prun(child).await;
 }
 
 /// Copies prun's stderr to ours; the task's result tells whether prun said its slots were
@@ -384,7 +451,7 @@ fn relay_stderr(mut err: tokio::process::ChildStderr) -> tokio::task::JoinHandle
             let _ = out.write_all(&buf[..n]).await;
             let _ = out.flush().await;
             tail.push_str(&String::from_utf8_lossy(&buf[..n]));
-            filled |= tail.contains(SLOTS_FILLED);
+            filled |= tail.contains(SLOTS_FILLED) || tail.contains(FAILED_TO_MAP);
             if tail.len() > 4096 {
                 tail.drain(..tail.len() - 256);
             }

@@ -50,6 +50,14 @@ impl Store {
             last["metadata"]["deletionGracePeriodSeconds"] = json!(0);
             return Ok(Arc::new(last));
         }
+        if let Some(held) = self.hold_for_finalizers(g, rt, &old) {
+            // Its dependents go as they would; it stays until its finalizers are removed.
+            if !uid.is_empty() {
+                let orphan = opts.propagation.as_deref() == Some("Orphan");
+                self.collect_dependents(g, &uid, orphan);
+            }
+            return Ok(held);
+        }
         let deleted = self.remove_locked(g, rt, &old)?;
         // Contents of a deleted namespace.
         if rt.is("", "namespaces") {

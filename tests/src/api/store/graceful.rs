@@ -4,7 +4,9 @@
 //! `deletionGracePeriodSeconds`, and stays until its kubelet has stopped its containers
 //! (SIGTERM, SIGKILL once the grace period is over) and deletes it with grace period 0. A
 //! second delete can only shorten the grace period. An owner deleted with propagation
-//! Foreground stays (finalizer `foregroundDeletion`) until its dependents are gone.
+//! Foreground stays (finalizer `foregroundDeletion`) until its dependents are gone. An object
+//! with other finalizers (a Job's pod: `batch.kubernetes.io/job-tracking`) stays, marked
+//! deleted, until they are removed; the update that removes the last one removes it.
 
 use super::event::EventType;
 use super::object::{meta_str, Obj};
@@ -58,6 +60,42 @@ impl Store {
         doc["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
         if opts.dry_run {
             return Some(Arc::new(doc));
+        }
+        Some(self.commit(g, rt, EventType::Modified, doc, Some(old.clone())))
+    }
+
+    /// Deletes `old`, which has finalizers (other than `foregroundDeletion`), as the API
+    /// server does: it gets its `deletionTimestamp` (now) and `deletionGracePeriodSeconds` 0
+    /// and stays until the last finalizer is removed (an update then removes it). None when it
+    /// has no such finalizer.
+    pub(super) fn hold_for_finalizers(
+        &self,
+        g: &mut Inner,
+        rt: &'static ResourceType,
+        old: &Obj,
+    ) -> Option<Obj> {
+        if !held_by_finalizers(old) {
+            return None;
+        }
+        let m = &old["metadata"];
+        if !m["deletionTimestamp"].is_null() && m["deletionGracePeriodSeconds"] == json!(0) {
+            return Some(old.clone());
+        }
+        let mut doc = (**old).clone();
+        if doc["metadata"]["deletionTimestamp"].is_null() {
+            doc["metadata"]["deletionTimestamp"] = json!(rfc3339(now_secs()));
+        }
+        doc["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        // A pod no kubelet will stop (unscheduled, or on a node without one) and not ended is
+        // marked Failed, as the pod garbage collector does, so that whoever holds it sees it
+        // end.
+        let phase = doc["status"]["phase"].as_str().unwrap_or("");
+        let node = doc["spec"]["nodeName"].as_str().unwrap_or("");
+        if rt.is("", "pods")
+            && !g.graceful_nodes.contains(node)
+            && !matches!(phase, "Succeeded" | "Failed")
+        {
+            doc["status"]["phase"] = json!("Failed");
         }
         Some(self.commit(g, rt, EventType::Modified, doc, Some(old.clone())))
     }
@@ -145,6 +183,23 @@ impl Store {
         self.finish_foreground_owners(g, old);
         Ok(deleted)
     }
+}
+
+/// Whether `obj` has a finalizer other than `foregroundDeletion` (which its dependents' end
+/// completes): its deletion waits for whoever set it.
+pub(super) fn held_by_finalizers(obj: &Value) -> bool {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|x| x != FOREGROUND_FINALIZER))
+}
+
+/// Whether `obj`, being deleted, waits only for finalizers and has none left: an update that
+/// removed its last finalizer removes it.
+pub(super) fn deletion_complete(obj: &Value) -> bool {
+    let m = &obj["metadata"];
+    !m["deletionTimestamp"].is_null()
+        && m["deletionGracePeriodSeconds"] == json!(0)
+        && m["finalizers"].as_array().is_none_or(|f| f.is_empty())
 }
 
 /// The grace period of deleting `pod` with `opts`, None when it goes at once: grace period 0,

@@ -148,3 +148,76 @@ fn gc_of_dependents() {
         .unwrap();
     assert_eq!(s.get(&PODS, "default", "dep").unwrap_err().code, 404);
 }
+
+/// An object with finalizers is not removed by a delete: it gets its deletionTimestamp and
+/// stays (a second delete changes nothing) until an update removes the last finalizer, which
+/// removes it (a DELETED event); a pod gracefully deleted on a kubelet's node is held the same
+/// once the kubelet's last delete (grace period 0) comes.
+#[test]
+fn finalizers_hold_a_deletion_until_removed() {
+    let s = store();
+    let mut p = pod("held");
+    p["metadata"]["finalizers"] = json!(["example.com/keep"]);
+    s.create(&PODS, "default", p, false).unwrap();
+    let mut rx = s.subscribe();
+    let d = s
+        .delete(&PODS, "default", "held", &DeleteOptions::default())
+        .unwrap();
+    assert!(d["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(d["metadata"]["deletionGracePeriodSeconds"], 0);
+    // No kubelet will end it (not on a node): Failed, as the pod garbage collector marks it.
+    assert_eq!(d["status"]["phase"], "Failed");
+    let rv = s.get(&PODS, "default", "held").unwrap()["metadata"]["resourceVersion"].clone();
+    s.delete(&PODS, "default", "held", &DeleteOptions::default())
+        .unwrap();
+    assert_eq!(
+        s.get(&PODS, "default", "held").unwrap()["metadata"]["resourceVersion"],
+        rv,
+        "a second delete changes nothing"
+    );
+    // Other changes keep it.
+    s.modify(&PODS, "default", "held", Part::Status, |v| {
+        v["status"]["phase"] = json!("Failed")
+    })
+    .unwrap();
+    assert!(s.get(&PODS, "default", "held").is_ok());
+    s.modify(&PODS, "default", "held", Part::Main, |v| {
+        v["metadata"]["finalizers"] = json!([])
+    })
+    .unwrap();
+    assert!(
+        s.get(&PODS, "default", "held").is_err(),
+        "removed with its last finalizer"
+    );
+    let kinds: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok())
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds.last(),
+        Some(&super::event::EventType::Deleted),
+        "{kinds:?}"
+    );
+
+    // Graceful on a kubelet's node: terminating with its grace period, then held.
+    s.set_node_terminates_pods("n1", true);
+    let mut p = pod("graceful");
+    p["spec"]["nodeName"] = json!("n1");
+    p["metadata"]["finalizers"] = json!(["example.com/keep"]);
+    s.create(&PODS, "default", p, false).unwrap();
+    let d = s
+        .delete(&PODS, "default", "graceful", &DeleteOptions::default())
+        .unwrap();
+    assert_eq!(d["metadata"]["deletionGracePeriodSeconds"], 30);
+    let last = DeleteOptions {
+        grace_period: Some(0),
+        ..Default::default()
+    };
+    let d = s.delete(&PODS, "default", "graceful", &last).unwrap();
+    assert_eq!(d["metadata"]["deletionGracePeriodSeconds"], 0);
+    assert!(s.get(&PODS, "default", "graceful").is_ok(), "held");
+    // Without finalizers a delete still removes at once.
+    s.create(&PODS, "default", pod("plain"), false).unwrap();
+    s.delete(&PODS, "default", "plain", &DeleteOptions::default())
+        .unwrap();
+    assert!(s.get(&PODS, "default", "plain").is_err());
+}

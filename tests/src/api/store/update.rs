@@ -79,6 +79,10 @@ impl Store {
             new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
             return Ok(Arc::new(new));
         }
+        if super::graceful::deletion_complete(&new) && !super::graceful::deletion_complete(&old) {
+            // Its last finalizer removed: the deletion completes.
+            return self.remove_locked(g, rt, &Arc::new(new));
+        }
         Ok(self.commit(g, rt, EventType::Modified, new, Some(old)))
     }
 

@@ -1,7 +1,7 @@
 //! The Job controller: a Job's pods (Indexed or not) and its status and conditions.
 
 use super::conditions::{condition_true, seconds_since, set_condition};
-use super::indexes::compress_indexes;
+use super::indexes::{compress_indexes, parse_indexes};
 use super::job_policy::{pod_failure_rule, success_rule_met};
 use super::pods::{is_ready, owned_pods, owner_ref, phase, pod_from_template};
 use crate::api::defaults::{now_rfc3339, random_suffix};
@@ -14,20 +14,60 @@ use std::sync::Arc;
 pub(super) const INDEX_KEY: &str = "batch.kubernetes.io/job-completion-index";
 
 /// Brings one Job's pods and status in line with its spec: Indexed or not, backoffLimit,
-/// successPolicy, podFailurePolicy (FailJob, Ignore, Count), activeDeadlineSeconds,
-/// ttlSecondsAfterFinished, and the conditions Complete, Failed, SuccessCriteriaMet and
-/// FailureTarget. A finishing Job's remaining pods are deleted (terminated by the kubelet).
+/// successPolicy, podFailurePolicy (FailJob, Ignore, Count), podReplacementPolicy,
+/// activeDeadlineSeconds, ttlSecondsAfterFinished, and the conditions Complete, Failed,
+/// SuccessCriteriaMet and FailureTarget. A finishing Job's remaining pods are deleted
+/// (terminated by the kubelet).
+///
+/// Pods are counted as the Job controller counts them. Each pod it makes carries the tracking
+/// finalizer [`TRACKING_FINALIZER`], so its object stays, even deleted, until the controller
+/// has counted how it ended and removed the finalizer; the counts (`failed`, `succeeded`,
+/// `completedIndexes`) add up in the Job's status, whatever becomes of the pods after. A pod
+/// counts once, when it is first seen:
+/// * `Succeeded`: it completes its index (or counts as a success);
+/// * `Failed`: it counts as failed, as the pod failure policy says (`FailJob` fails the Job,
+///   `Ignore` does not count, `Count` or no rule counts towards the backoff limit);
+/// * being deleted and not `Succeeded`, without `podReplacementPolicy: Failed` (the default
+///   without a pod failure policy): it counts as failed at once (as the controller first saw
+///   it, even if it ends `Succeeded` a moment later), and is replaced at once; with
+///   it (the default with a pod failure policy), the pod counts and is replaced only once it
+///   is `Failed` (the kubelet ends a deleted pod `Succeeded` if its containers exited 0, else
+///   `Failed`, also one deleted before it ran);
+/// * removed while still tracked (it never reached the controller): `Succeeded` as such,
+///   anything else as failed;
+/// * when the Job fails, every pod still running counts as failed.
+///
+/// Once a Job has finished, or while it is being deleted, its pods are released (no
+/// finalizer), and so is a pod whose Job is gone.
 pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
-    reconcile_job_seeing(store, ns, name, None);
+    reconcile_job_seeing(store, ns, name, None, false);
 }
 
-/// As [`reconcile_job`], counting `gone` too if it ended (Succeeded or Failed) and is no
-/// longer stored: a pod of the Job removed before the controller saw it end, which the real
-/// controller still counts (its tracking finalizer keeps the pod until it did).
-pub fn reconcile_job_seeing(store: &Store, ns: &str, name: &str, gone: Option<&Arc<Value>>) {
+/// As [`reconcile_job`], `gone` being a pod of the Job as an event showed it (`removed`: the
+/// event of its removal, with its last state): counted if it was removed while still tracked,
+/// counted as failed if it was then being deleted before it ended (see above), released if
+/// its Job is gone (or is another Job of the same name).
+pub fn reconcile_job_seeing(
+    store: &Store,
+    ns: &str,
+    name: &str,
+    gone: Option<&Arc<Value>>,
+    removed: bool,
+) {
     let Ok(job) = store.get(&JOBS, ns, name) else {
+        if let Some(g) = gone {
+            release(store, g);
+        }
         return;
     };
+    let ours = |g: &Value| {
+        g.pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .is_some_and(|o| o.iter().any(|r| r["uid"] == job["metadata"]["uid"]))
+    };
+    if let Some(g) = gone.filter(|g| !ours(g)) {
+        release(store, g);
+    }
     let conds = conditions(&job);
     let finished_cond = condition_true(&conds, "Complete")
         .or_else(|| condition_true(&conds, "Failed"))
@@ -40,6 +80,9 @@ pub fn reconcile_job_seeing(store: &Store, ns: &str, name: &str, gone: Option<&A
         if seconds_since(c["lastTransitionTime"].as_str().unwrap_or(""))
             .is_some_and(|age| age >= ttl)
         {
+            for p in owned_pods(store, &job) {
+                release(store, &p);
+            }
             let opts = DeleteOptions {
                 propagation: Some("Background".into()),
                 ..Default::default()
@@ -50,30 +93,50 @@ pub fn reconcile_job_seeing(store: &Store, ns: &str, name: &str, gone: Option<&A
     }
     let finished = finished_cond.is_some();
     let mut pods = owned_pods(store, &job);
-    let ours = |g: &Value| {
-        g.pointer("/metadata/ownerReferences")
-            .and_then(Value::as_array)
-            .is_some_and(|o| o.iter().any(|r| r["uid"] == job["metadata"]["uid"]))
-    };
-    if let Some(g) = gone.filter(|g| matches!(phase(g), "Succeeded" | "Failed") && ours(g)) {
+    if let Some(g) = gone.filter(|g| removed && tracked(g) && ours(g)) {
         let uid = &g["metadata"]["uid"];
         if !pods.iter().any(|p| &p["metadata"]["uid"] == uid) {
             pods.push(g.clone());
         }
     }
-    let state = JobState::of(&job, &pods);
+    // A pod the event showed being deleted before it ended counts as failed at once without
+    // `podReplacementPolicy: Failed`: as seen then, even if it has ended since (the
+    // controller handles every event in order, so what it saw first decides, not how fast
+    // the kubelet was).
+    if job["spec"]["podReplacementPolicy"] != "Failed" {
+        if let Some(g) = gone.filter(|g| tracked(g) && ours(g) && is_terminating(g)) {
+            let uid = &g["metadata"]["uid"];
+            if let Some(p) = pods
+                .iter_mut()
+                .find(|p| &p["metadata"]["uid"] == uid && tracked(p))
+            {
+                *p = g.clone();
+            }
+        }
+    }
+    let stored = |p: &Value| {
+        store
+            .get(&PODS, ns, p["metadata"]["name"].as_str().unwrap_or(""))
+            .is_ok_and(|s| s["metadata"]["uid"] == p["metadata"]["uid"])
+    };
+    let gone_uid: Option<Value> = gone
+        .filter(|g| removed && !stored(g))
+        .map(|g| g["metadata"]["uid"].clone());
+    let mut state = JobState::of(&job, &pods, finished, gone_uid.as_ref());
     let mut new_conds = conds.clone();
     let (done_now, terminate) = if !finished && !state.suspended {
         decide(store, &job, &state, &mut new_conds)
     } else {
         (false, false)
     };
-    // No pod stays running once the Job has finished.
-    if terminate || finished {
-        for p in &state.active {
-            let pn = p["metadata"]["name"].as_str().unwrap_or("");
-            let _ = store.delete(&PODS, ns, pn, &DeleteOptions::default());
-        }
+    let failed_now = done_now && new_conds.iter().any(|c| c["type"] == "Failed");
+    if failed_now {
+        // When the Job fails, the pods still running count as failed.
+        let running = state.active.iter().chain(&state.held);
+        let n = running
+            .filter(|p| tracked(p) && !state.was_counted(p))
+            .count();
+        state.failed += n as i64;
     }
     write_status(
         store,
@@ -83,6 +146,76 @@ pub fn reconcile_job_seeing(store: &Store, ns: &str, name: &str, gone: Option<&A
         done_now || finished,
         done_now,
     );
+    // The counted pods, and all of them once the Job has finished or is being deleted, are
+    // released; no pod stays running once the Job has finished.
+    let release_all = done_now || finished || !job["metadata"]["deletionTimestamp"].is_null();
+    for p in pods.iter().filter(|p| tracked(p)) {
+        if release_all || state.was_counted(p) {
+            release(store, p);
+        }
+    }
+    if terminate || finished {
+        for p in &state.active {
+            let pn = p["metadata"]["name"].as_str().unwrap_or("");
+            let _ = store.delete(&PODS, ns, pn, &DeleteOptions::default());
+        }
+    }
+}
+
+/// The finalizer that keeps a Job's pod until the Job controller has counted it.
+pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
+
+/// Whether pod `p` still waits to be counted.
+fn tracked(p: &Value) -> bool {
+    p.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|x| x == TRACKING_FINALIZER))
+}
+
+/// Removes the tracking finalizer from pod `p` (this very pod: same uid), if it is stored.
+fn release(store: &Store, p: &Value) {
+    if !tracked(p) {
+        return;
+    }
+    let ns = p["metadata"]["namespace"].as_str().unwrap_or("");
+    let name = p["metadata"]["name"].as_str().unwrap_or("");
+    let uid = p["metadata"]["uid"].clone();
+    let _ = store.modify(&PODS, ns, name, Part::Main, |v| {
+        if v["metadata"]["uid"] != uid {
+            return;
+        }
+        if let Some(f) = v
+            .pointer_mut("/metadata/finalizers")
+            .and_then(Value::as_array_mut)
+        {
+            f.retain(|x| x != TRACKING_FINALIZER);
+        }
+    });
+}
+
+/// Releases the tracked pods whose Job is gone (or is another Job of the same name).
+pub(super) fn release_orphans(store: &Store) {
+    let Ok(l) = store.list(&PODS, None, &Default::default()) else {
+        return;
+    };
+    for p in l.items.iter().filter(|p| tracked(p)) {
+        let ns = p["metadata"]["namespace"].as_str().unwrap_or("");
+        let owner = p
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .and_then(|a| {
+                a.iter()
+                    .find(|o| o["kind"] == "Job" && o["controller"] == true)
+            });
+        let alive = owner.is_some_and(|o| {
+            store
+                .get(&JOBS, ns, o["name"].as_str().unwrap_or(""))
+                .is_ok_and(|j| j["metadata"]["uid"] == o["uid"])
+        });
+        if !alive {
+            release(store, p);
+        }
+    }
 }
 
 /// The Job's conditions.
@@ -100,62 +233,106 @@ struct JobState<'a> {
     parallelism: i64,
     backoff: i64,
     suspended: bool,
-    /// Pods neither Succeeded nor Failed.
+    /// Pods neither Succeeded nor Failed nor being deleted.
     active: Vec<&'a Arc<Value>>,
     /// Terminating pods not to be replaced before they Failed (`podReplacementPolicy:
     /// Failed`).
     held: Vec<&'a Arc<Value>>,
-    /// Failed pods, counted by the pod failure policy.
+    /// Failed pods counted so far (the status's and the newly counted).
     failed: i64,
     /// The message of the first failed pod whose failure fails the Job.
     fail_job: Option<String>,
     succeeded_idx: BTreeSet<i64>,
     succeeded: i64,
+    /// The pods counted now (to be released).
+    counted: Vec<&'a Arc<Value>>,
     deadline_passed: bool,
 }
 
 impl<'a> JobState<'a> {
-    fn of(job: &Value, pods: &'a [Arc<Value>]) -> JobState<'a> {
+    /// `finished`: the Job has finished (nothing is counted any more); `gone`: the uid of a
+    /// pod among `pods` that is no longer stored.
+    fn of(
+        job: &Value,
+        pods: &'a [Arc<Value>],
+        finished: bool,
+        gone: Option<&Value>,
+    ) -> JobState<'a> {
         let spec = &job["spec"];
+        let status = &job["status"];
         let indexed = spec["completionMode"] == "Indexed";
-        // Failed pods and what the pod failure policy says about each.
+        let completions = spec["completions"].as_i64();
+        let only_failed = spec["podReplacementPolicy"] == "Failed";
+        let policy = &spec["podFailurePolicy"];
+        let mut failed = status["failed"].as_i64().unwrap_or(0);
+        let mut succeeded = status["succeeded"].as_i64().unwrap_or(0);
+        let mut succeeded_idx: BTreeSet<i64> = if indexed {
+            status["completedIndexes"]
+                .as_str()
+                .and_then(parse_indexes)
+                .unwrap_or_default()
+        } else {
+            BTreeSet::new()
+        };
+        let is_gone = |p: &Value| gone.is_some_and(|u| &p["metadata"]["uid"] == u);
+        // Failed as the Job controller sees it (a removed pod that had not succeeded, too).
+        let is_failed = |p: &Value| {
+            phase(p) == "Failed"
+                || (phase(p) != "Succeeded" && (is_gone(p) || (!only_failed && is_terminating(p))))
+        };
         let mut fail_job: Option<String> = None;
-        let mut failed = 0i64;
-        for p in pods.iter().filter(|p| counts_failed(p, spec)) {
-            match pod_failure_rule(&spec["podFailurePolicy"], p) {
-                Some((action, _, msg)) if action == "FailJob" => {
-                    failed += 1;
-                    fail_job.get_or_insert(msg);
+        let mut counted = Vec::new();
+        for p in pods.iter().filter(|p| !finished && tracked(p)) {
+            let index = index_of(p);
+            let in_range =
+                !indexed || index.is_some_and(|i| i >= 0 && completions.is_some_and(|c| i < c));
+            if phase(p) == "Succeeded" {
+                if in_range && indexed {
+                    succeeded_idx.extend(index);
+                } else if in_range {
+                    succeeded += 1;
                 }
-                Some((action, _, _)) if action == "Ignore" => {}
-                _ => failed += 1,
+                counted.push(p);
+            } else if is_failed(p) {
+                if in_range {
+                    match pod_failure_rule(policy, p) {
+                        Some((action, _, msg)) if action == "FailJob" => {
+                            failed += 1;
+                            fail_job.get_or_insert(msg);
+                        }
+                        Some((action, _, _)) if action == "Ignore" => {}
+                        _ => failed += 1,
+                    }
+                }
+                counted.push(p);
             }
         }
-        let succeeded_idx: BTreeSet<i64> = pods
-            .iter()
-            .filter(|p| phase(p) == "Succeeded")
-            .filter_map(|p| index_of(p))
-            .collect();
-        let succeeded = if indexed {
-            succeeded_idx.len() as i64
-        } else {
-            pods.iter().filter(|p| phase(p) == "Succeeded").count() as i64
-        };
+        if indexed {
+            succeeded = succeeded_idx.len() as i64;
+        }
         let deadline_passed = spec["activeDeadlineSeconds"].as_i64().is_some_and(|limit| {
             job.pointer("/status/startTime")
                 .and_then(Value::as_str)
                 .and_then(seconds_since)
                 .is_some_and(|age| age >= limit)
         });
+        let present = |p: &&Arc<Value>| !is_gone(p);
         JobState {
             indexed,
-            completions: spec["completions"].as_i64(),
+            completions,
             parallelism: spec["parallelism"].as_i64().unwrap_or(1).max(0),
             backoff: spec["backoffLimit"].as_i64().unwrap_or(6),
             suspended: spec["suspend"].as_bool().unwrap_or(false),
-            active: pods.iter().filter(|p| is_active(p)).collect(),
-            held: if spec["podReplacementPolicy"] == "Failed" {
-                pods.iter().filter(|p| is_terminating(p)).collect()
+            active: pods
+                .iter()
+                .filter(present)
+                .filter(|p| is_active(p))
+                .collect(),
+            held: if only_failed {
+                pods.iter()
+                    .filter(present)
+                    .filter(|p| is_terminating(p))
+                    .collect()
             } else {
                 Vec::new()
             },
@@ -163,8 +340,15 @@ impl<'a> JobState<'a> {
             fail_job,
             succeeded_idx,
             succeeded,
+            counted,
             deadline_passed,
         }
+    }
+
+    /// Whether pod `p` was counted now.
+    fn was_counted(&self, p: &Value) -> bool {
+        let uid = &p["metadata"]["uid"];
+        self.counted.iter().any(|c| &c["metadata"]["uid"] == uid)
     }
 
     /// Why the Job fails now (reason, message), if it does.
@@ -195,12 +379,6 @@ fn is_active(p: &Value) -> bool {
 /// A pod being deleted that has not ended yet.
 fn is_terminating(p: &Value) -> bool {
     !matches!(phase(p), "Succeeded" | "Failed") && !p["metadata"]["deletionTimestamp"].is_null()
-}
-
-/// Whether a pod counts as failed: Failed, or (without a pod failure policy, which waits for
-/// the phase) being deleted before it succeeded, as the Job controller counts it.
-fn counts_failed(p: &Value, spec: &Value) -> bool {
-    phase(p) == "Failed" || (spec["podFailurePolicy"].is_null() && is_terminating(p))
 }
 
 /// The completion index of a Job's pod.
@@ -422,5 +600,14 @@ pub fn job_pod(job: &Value, index: Option<i64>) -> Value {
         }
     }
     pod["metadata"]["ownerReferences"] = owner_ref("batch/v1", "Job", job);
+    if !pod["metadata"]["finalizers"].is_array() {
+        pod["metadata"]["finalizers"] = json!([]);
+    }
+    let f = pod["metadata"]["finalizers"]
+        .as_array_mut()
+        .expect("an array");
+    if !f.iter().any(|x| x == TRACKING_FINALIZER) {
+        f.push(json!(TRACKING_FINALIZER));
+    }
     pod
 }

@@ -24,7 +24,7 @@ mod tests;
 
 pub use indexes::{compress_indexes, parse_indexes};
 use job::reconcile_timed_jobs;
-pub use job::{job_pod, reconcile_job};
+pub use job::{job_pod, reconcile_job, TRACKING_FINALIZER};
 pub use job_policy::{pod_failure_rule, success_rule_met};
 pub use jobset::reconcile_jobset;
 pub use statefulset::{reconcile_sts, sts_pod};
@@ -70,11 +70,13 @@ async fn run(store: Store) {
                         reconcile_sts(&store, ns, name);
                     }
                 } else if std::ptr::eq(ev.resource, &PODS) {
-                    // The pod as the event shows it: counted if it ended and is stored no more.
+                    // The pod as the event shows it: counted if it is stored no more but was
+                    // still tracked, released if its Job is gone.
                     let gone = Some(&ev.object);
+                    let removed = ev.kind == crate::api::EventType::Deleted;
                     for (kind, owner) in controller_of(&ev.object) {
                         match kind.as_str() {
-                            "Job" => job::reconcile_job_seeing(&store, ns, &owner, gone),
+                            "Job" => job::reconcile_job_seeing(&store, ns, &owner, gone, removed),
                             "StatefulSet" => reconcile_sts(&store, ns, &owner),
                             _ => {}
                         }
@@ -88,6 +90,7 @@ async fn run(store: Store) {
 }
 
 fn reconcile_all(store: &Store) {
+    job::release_orphans(store);
     for (rt, f) in [
         (&JOBS, reconcile_job as fn(&Store, &str, &str)),
         (&STATEFULSETS, reconcile_sts),

@@ -1,6 +1,7 @@
 use super::indexes::{compress_indexes, parse_indexes};
 use super::job::{
     has_timers, reconcile_job, reconcile_job_seeing, reconcile_timed_jobs, INDEX_KEY,
+    TRACKING_FINALIZER,
 };
 use super::pods::phase;
 use super::statefulset::reconcile_sts;
@@ -234,7 +235,8 @@ fn backoff_limit_0_fails_at_the_first_failure_and_terminates_the_rest() {
         [pods[0]["metadata"]["name"].as_str().unwrap()],
         "only the failed pod is left"
     );
-    assert_eq!(j["status"]["failed"], 1);
+    // The failed pod, and the two still running when the Job failed.
+    assert_eq!(j["status"]["failed"], 3);
     assert!(j["status"].get("active").is_none());
     // Nothing is made again.
     reconcile_job(&s, "default", "bl");
@@ -337,7 +339,7 @@ fn an_evicted_pod_is_not_replaced_and_fails_the_job_even_once_removed() {
     };
     s.delete(&PODS, "default", vname, &removed).unwrap();
     end_pod(&s, &pods[0], "Succeeded", 0, json!([]));
-    reconcile_job_seeing(&s, "default", "ev", Some(&last));
+    reconcile_job_seeing(&s, "default", "ev", Some(&last), false);
     let j = s.get(&JOBS, "default", "ev").unwrap();
     assert!(cond(&j, "Complete").is_none(), "{}", j["status"]);
     assert_eq!(cond(&j, "Failed").unwrap()["reason"], "PodFailurePolicy");
@@ -345,7 +347,7 @@ fn an_evicted_pod_is_not_replaced_and_fails_the_job_even_once_removed() {
     s.delete(&JOBS, "default", "ev", &DeleteOptions::default())
         .unwrap();
     indexed_job(&s, "ev", 3, extra);
-    reconcile_job_seeing(&s, "default", "ev", Some(&last));
+    reconcile_job_seeing(&s, "default", "ev", Some(&last), false);
     let j = s.get(&JOBS, "default", "ev").unwrap();
     assert!(cond(&j, "Failed").is_none(), "{}", j["status"]);
     // Without a pod failure policy a terminating pod is replaced at once, as before.
@@ -432,4 +434,253 @@ fn statefulset_ordered_ready() {
         s.get(&STATEFULSETS, "default", "w").unwrap()["status"]["readyReplicas"],
         1
     );
+}
+
+/// How a pod deleted by hand ends, as the kubelet reports it: exit code `Some(c)` (phase
+/// Succeeded for 0, else Failed), or None: it never started (Failed, its container waiting).
+fn kubelet_ends(s: &Store, name: &str, exit: Option<i64>) -> Arc<Value> {
+    s.modify(&PODS, "default", name, Part::Status, |v| {
+        v["status"]["phase"] = json!(if exit == Some(0) {
+            "Succeeded"
+        } else {
+            "Failed"
+        });
+        v["status"]["containerStatuses"] = match exit {
+            Some(c) => json!([{"name": "c", "state": {"terminated": {"exitCode": c}}}]),
+            None => json!([{"name": "c", "state": {"waiting": {"reason": "ContainerCreating"}}}]),
+        };
+    })
+    .unwrap()
+}
+
+/// Pod index 1 of a 2-pod Indexed Job on a node that terminates pods is deleted by hand; the
+/// kubelet ends it (`exit`, see [`kubelet_ends`]) and removes it (grace period 0). The
+/// controller handles the three events in order, each as soon as it happened (`late`: only
+/// after all three had): as its loop does, with the event's object. Returns the Job, the
+/// pods left (index 0 is never ended by a kubelet here), and whether a new pod for index 1
+/// was ever there while the old one had not ended.
+fn delete_index_1(
+    policy: Option<Value>,
+    exit: Option<i64>,
+    late: bool,
+) -> (Value, Vec<String>, bool) {
+    let s = store();
+    s.set_node_terminates_pods("n1", true);
+    let mut extra = json!({"backoffLimit": 1, "template": {"spec": {"nodeName": "n1", "restartPolicy": "Never", "containers": [{"name": "c", "command": ["true"]}]}}});
+    if let Some(p) = policy {
+        extra["podFailurePolicy"] = p;
+        extra["backoffLimit"] = json!(0);
+    }
+    let pods = indexed_job(&s, "del", 2, extra);
+    assert!(pods.iter().all(|p| p["metadata"]["finalizers"]
+        .as_array()
+        .unwrap()
+        .contains(&json!(TRACKING_FINALIZER))));
+    let victim = pods[1]["metadata"]["name"].as_str().unwrap().to_string();
+    let replaced_early = std::cell::Cell::new(false);
+    let look = |ev: &Arc<Value>| {
+        reconcile_job_seeing(&s, "default", "del", Some(ev), false);
+        let ended = s
+            .get(&PODS, "default", &victim)
+            .map(|p| matches!(phase(&p), "Succeeded" | "Failed"))
+            .unwrap_or(true);
+        let new_1 = s
+            .list(&PODS, Some("default"), &Default::default())
+            .unwrap()
+            .items
+            .iter()
+            .any(|p| {
+                p["metadata"]["labels"][INDEX_KEY] == "1"
+                    && p["metadata"]["name"] != victim.as_str()
+            });
+        if new_1 && !ended {
+            replaced_early.set(true);
+        }
+    };
+    let mut events = Vec::new();
+    let deleted = s
+        .delete(&PODS, "default", &victim, &DeleteOptions::default())
+        .unwrap();
+    assert!(deleted["metadata"]["deletionTimestamp"].is_string());
+    events.push(deleted);
+    if !late {
+        look(events.last().unwrap());
+    }
+    events.push(kubelet_ends(&s, &victim, exit));
+    if !late {
+        look(events.last().unwrap());
+    }
+    let removal = DeleteOptions {
+        grace_period: Some(0),
+        precondition_uid: Some(pods[1]["metadata"]["uid"].as_str().unwrap().into()),
+        ..Default::default()
+    };
+    if let Ok(last) = s.delete(&PODS, "default", &victim, &removal) {
+        events.push(last);
+    }
+    if late {
+        for ev in &events {
+            look(ev);
+        }
+    } else if events.len() == 3 {
+        look(&events[2]);
+    }
+    reconcile_job(&s, "default", "del");
+    reconcile_job(&s, "default", "del");
+    assert!(
+        s.get(&PODS, "default", &victim).is_err(),
+        "the deleted pod is gone once counted"
+    );
+    let job = (*s.get(&JOBS, "default", "del").unwrap()).clone();
+    (job, names(&s), replaced_early.get())
+}
+
+/// Every deleted-pod case ends the same whether the controller looked at once or late.
+fn delete_index_1_both_ways(
+    policy: Option<Value>,
+    exit: Option<i64>,
+) -> (Value, Vec<String>, bool) {
+    let (a, na, ra) = delete_index_1(policy.clone(), exit, false);
+    let (b, nb, rb) = delete_index_1(policy, exit, true);
+    let status = |j: &Value| {
+        let mut st = j["status"].clone();
+        for c in st["conditions"].as_array_mut().into_iter().flatten() {
+            c["lastTransitionTime"] = json!(null);
+            c["lastProbeTime"] = json!(null);
+            // It names the pod, whose name differs.
+            c["message"] = json!(null);
+        }
+        st["startTime"] = json!(null);
+        st["completionTime"] = json!(null);
+        st
+    };
+    assert_eq!(status(&a), status(&b), "at once and late");
+    assert_eq!(na.len(), nb.len(), "at once and late");
+    // Late, the old pod had ended before the controller looked at all.
+    assert!(!rb);
+    (a, na, ra)
+}
+
+const FAIL_ON_NONZERO: &str =
+    r#"{"rules": [{"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}}]}"#;
+
+fn fail_on_nonzero() -> Option<Value> {
+    Some(serde_json::from_str(FAIL_ON_NONZERO).unwrap())
+}
+
+#[test]
+fn deleted_running_pod_exiting_non_zero_with_a_failure_policy_fails_the_job() {
+    let (j, left, replaced_early) = delete_index_1_both_ways(fail_on_nonzero(), Some(143));
+    let f = cond(&j, "Failed").expect("the Job failed");
+    assert_eq!(f["reason"], "PodFailurePolicy");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("exit code 143 matching FailJob rule at index 0"),
+        "{f}"
+    );
+    assert!(!replaced_early, "not replaced while it ended");
+    // Index 1 failed, and index 0, still running when the Job failed, counts as failed too.
+    assert_eq!(j["status"]["failed"], 2, "{}", j["status"]);
+    assert_eq!(j["status"]["completedIndexes"], "");
+    assert_eq!(left.len(), 1, "index 0, being terminated: {left:?}");
+}
+
+#[test]
+fn deleted_running_pod_exiting_zero_with_a_failure_policy_completes_its_index() {
+    let (j, left, replaced_early) = delete_index_1_both_ways(fail_on_nonzero(), Some(0));
+    assert!(cond(&j, "Failed").is_none(), "{}", j["status"]);
+    assert_eq!(j["status"]["completedIndexes"], "1");
+    assert_eq!(j["status"]["succeeded"], 1);
+    assert!(j["status"].get("failed").is_none(), "{}", j["status"]);
+    assert!(!replaced_early);
+    assert_eq!(
+        left.len(),
+        1,
+        "index 0 runs on, index 1 is not made again: {left:?}"
+    );
+}
+
+#[test]
+fn pod_deleted_before_it_started_with_a_failure_policy_counts_as_failed() {
+    // No exit code to match: the default action, Count (backoffLimit 0 here).
+    let (j, _, replaced_early) = delete_index_1_both_ways(fail_on_nonzero(), None);
+    assert_eq!(
+        cond(&j, "Failed").expect("the Job failed")["reason"],
+        "BackoffLimitExceeded"
+    );
+    assert!(!replaced_early);
+    assert_eq!(j["status"]["failed"], 2, "{}", j["status"]);
+}
+
+#[test]
+fn deleted_running_pod_exiting_non_zero_without_a_failure_policy_counts_once_and_is_replaced() {
+    let (j, left, replaced_early) = delete_index_1_both_ways(None, Some(143));
+    assert!(
+        cond(&j, "Failed").is_none(),
+        "backoffLimit 1: {}",
+        j["status"]
+    );
+    assert_eq!(j["status"]["failed"], 1, "{}", j["status"]);
+    assert!(replaced_early, "replaced at once (TerminatingOrFailed)");
+    assert_eq!(left.len(), 2, "index 0 and the new index 1: {left:?}");
+}
+
+#[test]
+fn deleted_running_pod_exiting_zero_without_a_failure_policy_counts_as_failed() {
+    // Being deleted before it ended: failed as the controller first saw it.
+    let (j, left, replaced_early) = delete_index_1_both_ways(None, Some(0));
+    assert!(cond(&j, "Complete").is_none(), "{}", j["status"]);
+    assert_eq!(j["status"]["failed"], 1, "{}", j["status"]);
+    assert_eq!(j["status"]["completedIndexes"], "");
+    assert!(replaced_early);
+    assert_eq!(left.len(), 2, "{left:?}");
+}
+
+#[test]
+fn pod_deleted_before_it_started_without_a_failure_policy_counts_as_failed() {
+    let (j, left, replaced_early) = delete_index_1_both_ways(None, None);
+    assert_eq!(j["status"]["failed"], 1, "{}", j["status"]);
+    assert!(cond(&j, "Failed").is_none());
+    assert!(replaced_early);
+    assert_eq!(left.len(), 2, "{left:?}");
+}
+
+/// A Job's pods carry the tracking finalizer; deleting the Job (or its finishing) releases
+/// them, and a pod whose Job is gone is released by the controller's resync.
+#[test]
+fn tracking_finalizers_are_released_with_the_job() {
+    let s = store();
+    s.set_node_terminates_pods("n1", true);
+    let pods = indexed_job(
+        &s,
+        "rel",
+        2,
+        json!({"template": {"spec": {"nodeName": "n1", "restartPolicy": "Never", "containers": [{"name": "c", "command": ["true"]}]}}}),
+    );
+    // Deleted with its Job while running, then ended and removed by the kubelet: held until
+    // released.
+    s.delete(&JOBS, "default", "rel", &DeleteOptions::default())
+        .unwrap();
+    let name = pods[0]["metadata"]["name"].as_str().unwrap();
+    kubelet_ends(&s, name, Some(143));
+    let removal = DeleteOptions {
+        grace_period: Some(0),
+        ..Default::default()
+    };
+    let held = s.delete(&PODS, "default", name, &removal).unwrap();
+    assert!(
+        s.get(&PODS, "default", name).is_ok(),
+        "held by its finalizer"
+    );
+    reconcile_job_seeing(&s, "default", "rel", Some(&held), false);
+    assert!(s.get(&PODS, "default", name).is_err(), "released: gone");
+    // The other one, found by the resync.
+    let other = pods[1]["metadata"]["name"].as_str().unwrap();
+    kubelet_ends(&s, other, Some(0));
+    s.delete(&PODS, "default", other, &removal).unwrap();
+    assert!(s.get(&PODS, "default", other).is_ok());
+    super::reconcile_all(&s);
+    assert!(s.get(&PODS, "default", other).is_err());
 }
