@@ -472,6 +472,7 @@ mod tests {
             batch,
             cgroup: false,
             limits: Default::default(),
+            heartbeat_timeout: None,
             mpi: None,
         }
     }
