@@ -71,17 +71,17 @@ macro_rules! mca_table {
             }
         }
 
-        impl $crate::settings::McaParams for $name {
-            const PARAMS: &'static [$crate::settings::Param<$name>] = &[
-                $( $crate::settings::Param {
+        impl $crate::settings::table::McaParams for $name {
+            const PARAMS: &'static [$crate::settings::table::Param<$name>] = &[
+                $( $crate::settings::table::Param {
                     setting: &$setting,
-                    field: $crate::settings::Field::$kind(|p| &mut p.$field),
+                    field: $crate::settings::table::Field::$kind(|p| &mut p.$field),
                 }, )*
             ];
         }
 
         $(#[$list_meta])*
-        pub const $list: &[&$crate::settings::Setting] = &[ $( &$setting, )* ];
+        pub const $list: &[&$crate::settings::setting::Setting] = &[ $( &$setting, )* ];
     };
     (@type Str) => { Option<String> };
     (@type Int) => { i32 };
