@@ -86,8 +86,9 @@ pub enum Lost {
     Send(#[source] ProtocolError),
 }
 
-/// The sending side of a connection's heartbeats: when one is [`due`](Self::due), [`beat`]
-/// (Self::beat) takes a peer that has been silent for too long for lost, else sends a `ping`.
+/// The sending side of a connection's heartbeats: when one is [`due`](Self::due),
+/// [`beat`](Self::beat) takes a peer that has been silent for too long for lost, else sends a
+/// `ping`.
 /// Every frame from the peer counts as a sign of life ([`heard`](Self::heard)).
 pub struct HeartbeatSender {
     heartbeat: Heartbeat,

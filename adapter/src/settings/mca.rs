@@ -1,7 +1,7 @@
 //! The MCA parameters of the `ras k8s` and `plm k8s` components, their snapshots as the
 //! components read them ([`RasParams`], [`PlmParams`], filled by PMIx in the `cabi` crate; each
-//! declared with its component's table by [`mca_table!`](super::table)) and the checks of the
-//! PLM's values ([`PlmParams::check`]; the RAS's are in
+//! declared with its component's table by `mca_table!`, see [`McaParams`](super::McaParams))
+//! and the checks of the PLM's values ([`PlmParams::check`]; the RAS's are in
 //! [`crate::discovery::DiscoveryConfig::from_params`]).
 //!
 //! The agent's port and the secret file are one setting on both sides: the launcher reads
