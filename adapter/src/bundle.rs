@@ -3,15 +3,30 @@
 //! application container mounts at `/opt/prrte-k8s`. It runs as the pod's user in the init
 //! container of an image that has nothing else (no shell, no libc).
 //!
-//! Every file is written under a temporary name next to its place and renamed into it, so a
-//! reader never sees half a file; modes are kept (without set-id bits); a symlink inside the
-//! bundle (the two component names of one library) stays a symlink. Anything else (a symlink
-//! leading out of the bundle, a device, a copy into the bundle itself) is refused naming the
-//! file.
+//! The target must be missing (it is made, its parent must exist), or an empty directory owned
+//! by this user or by root (the kubelet makes an emptyDir root's, mode 0777), or one this
+//! command installed into before (it holds [`MARKER`], written first: an init container run
+//! again after a crash or a pod sandbox's restart finds its own files). A symlink as the
+//! target, another user's directory, or anything else in it is refused. Inside it nothing is
+//! reached through a path: every directory is opened from its parent's descriptor without
+//! following a symlink (a link planted where a directory goes is refused), and every file is
+//! written under a new temporary name next to its place (created exclusively, so never
+//! through a link) and renamed into it, so a reader never sees half a file; modes are kept
+//! (without set-id bits); a symlink inside the bundle (the two component names of one library)
+//! stays a symlink. Anything else in the bundle (a symlink leading out of it, a device, a copy
+//! into the bundle itself) is refused naming the file.
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
+use rustix::fs::{AtFlags, Mode, OFlags, CWD};
+use rustix::io::Errno;
+
+/// The file that marks a directory this command installed into (written before anything
+/// else).
+pub const MARKER: &str = ".prrte-k8s-runtime";
 /// What was installed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Installed {
@@ -65,19 +80,124 @@ fn stays_inside(rel: &Path, target: &Path) -> bool {
     true
 }
 
-/// A temporary name next to `dst`.
-fn temp_name(dst: &Path) -> PathBuf {
-    let name = dst
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    dst.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+/// A temporary name next to `name` (in the same directory).
+fn temp_name(name: &std::ffi::OsStr) -> PathBuf {
+    PathBuf::from(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ))
+}
+
+/// Opens the directory `name` of `at` without following a symlink (`shown` names it in
+/// errors) and checks that it is owned by this user (or, for the target itself, by root).
+fn open_dir(
+    at: impl AsFd,
+    name: &Path,
+    shown: &Path,
+    root_ok: bool,
+) -> Result<OwnedFd, InstallError> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(at, name, flags, Mode::empty()).map_err(|e| match e {
+        Errno::LOOP | Errno::NOTDIR => err(
+            shown,
+            "is a symlink or not a directory; give a directory itself (the pod's emptyDir)",
+        ),
+        e => err(shown, std::io::Error::from(e)),
+    })?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| err(shown, std::io::Error::from(e)))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if st.st_uid != me && !(root_ok && st.st_uid == 0) {
+        return Err(err(
+            shown,
+            format!(
+                "is owned by uid {}, not by this user (uid {me}){}; give a directory of your own \
+                 (the pod's emptyDir)",
+                st.st_uid,
+                if root_ok { " nor root" } else { "" }
+            ),
+        ));
+    }
+    Ok(fd)
+}
+
+/// Makes the directory `name` in `at` (an existing one is taken if [`open_dir`] takes it).
+fn make_dir(at: impl AsFd, name: &Path, shown: &Path, mode: u32) -> Result<(), InstallError> {
+    match rustix::fs::mkdirat(at, name, Mode::from_raw_mode(mode)) {
+        Ok(()) | Err(Errno::EXIST) => Ok(()),
+        Err(e) => Err(err(
+            shown,
+            format!("cannot create it: {}", std::io::Error::from(e)),
+        )),
+    }
+}
+
+/// Opens the target `to` (made if missing) and checks it may be installed into.
+fn open_target(to: &Path) -> Result<OwnedFd, InstallError> {
+    // Without a trailing `/`, which would make the kernel follow a symlink as the last part.
+    let path: PathBuf = to.components().collect();
+    make_dir(CWD, &path, to, 0o755)?;
+    let fd = open_dir(CWD, &path, to, true)?;
+    let dir = rustix::fs::Dir::read_from(&fd).map_err(|e| err(to, std::io::Error::from(e)))?;
+    let mut names = Vec::new();
+    for entry in dir {
+        let entry = entry.map_err(|e| err(to, std::io::Error::from(e)))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name != "." && name != ".." {
+            names.push(name);
+        }
+    }
+    let ours = names.iter().any(|n| n == MARKER)
+        && rustix::fs::statat(&fd, MARKER, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_file());
+    if !names.is_empty() && !ours {
+        names.sort();
+        names.truncate(3);
+        return Err(err(
+            to,
+            format!(
+                "is not empty (it holds {}); give an empty directory (the pod's emptyDir)",
+                names.join(", ")
+            ),
+        ));
+    }
+    Ok(fd)
+}
+
+/// Writes `name` in `dir` with `mode`: under a new temporary name, created exclusively (never
+/// through a symlink), then renamed into place. Returns the bytes written.
+fn write_file(
+    dir: &OwnedFd,
+    name: &std::ffi::OsStr,
+    shown: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<u64>,
+) -> Result<u64, InstallError> {
+    let tmp = temp_name(name);
+    // A leftover of an earlier run (or a link planted there) goes; unlinking never follows.
+    let _ = rustix::fs::unlinkat(dir, &tmp, AtFlags::empty());
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(dir, &tmp, flags, Mode::from_raw_mode(0o600))
+        .map_err(|e| err(shown, std::io::Error::from(e)))?;
+    let mut file = std::fs::File::from(fd);
+    let done = fill(&mut file)
+        .and_then(|n| {
+            file.flush()?;
+            rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))?;
+            rustix::fs::renameat(dir, &tmp, dir, name)?;
+            Ok(n)
+        })
+        .map_err(|e| {
+            let _ = rustix::fs::unlinkat(dir, &tmp, AtFlags::empty());
+            err(shown, e)
+        })?;
+    Ok(done)
 }
 
 /// Copies the bundle `from` into `to` (see the module docs).
 pub fn install(from: &Path, to: &Path) -> Result<Installed, InstallError> {
     let src = std::fs::canonicalize(from).map_err(|e| err(from, e))?;
-    std::fs::create_dir_all(to).map_err(|e| err(to, format!("cannot create it: {e}")))?;
+    let target = open_target(to)?;
     let dst = std::fs::canonicalize(to).map_err(|e| err(to, e))?;
     if dst.starts_with(&src) || src.starts_with(&dst) {
         return Err(err(
@@ -98,11 +218,22 @@ pub fn install(from: &Path, to: &Path) -> Result<Installed, InstallError> {
         links: 0,
         bytes: 0,
     };
-    copy_dir(&src, &dst, Path::new(""), &mut done)?;
+    write_file(&target, MARKER.as_ref(), &to.join(MARKER), 0o644, |f| {
+        f.write_all(b"installed by prrte-k8s install-runtime\n")
+            .map(|()| 0)
+    })?;
+    copy_dir(&src, &target, to, Path::new(""), &mut done)?;
     Ok(done)
 }
 
-fn copy_dir(src: &Path, dst: &Path, rel: &Path, done: &mut Installed) -> Result<(), InstallError> {
+/// Copies the bundle's directory `rel` (below `src`) into the open directory `dir` (`to/rel`).
+fn copy_dir(
+    src: &Path,
+    dir: &OwnedFd,
+    to: &Path,
+    rel: &Path,
+    done: &mut Installed,
+) -> Result<(), InstallError> {
     let from = src.join(rel);
     let mut entries: Vec<_> = std::fs::read_dir(&from)
         .map_err(|e| err(&from, e))?
@@ -110,16 +241,18 @@ fn copy_dir(src: &Path, dst: &Path, rel: &Path, done: &mut Installed) -> Result<
         .map_err(|e| err(&from, e))?;
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
-        let rel = rel.join(entry.file_name());
-        let (s, d) = (src.join(&rel), dst.join(&rel));
+        let name = entry.file_name();
+        let rel = rel.join(&name);
+        let (s, d) = (src.join(&rel), to.join(&rel));
         let meta = std::fs::symlink_metadata(&s).map_err(|e| err(&s, e))?;
         let mode = meta.mode() & 0o777;
         let ft = meta.file_type();
         if ft.is_dir() {
-            std::fs::create_dir_all(&d).map_err(|e| err(&d, format!("cannot create it: {e}")))?;
-            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode | 0o700))
-                .map_err(|e| err(&d, e))?;
-            copy_dir(src, dst, &rel, done)?;
+            make_dir(dir, name.as_ref(), &d, 0o700)?;
+            let sub = open_dir(dir, name.as_ref(), &d, false)?;
+            rustix::fs::fchmod(&sub, Mode::from_raw_mode(mode | 0o700))
+                .map_err(|e| err(&d, std::io::Error::from(e)))?;
+            copy_dir(src, &sub, to, &rel, done)?;
         } else if ft.is_symlink() {
             let target = std::fs::read_link(&s).map_err(|e| err(&s, e))?;
             if !stays_inside(&rel, &target) {
@@ -131,28 +264,19 @@ fn copy_dir(src: &Path, dst: &Path, rel: &Path, done: &mut Installed) -> Result<
                     ),
                 ));
             }
-            let tmp = temp_name(&d);
-            let _ = std::fs::remove_file(&tmp);
-            std::os::unix::fs::symlink(&target, &tmp).map_err(|e| err(&d, e))?;
-            std::fs::rename(&tmp, &d).map_err(|e| {
-                let _ = std::fs::remove_file(&tmp);
-                err(&d, e)
-            })?;
+            let tmp = temp_name(&name);
+            let _ = rustix::fs::unlinkat(dir, &tmp, AtFlags::empty());
+            rustix::fs::symlinkat(&target, dir, &tmp)
+                .and_then(|()| rustix::fs::renameat(dir, &tmp, dir, &name))
+                .map_err(|e| {
+                    let _ = rustix::fs::unlinkat(dir, &tmp, AtFlags::empty());
+                    err(&d, std::io::Error::from(e))
+                })?;
             done.links += 1;
         } else if ft.is_file() {
-            let tmp = temp_name(&d);
-            let r = std::fs::copy(&s, &tmp)
-                .and_then(|n| {
-                    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
-                    std::fs::rename(&tmp, &d)?;
-                    Ok(n)
-                })
-                .map_err(|e| {
-                    let _ = std::fs::remove_file(&tmp);
-                    err(&d, e)
-                })?;
+            let mut input = std::fs::File::open(&s).map_err(|e| err(&s, e))?;
+            done.bytes += write_file(dir, &name, &d, mode, |out| std::io::copy(&mut input, out))?;
             done.files += 1;
-            done.bytes += r;
         } else {
             return Err(err(&s, "neither a file, a directory nor a symlink"));
         }
@@ -163,6 +287,7 @@ fn copy_dir(src: &Path, dst: &Path, rel: &Path, done: &mut Installed) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::{symlink, PermissionsExt};
 
     fn bundle(root: &Path) {
         std::fs::create_dir_all(root.join("bin")).unwrap();
@@ -255,6 +380,87 @@ mod tests {
         assert!(
             e.contains("plainfile") && e.contains("cannot create"),
             "{e}"
+        );
+    }
+
+    /// The target itself: a symlink (even written with a trailing `/`), a directory holding
+    /// something else, or another user's directory is refused, and nothing is written there
+    /// (the copy followed the link, filled the directory, and took anyone's directory).
+    #[test]
+    fn the_target_must_be_an_empty_directory_of_this_user() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("bundle");
+        bundle(&src);
+        let elsewhere = d.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let link = d.path().join("link");
+        symlink(&elsewhere, &link).unwrap();
+        for to in [link.clone(), PathBuf::from(format!("{}/", link.display()))] {
+            let e = install(&src, &to).unwrap_err().to_string();
+            assert!(e.contains("link") && e.contains("is a symlink"), "{e}");
+        }
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        let full = d.path().join("full");
+        std::fs::create_dir(&full).unwrap();
+        std::fs::write(full.join("app.conf"), "x").unwrap();
+        let e = install(&src, &full).unwrap_err().to_string();
+        assert!(e.contains("not empty") && e.contains("app.conf"), "{e}");
+        assert_eq!(std::fs::read_dir(&full).unwrap().count(), 1);
+        // Made if missing (its parent must exist).
+        install(&src, &d.path().join("new")).unwrap();
+        let e = install(&src, &d.path().join("no/such"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot create it"), "{e}");
+        if nix::unistd::geteuid().is_root() {
+            let theirs = d.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(4242), None).unwrap();
+            let e = install(&src, &theirs).unwrap_err().to_string();
+            assert!(e.contains("owned by uid 4242"), "{e}");
+            assert_eq!(std::fs::read_dir(&theirs).unwrap().count(), 0);
+        }
+    }
+
+    /// Links planted in a directory installed into before (an init container run again) are
+    /// never followed: one where a directory goes is refused (the copy went through it into
+    /// another directory, changing its mode), one at a file's temporary name or at its place
+    /// is replaced, the file it pointed at untouched.
+    #[test]
+    fn links_planted_in_the_target_are_never_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("bundle");
+        bundle(&src);
+        let elsewhere = d.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let victim_mode = std::fs::metadata(&victim).unwrap().mode();
+        let rt = d.path().join("rt");
+        install(&src, &rt).unwrap();
+        std::fs::remove_dir_all(rt.join("bin")).unwrap();
+        symlink(&elsewhere, rt.join("bin")).unwrap();
+        let e = install(&src, &rt).unwrap_err().to_string();
+        assert!(e.contains("bin") && e.contains("is a symlink"), "{e}");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        let m = std::fs::metadata(&elsewhere).unwrap();
+        assert_eq!(m.mode() & 0o777, 0o700);
+        std::fs::remove_file(rt.join("bin")).unwrap();
+        let tmp = format!(".VERSION.tmp-{}", std::process::id());
+        symlink(&victim, rt.join(tmp)).unwrap();
+        std::fs::remove_file(rt.join("etc/prte-mca-params.conf")).unwrap();
+        symlink(&victim, rt.join("etc/prte-mca-params.conf")).unwrap();
+        install(&src, &rt).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(std::fs::metadata(&victim).unwrap().mode(), victim_mode);
+        for f in ["VERSION", "etc/prte-mca-params.conf"] {
+            let m = std::fs::symlink_metadata(rt.join(f)).unwrap();
+            assert!(m.file_type().is_file(), "{f}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(rt.join("VERSION")).unwrap(),
+            "prrte-k8s 0.1.0 abc\n"
         );
     }
 }

@@ -276,6 +276,32 @@ async fn the_hnp_is_pinned_to_the_launcher() {
     assert!(!argv.iter().any(|a| a.contains("10.66.0.1")), "{argv:?}");
 }
 
+/// An exec'd prted whose parent claims the head's rank reports to the HNP's address (prted
+/// 3.0.8 then ignores the parent's URI): an HNP URI naming a third party is refused, not
+/// passed on, and nothing starts.
+#[tokio::test]
+async fn a_parent_claiming_the_heads_rank_cannot_point_prted_elsewhere() {
+    let td = TestDir::new();
+    let agent = AgentProc::spawn(&td, &[]);
+    let mut argv = vec!["prted".to_string()];
+    argv.extend(mode_args("exit-0"));
+    for (k, v) in [
+        ("prte_hnp_uri", "x@0.0;tcp://127.0.0.5:27001:8"),
+        ("prte_parent_uri", "x@0.0;tcp://127.0.0.1:27002:8"),
+    ] {
+        argv.extend(["--prtemca".into(), k.into(), v.into()]);
+    }
+    argv.push("--tree-spawn".into());
+    match exec(&agent, &td, argv, vec![]).await {
+        Reply::Failed { reason } => assert!(
+            reason.contains("prte_hnp_uri") && reason.contains("127.0.0.5"),
+            "{reason}"
+        ),
+        other => panic!("an HNP elsewhere was passed to prted: {other:?}"),
+    }
+    assert_eq!(td.launches(), 0);
+}
+
 /// A daemon started through exec may start others only with the prrte-k8s-rsh installed with
 /// the agent, not with any file of that name.
 #[tokio::test]
@@ -461,5 +487,80 @@ async fn no_request_makes_the_real_prted_load_other_code() {
     assert!(
         !marker.exists(),
         "a request made prted load the marker component"
+    );
+}
+
+/// The review's attack on the prefix check: `PMIX_PREFIX` and `PRTE_PREFIX` written through
+/// `/proc/self/cwd` resolve, where the agent checks them, to prted's own installation, but in
+/// prted, whose working directory the request chooses, to a copy planted below that directory,
+/// whose component then ran inside prted. Such a prefix is not taken now: the planted
+/// component never runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_through_proc_self_cwd_does_not_reach_prted() {
+    let prefix = std::fs::canonicalize(prrte_prefix()).unwrap();
+    let td = TestDir::new();
+    let marker = td.path("marker-ran");
+    let comp = marker_component(td.dir.path(), &marker);
+    let plant = td.path("plant");
+    let planted = plant
+        .join(prefix.strip_prefix("/").unwrap())
+        .join("lib/pmix");
+    std::fs::create_dir_all(&planted).unwrap();
+    std::fs::copy(
+        comp.join("pmix_mca_pcompress_marker.so"),
+        planted.join("pmix_mca_pcompress_zlib.so"),
+    )
+    .unwrap();
+    // As many levels below `plant` as the prefix climbs (more than the agent's own depth).
+    let ups = 16;
+    let cwd = (0..ups).fold(plant.clone(), |p, i| p.join(format!("d{i}")));
+    std::fs::create_dir_all(&cwd).unwrap();
+    let sneaky = format!(
+        "/proc/self/cwd/{}{}",
+        "../".repeat(ups),
+        prefix.display().to_string().trim_start_matches('/')
+    );
+    let tmp = td.path("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let prted = prefix.join("bin/prted").display().to_string();
+    let mut args = AgentProc::test_args(&td, &["--tmpdir", tmp.to_str().unwrap()]);
+    let at = args.iter().position(|a| a == "--prted").unwrap();
+    args[at + 1] = prted.clone();
+    let agent = AgentProc::spawn_args(&args, &[]).expect("agent starts");
+    #[rustfmt::skip]
+    let argv: Vec<String> = [
+        prted.as_str(), "--prtemca", "ess", "env", "--prtemca", "ess_base_nspace", "x@0",
+        "--prtemca", "ess_base_vpid", "1", "--prtemca", "ess_base_num_procs", "2",
+        "--prtemca", "prte_hnp_uri", "x@0.0;tcp://127.0.0.1:9:8", "--allow-run-as-root",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+        .await
+        .unwrap();
+    let reply = c
+        .request(&Request::Exec {
+            argv,
+            env: vec![
+                ("PMIX_PREFIX".into(), sneaky.clone()),
+                ("PRTE_PREFIX".into(), sneaky.clone()),
+            ],
+            cwd: Some(cwd.display().to_string()),
+            stdin: false,
+        })
+        .await;
+    // prted starts (with its own installation) and ends: its head does not answer.
+    assert!(matches!(reply, Reply::Started { .. }), "{reply:?}");
+    loop {
+        match c.recv(WAIT).await {
+            Ok(Reply::Exited { .. }) => break,
+            Ok(Reply::Output { .. }) => {}
+            other => panic!("the exec did not end: {other:?}"),
+        }
+    }
+    assert!(
+        !marker.exists(),
+        "prted loaded the component planted below the request's cwd through {sneaky}"
     );
 }

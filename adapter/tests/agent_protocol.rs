@@ -529,7 +529,7 @@ async fn descendants_that_leave_the_process_group_are_stopped_too() {
 }
 
 #[tokio::test]
-async fn agent_sigterm_stops_prted_and_exits_cleanly() {
+async fn agent_sigterm_stops_prted_and_exits_with_the_signal() {
     let td = TestDir::new();
     let mut agent = AgentProc::spawn(&td, &["--kill-grace", "5"]);
     let mut c = RawClient::connect(agent.addr, Some(&td.secret))
@@ -550,7 +550,13 @@ async fn agent_sigterm_stops_prted_and_exits_cleanly() {
         } => assert_eq!(p, pid),
         other => panic!("unexpected {other:?}"),
     }
-    assert_eq!(agent.wait_exit(WAIT), Some(0), "agent did not exit cleanly");
+    // Told to end while its prted ran: the pod's end is a failure (128 + SIGTERM), as a
+    // deleted pod's must be, not a success.
+    assert_eq!(
+        agent.wait_exit(WAIT),
+        Some(143),
+        "an agent ended while its prted ran must exit 128 + the signal"
+    );
     assert!(
         !alive(pid as i32) && !alive(child),
         "processes outlived the agent"
@@ -748,7 +754,7 @@ async fn health_endpoint_reports_unavailable_while_shutting_down() {
             ..
         }
     ));
-    assert_eq!(agent.wait_exit(WAIT), Some(0));
+    assert_eq!(agent.wait_exit(WAIT), Some(143));
 }
 
 #[test]

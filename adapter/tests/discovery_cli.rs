@@ -156,3 +156,58 @@ async fn errors_print_the_paragraph_and_exit_with_the_kind_code() {
         text(&out.stderr)
     );
 }
+
+/// `manifest --api-server-from-cluster` lets the pods reach the API server only at the
+/// addresses and ports of the endpoints of Service `kubernetes` in `default` (what a
+/// NetworkPolicy sees), not at 0.0.0.0/0; without such endpoints it fails, saying what to give
+/// instead, and prints nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifest_asks_the_cluster_for_the_api_servers_endpoints() {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let f = Fixture::new("apiep").await;
+    let kubeconfig = f.server.admin_kubeconfig().to_path_buf();
+    let manifest = |kc: std::path::PathBuf| {
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_prrte-k8s"))
+                .args(["manifest", "--name", "ep", "--api-server-from-cluster"])
+                .env("KUBECONFIG", kc)
+                .env_remove("KUBERNETES_SERVICE_HOST")
+                .output()
+                .expect("run prrte-k8s")
+        })
+    };
+    let out = manifest(kubeconfig.clone()).await.unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("no ready endpoint") && err.contains("--api-server-cidr"),
+        "{err}"
+    );
+    let slices: kube::Api<EndpointSlice> = kube::Api::namespaced(f.client.clone(), "default");
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "kubernetes", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["172.18.0.2"], "conditions": {"ready": true}}],
+        "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+    }))
+    .unwrap();
+    slices
+        .create(&kube::api::PostParams::default(), &slice)
+        .await
+        .unwrap();
+    let out = manifest(kubeconfig).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let yaml = text(&out.stdout);
+    let policy = serde_yaml::Deserializer::from_str(&yaml)
+        .map(|d| <serde_json::Value as serde::Deserialize>::deserialize(d).unwrap())
+        .find(|o| o["kind"] == "NetworkPolicy")
+        .expect("a NetworkPolicy");
+    assert_eq!(
+        policy["spec"]["egress"][2],
+        json!({"to": [{"ipBlock": {"cidr": "172.18.0.2/32"}}],
+               "ports": [{"protocol": "TCP", "port": 6443}]}),
+        "{yaml}"
+    );
+    assert!(!yaml.contains("0.0.0.0/0"), "{yaml}");
+}

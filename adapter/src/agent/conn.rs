@@ -18,7 +18,7 @@ use super::checked_config::AgentConfig;
 use super::dvm_uri::{publish_dvm_uri, unpublish_dvm_uri, FileId};
 use super::exec;
 use super::exit_status::{exited_reply, ExitStatus};
-use super::handshake::{agent_handshake, describe_bad_frame, SEND_TIMEOUT};
+use super::handshake::{agent_handshake, describe_bad_frame, FailureLog, SEND_TIMEOUT};
 use super::launch_policy;
 use super::limits::Pending;
 use super::preempt::{self, Preemption, WatchGuard};
@@ -27,20 +27,9 @@ use super::prted_cmd::prted_args;
 use super::tracking::Tracking;
 use crate::protocol::liveness::SilenceWatch;
 use crate::protocol::{
-    self, parse_request, recv_frame, send_frame, validate_launch, FramedConn, ProtocolError, Reply,
-    Request, Session, HANDSHAKE_MAX_FRAME,
+    self, parse_request, recv_frame, send_frame, FramedConn, ProtocolError, Reply, Request,
+    Session, HANDSHAKE_MAX_FRAME,
 };
-
-/// Why a launch request is refused (the reason goes back as `failed {reason}`).
-#[derive(Debug, thiserror::Error)]
-enum Refused {
-    #[error(transparent)]
-    Request(#[from] protocol::LaunchRefusal),
-    #[error(transparent)]
-    DvmUri(#[from] protocol::InvalidDvmUri),
-    #[error(transparent)]
-    Policy(#[from] launch_policy::PolicyError),
-}
 
 /// How long, and how many bytes, a closing connection is drained.
 const LINGER: Duration = Duration::from_secs(1);
@@ -64,6 +53,8 @@ pub(super) struct Shared {
     pub(super) tracking: Tracking,
     /// Connections that have not authenticated yet.
     pub(super) pending: Arc<Pending>,
+    /// Failed handshakes, logged a few at a time.
+    pub(super) failures: Arc<FailureLog>,
     /// What `exec` requests may run.
     pub(super) exec: exec::ExecState,
     /// The preemption notice (SIGTERM with `--preempt-grace`).
@@ -413,24 +404,6 @@ impl Conn {
         }
     }
 
-    /// prted's arguments for a launch request (the HNP's URI pinned to the launcher's
-    /// address), or why it is refused: the protocol's checks, the launch policy's, and those of
-    /// the DVM URI it carries.
-    fn check_launch(
-        &self,
-        argv: &[String],
-        env: &std::collections::BTreeMap<String, String>,
-        dvm_uri: Option<&str>,
-    ) -> Result<Vec<String>, Refused> {
-        validate_launch(argv, env)?;
-        let argv = launch_policy::check_launch(argv, env, self.peer.ip())?;
-        if let Some(uri) = dvm_uri {
-            protocol::validate_dvm_uri(uri)?;
-            launch_policy::check_dvm_uri_host(uri, self.peer.ip())?;
-        }
-        Ok(argv)
-    }
-
     fn launch(
         &mut self,
         argv: Vec<String>,
@@ -442,7 +415,12 @@ impl Conn {
             let outcome = format!("refused: {reason}");
             (Reply::Failed { reason }, outcome)
         };
-        let argv = match self.check_launch(&argv, &env, dvm_uri.as_deref()) {
+        let argv = match launch_policy::check_launch_request(
+            &argv,
+            &env,
+            dvm_uri.as_deref(),
+            self.peer.ip(),
+        ) {
             Ok(argv) => argv,
             Err(e) => return refuse(e.to_string()),
         };
@@ -575,7 +553,7 @@ async fn authenticate(
     let mut framed = protocol::framed(stream, HANDSHAKE_MAX_FRAME);
     let deadline = shared.config.limits.handshake_timeout;
     let session = tokio::select! {
-        s = tokio::time::timeout(deadline, agent_handshake(&shared.config, &mut framed, peer)) => match s {
+        s = tokio::time::timeout(deadline, agent_handshake(&shared.config, &mut framed, peer, &shared.failures)) => match s {
             Ok(s) => s,
             Err(_) => {
                 debug!(%peer, "no complete handshake within {deadline:?}; closing");

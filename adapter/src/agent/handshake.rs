@@ -1,9 +1,11 @@
 //! The agent's side of the handshake that opens every connection: a challenge with the agent's
 //! nonce, the launcher's response (its nonce and, with a secret, its proof), and `welcome` with
 //! the agent's proof, or `error`/`refused` and the end of the connection (see
-//! [`crate::protocol`]).
+//! [`crate::protocol`]). Failed handshakes are logged through [`FailureLog`]: one WARN line an
+//! interval and the count of the others, not a line each.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -18,6 +20,76 @@ use crate::protocol::{
 
 /// How long the agent waits for a peer to take a frame it sends.
 pub(super) const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often at most a failed handshake is logged in full.
+pub(super) const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Failed handshakes, logged without letting a flood of them flood the log: the first failure
+/// of an interval is logged in full, the others only counted, and their count (with the last
+/// one's peer and reason) is logged when the interval ends.
+pub(super) struct FailureLog {
+    interval: Duration,
+    state: Mutex<FailureState>,
+}
+
+#[derive(Default)]
+struct FailureState {
+    /// Whether an interval is running (its first failure was logged).
+    open: bool,
+    /// Failures in the running interval not logged one by one.
+    suppressed: u64,
+    /// The last of them: its peer and reason.
+    last: Option<(SocketAddr, String)>,
+}
+
+impl FailureLog {
+    pub(super) fn new(interval: Duration) -> Arc<FailureLog> {
+        Arc::new(FailureLog {
+            interval,
+            state: Mutex::new(FailureState::default()),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, FailureState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a failed handshake: logs it (`what` says how it failed) if it is the first of an
+    /// interval, else counts it.
+    pub(super) fn failed(self: &Arc<Self>, peer: SocketAddr, reason: &str, what: &str) {
+        let mut st = self.state();
+        if st.open {
+            st.suppressed += 1;
+            st.last = Some((peer, reason.to_string()));
+            return;
+        }
+        st.open = true;
+        drop(st);
+        warn!(%peer, %reason, "{what}");
+        let log = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(log.interval).await;
+            log.close_interval();
+        });
+    }
+
+    /// Ends the running interval, logging the count of the failures not logged in it.
+    fn close_interval(&self) {
+        let mut st = self.state();
+        let (failed, last) = (st.suppressed, st.last.take());
+        *st = FailureState::default();
+        drop(st);
+        if let Some((last_peer, last_reason)) = last {
+            warn!(
+                failed,
+                seconds = self.interval.as_secs(),
+                %last_peer,
+                %last_reason,
+                "more handshakes failed (authentication or protocol), not logged one by one"
+            );
+        }
+    }
+}
 
 /// Sends a plain frame during the handshake, ignoring failures (the connection closes next).
 pub(super) async fn send_plain(conn: &mut FramedConn<TcpStream>, msg: Plain) {
@@ -40,6 +112,7 @@ pub(super) async fn agent_handshake(
     config: &AgentConfig,
     conn: &mut FramedConn<TcpStream>,
     peer: SocketAddr,
+    failures: &Arc<FailureLog>,
 ) -> Option<Session> {
     let key = config.secret.clone();
     let agent_nonce = new_nonce();
@@ -50,7 +123,8 @@ pub(super) async fn agent_handshake(
             AuthMode::None
         },
         nonce: hex::encode(agent_nonce),
-        agent: format!("prrte-k8s-agent {}", env!("CARGO_PKG_VERSION")),
+        // Not the version: anyone may connect and read this.
+        agent: "prrte-k8s-agent".into(),
     };
     send_frame(conn, encode_message(&challenge), SEND_TIMEOUT)
         .await
@@ -59,7 +133,7 @@ pub(super) async fn agent_handshake(
         Ok(f) => f,
         Err(e @ (ProtocolError::FrameTooLarge { .. } | ProtocolError::Malformed(_))) => {
             let reason = describe_bad_frame(&e);
-            warn!(%peer, %reason, "refusing a bad frame before authentication");
+            failures.failed(peer, &reason, "refusing a bad frame before authentication");
             send_plain(conn, Plain::Error { reason }).await;
             return None;
         }
@@ -68,10 +142,11 @@ pub(super) async fn agent_handshake(
             return None;
         }
     };
-    let (client_nonce, mac, noise) = match read_response(&frame, &agent_nonce, peer) {
+    let (client_nonce, mac, noise) = match read_response(&frame, &agent_nonce) {
         Ok(r) => r,
         Err(e) => {
             let reason = e.to_string();
+            failures.failed(peer, &reason, "handshake failed");
             send_plain(conn, Plain::Error { reason }).await;
             return None;
         }
@@ -82,7 +157,11 @@ pub(super) async fn agent_handshake(
                 .as_deref()
                 .is_some_and(|m| verify_client_proof(k, &agent_nonce, &client_nonce, m));
             if !ok {
-                warn!(%peer, "authentication failed: the launcher's secret does not match ours");
+                failures.failed(
+                    peer,
+                    "the launcher's secret does not match ours",
+                    "authentication failed",
+                );
                 send_plain(
                     conn,
                     Plain::Refused {
@@ -102,7 +181,7 @@ pub(super) async fn agent_handshake(
         Ok(c) => c,
         Err(e) => {
             let reason = describe_bad_frame(&e);
-            warn!(%peer, %reason, "handshake failed");
+            failures.failed(peer, &reason, "handshake failed");
             send_plain(conn, Plain::Error { reason }).await;
             return None;
         }
@@ -137,13 +216,9 @@ enum BadResponse {
 }
 
 /// The launcher's `response` to the challenge: its nonce (not the agent's own) and its proof;
-/// else why the handshake failed (logged here), to be sent to the peer.
-fn read_response(
-    frame: &[u8],
-    agent_nonce: &[u8; NONCE_LEN],
-    peer: SocketAddr,
-) -> Result<Response, BadResponse> {
-    let read = match decode_message::<Plain>(frame) {
+/// else why the handshake failed, to be sent to the peer.
+fn read_response(frame: &[u8], agent_nonce: &[u8; NONCE_LEN]) -> Result<Response, BadResponse> {
+    match decode_message::<Plain>(frame) {
         Ok(Plain::Response { nonce, mac, noise }) => match parse_nonce(&nonce) {
             Ok(n) if n == *agent_nonce => Err(BadResponse::OwnNonce),
             Ok(n) => Ok((n, mac, noise)),
@@ -151,9 +226,5 @@ fn read_response(
         },
         Ok(other) => Err(BadResponse::NotAResponse(protocol::plain_kind(&other))),
         Err(e) => Err(BadResponse::Unreadable(describe_bad_frame(&e))),
-    };
-    if let Err(reason) = &read {
-        warn!(%peer, %reason, "handshake failed");
     }
-    read
 }

@@ -11,7 +11,12 @@ use tracing::debug;
 
 use super::limits::Pending;
 
-const MAX_REQUEST: usize = 8192;
+/// The longest request head taken (a kubelet's probe sends about 100 bytes); beyond it the
+/// request is answered 431 and the connection closed.
+const MAX_HEAD: usize = 4096;
+/// The time a client has to send its whole request head, however it trickles in.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(3);
+/// The time the answer has to be taken.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Serves probes on `listener` forever; `serving` decides between 200 and 503. At most as many
@@ -27,7 +32,7 @@ pub async fn serve(listener: TcpListener, serving: Arc<AtomicBool>, pending: Arc
         let ticket = pending.admit(peer.ip());
         tokio::spawn(async move {
             tokio::select! {
-                r = tokio::time::timeout(2 * REQUEST_TIMEOUT, answer(stream, &serving)) => match r {
+                r = tokio::time::timeout(HEAD_TIMEOUT + REQUEST_TIMEOUT, answer(stream, &serving)) => match r {
                     Ok(Err(e)) => debug!(%peer, error = %e, "health request failed"),
                     Err(_) => debug!(%peer, "health request timed out"),
                     Ok(Ok(())) => {}
@@ -38,30 +43,75 @@ pub async fn serve(listener: TcpListener, serving: Arc<AtomicBool>, pending: Arc
     }
 }
 
+/// Whether the request head in `buf` is complete (it ends with a blank line, `\r\n\r\n` or
+/// `\n\n`), looking only at a line end among the bytes from `from` on: the bytes before were
+/// looked at when they came, so a head trickling in byte by byte costs one pass in all.
+fn head_complete(buf: &[u8], from: usize) -> bool {
+    (from..buf.len()).any(|i| {
+        buf[i] == b'\n'
+            && ((i >= 1 && buf[i - 1] == b'\n') || (i >= 3 && &buf[i - 3..i] == b"\r\n\r"))
+    })
+}
+
+/// How reading a request head ended.
+enum Head {
+    /// Complete, or the client stopped sending (what came is answered).
+    Read,
+    /// Longer than [`MAX_HEAD`].
+    TooLarge,
+}
+
 async fn answer(mut stream: TcpStream, serving: &AtomicBool) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(512);
     let read_head = async {
         let mut chunk = [0u8; 1024];
-        while !buf.windows(4).any(|w| w == b"\r\n\r\n") && !buf.windows(2).any(|w| w == b"\n\n") {
+        loop {
             let n = stream.read(&mut chunk).await?;
-            if n == 0 || buf.len() + n > MAX_REQUEST {
-                break;
+            if n == 0 {
+                return Ok(Head::Read);
             }
+            let from = buf.len();
             buf.extend_from_slice(&chunk[..n]);
+            if head_complete(&buf, from) {
+                return Ok(Head::Read);
+            }
+            if buf.len() > MAX_HEAD {
+                return Ok::<_, std::io::Error>(Head::TooLarge);
+            }
         }
-        Ok::<_, std::io::Error>(())
     };
-    if tokio::time::timeout(REQUEST_TIMEOUT, read_head)
-        .await
-        .is_err()
-    {
-        return Ok(());
+    let (status, body) = match tokio::time::timeout(HEAD_TIMEOUT, read_head).await {
+        Err(_) => return Ok(()),
+        Ok(Err(e)) => return Err(e),
+        Ok(Ok(Head::TooLarge)) => (
+            "431 Request Header Fields Too Large",
+            "request head too large",
+        ),
+        Ok(Ok(Head::Read)) => route(&buf, serving),
+    };
+    let method = buf.split(|b| *b == b' ').next().unwrap_or_default();
+    let mut response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    );
+    if method != b"HEAD" {
+        response.push_str(body);
     }
-    let head = String::from_utf8_lossy(&buf);
+    tokio::time::timeout(REQUEST_TIMEOUT, stream.write_all(response.as_bytes()))
+        .await
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+    let _ = stream.shutdown().await;
+    Ok(())
+}
+
+/// The status and body for the request head in `buf`.
+fn route(buf: &[u8], serving: &AtomicBool) -> (&'static str, &'static str) {
+    let head = String::from_utf8_lossy(buf);
     let mut parts = head.lines().next().unwrap_or("").split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
-    let (status, body) = match (method, path) {
+    match (method, path) {
         ("GET" | "HEAD", "/healthz" | "/readyz") => {
             if serving.load(Ordering::SeqCst) {
                 ("200 OK", "ok")
@@ -71,18 +121,28 @@ async fn answer(mut stream: TcpStream, serving: &AtomicBool) -> std::io::Result<
         }
         (_, "/healthz" | "/readyz") => ("405 Method Not Allowed", "method not allowed"),
         _ => ("404 Not Found", "not found"),
-    };
-    let mut response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n",
-        body.len()
-    );
-    if method != "HEAD" {
-        response.push_str(body);
     }
-    tokio::time::timeout(REQUEST_TIMEOUT, stream.write_all(response.as_bytes()))
-        .await
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
-    let _ = stream.shutdown().await;
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where a head fed byte by byte is first seen complete.
+    fn complete_at(bytes: &[u8]) -> Option<usize> {
+        let mut buf = Vec::new();
+        bytes.iter().enumerate().find_map(|(i, b)| {
+            buf.push(*b);
+            head_complete(&buf, i).then_some(i)
+        })
+    }
+
+    #[test]
+    fn a_head_ends_at_its_blank_line_however_it_arrives() {
+        let head = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert_eq!(complete_at(head), Some(head.len() - 1));
+        assert!(head_complete(head, 0));
+        assert_eq!(complete_at(b"GET / HTTP/1.0\n\nrest"), Some(15));
+        assert_eq!(complete_at(b"GET / HTTP/1.1\r\nA: b\r\n"), None);
+    }
 }

@@ -145,6 +145,7 @@ impl Agent {
                 batch: Arc::new(batch::BatchState::default()),
                 tracking,
                 pending,
+                failures: handshake::FailureLog::new(handshake::FAILURE_LOG_INTERVAL),
                 exec: exec::ExecState::new(exec_policy),
                 preemption: preempt::Preemption::new(),
                 head_up: Arc::new(AtomicBool::new(false)),

@@ -292,8 +292,26 @@ fn discover(args: &DiscoverArgs, what: Output) -> i32 {
     }
 }
 
-fn manifest(args: prrte_k8s::manifest::ManifestArgs) -> i32 {
+fn manifest(mut args: prrte_k8s::manifest::ManifestArgs) -> i32 {
     use prrte_k8s::manifest;
+    if args.api_server_from_cluster {
+        let found = prrte_k8s::runtime::current_thread()
+            .map_err(|e| format!("cannot start the async runtime: {e}"))
+            .and_then(|rt| rt.block_on(manifest::api_server::lookup(Duration::from_secs(10))));
+        match found {
+            Ok(api) => {
+                args.api_server_cidr = api.cidrs;
+                args.api_server_port = api.ports;
+            }
+            Err(e) => {
+                eprintln!(
+                    "prrte-k8s manifest: error: --api-server-from-cluster: {e}; give the API \
+                     server's endpoints with --api-server-cidr and --api-server-port instead"
+                );
+                return 2;
+            }
+        }
+    }
     // The command line as given, for the header.
     let argv: Vec<String> = std::env::args()
         .skip_while(|a| a != "manifest")

@@ -48,9 +48,11 @@
 //! [`objects`], [`render`]); `layout` the ports, paths and names every pod shares, `meta` the
 //! objects' names and labels; `pod` the pod template every kind shares, `inject` the injected
 //! runtime's parts; one file per workload kind (`job`, `statefulset`, `jobset`); `rbac`,
-//! `secret`, `network_policy` the other objects; `header` the comment header; `mpijob` the
+//! `secret`, `network_policy` the other objects (`api_server` where the pods may reach the
+//! API); `header` the comment header; `mpijob` the
 //! MPIJob input; `restricted` the check. This file only names the parts and what they offer.
 
+pub mod api_server;
 #[cfg(test)]
 mod elastic_tests;
 mod error;

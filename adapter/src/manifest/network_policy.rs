@@ -15,13 +15,14 @@ const API_PORTS: [u16; 2] = [443, 6443];
 /// metadata and credentials (169.254.169.254).
 const LINK_LOCAL: &str = "169.254.0.0/16";
 
-/// The peers the pods may reach the API server at: the given ranges, else any IPv4 address but
-/// link-local ones.
+/// The peers the pods may reach the API server at: the given ranges (or those the cluster
+/// named), else any IPv4 address but link-local ones.
 fn api_peers(a: &JobPlan) -> Vec<Value> {
-    if a.api_server.is_empty() {
+    if a.api_server.cidrs.is_empty() {
         return vec![json!({"ipBlock": {"cidr": "0.0.0.0/0", "except": [LINK_LOCAL]}})];
     }
     a.api_server
+        .cidrs
         .iter()
         .map(|n| json!({"ipBlock": {"cidr": n.trunc().to_string()}}))
         .collect()
@@ -45,10 +46,15 @@ pub(super) fn network_policy(a: &JobPlan) -> Value {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
         "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
     });
-    let api_ports: Vec<Value> = API_PORTS
-        .iter()
-        .map(|p| json!({"protocol": "TCP", "port": p}))
-        .collect();
+    let given = &a.api_server.ports;
+    let api_ports: Vec<Value> = if given.is_empty() {
+        &API_PORTS[..]
+    } else {
+        given
+    }
+    .iter()
+    .map(|p| json!({"protocol": "TCP", "port": p}))
+    .collect();
     json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(a, &names(a).policy), "spec": {
         "podSelector": {"matchLabels": {lk: lv}},
         "policyTypes": ["Ingress", "Egress"],

@@ -157,6 +157,14 @@ pub struct ManifestArgs {
     /// address but link-local ones (cloud metadata), on ports 443 and 6443]
     #[arg(long, value_name = "CIDR")]
     pub api_server_cidr: Vec<ipnet::IpNet>,
+    /// Port of the API server's endpoints (repeatable) [default: 443 and 6443]
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub api_server_port: Vec<u16>,
+    /// Ask the cluster for the API server's endpoints (Service `kubernetes` in `default`, with
+    /// the client configuration of `prrte-k8s pods`) and let the pods reach only those
+    /// addresses and ports
+    #[arg(long, conflicts_with_all = ["api_server_cidr", "api_server_port"])]
+    pub api_server_from_cluster: bool,
     /// Elastic: `prrte-k8s grow N` may add pods to the running job, up to --max-pods (the
     /// Role may then patch the workload; a Job carries Kueue's elastic-job annotation)
     #[arg(long, requires = "max_pods")]
@@ -174,6 +182,14 @@ pub struct ManifestArgs {
 }
 
 impl ManifestArgs {
+    /// Where the pods may reach the Kubernetes API, as given.
+    pub fn api_server(&self) -> super::api_server::ApiServer {
+        super::api_server::ApiServer {
+            cidrs: self.api_server_cidr.clone(),
+            ports: self.api_server_port.clone(),
+        }
+    }
+
     /// The job these options describe (checked).
     pub fn plan(&self) -> Result<JobPlan, ManifestError> {
         check(self)?;
@@ -238,7 +254,7 @@ impl ManifestArgs {
             managed_by: None,
             max_pods: self.max_pods.filter(|_| self.elastic),
             origin: Vec::new(),
-            api_server: self.api_server_cidr.clone(),
+            api_server: self.api_server(),
             pod: PodPlan {
                 labels: Map::new(),
                 annotations: Map::new(),

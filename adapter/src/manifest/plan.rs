@@ -107,9 +107,8 @@ pub struct JobPlan {
     pub max_pods: Option<u32>,
     /// Header lines saying what the job was made from.
     pub origin: Vec<String>,
-    /// Where the pods may reach the Kubernetes API (the NetworkPolicy's egress); empty: any
-    /// address but link-local ones, on the API server's usual ports.
-    pub api_server: Vec<ipnet::IpNet>,
+    /// Where the pods may reach the Kubernetes API (the NetworkPolicy's egress).
+    pub api_server: super::api_server::ApiServer,
     pub pod: PodPlan,
 }
 

@@ -46,7 +46,7 @@ pub fn prepare(
         pull_policy: a.image_pull_policy.clone(),
         env: a.env.clone(),
         only: a.only.clone(),
-        api_server: a.api_server_cidr.clone(),
+        api_server: a.api_server(),
         grace_period: a.grace_period,
         preempt_signal: a.preempt_signal.clone(),
     };

@@ -216,6 +216,33 @@ fn batch_job_has_everything() {
         json!([{"ipBlock": {"cidr": "10.0.0.17/32"}}, {"ipBlock": {"cidr": "192.168.7.0/24"}}])
     );
     assert!(T::try_parse_from(["m", "--api-server-cidr", "10.0.0.300/8"]).is_err());
+    // The endpoints' ports too (those the cluster names with --api-server-from-cluster).
+    let narrowed = objects(
+        &args(&[
+            "--name",
+            "ar",
+            "--api-server-cidr",
+            "172.18.0.2/32",
+            "--api-server-port",
+            "8443",
+        ]),
+        None,
+    )
+    .unwrap();
+    let api = &narrowed.last().unwrap()["spec"]["egress"][2];
+    assert_eq!(api["to"], json!([{"ipBlock": {"cidr": "172.18.0.2/32"}}]));
+    assert_eq!(api["ports"], json!([{"protocol": "TCP", "port": 8443}]));
+    for bad in [
+        &["m", "--api-server-port", "0"][..],
+        &[
+            "m",
+            "--api-server-from-cluster",
+            "--api-server-cidr",
+            "10.0.0.1/32",
+        ],
+    ] {
+        assert!(T::try_parse_from(bad).is_err(), "{bad:?}");
+    }
     let ports: Vec<(u64, Option<u64>)> = np["ingress"][0]["ports"]
         .as_array()
         .unwrap()

@@ -18,7 +18,8 @@
 //! `K`, nonces are 32 random bytes, hex-encoded on the wire, and `||` is concatenation.
 //!
 //! 1. agent → client, as soon as the connection is accepted:
-//!    `{"v":1,"type":"challenge","auth":"hmac-sha256","nonce":Na,"agent":"prrte-k8s-agent 0.1.0"}`
+//!    `{"v":1,"type":"challenge","auth":"hmac-sha256","nonce":Na,"agent":"prrte-k8s-agent"}` (the
+//!    agent's version is not told to whoever connects)
 //! 2. client → agent:
 //!    `{"v":1,"type":"response","nonce":Nc,"mac":MAC("prrte-k8s client" || Na || Nc),"noise":E1}`
 //! 3. the agent checks the MAC in constant time. On mismatch it sends

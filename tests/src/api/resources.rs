@@ -1,7 +1,9 @@
 //! The resource types the sandbox API server serves, with their discovery data and the
 //! k8s-openapi type each stored object is checked against.
 
-use k8s_openapi::api::{apps, authentication, authorization, batch, core, networking, rbac};
+use k8s_openapi::api::{
+    apps, authentication, authorization, batch, core, discovery, networking, rbac,
+};
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;
 
@@ -297,6 +299,20 @@ pub static NETWORKPOLICIES: ResourceType = rt!(
     true,
     networking::v1::NetworkPolicy
 );
+pub static ENDPOINTSLICES: ResourceType = rt!(
+    "discovery.k8s.io",
+    "v1",
+    "endpointslices",
+    "endpointslice",
+    "EndpointSlice",
+    true,
+    &[],
+    &[],
+    RW,
+    &[],
+    true,
+    discovery::v1::EndpointSlice
+);
 pub static ROLES: ResourceType = rt!(
     "rbac.authorization.k8s.io",
     "v1",
@@ -410,6 +426,7 @@ pub static ALL: &[&ResourceType] = &[
     &STATEFULSETS,
     &JOBSETS,
     &NETWORKPOLICIES,
+    &ENDPOINTSLICES,
     &ROLES,
     &ROLEBINDINGS,
     &CLUSTERROLES,

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::error::{ExecConfigError, ExecError};
+use crate::agent::launch_policy::path::{canonical, PathProblem};
 use crate::settings::{agent, ArgExt};
 
 /// The agent's exec settings (`prrte-k8s-agent --exec-allow ...`).
@@ -139,9 +140,14 @@ impl ExecPolicy {
         if let Some(a) = self.allowed.iter().find(|a| a.path == wanted) {
             return Ok(a.path.clone());
         }
-        // The same file under another name (a symlinked prefix such as a venv link).
-        let Ok(canon) = std::fs::canonicalize(wanted) else {
-            return refuse("does not exist in this pod and is not on the allowlist");
+        // The same file under another name (a symlinked prefix such as a venv link), written
+        // so that it names the same file for the program as for the agent.
+        let canon = match canonical(argv0) {
+            Ok(c) => c,
+            Err(PathProblem::Missing(_)) => {
+                return refuse("does not exist in this pod and is not on the allowlist")
+            }
+            Err(_) => return refuse("has a `.` or `..` component or leads through /proc"),
         };
         match self
             .allowed
@@ -201,6 +207,16 @@ mod tests {
             proxy
         );
         assert_eq!(p.resolve("true").unwrap(), Path::new("/usr/bin/true"));
+        let via_proc = format!("/proc/self/root{}", proxy.display());
+        let dotted = format!(
+            "{}/../{}",
+            link.display(),
+            proxy.strip_prefix("/").unwrap().display()
+        );
+        for bad in [&via_proc, &dotted] {
+            let e = p.resolve(bad).unwrap_err().to_string();
+            assert!(e.contains("/proc"), "{e}");
+        }
         for bad in ["sh", "/bin/sh", "bin/prted", "./prted", "/opt/p/bin/prte"] {
             let e = p.resolve(bad).unwrap_err().to_string();
             assert!(

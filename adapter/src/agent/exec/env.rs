@@ -14,13 +14,14 @@
 use std::path::Path;
 
 use super::error::ExecError;
+use crate::agent::launch_policy::path::{as_passed, canonical};
 use crate::protocol::exec::is_var_name;
 
 /// What happens to one variable of an exec request's environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnvUse {
-    /// Set for the program.
-    Pass,
+    /// Set for the program, to this value (a prefix in its canonical form).
+    Pass(String),
     /// Not set: the pod's own value decides (the reason, for the log).
     Ignore(&'static str),
 }
@@ -46,10 +47,12 @@ pub fn check_env(name: &str, value: &str, program: &Path) -> Result<EnvUse, Exec
         ));
     }
     if PREFIXES.contains(&name) {
-        return Ok(if own_prefix(value, program) {
-            EnvUse::Pass
-        } else {
-            EnvUse::Ignore("an installation prefix is taken only when it is the program's own")
+        return Ok(match own_prefix(value, program) {
+            Some(p) => EnvUse::Pass(p),
+            None => EnvUse::Ignore(
+                "an installation prefix is taken only when it is the program's own, written as \
+                 an absolute path without `.`, `..` or /proc",
+            ),
         });
     }
     Err(ExecError::Env {
@@ -60,15 +63,13 @@ pub fn check_env(name: &str, value: &str, program: &Path) -> Result<EnvUse, Exec
     })
 }
 
-/// Whether `prefix` is an installation directory that holds `program` (not `/`).
-fn own_prefix(prefix: &str, program: &Path) -> bool {
-    let (Ok(prefix), Ok(prog)) = (
-        std::fs::canonicalize(prefix),
-        std::fs::canonicalize(program),
-    ) else {
-        return false;
-    };
-    prefix != Path::new("/") && prog.starts_with(prefix)
+/// `prefix` as the program gets it, if it is an installation directory that holds `program`
+/// (not `/`), written so that the program resolves it as the agent does (see
+/// [`crate::agent::launch_policy::path`]).
+fn own_prefix(value: &str, program: &Path) -> Option<String> {
+    let prefix = canonical(value).ok()?;
+    let prog = std::fs::canonicalize(program).ok()?;
+    (prefix != Path::new("/") && prog.starts_with(&prefix)).then(|| as_passed(value, &prefix))
 }
 
 #[cfg(test)]
@@ -83,8 +84,24 @@ mod tests {
         let prog = bin.join("prted");
         std::fs::write(&prog, "").unwrap();
         let own = d.path().to_str().unwrap();
-        assert_eq!(check_env("PRTE_PREFIX", own, &prog).unwrap(), EnvUse::Pass);
-        assert_eq!(check_env("OPAL_PREFIX", own, &prog).unwrap(), EnvUse::Pass);
+        let own_canon = std::fs::canonicalize(d.path()).unwrap();
+        let canon = own_canon.to_str().unwrap();
+        assert_eq!(
+            check_env("PRTE_PREFIX", canon, &prog).unwrap(),
+            EnvUse::Pass(canon.into())
+        );
+        assert_eq!(
+            check_env("OPAL_PREFIX", &format!("{canon}/"), &prog).unwrap(),
+            EnvUse::Pass(format!("{canon}/"))
+        );
+        // Through a link: passed canonical.
+        let link = own_canon.join("link");
+        std::os::unix::fs::symlink(&own_canon, &link).unwrap();
+        assert_eq!(
+            check_env("PMIX_PREFIX", link.to_str().unwrap(), &prog).unwrap(),
+            EnvUse::Pass(canon.into())
+        );
+        let _ = own;
         for (name, value) in [
             ("PATH", "/tmp"),
             ("LD_LIBRARY_PATH", "/tmp"),
@@ -95,6 +112,27 @@ mod tests {
             assert!(
                 matches!(check_env(name, value, &prog).unwrap(), EnvUse::Ignore(_)),
                 "{name}"
+            );
+        }
+        // A prefix is checked where the agent stands but used where the request puts the
+        // program: one through /proc/self (the program's working directory), `.` or `..` is
+        // not taken.
+        let ups = "../".repeat(16);
+        for sneaky in [
+            format!(
+                "/proc/self/cwd/{ups}{}",
+                own_canon.display().to_string().trim_start_matches('/')
+            ),
+            format!("/proc/self/root{}", own_canon.display()),
+            format!("{}/bin/..", own_canon.display()),
+            format!("{}/.", own_canon.display()),
+        ] {
+            assert!(
+                matches!(
+                    check_env("PMIX_PREFIX", &sneaky, &prog).unwrap(),
+                    EnvUse::Ignore(_)
+                ),
+                "{sneaky}"
             );
         }
         for bad in [

@@ -160,7 +160,7 @@ fn add_request_env(
     for (name, value) in request {
         let v = expand_in(env, value, &format!("environment variable `{name}`"))?;
         match check_env(name, &v, program)? {
-            EnvUse::Pass => {
+            EnvUse::Pass(v) => {
                 env.insert(name.clone(), v);
             }
             EnvUse::Ignore(why) => {

@@ -10,7 +10,8 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use super::error::{PolicyError, Request};
-use super::uri::{pin, UriProblem};
+use super::path::{as_passed, canonical};
+use super::uri::{pin, rank, redirect, UriProblem};
 use crate::protocol::params::{lookup, Origin, Project, Shape};
 
 /// What an option of a grammar takes.
@@ -101,23 +102,25 @@ pub fn check(g: &Grammar, argv: &[String], ctx: &Ctx<'_>) -> Result<Vec<String>,
             }
             return Err(unknown(g, ctx, i, a));
         };
-        let taken = match arg {
-            Arg::Flag => 1,
-            Arg::Value(shape, check) => {
-                value(g, argv, i, *shape, *check, ctx)?;
-                2
-            }
-            Arg::Mca(project) => {
-                if mca(g, argv, i, *project, ctx)? {
+        let (taken, passed) = match arg {
+            Arg::Flag => (1, None),
+            Arg::Value(shape, check) => (2, value(g, argv, i, *shape, *check, ctx)?),
+            Arg::Mca(project) => match mca(g, argv, i, *project, ctx)? {
+                McaValue::Uri => {
                     uris.push(UriArg {
                         at: out.len() + 2,
                         name: argv[i + 1].clone(),
                     });
+                    (3, None)
                 }
-                3
-            }
+                McaValue::Plain => (3, None),
+                McaValue::Passed(v) => (3, Some(v)),
+            },
         };
         out.extend(argv[i..i + taken].iter().cloned());
+        if let Some(v) = passed {
+            *out.last_mut().expect("a value was just added") = v;
+        }
         i += taken;
     }
     pin_uris(g, out, &uris, ctx)
@@ -134,7 +137,8 @@ fn unknown(g: &Grammar, ctx: &Ctx<'_>, index: usize, arg: &str) -> PolicyError {
     }
 }
 
-/// Checks the value of option `argv[i]`.
+/// Checks the value of option `argv[i]`; the value to pass instead, if it is a path written
+/// otherwise than canonically.
 fn value(
     g: &Grammar,
     argv: &[String],
@@ -142,7 +146,7 @@ fn value(
     shape: Shape,
     check: Check,
     ctx: &Ctx<'_>,
-) -> Result<(), PolicyError> {
+) -> Result<Option<String>, PolicyError> {
     let name = argv[i].as_str();
     let Some(v) = argv.get(i + 1) else {
         return Err(PolicyError::Missing {
@@ -164,14 +168,14 @@ fn value(
         }),
     };
     match check {
-        Check::None => Ok(()),
-        Check::PeerHost => peer_host(v),
+        Check::None => Ok(None),
+        Check::PeerHost => peer_host(v).map(|()| None),
         Check::PeerHostPort => match v.rsplit_once(':') {
-            Some((host, port)) if port.parse::<u16>().is_ok() => peer_host(host),
+            Some((host, port)) if port.parse::<u16>().is_ok() => peer_host(host).map(|()| None),
             _ => Err(bad_value(i + 1, name, v, Shape::OneOf(&["HOST:PORT"]))),
         },
-        Check::Rsh => rsh(i + 1, name, v, ctx),
-        Check::OwnDir => own_dir(i + 1, g, v, ctx),
+        Check::Rsh => rsh(i + 1, name, v, ctx).map(Some),
+        Check::OwnDir => own_dir(i + 1, g, v, ctx).map(Some),
     }
 }
 
@@ -193,14 +197,24 @@ pub fn same_host(a: IpAddr, b: IpAddr) -> bool {
     v4(a) == v4(b)
 }
 
-/// Checks the MCA pair after `argv[i]`; whether its value is a URI to pin.
+/// What becomes of a checked MCA value.
+enum McaValue {
+    /// Passed as it is.
+    Plain,
+    /// A URI, to pin.
+    Uri,
+    /// Passed as this (a path in its canonical form).
+    Passed(String),
+}
+
+/// Checks the MCA pair after `argv[i]`.
 fn mca(
     g: &Grammar,
     argv: &[String],
     i: usize,
     project: Project,
     ctx: &Ctx<'_>,
-) -> Result<bool, PolicyError> {
+) -> Result<McaValue, PolicyError> {
     let flag = &argv[i];
     let (Some(name), Some(v)) = (argv.get(i + 1), argv.get(i + 2)) else {
         return Err(PolicyError::Missing {
@@ -221,14 +235,15 @@ fn mca(
         return Err(bad_value(i + 2, name, v, param.shape));
     }
     match param.shape {
-        Shape::Uri => Ok(true),
-        Shape::Rsh => rsh(i + 2, name, v, ctx).map(|()| false),
-        _ => Ok(false),
+        Shape::Uri => Ok(McaValue::Uri),
+        Shape::Rsh => rsh(i + 2, name, v, ctx).map(McaValue::Passed),
+        _ => Ok(McaValue::Plain),
     }
 }
 
-/// `value` (words) names the installed `prrte-k8s-rsh`, with ssh's flags at most.
-fn rsh(index: usize, name: &str, value: &str, ctx: &Ctx<'_>) -> Result<(), PolicyError> {
+/// `value` (words) names the installed `prrte-k8s-rsh`, with ssh's flags at most; the value to
+/// pass (a path to it in its canonical form).
+fn rsh(index: usize, name: &str, value: &str, ctx: &Ctx<'_>) -> Result<String, PolicyError> {
     let refuse = || PolicyError::NotRsh {
         index,
         name: name.to_owned(),
@@ -241,56 +256,67 @@ fn rsh(index: usize, name: &str, value: &str, ctx: &Ctx<'_>) -> Result<(), Polic
         .rsh
         .and_then(|p| std::fs::canonicalize(p).ok())
         .ok_or_else(refuse)?;
-    let found = if first.contains('/') {
-        Path::new(first)
-            .is_absolute()
-            .then(|| Path::new(first).to_owned())
+    let (found, passed) = if first.contains('/') {
+        // Passed canonical: the daemon resolves it where the request put it.
+        let found = canonical(first).ok();
+        let passed = found.as_ref().map(|c| as_passed(first, c));
+        (found, passed)
     } else if Some(first) == installed.file_name().and_then(|n| n.to_str()) {
         // The daemon looks a bare name up in its PATH (the pod's, never the request's).
-        ctx.path.and_then(|path| {
+        let found = ctx.path.and_then(|path| {
             path.split(':')
                 .filter(|d| d.starts_with('/'))
                 .map(|d| Path::new(d).join(first))
                 .find(|p| p.is_file())
-        })
+                .and_then(|p| std::fs::canonicalize(p).ok())
+        });
+        (found, Some(first.to_owned()))
     } else {
-        None
+        (None, None)
     };
-    let is_installed = found
-        .and_then(|p| std::fs::canonicalize(p).ok())
-        .is_some_and(|p| p == installed);
-    let flags_only = words.all(|w| {
+    let flags: Vec<&str> = words.collect();
+    let flags_only = flags.iter().all(|w| {
         w.len() > 1
             && w.starts_with('-')
             && w[1..].chars().all(|c| crate::rsh::SSH_FLAGS.contains(c))
     });
-    if is_installed && flags_only {
-        Ok(())
-    } else {
-        Err(refuse())
+    match passed {
+        Some(p) if found.is_some_and(|f| f == installed) && flags_only => {
+            Ok(std::iter::once(p.as_str())
+                .chain(flags)
+                .collect::<Vec<_>>()
+                .join(" "))
+        }
+        _ => Err(refuse()),
     }
 }
 
-/// `value` is the directory of the program itself (Intel MPI's `--base-path`).
-fn own_dir(index: usize, g: &Grammar, value: &str, ctx: &Ctx<'_>) -> Result<(), PolicyError> {
+/// `value` is the directory of the program itself (Intel MPI's `--base-path`); the value to
+/// pass (canonical).
+fn own_dir(index: usize, g: &Grammar, value: &str, ctx: &Ctx<'_>) -> Result<String, PolicyError> {
     let dir = ctx.program.and_then(Path::parent);
-    let same = match (dir, std::fs::canonicalize(value)) {
-        (Some(d), Ok(v)) => std::fs::canonicalize(d).is_ok_and(|d| d == v),
-        _ => false,
-    };
-    if same {
-        return Ok(());
-    }
-    Err(PolicyError::Path {
-        index,
-        what: "--base-path",
-        value: value.to_owned(),
-        expected: format!(
+    let checked = canonical(value);
+    let expected = || {
+        format!(
             "the directory of {} itself ({})",
             g.daemon,
             dir.map(|d| d.display().to_string()).unwrap_or_default()
-        ),
-    })
+        )
+    };
+    match (dir, &checked) {
+        (Some(d), Ok(v)) if std::fs::canonicalize(d).is_ok_and(|d| d == *v) => {
+            Ok(as_passed(value, v))
+        }
+        _ => Err(PolicyError::Path {
+            index,
+            what: "--base-path",
+            value: value.to_owned(),
+            expected: match checked {
+                Err(why) => format!("{} ({why})", expected()),
+                Ok(_) => expected(),
+            },
+        }),
+    }
 }
 
 /// The program after a bootstrap proxy's options: `<own dir>/<name>` and its own options.
@@ -303,25 +329,28 @@ fn check_tail(
 ) -> Result<Vec<String>, PolicyError> {
     let program = &argv[0];
     let expected = ctx.program.and_then(Path::parent).map(|d| d.join(name));
-    let same = match (&expected, std::fs::canonicalize(program)) {
-        (Some(e), Ok(p)) => std::fs::canonicalize(e).is_ok_and(|e| e == p),
-        _ => false,
+    let checked = canonical(program);
+    let passed = match (&expected, &checked) {
+        (Some(e), Ok(p)) if std::fs::canonicalize(e).is_ok_and(|e| e == *p) => {
+            as_passed(program, p)
+        }
+        _ => {
+            let why = checked.err().map(|w| format!(" ({w})")).unwrap_or_default();
+            return Err(PolicyError::Path {
+                index: offset,
+                what: "the program to start",
+                value: program.clone(),
+                expected: format!(
+                    "{}, next to the bootstrap proxy{why}",
+                    expected
+                        .map(|e| e.display().to_string())
+                        .unwrap_or_else(|| name.into())
+                ),
+            });
+        }
     };
-    if !same || !Path::new(program).is_absolute() {
-        return Err(PolicyError::Path {
-            index: offset,
-            what: "the program to start",
-            value: program.clone(),
-            expected: format!(
-                "{}, next to the bootstrap proxy",
-                expected
-                    .map(|e| e.display().to_string())
-                    .unwrap_or_else(|| name.into())
-            ),
-        });
-    }
     let rest = check(g, &argv[1..], ctx).map_err(|e| shift_index(e, offset + 1))?;
-    Ok(std::iter::once(program.clone()).chain(rest).collect())
+    Ok(std::iter::once(passed).chain(rest).collect())
 }
 
 /// `e` with its argument index moved by `by` (for a part checked on its own).
@@ -339,8 +368,15 @@ pub fn shift_index(mut e: PolicyError, by: usize) -> PolicyError {
     e
 }
 
-/// Pins the URI the daemon reports to (the parent's if given, else the HNP's) to the
-/// launcher's address; earlier duplicates of a URI parameter are dropped.
+/// Pins the daemon's contact URIs to the launcher's address; earlier duplicates of a URI
+/// parameter are dropped (the daemon takes the last).
+///
+/// The daemon reports to its parent when one is given, else to the HNP; but a parent that
+/// claims the HNP's rank is taken for the HNP (prted 3.0.8 then ignores the parent's URI and
+/// contacts the HNP's addresses), so both URIs must list the launcher's address and are pinned
+/// to it. Only a parent of another rank may come with an HNP URI naming other hosts (the
+/// head, reached only through the parent): it is redirected to the launcher's address too, so
+/// the daemon holds no other host's address.
 fn pin_uris(
     g: &Grammar,
     mut out: Vec<String>,
@@ -350,14 +386,18 @@ fn pin_uris(
     let Some((hnp, parent)) = g.uris else {
         return Ok(out);
     };
-    let reports_to = if uris.iter().any(|u| u.name == parent) {
-        parent
-    } else {
-        hnp
+    let last_of = |name: &str| uris.iter().rposition(|u| u.name == name);
+    let (last_hnp, last_parent) = (last_of(hnp), last_of(parent));
+    let hnp_behind_parent = match (last_hnp, last_parent) {
+        (Some(h), Some(p)) => matches!(
+            (rank(&out[uris[h].at]), rank(&out[uris[p].at])),
+            (Ok(a), Ok(b)) if a != b
+        ),
+        _ => false,
     };
     let mut drop = Vec::new();
     for (k, u) in uris.iter().enumerate() {
-        let last = !uris[k + 1..].iter().any(|later| later.name == u.name);
+        let last = Some(k) == last_hnp || Some(k) == last_parent;
         // Nothing was dropped yet: the index is the request's.
         let original = u.at;
         let problem = |p: UriProblem| match p {
@@ -374,12 +414,16 @@ fn pin_uris(
                 peer: ctx.peer,
             },
         };
-        let pinned = pin(&out[u.at], ctx.peer);
-        match (u.name == reports_to && last, pinned) {
+        let pinned = match pin(&out[u.at], ctx.peer) {
+            Err(UriProblem::Elsewhere(_)) if last && u.name == hnp && hnp_behind_parent => {
+                redirect(&out[u.at], ctx.peer)
+            }
+            other => other,
+        };
+        match (last, pinned) {
             (true, Ok(p)) => out[u.at] = p,
             (true, Err(e)) | (false, Err(e @ UriProblem::Malformed(_))) => return Err(problem(e)),
-            (false, _) if !last => drop.push(u.at - 2),
-            (false, _) => {}
+            (false, _) => drop.push(u.at - 2),
         }
     }
     for at in drop.into_iter().rev() {

@@ -10,6 +10,36 @@ use super::daemons::PRTED_LAUNCH;
 use super::error::{PolicyError, Request};
 use super::grammar::{check, same_host, Ctx};
 use crate::protocol::params::{lookup, Origin, Project};
+use crate::protocol::{validate_dvm_uri, validate_launch, InvalidDvmUri, LaunchRefusal};
+
+/// Why the agent refuses a launch request (the reason goes back as `failed {reason}`).
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchRequestError {
+    #[error(transparent)]
+    Request(#[from] LaunchRefusal),
+    #[error(transparent)]
+    DvmUri(#[from] InvalidDvmUri),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+}
+
+/// A launch request from `peer` as the agent checks it: the protocol's checks of its arguments
+/// and environment, this policy's, and those of the DVM URI it carries; prted's checked
+/// arguments (the HNP's URI pinned to `peer`).
+pub fn check_launch_request(
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    dvm_uri: Option<&str>,
+    peer: IpAddr,
+) -> Result<Vec<String>, LaunchRequestError> {
+    validate_launch(argv, env)?;
+    let argv = check_launch(argv, env, peer)?;
+    if let Some(uri) = dvm_uri {
+        validate_dvm_uri(uri)?;
+        check_dvm_uri_host(uri, peer)?;
+    }
+    Ok(argv)
+}
 
 /// Checks a launch request from `peer`; prted's checked arguments (the HNP's URI pinned to
 /// `peer`).

@@ -181,13 +181,18 @@ fn what_prrtes_ssh_launcher_sends_passes_with_the_parent_pinned() {
     ]);
     second.extend(tail);
     let out = exec_check(&inst, "prted", &second, "10.0.0.3").unwrap();
-    // The grandparent's URI is dropped, the parent's pinned; the HNP's is left as it is.
+    // The grandparent's URI is dropped, the parent's pinned; the HNP's (the head, reached
+    // through the parent) is redirected to the parent's address too.
     assert_eq!(out.len(), second.len() - 3);
     assert_eq!(
         out.last().unwrap(),
         "prterun-mpi-0-5676@0.1;tcp://10.0.0.3:40929:24"
     );
-    assert!(out.contains(&first[15]));
+    assert_eq!(out[15], "prterun-mpi-0-5676@0.0;tcp://10.0.0.3:60241:24");
+    assert_eq!(
+        exec_check(&inst, "prted", &first, "10.0.0.2").unwrap()[15],
+        "prterun-mpi-0-5676@0.0;tcp://10.0.0.2:60241:24"
+    );
     // A bare `prrte-k8s-rsh` is found in the daemon's PATH (the pod's).
     let mut bare = first.clone();
     bare[21] = "prrte-k8s-rsh -x".into();
@@ -356,6 +361,192 @@ fn every_error_names_the_argument() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("argv[0]") && e.contains("needs"), "{e}");
+}
+
+/// A parent that claims the head's rank makes prted 3.0.8 skip the parent's URI and report to
+/// the HNP's address: with the HNP's URI left as sent, an exec'd prted contacted a third party.
+/// Both URIs are pinned now, for prted and for orted.
+#[test]
+fn a_parent_claiming_the_heads_rank_cannot_send_the_daemon_elsewhere() {
+    let inst = Install::new();
+    #[rustfmt::skip]
+    let prted = |hnp: &str, parent: &str| s(&[
+        "--prtemca", "ess", "env",
+        "--prtemca", "ess_base_nspace", "x@0",
+        "--prtemca", "ess_base_vpid", "1",
+        "--prtemca", "prte_hnp_uri", hnp,
+        "--tree-spawn",
+        "--prtemca", "prte_parent_uri", parent,
+    ]);
+    for (hnp, parent) in [
+        (
+            "x@0.0;tcp://127.0.0.5:27001:8",
+            "x@0.0;tcp://127.0.0.1:27002:8",
+        ),
+        // Another namespace, the same rank: prted compares the ranks only.
+        (
+            "x@0.0;tcp://127.0.0.5:27001:8",
+            "y@7.0;tcp://127.0.0.1:27002:8",
+        ),
+        (
+            "x@0.0;tcp://127.0.0.5:27001:8",
+            "x@0.00;tcp://127.0.0.1:27002:8",
+        ),
+    ] {
+        let e = exec_check(&inst, "prted", &prted(hnp, parent), "127.0.0.1").unwrap_err();
+        assert!(
+            matches!(e, PolicyError::NotThePeer { index: 12, .. })
+                && e.to_string().contains("127.0.0.5"),
+            "{parent}: {e}"
+        );
+    }
+    // ORTE's alike.
+    #[rustfmt::skip]
+    let orted = s(&[
+        "-mca", "ess", "env", "-mca", "ess_base_jobid", "3456106496",
+        "-mca", "orte_hnp_uri", "3456106496.0;tcp://127.0.0.5:4000",
+        "--tree-spawn", "-mca", "orte_parent_uri", "3456106496.0;tcp://127.0.0.1:4001",
+    ]);
+    let e = exec_check(&inst, "orted", &orted, "127.0.0.1").unwrap_err();
+    assert!(matches!(e, PolicyError::NotThePeer { index: 9, .. }), "{e}");
+    // A parent of another rank is the one the daemon reports to (through it to the head): the
+    // HNP's URI is redirected to the requester's address as well, so no address of another
+    // host reaches the daemon.
+    let out = exec_check(
+        &inst,
+        "prted",
+        &prted(
+            "x@0.0;tcp://127.0.0.5:27001:8;tcp6://[fd00::5]:27003:64",
+            "x@0.3;tcp://127.0.0.1,10.0.0.3:27002:8,24",
+        ),
+        "127.0.0.1",
+    )
+    .unwrap();
+    assert_eq!(out[11], "x@0.0;tcp://127.0.0.1:27001:8", "{out:?}");
+    assert_eq!(out[15], "x@0.3;tcp://127.0.0.1:27002:8", "{out:?}");
+    assert!(
+        !out.iter()
+            .any(|a| a.contains("127.0.0.5") || a.contains("fd00")),
+        "{out:?}"
+    );
+    let out = exec_check(
+        &inst,
+        "orted",
+        &[
+            &orted[..8],
+            &s(&["3456106496.0;tcp://10.0.0.9:4000"]),
+            &s(&["--tree-spawn", "-mca", "orte_parent_uri"]),
+            &s(&["3456106496.2;tcp://127.0.0.1:4001"]),
+        ]
+        .concat(),
+        "127.0.0.1",
+    )
+    .unwrap();
+    assert_eq!(out[8], "3456106496.0;tcp://127.0.0.1:4000", "{out:?}");
+}
+
+/// `path` written through `/proc/self/cwd` with enough `..` to reach `/` from the checking
+/// process's working directory: the checker resolves it to `path`, while a program whose
+/// working directory a request chooses resolves it below that directory.
+fn through_cwd(path: &std::path::Path) -> String {
+    format!(
+        "/proc/self/cwd/{}{}",
+        "../".repeat(16),
+        path.display().to_string().trim_start_matches('/')
+    )
+}
+
+/// Paths a daemon gets are checked where the agent stands, but the daemon resolves them where
+/// the request put it: `/proc/self/...`, `.` and `..` are refused, and what passes reaches the
+/// daemon in its canonical form.
+#[test]
+fn paths_through_proc_or_dot_dot_are_refused() {
+    let inst = Install::new();
+    let rsh = inst.bin("prrte-k8s-rsh");
+    let bin = inst.dir.path().join("bin");
+    let sneaky = [
+        through_cwd(&rsh),
+        format!("{}/../bin/prrte-k8s-rsh", bin.display()),
+        format!("{}/./prrte-k8s-rsh", bin.display()),
+        "/proc/self/root".to_string() + &rsh.display().to_string(),
+    ];
+    #[rustfmt::skip]
+    let prted = |agent: &str| s(&[
+        "--prtemca", "ess", "env",
+        "--prtemca", "prte_hnp_uri", "x@0.0;tcp://10.0.0.2:7000:24",
+        "--prtemca", "plm_ssh_agent", agent,
+        "--prtemca", "plm", "ssh",
+    ]);
+    for bad in &sneaky {
+        for v in [bad.clone(), format!("{bad} -x")] {
+            let e = exec_check(&inst, "prted", &prted(&v), "10.0.0.2").unwrap_err();
+            assert!(
+                matches!(e, PolicyError::NotRsh { index: 9, .. }),
+                "{v}: {e}"
+            );
+        }
+    }
+    #[rustfmt::skip]
+    let hydra = |exec: &str| s(&[
+        "--control-port", "10.0.0.2:36067", "--launcher", "ssh", "--launcher-exec", exec,
+    ]);
+    for bad in &sneaky {
+        let e = exec_check(&inst, "hydra_pmi_proxy", &hydra(bad), "10.0.0.2").unwrap_err();
+        assert!(
+            matches!(e, PolicyError::NotRsh { index: 6, .. }),
+            "{bad}: {e}"
+        );
+    }
+    let base = format!("{}/", bin.display());
+    #[rustfmt::skip]
+    let bstrap = |base: &str, proxy: &str| s(&[
+        "--upstream-host", "10.0.0.2", "--upstream-port", "41887", "--base-path", base,
+        proxy, "--usize", "-1",
+    ]);
+    let proxy = bin.join("hydra_pmi_proxy");
+    for bad in [
+        through_cwd(&bin),
+        format!("{}/../bin", bin.display()),
+        format!("{}/.", bin.display()),
+    ] {
+        let v = bstrap(&bad, proxy.to_str().unwrap());
+        let e = exec_check(&inst, "hydra_bstrap_proxy", &v, "10.0.0.2").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PolicyError::Path { index: 6, .. } | PolicyError::Value { index: 6, .. }
+            ),
+            "{bad}: {e}"
+        );
+    }
+    for bad in [
+        through_cwd(&proxy),
+        format!("{}/../bin/hydra_pmi_proxy", bin.display()),
+    ] {
+        let e = exec_check(
+            &inst,
+            "hydra_bstrap_proxy",
+            &bstrap(&base, &bad),
+            "10.0.0.2",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, PolicyError::Path { index: 7, .. }),
+            "{bad}: {e}"
+        );
+    }
+    // What passes reaches the daemon canonical: a link to the installed rsh is resolved.
+    let link = inst.dir.path().join("rsh-link");
+    std::os::unix::fs::symlink(&rsh, &link).unwrap();
+    let out = exec_check(
+        &inst,
+        "prted",
+        &prted(&format!("{} -x", link.display())),
+        "10.0.0.2",
+    )
+    .unwrap();
+    let canon = std::fs::canonicalize(&rsh).unwrap();
+    assert_eq!(out[8], format!("{} -x", canon.display()));
 }
 
 /// The k8s PLM appends `--prtemca odls_base_max_threads 0` to what PRRTE builds (launches on

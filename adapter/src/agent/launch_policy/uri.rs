@@ -57,6 +57,44 @@ pub fn pin(uri: &str, peer: IpAddr) -> Result<String, UriProblem> {
     Ok(format!("{proc_name};{scheme}://{host}:{}{mask}", e.port))
 }
 
+/// The rank of the process `uri` names (what prted compares to tell its parent from the head).
+pub fn rank(uri: &str) -> Result<u32, UriProblem> {
+    let (proc_name, _) = parse(uri)?;
+    // `parse` checked that the rank after the last `.` is a number.
+    proc_name
+        .rsplit_once('.')
+        .and_then(|(_, r)| r.parse().ok())
+        .ok_or(UriProblem::Malformed(
+            "the process name is not <nspace>.<rank>",
+        ))
+}
+
+/// `uri` with its addresses replaced by `peer` alone: `<proc>;tcp://<peer>:<port>[:<mask>]`
+/// (the port of an entry of `peer`'s family, else of the first; the mask likewise, the full
+/// length for another family). For a URI the daemon must not reach anyone else through,
+/// although it legitimately names another host (the head, when the daemon reports to a parent
+/// daemon: it then never contacts the head but through that parent).
+pub fn redirect(uri: &str, peer: IpAddr) -> Result<String, UriProblem> {
+    let peer = match peer {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, IpAddr::V4),
+        v4 => v4,
+    };
+    let (proc_name, entries) = parse(uri)?;
+    let same = entries.iter().find(|e| e.v6 == peer.is_ipv6());
+    let e = same.unwrap_or(&entries[0]);
+    let mask = match (e.masks.first(), same.is_some()) {
+        (None, _) => String::new(),
+        (Some(m), true) => format!(":{m}"),
+        (Some(_), false) => format!(":{}", if peer.is_ipv6() { 128 } else { 32 }),
+    };
+    let (scheme, host) = if peer.is_ipv6() {
+        ("tcp6", format!("[{peer}]"))
+    } else {
+        ("tcp", peer.to_string())
+    };
+    Ok(format!("{proc_name};{scheme}://{host}:{}{mask}", e.port))
+}
+
 /// The process name and the address entries of `uri`.
 fn parse(uri: &str) -> Result<(&str, Vec<Entry>), UriProblem> {
     use UriProblem::Malformed;
@@ -176,6 +214,32 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_uri_is_redirected_to_the_launchers_address() {
+        let uri = "x@0.0;tcp://10.0.0.9,10.0.0.8:7000:24,16;tcp6://[fd00::9]:7001:64";
+        assert_eq!(
+            redirect(uri, ip("10.0.0.2")).unwrap(),
+            "x@0.0;tcp://10.0.0.2:7000:24"
+        );
+        assert_eq!(
+            redirect(uri, ip("fd00::2")).unwrap(),
+            "x@0.0;tcp6://[fd00::2]:7001:64"
+        );
+        assert_eq!(
+            redirect("x@0.0;tcp://10.0.0.9:7000:24", ip("fd00::2")).unwrap(),
+            "x@0.0;tcp6://[fd00::2]:7000:128"
+        );
+        assert_eq!(
+            redirect("3456106496.0;tcp://10.0.0.9:4000", ip("10.0.0.2")).unwrap(),
+            "3456106496.0;tcp://10.0.0.2:4000"
+        );
+        assert_eq!(rank("x@0.00;tcp://10.0.0.9:4000"), Ok(0));
+        assert_eq!(rank("x@0.0;tcp://10.0.0.9:4000"), Ok(0));
+        assert_eq!(rank("x@0.12;tcp://10.0.0.9:4000"), Ok(12));
+        assert!(rank("x@0.4294967296;tcp://10.0.0.9:4000").is_err());
+        assert!(redirect("x.0", ip("10.0.0.2")).is_err());
     }
 
     #[test]

@@ -31,8 +31,8 @@ pub struct Overrides {
     pub env: Vec<(String, String)>,
     /// `--only`.
     pub only: Vec<Part>,
-    /// `--api-server-cidr`.
-    pub api_server: Vec<ipnet::IpNet>,
+    /// `--api-server-cidr`, `--api-server-port`.
+    pub api_server: crate::manifest::api_server::ApiServer,
     /// `--grace-period` instead of the pod template's `terminationGracePeriodSeconds`.
     pub grace_period: Option<u64>,
     /// `--preempt-signal`.
