@@ -5,8 +5,9 @@
 //! (`prun --add-host` with [`add_host_arg`]).
 //!
 //! Only a job rendered elastic grows (`prrte-k8s manifest --elastic --max-pods M`: its workload
-//! carries [`MAX_PODS_ANNOTATION`] and its Role may patch it); beyond M, or not elastic, it is
-//! refused with the reason before anything is changed ([`check`]).
+//! carries [`MAX_PODS_ANNOTATION`] and its Role may raise it: a StatefulSet through its `scale`
+//! subresource alone, a Job by a patch its admission policy narrows); beyond M, or not elastic,
+//! it is refused with the reason before anything is changed ([`check`]).
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
@@ -70,7 +71,7 @@ pub enum GrowError {
         max: u32,
         room: u32,
     },
-    #[error("{what} {kind} {namespace}/{name} failed: {source}; the job's Role must allow get and patch on it (prrte-k8s manifest --elastic grants both)")]
+    #[error("{what} {kind} {namespace}/{name} failed: {source}; the job's Role must allow get on it and patch on a Job, or get and patch on a StatefulSet's scale subresource (prrte-k8s manifest --elastic grants these)")]
     Api {
         what: &'static str,
         kind: &'static str,
@@ -115,7 +116,7 @@ pub fn check(w: &Workload, by: u32) -> Result<u32, GrowError> {
     Ok(wanted)
 }
 
-/// The merge patch raising `w` to `pods`.
+/// The merge patch raising `w` to `pods` (a StatefulSet's is of its Scale).
 pub fn patch_for(w: &Workload, pods: u32) -> serde_json::Value {
     if w.kind == "Job" {
         json!({"spec": {"parallelism": pods, "completions": pods}})
@@ -214,8 +215,9 @@ async fn raise(client: &kube::Client, w: &Workload, pods: u32) -> Result<(), Gro
         let api: Api<Job> = Api::namespaced(client.clone(), &w.namespace);
         api.patch(&w.name, &pp, &patch).await.map(drop)
     } else {
+        // Through the scale subresource: the job's Role may patch nothing else of it.
         let api: Api<StatefulSet> = Api::namespaced(client.clone(), &w.namespace);
-        api.patch(&w.name, &pp, &patch).await.map(drop)
+        api.patch_scale(&w.name, &pp, &patch).await.map(drop)
     };
     done.map_err(|e| api_error("patching", w, e))
 }

@@ -19,11 +19,13 @@
 //! - `prrte-k8s` (pods, hostfile, manifest, doctor, prun, grow and the PRRTE tools):
 //!   [`discovery`], [`grow`], [`hostfile`], [`manifest`], [`launch::ping_agent`], [`protocol`] (the secret file, the DVM
 //!   URI's check), [`settings`], [`runtime`].
+//! - `prrte-k8s controller` (and `crd`): [`controller`], which converts with [`manifest`].
 //! - [`text`] makes peers' text safe to log, for all of them.
 #![forbid(unsafe_code)]
 
 pub mod agent;
 pub mod bundle;
+pub mod controller;
 pub mod discovery;
 pub mod grow;
 pub mod hostfile;

@@ -19,6 +19,10 @@ fn fd_count(pid: i32) -> usize {
         .unwrap_or(0)
 }
 
+/// Held by the tests that flood the agent: each floods alone, so that the others' timing bounds
+/// (a launch or a probe within 1 s) are not measured under two floods at once.
+static FLOODING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Raises this test process's own open-file limit (the flood needs 1,000+ descriptors here).
 fn raise_own_nofile() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
@@ -54,6 +58,7 @@ async fn handshake_answer(conn: &mut protocol::FramedConn<TcpStream>) -> Result<
 /// succeeds within 1 s, and once the flood ends the agent's descriptors return to the baseline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_flood_does_not_lock_out_the_launcher() {
+    let _alone = FLOODING.lock().await;
     raise_own_nofile();
     let td = TestDir::new();
     let args = AgentProc::test_args(&td, &[]);
@@ -129,6 +134,7 @@ async fn a_connection_flood_does_not_lock_out_the_launcher() {
 /// probe from being answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_on_the_health_port_does_not_block_probes() {
+    let _alone = FLOODING.lock().await;
     raise_own_nofile();
     let td = TestDir::new();
     let args = AgentProc::test_args(&td, &[]);
@@ -569,6 +575,290 @@ async fn failed_handshakes_stay_within_the_pending_caps_while_they_linger() {
     );
     senders.abort_all();
     while senders.join_next().await.is_some() {}
+    assert_idle(agent.addr, &td.secret).await;
+}
+
+const RSH: &str = env!("CARGO_BIN_EXE_prrte-k8s-rsh");
+
+/// Connections that never authenticate, from `sources` addresses (127.0.0.10 on), each source
+/// opening them one after another as fast as it can and holding its last 16; counts them in
+/// `made` until `stop`.
+fn flood_from_many_addresses(
+    addr: SocketAddr,
+    sources: u8,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    made: &std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> tokio::task::JoinSet<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut flood = tokio::task::JoinSet::new();
+    for i in 0..sources {
+        let (stop, made) = (stop.clone(), made.clone());
+        flood.spawn(async move {
+            let src = SocketAddr::from(([127, 0, 0, 10 + i], 0));
+            let mut held = std::collections::VecDeque::new();
+            while !stop.load(Relaxed) {
+                let s = tokio::net::TcpSocket::new_v4().unwrap();
+                if s.bind(src).is_err() {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                if let Ok(c) = s.connect(addr).await {
+                    made.fetch_add(1, Relaxed);
+                    held.push_back(c);
+                    if held.len() > 16 {
+                        held.pop_front();
+                    }
+                }
+            }
+        });
+    }
+    flood
+}
+
+/// One launch through the launcher library (the k8s PLM's): started, then exit code 0; the
+/// error otherwise.
+fn launch_once(addr: SocketAddr, secret: &[u8]) -> Result<(), String> {
+    use prrte_k8s::launch::{
+        ExitDesc, LaunchEvent, LaunchOptions, LaunchRequest, LaunchTarget, Launcher,
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let launcher = Launcher::start(
+        vec![(
+            LaunchTarget {
+                id: 1,
+                pod: "flooded".into(),
+                addr,
+            },
+            LaunchRequest {
+                argv: launch_args(&["--exit", "0"]),
+                env: vec![],
+                dvm_uri: None,
+            },
+        )],
+        LaunchOptions {
+            secret: Some(secret.to_vec()),
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            kill_grace: Duration::from_secs(2),
+            heartbeat: Default::default(),
+        },
+        Box::new(move |e| {
+            let _ = tx.lock().unwrap().send(e);
+        }),
+    );
+    let mut events = Vec::new();
+    let outcome = loop {
+        match rx.recv_timeout(WAIT) {
+            Ok(e @ LaunchEvent::Started { .. }) => events.push(e),
+            Ok(LaunchEvent::Exited {
+                status: ExitDesc::Code(0),
+                ..
+            }) if !events.is_empty() => break Ok(()),
+            Ok(other) => break Err(format!("{events:?} then {other:?}")),
+            Err(_) => break Err(format!("{events:?} then nothing within {WAIT:?}")),
+        }
+    };
+    launcher.shutdown(Duration::from_secs(5));
+    outcome
+}
+
+/// A proxy to `agent`: each client connection reaches the agent from an address of its own
+/// (127.1.0.1 on, none of which has authenticated); the first bytes a client sends reach the
+/// agent `delay` later (a launcher on a busy node), and the first `drop_first` connections are
+/// closed instead once the client sends them (as an agent drops a pending connection). Counts
+/// the client connections in `seen`.
+async fn proxy(
+    agent: SocketAddr,
+    delay: Duration,
+    drop_first: u32,
+    seen: std::sync::Arc<std::sync::atomic::AtomicU32>,
+) -> SocketAddr {
+    use std::sync::atomic::Ordering::Relaxed;
+    use tokio::io::AsyncReadExt;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = l.accept().await {
+            let k = seen.fetch_add(1, Relaxed) + 1;
+            let src = SocketAddr::from(([127, 1, (k / 250) as u8, (k % 250 + 1) as u8], 0));
+            tokio::spawn(async move {
+                let s = tokio::net::TcpSocket::new_v4().unwrap();
+                s.bind(src).unwrap();
+                let Ok(upstream) = s.connect(agent).await else {
+                    return;
+                };
+                let (mut cr, mut cw) = client.into_split();
+                let (mut ur, mut uw) = upstream.into_split();
+                let down = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut ur, &mut cw).await;
+                    let _ = cw.shutdown().await;
+                });
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut first = true;
+                while let Ok(n @ 1..) = cr.read(&mut buf).await {
+                    if std::mem::take(&mut first) {
+                        if k <= drop_first {
+                            down.abort();
+                            return;
+                        }
+                        tokio::time::sleep(delay).await;
+                    }
+                    if uw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+                let _ = uw.shutdown().await;
+                let _ = down.await;
+            });
+        }
+    });
+    addr
+}
+
+/// An agent that runs `/.../hello N` (prints `hello N`) for `prrte-k8s-rsh`; its path.
+fn hello_agent(td: &TestDir) -> (AgentProc, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let prog = td.path("hello");
+    std::fs::write(&prog, "#!/bin/sh\necho \"hello $1\"\n").unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let prog = prog.display().to_string();
+    (AgentProc::spawn(td, &["--exec-allow", &prog]), prog)
+}
+
+/// `prrte-k8s-rsh 127.0.0.1 PROG N` through port `port`: exit status, stdout, stderr.
+fn rsh_hello(td: &TestDir, port: u16, prog: &str, n: u32) -> (Option<i32>, String, String) {
+    let o = std::process::Command::new("timeout")
+        .args(["60", RSH, "-n", "127.0.0.1", prog, &n.to_string()])
+        .env("PRRTE_K8S_SECRET_FILE", &td.secret_file)
+        .env("PRRTE_K8S_AGENT_PORT", port.to_string())
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// A connection closed before it authenticated is tried again by `prrte-k8s-rsh`, each time
+/// said on stderr, at most 4 times with a short growing pause; then the failure is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rsh_tries_again_a_connection_dropped_before_authenticating_a_bounded_number_of_times() {
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+    use std::sync::Arc;
+    let td = TestDir::new();
+    let (agent, prog) = hello_agent(&td);
+    let seen = Arc::new(AtomicU32::new(0));
+    let via = proxy(agent.addr, Duration::ZERO, 2, seen.clone()).await;
+    let (code, out, err) = {
+        let (td, prog) = (&td, prog.clone());
+        tokio::task::block_in_place(|| rsh_hello(td, via.port(), &prog, 7))
+    };
+    assert_eq!((code, out.as_str()), (Some(0), "hello 7\n"), "{err}");
+    assert_eq!(err.matches("trying again").count(), 2, "{err}");
+    assert_eq!(seen.load(Relaxed), 3);
+
+    let seen = Arc::new(AtomicU32::new(0));
+    let via = proxy(agent.addr, Duration::ZERO, u32::MAX, seen.clone()).await;
+    let t0 = Instant::now();
+    let (code, out, err) = tokio::task::block_in_place(|| rsh_hello(&td, via.port(), &prog, 8));
+    assert_eq!((code, out.as_str()), (Some(255), ""), "{err}");
+    assert_eq!(err.matches("trying again").count(), 4, "{err}");
+    assert!(
+        err.contains("the agent closed the connection during authentication"),
+        "{err}"
+    );
+    assert_eq!(seen.load(Relaxed), 5, "one attempt and 4 more");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
+/// The review's flood: connections that never authenticate from 64 source addresses, opened as
+/// fast as they go, against the default caps (64 pending, 8 per address). Meanwhile 24
+/// `prrte-k8s-rsh` runs and 8 launches through the launcher library all succeed, each from an
+/// address that has not authenticated before and answering the agent's challenge 400 ms late
+/// (longer than the flood takes to open 64 connections, here or against the review's release
+/// agent): the agent drops the pending connections of the sources holding the most, and among
+/// those holding as many of those that opened the most (the flood's), and a client whose
+/// connection was dropped before authenticating tries again (saying so). Before, the oldest
+/// pending connection went, whatever its source, and nothing tried again: the runs failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_from_many_addresses_fails_no_launch_and_no_rsh_run() {
+    let _alone = FLOODING.lock().await;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+    raise_own_nofile();
+    let td = TestDir::new();
+    let (agent, prog) = hello_agent(&td);
+    let via = proxy(
+        agent.addr,
+        Duration::from_millis(400),
+        0,
+        Arc::new(std::sync::atomic::AtomicU32::new(0)),
+    )
+    .await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let made = Arc::new(AtomicU64::new(0));
+    let mut flood = flood_from_many_addresses(agent.addr, 64, &stop, &made);
+    // The table full of the flood before the first run.
+    let filled = wait_for(WAIT, || (made.load(Relaxed) >= 500).then_some(()));
+    assert!(filled.is_some(), "the flood did not get going");
+
+    let t0 = Instant::now();
+    let (rsh_runs, launches) = tokio::task::block_in_place(|| {
+        std::thread::scope(|sc| {
+            let rsh_runs = sc.spawn(|| {
+                (0..24)
+                    .filter_map(|n| {
+                        let (code, out, err) = rsh_hello(&td, via.port(), &prog, n);
+                        let ok = code == Some(0) && out == format!("hello {n}\n");
+                        (!ok)
+                            .then(|| format!("run {n}: {code:?} {out:?} {err}"))
+                            .or_else(|| err.contains("trying again").then(|| "retried".into()))
+                    })
+                    .collect::<Vec<String>>()
+            });
+            let launches = sc.spawn(|| {
+                (0..8)
+                    .filter_map(|n| {
+                        launch_once(via, &td.secret)
+                            .err()
+                            .map(|e| format!("launch {n}: {e}"))
+                    })
+                    .collect::<Vec<String>>()
+            });
+            (rsh_runs.join().unwrap(), launches.join().unwrap())
+        })
+    });
+    let took = t0.elapsed();
+    stop.store(true, Relaxed);
+    while flood.join_next().await.is_some() {}
+    let made = made.load(Relaxed);
+    let (retried, failed): (Vec<String>, Vec<String>) =
+        rsh_runs.into_iter().partition(|r| r == "retried");
+    eprintln!(
+        "{made} flood connections in {took:?}; {} rsh runs tried again",
+        retried.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "rsh runs failed in the flood: {failed:#?}"
+    );
+    assert!(
+        launches.is_empty(),
+        "launches failed in the flood: {launches:#?}"
+    );
+    // The flood was one: it outran the caps the whole time.
+    assert!(made >= 1000, "only {made} flood connections in {took:?}");
+    assert!(
+        agent
+            .wait_log(WAIT, |v| v["message"].as_str().is_some_and(
+                |m| m.contains("too many unauthenticated connections")
+            ))
+            .is_some(),
+        "the agent never dropped a pending connection: no flood"
+    );
     assert_idle(agent.addr, &td.secret).await;
 }
 

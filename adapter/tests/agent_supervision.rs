@@ -487,3 +487,109 @@ impl Drop for KillOnDrop {
         }
     }
 }
+
+/// The attack on the process-tree sweep: prted forks a process that forks a session leader and
+/// exits at once (so the leader is orphaned to the agent before any recording sees it). The
+/// leader (`sleep 1002`) makes a new session, ignores SIGTERM and SIGHUP and stays; it forks a
+/// process that forks the survivor (`sleep 1001`, same dispositions) and exits, so the survivor
+/// is orphaned to the agent too, in a session whose leader is alive and was never recorded.
+/// Pids go to `leader.pid` and `survivor.pid`; prted itself stays (`sleep 1000`).
+const SESSION_ESCAPING_PRTED: &str = r#"#!/bin/sh
+d='@DIR@'
+perl -MPOSIX -e '
+  my $d = shift;
+  sub put { my ($name, $pid) = @_; open(my $f, ">", "$d/$name.tmp") or die; print $f "$pid\n";
+    close $f; rename("$d/$name.tmp", "$d/$name.pid"); }
+  exit 0 if fork();
+  exit 0 if fork();
+  POSIX::setsid() or die "setsid: $!";
+  $SIG{TERM} = "IGNORE"; $SIG{HUP} = "IGNORE";
+  open(STDOUT, ">/dev/null"); open(STDERR, ">/dev/null");
+  if (fork() == 0) {
+    if (fork() == 0) { put("survivor", $$); exec "sleep", "1001"; }
+    exit 0;
+  }
+  put("leader", $$);
+  exec "sleep", "1002";
+' "$d"
+while [ ! -s "$d/leader.pid" ] || [ ! -s "$d/survivor.pid" ]; do sleep 0.01; done
+exec sleep 1000
+"#;
+
+/// Kills what a test's prted left (only if it still is one of the `sleep 100N` it started).
+struct KillSleeps(Vec<i32>);
+
+impl Drop for KillSleeps {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            if cmdline(*p).starts_with("sleep 100") {
+                let _ = kill(Pid::from_raw(*p), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Nothing outlives the job: with the sweep (`--cgroup off`) as with a cgroup, `kill` stops a
+/// process orphaned to the agent in a session whose leader is the launch's but was never
+/// recorded, both ignoring SIGTERM and SIGHUP; `exited` comes once both are gone, without
+/// waiting out the bound on processes that survive SIGKILL.
+#[tokio::test]
+async fn kill_stops_an_orphan_in_a_session_the_job_made_between_recordings() {
+    for extra in modes() {
+        let td = TestDir::new();
+        std::fs::write(
+            &td.prted,
+            SESSION_ESCAPING_PRTED.replace("@DIR@", td.dir.path().to_str().unwrap()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&td.prted, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let agent = AgentProc::spawn(&td, extra);
+        let mut c = RawClient::connect(agent.addr, Some(&td.secret))
+            .await
+            .unwrap();
+        let reply = c.request(&launch(&["wait"])).await;
+        assert!(
+            matches!(reply, Reply::Started { .. }),
+            "{extra:?}: {reply:?}"
+        );
+        let leader = td.wait_pid("leader.pid");
+        let survivor = td.wait_pid("survivor.pid");
+        let _cleanup = KillSleeps(vec![leader, survivor]);
+        // Both orphaned to the agent; the survivor in the leader's session, not the agent's.
+        let orphaned = |p: i32| stat(p).filter(|s| s.ppid == agent.pid());
+        let s = wait_for(WAIT, || orphaned(survivor)).unwrap_or_else(|| {
+            panic!(
+                "{extra:?}: the survivor was not orphaned: {:?}",
+                stat(survivor)
+            )
+        });
+        let l = wait_for(WAIT, || orphaned(leader)).unwrap_or_else(|| {
+            panic!("{extra:?}: the leader was not orphaned: {:?}", stat(leader))
+        });
+        assert_eq!((l.session, s.session), (leader, leader), "{extra:?}");
+        assert_ne!(s.session, stat(agent.pid()).unwrap().session);
+        let t0 = std::time::Instant::now();
+        let reply = c
+            .request(&Request::Kill {
+                grace_ms: Some(300),
+            })
+            .await;
+        let took = t0.elapsed();
+        assert!(
+            matches!(reply, Reply::Exited { .. }),
+            "{extra:?}: {reply:?}"
+        );
+        for (what, p) in [("survivor", survivor), ("session leader", leader)] {
+            assert!(
+                !running(p),
+                "{extra:?}: the {what} (pid {p}) outlived `kill`: {}",
+                cmdline(p)
+            );
+        }
+        // Not the 10 s bound on processes that survive SIGKILL.
+        assert!(
+            took < std::time::Duration::from_secs(8),
+            "{extra:?}: kill took {took:?}"
+        );
+    }
+}

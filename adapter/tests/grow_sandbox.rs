@@ -2,8 +2,10 @@
 //! controllers: an elastic Indexed Job grows by N (its parallelism and completions raised
 //! together, the missing indexes made, the new pods awaited until Ready and returned with their
 //! host names and slots), an elastic StatefulSet by its replicas, and a growth past --max-pods or
-//! of a job not rendered elastic is refused with the reason, nothing changed. A stand-in kubelet
-//! makes every pod of the namespace Ready.
+//! of a job not rendered elastic is refused with the reason, nothing changed. With the
+//! ServiceAccount, Role and RoleBinding `prrte-k8s manifest --elastic` renders for a
+//! StatefulSet, its token grows it (through the scale subresource) but cannot patch the
+//! StatefulSet itself. A stand-in kubelet makes every pod of the namespace Ready.
 #![forbid(unsafe_code)]
 
 mod discovery_support;
@@ -257,6 +259,123 @@ async fn an_elastic_statefulset_grows_by_its_replicas_and_the_rest_is_refused_un
         "{e}"
     );
     assert_eq!(replicas(&sets.get("stay").await.unwrap()), 2);
+    kubelet.abort();
+    controllers.abort();
+}
+
+#[derive(clap::Parser)]
+struct ManifestCli {
+    #[command(flatten)]
+    a: prrte_k8s::manifest::ManifestArgs,
+}
+
+/// The objects `prrte-k8s manifest ARGS` renders (no Secret).
+fn rendered(args: &[&str]) -> Vec<serde_json::Value> {
+    use clap::Parser;
+    let mut argv = vec!["manifest"];
+    argv.extend(args);
+    let a = ManifestCli::try_parse_from(argv).unwrap().a;
+    prrte_k8s::manifest::objects(&a.plan().unwrap(), None)
+}
+
+/// A compromised rank holds the token of an elastic StatefulSet's service account: it may grow
+/// the StatefulSet (its Scale) but not rewrite it (another service account, any Secret, any
+/// image in its pod template), nor change its max-pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elastic_statefulsets_token_grows_it_but_cannot_rewrite_it() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let f = Fixture::new("grow-rbac").await;
+    let objs = rendered(&[
+        "--name",
+        "tok",
+        "--kind",
+        "statefulset",
+        "--pods",
+        "2",
+        "--elastic",
+        "--max-pods",
+        "4",
+        "-n",
+        "grow-rbac",
+    ]);
+    let of = |kind: &str| {
+        objs.iter()
+            .find(|o| o["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} rendered"))
+            .clone()
+    };
+    let pp = PostParams::default();
+    let sas: Api<ServiceAccount> = Api::namespaced(f.client.clone(), &f.ns);
+    let sa: ServiceAccount = serde_json::from_value(of("ServiceAccount")).unwrap();
+    sas.create(&pp, &sa).await.unwrap();
+    let roles: Api<Role> = Api::namespaced(f.client.clone(), &f.ns);
+    roles
+        .create(&pp, &serde_json::from_value(of("Role")).unwrap())
+        .await
+        .unwrap();
+    let bindings: Api<RoleBinding> = Api::namespaced(f.client.clone(), &f.ns);
+    bindings
+        .create(&pp, &serde_json::from_value(of("RoleBinding")).unwrap())
+        .await
+        .unwrap();
+    let controllers = sandbox::cluster::controllers::spawn(f.server.store().clone());
+    let kubelet = kubelet(&f);
+    let sets: Api<StatefulSet> = Api::namespaced(f.client.clone(), &f.ns);
+    sets.create(&pp, &statefulset("tok", 2, Some(4)))
+        .await
+        .unwrap();
+    let first = ready_pods_of(&f, "app=tok", STS_INDEX, 2).await;
+
+    let token = f
+        .server
+        .service_account_token(&f.ns, sa.metadata.name.as_deref().unwrap());
+    let kubeconfig = f.kubeconfig_for(&token);
+    let cfg = DiscoveryConfig {
+        self_pod: Some(first[1].0.clone()),
+        kubeconfig: Some(kubeconfig.clone()),
+        ..f.config()
+    };
+    // grow works with the rendered Role alone.
+    let grown = grow(&cfg, &Environment::default(), 1)
+        .await
+        .unwrap_or_else(|e| panic!("grow with the rendered Role: {e}"));
+    assert_eq!((grown.workload.pods, grown.pods), (2, 3));
+    assert_eq!(replicas(&sets.get("tok").await.unwrap()), 3);
+
+    // The same token cannot patch the StatefulSet: not its template, not its max-pods.
+    let before = sets.get("tok").await.unwrap();
+    let rank = discovery_support::client_for(&kubeconfig).await;
+    let as_rank: Api<StatefulSet> = Api::namespaced(rank, &f.ns);
+    let attacks = [
+        json!({"spec": {"template": {"spec": {"serviceAccountName": "default"}}}}),
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "attacker/any"}]}}}}),
+        json!({"metadata": {"annotations": {"prrte-k8s.io/max-pods": "1000"}}}),
+        json!({"spec": {"replicas": 1000}}),
+    ];
+    for attack in attacks {
+        let e = as_rank
+            .patch("tok", &PatchParams::default(), &Patch::Merge(&attack))
+            .await
+            .expect_err("the rendered Role lets the token patch its StatefulSet");
+        assert!(
+            matches!(&e, kube::Error::Api(s) if s.code == 403),
+            "{attack}: {e}"
+        );
+    }
+    let sts = sets.get("tok").await.unwrap();
+    assert_eq!(
+        sts.spec.as_ref().unwrap().template,
+        before.spec.as_ref().unwrap().template,
+        "the token changed the pod template"
+    );
+    let tpl = sts.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert_eq!(tpl.containers[0].image.as_deref(), Some("mpi"));
+    assert_eq!(
+        sts.metadata.annotations.unwrap()["prrte-k8s.io/max-pods"],
+        "4"
+    );
+    assert_eq!(replicas(&sets.get("tok").await.unwrap()), 3);
     kubelet.abort();
     controllers.abort();
 }

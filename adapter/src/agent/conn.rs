@@ -572,6 +572,8 @@ async fn authenticate(
         return None;
     };
     drop(ticket);
+    // Its address gets priority among the pending connections from now on.
+    shared.pending.authenticated(peer.ip());
     framed
         .codec_mut()
         .set_max_frame_length(shared.config.max_frame);

@@ -1,7 +1,7 @@
 //! Child processes of the agent: one reaper for every child (the agent may be PID 1 or a child
 //! subreaper), spawning prted in its own process group, and stopping that group.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -408,18 +408,29 @@ impl Job {
     }
 
     /// Waits up to `within` until prted has ended and its process group and other tracked
-    /// processes are gone.
+    /// processes are gone; sends `sig` to each process of the job found meanwhile that had not
+    /// been found before (one found only once another died, such as an orphan whose session
+    /// leader was the launch's and has just been killed).
     async fn wait_all_gone(
         &mut self,
         within: Duration,
         tracked: &(dyn Fn(i32) -> bool + Sync),
+        sig: Signal,
     ) -> bool {
         let deadline = Instant::now() + within;
+        let mut signalled: HashSet<i32> = self.others(tracked).into_iter().collect();
         loop {
-            if self.poll_status().is_some()
-                && !group_exists(self.pid as i32)
-                && self.others(tracked).is_empty()
-            {
+            let others = self.others(tracked);
+            for p in others.iter().filter(|p| !signalled.contains(p)) {
+                debug!(
+                    pid = p,
+                    signal = sig.as_str(),
+                    "a process of the job found while it stops"
+                );
+                signal_pid(*p, sig);
+            }
+            signalled.extend(others.iter().copied());
+            if self.poll_status().is_some() && !group_exists(self.pid as i32) && others.is_empty() {
                 return true;
             }
             if Instant::now() >= deadline {
@@ -438,13 +449,16 @@ impl Job {
         let tracked = |p: i32| reaper.tracks(p);
         if self.poll_status().is_none() || group_exists(pgid) || !self.others(&tracked).is_empty() {
             self.signal_all(Signal::SIGTERM, &tracked);
-            if !self.wait_all_gone(grace, &tracked).await {
+            if !self.wait_all_gone(grace, &tracked, Signal::SIGTERM).await {
                 debug!(
                     pgid,
                     "processes of the job alive after the grace period, sending SIGKILL"
                 );
                 self.signal_all(Signal::SIGKILL, &tracked);
-                if !self.wait_all_gone(AFTER_KILL, &tracked).await {
+                if !self
+                    .wait_all_gone(AFTER_KILL, &tracked, Signal::SIGKILL)
+                    .await
+                {
                     error!(pgid, "processes of the job survive SIGKILL");
                 }
             }
@@ -538,63 +552,5 @@ async fn sweep_descendants(grace: Duration, reaper: &Reaper) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_running_or_unreaped_child_counts() {
-        // (Other tests may have children too, so only the "yes" side is checked here.)
-        let mut child = Command::new("sleep").arg("5").spawn().unwrap();
-        assert!(has_children());
-        child.kill().unwrap();
-        // Killed but not reaped yet: still a child until waited for.
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(has_children());
-        child.wait().unwrap();
-    }
-
-    fn spawn_sleep(reaper: &Reaper) -> (u32, oneshot::Receiver<ExitStatus>) {
-        use std::os::unix::process::CommandExt;
-        let mut cmd = Command::new("sleep");
-        cmd.arg("100").process_group(0);
-        reaper.spawn(&mut cmd).unwrap()
-    }
-
-    #[test]
-    fn the_reapers_own_children_are_not_strays() {
-        let reaper = Reaper::default();
-        let (pid, _rx) = spawn_sleep(&reaper);
-        let pid = pid as i32;
-        assert!(reaper.tracks(pid));
-        assert!(!stray_children(&reaper).contains(&pid));
-        // A reaper that did not spawn it sees a stray.
-        assert!(stray_children(&Reaper::default()).contains(&pid));
-        kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
-        waitpid(Pid::from_raw(pid), None).unwrap();
-    }
-
-    #[test]
-    fn dropping_a_job_that_was_not_terminated_kills_its_group() {
-        let reaper = Reaper::default();
-        let (pid, rx) = spawn_sleep(&reaper);
-        let job = Job::new(pid, rx);
-        assert!(group_exists(pid as i32));
-        drop(job);
-        let pid = Pid::from_raw(pid as i32);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let status = loop {
-            match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) if Instant::now() < deadline => std::thread::sleep(POLL),
-                other => break other,
-            }
-        };
-        if matches!(status, Ok(WaitStatus::StillAlive)) {
-            let _ = kill(pid, Signal::SIGKILL);
-            let _ = waitpid(pid, None);
-        }
-        assert!(
-            matches!(status, Ok(WaitStatus::Signaled(_, Signal::SIGKILL, _))),
-            "{status:?}"
-        );
-    }
-}
+#[path = "process_tests.rs"]
+mod tests;

@@ -18,10 +18,16 @@
 //!   reuse; a kernel without them: by the parent links of the whole table), and when stopping it
 //!   adds the current descendants and the agent's untracked children that belong to the launch:
 //!   in the agent's own session, recorded before, or in a session whose leader is gone or was
-//!   recorded (a double-forking daemon); a child in a session whose leader is alive and not the
-//!   launch's (a `kubectl exec` shell's orphan) is left alone.
+//!   recorded (a double-forking daemon), or in a session or process group of a process found to
+//!   be the launch's, to a fixed point (a session made and left between two recordings: its
+//!   leader, orphaned to the agent, is the launch's, so are the orphans in its session); every
+//!   session and process group seen among the launch's processes is recorded too. A child in a
+//!   session whose leader is alive and not the launch's (a `kubectl exec` shell's orphan) is left
+//!   alone. A process can leave neither its session for one it did not create nor the agent's
+//!   process tree (the agent is the pod's PID 1 or a child subreaper), so nothing of the launch
+//!   escapes this.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -114,45 +120,80 @@ impl Drop for Tree {
     }
 }
 
-/// Descendants of a launch recorded by the sweep fallback: pid → start time.
+/// Descendants of a launch recorded by the sweep fallback: pid → start time, and the sessions
+/// and process groups they were seen in.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Known(Arc<Mutex<HashMap<i32, u64>>>);
+pub(crate) struct Known(Arc<Mutex<Recorded>>);
+
+#[derive(Debug, Default)]
+struct Recorded {
+    procs: HashMap<i32, u64>,
+    /// Session ids and process group ids of the launch's processes (the agent's own excluded).
+    groups: HashSet<i32>,
+}
 
 impl Known {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, u64>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recorded> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records the current descendants of `root` (and `root`).
+    /// Records the current descendants of `root` (and `root`), their sessions and groups.
     pub fn record(&self, root: i32) {
         let now = descendants(root);
+        let mine = read_stat(std::process::id() as i32);
         let mut known = self.lock();
         for p in std::iter::once(root).chain(now) {
             if let Some(t) = start_time(p) {
-                known.insert(p, t);
+                known.procs.insert(p, t);
+            }
+            if let Some(s) = read_stat(p) {
+                known.note_groups(&s, mine.as_ref());
             }
         }
         // Forget what is gone (its pid may be reused).
-        known.retain(|p, t| start_time(*p) == Some(*t));
+        known.procs.retain(|p, t| start_time(*p) == Some(*t));
     }
 
     /// Whether `pid` is the process recorded under that pid.
     pub fn contains(&self, pid: i32) -> bool {
         self.lock()
+            .procs
             .get(&pid)
             .is_some_and(|t| start_time(pid) == Some(*t))
+    }
+
+    /// Whether a process of the launch was seen in session or process group `id`.
+    pub fn has_group(&self, id: i32) -> bool {
+        self.lock().groups.contains(&id)
+    }
+
+    /// Records the session and process group of `s`, a process of the launch.
+    fn note(&self, s: &ProcStat, mine: Option<&ProcStat>) {
+        self.lock().note_groups(s, mine);
     }
 
     /// Recorded pids still alive.
     pub fn alive(&self) -> Vec<i32> {
         let known = self.lock();
         known
+            .procs
             .iter()
             .filter(|(p, t)| {
                 start_time(**p) == Some(**t) && read_stat(**p).is_some_and(|s| s.state != 'Z')
             })
             .map(|(p, _)| *p)
             .collect()
+    }
+}
+
+impl Recorded {
+    fn note_groups(&mut self, s: &ProcStat, mine: Option<&ProcStat>) {
+        let theirs = |id: i32| id > 0 && mine.is_none_or(|m| id != m.session && id != m.pgrp);
+        for id in [s.session, s.pgrp] {
+            if theirs(id) {
+                self.groups.insert(id);
+            }
+        }
     }
 }
 
@@ -194,21 +235,41 @@ pub(crate) fn sweep_targets(root: i32, known: &Known, tracked: impl Fn(i32) -> b
             add(d, &mut out);
         }
     }
-    for s in stats
+    let mine = by_pid.get(&me).copied();
+    let candidates: Vec<&ProcStat> = stats
         .iter()
         .filter(|s| s.ppid == me && s.state != 'Z' && !tracked(s.pid))
-    {
-        let leader_alive =
-            s.session != s.pid && by_pid.get(&s.session).is_some_and(|l| l.state != 'Z');
-        let ours = Some(s.session) == my_session
-            || known.contains(s.pid)
-            || known.contains(s.session)
-            || !leader_alive;
-        if ours {
-            add(s.pid, &mut out);
-            for d in descendants_in(s.pid, &stats) {
-                add(d, &mut out);
+        .collect();
+    // To a fixed point: a child of the agent in a session or process group of a process of the
+    // launch is the launch's, and brings its own descendants' sessions and groups.
+    loop {
+        for p in &out {
+            if let Some(s) = by_pid.get(p) {
+                known.note(s, mine);
             }
+        }
+        let before = out.len();
+        for s in &candidates {
+            if out.contains(&s.pid) {
+                continue;
+            }
+            let leader_alive =
+                s.session != s.pid && by_pid.get(&s.session).is_some_and(|l| l.state != 'Z');
+            let ours = Some(s.session) == my_session
+                || known.contains(s.pid)
+                || known.contains(s.session)
+                || known.has_group(s.session)
+                || known.has_group(s.pgrp)
+                || !leader_alive;
+            if ours {
+                add(s.pid, &mut out);
+                for d in descendants_in(s.pid, &stats) {
+                    add(d, &mut out);
+                }
+            }
+        }
+        if out.len() == before {
+            break;
         }
     }
     // Never the root itself once it is reaped, never the agent's tracked children other than root.

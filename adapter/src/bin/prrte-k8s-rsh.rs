@@ -8,6 +8,19 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // A connection the agent dropped before authenticating it, tried again, is said on
+    // stderr, as ssh reports its own retries; nothing else is logged (stderr is the remote
+    // program's).
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::new(format!(
+            "off,{}=warn",
+            prrte_k8s::launch::RETRY_LOG_TARGET
+        )))
+        .without_time()
+        .with_target(false)
+        .with_ansi(false)
+        .init();
     let runtime = match prrte_k8s::runtime::current_thread() {
         Ok(rt) => rt,
         Err(e) => {

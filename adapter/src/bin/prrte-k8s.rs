@@ -11,6 +11,8 @@
 //! `prrte-k8s grow N` adds N pods to a running elastic job and its DVM.
 //! `prrte-k8s doctor` checks what PRRTE's k8s components need, one line per check.
 //! `prrte-k8s manifest [OPTIONS] [-- COMMAND...]` prints a complete job for `kubectl apply -f -`.
+//! `prrte-k8s controller` reconciles kubeflow.org/v2beta1 MPIJobs; `prrte-k8s crd` prints their
+//! CustomResourceDefinition.
 #![forbid(unsafe_code)]
 
 #[path = "prrte-k8s/doctor.rs"]
@@ -67,6 +69,12 @@ enum Command {
     /// Print a complete MPI job for `kubectl apply -f -`: RBAC, a fresh Secret, the Job
     /// (batch with a command after `--`, else interactive), the NetworkPolicy.
     Manifest(Box<prrte_k8s::manifest::ManifestArgs>),
+    /// Reconcile kubeflow.org/v2beta1 MPIJobs (spec.runPolicy.managedBy:
+    /// prrte-k8s.io/controller, or none with --manage-all) through prrte-k8s: the objects
+    /// `manifest --from-mpijob` renders, owned by the MPIJob, and mpi-operator's status.
+    Controller(Box<prrte_k8s::controller::ControllerArgs>),
+    /// Print the MPIJob CustomResourceDefinition (kubeflow.org/v2beta1) for `kubectl apply -f -`.
+    Crd,
     /// Copy the injected runtime this program belongs to (its bundle: bin/, lib/prte/, etc/)
     /// into DIR: the init container of the inject image, into the pod's emptyDir.
     InstallRuntime(InstallRuntimeArgs),
@@ -342,6 +350,46 @@ fn manifest(mut args: prrte_k8s::manifest::ManifestArgs) -> i32 {
     }
 }
 
+fn controller(args: prrte_k8s::controller::ControllerArgs) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("prrte-k8s controller: error: cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    match runtime.block_on(prrte_k8s::controller::run(args)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("prrte-k8s controller: error: {e}");
+            1
+        }
+    }
+}
+
+fn crd() -> i32 {
+    use std::io::Write;
+    let written = prrte_k8s::controller::crd_yaml()
+        .map_err(|e| e.to_string())
+        .and_then(|text| {
+            std::io::stdout()
+                .lock()
+                .write_all(text.as_bytes())
+                .map_err(|e| format!("cannot write the CRD to stdout: {e}"))
+        });
+    match written {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("prrte-k8s crd: error: {e}");
+            1
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = EnvFilter::try_from_env(settings_tools::LOG.var())
@@ -361,6 +409,8 @@ fn main() -> ExitCode {
         Command::Doctor(args) => doctor::run(args),
         Command::Manifest(args) => manifest(*args),
         Command::InstallRuntime(args) => install_runtime(args),
+        Command::Controller(args) => controller(*args),
+        Command::Crd => crd(),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

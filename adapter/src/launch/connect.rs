@@ -22,6 +22,10 @@ fn handshake_error(target: &LaunchTarget, e: HandshakeError) -> AgentError {
     let who = agent_name(target);
     match e {
         HandshakeError::Refused(reason) => AgentError::Refused { who, reason },
+        e @ HandshakeError::ClosedInAuthentication => AgentError::Refused {
+            who,
+            reason: e.to_string(),
+        },
         HandshakeError::AgentNotProven => AgentError::NotProven { who },
         HandshakeError::Protocol(ProtocolError::Timeout(after)) => {
             AgentError::HandshakeStalled { who, after }
@@ -41,22 +45,85 @@ fn handshake_error(target: &LaunchTarget, e: HandshakeError) -> AgentError {
     }
 }
 
+/// How many times a connection the agent dropped before authenticating it is tried again.
+pub(crate) const PRE_AUTH_RETRIES: u32 = 4;
+/// The log target of the retries' warnings (what `prrte-k8s-rsh` prints on stderr).
+pub const RETRY_LOG_TARGET: &str = "agent_connect_retry";
+/// The wait before the first retry; doubled for each next one.
+const PRE_AUTH_BACKOFF: Duration = Duration::from_millis(25);
+
+/// Whether the agent ended the connection before the handshake completed, without a refusal:
+/// what an agent does with a pending connection when too many are pending (a flood).
+fn dropped_before_auth(e: &HandshakeError) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    match e {
+        HandshakeError::ClosedInAuthentication
+        | HandshakeError::Protocol(ProtocolError::Closed) => true,
+        HandshakeError::Protocol(ProtocolError::Io(io)) => matches!(
+            io.kind(),
+            ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+        ),
+        _ => false,
+    }
+}
+
 /// Connects to a target's agent and runs the client side of the handshake, bounded by the
-/// options' timeouts; errors name the cause and the remedy.
+/// options' timeouts; errors name the cause and the remedy. A connection the agent closed or
+/// reset before authenticating it (it drops pending connections under a flood) is tried again,
+/// at most [`PRE_AUTH_RETRIES`] times with a growing pause, each logged.
 pub(crate) async fn connect_authenticated(
     target: &LaunchTarget,
     opts: &LaunchOptions,
 ) -> Result<(FramedConn<TcpStream>, Session), AgentError> {
+    let mut pause = PRE_AUTH_BACKOFF;
+    for attempt in 1.. {
+        match connect_once(target, opts).await {
+            Err(Attempt::DroppedBeforeAuth(e)) if attempt <= PRE_AUTH_RETRIES => {
+                tracing::warn!(
+                    target: RETRY_LOG_TARGET,
+                    pod = %target.pod,
+                    addr = %target.addr,
+                    attempt,
+                    of = PRE_AUTH_RETRIES,
+                    error = %e,
+                    "the agent dropped the connection before authenticating it (it sheds pending connections under load); trying again"
+                );
+                // A little jitter, so that many launchers dropped together do not return together.
+                let jitter = Duration::from_millis(u64::from(rand::random::<u8>() % 16));
+                tokio::time::sleep(pause + jitter).await;
+                pause *= 2;
+            }
+            Err(Attempt::DroppedBeforeAuth(e)) => return Err(handshake_error(target, e)),
+            Err(Attempt::Failed(e)) => return Err(e),
+            Ok(done) => return Ok(done),
+        }
+    }
+    unreachable!("the retries are bounded")
+}
+
+/// How one attempt to connect failed.
+enum Attempt {
+    /// Dropped by the agent before authenticating: worth another try.
+    DroppedBeforeAuth(HandshakeError),
+    Failed(AgentError),
+}
+
+async fn connect_once(
+    target: &LaunchTarget,
+    opts: &LaunchOptions,
+) -> Result<(FramedConn<TcpStream>, Session), Attempt> {
     let connect = tokio::time::timeout(opts.connect_timeout, TcpStream::connect(target.addr));
     let cause = match connect.await {
         Ok(Ok(s)) => Ok(s),
         Ok(Err(e)) => Err(ConnectFailure::Io(e)),
         Err(_) => Err(ConnectFailure::Timeout(opts.connect_timeout)),
     };
-    let stream = cause.map_err(|cause| AgentError::Unreachable {
-        pod: target.pod.clone(),
-        addr: target.addr,
-        cause,
+    let stream = cause.map_err(|cause| {
+        Attempt::Failed(AgentError::Unreachable {
+            pod: target.pod.clone(),
+            addr: target.addr,
+            cause,
+        })
     })?;
     let _ = stream.set_nodelay(true);
     let _ = protocol::set_keepalive(&stream);
@@ -64,7 +131,13 @@ pub(crate) async fn connect_authenticated(
     let mut conn = protocol::framed(stream, HANDSHAKE_MAX_FRAME);
     let session = client_handshake(&mut conn, opts.secret.as_deref(), opts.request_timeout)
         .await
-        .map_err(|e| handshake_error(target, e))?;
+        .map_err(|e| {
+            if dropped_before_auth(&e) {
+                Attempt::DroppedBeforeAuth(e)
+            } else {
+                Attempt::Failed(handshake_error(target, e))
+            }
+        })?;
     conn.codec_mut().set_max_frame_length(DEFAULT_MAX_FRAME);
     Ok((conn, session))
 }

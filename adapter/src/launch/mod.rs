@@ -45,8 +45,8 @@ pub mod settings;
 pub mod targets;
 mod watch;
 
-pub use connect::ping_agent;
 pub(crate) use connect::{agent_name, connect_authenticated, recv_reply, send_request};
+pub use connect::{ping_agent, RETRY_LOG_TARGET};
 pub use error::{
     AgentError, ConnectFailure, NotSent, PrtedArgsError, SettingsError, UnresolvedNodes,
 };

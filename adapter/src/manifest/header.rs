@@ -25,6 +25,11 @@ pub(super) fn header(a: &JobPlan, argv_text: &str, key: Option<&str>) -> String 
         )
     };
     text.push_str(&format!("# {mode}\n"));
+    if let Some(max) = a.max_pods {
+        text.push_str(&format!(
+            "# elastic up to {max} pods: the ValidatingAdmissionPolicy below (cluster-scoped, Kubernetes 1.30+) keeps the job's own token to raising its pod count within that\n"
+        ));
+    }
     for line in &a.origin {
         text.push_str(&format!("# {line}\n"));
     }

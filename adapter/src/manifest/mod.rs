@@ -25,10 +25,12 @@
 //! and `prrte-k8s prun` works from any pod.
 //!
 //! **Elastic** (`--elastic --max-pods M`): `prrte-k8s grow N` may add pods to the running job.
-//! The Role may then also `patch` the one workload (a StatefulSet's `scale` subresource too),
-//! the workload carries [`MAX_PODS_ANNOTATION`] with M, and a Job Kueue's
-//! [`KUEUE_ELASTIC_ANNOTATION`] so that a cluster with Kueue admits the growth. A JobSet does
-//! not grow (its replicated Jobs cannot change while it runs).
+//! The Role may then also raise the one workload (a StatefulSet through its `scale` subresource
+//! alone; a Job, which has none, by `patch`, narrowed by a ValidatingAdmissionPolicy rendered
+//! with it (`admission`) to its parallelism and completions within M), the workload carries
+//! [`MAX_PODS_ANNOTATION`] with M, and a Job Kueue's [`KUEUE_ELASTIC_ANNOTATION`] so that a
+//! cluster with Kueue admits the growth. A JobSet does not grow (its replicated Jobs cannot
+//! change while it runs).
 //!
 //! Ports (pinned, so that the NetworkPolicy can name them):
 //! [`AGENT_PORT`] (agent), [`HEALTH_PORT`] (readiness), [`TOOL_PORT`] (the DVM head's PMIx
@@ -49,9 +51,11 @@
 //! objects' names and labels; `pod` the pod template every kind shares, `inject` the injected
 //! runtime's parts; one file per workload kind (`job`, `statefulset`, `jobset`); `rbac`,
 //! `secret`, `network_policy` the other objects (`api_server` where the pods may reach the
-//! API); `header` the comment header; `mpijob` the
-//! MPIJob input; `restricted` the check. This file only names the parts and what they offer.
+//! API), `admission` an elastic job's admission policy; `header` the comment header; `mpijob`
+//! the MPIJob input; `restricted` the check. This file only names the parts and what they
+//! offer.
 
+mod admission;
 pub mod api_server;
 #[cfg(test)]
 mod elastic_tests;

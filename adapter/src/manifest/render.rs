@@ -6,7 +6,7 @@ use super::error::ManifestError;
 use super::mpijob::{from_mpijob, MpiJobError, Note, Overrides};
 use super::options::ManifestArgs;
 use super::plan::{JobPlan, Kind, Part};
-use super::{header, job, jobset, network_policy, rbac, secret, statefulset};
+use super::{admission, header, job, jobset, network_policy, rbac, secret, statefulset};
 
 /// The workload object of the chosen kind.
 fn workload(a: &JobPlan) -> Value {
@@ -59,6 +59,7 @@ pub fn objects(a: &JobPlan, key: Option<&str>) -> Vec<Value> {
     let mut out = Vec::new();
     if want(Part::Rbac) {
         out.extend(rbac::rbac(a));
+        out.extend(admission::admission(a));
     }
     if want(Part::Secret) {
         if let Some(k) = key {

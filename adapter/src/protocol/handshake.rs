@@ -26,6 +26,11 @@ pub enum HandshakeError {
     /// The agent demands authentication but we have no secret.
     #[error("the agent requires authentication but the launcher has no secret: give the launcher the agent's Secret")]
     NoSecret,
+    /// The agent closed the connection after our proof without a word: it refused us (a reset
+    /// beat its `refused`), or it dropped the connection before authenticating it (too many
+    /// pending).
+    #[error("the agent closed the connection during authentication")]
+    ClosedInAuthentication,
     #[error("{0}")]
     Protocol(#[from] ProtocolError),
 }
@@ -62,9 +67,7 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
         Ok(a) => a,
         // An agent that refuses closes right after its `refused`; a reset may beat it.
         Err(ProtocolError::Closed) if key.is_some() => {
-            return Err(HandshakeError::Refused(
-                "the agent closed the connection during authentication".into(),
-            ))
+            return Err(HandshakeError::ClosedInAuthentication)
         }
         Err(e) => return Err(e.into()),
     };

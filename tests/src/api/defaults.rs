@@ -194,6 +194,12 @@ pub fn apply(rt: &ResourceType, obj: &mut Value, creating: bool) {
         ("", "secrets") => secret_defaults(obj),
         ("batch", "jobs") => job_defaults(obj, creating),
         ("apps", "statefulsets") => statefulset_defaults(obj, creating),
+        ("apps", "deployments" | "replicasets") => {
+            for (ptr, v) in super::replicas::defaults(rt.plural) {
+                set_default(obj, ptr, v);
+            }
+            template_defaults(obj);
+        }
         _ => {}
     }
 }
@@ -421,7 +427,9 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
                 check_job_update(obj, old, &mut causes);
             }
         }
-        ("apps", "statefulsets") => check_statefulset(obj, &mut causes),
+        ("apps", "statefulsets" | "deployments" | "replicasets") => {
+            check_statefulset(obj, &mut causes)
+        }
         ("rbac.authorization.k8s.io", "rolebindings")
         | ("rbac.authorization.k8s.io", "clusterrolebindings") => {
             check_binding(rt, obj, old, &mut causes)

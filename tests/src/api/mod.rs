@@ -3,11 +3,15 @@
 //! kubectl use.
 
 pub mod auth;
+pub mod crd;
+pub mod custom;
 pub mod defaults;
+pub mod events;
 pub mod faults;
 pub mod http;
 pub mod pod_table;
 mod protobuf;
+mod replicas;
 pub mod resources;
 pub mod selector;
 pub mod status;

@@ -2,8 +2,9 @@
 //! k8s-openapi type each stored object is checked against.
 
 use k8s_openapi::api::{
-    apps, authentication, authorization, batch, core, discovery, networking, rbac,
+    apps, authentication, authorization, batch, coordination, core, discovery, networking, rbac,
 };
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;
 
@@ -25,6 +26,24 @@ pub struct ResourceType {
     /// Round-trips an object through its k8s-openapi type: rejects malformed objects and
     /// drops unknown fields, as a real server's decoding does.
     pub normalize: fn(Value) -> Result<Value, String>,
+    /// For a custom resource: what its CustomResourceDefinition says (see [`crate::api::crd`]).
+    pub crd: Option<&'static crate::api::custom::CrdInfo>,
+    /// For a resource served as another's stored objects, converted: how.
+    pub view: Option<&'static View>,
+}
+
+/// Why an object is invalid: (field, message) pairs.
+pub type Causes = Vec<(String, String)>;
+
+/// A resource whose objects are another resource's, converted on the way in and out, as
+/// `events.k8s.io/v1` Events are `core/v1` Events in one store.
+pub struct View {
+    pub storage: &'static ResourceType,
+    /// Invalid: the causes (field, message).
+    pub to_storage: fn(Value) -> Result<Value, Causes>,
+    pub from_storage: fn(Value) -> Value,
+    /// A field selector of the view as one of the storage.
+    pub fields: fn(&str) -> String,
 }
 
 impl ResourceType {
@@ -40,7 +59,7 @@ impl ResourceType {
     }
     /// The key under which the store keeps this resource's objects.
     pub fn key(&self) -> &'static str {
-        self.plural
+        self.crd.map_or(self.plural, |c| c.key)
     }
     pub fn has_status(&self) -> bool {
         self.subresources.contains(&"status")
@@ -103,6 +122,8 @@ macro_rules! rt {
             subresources: $sub,
             stored: $stored,
             normalize: norm::<$ty>,
+            crd: None,
+            view: None,
         }
     };
 }
@@ -261,6 +282,8 @@ pub static JOBSETS: ResourceType = ResourceType {
     subresources: STATUS,
     stored: true,
     normalize: normalize_jobset,
+    crd: None,
+    view: None,
 };
 
 /// A JobSet as its schema has it: `spec.replicatedJobs`, each named and with a Job template
@@ -412,6 +435,88 @@ pub static SELFSUBJECTREVIEWS: ResourceType = rt!(
     authentication::v1::SelfSubjectReview
 );
 
+pub static LEASES: ResourceType = rt!(
+    "coordination.k8s.io",
+    "v1",
+    "leases",
+    "lease",
+    "Lease",
+    true,
+    &[],
+    &[],
+    RW,
+    &[],
+    true,
+    coordination::v1::Lease
+);
+pub static DEPLOYMENTS: ResourceType = rt!(
+    "apps",
+    "v1",
+    "deployments",
+    "deployment",
+    "Deployment",
+    true,
+    &["deploy"],
+    &["all"],
+    RW,
+    STATUS_SCALE,
+    true,
+    apps::v1::Deployment
+);
+pub static REPLICASETS: ResourceType = rt!(
+    "apps",
+    "v1",
+    "replicasets",
+    "replicaset",
+    "ReplicaSet",
+    true,
+    &["rs"],
+    &["all"],
+    RW,
+    STATUS_SCALE,
+    true,
+    apps::v1::ReplicaSet
+);
+pub static CUSTOMRESOURCEDEFINITIONS: ResourceType = rt!(
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    "customresourcedefinition",
+    "CustomResourceDefinition",
+    false,
+    &["crd", "crds"],
+    &["api-extensions"],
+    RW,
+    STATUS,
+    true,
+    apiextensions::CustomResourceDefinition
+);
+/// events.k8s.io/v1 Events: the core/v1 Events, converted (see [`crate::api::events`]).
+pub static EVENTS_V1: ResourceType = ResourceType {
+    group: "events.k8s.io",
+    version: "v1",
+    plural: "events",
+    singular: "event",
+    kind: "Event",
+    namespaced: true,
+    short_names: &["ev"],
+    categories: &[],
+    verbs: RW,
+    subresources: &[],
+    stored: true,
+    normalize: norm::<k8s_openapi::api::events::v1::Event>,
+    crd: None,
+    view: Some(&EVENTS_VIEW),
+};
+
+/// How [`EVENTS_V1`] shows the core/v1 Events.
+static EVENTS_VIEW: View = View {
+    storage: &EVENTS,
+    to_storage: crate::api::events::to_storage,
+    from_storage: crate::api::events::from_storage,
+    fields: crate::api::events::fields,
+};
+
 /// Every served resource, in discovery order.
 pub static ALL: &[&ResourceType] = &[
     &PODS,
@@ -424,6 +529,8 @@ pub static ALL: &[&ResourceType] = &[
     &NODES,
     &JOBS,
     &STATEFULSETS,
+    &DEPLOYMENTS,
+    &REPLICASETS,
     &JOBSETS,
     &NETWORKPOLICIES,
     &ENDPOINTSLICES,
@@ -434,6 +541,9 @@ pub static ALL: &[&ResourceType] = &[
     &SELFSUBJECTACCESSREVIEWS,
     &SELFSUBJECTRULESREVIEWS,
     &SELFSUBJECTREVIEWS,
+    &LEASES,
+    &CUSTOMRESOURCEDEFINITIONS,
+    &EVENTS_V1,
 ];
 
 /// The API groups served besides the core group, with their one version each.

@@ -81,6 +81,21 @@ fn columns(rt: &ResourceType) -> Vec<Col> {
             AGE,
         ],
         ("apps", "statefulsets") => vec![NAME, col("Ready", "string", "Number of the pod with ready state.", 0), AGE],
+        ("apps", "deployments") => vec![
+            NAME,
+            col("Ready", "string", "Number of the pod with ready state.", 0),
+            col("Up-to-date", "string", "Total number of non-terminated pods targeted by this deployment that have the desired template spec.", 0),
+            col("Available", "string", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.", 0),
+            AGE,
+        ],
+        ("apps", "replicasets") => vec![
+            NAME,
+            col("Desired", "integer", "Number of desired pods.", 0),
+            col("Current", "integer", "Number of actual replicas.", 0),
+            col("Ready", "integer", "Number of ready replicas.", 0),
+            AGE,
+        ],
+        ("coordination.k8s.io", "leases") => vec![NAME, col("Holder", "string", "The holder of the lease.", 0), AGE],
         // The printer columns of JobSet's CRD.
         ("jobset.x-k8s.io", "jobsets") => vec![
             NAME,
@@ -171,6 +186,9 @@ pub fn pod_status_reason(pod: &Value) -> String {
 }
 
 fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
+    if let Some(info) = rt.crd {
+        return super::crd::cells(&info.columns(), obj, now, human_age);
+    }
     let name = json!(obj
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -209,6 +227,35 @@ fn cells(rt: &ResourceType, obj: &Value, now: i64) -> Vec<Value> {
                 .and_then(Value::as_i64)
                 .unwrap_or(1);
             vec![name, json!(format!("{ready}/{want}")), json!(age(obj, now))]
+        }
+        ("apps", "deployments" | "replicasets") => {
+            let n = |p: &str| obj.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+            let want = obj
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            if rt.plural == "replicasets" {
+                let (cur, ready) = (n("/status/replicas"), n("/status/readyReplicas"));
+                return vec![
+                    name,
+                    json!(want),
+                    json!(cur),
+                    json!(ready),
+                    json!(age(obj, now)),
+                ];
+            }
+            let ready = n("/status/readyReplicas");
+            vec![
+                name,
+                json!(format!("{ready}/{want}")),
+                json!(n("/status/updatedReplicas")),
+                json!(n("/status/availableReplicas")),
+                json!(age(obj, now)),
+            ]
+        }
+        ("coordination.k8s.io", "leases") => {
+            let holder = obj.pointer("/spec/holderIdentity").and_then(Value::as_str);
+            vec![name, none_if_empty(holder), json!(age(obj, now))]
         }
         ("", "secrets") => {
             let n = obj
@@ -412,10 +459,13 @@ pub fn table(
     list_meta: Value,
 ) -> Value {
     let now = super::defaults::now_secs();
-    let defs: Vec<Value> = columns(rt)
-        .iter()
-        .map(|c| json!({"name": c.name, "type": c.ty, "format": c.format, "description": c.description, "priority": c.priority}))
-        .collect();
+    let defs: Vec<Value> = match rt.crd {
+        Some(info) => super::crd::column_definitions(&info.columns()),
+        None => columns(rt)
+            .iter()
+            .map(|c| json!({"name": c.name, "type": c.ty, "format": c.format, "description": c.description, "priority": c.priority}))
+            .collect(),
+    };
     json!({
         "kind": "Table",
         "apiVersion": table_version,

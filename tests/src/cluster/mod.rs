@@ -5,7 +5,7 @@ pub mod controllers;
 pub mod kubelet;
 pub mod security;
 
-use crate::api::resources::{self, NODES, PODS};
+use crate::api::resources::{NODES, PODS};
 use crate::api::{ApiOptions, ApiServer, Obj, Part, Store};
 use crate::podnet::Network;
 use anyhow::{anyhow, bail, Context, Result};
@@ -530,7 +530,7 @@ pub fn apply_yaml(store: &Store, yaml: &str) -> Result<Vec<Obj>> {
     for (i, v) in docs.into_iter().enumerate() {
         let av = v["apiVersion"].as_str().unwrap_or("");
         let kind = v["kind"].as_str().unwrap_or("");
-        let rt = resources::by_kind(av, kind).filter(|r| r.stored).ok_or_else(|| {
+        let rt = store.kind_of(av, kind).filter(|r| r.stored).ok_or_else(|| {
             anyhow!("manifest document {}: apiVersion {av:?} kind {kind:?} is not a kind the sandbox serves", i + 1)
         })?;
         let ns = if rt.namespaced {

@@ -5,7 +5,7 @@
 use serde_json::{json, Map, Value};
 
 use super::error::{MpiJobError, Note};
-use super::parse::{parse, MpiJob, API_VERSION};
+use super::parse::{parse, MpiJob, API_VERSION, CONTROLLER_NAME, MPI_OPERATOR};
 use super::pods::pods;
 use crate::manifest::options::{preempt_env, valid_name, DEFAULT_GRACE};
 use crate::manifest::plan::{JobPlan, Kind, Launch, Part, PodPlan, Success};
@@ -112,7 +112,8 @@ pub fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Note>), Mp
         managed_by: job
             .run_policy
             .managed_by
-            .filter(|m| *m != "kubeflow.org/mpi-operator")
+            // The Job itself is the Job controller's, whichever controller made it.
+            .filter(|m| *m != MPI_OPERATOR && *m != CONTROLLER_NAME)
             .map(String::from),
         max_pods: None,
         origin: vec![format!(

@@ -39,3 +39,4 @@ mod volumes;
 
 pub use convert::{from_mpijob, Overrides, QUEUE_LABEL};
 pub use error::{MpiJobError, Note};
+pub use parse::CONTROLLER_NAME;

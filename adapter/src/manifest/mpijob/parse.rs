@@ -10,6 +10,13 @@ use super::reader::Obj;
 
 pub(super) const API_VERSION: &str = "kubeflow.org/v2beta1";
 
+/// `spec.runPolicy.managedBy` of the MPIJobs `prrte-k8s controller` reconciles (mpi-operator
+/// skips every value but its own, `kubeflow.org/mpi-operator`).
+pub const CONTROLLER_NAME: &str = "prrte-k8s.io/controller";
+
+/// mpi-operator's own `managedBy`.
+pub(super) const MPI_OPERATOR: &str = "kubeflow.org/mpi-operator";
+
 /// `spec.runPolicy.schedulingPolicy`.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(super) struct Scheduling {
@@ -345,7 +352,7 @@ fn run_policy(p: &Obj) -> Result<RunPolicy, MpiJobError> {
         suspend: p.flag("suspend")?.unwrap_or(false),
         managed_by: p.choice(
             "managedBy",
-            &["kubeflow.org/mpi-operator", "kueue.x-k8s.io/multikueue"],
+            &[MPI_OPERATOR, "kueue.x-k8s.io/multikueue", CONTROLLER_NAME],
         )?,
         scheduling,
     })

@@ -259,6 +259,11 @@ fn every_run_policy_field_is_mapped_or_named() {
     let s = &job(&plan)["spec"];
     assert!(s.get("ttlSecondsAfterFinished").is_none() && s.get("suspend").is_none());
     assert!(s.get("managedBy").is_none());
+    // The controller's own managedBy is not the Job's either: the Job controller runs the Job.
+    let (plan, _) = convert(&mpijob(
+        "  runPolicy:\n    managedBy: prrte-k8s.io/controller",
+    ));
+    assert!(job(&plan)["spec"].get("managedBy").is_none());
 
     // What cannot be honoured is named, one note each, with the reason.
     let (_, notes) = convert(&mpijob(

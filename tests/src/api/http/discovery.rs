@@ -1,7 +1,7 @@
 //! Discovery: the version, API groups and resource lists, and the OpenAPI v2 document.
 
 use super::response::{full, json_response, Body};
-use crate::api::resources;
+use crate::api::store::Store;
 use http::{header, HeaderMap, Response};
 use serde_json::{json, Value};
 
@@ -19,10 +19,11 @@ pub(super) fn version_info() -> Value {
     })
 }
 
-pub(super) fn resource_list(group: &str, version: &str) -> Value {
+pub(super) fn resource_list(store: &Store, group: &str, version: &str) -> Value {
     let mut out = Vec::new();
-    for rt in resources::ALL
-        .iter()
+    for rt in store
+        .kinds()
+        .into_iter()
         .filter(|r| r.group == group && r.version == version)
     {
         let mut r = json!({
@@ -79,12 +80,16 @@ pub(super) fn resource_list(group: &str, version: &str) -> Value {
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out})
 }
 
-pub(super) fn group_list() -> Value {
-    let groups: Vec<Value> = resources::groups()
+pub(super) fn group_list(store: &Store) -> Value {
+    let groups: Vec<Value> = store
+        .groups()
         .iter()
-        .map(|(g, v)| {
-            let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
-            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
+        .map(|(g, vs)| {
+            let gvs: Vec<Value> = vs
+                .iter()
+                .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+                .collect();
+            json!({"name": g, "versions": gvs, "preferredVersion": gvs[0]})
         })
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})

@@ -100,6 +100,14 @@ pub(super) fn parse_body(headers: &HeaderMap, bytes: &[u8]) -> Result<Value, Api
     }
 }
 
+/// A field selector of `rt` (of a view: translated to its storage's fields).
+pub(super) fn field_selector(rt: &ResourceType, s: &str) -> Result<FieldSelector, String> {
+    match rt.view {
+        Some(v) => FieldSelector::parse(v.storage, &(v.fields)(s)),
+        None => FieldSelector::parse(rt, s),
+    }
+}
+
 pub(super) fn list_query(
     rt: &ResourceType,
     q: &HashMap<String, String>,
@@ -110,7 +118,7 @@ pub(super) fn list_query(
         None => LabelSelector::default(),
     };
     let fields = match q.get("fieldSelector") {
-        Some(s) => FieldSelector::parse(rt, s)
+        Some(s) => field_selector(rt, s)
             .map_err(|e| ApiError::bad_request(format!("invalid fieldSelector {s:?}: {e}")))?,
         None => FieldSelector::default(),
     };

@@ -6,8 +6,9 @@ use super::response::Body;
 use super::state::State;
 use super::verbs::Call;
 use crate::api::auth::{Attributes, Identity};
-use crate::api::resources::{self, ResourceType};
+use crate::api::resources::ResourceType;
 use crate::api::status::ApiError;
+use crate::api::store::Store;
 use http::{Method, Response};
 use hyper::body::Incoming;
 use serde_json::json;
@@ -35,7 +36,7 @@ pub(super) async fn resource_request(
     version: &str,
     rest: &[String],
 ) -> Result<Response<Body>, ApiError> {
-    let t = target(group, version, rest)?;
+    let t = target(&st.store, group, version, rest)?;
     let watching = t.legacy_watch || flag(&query, "watch");
     let verb = verb(&parts, &t, watching)?;
     authorize(st, id, &t, verb)?;
@@ -65,14 +66,16 @@ pub(super) async fn resource_request(
 
 /// The resource, namespace, name and subresource of a path below `/api/v1` or
 /// `/apis/GROUP/VERSION` (`rest`).
-fn target(group: &str, version: &str, rest: &[String]) -> Result<Target, ApiError> {
+fn target(store: &Store, group: &str, version: &str, rest: &[String]) -> Result<Target, ApiError> {
     let (legacy_watch, rest) = match rest.first().map(String::as_str) {
         Some("watch") => (true, &rest[1..]),
         _ => (false, rest),
     };
     let (ns, rest): (Option<String>, &[String]) = if rest.len() >= 3
         && rest[0] == "namespaces"
-        && resources::lookup(group, version, &rest[2]).is_some_and(|r| r.namespaced)
+        && store
+            .lookup(group, version, &rest[2])
+            .is_some_and(|r| r.namespaced)
     {
         (Some(rest[1].clone()), &rest[2..])
     } else {
@@ -81,7 +84,9 @@ fn target(group: &str, version: &str, rest: &[String]) -> Result<Target, ApiErro
     if rest.is_empty() || rest.len() > 3 {
         return Err(ApiError::no_route());
     }
-    let rt = resources::lookup(group, version, &rest[0]).ok_or_else(ApiError::no_route)?;
+    let rt = store
+        .lookup(group, version, &rest[0])
+        .ok_or_else(ApiError::no_route)?;
     if !rt.namespaced && ns.is_some() {
         return Err(ApiError::no_route());
     }

@@ -6,7 +6,6 @@ use super::request::parse_query;
 use super::resource::resource_request;
 use super::response::{json_response, text_response, Body};
 use super::state::State;
-use crate::api::resources;
 use crate::api::status::ApiError;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
@@ -47,9 +46,9 @@ pub(super) async fn route(
                 "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": st.addr.to_string()}],
             }),
         )),
-        ["api", "v1"] => Ok(json_response(200, &resource_list("", "v1"))),
-        ["apis"] => Ok(json_response(200, &group_list())),
-        ["apis", g] => group_list()["groups"]
+        ["api", "v1"] => Ok(json_response(200, &resource_list(&st.store, "", "v1"))),
+        ["apis"] => Ok(json_response(200, &group_list(&st.store))),
+        ["apis", g] => group_list(&st.store)["groups"]
             .as_array()
             .and_then(|a| a.iter().find(|x| x["name"] == *g).cloned())
             .map(|mut grp| {
@@ -59,11 +58,13 @@ pub(super) async fn route(
             })
             .ok_or_else(ApiError::no_route),
         ["apis", g, v]
-            if resources::groups()
+            if st
+                .store
+                .groups()
                 .iter()
-                .any(|(gg, vv)| gg == g && vv == v) =>
+                .any(|(gg, vs)| gg == g && vs.contains(v)) =>
         {
-            Ok(json_response(200, &resource_list(g, v)))
+            Ok(json_response(200, &resource_list(&st.store, g, v)))
         }
         ["api", "v1", rest @ ..] => {
             let rest: Vec<String> = rest.iter().map(|s| s.to_string()).collect();

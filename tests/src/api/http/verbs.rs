@@ -3,7 +3,9 @@
 
 use super::eviction::evict;
 use super::logs::pod_log;
-use super::request::{delete_options_from, dry_run, list_query, parse_body, read_body, Shape};
+use super::request::{
+    delete_options_from, dry_run, field_selector, list_query, parse_body, read_body, Shape,
+};
 use super::response::{bytes_response, json_response, Body};
 use super::reviews::review;
 use super::scale::{scale_of, write_scale, ScaleChange};
@@ -12,9 +14,8 @@ use super::tokens::token_request;
 use super::watch::start_watch;
 use crate::api::auth::Identity;
 use crate::api::resources::ResourceType;
-use crate::api::selector::FieldSelector;
 use crate::api::status::ApiError;
-use crate::api::store::{DeleteOptions, ListResult, Part, Patch};
+use crate::api::store::{DeleteOptions, FieldOwner, ListResult, Part, Patch};
 use crate::api::table::{self, IncludeObject};
 use http::{header, Response};
 use hyper::body::Incoming;
@@ -111,7 +112,7 @@ impl Call<'_> {
                 Some(f) => format!("{f},metadata.name={n}"),
                 None => format!("metadata.name={n}"),
             };
-            q.fields = FieldSelector::parse(self.rt, &fs).map_err(ApiError::bad_request)?;
+            q.fields = field_selector(self.rt, &fs).map_err(ApiError::bad_request)?;
         }
         start_watch(self.st, self.rt, self.ns, q, &self.query, self.shape)
     }
@@ -185,15 +186,37 @@ impl Call<'_> {
         if self.sub == "scale" {
             return self.scale(ScaleChange::Patch(patch));
         }
-        let obj = self.st.store.patch(
+        let obj = self.st.store.patch_as(
             self.rt,
             &self.ns_str(),
             self.name_str(),
             patch,
             self.part(),
             dry_run(&self.query),
+            Some(&self.field_owner()),
         )?;
         Ok(json_response(200, &obj))
+    }
+
+    /// Who writes: the `fieldManager` parameter, else the client's name from its User-Agent
+    /// (as the API server names managers); `force` for an apply.
+    fn field_owner(&self) -> FieldOwner {
+        let agent = self
+            .parts
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| s.split('/').next())
+            .filter(|s| !s.is_empty())
+            .unwrap_or("unknown");
+        FieldOwner {
+            manager: self
+                .query
+                .get("fieldManager")
+                .cloned()
+                .unwrap_or_else(|| agent.to_string()),
+            force: self.query.get("force").is_some_and(|f| f == "true"),
+        }
     }
 
     /// A write of the scale subresource.

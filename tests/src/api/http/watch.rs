@@ -36,6 +36,13 @@ impl WatchFilter {
     /// The watch line for a store event, if this watcher should see it.
     fn line(&self, ev: &StoreEvent, shape: Shape, include: IncludeObject) -> Option<Bytes> {
         let (kind, obj) = self.translate(ev)?;
+        if let Some(v) = self.rt.view {
+            let shown = (v.from_storage)((*obj).clone());
+            return Some(event_line(
+                kind.as_str(),
+                &render(shape, self.rt, include, &shown),
+            ));
+        }
         if shape == Shape::Full {
             let body = ev.object_json();
             let head = format!("{{\"type\":\"{}\",\"object\":", kind.as_str());
@@ -53,7 +60,7 @@ impl WatchFilter {
 
     /// What a watcher with this filter should see for a store event.
     fn translate(&self, ev: &StoreEvent) -> Option<(EventType, Obj)> {
-        if !std::ptr::eq(ev.resource, self.rt) {
+        if ev.resource.key() != self.rt.key() {
             return None;
         }
         if let Some(ns) = &self.ns {

@@ -19,8 +19,11 @@ impl Store {
         obj: Value,
         dry_run: bool,
     ) -> Result<Obj, ApiError> {
+        let obj = super::kinds::to_storage(rt, obj)?;
+        let stored = rt.view.map_or(rt, |v| v.storage);
         let mut g = self.lock();
-        self.create_locked(&mut g, rt, ns, obj, dry_run)
+        let created = self.create_locked(&mut g, stored, ns, obj, dry_run)?;
+        Ok(super::kinds::shown(rt, created))
     }
 
     pub(super) fn create_locked(
@@ -50,8 +53,9 @@ impl Store {
         if table.contains_key(&(ns.to_string(), name.clone())) {
             return Err(ApiError::already_exists(rt, &name));
         }
-        new_metadata(&mut obj);
+        new_metadata(&mut obj, rt.crd.is_some());
         defaults::apply(rt, &mut obj, true);
+        crate::api::crd::admit(rt, &mut obj)?;
         defaults::validate(rt, &obj, None)?;
         if rt.is("", "pods") {
             admit_pod(g, ns, &name, &obj)?;
@@ -143,8 +147,8 @@ fn name_of(
 }
 
 /// The metadata the server sets on create: uid, creationTimestamp, generation 1 (objects with
-/// a spec); nothing of a deletion or a resourceVersion.
-fn new_metadata(obj: &mut Value) {
+/// a spec, and custom objects); nothing of a deletion or a resourceVersion.
+fn new_metadata(obj: &mut Value, custom: bool) {
     let m = obj["metadata"]
         .as_object_mut()
         .expect("metadata is an object");
@@ -154,7 +158,7 @@ fn new_metadata(obj: &mut Value) {
     m.remove("deletionTimestamp");
     m.remove("deletionGracePeriodSeconds");
     m.remove("selfLink");
-    if obj.get("spec").is_some() {
+    if obj.get("spec").is_some() || custom {
         obj["metadata"]["generation"] = json!(1);
     } else if let Some(m) = obj["metadata"].as_object_mut() {
         m.remove("generation");

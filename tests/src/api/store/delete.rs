@@ -21,8 +21,10 @@ impl Store {
         name: &str,
         opts: &DeleteOptions,
     ) -> Result<Obj, ApiError> {
+        let stored = rt.view.map_or(rt, |v| v.storage);
         let mut g = self.lock();
-        self.delete_locked(&mut g, rt, ns, name, opts)
+        let deleted = self.delete_locked(&mut g, stored, ns, name, opts)?;
+        Ok(super::kinds::shown(rt, deleted))
     }
 
     pub(super) fn delete_locked(
@@ -41,6 +43,10 @@ impl Store {
             }
         }
         let uid = meta_str(&old, "uid").unwrap_or("").to_string();
+        if waits_for_dependents(&old) && !old["metadata"]["deletionTimestamp"].is_null() {
+            // Deleted in the foreground already: it goes with its last blocking dependent.
+            return Ok(old);
+        }
         if opts.propagation.as_deref() == Some("Foreground") && g.dependents.contains_key(&uid) {
             return Ok(self.delete_in_foreground(g, rt, &old, &uid, opts));
         }
@@ -58,6 +64,9 @@ impl Store {
             }
             return Ok(held);
         }
+        if std::ptr::eq(rt, &resources::CUSTOMRESOURCEDEFINITIONS) {
+            self.remove_custom_objects(g, &old);
+        }
         let deleted = self.remove_locked(g, rt, &old)?;
         // Contents of a deleted namespace.
         if rt.is("", "namespaces") {
@@ -73,32 +82,75 @@ impl Store {
         Ok(deleted)
     }
 
-    /// Deletes the objects the object with `uid` owns, or (`orphan`) removes it from their
-    /// owners.
+    /// The garbage collector's work once the object with `uid` is gone or going: each object
+    /// it owns is deleted, unless another of its owners still exists (then only the reference
+    /// to `uid` is removed); with `orphan`, every dependent only loses that reference. A
+    /// dependent that blocks its owner's deletion (`blockOwnerDeletion`) while the owner waits
+    /// for it (Foreground) is deleted in the foreground too, as the real collector does.
     pub(super) fn collect_dependents(&self, g: &mut Inner, uid: &str, orphan: bool) {
         let deps: Vec<(&'static str, String, String)> = g
             .dependents
             .get(uid)
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default();
+        if deps.is_empty() {
+            return;
+        }
+        let owner_waits = owner_waits_for_dependents(g, uid);
         for (k, dns, dname) in deps {
-            let Some(drt) = resources::ALL.iter().copied().find(|r| r.key() == k) else {
+            let Some(drt) = g.kind_by_key(k) else {
                 continue;
             };
-            if !orphan {
-                let _ = self.delete_locked(g, drt, &dns, &dname, &DeleteOptions::default());
+            let dkey = (dns.clone(), dname.clone());
+            let Some(cur) = g.tables.get(k).and_then(|t| t.get(&dkey)).cloned() else {
+                continue;
+            };
+            let other_owner = owner_refs(&cur)
+                .iter()
+                .any(|o| o["uid"].as_str() != Some(uid) && owner_exists(g, &dns, o));
+            if !orphan && !other_owner {
+                let blocks = owner_refs(&cur).iter().any(|o| {
+                    o["uid"].as_str() == Some(uid) && o["blockOwnerDeletion"] == json!(true)
+                });
+                let opts = DeleteOptions {
+                    propagation: (owner_waits && blocks).then(|| "Foreground".to_string()),
+                    ..Default::default()
+                };
+                let _ = self.delete_locked(g, drt, &dns, &dname, &opts);
                 continue;
             }
-            let dkey = (dns.clone(), dname.clone());
-            if let Some(cur) = g.tables.get(k).and_then(|t| t.get(&dkey)).cloned() {
-                let mut doc = (*cur).clone();
-                if let Some(a) = doc
-                    .pointer_mut("/metadata/ownerReferences")
-                    .and_then(Value::as_array_mut)
-                {
-                    a.retain(|o| o.get("uid").and_then(Value::as_str) != Some(uid));
+            let mut doc = (*cur).clone();
+            if let Some(a) = doc
+                .pointer_mut("/metadata/ownerReferences")
+                .and_then(Value::as_array_mut)
+            {
+                a.retain(|o| o.get("uid").and_then(Value::as_str) != Some(uid));
+            }
+            let _ = self.update_locked(g, drt, &dns, &dname, doc, Part::Main, false, false);
+        }
+    }
+
+    /// Removes every object of the resources CRD `crd` registers, as the API server does
+    /// before a CRD goes (finalizers are not waited for).
+    fn remove_custom_objects(&self, g: &mut Inner, crd: &Value) {
+        let name = meta_str(crd, "name").unwrap_or("");
+        let kinds: Vec<&'static ResourceType> = g
+            .custom
+            .iter()
+            .copied()
+            .filter(|r| r.crd.is_some_and(|c| c.crd_name == name))
+            .collect();
+        for rt in kinds {
+            let objs: Vec<Obj> = g
+                .tables
+                .get(rt.key())
+                .map(|t| t.values().cloned().collect())
+                .unwrap_or_default();
+            for o in objs {
+                let _ = self.remove_locked(g, rt, &o);
+                if let Some(uid) = meta_str(&o, "uid") {
+                    self.collect_dependents(g, uid, false);
                 }
-                let _ = self.update_locked(g, drt, &dns, &dname, doc, Part::Main, false, false);
             }
         }
     }
@@ -118,13 +170,14 @@ impl Store {
             continue_token: None,
         };
         let items = self.list(rt, ns, &all)?.items;
+        let stored = rt.view.map_or(rt, |v| v.storage);
         let mut g = self.lock();
         let mut out = Vec::new();
         for it in items {
             let ns = meta_str(&it, "namespace").unwrap_or("");
             let name = meta_str(&it, "name").unwrap_or("");
-            if let Ok(o) = self.delete_locked(&mut g, rt, ns, name, opts) {
-                out.push(o);
+            if let Ok(o) = self.delete_locked(&mut g, stored, ns, name, opts) {
+                out.push(super::kinds::shown(rt, o));
             }
         }
         Ok(out)
@@ -165,11 +218,49 @@ fn check_preconditions(
     Ok(())
 }
 
+/// The owner references of `obj`.
+fn owner_refs(obj: &Value) -> Vec<Value> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Whether the owner `r` names (from a dependent in `ns`) exists and is not itself waiting for
+/// its dependents to go. An owner of a kind the store does not know counts as existing: the
+/// collector cannot tell it is gone.
+fn owner_exists(g: &Inner, ns: &str, r: &Value) -> bool {
+    let (av, kind) = (
+        r["apiVersion"].as_str().unwrap_or(""),
+        r["kind"].as_str().unwrap_or(""),
+    );
+    let Some(ort) = g.kind_of(av, kind) else {
+        return true;
+    };
+    let ons = if ort.namespaced { ns } else { "" };
+    g.stored(ort, ons, r["name"].as_str().unwrap_or(""))
+        .is_ok_and(|o| meta_str(&o, "uid") == r["uid"].as_str() && !waits_for_dependents(&o))
+}
+
+/// Whether `obj` is being deleted in the foreground (finalizer `foregroundDeletion`).
+pub(super) fn waits_for_dependents(obj: &Value) -> bool {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|x| x == super::graceful::FOREGROUND_FINALIZER))
+}
+
+/// Whether the object with `uid` is stored and being deleted in the foreground.
+fn owner_waits_for_dependents(g: &Inner, uid: &str) -> bool {
+    g.tables
+        .values()
+        .flat_map(|t| t.values())
+        .any(|o| meta_str(o, "uid") == Some(uid) && waits_for_dependents(o))
+}
+
 /// Every namespaced object in namespace `ns`: (resource, name).
 fn namespace_contents(g: &Inner, ns: &str) -> Vec<(&'static ResourceType, String)> {
-    resources::ALL
-        .iter()
-        .filter(|r| r.namespaced)
+    g.kinds()
+        .filter(|r| r.namespaced && r.stored && r.view.is_none())
         .flat_map(|r| {
             g.tables
                 .get(r.key())
@@ -179,7 +270,7 @@ fn namespace_contents(g: &Inner, ns: &str) -> Vec<(&'static ResourceType, String
                         Bound::Unbounded,
                     ))
                     .take_while(|(k, _)| k.0 == ns)
-                    .map(|(k, _)| (*r, k.1.clone()))
+                    .map(|(k, _)| (r, k.1.clone()))
                     .collect::<Vec<_>>()
                 })
                 .unwrap_or_default()

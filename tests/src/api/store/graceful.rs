@@ -13,7 +13,7 @@ use super::object::{meta_str, Obj};
 use super::params::DeleteOptions;
 use super::state::{Inner, Store};
 use crate::api::defaults::{now_secs, rfc3339};
-use crate::api::resources::{self, ResourceType};
+use crate::api::resources::ResourceType;
 use crate::api::status::ApiError;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -129,11 +129,39 @@ impl Store {
         }
         let marked = self.commit(g, rt, EventType::Modified, doc, Some(old.clone()));
         self.collect_dependents(g, uid, false);
+        if !has_blocking_dependents(g, uid) {
+            // Nothing (left) to wait for.
+            let ns = meta_str(&marked, "namespace").unwrap_or("").to_string();
+            let name = meta_str(&marked, "name").unwrap_or("").to_string();
+            if let Ok(cur) = g.stored(rt, &ns, &name) {
+                if meta_str(&cur, "uid") == Some(uid) {
+                    return self.release_foreground(g, rt, &cur).unwrap_or(cur);
+                }
+            }
+        }
         marked
     }
 
+    /// Ends the foreground wait of `owner`: it loses the finalizer `foregroundDeletion` and
+    /// is removed, unless other finalizers still hold it.
+    fn release_foreground(
+        &self,
+        g: &mut Inner,
+        rt: &'static ResourceType,
+        owner: &Obj,
+    ) -> Option<Obj> {
+        let mut doc = (**owner).clone();
+        if let Some(f) = doc["metadata"]["finalizers"].as_array_mut() {
+            f.retain(|x| x != FOREGROUND_FINALIZER);
+        }
+        if held_by_finalizers(&doc) {
+            return Some(self.commit(g, rt, EventType::Modified, doc, Some(owner.clone())));
+        }
+        self.remove_locked(g, rt, owner).ok()
+    }
+
     /// After `gone` was removed: each of its owners that waits for its dependents
-    /// (Foreground) and has none left is removed too.
+    /// (Foreground) and has no blocking one (`blockOwnerDeletion`) left is released.
     pub(super) fn finish_foreground_owners(&self, g: &mut Inner, gone: &Value) {
         let ns = meta_str(gone, "namespace").unwrap_or("").to_string();
         let owners: Vec<Value> = gone
@@ -143,14 +171,14 @@ impl Store {
             .unwrap_or_default();
         for o in owners {
             let uid = o["uid"].as_str().unwrap_or("");
-            if g.dependents.contains_key(uid) {
+            if has_blocking_dependents(g, uid) {
                 continue;
             }
             let (av, kind) = (
                 o["apiVersion"].as_str().unwrap_or(""),
                 o["kind"].as_str().unwrap_or(""),
             );
-            let Some(ort) = resources::by_kind(av, kind) else {
+            let Some(ort) = g.kind_of(av, kind) else {
                 continue;
             };
             let oname = o["name"].as_str().unwrap_or("");
@@ -162,7 +190,7 @@ impl Store {
                 .as_array()
                 .is_some_and(|f| f.iter().any(|x| x == FOREGROUND_FINALIZER));
             if meta_str(&owner, "uid") == Some(uid) && waiting {
-                let _ = self.remove_locked(g, ort, &owner);
+                let _ = self.release_foreground(g, ort, &owner);
             }
         }
     }
@@ -183,6 +211,26 @@ impl Store {
         self.finish_foreground_owners(g, old);
         Ok(deleted)
     }
+}
+
+/// Whether the object with `uid` has a dependent that blocks its deletion
+/// (`blockOwnerDeletion: true` in the reference to it).
+fn has_blocking_dependents(g: &Inner, uid: &str) -> bool {
+    let Some(deps) = g.dependents.get(uid) else {
+        return false;
+    };
+    deps.iter().any(|(k, ns, name)| {
+        g.tables
+            .get(k)
+            .and_then(|t| t.get(&(ns.clone(), name.clone())))
+            .and_then(|o| o.pointer("/metadata/ownerReferences"))
+            .and_then(Value::as_array)
+            .is_some_and(|refs| {
+                refs.iter().any(|r| {
+                    r["uid"].as_str() == Some(uid) && r["blockOwnerDeletion"] == json!(true)
+                })
+            })
+    })
 }
 
 /// Whether `obj` has a finalizer other than `foregroundDeletion` (which its dependents' end

@@ -8,7 +8,11 @@
 mod create;
 mod delete;
 mod event;
+#[cfg(test)]
+mod gc_tests;
 mod graceful;
+mod kinds;
+mod managed;
 mod object;
 mod params;
 mod read;
@@ -20,6 +24,7 @@ mod update;
 
 pub use event::{EventType, StoreEvent, WatchStart};
 pub use graceful::FOREGROUND_FINALIZER;
+pub use managed::FieldOwner;
 pub use object::{from_obj, Obj};
 pub use params::{DeleteOptions, ListQuery, ListResult, Part, Patch};
 pub use state::Store;

@@ -21,7 +21,8 @@ struct ContinueToken {
 
 impl Store {
     pub fn get(&self, rt: &'static ResourceType, ns: &str, name: &str) -> Result<Obj, ApiError> {
-        self.lock().stored(rt, ns, name)
+        let o = self.lock().stored(rt, ns, name)?;
+        Ok(super::kinds::shown(rt, o))
     }
 
     /// Objects owned (via ownerReferences) by the object with this uid.
@@ -92,7 +93,7 @@ impl Store {
                     }
                 }
                 _ => {
-                    items.push(v.clone());
+                    items.push(super::kinds::shown(rt, v.clone()));
                     last = Some(k);
                 }
             }
@@ -171,7 +172,7 @@ impl Store {
                 let from = g.history.partition_point(|e| e.rv <= rv);
                 g.history
                     .range(from..)
-                    .filter(|e| std::ptr::eq(e.resource, rt) && in_ns(&e.namespace))
+                    .filter(|e| e.resource.key() == rt.key() && in_ns(&e.namespace))
                     .cloned()
                     .collect()
             }

@@ -24,6 +24,8 @@ pub(super) struct Inner {
     pub(super) dependents: HashMap<String, BTreeSet<(&'static str, String, String)>>,
     /// Nodes whose kubelet terminates pods gracefully.
     pub(super) graceful_nodes: BTreeSet<String>,
+    /// The resources the stored CustomResourceDefinitions register.
+    pub(super) custom: Vec<&'static ResourceType>,
 }
 
 impl Inner {
@@ -68,6 +70,7 @@ impl Store {
                 compacted: 0,
                 dependents: HashMap::new(),
                 graceful_nodes: BTreeSet::new(),
+                custom: Vec::new(),
             })),
             tx,
         }
@@ -168,6 +171,11 @@ impl Store {
             }
         }
         let _ = self.tx.send(ev);
+        if std::ptr::eq(rt, &crate::api::resources::CUSTOMRESOURCEDEFINITIONS) {
+            // The CRD's resources are served from now on, or no more.
+            let removed = kind == EventType::Deleted;
+            crate::api::crd::register(&mut g.custom, &obj, removed);
+        }
         obj
     }
 }

@@ -1,6 +1,7 @@
 //! Updates: replace (PUT), patches (merge, JSON, apply), and atomic in-process changes.
 
 use super::event::EventType;
+use super::managed::FieldOwner;
 use super::object::{check_type, meta_str, normalize, without_rv, Obj};
 use super::params::{Part, Patch};
 use super::state::{Inner, Store};
@@ -21,8 +22,11 @@ impl Store {
         part: Part,
         dry_run: bool,
     ) -> Result<Obj, ApiError> {
+        let obj = super::kinds::to_storage(rt, obj)?;
+        let stored = rt.view.map_or(rt, |v| v.storage);
         let mut g = self.lock();
-        self.update_locked(&mut g, rt, ns, name, obj, part, true, dry_run)
+        let updated = self.update_locked(&mut g, stored, ns, name, obj, part, true, dry_run)?;
+        Ok(super::kinds::shown(rt, updated))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -63,9 +67,10 @@ impl Store {
         new["kind"] = json!(rt.kind);
         keep_metadata(&old, &mut new);
         defaults::apply(rt, &mut new, false);
+        crate::api::crd::admit(rt, &mut new)?;
         defaults::validate(rt, &new, Some(&old))?;
         let mut new = normalize(rt, new)?;
-        if new.get("spec") != old.get("spec") && new.get("spec").is_some() {
+        if spec_changed(rt, &old, &new) {
             let gen = old
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
@@ -96,6 +101,23 @@ impl Store {
         part: Part,
         dry_run: bool,
     ) -> Result<Obj, ApiError> {
+        self.patch_as(rt, ns, name, patch, part, dry_run, None)
+    }
+
+    /// [`Store::patch`] by `owner`, whose fields are recorded in `metadata.managedFields`: an
+    /// apply that changes a field another manager owns fails with 409 Conflict unless forced.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch_as(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        patch: Patch,
+        part: Part,
+        dry_run: bool,
+        owner: Option<&FieldOwner>,
+    ) -> Result<Obj, ApiError> {
+        let stored = rt.view.map_or(rt, |v| v.storage);
         let mut g = self.lock();
         let key = (ns.to_string(), name.to_string());
         let current = g.tables.get(rt.key()).and_then(|t| t.get(&key)).cloned();
@@ -104,11 +126,23 @@ impl Store {
                 let mut body = body.clone();
                 ensure_object(&mut body, "/metadata");
                 body["metadata"]["name"] = json!(name);
-                return self.create_locked(&mut g, rt, ns, body, dry_run);
+                if let Some(o) = owner {
+                    let applied = body.clone();
+                    super::managed::record(None, &mut body, Some(&applied), o)?;
+                }
+                let body = super::kinds::to_storage(rt, body)?;
+                let created = self.create_locked(&mut g, stored, ns, body, dry_run)?;
+                return Ok(super::kinds::shown(rt, created));
             }
             return Err(ApiError::not_found(rt, name));
         };
+        // Patched as the client sees it (a view's conversion of the stored object).
+        let current = super::kinds::shown(rt, current);
         let mut doc = (*current).clone();
+        let applied = match &patch {
+            Patch::Apply(p) => Some(p.clone()),
+            _ => None,
+        };
         match patch {
             Patch::Merge(p) | Patch::Apply(p) => {
                 if !p.is_object() {
@@ -132,7 +166,13 @@ impl Store {
         // A resourceVersion in the patch is a precondition.
         let rv_in_patch =
             meta_str(&doc, "resourceVersion") != meta_str(&current, "resourceVersion");
-        self.update_locked(&mut g, rt, ns, name, doc, part, rv_in_patch, dry_run)
+        if let (Some(o), Part::Main) = (owner, part) {
+            super::managed::record(Some(&current), &mut doc, applied.as_ref(), o)?;
+        }
+        let doc = super::kinds::to_storage(rt, doc)?;
+        let patched =
+            self.update_locked(&mut g, stored, ns, name, doc, part, rv_in_patch, dry_run)?;
+        Ok(super::kinds::shown(rt, patched))
     }
 
     /// Reads, changes and writes an object atomically (no conflicts), e.g. for status updates.
@@ -150,6 +190,25 @@ impl Store {
         f(&mut doc);
         self.update_locked(&mut g, rt, ns, name, doc, part, false, false)
     }
+}
+
+/// Whether an update changes what `metadata.generation` counts: the spec (for a custom
+/// resource, everything but its metadata and, with a status subresource, its status).
+fn spec_changed(rt: &ResourceType, old: &Value, new: &Value) -> bool {
+    if rt.crd.is_none() {
+        return new.get("spec") != old.get("spec") && new.get("spec").is_some();
+    }
+    let counted = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("metadata");
+            if rt.has_status() {
+                m.remove("status");
+            }
+        }
+        v
+    };
+    counted(old) != counted(new)
 }
 
 /// The body's name and namespace, when given, are those of the URL.

@@ -1,18 +1,22 @@
-//! The Job, StatefulSet and JobSet controllers: they expand those objects into pods (a
-//! JobSet into Jobs) as the real controllers do and keep their status up to date. They only use the store, so they also run
+//! The Job, StatefulSet, JobSet, Deployment and ReplicaSet controllers: they expand those
+//! objects into pods (a JobSet into Jobs, a Deployment into ReplicaSets) as the real
+//! controllers do and keep their status up to date. They only use the store, so they also run
 //! next to an API server without pods ([`spawn`]).
 //!
 //! This file routes store events to the controllers; one file per controller (`job`,
-//! `statefulset`, `jobset`), with the Job's policies (`job_policy`) and index sets (`indexes`) beside
+//! `statefulset`, `jobset`, `deployment` with the ReplicaSet's), with the Job's policies (`job_policy`) and index sets (`indexes`) beside
 //! it, and what they share: `pods` (owners, pods from templates, phases, readiness) and
 //! `conditions`.
 
-use crate::api::resources::{JOBS, JOBSETS, PODS, STATEFULSETS};
+use crate::api::resources::{DEPLOYMENTS, JOBS, JOBSETS, PODS, REPLICASETS, STATEFULSETS};
 use crate::api::Store;
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 
 mod conditions;
+mod deployment;
+#[cfg(test)]
+mod deployment_tests;
 mod indexes;
 mod job;
 mod job_policy;
@@ -22,6 +26,7 @@ mod statefulset;
 #[cfg(test)]
 mod tests;
 
+pub use deployment::{reconcile_deployment, reconcile_replicaset};
 pub use indexes::{compress_indexes, parse_indexes};
 use job::reconcile_timed_jobs;
 pub use job::{job_pod, reconcile_job, TRACKING_FINALIZER};
@@ -65,6 +70,19 @@ async fn run(store: Store) {
                     if ev.kind != crate::api::EventType::Deleted {
                         reconcile_jobset(&store, ns, name);
                     }
+                } else if std::ptr::eq(ev.resource, &DEPLOYMENTS) {
+                    if ev.kind != crate::api::EventType::Deleted {
+                        reconcile_deployment(&store, ns, name);
+                    }
+                } else if std::ptr::eq(ev.resource, &REPLICASETS) {
+                    if ev.kind != crate::api::EventType::Deleted {
+                        reconcile_replicaset(&store, ns, name);
+                    }
+                    for (kind, owner) in controller_of(&ev.object) {
+                        if kind == "Deployment" {
+                            reconcile_deployment(&store, ns, &owner);
+                        }
+                    }
                 } else if std::ptr::eq(ev.resource, &STATEFULSETS) {
                     if ev.kind != crate::api::EventType::Deleted {
                         reconcile_sts(&store, ns, name);
@@ -78,6 +96,7 @@ async fn run(store: Store) {
                         match kind.as_str() {
                             "Job" => job::reconcile_job_seeing(&store, ns, &owner, gone, removed),
                             "StatefulSet" => reconcile_sts(&store, ns, &owner),
+                            "ReplicaSet" => reconcile_replicaset(&store, ns, &owner),
                             _ => {}
                         }
                     }
@@ -95,6 +114,8 @@ fn reconcile_all(store: &Store) {
         (&JOBS, reconcile_job as fn(&Store, &str, &str)),
         (&STATEFULSETS, reconcile_sts),
         (&JOBSETS, reconcile_jobset),
+        (&DEPLOYMENTS, reconcile_deployment),
+        (&REPLICASETS, reconcile_replicaset),
     ] {
         if let Ok(l) = store.list(rt, None, &Default::default()) {
             for o in l.items {

@@ -1,0 +1,219 @@
+//! The objects an MPIJob gets, who owns them, which MPIJobs are ours, and the Job's updates.
+
+use serde_json::{json, Value};
+
+use super::desired::{desired, job_finished, job_update, managed, merge_diff, Settings};
+use crate::manifest::mpijob::{from_mpijob, Overrides};
+use crate::manifest::{objects, INJECT_IMAGE};
+
+const PI: &str = include_str!("../manifest/mpijob/examples/pi.yaml");
+
+/// mpi-operator's pi as the API server returns it: namespace, uid, server fields, a status.
+fn served(managed_by: Option<&str>, suspend: bool) -> Value {
+    let mut v: Value = serde_yaml::from_str(PI).unwrap();
+    v["metadata"]["namespace"] = json!("team");
+    v["metadata"]["uid"] = json!("1f1e5c7a-0000-4000-8000-000000000001");
+    v["metadata"]["resourceVersion"] = json!("42");
+    v["metadata"]["generation"] = json!(1);
+    v["metadata"]["creationTimestamp"] = json!("2026-12-03T12:00:00Z");
+    v["metadata"]["managedFields"] = json!([{"manager": "kubectl", "operation": "Update"}]);
+    v["status"] = json!({"conditions": [{"type": "Created", "status": "True"}]});
+    if let Some(m) = managed_by {
+        v["spec"]["runPolicy"]["managedBy"] = json!(m);
+    }
+    if suspend {
+        v["spec"]["runPolicy"]["suspend"] = json!(true);
+    }
+    v
+}
+
+fn settings() -> Settings {
+    Settings {
+        inject_image: INJECT_IMAGE.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn ours_by_managed_by_and_manage_all() {
+    let ours = served(Some("prrte-k8s.io/controller"), false);
+    let none = served(None, false);
+    let empty = served(Some(""), false);
+    let mpi_operator = served(Some("kubeflow.org/mpi-operator"), false);
+    let multikueue = served(Some("kueue.x-k8s.io/multikueue"), false);
+    for manage_all in [false, true] {
+        assert!(managed(&ours, manage_all));
+        assert!(!managed(&mpi_operator, manage_all));
+        assert!(!managed(&multikueue, manage_all));
+        assert_eq!(managed(&none, manage_all), manage_all);
+        assert_eq!(managed(&empty, manage_all), manage_all);
+    }
+}
+
+#[test]
+fn the_same_objects_as_from_mpijob_each_owned_by_the_mpijob() {
+    let obj = served(Some("prrte-k8s.io/controller"), false);
+    let d = desired(&obj, &settings(), "k3y").unwrap();
+    // One conversion: what `manifest --from-mpijob` renders for the same document.
+    let (plan, notes) = from_mpijob(
+        &obj.to_string(),
+        &Overrides {
+            inject_image: INJECT_IMAGE.into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(d.notes, notes);
+    let rendered = objects(&plan, Some("k3y"));
+    let kinds: Vec<&str> = d
+        .others
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "Secret",
+            "NetworkPolicy"
+        ]
+    );
+    let mut ours: Vec<Value> = d.others.clone();
+    ours.push(d.job.clone());
+    assert_eq!(ours.len(), rendered.len());
+    for o in &mut ours {
+        let refs = o["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("ownerReferences")
+            .unwrap();
+        assert_eq!(
+            refs,
+            json!([{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "pi",
+                "uid": "1f1e5c7a-0000-4000-8000-000000000001", "controller": true, "blockOwnerDeletion": true}])
+        );
+        assert_eq!(o["metadata"]["namespace"], "team");
+        assert!(
+            rendered.contains(o),
+            "{} differs from the rendered one",
+            o["kind"]
+        );
+    }
+    // The Job is the Job controller's, and runs now.
+    assert!(d.job["spec"].get("managedBy").is_none());
+    assert!(d.job["spec"].get("suspend").is_none());
+    assert_eq!(d.job["spec"]["parallelism"], 3);
+}
+
+#[test]
+fn a_suspended_mpijob_makes_a_suspended_job() {
+    let d = desired(&served(None, true), &settings(), "k").unwrap();
+    assert_eq!(d.job["spec"]["suspend"], true);
+}
+
+#[test]
+fn what_the_conversion_refuses_is_an_error_naming_the_field() {
+    let mut obj = served(None, false);
+    obj["spec"]["mpiImplementation"] = json!("LAM");
+    let e = desired(&obj, &settings(), "k").unwrap_err().to_string();
+    assert!(e.contains("mpiImplementation") && e.contains("LAM"), "{e}");
+    let mut obj = served(None, false);
+    obj["spec"]["mpiReplicaSpecs"]["Worker"]
+        .as_object_mut()
+        .unwrap()
+        .remove("replicas");
+    let e = desired(&obj, &settings(), "k").unwrap_err().to_string();
+    assert!(e.contains("Worker.replicas"), "{e}");
+}
+
+#[test]
+fn merge_diff_removes_replaces_and_recurses() {
+    assert_eq!(merge_diff(&json!({"a": 1}), &json!({"a": 1})), None);
+    assert_eq!(
+        merge_diff(
+            &json!({"a": 1, "b": {"c": 1, "d": 2}}),
+            &json!({"b": {"c": 1}, "e": [1]})
+        ),
+        Some(json!({"a": null, "b": {"d": null}, "e": [1]}))
+    );
+    assert_eq!(merge_diff(&json!([1, 2]), &json!([2])), Some(json!([2])));
+    assert_eq!(merge_diff(&json!("x"), &Value::Null), Some(Value::Null));
+}
+
+/// A Job as the API server holds it: the Job controller's labels on its template.
+fn existing(job: &Value, suspend: bool) -> Value {
+    let mut j = job.clone();
+    j["spec"]["suspend"] = json!(suspend);
+    j["spec"]["template"]["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] = json!("u");
+    j
+}
+
+#[test]
+fn kueues_admission_reaches_a_suspended_job_and_resumes_it() {
+    let suspended = desired(&served(None, true), &settings(), "k").unwrap().job;
+    let job = existing(&suspended, true);
+    // Nothing changed: nothing to do.
+    assert_eq!(job_update(&job, &suspended), None);
+    // Kueue admits: node selector, tolerations and a label in the templates, then suspend false.
+    let mut admitted = served(None, false);
+    for role in ["Launcher", "Worker"] {
+        let t = &mut admitted["spec"]["mpiReplicaSpecs"][role]["template"];
+        t["spec"]["nodeSelector"] = json!({"pool": "a"});
+        t["spec"]["tolerations"] = json!([{"key": "pool", "operator": "Exists"}]);
+        t["metadata"]["labels"] = json!({"kueue.x-k8s.io/podset": role.to_lowercase()});
+    }
+    let want = desired(&admitted, &settings(), "k").unwrap().job;
+    let patch = job_update(&job, &want).unwrap();
+    assert_eq!(patch["spec"]["suspend"], false);
+    let t = &patch["spec"]["template"];
+    assert_eq!(t["spec"]["nodeSelector"], json!({"pool": "a"}));
+    assert_eq!(
+        t["spec"]["tolerations"],
+        json!([{"key": "pool", "operator": "Exists"}])
+    );
+    assert_eq!(t["metadata"]["labels"]["kueue.x-k8s.io/podset"], "worker");
+    // The Job controller's own label is never removed.
+    assert!(t["metadata"]["labels"]
+        .get("batch.kubernetes.io/controller-uid")
+        .is_none());
+    // Kueue suspends again and takes its node selector back: the field is removed (null in
+    // the merge patch), or only the key Kueue added.
+    let with_pool = existing(&want, true);
+    let patch = job_update(&with_pool, &suspended).unwrap();
+    let t = patch["spec"]["template"]["spec"].as_object().unwrap();
+    assert_eq!(t.get("nodeSelector"), Some(&Value::Null));
+    assert!(patch["spec"].get("suspend").is_none());
+    let mut own = served(None, true);
+    own["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] =
+        json!({"disk": "ssd"});
+    let own = desired(&own, &settings(), "k").unwrap().job;
+    let mut both = existing(&own, true);
+    both["spec"]["template"]["spec"]["nodeSelector"]["pool"] = json!("a");
+    let patch = job_update(&both, &own).unwrap();
+    assert_eq!(
+        patch["spec"]["template"]["spec"]["nodeSelector"],
+        json!({"pool": null})
+    );
+}
+
+#[test]
+fn a_running_job_only_follows_suspend_and_a_finished_one_nothing() {
+    let running = desired(&served(None, false), &settings(), "k").unwrap().job;
+    let job = existing(&running, false);
+    assert_eq!(job_update(&job, &running), None);
+    // A template change of a running Job is not Kubernetes' to make: only suspend follows.
+    let mut changed = served(None, true);
+    changed["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] =
+        json!({"x": "y"});
+    let want = desired(&changed, &settings(), "k").unwrap().job;
+    assert_eq!(
+        job_update(&job, &want),
+        Some(json!({"spec": {"suspend": true}}))
+    );
+    let mut done = job.clone();
+    done["status"]["conditions"] = json!([{"type": "Complete", "status": "True"}]);
+    assert!(job_finished(&done));
+    assert_eq!(job_update(&done, &want), None);
+}

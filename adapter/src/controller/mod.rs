@@ -1,0 +1,32 @@
+//! `prrte-k8s controller`: reconciles kubeflow.org/v2beta1 MPIJobs through prrte-k8s, so that
+//! the MPIJob a user already has is all they write. An MPIJob is ours when its
+//! `spec.runPolicy.managedBy` is `prrte-k8s.io/controller` (mpi-operator skips every value but
+//! its own), or, with `--manage-all`, when it names none.
+//!
+//! Each MPIJob gets the plan `prrte-k8s manifest --from-mpijob` renders (the same conversion,
+//! [`crate::manifest::mpijob`]): ServiceAccount, Role, RoleBinding, a Secret whose key is made
+//! here and never printed, the Indexed Job and its NetworkPolicy, every one owned by the MPIJob
+//! (`controller: true`), so deleting the MPIJob deletes them. `runPolicy.suspend` suspends the
+//! Job; what Kueue writes into the templates while it is suspended reaches the Job's pods. The
+//! status and the events are mpi-operator's. Replicas elect a leader through a Lease.
+//!
+//! Layout: `crd` the MPIJob's types and CRD; `desired` the objects an MPIJob should have and
+//! the Job's update (pure); `status` the status from the Job and its pods (pure); `metrics` the
+//! Prometheus metrics and their endpoint; `reconcile` one reconcile against the API; `run` the
+//! command: leader election and kube-runtime's `Controller`.
+
+pub mod crd;
+pub mod desired;
+#[cfg(test)]
+mod desired_tests;
+pub mod metrics;
+pub mod reconcile;
+#[cfg(test)]
+mod reconcile_tests;
+pub mod run;
+pub mod status;
+#[cfg(test)]
+mod status_tests;
+
+pub use crd::{crd_yaml, MpiJobResource, MpiJobSpec, MpiJobStatus};
+pub use run::{run, ControllerArgs, ControllerError};

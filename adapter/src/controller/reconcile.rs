@@ -1,0 +1,297 @@
+//! One reconcile of one MPIJob, against the API: read what is there, make what is missing
+//! ([`super::desired`]), write the status ([`super::status`]) and its events. Every write is
+//! idempotent: objects are created only if absent (an existing Secret keeps its key), the Job
+//! is patched only where it differs, the status only when it changed, so a controller
+//! restarted mid-job changes nothing and duplicates nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{json, Value};
+
+use super::crd::MpiJobStatus;
+use super::desired::{desired, job_update, managed, Settings};
+use super::metrics::Metrics;
+use super::status::{finished, next_status, phase, Notice, Observed};
+use crate::manifest::{fresh_key, JOB_LABEL};
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: Client,
+    pub settings: Settings,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    /// The MPIJob resource.
+    pub resource: ApiResource,
+}
+
+/// Why a reconcile failed (it is retried).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the MPIJob {0} has no namespace")]
+    NoNamespace(String),
+    #[error("the Job {0} exists and is not this MPIJob's (another owner, or an earlier MPIJob of the same name still being deleted); retrying")]
+    NotOurs(String),
+}
+
+fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ReconcileError {
+    let what = what.into();
+    move |source| ReconcileError::Api { what, source }
+}
+
+/// How often a live MPIJob is looked at even when nothing it watches changed.
+const RESYNC: Duration = Duration::from_secs(300);
+
+fn now() -> Time {
+    Time(jiff::Timestamp::now())
+}
+
+/// Reconciles the MPIJob `obj`.
+pub async fn reconcile(
+    obj: Arc<DynamicObject>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    ctx.metrics.reconciled();
+    let name = obj.name_any();
+    let ns = obj
+        .namespace()
+        .ok_or_else(|| ReconcileError::NoNamespace(name.clone()))?;
+    let key = format!("{ns}/{name}");
+    let value = serde_json::to_value(&*obj).unwrap_or(Value::Null);
+    if !managed(&value, ctx.settings.manage_all) || obj.metadata.deletion_timestamp.is_some() {
+        ctx.metrics.set_phase(&key, None);
+        return Ok(Action::await_change());
+    }
+    // A status this controller cannot read (written by another) is started afresh.
+    let old: MpiJobStatus = serde_json::from_value(value["status"].clone()).unwrap_or_default();
+    if finished(&old) && old.completion_time.is_some() {
+        // Nothing is made again, even after the Job's TTL deleted it.
+        ctx.metrics.set_phase(&key, Some(phase(&old)));
+        return Ok(Action::await_change());
+    }
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut job = jobs
+        .get_opt(&name)
+        .await
+        .map_err(api_error(format!("reading the Job {key}")))?
+        .map(|j| serde_json::to_value(j).unwrap_or(Value::Null));
+    let uid = obj.metadata.uid.clone().unwrap_or_default();
+    if let Some(j) = &job {
+        if !owned_by(j, &uid) {
+            let msg = ReconcileError::NotOurs(key.clone());
+            publish(
+                &ctx,
+                &obj,
+                &Notice {
+                    warning: true,
+                    reason: "ErrResourceExists".into(),
+                    message: msg.to_string(),
+                },
+            )
+            .await;
+            return Err(msg);
+        }
+    }
+    // The key is used only if the Secret is made now; it never leaves this process otherwise.
+    let invalid = match desired(&value, &ctx.settings, &fresh_key()) {
+        Err(e) => Some(e.to_string()),
+        Ok(d) => {
+            job = Some(ensure(&ctx, &ns, &d.others, &d.job, job).await?);
+            None
+        }
+    };
+    let pods = match &job {
+        Some(j) => pods_of(&ctx, &ns, &name, j).await?,
+        None => Vec::new(),
+    };
+    let observed = Observed {
+        name: &name,
+        namespace: &ns,
+        suspend: value.pointer("/spec/runPolicy/suspend") == Some(&json!(true)),
+        workers: value
+            .pointer("/spec/mpiReplicaSpecs/Worker/replicas")
+            .and_then(Value::as_u64)
+            .unwrap_or(0) as u32,
+        job: job.as_ref(),
+        pods: &pods,
+        invalid: invalid.as_deref(),
+    };
+    let out = next_status(&old, &observed, &now());
+    if out.status != old {
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &ctx.resource);
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": out.status})),
+        )
+        .await
+        .map_err(api_error(format!("writing the status of the MPIJob {key}")))?;
+    }
+    for n in &out.notices {
+        publish(&ctx, &obj, n).await;
+    }
+    if out.started_running {
+        if let Some(created) = &obj.metadata.creation_timestamp {
+            let secs = jiff::Timestamp::now()
+                .duration_since(created.0)
+                .as_secs_f64();
+            ctx.metrics.running_after(secs);
+        }
+    }
+    ctx.metrics.set_phase(&key, Some(phase(&out.status)));
+    Ok(if finished(&out.status) {
+        Action::await_change()
+    } else {
+        Action::requeue(RESYNC)
+    })
+}
+
+/// After a failed reconcile: counted, logged, retried in 5 s.
+pub fn error_policy(obj: Arc<DynamicObject>, e: &ReconcileError, ctx: Arc<Context>) -> Action {
+    ctx.metrics.failed();
+    tracing::warn!(
+        "MPIJob {}/{}: {e}",
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    );
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Whether the object `o`'s controller is the MPIJob of `uid`.
+fn owned_by(o: &Value, uid: &str) -> bool {
+    o.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|rs| {
+            rs.iter()
+                .any(|r| r["controller"] == true && r["uid"] == uid)
+        })
+}
+
+/// Makes the objects that are missing and brings the Job in line; returns the Job.
+async fn ensure(
+    ctx: &Context,
+    ns: &str,
+    others: &[Value],
+    want: &Value,
+    job: Option<Value>,
+) -> Result<Value, ReconcileError> {
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let name = want["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    match job {
+        None => {
+            // The Job last: its pods need the others. Whatever an earlier, interrupted
+            // reconcile made is left as it is.
+            for o in others {
+                create_if_absent(ctx, ns, o).await?;
+            }
+            create_if_absent(ctx, ns, want).await?;
+            let j = jobs
+                .get(&name)
+                .await
+                .map_err(api_error(format!("reading the Job {ns}/{name}")))?;
+            Ok(serde_json::to_value(j).unwrap_or(Value::Null))
+        }
+        Some(existing) => match job_update(&existing, want) {
+            None => Ok(existing),
+            Some(patch) => {
+                let j = jobs
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                    .map_err(api_error(format!("updating the Job {ns}/{name}")))?;
+                Ok(serde_json::to_value(j).unwrap_or(Value::Null))
+            }
+        },
+    }
+}
+
+/// Creates `o` in `ns` unless an object of its kind and name is there.
+async fn create_if_absent(ctx: &Context, ns: &str, o: &Value) -> Result<(), ReconcileError> {
+    let (group, version) = match o["apiVersion"].as_str().unwrap_or("v1").split_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (
+            String::new(),
+            o["apiVersion"].as_str().unwrap_or("v1").to_string(),
+        ),
+    };
+    let kind = o["kind"].as_str().unwrap_or_default();
+    let name = o["metadata"]["name"].as_str().unwrap_or_default();
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, &version, kind));
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ar);
+    // Never the object in an error: the Secret's holds its key.
+    let what = format!("creating the {kind} {ns}/{name}");
+    let obj: DynamicObject =
+        serde_json::from_value(o.clone()).map_err(|e| ReconcileError::Api {
+            what: what.clone(),
+            source: kube::Error::SerdeError(e),
+        })?;
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(api_error(what)(e)),
+    }
+}
+
+/// The pods of the Job `job` (by the job's label, and owned by that Job).
+async fn pods_of(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    job: &Value,
+) -> Result<Vec<Value>, ReconcileError> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let list = pods
+        .list(&ListParams::default().labels(&format!("{JOB_LABEL}={name}")))
+        .await
+        .map_err(api_error(format!("listing the pods of {ns}/{name}")))?;
+    let uid = job["metadata"]["uid"].as_str().unwrap_or_default();
+    Ok(list
+        .items
+        .into_iter()
+        .map(|p| serde_json::to_value(p).unwrap_or(Value::Null))
+        .filter(|p| {
+            p.pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|rs| rs.iter().any(|r| r["uid"] == uid))
+        })
+        .collect())
+}
+
+/// Publishes an event on the MPIJob (a failure is logged, never fatal).
+async fn publish(ctx: &Context, obj: &DynamicObject, n: &Notice) {
+    let ev = Event {
+        type_: if n.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: n.reason.clone(),
+        note: Some(n.message.clone()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    let reference = obj.object_ref(&ctx.resource);
+    if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+        tracing::warn!(
+            "cannot record the event {} on {}: {e}",
+            n.reason,
+            obj.name_any()
+        );
+    }
+}

@@ -1,0 +1,332 @@
+//! One reconcile against an in-memory API (kube's client over a fake service): what it creates,
+//! that a second reconcile writes nothing, that the Secret's key goes nowhere but the Secret,
+//! and the status and events of a job's end and of a refused MPIJob.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::Client;
+use serde_json::{json, Value};
+
+use super::crd::MpiJobResource;
+use super::desired::Settings;
+use super::metrics::Metrics;
+use super::reconcile::{reconcile, Context};
+use crate::manifest::INJECT_IMAGE;
+
+/// The objects by path, and every request (method, path, body).
+#[derive(Default)]
+struct Store {
+    objects: BTreeMap<String, Value>,
+    requests: Vec<(String, String, String)>,
+    next_uid: u32,
+}
+
+type Shared = Arc<Mutex<Store>>;
+
+fn status(code: u16, reason: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason, "message": reason})
+}
+
+/// Answers one request the way an API server would, for what the controller asks.
+fn answer(store: &Shared, method: &str, path: &str, query: &str, body: &str) -> (u16, Value) {
+    let mut s = store.lock().unwrap();
+    s.requests.push((method.into(), path.into(), body.into()));
+    let path = path.trim_end_matches('/');
+    match method {
+        "GET" if path.ends_with("/pods") => {
+            let items: Vec<Value> = s
+                .objects
+                .iter()
+                .filter(|(k, _)| k.starts_with(&format!("{path}/")))
+                .map(|(_, v)| v.clone())
+                .filter(|p| {
+                    let sel = query.contains("labelSelector=prrte-k8s.io%2Fjob%3Dpi");
+                    sel && p["metadata"]["labels"]["prrte-k8s.io/job"] == "pi"
+                })
+                .collect();
+            (
+                200,
+                json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}),
+            )
+        }
+        "GET" => match s.objects.get(path) {
+            Some(o) => (200, o.clone()),
+            None => (404, status(404, "NotFound")),
+        },
+        "POST" => {
+            let mut o: Value = serde_json::from_str(body).unwrap();
+            let name = o["metadata"]["name"]
+                .as_str()
+                .unwrap_or("generated")
+                .to_string();
+            let at = format!("{path}/{name}");
+            if s.objects.contains_key(&at) {
+                return (409, status(409, "AlreadyExists"));
+            }
+            s.next_uid += 1;
+            o["metadata"]["uid"] = json!(format!("uid-{}", s.next_uid));
+            s.objects.insert(at, o.clone());
+            (201, o)
+        }
+        "PATCH" => {
+            let target = path.trim_end_matches("/status");
+            let patch: Value = serde_json::from_str(body).unwrap();
+            match s.objects.get_mut(target) {
+                Some(o) => {
+                    json_patch::merge(o, &patch);
+                    (200, o.clone())
+                }
+                None => (404, status(404, "NotFound")),
+            }
+        }
+        _ => (405, status(405, "MethodNotAllowed")),
+    }
+}
+
+fn client(store: Shared) -> Client {
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let store = store.clone();
+        async move {
+            let method = req.method().to_string();
+            let path = req.uri().path().to_string();
+            let query = req.uri().query().unwrap_or("").to_string();
+            let bytes = req
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let body = String::from_utf8_lossy(&bytes).to_string();
+            let (code, v) = answer(&store, &method, &path, &query, &body);
+            let resp = http::Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(v.to_string())))
+                .unwrap();
+            Ok::<_, Infallible>(resp)
+        }
+    });
+    Client::new(service, "default")
+}
+
+const MPIJOB: &str = "/apis/kubeflow.org/v2beta1/namespaces/team/mpijobs/pi";
+const JOB: &str = "/apis/batch/v1/namespaces/team/jobs/pi";
+const SECRET: &str = "/api/v1/namespaces/team/secrets/pi-prrte";
+
+fn mpijob(store: &Shared, edit: impl FnOnce(&mut Value)) {
+    let mut v: Value =
+        serde_yaml::from_str(include_str!("../manifest/mpijob/examples/pi.yaml")).unwrap();
+    v["metadata"]["namespace"] = json!("team");
+    v["metadata"]["uid"] = json!("mpijob-uid");
+    v["metadata"]["creationTimestamp"] = json!("2026-12-03T12:00:00Z");
+    v["spec"]["runPolicy"]["managedBy"] = json!("prrte-k8s.io/controller");
+    edit(&mut v);
+    store.lock().unwrap().objects.insert(MPIJOB.into(), v);
+}
+
+fn context(store: &Shared) -> Arc<Context> {
+    let client = client(store.clone());
+    Arc::new(Context {
+        client: client.clone(),
+        settings: Settings {
+            inject_image: INJECT_IMAGE.into(),
+            ..Default::default()
+        },
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: "test".into(),
+                instance: Some("t".into()),
+            },
+        ),
+        metrics: Arc::new(Metrics::new()),
+        resource: ApiResource::erase::<MpiJobResource>(&()),
+    })
+}
+
+async fn reconcile_now(store: &Shared, ctx: &Arc<Context>) {
+    let obj: DynamicObject =
+        serde_json::from_value(store.lock().unwrap().objects[MPIJOB].clone()).unwrap();
+    reconcile(Arc::new(obj), ctx.clone()).await.unwrap();
+}
+
+fn writes(store: &Shared) -> Vec<String> {
+    store
+        .lock()
+        .unwrap()
+        .requests
+        .iter()
+        .filter(|(m, _, _)| m != "GET")
+        .map(|(m, p, _)| format!("{m} {p}"))
+        .collect()
+}
+
+fn event_reasons(store: &Shared) -> Vec<String> {
+    let s = store.lock().unwrap();
+    s.objects
+        .iter()
+        .filter(|(k, _)| k.contains("/events/"))
+        .map(|(_, v)| v["reason"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn makes_the_objects_once_owned_by_the_mpijob_and_keeps_the_key_to_the_secret() {
+    let store: Shared = Arc::default();
+    mpijob(&store, |_| {});
+    let ctx = context(&store);
+    reconcile_now(&store, &ctx).await;
+    let made = writes(&store);
+    for kind in [
+        "serviceaccounts/",
+        "roles/",
+        "rolebindings/",
+        "secrets",
+        "networkpolicies",
+        "jobs",
+    ] {
+        assert!(
+            made.iter()
+                .any(|w| w.starts_with("POST") && w.contains(kind.trim_end_matches('/'))),
+            "{kind}: {made:?}"
+        );
+    }
+    assert!(
+        made.iter().any(|w| w == &format!("PATCH {MPIJOB}/status")),
+        "{made:?}"
+    );
+    {
+        let s = store.lock().unwrap();
+        let owned = s
+            .objects
+            .iter()
+            .filter(|(k, _)| !k.contains("/events/") && k.as_str() != MPIJOB);
+        let mut n = 0;
+        for (k, o) in owned {
+            n += 1;
+            let r = &o["metadata"]["ownerReferences"][0];
+            assert_eq!(
+                (&r["uid"], &r["controller"], &r["kind"]),
+                (&json!("mpijob-uid"), &json!(true), &json!("MPIJob")),
+                "{k}"
+            );
+        }
+        assert_eq!(n, 6);
+        // The key: in the Secret's creation only.
+        use base64::Engine;
+        let data = s.objects[SECRET]["data"]["key"].as_str().unwrap();
+        let key = String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .unwrap(),
+        )
+        .unwrap();
+        let with_key: Vec<&String> = s
+            .requests
+            .iter()
+            .filter(|(_, _, b)| b.contains(&key) || b.contains(data))
+            .map(|(_, p, _)| p)
+            .collect();
+        assert_eq!(with_key, [&"/api/v1/namespaces/team/secrets".to_string()]);
+        let st = &s.objects[MPIJOB]["status"];
+        assert_eq!(st["conditions"][0]["type"], "Created");
+        assert!(st["startTime"].is_string());
+    }
+    assert_eq!(event_reasons(&store), ["MPIJobCreated"]);
+
+    // Again, as after a restart: nothing is written.
+    store.lock().unwrap().requests.clear();
+    reconcile_now(&store, &ctx).await;
+    assert_eq!(writes(&store), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn the_jobs_end_and_its_pods_make_the_status() {
+    let store: Shared = Arc::default();
+    mpijob(&store, |_| {});
+    let ctx = context(&store);
+    reconcile_now(&store, &ctx).await;
+    {
+        let mut s = store.lock().unwrap();
+        let job_uid = s.objects[JOB]["metadata"]["uid"].clone();
+        for i in 0..3 {
+            let phase = if i == 0 { "Succeeded" } else { "Failed" };
+            s.objects.insert(
+                format!("/api/v1/namespaces/team/pods/pi-{i}"),
+                json!({"metadata": {"name": format!("pi-{i}"), "namespace": "team",
+                    "labels": {"prrte-k8s.io/job": "pi", "batch.kubernetes.io/job-completion-index": i.to_string()},
+                    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "pi", "uid": job_uid, "controller": true}]},
+                    "status": {"phase": phase}}),
+            );
+        }
+        let job = s.objects.get_mut(JOB).unwrap();
+        job["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}], "completionTime": "2026-12-03T12:01:00Z"});
+    }
+    reconcile_now(&store, &ctx).await;
+    let st = store.lock().unwrap().objects[MPIJOB]["status"].clone();
+    let succeeded = st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Succeeded")
+        .unwrap()
+        .clone();
+    assert_eq!(succeeded["status"], "True");
+    assert_eq!(st["completionTime"], "2026-12-03T12:01:00Z");
+    assert_eq!(st["replicaStatuses"]["Launcher"]["succeeded"], 1);
+    assert_eq!(st["replicaStatuses"]["Worker"]["failed"], 2);
+    assert!(event_reasons(&store).contains(&"MPIJobSucceeded".to_string()));
+    assert!(ctx
+        .metrics
+        .text()
+        .contains("prrte_k8s_controller_mpijobs{phase=\"Succeeded\"} 1"));
+    // The Job's TTL deletes it: nothing is made again.
+    store.lock().unwrap().objects.remove(JOB);
+    store.lock().unwrap().requests.clear();
+    reconcile_now(&store, &ctx).await;
+    assert_eq!(writes(&store), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_refused_mpijob_fails_with_the_reason_and_nothing_is_made() {
+    let store: Shared = Arc::default();
+    mpijob(&store, |v| v["spec"]["mpiImplementation"] = json!("LAM"));
+    let ctx = context(&store);
+    reconcile_now(&store, &ctx).await;
+    assert_eq!(
+        writes(&store)
+            .iter()
+            .filter(|w| w.starts_with("POST") && !w.contains("/events"))
+            .count(),
+        0
+    );
+    let st = store.lock().unwrap().objects[MPIJOB]["status"].clone();
+    let failed = st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .unwrap()
+        .clone();
+    assert_eq!(failed["reason"], "ValidationError");
+    assert!(failed["message"].as_str().unwrap().contains("LAM"));
+    assert_eq!(event_reasons(&store), ["MPIJobCreated", "ValidationError"]);
+}
+
+#[tokio::test]
+async fn another_controllers_mpijob_is_left_alone() {
+    let store: Shared = Arc::default();
+    mpijob(&store, |v| {
+        v["spec"]["runPolicy"]["managedBy"] = json!("kubeflow.org/mpi-operator")
+    });
+    let ctx = context(&store);
+    reconcile_now(&store, &ctx).await;
+    assert!(store.lock().unwrap().requests.is_empty());
+}

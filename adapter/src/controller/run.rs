@@ -1,0 +1,229 @@
+//! `prrte-k8s controller`: serves `/metrics`, waits to hold the Lease, then runs kube-runtime's
+//! `Controller` over the MPIJobs, the Jobs they own and those Jobs' pods until the Lease is lost
+//! (the process then exits, and its Deployment starts it again as a follower) or a signal.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{watcher, Controller};
+use kube::{Client, ResourceExt};
+use kube_lease_manager::LeaseManagerBuilder;
+
+use super::crd::MpiJobResource;
+use super::desired::Settings;
+use super::metrics::{serve, Metrics};
+use super::reconcile::{error_policy, reconcile, Context};
+use crate::manifest::api_server::{self, ApiServer};
+use crate::manifest::{INJECT_IMAGE, JOB_LABEL};
+
+/// The controller's name: its events' reporting controller and its Lease's default name.
+pub const CONTROLLER: &str = "prrte-k8s-controller";
+
+/// `prrte-k8s controller`'s options.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ControllerArgs {
+    /// Also reconcile the MPIJobs that name no spec.runPolicy.managedBy (a cluster without
+    /// mpi-operator); without it only those with managedBy: prrte-k8s.io/controller.
+    #[arg(long)]
+    pub manage_all: bool,
+    /// The image whose init container copies the runtime into every pod.
+    #[arg(long, default_value = INJECT_IMAGE)]
+    pub inject_image: String,
+    /// imagePullPolicy of every container of the jobs' pods.
+    #[arg(long, value_parser = ["Always", "IfNotPresent", "Never"])]
+    pub image_pull_policy: Option<String>,
+    /// Where the jobs' pods may reach the Kubernetes API (their NetworkPolicy's egress);
+    /// repeatable. Default: any address but link-local ones.
+    #[arg(long, value_name = "CIDR")]
+    pub api_server_cidr: Vec<ipnet::IpNet>,
+    /// The API server's ports in that egress; repeatable. Default: 443 and 6443.
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub api_server_port: Vec<u16>,
+    /// Ask the cluster at start for the API server's addresses and ports (the endpoints of
+    /// Service `kubernetes` in `default`; needs list on endpointslices there).
+    #[arg(long, conflicts_with_all = ["api_server_cidr", "api_server_port"])]
+    pub api_server_from_cluster: bool,
+    /// Where to serve GET /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_address: SocketAddr,
+    /// The coordination.k8s.io/v1 Lease the replicas elect their leader with.
+    #[arg(long, default_value = CONTROLLER)]
+    pub lease_name: String,
+    /// The Lease's namespace [default: the pod's own namespace, else "default"].
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// This replica's name in the Lease and in its events [default: the host name].
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Seconds a Lease holds without renewal.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=300))]
+    pub lease_seconds: u64,
+    /// How many MPIJobs are reconciled at once.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub concurrency: u16,
+}
+
+/// Why the controller stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error("cannot reach the Kubernetes API: {0} (in a pod, the ServiceAccount's token is used; elsewhere KUBECONFIG)")]
+    Client(#[source] kube::Error),
+    #[error("cannot serve /metrics on {0}: {1} (give another --metrics-address)")]
+    Metrics(SocketAddr, #[source] std::io::Error),
+    #[error("the Lease {0}: {1} (the controller's Role must allow get, create and patch on leases.coordination.k8s.io in that namespace)")]
+    Lease(String, String),
+    #[error(
+        "--api-server-from-cluster: {0} (give --api-server-cidr and --api-server-port instead)"
+    )]
+    ApiServer(#[source] api_server::ApiServerError),
+    #[error("lost the Lease {0}: another replica leads now; exiting so that this one restarts as a follower")]
+    LostLease(String),
+}
+
+fn own_namespace() -> String {
+    std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "default".into())
+}
+
+fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| CONTROLLER.into())
+}
+
+/// Runs the controller until the Lease is lost or a signal comes.
+pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
+    let client = Client::try_default()
+        .await
+        .map_err(ControllerError::Client)?;
+    let api_server = if args.api_server_from_cluster {
+        api_server::lookup(std::time::Duration::from_secs(30))
+            .await
+            .map_err(ControllerError::ApiServer)?
+    } else {
+        ApiServer {
+            cidrs: args.api_server_cidr.clone(),
+            ports: args.api_server_port.clone(),
+        }
+    };
+    let metrics = Arc::new(Metrics::new());
+    let listener = tokio::net::TcpListener::bind(args.metrics_address)
+        .await
+        .map_err(|e| ControllerError::Metrics(args.metrics_address, e))?;
+    let server = tokio::spawn(serve(listener, metrics.clone()));
+    let identity = args.identity.clone().unwrap_or_else(host_name);
+    let lease_ns = args.lease_namespace.clone().unwrap_or_else(own_namespace);
+    let lease_id = format!("{lease_ns}/{}", args.lease_name);
+    let lease_err = |e: kube_lease_manager::LeaseManagerError| {
+        ControllerError::Lease(lease_id.clone(), e.to_string())
+    };
+    let manager = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
+        .with_namespace(&lease_ns)
+        .with_identity(&identity)
+        .with_duration(args.lease_seconds)
+        .with_grace((args.lease_seconds / 3).max(1))
+        .build()
+        .await
+        .map_err(lease_err)?;
+    let (mut leader, lease_task) = manager.watch().await;
+    tracing::info!("{identity}: waiting to lead through the Lease {lease_id}");
+    while !*leader.borrow_and_update() {
+        tokio::select! {
+            changed = leader.changed() => if changed.is_err() {
+                // The manager's task ended: say why.
+                let why = match lease_task.await {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "its task ended".to_string(),
+                };
+                return Err(ControllerError::Lease(lease_id, why));
+            },
+            _ = stop_signal() => return Ok(()),
+        }
+    }
+    tracing::info!("{identity}: leading through the Lease {lease_id}");
+    let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = lost.clone();
+    let stop = async move {
+        tokio::select! {
+            _ = async {
+                while leader.changed().await.is_ok() && *leader.borrow_and_update() {}
+            } => flag.store(true, std::sync::atomic::Ordering::SeqCst),
+            _ = stop_signal() => {}
+        }
+        // Dropping the channel ends the manager's task, which gives the Lease up.
+        drop(leader);
+    };
+    let resource = ApiResource::erase::<MpiJobResource>(&());
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        settings: Settings {
+            inject_image: args.inject_image.clone(),
+            pull_policy: args.image_pull_policy.clone(),
+            api_server,
+            manage_all: args.manage_all,
+        },
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: CONTROLLER.into(),
+                instance: Some(identity),
+            },
+        ),
+        metrics,
+        resource: resource.clone(),
+    });
+    let mpijobs: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    // The Jobs and pods of every prrte-k8s job (the controller's own and others'): a change
+    // wakes the MPIJob of the same name, if there is one.
+    let jobs = watcher::Config::default().labels("app.kubernetes.io/name=prrte-k8s");
+    let pods = watcher::Config::default().labels(JOB_LABEL);
+    let of_pod = resource.clone();
+    Controller::new_with(mpijobs, watcher::Config::default(), resource)
+        .owns_with(Api::<Job>::all(client.clone()), (), jobs)
+        .watches(Api::<Pod>::all(client), pods, move |p: Pod| {
+            let ns = p.namespace();
+            p.labels().get(JOB_LABEL).map(|name| {
+                let r = ObjectRef::new_with(name, of_pod.clone());
+                match &ns {
+                    Some(ns) => r.within(ns),
+                    None => r,
+                }
+            })
+        })
+        .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrency))
+        .graceful_shutdown_on(stop)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+    server.abort();
+    let _ = lease_task.await;
+    if lost.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(ControllerError::LostLease(lease_id));
+    }
+    Ok(())
+}
+
+/// SIGTERM or SIGINT.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut t), Ok(mut i)) => {
+            tokio::select! { _ = t.recv() => {}, _ = i.recv() => {} }
+        }
+        _ => futures::future::pending().await,
+    }
+}

@@ -1,0 +1,346 @@
+//! The MPIJob's status from what the cluster shows, computed without one ([`next_status`]), as
+//! mpi-operator writes it (`pkg/controller/mpi_job_controller{,_status}.go`): the conditions
+//! `Created`, `Running`, `Suspended`, `Succeeded` and `Failed` with its reasons (`MPIJobCreated`,
+//! `MPIJobRunning`, `MPIJobSuspended`, `MPIJobResumed`, `MPIJobSucceeded`; a failure keeps the
+//! Job's own reason and message, which name the pod and its exit code or disruption),
+//! `replicaStatuses` for `Launcher` (pod 0) and `Worker` (pods 1..N), `startTime` and
+//! `completionTime`; and the events that go with each change. `Restarting` is never set:
+//! every pod runs once (a failed pod fails the job).
+//!
+//! One difference: `Running` needs the launcher running and every worker *ready* (its agent
+//! up), not only running, so that it tells the job can start its daemons.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::Value;
+
+use super::crd::{JobCondition, MpiJobStatus, ReplicaStatus};
+use crate::discovery::keys::JOB_COMPLETION_INDEX;
+use crate::manifest::JOB_LABEL;
+
+/// What the cluster shows of one MPIJob.
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    /// `spec.runPolicy.suspend`.
+    pub suspend: bool,
+    /// How many workers the MPIJob asks for.
+    pub workers: u32,
+    /// The Job made for it, if any.
+    pub job: Option<&'a Value>,
+    /// The Job's pods.
+    pub pods: &'a [Value],
+    /// Why the MPIJob cannot run (the conversion's refusal), if it cannot.
+    pub invalid: Option<&'a str>,
+}
+
+/// An event on the MPIJob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub warning: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Notice {
+    fn normal(reason: &str, message: String) -> Self {
+        Self {
+            warning: false,
+            reason: reason.into(),
+            message,
+        }
+    }
+    fn warning(reason: &str, message: String) -> Self {
+        Self {
+            warning: true,
+            reason: reason.into(),
+            message,
+        }
+    }
+}
+
+/// The new status and the events of the change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub status: MpiJobStatus,
+    pub notices: Vec<Notice>,
+    /// `Running` became true now (the metrics' creation-to-running time).
+    pub started_running: bool,
+}
+
+/// The reason of a refused MPIJob's `Failed` condition (mpi-operator's event reason for the
+/// same).
+pub const INVALID: &str = "ValidationError";
+
+/// The longest event message Kubernetes takes.
+const MESSAGE_LIMIT: usize = 1024;
+
+fn truncate(mut m: String) -> String {
+    if m.len() > MESSAGE_LIMIT {
+        let mut cut = MESSAGE_LIMIT - 3;
+        while !m.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        m.truncate(cut);
+        m.push_str("...");
+    }
+    m
+}
+
+/// The condition of `type_`, if any.
+pub fn condition<'a>(s: &'a MpiJobStatus, type_: &str) -> Option<&'a JobCondition> {
+    s.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether the condition of `type_` is true.
+pub fn is_true(s: &MpiJobStatus, type_: &str) -> bool {
+    condition(s, type_).is_some_and(|c| c.status == "True")
+}
+
+/// Succeeded or Failed.
+pub fn finished(s: &MpiJobStatus) -> bool {
+    is_true(s, "Succeeded") || is_true(s, "Failed")
+}
+
+/// The phase for `kubectl get` and the metrics: `Failed`, `Succeeded`, `Suspended`, `Running`
+/// or `Created`.
+pub fn phase(s: &MpiJobStatus) -> &'static str {
+    ["Failed", "Succeeded", "Suspended", "Running"]
+        .into_iter()
+        .find(|t| is_true(s, t))
+        .unwrap_or("Created")
+}
+
+/// Sets a condition as mpi-operator does (`setCondition`): unchanged if its status and reason
+/// are; `lastTransitionTime` kept if its status is; `Running` and `Restarting` exclude each
+/// other; `Succeeded` or `Failed` turn `Running` false. Returns whether anything changed.
+fn set(
+    s: &mut MpiJobStatus,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    msg: &str,
+    now: &Time,
+) -> bool {
+    let status = if status { "True" } else { "False" };
+    let current = condition(s, type_).cloned();
+    if let Some(c) = &current {
+        if c.status == status && c.reason.as_deref() == Some(reason) {
+            return false;
+        }
+    }
+    let transition = match &current {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => Some(now.clone()),
+    };
+    let ends = type_ == "Succeeded" || type_ == "Failed";
+    s.conditions.retain(|c| {
+        c.type_ != type_
+            && !(type_ == "Running" && c.type_ == "Restarting")
+            && !(type_ == "Restarting" && c.type_ == "Running")
+    });
+    if ends {
+        for c in s.conditions.iter_mut().filter(|c| c.type_ == "Running") {
+            c.status = "False".into();
+        }
+    }
+    s.conditions.push(JobCondition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(msg.into()),
+        last_update_time: Some(now.clone()),
+        last_transition_time: transition,
+    });
+    true
+}
+
+fn pod_index(p: &Value) -> Option<&str> {
+    p.pointer("/metadata/labels")
+        .and_then(|l| l.get(JOB_COMPLETION_INDEX))
+        .and_then(Value::as_str)
+}
+
+fn pod_name(p: &Value) -> &str {
+    p["metadata"]["name"].as_str().unwrap_or("?")
+}
+
+fn ready(p: &Value) -> bool {
+    p.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+/// Evicted or disrupted (preempted, deleted by the API's eviction, drained).
+fn evicted(p: &Value) -> bool {
+    p["status"]["reason"] == "Evicted"
+        || p.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "DisruptionTarget" && c["status"] == "True")
+            })
+}
+
+/// The replica status of `pods` (`active`: running; `selector`: which pods).
+fn replica(pods: &[&Value], selector: String) -> ReplicaStatus {
+    let count = |phase: &str| {
+        pods.iter()
+            .filter(|p| p["status"]["phase"] == phase)
+            .count() as i32
+    };
+    ReplicaStatus {
+        active: count("Running"),
+        succeeded: count("Succeeded"),
+        failed: count("Failed"),
+        label_selector: None,
+        selector: Some(selector),
+    }
+}
+
+/// The Job's condition of `type_` if true: (reason, message, lastTransitionTime).
+fn job_condition<'a>(job: &'a Value, type_: &str) -> Option<&'a Value> {
+    job.pointer("/status/conditions")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|c| c["type"] == type_ && c["status"] == "True")
+}
+
+fn time_of(v: &Value) -> Option<Time> {
+    serde_json::from_value(v.clone()).ok()
+}
+
+/// The status after `old`, from what `o` shows, at `now`.
+pub fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outcome {
+    let mut s = old.clone();
+    let mut notices = Vec::new();
+    let job_id = format!("{}/{}", o.namespace, o.name);
+    if s.conditions.is_empty() {
+        let msg = format!("MPIJob {job_id} is created.");
+        set(&mut s, "Created", true, "MPIJobCreated", &msg, now);
+        notices.push(Notice::normal("MPIJobCreated", msg));
+    }
+    if finished(&s) && s.completion_time.is_some() {
+        return Outcome {
+            status: s,
+            notices,
+            started_running: false,
+        };
+    }
+    if let Some(why) = o.invalid {
+        let msg = truncate(format!("MPIJob {job_id} cannot run: {why}"));
+        set(&mut s, "Failed", true, INVALID, &msg, now);
+        s.completion_time = Some(now.clone());
+        notices.push(Notice::warning(INVALID, msg));
+        return Outcome {
+            status: s,
+            notices,
+            started_running: false,
+        };
+    }
+    if s.start_time.is_none() && !o.suspend {
+        s.start_time = Some(now.clone());
+    }
+    if o.suspend {
+        if set(
+            &mut s,
+            "Suspended",
+            true,
+            "MPIJobSuspended",
+            "MPIJob suspended",
+            now,
+        ) {
+            notices.push(Notice::normal("MPIJobSuspended", "MPIJob suspended".into()));
+        }
+    } else if condition(&s, "Suspended").is_some()
+        && set(
+            &mut s,
+            "Suspended",
+            false,
+            "MPIJobResumed",
+            "MPIJob resumed",
+            now,
+        )
+    {
+        notices.push(Notice::normal("MPIJobResumed", "MPIJob resumed".into()));
+        s.start_time = Some(now.clone());
+    }
+
+    let (launchers, workers): (Vec<&Value>, Vec<&Value>) =
+        o.pods.iter().partition(|p| pod_index(p) == Some("0"));
+    let base = format!("{JOB_LABEL}={}", o.name);
+    let launcher = replica(&launchers, format!("{base},{JOB_COMPLETION_INDEX}=0"));
+    let worker = replica(&workers, format!("{base},{JOB_COMPLETION_INDEX}!=0"));
+    let launcher_running = launcher.active >= 1;
+    let workers_ready = workers.iter().filter(|p| ready(p)).count();
+    s.replica_statuses.insert("Launcher".into(), launcher);
+    s.replica_statuses.insert("Worker".into(), worker);
+
+    if let Some(job) = o.job {
+        if let Some(c) = job_condition(job, "Complete") {
+            let msg = format!("MPIJob {job_id} successfully completed.");
+            if let Some(l) = s.replica_statuses.get_mut("Launcher") {
+                l.succeeded = 1;
+                l.active = 0;
+            }
+            s.completion_time = time_of(&job["status"]["completionTime"])
+                .or_else(|| time_of(&c["lastTransitionTime"]))
+                .or_else(|| Some(now.clone()));
+            if set(&mut s, "Succeeded", true, "MPIJobSucceeded", &msg, now) {
+                notices.push(Notice::normal("MPIJobSucceeded", msg));
+            }
+        } else if let Some(c) = job_condition(job, "Failed") {
+            let reason = c["reason"]
+                .as_str()
+                .filter(|r| !r.is_empty())
+                .unwrap_or("MPIJobFailed");
+            let mut msg = c["message"]
+                .as_str()
+                .filter(|m| !m.is_empty())
+                .map(String::from)
+                .unwrap_or_else(|| format!("MPIJob {job_id} has failed"));
+            let gone: Vec<&str> = o.pods.iter().filter(|p| evicted(p)).map(pod_name).collect();
+            if !gone.is_empty() && !msg.contains(gone[0]) {
+                msg = format!("{msg} (evicted: {})", gone.join(", "));
+            }
+            let msg = truncate(msg);
+            s.completion_time = Some(now.clone());
+            if set(&mut s, "Failed", true, reason, &msg, now) {
+                if !gone.is_empty() {
+                    let m = truncate(format!("pods evicted or disrupted: {}", gone.join(", ")));
+                    notices.push(Notice::warning("MPIJobEvicted", m));
+                }
+                notices.push(Notice::warning(reason, msg));
+            }
+        }
+    }
+
+    let mut started_running = false;
+    if o.suspend {
+        let msg = format!("MPIJob {job_id} is suspended.");
+        set(&mut s, "Running", false, "MPIJobSuspended", &msg, now);
+    } else if finished(&s) {
+        if condition(&s, "Running").is_none() {
+            let at = s.completion_time.clone().unwrap_or_else(|| now.clone());
+            let msg = format!("MPIJob {job_id} is finished but Running condition was never set.");
+            set(&mut s, "Running", false, "MPIJobRunning", &msg, &at);
+        }
+    } else if launcher_running && workers_ready >= o.workers as usize {
+        let msg = format!(
+            "MPIJob {job_id} is running: the launcher and {workers_ready}/{} workers are up.",
+            o.workers
+        );
+        if set(&mut s, "Running", true, "MPIJobRunning", &msg, now) {
+            notices.push(Notice::normal("MPIJobRunning", msg));
+            started_running = true;
+        }
+    }
+    Outcome {
+        status: s,
+        notices,
+        started_running,
+    }
+}

@@ -1,0 +1,275 @@
+//! Field ownership (`metadata.managedFields`) as server-side apply keeps it, for the fields a
+//! patch names: an apply owns the fields it sets, and one that would change a field another
+//! manager owns fails with 409 Conflict unless forced (which takes the field over); any other
+//! write makes its manager the owner of what it changed. Lists are owned whole (no merge keys).
+//! Leader election through a Lease (kube-lease-manager) relies on this: of two candidates that
+//! apply themselves as holder of a free Lease, the second gets the conflict.
+
+use crate::api::defaults::now_rfc3339;
+use crate::api::status::ApiError;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeSet;
+
+/// Who writes, as the request says (`fieldManager`, `force`).
+#[derive(Clone, Debug)]
+pub struct FieldOwner {
+    pub manager: String,
+    /// A forced apply takes conflicting fields over.
+    pub force: bool,
+}
+
+type Path = Vec<String>;
+
+/// What the server sets or keeps itself: never owned.
+fn ignored(p: &[String]) -> bool {
+    matches!(
+        p.first().map(String::as_str),
+        Some("apiVersion" | "kind" | "status")
+    ) || (p.first().map(String::as_str) == Some("metadata")
+        && !matches!(p.get(1).map(String::as_str), Some("labels" | "annotations")))
+}
+
+/// The leaves (non-object values) of `v`, as paths.
+fn leaves(v: &Value, prefix: &mut Path, out: &mut BTreeSet<Path>) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, x) in m {
+                prefix.push(k.clone());
+                leaves(x, prefix, out);
+                prefix.pop();
+            }
+        }
+        _ if !ignored(prefix) && !prefix.is_empty() => {
+            out.insert(prefix.clone());
+        }
+        _ => {}
+    }
+}
+
+fn leaf_set(v: &Value) -> BTreeSet<Path> {
+    let mut out = BTreeSet::new();
+    leaves(v, &mut Vec::new(), &mut out);
+    out
+}
+
+fn value_at<'a>(v: &'a Value, p: &[String]) -> Option<&'a Value> {
+    p.iter().try_fold(v, |cur, k| cur.get(k))
+}
+
+/// A `fieldsV1` set as paths, and back.
+fn from_fields(f: &Value, prefix: &mut Path, out: &mut BTreeSet<Path>) {
+    let Some(m) = f.as_object() else { return };
+    if m.is_empty() && !prefix.is_empty() {
+        out.insert(prefix.clone());
+    }
+    for (k, x) in m {
+        if let Some(name) = k.strip_prefix("f:") {
+            prefix.push(name.to_string());
+            from_fields(x, prefix, out);
+            prefix.pop();
+        }
+    }
+}
+
+fn to_fields(paths: &BTreeSet<Path>) -> Value {
+    let mut root = Map::new();
+    for p in paths {
+        let mut cur = &mut root;
+        for k in p {
+            cur = cur
+                .entry(format!("f:{k}"))
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+                .expect("fieldsV1 nodes are objects");
+        }
+    }
+    Value::Object(root)
+}
+
+struct Entry {
+    manager: String,
+    operation: String,
+    raw: Value,
+    fields: BTreeSet<Path>,
+}
+
+fn entries(obj: &Value) -> Vec<Entry> {
+    obj.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let mut fields = BTreeSet::new();
+            from_fields(&e["fieldsV1"], &mut Vec::new(), &mut fields);
+            Entry {
+                manager: e["manager"].as_str().unwrap_or("").to_string(),
+                operation: e["operation"].as_str().unwrap_or("").to_string(),
+                raw: e.clone(),
+                fields,
+            }
+        })
+        .collect()
+}
+
+/// Records the write of `new` over `old` (None: a create) by `owner` in `new`'s managed
+/// fields; `applied` is the body of an apply. A conflict with another manager fails an
+/// unforced apply.
+pub(super) fn record(
+    old: Option<&Value>,
+    new: &mut Value,
+    applied: Option<&Value>,
+    owner: &FieldOwner,
+) -> Result<(), ApiError> {
+    let mut list = old.map(entries).unwrap_or_default();
+    let operation = if applied.is_some() { "Apply" } else { "Update" };
+    let mine = match applied {
+        Some(body) => {
+            let set = leaf_set(body);
+            let mut conflicts = Vec::new();
+            for e in list
+                .iter()
+                .filter(|e| !(e.manager == owner.manager && e.operation == "Apply"))
+            {
+                for p in set.intersection(&e.fields) {
+                    let before = old.and_then(|o| value_at(o, p));
+                    if before != value_at(body, p) {
+                        conflicts.push((e.manager.clone(), format!(".{}", p.join("."))));
+                    }
+                }
+            }
+            if !conflicts.is_empty() && !owner.force {
+                return Err(conflict(&conflicts));
+            }
+            set
+        }
+        None => {
+            let (a, b) = (old.map(leaf_set).unwrap_or_default(), leaf_set(new));
+            a.symmetric_difference(&b)
+                .chain(
+                    b.iter()
+                        .filter(|p| old.and_then(|o| value_at(o, p)) != value_at(new, p)),
+                )
+                .filter(|p| value_at(new, p).is_some())
+                .cloned()
+                .collect()
+        }
+    };
+    let present = leaf_set(new);
+    let mut out = Vec::new();
+    let mut merged = mine.clone();
+    for mut e in list.drain(..) {
+        if e.manager == owner.manager && e.operation == operation {
+            if operation == "Update" {
+                merged.extend(e.fields.iter().cloned());
+            }
+            continue;
+        }
+        // A changed (or forced) field belongs to its new owner alone; a gone one to nobody.
+        e.fields
+            .retain(|p| present.contains(p) && !(mine.contains(p) && value_changed(old, new, p)));
+        if !e.fields.is_empty() {
+            e.raw["fieldsV1"] = to_fields(&e.fields);
+            out.push(e.raw);
+        }
+    }
+    merged.retain(|p| present.contains(p));
+    if !merged.is_empty() {
+        out.push(json!({
+            "manager": owner.manager,
+            "operation": operation,
+            "apiVersion": new["apiVersion"],
+            "time": now_rfc3339(),
+            "fieldsType": "FieldsV1",
+            "fieldsV1": to_fields(&merged),
+        }));
+    }
+    new["metadata"]["managedFields"] = Value::Array(out);
+    Ok(())
+}
+
+/// Whether the write changed field `p` (a forced apply takes over only the fields it
+/// changes; the others it shares).
+fn value_changed(old: Option<&Value>, new: &Value, p: &[String]) -> bool {
+    old.and_then(|o| value_at(o, p)) != value_at(new, p)
+}
+
+fn conflict(conflicts: &[(String, String)]) -> ApiError {
+    let n = conflicts.len();
+    let text: Vec<String> = conflicts
+        .iter()
+        .map(|(m, f)| format!("conflict with {m:?}: {f}"))
+        .collect();
+    let mut e = ApiError::new(
+        409,
+        "Conflict",
+        format!(
+            "Apply failed with {n} conflict{}: {}",
+            if n == 1 { "" } else { "s" },
+            text.join(", ")
+        ),
+    );
+    e.details = Some(json!({"causes": conflicts.iter().map(|(m, f)| json!({
+        "reason": "FieldManagerConflict", "message": format!("conflict with {m:?}"), "field": f,
+    })).collect::<Vec<_>>()}));
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(m: &str, force: bool) -> FieldOwner {
+        FieldOwner {
+            manager: m.into(),
+            force,
+        }
+    }
+
+    /// Two candidates apply themselves as a free Lease's holder: the second conflicts (unless
+    /// forced); a strategic-merge update takes ownership without conflict; a removed field is
+    /// nobody's, so applying it again is free.
+    #[test]
+    fn apply_conflicts_and_updates_take_over() {
+        let old = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l"}, "spec": {}});
+        let a = json!({"spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}});
+        let mut new = old.clone();
+        json_patch::merge(&mut new, &a);
+        record(Some(&old), &mut new, Some(&a), &owner("a", false)).unwrap();
+        assert_eq!(
+            new["metadata"]["managedFields"][0]["fieldsV1"],
+            json!({"f:spec": {"f:holderIdentity": {}, "f:leaseDurationSeconds": {}}})
+        );
+        let b = json!({"spec": {"holderIdentity": "b", "leaseDurationSeconds": 15}});
+        let mut newer = new.clone();
+        json_patch::merge(&mut newer, &b);
+        let e = record(Some(&new), &mut newer.clone(), Some(&b), &owner("b", false)).unwrap_err();
+        assert_eq!(e.code, 409);
+        assert_eq!(
+            e.message,
+            "Apply failed with 1 conflict: conflict with \"a\": .spec.holderIdentity"
+        );
+        // Forced: b owns the holder; a keeps the duration (same value: shared).
+        record(Some(&new), &mut newer, Some(&b), &owner("b", true)).unwrap();
+        let mf = newer["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert_eq!(mf.len(), 2);
+        assert_eq!(
+            mf[0]["fieldsV1"],
+            json!({"f:spec": {"f:leaseDurationSeconds": {}}}),
+            "{mf:?}"
+        );
+        // An update releasing the holder: the field is gone, and nobody owns it.
+        let mut released = newer.clone();
+        released["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("holderIdentity");
+        record(Some(&newer), &mut released, None, &owner("a", false)).unwrap();
+        let c = json!({"spec": {"holderIdentity": "c"}});
+        let mut taken = released.clone();
+        json_patch::merge(&mut taken, &c);
+        record(Some(&released), &mut taken, Some(&c), &owner("c", false)).unwrap();
+    }
+}
