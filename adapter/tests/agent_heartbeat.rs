@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use agent_support::*;
 use prrte_k8s::launch::{
-    ExitDesc, Heartbeat, LaunchEvent, LaunchOptions, LaunchRequest, LaunchTarget, Launcher,
+    ExitDesc, LaunchEvent, LaunchOptions, LaunchRequest, LaunchTarget, Launcher,
 };
+use prrte_k8s::protocol::liveness::Heartbeat;
 
 /// A TCP relay to `to` for one connection that can be cut off: then it neither reads nor
 /// writes, as a partitioned network, keeping both sockets open.

@@ -26,7 +26,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use prrte_k8s::agent::launch_policy as policy;
 use prrte_k8s::protocol::{
-    self, decode_message, decode_request, local_pair, parse_nonce, validate_dvm_uri,
+    self, decode_message, local_pair, parse_nonce, parse_request, validate_dvm_uri,
     validate_launch, Plain, Reply, Request,
 };
 use tokio_util::bytes::BytesMut;
@@ -220,10 +220,10 @@ fn exercise(data: &[u8]) {
     }
     let _ = decode_message::<Reply>(data);
     // Requests inside sealed frames, and the checks a launch goes through.
-    match decode_request(data) {
+    match parse_request(data) {
         Ok(req) => {
             let again = protocol::encode_message(&req);
-            assert_eq!(decode_request(&again).unwrap(), req);
+            assert_eq!(parse_request(&again).unwrap(), req);
             if let Request::Launch { argv, env, dvm_uri } = &req {
                 let ok = validate_launch(argv, env).is_ok();
                 let _ = policy::check_launch(argv, env, launcher());
@@ -238,7 +238,7 @@ fn exercise(data: &[u8]) {
             }
         }
         Err(reason) => {
-            let line = prrte_k8s::text::echo(&reason);
+            let line = prrte_k8s::text::echo(&reason.to_string());
             assert!(!line.contains('\n') && !line.contains('\x1b'), "{line}");
         }
     }
@@ -280,15 +280,15 @@ fn the_seed_corpus_parses_as_expected() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-corpus");
     let read = |n: &str| std::fs::read(dir.join(n)).unwrap();
     assert!(matches!(
-        decode_request(&read("launch.json")),
+        parse_request(&read("launch.json")),
         Ok(Request::Launch { .. })
     ));
-    assert!(decode_request(&read("launch-evil.json")).is_err());
+    assert!(parse_request(&read("launch-evil.json")).is_err());
     assert!(matches!(
         decode_message::<Plain>(&read("challenge.json")),
         Ok(Plain::Challenge { .. })
     ));
-    if let Ok(Request::Launch { argv, env, .. }) = decode_request(&read("launch.json")) {
+    if let Ok(Request::Launch { argv, env, .. }) = parse_request(&read("launch.json")) {
         assert_eq!(policy::check_launch(&argv, &env, launcher()), Ok(argv));
     }
 }
@@ -343,7 +343,7 @@ fn deep_nesting_is_an_error_not_a_crash() {
             "[".repeat(depth),
             "]".repeat(depth)
         );
-        assert!(decode_request(body.as_bytes()).is_err());
+        assert!(parse_request(body.as_bytes()).is_err());
         assert!(decode_message::<Plain>(body.as_bytes()).is_err());
         let (_, mut s) = local_pair(None);
         assert!(s.open(body.as_bytes()).is_err());

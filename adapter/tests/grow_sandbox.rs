@@ -276,7 +276,7 @@ fn rendered(args: &[&str]) -> Vec<serde_json::Value> {
     let mut argv = vec!["manifest"];
     argv.extend(args);
     let a = ManifestCli::try_parse_from(argv).unwrap().a;
-    prrte_k8s::manifest::objects(&a.plan().unwrap(), None)
+    prrte_k8s::manifest::objects(&a.plan().unwrap(), None).unwrap()
 }
 
 /// A compromised rank holds the token of an elastic StatefulSet's service account: it may grow

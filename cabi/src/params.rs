@@ -2,120 +2,23 @@
 //! k8s` / `--param plm k8s` list them with their help text, and set like any other parameter
 //! (`--prtemca ras_k8s_selector app=x`, `PRTE_MCA_ras_k8s_selector=...`, param files).
 //!
-//! Each component's parameters are one table ([`RAS_PARAMS`], [`PLM_PARAMS`]): the registry
-//! entry of each (`prrte_k8s::settings::mca`: name, help text, default) and the field of the
-//! snapshot ([`RasParams`], [`PlmParams`]) it fills. The defaults ([`RasParams::default`],
-//! [`PlmParams::default`], from the registry), with the values of a setting's own variables
-//! applied (`PRRTE_K8S_AGENT_PORT`, `PRRTE_K8S_SECRET_FILE`), seed the storage PMIx writes into;
-//! a snapshot holds the plain defaults before registration.
+//! Each component's parameters are one table, declared with its snapshot type in
+//! `prrte_k8s::settings::mca` ([`McaParams::PARAMS`] of [`RasParams`] and [`PlmParams`]): the
+//! registry entry of each (name, help text, default) and the field of the snapshot it fills.
+//! The defaults ([`RasParams::default`], [`PlmParams::default`], from the registry), with the
+//! values of a setting's own variables applied (`PRRTE_K8S_AGENT_PORT`,
+//! `PRRTE_K8S_SECRET_FILE`), seed the storage PMIx writes into; a snapshot holds the plain
+//! defaults before registration.
 //!
 //! PMIx keeps pointers to the storage, so it lives for the life of the process (leaked once).
 use crate::cstr::cstring;
 use crate::{ffi, shim};
-use prrte_k8s::settings::{mca, Setting};
+use prrte_k8s::settings::{Field, McaParams, Param};
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::OnceLock;
 
 pub use prrte_k8s::settings::mca::{PlmParams, RasParams};
-
-/// Where a parameter's value lives in a snapshot.
-pub enum Field<P> {
-    Str(fn(&mut P) -> &mut Option<String>),
-    Int(fn(&mut P) -> &mut i32),
-    Bool(fn(&mut P) -> &mut bool),
-}
-
-/// One MCA parameter of a component: its registry entry (name, help, default) and the field of
-/// the snapshot it fills.
-pub struct Param<P> {
-    pub setting: &'static Setting,
-    pub field: Field<P>,
-}
-
-/// The `ras_k8s_*` parameters.
-pub static RAS_PARAMS: [Param<RasParams>; 10] = [
-    Param {
-        setting: &mca::NAMESPACE,
-        field: Field::Str(|p| &mut p.namespace),
-    },
-    Param {
-        setting: &mca::SELECTOR,
-        field: Field::Str(|p| &mut p.selector),
-    },
-    Param {
-        setting: &mca::EXPECTED_PODS,
-        field: Field::Int(|p| &mut p.expected_pods),
-    },
-    Param {
-        setting: &mca::TIMEOUT,
-        field: Field::Int(|p| &mut p.timeout),
-    },
-    Param {
-        setting: &mca::SLOTS,
-        field: Field::Str(|p| &mut p.slots),
-    },
-    Param {
-        setting: &mca::KUBECONFIG,
-        field: Field::Str(|p| &mut p.kubeconfig),
-    },
-    Param {
-        setting: &mca::SELF_POD,
-        field: Field::Str(|p| &mut p.self_pod),
-    },
-    Param {
-        setting: &mca::EXCLUDE_SELF,
-        field: Field::Bool(|p| &mut p.exclude_self),
-    },
-    Param {
-        setting: &mca::RAS_PRIORITY,
-        field: Field::Int(|p| &mut p.priority),
-    },
-    Param {
-        setting: &mca::BIND_NONE,
-        field: Field::Bool(|p| &mut p.bind_none),
-    },
-];
-
-/// The `plm_k8s_*` parameters.
-pub static PLM_PARAMS: [Param<PlmParams>; 9] = [
-    Param {
-        setting: &mca::SECRET_FILE,
-        field: Field::Str(|p| &mut p.secret_file),
-    },
-    Param {
-        setting: &mca::AGENT_PORT,
-        field: Field::Int(|p| &mut p.agent_port),
-    },
-    Param {
-        setting: &mca::LAUNCH_TIMEOUT,
-        field: Field::Int(|p| &mut p.launch_timeout),
-    },
-    Param {
-        setting: &mca::CONNECT_TIMEOUT,
-        field: Field::Int(|p| &mut p.connect_timeout),
-    },
-    Param {
-        setting: &mca::HEARTBEAT_INTERVAL,
-        field: Field::Int(|p| &mut p.heartbeat_interval),
-    },
-    Param {
-        setting: &mca::HEARTBEAT_MISSES,
-        field: Field::Int(|p| &mut p.heartbeat_misses),
-    },
-    Param {
-        setting: &mca::INSECURE,
-        field: Field::Bool(|p| &mut p.insecure),
-    },
-    Param {
-        setting: &mca::PREEMPT_SIGNAL,
-        field: Field::Str(|p| &mut p.preempt_signal),
-    },
-    Param {
-        setting: &mca::PLM_PRIORITY,
-        field: Field::Int(|p| &mut p.priority),
-    },
-];
 
 /// A string PMIx may keep for the life of the process.
 fn leaked(s: &str) -> &'static CStr {
@@ -130,8 +33,9 @@ fn name_and_help<P>(param: &Param<P>) -> (&'static CStr, &'static CStr) {
 
 /// The defaults with the values of the setting's own variables (`PRRTE_K8S_AGENT_PORT`, ...)
 /// applied: they are the default under PMIx's `--prtemca`, `PRTE_MCA_*` and parameter files.
-fn seeded<P>(table: &[Param<P>], mut defaults: P, env: &dyn Fn(&str) -> Option<String>) -> P {
-    for param in table {
+fn seeded<P: McaParams>(env: &dyn Fn(&str) -> Option<String>) -> P {
+    let mut defaults = P::default();
+    for param in P::PARAMS {
         let s = param.setting;
         let Some((var, value)) = s.env.iter().find_map(|v| env(v).map(|x| (*v, x))) else {
             continue;
@@ -170,18 +74,15 @@ unsafe impl Sync for Storage {}
 static RAS: OnceLock<Storage> = OnceLock::new();
 static PLM: OnceLock<Storage> = OnceLock::new();
 
-/// Registers every parameter of `table` for `component`, seeded with `defaults`; the storage is
+/// Registers every parameter of `P` for `component`, seeded with its defaults; the storage is
 /// leaked (PMIx keeps pointers into it).
 ///
 /// # Safety
 ///
 /// `component` points to one of our static component structs; main thread.
-unsafe fn register<P>(
-    component: *const ffi::pmix_mca_base_component_t,
-    table: &[Param<P>],
-    defaults: P,
-) -> Storage {
-    let mut defaults = seeded(table, defaults, &|k| std::env::var(k).ok());
+unsafe fn register<P: McaParams>(component: *const ffi::pmix_mca_base_component_t) -> Storage {
+    let table = P::PARAMS;
+    let mut defaults: P = seeded(&|k| std::env::var(k).ok());
     let slots: &'static mut [Slot] = Box::leak(
         table
             .iter()
@@ -231,12 +132,12 @@ unsafe fn register<P>(
 }
 
 /// The values in `storage` (or the defaults if nothing was registered) as a snapshot.
-fn snapshot<P: Default>(storage: Option<&Storage>, table: &[Param<P>]) -> P {
+fn snapshot<P: McaParams>(storage: Option<&Storage>) -> P {
     let mut out = P::default();
     let Some(storage) = storage else {
         return out;
     };
-    for (param, slot) in table.iter().zip(storage.0.iter()) {
+    for (param, slot) in P::PARAMS.iter().zip(storage.0.iter()) {
         match &param.field {
             // SAFETY: string slots hold NULL or a NUL-terminated string (ours, or PMIx's copy of
             // a value that was set), written on the main thread we read on.
@@ -273,7 +174,7 @@ fn opt_string(p: *mut c_char) -> Option<String> {
 /// `component` points to the RAS component struct; main thread.
 pub unsafe fn register_ras(component: *const ffi::pmix_mca_base_component_t) {
     // SAFETY: as promised by our caller.
-    RAS.get_or_init(|| unsafe { register(component, &RAS_PARAMS, RasParams::default()) });
+    RAS.get_or_init(|| unsafe { register::<RasParams>(component) });
 }
 
 /// Register the PLM parameters.
@@ -283,23 +184,22 @@ pub unsafe fn register_ras(component: *const ffi::pmix_mca_base_component_t) {
 /// `component` points to the PLM component struct; main thread.
 pub unsafe fn register_plm(component: *const ffi::pmix_mca_base_component_t) {
     // SAFETY: as promised by our caller.
-    PLM.get_or_init(|| unsafe { register(component, &PLM_PARAMS, PlmParams::default()) });
+    PLM.get_or_init(|| unsafe { register::<PlmParams>(component) });
 }
 
 /// The RAS parameters as set now (the defaults before registration).
 pub fn ras() -> RasParams {
-    snapshot(RAS.get(), &RAS_PARAMS)
+    snapshot(RAS.get())
 }
 
 /// The PLM parameters as set now (the defaults before registration).
 pub fn plm() -> PlmParams {
-    snapshot(PLM.get(), &PLM_PARAMS)
+    snapshot(PLM.get())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prrte_k8s::settings::Kind;
 
     #[test]
     fn unregistered_snapshots_are_the_defaults() {
@@ -314,25 +214,8 @@ mod tests {
     }
 
     #[test]
-    fn tables_are_the_registry_in_its_order_with_matching_types() {
-        let ras: Vec<_> = RAS_PARAMS.iter().map(|p| p.setting).collect();
-        assert_eq!(ras, mca::RAS);
-        let plm: Vec<_> = PLM_PARAMS.iter().map(|p| p.setting).collect();
-        assert_eq!(plm, mca::PLM);
-        fn types_match<P>(table: &[Param<P>]) {
-            for p in table {
-                let ok = matches!(
-                    (&p.field, p.setting.kind),
-                    (Field::Bool(_), Kind::Bool)
-                        | (Field::Int(_), Kind::Int { .. } | Kind::Port | Kind::Seconds)
-                        | (Field::Str(_), Kind::Text | Kind::Path | Kind::Choice(_))
-                );
-                assert!(ok, "{}: storage type and kind differ", p.setting.name());
-            }
-        }
-        types_match(&RAS_PARAMS);
-        types_match(&PLM_PARAMS);
-        let (name, help) = name_and_help(&RAS_PARAMS[6]);
+    fn names_and_help_come_from_the_registry() {
+        let (name, help) = name_and_help(&RasParams::PARAMS[6]);
         assert_eq!(name, c"self_pod");
         assert!(
             help.to_str().unwrap().contains("[default: $POD_NAME"),
@@ -343,25 +226,10 @@ mod tests {
     #[test]
     fn own_variables_seed_the_defaults() {
         let env = |k: &str| (k == "PRRTE_K8S_AGENT_PORT").then(|| "9007".to_string());
-        let p = seeded(&PLM_PARAMS, PlmParams::default(), &env);
+        let p: PlmParams = seeded(&env);
         assert_eq!(p.agent_port, 9007);
         assert_eq!(p.secret_file, PlmParams::default().secret_file);
         let bad = |k: &str| (k == "PRRTE_K8S_AGENT_PORT").then(|| "x".to_string());
-        assert_eq!(
-            seeded(&PLM_PARAMS, PlmParams::default(), &bad),
-            PlmParams::default()
-        );
-    }
-
-    #[test]
-    fn tables_name_each_parameter_once() {
-        let mut ras: Vec<_> = RAS_PARAMS.iter().map(|p| p.setting.name()).collect();
-        ras.sort();
-        ras.dedup();
-        assert_eq!(ras.len(), RAS_PARAMS.len());
-        let mut plm: Vec<_> = PLM_PARAMS.iter().map(|p| p.setting.name()).collect();
-        plm.sort();
-        plm.dedup();
-        assert_eq!(plm.len(), PLM_PARAMS.len());
+        assert_eq!(seeded::<PlmParams>(&bad), PlmParams::default());
     }
 }

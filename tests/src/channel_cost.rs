@@ -16,8 +16,8 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use prrte_k8s::protocol::{
-    agent_noise, agent_proof, client_noise_start, client_proof, decode_message, decode_request,
-    new_nonce, verify_agent_proof, verify_client_proof, Reply, Request,
+    agent_noise, agent_proof, client_noise_start, client_proof, decode_message, new_nonce,
+    parse_request, verify_agent_proof, verify_client_proof, Reply, Request,
 };
 
 /// A launch request shaped as the k8s PLM sends it to the agent of daemon `vpid` of a DVM of
@@ -136,7 +136,7 @@ fn one_run(key: &[u8], connections: usize, cost: &mut ChannelCost) {
         cost.request_bytes = frame.len();
         let t = Instant::now();
         let body = agent.open(&frame).expect("the request opens");
-        black_box(decode_request(body.as_bytes()).expect("the request decodes"));
+        black_box(parse_request(body.as_bytes()).expect("the request decodes"));
         let started = agent.seal(&Reply::Started { pid: 4242 });
         let exited = agent.seal(&Reply::Exited {
             pid: 4242,

@@ -408,6 +408,7 @@ mod tests {
             batch: None,
             cgroup: false,
             limits: Default::default(),
+            heartbeat_timeout: None,
             mpi: None,
         }
     }

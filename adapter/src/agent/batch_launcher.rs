@@ -13,12 +13,14 @@ use tracing::{error, info, warn};
 use super::batch::{shell_status, BatchState};
 use super::checked_config::{AgentConfig, BatchConfig};
 use super::local_launch::{launcher_command, wait_health};
+use super::mpi::prepare::HostfileError;
 use super::process::{Job, Reaper};
 use crate::discovery::{self, Allocation, DiscoveryConfig, DiscoveryError};
 use crate::launch::{
-    agent_name, connect_authenticated, recv_reply, send_request, AgentError, Heartbeat,
-    LaunchOptions, LaunchTarget,
+    agent_name, connect_authenticated, recv_reply, send_request, AgentError, LaunchOptions,
+    LaunchTarget,
 };
+use crate::protocol::liveness::{Heartbeat, HeartbeatSender, Lost};
 use crate::protocol::{FramedConn, Reply, Request, Session};
 
 /// Bound on each connect, `attach` and `finish` exchange of the launcher.
@@ -168,6 +170,15 @@ async fn find_peers(config: &AgentConfig, timeout: Duration) -> Result<Peers, Pe
     Ok(Peers { alloc, targets })
 }
 
+/// Why the batch launcher cannot write the hostfile its MPI needs (it does not run the command).
+#[derive(Debug, thiserror::Error)]
+enum HostfileNotWritten {
+    #[error("{mpi} needs the job's pods for its hostfile, but discovery failed: {why}")]
+    NoPods { mpi: String, why: String },
+    #[error(transparent)]
+    Write(#[from] HostfileError),
+}
+
 /// Writes the hostfile the image's MPI reads (`--mpi` with a launcher that needs one) from the
 /// allocation. Without an allocation such a launcher would run the whole job in this pod, so
 /// that is an error naming why.
@@ -175,20 +186,21 @@ fn write_hostfile(
     config: &AgentConfig,
     alloc: Option<&Allocation>,
     why: &str,
-) -> Result<(), String> {
+) -> Result<(), HostfileNotWritten> {
     let Some(m) = &config.mpi else { return Ok(()) };
     if m.hostfile.is_none() {
         return Ok(());
     }
     let Some(alloc) = alloc else {
-        return Err(format!(
-            "{} needs the job's pods for its hostfile, but discovery failed: {why}",
-            m.plan
+        return Err(HostfileNotWritten::NoPods {
+            mpi: m
+                .plan
                 .found
                 .version
                 .clone()
-                .unwrap_or_else(|| m.plan.found.kind.describe().into())
-        ));
+                .unwrap_or_else(|| m.plan.found.kind.describe().into()),
+            why: why.to_owned(),
+        });
     };
     if let Some(path) = m.write_hostfile(alloc)? {
         info!(hostfile = %path.display(), pods = alloc.nodes.len(), slots = alloc.nodes.iter().map(|n| n.slots).sum::<u32>(), "batch launcher: wrote the hostfile from discovery");
@@ -361,36 +373,27 @@ fn heartbeat() -> Heartbeat {
 /// Pings the attached worker every interval and returns why it is gone: its connection ended,
 /// or it was silent for longer than `beat` allows (its pod cut off from the network).
 async fn beat_until_gone(l: &mut Attached, beat: Heartbeat) -> String {
-    let Some(limit) = beat.silence_limit() else {
-        while crate::protocol::recv_frame(&mut l.conn, None).await.is_ok() {}
-        return "its connection ended (its pod evicted, deleted or killed?)".into();
-    };
-    let mut ticks = tokio::time::interval(beat.interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut heard = Instant::now();
+    let mut beats = HeartbeatSender::start(beat);
     loop {
         tokio::select! {
             biased;
             frame = crate::protocol::recv_frame(&mut l.conn, None) => match frame {
                 // Every frame is opened, so the session stays in step for `finish`.
                 Ok(f) => match l.session.open(&f) {
-                    Ok(_) => heard = Instant::now(),
+                    Ok(_) => beats.heard(),
                     Err(e) => return format!("it sent a frame that does not open: {e}"),
                 },
                 Err(_) => return "its connection ended (its pod evicted, deleted or killed?)".into(),
             },
-            _ = ticks.tick() => {
-                if heard.elapsed() > limit {
-                    return format!(
-                        "it was silent for {:.1} s ({} heartbeats {} s apart unanswered): its pod is cut off from the network, stopped or stalled",
-                        heard.elapsed().as_secs_f64(), beat.misses, beat.interval.as_secs()
-                    );
+            _ = beats.due() => match beats.beat(&mut l.conn, &mut l.session, PEER_TIMEOUT).await {
+                Ok(()) => {}
+                Err(e @ Lost::Silent(_)) => {
+                    return format!("it was {e}: its pod is cut off from the network, stopped or stalled")
                 }
-                let ping = l.session.seal(&Request::Ping {});
-                if crate::protocol::send_frame(&mut l.conn, ping, PEER_TIMEOUT).await.is_err() {
-                    return "a heartbeat could not be sent (its connection ended)".into();
+                Err(Lost::Send(_)) => {
+                    return "a heartbeat could not be sent (its connection ended)".into()
                 }
-            }
+            },
         }
     }
 }

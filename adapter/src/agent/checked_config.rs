@@ -39,15 +39,18 @@ pub struct AgentConfig {
     pub batch: Option<BatchConfig>,
     /// Whether launches get a cgroup of their own where possible (`--cgroup auto`).
     pub cgroup: bool,
-    /// Caps on unauthenticated connections, and how long a launcher may stay silent.
+    /// Caps on unauthenticated connections.
     pub limits: ConnLimits,
+    /// How long a client that sends heartbeats (a launcher whose prted runs, the batch
+    /// launcher, an exec client) may stay silent (`--heartbeat-timeout`); `None`: forever. See
+    /// [`crate::protocol::liveness`].
+    pub heartbeat_timeout: Option<Duration>,
     /// The image's MPI and what its launcher gets (`--mpi`); `None`: `--prted` as given, and
     /// the batch command gets `ras k8s` and `plm k8s`.
     pub mpi: Option<Arc<Prepared>>,
 }
 
-/// Caps on connections that have not authenticated yet (see [`super::limits`]), and the
-/// silence allowed to a launcher that sends heartbeats.
+/// Caps on connections that have not authenticated yet (see [`super::limits`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnLimits {
     /// Unauthenticated launch connections at once (the oldest is dropped beyond).
@@ -56,9 +59,6 @@ pub struct ConnLimits {
     pub max_pending_per_peer: usize,
     /// The whole handshake must complete within this time.
     pub handshake_timeout: Duration,
-    /// How long a launch connection whose launcher sends heartbeats may stay silent while its
-    /// prted runs; `None`: forever.
-    pub heartbeat_timeout: Option<Duration>,
 }
 
 impl Default for ConnLimits {
@@ -67,9 +67,6 @@ impl Default for ConnLimits {
             max_pending: super::limits::DEFAULT_MAX_PENDING,
             max_pending_per_peer: super::limits::DEFAULT_MAX_PENDING_PER_PEER,
             handshake_timeout: Duration::from_secs(DEFAULT_HANDSHAKE_TIMEOUT_SECS),
-            heartbeat_timeout: Some(Duration::from_secs(
-                crate::settings::agent::HEARTBEAT_TIMEOUT.default_u64(),
-            )),
         }
     }
 }
@@ -146,6 +143,7 @@ impl std::fmt::Debug for AgentConfig {
             .field("batch", &self.batch)
             .field("cgroup", &self.cgroup)
             .field("limits", &self.limits)
+            .field("heartbeat_timeout", &self.heartbeat_timeout)
             .field("mpi", &self.mpi.as_ref().map(|m| m.plan.launch))
             .finish()
     }
@@ -258,9 +256,9 @@ impl AgentConfig {
                 max_pending: args.max_pending.max(1),
                 max_pending_per_peer: args.max_pending_per_peer.max(1),
                 handshake_timeout: Duration::from_secs(args.handshake_timeout.max(1)),
-                heartbeat_timeout: (args.heartbeat_timeout > 0)
-                    .then(|| Duration::from_secs(args.heartbeat_timeout)),
             },
+            heartbeat_timeout: (args.heartbeat_timeout > 0)
+                .then(|| Duration::from_secs(args.heartbeat_timeout)),
             mpi: None,
         })
     }

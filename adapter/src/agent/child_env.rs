@@ -95,6 +95,7 @@ mod tests {
             batch: None,
             cgroup: false,
             limits: Default::default(),
+            heartbeat_timeout: None,
             mpi: None,
         };
         let agent_env: Vec<(OsString, OsString)> = [

@@ -25,9 +25,10 @@ use super::preempt::{self, Preemption, WatchGuard};
 use super::process::{Job, Reaper};
 use super::prted_cmd::prted_args;
 use super::tracking::Tracking;
+use crate::protocol::liveness::SilenceWatch;
 use crate::protocol::{
-    self, decode_request, recv_frame, send_frame, validate_launch, FramedConn, ProtocolError,
-    Reply, Request, Session, HANDSHAKE_MAX_FRAME,
+    self, parse_request, recv_frame, send_frame, FramedConn, ProtocolError, Reply, Request,
+    Session, HANDSHAKE_MAX_FRAME,
 };
 
 /// How long, and how many bytes, a closing connection is drained.
@@ -165,8 +166,9 @@ struct Conn {
     peer: SocketAddr,
     id: u64,
     job: Option<ActiveJob>,
-    /// Set by the first `ping`: the launcher sends heartbeats, so its silence means it is gone.
-    heartbeats: bool,
+    /// When the launcher was last heard of; from its first `ping` on it sends heartbeats, so its
+    /// silence means it is gone.
+    silence: SilenceWatch,
     /// The batch launcher attached on this connection (see `super::batch`).
     attached: bool,
     /// Set by `watch`: this connection is told `preempt`.
@@ -210,10 +212,10 @@ impl Conn {
             }
         };
         let t0 = Instant::now();
-        let request = match decode_request(body.as_bytes()) {
+        let request = match parse_request(body.as_bytes()) {
             Ok(r) => r,
-            Err(reason) => {
-                let reason = crate::text::echo(&reason);
+            Err(e) => {
+                let reason = crate::text::echo(&e.to_string());
                 info!(peer = %self.peer, request = "invalid", outcome = "refused", %reason,
                       duration_ms = t0.elapsed().as_millis() as u64, "request");
                 return self.send_or_close(&Reply::Failed { reason }).await;
@@ -251,7 +253,7 @@ impl Conn {
             Request::Kill { grace_ms } => self.kill(grace_ms).await,
             Request::Ping {} => {
                 // Heartbeats come every few seconds: not worth a log line each.
-                self.heartbeats = true;
+                self.silence.ping();
                 debug!(peer = %self.peer, "ping");
                 return self.send_or_close(&Reply::Pong {}).await;
             }
@@ -331,22 +333,19 @@ impl Conn {
     async fn serve(&mut self, stop: &CancellationToken) -> Ended {
         let peer = self.peer;
         let grace = self.shared.config.kill_grace;
-        let silence = self.shared.config.limits.heartbeat_timeout;
-        let mut heard = tokio::time::Instant::now();
         let mut notice = self.shared.preemption.subscribe();
         let mut told = false;
         loop {
             let tell = !told && (self.job.is_some() || self.watch.is_some());
             // Watched only while this connection's prted runs (or the batch launcher is
             // attached on it) and its launcher sends heartbeats.
-            let watch =
-                silence.filter(|_| self.heartbeats && (self.job.is_some() || self.attached));
-            let deadline = heard + watch.unwrap_or(Duration::from_secs(3600));
+            let watch = self.silence.watched() && (self.job.is_some() || self.attached);
+            let deadline = self.silence.deadline();
             tokio::select! {
                 biased;
                 frame = recv_frame(&mut self.conn, None) => match frame {
                     Ok(bytes) => {
-                        heard = tokio::time::Instant::now();
+                        self.silence.heard();
                         match self.handle_frame(&bytes).await {
                             Next::Continue => {}
                             Next::Close(reason) => return Ended::Closed(reason),
@@ -386,11 +385,8 @@ impl Conn {
                     }
                 }
                 // Last: a frame that arrived during a stall counts before the silence.
-                _ = tokio::time::sleep_until(deadline), if watch.is_some() => {
-                    let reason = format!(
-                        "the launcher was silent for {:.1} s (heartbeats stopped; --heartbeat-timeout): its pod is cut off or gone",
-                        heard.elapsed().as_secs_f64()
-                    );
+                _ = tokio::time::sleep_until(deadline), if watch => {
+                    let reason = self.silence.reason("the launcher");
                     warn!(%peer, %reason, "closing the connection (and stopping its prted, if any)");
                     if let Some((pid, status)) = self.stop_job(grace).await {
                         let _ = self.reply(&exited_reply(pid, status)).await;
@@ -408,25 +404,6 @@ impl Conn {
         }
     }
 
-    /// prted's arguments for a launch request (the HNP's URI pinned to the launcher's
-    /// address), or why it is refused: the protocol's checks, the launch policy's, and those of
-    /// the DVM URI it carries.
-    fn check_launch(
-        &self,
-        argv: &[String],
-        env: &std::collections::BTreeMap<String, String>,
-        dvm_uri: Option<&str>,
-    ) -> Result<Vec<String>, String> {
-        validate_launch(argv, env)?;
-        let argv =
-            launch_policy::check_launch(argv, env, self.peer.ip()).map_err(|e| e.to_string())?;
-        if let Some(uri) = dvm_uri {
-            protocol::validate_dvm_uri(uri)?;
-            launch_policy::check_dvm_uri_host(uri, self.peer.ip()).map_err(|e| e.to_string())?;
-        }
-        Ok(argv)
-    }
-
     fn launch(
         &mut self,
         argv: Vec<String>,
@@ -438,9 +415,14 @@ impl Conn {
             let outcome = format!("refused: {reason}");
             (Reply::Failed { reason }, outcome)
         };
-        let argv = match self.check_launch(&argv, &env, dvm_uri.as_deref()) {
+        let argv = match launch_policy::check_launch_request(
+            &argv,
+            &env,
+            dvm_uri.as_deref(),
+            self.peer.ip(),
+        ) {
             Ok(argv) => argv,
-            Err(reason) => return refuse(reason),
+            Err(e) => return refuse(e.to_string()),
         };
         debug!(peer = %self.peer, argv = ?argv.iter().map(|a| crate::text::echo(a)).collect::<Vec<_>>(),
                env = ?env.keys().map(|k| crate::text::echo(k)).collect::<Vec<_>>(), "launch: prted's arguments");
@@ -526,7 +508,7 @@ pub(super) async fn handle_connection(
         peer,
         id,
         job: None,
-        heartbeats: false,
+        silence: SilenceWatch::new(shared.config.heartbeat_timeout),
         attached: false,
         watch: None,
     };

@@ -144,7 +144,8 @@ pub(super) async fn agent_handshake(
     };
     let (client_nonce, mac, noise) = match read_response(&frame, &agent_nonce) {
         Ok(r) => r,
-        Err(reason) => {
+        Err(e) => {
+            let reason = e.to_string();
             failures.failed(peer, &reason, "handshake failed");
             send_plain(conn, Plain::Error { reason }).await;
             return None;
@@ -199,24 +200,31 @@ pub(super) async fn agent_handshake(
 /// A `response`'s parts: the client's nonce, its proof and its Noise handshake message.
 type Response = ([u8; NONCE_LEN], Option<String>, Option<String>);
 
+/// Why the launcher's `response` to the challenge is refused; the message is sent back to it.
+#[derive(Debug, thiserror::Error)]
+enum BadResponse {
+    #[error("expected a `response` to the challenge, got `{0}`")]
+    NotAResponse(&'static str),
+    /// The frame is no message ([`describe_bad_frame`]'s line).
+    #[error("{0}")]
+    Unreadable(String),
+    #[error("the response reflects the agent's own nonce; a client sends a fresh one")]
+    OwnNonce,
+    /// The nonce is malformed (the reason as one printable line).
+    #[error("{0}")]
+    BadNonce(String),
+}
+
 /// The launcher's `response` to the challenge: its nonce (not the agent's own) and its proof;
 /// else why the handshake failed, to be sent to the peer.
-fn read_response(frame: &[u8], agent_nonce: &[u8; NONCE_LEN]) -> Result<Response, String> {
-    let (nonce, mac, noise) = match decode_message::<Plain>(frame) {
-        Ok(Plain::Response { nonce, mac, noise }) => (nonce, mac, noise),
-        Ok(other) => {
-            return Err(format!(
-                "expected a `response` to the challenge, got `{}`",
-                protocol::plain_kind(&other)
-            ));
-        }
-        Err(e) => return Err(describe_bad_frame(&e)),
-    };
-    match parse_nonce(&nonce) {
-        Ok(n) if n == *agent_nonce => {
-            Err("the response reflects the agent's own nonce; a client sends a fresh one".into())
-        }
-        Ok(n) => Ok((n, mac, noise)),
-        Err(e) => Err(crate::text::echo(&e.to_string())),
+fn read_response(frame: &[u8], agent_nonce: &[u8; NONCE_LEN]) -> Result<Response, BadResponse> {
+    match decode_message::<Plain>(frame) {
+        Ok(Plain::Response { nonce, mac, noise }) => match parse_nonce(&nonce) {
+            Ok(n) if n == *agent_nonce => Err(BadResponse::OwnNonce),
+            Ok(n) => Ok((n, mac, noise)),
+            Err(e) => Err(BadResponse::BadNonce(crate::text::echo(&e.to_string()))),
+        },
+        Ok(other) => Err(BadResponse::NotAResponse(protocol::plain_kind(&other))),
+        Err(e) => Err(BadResponse::Unreadable(describe_bad_frame(&e))),
     }
 }

@@ -160,6 +160,7 @@ mod tests {
             batch: None,
             cgroup: false,
             limits: Default::default(),
+            heartbeat_timeout: None,
             mpi: None,
         };
         let a = prte_args(&head, &config, true).join(" ");

@@ -84,7 +84,7 @@ const SHUTDOWN_SLACK: Duration = Duration::from_secs(15);
 
 /// Why the agent could not serve.
 #[derive(Debug, thiserror::Error)]
-pub enum AgentError {
+pub enum ServeError {
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -104,7 +104,7 @@ pub struct Agent {
 impl Agent {
     /// Binds the launch and health listeners. Must run inside a tokio runtime. `exec`
     /// requests may run only the configured prted.
-    pub async fn bind(config: AgentConfig) -> Result<Agent, AgentError> {
+    pub async fn bind(config: AgentConfig) -> Result<Agent, ServeError> {
         let policy = exec::ExecPolicy::only(&config.prted);
         Agent::bind_with_exec(config, policy).await
     }
@@ -113,11 +113,11 @@ impl Agent {
     pub(crate) async fn bind_with_exec(
         config: AgentConfig,
         exec_policy: exec::ExecPolicy,
-    ) -> Result<Agent, AgentError> {
+    ) -> Result<Agent, ServeError> {
         let listener =
             TcpListener::bind(config.listen)
                 .await
-                .map_err(|source| AgentError::Bind {
+                .map_err(|source| ServeError::Bind {
                     addr: config.listen,
                     source,
                 })?;
@@ -125,7 +125,7 @@ impl Agent {
             Some(addr) => Some(
                 TcpListener::bind(addr)
                     .await
-                    .map_err(|source| AgentError::Bind { addr, source })?,
+                    .map_err(|source| ServeError::Bind { addr, source })?,
             ),
             None => None,
         };
@@ -169,13 +169,13 @@ impl Agent {
 
     /// Serves until `shutdown` completes (or, in batch mode, the job has ended), then stops the
     /// running prted and returns the agent's exit code (0, or batch mode's status).
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<u8, AgentError> {
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<u8, ServeError> {
         let Agent {
             shared,
             listener,
             health,
         } = self;
-        let sigchld = signal(SignalKind::child()).map_err(AgentError::Signals)?;
+        let sigchld = signal(SignalKind::child()).map_err(ServeError::Signals)?;
         let reaper_task = tokio::spawn(shared.reaper.clone().run(sigchld));
         if std::process::id() != 1 {
             if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
@@ -188,7 +188,7 @@ impl Agent {
             let pending = Pending::new("health", HEALTH_MAX_PENDING, HEALTH_MAX_PENDING_PER_PEER);
             tokio::spawn(health::serve(l, serving.clone(), pending))
         });
-        let addr = listener.local_addr().map_err(|source| AgentError::Bind {
+        let addr = listener.local_addr().map_err(|source| ServeError::Bind {
             addr: shared.config.listen,
             source,
         })?;
@@ -356,7 +356,7 @@ impl Roles {
 
 /// Binds, serves until SIGTERM or SIGINT (or a batch job's end), stops prted, returns the
 /// agent's exit code.
-pub async fn run_until_signalled(config: AgentConfig) -> Result<u8, AgentError> {
+pub async fn run_until_signalled(config: AgentConfig) -> Result<u8, ServeError> {
     let policy = exec::ExecPolicy::only(&config.prted);
     run_until_signalled_with_exec(config, policy).await
 }
@@ -365,10 +365,10 @@ pub async fn run_until_signalled(config: AgentConfig) -> Result<u8, AgentError> 
 pub async fn run_until_signalled_with_exec(
     config: AgentConfig,
     exec_policy: exec::ExecPolicy,
-) -> Result<u8, AgentError> {
+) -> Result<u8, ServeError> {
     limits::raise_nofile_limit();
-    let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signals)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(AgentError::Signals)?;
+    let mut term = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
     let agent = Agent::bind_with_exec(config, exec_policy).await?;
     let shared = agent.shared.clone();
     agent
@@ -473,6 +473,7 @@ mod tests {
             batch,
             cgroup: false,
             limits: Default::default(),
+            heartbeat_timeout: None,
             mpi: None,
         }
     }

@@ -305,7 +305,10 @@ fn manifest(mut args: prrte_k8s::manifest::ManifestArgs) -> i32 {
     if args.api_server_from_cluster {
         let found = prrte_k8s::runtime::current_thread()
             .map_err(|e| format!("cannot start the async runtime: {e}"))
-            .and_then(|rt| rt.block_on(manifest::api_server::lookup(Duration::from_secs(10))));
+            .and_then(|rt| {
+                rt.block_on(manifest::api_server::lookup(Duration::from_secs(10)))
+                    .map_err(|e| e.to_string())
+            });
         match found {
             Ok(api) => {
                 args.api_server_cidr = api.cidrs;

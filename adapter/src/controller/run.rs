@@ -82,7 +82,7 @@ pub enum ControllerError {
     #[error(
         "--api-server-from-cluster: {0} (give --api-server-cidr and --api-server-port instead)"
     )]
-    ApiServer(String),
+    ApiServer(#[source] api_server::ApiServerError),
     #[error("lost the Lease {0}: another replica leads now; exiting so that this one restarts as a follower")]
     LostLease(String),
 }

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
+use crate::protocol::liveness::{HeartbeatSender, Lost};
 use crate::protocol::{
     self, decode_message, recv_frame, send_frame, validate_launch, FramedConn, ProtocolError,
     Reply, Request, Session,
@@ -50,7 +51,7 @@ pub use error::{
     AgentError, ConnectFailure, NotSent, PrtedArgsError, SettingsError, UnresolvedNodes,
 };
 pub use event::{ExitDesc, LaunchEvent};
-pub use request::{Heartbeat, LaunchOptions, LaunchRequest, LaunchTarget};
+pub use request::{LaunchOptions, LaunchRequest, LaunchTarget};
 pub use watch::{own_pod_target, Watcher};
 
 type Sink = Box<dyn Fn(LaunchEvent) + Send + Sync>;
@@ -337,22 +338,13 @@ async fn supervise(
 ) -> ExitDesc {
     let mut kill_sent = false;
     // Heartbeats: a ping every interval; any frame from the agent counts as a sign of life.
-    let limit = opts.heartbeat.silence_limit();
-    let period = if opts.heartbeat.interval.is_zero() {
-        Duration::from_secs(3600)
-    } else {
-        opts.heartbeat.interval
-    };
-    // The first at once: it tells the agent that this launcher sends heartbeats.
-    let mut beat = tokio::time::interval(period);
-    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut heard = tokio::time::Instant::now();
+    let mut beats = HeartbeatSender::start(opts.heartbeat);
     loop {
         tokio::select! {
             biased;
             _ = control.closing.cancelled() => return ExitDesc::ClosedByLauncher,
             frame = recv_frame(conn, None) => {
-                heard = tokio::time::Instant::now();
+                beats.heard();
                 let frame = match frame {
                     Ok(f) => f,
                     Err(ProtocolError::Closed) => {
@@ -381,21 +373,18 @@ async fn supervise(
                 }
             }
             // After the frames: data that arrived during a stall counts before the silence.
-            _ = beat.tick(), if limit.is_some() => {
-                let silent = heard.elapsed();
-                if limit.is_some_and(|l| silent > l) {
+            _ = beats.due() => match beats.beat(conn, session, opts.heartbeat.interval).await {
+                Ok(()) => {}
+                Err(Lost::Silent(s)) => {
                     return ExitDesc::ConnectionLost(format!(
                         "the agent was silent for {:.1} s ({} heartbeats {} s apart unanswered, plm_k8s_heartbeat_interval/plm_k8s_heartbeat_misses): its pod is cut off from the network, stopped or stalled",
-                        silent.as_secs_f64(),
-                        opts.heartbeat.misses,
-                        opts.heartbeat.interval.as_secs_f64()
+                        s.silent.as_secs_f64(),
+                        s.heartbeat.misses,
+                        s.heartbeat.interval.as_secs_f64()
                     ));
                 }
-                let ping = session.seal(&Request::Ping {});
-                if let Err(e) = send_frame(conn, ping, period).await {
-                    return ExitDesc::ConnectionLost(format!("cannot send a heartbeat: {e}"));
-                }
-            }
+                Err(e @ Lost::Send(_)) => return ExitDesc::ConnectionLost(e.to_string()),
+            },
             _ = control.shutting_down.cancelled(), if !kill_sent => {
                 kill_sent = true;
                 let grace_ms = u64::try_from(opts.kill_grace.as_millis()).unwrap_or(u64::MAX);

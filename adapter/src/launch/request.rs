@@ -5,6 +5,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::protocol::liveness::Heartbeat;
+
 /// One daemon to start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchTarget {
@@ -42,57 +44,6 @@ pub struct LaunchOptions {
     pub kill_grace: Duration,
     /// Liveness of the connections while the daemons run.
     pub heartbeat: Heartbeat,
-}
-
-/// The launcher's heartbeats: a `ping` to each running daemon's agent every `interval`; an
-/// agent silent (no answer, no frame at all) for more than `misses` intervals is lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Heartbeat {
-    /// Zero: no heartbeats.
-    pub interval: Duration,
-    pub misses: u32,
-}
-
-impl Heartbeat {
-    /// No heartbeats (only TCP keepalive notices a silent peer).
-    pub const OFF: Heartbeat = Heartbeat {
-        interval: Duration::ZERO,
-        misses: 1,
-    };
-
-    /// `plm_k8s_heartbeat_interval` and `_misses` from the environment
-    /// (`PRTE_MCA_plm_k8s_heartbeat_*`), else their defaults: how the launchers that are no
-    /// PRRTE component (`prrte-k8s-rsh`, the batch launcher) beat.
-    pub fn from_env(
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Heartbeat, crate::settings::SettingError> {
-        use crate::settings::{mca, Setting};
-        let int = |s: &Setting, v: &str| s.int(v);
-        let mut hb = Heartbeat::default();
-        if let Some(i) = mca::HEARTBEAT_INTERVAL.from_env(env, int)? {
-            hb.interval = Duration::from_secs(i as u64);
-        }
-        if let Some(m) = mca::HEARTBEAT_MISSES.from_env(env, int)? {
-            hb.misses = m as u32;
-        }
-        Ok(hb)
-    }
-
-    /// How long an agent may stay silent; `None` without heartbeats.
-    pub fn silence_limit(&self) -> Option<Duration> {
-        (!self.interval.is_zero()).then(|| self.interval * self.misses.max(1))
-    }
-}
-
-impl Default for Heartbeat {
-    /// `plm_k8s_heartbeat_interval` and `plm_k8s_heartbeat_misses`' defaults.
-    fn default() -> Self {
-        use crate::settings::mca;
-        Heartbeat {
-            interval: Duration::from_secs(mca::HEARTBEAT_INTERVAL.default_u64()),
-            misses: mca::HEARTBEAT_MISSES.default_u64() as u32,
-        }
-    }
 }
 
 impl Default for LaunchOptions {

@@ -21,8 +21,9 @@ use std::time::Duration;
 use super::event::{ExitDesc, LaunchEvent};
 use super::prted_args::{forwarded_env, PrtedTemplate};
 use super::request::{LaunchOptions, LaunchRequest, LaunchTarget};
-use super::settings::{self, reachable_dvm_uri, PlmSettings, NO_DVM_URI};
+use super::settings::{self, reachable_dvm_uri, NO_DVM_URI};
 use super::targets::{resolve, DaemonNode, PodTable};
+use crate::settings::mca::PlmParams;
 
 #[cfg(test)]
 mod tests;
@@ -115,7 +116,7 @@ pub enum Phase {
 /// What a round is asked to launch.
 pub struct RoundRequest<'a> {
     /// The PLM's parameters, checked for every round.
-    pub settings: &'a PlmSettings,
+    pub params: &'a PlmParams,
     /// prted's arguments as PRRTE built them.
     pub prted: &'a PrtedTemplate,
     /// prte's environment; its MCA settings go with every launch ([`forwarded_env`]).
@@ -215,7 +216,7 @@ impl Rounds {
                 .find(|(n, _)| n == k)
                 .map(|(_, v)| v.clone())
         };
-        let settings = match settings::check(request.settings, &env) {
+        let settings = match settings::check(request.params, &env) {
             Ok(s) => s,
             Err(e) => return refused(actions, e.to_string()),
         };

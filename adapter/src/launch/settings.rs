@@ -4,15 +4,13 @@
 use std::time::Duration;
 
 use super::error::SettingsError;
-use super::request::{Heartbeat, LaunchOptions};
-use crate::protocol;
+use super::request::LaunchOptions;
+use crate::protocol::{self, liveness::Heartbeat};
+use crate::settings::mca::PlmParams;
 
 /// Grace period between SIGTERM and SIGKILL the launcher asks of the agents when it stops its
 /// daemons.
 pub(crate) const KILL_GRACE: Duration = Duration::from_secs(5);
-
-/// The `plm_k8s_*` parameters a round uses, as they are set (checked by [`check`]).
-pub use crate::settings::mca::PlmParams as PlmSettings;
 
 /// The checked settings of one round.
 #[derive(Debug, Clone)]
@@ -27,14 +25,15 @@ pub struct RoundSettings {
     pub preempt_signal: Option<i32>,
 }
 
-/// Checks the parameters as the registry does ([`PlmSettings::check`]: ports and timeouts in
+/// Checks the `plm_k8s_*` parameters as they are set, as the registry does
+/// ([`PlmParams::check`]: ports and timeouts in
 /// range, the two names of the agent port and of the secret file agreeing in `env`), then reads
 /// the secret (unless insecure); the error names the parameter and what it must be.
 pub fn check(
-    settings: &PlmSettings,
+    params: &PlmParams,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<RoundSettings, SettingsError> {
-    let checked = settings.check(env)?;
+    let checked = params.check(env)?;
     let secret = match &checked.secret_file {
         None => None,
         Some(file) => {
@@ -77,12 +76,12 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    fn check(s: &PlmSettings) -> Result<RoundSettings, String> {
+    fn check(s: &PlmParams) -> Result<RoundSettings, String> {
         super::check(s, &|_| None).map_err(|e| e.to_string())
     }
 
-    fn settings(secret_file: Option<&Path>) -> PlmSettings {
-        PlmSettings {
+    fn params(secret_file: Option<&Path>) -> PlmParams {
+        PlmParams {
             secret_file: secret_file.map(|p| p.display().to_string()),
             agent_port: 7117,
             launch_timeout: 60,
@@ -106,7 +105,7 @@ mod tests {
     #[test]
     fn good_settings_give_the_launchers_options() {
         let f = secret_file();
-        let r = check(&settings(Some(f.path()))).unwrap();
+        let r = check(&params(Some(f.path()))).unwrap();
         assert_eq!(r.port, 7117);
         assert_eq!(r.options.secret.as_deref(), Some(&KEY[..]));
         assert_eq!(r.options.connect_timeout, Duration::from_secs(10));
@@ -122,20 +121,20 @@ mod tests {
 
     #[test]
     fn insecure_reads_no_secret() {
-        let mut s = settings(Some(Path::new("/nonexistent/prrte-k8s/key")));
+        let mut s = params(Some(Path::new("/nonexistent/prrte-k8s/key")));
         s.insecure = true;
         assert!(check(&s).unwrap().options.secret.is_none());
     }
 
     #[test]
     fn a_missing_secret_names_the_parameter_and_the_file() {
-        let e = check(&settings(Some(Path::new("/nonexistent/prrte-k8s/key")))).unwrap_err();
+        let e = check(&params(Some(Path::new("/nonexistent/prrte-k8s/key")))).unwrap_err();
         assert!(
             e.contains("does not exist")
                 && e.contains("(parameter plm_k8s_secret_file = /nonexistent/prrte-k8s/key)"),
             "{e}"
         );
-        let e = check(&settings(None)).unwrap_err();
+        let e = check(&params(None)).unwrap_err();
         assert!(e.contains("(parameter plm_k8s_secret_file = )"), "{e}");
     }
 
@@ -143,7 +142,7 @@ mod tests {
     fn bad_ports_and_timeouts_are_refused_naming_the_parameter() {
         let f = secret_file();
         for port in [0, -1, 65536] {
-            let mut s = settings(Some(f.path()));
+            let mut s = params(Some(f.path()));
             s.agent_port = port;
             let e = check(&s).unwrap_err();
             assert!(
@@ -152,7 +151,7 @@ mod tests {
             );
         }
         for (launch, connect) in [(0, 10), (60, 0), (-5, 10), (60, -1)] {
-            let mut s = settings(Some(f.path()));
+            let mut s = params(Some(f.path()));
             s.launch_timeout = launch;
             s.connect_timeout = connect;
             let e = check(&s).unwrap_err();
@@ -170,7 +169,7 @@ mod tests {
 
     #[test]
     fn the_values_are_checked_before_the_secret_is_read() {
-        let mut s = settings(Some(Path::new("/nonexistent/prrte-k8s/key")));
+        let mut s = params(Some(Path::new("/nonexistent/prrte-k8s/key")));
         s.agent_port = 0;
         assert!(check(&s).unwrap_err().contains("plm_k8s_agent_port"));
     }
@@ -183,7 +182,7 @@ mod tests {
             "PRTE_MCA_plm_k8s_agent_port" => Some("9001".to_string()),
             _ => None,
         };
-        let e = super::check(&settings(Some(f.path())), &env)
+        let e = super::check(&params(Some(f.path())), &env)
             .unwrap_err()
             .to_string();
         assert!(e.contains("PRRTE_K8S_AGENT_PORT"), "{e}");

@@ -17,12 +17,32 @@ pub struct ApiServer {
     pub ports: Vec<u16>,
 }
 
+/// Why the API server's endpoints cannot be had from the cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiServerError {
+    #[error("endpoint address {0:?} is not an IP address")]
+    NotAnAddress(String),
+    #[error(
+        "the Service `kubernetes` in `default` has no ready endpoint with an address and a \
+         TCP port ({slices} endpoint slices)"
+    )]
+    NoEndpoint { slices: usize },
+    #[error(transparent)]
+    Connect(#[from] crate::discovery::DiscoveryError),
+    #[error(
+        "cannot list the endpoint slices of Service `kubernetes` in `default` at {url}: {chain}"
+    )]
+    List { url: String, chain: String },
+    #[error("the cluster did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
 /// The label naming a slice's Service.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// The addresses and ports of the API server's endpoint slices (each address alone: /32, or
 /// /128), or why they cannot be used.
-pub fn from_slices(slices: &[EndpointSlice]) -> Result<ApiServer, String> {
+pub fn from_slices(slices: &[EndpointSlice]) -> Result<ApiServer, ApiServerError> {
     let mut out = ApiServer::default();
     for s in slices {
         for e in &s.endpoints {
@@ -32,7 +52,7 @@ pub fn from_slices(slices: &[EndpointSlice]) -> Result<ApiServer, String> {
             for a in &e.addresses {
                 let ip: std::net::IpAddr = a
                     .parse()
-                    .map_err(|_| format!("endpoint address {a:?} is not an IP address"))?;
+                    .map_err(|_| ApiServerError::NotAnAddress(a.clone()))?;
                 let net = ipnet::IpNet::from(ip);
                 if !out.cidrs.contains(&net) {
                     out.cidrs.push(net);
@@ -55,38 +75,31 @@ pub fn from_slices(slices: &[EndpointSlice]) -> Result<ApiServer, String> {
         }
     }
     if out.cidrs.is_empty() || out.ports.is_empty() {
-        return Err(format!(
-            "the Service `kubernetes` in `default` has no ready endpoint with an address and a \
-             TCP port ({} endpoint slices)",
-            slices.len()
-        ));
+        return Err(ApiServerError::NoEndpoint {
+            slices: slices.len(),
+        });
     }
     Ok(out)
 }
 
 /// Asks the cluster (the client configuration of the other commands: `$KUBECONFIG`, the
 /// in-cluster service account, `~/.kube/config`) for the API server's endpoints.
-pub async fn lookup(timeout: Duration) -> Result<ApiServer, String> {
+pub async fn lookup(timeout: Duration) -> Result<ApiServer, ApiServerError> {
     let work = async {
-        let api = crate::discovery::client::connect(None, timeout)
-            .await
-            .map_err(|e| e.to_string())?;
+        let api = crate::discovery::client::connect(None, timeout).await?;
         let slices: Api<EndpointSlice> = Api::namespaced(api.client, "default");
         let list = slices
             .list(&ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}=kubernetes")))
             .await
-            .map_err(|e| {
-                format!(
-                    "cannot list the endpoint slices of Service `kubernetes` in `default` at {}: {}",
-                    api.url,
-                    crate::discovery::client::error_chain(&e)
-                )
+            .map_err(|e| ApiServerError::List {
+                url: api.url.clone(),
+                chain: crate::discovery::client::error_chain(&e),
             })?;
         from_slices(&list.items)
     };
     tokio::time::timeout(timeout, work)
         .await
-        .map_err(|_| format!("the cluster did not answer within {timeout:?}"))?
+        .map_err(|_| ApiServerError::Timeout(timeout))?
 }
 
 #[cfg(test)]
@@ -121,10 +134,13 @@ mod tests {
         assert_eq!(got.ports, vec![6443]);
         let empty =
             slice(json!({"metadata": {"name": "k"}, "addressType": "IPv4", "endpoints": []}));
-        let e = from_slices(&[empty]).unwrap_err();
+        let e = from_slices(&[empty]).unwrap_err().to_string();
         assert!(e.contains("no ready endpoint"), "{e}");
         let bad = slice(json!({"metadata": {"name": "k"}, "addressType": "FQDN",
             "endpoints": [{"addresses": ["api.example"]}], "ports": [{"port": 443}]}));
-        assert!(from_slices(&[bad]).unwrap_err().contains("api.example"));
+        assert!(from_slices(&[bad])
+            .unwrap_err()
+            .to_string()
+            .contains("api.example"));
     }
 }

@@ -12,6 +12,7 @@ use super::error::{EnvArgError, ManifestError};
 use super::inject::INJECT_IMAGE;
 use super::layout::{restricted_container, restricted_pod};
 use super::plan::{JobPlan, Launch, Part, PodPlan};
+use crate::settings::SettingError;
 use crate::workload::{Success, WorkloadKind};
 
 /// The MPI in an image the runtime is injected into (the agent's `--mpi`).
@@ -304,14 +305,14 @@ pub(super) fn preempt_env(grace: u64, signal: Option<&str>) -> impl Iterator<Ite
 
 /// `--preempt-signal SIG`: a name `plm_k8s_preempt_signal` takes (SIGUSR1, usr1...), spelled
 /// as it lists them.
-pub(super) fn preempt_signal(s: &str) -> Result<String, String> {
+pub(super) fn preempt_signal(s: &str) -> Result<String, SettingError> {
     let sig = s.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("sig"));
     let word = if !sig && !s.eq_ignore_ascii_case("none") {
         format!("SIG{s}")
     } else {
         s.to_string()
     };
-    crate::settings::mca::preempt_signal(&word).map_err(|e| e.to_string())?;
+    crate::settings::mca::preempt_signal(&word)?;
     let canonical = crate::settings::mca::PREEMPT_SIGNALS
         .iter()
         .find(|w| w.eq_ignore_ascii_case(&word))

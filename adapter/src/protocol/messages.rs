@@ -220,11 +220,6 @@ pub fn parse_request(body: &[u8]) -> Result<Request, RequestError> {
     serde_json::from_value(value).map_err(RequestError::Invalid)
 }
 
-/// [`parse_request`] with the reason as text, as the agent echoes it back (`failed {reason}`).
-pub fn decode_request(body: &[u8]) -> Result<Request, String> {
-    parse_request(body).map_err(|e| e.to_string())
-}
-
 /// The `type` of a plain frame, for messages.
 pub fn plain_kind(p: &Plain) -> &'static str {
     match p {
@@ -240,6 +235,11 @@ pub fn plain_kind(p: &Plain) -> &'static str {
 mod tests {
     use super::super::wire::{decode_message, encode_message, ProtocolError};
     use super::*;
+
+    /// [`parse_request`]'s reason as text, as the agent sends it back.
+    fn decode_request(body: &[u8]) -> Result<Request, String> {
+        parse_request(body).map_err(|e| e.to_string())
+    }
 
     #[test]
     fn requests_refuse_unknown_and_executable_fields() {

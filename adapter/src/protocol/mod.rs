@@ -105,14 +105,15 @@
 //! protocol error, TCP keepalive failure), the agent kills prted's process group exactly as for
 //! `kill`; so it does when a launcher that sent a `ping` on the connection has been silent for
 //! the agent's `--heartbeat-timeout` (the launcher pings every `plm_k8s_heartbeat_interval`
-//! and takes an agent silent for `plm_k8s_heartbeat_misses` intervals for lost). The agent
-//! runs one prted at a time.
+//! and takes an agent silent for `plm_k8s_heartbeat_misses` intervals for lost; see
+//! [`liveness`]). The agent runs one prted at a time.
 
 mod auth;
 pub mod exec;
 mod frame;
 pub mod grammar;
 mod handshake;
+pub mod liveness;
 mod messages;
 mod noise;
 pub mod params;
@@ -131,9 +132,7 @@ pub use frame::{
     FramedConn, DEFAULT_MAX_FRAME, HANDSHAKE_MAX_FRAME,
 };
 pub use handshake::{client_handshake, HandshakeError};
-pub use messages::{
-    decode_request, parse_request, plain_kind, AuthMode, Plain, Reply, Request, RequestError,
-};
+pub use messages::{parse_request, plain_kind, AuthMode, Plain, Reply, Request, RequestError};
 pub use noise::{
     agent_noise, client_noise_start, local_pair, parse_noise_field, ClientNoise, NOISE_NONE,
     NOISE_PSK,

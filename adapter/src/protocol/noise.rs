@@ -176,7 +176,7 @@ pub fn local_pair(key: Option<&[u8]>) -> (Session, Session) {
 /// The encrypted frames of a [`Session`] (tested here, where sessions are made).
 #[cfg(test)]
 mod session_tests {
-    use super::super::messages::{decode_request, Plain, Reply, Request};
+    use super::super::messages::{parse_request, Plain, Reply, Request};
     use super::super::session::{Session, CHUNK, NOISE_MAX, TAG};
     use super::super::wire::{decode_message, encode_message, ProtocolError};
     use super::local_pair;
@@ -187,9 +187,9 @@ mod session_tests {
         let f1 = c.seal(&Request::Ping {});
         let f2 = c.seal(&Request::Status {});
         let b1 = a.open(&f1).unwrap();
-        assert_eq!(decode_request(b1.as_bytes()).unwrap(), Request::Ping {});
+        assert_eq!(parse_request(b1.as_bytes()).unwrap(), Request::Ping {});
         assert_eq!(
-            decode_request(a.open(&f2).unwrap().as_bytes()).unwrap(),
+            parse_request(a.open(&f2).unwrap().as_bytes()).unwrap(),
             Request::Status {}
         );
         let r = a.seal(&Reply::Pong {});

@@ -22,13 +22,6 @@ pub enum LaunchRefusal {
     NulInValue { key: String },
 }
 
-/// The agent answers a refused launch with the reason as text (`failed {reason}`).
-impl From<LaunchRefusal> for String {
-    fn from(e: LaunchRefusal) -> String {
-        e.to_string()
-    }
-}
-
 /// Checks an environment variable name a launch request may set.
 pub fn validate_env_key(key: &str) -> Result<(), LaunchRefusal> {
     let rest = ["PRTE_", "PMIX_", "OMPI_"]
@@ -74,13 +67,6 @@ pub struct InvalidDvmUri {
     pub uri: String,
     /// What is wrong with it.
     pub why: String,
-}
-
-/// The agent answers a launch with a bad DVM URI with the reason as text (`failed {reason}`).
-impl From<InvalidDvmUri> for String {
-    fn from(e: InvalidDvmUri) -> String {
-        e.to_string()
-    }
 }
 
 /// Longest DVM URI accepted in a launch request.

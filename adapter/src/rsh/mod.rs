@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
-use crate::launch::{connect_authenticated, Heartbeat, LaunchOptions, LaunchTarget};
+use crate::launch::{connect_authenticated, LaunchOptions, LaunchTarget};
 use crate::protocol::exec::{decode_data, encode_data, CHUNK};
+use crate::protocol::liveness::{Heartbeat, HeartbeatSender, Lost};
 use crate::protocol::{
     decode_message, recv_frame, send_frame, signal_name, ProtocolError, Reply, Request,
 };
@@ -262,26 +263,23 @@ pub async fn run(
     let mut started = false;
     let mut stdin_open = false;
     let deadline = Instant::now() + timeout;
-    let hb = opts.heartbeat;
-    let mut ticks = tokio::time::interval(hb.interval.max(Duration::from_millis(100)));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut heard = Instant::now();
+    // Heartbeats once the program runs.
+    let mut beats = HeartbeatSender::idle(opts.heartbeat);
     loop {
         tokio::select! {
-            _ = ticks.tick(), if started && !hb.interval.is_zero() => {
-                if hb.silence_limit().is_some_and(|limit| heard.elapsed() > limit) {
+            _ = beats.due() => match beats.beat(&mut conn, &mut session, timeout).await {
+                Ok(()) => {}
+                Err(Lost::Silent(s)) => {
                     return Err(RshError::Silent {
-                        silent: heard.elapsed().as_secs_f64(),
-                        misses: hb.misses,
-                        interval: hb.interval.as_secs(),
-                    });
+                        silent: s.silent.as_secs_f64(),
+                        misses: s.heartbeat.misses,
+                        interval: s.heartbeat.interval.as_secs(),
+                    })
                 }
-                send_frame(&mut conn, session.seal(&Request::Ping {}), timeout)
-                    .await
-                    .map_err(RshError::Heartbeat)?;
-            }
+                Err(Lost::Send(e)) => return Err(RshError::Heartbeat(e)),
+            },
             frame = recv_frame(&mut conn, (!started).then(|| deadline.saturating_duration_since(Instant::now()))) => {
-                heard = Instant::now();
+                beats.heard();
                 let frame = match frame {
                     Ok(f) => f,
                     Err(ProtocolError::Timeout(_)) => return Err(RshError::NoAnswer(timeout)),
@@ -297,7 +295,7 @@ pub async fn run(
                         started = true;
                         // The first heartbeat at once: it tells the agent that this client
                         // sends them.
-                        ticks.reset_immediately();
+                        beats.begin();
                         if forward_stdin {
                             stdin_open = true;
                             let tx = stdin_tx.clone();

@@ -1,6 +1,7 @@
 //! The MCA parameters of the `ras k8s` and `plm k8s` components, their snapshots as the
-//! components read them ([`RasParams`], [`PlmParams`], filled by PMIx in the `cabi` crate) and
-//! the checks of the PLM's values ([`PlmParams::check`]; the RAS's are in
+//! components read them ([`RasParams`], [`PlmParams`], filled by PMIx in the `cabi` crate; each
+//! declared with its component's table by `mca_table!`, see [`McaParams`](super::McaParams))
+//! and the checks of the PLM's values ([`PlmParams::check`]; the RAS's are in
 //! [`crate::discovery::DiscoveryConfig::from_params`]).
 //!
 //! The agent's port and the secret file are one setting on both sides: the launcher reads
@@ -208,106 +209,40 @@ pub const PLM_PRIORITY: Setting = Setting {
     ..Setting::NONE
 };
 
-/// The `ras_k8s_*` parameters, in the order `prte_info` and the administrator's guide list them.
-pub const RAS: &[&Setting] = &[
-    &NAMESPACE,
-    &SELECTOR,
-    &EXPECTED_PODS,
-    &TIMEOUT,
-    &SLOTS,
-    &KUBECONFIG,
-    &SELF_POD,
-    &EXCLUDE_SELF,
-    &RAS_PRIORITY,
-    &BIND_NONE,
-];
-
-/// The `plm_k8s_*` parameters.
-pub const PLM: &[&Setting] = &[
-    &SECRET_FILE,
-    &AGENT_PORT,
-    &LAUNCH_TIMEOUT,
-    &CONNECT_TIMEOUT,
-    &HEARTBEAT_INTERVAL,
-    &HEARTBEAT_MISSES,
-    &INSECURE,
-    &PREEMPT_SIGNAL,
-    &PLM_PRIORITY,
-];
-
-/// A bool default as written in the registry.
-fn default_bool(s: &Setting) -> bool {
-    s.default == "true"
-}
-
-/// A numeric default as PMIx stores it.
-fn default_int(s: &Setting) -> i32 {
-    s.default_u64() as i32
-}
-
-fn default_text(s: &Setting) -> Option<String> {
-    (!s.default.is_empty()).then(|| s.default.to_owned())
-}
-
-/// The RAS parameters as PMIx holds them (C types: strings, ints, bools).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RasParams {
-    pub namespace: Option<String>,
-    pub selector: Option<String>,
-    pub expected_pods: i32,
-    pub timeout: i32,
-    pub slots: Option<String>,
-    pub kubeconfig: Option<String>,
-    pub self_pod: Option<String>,
-    pub exclude_self: bool,
-    pub priority: i32,
-    pub bind_none: bool,
-}
-
-impl Default for RasParams {
-    fn default() -> Self {
-        RasParams {
-            namespace: default_text(&NAMESPACE),
-            selector: default_text(&SELECTOR),
-            expected_pods: default_int(&EXPECTED_PODS),
-            timeout: default_int(&TIMEOUT),
-            slots: default_text(&SLOTS),
-            kubeconfig: default_text(&KUBECONFIG),
-            self_pod: default_text(&SELF_POD),
-            exclude_self: default_bool(&EXCLUDE_SELF),
-            priority: default_int(&RAS_PRIORITY),
-            bind_none: default_bool(&BIND_NONE),
-        }
+mca_table! {
+    /// The RAS parameters as PMIx holds them (C types: strings, ints, bools).
+    pub struct RasParams;
+    /// The `ras_k8s_*` parameters, in the order `prte_info` and the administrator's guide list them.
+    pub const RAS;
+    {
+        namespace: Str = NAMESPACE,
+        selector: Str = SELECTOR,
+        expected_pods: Int = EXPECTED_PODS,
+        timeout: Int = TIMEOUT,
+        slots: Str = SLOTS,
+        kubeconfig: Str = KUBECONFIG,
+        self_pod: Str = SELF_POD,
+        exclude_self: Bool = EXCLUDE_SELF,
+        priority: Int = RAS_PRIORITY,
+        bind_none: Bool = BIND_NONE,
     }
 }
 
-/// The PLM parameters as PMIx holds them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlmParams {
-    pub secret_file: Option<String>,
-    pub agent_port: i32,
-    pub launch_timeout: i32,
-    pub connect_timeout: i32,
-    pub heartbeat_interval: i32,
-    pub heartbeat_misses: i32,
-    pub insecure: bool,
-    pub preempt_signal: Option<String>,
-    pub priority: i32,
-}
-
-impl Default for PlmParams {
-    fn default() -> Self {
-        PlmParams {
-            secret_file: default_text(&SECRET_FILE),
-            agent_port: default_int(&AGENT_PORT),
-            launch_timeout: default_int(&LAUNCH_TIMEOUT),
-            connect_timeout: default_int(&CONNECT_TIMEOUT),
-            heartbeat_interval: default_int(&HEARTBEAT_INTERVAL),
-            heartbeat_misses: default_int(&HEARTBEAT_MISSES),
-            insecure: default_bool(&INSECURE),
-            preempt_signal: default_text(&PREEMPT_SIGNAL),
-            priority: default_int(&PLM_PRIORITY),
-        }
+mca_table! {
+    /// The PLM parameters as PMIx holds them (checked by [`PlmParams::check`]).
+    pub struct PlmParams;
+    /// The `plm_k8s_*` parameters.
+    pub const PLM;
+    {
+        secret_file: Str = SECRET_FILE,
+        agent_port: Int = AGENT_PORT,
+        launch_timeout: Int = LAUNCH_TIMEOUT,
+        connect_timeout: Int = CONNECT_TIMEOUT,
+        heartbeat_interval: Int = HEARTBEAT_INTERVAL,
+        heartbeat_misses: Int = HEARTBEAT_MISSES,
+        insecure: Bool = INSECURE,
+        preempt_signal: Str = PREEMPT_SIGNAL,
+        priority: Int = PLM_PRIORITY,
     }
 }
 

@@ -3,9 +3,10 @@
 //! values it accepts.
 //!
 //! - [`mca`]: the `ras_k8s_*` and `plm_k8s_*` parameters. The components register them with
-//!   PMIx from these tables (`prte_info --param ras k8s` shows this help); the `prrte-k8s` CLI,
-//!   the agent and `prrte-k8s-rsh` read the same settings from `PRTE_MCA_<name>` (and, for the
-//!   agent's port and the secret file, the `PRRTE_K8S_*` names the agents have always read).
+//!   PMIx from their tables ([`McaParams`]; `prte_info --param ras k8s` shows this help); the
+//!   `prrte-k8s` CLI, the agent and `prrte-k8s-rsh` read the same settings from
+//!   `PRTE_MCA_<name>` (and, for the agent's port and the secret file, the `PRRTE_K8S_*` names
+//!   the agents have always read).
 //! - [`agent`]: the flags of `prrte-k8s-agent`.
 //! - [`tools`]: the settings of `prrte-k8s` and `prrte-k8s-rsh` that are no MCA parameter.
 //!
@@ -30,6 +31,8 @@ macro_rules! mca_param {
     };
 }
 
+#[macro_use]
+mod table;
 pub mod agent;
 pub mod mca;
 #[cfg(test)]
@@ -38,6 +41,7 @@ mod setting;
 pub mod tools;
 
 pub use setting::{parse_seconds, Kind, Mca, Setting, SettingError, Value, MAX_SECONDS};
+pub use table::{Field, McaParams, Param};
 
 /// Builds a clap argument from a [`Setting`]: `#[arg(setting = &settings::agent::PRTED)]` on a
 /// derived field (clap calls the method after its own, so the field's type still decides the

@@ -62,6 +62,43 @@ fn every_agent_option_is_in_one_table() {
     assert_eq!(listed, agent::ALL.len(), "an option is listed twice");
 }
 
+/// Each component's table lists its settings, of its framework, each in storage of the C type
+/// its kind needs, and the snapshot's defaults are the registry's.
+#[test]
+fn mca_tables_are_the_registry_with_matching_types_and_defaults() {
+    fn check<P: McaParams + std::fmt::Debug>(list: &[&Setting], framework: &str) {
+        let settings: Vec<&Setting> = P::PARAMS.iter().map(|p| p.setting).collect();
+        assert_eq!(settings, list);
+        let mut defaults = P::default();
+        for p in P::PARAMS {
+            let s = p.setting;
+            assert_eq!(s.mca.map(|m| m.framework), Some(framework), "{}", s.name());
+            match (&p.field, s.kind) {
+                (Field::Bool(f), Kind::Bool) => {
+                    assert_eq!(*f(&mut defaults), s.default == "true", "{}", s.name())
+                }
+                (Field::Int(f), Kind::Int { .. } | Kind::Port | Kind::Seconds) => {
+                    assert_eq!(
+                        *f(&mut defaults),
+                        s.mca_int(s.default).unwrap(),
+                        "{}",
+                        s.name()
+                    )
+                }
+                (Field::Str(f), Kind::Text | Kind::Path | Kind::Choice(_)) => assert_eq!(
+                    f(&mut defaults).as_deref(),
+                    Some(s.default).filter(|d| !d.is_empty()),
+                    "{}",
+                    s.name()
+                ),
+                _ => panic!("{}: storage type and kind differ", s.name()),
+            }
+        }
+    }
+    check::<mca::RasParams>(mca::RAS, "ras");
+    check::<mca::PlmParams>(mca::PLM, "plm");
+}
+
 #[test]
 fn every_name_flag_and_variable_is_unique_per_program() {
     let mut mca = BTreeSet::new();

@@ -21,7 +21,7 @@ pub fn tell_ranks(pod: &str, seconds: u64, signal: Option<i32>) {
         ),
         Err(e) => prrte::error_box(
             "The k8s PLM component could not send the preemption event.",
-            &e,
+            &e.to_string(),
         ),
     }
     if let Some(sig) = signal {
@@ -64,7 +64,16 @@ unsafe fn load(info: *mut ffi::pmix_info_t, i: usize, key: &[u8], data: *const c
     }
 }
 
-fn notify_event(pod: &str, seconds: u64) -> Result<(), String> {
+/// Why the preemption event was not raised.
+#[derive(Debug, thiserror::Error)]
+enum NotifyError {
+    #[error("PMIx could not allocate the event's infos")]
+    NoInfos,
+    #[error("PMIx_Notify_event failed with status {0}")]
+    Status(ffi::pmix_status_t),
+}
+
+fn notify_event(pod: &str, seconds: u64) -> Result<(), NotifyError> {
     let secs = u32::try_from(seconds).unwrap_or(u32::MAX);
     let pod_c = cstring(pod);
     let text = cstring(&format!(
@@ -77,7 +86,7 @@ fn notify_event(pod: &str, seconds: u64) -> Result<(), String> {
     unsafe {
         let info = ffi::PMIx_Info_create(NINFO);
         if info.is_null() {
-            return Err("PMIx could not allocate the event's infos".into());
+            return Err(NotifyError::NoInfos);
         }
         let nondefault = (&yes as *const bool).cast();
         load(
@@ -125,7 +134,7 @@ fn notify_event(pod: &str, seconds: u64) -> Result<(), String> {
         if rc == ffi::PMIX_OPERATION_SUCCEEDED {
             return Ok(());
         }
-        Err(format!("PMIx_Notify_event failed with status {rc}"))
+        Err(NotifyError::Status(rc))
     }
 }
 

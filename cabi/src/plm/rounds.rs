@@ -17,7 +17,6 @@ use prrte_k8s::discovery::{self, DiscoveryConfig};
 use prrte_k8s::launch::added;
 use prrte_k8s::launch::prted_args::PrtedTemplate;
 use prrte_k8s::launch::rounds::{Action, RoundLaunch, RoundRequest, Rounds, Start};
-use prrte_k8s::launch::settings::PlmSettings;
 use prrte_k8s::launch::targets::DaemonNode;
 use prrte_k8s::launch::{own_pod_target, LaunchEvent, Launcher, Watcher};
 use std::os::raw::c_void;
@@ -54,11 +53,6 @@ static PLM: Mutex<Plm> = Mutex::new(Plm {
 
 fn plm() -> MutexGuard<'static, Plm> {
     PLM.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The PLM's parameters as the rounds take them.
-fn settings() -> PlmSettings {
-    params::plm()
 }
 
 /// PRRTE ordered the daemons to exit: from now on a daemon ending is expected.
@@ -224,13 +218,17 @@ fn resolve_added_then_begin(
 
 /// Begins a round for `nodes`, all of which the pod table now resolves (main thread).
 fn begin_round(jdata: JobRef, dvm: JobRef, nodes: Vec<DaemonNode>, prted: &PrtedTemplate) {
-    let (settings, env, server_uri) = (settings(), std::env::vars().collect(), shim::server_uri());
+    let (params, env, server_uri) = (
+        params::plm(),
+        std::env::vars().collect(),
+        shim::server_uri(),
+    );
     let begun = {
         let mut plm = plm();
         plm.dvm = dvm.as_ptr() as usize;
         pods::with(|pods| {
             plm.rounds.begin(RoundRequest {
-                settings: &settings,
+                params: &params,
                 prted,
                 env,
                 server_uri,

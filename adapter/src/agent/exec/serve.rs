@@ -25,8 +25,9 @@ use super::prepare::{prepare, Ctx, ExecRequest, ExecState};
 use crate::agent::exit_status::{exited_reply, ExitStatus};
 use crate::agent::process::Job;
 use crate::protocol::exec::{decode_data, encode_data, CHUNK, FORWARDED_SIGNALS};
+use crate::protocol::liveness::SilenceWatch;
 use crate::protocol::{
-    decode_request, recv_frame, send_frame, FramedConn, ProtocolError, Reply, Request, Session,
+    parse_request, recv_frame, send_frame, FramedConn, ProtocolError, Reply, Request, Session,
 };
 
 /// How long output is still forwarded after the program ended (its descendants may hold the
@@ -94,6 +95,15 @@ impl Pipes {
     }
 }
 
+/// Why a message did not reach the client.
+#[derive(Debug, thiserror::Error)]
+enum NotSent {
+    #[error(transparent)]
+    Send(#[from] ProtocolError),
+    #[error("the agent is shutting down")]
+    ShuttingDown,
+}
+
 /// The client's connection while its program runs.
 struct Client<'a> {
     conn: &'a mut FramedConn<TcpStream>,
@@ -104,11 +114,11 @@ struct Client<'a> {
 
 impl Client<'_> {
     /// Sends `msg`, giving way to the agent's shutdown (the connection closes then anyway).
-    async fn send(&mut self, msg: Reply) -> Result<(), String> {
+    async fn send(&mut self, msg: Reply) -> Result<(), NotSent> {
         let frame = self.session.seal(&msg);
         tokio::select! {
-            r = send_frame(self.conn, frame, SEND_TIMEOUT) => r.map_err(|e| e.to_string()),
-            _ = self.stop.cancelled() => Err("the agent is shutting down".into()),
+            r = send_frame(self.conn, frame, SEND_TIMEOUT) => Ok(r?),
+            _ = self.stop.cancelled() => Err(NotSent::ShuttingDown),
         }
     }
 
@@ -171,7 +181,7 @@ pub(crate) async fn serve(
         job.terminate(ctx.config.kill_grace, ctx.reaper).await;
         return format!("cannot send reply: {e}");
     }
-    let silence = ctx.config.limits.heartbeat_timeout;
+    let silence = ctx.config.heartbeat_timeout;
     let (end, status) = pump(&mut client, &mut job, Pipes::of(child), silence).await;
     let final_status = job.terminate(ctx.config.kill_grace, ctx.reaper).await;
     let status = status.unwrap_or(final_status);
@@ -290,7 +300,7 @@ async fn pump(
     let drain = tokio::time::sleep(FAR);
     tokio::pin!(drain);
     let stop = client.stop.clone();
-    let mut heard = Heard::new(silence);
+    let mut liveness = SilenceWatch::new(silence);
     loop {
         if status.is_some() && out.is_none() && err.is_none() {
             return (End::Done, status);
@@ -311,18 +321,18 @@ async fn pump(
                 None
             }
             _ = &mut drain, if status.is_some() => return (End::Done, status),
-            _ = tokio::time::sleep_until(heard.deadline()), if heard.watched() => {
+            _ = tokio::time::sleep_until(liveness.deadline()), if liveness.watched() => {
                 // A frame that arrived during a stall of this process counts before the
                 // silence (the read is cancel-safe, so a frame is never lost here).
                 match recv_frame(client.conn, Some(Duration::from_millis(1))).await {
                     Err(ProtocolError::Timeout(_)) => {
-                        let reason = heard.silent_reason();
+                        let reason = liveness.reason("the client");
                         warn!(peer = %client.peer, pid, %reason, "exec: the client is silent");
                         return (End::ClientGone(reason), status);
                     }
                     frame => {
-                        heard.frame();
-                        if let Some(end) = on_frame(client, frame, &mut stdin, pid, &mut heard).await {
+                        liveness.heard();
+                        if let Some(end) = on_frame(client, frame, &mut stdin, pid, &mut liveness).await {
                             return (end, status);
                         }
                     }
@@ -330,8 +340,8 @@ async fn pump(
                 None
             }
             frame = recv_frame(client.conn, None) => {
-                heard.frame();
-                if let Some(end) = on_frame(client, frame, &mut stdin, pid, &mut heard).await {
+                liveness.heard();
+                if let Some(end) = on_frame(client, frame, &mut stdin, pid, &mut liveness).await {
                     return (end, status);
                 }
                 None
@@ -359,52 +369,6 @@ async fn pump(
 /// Effectively never (a timer that is not meant to fire).
 const FAR: Duration = Duration::from_secs(86_400 * 365);
 
-/// When the client was last heard of, and whether it sends heartbeats (a `ping` came): only
-/// then does its silence mean it is gone.
-struct Heard {
-    silence: Option<Duration>,
-    last: tokio::time::Instant,
-    heartbeats: bool,
-}
-
-impl Heard {
-    fn new(silence: Option<Duration>) -> Heard {
-        Heard {
-            silence,
-            last: tokio::time::Instant::now(),
-            heartbeats: false,
-        }
-    }
-
-    /// A frame came from the client.
-    fn frame(&mut self) {
-        self.last = tokio::time::Instant::now();
-    }
-
-    /// The client sent a heartbeat: from now on its silence counts.
-    fn ping(&mut self, peer: SocketAddr, pid: u32) {
-        if !self.heartbeats {
-            debug!(%peer, pid, "exec: the client sends heartbeats");
-        }
-        self.heartbeats = true;
-    }
-
-    fn watched(&self) -> bool {
-        self.heartbeats && self.silence.is_some()
-    }
-
-    fn deadline(&self) -> tokio::time::Instant {
-        self.last + self.silence.unwrap_or(FAR)
-    }
-
-    fn silent_reason(&self) -> String {
-        format!(
-            "the client was silent for {:.1} s (heartbeats stopped; --heartbeat-timeout): its pod is cut off or gone",
-            self.last.elapsed().as_secs_f64()
-        )
-    }
-}
-
 /// Handles one frame of the client while its program runs (process group `pid`); `Some` when
 /// the connection's exec is over.
 async fn on_frame(
@@ -412,7 +376,7 @@ async fn on_frame(
     frame: Result<tokio_util::bytes::Bytes, ProtocolError>,
     stdin: &mut Stdin,
     pid: u32,
-    heard: &mut Heard,
+    liveness: &mut SilenceWatch,
 ) -> Option<End> {
     let peer = client.peer;
     let frame = match frame {
@@ -427,7 +391,7 @@ async fn on_frame(
             return Some(error_and_end(client, reason).await);
         }
     };
-    let reply = match decode_request(body.as_bytes()) {
+    let reply = match parse_request(body.as_bytes()) {
         Ok(Request::Stdin { data }) => {
             let pushed = decode_data(&data).map(|bytes| stdin.push(bytes));
             return match pushed {
@@ -462,7 +426,9 @@ async fn on_frame(
         },
         Ok(Request::Kill { .. }) => return Some(End::Killed),
         Ok(Request::Ping {}) => {
-            heard.ping(peer, pid);
+            if liveness.ping() {
+                debug!(%peer, pid, "exec: the client sends heartbeats");
+            }
             Reply::Pong {}
         }
         Ok(other) => Reply::Failed {
@@ -471,8 +437,8 @@ async fn on_frame(
                 other.kind()
             ),
         },
-        Err(reason) => Reply::Failed {
-            reason: crate::text::echo(&reason),
+        Err(e) => Reply::Failed {
+            reason: crate::text::echo(&e.to_string()),
         },
     };
     match client.send(reply).await {

@@ -9,7 +9,6 @@ use super::error::{PolicyError, Request};
 use super::grammar::{check, same_host, Ctx};
 use crate::profile::COMPONENTS;
 use crate::protocol::grammar::Grammar;
-use crate::protocol::params::Project;
 
 /// prted as the k8s PLM starts it: the components' PRRTE has that grammar (checked when this
 /// is compiled).
@@ -17,6 +16,37 @@ const PRTED_LAUNCH: &Grammar = match COMPONENTS.prted_launch {
     Some(g) => g,
     None => panic!("the profile the components are built for has no k8s PLM grammar"),
 };
+use crate::protocol::params::Project;
+use crate::protocol::{validate_dvm_uri, validate_launch, InvalidDvmUri, LaunchRefusal};
+
+/// Why the agent refuses a launch request (the reason goes back as `failed {reason}`).
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchRequestError {
+    #[error(transparent)]
+    Request(#[from] LaunchRefusal),
+    #[error(transparent)]
+    DvmUri(#[from] InvalidDvmUri),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+}
+
+/// A launch request from `peer` as the agent checks it: the protocol's checks of its arguments
+/// and environment, this policy's, and those of the DVM URI it carries; prted's checked
+/// arguments (the HNP's URI pinned to `peer`).
+pub fn check_launch_request(
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    dvm_uri: Option<&str>,
+    peer: IpAddr,
+) -> Result<Vec<String>, LaunchRequestError> {
+    validate_launch(argv, env)?;
+    let argv = check_launch(argv, env, peer)?;
+    if let Some(uri) = dvm_uri {
+        validate_dvm_uri(uri)?;
+        check_dvm_uri_host(uri, peer)?;
+    }
+    Ok(argv)
+}
 
 /// Checks a launch request from `peer`; prted's checked arguments (the HNP's URI pinned to
 /// `peer`).

@@ -26,7 +26,9 @@ pub mod uri;
 pub use daemons::check_exec_daemon;
 pub use error::{PolicyError, Request};
 pub use grammar::Ctx;
-pub use launch::{check_dvm_uri_host, check_env_var, check_launch};
+pub use launch::{
+    check_dvm_uri_host, check_env_var, check_launch, check_launch_request, LaunchRequestError,
+};
 
 #[cfg(test)]
 mod tests;

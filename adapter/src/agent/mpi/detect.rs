@@ -105,7 +105,9 @@ pub async fn examine(c: &Candidate) -> Result<Found, MpiError> {
     };
     let (version, prrte) = match c.kind {
         MpiKind::Prrte => {
-            let info = probe_prrte(&c.dir, &daemon).await.map_err(unusable)?;
+            let info = probe_prrte(&c.dir, &daemon)
+                .await
+                .map_err(|e| unusable(e.to_string()))?;
             (probe_ompi_version(&c.dir).await, Some(info))
         }
         MpiKind::Orte => (probe_ompi_version(&c.dir).await, None),

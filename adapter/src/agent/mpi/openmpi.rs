@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use super::kind::PrrteInfo;
-use super::probe::{probe, PROBE_TIMEOUT};
+use super::probe::{probe, ProbesFailed, PROBE_TIMEOUT};
 use crate::profile::{Components, Profile, COMPONENTS_RELEASE};
 
 /// The version at the start of `text` (`3.0.11`, `5.0.7a1` → `5.0.7`): digits and dots.
@@ -86,7 +86,7 @@ pub fn parse_ompi_version(text: &str) -> Option<String> {
 
 /// What PRRTE in `dir` says about itself: `prte_info` (and `prte_info --path pkglibdir`), else
 /// `prted --version`. `Err` only when none of them can be run at all.
-pub async fn probe_prrte(dir: &Path, prted: &Path) -> Result<PrrteInfo, String> {
+pub async fn probe_prrte(dir: &Path, prted: &Path) -> Result<PrrteInfo, ProbesFailed> {
     let prte_info = dir.join("prte_info");
     let mut info = PrrteInfo::default();
     let mut errors = Vec::new();
@@ -106,7 +106,7 @@ pub async fn probe_prrte(dir: &Path, prted: &Path) -> Result<PrrteInfo, String> 
         }
     }
     if info == PrrteInfo::default() && !errors.is_empty() {
-        return Err(errors.join("; "));
+        return Err(ProbesFailed(errors));
     }
     Ok(info)
 }
@@ -131,33 +131,41 @@ pub async fn probe_ompi_version(dir: &Path) -> Option<String> {
     None
 }
 
-/// `Ok` when the components fit this PRRTE; else why not (the one line the agent logs before
-/// it falls back to PRRTE's ssh launcher through prrte-k8s-rsh).
-pub fn components_fit(info: &PrrteInfo) -> Result<(), String> {
+/// Why the components do not fit an image's PRRTE (the one line the agent logs before it falls
+/// back to PRRTE's ssh launcher through prrte-k8s-rsh).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Misfit {
+    #[error("its PRRTE did not say its version (prte_info, prted --version)")]
+    NoVersion,
+    #[error("its PRRTE is {0}, the k8s components are built for PRRTE {1}")]
+    Prrte(String, String),
+    #[error(
+        "its PRRTE cannot load components (prte_info: dl support: no; built with \
+         --disable-dlopen)"
+    )]
+    NoDl,
+    #[error("its PMIx is {0}, the k8s components are built for PMIx {1}.x")]
+    Pmix(String, String),
+}
+
+/// `Ok` when the components fit this PRRTE; else why not.
+pub fn components_fit(info: &PrrteInfo) -> Result<(), Misfit> {
     let Some(version) = &info.version else {
-        return Err("its PRRTE did not say its version (prte_info, prted --version)".to_owned());
+        return Err(Misfit::NoVersion);
     };
     let built = COMPONENTS_RELEASE.prrte;
     let Some(Components {
         pmix: built_pmix, ..
     }) = Profile::with_components(version).and_then(|p| p.components)
     else {
-        return Err(format!(
-            "its PRRTE is {version}, the k8s components are built for PRRTE {built}"
-        ));
+        return Err(Misfit::Prrte(version.clone(), built.to_string()));
     };
     if info.dl_support == Some(false) {
-        return Err(
-            "its PRRTE cannot load components (prte_info: dl support: no; built with \
-             --disable-dlopen)"
-                .to_owned(),
-        );
+        return Err(Misfit::NoDl);
     }
     match &info.pmix {
         Some(p) if p == built_pmix || p.starts_with(&format!("{built_pmix}.")) => Ok(()),
-        Some(p) => Err(format!(
-            "its PMIx is {p}, the k8s components are built for PMIx {built_pmix}.x"
-        )),
+        Some(p) => Err(Misfit::Pmix(p.clone(), built_pmix.to_string())),
         None => Ok(()),
     }
 }
@@ -209,7 +217,7 @@ mod tests {
         assert_eq!(w.version.as_deref(), Some("3.0.11"));
         assert_eq!(w.pmix.as_deref(), Some("5.0.8"));
         assert_eq!(w.dl_support, Some(false));
-        let why = components_fit(&w).unwrap_err();
+        let why = components_fit(&w).unwrap_err().to_string();
         assert!(
             why.contains("PRRTE is 3.0.11") && why.contains("3.0.8"),
             "{why}"
@@ -238,6 +246,7 @@ mod tests {
         };
         assert!(components_fit(&no_dl)
             .unwrap_err()
+            .to_string()
             .contains("dl support: no"));
         let pmix6 = PrrteInfo {
             pmix: Some("6.0.0".into()),
@@ -245,6 +254,7 @@ mod tests {
         };
         assert!(components_fit(&pmix6)
             .unwrap_err()
+            .to_string()
             .contains("PMIx is 6.0.0"));
         let pmix50x = PrrteInfo {
             pmix: Some("5.01.1".into()),
@@ -252,7 +262,10 @@ mod tests {
         };
         assert!(components_fit(&pmix50x).is_err());
         let unknown = PrrteInfo::default();
-        assert!(components_fit(&unknown).unwrap_err().contains("version"));
+        assert!(components_fit(&unknown)
+            .unwrap_err()
+            .to_string()
+            .contains("version"));
     }
 
     #[test]

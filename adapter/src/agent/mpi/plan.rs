@@ -76,7 +76,7 @@ impl Plan {
                 match components_fit(found.prrte.as_ref().unwrap_or(&Default::default())) {
                     Ok(()) => Launch::Components,
                     Err(why) => {
-                        fallback = Some(why);
+                        fallback = Some(why.to_string());
                         Launch::PrrteRsh
                     }
                 }

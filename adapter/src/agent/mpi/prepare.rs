@@ -241,7 +241,7 @@ impl Prepared {
 
     /// Writes the hostfile (if the plan has one) from the allocation: one line per pod in
     /// allocation order, by IP (no DNS), atomically (the command never sees half a file).
-    pub fn write_hostfile(&self, alloc: &Allocation) -> Result<Option<&Path>, String> {
+    pub fn write_hostfile(&self, alloc: &Allocation) -> Result<Option<&Path>, HostfileError> {
         let (Some(path), Some(format)) = (&self.hostfile, self.plan.hostfile_format()) else {
             return Ok(None);
         };
@@ -249,7 +249,10 @@ impl Prepared {
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, text)
             .and_then(|()| std::fs::rename(&tmp, path))
-            .map_err(|e| format!("cannot write the hostfile {}: {e}", path.display()))?;
+            .map_err(|source| HostfileError {
+                path: path.clone(),
+                source,
+            })?;
         Ok(Some(path))
     }
 
@@ -287,6 +290,14 @@ impl Prepared {
         }
         lines
     }
+}
+
+/// The hostfile could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write the hostfile {}: {source}", path.display())]
+pub struct HostfileError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
 }
 
 /// The slots of every pod, when they are all the same.

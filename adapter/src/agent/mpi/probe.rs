@@ -16,9 +16,24 @@ pub struct Probed {
     pub text: String,
 }
 
+/// Why a probe told nothing: its program (as run, with its arguments) could not be started or
+/// did not end in time.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("cannot run `{run}`: {source}")]
+    Start { run: String, source: std::io::Error },
+    #[error("`{run}` did not end within {timeout:?}")]
+    Timeout { run: String, timeout: Duration },
+}
+
+/// None of the probes of an installation could run: each one's reason, in order.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct ProbesFailed(pub Vec<ProbeError>);
+
 /// Runs `program args` (bounded by `timeout`, killed after it). `Err` when it cannot be started
 /// or did not end in time, naming the program and why.
-pub async fn probe(program: &Path, args: &[&str], timeout: Duration) -> Result<Probed, String> {
+pub async fn probe(program: &Path, args: &[&str], timeout: Duration) -> Result<Probed, ProbeError> {
     let shown = format!("{} {}", program.display(), args.join(" "));
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
@@ -30,8 +45,18 @@ pub async fn probe(program: &Path, args: &[&str], timeout: Duration) -> Result<P
         .kill_on_drop(true);
     let out = match tokio::time::timeout(timeout, cmd.output()).await {
         Ok(Ok(out)) => out,
-        Ok(Err(e)) => return Err(format!("cannot run `{}`: {e}", shown.trim())),
-        Err(_) => return Err(format!("`{}` did not end within {timeout:?}", shown.trim())),
+        Ok(Err(source)) => {
+            return Err(ProbeError::Start {
+                run: shown.trim().to_owned(),
+                source,
+            })
+        }
+        Err(_) => {
+            return Err(ProbeError::Timeout {
+                run: shown.trim().to_owned(),
+                timeout,
+            })
+        }
     };
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stderr));
@@ -64,12 +89,14 @@ mod tests {
         let t0 = std::time::Instant::now();
         let e = probe(&slow, &["--version"], Duration::from_millis(200))
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("did not end within"), "{e}");
         assert!(t0.elapsed() < Duration::from_secs(10));
         let e = probe(&d.path().join("missing"), &[], PROBE_TIMEOUT)
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("cannot run") && e.contains("missing"), "{e}");
     }
 }

@@ -54,8 +54,8 @@ fn pods() -> PodTable {
     t
 }
 
-fn settings() -> PlmSettings {
-    PlmSettings {
+fn params() -> PlmParams {
+    PlmParams {
         secret_file: None,
         agent_port: 7117,
         launch_timeout: 4,
@@ -88,10 +88,10 @@ fn nodes(vpids: &[u32]) -> Vec<DaemonNode> {
         .collect()
 }
 
-fn begin_with(rounds: &mut Rounds, settings: &PlmSettings, vpids: &[u32]) -> Begun {
+fn begin_with(rounds: &mut Rounds, params: &PlmParams, vpids: &[u32]) -> Begun {
     let (pods, prted) = (pods(), prted());
     rounds.begin(RoundRequest {
-        settings,
+        params,
         prted: &prted,
         env: vec![
             ("PRTE_MCA_prte_if_include".into(), "10.250.0.0/24".into()),
@@ -106,7 +106,7 @@ fn begin_with(rounds: &mut Rounds, settings: &PlmSettings, vpids: &[u32]) -> Beg
 
 /// Begins a round that launches; its generation.
 fn begin(rounds: &mut Rounds, vpids: &[u32]) -> u64 {
-    match begin_with(rounds, &settings(), vpids).start {
+    match begin_with(rounds, &params(), vpids).start {
         Start::Launch(l) => l.generation,
         other => panic!("expected a launch, got {other:?}"),
     }
@@ -163,7 +163,7 @@ fn effects(actions: &[Action]) -> Vec<Action> {
 #[test]
 fn a_round_launches_every_node_through_its_pods_agent() {
     let mut rounds = Rounds::new();
-    let begun = begin_with(&mut rounds, &settings(), &[1, 2]);
+    let begun = begin_with(&mut rounds, &params(), &[1, 2]);
     assert_eq!(
         begun.actions,
         vec![verbose(
@@ -471,7 +471,7 @@ fn a_second_round_adds_daemons_while_the_first_rounds_run() {
         prrte.set(id, DaemonState::Running);
     }
     // Nodes added to the running DVM: only they are in the second round.
-    let begun = begin_with(&mut rounds, &settings(), &[3]);
+    let begun = begin_with(&mut rounds, &params(), &[3]);
     assert_eq!(
         begun.actions,
         vec![verbose(
@@ -527,7 +527,7 @@ fn rounds_that_cannot_start_say_why_and_open_no_generation() {
     // A node no pod is known for.
     let (pods, prted) = (pods(), prted());
     let begun = rounds.begin(RoundRequest {
-        settings: &settings(),
+        params: &params(),
         prted: &prted,
         env: vec![],
         server_uri: Some("prte-x-1@0.0;tcp4://127.0.0.1:7120".into()),
@@ -549,7 +549,7 @@ fn rounds_that_cannot_start_say_why_and_open_no_generation() {
         begun.start
     );
     // Bad settings.
-    let mut bad = settings();
+    let mut bad = params();
     bad.agent_port = 70000;
     let begun = begin_with(&mut rounds, &bad, &[1]);
     assert!(begun.actions.is_empty());
@@ -559,7 +559,7 @@ fn rounds_that_cannot_start_say_why_and_open_no_generation() {
         begun.start
     );
     // Nothing to launch.
-    let begun = begin_with(&mut rounds, &settings(), &[]);
+    let begun = begin_with(&mut rounds, &params(), &[]);
     assert!(begun.actions.is_empty());
     assert!(matches!(begun.start, Start::Nothing), "{:?}", begun.start);
     // The first round that launches is the first generation.
@@ -585,7 +585,7 @@ fn preempts(actions: &[Action]) -> Vec<Action> {
 #[test]
 fn the_first_pod_told_to_end_tells_the_ranks_once_with_the_sites_signal() {
     let (mut rounds, prrte) = (Rounds::new(), Prrte::default());
-    let mut s = settings();
+    let mut s = params();
     s.preempt_signal = Some("SIGUSR1".into());
     let g = match begin_with(&mut rounds, &s, &[1, 2]).start {
         Start::Launch(l) => l.generation,
