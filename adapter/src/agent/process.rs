@@ -552,5 +552,4 @@ async fn sweep_descendants(grace: Duration, reaper: &Reaper) {
 }
 
 #[cfg(test)]
-#[path = "process_tests.rs"]
 mod tests;
