@@ -73,8 +73,17 @@ pub(crate) fn launcher_command<S: AsRef<OsStr>>(
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
         .process_group(0);
-    for (name, value) in config.launcher_env(|k| std::env::var_os(k).is_some()) {
-        cmd.env(name, value);
+    // The k8s PLM's settings only for a PRRTE that loads the components: a launcher through
+    // prrte-k8s-rsh would pass them on to its daemons (PRRTE 5's ssh launcher forwards every
+    // PRTE_MCA_ variable onto prted's command line), where the agent rightly refuses them.
+    let components = config
+        .mpi
+        .as_ref()
+        .is_none_or(|m| m.plan.launch == super::mpi::Launch::Components);
+    if components {
+        for (name, value) in config.launcher_env(|k| std::env::var_os(k).is_some()) {
+            cmd.env(name, value);
+        }
     }
     if let Some(hold) =
         super::preempt::Preemption::hold_for(config.preempt_grace, config.kill_grace)
