@@ -17,10 +17,12 @@ setup:
 build: setup
 	cargo build --workspace --all-targets
 
-# What CI checks before the tests: formatting and clippy with warnings as errors.
+# What CI checks before the tests: formatting, clippy and the API docs (broken or private
+# intra-doc links, bare URLs), each with warnings as errors.
 lint: setup
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
 # the images are built (or found up to date in seconds) first: tests run pods from them
 test: build image

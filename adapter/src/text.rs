@@ -23,7 +23,7 @@ pub fn printable(s: &str, max: usize) -> String {
 /// Longest peer-supplied text put in one log field or error reply.
 pub(crate) const MAX_ECHO: usize = 512;
 
-/// [`printable`] with the default bound [`MAX_ECHO`].
+/// [`printable`] with the default bound `MAX_ECHO`.
 pub fn echo(s: &str) -> String {
     printable(s, MAX_ECHO)
 }

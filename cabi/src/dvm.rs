@@ -132,7 +132,7 @@ static WATCHING: AtomicBool = AtomicBool::new(false);
 const TOOL_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// Ends the jobs of tools that go away before their jobs do (see the module documentation):
-/// every [`TOOL_CHECK_EVERY`], the running jobs spawned by a tool are compared with the tools
+/// every `TOOL_CHECK_EVERY`, the running jobs spawned by a tool are compared with the tools
 /// PMIx still has a connection to. (PMIx 5.0.5 reports a tool's lost connection to a server's
 /// own event handlers only on some paths, so PRRTE's own handler for it never runs here; the
 /// list of connected peers is what PMIx keeps exactly.) Main thread; idempotent.

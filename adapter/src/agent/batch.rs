@@ -13,10 +13,10 @@
 //!   group (SIGTERM, SIGKILL after `--kill-grace`) and is reported the same way.
 //! * **A worker** (every other agent) serves prted launches as usual and exits:
 //!   - on `finish {code}`: at once with 0 if the command succeeded; otherwise with `code` after
-//!     [`FAIL_DELAY`], so that the launcher pod's own failure (and its exit code) is what fails
+//!     `FAIL_DELAY`, so that the launcher pod's own failure (and its exit code) is what fails
 //!     the Job;
 //!   - when the launcher's attached connection ends without `finish` (its pod was evicted or
-//!     killed): with 1 after [`LINK_GRACE`];
+//!     killed): with 1 after `LINK_GRACE`;
 //!   - when no launcher attached within `--launcher-wait` seconds: with 1.
 //!
 //!   So a worker never waits forever, even without a Job controller to end it.
@@ -29,14 +29,14 @@
 //! While the command runs, the launcher notices a worker whose agent goes away (its attached
 //! connection ends: the pod was evicted, deleted or killed). If the command then fails (mpirun
 //! has lost a daemon), the launcher waits
-//! [`LOST_PEER_DELAY`](super::batch_launcher::LOST_PEER_DELAY) before it tells the other workers
+//! `batch_launcher::LOST_PEER_DELAY` before it tells the other workers
 //! and exits, so that the Job controller first sees the disrupted pod (and fails the Job for
 //! its `DisruptionTarget`, naming it) rather than this pod's exit status, which is only a
 //! consequence.
 //!
 //! After a successful command the launcher exits only once every told worker's pod is finished
 //! (its connection closed and the pod's phase `Succeeded` or `Failed` in the API, bounded by
-//! [`WORKER_EXIT_WAIT`](super::batch_launcher::WORKER_EXIT_WAIT)): with `successPolicy` on
+//! `batch_launcher::WORKER_EXIT_WAIT`): with `successPolicy` on
 //! index 0 the Job controller stops every pod still running when pod 0 succeeds, so a worker
 //! that exited a moment after pod 0 would be deleted instead of being shown `Completed`. It
 //! waits the same way for the pod of every worker that went away while the command ran (told

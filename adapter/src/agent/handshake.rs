@@ -1,7 +1,7 @@
 //! The agent's side of the handshake that opens every connection: a challenge with the agent's
 //! nonce, the launcher's response (its nonce and, with a secret, its proof), and `welcome` with
 //! the agent's proof, or `error`/`refused` and the end of the connection (see
-//! [`crate::protocol`]). Failed handshakes are logged through [`FailureLog`]: one WARN line an
+//! [`crate::protocol`]). Failed handshakes are logged through `FailureLog`: one WARN line an
 //! interval and the count of the others, not a line each.
 
 use std::net::SocketAddr;

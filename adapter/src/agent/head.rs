@@ -6,7 +6,7 @@
 //! (plus `--allow-run-as-root` as root, plus `--prte-arg`s) in its own process group, with the
 //! agent's environment, `TMPDIR` set to `--tmpdir`, the secret file and the agent port for the
 //! k8s PLM (`PRTE_MCA_plm_k8s_secret_file`, `PRTE_MCA_plm_k8s_agent_port`, unless set: see
-//! [`super::config::AgentConfig::launcher_env`]); the k8s PLM inside prte hands prte's URI to
+//! `AgentConfig::launcher_env`); the k8s PLM inside prte hands prte's URI to
 //! every agent it starts prted through. PRRTE 3.0's
 //! PMIx tool listener binds to 127.0.0.1 unless told otherwise: `ptl_base_if_include` moves it
 //! to the pod address, where `prun --dvm-uri file:...` from other pods reaches it.

@@ -11,7 +11,7 @@
 //! overall; among sources holding as many, from the one that opened the most connections in
 //! the last 5 to 10 s. A flood from many addresses then evicts itself, and a launcher's pending
 //! connection goes only when every other pending one is from an address that opened as few. Sources that have authenticated (the last
-//! [`TRUSTED_SOURCES`] addresses, for [`TRUSTED_FOR`]) come last: their connections are dropped
+//! `TRUSTED_SOURCES` addresses, for `TRUSTED_FOR`) come last: their connections are dropped
 //! only when nothing else is pending. A launcher whose connection was still dropped retries it
 //! (`crate::launch::connect`). Each pending connection also has one overall deadline (the
 //! handshake timeout), however slowly its bytes trickle in.

@@ -13,7 +13,7 @@
 //!   the agent's own), so the process tree is followed as for the sweep below as well; only
 //!   processes in another launch's cgroup are left to that launch.
 //! * **A process-tree sweep** otherwise (no writable cgroup, or `--cgroup off`): the agent
-//!   records, every [`SCAN_INTERVAL`] while the launch runs, every descendant of prted (by the
+//!   records, every `SCAN_INTERVAL` while the launch runs, every descendant of prted (by the
 //!   kernel's children lists, `/proc/PID/task/TID/children`, with the start time against pid
 //!   reuse; a kernel without them: by the parent links of the whole table), and when stopping it
 //!   adds the current descendants and the agent's untracked children that belong to the launch:
@@ -93,7 +93,7 @@ pub struct Tree {
 }
 
 impl Tree {
-    /// Records the descendants of `pid` every [`SCAN_INTERVAL`] (needs a tokio runtime; the
+    /// Records the descendants of `pid` every `SCAN_INTERVAL` (needs a tokio runtime; the
     /// recording runs until the tree is dropped).
     pub fn record(pid: u32) -> Tree {
         let known = Known::default();

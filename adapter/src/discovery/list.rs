@@ -3,7 +3,7 @@
 //! A job of thousands of pods makes one unpaginated list a response of tens of megabytes that
 //! both the API server and the client hold whole; and a full `Pod` carries the containers'
 //! commands, environment, probes, volumes and managed fields, none of which discovery needs.
-//! [`list_pods`] asks for [`PAGE_SIZE`] pods at a time (following `continue` tokens, so the
+//! `list_pods` asks for [`PAGE_SIZE`] pods at a time (following `continue` tokens, so the
 //! pages are one consistent snapshot) and decodes each item straight into a [`PodRecord`]
 //! holding only the fields discovery reads (see [`super::record`]). Everything else
 //! (timestamps, images, probes, volumes, managed fields, the other labels) is skipped while
@@ -49,7 +49,7 @@ pub(crate) fn decode_page_meta(body: &[u8]) -> Result<ListMeta, serde_json::Erro
     serde_json::from_slice::<ListMetaOnly>(body).map(|l| l.metadata)
 }
 
-/// Decodes one page of a pod list (a `PodList` JSON document) the way [`list_pods`] does.
+/// Decodes one page of a pod list (a `PodList` JSON document) the way `list_pods` does.
 pub fn decode_page(body: &[u8]) -> Result<(ListMeta, Vec<PodRecord>), serde_json::Error> {
     let list: SlimList = serde_json::from_slice(body)?;
     Ok((list.metadata, list.items))

@@ -4,7 +4,7 @@
 //! A job's pods become ready one by one: with N pods the wait sees about N events. Classifying
 //! and sorting every pod on each of them costs O(N log N) per event, O(N² log N) for the wait.
 //! [`PodTracker`] instead re-classifies only the pod an event carries and moves its
-//! [`OrderKey`] between ordered sets: O(log N) per event. Its order is exactly the order of a
+//! `OrderKey` between ordered sets: O(log N) per event. Its order is exactly the order of a
 //! full sort ([`evaluate`]); the tests check that after every step of random event
 //! sequences.
 

@@ -1,8 +1,8 @@
 //! Waiting, through kube-runtime's watcher, until enough selected pods are ready.
 //!
 //! The wait starts from the first list discovery made (no watch at all if enough pods are ready
-//! already), then follows a [`kube::runtime::watcher`] of the selected pods, mirrored into a
-//! [`reflector`] store: the watcher lists, watches from the list's resource version, resumes a
+//! already), then follows a [`kube::runtime::watcher()`] of the selected pods, mirrored into a
+//! [`reflector()`] store: the watcher lists, watches from the list's resource version, resumes a
 //! dropped watch from the last version it saw, and lists again when that version has expired
 //! (410 Gone). Its errors are retried with kube-runtime's default backoff until the deadline,
 //! except those no retry can fix: 400 (a selector the server rejects), 401 and 403 end the wait

@@ -79,7 +79,7 @@ pub struct PrtedTemplate {
 
 impl PrtedTemplate {
     /// From the full command line PRRTE's helpers built (executable first) and the index of the
-    /// vpid placeholder in it (see [`agent_template`]).
+    /// vpid placeholder in it (see `agent_template`).
     pub fn from_prrte(argv: &[String], vpid_index: usize) -> Result<PrtedTemplate, PrtedArgsError> {
         agent_template(argv, vpid_index)
             .map(|(args, vpid_slot)| PrtedTemplate { args, vpid_slot })

@@ -119,7 +119,7 @@ pub struct RoundRequest<'a> {
     pub params: &'a PlmParams,
     /// prted's arguments as PRRTE built them.
     pub prted: &'a PrtedTemplate,
-    /// prte's environment; its MCA settings go with every launch ([`forwarded_env`]).
+    /// prte's environment; its MCA settings go with every launch (`forwarded_env`).
     pub env: Vec<(String, String)>,
     /// prte's own PMIx tool URI, published by the agents when other pods can reach it.
     pub server_uri: Option<String>,

@@ -10,7 +10,7 @@
 //!   `exited {pid, code}` or `exited {pid, signal}` once the program has ended and its process
 //!   group is gone; the agent then closes the connection.
 //! * client → agent: `stdin {data: base64}`, `stdin_close {}` (only with `"stdin": true`),
-//!   `signal {signal}` (one of [`FORWARDED_SIGNALS`], delivered to the program's process
+//!   `signal {signal}` (one of `FORWARDED_SIGNALS`, delivered to the program's process
 //!   group), `kill {}` and `ping {}` (answered `pong {}`; `prrte-k8s-rsh` sends one every
 //!   `plm_k8s_heartbeat_interval`).
 //!

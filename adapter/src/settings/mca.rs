@@ -287,7 +287,7 @@ impl PlmParams {
 }
 
 /// `plm_k8s_preempt_signal`'s value as a signal number (`None` for "none"); a name not in
-/// [`PREEMPT_SIGNALS`] is refused naming the ones it takes.
+/// `PREEMPT_SIGNALS` is refused naming the ones it takes.
 pub fn preempt_signal(text: &str) -> Result<Option<i32>, SettingError> {
     let word = match PREEMPT_SIGNAL.parse(text)? {
         super::setting::Value::Text(w) => w,

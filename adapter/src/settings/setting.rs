@@ -112,7 +112,7 @@ impl Setting {
         self.env.iter().copied().chain(self.mca.map(|m| m.env))
     }
 
-    /// The variable our programs document for this setting (the first of [`Self::env_names`]).
+    /// The variable our programs document for this setting (the first of `env_names`).
     pub fn var(&self) -> &'static str {
         self.env_names().next().unwrap_or("")
     }
@@ -150,7 +150,7 @@ impl Setting {
         n
     }
 
-    /// The value from the environment: the first of [`Self::env_names`] that is set (and not
+    /// The value from the environment: the first of `env_names` that is set (and not
     /// empty). Two of them set to different values is an error: they are one setting.
     pub fn lookup(
         &self,

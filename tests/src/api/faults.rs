@@ -15,8 +15,8 @@
 //! ```
 //!
 //! Rules are checked in the order they were added; the first that matches and has uses left
-//! applies. [`FaultRule::hits`] tells how often a rule applied (through the handle returned by
-//! `inject`).
+//! applies. [`FaultHandle::hits`] tells how often a rule applied (the handle is what
+//! `inject` returns).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

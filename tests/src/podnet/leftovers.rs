@@ -63,7 +63,7 @@ impl fmt::Display for Leftovers {
 }
 
 /// Network namespaces, links and pod state directories whose names start with `prefix`, and
-/// processes whose name (comm or argv[0]) starts with it or that live in such a namespace.
+/// processes whose name (comm or `argv[0]`) starts with it or that live in such a namespace.
 pub fn leftovers(prefix: &str) -> Leftovers {
     let mut netns: Vec<String> = list_dir_names("/run/netns")
         .into_iter()
