@@ -18,6 +18,7 @@ pub mod status;
 pub mod store;
 pub mod table;
 mod tls;
+pub mod validation;
 
 pub use auth::Rule;
 pub use http::RequestRecord;

@@ -6,6 +6,7 @@ use super::state::{Inner, Key, Store};
 use crate::api::defaults::{self, ensure_object, new_uid, now_rfc3339, random_suffix};
 use crate::api::resources::{self, ResourceType};
 use crate::api::status::ApiError;
+use crate::api::validation;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -47,7 +48,7 @@ impl Store {
         place(g, rt, ns, &mut obj)?;
         let table = g.tables.entry(rt.key()).or_default();
         let name = name_of(table, rt, ns, &mut obj)?;
-        if let Err(e) = defaults::check_name(rt, &name) {
+        if let Err(e) = validation::check_name(rt, &name) {
             return Err(ApiError::invalid(rt, &name, &[("metadata.name".into(), e)]));
         }
         if table.contains_key(&(ns.to_string(), name.clone())) {
@@ -56,7 +57,7 @@ impl Store {
         new_metadata(&mut obj, rt.crd.is_some());
         defaults::apply(rt, &mut obj, true);
         crate::api::crd::admit(rt, &mut obj)?;
-        defaults::validate(rt, &obj, None)?;
+        validation::validate(rt, &obj, None)?;
         if rt.is("", "pods") {
             admit_pod(g, ns, &name, &obj)?;
         }

@@ -8,6 +8,7 @@ use super::state::{Inner, Store};
 use crate::api::defaults::{self, ensure_object};
 use crate::api::resources::ResourceType;
 use crate::api::status::ApiError;
+use crate::api::validation;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -68,7 +69,7 @@ impl Store {
         keep_metadata(&old, &mut new);
         defaults::apply(rt, &mut new, false);
         crate::api::crd::admit(rt, &mut new)?;
-        defaults::validate(rt, &new, Some(&old))?;
+        validation::validate(rt, &new, Some(&old))?;
         let mut new = normalize(rt, new)?;
         if spec_changed(rt, &old, &new) {
             let gen = old

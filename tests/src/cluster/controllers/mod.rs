@@ -20,6 +20,7 @@ mod deployment_tests;
 mod indexes;
 mod job;
 mod job_policy;
+mod job_tracking;
 mod jobset;
 mod pods;
 mod statefulset;
@@ -29,8 +30,9 @@ mod tests;
 pub use deployment::{reconcile_deployment, reconcile_replicaset};
 pub use indexes::{compress_indexes, parse_indexes};
 use job::reconcile_timed_jobs;
-pub use job::{job_pod, reconcile_job, TRACKING_FINALIZER};
+pub use job::{job_pod, reconcile_job};
 pub use job_policy::{pod_failure_rule, success_rule_met};
+pub use job_tracking::TRACKING_FINALIZER;
 pub use jobset::reconcile_jobset;
 pub use statefulset::{reconcile_sts, sts_pod};
 
@@ -109,7 +111,7 @@ async fn run(store: Store) {
 }
 
 fn reconcile_all(store: &Store) {
-    job::release_orphans(store);
+    job_tracking::release_orphans(store);
     for (rt, f) in [
         (&JOBS, reconcile_job as fn(&Store, &str, &str)),
         (&STATEFULSETS, reconcile_sts),

@@ -1,8 +1,8 @@
 use super::indexes::{compress_indexes, parse_indexes};
 use super::job::{
     has_timers, reconcile_job, reconcile_job_seeing, reconcile_timed_jobs, INDEX_KEY,
-    TRACKING_FINALIZER,
 };
+use super::job_tracking::TRACKING_FINALIZER;
 use super::pods::phase;
 use super::statefulset::reconcile_sts;
 use crate::api::resources::{JOBS, NAMESPACES, PODS, STATEFULSETS};
