@@ -9,22 +9,22 @@
 //! [`discover_blocking`] runs the same on a private current-thread Tokio runtime, for callers on
 //! plain threads (the PRRTE RAS component).
 
-pub mod allocation;
+pub(crate) mod allocation;
 pub mod api;
 pub mod client;
 pub mod error;
-pub mod infer;
-pub mod keys;
+pub(crate) mod infer;
+pub(crate) mod keys;
 pub mod list;
 pub mod names;
-pub mod order;
-pub mod progress;
-pub mod quantity;
-pub mod readiness;
+pub(crate) mod order;
+pub(crate) mod progress;
+pub(crate) mod quantity;
+pub(crate) mod readiness;
 pub mod record;
 pub mod render;
 pub mod selector;
-pub mod slots;
+pub(crate) mod slots;
 pub mod tracker;
 pub mod wait;
 
@@ -35,16 +35,15 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::DynamicObject;
 use record::PodRecord;
 
-pub use allocation::{build_nodes, Allocation, PodNode};
+pub(crate) use allocation::PodNode;
+pub use allocation::{build_nodes, Allocation};
 #[cfg(test)]
 pub(crate) use error::required_rule;
 pub use error::{DiscoveryError, ErrorKind, PODS_RULE};
-pub use infer::{SelfIdentity, SelfNameSource};
+pub(crate) use infer::SelfIdentity;
 pub use progress::Progress;
-pub use selector::SelectorError;
-pub use slots::{
-    ParseSlotsPolicyError, SlotsPolicy, DEPRECATED_SLOTS_ANNOTATION, SLOTS_ANNOTATION,
-};
+pub use slots::SlotsPolicy;
+pub(crate) use slots::SLOTS_ANNOTATION;
 
 use crate::settings::mca;
 use crate::workload::WorkloadRef;
@@ -129,7 +128,7 @@ impl DiscoveryConfig {
     /// (`PRTE_MCA_ras_k8s_*`), as prte in the same pod would read them: for programs that
     /// discover the pods in PRRTE's place (a hostfile for a launcher without our RAS). A bad
     /// value names its variable.
-    pub fn from_env(
+    pub(crate) fn from_env(
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<DiscoveryConfig, DiscoveryError> {
         let text = |s: &crate::settings::Setting| -> Result<Option<String>, DiscoveryError> {
@@ -184,7 +183,7 @@ pub fn discover_blocking(cfg: &DiscoveryConfig) -> Result<Allocation, DiscoveryE
 }
 
 /// Our own pod's workload and an API client to act on it (what `prrte-k8s grow` needs).
-pub struct OwnWorkload {
+pub(crate) struct OwnWorkload {
     pub client: kube::Client,
     pub namespace: String,
     /// None when our pod carries no workload label and no owning StatefulSet.
@@ -192,7 +191,7 @@ pub struct OwnWorkload {
 }
 
 /// Finds the workload of the pod we run in, as discovery infers it (bounded by the timeout).
-pub async fn own_workload(
+pub(crate) async fn own_workload(
     cfg: &DiscoveryConfig,
     env: &Environment,
 ) -> Result<OwnWorkload, DiscoveryError> {

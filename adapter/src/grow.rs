@@ -6,7 +6,7 @@
 //! [`add_host_arg`]).
 //!
 //! Only a job rendered elastic grows (`prrte-k8s manifest --elastic --max-pods M`: its workload
-//! carries [`MAX_PODS_ANNOTATION`] and its Role may raise it: a StatefulSet through its `scale`
+//! carries `MAX_PODS_ANNOTATION` and its Role may raise it: a StatefulSet through its `scale`
 //! subresource alone, a Job by a patch its admission policy narrows); beyond M, or not elastic,
 //! it is refused with the reason before anything is changed ([`check`]).
 
@@ -136,7 +136,7 @@ pub fn add_host_arg(nodes: &[PodNode]) -> String {
 }
 
 /// The nodes of `after` that `before` did not have (by pod uid), in allocation order.
-pub fn new_nodes(before: &Allocation, after: &Allocation) -> Vec<PodNode> {
+pub(crate) fn new_nodes(before: &Allocation, after: &Allocation) -> Vec<PodNode> {
     after
         .nodes
         .iter()

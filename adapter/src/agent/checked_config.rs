@@ -19,7 +19,7 @@ use crate::settings::{agent, mca, SettingError};
 #[derive(Clone)]
 pub struct AgentConfig {
     pub listen: SocketAddr,
-    pub health_listen: Option<SocketAddr>,
+    pub(crate) health_listen: Option<SocketAddr>,
     pub prted: PathBuf,
     /// `None` only with `--insecure-no-auth` and no secret file.
     pub secret: Option<Vec<u8>>,
@@ -27,12 +27,12 @@ pub struct AgentConfig {
     pub tmpdir: PathBuf,
     pub kill_grace: Duration,
     /// The pod's termination grace period (`--preempt-grace`); zero: no preemption notice.
-    pub preempt_grace: Duration,
-    pub max_frame: usize,
+    pub(crate) preempt_grace: Duration,
+    pub(crate) max_frame: usize,
     /// Names of agent environment variables passed to prted (besides the prefixes).
-    pub pass_env: Vec<String>,
+    pub(crate) pass_env: Vec<String>,
     /// Where the DVM URI is published in this pod.
-    pub dvm_uri_file: PathBuf,
+    pub(crate) dvm_uri_file: PathBuf,
     /// Set when this agent starts the DVM itself.
     pub head: Option<HeadConfig>,
     /// Set in batch mode (`--run`).
@@ -44,7 +44,7 @@ pub struct AgentConfig {
     /// How long a client that sends heartbeats (a launcher whose prted runs, the batch
     /// launcher, an exec client) may stay silent (`--heartbeat-timeout`); `None`: forever. See
     /// [`crate::protocol::liveness`].
-    pub heartbeat_timeout: Option<Duration>,
+    pub(crate) heartbeat_timeout: Option<Duration>,
     /// The image's MPI and what its launcher gets (`--mpi`); `None`: `--prted` as given, and
     /// the batch command gets `ras k8s` and `plm k8s`.
     pub mpi: Option<Arc<Prepared>>,
@@ -54,11 +54,11 @@ pub struct AgentConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnLimits {
     /// Unauthenticated launch connections at once (the oldest is dropped beyond).
-    pub max_pending: usize,
+    pub(crate) max_pending: usize,
     /// Unauthenticated launch connections from one IP address at once.
-    pub max_pending_per_peer: usize,
+    pub(crate) max_pending_per_peer: usize,
     /// The whole handshake must complete within this time.
-    pub handshake_timeout: Duration,
+    pub(crate) handshake_timeout: Duration,
 }
 
 impl Default for ConnLimits {
@@ -93,9 +93,9 @@ pub struct HeadConfig {
     pub prte: PathBuf,
     /// The pod's IPv4 address: the PMIx tool listener binds to it.
     pub pod_ip: Ipv4Addr,
-    pub tool_port: u16,
+    pub(crate) tool_port: u16,
     /// Extra arguments after the built-in ones.
-    pub extra_args: Vec<String>,
+    pub(crate) extra_args: Vec<String>,
     /// Why this agent is the head (for the log).
     pub reason: String,
 }

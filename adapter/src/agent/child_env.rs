@@ -69,7 +69,7 @@ pub(crate) fn base_env(
 
 /// The seconds the job's processes have after a preemption notice, in prted's environment
 /// (and so its ranks') when the agent runs with `--preempt-grace`.
-pub const PREEMPT_SECONDS: &str = "PRRTE_K8S_PREEMPT_SECONDS";
+pub(crate) const PREEMPT_SECONDS: &str = "PRRTE_K8S_PREEMPT_SECONDS";
 
 #[cfg(test)]
 mod tests {

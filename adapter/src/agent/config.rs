@@ -1,5 +1,5 @@
 //! The command line of `prrte-k8s-agent` (each flag also an environment variable) and its
-//! defaults; [`super::checked_config`] checks it and makes the configuration the agent serves
+//! defaults; `checked_config` checks it and makes the configuration the agent serves
 //! with.
 
 use std::net::SocketAddr;
@@ -23,13 +23,15 @@ pub(crate) const MAX_MAX_FRAME: usize = MAX_FRAME_RANGE.1 as usize;
 pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT_SECS: u64 = agent::HANDSHAKE_TIMEOUT.default_u64();
 
 /// Default location of the file holding the DVM's PMIx tool URI in every pod.
-pub const DEFAULT_DVM_URI_FILE: &str = agent::DVM_URI_FILE.default;
+#[cfg(test)]
+pub(crate) const DEFAULT_DVM_URI_FILE: &str = agent::DVM_URI_FILE.default;
 /// Default TCP port of the DVM head's PMIx tool listener.
-pub const DEFAULT_TOOL_PORT: u16 = agent::TOOL_PORT.default_u64() as u16;
+#[cfg(test)]
+pub(crate) const DEFAULT_TOOL_PORT: u16 = agent::TOOL_PORT.default_u64() as u16;
 
 /// Whether this agent starts the DVM (prte) itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DvmHead {
+pub(crate) enum DvmHead {
     /// Only in the pod with index 0 (JOB_COMPLETION_INDEX, else POD_INDEX, else a host name
     /// ending in `-0`).
     Auto,
@@ -41,7 +43,7 @@ pub enum DvmHead {
 
 /// The part an agent plays in batch mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BatchRole {
+pub(crate) enum BatchRole {
     /// The launcher in the pod with index 0 (as `--dvm-head auto`), a worker elsewhere.
     Auto,
     /// Run the command here.
@@ -93,7 +95,7 @@ pub struct AgentArgs {
     pub mpi: Option<super::mpi::MpiChoice>,
 
     #[arg(long, setting = &agent::RUNTIME_DIR)]
-    pub runtime_dir: Option<PathBuf>,
+    pub(crate) runtime_dir: Option<PathBuf>,
 
     #[arg(long, setting = &agent::DETECT_ONLY)]
     pub detect_only: bool,
@@ -102,10 +104,10 @@ pub struct AgentArgs {
     pub secret_file: PathBuf,
 
     #[arg(long, setting = &agent::INSECURE_NO_AUTH)]
-    pub insecure_no_auth: bool,
+    pub(crate) insecure_no_auth: bool,
 
     #[arg(long, setting = &agent::HEALTH_LISTEN)]
-    pub health_listen: Option<String>,
+    pub(crate) health_listen: Option<String>,
 
     #[arg(long, setting = &agent::TMPDIR)]
     pub tmpdir: Option<PathBuf>,
@@ -114,25 +116,25 @@ pub struct AgentArgs {
     pub kill_grace: u64,
 
     #[arg(long, setting = &agent::PREEMPT_GRACE)]
-    pub preempt_grace: u64,
+    pub(crate) preempt_grace: u64,
 
     #[arg(long, setting = &agent::MAX_FRAME)]
-    pub max_frame: usize,
+    pub(crate) max_frame: usize,
 
     #[arg(long, setting = &agent::PASS_ENV, value_delimiter = ',')]
-    pub pass_env: Vec<String>,
+    pub(crate) pass_env: Vec<String>,
 
     #[arg(long, setting = &agent::DVM_URI_FILE)]
-    pub dvm_uri_file: PathBuf,
+    pub(crate) dvm_uri_file: PathBuf,
 
     #[arg(long, setting = &agent::DVM_HEAD, value_enum)]
-    pub dvm_head: DvmHead,
+    pub(crate) dvm_head: DvmHead,
 
     #[arg(long, setting = &agent::PRTE)]
     pub prte: Option<PathBuf>,
 
     #[arg(long, setting = &agent::TOOL_PORT, value_parser = |t: &str| agent::TOOL_PORT.port(t))]
-    pub tool_port: u16,
+    pub(crate) tool_port: u16,
 
     #[arg(long, setting = &agent::PRTE_ARG, allow_hyphen_values = true)]
     pub prte_args: Vec<String>,
@@ -141,13 +143,13 @@ pub struct AgentArgs {
     pub run: bool,
 
     #[arg(long, setting = &agent::BATCH_ROLE, value_enum)]
-    pub batch_role: BatchRole,
+    pub(crate) batch_role: BatchRole,
 
     #[arg(long, setting = &agent::LAUNCHER_WAIT)]
-    pub launcher_wait: u64,
+    pub(crate) launcher_wait: u64,
 
     #[arg(long, setting = &agent::PODS_TIMEOUT)]
-    pub pods_timeout: u64,
+    pub(crate) pods_timeout: u64,
 
     /// The batch command (after `--`)
     #[arg(last = true, value_name = "COMMAND")]
@@ -157,16 +159,16 @@ pub struct AgentArgs {
     pub cgroup: CgroupMode,
 
     #[arg(long, setting = &agent::MAX_PENDING)]
-    pub max_pending: usize,
+    pub(crate) max_pending: usize,
 
     #[arg(long, setting = &agent::MAX_PENDING_PER_PEER)]
-    pub max_pending_per_peer: usize,
+    pub(crate) max_pending_per_peer: usize,
 
     #[arg(long, setting = &agent::HANDSHAKE_TIMEOUT)]
-    pub handshake_timeout: u64,
+    pub(crate) handshake_timeout: u64,
 
     #[arg(long, setting = &agent::HEARTBEAT_TIMEOUT)]
-    pub heartbeat_timeout: u64,
+    pub(crate) heartbeat_timeout: u64,
 
     #[command(flatten)]
     pub exec: super::exec::ExecArgs,

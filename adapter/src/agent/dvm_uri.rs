@@ -51,7 +51,7 @@ pub fn write_dvm_uri_file(path: &Path, uri: &str) -> io::Result<()> {
 /// Identity of a file the agent wrote (device and inode), so that it removes only that file and
 /// never one somebody else put at the same path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileId {
+pub(crate) struct FileId {
     dev: u64,
     ino: u64,
 }

@@ -5,7 +5,7 @@
 //!   MCA variables as [`launch_policy`] admits them (what PRRTE's k8s PLM sends, the HNP pinned
 //!   to the launcher's address), plus `--leave-session-attached` (prted stays the agent's
 //!   child) and `--set-sid` (prted leads a session and process group of its own, as through
-//!   ssh; see [`prted_cmd::SET_SID`]), with stdin from `/dev/null` and stdout/stderr shared with the
+//!   ssh; see `prted_cmd::SET_SID`), with stdin from `/dev/null` and stdout/stderr shared with the
 //!   agent (raw, unprefixed).
 //! * prted's environment is a minimal base, not the agent's whole environment: `PATH` (the
 //!   agent's, or a standard default), `HOME` (the agent's, or `/`), `HOSTNAME` (the agent's, or
@@ -21,7 +21,7 @@
 //! * The agent reaps every child (it may be PID 1) and makes itself a child subreaper, so
 //!   descendants of prted that left its process group are reparented to it; they are stopped
 //!   with the launch too (found by its cgroup or by following prted's process tree and session,
-//!   see [`tracking`]). No process outlives its job.
+//!   see `tracking`). No process outlives its job.
 //! * SIGTERM/SIGINT: stop accepting, report 503 on the health endpoint, stop the running prted
 //!   as above (reporting `exited` to its launcher), and exit 0, or 128 + the signal when the
 //!   pod's DVM was up (a prted ran, or the DVM head's prte): a pod deleted or evicted under a
@@ -31,27 +31,27 @@
 //!   [`preempt`]).
 
 pub mod batch;
-pub mod batch_launcher;
-pub mod cgroup;
-pub mod checked_config;
-pub mod child_env;
+pub(crate) mod batch_launcher;
+pub(crate) mod cgroup;
+pub(crate) mod checked_config;
+pub(crate) mod child_env;
 pub mod config;
 pub mod conn;
-pub mod dvm_uri;
+pub(crate) mod dvm_uri;
 pub mod exec;
-pub mod exit_status;
-pub mod handshake;
-pub mod head;
-pub mod health;
+pub(crate) mod exit_status;
+pub(crate) mod handshake;
+pub(crate) mod head;
+pub(crate) mod health;
 pub mod launch_policy;
 pub mod limits;
-pub mod local_launch;
+pub(crate) mod local_launch;
 pub mod mpi;
 pub mod preempt;
 pub mod proc_stat;
 pub mod process;
-pub mod prted_cmd;
-pub mod tracking;
+pub(crate) mod prted_cmd;
+pub(crate) mod tracking;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -67,13 +67,12 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-pub use checked_config::{AgentConfig, BatchConfig, ConfigError, ConnLimits, HeadConfig};
-pub use config::{AgentArgs, BatchRole, CgroupMode, DvmHead, LogFormat};
+pub use checked_config::{AgentConfig, BatchConfig, ConfigError};
+pub use config::{AgentArgs, LogFormat};
 use conn::{handle_connection, Shared};
-pub use dvm_uri::{write_dvm_uri_file, FileId};
+pub use dvm_uri::write_dvm_uri_file;
 use limits::Pending;
 use process::Reaper;
-pub use prted_cmd::{LEAVE_SESSION_ATTACHED, SET_SID};
 use tracking::Tracking;
 
 /// Caps of the health port (requests in progress at once, overall and from one address).
@@ -160,11 +159,6 @@ impl Agent {
         self.listener
             .local_addr()
             .expect("bound listener has an address")
-    }
-
-    /// The address of the health endpoint, if enabled.
-    pub fn health_addr(&self) -> Option<SocketAddr> {
-        self.health.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// Serves until `shutdown` completes (or, in batch mode, the job has ended), then stops the
@@ -355,13 +349,7 @@ impl Roles {
 }
 
 /// Binds, serves until SIGTERM or SIGINT (or a batch job's end), stops prted, returns the
-/// agent's exit code.
-pub async fn run_until_signalled(config: AgentConfig) -> Result<u8, ServeError> {
-    let policy = exec::ExecPolicy::only(&config.prted);
-    run_until_signalled_with_exec(config, policy).await
-}
-
-/// As [`run_until_signalled`], with the programs `exec` requests may run.
+/// agent's exit code; `exec_policy` names the programs `exec` requests may run.
 pub async fn run_until_signalled_with_exec(
     config: AgentConfig,
     exec_policy: exec::ExecPolicy,

@@ -38,14 +38,14 @@ impl Preemption {
 
     /// How long the agent holds prted after SIGTERM with this grace period and kill grace;
     /// `None` when there is nothing to hold for (no grace period configured, or too short).
-    pub fn hold_for(grace: Duration, kill_grace: Duration) -> Option<Duration> {
+    pub(crate) fn hold_for(grace: Duration, kill_grace: Duration) -> Option<Duration> {
         grace
             .checked_sub(kill_grace + STOP_MARGIN)
             .filter(|d| !d.is_zero())
     }
 
     /// Tells every connection: the agent stops prted at `deadline`.
-    pub fn announce(&self, deadline: Instant) {
+    pub(crate) fn announce(&self, deadline: Instant) {
         self.notice.send_replace(Some(deadline));
     }
 
@@ -65,11 +65,11 @@ impl Preemption {
     }
 
     /// Something the hold waits for changed (a prted ended, a watcher left).
-    pub fn poke(&self) {
+    pub(crate) fn poke(&self) {
         self.changed.notify_waiters();
     }
 
-    /// Returns once `busy()` is false (checked at every [`poke`](Preemption::poke)).
+    /// Returns once `busy()` is false (checked at every `poke`).
     pub async fn idle(&self, busy: impl Fn() -> bool) {
         loop {
             let changed = self.changed.notified();
@@ -94,7 +94,7 @@ impl Drop for WatchGuard {
 }
 
 /// Whole seconds from now to `deadline` (what `preempt {seconds}` says).
-pub fn seconds_left(deadline: Instant) -> u64 {
+pub(crate) fn seconds_left(deadline: Instant) -> u64 {
     deadline.saturating_duration_since(Instant::now()).as_secs()
 }
 

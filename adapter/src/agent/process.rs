@@ -215,7 +215,7 @@ enum Descendants {
 
 /// A running prted (or the DVM head's prte): its pid (= process group id), the channel
 /// bringing its exit status, and how its other processes are tracked (see
-/// [`super::tracking`]). Dropping a job that was not [`terminate`](Job::terminate)d kills
+/// `tracking`). Dropping a job that was not [`terminate`](Job::terminate)d kills
 /// whatever is left of it.
 pub struct Job {
     pub pid: u32,
@@ -272,14 +272,6 @@ impl Job {
             Descendants::Cgroup { cg, .. } if cg.base.v2 => "cgroup v2",
             Descendants::Cgroup { .. } => "cgroup v1",
             Descendants::Sweep(_) => "process-tree sweep",
-        }
-    }
-
-    /// The job's cgroup directory, if it has one.
-    pub fn cgroup_dir(&self) -> Option<&std::path::Path> {
-        match &self.descendants {
-            Descendants::Cgroup { cg, .. } => Some(&cg.dir),
-            _ => None,
         }
     }
 

@@ -3,7 +3,7 @@
 
 /// prted's flag that keeps it from forking into a new session (`setsid()`), which would take
 /// the daemon out of the agent's sight (its pid would no longer be the daemon's); always passed.
-pub const LEAVE_SESSION_ATTACHED: &str = "--leave-session-attached";
+pub(crate) const LEAVE_SESSION_ATTACHED: &str = "--leave-session-attached";
 /// prted's flag that makes it call `setsid()` itself, without forking, before anything else:
 /// the daemon becomes the leader of its own session and process group (pid = pgid = sid), as a
 /// prted started through ssh is. Always passed. A session of its own matters for CPU: with the
@@ -12,7 +12,7 @@ pub const LEAVE_SESSION_ATTACHED: &str = "--leave-session-attached";
 /// entity, so a prted left in the agent's session shared one CPU share with every process of
 /// that session (in a sandbox of pods as namespaces: all the pods' agents and daemons), and its
 /// jobs' ranks started late on a loaded machine.
-pub const SET_SID: &str = "--set-sid";
+pub(crate) const SET_SID: &str = "--set-sid";
 
 /// The arguments prted is started with: the request's (as the launch policy admitted them),
 /// then [`LEAVE_SESSION_ATTACHED`] and [`SET_SID`] unless the request has them already.

@@ -45,7 +45,7 @@ pub(crate) const SCAN_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How the agent tracks the processes of a launch.
 #[derive(Debug, Clone)]
-pub enum Tracking {
+pub(crate) enum Tracking {
     Cgroup(CgroupBase),
     Sweep,
 }
@@ -74,14 +74,6 @@ impl Tracking {
                 info!(reason = %why, "no writable cgroup: descendants of prted are tracked by a process-tree sweep");
                 Tracking::Sweep
             }
-        }
-    }
-
-    pub fn label(&self) -> &'static str {
-        match self {
-            Tracking::Cgroup(b) if b.v2 => "cgroup v2",
-            Tracking::Cgroup(_) => "cgroup v1",
-            Tracking::Sweep => "process-tree sweep",
         }
     }
 }
@@ -163,7 +155,7 @@ impl Known {
     }
 
     /// Whether a process of the launch was seen in session or process group `id`.
-    pub fn has_group(&self, id: i32) -> bool {
+    pub(crate) fn has_group(&self, id: i32) -> bool {
         self.lock().groups.contains(&id)
     }
 

@@ -38,71 +38,71 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-pub struct MpiJobSpec {
+pub(crate) struct MpiJobSpec {
     /// Slots per worker in the hostfile (mpi-operator's default: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slots_per_worker: Option<i32>,
+    pub(crate) slots_per_worker: Option<i32>,
     /// Run ranks in the launcher's pod too (default: false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_launcher_as_worker: Option<bool>,
+    pub(crate) run_launcher_as_worker: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_policy: Option<RunPolicy>,
+    pub(crate) run_policy: Option<RunPolicy>,
     /// `Launcher` and `Worker`.
-    pub mpi_replica_specs: BTreeMap<String, ReplicaSpec>,
+    pub(crate) mpi_replica_specs: BTreeMap<String, ReplicaSpec>,
     /// Where mpi-operator mounts the SSH keys (not used: no sshd runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ssh_auth_mount_path: Option<String>,
+    pub(crate) ssh_auth_mount_path: Option<String>,
     /// `AtStartup` or `WaitForWorkersReady`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub launcher_creation_policy: Option<String>,
+    pub(crate) launcher_creation_policy: Option<String>,
     /// `OpenMPI` (default), `Intel` or `MPICH`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mpi_implementation: Option<String>,
+    pub(crate) mpi_implementation: Option<String>,
 }
 
 /// `spec.runPolicy`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct RunPolicy {
+pub(crate) struct RunPolicy {
     /// `None`, `Running` or `All`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clean_pod_policy: Option<String>,
+    pub(crate) clean_pod_policy: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_seconds_after_finished: Option<i32>,
+    pub(crate) ttl_seconds_after_finished: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub active_deadline_seconds: Option<i64>,
+    pub(crate) active_deadline_seconds: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backoff_limit: Option<i32>,
+    pub(crate) backoff_limit: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scheduling_policy: Option<SchedulingPolicy>,
+    pub(crate) scheduling_policy: Option<SchedulingPolicy>,
     /// No pod runs while true (Kueue's admission).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
     /// The controller that reconciles the MPIJob: `prrte-k8s.io/controller` for ours.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub managed_by: Option<String>,
+    pub(crate) managed_by: Option<String>,
 }
 
 /// `spec.runPolicy.schedulingPolicy`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct SchedulingPolicy {
+pub(crate) struct SchedulingPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_available: Option<i32>,
+    pub(crate) min_available: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_resources: Option<BTreeMap<String, Quantity>>,
+    pub(crate) min_resources: Option<BTreeMap<String, Quantity>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority_class: Option<String>,
+    pub(crate) priority_class: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schedule_timeout_seconds: Option<i32>,
+    pub(crate) schedule_timeout_seconds: Option<i32>,
 }
 
 /// One of `spec.mpiReplicaSpecs`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ReplicaSpec {
+pub(crate) struct ReplicaSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,13 +121,13 @@ pub struct MpiJobStatus {
     pub conditions: Vec<JobCondition>,
     /// `Launcher` and `Worker`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub replica_statuses: BTreeMap<String, ReplicaStatus>,
+    pub(crate) replica_statuses: BTreeMap<String, ReplicaStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completion_time: Option<Time>,
+    pub(crate) completion_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_reconcile_time: Option<Time>,
+    pub(crate) last_reconcile_time: Option<Time>,
 }
 
 /// One condition: `Created`, `Running`, `Restarting`, `Suspended`, `Succeeded` or `Failed`.
@@ -143,9 +143,9 @@ pub struct JobCondition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_update_time: Option<Time>,
+    pub(crate) last_update_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
+    pub(crate) last_transition_time: Option<Time>,
 }
 
 fn is_zero(n: &i32) -> bool {
@@ -155,7 +155,7 @@ fn is_zero(n: &i32) -> bool {
 /// The pods of one replica type.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ReplicaStatus {
+pub(crate) struct ReplicaStatus {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub active: i32,
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -164,7 +164,7 @@ pub struct ReplicaStatus {
     pub failed: i32,
     /// Deprecated in mpi-operator (`selector` replaces it); accepted, never written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label_selector: Option<LabelSelector>,
+    pub(crate) label_selector: Option<LabelSelector>,
     /// The pods' label selector, as `kubectl get pods -l` takes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,

@@ -10,7 +10,7 @@ use crate::manifest::{objects, ManifestError};
 
 /// Why an MPIJob's objects cannot be made.
 #[derive(Debug, thiserror::Error)]
-pub enum DesiredError {
+pub(crate) enum DesiredError {
     /// The conversion refused the MPIJob (its reason is the user's to fix).
     #[error(transparent)]
     Convert(#[from] MpiJobError),
@@ -21,16 +21,16 @@ pub enum DesiredError {
 
 /// What the command line gives every conversion.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// `--inject-image`: the image whose init container copies the runtime into the pods.
-    pub inject_image: String,
+    pub(crate) inject_image: String,
     /// `--image-pull-policy` of every container.
-    pub pull_policy: Option<String>,
+    pub(crate) pull_policy: Option<String>,
     /// `--api-server-cidr`, `--api-server-port` or `--api-server-from-cluster`: where the pods
     /// may reach the Kubernetes API.
     pub api_server: ApiServer,
     /// `--manage-all`: also the MPIJobs that name no `managedBy`.
-    pub manage_all: bool,
+    pub(crate) manage_all: bool,
 }
 
 /// Whether the controller reconciles the MPIJob `obj`: its `spec.runPolicy.managedBy` names
@@ -61,7 +61,7 @@ pub struct Desired {
 
 /// The owner reference every object of the MPIJob `obj` carries: deleting the MPIJob deletes
 /// them (garbage collection), and the MPIJob is their controller.
-pub fn owner_reference(obj: &Value) -> Value {
+pub(crate) fn owner_reference(obj: &Value) -> Value {
     let m = &obj["metadata"];
     json!({
         "apiVersion": obj["apiVersion"],
@@ -100,7 +100,7 @@ pub fn desired(obj: &Value, s: &Settings, key: &str) -> Result<Desired, DesiredE
 
 /// A JSON merge patch that turns `old` into `new` (None: they are equal): removed keys become
 /// null, objects are patched key by key, anything else is replaced.
-pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
+pub(crate) fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
     match (old, new) {
         (Value::Object(o), Value::Object(n)) => {
             let mut out = Map::new();
@@ -124,7 +124,7 @@ pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
 const SCHEDULING: &[&str] = &["nodeSelector", "tolerations", "affinity", "schedulingGates"];
 
 /// Whether the Job has finished (`Complete` or `Failed`).
-pub fn job_finished(job: &Value) -> bool {
+pub(crate) fn job_finished(job: &Value) -> bool {
     job.pointer("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|cs| {
@@ -138,7 +138,7 @@ pub fn job_finished(job: &Value) -> bool {
 /// Only `spec.suspend` follows the MPIJob once the Job runs; while it is suspended, the pod
 /// template's scheduling directives, labels and annotations follow too (what Kueue writes
 /// when it admits the job reaches the pods). A finished Job is left alone.
-pub fn job_update(existing: &Value, desired: &Value) -> Option<Value> {
+pub(crate) fn job_update(existing: &Value, desired: &Value) -> Option<Value> {
     if job_finished(existing) {
         return None;
     }

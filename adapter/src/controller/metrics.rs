@@ -18,7 +18,7 @@ type Phase = Vec<(String, String)>;
 
 /// The metrics, shared by the reconcilers and the HTTP endpoint.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     reconciles: Counter,
     errors: Counter,
@@ -72,7 +72,7 @@ impl Metrics {
         self.errors.inc();
     }
 
-    pub fn running_after(&self, seconds: f64) {
+    pub(crate) fn running_after(&self, seconds: f64) {
         self.to_running.observe(seconds.max(0.0));
     }
 
@@ -83,7 +83,7 @@ impl Metrics {
     }
 
     /// The MPIJob `key` is now in `phase` (None: gone, or no longer ours).
-    pub fn set_phase(&self, key: &str, phase: Option<&'static str>) {
+    pub(crate) fn set_phase(&self, key: &str, phase: Option<&'static str>) {
         let mut jobs = match self.jobs.lock() {
             Ok(j) => j,
             Err(poisoned) => poisoned.into_inner(),

@@ -16,11 +16,11 @@
 //! command: leader election and kube-runtime's `Controller`.
 
 pub mod crd;
-pub mod desired;
+pub(crate) mod desired;
 #[cfg(test)]
 mod desired_tests;
-pub mod metrics;
-pub mod reconcile;
+pub(crate) mod metrics;
+pub(crate) mod reconcile;
 #[cfg(test)]
 mod reconcile_tests;
 pub mod run;
@@ -28,5 +28,5 @@ pub mod status;
 #[cfg(test)]
 mod status_tests;
 
-pub use crd::{crd_yaml, MpiJobResource, MpiJobSpec, MpiJobStatus};
-pub use run::{run, ControllerArgs, ControllerError};
+pub use crd::crd_yaml;
+pub use run::{run, ControllerArgs};

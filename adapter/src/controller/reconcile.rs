@@ -28,14 +28,14 @@ pub struct Context {
     pub client: Client,
     pub settings: Settings,
     pub recorder: Recorder,
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     /// The MPIJob resource.
     pub resource: ApiResource,
 }
 
 /// Why a reconcile failed (it is retried).
 #[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
+pub(crate) enum ReconcileError {
     #[error("{what}: {source}")]
     Api {
         what: String,
@@ -61,7 +61,7 @@ fn now() -> Time {
 }
 
 /// Reconciles the MPIJob `obj`.
-pub async fn reconcile(
+pub(crate) async fn reconcile(
     obj: Arc<DynamicObject>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
@@ -161,7 +161,11 @@ pub async fn reconcile(
 }
 
 /// After a failed reconcile: counted, logged, retried in 5 s.
-pub fn error_policy(obj: Arc<DynamicObject>, e: &ReconcileError, ctx: Arc<Context>) -> Action {
+pub(crate) fn error_policy(
+    obj: Arc<DynamicObject>,
+    e: &ReconcileError,
+    ctx: Arc<Context>,
+) -> Action {
     ctx.metrics.failed();
     tracing::warn!(
         "MPIJob {}/{}: {e}",

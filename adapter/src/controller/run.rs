@@ -24,7 +24,7 @@ use crate::manifest::api_server::{self, ApiServer};
 use crate::manifest::{INJECT_IMAGE, JOB_LABEL};
 
 /// The controller's name: its events' reporting controller and its Lease's default name.
-pub const CONTROLLER: &str = "prrte-k8s-controller";
+pub(crate) const CONTROLLER: &str = "prrte-k8s-controller";
 
 /// `prrte-k8s controller`'s options.
 #[derive(clap::Args, Debug, Clone)]
@@ -32,13 +32,13 @@ pub struct ControllerArgs {
     /// Also reconcile the MPIJobs that name no spec.runPolicy.managedBy (a cluster without
     /// mpi-operator); without it only those with managedBy: prrte-k8s.io/controller.
     #[arg(long)]
-    pub manage_all: bool,
+    pub(crate) manage_all: bool,
     /// The image whose init container copies the runtime into every pod.
     #[arg(long, default_value = INJECT_IMAGE)]
-    pub inject_image: String,
+    pub(crate) inject_image: String,
     /// imagePullPolicy of every container of the jobs' pods.
     #[arg(long, value_parser = ["Always", "IfNotPresent", "Never"])]
-    pub image_pull_policy: Option<String>,
+    pub(crate) image_pull_policy: Option<String>,
     /// Where the jobs' pods may reach the Kubernetes API (their NetworkPolicy's egress);
     /// repeatable. Default: any address but link-local ones.
     #[arg(long, value_name = "CIDR")]
@@ -52,19 +52,19 @@ pub struct ControllerArgs {
     pub api_server_from_cluster: bool,
     /// Where to serve GET /metrics.
     #[arg(long, default_value = "0.0.0.0:8080")]
-    pub metrics_address: SocketAddr,
+    pub(crate) metrics_address: SocketAddr,
     /// The coordination.k8s.io/v1 Lease the replicas elect their leader with.
     #[arg(long, default_value = CONTROLLER)]
-    pub lease_name: String,
+    pub(crate) lease_name: String,
     /// The Lease's namespace [default: the pod's own namespace, else "default"].
     #[arg(long, env = "POD_NAMESPACE")]
-    pub lease_namespace: Option<String>,
+    pub(crate) lease_namespace: Option<String>,
     /// This replica's name in the Lease and in its events [default: the host name].
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
     /// Seconds a Lease holds without renewal.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=300))]
-    pub lease_seconds: u64,
+    pub(crate) lease_seconds: u64,
     /// How many MPIJobs are reconciled at once.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub concurrency: u16,

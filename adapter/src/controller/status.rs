@@ -1,4 +1,4 @@
-//! The MPIJob's status from what the cluster shows, computed without one ([`next_status`]), as
+//! The MPIJob's status from what the cluster shows, computed without one (`next_status`), as
 //! mpi-operator writes it (`pkg/controller/mpi_job_controller{,_status}.go`): the conditions
 //! `Created`, `Running`, `Suspended`, `Succeeded` and `Failed` with its reasons (`MPIJobCreated`,
 //! `MPIJobRunning`, `MPIJobSuspended`, `MPIJobResumed`, `MPIJobSucceeded`; a failure keeps the
@@ -19,7 +19,7 @@ use crate::manifest::JOB_LABEL;
 
 /// What the cluster shows of one MPIJob.
 #[derive(Debug, Clone, Copy)]
-pub struct Observed<'a> {
+pub(crate) struct Observed<'a> {
     pub name: &'a str,
     pub namespace: &'a str,
     /// `spec.runPolicy.suspend`.
@@ -65,12 +65,12 @@ pub struct Outcome {
     pub status: MpiJobStatus,
     pub notices: Vec<Notice>,
     /// `Running` became true now (the metrics' creation-to-running time).
-    pub started_running: bool,
+    pub(crate) started_running: bool,
 }
 
 /// The reason of a refused MPIJob's `Failed` condition (mpi-operator's event reason for the
 /// same).
-pub const INVALID: &str = "ValidationError";
+pub(crate) const INVALID: &str = "ValidationError";
 
 /// The longest event message Kubernetes takes.
 const MESSAGE_LIMIT: usize = 1024;
@@ -93,7 +93,7 @@ pub fn condition<'a>(s: &'a MpiJobStatus, type_: &str) -> Option<&'a JobConditio
 }
 
 /// Whether the condition of `type_` is true.
-pub fn is_true(s: &MpiJobStatus, type_: &str) -> bool {
+pub(crate) fn is_true(s: &MpiJobStatus, type_: &str) -> bool {
     condition(s, type_).is_some_and(|c| c.status == "True")
 }
 
@@ -214,7 +214,7 @@ fn time_of(v: &Value) -> Option<Time> {
 }
 
 /// The status after `old`, from what `o` shows, at `now`.
-pub fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outcome {
+pub(crate) fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outcome {
     let mut s = old.clone();
     let mut notices = Vec::new();
     let job_id = format!("{}/{}", o.namespace, o.name);

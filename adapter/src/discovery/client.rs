@@ -170,7 +170,7 @@ pub struct ResolvedConfig {
     pub config: kube::Config,
     pub source: ConfigSource,
     /// The namespace set in the kubeconfig's current context (or the service account's).
-    pub context_namespace: Option<String>,
+    pub(crate) context_namespace: Option<String>,
 }
 
 /// A ready-to-use client.
@@ -180,7 +180,7 @@ pub struct ApiClient {
     /// The API server URL, for messages.
     pub url: String,
     pub source: ConfigSource,
-    pub context_namespace: Option<String>,
+    pub(crate) context_namespace: Option<String>,
 }
 
 impl fmt::Debug for ApiClient {

@@ -34,7 +34,7 @@ const REVISION_LABELS: &[&str] = &["controller-revision-hash", "pod-template-has
 
 /// How the name of our own pod was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SelfNameSource {
+pub(crate) enum SelfNameSource {
     /// `DiscoveryConfig::self_pod` (MCA param / CLI).
     Config,
     /// The `POD_NAME` environment variable.
@@ -66,7 +66,7 @@ impl SelfNameSource {
 
 /// Who we are, as far as the environment tells.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SelfIdentity {
+pub(crate) struct SelfIdentity {
     pub name: String,
     pub source: SelfNameSource,
 }
@@ -104,7 +104,7 @@ impl SelfIdentity {
     }
 
     /// Whether the pod `pod` records is the pod we run in.
-    pub fn matches_record(&self, pod: &PodRecord) -> bool {
+    pub(crate) fn matches_record(&self, pod: &PodRecord) -> bool {
         self.is(
             pod.metadata.name.as_deref(),
             pod.spec.as_ref().and_then(|s| s.hostname.as_deref()),
@@ -141,11 +141,11 @@ impl Owner {
 pub(crate) struct InferredSelector {
     pub selector: String,
     /// Human-readable basis ("label batch.kubernetes.io/job-name of pod ns/x").
-    pub basis: String,
+    pub(crate) basis: String,
     pub workload: Option<Owner>,
-    pub own_pod: Pod,
+    pub(crate) own_pod: Pod,
     /// The owner object read during inference (a StatefulSet), reused for the expected count.
-    pub owner_object: Option<DynamicObject>,
+    pub(crate) owner_object: Option<DynamicObject>,
 }
 
 fn pods_api(ctx: &Ctx, ns: &str) -> Api<Pod> {

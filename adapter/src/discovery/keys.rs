@@ -5,20 +5,21 @@
 /// The index labels of each workload kind's pods (an Indexed Job pod's completion index, a
 /// StatefulSet pod's ordinal, which child Job of its replicated job or of the whole JobSet a
 /// JobSet pod belongs to), and the JobSet and replicated job a pod belongs to.
-pub use crate::workload::{
+pub use crate::workload::JOB_COMPLETION_INDEX;
+pub(crate) use crate::workload::{
     JOBSET_JOB_GLOBAL_INDEX, JOBSET_JOB_INDEX, JOBSET_NAME_LABEL, JOBSET_REPLICATED_JOB_LABEL,
-    JOB_COMPLETION_INDEX, STATEFULSET_POD_INDEX,
+    STATEFULSET_POD_INDEX,
 };
 
 /// Pod annotation giving the slot count explicitly.
-pub const SLOTS_ANNOTATION: &str = "prrte-k8s.io/slots";
+pub(crate) const SLOTS_ANNOTATION: &str = "prrte-k8s.io/slots";
 
 /// The annotation's former name, still read when [`SLOTS_ANNOTATION`] is absent. Deprecated:
 /// `k8s.io` and its subdomains are reserved for Kubernetes itself.
-pub const DEPRECATED_SLOTS_ANNOTATION: &str = "prrte.k8s.io/slots";
+pub(crate) const DEPRECATED_SLOTS_ANNOTATION: &str = "prrte.k8s.io/slots";
 
 /// Every key above: those a record keeps.
-pub const KEPT_KEYS: [&str; 8] = [
+pub(crate) const KEPT_KEYS: [&str; 8] = [
     JOB_COMPLETION_INDEX,
     STATEFULSET_POD_INDEX,
     JOBSET_JOB_INDEX,

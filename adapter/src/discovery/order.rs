@@ -20,14 +20,13 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-pub use super::keys::{
-    JOBSET_JOB_GLOBAL_INDEX, JOBSET_JOB_INDEX, JOB_COMPLETION_INDEX, STATEFULSET_POD_INDEX,
-};
+pub use super::keys::JOB_COMPLETION_INDEX;
+pub(crate) use super::keys::{JOBSET_JOB_GLOBAL_INDEX, JOBSET_JOB_INDEX, STATEFULSET_POD_INDEX};
 use super::record::PodRecord;
 
 /// The index of a pod within its workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum PodIndex {
+pub(crate) enum PodIndex {
     /// One index (Job completion index, StatefulSet ordinal, or JobSet job index alone).
     Single(u64),
     /// A JobSet pod: (job index, completion index within that job).
@@ -107,7 +106,8 @@ fn name(pod: &PodRecord) -> &str {
 }
 
 /// Compares two pods for allocation order.
-pub fn compare_pods(a: &PodRecord, b: &PodRecord) -> Ordering {
+#[cfg(test)]
+pub(crate) fn compare_pods(a: &PodRecord, b: &PodRecord) -> Ordering {
     let by_index = match (pod_index(a), pod_index(b)) {
         (Some(x), Some(y)) => x.sort_key().cmp(&y.sort_key()),
         (Some(_), None) => Ordering::Less,
@@ -120,7 +120,8 @@ pub fn compare_pods(a: &PodRecord, b: &PodRecord) -> Ordering {
 }
 
 /// Sorts pods into allocation order.
-pub fn sort_pods(pods: &mut [PodRecord]) {
+#[cfg(test)]
+pub(crate) fn sort_pods(pods: &mut [PodRecord]) {
     sort_pods_by(pods, |p| p);
 }
 

@@ -116,7 +116,7 @@ impl Quantity {
 
     /// True for quantities below zero.
     #[cfg(test)]
-    pub fn is_negative(&self) -> bool {
+    pub(crate) fn is_negative(&self) -> bool {
         self.negative
     }
 
@@ -162,7 +162,7 @@ impl Quantity {
     /// The whole units contained in the quantity, rounded down ("1.5" -> 1, "2500m" -> 2),
     /// clamped to `u64`. Negative quantities give `None`.
     #[cfg(test)]
-    pub fn whole_floor(&self) -> Option<u64> {
+    pub(crate) fn whole_floor(&self) -> Option<u64> {
         self.millis_ceil()
             .map(|m| u64::try_from(m / 1000).unwrap_or(u64::MAX))
     }

@@ -6,7 +6,7 @@ use super::record::PodRecord;
 
 /// The readiness of one pod as discovery sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PodReadiness {
+pub(crate) enum PodReadiness {
     /// Running, Ready condition True, and an IPv4 pod IP: can be allocated.
     Ready(Ipv4Addr),
     /// May still become ready; the text describes its phase, reason and conditions.
@@ -15,11 +15,7 @@ pub enum PodReadiness {
     Excluded(String),
 }
 
-impl PodReadiness {
-    pub fn is_ready(&self) -> bool {
-        matches!(self, PodReadiness::Ready(_))
-    }
-}
+impl PodReadiness {}
 
 /// Classifies a pod. Terminating and finished pods are excluded even when they still report
 /// Ready, because their processes are going away.

@@ -7,7 +7,7 @@
 //! Kubernetes types, so the code reading it reads like code reading a `Pod`:
 //!
 //! * metadata: name, namespace, uid, resource version, owners, deletion timestamp, and of the
-//!   labels and annotations only those discovery reads ([`KEPT_KEYS`]: the workload index keys,
+//!   labels and annotations only those discovery reads (`KEPT_KEYS`: the workload index keys,
 //!   the slot annotations, the JobSet names); the others are skipped while parsing;
 //! * spec: the hostname, the containers' names and resources, the pod-level resources;
 //! * status: phase, reason, message, conditions (type, status, reason, message), pod IPs, the
@@ -25,7 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-pub use super::keys::KEPT_KEYS;
+pub(crate) use super::keys::KEPT_KEYS;
 
 fn kept(key: &str) -> bool {
     KEPT_KEYS.contains(&key)
@@ -66,13 +66,13 @@ pub struct RecordMeta {
     pub namespace: Option<String>,
     pub uid: Option<String>,
     pub resource_version: Option<String>,
-    /// Only the [`KEPT_KEYS`].
+    /// Only the `KEPT_KEYS`.
     #[serde(default, deserialize_with = "kept_map")]
     pub labels: Option<BTreeMap<String, String>>,
-    /// Only the [`KEPT_KEYS`].
+    /// Only the `KEPT_KEYS`.
     #[serde(default, deserialize_with = "kept_map")]
     pub annotations: Option<BTreeMap<String, String>>,
-    pub owner_references: Option<Vec<OwnerReference>>,
+    pub(crate) owner_references: Option<Vec<OwnerReference>>,
     pub deletion_timestamp: Option<Time>,
 }
 
@@ -102,32 +102,32 @@ pub struct RecordCondition {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct RecordIp {
+pub(crate) struct RecordIp {
     #[serde(default)]
     pub ip: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct RecordWaiting {
+pub(crate) struct RecordWaiting {
     pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RecordTerminated {
+pub(crate) struct RecordTerminated {
     #[serde(default)]
     pub exit_code: i32,
     pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct RecordState {
+pub(crate) struct RecordState {
     pub waiting: Option<RecordWaiting>,
     pub terminated: Option<RecordTerminated>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct RecordContainerStatus {
+pub(crate) struct RecordContainerStatus {
     #[serde(default)]
     pub name: String,
     pub state: Option<RecordState>,
@@ -144,8 +144,8 @@ pub struct RecordStatus {
     #[serde(rename = "podIP")]
     pub pod_ip: Option<String>,
     #[serde(rename = "podIPs")]
-    pub pod_ips: Option<Vec<RecordIp>>,
-    pub container_statuses: Option<Vec<RecordContainerStatus>>,
+    pub(crate) pod_ips: Option<Vec<RecordIp>>,
+    pub(crate) container_statuses: Option<Vec<RecordContainerStatus>>,
 }
 
 /// A string map of which only the [`KEPT_KEYS`] are kept; the other keys are compared in

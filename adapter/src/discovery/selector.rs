@@ -85,7 +85,7 @@ pub enum Requirement {
 /// A validated label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selector {
-    pub requirements: Vec<Requirement>,
+    pub(crate) requirements: Vec<Requirement>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use super::record::{PodRecord, RecordContainer};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
-pub use super::keys::{DEPRECATED_SLOTS_ANNOTATION, SLOTS_ANNOTATION};
+pub(crate) use super::keys::{DEPRECATED_SLOTS_ANNOTATION, SLOTS_ANNOTATION};
 use super::quantity::Quantity;
 
 /// Extended resources counted as GPUs.
@@ -37,7 +37,8 @@ pub enum SlotsPolicy {
 
 impl SlotsPolicy {
     /// The accepted spellings, for messages and help texts.
-    pub const VALID: &'static [&'static str] = crate::settings::mca::SLOTS_CHOICES;
+    #[cfg(test)]
+    pub(crate) const VALID: &'static [&'static str] = crate::settings::mca::SLOTS_CHOICES;
 
     pub fn as_str(&self) -> &'static str {
         match self {

@@ -25,8 +25,9 @@ use super::error::DiscoveryError;
 use super::order::{pod_index, PodIndex};
 use super::progress::Progress;
 use super::readiness::{classify, PodReadiness};
+pub use super::tracker::evaluate;
+pub(crate) use super::tracker::Evaluation;
 use super::tracker::PodTracker;
-pub use super::tracker::{evaluate, Evaluation};
 
 /// How many not-ready pods a [`Progress::Ready`] report names (the count says how many more).
 pub const WAITING_FOR_SHOWN: usize = 16;

@@ -21,7 +21,7 @@ pub enum ExitDesc {
 
 impl ExitDesc {
     /// The connection ended without an exit status, whoever ended it.
-    pub fn connection_ended(&self) -> bool {
+    pub(crate) fn connection_ended(&self) -> bool {
         matches!(
             self,
             ExitDesc::ConnectionLost(_) | ExitDesc::ClosedByLauncher

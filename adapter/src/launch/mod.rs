@@ -47,9 +47,8 @@ mod watch;
 
 pub(crate) use connect::{agent_name, connect_authenticated, recv_reply, send_request};
 pub use connect::{ping_agent, RETRY_LOG_TARGET};
-pub use error::{
-    AgentError, ConnectFailure, NotSent, PrtedArgsError, SettingsError, UnresolvedNodes,
-};
+pub use error::PrtedArgsError;
+pub(crate) use error::{AgentError, NotSent};
 pub use event::{ExitDesc, LaunchEvent};
 pub use request::{LaunchOptions, LaunchRequest, LaunchTarget};
 pub use watch::{own_pod_target, Watcher};

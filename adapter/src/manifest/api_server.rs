@@ -42,7 +42,7 @@ const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// The addresses and ports of the API server's endpoint slices (each address alone: /32, or
 /// /128), or why they cannot be used.
-pub fn from_slices(slices: &[EndpointSlice]) -> Result<ApiServer, ApiServerError> {
+pub(crate) fn from_slices(slices: &[EndpointSlice]) -> Result<ApiServer, ApiServerError> {
     let mut out = ApiServer::default();
     for s in slices {
         for e in &s.endpoints {

@@ -32,7 +32,7 @@ pub enum ManifestError {
 
 /// A bad `--env` value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EnvArgError {
+pub(crate) enum EnvArgError {
     #[error("{0:?}: expected NAME=VALUE")]
     NoValue(String),
     #[error("{0:?} is not a valid environment variable name")]

@@ -22,7 +22,7 @@ pub const INJECT_IMAGE: &str = "localhost/prrte-k8s-inject:latest";
 /// Where the inject image holds the bundle.
 pub(crate) const BUNDLE_DIR: &str = "/opt/prrte-k8s-bundle";
 /// Where the bundle is copied to and mounted in every container of the pod.
-pub const RUNTIME_DIR: &str = "/opt/prrte-k8s";
+pub(crate) const RUNTIME_DIR: &str = "/opt/prrte-k8s";
 /// The emptyDir the bundle is copied into.
 pub(crate) const RUNTIME_VOLUME: &str = "prrte-k8s-runtime";
 /// The init container that copies it.

@@ -12,9 +12,9 @@ use crate::settings::{agent, mca};
 /// The agent's port (`plm_k8s_agent_port`, the agent's `--port`).
 pub const AGENT_PORT: u16 = agent::PORT.default_u64() as u16;
 /// The agent's health endpoint (readinessProbe).
-pub const HEALTH_PORT: u16 = crate::protocol::DEFAULT_HEALTH_PORT;
+pub(crate) const HEALTH_PORT: u16 = crate::protocol::DEFAULT_HEALTH_PORT;
 /// The DVM head's PMIx tool port (interactive mode; the agent's `--tool-port`).
-pub const TOOL_PORT: u16 = agent::TOOL_PORT.default_u64() as u16;
+pub(crate) const TOOL_PORT: u16 = agent::TOOL_PORT.default_u64() as u16;
 /// PRRTE's OOB listener in every pod (`PRTE_MCA_oob_tcp_dynamic_ipv4_ports`): one prte or
 /// prted per pod, so one port.
 ///
@@ -24,28 +24,28 @@ pub const TOOL_PORT: u16 = agent::TOOL_PORT.default_u64() as u16;
 /// selected unless `PRTE_MCA_plm` is set), so that call is through a null pointer and every
 /// prted dies with SIGSEGV. A one-port dynamic range binds the same single port and keeps the
 /// normal report path (each daemon sends its own URI).
-pub const OOB_PORT: u16 = 7121;
+pub(crate) const OOB_PORT: u16 = 7121;
 /// First port of Open MPI's TCP BTL (`OMPI_MCA_btl_tcp_port_min_v4`).
-pub const BTL_PORT_MIN: u16 = 7200;
+pub(crate) const BTL_PORT_MIN: u16 = 7200;
 /// Number of ports of Open MPI's TCP BTL from [`BTL_PORT_MIN`] (`btl_tcp_port_range_v4`): one
 /// per MPI process in a pod.
-pub const BTL_PORT_RANGE: u16 = 100;
+pub(crate) const BTL_PORT_RANGE: u16 = 100;
 
 /// The name of the container in every pod.
 pub const CONTAINER: &str = "mpi";
 
 /// Where the Secret is mounted: the directory of the agent's and the k8s PLM's default secret
 /// file (`plm_k8s_secret_file`).
-pub const SECRET_DIR: &str = parent(mca::SECRET_FILE.default);
+pub(crate) const SECRET_DIR: &str = parent(mca::SECRET_FILE.default);
 /// Where the agent publishes the DVM URI: the directory of its default `--dvm-uri-file`.
-pub const RUN_DIR: &str = parent(agent::DVM_URI_FILE.default);
+pub(crate) const RUN_DIR: &str = parent(agent::DVM_URI_FILE.default);
 /// PRRTE/PMIx session directories (the pods' `TMPDIR`).
 pub(crate) const TMP_DIR: &str = "/tmp";
 /// Open MPI's shared memory.
 pub(crate) const SHM_DIR: &str = "/dev/shm";
 /// Where in-cluster clients (discovery, kube-rs) find the service account's token, the
 /// cluster's CA and the namespace.
-pub const API_ACCESS_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+pub(crate) const API_ACCESS_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// The container-level seccomp profile every container of ours runs under.
 fn runtime_default() -> Option<SeccompProfile> {
@@ -109,7 +109,7 @@ pub(crate) struct OwnVolume {
     pub source: Source,
     /// A volume of the pod's own mounted at the same path may take its place (a scratch
     /// directory serves either way); the others are the agent's and cannot be replaced.
-    pub replaceable: bool,
+    pub(crate) replaceable: bool,
 }
 
 /// The volumes of every pod, in the order they are rendered.

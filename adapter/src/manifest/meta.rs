@@ -74,11 +74,11 @@ pub(super) fn workload_meta(a: &JobPlan) -> Result<Value, serde_json::Error> {
 /// The label every pod of the job carries with the job's name, set by the manifest alone (no
 /// controller or chart puts it on other pods): what the StatefulSet and the NetworkPolicy
 /// select. Not `app.kubernetes.io/instance`, which Helm puts on every pod of a release.
-pub const JOB_LABEL: &str = "prrte-k8s.io/job";
+pub(crate) const JOB_LABEL: &str = "prrte-k8s.io/job";
 
 /// The annotation of an elastic job's workload object: the most pods it may grow to (what
 /// `prrte-k8s grow` reads; absent: the job does not grow).
-pub const MAX_PODS_ANNOTATION: &str = "prrte-k8s.io/max-pods";
+pub(crate) const MAX_PODS_ANNOTATION: &str = "prrte-k8s.io/max-pods";
 
 /// [`JOB_LABEL`] and its value.
 pub(super) fn job_label(p: &JobPlan) -> (&'static str, String) {

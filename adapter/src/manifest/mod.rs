@@ -6,7 +6,7 @@
 //! operating system, hex), the workload (an Indexed Job, a StatefulSet or a JobSet), and a
 //! NetworkPolicy that admits exactly the job's pinned ports, only from the job's own pods, and
 //! lets them connect only to each other, the cluster DNS and the Kubernetes API
-//! (`--api-server-cidr`). Every pod carries [`JOB_LABEL`] with the job's name, which the
+//! (`--api-server-cidr`). Every pod carries `JOB_LABEL` with the job's name, which the
 //! StatefulSet and the NetworkPolicy select.
 //!
 //! Every pod runs `prrte-k8s-agent` as its entrypoint under Kubernetes' "restricted" pod
@@ -28,18 +28,18 @@
 //! The Role may then also raise the one workload (a StatefulSet through its `scale` subresource
 //! alone; a Job, which has none, by `patch`, narrowed by a ValidatingAdmissionPolicy rendered
 //! with it (`admission`) to its parallelism and completions within M), the workload carries
-//! [`MAX_PODS_ANNOTATION`] with M, and a Job Kueue's [`crate::workload::KUEUE_ELASTIC_ANNOTATION`] so that a
+//! `MAX_PODS_ANNOTATION` with M, and a Job Kueue's `KUEUE_ELASTIC_ANNOTATION` so that a
 //! cluster with Kueue admits the growth. A JobSet does not grow (its replicated Jobs cannot
 //! change while it runs).
 //!
 //! Ports (pinned, so that the NetworkPolicy can name them):
-//! [`AGENT_PORT`] (agent), [`HEALTH_PORT`] (readiness), [`TOOL_PORT`] (the DVM head's PMIx
-//! tool listener, interactive only), [`OOB_PORT`] (PRRTE's OOB: `oob_tcp_dynamic_ipv4_ports`),
-//! [`BTL_PORT_MIN`]`..+`[`BTL_PORT_RANGE`] (Open MPI's TCP BTL: `btl_tcp_port_min_v4`,
+//! [`AGENT_PORT`] (agent), `HEALTH_PORT` (readiness), `TOOL_PORT` (the DVM head's PMIx
+//! tool listener, interactive only), `OOB_PORT` (PRRTE's OOB: `oob_tcp_dynamic_ipv4_ports`),
+//! `BTL_PORT_MIN..+BTL_PORT_RANGE` (Open MPI's TCP BTL: `btl_tcp_port_min_v4`,
 //! `btl_tcp_port_range_v4`).
 //!
 //! **Inputs.** The job comes from the command-line options ([`ManifestArgs::plan`]) or from a
-//! kubeflow.org/v2beta1 MPIJob ([`mpijob`], `--from-mpijob`), as a [`JobPlan`] the renderers
+//! kubeflow.org/v2beta1 MPIJob ([`mpijob`], `--from-mpijob`), as a `JobPlan` the renderers
 //! read. The agent and PRRTE are in the image, or the runtime is injected into any image by
 //! an init container (`inject`, `--inject`; implied by `--from-mpijob`). [`restricted`] checks a
 //! pod template against the restricted pod security level; a converted MPIJob is checked with
@@ -78,15 +78,12 @@ mod secret;
 #[cfg(test)]
 mod tests;
 
-pub use error::{EnvArgError, ManifestError};
+pub(crate) use error::ManifestError;
 pub use header::quote;
-pub use inject::{INJECT_IMAGE, RUNTIME_DIR};
-pub use layout::{
-    AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, CONTAINER, HEALTH_PORT, OOB_PORT, RUN_DIR,
-    SECRET_DIR, TOOL_PORT,
-};
-pub use meta::{JOB_LABEL, MAX_PODS_ANNOTATION};
-pub use options::{check, ManifestArgs, Mpi, DEFAULT_NAME};
-pub use plan::{JobPlan, Launch, Part, PodPlan};
+pub use inject::INJECT_IMAGE;
+pub use layout::{AGENT_PORT, CONTAINER};
+pub(crate) use meta::{JOB_LABEL, MAX_PODS_ANNOTATION};
+pub use options::{check, ManifestArgs};
+pub use plan::{Launch, Part};
 pub use render::{objects, prepare, render};
 pub use secret::fresh_key;

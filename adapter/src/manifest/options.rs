@@ -44,7 +44,7 @@ impl Mpi {
 pub const DEFAULT_GRACE: u64 = 30;
 
 /// The job's name when no option or MPIJob gives one.
-pub const DEFAULT_NAME: &str = "mpi";
+pub(crate) const DEFAULT_NAME: &str = "mpi";
 
 /// What an MPIJob gives, so the options for it are refused with --from-mpijob.
 const FROM_MPIJOB: [&str; 17] = [
@@ -86,7 +86,7 @@ pub struct ManifestArgs {
     pub image: String,
     /// imagePullPolicy of the container [default: Kubernetes' own]
     #[arg(long, value_name = "POLICY", value_parser = ["Always", "IfNotPresent", "Never"])]
-    pub image_pull_policy: Option<String>,
+    pub(crate) image_pull_policy: Option<String>,
     /// Workload kind
     #[arg(long, value_enum, default_value = "job")]
     pub kind: WorkloadKind,
@@ -101,7 +101,7 @@ pub struct ManifestArgs {
     pub gpus: u32,
     /// Extended resource name of a GPU
     #[arg(long, default_value = "nvidia.com/gpu", value_name = "RESOURCE")]
-    pub gpu_resource: String,
+    pub(crate) gpu_resource: String,
     /// MPI slots per pod (annotation prrte-k8s.io/slots) [default: GPUs, else whole CPUs]
     #[arg(long)]
     pub slots: Option<u32>,
@@ -118,7 +118,7 @@ pub struct ManifestArgs {
     /// made again) after one of them failed or was evicted (failurePolicy.maxRestarts)
     /// [default: 0, no restart]
     #[arg(long, value_name = "N")]
-    pub max_restarts: Option<u32>,
+    pub(crate) max_restarts: Option<u32>,
     /// uid (and gid) the pods run as (>= 1000)
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1000..))]
     pub uid: u32,
@@ -134,11 +134,11 @@ pub struct ManifestArgs {
     pub inject: bool,
     /// The image the runtime is injected from
     #[arg(long, default_value = INJECT_IMAGE, value_name = "IMAGE", requires = "runtime")]
-    pub inject_image: String,
+    pub(crate) inject_image: String,
     /// Convert a kubeflow.org/v2beta1 MPIJob (a file, or - for stdin) into this job, the
     /// runtime injected into its images; what it cannot honour is said on stderr
     #[arg(long, value_name = "FILE", conflicts_with_all = FROM_MPIJOB)]
-    pub from_mpijob: Option<String>,
+    pub(crate) from_mpijob: Option<String>,
     /// With --inject: the image's MPI (the agent's --mpi)
     #[arg(long, value_enum, default_value = "auto", requires = "inject")]
     pub mpi: Mpi,

@@ -49,10 +49,10 @@ pub struct PodPlan {
     /// The pod's volumes besides the job's own.
     pub volumes: Vec<Value>,
     /// Init containers after the runtime's.
-    pub init_containers: Vec<Value>,
+    pub(crate) init_containers: Vec<Value>,
     pub launch: Launch,
     /// imagePullPolicy of the runtime's init container.
-    pub runtime_pull_policy: Option<String>,
+    pub(crate) runtime_pull_policy: Option<String>,
     /// uid and gid the runtime's init container runs as (the application's).
     pub uid: u32,
     pub gid: Option<u32>,
@@ -73,7 +73,7 @@ pub struct JobPlan {
     /// ttlSecondsAfterFinished.
     pub ttl: Option<u64>,
     /// A JobSet's failurePolicy.maxRestarts.
-    pub max_restarts: u32,
+    pub(crate) max_restarts: u32,
     /// The parts to print (empty: all).
     pub only: Vec<Part>,
     /// Labels and annotations of the workload object besides the job's own.
@@ -82,7 +82,7 @@ pub struct JobPlan {
     /// Created suspended (`spec.suspend`).
     pub suspend: bool,
     /// `spec.managedBy` of the Job.
-    pub managed_by: Option<String>,
+    pub(crate) managed_by: Option<String>,
     /// Elastic: `prrte-k8s grow` may raise the workload up to this many pods (None: it may
     /// not grow).
     pub max_pods: Option<u32>,

@@ -6,11 +6,11 @@
 /// PRRTE's release (the version guard requires exactly this one).
 pub const PRRTE: &str = "3.0.8";
 /// The PMIx release it is built with (the guard requires its major.minor).
-pub const PMIX: &str = "5.0.5";
+pub(crate) const PMIX: &str = "5.0.5";
 /// Our patch level on top of it (`prrte-config/patches`).
-pub const PATCH_LEVEL: &str = "k8s1";
+pub(crate) const PATCH_LEVEL: &str = "k8s1";
 /// Where `prrte-config/build-prrte.sh` installs it: `/opt/prrte-k8s/prrte-<PRRTE>-pmix-<PMIX>-<PATCH_LEVEL>`.
-pub const PREFIX_ROOT: &str = "/opt/prrte-k8s";
+pub(crate) const PREFIX_ROOT: &str = "/opt/prrte-k8s";
 
 /// The default install prefix of this build.
 pub fn default_prefix() -> String {

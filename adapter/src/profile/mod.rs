@@ -8,7 +8,7 @@
 //!   agent takes nothing else);
 //! - for the release the k8s components are built for ([`built`]), its PMIx, our patch level
 //!   and patches (`prrte-config/patches`) and prted's process states as the PLM reads them;
-//! - what the line's builds have or lack ([`Features`]).
+//! - what the line's builds have or lack (`Features`).
 //!
 //! The version guard in the components (`cabi`) chooses the profile of the PRRTE it runs in
 //! ([`Profile::with_components`]); the agent's detection the image's ([`Profile::of`]). A new
@@ -19,7 +19,7 @@ mod model;
 mod v3_0;
 mod v5_0;
 
-pub use model::{Components, Features, ProcStates, Profile};
+pub use model::{Components, ProcStates, Profile};
 
 /// The line of the PRRTE the components are built for.
 pub const COMPONENTS: &Profile = &v3_0::PROFILE;
@@ -32,7 +32,7 @@ pub const COMPONENTS_RELEASE: Components = match COMPONENTS.components {
 };
 
 /// Every line prrte-k8s knows, oldest first.
-pub const PROFILES: [&Profile; 2] = [&v3_0::PROFILE, &v5_0::PROFILE];
+pub(crate) const PROFILES: [&Profile; 2] = [&v3_0::PROFILE, &v5_0::PROFILE];
 
 impl Profile {
     /// The profile of PRRTE `version` (`5.0.0`, `3.0.11`), by its `major.minor`; `None` for a

@@ -9,14 +9,14 @@ pub struct Profile {
     /// `major.minor`: every release of the line is described by this profile.
     pub line: &'static str,
     /// prted as the k8s PLM starts it; `None` where the components do not run.
-    pub prted_launch: Option<&'static Grammar>,
+    pub(crate) prted_launch: Option<&'static Grammar>,
     /// prted as PRRTE's ssh launcher starts it (through `prrte-k8s-rsh`).
-    pub prted_exec: &'static Grammar,
+    pub(crate) prted_exec: &'static Grammar,
     /// The MCA parameters this line's launchers forward to prted (both grammars draw on them).
     pub params: &'static [Param],
     /// The release of the line the k8s components are built for, if any.
     pub components: Option<Components>,
-    pub features: Features,
+    pub(crate) features: Features,
 }
 
 /// The release the k8s components are built for.
@@ -27,7 +27,7 @@ pub struct Components {
     /// The PMIx `major.minor` (PMIx keeps its ABI across patch releases).
     pub pmix: &'static str,
     /// Our patch level (the suffix of the install prefix).
-    pub patch_level: &'static str,
+    pub(crate) patch_level: &'static str,
     /// Our patches, in `prrte-config/patches/`, in order.
     pub patches: &'static [&'static str],
     /// prted's process states as PRRTE's headers number them.
@@ -46,21 +46,21 @@ pub struct ProcStates {
 
 /// What the builds of a line have or lack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Features {
+pub(crate) struct Features {
     /// prted's launch threads can lose the exit of a proc that ends right after its fork (the
     /// short-job hang): upstream builds need `odls_base_max_threads=0`.
-    pub launch_thread_race: bool,
+    pub(crate) launch_thread_race: bool,
 }
 
 impl Profile {
     /// The parameter lists a launch request (the k8s PLM) draws on: the line's, and Open MPI's
     /// own in its environment.
-    pub fn launch_lists(&self) -> [&'static [Param]; 2] {
+    pub(crate) fn launch_lists(&self) -> [&'static [Param]; 2] {
         [self.params, params::OMPI]
     }
 
     /// The line's parameter `name` of `project` that the k8s PLM may send.
-    pub fn launch_param(&self, project: Project, name: &str) -> Option<Param> {
+    pub(crate) fn launch_param(&self, project: Project, name: &str) -> Option<Param> {
         params::lookup(&self.launch_lists(), project, name).filter(|p| p.from(Origin::Launch))
     }
 }

@@ -8,13 +8,14 @@ use sha2::Sha256;
 use super::wire::ProtocolError;
 
 /// Length of the handshake nonces in bytes.
-pub const NONCE_LEN: usize = 32;
+pub(crate) const NONCE_LEN: usize = 32;
 
 const LABEL_CLIENT_PROOF: &[u8] = b"prrte-k8s client";
 const LABEL_AGENT_PROOF: &[u8] = b"prrte-k8s agent";
 
 /// The reason text the agent sends when the client's proof does not verify.
-pub const AUTH_FAILED_REASON: &str = "authentication failed: the launcher's secret does not \
+pub(crate) const AUTH_FAILED_REASON: &str =
+    "authentication failed: the launcher's secret does not \
      match this agent's; mount the same Secret in both";
 
 pub(super) type HmacSha256 = Hmac<Sha256>;
@@ -26,7 +27,7 @@ pub fn new_nonce() -> [u8; NONCE_LEN] {
     n
 }
 
-/// Decodes a hex nonce of exactly [`NONCE_LEN`] bytes.
+/// Decodes a hex nonce of exactly `NONCE_LEN` bytes.
 pub fn parse_nonce(hex_text: &str) -> Result<[u8; NONCE_LEN], ProtocolError> {
     let bytes = hex::decode(hex_text)
         .map_err(|e| ProtocolError::Malformed(format!("nonce is not hex: {e}")))?;

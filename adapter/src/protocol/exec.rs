@@ -41,7 +41,7 @@ pub(crate) const FORWARDED_SIGNALS: &[i32] = &[
 ];
 
 /// Linux signal numbers (the protocol carries numbers; both ends are Linux).
-pub mod libc_sig {
+pub(crate) mod libc_sig {
     pub const SIGHUP: i32 = 1;
     pub const SIGINT: i32 = 2;
     pub(crate) const SIGQUIT: i32 = 3;

@@ -59,7 +59,7 @@ pub async fn recv_frame<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Turns a codec read error into [`ProtocolError::FrameTooLarge`] where that is what it is.
-pub fn classify_read_error(e: io::Error, max: usize) -> ProtocolError {
+pub(crate) fn classify_read_error(e: io::Error, max: usize) -> ProtocolError {
     if e.get_ref()
         .is_some_and(|inner| inner.is::<tokio_util::codec::LengthDelimitedCodecError>())
     {
@@ -84,7 +84,7 @@ pub async fn send_frame<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// Turns on TCP keepalive (first probe after 15 s idle, then every 5 s, 4 probes), so that a
 /// peer whose node vanished is noticed within about 35 s by both sides.
-pub fn set_keepalive(stream: &tokio::net::TcpStream) -> io::Result<()> {
+pub(crate) fn set_keepalive(stream: &tokio::net::TcpStream) -> io::Result<()> {
     let ka = socket2::TcpKeepalive::new()
         .with_time(Duration::from_secs(15))
         .with_interval(Duration::from_secs(5))

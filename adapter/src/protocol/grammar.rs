@@ -8,7 +8,7 @@ use super::params::{Param, Shape};
 
 /// What an option of a grammar takes.
 #[derive(Debug, Clone, Copy)]
-pub enum Arg {
+pub(crate) enum Arg {
     /// Nothing.
     Flag,
     /// One value of this shape, checked further as said.
@@ -33,7 +33,7 @@ pub enum Check {
 
 /// After the options: nothing, or Intel MPI's bootstrap proxy's `hydra_pmi_proxy` command.
 #[derive(Debug, Clone, Copy)]
-pub enum Tail {
+pub(crate) enum Tail {
     None,
     /// `<own dir>/hydra_pmi_proxy` and its options (of this grammar).
     Program(&'static str, &'static Grammar),
@@ -41,14 +41,14 @@ pub enum Tail {
 
 /// A daemon's command-line grammar.
 #[derive(Debug)]
-pub struct Grammar {
+pub(crate) struct Grammar {
     /// The daemon, for messages.
     pub daemon: &'static str,
     pub options: &'static [(&'static str, Arg)],
     pub tail: Tail,
     /// The names of the HNP's and the parent's contact URIs (both pinned to the launcher's
     /// address).
-    pub uris: Option<(&'static str, &'static str)>,
+    pub(crate) uris: Option<(&'static str, &'static str)>,
     /// The MCA parameters its `Arg::Mca` options admit.
     pub params: &'static [Param],
 }

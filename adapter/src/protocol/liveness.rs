@@ -1,7 +1,7 @@
 //! Liveness of a connection whose peer may be cut off without the connection ending (its pod's
 //! packets dropped, its process stopped): a client that holds a connection open while work runs
 //! (the launcher, `prrte-k8s-rsh`, the batch launcher) sends heartbeats with a
-//! [`HeartbeatSender`]; the agent notices through a [`SilenceWatch`] when they stop.
+//! `HeartbeatSender`; the agent notices through a `SilenceWatch` when they stop.
 //!
 //! The client sends a `ping` every [`Heartbeat::interval`] and takes a peer silent (no frame at
 //! all) for more than [`Heartbeat::misses`] intervals for lost. The agent answers each `ping`
@@ -35,7 +35,9 @@ impl Heartbeat {
     /// `plm_k8s_heartbeat_interval` and `_misses` from the environment
     /// (`PRTE_MCA_plm_k8s_heartbeat_*`), else their defaults: how the launchers that are no
     /// PRRTE component (`prrte-k8s-rsh`, the batch launcher) beat.
-    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Heartbeat, SettingError> {
+    pub(crate) fn from_env(
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Heartbeat, SettingError> {
         let int = |s: &Setting, v: &str| s.int(v);
         let mut hb = Heartbeat::default();
         if let Some(i) = mca::HEARTBEAT_INTERVAL.from_env(env, int)? {
@@ -48,7 +50,7 @@ impl Heartbeat {
     }
 
     /// How long a peer may stay silent; `None` without heartbeats.
-    pub fn silence_limit(&self) -> Option<Duration> {
+    pub(crate) fn silence_limit(&self) -> Option<Duration> {
         (!self.interval.is_zero()).then(|| self.interval * self.misses.max(1))
     }
 }
@@ -65,7 +67,7 @@ impl Default for Heartbeat {
 
 /// The peer was silent for longer than the heartbeats allow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Silence {
+pub(crate) struct Silence {
     /// How long nothing came from the peer.
     pub silent: Duration,
     /// The heartbeats it did not answer.
@@ -74,7 +76,7 @@ pub struct Silence {
 
 /// Why a client takes its peer for lost at a heartbeat.
 #[derive(Debug, thiserror::Error)]
-pub enum Lost {
+pub(crate) enum Lost {
     #[error(
         "silent for {:.1} s ({} heartbeats {} s apart unanswered)",
         .0.silent.as_secs_f64(),
@@ -90,7 +92,7 @@ pub enum Lost {
 /// [`beat`](Self::beat) takes a peer that has been silent for too long for lost, else sends a
 /// `ping`.
 /// Every frame from the peer counts as a sign of life ([`heard`](Self::heard)).
-pub struct HeartbeatSender {
+pub(crate) struct HeartbeatSender {
     heartbeat: Heartbeat,
     /// `None`: not beating (heartbeats off, or not begun).
     ticks: Option<Interval>,
@@ -167,7 +169,7 @@ const FAR: Duration = Duration::from_secs(86_400 * 365);
 /// heartbeats (a `ping` came). Only then does its silence for more than the limit (the agent's
 /// `--heartbeat-timeout`) mean that it is gone.
 #[derive(Debug)]
-pub struct SilenceWatch {
+pub(crate) struct SilenceWatch {
     limit: Option<Duration>,
     last: Instant,
     beating: bool,

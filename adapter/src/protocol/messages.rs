@@ -221,7 +221,7 @@ pub fn parse_request(body: &[u8]) -> Result<Request, RequestError> {
 }
 
 /// The `type` of a plain frame, for messages.
-pub fn plain_kind(p: &Plain) -> &'static str {
+pub(crate) fn plain_kind(p: &Plain) -> &'static str {
     match p {
         Plain::Challenge { .. } => "challenge",
         Plain::Response { .. } => "response",

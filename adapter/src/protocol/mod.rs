@@ -29,7 +29,7 @@
 //!    and the client checks that (a client must not send a request to an agent that failed to
 //!    prove itself), then reads `E2`.
 //!
-//! `E1` and `E2` (hex) are the two messages of a Noise handshake ([`NOISE_PSK`],
+//! `E1` and `E2` (hex) are the two messages of a Noise handshake (`NOISE_PSK`,
 //! `Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s`, through the `snow` crate): each side's fresh X25519
 //! key, with the pre-shared key `HMAC-SHA256(K, "prrte-k8s noise psk")` and the prologue
 //! `"prrte-k8s channel v1" || mode || Na || Nc` (`mode` 1 with a secret). A message that does
@@ -39,7 +39,7 @@
 //!
 //! An agent started with `--insecure-no-auth` and no secret sends `"auth":"none"`; the client
 //! then answers without `mac` and the agent's `welcome` has none either; the Noise pattern is
-//! [`NOISE_NONE`] (`Noise_NN_...`: encrypted, but nothing authenticates the peer). A launcher
+//! `NOISE_NONE` (`Noise_NN_...`: encrypted, but nothing authenticates the peer). A launcher
 //! that holds a secret refuses such an agent, and a launcher without a secret refuses an agent
 //! that demands one: insecure mode needs both sides to agree.
 //!
@@ -111,7 +111,7 @@
 mod auth;
 pub mod exec;
 mod frame;
-pub mod grammar;
+pub(crate) mod grammar;
 mod handshake;
 pub mod liveness;
 mod messages;
@@ -125,25 +125,24 @@ mod wire;
 
 pub use auth::{
     agent_proof, client_proof, new_nonce, parse_nonce, verify_agent_proof, verify_client_proof,
-    AUTH_FAILED_REASON, NONCE_LEN,
 };
+pub(crate) use auth::{AUTH_FAILED_REASON, NONCE_LEN};
+pub(crate) use frame::set_keepalive;
 pub use frame::{
-    classify_read_error, codec, encode_frame, framed, recv_frame, send_frame, set_keepalive,
-    FramedConn, DEFAULT_MAX_FRAME, HANDSHAKE_MAX_FRAME,
+    codec, encode_frame, framed, recv_frame, send_frame, FramedConn, DEFAULT_MAX_FRAME,
+    HANDSHAKE_MAX_FRAME,
 };
 pub use handshake::{client_handshake, HandshakeError};
-pub use messages::{parse_request, plain_kind, AuthMode, Plain, Reply, Request, RequestError};
-pub use noise::{
-    agent_noise, client_noise_start, local_pair, parse_noise_field, ClientNoise, NOISE_NONE,
-    NOISE_PSK,
-};
-pub use secret::{read_secret_file, SecretError, DEFAULT_SECRET_FILE};
+pub(crate) use messages::plain_kind;
+pub use messages::{parse_request, AuthMode, Plain, Reply, Request};
+pub use noise::{agent_noise, client_noise_start, local_pair, parse_noise_field};
+pub(crate) use noise::{NOISE_NONE, NOISE_PSK};
+pub(crate) use secret::SecretError;
+pub use secret::{read_secret_file, DEFAULT_SECRET_FILE};
 pub use session::{Role, Session};
-pub use signal::signal_name;
-pub use validate::{
-    validate_dvm_uri, validate_env_key, validate_launch, InvalidDvmUri, LaunchRefusal,
-    MAX_DVM_URI_LEN,
-};
+pub(crate) use signal::signal_name;
+pub(crate) use validate::LaunchRefusal;
+pub use validate::{validate_dvm_uri, validate_launch, InvalidDvmUri};
 pub use wire::{decode_message, encode_message, ProtocolError, VERSION};
 
 /// Default TCP port of the agent's protocol listener.

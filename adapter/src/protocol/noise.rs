@@ -16,9 +16,9 @@ use super::session::{Role, Session};
 use super::wire::ProtocolError;
 
 /// The Noise pattern with the job's secret as pre-shared key.
-pub const NOISE_PSK: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
+pub(crate) const NOISE_PSK: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
 /// The Noise pattern of insecure mode (no secret).
-pub const NOISE_NONE: &str = "Noise_NN_25519_ChaChaPoly_BLAKE2s";
+pub(crate) const NOISE_NONE: &str = "Noise_NN_25519_ChaChaPoly_BLAKE2s";
 
 const PROLOGUE_LABEL: &[u8] = b"prrte-k8s channel v1";
 const PSK_LABEL: &[u8] = b"prrte-k8s noise psk";

@@ -5,7 +5,7 @@
 //! Each list is what a launcher really sends. PRRTE's (what its k8s PLM and ssh launcher give
 //! prted, per release line) are in [`crate::profile`]; here are the ones that do not depend on
 //! PRRTE's version: Open MPI's own transport selection, which a launch may carry in its
-//! environment ([`OMPI`]), and Open MPI 4.x's rsh launcher's for `orted` ([`ORTE`]:
+//! environment (`OMPI`), and Open MPI 4.x's rsh launcher's for `orted` ([`ORTE`]:
 //! `ess_base_jobid`, `orte_node_regex`, `orte_hnp_uri`, `orte_parent_uri`, `plm rsh`,
 //! `plm_rsh_agent`, `pmix`, `routed`, and what ORTE's mpirun hands on). Names are matched
 //! exactly (PMIx matches them exactly too); a value must have the shape of the parameter,
@@ -28,7 +28,7 @@ pub enum Project {
 
 impl Project {
     /// The environment prefix of the project's parameters.
-    pub fn env_prefix(self) -> &'static str {
+    pub(crate) fn env_prefix(self) -> &'static str {
         match self {
             Project::Prte => "PRTE_MCA_",
             Project::Pmix => "PMIX_MCA_",
@@ -257,7 +257,7 @@ use Place::Both;
 use Project::{Ompi, Orte};
 
 /// Open MPI's own, in a launch's environment (what the pod template sets for the ranks).
-pub const OMPI: &[Param] = &[
+pub(crate) const OMPI: &[Param] = &[
     p("btl", Ompi, Shape::Components, Both),
     p("pml", Ompi, Shape::Components, Both),
     p("mtl", Ompi, Shape::Components, Both),
@@ -337,7 +337,7 @@ pub fn lookup(lists: &[&[Param]], project: Project, name: &str) -> Option<Param>
 /// Whether a launcher may send `name` = `value` in `project`'s space from `origin` (on the
 /// command line, or in the environment with `in_env`), by `lists`, shapes checked; the agent
 /// also pins URIs and checks `prrte-k8s-rsh` (see `crate::agent::launch_policy`).
-pub fn forwardable(
+pub(crate) fn forwardable(
     lists: &[&[Param]],
     project: Project,
     name: &str,

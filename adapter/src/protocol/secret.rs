@@ -159,7 +159,7 @@ fn readers(mode: u32, gid: u32) -> Option<&'static str> {
 /// Why `key` is no secret, if it is not: a repeated block, a run of consecutive bytes, or too
 /// little variety (an order-0 estimate of its information, which random keys of 32 bytes or
 /// more, binary, hex or base64, exceed by far).
-pub fn degenerate(key: &[u8]) -> Option<String> {
+pub(crate) fn degenerate(key: &[u8]) -> Option<String> {
     let period = smallest_period(key);
     if period <= key.len() / 2 {
         return Some(format!(

@@ -3,7 +3,7 @@
 use nix::sys::signal::Signal;
 
 /// `SIGKILL` for 9, and so on; `"unknown signal"` if the number is not a signal here.
-pub fn signal_name(sig: i32) -> &'static str {
+pub(crate) fn signal_name(sig: i32) -> &'static str {
     Signal::try_from(sig)
         .map(|s| s.as_str())
         .unwrap_or("unknown signal")

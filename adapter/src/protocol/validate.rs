@@ -23,7 +23,7 @@ pub enum LaunchRefusal {
 }
 
 /// Checks an environment variable name a launch request may set.
-pub fn validate_env_key(key: &str) -> Result<(), LaunchRefusal> {
+pub(crate) fn validate_env_key(key: &str) -> Result<(), LaunchRefusal> {
     let rest = ["PRTE_", "PMIX_", "OMPI_"]
         .iter()
         .find_map(|p| key.strip_prefix(p));
@@ -70,7 +70,7 @@ pub struct InvalidDvmUri {
 }
 
 /// Longest DVM URI accepted in a launch request.
-pub const MAX_DVM_URI_LEN: usize = 1024;
+pub(crate) const MAX_DVM_URI_LEN: usize = 1024;
 
 /// Checks a DVM URI of the form `<nspace>.<rank>;tcp4://<ipv4>:<port>` (what prte's
 /// `--report-uri` writes, e.g. `prte-pod-0-77@0.0;tcp4://10.0.0.5:7120`). The namespace is

@@ -12,7 +12,7 @@ use crate::settings::SettingError;
 
 /// A command line `prrte-k8s-rsh` cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UsageError {
+pub(crate) enum UsageError {
     #[error("option -{0} needs an argument")]
     MissingArgument(char),
     #[error("unknown option -{0} (ssh's options are accepted)")]

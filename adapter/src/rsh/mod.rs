@@ -4,7 +4,7 @@
 //! `prrte-k8s-rsh [ssh options] HOST COMMAND...`: HOST is an IPv4 address of a pod, or a pod
 //! name or host name of the job (found by the same discovery as `ras k8s`; a `user@` prefix and
 //! a domain after the first dot are ignored). COMMAND's words are joined with spaces as ssh
-//! does and parsed by [`shell`] (no shell runs anywhere). ssh's options are accepted; `-n`
+//! does and parsed by `shell` (no shell runs anywhere). ssh's options are accepted; `-n`
 //! (stdin from /dev/null) is honoured, the others are ignored. Output is streamed, stdin is
 //! forwarded, SIGINT/SIGTERM/SIGHUP are forwarded to the remote process group, and the exit
 //! status is the remote program's (128+N if a signal N ended it; 255 if the agent could not be
@@ -22,7 +22,7 @@
 //! is an error naming the variable.
 
 mod error;
-pub mod shell;
+pub(crate) mod shell;
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -38,7 +38,7 @@ use crate::protocol::{
     decode_message, recv_frame, send_frame, signal_name, ProtocolError, Reply, Request,
 };
 use crate::settings::{mca, tools, Setting, SettingError};
-pub use error::{ResolveError, RshError, UsageError};
+pub(crate) use error::{ResolveError, RshError, UsageError};
 
 /// Exit status for our own failures (as ssh's).
 pub(crate) const EXIT_FAILURE: i32 = 255;
@@ -46,13 +46,13 @@ pub(crate) const EXIT_FAILURE: i32 = 255;
 /// ssh options that take an argument.
 const SSH_OPTS_WITH_ARG: &str = "BbcDEeFIiJLlmOoPpQRSWw";
 /// ssh options without one.
-pub const SSH_FLAGS: &str = "1246AaCfGgKkMNnqsTtVvXxYy";
+pub(crate) const SSH_FLAGS: &str = "1246AaCfGgKkMNnqsTtVvXxYy";
 
 /// The parsed command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RshArgs {
     /// `-n`: stdin from /dev/null.
-    pub no_stdin: bool,
+    pub(crate) no_stdin: bool,
     /// `-v`: report what is done on stderr.
     pub verbose: bool,
     pub host: String,

@@ -31,7 +31,7 @@ use crate::text::printable;
 
 /// Why a remote command is not run; the message names the construct and shows the command.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ShellError {
+pub(crate) enum ShellError {
     /// A construct only a shell would run (a pipe, a redirection, a substitution...).
     #[error(
         "the remote command uses {what}, which prrte-k8s-rsh does not run (it runs one program \

@@ -31,7 +31,7 @@ pub const PRTED: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const MPI_CHOICES: &[&str] = &["auto", "openmpi", "mpich", "intel"];
+pub(crate) const MPI_CHOICES: &[&str] = &["auto", "openmpi", "mpich", "intel"];
 
 pub const MPI: Setting = Setting {
     env: &["PRRTE_K8S_MPI"],
@@ -43,7 +43,7 @@ pub const MPI: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const RUNTIME_DIR: Setting = Setting {
+pub(crate) const RUNTIME_DIR: Setting = Setting {
     env: &["PRRTE_K8S_RUNTIME_DIR"],
     flag: "runtime-dir",
     value_name: "DIR",
@@ -53,7 +53,7 @@ pub const RUNTIME_DIR: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const DETECT_ONLY: Setting = Setting {
+pub(crate) const DETECT_ONLY: Setting = Setting {
     flag: "detect-only",
     help: "Print which MPI --mpi finds in this image and what the agent would give its launcher, then exit (0 when one was found)",
     kind: Kind::Bool,
@@ -171,7 +171,7 @@ pub(crate) const PRTE: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const TOOL_PORT: Setting = Setting {
+pub(crate) const TOOL_PORT: Setting = Setting {
     env: &["PRRTE_K8S_TOOL_PORT"],
     flag: "tool-port",
     value_name: "PORT",
@@ -281,7 +281,7 @@ pub(crate) const HANDSHAKE_TIMEOUT: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const HEARTBEAT_TIMEOUT: Setting = Setting {
+pub(crate) const HEARTBEAT_TIMEOUT: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_HEARTBEAT_TIMEOUT"],
     flag: "heartbeat-timeout",
     value_name: "SECS",

@@ -91,7 +91,7 @@ pub const SELF_POD: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const BIND_NONE: Setting = Setting {
+pub(crate) const BIND_NONE: Setting = Setting {
     mca: mca_param!("ras", "bind_none"),
     default: "true",
     help: "Pods share their node's cores (a CPU request is a share, not a set of cores), so ranks are not bound unless a binding policy is given (--bind-to, hwloc_default_binding_policy); set false to keep PRRTE's default core binding",
@@ -108,7 +108,7 @@ pub const EXCLUDE_SELF: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const RAS_PRIORITY: Setting = Setting {
+pub(crate) const RAS_PRIORITY: Setting = Setting {
     mca: mca_param!("ras", "priority"),
     default: "60",
     help: "Selection priority of ras k8s when a Kubernetes environment is detected (KUBERNETES_SERVICE_HOST, ras_k8s_kubeconfig or ras_k8s_selector set); --prtemca ras k8s selects it regardless",
@@ -141,7 +141,7 @@ pub const AGENT_PORT: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const LAUNCH_TIMEOUT: Setting = Setting {
+pub(crate) const LAUNCH_TIMEOUT: Setting = Setting {
     mca: mca_param!("plm", "launch_timeout"),
     value_name: "SECS",
     default: "60",
@@ -150,7 +150,7 @@ pub const LAUNCH_TIMEOUT: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const CONNECT_TIMEOUT: Setting = Setting {
+pub(crate) const CONNECT_TIMEOUT: Setting = Setting {
     mca: mca_param!("plm", "connect_timeout"),
     value_name: "SECS",
     default: "10",
@@ -159,7 +159,7 @@ pub const CONNECT_TIMEOUT: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const HEARTBEAT_INTERVAL: Setting = Setting {
+pub(crate) const HEARTBEAT_INTERVAL: Setting = Setting {
     mca: mca_param!("plm", "heartbeat_interval"),
     value_name: "SECS",
     default: "2",
@@ -168,7 +168,7 @@ pub const HEARTBEAT_INTERVAL: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const HEARTBEAT_MISSES: Setting = Setting {
+pub(crate) const HEARTBEAT_MISSES: Setting = Setting {
     mca: mca_param!("plm", "heartbeat_misses"),
     value_name: "N",
     default: "4",
@@ -191,7 +191,7 @@ pub(crate) const PREEMPT_SIGNALS: &[&str] = &[
     "SIGWINCH", "SIGURG", "SIGPWR", "SIGXCPU",
 ];
 
-pub const PREEMPT_SIGNAL: Setting = Setting {
+pub(crate) const PREEMPT_SIGNAL: Setting = Setting {
     mca: mca_param!("plm", "preempt_signal"),
     flag: "preempt-signal",
     value_name: "SIG",
@@ -201,7 +201,7 @@ pub const PREEMPT_SIGNAL: Setting = Setting {
     ..Setting::NONE
 };
 
-pub const PLM_PRIORITY: Setting = Setting {
+pub(crate) const PLM_PRIORITY: Setting = Setting {
     mca: mca_param!("plm", "priority"),
     default: "60",
     help: "Selection priority of plm k8s in a pod (KUBERNETES_SERVICE_HOST set) with the agent secret mounted; --prtemca plm k8s selects it regardless",
@@ -252,11 +252,11 @@ pub struct PlmSettings {
     /// `None` with `plm_k8s_insecure`.
     pub secret_file: Option<PathBuf>,
     pub agent_port: u16,
-    pub launch_timeout: Duration,
+    pub(crate) launch_timeout: Duration,
     pub connect_timeout: Duration,
     /// Zero: no heartbeats.
-    pub heartbeat_interval: Duration,
-    pub heartbeat_misses: u32,
+    pub(crate) heartbeat_interval: Duration,
+    pub(crate) heartbeat_misses: u32,
     /// The signal number ranks get on a preemption notice, if any.
     pub preempt_signal: Option<i32>,
 }

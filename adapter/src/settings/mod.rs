@@ -40,7 +40,8 @@ mod readme;
 mod setting;
 pub mod tools;
 
-pub use setting::{parse_seconds, Kind, Mca, Setting, SettingError, Value, MAX_SECONDS};
+pub(crate) use setting::Mca;
+pub use setting::{Kind, Setting, SettingError, Value};
 pub use table::{Field, McaParams, Param};
 
 /// Builds a clap argument from a [`Setting`]: `#[arg(setting = &settings::agent::PRTED)]` on a

@@ -24,7 +24,7 @@ pub enum Kind {
 }
 
 /// The longest duration accepted: a year.
-pub const MAX_SECONDS: f64 = 86_400.0 * 365.0;
+pub(crate) const MAX_SECONDS: f64 = 86_400.0 * 365.0;
 
 impl Kind {
     /// What the kind accepts, for messages.
@@ -69,7 +69,7 @@ pub struct Setting {
     /// The default as the value would be written.
     pub default: &'static str,
     /// The default in words, where it is not a plain value (computed, or taken from elsewhere).
-    pub default_doc: &'static str,
+    pub(crate) default_doc: &'static str,
     /// What the setting does (one sentence or two, no default in it).
     pub help: &'static str,
     pub kind: Kind,
@@ -117,15 +117,6 @@ impl Setting {
         self.env_names().next().unwrap_or("")
     }
 
-    /// The default in words: [`Self::default_doc`], else the value.
-    pub fn default_text(&self) -> &'static str {
-        if self.default_doc.is_empty() {
-            self.default
-        } else {
-            self.default_doc
-        }
-    }
-
     /// The help text with the default in words appended where clap cannot show it (no plain
     /// default value, or a documented one).
     pub fn help_with_default(&self) -> String {
@@ -137,7 +128,7 @@ impl Setting {
     }
 
     /// The default as a number, at compile time (for the typed constants derived from it).
-    pub const fn default_u64(&self) -> u64 {
+    pub(crate) const fn default_u64(&self) -> u64 {
         let b = self.default.as_bytes();
         assert!(!b.is_empty(), "setting has no numeric default");
         let mut n: u64 = 0;
@@ -323,7 +314,7 @@ pub enum Value {
 }
 
 /// A positive, finite number of seconds of at most a year.
-pub fn parse_seconds(text: &str) -> Option<Duration> {
+pub(crate) fn parse_seconds(text: &str) -> Option<Duration> {
     let secs: f64 = text.trim().parse().ok()?;
     (secs.is_finite() && secs > 0.0 && secs <= MAX_SECONDS).then(|| Duration::from_secs_f64(secs))
 }

@@ -14,13 +14,13 @@ use super::kind::{rule, spec_of, with, Kind};
 use super::parts::{Parts, Success};
 
 /// The label the Job controller puts on its pods with the Job's name.
-pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+pub(crate) const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 /// Its former name, still set.
-pub const LEGACY_JOB_NAME_LABEL: &str = "job-name";
+pub(crate) const LEGACY_JOB_NAME_LABEL: &str = "job-name";
 /// The label the Job controller puts on an Indexed Job's pod with its completion index.
 pub const JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 /// Kueue's annotation of a Job that may change its parallelism while admitted.
-pub const KUEUE_ELASTIC_ANNOTATION: &str = "kueue.x-k8s.io/elastic-job";
+pub(crate) const KUEUE_ELASTIC_ANNOTATION: &str = "kueue.x-k8s.io/elastic-job";
 
 /// The Indexed Job.
 pub(super) struct IndexedJob;

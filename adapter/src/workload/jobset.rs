@@ -12,13 +12,13 @@ use super::kind::{rule, Kind};
 use super::parts::Parts;
 
 /// The JobSet a pod belongs to.
-pub const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
+pub(crate) const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
 /// The replicated job of its JobSet a pod belongs to.
-pub const JOBSET_REPLICATED_JOB_LABEL: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+pub(crate) const JOBSET_REPLICATED_JOB_LABEL: &str = "jobset.sigs.k8s.io/replicatedjob-name";
 /// Which child Job of its replicated job a JobSet pod belongs to.
-pub const JOBSET_JOB_INDEX: &str = "jobset.sigs.k8s.io/job-index";
+pub(crate) const JOBSET_JOB_INDEX: &str = "jobset.sigs.k8s.io/job-index";
 /// Which child Job of the whole JobSet a JobSet pod belongs to.
-pub const JOBSET_JOB_GLOBAL_INDEX: &str = "jobset.sigs.k8s.io/job-global-index";
+pub(crate) const JOBSET_JOB_GLOBAL_INDEX: &str = "jobset.sigs.k8s.io/job-global-index";
 
 /// The JobSet.
 pub(super) struct JobSetKind;

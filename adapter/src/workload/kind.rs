@@ -49,7 +49,7 @@ pub trait Kind: Sync {
     fn runs_to_completion(&self) -> bool {
         true
     }
-    /// Whether it is restarted as a whole when it fails ([`Parts::max_restarts`] times).
+    /// Whether it is restarted as a whole when it fails (`Parts::max_restarts` times).
     fn restarts_as_a_whole(&self) -> bool {
         false
     }

@@ -31,15 +31,16 @@ use kube::api::ApiResource;
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
-pub use job::{
-    JOB_COMPLETION_INDEX, JOB_NAME_LABEL, KUEUE_ELASTIC_ANNOTATION, LEGACY_JOB_NAME_LABEL,
-};
-pub use jobset::{
+pub use job::JOB_COMPLETION_INDEX;
+#[cfg(test)]
+pub(crate) use job::KUEUE_ELASTIC_ANNOTATION;
+pub(crate) use job::{JOB_NAME_LABEL, LEGACY_JOB_NAME_LABEL};
+pub(crate) use jobset::{
     JOBSET_JOB_GLOBAL_INDEX, JOBSET_JOB_INDEX, JOBSET_NAME_LABEL, JOBSET_REPLICATED_JOB_LABEL,
 };
 pub use kind::Kind;
 pub use parts::{Parts, Success};
-pub use statefulset::STATEFULSET_POD_INDEX;
+pub(crate) use statefulset::STATEFULSET_POD_INDEX;
 
 /// A workload kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
@@ -87,7 +88,7 @@ impl WorkloadKind {
     }
 
     /// Its resource, for a dynamic API client.
-    pub fn api_resource(self) -> ApiResource {
+    pub(crate) fn api_resource(self) -> ApiResource {
         let s = self.spec();
         let version = s.api_version().rsplit('/').next().unwrap_or_default();
         let gvk = GroupVersionKind::gvk(s.group(), version, s.name());
@@ -95,39 +96,39 @@ impl WorkloadKind {
     }
 
     /// The kind whose controller puts the label `key` on its pods with its name.
-    pub fn named_by_label(key: &str) -> Option<WorkloadKind> {
+    pub(crate) fn named_by_label(key: &str) -> Option<WorkloadKind> {
         Self::ALL
             .into_iter()
             .find(|k| k.spec().name_labels().contains(&key))
     }
 
     /// The label its controller puts on its pods with its name, if it has one.
-    pub fn pod_label(self) -> Option<&'static str> {
+    pub(crate) fn pod_label(self) -> Option<&'static str> {
         self.spec().name_labels().first().copied()
     }
 
     /// See [`Kind::per_pod_labels`].
-    pub fn per_pod_labels(self) -> &'static [&'static str] {
+    pub(crate) fn per_pod_labels(self) -> &'static [&'static str] {
         self.spec().per_pod_labels()
     }
 
     /// See [`Kind::owns_pods`].
-    pub fn owns_pods(self) -> bool {
+    pub(crate) fn owns_pods(self) -> bool {
         self.spec().owns_pods()
     }
 
     /// See [`Kind::index_label_for_env`].
-    pub fn index_label_for_env(self) -> Option<&'static str> {
+    pub(crate) fn index_label_for_env(self) -> Option<&'static str> {
         self.spec().index_label_for_env()
     }
 
     /// See [`Kind::runs_to_completion`].
-    pub fn runs_to_completion(self) -> bool {
+    pub(crate) fn runs_to_completion(self) -> bool {
         self.spec().runs_to_completion()
     }
 
     /// See [`Kind::restarts_as_a_whole`].
-    pub fn restarts_as_a_whole(self) -> bool {
+    pub(crate) fn restarts_as_a_whole(self) -> bool {
         self.spec().restarts_as_a_whole()
     }
 
@@ -137,7 +138,7 @@ impl WorkloadKind {
     }
 
     /// See [`Kind::count_source`].
-    pub fn count_source(self) -> &'static str {
+    pub(crate) fn count_source(self) -> &'static str {
         self.spec().count_source()
     }
 
@@ -152,22 +153,22 @@ impl WorkloadKind {
     }
 
     /// See [`Kind::scaled_pods`].
-    pub fn scaled_pods(self, object: &Value) -> u32 {
+    pub(crate) fn scaled_pods(self, object: &Value) -> u32 {
         self.spec().scaled_pods(object)
     }
 
     /// See [`Kind::scale_refusal`].
-    pub fn scale_refusal(self, object: &Value) -> Option<&'static str> {
+    pub(crate) fn scale_refusal(self, object: &Value) -> Option<&'static str> {
         self.spec().scale_refusal(object)
     }
 
     /// See [`Kind::scale_patch`].
-    pub fn scale_patch(self, pods: u32) -> Option<Value> {
+    pub(crate) fn scale_patch(self, pods: u32) -> Option<Value> {
         self.spec().scale_patch(pods)
     }
 
     /// See [`Kind::scales_through_subresource`].
-    pub fn scales_through_subresource(self) -> bool {
+    pub(crate) fn scales_through_subresource(self) -> bool {
         self.spec().scales_through_subresource()
     }
 
@@ -177,7 +178,7 @@ impl WorkloadKind {
     }
 
     /// See [`Kind::elastic_annotations`].
-    pub fn elastic_annotations(self) -> &'static [(&'static str, &'static str)] {
+    pub(crate) fn elastic_annotations(self) -> &'static [(&'static str, &'static str)] {
         self.spec().elastic_annotations()
     }
 
@@ -195,7 +196,7 @@ impl fmt::Display for WorkloadKind {
 
 /// One workload object: its kind and name (in a namespace the context gives).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkloadRef {
+pub(crate) struct WorkloadRef {
     pub kind: WorkloadKind,
     pub name: String,
 }

@@ -40,7 +40,7 @@ pub struct Parts {
     /// Created suspended.
     pub suspend: bool,
     /// `spec.managedBy`.
-    pub managed_by: Option<String>,
+    pub(crate) managed_by: Option<String>,
     /// How many times a JobSet restarts as a whole.
-    pub max_restarts: u32,
+    pub(crate) max_restarts: u32,
 }

@@ -11,7 +11,7 @@ use super::kind::{rule, spec_of, with, Kind};
 use super::parts::Parts;
 
 /// The label the StatefulSet controller puts on each pod with its ordinal.
-pub const STATEFULSET_POD_INDEX: &str = "apps.kubernetes.io/pod-index";
+pub(crate) const STATEFULSET_POD_INDEX: &str = "apps.kubernetes.io/pod-index";
 /// The label it puts on each pod with the pod's name.
 const STATEFULSET_POD_NAME: &str = "statefulset.kubernetes.io/pod-name";
 

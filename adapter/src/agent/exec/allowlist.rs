@@ -25,10 +25,10 @@ pub struct ExecArgs {
 }
 
 /// Default of `--max-exec`.
-pub const DEFAULT_MAX_EXEC: usize = agent::MAX_EXEC.default_u64() as usize;
+pub(crate) const DEFAULT_MAX_EXEC: usize = agent::MAX_EXEC.default_u64() as usize;
 
 /// The file name of the ssh-compatible client daemons start other daemons with.
-pub const RSH_NAME: &str = "prrte-k8s-rsh";
+pub(crate) const RSH_NAME: &str = "prrte-k8s-rsh";
 
 /// Programs that would run any other program.
 const SHELLS: &[&str] = &[
@@ -57,7 +57,7 @@ pub struct ExecPolicy {
 }
 
 /// The `prrte-k8s-rsh` next to the running executable, if there is one.
-pub fn installed_rsh() -> Option<PathBuf> {
+pub(crate) fn installed_rsh() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let rsh = exe.parent()?.join(RSH_NAME);
     rsh.is_file().then_some(rsh)

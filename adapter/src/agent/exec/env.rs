@@ -19,7 +19,7 @@ use crate::protocol::exec::is_var_name;
 
 /// What happens to one variable of an exec request's environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EnvUse {
+pub(crate) enum EnvUse {
     /// Set for the program, to this value (a prefix in its canonical form).
     Pass(String),
     /// Not set: the pod's own value decides (the reason, for the log).
@@ -34,7 +34,7 @@ const PREFIXES: &[&str] = &["PRTE_PREFIX", "PMIX_PREFIX", "OPAL_PREFIX"];
 
 /// Checks one `name=value` of an exec request for `program`: passed, ignored (the pod's value
 /// stays), or refused with the reason. `value` is the expanded value.
-pub fn check_env(name: &str, value: &str, program: &Path) -> Result<EnvUse, ExecError> {
+pub(crate) fn check_env(name: &str, value: &str, program: &Path) -> Result<EnvUse, ExecError> {
     if !is_var_name(name) {
         return Err(ExecError::Env {
             name: name.into(),

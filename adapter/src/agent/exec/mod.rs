@@ -6,21 +6,20 @@
 //! The program gets the same base environment as prted (see [`crate::agent`]), plus
 //! `PRRTE_K8S_SECRET_FILE` and `PRRTE_K8S_AGENT_PORT` of this agent (so that a daemon started
 //! this way can reach the other pods' agents with `prrte-k8s-rsh` itself, as PRRTE's tree spawn
-//! does), then the request's variables as [`env::check_env`] admits them: only what ssh-style
+//! does), then the request's variables as `env::check_env` admits them: only what ssh-style
 //! launchers send, search paths never, an installation prefix only when it is the program's
 //! own. A launcher's daemon (prted, orted, Hydra's proxies) gets only the arguments its
 //! launcher sends ([`crate::agent::launch_policy`]). The program runs in its own process group
 //! (and cgroup), with stdin from the client or `/dev/null`, in the request's `cwd` or the
 //! agent's TMPDIR ([`serve`]).
 
-pub mod allowlist;
+pub(crate) mod allowlist;
 pub mod env;
 pub mod error;
 pub mod prepare;
 pub mod serve;
 
 pub use allowlist::{ExecArgs, ExecPolicy};
-pub use error::{ExecConfigError, ExecError};
 pub(crate) use prepare::Ctx;
-pub use prepare::{ExecRequest, ExecState};
+pub(crate) use prepare::{ExecRequest, ExecState};
 pub(crate) use serve::serve;

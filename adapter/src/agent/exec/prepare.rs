@@ -26,7 +26,7 @@ use crate::protocol::exec::expand;
 
 /// An `exec` request.
 #[derive(Debug, Clone)]
-pub struct ExecRequest {
+pub(crate) struct ExecRequest {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: Option<String>,
@@ -35,7 +35,7 @@ pub struct ExecRequest {
 
 /// The agent's exec settings and the count of programs running.
 #[derive(Debug)]
-pub struct ExecState {
+pub(crate) struct ExecState {
     pub policy: ExecPolicy,
     pub(super) running: AtomicUsize,
 }
@@ -52,9 +52,9 @@ impl ExecState {
 /// What one exec needs of the agent.
 pub(crate) struct Ctx<'a> {
     pub config: &'a AgentConfig,
-    pub reaper: &'a Arc<Reaper>,
+    pub(crate) reaper: &'a Arc<Reaper>,
     pub tracking: &'a Tracking,
-    pub base_env: &'a [(OsString, OsString)],
+    pub(crate) base_env: &'a [(OsString, OsString)],
     pub state: &'a ExecState,
 }
 

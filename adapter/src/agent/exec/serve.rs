@@ -3,7 +3,7 @@
 //! client goes away.
 //!
 //! The connection's loop never waits for the program: stdin is queued for a writer task (at
-//! most [`STDIN_BUDGET`] bytes the program has not read yet; a client that sends more is told
+//! most `STDIN_BUDGET` bytes the program has not read yet; a client that sends more is told
 //! so and its program is stopped), and every send to the client gives way to the agent's
 //! shutdown. So the loop always sees the client's `kill`, its signals and the end of its
 //! connection, and a program whose client went away is stopped within the kill grace.
@@ -35,7 +35,7 @@ use crate::protocol::{
 const DRAIN: Duration = Duration::from_secs(2);
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most stdin bytes held for a program that has not read them yet.
-pub const STDIN_BUDGET: usize = 1 << 20;
+pub(crate) const STDIN_BUDGET: usize = 1 << 20;
 
 /// Why an exec connection ended.
 enum End {

@@ -1,5 +1,5 @@
 //! The command lines the supported launchers give their daemons, as grammars (see
-//! [`super::grammar`]); captured from the launchers themselves and read in their sources:
+//! `grammar`); captured from the launchers themselves and read in their sources:
 //!
 //! * **prted**, from the k8s PLM (a launch request) or from PRRTE's ssh launcher through
 //!   `prrte-k8s-rsh`: as the profile of its PRRTE line says ([`crate::profile`]).
@@ -27,7 +27,7 @@ const RSH: Arg = Arg::Value(Shape::Rsh, Check::Rsh);
 const LAUNCHER: Arg = Arg::Value(Shape::OneOf(&["ssh", "rsh"]), Check::None);
 
 /// Open MPI 4.x's orted as its rsh launcher starts it.
-pub const ORTED: Grammar = Grammar {
+pub(crate) const ORTED: Grammar = Grammar {
     daemon: "orted",
     options: &[
         ("-mca", Arg::Mca(Project::Orte)),
@@ -41,7 +41,7 @@ pub const ORTED: Grammar = Grammar {
 };
 
 /// MPICH's hydra_pmi_proxy as Hydra's ssh launcher starts it.
-pub const HYDRA_PMI_PROXY: Grammar = Grammar {
+pub(crate) const HYDRA_PMI_PROXY: Grammar = Grammar {
     daemon: "hydra_pmi_proxy",
     options: &[
         (
@@ -90,7 +90,7 @@ const INTEL_PMI_PROXY: Grammar = Grammar {
 };
 
 /// Intel MPI's hydra_bstrap_proxy as its Hydra's ssh launcher starts it.
-pub const HYDRA_BSTRAP_PROXY: Grammar = Grammar {
+pub(crate) const HYDRA_BSTRAP_PROXY: Grammar = Grammar {
     daemon: "hydra_bstrap_proxy",
     options: &[
         (
@@ -121,7 +121,7 @@ pub const HYDRA_BSTRAP_PROXY: Grammar = Grammar {
 /// The grammar of the daemon `program` (by file name), if it is one of the launchers' daemons
 /// whose arguments are checked (a prted by the profile of `prrte`); other allowlisted programs
 /// take any arguments.
-pub fn grammar_of(program: &Path, prrte: &'static Profile) -> Option<&'static Grammar> {
+pub(crate) fn grammar_of(program: &Path, prrte: &'static Profile) -> Option<&'static Grammar> {
     match program.file_name()?.to_str()? {
         "prted" | "prte" => Some(prrte.prted_exec),
         "orted" => Some(&ORTED),
@@ -133,7 +133,7 @@ pub fn grammar_of(program: &Path, prrte: &'static Profile) -> Option<&'static Gr
 
 /// Checks the arguments of a daemon started through an `exec` request (`ctx.program` is the
 /// resolved program); the checked, possibly rewritten arguments.
-pub fn check_exec_daemon(
+pub(crate) fn check_exec_daemon(
     argv: &[String],
     ctx: &Ctx<'_>,
 ) -> Result<Option<Vec<String>>, PolicyError> {

@@ -20,7 +20,7 @@ use crate::protocol::params::{lookup, Origin, Project, Shape};
 
 /// What the check needs to know of the request.
 #[derive(Debug, Clone, Copy)]
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub req: Request,
     /// The launcher's address: the authenticated connection's peer.
     pub peer: IpAddr,
@@ -150,7 +150,7 @@ fn bad_value(index: usize, name: &str, value: &str, shape: Shape) -> PolicyError
 }
 
 /// Whether two addresses are the same host (an IPv4-mapped IPv6 address is its IPv4 one).
-pub fn same_host(a: IpAddr, b: IpAddr) -> bool {
+pub(crate) fn same_host(a: IpAddr, b: IpAddr) -> bool {
     let v4 = |x: IpAddr| match x {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(x, IpAddr::V4),
         v => v,
@@ -315,7 +315,7 @@ fn check_tail(
 }
 
 /// `e` with its argument index moved by `by` (for a part checked on its own).
-pub fn shift_index(mut e: PolicyError, by: usize) -> PolicyError {
+pub(crate) fn shift_index(mut e: PolicyError, by: usize) -> PolicyError {
     match &mut e {
         PolicyError::Option { index, .. }
         | PolicyError::Missing { index, .. }

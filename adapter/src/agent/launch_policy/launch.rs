@@ -21,7 +21,7 @@ use crate::protocol::{validate_dvm_uri, validate_launch, InvalidDvmUri, LaunchRe
 
 /// Why the agent refuses a launch request (the reason goes back as `failed {reason}`).
 #[derive(Debug, thiserror::Error)]
-pub enum LaunchRequestError {
+pub(crate) enum LaunchRequestError {
     #[error(transparent)]
     Request(#[from] LaunchRefusal),
     #[error(transparent)]
@@ -33,7 +33,7 @@ pub enum LaunchRequestError {
 /// A launch request from `peer` as the agent checks it: the protocol's checks of its arguments
 /// and environment, this policy's, and those of the DVM URI it carries; prted's checked
 /// arguments (the HNP's URI pinned to `peer`).
-pub fn check_launch_request(
+pub(crate) fn check_launch_request(
     argv: &[String],
     env: &BTreeMap<String, String>,
     dvm_uri: Option<&str>,
@@ -72,7 +72,7 @@ pub fn check_launch(
 
 /// One variable of a launch request's environment: an allowlisted MCA parameter that may come
 /// in the environment, with a value of its shape.
-pub fn check_env_var(name: &str, value: &str) -> Result<(), PolicyError> {
+pub(crate) fn check_env_var(name: &str, value: &str) -> Result<(), PolicyError> {
     let refuse = |why: String| PolicyError::Env {
         req: Request::Launch,
         name: name.to_owned(),

@@ -8,7 +8,7 @@
 //! launchers send ([`daemons`]: PRRTE's k8s PLM and ssh launcher, Open MPI 4.x's rsh launcher,
 //! MPICH's and Intel MPI's Hydra), each option spelled out exactly and each value of its
 //! shape ([`crate::protocol::params`]); the address a daemon reports to is pinned to the
-//! launcher's own (the authenticated connection's peer, [`uri`]), and the program a daemon
+//! launcher's own (the authenticated connection's peer, `uri`), and the program a daemon
 //! starts others with must be the installed `prrte-k8s-rsh`. Everything else is refused with
 //! the reason ([`error`]). A launch request's environment may carry only the MCA parameters
 //! the list admits there ([`launch`]).
@@ -18,17 +18,13 @@
 
 pub mod daemons;
 pub mod error;
-pub mod grammar;
+pub(crate) mod grammar;
 pub mod launch;
 pub mod path;
-pub mod uri;
+pub(crate) mod uri;
 
-pub use daemons::check_exec_daemon;
-pub use error::{PolicyError, Request};
-pub use grammar::Ctx;
-pub use launch::{
-    check_dvm_uri_host, check_env_var, check_launch, check_launch_request, LaunchRequestError,
-};
+pub(crate) use launch::check_launch_request;
+pub use launch::{check_dvm_uri_host, check_launch};
 
 #[cfg(test)]
 mod tests;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// Why a path is not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PathProblem {
+pub(crate) enum PathProblem {
     #[error("it is not an absolute path")]
     Relative,
     #[error("it has a `.` or `..` component")]
@@ -22,7 +22,7 @@ pub enum PathProblem {
 }
 
 /// The canonical form of `value`, or why it is refused (see the module docs).
-pub fn canonical(value: &str) -> Result<PathBuf, PathProblem> {
+pub(crate) fn canonical(value: &str) -> Result<PathBuf, PathProblem> {
     if !value.starts_with('/') {
         return Err(PathProblem::Relative);
     }
@@ -44,7 +44,7 @@ pub fn canonical(value: &str) -> Result<PathBuf, PathProblem> {
 
 /// `value` as the program gets it: as written when that is already its canonical form (up to
 /// repeated or trailing slashes), else the canonical form.
-pub fn as_passed(value: &str, canonical: &Path) -> String {
+pub(crate) fn as_passed(value: &str, canonical: &Path) -> String {
     if Path::new(value).components().eq(canonical.components()) {
         value.to_owned()
     } else {

@@ -22,7 +22,7 @@ struct Entry {
 
 /// Why a URI is not accepted (the caller adds which parameter it was).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UriProblem {
+pub(crate) enum UriProblem {
     /// Not of the form above.
     Malformed(&'static str),
     /// It is, but the launcher's address is not among its addresses (the addresses it names).
@@ -74,7 +74,7 @@ pub fn rank(uri: &str) -> Result<u32, UriProblem> {
 /// length for another family). For a URI the daemon must not reach anyone else through,
 /// although it legitimately names another host (the head, when the daemon reports to a parent
 /// daemon: it then never contacts the head but through that parent).
-pub fn redirect(uri: &str, peer: IpAddr) -> Result<String, UriProblem> {
+pub(crate) fn redirect(uri: &str, peer: IpAddr) -> Result<String, UriProblem> {
     let peer = match peer {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, IpAddr::V4),
         v4 => v4,

@@ -17,7 +17,7 @@ use super::kind::{Found, MpiChoice, MpiKind};
 use super::openmpi::{probe_ompi_version, probe_prrte};
 
 /// Directories MPIs are installed to off `PATH` (searched after `PATH`).
-pub const WELL_KNOWN_DIRS: &[&str] = &[
+pub(crate) const WELL_KNOWN_DIRS: &[&str] = &[
     "/usr/lib64/openmpi/bin",
     "/usr/lib64/openmpi5/bin",
     "/usr/lib64/mpich/bin",
@@ -30,14 +30,18 @@ pub const WELL_KNOWN_DIRS: &[&str] = &[
 
 /// A directory to look in.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SearchDir {
+pub(crate) struct SearchDir {
     pub dir: PathBuf,
     pub on_path: bool,
 }
 
 /// Where to look: the absolute directories of `path` (in order, each once), then `extra`;
 /// `skip` (the injected runtime's own `bin/`) left out.
-pub fn search_dirs(path: Option<&OsStr>, extra: &[&str], skip: &[PathBuf]) -> Vec<SearchDir> {
+pub(crate) fn search_dirs(
+    path: Option<&OsStr>,
+    extra: &[&str],
+    skip: &[PathBuf],
+) -> Vec<SearchDir> {
     let mut out: Vec<SearchDir> = Vec::new();
     let mut add = |dir: PathBuf, on_path: bool| {
         if dir.is_absolute() && !skip.contains(&dir) && !out.iter().any(|d| d.dir == dir) {
@@ -56,7 +60,7 @@ pub fn search_dirs(path: Option<&OsStr>, extra: &[&str], skip: &[PathBuf]) -> Ve
 }
 
 /// Whether `p` is a file this process may execute.
-pub fn is_executable(p: &Path) -> bool {
+pub(crate) fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file())
         && nix::unistd::access(p, nix::unistd::AccessFlags::X_OK).is_ok()
 }
@@ -96,7 +100,7 @@ pub fn candidates(dirs: &[SearchDir], choice: MpiChoice) -> Vec<Candidate> {
 }
 
 /// Asks a candidate's programs what it is. `Err` when its programs cannot be run at all.
-pub async fn examine(c: &Candidate) -> Result<Found, MpiError> {
+pub(crate) async fn examine(c: &Candidate) -> Result<Found, MpiError> {
     let daemon = c.daemon();
     let unusable = |why: String| MpiError::Unusable {
         what: c.kind.describe().to_owned(),
@@ -126,7 +130,7 @@ pub async fn examine(c: &Candidate) -> Result<Found, MpiError> {
 /// Which of several candidates `mpiexec`/`mpirun` on `PATH` belongs to: the one whose
 /// directory holds the launcher's real file, else the one the file's name says
 /// (`mpirun.openmpi`, `mpiexec.hydra`, `mpirun.mpich`, `orterun`, `prterun`).
-pub fn pick_by_launcher(cands: &[Candidate], dirs: &[SearchDir]) -> Option<usize> {
+pub(crate) fn pick_by_launcher(cands: &[Candidate], dirs: &[SearchDir]) -> Option<usize> {
     let launcher = dirs
         .iter()
         .filter(|d| d.on_path)
@@ -177,7 +181,7 @@ pub struct DetectEnv {
     /// The agent's `PATH`.
     pub path: Option<std::ffi::OsString>,
     /// Directories searched after `PATH` ([`WELL_KNOWN_DIRS`] by default).
-    pub extra_dirs: Vec<String>,
+    pub(crate) extra_dirs: Vec<String>,
     /// Left out of the search (the injected runtime's `bin/`).
     pub skip: Vec<PathBuf>,
 }
@@ -234,7 +238,7 @@ pub async fn detect(choice: MpiChoice, env: &DetectEnv) -> Result<Found, MpiErro
 }
 
 /// The word `--mpi` takes for `choice`.
-pub fn choice_name(choice: MpiChoice) -> &'static str {
+pub(crate) fn choice_name(choice: MpiChoice) -> &'static str {
     match choice {
         MpiChoice::Auto => "auto",
         MpiChoice::Openmpi => "openmpi",

@@ -8,7 +8,7 @@ use super::probe::{probe, PROBE_TIMEOUT};
 
 /// The MPI and version from `mpiexec.hydra --version`: MPICH prints `HYDRA build details:` and
 /// `Version: 4.2.1`; Intel MPI `Intel(R) MPI Library for Linux* OS, Version 2021.16 Build ...`.
-pub fn parse_hydra_version(kind: MpiKind, text: &str) -> Option<String> {
+pub(crate) fn parse_hydra_version(kind: MpiKind, text: &str) -> Option<String> {
     if let Some(v) = text.lines().find_map(|l| {
         let (_, rest) = l.split_once("Intel(R) MPI Library")?;
         let (_, v) = rest.split_once("Version")?;
@@ -28,7 +28,7 @@ pub fn parse_hydra_version(kind: MpiKind, text: &str) -> Option<String> {
 }
 
 /// The version of the Hydra in `dir` (`mpiexec.hydra --version`, else `mpiexec --version`).
-pub async fn probe_hydra_version(kind: MpiKind, dir: &Path) -> Option<String> {
+pub(crate) async fn probe_hydra_version(kind: MpiKind, dir: &Path) -> Option<String> {
     for prog in ["mpiexec.hydra", "mpiexec"] {
         let p = dir.join(prog);
         if !p.is_file() {
@@ -46,7 +46,7 @@ pub async fn probe_hydra_version(kind: MpiKind, dir: &Path) -> Option<String> {
 /// Hydra's settings for the job's command (each only where the agent's environment does not
 /// set it): the ssh launcher is `rsh`, the hosts are `hostfile`, and the proxies call back on
 /// the pod's interface `iface` (pods have no DNS names for each other).
-pub fn hydra_env(
+pub(crate) fn hydra_env(
     kind: MpiKind,
     rsh: &Path,
     hostfile: &Path,

@@ -61,7 +61,7 @@ impl MpiKind {
     }
 
     /// Whether `--mpi choice` admits this kind.
-    pub fn chosen_by(self, choice: MpiChoice) -> bool {
+    pub(crate) fn chosen_by(self, choice: MpiChoice) -> bool {
         match choice {
             MpiChoice::Auto => true,
             MpiChoice::Openmpi => matches!(self, MpiKind::Prrte | MpiKind::Orte),
@@ -79,7 +79,7 @@ pub struct PrrteInfo {
     /// PMIx's version, e.g. `5.0.7`.
     pub pmix: Option<String>,
     /// Whether PRRTE loads components from files (`dl support: yes`).
-    pub dl_support: Option<bool>,
+    pub(crate) dl_support: Option<bool>,
     /// The directory PRRTE loads its components from by default.
     pub pkglibdir: Option<PathBuf>,
 }

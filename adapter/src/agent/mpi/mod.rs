@@ -2,9 +2,9 @@
 //! pod (`/opt/prrte-k8s`: the static agent, `prrte-k8s-rsh`, the k8s components, the site
 //! parameter file) and nothing written into the image.
 //!
-//! At start the agent finds the image's MPI ([`detect`]: its daemon on `PATH` or in the
+//! At start the agent finds the image's MPI (`detect`: its daemon on `PATH` or in the
 //! directories distributions use, what its programs say about it), decides how its launcher
-//! starts daemons on the job's pods ([`plan`]), and prepares what that launcher needs
+//! starts daemons on the job's pods (`plan`), and prepares what that launcher needs
 //! ([`prepare`]): for an Open MPI 5 on the PRRTE the components are built for, the k8s components in a component
 //! directory of the agent's, so the image's own `prte`/`mpirun` allocates through `ras k8s`
 //! and starts the image's `prted` through the pods' agents (`plm k8s`); for any other MPI
@@ -16,19 +16,18 @@
 //!
 //! `prrte-k8s-agent --mpi auto --detect-only` prints what was found and what would be set.
 
-pub mod detect;
+pub(crate) mod detect;
 pub mod error;
-pub mod hydra;
-pub mod kind;
+pub(crate) mod hydra;
+pub(crate) mod kind;
 pub mod openmpi;
-pub mod plan;
+pub(crate) mod plan;
 pub mod prepare;
 pub mod probe;
 pub mod select;
 
 pub use detect::DetectEnv;
-pub use error::MpiError;
-pub use kind::{Found, MpiChoice, MpiKind};
+pub(crate) use kind::MpiChoice;
 pub use plan::{Launch, Plan};
 pub use prepare::Prepared;
 pub use select::{resolve, wants_detection};

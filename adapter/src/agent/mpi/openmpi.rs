@@ -37,7 +37,7 @@ fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
 /// PRRTE's facts from `prte_info`'s output (and `prte_info --path pkglibdir`'s, which may be
 /// the same text). `PRTE: 3.0.x2025-02-17` is the version with the repo revision glued on;
 /// PRRTE 5 says `PRRTE: 5.0.0rc1` and `PRRTE repo revision`.
-pub fn parse_prte_info(text: &str) -> PrrteInfo {
+pub(crate) fn parse_prte_info(text: &str) -> PrrteInfo {
     let revision = field(text, "PRTE repo revision")
         .or_else(|| field(text, "PRRTE repo revision"))
         .unwrap_or("");
@@ -67,7 +67,7 @@ pub fn parse_prte_info(text: &str) -> PrrteInfo {
 }
 
 /// The version in `prted (PRRTE) 3.0.x` / `prte (PRRTE) 5.0.0rc1`.
-pub fn parse_prrte_version_line(text: &str) -> Option<String> {
+pub(crate) fn parse_prrte_version_line(text: &str) -> Option<String> {
     text.lines().find_map(|l| {
         let (_, rest) = l.split_once("(PRRTE)")?;
         leading_version(rest)
@@ -76,7 +76,7 @@ pub fn parse_prrte_version_line(text: &str) -> Option<String> {
 
 /// `Open MPI X.Y.Z` from `ompi_info --version` (`Open MPI v4.1.4`) or `mpirun --version`
 /// (`mpirun (Open MPI) 5.0.7`).
-pub fn parse_ompi_version(text: &str) -> Option<String> {
+pub(crate) fn parse_ompi_version(text: &str) -> Option<String> {
     text.lines().find_map(|l| {
         let (_, rest) = l.split_once("Open MPI")?;
         let rest = rest.trim_start_matches(')').trim().trim_start_matches('v');
@@ -86,7 +86,7 @@ pub fn parse_ompi_version(text: &str) -> Option<String> {
 
 /// What PRRTE in `dir` says about itself: `prte_info` (and `prte_info --path pkglibdir`), else
 /// `prted --version`. `Err` only when none of them can be run at all.
-pub async fn probe_prrte(dir: &Path, prted: &Path) -> Result<PrrteInfo, ProbesFailed> {
+pub(crate) async fn probe_prrte(dir: &Path, prted: &Path) -> Result<PrrteInfo, ProbesFailed> {
     let prte_info = dir.join("prte_info");
     let mut info = PrrteInfo::default();
     let mut errors = Vec::new();
@@ -113,7 +113,7 @@ pub async fn probe_prrte(dir: &Path, prted: &Path) -> Result<PrrteInfo, ProbesFa
 
 /// The Open MPI version of the installation in `dir` (`ompi_info --version`, else `mpirun
 /// --version`), if it says.
-pub async fn probe_ompi_version(dir: &Path) -> Option<String> {
+pub(crate) async fn probe_ompi_version(dir: &Path) -> Option<String> {
     for (prog, args) in [
         ("ompi_info", &["--version"][..]),
         ("mpirun", &["--version"]),
@@ -134,7 +134,7 @@ pub async fn probe_ompi_version(dir: &Path) -> Option<String> {
 /// Why the components do not fit an image's PRRTE (the one line the agent logs before it falls
 /// back to PRRTE's ssh launcher through prrte-k8s-rsh).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Misfit {
+pub(crate) enum Misfit {
     #[error("its PRRTE did not say its version (prte_info, prted --version)")]
     NoVersion,
     #[error("its PRRTE is {0}, the k8s components are built for PRRTE {1}")]
@@ -149,7 +149,7 @@ pub enum Misfit {
 }
 
 /// `Ok` when the components fit this PRRTE; else why not.
-pub fn components_fit(info: &PrrteInfo) -> Result<(), Misfit> {
+pub(crate) fn components_fit(info: &PrrteInfo) -> Result<(), Misfit> {
     let Some(version) = &info.version else {
         return Err(Misfit::NoVersion);
     };

@@ -11,7 +11,7 @@ use crate::hostfile::Format;
 use crate::profile::Profile;
 
 /// The component files of the injected runtime (under `lib/prte/`).
-pub const COMPONENT_FILES: [&str; 2] = ["prte_mca_ras_k8s.so", "prte_mca_plm_k8s.so"];
+pub(crate) const COMPONENT_FILES: [&str; 2] = ["prte_mca_ras_k8s.so", "prte_mca_plm_k8s.so"];
 
 /// How the job's launcher (the batch command, the DVM head) starts its daemons.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,12 +128,12 @@ impl Plan {
     }
 
     /// The injected runtime's components.
-    pub fn components_dir(&self) -> PathBuf {
+    pub(crate) fn components_dir(&self) -> PathBuf {
         self.runtime.join("lib/prte")
     }
 
     /// The injected runtime's site parameter file.
-    pub fn param_file(&self) -> PathBuf {
+    pub(crate) fn param_file(&self) -> PathBuf {
         self.runtime.join("etc/prte-mca-params.conf")
     }
 
@@ -154,7 +154,7 @@ impl Plan {
     }
 
     /// The programs `exec` requests (`prrte-k8s-rsh` from the launcher's pod) may run.
-    pub fn exec_allow(&self) -> Vec<PathBuf> {
+    pub(crate) fn exec_allow(&self) -> Vec<PathBuf> {
         match self.launch {
             Launch::Components => Vec::new(),
             _ => vec![self.found.daemon.clone()],
@@ -162,7 +162,7 @@ impl Plan {
     }
 
     /// The hostfile the launcher reads, where it needs one.
-    pub fn hostfile_format(&self) -> Option<Format> {
+    pub(crate) fn hostfile_format(&self) -> Option<Format> {
         match self.launch {
             Launch::Components => None,
             Launch::PrrteRsh | Launch::OrteRsh => Some(Format::Openmpi),

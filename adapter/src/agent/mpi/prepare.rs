@@ -19,7 +19,7 @@
 //!   request instead of daemonizing, so its agent supervises it and stops it when the
 //!   launcher's connection goes). ORTE's mpirun hands every `OMPI_MCA_*` of its environment to
 //!   the orteds as `-mca` arguments, which the exec allowlist admits.
-//! - **Hydra**: see [`super::hydra::hydra_env`]; Intel MPI also `I_MPI_PERHOST=<slots>` when
+//! - **Hydra**: see `hydra::hydra_env`; Intel MPI also `I_MPI_PERHOST=<slots>` when
 //!   every pod has the same number of slots (its `-f` host file carries no counts).
 //!
 //! Every variable is set only where the agent's own environment does not set it (the pod spec
@@ -54,13 +54,13 @@ pub struct Prepared {
     /// The variables the command gets (unless the agent's environment sets them).
     pub env: Vec<(String, String)>,
     /// Directories appended to the command's `PATH`.
-    pub path_append: Vec<PathBuf>,
+    pub(crate) path_append: Vec<PathBuf>,
     /// The site parameter file could not be read (logged at start).
     pub warnings: Vec<String>,
 }
 
 /// The interface holding `ip`, if any (Hydra's proxies call back on it).
-pub fn interface_of(ip: IpAddr) -> Option<String> {
+pub(crate) fn interface_of(ip: IpAddr) -> Option<String> {
     let addrs = nix::ifaddrs::getifaddrs().ok()?;
     for a in addrs {
         let Some(sa) = a.address else { continue };
@@ -77,7 +77,11 @@ pub fn interface_of(ip: IpAddr) -> Option<String> {
 
 /// A directory of symlinks: to each of `ours` (all of it), then to each entry of `image` whose
 /// name is not taken yet. A missing `image` directory is no error (Debian's is not created).
-pub fn merge_components(dst: &Path, ours: &Path, image: Option<&Path>) -> std::io::Result<()> {
+pub(crate) fn merge_components(
+    dst: &Path,
+    ours: &Path,
+    image: Option<&Path>,
+) -> std::io::Result<()> {
     std::fs::create_dir_all(dst)?;
     let link_all = |from: &Path, required: bool| -> std::io::Result<()> {
         let entries = match std::fs::read_dir(from) {
@@ -207,7 +211,7 @@ impl Prepared {
     /// The command's variables (the plan's, `I_MPI_PERHOST` from `alloc`, the `PATH` with the
     /// runtime appended), each only where `current` (the agent's
     /// environment) does not set it, `PATH` always.
-    pub fn command_env(
+    pub(crate) fn command_env(
         &self,
         alloc: Option<&Allocation>,
         current: impl Fn(&str) -> Option<OsString>,
@@ -241,7 +245,10 @@ impl Prepared {
 
     /// Writes the hostfile (if the plan has one) from the allocation: one line per pod in
     /// allocation order, by IP (no DNS), atomically (the command never sees half a file).
-    pub fn write_hostfile(&self, alloc: &Allocation) -> Result<Option<&Path>, HostfileError> {
+    pub(crate) fn write_hostfile(
+        &self,
+        alloc: &Allocation,
+    ) -> Result<Option<&Path>, HostfileError> {
         let (Some(path), Some(format)) = (&self.hostfile, self.plan.hostfile_format()) else {
             return Ok(None);
         };
@@ -295,7 +302,7 @@ impl Prepared {
 /// The hostfile could not be written.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write the hostfile {}: {source}", path.display())]
-pub struct HostfileError {
+pub(crate) struct HostfileError {
     pub path: PathBuf,
     pub source: std::io::Error,
 }

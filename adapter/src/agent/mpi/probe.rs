@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 /// How long one probe may run before it is killed.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a probe printed and whether it exited 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +29,7 @@ pub enum ProbeError {
 /// None of the probes of an installation could run: each one's reason, in order.
 #[derive(Debug, thiserror::Error)]
 #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
-pub struct ProbesFailed(pub Vec<ProbeError>);
+pub(crate) struct ProbesFailed(pub Vec<ProbeError>);
 
 /// Runs `program args` (bounded by `timeout`, killed after it). `Err` when it cannot be started
 /// or did not end in time, naming the program and why.

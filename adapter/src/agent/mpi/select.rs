@@ -18,7 +18,7 @@ pub fn wants_detection(args: &AgentArgs) -> bool {
 
 /// The injected runtime the agent runs from: the parent of the directory of `exe` (the agent's
 /// own executable, `<runtime>/bin/prrte-k8s-agent`).
-pub fn runtime_of(exe: &Path) -> Option<PathBuf> {
+pub(crate) fn runtime_of(exe: &Path) -> Option<PathBuf> {
     Some(exe.parent()?.parent()?.to_owned())
 }
 

@@ -15,19 +15,19 @@ use crate::settings::mca;
 use crate::workload::{Success, WorkloadKind};
 
 /// Kueue's label naming the LocalQueue a Job is submitted to.
-pub const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
+pub(crate) const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 
 /// What the command line adds to a converted MPIJob.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Overrides {
+pub(crate) struct Overrides {
     /// `--name` instead of `metadata.name`.
     pub name: Option<String>,
     /// `-n` instead of `metadata.namespace`.
     pub namespace: Option<String>,
     /// `--inject-image`.
-    pub inject_image: String,
+    pub(crate) inject_image: String,
     /// `--image-pull-policy` for every container.
-    pub pull_policy: Option<String>,
+    pub(crate) pull_policy: Option<String>,
     /// `--env` of every pod (last, so they win).
     pub env: Vec<(String, String)>,
     /// `--only`.
@@ -42,7 +42,7 @@ pub struct Overrides {
 
 /// The job an MPIJob (YAML or JSON `text`) describes, and the notes on what it changed or
 /// cannot honour.
-pub fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Note>), MpiJobError> {
+pub(crate) fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Note>), MpiJobError> {
     let mut notes = Vec::new();
     let job = parse(text, &mut notes)?;
     let name = o.name.clone().unwrap_or_else(|| job.name.clone());

@@ -37,6 +37,6 @@ mod reader;
 mod tests;
 mod volumes;
 
-pub use convert::{from_mpijob, Overrides, QUEUE_LABEL};
-pub use error::{MpiJobError, Note};
-pub use parse::CONTROLLER_NAME;
+pub(crate) use convert::{from_mpijob, Overrides};
+pub(crate) use error::{MpiJobError, Note};
+pub(crate) use parse::CONTROLLER_NAME;

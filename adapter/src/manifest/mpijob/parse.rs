@@ -12,7 +12,7 @@ pub(super) const API_VERSION: &str = "kubeflow.org/v2beta1";
 
 /// `spec.runPolicy.managedBy` of the MPIJobs `prrte-k8s controller` reconciles (mpi-operator
 /// skips every value but its own, `kubeflow.org/mpi-operator`).
-pub const CONTROLLER_NAME: &str = "prrte-k8s.io/controller";
+pub(crate) const CONTROLLER_NAME: &str = "prrte-k8s.io/controller";
 
 /// mpi-operator's own `managedBy`.
 pub(super) const MPI_OPERATOR: &str = "kubeflow.org/mpi-operator";
@@ -20,22 +20,22 @@ pub(super) const MPI_OPERATOR: &str = "kubeflow.org/mpi-operator";
 /// `spec.runPolicy.schedulingPolicy`.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(super) struct Scheduling {
-    pub min_available: Option<i64>,
+    pub(crate) min_available: Option<i64>,
     pub queue: Option<String>,
-    pub min_resources: Option<Value>,
-    pub priority_class: Option<String>,
-    pub schedule_timeout: Option<i64>,
+    pub(crate) min_resources: Option<Value>,
+    pub(crate) priority_class: Option<String>,
+    pub(crate) schedule_timeout: Option<i64>,
 }
 
 /// `spec.runPolicy`.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(super) struct RunPolicy {
-    pub clean_pod_policy: Option<&'static str>,
+    pub(crate) clean_pod_policy: Option<&'static str>,
     pub ttl: Option<u64>,
     pub deadline: Option<u64>,
-    pub backoff_limit: Option<u64>,
+    pub(crate) backoff_limit: Option<u64>,
     pub suspend: bool,
-    pub managed_by: Option<&'static str>,
+    pub(crate) managed_by: Option<&'static str>,
     pub scheduling: Scheduling,
 }
 
@@ -61,11 +61,11 @@ pub(super) struct MpiJob {
     pub namespace: Option<String>,
     pub labels: Map<String, Value>,
     pub annotations: Map<String, Value>,
-    pub slots_per_worker: u32,
-    pub run_launcher_as_worker: bool,
+    pub(crate) slots_per_worker: u32,
+    pub(crate) run_launcher_as_worker: bool,
     /// The agent's `--mpi` for `mpiImplementation`.
     pub mpi: &'static str,
-    pub run_policy: RunPolicy,
+    pub(crate) run_policy: RunPolicy,
     pub launcher: Replica,
     pub worker: Option<Replica>,
 }

@@ -66,7 +66,7 @@ pub(super) struct Pods {
     pub env: Vec<Value>,
     pub mounts: Vec<Value>,
     pub volumes: Vec<Value>,
-    pub init_containers: Vec<Value>,
+    pub(crate) init_containers: Vec<Value>,
     pub identity: Identity,
     /// The Launcher's command and args: the batch command.
     pub command: Vec<String>,
