@@ -10,20 +10,20 @@
 //! plain threads (the PRRTE RAS component).
 
 pub(crate) mod allocation;
-pub mod api;
+pub(crate) mod api;
 pub mod client;
-pub mod error;
+pub(crate) mod error;
 pub(crate) mod infer;
 pub(crate) mod keys;
 pub mod list;
-pub mod names;
+pub(crate) mod names;
 pub(crate) mod order;
 pub(crate) mod progress;
 pub(crate) mod quantity;
 pub(crate) mod readiness;
 pub mod record;
 pub mod render;
-pub mod selector;
+pub(crate) mod selector;
 pub(crate) mod slots;
 pub mod tracker;
 pub mod wait;

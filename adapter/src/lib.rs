@@ -4,13 +4,14 @@
 //! component, the in-pod agent and its wire protocol, and the launcher side the PLM component
 //! drives. The `cabi` crate wraps this for PRRTE.
 //!
-//! Who uses what (everything else is `pub(crate)`, or public only because a public item's
-//! signature names it; the integration tests in `adapter/tests` also reach the agent's and the
-//! protocol's parts):
+//! Who uses what. An item, field or module is `pub` only when something outside the library
+//! names it: the binaries, `cabi`, the sandbox crate (`tests/`), the benches, or the
+//! integration tests in `adapter/tests` (which also reach the agent's and the protocol's
+//! parts); a type a public signature names stays `pub` too. Everything else is `pub(crate)`.
 //! - `cabi` (`prte_mca_ras_k8s.so`, `prte_mca_plm_k8s.so`): [`discovery`] (`discover`,
 //!   `DiscoveryConfig`, `Allocation`, `DiscoveryError`), [`launch`] (the round state machine
 //!   [`launch::rounds`], `Launcher`, [`launch::targets`]' pod table, [`launch::added`], [`launch::prted_args`],
-//!   [`launch::settings`]), [`settings::mca`] (the MCA parameter tables it registers) and
+//!   the round settings), [`settings::mca`] (the MCA parameter tables it registers) and
 //!   [`protocol::DEFAULT_SECRET_FILE`].
 //! - `prrte-k8s-agent`: [`agent`] (`AgentArgs`, `AgentConfig`, `ExecPolicy`,
 //!   `run_until_signalled_with_exec`), [`runtime`],

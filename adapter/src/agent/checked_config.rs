@@ -71,7 +71,7 @@ impl Default for ConnLimits {
     }
 }
 
-/// Batch mode: what this agent does (see [`crate::agent::batch`]).
+/// Batch mode: what this agent does (see `agent::batch`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchConfig {
     /// Run `command` (argv) once the pod is ready; tell the other pods' agents when it ended.

@@ -28,15 +28,15 @@
 //!   running DVM ends `Failed`, so its Job's pod failure policy fails the Job. With `--preempt-grace` a SIGTERM
 //!   while a prted runs or a launcher watches first tells those launchers (`preempt`) and holds
 //!   prted until it ends, the grace period is nearly over or a second signal comes (see
-//!   [`preempt`]).
+//!   `preempt`).
 
-pub mod batch;
+pub(crate) mod batch;
 pub(crate) mod batch_launcher;
 pub(crate) mod cgroup;
 pub(crate) mod checked_config;
 pub(crate) mod child_env;
-pub mod config;
-pub mod conn;
+pub(crate) mod config;
+pub(crate) mod conn;
 pub(crate) mod dvm_uri;
 pub mod exec;
 pub(crate) mod exit_status;
@@ -47,9 +47,9 @@ pub mod launch_policy;
 pub mod limits;
 pub(crate) mod local_launch;
 pub mod mpi;
-pub mod preempt;
+pub(crate) mod preempt;
 pub mod proc_stat;
-pub mod process;
+pub(crate) mod process;
 pub(crate) mod prted_cmd;
 pub(crate) mod tracking;
 

@@ -4,7 +4,7 @@
 //! its own), or, with `--manage-all`, when it names none.
 //!
 //! Each MPIJob gets the plan `prrte-k8s manifest --from-mpijob` renders (the same conversion,
-//! [`crate::manifest::mpijob`]): ServiceAccount, Role, RoleBinding, a Secret whose key is made
+//! `manifest::mpijob`): ServiceAccount, Role, RoleBinding, a Secret whose key is made
 //! here and never printed, the Indexed Job and its NetworkPolicy, every one owned by the MPIJob
 //! (`controller: true`), so deleting the MPIJob deletes them. `runPolicy.suspend` suspends the
 //! Job; what Kueue writes into the templates while it is suspended reaches the Job's pods. The
@@ -15,7 +15,7 @@
 //! Prometheus metrics and their endpoint; `reconcile` one reconcile against the API; `run` the
 //! command: leader election and kube-runtime's `Controller`.
 
-pub mod crd;
+pub(crate) mod crd;
 pub(crate) mod desired;
 #[cfg(test)]
 mod desired_tests;
@@ -24,7 +24,7 @@ pub(crate) mod reconcile;
 #[cfg(test)]
 mod reconcile_tests;
 pub mod run;
-pub mod status;
+pub(crate) mod status;
 #[cfg(test)]
 mod status_tests;
 

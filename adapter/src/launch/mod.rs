@@ -3,7 +3,7 @@
 //!
 //! This is what PRRTE's k8s PLM component drives (through the C ABI) from its own thread; what
 //! it launches in each round, and what it reports to PRRTE about the outcomes, is decided by
-//! [`rounds`], from the [`settings`] the PLM's parameters give, the nodes resolved to pods by
+//! [`rounds`], from the `settings` the PLM's parameters give, the nodes resolved to pods by
 //! [`targets`] (hosts added to a running DVM by [`added`]) and prted's command line adapted by [`prted_args`]. `connect` holds the
 //! connection to one agent, which the batch launcher, `prrte-k8s-rsh` and `doctor` use too.
 //!
@@ -41,7 +41,7 @@ mod event;
 pub mod prted_args;
 mod request;
 pub mod rounds;
-pub mod settings;
+pub(crate) mod settings;
 pub mod targets;
 mod watch;
 

@@ -18,7 +18,7 @@
 //!
 //! **Batch** (a command after `--`): the agent of the pod with index 0 runs it once the pod is
 //! ready; its output is the pod's log; when it ends every other agent exits too (see
-//! [`crate::agent::batch`]). The Job has `backoffLimit: 0`, a `successPolicy` on index 0 (or
+//! `agent::batch`). The Job has `backoffLimit: 0`, a `successPolicy` on index 0 (or
 //! none: all indexes must succeed), a `podFailurePolicy` that fails the Job at the first
 //! disruption or non-zero exit and names it, an optional `activeDeadlineSeconds` and a
 //! `ttlSecondsAfterFinished`. **Interactive** (no command): the agent of pod 0 runs the DVM head
@@ -39,7 +39,7 @@
 //! `btl_tcp_port_range_v4`).
 //!
 //! **Inputs.** The job comes from the command-line options ([`ManifestArgs::plan`]) or from a
-//! kubeflow.org/v2beta1 MPIJob ([`mpijob`], `--from-mpijob`), as a `JobPlan` the renderers
+//! kubeflow.org/v2beta1 MPIJob (`mpijob`, `--from-mpijob`), as a `JobPlan` the renderers
 //! read. The agent and PRRTE are in the image, or the runtime is injected into any image by
 //! an init container (`inject`, `--inject`; implied by `--from-mpijob`). [`restricted`] checks a
 //! pod template against the restricted pod security level; a converted MPIJob is checked with
@@ -64,7 +64,7 @@ mod header;
 mod inject;
 mod layout;
 mod meta;
-pub mod mpijob;
+pub(crate) mod mpijob;
 mod network_policy;
 mod options;
 mod plan;

@@ -62,7 +62,7 @@
 //!   name an executable (there is no field for one; a field such as `executable` or `program`, or
 //!   an `argv[0]` that looks like a path to a program, is refused). `env` keys must match
 //!   `^(PRTE|PMIX|OMPI)_[A-Za-z0-9_]*$` and values must not contain NUL (see [`validate_launch`]);
-//!   the agent admits only the arguments and MCA parameters of [`params`] (see
+//!   the agent admits only the arguments and MCA parameters of `params` (see
 //!   `crate::agent::launch_policy`).
 //!   An optional `"dvm_uri":"<nspace>.<rank>;tcp4://<ipv4>:<port>"` is the URI of the DVM's
 //!   PMIx tool server (prte's); the agent writes it to its DVM URI file (default
@@ -116,7 +116,7 @@ mod handshake;
 pub mod liveness;
 mod messages;
 mod noise;
-pub mod params;
+pub(crate) mod params;
 mod secret;
 mod session;
 mod signal;

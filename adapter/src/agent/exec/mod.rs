@@ -11,13 +11,13 @@
 //! own. A launcher's daemon (prted, orted, Hydra's proxies) gets only the arguments its
 //! launcher sends ([`crate::agent::launch_policy`]). The program runs in its own process group
 //! (and cgroup), with stdin from the client or `/dev/null`, in the request's `cwd` or the
-//! agent's TMPDIR ([`serve`]).
+//! agent's TMPDIR (`serve`).
 
 pub(crate) mod allowlist;
-pub mod env;
-pub mod error;
-pub mod prepare;
-pub mod serve;
+pub(crate) mod env;
+pub(crate) mod error;
+pub(crate) mod prepare;
+pub(crate) mod serve;
 
 pub use allowlist::{ExecArgs, ExecPolicy};
 pub(crate) use prepare::Ctx;
