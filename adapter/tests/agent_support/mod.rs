@@ -602,3 +602,18 @@ pub async fn assert_idle(addr: SocketAddr, secret: &[u8]) {
         }
     }
 }
+
+/// The agent's `GET /metrics` answer at `addr` (blocking; the body only).
+pub fn scrape_metrics(addr: SocketAddr) -> String {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(STEP)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: agent\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    out.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default()
+}
