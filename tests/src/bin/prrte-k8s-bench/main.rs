@@ -85,7 +85,7 @@ struct Args {
     /// Only the controller: MPIJobs of --pods pods through `prrte-k8s controller` (a process
     /// against the sandbox) against `prrte-k8s manifest --from-mpijob` applied, --runs each,
     /// then a burst of --burst MPIJobs of 2 pods with the controller's CPU time and RSS.
-    #[arg(long, conflicts_with_all = ["batch_only", "no_batch", "no_grow"])]
+    #[arg(long, conflicts_with = "batch_only")]
     controller_only: bool,
     /// MPIJobs of 2 pods applied at once in the controller's burst (0: none).
     #[arg(long, default_value_t = 20)]
