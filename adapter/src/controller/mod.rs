@@ -13,12 +13,16 @@
 //! Layout: `crd` the MPIJob's types and CRD; `desired` the objects an MPIJob should have and
 //! the Job's update (pure); `status` the status from the Job and its pods (pure); `metrics` the
 //! Prometheus metrics and their endpoint; `reconcile` one reconcile against the API; `run` the
-//! command: leader election and kube-runtime's `Controller`.
+//! command: leader election and kube-runtime's `Controller`; `install` the objects that install
+//! the controller (`prrte-k8s manifest --controller`, `prrte-config/deploy/`).
 
 pub mod crd;
 pub mod desired;
 #[cfg(test)]
 mod desired_tests;
+pub mod install;
+#[cfg(test)]
+mod install_tests;
 pub mod metrics;
 pub mod reconcile;
 #[cfg(test)]
