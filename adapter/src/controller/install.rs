@@ -60,7 +60,7 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
 /// `escalate` or `bind`).
 pub fn cluster_rules() -> Vec<PolicyRule> {
     vec![
-        rule("kubeflow.org", &["mpijobs"], &["get", "list", "watch"]),
+        rule("kubeflow.org", &["mpijobs"], &["list", "watch"]),
         rule("kubeflow.org", &["mpijobs/status"], &["patch"]),
         rule(
             "batch",
