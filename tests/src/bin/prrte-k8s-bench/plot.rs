@@ -315,6 +315,14 @@ mod tests {
     }
 
     #[test]
+    fn the_log_axes_are_labelled_at_the_pod_counts_and_1_2_5_seconds() {
+        let all = series(&report()).unwrap();
+        assert_eq!(pod_ticks(&all), vec![4.0, 16.0, 32.0]);
+        assert_eq!(second_ticks(0.15, 7.0), vec![0.2, 0.5, 1.0, 2.0, 5.0]);
+        assert!(second_ticks(0.0011, 0.0019).is_empty());
+    }
+
+    #[test]
     fn write_png_writes_a_png_file() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("bench.png");
