@@ -50,9 +50,10 @@ struct Args {
     /// Pod counts to measure, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "4,16,32")]
     pods: Vec<usize>,
-    /// Ranks of `true` per pod in the second job into each fresh DVM (after `hostname` at 2
-    /// per pod and `true` at 1 per pod), oversubscribed; 0 leaves it out.
-    #[arg(long, default_value_t = 94)]
+    /// Ranks of `true` per pod in a further job into each fresh DVM (after `hostname` at 2
+    /// per pod and `true` at 1 per pod), oversubscribed: 94 for the largest published
+    /// mpi-operator run (64 x 94); 0 (the default) leaves it out.
+    #[arg(long, default_value_t = 0)]
     ranks_per_pod: usize,
     /// Timed runs per variant and pod count (the median is reported).
     #[arg(long, default_value_t = 5)]
