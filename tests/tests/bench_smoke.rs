@@ -250,3 +250,44 @@ fn bench_binary_writes_json_and_plot_of_its_profile() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// The controller's benchmark at the smallest size (2 pods, 1 run each way, a burst of 1; not
+/// timed): the MPIJob reaches `Succeeded` through `prrte-k8s controller` running as a process
+/// against the sandbox, the same MPIJob through `prrte-k8s manifest --from-mpijob` completes,
+/// and the JSON has both times, the difference and the controller's CPU time and RSS.
+#[test]
+fn bench_binary_runs_mpijobs_through_the_controller() {
+    let dir = sandbox::harness::TestDir::new("bench-smoke-controller").unwrap();
+    let bench = env!("CARGO_BIN_EXE_prrte-k8s-bench");
+    let json_path = dir.path().join("c.json");
+    let o = std::process::Command::new(bench)
+        .args(["--controller-only", "--pods", "2", "--runs", "1"])
+        .args(["--burst", "1", "--json"])
+        .arg(&json_path)
+        .env("TMPDIR", dir.tmpdir())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}\n{stdout}\n{stderr}", o.status);
+    assert!(stdout.contains("controller adds"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let row = &report["controller"]["rows"][0];
+    assert_eq!(row["pods"], 2, "{report}");
+    for k in ["controller_s", "manifest_s"] {
+        let med = row[k]["median"].as_f64().unwrap_or(0.0);
+        assert!(med > 0.0 && med < 180.0, "{k}: {row}");
+    }
+    assert!(row["controller_adds_s"].as_f64().is_some(), "{row}");
+    let burst = &report["controller"]["burst"];
+    assert_eq!(burst["mpijobs"], 1, "{burst}");
+    assert!(
+        burst["controller_cpu_s"].as_f64().unwrap() >= 0.0,
+        "{burst}"
+    );
+    assert!(
+        burst["controller_peak_rss_kib"].as_u64().unwrap() > 1000,
+        "{burst}"
+    );
+}

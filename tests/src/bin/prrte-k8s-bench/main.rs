@@ -4,7 +4,9 @@
 //! ssh` with an agent that execs the command straight into the pod's namespaces); then the
 //! first job into the fresh DVM and the launcher's CPU time per daemon; then a batch Job end to
 //! end in a sandbox cluster (`batch`), phase by phase; then a running DVM grown by N pods
-//! (`prrte-k8s grow N`, `grow`), phase by phase, beside a plain DVM start of the grown size.
+//! (`prrte-k8s grow N`, `grow`), phase by phase, beside a plain DVM start of the grown size;
+//! apart (`--controller-only`), an MPIJob through `prrte-k8s controller` against the same
+//! through `prrte-k8s manifest --from-mpijob`, and the controller's cost for a burst of them.
 //! Prints tables (medians
 //! and ranges), writes JSON (`--json`) and a PNG plot of DVM-ready time against pods (`--plot`,
 //! by default next to the JSON); not part of `make test` (run `make bench`, which builds and
@@ -14,11 +16,13 @@
 //! This file is the command line; `run` runs the methods on the pods, `results` is what they
 //! measure, `host` what they ran on, `stats` the medians and ranges, `tables`, `report` and
 //! `plot` the output; `batch` and `batch_report` the batch Jobs; `grow` and `grow_report` the
-//! grown DVMs; `phases` where a DVM start's seconds went and the pods' memory.
+//! grown DVMs; `phases` where a DVM start's seconds went and the pods' memory; `controller`
+//! the MPIJobs through the controller.
 #![forbid(unsafe_code)]
 mod batch;
 mod batch_report;
 mod channel;
+mod controller;
 mod grow;
 mod grow_report;
 mod host;
@@ -83,8 +87,16 @@ struct Args {
     #[arg(long, conflicts_with = "grow_only")]
     no_grow: bool,
     /// Only the grows (each beside a plain DVM start of the grown size through the agents).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "controller_only")]
     grow_only: bool,
+    /// Only the controller: MPIJobs of --pods pods through `prrte-k8s controller` (a process
+    /// against the sandbox) against `prrte-k8s manifest --from-mpijob` applied, --runs each,
+    /// then a burst of --burst MPIJobs of 2 pods with the controller's CPU time and RSS.
+    #[arg(long, conflicts_with = "batch_only")]
+    controller_only: bool,
+    /// MPIJobs of 2 pods applied at once in the controller's burst (0: none).
+    #[arg(long, default_value_t = 20)]
+    burst: usize,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -148,6 +160,9 @@ async fn main() {
             eprintln!("prrte-k8s-bench: interrupted; tearing down the pods (bounded waits)");
         }
     });
+    if args.controller_only {
+        return controller_main(&args).await;
+    }
     let (rows, mut failed) = if args.batch_only || args.grow_only {
         (Vec::new(), None)
     } else {
@@ -191,6 +206,32 @@ async fn main() {
         } else {
             1
         });
+    }
+}
+
+/// `--controller-only`: the controller's benchmark, its table and its JSON report.
+async fn controller_main(args: &Args) {
+    let limit = Duration::from_secs(args.timeout);
+    let out = controller::bench_controller(&args.pods, args.runs, args.burst, limit).await;
+    let (rows, burst) = match out {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("prrte-k8s-bench: controller: {e:#}");
+            std::process::exit(1);
+        }
+    };
+    controller::print_controller(&rows, burst.as_ref(), args.runs);
+    if let Some(p) = &args.json {
+        let report = serde_json::json!({
+            "profile": PROFILE,
+            "controller": controller::controller_json(&rows, burst.as_ref()),
+        });
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        if let Err(e) = std::fs::write(p, text + "\n") {
+            eprintln!("prrte-k8s-bench: writing {}: {e}", p.display());
+            std::process::exit(1);
+        }
+        println!("wrote {} ({PROFILE} build)", p.display());
     }
 }
 
