@@ -267,8 +267,11 @@ pub async fn bench_batch(counts: &[usize], runs: usize, limit: Duration) -> Resu
         bail!("the image {APP} is not in the local store; run `make image`");
     }
     let dir = TestDir::new("bench-batch")?;
+    // The node takes the largest Job (a kubelet's --max-pods raised as far as needed).
+    let most = counts.iter().copied().max().unwrap_or(0);
     let cluster = Cluster::start(ClusterOptions {
         dir: Some(dir.path().join("cluster")),
+        max_pods: most.max(sandbox::cluster::kubelet::MAX_PODS),
         ..Default::default()
     })
     .await?;

@@ -16,7 +16,8 @@
 //! This file is the command line; `run` runs the methods on the pods, `results` is what they
 //! measure, `host` what they ran on, `stats` the medians and ranges, `tables`, `report` and
 //! `plot` the output; `batch` and `batch_report` the batch Jobs; `grow` and `grow_report` the
-//! grown DVMs; `controller` the MPIJobs through the controller.
+//! grown DVMs; `phases` where a DVM start's seconds went and the pods' memory; `controller`
+//! the MPIJobs through the controller.
 #![forbid(unsafe_code)]
 mod batch;
 mod batch_report;
@@ -25,6 +26,7 @@ mod controller;
 mod grow;
 mod grow_report;
 mod host;
+mod phases;
 mod plot;
 mod report;
 mod results;
@@ -52,6 +54,11 @@ struct Args {
     /// Pod counts to measure, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "4,16,32")]
     pods: Vec<usize>,
+    /// Ranks of `true` per pod in a further job into each fresh DVM (after `hostname` at 2
+    /// per pod and `true` at 1 per pod), oversubscribed: 94 for the largest published
+    /// mpi-operator run (64 x 94); 0 (the default) leaves it out.
+    #[arg(long, default_value_t = 0)]
+    ranks_per_pod: usize,
     /// Timed runs per variant and pod count (the median is reported).
     #[arg(long, default_value_t = 5)]
     runs: usize,
@@ -238,11 +245,22 @@ fn ready_to_run(args: &mut Args) -> Result<()> {
     if args.runs == 0 || args.pods.iter().any(|n| *n < 2) {
         bail!("--runs must be at least 1 and every pod count at least 2");
     }
+    let most = sandbox::cluster::MAX_NODE_PODS;
+    if let Some(n) = args.pods.iter().find(|n| **n > most) {
+        bail!("--pods {n}: the sandbox node holds at most {most} pods (its pod network is a /24); ask for at most {most}");
+    }
     if args.grow.contains(&0) {
         bail!("every --grow size must be at least 1 new pod");
     }
     if !nix::unistd::Uid::effective().is_root() {
         bail!("the sandbox pods need root");
+    }
+    // prte in pod 0 inherits this limit: with ssh it holds pipes to one client per pod, and a
+    // socket per daemon either way (at 253 pods more than a login's 1,024 descriptors).
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("reading the open-file limit")?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).context("raising the open-file limit")?;
     }
     harness::require_prrte()
 }
@@ -271,7 +289,7 @@ async fn run_all(args: &Args) -> (Vec<Row>, Option<anyhow::Error>) {
             failed = Some(anyhow::anyhow!("interrupted"));
             break;
         }
-        match bench_pods(n, args.runs, &variants, limit).await {
+        match bench_pods(n, args.runs, args.ranks_per_pod, &variants, limit).await {
             Ok(r) => rows.push(r),
             Err(e) => {
                 failed = Some(e.context(format!("{n} pods")));
