@@ -21,7 +21,7 @@ pub(crate) enum DesiredError {
 
 /// What the command line gives every conversion.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Settings {
+pub struct Settings {
     /// `--inject-image`: the image whose init container copies the runtime into the pods.
     pub(crate) inject_image: String,
     /// `--image-pull-policy` of every container.

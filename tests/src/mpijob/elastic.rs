@@ -25,7 +25,7 @@ impl ElasticJob {
             agent,
             prted,
             cluster,
-        } = Base::start(spec.name).await?;
+        } = Base::start(spec.name, spec.max_pods.max(max_pods)).await?;
         cluster.apply_yaml(&grow_rbac_yaml(spec.name))?;
         let tmp = dir.sub("podtmp")?;
         for i in 0..max_pods {

@@ -33,7 +33,7 @@ pub(super) struct Base {
 }
 
 impl Base {
-    pub(super) async fn start(name: &str) -> Result<Base> {
+    pub(super) async fn start(name: &str, max_pods: usize) -> Result<Base> {
         harness::require_prrte()?;
         let dir = TestDir::new(name)?;
         let components = harness::component_dir(dir.path())?;
@@ -42,6 +42,7 @@ impl Base {
         let prted = harness::prefix().join("bin/prted");
         let cluster = Cluster::start(ClusterOptions {
             dir: Some(dir.path().join("cluster")),
+            max_pods,
             ..Default::default()
         })
         .await?;
@@ -70,7 +71,7 @@ impl Job {
             agent,
             prted,
             cluster,
-        } = Base::start(spec.name).await?;
+        } = Base::start(spec.name, spec.max_pods).await?;
         let tmp = dir.sub("podtmp")?;
         let mut docs = Vec::new();
         for i in 0..spec.pods {

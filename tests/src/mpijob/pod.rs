@@ -25,6 +25,8 @@ pub struct JobSpec<'a> {
     pub entrypoint_prefix: Vec<String>,
     /// emptyDir volumes of every pod, by mount path.
     pub empty_dirs: Vec<String>,
+    /// Pods the sandbox node runs at once (default 110, a kubelet's).
+    pub max_pods: usize,
 }
 
 impl<'a> JobSpec<'a> {
@@ -58,6 +60,7 @@ impl<'a> JobSpec<'a> {
             env: vec![],
             entrypoint_prefix: vec![],
             empty_dirs: vec![],
+            max_pods: crate::cluster::kubelet::MAX_PODS,
         }
     }
 }
