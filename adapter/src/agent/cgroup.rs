@@ -15,7 +15,7 @@ use super::proc_stat::read_stat;
 
 /// Where per-launch cgroups are created: a cgroup directory of the agent and its version.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CgroupBase {
+pub(crate) struct CgroupBase {
     /// The agent's own cgroup directory (new launch cgroups go below it).
     pub dir: PathBuf,
     /// cgroup v2 (`cgroup.kill`, `cgroup.events`) rather than a v1 hierarchy.
@@ -237,7 +237,7 @@ pub(crate) fn remove_stale_cgroups(base: &CgroupBase, older_than: Duration) -> V
 
 /// The cgroup of one launch.
 #[derive(Debug)]
-pub struct Cgroup {
+pub(crate) struct Cgroup {
     pub dir: PathBuf,
     pub base: CgroupBase,
 }

@@ -19,9 +19,9 @@ use crate::settings::{agent, mca, SettingError};
 #[derive(Clone)]
 pub struct AgentConfig {
     pub listen: SocketAddr,
-    pub health_listen: Option<SocketAddr>,
+    pub(crate) health_listen: Option<SocketAddr>,
     /// Where `GET /metrics` is served (`--metrics-listen`); `None`: nowhere.
-    pub metrics_listen: Option<SocketAddr>,
+    pub(crate) metrics_listen: Option<SocketAddr>,
     pub prted: PathBuf,
     /// `None` only with `--insecure-no-auth` and no secret file.
     pub secret: Option<Vec<u8>>,

@@ -110,7 +110,7 @@ pub struct AgentArgs {
     pub(crate) health_listen: Option<String>,
 
     #[arg(long, setting = &agent::METRICS_LISTEN)]
-    pub metrics_listen: String,
+    pub(crate) metrics_listen: String,
 
     #[arg(long, setting = &agent::TMPDIR)]
     pub tmpdir: Option<PathBuf>,

@@ -18,7 +18,7 @@ use super::metrics::AgentMetrics;
 
 /// What a port answers.
 #[derive(Clone)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     /// `GET`/`HEAD` `/healthz` and `/readyz`: 200 while the flag is set, else 503.
     Health(Arc<AtomicBool>),
     /// `GET /metrics`: the agent's counters as OpenMetrics text.

@@ -16,7 +16,7 @@ use super::exec::error::ExecError;
 
 /// How a daemon was started.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum Via {
+pub(crate) enum Via {
     /// A launch request (PRRTE's k8s PLM, the batch launcher): prted.
     Launch,
     /// An exec request (`prrte-k8s-rsh`): a program on the allowlist.
@@ -59,7 +59,7 @@ impl From<&ExecError> for Refusal {
 
 /// Whose heartbeats stopped.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum Peer {
+pub(crate) enum Peer {
     /// A launcher whose prted runs here (or the batch launcher).
     Launcher,
     /// An exec client (`prrte-k8s-rsh`) whose program runs here.
@@ -109,7 +109,7 @@ struct PeerLabel {
 
 /// The counters, shared by the connections and the metrics endpoint.
 #[derive(Debug)]
-pub struct AgentMetrics {
+pub(crate) struct AgentMetrics {
     registry: Registry,
     started: Family<ViaLabel, Counter>,
     refused: Family<ReasonLabel, Counter>,
@@ -158,15 +158,15 @@ impl AgentMetrics {
         }
     }
 
-    pub fn daemon_started(&self, via: Via) {
+    pub(crate) fn daemon_started(&self, via: Via) {
         self.started.get_or_create(&ViaLabel { via }).inc();
     }
 
-    pub fn exec_refused(&self, reason: Refusal) {
+    pub(crate) fn exec_refused(&self, reason: Refusal) {
         self.refused.get_or_create(&ReasonLabel { reason }).inc();
     }
 
-    pub fn heartbeats_missed(&self, peer: Peer) {
+    pub(crate) fn heartbeats_missed(&self, peer: Peer) {
         self.missed.get_or_create(&PeerLabel { peer }).inc();
     }
 

@@ -84,7 +84,7 @@ impl Preemption {
 }
 
 /// A connection's registration as a watcher.
-pub struct WatchGuard(Arc<Preemption>);
+pub(crate) struct WatchGuard(Arc<Preemption>);
 
 impl Drop for WatchGuard {
     fn drop(&mut self) {

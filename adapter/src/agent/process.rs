@@ -23,7 +23,7 @@ use super::tracking::{recorded_targets, sweep_targets, OrphanedRanks, Tracking, 
 /// Spawning and reaping take the same lock, so a child cannot be reaped before it is registered,
 /// and the standard library's own wait for a child whose `exec` failed cannot be pre-empted.
 #[derive(Default)]
-pub struct Reaper {
+pub(crate) struct Reaper {
     waiters: Mutex<HashMap<i32, oneshot::Sender<ExitStatus>>>,
 }
 

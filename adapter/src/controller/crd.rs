@@ -116,7 +116,7 @@ pub(crate) struct ReplicaSpec {
 /// `MPIJob.status`, as mpi-operator writes it.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct MpiJobStatus {
+pub(crate) struct MpiJobStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<JobCondition>,
     /// `Launcher` and `Worker`.
@@ -133,7 +133,7 @@ pub struct MpiJobStatus {
 /// One condition: `Created`, `Running`, `Restarting`, `Suspended`, `Succeeded` or `Failed`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct JobCondition {
+pub(crate) struct JobCondition {
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.

@@ -21,7 +21,7 @@ pub(crate) enum DesiredError {
 
 /// What the command line gives every conversion.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// `--inject-image`: the image whose init container copies the runtime into the pods.
     pub(crate) inject_image: String,
     /// `--image-pull-policy` of every container.

@@ -30,9 +30,9 @@ pub const NAME: &str = "prrte-k8s-controller";
 /// The namespace it is installed in.
 pub const NAMESPACE: &str = "prrte-k8s-system";
 /// Its image (`make image`); kustomize's `images:` retags it.
-pub const IMAGE: &str = "localhost/prrte-k8s-controller:latest";
+pub(crate) const IMAGE: &str = "localhost/prrte-k8s-controller:latest";
 /// The port of its `/metrics`.
-pub const METRICS_PORT: i32 = 8080;
+pub(crate) const METRICS_PORT: i32 = 8080;
 /// The user the image runs as (no root: the restricted level).
 pub const USER: i64 = 65532;
 
@@ -58,7 +58,7 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
 /// The job's own Role grants its pods `get`, `list`, `watch` on pods and `get` on its Job; the
 /// controller holds those itself, as Kubernetes requires of whoever creates a Role (no
 /// `escalate` or `bind`).
-pub fn cluster_rules() -> Vec<PolicyRule> {
+pub(crate) fn cluster_rules() -> Vec<PolicyRule> {
     vec![
         rule("kubeflow.org", &["mpijobs"], &["list", "watch"]),
         rule("kubeflow.org", &["mpijobs/status"], &["patch"]),
@@ -81,7 +81,7 @@ pub fn cluster_rules() -> Vec<PolicyRule> {
 
 /// What the replicas do in their own namespace: elect a leader through the Lease (read,
 /// created by the first, renewed by patches).
-pub fn lease_rules() -> Vec<PolicyRule> {
+pub(crate) fn lease_rules() -> Vec<PolicyRule> {
     vec![rule(
         "coordination.k8s.io",
         &["leases"],
@@ -275,8 +275,8 @@ pub fn objects() -> Result<Vec<Value>, serde_json::Error> {
 
 /// Where `prrte-config/deploy/` keeps the objects: the CRD (exactly `prrte-k8s crd`), and the
 /// rest with a header in `controller/` (its own kustomization, which sets the image).
-pub const CRD_FILE: &str = "mpijob-crd.yaml";
-pub const CONTROLLER_FILE: &str = "controller/controller.yaml";
+pub(crate) const CRD_FILE: &str = "mpijob-crd.yaml";
+pub(crate) const CONTROLLER_FILE: &str = "controller/controller.yaml";
 
 fn stream(header: &str, objects: &[Value]) -> Result<String, serde_yaml::Error> {
     let mut out = header.to_string();

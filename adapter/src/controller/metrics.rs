@@ -18,7 +18,7 @@ type Phase = Vec<(String, String)>;
 
 /// The metrics, shared by the reconcilers and the HTTP endpoint.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     reconciles: Counter,
     errors: Counter,

@@ -12,13 +12,13 @@ use super::status::Notice;
 use crate::discovery::keys::JOB_COMPLETION_INDEX;
 
 /// The event reason of a pod deleted while its job ran.
-pub const POD_DELETED: &str = "MPIJobPodDeleted";
+pub(crate) const POD_DELETED: &str = "MPIJobPodDeleted";
 /// The event reason of a worker that failed.
-pub const POD_FAILED: &str = "MPIJobPodFailed";
+pub(crate) const POD_FAILED: &str = "MPIJobPodFailed";
 
 /// One pod's end, and its event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodEnd {
+pub(crate) struct PodEnd {
     /// The pod's uid (its name where it has none): what the event is posted once for.
     pub uid: String,
     pub notice: Notice,
@@ -70,7 +70,7 @@ fn exit_of(p: &Value) -> Option<String> {
 }
 
 /// The ends worth an event among `pods`, the pods of the MPIJob's Job `job`.
-pub fn pod_ends(pods: &[Value], job: Option<&Value>) -> Vec<PodEnd> {
+pub(crate) fn pod_ends(pods: &[Value], job: Option<&Value>) -> Vec<PodEnd> {
     let ending = job_ending(job);
     pods.iter()
         .filter(|p| !disrupted(p))

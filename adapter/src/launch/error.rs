@@ -149,7 +149,7 @@ fn secret_hint(reason: &str) -> &'static str {
 
 /// Why the settings of a round cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum SettingsError {
+pub(crate) enum SettingsError {
     /// A value out of range, or the two names of one setting disagreeing.
     #[error(transparent)]
     Setting(#[from] SettingError),

@@ -14,7 +14,7 @@ pub(crate) const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// The checked settings of one round.
 #[derive(Debug, Clone)]
-pub struct RoundSettings {
+pub(crate) struct RoundSettings {
     /// The agents' port.
     pub port: u16,
     /// The launcher's options (the secret included).

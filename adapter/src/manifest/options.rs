@@ -134,7 +134,7 @@ pub struct ManifestArgs {
     pub inject: bool,
     /// The image the runtime is injected from
     #[arg(long, default_value = INJECT_IMAGE, value_name = "IMAGE", requires = "runtime")]
-    pub inject_image: String,
+    pub(crate) inject_image: String,
     /// Print the prrte-k8s controller's installation instead of a job: the MPIJob CRD, the
     /// namespace prrte-k8s-system, its RBAC and Deployment (`kubectl apply -k
     /// prrte-config/deploy` without kustomize); takes no other option

@@ -10,7 +10,7 @@ pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a probe printed and whether it exited 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Probed {
+pub(crate) struct Probed {
     pub ok: bool,
     /// stdout, then stderr.
     pub text: String,
@@ -19,7 +19,7 @@ pub struct Probed {
 /// Why a probe told nothing: its program (as run, with its arguments) could not be started or
 /// did not end in time.
 #[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
+pub(crate) enum ProbeError {
     #[error("cannot run `{run}`: {source}")]
     Start { run: String, source: std::io::Error },
     #[error("`{run}` did not end within {timeout:?}")]
