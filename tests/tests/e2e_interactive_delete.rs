@@ -144,7 +144,6 @@ fn wait_dvm_up(cluster: &Cluster, js: &str, attempt: &str, within: Duration) -> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: pod 0's log does not yet name the deleted pod after the tool-job and liveness changes; run with --ignored"]
 async fn deleting_a_worker_pod_restarts_the_interactive_jobset_and_pod_0_names_it() {
     harness::require_prrte().unwrap();
     let js = harness::unique("idel");
