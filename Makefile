@@ -5,11 +5,14 @@
 #   make bench  DVM-ready time, daemons through the agents vs through an sshd in each pod,
 #               a batch Job end to end, a running DVM grown by 1/4/16 pods
 #               (release build; bench.json, bench.png, bench-batch.png)
+#   make bench-controller  an MPIJob through `prrte-k8s controller` against `prrte-k8s manifest
+#               --from-mpijob` applied, 4 and 16 pods, and the controller's CPU and RSS for a
+#               burst of 20 MPIJobs (release build; bench-controller.json)
 #   make bench-scale  discovery of 1,000/10,000 pods, fan-out to 256/1,024 agents, agent RSS
 SHELL := /bin/bash
 export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s1
 
-.PHONY: setup build lint image test demo bench bench-scale clean-leftovers
+.PHONY: setup build lint image test demo bench bench-controller bench-scale clean-leftovers
 
 setup:
 	bash prrte-config/setup.sh
@@ -36,6 +39,16 @@ bench: setup bench-scale image
 	cargo build --release -p prrte-k8s -p prrte-k8s-cabi -p prrte-k8s-sandbox
 	cargo run --release -q -p prrte-k8s-sandbox --bin prrte-k8s-bench -- \
 		--json bench.json --plot bench.png $(BENCH_ARGS)
+
+# CONTROLLER_PODS (4,16), CONTROLLER_RUNS (5), CONTROLLER_BURST (20: MPIJobs of 2 pods at once).
+CONTROLLER_PODS ?= 4,16
+CONTROLLER_RUNS ?= 5
+CONTROLLER_BURST ?= 20
+bench-controller: setup image
+	cargo build --release -p prrte-k8s -p prrte-k8s-cabi -p prrte-k8s-sandbox
+	cargo run --release -q -p prrte-k8s-sandbox --bin prrte-k8s-bench -- --controller-only \
+		--pods $(CONTROLLER_PODS) --runs $(CONTROLLER_RUNS) --burst $(CONTROLLER_BURST) \
+		--json bench-controller.json
 
 # Release build (cargo's bench profile); SCALE_ARGS e.g. "discovery --pods 1000" (--help).
 # Writes bench-scale.json here (cargo bench runs the bench in adapter/, hence the absolute path).

@@ -202,7 +202,15 @@ fn silent_launcher_logged(agent: &AgentProc, within: Duration) -> bool {
 #[test]
 fn a_cut_off_pod_is_noticed_by_both_ends_within_the_limit() {
     let td = TestDir::new();
-    let agent = debug_agent(&td, &["--heartbeat-timeout", "2"]);
+    let agent = debug_agent(
+        &td,
+        &[
+            "--heartbeat-timeout",
+            "2",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
     let link = Link::to(agent.addr);
     let beat = Heartbeat {
         interval: Duration::from_millis(300),
@@ -225,6 +233,14 @@ fn a_cut_off_pod_is_noticed_by_both_ends_within_the_limit() {
         agent.logs()
     );
     assert!(all_gone(&[prted], Duration::from_secs(5)), "prted survived");
+    // Its metrics count the daemon and the launcher's missed heartbeats.
+    let metrics = agent_support::scrape_metrics(agent.metrics.unwrap());
+    for line in [
+        "prrte_k8s_agent_daemons_started_total{via=\"launch\"} 1\n",
+        "prrte_k8s_agent_heartbeats_missed_total{peer=\"launcher\"} 1\n",
+    ] {
+        assert!(metrics.contains(line), "{line:?} missing in {metrics}");
+    }
     drop(launcher);
     drop(link);
 }

@@ -286,3 +286,88 @@ fn from_mpijob_refuses_with_nothing_on_stdout_and_notes_on_stderr() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("kind: Secret"));
 }
+
+/// The controller's installation: `prrte-k8s manifest --controller` holds the same objects as
+/// `kubectl kustomize prrte-config/deploy` (what `kubectl apply -k` applies), every one passes
+/// `kubernetes-validate --strict`, and the Deployment's pod is at the restricted level.
+#[test]
+fn controller_install_is_the_kustomization_and_passes_kubernetes_validate() {
+    use serde::Deserialize;
+    let out = Command::new(env!("CARGO_BIN_EXE_prrte-k8s"))
+        .args(["manifest", "--controller"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs = |t: &str| -> Vec<serde_json::Value> {
+        let mut v: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(t)
+            .map(|d| serde_json::Value::deserialize(d).unwrap())
+            .filter(|d| !d.is_null())
+            .collect();
+        v.sort_by_key(|d| format!("{}/{}", d["kind"], d["metadata"]["name"]));
+        v
+    };
+    let ours = docs(&text);
+    let kubectl = [
+        "/opt/prrte-k8s/kubernetes-client/usr/bin/kubectl",
+        "kubectl",
+    ]
+    .into_iter()
+    .find(|k| {
+        Command::new(k)
+            .arg("version")
+            .arg("--client")
+            .output()
+            .is_ok()
+    })
+    .expect("no kubectl: run prrte-config/setup.sh");
+    let out = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(repo().join("prrte-config/deploy"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(docs(&String::from_utf8(out.stdout).unwrap()), ours);
+    for d in &ours {
+        if d["kind"] == "Deployment" {
+            let v = prrte_k8s::manifest::restricted::violations(&d["spec"]["template"]);
+            assert!(v.is_empty(), "not restricted: {}", v.join("; "));
+        }
+    }
+    let kv = validator();
+    assert!(
+        kv.is_file(),
+        "{} is missing: run prrte-config/setup.sh",
+        kv.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("controller.yaml");
+    std::fs::write(&p, &text).unwrap();
+    let out = Command::new(&kv)
+        .args(["--strict", "-k", "1.33.0"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && !report.contains("ERROR"),
+        "{report}"
+    );
+    let passed = report
+        .lines()
+        .filter(|l| l.contains(" passed for resource "))
+        .count();
+    assert_eq!(passed, ours.len(), "{report}");
+}

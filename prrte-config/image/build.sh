@@ -17,6 +17,8 @@
 #                                              tests/programs/allreduce.{c,py})
 #        localhost/prrte-k8s-inject:latest     the injected runtime (Containerfile.inject: FROM
 #                                              scratch, the bundle in /opt/prrte-k8s-bundle)
+#        localhost/prrte-k8s-controller:latest  the controller (Containerfile.controller: FROM
+#                                              scratch, the static prrte-k8s alone)
 #        localhost/prrte-k8s-app/*:latest      the tests' user images, like mpi-operator's
 #                                              (app-images.sh: Debian's Open MPI or MPICH, no libc)
 # Prints the time of every step and the image sizes.
@@ -34,6 +36,7 @@ RUNTIME=localhost/prrte-k8s:latest
 BUILDER=localhost/prrte-k8s-builder:latest
 APP=localhost/prrte-k8s-allreduce:latest
 INJECT=localhost/prrte-k8s-inject:latest
+CONTROLLER=localhost/prrte-k8s-controller:latest
 MUSL=x86_64-unknown-linux-musl
 target=${CARGO_TARGET_DIR:-$repo/target}
 
@@ -172,6 +175,18 @@ inject_key=$( { cat "$here/Containerfile.inject"; echo "$content"; } | sha256sum
 build_image "$INJECT" "$inject_key" "$inject_stage/Containerfile" "$inject_stage"
 timings+=("$(printf '%-34s %4d s' "inject image" $((SECONDS - t)))")
 
+# The controller: the static prrte-k8s alone (Containerfile.controller: FROM scratch).
+t=$SECONDS
+controller_stage="$stage/controller"
+rm -rf "$controller_stage" && mkdir -p "$controller_stage"
+install -m 0755 "$target/$MUSL/release/prrte-k8s" "$controller_stage/prrte-k8s"
+strip --strip-unneeded "$controller_stage/prrte-k8s" 2>/dev/null || true
+cp "$here/Containerfile.controller" "$controller_stage/Containerfile"
+controller_key=$( { cat "$here/Containerfile.controller"; sha256sum "$controller_stage/prrte-k8s" | cut -d' ' -f1; } \
+    | sha256sum | cut -c1-16)
+build_image "$CONTROLLER" "$controller_key" "$controller_stage/Containerfile" "$controller_stage"
+timings+=("$(printf '%-34s %4d s' "controller image" $((SECONDS - t)))")
+
 t=$SECONDS
 bash "$here/app-images.sh" || die "app-images.sh failed"
 timings+=("$(printf '%-34s %4d s' "test user images (app-images.sh)" $((SECONDS - t)))")
@@ -180,6 +195,6 @@ say "build times:"
 for line in "${timings[@]}"; do say "  $line"; done
 say "  $(printf '%-34s %4d s' total $((SECONDS - t_all)))"
 say "images:"
-for name in "$BASE" "$RUNTIME" "$BUILDER" "$APP" "$INJECT" localhost/prrte-k8s-app/{trixie-openmpi,trixie-mpich,bookworm-openmpi,bullseye-mpich,sid-openmpi,nolibc}:latest; do
+for name in "$BASE" "$RUNTIME" "$BUILDER" "$APP" "$INJECT" "$CONTROLLER" localhost/prrte-k8s-app/{trixie-openmpi,trixie-mpich,bookworm-openmpi,bullseye-mpich,sid-openmpi,nolibc}:latest; do
     say "  $(printf '%-40s %s' "$name" "$(buildah images --format '{{.Size}}' "$name" | head -1)")"
 done

@@ -90,6 +90,8 @@ pub struct JobSpec<'a> {
     pub entrypoint_prefix: Vec<String>,
     /// emptyDir volumes of every pod, by mount path.
     pub empty_dirs: Vec<String>,
+    /// Pods the sandbox node runs at once (default 110, a kubelet's).
+    pub max_pods: usize,
 }
 
 impl<'a> JobSpec<'a> {
@@ -123,6 +125,7 @@ impl<'a> JobSpec<'a> {
             env: vec![],
             entrypoint_prefix: vec![],
             empty_dirs: vec![],
+            max_pods: crate::cluster::kubelet::MAX_PODS,
         }
     }
 }
@@ -259,7 +262,7 @@ struct Base {
 }
 
 impl Base {
-    async fn start(name: &str) -> Result<Base> {
+    async fn start(name: &str, max_pods: usize) -> Result<Base> {
         harness::require_prrte()?;
         let dir = TestDir::new(name)?;
         let components = harness::component_dir(dir.path())?;
@@ -268,6 +271,7 @@ impl Base {
         let prted = harness::prefix().join("bin/prted");
         let cluster = Cluster::start(ClusterOptions {
             dir: Some(dir.path().join("cluster")),
+            max_pods,
             ..Default::default()
         })
         .await?;
@@ -296,7 +300,7 @@ impl Job {
             agent,
             prted,
             cluster,
-        } = Base::start(spec.name).await?;
+        } = Base::start(spec.name, spec.max_pods).await?;
         let tmp = dir.sub("podtmp")?;
         let mut docs = Vec::new();
         for i in 0..spec.pods {
@@ -609,7 +613,7 @@ impl ElasticJob {
             agent,
             prted,
             cluster,
-        } = Base::start(spec.name).await?;
+        } = Base::start(spec.name, spec.max_pods.max(max_pods)).await?;
         cluster.apply_yaml(&grow_rbac_yaml(spec.name))?;
         let tmp = dir.sub("podtmp")?;
         for i in 0..max_pods {

@@ -1,7 +1,7 @@
 //! The launch benchmark's ssh baseline works at all (not timed): with an sshd and an agent in
 //! each of two pods, a DVM through the agents and then prte with `plm ssh` (tree spawn and not)
 //! reach "DVM ready", pterm ends each, and no prted or ssh session is left; and the benchmark
-//! binary runs end to end at 2 pods, writing its JSON and plot, and grows a DVM of 2 pods by 1.
+//! binary runs end to end at 4 pods, writing its JSON and plot, and grows a DVM of 2 pods by 1.
 #![forbid(unsafe_code)]
 use sandbox::mpijob::{Job, JobSpec};
 use sandbox::sshd::{self, Spawn, SshBaseline};
@@ -62,11 +62,12 @@ async fn ssh_baseline_reaches_dvm_ready_and_pterm_ends_it() {
     job.wait_no_prteds(Duration::from_secs(5)).unwrap();
 }
 
-/// The benchmark binary itself, end to end at the smallest size (2 pods, 1 run; not timed):
-/// every method reaches "DVM ready", the tables and the JSON name the profile the binary was
+/// The benchmark binary itself, end to end at a small size (4 pods, 1 run; not timed): every
+/// method reaches "DVM ready", its time split into phases, then jobs of `true` at 1 and 3
+/// ranks per pod; the memory per pod; the tables and the JSON name the profile the binary was
 /// built with (the agent and the components are taken from its own target directory), and the
 /// PNG plot is written next to the JSON; `--plot-from` redraws it from the JSON alone. The
-/// batch Jobs' part runs too (a Job of 2 pods in a sandbox cluster), with its own plot, and the
+/// batch Jobs' part runs too (a Job of 4 pods in a sandbox cluster), with its own plot, and the
 /// grow part (a DVM of 2 pods grown by 1): its phases positive and summing to its total, the
 /// grown DVM with a daemon in each of its 3 pods.
 #[test]
@@ -75,7 +76,8 @@ fn bench_binary_writes_json_and_plot_of_its_profile() {
     let bench = env!("CARGO_BIN_EXE_prrte-k8s-bench");
     let json_path = dir.path().join("b.json");
     let o = std::process::Command::new(bench)
-        .args(["--pods", "2", "--runs", "1", "--grow", "1", "--json"])
+        .args(["--pods", "4", "--runs", "1", "--grow", "1"])
+        .args(["--ranks-per-pod", "3", "--json"])
         .arg(&json_path)
         .env("TMPDIR", dir.tmpdir())
         .output()
@@ -108,9 +110,28 @@ fn bench_binary_writes_json_and_plot_of_its_profile() {
     }
     let rows = report["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0]["pods"], 2);
+    assert_eq!(rows[0]["pods"], 4);
+    assert_eq!(rows[0]["ranks_per_pod"], 3);
     for m in ["agent", "ssh", "ssh-notree", "lower-bound"] {
-        let r = &rows[0]["methods"][m]["dvm_ready_s"];
+        let method = &rows[0]["methods"][m];
+        // The DVM-ready time split into its phases, each from /proc start times.
+        let ph = &method["phases_s"];
+        let part = |k: &str| ph[k]["samples"][0].as_f64().unwrap_or(f64::NAN);
+        let parts = [
+            "to_first_prted",
+            "first_to_last_prted",
+            "last_prted_to_ready",
+        ];
+        assert!(parts.iter().all(|k| part(k) >= 0.0), "{m}: {ph}");
+        let ready = method["dvm_ready_s"]["samples"][0].as_f64().unwrap();
+        let sum: f64 = parts.iter().map(|k| part(k)).sum();
+        assert!(sum >= ready - 1e-9 && sum < ready + 0.05, "{m}: {ph}");
+        // The jobs of `true` at 1 and at 3 ranks per pod (12 processes, oversubscribed).
+        for k in ["job_true_1_per_pod_s", "job_true_ranks_per_pod_s"] {
+            let t = method[k]["median"].as_f64().unwrap_or(0.0);
+            assert!(t > 0.0 && t < 120.0, "{m}: {k}: {method}");
+        }
+        let r = &method["dvm_ready_s"];
         let med = r["median"].as_f64().unwrap_or(0.0);
         assert!(med > 0.0 && med < 120.0, "{m}: {r}");
         assert_eq!(r["samples"].as_array().unwrap().len(), 1, "{m}: {r}");
@@ -118,6 +139,25 @@ fn bench_binary_writes_json_and_plot_of_its_profile() {
         let idle = &rows[0]["methods"][m]["agents_idle_cpu_ms_per_s"]["median"];
         assert!(idle.as_f64().is_some_and(|c| c >= 0.0), "{m}: {idle}");
     }
+    // Memory per worker pod: the agent's and its prted's, sshd's; the agent held against 6 MiB
+    // in the table (printed, not asserted: this is the test build, not the release).
+    let mem = &rows[0]["memory_at_ready_kib"];
+    for k in [
+        "agent_rss_per_pod",
+        "agent_pss_per_pod",
+        "prted_pss_per_pod",
+        "sshd_pss_per_pod",
+    ] {
+        assert!(mem[k].as_u64().unwrap_or(0) > 100, "{k}: {mem}");
+    }
+    // The median of the pods' sums: above each part's median.
+    let kib = |k: &str| mem[k].as_u64().unwrap_or(0);
+    assert!(
+        kib("agent_plus_prted_pss_per_pod") > kib("agent_pss_per_pod")
+            && kib("agent_plus_prted_pss_per_pod") > kib("prted_pss_per_pod"),
+        "{mem}"
+    );
+    assert!(stdout.contains("agent RSS <= 6 MiB"), "{stdout}");
     assert!(rows[0]["ratio_ssh_over_agent"].as_f64().unwrap() > 0.0);
     assert!(rows[0]["ratio_agent_over_lower_bound"].as_f64().unwrap() > 0.0);
     // The channel's encryption held against the agents' DVM-ready time of the same run.
@@ -127,7 +167,7 @@ fn bench_binary_writes_json_and_plot_of_its_profile() {
     );
     let ch = &report["channel"];
     let dvm = &ch["per_dvm"].as_array().unwrap()[0];
-    assert_eq!(dvm["pods"], 2, "{ch}");
+    assert_eq!(dvm["pods"], 4, "{ch}");
     let ready = rows[0]["methods"]["agent"]["dvm_ready_s"]["median"].as_f64();
     assert_eq!(dvm["agent_dvm_ready_s"].as_f64(), ready, "{ch}");
     let added = dvm["launcher_added_ms"].as_f64().unwrap();
@@ -145,12 +185,12 @@ fn bench_binary_writes_json_and_plot_of_its_profile() {
         std::fs::read(p).is_ok_and(|b| b.starts_with(b"\x89PNG\r\n\x1a\n") && b.len() > 5_000)
     };
     assert!(is_png(&png), "no plot at {}\n{stdout}", png.display());
-    // The batch Jobs: a Job of 2 pods applied until Complete, phase by phase, and the same
+    // The batch Jobs: a Job of 4 pods applied until Complete, phase by phase, and the same
     // command in a running DVM; their table, JSON and plot.
     assert!(stdout.contains("Batch Job end to end"), "{stdout}");
     let batch = &report["batch"]["rows"].as_array().unwrap()[0];
-    assert_eq!(batch["pods"], 2, "{batch}");
-    assert_eq!(batch["command"], "mpirun -n 2 true", "{batch}");
+    assert_eq!(batch["pods"], 4, "{batch}");
+    assert_eq!(batch["command"], "mpirun -n 4 true", "{batch}");
     let med = |k: &str| batch[k]["median"].as_f64().unwrap_or(f64::NAN);
     for k in ["pods_ready_s", "command_s", "total_s", "in_running_dvm_s"] {
         assert!(med(k) > 0.0 && med(k) < 120.0, "{k}: {batch}");
@@ -208,5 +248,46 @@ fn bench_binary_writes_json_and_plot_of_its_profile() {
         String::from_utf8_lossy(&o.stderr).contains("is not JSON written by prrte-k8s-bench"),
         "{}",
         String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The controller's benchmark at the smallest size (2 pods, 1 run each way, a burst of 1; not
+/// timed): the MPIJob reaches `Succeeded` through `prrte-k8s controller` running as a process
+/// against the sandbox, the same MPIJob through `prrte-k8s manifest --from-mpijob` completes,
+/// and the JSON has both times, the difference and the controller's CPU time and RSS.
+#[test]
+fn bench_binary_runs_mpijobs_through_the_controller() {
+    let dir = sandbox::harness::TestDir::new("bench-smoke-controller").unwrap();
+    let bench = env!("CARGO_BIN_EXE_prrte-k8s-bench");
+    let json_path = dir.path().join("c.json");
+    let o = std::process::Command::new(bench)
+        .args(["--controller-only", "--pods", "2", "--runs", "1"])
+        .args(["--burst", "1", "--json"])
+        .arg(&json_path)
+        .env("TMPDIR", dir.tmpdir())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}\n{stdout}\n{stderr}", o.status);
+    assert!(stdout.contains("controller adds"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let row = &report["controller"]["rows"][0];
+    assert_eq!(row["pods"], 2, "{report}");
+    for k in ["controller_s", "manifest_s"] {
+        let med = row[k]["median"].as_f64().unwrap_or(0.0);
+        assert!(med > 0.0 && med < 180.0, "{k}: {row}");
+    }
+    assert!(row["controller_adds_s"].as_f64().is_some(), "{row}");
+    let burst = &report["controller"]["burst"];
+    assert_eq!(burst["mpijobs"], 1, "{burst}");
+    assert!(
+        burst["controller_cpu_s"].as_f64().unwrap() >= 0.0,
+        "{burst}"
+    );
+    assert!(
+        burst["controller_peak_rss_kib"].as_u64().unwrap() > 1000,
+        "{burst}"
     );
 }

@@ -3,7 +3,8 @@
 //! the inject image's bundle (static programs that run in an image without libc, the
 //! components, `install-runtime`), and what the bundle's agent finds in the user images of
 //! `sandbox::app_images` (built here on first use), with MPI_Comm_spawn in trixie's Open MPI
-//! under its own PRRTE with the components loaded.
+//! under its own PRRTE with the components loaded; the controller's image, the static
+//! `prrte-k8s` alone.
 //! `make test` builds the images first; run `make image` before `cargo test` on its own.
 #![forbid(unsafe_code)]
 use sandbox::app_images::{app_image, check_pi, AppImage, InjectBundle, INJECT_IMAGE};
@@ -13,6 +14,7 @@ use std::process::Command;
 const RUNTIME: &str = "localhost/prrte-k8s:latest";
 const BUILDER: &str = "localhost/prrte-k8s-builder:latest";
 const APP: &str = "localhost/prrte-k8s-allreduce:latest";
+const CONTROLLER: &str = "localhost/prrte-k8s-controller:latest";
 
 /// A buildah working container from an image, removed when dropped.
 struct Ctr(String);
@@ -264,6 +266,50 @@ fn inject_image_holds_only_the_bundle_with_static_programs() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The controller's image holds the static `prrte-k8s` and nothing else (no libc, no shell);
+/// it runs `prrte-k8s controller` as uid 65532, and the program runs there.
+#[test]
+fn controller_image_holds_only_the_static_prrte_k8s_and_runs_it_as_non_root() {
+    let c = Ctr::from(CONTROLLER);
+    let out = Command::new("buildah")
+        .args(["mount", &c.0])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let root = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert_eq!(
+        walk(&root),
+        ["prrte-k8s"],
+        "the image holds /prrte-k8s only"
+    );
+    let elf = std::fs::read(root.join("prrte-k8s")).unwrap();
+    assert!(
+        !has_interpreter(&elf),
+        "prrte-k8s names a program interpreter"
+    );
+    let out = Command::new("buildah")
+        .args([
+            "inspect",
+            "--type",
+            "image",
+            "--format",
+            "{{.OCIv1.Config.Entrypoint}} {{.OCIv1.Config.Cmd}} {{.OCIv1.Config.User}}",
+            CONTROLLER,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "[/prrte-k8s] [controller] 65532:65532"
+    );
+    let (ok, out) = c.run(&["/prrte-k8s", "crd"]);
+    assert!(ok && out.contains("name: mpijobs.kubeflow.org"), "{out}");
 }
 
 /// The image with no libc at all: the bundle's programs run there, and `install-runtime`

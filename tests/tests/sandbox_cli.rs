@@ -199,3 +199,43 @@ fn up_reports_failing_pods_and_cleans_up() {
     let out = sandbox(&state, &["up", "--pods", "1"]);
     assert!(!out.status.success(), "--pods without --job is refused");
 }
+
+#[test]
+fn max_pods_leaves_the_pods_beyond_it_pending() {
+    let out = sandbox(Path::new("/nonexistent"), &["up", "--max-pods", "254"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("--max-pods") && err.contains("/24"), "{err}");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let _guard = Down(state.clone());
+    let out = sandbox(
+        &state,
+        &[
+            "up",
+            "--pods",
+            "3",
+            "--job",
+            "cap",
+            "--max-pods",
+            "2",
+            "--timeout",
+            "5",
+            "--",
+            "sleep",
+            "600",
+        ],
+    );
+    assert!(
+        !out.status.success(),
+        "3 pods on a node of 2 are not all Ready"
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("did not become Ready")
+            && err.contains("Too many pods (the sandbox node runs at most 2)")
+            && err.matches(": Running, Ready").count() == 2,
+        "{err}"
+    );
+}

@@ -395,6 +395,7 @@ mod tests {
         AgentConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             health_listen: None,
+            metrics_listen: None,
             prted: "/bin/true".into(),
             secret: None,
             secret_file: "/nonexistent".into(),

@@ -20,6 +20,8 @@ use crate::settings::{agent, mca, SettingError};
 pub struct AgentConfig {
     pub listen: SocketAddr,
     pub health_listen: Option<SocketAddr>,
+    /// Where `GET /metrics` is served (`--metrics-listen`); `None`: nowhere.
+    pub metrics_listen: Option<SocketAddr>,
     pub prted: PathBuf,
     /// `None` only with `--insecure-no-auth` and no secret file.
     pub secret: Option<Vec<u8>>,
@@ -130,6 +132,7 @@ impl std::fmt::Debug for AgentConfig {
         f.debug_struct("AgentConfig")
             .field("listen", &self.listen)
             .field("health_listen", &self.health_listen)
+            .field("metrics_listen", &self.metrics_listen)
             .field("prted", &self.prted)
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
             .field("secret_file", &self.secret_file)
@@ -168,6 +171,8 @@ pub enum ConfigError {
     MaxFrame(usize),
     #[error("--health-listen {0:?}: expected ADDR:PORT or \"off\"")]
     HealthListen(String),
+    #[error("--metrics-listen {0:?}: expected ADDR:PORT, a PORT (on $POD_IP) or \"off\"")]
+    MetricsListen(String),
     #[error("POD_IP {0:?} is not an IP address; set --listen explicitly")]
     PodIp(String),
     #[error("--prte {path}: {why} (the DVM head runs prte; give its absolute path with --prte or {})", agent::PRTE.var())]
@@ -180,6 +185,19 @@ pub enum ConfigError {
     Setting(#[from] SettingError),
     #[error("--dvm-head: the DVM head binds prte's tool listener to the pod's IPv4 address, but {0}; set POD_IP from the downward API (fieldPath: status.podIP)")]
     HeadAddress(String),
+}
+
+/// `--metrics-listen`: `off` (or empty), `ADDR:PORT`, or a port on `default_ip`.
+fn metrics_listen(value: &str, default_ip: IpAddr) -> Result<Option<SocketAddr>, ConfigError> {
+    let bad = || ConfigError::MetricsListen(value.to_owned());
+    match value.trim() {
+        "off" | "" => Ok(None),
+        s if s.bytes().all(|b| b.is_ascii_digit()) => match s.parse::<u16>() {
+            Ok(port) if port > 0 => Ok(Some(SocketAddr::new(default_ip, port))),
+            _ => Err(bad()),
+        },
+        s => s.parse().map(Some).map_err(|_| bad()),
+    }
 }
 
 impl AgentConfig {
@@ -210,6 +228,7 @@ impl AgentConfig {
                     .map_err(|_| ConfigError::HealthListen(s.to_owned()))?,
             ),
         };
+        let metrics_listen = metrics_listen(&args.metrics_listen, default_ip)?;
         let prted = args.prted.clone().ok_or(ConfigError::NoPrted)?;
         check_prted(&prted)?;
 
@@ -235,6 +254,7 @@ impl AgentConfig {
         Ok(AgentConfig {
             listen,
             health_listen,
+            metrics_listen,
             prted,
             secret,
             secret_file: args.secret_file.clone(),

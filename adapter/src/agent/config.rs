@@ -107,6 +107,9 @@ pub struct AgentArgs {
     #[arg(long, setting = &agent::HEALTH_LISTEN)]
     pub health_listen: Option<String>,
 
+    #[arg(long, setting = &agent::METRICS_LISTEN)]
+    pub metrics_listen: String,
+
     #[arg(long, setting = &agent::TMPDIR)]
     pub tmpdir: Option<PathBuf>,
 

@@ -21,6 +21,7 @@ use super::exit_status::{exited_reply, ExitStatus};
 use super::handshake::{agent_handshake, describe_bad_frame, FailureLog, SEND_TIMEOUT};
 use super::launch_policy;
 use super::limits::Pending;
+use super::metrics::{self, AgentMetrics, Via};
 use super::preempt::{self, Preemption, WatchGuard};
 use super::process::{Job, Reaper};
 use super::prted_cmd::prted_args;
@@ -61,6 +62,8 @@ pub(super) struct Shared {
     pub(super) preemption: Arc<Preemption>,
     /// Whether the DVM head's prte runs in this pod (`--dvm-head`).
     pub(super) head_up: Arc<std::sync::atomic::AtomicBool>,
+    /// The counters `/metrics` shows.
+    pub(super) metrics: Arc<AgentMetrics>,
 }
 
 impl Shared {
@@ -388,6 +391,7 @@ impl Conn {
                 // Last: a frame that arrived during a stall counts before the silence.
                 _ = tokio::time::sleep_until(deadline), if watch => {
                     let reason = self.silence.reason("the launcher");
+                    self.shared.metrics.heartbeats_missed(metrics::Peer::Launcher);
                     warn!(%peer, %reason, "closing the connection (and stopping its prted, if any)");
                     if let Some((pid, status)) = self.stop_job(grace).await {
                         let _ = self.reply(&exited_reply(pid, status, None)).await;
@@ -455,6 +459,7 @@ impl Conn {
             Ok(job) => {
                 let pid = job.pid;
                 debug!(pid, tracking = job.tracking_label(), "prted started");
+                self.shared.metrics.daemon_started(Via::Launch);
                 *slot = Some(Slot {
                     pid,
                     peer: self.peer,
@@ -522,6 +527,7 @@ pub(super) async fn handle_connection(
                 tracking: &shared.tracking,
                 base_env: &shared.child_env,
                 state: &shared.exec,
+                metrics: &shared.metrics,
             };
             exec::serve(ctx, &mut c.conn, &mut c.session, peer, req, &stop).await
         }

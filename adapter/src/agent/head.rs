@@ -147,6 +147,7 @@ mod tests {
         let config = AgentConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             health_listen: None,
+            metrics_listen: None,
             prted: "/opt/p/bin/prted".into(),
             secret: None,
             secret_file: "/s".into(),

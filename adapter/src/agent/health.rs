@@ -1,6 +1,10 @@
-//! A minimal HTTP/1.x endpoint for Kubernetes probes: `GET /healthz` answers `200 ok` while the
-//! agent serves launch connections and `503` once it is shutting down.
+//! The agent's two minimal HTTP/1.x endpoints, each on a port of its own: the probes' (`GET
+//! /healthz` answers `200 ok` while the agent serves launch connections and `503` once it is
+//! shutting down) and, when enabled, Prometheus' (`GET /metrics`, [`super::metrics`]). Each
+//! answers its own paths only, reads a bounded request head within a deadline, and closes the
+//! connection after one answer.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +14,22 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::debug;
 
 use super::limits::Pending;
+use super::metrics::AgentMetrics;
+
+/// What a port answers.
+#[derive(Clone)]
+pub enum Endpoint {
+    /// `GET`/`HEAD` `/healthz` and `/readyz`: 200 while the flag is set, else 503.
+    Health(Arc<AtomicBool>),
+    /// `GET /metrics`: the agent's counters as OpenMetrics text.
+    Metrics(Arc<AgentMetrics>),
+}
+
+/// An answer: status line, body, content type.
+type Answer = (&'static str, Cow<'static, str>, &'static str);
+
+const TEXT: &str = "text/plain; charset=utf-8";
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The longest request head taken (a kubelet's probe sends about 100 bytes); beyond it the
 /// request is answered 431 and the connection closed.
@@ -19,25 +39,24 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(3);
 /// The time the answer has to be taken.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves probes on `listener` forever; `serving` decides between 200 and 503. At most as many
-/// requests as `pending` admits are in progress (the oldest is dropped beyond), each with one
-/// overall deadline.
-pub async fn serve(listener: TcpListener, serving: Arc<AtomicBool>, pending: Arc<Pending>) {
+/// Serves `endpoint` on `listener` forever. At most as many requests as `pending` admits are in
+/// progress (the oldest is dropped beyond), each with one overall deadline.
+pub async fn serve(listener: TcpListener, endpoint: Endpoint, pending: Arc<Pending>) {
     loop {
         let Ok((stream, peer)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let serving = serving.clone();
+        let endpoint = endpoint.clone();
         let ticket = pending.admit(peer.ip());
         tokio::spawn(async move {
             tokio::select! {
-                r = tokio::time::timeout(HEAD_TIMEOUT + REQUEST_TIMEOUT, answer(stream, &serving)) => match r {
-                    Ok(Err(e)) => debug!(%peer, error = %e, "health request failed"),
-                    Err(_) => debug!(%peer, "health request timed out"),
+                r = tokio::time::timeout(HEAD_TIMEOUT + REQUEST_TIMEOUT, answer(stream, &endpoint)) => match r {
+                    Ok(Err(e)) => debug!(%peer, error = %e, "HTTP request failed"),
+                    Err(_) => debug!(%peer, "HTTP request timed out"),
                     Ok(Ok(())) => {}
                 },
-                _ = ticket.cancel.cancelled() => debug!(%peer, "health request dropped (too many in progress)"),
+                _ = ticket.cancel.cancelled() => debug!(%peer, "HTTP request dropped (too many in progress)"),
             }
         });
     }
@@ -61,7 +80,7 @@ enum Head {
     TooLarge,
 }
 
-async fn answer(mut stream: TcpStream, serving: &AtomicBool) -> std::io::Result<()> {
+async fn answer(mut stream: TcpStream, endpoint: &Endpoint) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(512);
     let read_head = async {
         let mut chunk = [0u8; 1024];
@@ -80,23 +99,24 @@ async fn answer(mut stream: TcpStream, serving: &AtomicBool) -> std::io::Result<
             }
         }
     };
-    let (status, body) = match tokio::time::timeout(HEAD_TIMEOUT, read_head).await {
+    let (status, body, content_type) = match tokio::time::timeout(HEAD_TIMEOUT, read_head).await {
         Err(_) => return Ok(()),
         Ok(Err(e)) => return Err(e),
         Ok(Ok(Head::TooLarge)) => (
             "431 Request Header Fields Too Large",
-            "request head too large",
+            "request head too large".into(),
+            TEXT,
         ),
-        Ok(Ok(Head::Read)) => route(&buf, serving),
+        Ok(Ok(Head::Read)) => route(&buf, endpoint),
     };
     let method = buf.split(|b| *b == b' ').next().unwrap_or_default();
     let mut response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
          Connection: close\r\n\r\n",
         body.len()
     );
     if method != b"HEAD" {
-        response.push_str(body);
+        response.push_str(&body);
     }
     tokio::time::timeout(REQUEST_TIMEOUT, stream.write_all(response.as_bytes()))
         .await
@@ -105,22 +125,29 @@ async fn answer(mut stream: TcpStream, serving: &AtomicBool) -> std::io::Result<
     Ok(())
 }
 
-/// The status and body for the request head in `buf`.
-fn route(buf: &[u8], serving: &AtomicBool) -> (&'static str, &'static str) {
+/// The answer of `endpoint` to the request head in `buf`.
+fn route(buf: &[u8], endpoint: &Endpoint) -> Answer {
     let head = String::from_utf8_lossy(buf);
     let mut parts = head.lines().next().unwrap_or("").split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
-    match (method, path) {
-        ("GET" | "HEAD", "/healthz" | "/readyz") => {
+    let text = |status, body: &'static str| (status, Cow::Borrowed(body), TEXT);
+    match (endpoint, method, path) {
+        (Endpoint::Health(serving), "GET" | "HEAD", "/healthz" | "/readyz") => {
             if serving.load(Ordering::SeqCst) {
-                ("200 OK", "ok")
+                text("200 OK", "ok")
             } else {
-                ("503 Service Unavailable", "shutting down")
+                text("503 Service Unavailable", "shutting down")
             }
         }
-        (_, "/healthz" | "/readyz") => ("405 Method Not Allowed", "method not allowed"),
-        _ => ("404 Not Found", "not found"),
+        (Endpoint::Metrics(metrics), "GET", "/metrics") => {
+            ("200 OK", Cow::Owned(metrics.text()), OPENMETRICS)
+        }
+        (Endpoint::Health(_), _, "/healthz" | "/readyz")
+        | (Endpoint::Metrics(_), _, "/metrics") => {
+            text("405 Method Not Allowed", "method not allowed")
+        }
+        _ => text("404 Not Found", "not found"),
     }
 }
 
@@ -135,6 +162,40 @@ mod tests {
             buf.push(*b);
             head_complete(&buf, i).then_some(i)
         })
+    }
+
+    #[test]
+    fn each_port_answers_its_own_paths_only() {
+        let health = Endpoint::Health(Arc::new(AtomicBool::new(true)));
+        let metrics = Arc::new(AgentMetrics::new());
+        metrics.daemon_started(crate::agent::metrics::Via::Launch);
+        let scrape = Endpoint::Metrics(metrics);
+        let status = |e: &Endpoint, head: &str| route(head.as_bytes(), e).0;
+        assert_eq!(status(&health, "GET /healthz HTTP/1.1\r\n\r\n"), "200 OK");
+        assert_eq!(
+            status(&health, "GET /metrics HTTP/1.1\r\n\r\n"),
+            "404 Not Found"
+        );
+        assert_eq!(
+            status(&scrape, "GET /healthz HTTP/1.1\r\n\r\n"),
+            "404 Not Found"
+        );
+        assert_eq!(
+            status(&scrape, "GET /metrics/x HTTP/1.1\r\n\r\n"),
+            "404 Not Found"
+        );
+        assert_eq!(status(&scrape, "GET / HTTP/1.1\r\n\r\n"), "404 Not Found");
+        for method in ["POST", "HEAD", "PUT", "DELETE"] {
+            let head = format!("{method} /metrics HTTP/1.1\r\n\r\n");
+            assert_eq!(status(&scrape, &head), "405 Method Not Allowed", "{method}");
+        }
+        let (status, body, content_type) = route(b"GET /metrics HTTP/1.1\r\n\r\n", &scrape);
+        assert_eq!(status, "200 OK");
+        assert!(content_type.starts_with("application/openmetrics-text"));
+        assert!(
+            body.contains("prrte_k8s_agent_daemons_started_total{via=\"launch\"} 1\n"),
+            "{body}"
+        );
     }
 
     #[test]

@@ -46,6 +46,7 @@ pub mod health;
 pub mod launch_policy;
 pub mod limits;
 pub mod local_launch;
+pub mod metrics;
 pub mod mpi;
 pub mod preempt;
 pub mod proc_stat;
@@ -79,6 +80,9 @@ use tracking::Tracking;
 /// Caps of the health port (requests in progress at once, overall and from one address).
 const HEALTH_MAX_PENDING: usize = 32;
 const HEALTH_MAX_PENDING_PER_PEER: usize = 8;
+/// Caps of the metrics port (a Prometheus scrapes one request at a time).
+const METRICS_MAX_PENDING: usize = 8;
+const METRICS_MAX_PENDING_PER_PEER: usize = 4;
 /// Extra time, beyond the kill grace period, that shutdown waits for connections to finish.
 const SHUTDOWN_SLACK: Duration = Duration::from_secs(15);
 
@@ -99,6 +103,7 @@ pub struct Agent {
     shared: Arc<Shared>,
     listener: TcpListener,
     health: Option<TcpListener>,
+    metrics: Option<TcpListener>,
 }
 
 impl Agent {
@@ -121,14 +126,8 @@ impl Agent {
                     addr: config.listen,
                     source,
                 })?;
-        let health = match config.health_listen {
-            Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| ServeError::Bind { addr, source })?,
-            ),
-            None => None,
-        };
+        let health = bind_opt(config.health_listen).await?;
+        let metrics = bind_opt(config.metrics_listen).await?;
         let child_env = child_env::base_env(&config, |k| std::env::var_os(k), std::env::vars_os());
         let tracking = Tracking::detect(config.cgroup);
         let pending = Pending::new(
@@ -149,9 +148,11 @@ impl Agent {
                 exec: exec::ExecState::new(exec_policy),
                 preemption: preempt::Preemption::new(),
                 head_up: Arc::new(AtomicBool::new(false)),
+                metrics: Arc::new(metrics::AgentMetrics::new()),
             }),
             listener,
             health,
+            metrics,
         })
     }
 
@@ -167,6 +168,11 @@ impl Agent {
         self.health.as_ref().and_then(|l| l.local_addr().ok())
     }
 
+    /// The address of the metrics endpoint, if enabled.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     /// Serves until `shutdown` completes (or, in batch mode, the job has ended), then stops the
     /// running prted and returns the agent's exit code (0, or batch mode's status).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<u8, ServeError> {
@@ -174,6 +180,7 @@ impl Agent {
             shared,
             listener,
             health,
+            metrics,
         } = self;
         let sigchld = signal(SignalKind::child()).map_err(ServeError::Signals)?;
         let reaper_task = tokio::spawn(shared.reaper.clone().run(sigchld));
@@ -186,13 +193,24 @@ impl Agent {
         let health_addr = health.as_ref().and_then(|l| l.local_addr().ok());
         let health_task = health.map(|l| {
             let pending = Pending::new("health", HEALTH_MAX_PENDING, HEALTH_MAX_PENDING_PER_PEER);
-            tokio::spawn(health::serve(l, serving.clone(), pending))
+            tokio::spawn(health::serve(
+                l,
+                health::Endpoint::Health(serving.clone()),
+                pending,
+            ))
+        });
+        let metrics_addr = metrics.as_ref().and_then(|l| l.local_addr().ok());
+        let metrics_task = metrics.map(|l| {
+            let pending =
+                Pending::new("metrics", METRICS_MAX_PENDING, METRICS_MAX_PENDING_PER_PEER);
+            let endpoint = health::Endpoint::Metrics(shared.metrics.clone());
+            tokio::spawn(health::serve(l, endpoint, pending))
         });
         let addr = listener.local_addr().map_err(|source| ServeError::Bind {
             addr: shared.config.listen,
             source,
         })?;
-        log_listening(&shared.config, addr, health_addr);
+        log_listening(&shared.config, addr, health_addr, metrics_addr);
 
         let stop = CancellationToken::new();
         let roles = Roles::spawn(&shared, health_addr, &stop);
@@ -223,7 +241,7 @@ impl Agent {
         }
         shared.reaper.reap_all();
         reaper_task.abort();
-        if let Some(t) = health_task {
+        for t in [health_task, metrics_task].into_iter().flatten() {
             t.abort();
         }
         let code = shared
@@ -272,7 +290,24 @@ async fn accept_until(
 }
 
 /// Logs what the agent serves, and loudly when it serves without authentication.
-fn log_listening(config: &AgentConfig, addr: SocketAddr, health_addr: Option<SocketAddr>) {
+/// A listener on `addr`, if one is asked for.
+async fn bind_opt(addr: Option<SocketAddr>) -> Result<Option<TcpListener>, ServeError> {
+    match addr {
+        Some(addr) => TcpListener::bind(addr)
+            .await
+            .map(Some)
+            .map_err(|source| ServeError::Bind { addr, source }),
+        None => Ok(None),
+    }
+}
+
+fn log_listening(
+    config: &AgentConfig,
+    addr: SocketAddr,
+    health_addr: Option<SocketAddr>,
+    metrics_addr: Option<SocketAddr>,
+) {
+    let shown = |a: Option<SocketAddr>| a.map(|a| a.to_string()).unwrap_or_else(|| "off".into());
     let (auth, channel) = if config.secret.is_some() {
         ("hmac-sha256", crate::protocol::NOISE_PSK)
     } else {
@@ -280,7 +315,8 @@ fn log_listening(config: &AgentConfig, addr: SocketAddr, health_addr: Option<Soc
     };
     info!(
         addr = %addr,
-        health = %health_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
+        health = %shown(health_addr),
+        metrics = %shown(metrics_addr),
         prted = %config.prted.display(),
         auth,
         channel,
@@ -462,6 +498,7 @@ mod tests {
         AgentConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             health_listen: None,
+            metrics_listen: None,
             prted: "/bin/true".into(),
             secret: None,
             secret_file: "/nonexistent".into(),

@@ -302,6 +302,18 @@ fn discover(args: &DiscoverArgs, what: Output) -> i32 {
 
 fn manifest(mut args: prrte_k8s::manifest::ManifestArgs) -> i32 {
     use prrte_k8s::manifest;
+    if args.controller {
+        return match prrte_k8s::controller::install::yaml() {
+            Ok(text) => {
+                print!("{text}");
+                0
+            }
+            Err(e) => {
+                eprintln!("prrte-k8s manifest --controller: error: {e}");
+                1
+            }
+        };
+    }
     if args.api_server_from_cluster {
         let found = prrte_k8s::runtime::current_thread()
             .map_err(|e| format!("cannot start the async runtime: {e}"))

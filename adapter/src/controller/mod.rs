@@ -11,15 +11,21 @@
 //! status and the events are mpi-operator's. Replicas elect a leader through a Lease.
 //!
 //! Layout: `crd` the MPIJob's types and CRD; `desired` the objects an MPIJob should have and
-//! the Job's update (pure); `status` the status from the Job and its pods (pure); `metrics` the
+//! the Job's update (pure); `status` the status from the Job and its pods (pure); `pod_ends` the events
+//! of pods deleted or failed while the job runs (pure); `metrics` the
 //! Prometheus metrics and their endpoint; `reconcile` one reconcile against the API; `run` the
-//! command: leader election and kube-runtime's `Controller`.
+//! command: leader election and kube-runtime's `Controller`; `install` the objects that install
+//! the controller (`prrte-k8s manifest --controller`, `prrte-config/deploy/`).
 
 pub mod crd;
 pub mod desired;
 #[cfg(test)]
 mod desired_tests;
+pub mod install;
+#[cfg(test)]
+mod install_tests;
 pub mod metrics;
+pub mod pod_ends;
 pub mod reconcile;
 #[cfg(test)]
 mod reconcile_tests;

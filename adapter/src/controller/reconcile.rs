@@ -4,7 +4,8 @@
 //! is patched only where it differs, the status only when it changed, so a controller
 //! restarted mid-job changes nothing and duplicates nothing.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -20,6 +21,7 @@ use serde_json::{json, Value};
 use super::crd::MpiJobStatus;
 use super::desired::{desired, job_update, managed, Settings};
 use super::metrics::Metrics;
+use super::pod_ends::pod_ends;
 use super::status::{finished, next_status, phase, Notice, Observed};
 use crate::manifest::{fresh_key, JOB_LABEL};
 
@@ -31,6 +33,26 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// The MPIJob resource.
     pub resource: ApiResource,
+    /// The pods whose end was posted, by MPIJob (`namespace/name`): each is posted once while
+    /// this controller leads (one that restarts mid-job may post a pod's end once more).
+    pub posted: Mutex<HashMap<String, HashSet<String>>>,
+}
+
+impl Context {
+    /// Whether the end of pod `uid` of MPIJob `key` is news (and now it is not).
+    fn first_post(&self, key: &str, uid: &str) -> bool {
+        let mut posted = self.posted.lock().unwrap_or_else(|p| p.into_inner());
+        posted
+            .entry(key.to_string())
+            .or_default()
+            .insert(uid.to_string())
+    }
+
+    /// MPIJob `key` is done (or gone): its pods are forgotten.
+    fn forget(&self, key: &str) {
+        let mut posted = self.posted.lock().unwrap_or_else(|p| p.into_inner());
+        posted.remove(key);
+    }
 }
 
 /// Why a reconcile failed (it is retried).
@@ -74,6 +96,7 @@ pub async fn reconcile(
     let value = serde_json::to_value(&*obj).unwrap_or(Value::Null);
     if !managed(&value, ctx.settings.manage_all) || obj.metadata.deletion_timestamp.is_some() {
         ctx.metrics.set_phase(&key, None);
+        ctx.forget(&key);
         return Ok(Action::await_change());
     }
     // A status this controller cannot read (written by another) is started afresh.
@@ -81,6 +104,7 @@ pub async fn reconcile(
     if finished(&old) && old.completion_time.is_some() {
         // Nothing is made again, even after the Job's TTL deleted it.
         ctx.metrics.set_phase(&key, Some(phase(&old)));
+        ctx.forget(&key);
         return Ok(Action::await_change());
     }
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
@@ -140,6 +164,11 @@ pub async fn reconcile(
         )
         .await
         .map_err(api_error(format!("writing the status of the MPIJob {key}")))?;
+    }
+    for end in pod_ends(&pods, job.as_ref()) {
+        if ctx.first_post(&key, &end.uid) {
+            publish(&ctx, &obj, &end.notice).await;
+        }
     }
     for n in &out.notices {
         publish(&ctx, &obj, n).await;

@@ -148,6 +148,7 @@ fn context(store: &Shared) -> Arc<Context> {
         ),
         metrics: Arc::new(Metrics::new()),
         resource: ApiResource::erase::<MpiJobResource>(&()),
+        posted: Default::default(),
     })
 }
 
@@ -329,4 +330,46 @@ async fn another_controllers_mpijob_is_left_alone() {
     let ctx = context(&store);
     reconcile_now(&store, &ctx).await;
     assert!(store.lock().unwrap().requests.is_empty());
+}
+
+#[tokio::test]
+async fn a_worker_deleted_by_hand_is_one_event_naming_it() {
+    let store: Shared = Arc::default();
+    mpijob(&store, |_| {});
+    let ctx = context(&store);
+    reconcile_now(&store, &ctx).await;
+    {
+        let mut s = store.lock().unwrap();
+        let job_uid = s.objects[JOB]["metadata"]["uid"].clone();
+        s.objects.insert(
+            "/api/v1/namespaces/team/pods/pi-1".into(),
+            json!({"metadata": {"name": "pi-1", "namespace": "team", "uid": "p1",
+                "deletionTimestamp": "2026-12-03T12:00:00Z", "deletionGracePeriodSeconds": 30,
+                "labels": {"prrte-k8s.io/job": "pi", "batch.kubernetes.io/job-completion-index": "1"},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "pi", "uid": job_uid, "controller": true}]},
+                "status": {"phase": "Running"}}),
+        );
+        s.requests.clear();
+    }
+    reconcile_now(&store, &ctx).await;
+    reconcile_now(&store, &ctx).await;
+    let posts = writes(&store)
+        .into_iter()
+        .filter(|w| w.contains("/events"))
+        .count();
+    assert_eq!(posts, 1, "{:?}", writes(&store));
+    let s = store.lock().unwrap();
+    let ev = s
+        .objects
+        .iter()
+        .find(|(k, v)| k.contains("/events/") && v["reason"] == "MPIJobPodDeleted")
+        .map(|(_, v)| v.clone())
+        .expect("an MPIJobPodDeleted event");
+    assert_eq!(ev["type"], "Warning");
+    assert_eq!(ev["regarding"]["kind"], "MPIJob");
+    let note = ev["note"].as_str().unwrap();
+    assert!(
+        note.contains("worker pod pi-1 was deleted while the job ran"),
+        "{note}"
+    );
 }

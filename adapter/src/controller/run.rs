@@ -182,6 +182,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
         ),
         metrics,
         resource: resource.clone(),
+        posted: Default::default(),
     });
     let mpijobs: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     // The Jobs and pods of every prrte-k8s job (the controller's own and others'): a change

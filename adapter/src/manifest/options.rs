@@ -135,6 +135,11 @@ pub struct ManifestArgs {
     /// The image the runtime is injected from
     #[arg(long, default_value = INJECT_IMAGE, value_name = "IMAGE", requires = "runtime")]
     pub inject_image: String,
+    /// Print the prrte-k8s controller's installation instead of a job: the MPIJob CRD, the
+    /// namespace prrte-k8s-system, its RBAC and Deployment (`kubectl apply -k
+    /// prrte-config/deploy` without kustomize); takes no other option
+    #[arg(long, exclusive = true)]
+    pub controller: bool,
     /// Convert a kubeflow.org/v2beta1 MPIJob (a file, or - for stdin) into this job, the
     /// runtime injected into its images; what it cannot honour is said on stderr
     #[arg(long, value_name = "FILE", conflicts_with_all = FROM_MPIJOB)]

@@ -82,6 +82,15 @@ pub(crate) const HEALTH_LISTEN: Setting = Setting {
     ..Setting::NONE
 };
 
+pub(crate) const METRICS_LISTEN: Setting = Setting {
+    env: &["PRRTE_K8S_AGENT_METRICS_LISTEN"],
+    flag: "metrics-listen",
+    value_name: "ADDR|PORT|off",
+    default: "off",
+    help: "HTTP endpoint for Prometheus (GET /metrics only: daemons started, exec requests refused by reason, heartbeats missed), as ADDR:PORT, or a PORT on $POD_IP (else 0.0.0.0), or \"off\". Its port must then be admitted by the job's NetworkPolicy",
+    ..Setting::NONE
+};
+
 pub const TMPDIR: Setting = Setting {
     env: &["PRRTE_K8S_AGENT_TMPDIR"],
     flag: "tmpdir",
@@ -343,6 +352,7 @@ pub const ALL: &[&Setting] = &[
     &SECRET_FILE,
     &INSECURE_NO_AUTH,
     &HEALTH_LISTEN,
+    &METRICS_LISTEN,
     &TMPDIR,
     &KILL_GRACE,
     &PREEMPT_GRACE,

@@ -72,6 +72,7 @@ pub(crate) const AGENT_SITE: AgentTable = AgentTable {
         &agent::LISTEN,
         &agent::PORT,
         &agent::HEALTH_LISTEN,
+        &agent::METRICS_LISTEN,
         &agent::SECRET_FILE,
         &agent::INSECURE_NO_AUTH,
         &agent::TMPDIR,

@@ -276,6 +276,8 @@ pub struct AgentProc {
     child: Child,
     pub addr: SocketAddr,
     pub health: Option<SocketAddr>,
+    /// The metrics endpoint, when `--metrics-listen` enabled it.
+    pub metrics: Option<SocketAddr>,
     stderr: Arc<Lines>,
 }
 
@@ -366,6 +368,7 @@ impl AgentProc {
             child,
             addr: "0.0.0.0:0".parse().unwrap(),
             health: None,
+            metrics: None,
             stderr,
         };
         // JSON logs, or the text format's `... listening addr=A health=H ...`.
@@ -377,7 +380,7 @@ impl AgentProc {
                     .map(|v| v.trim_matches('"').to_string())
             };
             Some(
-                serde_json::json!({"message": "listening", "addr": field("addr=")?, "health": field("health=")}),
+                serde_json::json!({"message": "listening", "addr": field("addr=")?, "health": field("health="), "metrics": field("metrics=")}),
             )
         };
         let listening = agent
@@ -391,6 +394,7 @@ impl AgentProc {
             Some(v) if v["message"] == "listening" => {
                 agent.addr = v["addr"].as_str().unwrap().parse().unwrap();
                 agent.health = v["health"].as_str().and_then(|h| h.parse().ok());
+                agent.metrics = v["metrics"].as_str().and_then(|m| m.parse().ok());
                 Ok(agent)
             }
             _ => {
@@ -597,4 +601,19 @@ pub async fn assert_idle(addr: SocketAddr, secret: &[u8]) {
             _ => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }
+}
+
+/// The agent's `GET /metrics` answer at `addr` (blocking; the body only).
+pub fn scrape_metrics(addr: SocketAddr) -> String {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(STEP)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: agent\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    out.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default()
 }

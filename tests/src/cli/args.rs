@@ -70,6 +70,9 @@ pub enum Cmd {
         /// How long to wait for the applied pods to become Ready, in seconds.
         #[arg(long, default_value_t = 120)]
         ready_timeout: u64,
+        /// Pods the node runs at once (a kubelet's --max-pods); more stay Pending.
+        #[arg(long, value_name = "N", default_value_t = crate::cluster::kubelet::MAX_PODS, value_parser = max_pods)]
+        max_pods: usize,
     },
     /// Run only an API server (no pod network, no pods) in the foreground on 127.0.0.1; its
     /// admin kubeconfig is written to STATE/kubeconfig. Stop it with Ctrl-C.
@@ -105,10 +108,25 @@ pub struct UpArgs {
     /// How long to wait for every pod to be Ready, in seconds.
     #[arg(long, default_value_t = 120)]
     pub timeout: u64,
+    /// Pods the node runs at once (a kubelet's --max-pods, default 110); more stay Pending
+    /// (Unschedulable). At most 253: the pod network is a /24.
+    #[arg(long, value_name = "N", default_value_t = crate::cluster::kubelet::MAX_PODS, value_parser = max_pods)]
+    pub max_pods: usize,
     /// On failure, leave the sandbox running for inspection instead of tearing it down.
     #[arg(long)]
     pub keep_on_failure: bool,
     /// The job pods' command (default: prrte-k8s-agent next to this program).
     #[arg(last = true)]
     pub command: Vec<String>,
+}
+
+/// `--max-pods`: 1 to [`crate::cluster::MAX_NODE_PODS`] (the addresses of the pod network).
+fn max_pods(s: &str) -> Result<usize, String> {
+    let max = crate::cluster::MAX_NODE_PODS;
+    match s.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{s:?} is not a pod count from 1 to {max}: the sandbox's pod network is a /24 with {max} pod addresses"
+        )),
+    }
 }

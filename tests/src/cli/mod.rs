@@ -43,7 +43,8 @@ pub fn main() -> i32 {
         Cmd::Serve {
             apply,
             ready_timeout,
-        } => serve(&state, &apply, Duration::from_secs(ready_timeout)),
+            max_pods,
+        } => serve(&state, &apply, Duration::from_secs(ready_timeout), max_pods),
         Cmd::Api { port } => api_only(&state, port),
     };
     match r {

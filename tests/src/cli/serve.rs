@@ -16,13 +16,18 @@ use std::time::Duration;
 /// Runs the sandbox server in `dir`: the cluster, the workload (`apply`), the state file kept
 /// current, one report line on stdout (READY or FAILED), then the control socket until `down`
 /// or a signal.
-pub(super) fn serve(dir: &Path, apply: &[PathBuf], ready_timeout: Duration) -> Result<i32> {
+pub(super) fn serve(
+    dir: &Path,
+    apply: &[PathBuf],
+    ready_timeout: Duration,
+    max_pods: usize,
+) -> Result<i32> {
     require_root()?;
     init_tracing(false);
     std::fs::create_dir_all(dir)?;
     let dir = dir.to_path_buf();
     runtime()?.block_on(async move {
-        let c = start_cluster(&dir).await?;
+        let c = start_cluster(&dir, max_pods).await?;
         let listener = {
             let sock = dir.join("control.sock");
             let _ = std::fs::remove_file(&sock);
@@ -87,10 +92,12 @@ fn report(line: String) {
     let _ = out.flush();
 }
 
-/// The cluster, its admin kubeconfig in `dir`, and the first state file.
-async fn start_cluster(dir: &Path) -> Result<Cluster> {
+/// The cluster (its node running at most `max_pods` pods), its admin kubeconfig in `dir`,
+/// and the first state file.
+async fn start_cluster(dir: &Path, max_pods: usize) -> Result<Cluster> {
     let c = match Cluster::start(ClusterOptions {
         dir: Some(dir.join("cluster")),
+        max_pods,
         ..Default::default()
     })
     .await

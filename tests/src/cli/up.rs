@@ -164,6 +164,8 @@ fn start_server(dir: &Path, a: &UpArgs, workload: &Path, log_path: &Path) -> Res
         .arg(workload)
         .arg("--ready-timeout")
         .arg(a.timeout.to_string())
+        .arg("--max-pods")
+        .arg(a.max_pods.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log)

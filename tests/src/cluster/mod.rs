@@ -19,6 +19,10 @@ use std::time::{Duration, Instant};
 
 pub use kubelet::{ExecInfo, SA_MOUNT};
 
+/// The most pods the node can run at once: the pod network is a /24, whose `.2`-`.254` are
+/// the pods' addresses (`.1` is the gateway and the API server).
+pub const MAX_NODE_PODS: usize = 253;
+
 /// How to start a [`Cluster`].
 #[derive(Clone, Debug)]
 pub struct ClusterOptions {
@@ -62,6 +66,12 @@ impl Cluster {
     /// Creates the network, starts the API server on its gateway, the kubelet and the
     /// controllers, and registers the node. Needs root.
     pub async fn start(opts: ClusterOptions) -> Result<Cluster> {
+        if opts.max_pods > MAX_NODE_PODS {
+            bail!(
+                "max_pods {} is more than the node's pod network holds: its /24 has {MAX_NODE_PODS} pod addresses; ask for at most {MAX_NODE_PODS} pods",
+                opts.max_pods
+            );
+        }
         let (tmp, dir) = match &opts.dir {
             Some(d) => {
                 std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
@@ -375,6 +385,13 @@ pub fn describe_pods(pods: &[Obj]) -> String {
                 if let Some(s) = p["status"][k].as_str() {
                     why.push(s.to_string());
                 }
+            }
+            // Not scheduled: why (e.g. the node's max pods reached).
+            if let Some(c) = p["status"]["conditions"].as_array().and_then(|a| {
+                a.iter()
+                    .find(|c| c["type"] == "PodScheduled" && c["status"] == "False")
+            }) {
+                why.push(c["message"].as_str().unwrap_or("not scheduled").to_string());
             }
             why.extend(containers_why(p));
             let ready = if pod_ready(p) { "Ready" } else { "not Ready" };

@@ -54,6 +54,30 @@ fn defaults_follow_pod_ip() {
 }
 
 #[test]
+fn metrics_are_served_only_when_asked_for() {
+    let d = setup();
+    let pod_ip = |k: &str| (k == "POD_IP").then(|| "10.1.2.3".to_string());
+    let c = AgentConfig::from_args(&args(d.path(), &[]), pod_ip).unwrap();
+    assert_eq!(c.metrics_listen, None, "off by default");
+    let c = AgentConfig::from_args(&args(d.path(), &["--metrics-listen", "9090"]), pod_ip);
+    assert_eq!(
+        c.unwrap().metrics_listen,
+        Some("10.1.2.3:9090".parse().unwrap())
+    );
+    let a = args(d.path(), &["--metrics-listen", "127.0.0.1:9091"]);
+    let c = AgentConfig::from_args(&a, pod_ip).unwrap();
+    assert_eq!(c.metrics_listen, Some("127.0.0.1:9091".parse().unwrap()));
+    for bad in ["0", "70000", "metrics", "10.0.0.1"] {
+        let a = args(d.path(), &["--metrics-listen", bad]);
+        let e = AgentConfig::from_args(&a, pod_ip).unwrap_err().to_string();
+        assert!(
+            e.contains("--metrics-listen") && e.contains("\"off\""),
+            "{bad}: {e}"
+        );
+    }
+}
+
+#[test]
 fn refuses_bad_prted_and_missing_secret() {
     let d = setup();
     let mut a = args(d.path(), &[]);

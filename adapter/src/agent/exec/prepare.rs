@@ -20,6 +20,7 @@ use crate::agent::checked_config::AgentConfig;
 use crate::agent::launch_policy::daemons::check_exec_daemon;
 use crate::agent::launch_policy::error::Request;
 use crate::agent::launch_policy::grammar::Ctx as ArgsCtx;
+use crate::agent::metrics::AgentMetrics;
 use crate::agent::process::Reaper;
 use crate::agent::tracking::Tracking;
 use crate::protocol::exec::expand;
@@ -56,6 +57,8 @@ pub(crate) struct Ctx<'a> {
     pub tracking: &'a Tracking,
     pub base_env: &'a [(OsString, OsString)],
     pub state: &'a ExecState,
+    /// Where started programs, refusals and missed heartbeats are counted.
+    pub metrics: &'a AgentMetrics,
 }
 
 /// A prepared command.

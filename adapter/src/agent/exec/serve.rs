@@ -23,6 +23,7 @@ use tracing::{debug, info, warn};
 
 use super::prepare::{prepare, Ctx, ExecRequest, ExecState};
 use crate::agent::exit_status::{exited_reply, ExitStatus};
+use crate::agent::metrics::{AgentMetrics, Peer, Refusal, Via};
 use crate::agent::process::Job;
 use crate::protocol::exec::{decode_data, encode_data, CHUNK, FORWARDED_SIGNALS};
 use crate::protocol::liveness::SilenceWatch;
@@ -110,6 +111,7 @@ struct Client<'a> {
     session: &'a mut Session,
     peer: SocketAddr,
     stop: &'a CancellationToken,
+    metrics: &'a AgentMetrics,
 }
 
 impl Client<'_> {
@@ -122,8 +124,9 @@ impl Client<'_> {
         }
     }
 
-    /// Refuses the request with `reason` (nothing was started).
-    async fn refuse(&mut self, program: &str, reason: String) -> String {
+    /// Refuses the request with `reason` (nothing was started), counted under `why`.
+    async fn refuse(&mut self, why: Refusal, program: &str, reason: String) -> String {
+        self.metrics.exec_refused(why);
         let reason = crate::text::echo(&reason);
         info!(peer = %self.peer, request = "exec", %program, outcome = %format!("refused: {reason}"), "request");
         let _ = self.send(Reply::Failed { reason }).await;
@@ -147,6 +150,7 @@ pub(crate) async fn serve(
         session,
         peer,
         stop,
+        metrics: ctx.metrics,
     };
     let shown = req
         .argv
@@ -155,24 +159,29 @@ pub(crate) async fn serve(
         .unwrap_or_default();
     let prepared = match prepare(&ctx, &req, peer) {
         Ok(p) => p,
-        Err(e) => return client.refuse(&shown, e.to_string()).await,
+        Err(e) => {
+            return client
+                .refuse(Refusal::from(&e), &shown, e.to_string())
+                .await
+        }
     };
     let Some(_running) = Running::take(ctx.state) else {
         let reason = format!(
             "this agent already runs {} programs through exec (--max-exec)",
             ctx.state.policy.max
         );
-        return client.refuse(&shown, reason).await;
+        return client.refuse(Refusal::Busy, &shown, reason).await;
     };
     let mut cmd = prepared.command(req.stdin);
     let (mut job, child) = match ctx.reaper.spawn_job_child(&mut cmd, ctx.tracking) {
         Ok(j) => j,
         Err(e) => {
             let reason = format!("cannot execute {}: {e}", prepared.program.display());
-            return client.refuse(&shown, reason).await;
+            return client.refuse(Refusal::SpawnFailed, &shown, reason).await;
         }
     };
     let pid = job.pid;
+    ctx.metrics.daemon_started(Via::Exec);
     info!(%peer, request = "exec", program = %prepared.program.display(), pid,
           tracking = job.tracking_label(), outcome = %format!("started pid {pid}"), "request");
     debug!(%peer, pid, argv = ?prepared.argv.iter().map(|a| crate::text::echo(a)).collect::<Vec<_>>(), "exec: arguments");
@@ -327,6 +336,7 @@ async fn pump(
                 match recv_frame(client.conn, Some(Duration::from_millis(1))).await {
                     Err(ProtocolError::Timeout(_)) => {
                         let reason = liveness.reason("the client");
+                        client.metrics.heartbeats_missed(Peer::Exec);
                         warn!(peer = %client.peer, pid, %reason, "exec: the client is silent");
                         return (End::ClientGone(reason), status);
                     }

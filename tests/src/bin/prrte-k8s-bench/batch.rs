@@ -61,7 +61,7 @@ pub struct BatchRow {
 }
 
 /// Seconds from `a` to `b`.
-fn secs(a: SystemTime, b: SystemTime) -> f64 {
+pub(crate) fn secs(a: SystemTime, b: SystemTime) -> f64 {
     match b.duration_since(a) {
         Ok(d) => d.as_secs_f64(),
         Err(e) => -e.duration().as_secs_f64(),
@@ -87,7 +87,7 @@ fn manifest(name: &str, pods: usize, command: &[String]) -> Result<String> {
 }
 
 /// The pods of Job `name`, by completion index.
-fn job_pods(cluster: &Cluster, name: &str) -> Vec<std::sync::Arc<Value>> {
+pub(crate) fn job_pods(cluster: &Cluster, name: &str) -> Vec<std::sync::Arc<Value>> {
     let mut pods: Vec<_> = cluster
         .store()
         .list(&PODS, Some(NS), &Default::default())
@@ -105,7 +105,7 @@ fn job_pods(cluster: &Cluster, name: &str) -> Vec<std::sync::Arc<Value>> {
     pods
 }
 
-fn has_condition(job: &Value, ty: &str) -> bool {
+pub(crate) fn has_condition(job: &Value, ty: &str) -> bool {
     job["status"]["conditions"]
         .as_array()
         .is_some_and(|c| c.iter().any(|c| c["type"] == ty && c["status"] == "True"))
@@ -120,7 +120,11 @@ fn logged_at(log: &str, what: &str) -> Option<SystemTime> {
 }
 
 /// Polls until `done` answers, or fails after `limit` (or on Ctrl-C) with `what`.
-fn await_until<T>(limit: Duration, what: &str, mut done: impl FnMut() -> Option<T>) -> Result<T> {
+pub(crate) fn await_until<T>(
+    limit: Duration,
+    what: &str,
+    mut done: impl FnMut() -> Option<T>,
+) -> Result<T> {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(t) = done() {
@@ -263,8 +267,11 @@ pub async fn bench_batch(counts: &[usize], runs: usize, limit: Duration) -> Resu
         bail!("the image {APP} is not in the local store; run `make image`");
     }
     let dir = TestDir::new("bench-batch")?;
+    // The node takes the largest Job (a kubelet's --max-pods raised as far as needed).
+    let most = counts.iter().copied().max().unwrap_or(0);
     let cluster = Cluster::start(ClusterOptions {
         dir: Some(dir.path().join("cluster")),
+        max_pods: most.max(sandbox::cluster::kubelet::MAX_PODS),
         ..Default::default()
     })
     .await?;

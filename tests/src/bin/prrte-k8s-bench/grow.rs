@@ -191,7 +191,7 @@ pub async fn bench_grow(sizes: &[usize], runs: usize, limit: Duration) -> Result
                     .with_context(|| format!("grow by {n}, run {r}"))?,
             );
         }
-        let row = bench_pods(START + n, runs, &[Variant::Agent], limit)
+        let row = bench_pods(START + n, runs, 0, &[Variant::Agent], limit)
             .await
             .with_context(|| format!("the plain DVM start of {} pods", START + n))?;
         let plain = col(&row, Variant::Agent, |s| s.ready).unwrap_or_default();

@@ -4,7 +4,9 @@
 //! ssh` with an agent that execs the command straight into the pod's namespaces); then the
 //! first job into the fresh DVM and the launcher's CPU time per daemon; then a batch Job end to
 //! end in a sandbox cluster (`batch`), phase by phase; then a running DVM grown by N pods
-//! (`prrte-k8s grow N`, `grow`), phase by phase, beside a plain DVM start of the grown size.
+//! (`prrte-k8s grow N`, `grow`), phase by phase, beside a plain DVM start of the grown size;
+//! apart (`--controller-only`), an MPIJob through `prrte-k8s controller` against the same
+//! through `prrte-k8s manifest --from-mpijob`, and the controller's cost for a burst of them.
 //! Prints tables (medians
 //! and ranges), writes JSON (`--json`) and a PNG plot of DVM-ready time against pods (`--plot`,
 //! by default next to the JSON); not part of `make test` (run `make bench`, which builds and
@@ -14,14 +16,17 @@
 //! This file is the command line; `run` runs the methods on the pods, `results` is what they
 //! measure, `host` what they ran on, `stats` the medians and ranges, `tables`, `report` and
 //! `plot` the output; `batch` and `batch_report` the batch Jobs; `grow` and `grow_report` the
-//! grown DVMs.
+//! grown DVMs; `phases` where a DVM start's seconds went and the pods' memory; `controller`
+//! the MPIJobs through the controller.
 #![forbid(unsafe_code)]
 mod batch;
 mod batch_report;
 mod channel;
+mod controller;
 mod grow;
 mod grow_report;
 mod host;
+mod phases;
 mod plot;
 mod report;
 mod results;
@@ -49,6 +54,11 @@ struct Args {
     /// Pod counts to measure, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "4,16,32")]
     pods: Vec<usize>,
+    /// Ranks of `true` per pod in a further job into each fresh DVM (after `hostname` at 2
+    /// per pod and `true` at 1 per pod), oversubscribed: 94 for the largest published
+    /// mpi-operator run (64 x 94); 0 (the default) leaves it out.
+    #[arg(long, default_value_t = 0)]
+    ranks_per_pod: usize,
     /// Timed runs per variant and pod count (the median is reported).
     #[arg(long, default_value_t = 5)]
     runs: usize,
@@ -77,8 +87,16 @@ struct Args {
     #[arg(long, conflicts_with = "grow_only")]
     no_grow: bool,
     /// Only the grows (each beside a plain DVM start of the grown size through the agents).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "controller_only")]
     grow_only: bool,
+    /// Only the controller: MPIJobs of --pods pods through `prrte-k8s controller` (a process
+    /// against the sandbox) against `prrte-k8s manifest --from-mpijob` applied, --runs each,
+    /// then a burst of --burst MPIJobs of 2 pods with the controller's CPU time and RSS.
+    #[arg(long, conflicts_with = "batch_only")]
+    controller_only: bool,
+    /// MPIJobs of 2 pods applied at once in the controller's burst (0: none).
+    #[arg(long, default_value_t = 20)]
+    burst: usize,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -142,6 +160,9 @@ async fn main() {
             eprintln!("prrte-k8s-bench: interrupted; tearing down the pods (bounded waits)");
         }
     });
+    if args.controller_only {
+        return controller_main(&args).await;
+    }
     let (rows, mut failed) = if args.batch_only || args.grow_only {
         (Vec::new(), None)
     } else {
@@ -188,6 +209,32 @@ async fn main() {
     }
 }
 
+/// `--controller-only`: the controller's benchmark, its table and its JSON report.
+async fn controller_main(args: &Args) {
+    let limit = Duration::from_secs(args.timeout);
+    let out = controller::bench_controller(&args.pods, args.runs, args.burst, limit).await;
+    let (rows, burst) = match out {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("prrte-k8s-bench: controller: {e:#}");
+            std::process::exit(1);
+        }
+    };
+    controller::print_controller(&rows, burst.as_ref(), args.runs);
+    if let Some(p) = &args.json {
+        let report = serde_json::json!({
+            "profile": PROFILE,
+            "controller": controller::controller_json(&rows, burst.as_ref()),
+        });
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        if let Err(e) = std::fs::write(p, text + "\n") {
+            eprintln!("prrte-k8s-bench: writing {}: {e}", p.display());
+            std::process::exit(1);
+        }
+        println!("wrote {} ({PROFILE} build)", p.display());
+    }
+}
+
 /// `--quick` applied, the pod counts and runs checked, root and PRRTE there.
 fn ready_to_run(args: &mut Args) -> Result<()> {
     if args.quick {
@@ -198,11 +245,22 @@ fn ready_to_run(args: &mut Args) -> Result<()> {
     if args.runs == 0 || args.pods.iter().any(|n| *n < 2) {
         bail!("--runs must be at least 1 and every pod count at least 2");
     }
+    let most = sandbox::cluster::MAX_NODE_PODS;
+    if let Some(n) = args.pods.iter().find(|n| **n > most) {
+        bail!("--pods {n}: the sandbox node holds at most {most} pods (its pod network is a /24); ask for at most {most}");
+    }
     if args.grow.contains(&0) {
         bail!("every --grow size must be at least 1 new pod");
     }
     if !nix::unistd::Uid::effective().is_root() {
         bail!("the sandbox pods need root");
+    }
+    // prte in pod 0 inherits this limit: with ssh it holds pipes to one client per pod, and a
+    // socket per daemon either way (at 253 pods more than a login's 1,024 descriptors).
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("reading the open-file limit")?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).context("raising the open-file limit")?;
     }
     harness::require_prrte()
 }
@@ -231,7 +289,7 @@ async fn run_all(args: &Args) -> (Vec<Row>, Option<anyhow::Error>) {
             failed = Some(anyhow::anyhow!("interrupted"));
             break;
         }
-        match bench_pods(n, args.runs, &variants, limit).await {
+        match bench_pods(n, args.runs, args.ranks_per_pod, &variants, limit).await {
             Ok(r) => rows.push(r),
             Err(e) => {
                 failed = Some(e.context(format!("{n} pods")));

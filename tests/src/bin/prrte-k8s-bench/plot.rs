@@ -1,9 +1,10 @@
-//! The PNG plot of DVM-ready time against pod count, one line per launch method (median, with
-//! the min-max range as a bar), drawn from the benchmark's JSON report so that a plot can be
+//! The PNG plot of DVM-ready time against pod count on log-log axes (so that a cost growing
+//! faster than another shows as a steeper line), one line per launch method (median, with the
+//! min-max range as a bar), drawn from the benchmark's JSON report so that a plot can be
 //! redrawn from a saved report (`--plot-from`). Text goes through plotters' `ab_glyph` backend
 //! with DejaVu Sans embedded in the binary (crate `dejavu`): no fontconfig, no system fonts.
 use anyhow::{anyhow, bail, Context, Result};
-use plotters::coord::types::RangedCoordf64;
+use plotters::coord::combinators::{BindKeyPoints, LogCoord, WithKeyPoints};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde_json::Value;
@@ -104,17 +105,25 @@ pub fn draw_on<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, report: &Value
     let all = series(report)?;
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing the plot: {e}");
     root.fill(&WHITE).map_err(err)?;
-    let max_pods = all
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.0))
-        .fold(0.0, f64::max);
+    let pods = all.iter().flat_map(|s| s.points.iter().map(|p| p.0));
+    let (min_pods, max_pods) = pods.fold((f64::INFINITY, 0.0), |(lo, hi), x| {
+        (f64::min(lo, x), f64::max(hi, x))
+    });
     let max_t = all
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.3))
         .fold(0.0, f64::max);
+    // Log axes: bounded away from 0 (a min of 0 s would be at minus infinity).
+    let min_t = all
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.2))
+        .filter(|t| *t > 0.0)
+        .fold(f64::INFINITY, f64::min)
+        .min(max_t)
+        .max(1e-3);
     let area = root
         .titled(
-            "DVM-ready time against pods: prte start until \"DVM ready\"",
+            "DVM-ready time against pods (log-log): prte start until \"DVM ready\"",
             ("sans-serif", 26).into_font().style(FontStyle::Bold),
         )
         .map_err(err)?;
@@ -123,16 +132,23 @@ pub fn draw_on<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, report: &Value
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(64)
-        .build_cartesian_2d(0.0..max_pods * 1.14, 0.0..(max_t * 1.12).max(0.1))
+        .build_cartesian_2d(
+            (min_pods / 1.3..max_pods * 1.6)
+                .log_scale()
+                .with_key_points(pod_ticks(&all)),
+            (min_t / 1.5..(max_t * 1.5).max(min_t * 10.0))
+                .log_scale()
+                .with_key_points(second_ticks(min_t / 1.5, max_t * 1.5)),
+        )
         .map_err(err)?;
     chart
         .configure_mesh()
-        .x_desc("pods (one prted each)")
-        .y_desc("seconds")
+        .x_desc("pods (one prted each), log scale")
+        .y_desc("seconds, log scale")
         .axis_desc_style(("sans-serif", 18))
         .label_style(("sans-serif", 15))
         .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.1}"))
+        .y_label_formatter(&|y| format!("{}", (y * 1e3).round() / 1e3))
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(err)?;
@@ -151,8 +167,28 @@ pub fn draw_on<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, report: &Value
     Ok(())
 }
 
-/// The chart's coordinates: pods against seconds.
-type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+/// The chart's coordinates: pods against seconds, both on log scales.
+type Chart<'a, DB> =
+    ChartContext<'a, DB, Cartesian2d<WithKeyPoints<LogCoord<f64>>, WithKeyPoints<LogCoord<f64>>>>;
+
+/// The x axis' labels: the pod counts measured.
+fn pod_ticks(all: &[Series]) -> Vec<f64> {
+    let mut v: Vec<f64> = all
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v.dedup();
+    v
+}
+
+/// The y axis' labels: 1, 2 and 5 times the powers of ten from `lo` to `hi` seconds.
+fn second_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    (-3..4)
+        .flat_map(|e| [1.0, 2.0, 5.0].map(|m| m * 10f64.powi(e)))
+        .filter(|t| (lo..=hi).contains(t))
+        .collect()
+}
 
 /// One method's line, its min-max bars, its points and the label of its last median.
 fn draw_method<DB: DrawingBackend>(
@@ -167,11 +203,11 @@ fn draw_method<DB: DrawingBackend>(
         ))?
         .label(s.label.clone())
         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3)));
-    chart.draw_series(
-        s.points
-            .iter()
-            .map(|p| ErrorBar::new_vertical(p.0, p.2, p.1, p.3, color.stroke_width(2), 10)),
-    )?;
+    chart.draw_series(s.points.iter().map(|p| {
+        // A min of 0 has no place on a log axis: the bar starts at the median then.
+        let lo = if p.2 > 0.0 { p.2 } else { p.1 };
+        ErrorBar::new_vertical(p.0, lo, p.1, p.3, color.stroke_width(2), 10)
+    }))?;
     chart.draw_series(
         s.points
             .iter()
@@ -276,6 +312,14 @@ mod tests {
         assert!(format!("{e:#}").contains("no rows"), "{e:#}");
         let e = render(&json!({"rows": [{"pods": 4, "methods": {}}]})).unwrap_err();
         assert!(format!("{e:#}").contains("no method"), "{e:#}");
+    }
+
+    #[test]
+    fn the_log_axes_are_labelled_at_the_pod_counts_and_1_2_5_seconds() {
+        let all = series(&report()).unwrap();
+        assert_eq!(pod_ticks(&all), vec![4.0, 16.0, 32.0]);
+        assert_eq!(second_ticks(0.15, 7.0), vec![0.2, 0.5, 1.0, 2.0, 5.0]);
+        assert!(second_ticks(0.0011, 0.0019).is_empty());
     }
 
     #[test]

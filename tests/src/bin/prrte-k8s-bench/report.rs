@@ -23,6 +23,13 @@ pub fn json_report(rows: &[Row], runs: usize) -> serde_json::Value {
                         "label": v.label(),
                         "dvm_ready_s": stats(&get(|s| s.ready)),
                         "first_job_s": stats(&get(|s| s.first_job)),
+                        "job_true_1_per_pod_s": stats(&get(|s| s.job_one)),
+                        "job_true_ranks_per_pod_s": stats(&get(|s| s.job_many)),
+                        "phases_s": {
+                            "to_first_prted": stats(&get(|s| s.phases.to_first)),
+                            "first_to_last_prted": stats(&get(|s| s.phases.spread)),
+                            "last_prted_to_ready": stats(&get(|s| s.phases.wire_up)),
+                        },
                         "launcher_cpu_per_daemon_ms": stats(&per),
                         "agents_idle_cpu_ms_per_s": stats(&get(|s| s.agents_idle)),
                     }),
@@ -34,8 +41,16 @@ pub fn json_report(rows: &[Row], runs: usize) -> serde_json::Value {
                 (Some(a), Some(b)) => serde_json::json!(a / b),
                 _ => serde_json::Value::Null,
             };
+            let pss_sum: Vec<u64> = row
+                .rss
+                .agent_pss
+                .iter()
+                .zip(&row.rss.prted_pss)
+                .map(|(a, p)| a + p)
+                .collect();
             serde_json::json!({
                 "pods": row.pods,
+                "ranks_per_pod": row.ranks_per_pod,
                 "load_avg_1m": stats(&loads([row])),
                 "methods": methods,
                 "ratio_ssh_over_agent": ratio(m(Variant::Ssh), agent),
@@ -45,6 +60,13 @@ pub fn json_report(rows: &[Row], runs: usize) -> serde_json::Value {
                     "agent_per_pod": median_u(&row.rss.agent),
                     "sshd_per_pod": median_u(&row.rss.sshd),
                     "ssh_clients_pod0": row.rss.clients,
+                },
+                "memory_at_ready_kib": {
+                    "agent_rss_per_pod": median_u(&row.rss.agent_now),
+                    "agent_pss_per_pod": median_u(&row.rss.agent_pss),
+                    "prted_pss_per_pod": median_u(&row.rss.prted_pss),
+                    "agent_plus_prted_pss_per_pod": median_u(&pss_sum),
+                    "sshd_pss_per_pod": median_u(&row.rss.sshd_pss),
                 },
             })
         })

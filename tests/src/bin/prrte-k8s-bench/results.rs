@@ -1,6 +1,8 @@
 //! What the benchmark measures: the launch methods, one DVM start's figures, the peak memory
 //! of the pods' processes, and one pod count's results.
 
+use crate::phases::Phases;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Variant {
     Agent,
@@ -36,6 +38,13 @@ pub struct Sample {
     pub ready: f64,
     /// `prun -n <2 per pod> hostname` into the fresh DVM, seconds.
     pub first_job: f64,
+    /// Then `prun` of `true`, 1 rank per pod, seconds.
+    pub job_one: f64,
+    /// Then `prun` of `true`, `--ranks-per-pod` ranks per pod (oversubscribed), seconds; 0 when
+    /// left out.
+    pub job_many: f64,
+    /// Where the DVM-ready time went.
+    pub phases: Phases,
     /// user+system CPU seconds of prte and everything it started (prteds excluded) at "DVM
     /// ready".
     pub cpu: f64,
@@ -55,10 +64,19 @@ pub struct Rss {
     pub sshd: Vec<u64>,
     /// ssh clients in prte's pod, summed.
     pub clients: u64,
+    /// Now (at DVM ready, plm k8s run): the agent's VmRSS, the agent's Pss, the prted's Pss
+    /// (each worker pod, kB).
+    pub agent_now: Vec<u64>,
+    pub agent_pss: Vec<u64>,
+    pub prted_pss: Vec<u64>,
+    /// The sshd processes' Pss summed, each worker pod (plm ssh tree run, kB).
+    pub sshd_pss: Vec<u64>,
 }
 
 pub struct Row {
     pub pods: usize,
+    /// Ranks per pod of the second `true` job (0: left out).
+    pub ranks_per_pod: usize,
     pub times: Vec<(Variant, Vec<Sample>)>,
     pub rss: Rss,
 }

@@ -2,6 +2,7 @@
 //! what is measured while it is up, and the prteds this run started.
 
 use crate::host::{load_avg, own_cpu, tree_cpu, PROFILE};
+use crate::phases::{pss_kb, Starts};
 use crate::results::{Row, Rss, Sample, Variant};
 use anyhow::{bail, Context, Result};
 use sandbox::harness::{self, TestDir};
@@ -52,15 +53,31 @@ fn peak_per_worker(job: &Job, comm: &str) -> Result<Vec<u64>> {
         .collect()
 }
 
-/// Peak RSS of processes in worker pods while the DVM of `variant` is up.
+/// Per worker pod (1..), the summed `f` (kB) of its processes named like `comm`.
+fn sum_per_worker(job: &Job, comm: &str, f: fn(u32) -> Option<u64>) -> Result<Vec<u64>> {
+    (1..job.pods.len())
+        .map(|i| {
+            Ok(sshd::pids_like(job, i, comm)?
+                .into_iter()
+                .filter_map(f)
+                .sum())
+        })
+        .collect()
+}
+
+/// Peak RSS, RSS and Pss of processes in worker pods while the DVM of `variant` is up.
 fn measure_rss(job: &Job, variant: Variant, rss: &mut Rss) -> Result<()> {
     match variant {
         Variant::Agent => {
             // comm is cut to 15 characters: "prrte-k8s-agen"
             rss.agent = peak_per_worker(job, "prrte-k8s-agen")?;
+            rss.agent_now = sum_per_worker(job, "prrte-k8s-agen", |p| sshd::status_kb(p, "VmRSS"))?;
+            rss.agent_pss = sum_per_worker(job, "prrte-k8s-agen", pss_kb)?;
+            rss.prted_pss = sum_per_worker(job, "prted", pss_kb)?;
         }
         Variant::Ssh => {
             rss.sshd = peak_per_worker(job, "sshd")?;
+            rss.sshd_pss = sum_per_worker(job, "sshd", pss_kb)?;
             rss.clients = job
                 .pids_in_pod(0, "ssh")?
                 .iter()
@@ -83,6 +100,8 @@ struct Methods<'a> {
     lower: Option<&'a Path>,
     /// How long one DVM may take to become ready.
     limit: Duration,
+    /// Ranks per pod of the second `true` job (0: left out).
+    ranks: usize,
 }
 
 impl Methods<'_> {
@@ -116,6 +135,7 @@ impl Methods<'_> {
             load: load_avg(),
             ..Sample::default()
         };
+        let mut starts = None;
         let cycle = job.dvm_cycle(tag, &args, self.limit, Some(&INTERRUPTED), |job| {
             // The launcher's CPU first, before anything else runs in pod 0.
             let prte = job.pids_in_pod(0, "prte")?;
@@ -123,7 +143,11 @@ impl Methods<'_> {
                 bail!("expected one prte in pod 0, found {prte:?}");
             };
             sample.cpu = tree_cpu(prte);
-            check_daemons(job, variant)?;
+            let prteds = check_daemons(job, variant)?;
+            starts = Some(
+                Starts::read(prte, &prteds)
+                    .with_context(|| format!("{tag}: the start times of prte and the prteds"))?,
+            );
             if let Some(r) = rss {
                 measure_rss(job, variant, r)?;
             }
@@ -131,6 +155,10 @@ impl Methods<'_> {
             // settled.
             sample.agents_idle = agents_idle_cpu(job)?;
             sample.first_job = first_job(job, &uri, tag)?;
+            sample.job_one = true_job(job, &uri, tag, 1)?;
+            if self.ranks > 0 {
+                sample.job_many = true_job(job, &uri, tag, self.ranks)?;
+            }
             Ok(String::new())
         })?;
         if matches!(variant, Variant::Ssh | Variant::SshNoTree) {
@@ -138,6 +166,9 @@ impl Methods<'_> {
                 .with_context(|| format!("{tag}: ssh sessions left"))?;
         }
         sample.ready = cycle.ready.as_secs_f64();
+        if let Some(s) = starts {
+            sample.phases = s.phases(sample.ready);
+        }
         Ok(sample)
     }
 
@@ -168,11 +199,17 @@ impl Methods<'_> {
                     if last { Some(&mut rss) } else { None },
                 )?;
                 eprintln!(
-                    "[{n} pods, {PROFILE}] run {}/{runs} {:<11} ready {:.3} s, first job {:.3} s, launcher CPU {:.3} s, idle agents {:.2} ms/s (load {:.2})",
+                    "[{n} pods, {PROFILE}] run {}/{runs} {:<11} ready {:.3} s ({:.2} + {:.2} + {:.2}), first job {:.3} s, true x1 {:.3} s, x{} {:.3} s, launcher CPU {:.3} s, idle agents {:.2} ms/s (load {:.2})",
                     r + 1,
                     v.tag(),
                     t.ready,
+                    t.phases.to_first,
+                    t.phases.spread,
+                    t.phases.wire_up,
                     t.first_job,
+                    t.job_one,
+                    self.ranks,
+                    t.job_many,
                     t.cpu,
                     t.agents_idle,
                     t.load
@@ -184,22 +221,26 @@ impl Methods<'_> {
     }
 }
 
-/// Every worker pod runs a prted once the DVM of `variant` is ready.
-fn check_daemons(job: &Job, variant: Variant) -> Result<()> {
+/// Every worker pod runs a prted once the DVM of `variant` is ready: their host pids.
+fn check_daemons(job: &Job, variant: Variant) -> Result<Vec<u32>> {
     let n = job.pods.len();
     if variant == Variant::LowerBound {
         // The daemons live in pod 0's PID namespace (see sandbox::nsexec).
-        if job.pids_in_pod(0, "prted")?.len() < n - 1 {
+        let prteds = job.pids_in_pod(0, "prted")?;
+        if prteds.len() < n - 1 {
             bail!("DVM ready but fewer than {} prteds run", n - 1);
         }
-    } else {
-        for i in 1..n {
-            if job.pids_in_pod(i, "prted")?.is_empty() {
-                bail!("DVM ready but pod {i} runs no prted");
-            }
-        }
+        return Ok(prteds);
     }
-    Ok(())
+    let mut prteds = Vec::new();
+    for i in 1..n {
+        let p = job.pids_in_pod(i, "prted")?;
+        if p.is_empty() {
+            bail!("DVM ready but pod {i} runs no prted");
+        }
+        prteds.extend(p);
+    }
+    Ok(prteds)
 }
 
 /// How long the agents' CPU is watched while the DVM is up and idle.
@@ -255,11 +296,41 @@ fn first_job(job: &Job, uri: &Path, tag: &str) -> Result<f64> {
     Ok(took)
 }
 
+/// `prun --map-by ppr:<per_pod>:node:OVERSUBSCRIBE true` into the DVM whose URI is in `uri`:
+/// `per_pod` ranks of `true` in every pod (more than its slots: oversubscribed), seconds.
+fn true_job(job: &Job, uri: &Path, tag: &str, per_pod: usize) -> Result<f64> {
+    let n = job.pods.len();
+    let dvm = format!("file:{}", uri.display());
+    let np = (per_pod * n).to_string();
+    let map = format!("ppr:{per_pod}:node:OVERSUBSCRIBE");
+    let argv = [
+        "--allow-run-as-root",
+        "--dvm-uri",
+        &dvm,
+        "-n",
+        &np,
+        "--map-by",
+        &map,
+        "true",
+    ];
+    let t0 = std::time::Instant::now();
+    let o = job.run_in_pod(0, "prun", &argv, Duration::from_secs(120))?;
+    let took = t0.elapsed().as_secs_f64();
+    if !o.status.success() {
+        bail!(
+            "job of {np} x true ({per_pod} per pod, {tag}) failed: {}",
+            sandbox::mpijob::text(&o)
+        );
+    }
+    Ok(took)
+}
+
 /// Every method on `n` pods: the pods (agent and sshd in each), a warm-up, then `runs` timed
-/// rounds.
+/// rounds; `ranks` ranks per pod in the second `true` job.
 pub async fn bench_pods(
     n: usize,
     runs: usize,
+    ranks: usize,
     variants: &[Variant],
     limit: Duration,
 ) -> Result<Row> {
@@ -269,6 +340,8 @@ pub async fn bench_pods(
     let mut spec = JobSpec::new(&name, n);
     // 2 slots per pod (ras k8s counts whole CPUs) for the first job's 2 ranks per pod.
     spec.cpus = vec!["2"; n];
+    // The node takes them all (a kubelet's --max-pods raised as far as needed).
+    spec.max_pods = n.max(sandbox::cluster::kubelet::MAX_PODS);
     ssh.apply(&mut spec);
     let pins = if variants.contains(&Variant::LowerBound) {
         Some(NsPins::prepare(&keys.path().join("ns"))?)
@@ -292,6 +365,7 @@ pub async fn bench_pods(
         ssh: &ssh,
         lower: lower.as_deref(),
         limit,
+        ranks,
     };
     methods.warm_up(variants)?;
     let (times, rss) = methods.timed(variants, runs)?;
@@ -301,6 +375,7 @@ pub async fn bench_pods(
     drop(keys);
     Ok(Row {
         pods: n,
+        ranks_per_pod: ranks,
         times,
         rss,
     })

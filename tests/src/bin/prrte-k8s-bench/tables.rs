@@ -11,6 +11,7 @@ pub fn print_tables(rows: &[Row], runs: usize) {
     let variants: Vec<Variant> = first.times.iter().map(|t| t.0).collect();
     print_setting(rows);
     print_ready(rows, &variants, runs);
+    print_phases(rows, &variants);
     print_per_run(rows, &variants);
     if variants.contains(&Variant::Ssh) {
         print_rss(rows);
@@ -86,6 +87,16 @@ fn print_per_run(rows: &[Row], variants: &[Variant]) {
             (|s: &Sample| s.first_job) as fn(&Sample) -> f64,
         ),
         (
+            "Job of `true`, 1 rank per pod (`prun -n <pods> true`, after the first job), seconds, median [min-max]",
+            1.0,
+            |s: &Sample| s.job_one,
+        ),
+        (
+            "Job of `true`, --ranks-per-pod ranks per pod (`prun --map-by ppr:R:node:OVERSUBSCRIBE true`; 0: left out), seconds, median [min-max]",
+            1.0,
+            |s: &Sample| s.job_many,
+        ),
+        (
             "Launcher CPU per daemon: user+system of prte and all it started (prteds excluded) at DVM ready, ms, median [min-max]",
             1e3,
             |s: &Sample| s.cpu,
@@ -121,6 +132,42 @@ fn print_per_run(rows: &[Row], variants: &[Variant]) {
     }
 }
 
+/// Where the DVM-ready time went, per method: prte until the first prted started, the first
+/// until the last, the last until "DVM ready" (medians), and the slowest of the three.
+fn print_phases(rows: &[Row], variants: &[Variant]) {
+    println!();
+    println!("DVM-ready time by phase [{PROFILE}]: prte start -> first prted started (prte's start-up, discovery, first connection) + first -> last prted started (fan-out: connections, handshakes, daemon starts) + last prted -> DVM ready (PRRTE's wire-up); seconds, medians, from /proc start times (10 ms ticks)");
+    let mut head = format!("{:>5}", "pods");
+    for v in variants {
+        head += &format!(" | {:<30}", v.label());
+    }
+    println!("{head}");
+    println!("{}", "-".repeat(head.len()));
+    for row in rows {
+        let mut line = format!("{:>5}", row.pods);
+        for (_, t) in &row.times {
+            let m = |f: fn(&Sample) -> f64| median(&t.iter().map(f).collect::<Vec<_>>());
+            let p = [
+                m(|s| s.phases.to_first),
+                m(|s| s.phases.spread),
+                m(|s| s.phases.wire_up),
+            ];
+            let slowest = PHASES[(0..3).max_by(|a, b| p[*a].total_cmp(&p[*b])).unwrap_or(0)];
+            line += &format!(
+                " | {:<30}",
+                format!("{:.2}+{:.2}+{:.2} ({slowest})", p[0], p[1], p[2])
+            );
+        }
+        println!("{line}");
+    }
+}
+
+/// The phases' short names, in order.
+const PHASES: [&str; 3] = ["start", "fan-out", "wire-up"];
+
+/// The agent's own resident memory target, MiB.
+const AGENT_RSS_TARGET_MIB: f64 = 6.0;
+
 /// Peak RSS of the agent, sshd and ssh clients.
 fn print_rss(rows: &[Row]) {
     println!();
@@ -133,14 +180,46 @@ fn print_rss(rows: &[Row]) {
     );
     println!("{head}");
     println!("{}", "-".repeat(head.len()));
+    let mib = |kb: u64| kb as f64 / 1024.0;
     for row in rows {
-        let mib = |kb: u64| kb as f64 / 1024.0;
         println!(
             "{:>5} | {:>8.1} | {:>8.1} | {:>16.1}",
             row.pods,
             mib(median_u(&row.rss.agent)),
             mib(median_u(&row.rss.sshd)),
             mib(row.rss.clients)
+        );
+    }
+    println!();
+    println!("Memory per worker pod at DVM ready, MiB, median over pods 1..N-1 [{PROFILE}]: the agent's VmRSS and Pss, its prted's Pss, their sum (plm k8s run), and the sshd processes' Pss (plm ssh tree run)");
+    let head = format!(
+        "{:>5} | {:>11} | {:>9} | {:>9} | {:>15} | {:>8} | agent RSS <= {AGENT_RSS_TARGET_MIB} MiB",
+        "pods", "agent VmRSS", "agent Pss", "prted Pss", "agent+prted Pss", "sshd Pss"
+    );
+    println!("{head}");
+    println!("{}", "-".repeat(head.len()));
+    for row in rows {
+        let r = &row.rss;
+        let sum: Vec<u64> = r
+            .agent_pss
+            .iter()
+            .zip(&r.prted_pss)
+            .map(|(a, p)| a + p)
+            .collect();
+        let now = mib(median_u(&r.agent_now));
+        println!(
+            "{:>5} | {:>11.2} | {:>9.2} | {:>9.2} | {:>15.2} | {:>8.2} | {}",
+            row.pods,
+            now,
+            mib(median_u(&r.agent_pss)),
+            mib(median_u(&r.prted_pss)),
+            mib(median_u(&sum)),
+            mib(median_u(&r.sshd_pss)),
+            if now <= AGENT_RSS_TARGET_MIB {
+                "yes"
+            } else {
+                "no"
+            }
         );
     }
 }

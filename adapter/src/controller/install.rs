@@ -1,0 +1,315 @@
+//! What installs the controller: the MPIJob CRD, the Namespace `prrte-k8s-system` (restricted
+//! pod security enforced), the ServiceAccount, the ClusterRole with exactly the verbs and
+//! resources the controller uses and its binding, a Role for the Lease in its own namespace,
+//! and the Deployment of the `FROM scratch` image holding the static `prrte-k8s` at the
+//! restricted level. One source: `prrte-k8s manifest --controller` prints [`objects`], and
+//! `prrte-config/deploy/` (the kustomization of `kubectl apply -k`) holds the same objects,
+//! checked by a test.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Namespace,
+    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    SeccompProfile, SecurityContext, ServiceAccount,
+};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResourceExt;
+use serde_json::Value;
+
+use super::crd::MpiJobResource;
+
+/// The controller's name: its ServiceAccount, roles, Deployment and Lease.
+pub const NAME: &str = "prrte-k8s-controller";
+/// The namespace it is installed in.
+pub const NAMESPACE: &str = "prrte-k8s-system";
+/// Its image (`make image`); kustomize's `images:` retags it.
+pub const IMAGE: &str = "localhost/prrte-k8s-controller:latest";
+/// The port of its `/metrics`.
+pub const METRICS_PORT: i32 = 8080;
+/// The user the image runs as (no root: the restricted level).
+pub const USER: i64 = 65532;
+
+/// One rule: `verbs` on `resources` of `group`.
+fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// What the controller does in every namespace, and nothing else (named verbs and resources):
+/// - MPIJobs: watched (kube-runtime's `Controller` lists and watches), their status patched;
+/// - the Jobs it owns: watched, read, created, patched (`spec.suspend`, the templates Kueue
+///   changes while suspended);
+/// - the Jobs' pods: watched and listed (the status counts them);
+/// - the other objects of each job: created only, never read or changed (an existing one is
+///   left as it is: the Secret keeps its key);
+/// - events on the MPIJobs (kube-runtime's recorder creates them and patches a repeated one).
+///
+/// The job's own Role grants its pods `get`, `list`, `watch` on pods and `get` on its Job; the
+/// controller holds those itself, as Kubernetes requires of whoever creates a Role (no
+/// `escalate` or `bind`).
+pub fn cluster_rules() -> Vec<PolicyRule> {
+    vec![
+        rule("kubeflow.org", &["mpijobs"], &["list", "watch"]),
+        rule("kubeflow.org", &["mpijobs/status"], &["patch"]),
+        rule(
+            "batch",
+            &["jobs"],
+            &["get", "list", "watch", "create", "patch"],
+        ),
+        rule("", &["pods"], &["get", "list", "watch"]),
+        rule("", &["serviceaccounts", "secrets"], &["create"]),
+        rule(
+            "rbac.authorization.k8s.io",
+            &["roles", "rolebindings"],
+            &["create"],
+        ),
+        rule("networking.k8s.io", &["networkpolicies"], &["create"]),
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+    ]
+}
+
+/// What the replicas do in their own namespace: elect a leader through the Lease (read,
+/// created by the first, renewed by patches).
+pub fn lease_rules() -> Vec<PolicyRule> {
+    vec![rule(
+        "coordination.k8s.io",
+        &["leases"],
+        &["get", "create", "patch"],
+    )]
+}
+
+fn labels() -> BTreeMap<String, String> {
+    [
+        ("app.kubernetes.io/name".to_string(), NAME.to_string()),
+        (
+            "app.kubernetes.io/part-of".to_string(),
+            "prrte-k8s".to_string(),
+        ),
+    ]
+    .into()
+}
+
+fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: namespace.map(str::to_string),
+        labels: Some(labels()),
+        ..Default::default()
+    }
+}
+
+fn subject() -> Subject {
+    Subject {
+        kind: "ServiceAccount".into(),
+        name: NAME.into(),
+        namespace: Some(NAMESPACE.into()),
+        api_group: None,
+    }
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                api_version: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+        .collect()
+}
+
+/// The controller's Deployment: one replica (more are safe: the Lease elects one leader), its
+/// pod at the restricted level with a read-only root filesystem.
+fn deployment() -> Deployment {
+    let selector: BTreeMap<String, String> =
+        [("app.kubernetes.io/name".to_string(), NAME.to_string())].into();
+    let container = Container {
+        name: "controller".into(),
+        image: Some(IMAGE.into()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        args: Some(vec!["controller".into()]),
+        env: Some(vec![
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_NAMESPACE", "metadata.namespace"),
+            EnvVar {
+                name: "PRRTE_K8S_LOG".into(),
+                value: Some("info".into()),
+                ..Default::default()
+            },
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("metrics".into()),
+            container_port: METRICS_PORT,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        liveness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/metrics".into()),
+                port: IntOrString::String("metrics".into()),
+                ..Default::default()
+            }),
+            period_seconds: Some(20),
+            ..Default::default()
+        }),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities(&[("cpu", "50m"), ("memory", "64Mi")])),
+            limits: Some(quantities(&[("memory", "256Mi")])),
+            ..Default::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: None,
+            }),
+            read_only_root_filesystem: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Deployment {
+        metadata: meta(NAME, Some(NAMESPACE)),
+        spec: Some(DeploymentSpec {
+            replicas: Some(1),
+            selector: LabelSelector {
+                match_labels: Some(selector),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels()),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(NAME.into()),
+                    termination_grace_period_seconds: Some(10),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(USER),
+                        run_as_group: Some(USER),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            localhost_profile: None,
+                        }),
+                        ..Default::default()
+                    }),
+                    containers: vec![container],
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Every object that installs the controller, in the order they apply: the CRD first, the
+/// Deployment last.
+pub fn objects() -> Result<Vec<Value>, serde_json::Error> {
+    let mut ns = meta(NAMESPACE, None);
+    if let Some(l) = ns.labels.as_mut() {
+        l.insert(
+            "pod-security.kubernetes.io/enforce".into(),
+            "restricted".into(),
+        );
+    }
+    let role_ref = |kind: &str| RoleRef {
+        api_group: "rbac.authorization.k8s.io".into(),
+        kind: kind.into(),
+        name: NAME.into(),
+    };
+    Ok(vec![
+        serde_json::to_value(MpiJobResource::crd())?,
+        serde_json::to_value(Namespace {
+            metadata: ns,
+            ..Default::default()
+        })?,
+        serde_json::to_value(ServiceAccount {
+            metadata: meta(NAME, Some(NAMESPACE)),
+            ..Default::default()
+        })?,
+        serde_json::to_value(ClusterRole {
+            metadata: meta(NAME, None),
+            rules: Some(cluster_rules()),
+            ..Default::default()
+        })?,
+        serde_json::to_value(ClusterRoleBinding {
+            metadata: meta(NAME, None),
+            subjects: Some(vec![subject()]),
+            role_ref: role_ref("ClusterRole"),
+        })?,
+        serde_json::to_value(Role {
+            metadata: meta(NAME, Some(NAMESPACE)),
+            rules: Some(lease_rules()),
+        })?,
+        serde_json::to_value(RoleBinding {
+            metadata: meta(NAME, Some(NAMESPACE)),
+            subjects: Some(vec![subject()]),
+            role_ref: role_ref("Role"),
+        })?,
+        serde_json::to_value(deployment())?,
+    ])
+}
+
+/// Where `prrte-config/deploy/` keeps the objects: the CRD (exactly `prrte-k8s crd`), and the
+/// rest with a header in `controller/` (its own kustomization, which sets the image).
+pub const CRD_FILE: &str = "mpijob-crd.yaml";
+pub const CONTROLLER_FILE: &str = "controller/controller.yaml";
+
+fn stream(header: &str, objects: &[Value]) -> Result<String, serde_yaml::Error> {
+    let mut out = header.to_string();
+    for o in objects {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(o)?);
+    }
+    Ok(out)
+}
+
+/// The files of `prrte-config/deploy/` besides its kustomization: (name, text).
+pub fn files() -> Result<Vec<(&'static str, String)>, serde_yaml::Error> {
+    let objects = objects().map_err(<serde_yaml::Error as serde::ser::Error>::custom)?;
+    Ok(vec![
+        (CRD_FILE, serde_yaml::to_string(&objects[0])?),
+        (
+            CONTROLLER_FILE,
+            stream(
+                "# Generated by: prrte-k8s manifest --controller, all but the CRD (../mpijob-crd.yaml,\n\
+                 # which is `prrte-k8s crd`); a test keeps both files equal to the renderer.\n",
+                &objects[1..],
+            )?,
+        ),
+    ])
+}
+
+/// [`objects`] as one YAML stream (`prrte-k8s manifest --controller`).
+pub fn yaml() -> Result<String, serde_yaml::Error> {
+    let objects = objects().map_err(<serde_yaml::Error as serde::ser::Error>::custom)?;
+    stream(
+        "# Generated by: prrte-k8s manifest --controller\n\
+         # The prrte-k8s controller: the MPIJob CRD, its namespace, RBAC and Deployment (the\n\
+         # objects of `kubectl apply -k prrte-config/deploy`).\n",
+        &objects,
+    )
+}

@@ -1,0 +1,218 @@
+//! The install objects: the files of `prrte-config/deploy/` are the renderer's, the ClusterRole
+//! holds exactly what the controller does (every object `desired` makes, the job Role it hands
+//! on, the watches) and no more, and the Deployment's pod is at the restricted level.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{json, Value};
+
+use super::crd::crd_yaml;
+use super::desired::{desired, Settings};
+use super::install::{
+    cluster_rules, files, lease_rules, objects, yaml, CRD_FILE, IMAGE, NAME, NAMESPACE,
+};
+use crate::manifest::INJECT_IMAGE;
+
+const PI: &str = include_str!("../manifest/mpijob/examples/pi.yaml");
+const RICH: &str = include_str!("../manifest/mpijob/examples/rich.yaml");
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../prrte-config/deploy")
+}
+
+/// Whether `rules` allow `verb` on `resource` of `group` (no wildcards are used).
+fn allows(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool {
+    rules.iter().any(|r| {
+        r.api_groups.iter().flatten().any(|g| g == group)
+            && r.resources.iter().flatten().any(|x| x == resource)
+            && r.verbs.iter().any(|v| v == verb)
+    })
+}
+
+/// An MPIJob as served, ours.
+fn served(text: &str) -> Value {
+    let mut v: Value = serde_yaml::from_str(text).unwrap();
+    v["metadata"]["namespace"] = json!("team");
+    v["metadata"]["uid"] = json!("1f1e5c7a-0000-4000-8000-000000000001");
+    v["spec"]["runPolicy"]["managedBy"] = json!("prrte-k8s.io/controller");
+    v
+}
+
+/// (group, plural) of the object `o`.
+fn resource_of(o: &Value) -> (String, String) {
+    let av = o["apiVersion"].as_str().unwrap();
+    let (g, v) = av.split_once('/').unwrap_or(("", av));
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(g, v, o["kind"].as_str().unwrap()));
+    (g.to_string(), ar.plural)
+}
+
+#[test]
+fn the_deploy_files_are_the_renderers_and_the_crd_is_generated() {
+    let regenerate = std::env::var_os("PRRTE_K8S_REGENERATE").is_some();
+    for (name, text) in files().unwrap() {
+        let path = deploy_dir().join(name);
+        if regenerate {
+            std::fs::write(&path, &text).unwrap();
+        }
+        let file =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(
+            file == text,
+            "{} differs from the renderer; regenerate prrte-config/deploy with\n  PRRTE_K8S_REGENERATE=1 cargo test -p prrte-k8s --lib controller::install",
+            path.display()
+        );
+    }
+    assert_eq!(files().unwrap()[0], (CRD_FILE, crd_yaml().unwrap()));
+    let read = |f: &str| -> Value {
+        serde_yaml::from_str(&std::fs::read_to_string(deploy_dir().join(f)).unwrap()).unwrap()
+    };
+    let k = read("kustomization.yaml");
+    assert_eq!(k["resources"], json!([CRD_FILE]));
+    assert_eq!(k["bases"], json!(["controller"]));
+    let k = read("controller/kustomization.yaml");
+    assert_eq!(k["resources"], json!(["controller.yaml"]));
+    assert_eq!(
+        k["images"][0]["name"].as_str(),
+        IMAGE.strip_suffix(":latest")
+    );
+    // The one stream holds the same objects as the files, in the same order.
+    let stream: Vec<Value> = serde_yaml::Deserializer::from_str(&yaml().unwrap())
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    assert_eq!(stream, objects().unwrap());
+}
+
+#[test]
+fn the_cluster_role_creates_every_object_of_a_job_and_holds_what_its_role_grants() {
+    let rules = cluster_rules();
+    let settings = Settings {
+        inject_image: INJECT_IMAGE.into(),
+        ..Default::default()
+    };
+    let mut made = BTreeSet::new();
+    for text in [PI, RICH] {
+        let d = desired(&served(text), &settings, "a-key").unwrap();
+        for o in d.others.iter().chain(std::iter::once(&d.job)) {
+            let (g, r) = resource_of(o);
+            assert!(allows(&rules, &g, &r, "create"), "create {r}.{g}");
+            made.insert((g, r));
+            // The controller may create a Role only with the permissions it holds itself.
+            if o["kind"] == "Role" {
+                for rule in o["rules"].as_array().unwrap() {
+                    for g in rule["apiGroups"].as_array().unwrap() {
+                        for r in rule["resources"].as_array().unwrap() {
+                            for v in rule["verbs"].as_array().unwrap() {
+                                let (g, r, v) = (
+                                    g.as_str().unwrap(),
+                                    r.as_str().unwrap(),
+                                    v.as_str().unwrap(),
+                                );
+                                assert!(allows(&rules, g, r, v), "{v} {r}.{g} (the job's Role)");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // The watches and reads of reconcile and run: MPIJobs, their status, Jobs, pods, events.
+    for (g, r, verbs) in [
+        ("kubeflow.org", "mpijobs", &["list", "watch"][..]),
+        ("kubeflow.org", "mpijobs/status", &["patch"]),
+        ("batch", "jobs", &["get", "list", "watch", "patch"]),
+        ("", "pods", &["list", "watch"]),
+        ("events.k8s.io", "events", &["create", "patch"]),
+    ] {
+        for v in verbs {
+            assert!(allows(&rules, g, r, v), "{v} {r}.{g}");
+        }
+    }
+    // Nothing else: no wildcard, no resource the controller does not touch, no delete (the
+    // garbage collector deletes what the MPIJob owns), no update.
+    let touched: BTreeSet<(String, String)> = made
+        .into_iter()
+        .chain(
+            [
+                ("kubeflow.org", "mpijobs"),
+                ("kubeflow.org", "mpijobs/status"),
+                ("", "pods"),
+                ("events.k8s.io", "events"),
+            ]
+            .map(|(g, r)| (g.to_string(), r.to_string())),
+        )
+        .collect();
+    for rule in rules.iter().chain(lease_rules().iter()) {
+        for v in &rule.verbs {
+            assert!(
+                ["get", "list", "watch", "create", "patch"].contains(&v.as_str()),
+                "verb {v}"
+            );
+        }
+        assert!(rule.resource_names.is_none() && rule.non_resource_urls.is_none());
+    }
+    for rule in &rules {
+        for g in rule.api_groups.iter().flatten() {
+            for r in rule.resources.iter().flatten() {
+                assert!(
+                    touched.contains(&(g.clone(), r.clone())),
+                    "{r}.{g} is not used"
+                );
+            }
+        }
+    }
+    assert!(allows(
+        &lease_rules(),
+        "coordination.k8s.io",
+        "leases",
+        "patch"
+    ));
+}
+
+#[test]
+fn the_deployment_is_restricted_and_runs_the_controller_image() {
+    let objects = objects().unwrap();
+    let kinds: Vec<&str> = objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "CustomResourceDefinition",
+            "Namespace",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "Deployment"
+        ]
+    );
+    assert_eq!(
+        objects[1]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    let d = &objects[7];
+    assert_eq!(d["metadata"]["namespace"], NAMESPACE);
+    let t = &d["spec"]["template"];
+    assert_eq!(
+        crate::manifest::restricted::violations(t),
+        Vec::<String>::new()
+    );
+    let c = &t["spec"]["containers"][0];
+    assert_eq!(c["image"], IMAGE);
+    assert_eq!(c["args"], json!(["controller"]));
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["ports"][0]["containerPort"], 8080);
+    assert_eq!(t["spec"]["serviceAccountName"], NAME);
+    // Both bindings name the ServiceAccount the pod runs as.
+    for b in &objects[4..7] {
+        if let Some(s) = b["subjects"].as_array() {
+            assert_eq!(s[0]["name"], NAME);
+            assert_eq!(s[0]["namespace"], NAMESPACE);
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The ends of an MPIJob's pods that its Job alone does not tell (pure): a pod of the job
+//! deleted while the job runs (by hand, or a node drained without the eviction API), and a
+//! worker that failed (a worker cut off from its launcher ends so: its agent stops prted when
+//! the launcher's heartbeats stop, and exits non-zero). Each is one event on the MPIJob,
+//! naming the pod, its role and its exit code or grace period; the reconcile posts each pod's
+//! once ([`super::reconcile`]). Evictions and disruptions are named by the `Failed`
+//! condition's events ([`super::status`]), and a launcher's failure by the Job's own message.
+
+use serde_json::Value;
+
+use super::status::Notice;
+use crate::discovery::keys::JOB_COMPLETION_INDEX;
+
+/// The event reason of a pod deleted while its job ran.
+pub const POD_DELETED: &str = "MPIJobPodDeleted";
+/// The event reason of a worker that failed.
+pub const POD_FAILED: &str = "MPIJobPodFailed";
+
+/// One pod's end, and its event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEnd {
+    /// The pod's uid (its name where it has none): what the event is posted once for.
+    pub uid: String,
+    pub notice: Notice,
+}
+
+fn disrupted(p: &Value) -> bool {
+    p["status"]["reason"] == "Evicted"
+        || p.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "DisruptionTarget" && c["status"] == "True")
+            })
+}
+
+/// Whether the Job itself ends its pods (failed or completed): its deletions are not news.
+fn job_ending(job: Option<&Value>) -> bool {
+    job.and_then(|j| j.pointer("/status/conditions"))
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                ["FailureTarget", "Failed", "SuccessCriteriaMet", "Complete"]
+                    .contains(&c["type"].as_str().unwrap_or(""))
+                    && c["status"] == "True"
+            })
+        })
+}
+
+/// The first container that ended with a non-zero code: "container C exited with code N
+/// (REASON): MESSAGE".
+fn exit_of(p: &Value) -> Option<String> {
+    let statuses = p.pointer("/status/containerStatuses")?.as_array()?;
+    statuses.iter().find_map(|c| {
+        let t = c.pointer("/state/terminated")?;
+        let code = t["exitCode"].as_i64().filter(|c| *c != 0)?;
+        let mut s = format!(
+            "container {} exited with code {code}",
+            c["name"].as_str().unwrap_or("?")
+        );
+        if let Some(r) = t["reason"].as_str().filter(|r| !r.is_empty()) {
+            s.push_str(&format!(" ({r})"));
+        }
+        if let Some(m) = t["message"].as_str().filter(|m| !m.is_empty()) {
+            let m: String = m.chars().take(300).collect();
+            s.push_str(&format!(": {}", m.trim_end()));
+        }
+        Some(s)
+    })
+}
+
+/// The ends worth an event among `pods`, the pods of the MPIJob's Job `job`.
+pub fn pod_ends(pods: &[Value], job: Option<&Value>) -> Vec<PodEnd> {
+    let ending = job_ending(job);
+    pods.iter()
+        .filter(|p| !disrupted(p))
+        .filter_map(|p| {
+            let name = p["metadata"]["name"].as_str().unwrap_or("?");
+            let uid = p["metadata"]["uid"].as_str().unwrap_or(name).to_string();
+            let index = p
+                .pointer("/metadata/labels")
+                .and_then(|l| l.get(JOB_COMPLETION_INDEX))
+                .and_then(Value::as_str);
+            let role = if index == Some("0") {
+                "launcher"
+            } else {
+                "worker"
+            };
+            let phase = p["status"]["phase"].as_str().unwrap_or("");
+            let exit = exit_of(p);
+            let notice = if p["metadata"]["deletionTimestamp"].is_string() {
+                if phase == "Succeeded" || ending {
+                    return None;
+                }
+                let grace = p["metadata"]["deletionGracePeriodSeconds"]
+                    .as_i64()
+                    .map(|g| format!(", grace period {g} s"))
+                    .unwrap_or_default();
+                let end = exit.map(|e| format!("; {e}")).unwrap_or_default();
+                Notice {
+                    warning: true,
+                    reason: POD_DELETED.into(),
+                    message: format!("{role} pod {name} was deleted while the job ran{grace}{end}"),
+                }
+            } else if phase == "Failed" && role == "worker" {
+                let why = exit.unwrap_or_else(|| {
+                    let r = p["status"]["reason"].as_str().unwrap_or("no exit code");
+                    let m = p["status"]["message"].as_str().unwrap_or("");
+                    format!("{r} {m}").trim().to_string()
+                });
+                Notice {
+                    warning: true,
+                    reason: POD_FAILED.into(),
+                    message: format!(
+                        "worker pod {name} failed: {why} (a worker cut off from its launcher \
+                         ends so)"
+                    ),
+                }
+            } else {
+                return None;
+            };
+            Some(PodEnd { uid, notice })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(index: u32, phase: &str) -> Value {
+        json!({"metadata": {"name": format!("pi-{index}-x"), "uid": format!("u{index}"),
+                "labels": {"batch.kubernetes.io/job-completion-index": index.to_string()}},
+               "status": {"phase": phase}})
+    }
+
+    fn failed_with(mut p: Value, code: i64) -> Value {
+        p["status"]["containerStatuses"] = json!([{"name": "agent", "state": {"terminated":
+            {"exitCode": code, "reason": "Error", "message": "launcher silent for 10 s\n"}}}]);
+        p
+    }
+
+    fn deleted(mut p: Value) -> Value {
+        p["metadata"]["deletionTimestamp"] = json!("2026-12-03T12:00:00Z");
+        p["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+        p
+    }
+
+    fn messages(ends: &[PodEnd]) -> Vec<(&str, &str, &str)> {
+        ends.iter()
+            .map(|e| {
+                (
+                    e.uid.as_str(),
+                    e.notice.reason.as_str(),
+                    e.notice.message.as_str(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn running_and_succeeded_pods_say_nothing() {
+        let pods = [pod(0, "Running"), pod(1, "Succeeded"), pod(2, "Pending")];
+        assert!(pod_ends(&pods, None).is_empty());
+    }
+
+    #[test]
+    fn a_worker_deleted_by_hand_is_named_with_its_grace_period() {
+        let pods = [pod(0, "Running"), deleted(pod(1, "Running"))];
+        assert_eq!(
+            messages(&pod_ends(&pods, None)),
+            [(
+                "u1",
+                POD_DELETED,
+                "worker pod pi-1-x was deleted while the job ran, grace period 30 s"
+            )]
+        );
+        let ended = [failed_with(deleted(pod(0, "Failed")), 143)];
+        let m = &pod_ends(&ended, None)[0].notice;
+        assert_eq!(m.reason, POD_DELETED);
+        assert!(
+            m.message.starts_with("launcher pod pi-0-x was deleted"),
+            "{}",
+            m.message
+        );
+        assert!(
+            m.message
+                .contains("container agent exited with code 143 (Error)"),
+            "{}",
+            m.message
+        );
+    }
+
+    #[test]
+    fn a_failed_worker_is_named_with_its_exit_code_and_a_launcher_is_left_to_the_job() {
+        let pods = [
+            failed_with(pod(0, "Failed"), 1),
+            failed_with(pod(2, "Failed"), 1),
+        ];
+        let ends = pod_ends(&pods, None);
+        assert_eq!(
+            messages(&ends),
+            [(
+                "u2",
+                POD_FAILED,
+                "worker pod pi-2-x failed: container agent exited with code 1 (Error): \
+                 launcher silent for 10 s (a worker cut off from its launcher ends so)"
+            )]
+        );
+        assert!(ends[0].notice.warning);
+        let mut bare = pod(3, "Failed");
+        bare["status"]["reason"] = json!("NodeLost");
+        let ends = pod_ends(&[bare], None);
+        assert!(
+            ends[0].notice.message.contains("failed: NodeLost"),
+            "{ends:?}"
+        );
+    }
+
+    #[test]
+    fn evictions_and_the_jobs_own_cleanup_are_left_to_the_failed_condition() {
+        let mut evicted = deleted(pod(1, "Running"));
+        evicted["status"]["conditions"] = json!([{"type": "DisruptionTarget", "status": "True"}]);
+        let mut by_kubelet = failed_with(pod(2, "Failed"), 137);
+        by_kubelet["status"]["reason"] = json!("Evicted");
+        assert!(pod_ends(&[evicted, by_kubelet], None).is_empty());
+        let failing =
+            json!({"status": {"conditions": [{"type": "FailureTarget", "status": "True"}]}});
+        assert!(pod_ends(&[deleted(pod(1, "Running"))], Some(&failing)).is_empty());
+        let running = json!({"status": {"conditions": [{"type": "Suspended", "status": "False"}]}});
+        assert_eq!(
+            pod_ends(&[deleted(pod(1, "Running"))], Some(&running)).len(),
+            1
+        );
+        // A worker the Job stops after its launcher failed is not news; one that failed by
+        // itself is, whatever the Job shows by then.
+        let stopped = failed_with(deleted(pod(1, "Failed")), 143);
+        assert!(pod_ends(&[stopped], Some(&failing)).is_empty());
+        let cut_off = failed_with(pod(2, "Failed"), 1);
+        assert_eq!(pod_ends(&[cut_off], Some(&failing)).len(), 1);
+    }
+}
