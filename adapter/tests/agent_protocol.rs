@@ -30,7 +30,8 @@ async fn launch_reports_started_then_exit_code() {
         Reply::Exited {
             pid,
             code: Some(3),
-            signal: None
+            signal: None,
+            told_to_end: None,
         }
     );
     assert_eq!(td.launches(), 1);
@@ -429,6 +430,7 @@ async fn second_launch_while_one_runs_is_refused() {
             pid: p,
             code: None,
             signal: Some(15),
+            told_to_end: None,
         } => assert_eq!(p, pid),
         other => panic!("unexpected {other:?}"),
     }

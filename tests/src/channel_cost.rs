@@ -142,6 +142,7 @@ fn one_run(key: &[u8], connections: usize, cost: &mut ChannelCost) {
             pid: 4242,
             code: Some(0),
             signal: None,
+            told_to_end: None,
         });
         fa += t.elapsed().as_secs_f64();
         let t = Instant::now();

@@ -296,7 +296,7 @@ impl Conn {
         }
         match self.stop_job(grace).await {
             Some((pid, status)) => (
-                exited_reply(pid, status),
+                exited_reply(pid, status, None),
                 format!("killed pid {pid}: {status}"),
             ),
             None => {
@@ -368,13 +368,14 @@ impl Conn {
                     let pid = self.job.as_ref().map(|j| j.job.pid).unwrap_or_default();
                     info!(%peer, pid, status = %status, "prted exited");
                     let (pid, status) = self.stop_job(grace).await.unwrap_or((pid, status));
-                    if let Err(e) = self.reply(&exited_reply(pid, status)).await {
+                    if let Err(e) = self.reply(&exited_reply(pid, status, None)).await {
                         return Ended::Closed(format!("cannot report prted's exit: {e}"));
                     }
                 }
                 _ = stop.cancelled() => {
                     if let Some((pid, status)) = self.stop_job(grace).await {
-                        let _ = self.reply(&exited_reply(pid, status)).await;
+                        let told = self.shared.preemption.ended_by();
+                        let _ = self.reply(&exited_reply(pid, status, told)).await;
                     }
                     let _ = self.reply(&Reply::Error { reason: "the agent is shutting down".into() }).await;
                     return Ended::Closed("agent shutting down".to_owned());
@@ -393,7 +394,7 @@ impl Conn {
                     self.shared.metrics.heartbeats_missed(metrics::Peer::Launcher);
                     warn!(%peer, %reason, "closing the connection (and stopping its prted, if any)");
                     if let Some((pid, status)) = self.stop_job(grace).await {
-                        let _ = self.reply(&exited_reply(pid, status)).await;
+                        let _ = self.reply(&exited_reply(pid, status, None)).await;
                     }
                     return Ended::Closed(reason);
                 }

@@ -20,19 +20,18 @@ impl fmt::Display for ExitStatus {
     }
 }
 
-/// The `exited` reply reporting that process `pid` ended with `status`.
-pub(crate) fn exited_reply(pid: u32, status: ExitStatus) -> Reply {
-    match status {
-        ExitStatus::Code(c) => Reply::Exited {
-            pid,
-            code: Some(c),
-            signal: None,
-        },
-        ExitStatus::Signal(s) => Reply::Exited {
-            pid,
-            code: None,
-            signal: Some(s),
-        },
+/// The `exited` reply reporting that process `pid` ended with `status`; `told_to_end`: the
+/// agent stopped it because its pod was told to end by that signal while the DVM was up.
+pub(crate) fn exited_reply(pid: u32, status: ExitStatus, told_to_end: Option<i32>) -> Reply {
+    let (code, signal) = match status {
+        ExitStatus::Code(c) => (Some(c), None),
+        ExitStatus::Signal(s) => (None, Some(s)),
+    };
+    Reply::Exited {
+        pid,
+        code,
+        signal,
+        told_to_end,
     }
 }
 

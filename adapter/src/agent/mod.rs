@@ -432,6 +432,7 @@ fn told_to_end(shared: &Shared, signum: i32) -> bool {
     let code = 128 + signum;
     if shared.config.batch.is_some() {
         if shared.batch.told_to_end(signum) {
+            shared.preemption.told_to_end(signum);
             warn!(
                 code,
                 "batch mode: the pod is told to end before the job ended: the agent exits with 128 + the signal, whatever the command does now"
@@ -442,6 +443,7 @@ fn told_to_end(shared: &Shared, signum: i32) -> bool {
     }
     let prted = shared.slot().is_some();
     if (prted || shared.head_up.load(Ordering::SeqCst)) && shared.batch.told_to_end(signum) {
+        shared.preemption.told_to_end(signum);
         let what = if prted {
             "a prted of the DVM runs here"
         } else {

@@ -8,7 +8,7 @@
 //! stop everything before the kubelet's SIGKILL.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
@@ -25,6 +25,8 @@ pub struct Preemption {
     watchers: AtomicUsize,
     /// Woken when a prted ends or a watcher goes away.
     changed: Notify,
+    /// The signal that told the pod to end while its DVM was up (the agent exits 128 + it).
+    told_to_end: OnceLock<i32>,
 }
 
 impl Preemption {
@@ -33,7 +35,20 @@ impl Preemption {
             notice: watch::channel(None).0,
             watchers: AtomicUsize::new(0),
             changed: Notify::new(),
+            told_to_end: OnceLock::new(),
         })
+    }
+
+    /// The pod is told to end by `signum` while its DVM is up: a prted the agent stops from now
+    /// on is reported as ended by it (`exited` with `told_to_end`), not as PRRTE's own doing.
+    /// The first signal counts.
+    pub fn told_to_end(&self, signum: i32) {
+        let _ = self.told_to_end.set(signum);
+    }
+
+    /// The signal of [`told_to_end`](Preemption::told_to_end), if the pod was told to end.
+    pub fn ended_by(&self) -> Option<i32> {
+        self.told_to_end.get().copied()
     }
 
     /// How long the agent holds prted after SIGTERM with this grace period and kill grace;

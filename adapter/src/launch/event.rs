@@ -12,6 +12,11 @@ pub enum ExitDesc {
     Code(i32),
     /// prted was killed by this signal.
     Signal(i32),
+    /// The pod's agent was told to end by `signal` (the pod deleted, evicted or preempted)
+    /// while the DVM ran, and stopped prted, which then ended with `prted` (a
+    /// [`Code`](ExitDesc::Code) or a [`Signal`](ExitDesc::Signal)): not PRRTE's doing,
+    /// whatever that status is.
+    PodToldToEnd { signal: i32, prted: Box<ExitDesc> },
     /// The agent connection ended before an exit was reported (the agent stops prted then).
     ConnectionLost(String),
     /// The launcher itself closed the connection (its shutdown wait ran out, or it was dropped)
@@ -20,6 +25,26 @@ pub enum ExitDesc {
 }
 
 impl ExitDesc {
+    /// How an `exited` reply describes prted's end; `None` when it has no status.
+    pub fn of_exited(
+        code: Option<i32>,
+        signal: Option<i32>,
+        told_to_end: Option<i32>,
+    ) -> Option<ExitDesc> {
+        let prted = match (code, signal) {
+            (Some(c), _) => ExitDesc::Code(c),
+            (None, Some(s)) => ExitDesc::Signal(s),
+            (None, None) => return None,
+        };
+        Some(match told_to_end {
+            Some(signal) => ExitDesc::PodToldToEnd {
+                signal,
+                prted: Box::new(prted),
+            },
+            None => prted,
+        })
+    }
+
     /// The connection ended without an exit status, whoever ended it.
     pub(crate) fn connection_ended(&self) -> bool {
         matches!(
@@ -36,6 +61,12 @@ impl fmt::Display for ExitDesc {
             ExitDesc::Signal(s) => {
                 write!(f, "killed by signal {s} ({})", protocol::signal_name(*s))
             }
+            ExitDesc::PodToldToEnd { signal, prted } => write!(
+                f,
+                "its pod was told to end ({}: deleted, evicted or preempted) and its agent \
+                 stopped it ({prted})",
+                protocol::signal_name(*signal)
+            ),
             ExitDesc::ConnectionLost(why) => write!(f, "agent connection lost: {why}"),
             ExitDesc::ClosedByLauncher => write!(
                 f,
@@ -84,6 +115,17 @@ mod tests {
             ExitDesc::Signal(9).to_string(),
             "killed by signal 9 (SIGKILL)"
         );
+        let told = ExitDesc::of_exited(Some(0), None, Some(15)).unwrap();
+        assert_eq!(
+            told.to_string(),
+            "its pod was told to end (SIGTERM: deleted, evicted or preempted) and its agent \
+             stopped it (exit code 0)"
+        );
+        assert_eq!(
+            ExitDesc::of_exited(None, Some(9), None),
+            Some(ExitDesc::Signal(9))
+        );
+        assert_eq!(ExitDesc::of_exited(None, None, Some(15)), None);
         assert_eq!(
             ExitDesc::ConnectionLost("reset".into()).to_string(),
             "agent connection lost: reset"

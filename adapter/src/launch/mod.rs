@@ -358,10 +358,10 @@ async fn supervise(
                     .open(&frame)
                     .and_then(|body| decode_message::<Reply>(body.as_bytes()));
                 match reply {
-                    Ok(Reply::Exited { code: Some(c), .. }) => return ExitDesc::Code(c),
-                    Ok(Reply::Exited { signal: Some(s), .. }) => return ExitDesc::Signal(s),
-                    Ok(Reply::Exited { .. }) => {
-                        return ExitDesc::ConnectionLost("the agent reported an exit without a status".into())
+                    Ok(Reply::Exited { code, signal, told_to_end, .. }) => {
+                        return ExitDesc::of_exited(code, signal, told_to_end).unwrap_or_else(|| {
+                            ExitDesc::ConnectionLost("the agent reported an exit without a status".into())
+                        })
                     }
                     Ok(Reply::Error { reason }) => {
                         return ExitDesc::ConnectionLost(format!("the agent reported an error: {reason}"))

@@ -9,7 +9,8 @@
 //! reads the daemons' states in PRRTE through [`DaemonStates`] and touches nothing itself.
 //!
 //! We add what PRRTE lacks: a daemon-startup timeout, and a message naming the pod and the
-//! reason whenever a daemon fails to start or dies. Once PRRTE shuts the DVM down
+//! reason whenever a daemon fails to start or dies (a daemon its agent stopped because the
+//! pod was told to end counts, whatever its status). Once PRRTE shuts the DVM down
 //! ([`Rounds::shutting_down`]) only abnormal ends are reported; after the agents were asked to
 //! stop their daemons ([`Rounds::final_sweep`]) SIGTERM and a lost connection are our own doing;
 //! after [`Rounds::finalized`] nothing is reported.
@@ -170,6 +171,8 @@ struct Round {
     startup_timeout: Duration,
     daemons: BTreeMap<u32, Daemon>,
     failed: BTreeSet<u32>,
+    /// Daemons whose pods were told to end (the agent's notice) while the DVM ran.
+    told_to_end: BTreeSet<u32>,
 }
 
 /// Every round of the DVM; see the module documentation.
@@ -260,6 +263,7 @@ impl Rounds {
                 startup_timeout: settings.startup_timeout,
                 daemons,
                 failed: BTreeSet::new(),
+                told_to_end: BTreeSet::new(),
             },
         );
         let env = forwarded_env(request.env.into_iter());
@@ -302,6 +306,11 @@ impl Rounds {
             return Vec::new();
         }
         if let LaunchEvent::Preempt { id, pod, seconds } = event {
+            if self.phase == Phase::Running {
+                if let Some(round) = self.rounds.get_mut(&generation) {
+                    round.told_to_end.insert(id);
+                }
+            }
             return self.on_preempt(id, pod, seconds);
         }
         let shutting_down = self.phase >= Phase::ShuttingDown;
@@ -393,7 +402,9 @@ fn refused(actions: Vec<Action>, why: String) -> Begun {
     }
 }
 
-/// An end of a daemon that is not a normal exit.
+/// An end of a daemon that is not a normal exit. A daemon its agent stopped because the pod
+/// was told to end (deleted, evicted, preempted) ended abnormally whatever its status: prted
+/// exits 0 on the agent's SIGTERM, but the DVM lost the pod.
 fn abnormal(status: &ExitDesc) -> bool {
     !matches!(status, ExitDesc::Code(0))
 }
@@ -476,16 +487,23 @@ impl Round {
         // The DVM cannot continue without it; make prte's own exit say so. Once PRRTE is
         // shutting down, the end may be the cause (reported late) or a consequence of another
         // daemon's loss: say which is which as far as known.
-        let (title, then) = if shutting_down {
-            (
+        // A pod told to end before the shutdown began (its agent's notice came while the DVM
+        // ran) is a cause, even when PRRTE noticed the daemon's end before the agent's report.
+        let told_to_end = matches!(status, ExitDesc::PodToldToEnd { .. });
+        let running = format!("PRRTE's daemon in pod {pod} ended while the DVM was running.");
+        let (title, then) = match (shutting_down, told_to_end) {
+            (false, _) => (running, "PRRTE will now shut the DVM down."),
+            (true, true) if self.told_to_end.contains(&id) => {
+                (running, "PRRTE is shutting the DVM down.")
+            }
+            (true, true) => (
+                format!("PRRTE's daemon in pod {pod} ended as the DVM shut down."),
+                "The pod's end may be why the DVM shut down.",
+            ),
+            (true, false) => (
                 format!("PRRTE's daemon in pod {pod} ended abnormally as the DVM shut down."),
                 "If another daemon is named as lost, this one may have ended because of it.",
-            )
-        } else {
-            (
-                format!("PRRTE's daemon in pod {pod} ended while the DVM was running."),
-                "PRRTE will now shut the DVM down.",
-            )
+            ),
         };
         let mut actions = vec![
             Action::SetExitStatus(1),

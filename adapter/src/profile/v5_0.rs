@@ -14,6 +14,10 @@
 //! sends no `--debug` or `--test-suicide`.
 //!
 //! The launch threads' race of the 3.0 lines is fixed upstream in this line.
+//!
+//! The agent executes prted without `--daemonize` (admitted, then dropped): 5.0's prted
+//! detaches itself only when told to, and a daemon that detached would leave its exec request
+//! (see [`PRTED_EXEC`]).
 
 use super::model::{Features, Profile};
 use crate::protocol::grammar::{Arg, Grammar, Tail};
@@ -62,7 +66,12 @@ const PRTED_EXEC: Grammar = Grammar {
     options: &[
         ("--prtemca", Arg::Mca(Prte)),
         ("--pmixmca", Arg::Mca(Pmix)),
-        ("--daemonize", FLAG),
+        // Admitted as the launcher sends it, never executed: with it prted forks, its parent
+        // exits 0 at once and the daemon leads a session of its own, so the agent's exec
+        // request would end with the parent and the sweep of what it leaves would stop the
+        // daemon. Without it 5.0's prted stays in the foreground, the program of its exec
+        // request for its whole life, supervised and stopped as any other.
+        ("--daemonize", Arg::Dropped),
         ("--leave-session-attached", FLAG),
         ("--allow-run-as-root", FLAG),
         ("--debug-daemons", FLAG),

@@ -11,6 +11,9 @@ use super::params::{Param, Shape};
 pub(crate) enum Arg {
     /// Nothing.
     Flag,
+    /// Nothing; admitted, but left out of what the agent executes (a daemon told to detach
+    /// itself that is to stay in the foreground, its agent's child, instead).
+    Dropped,
     /// One value of this shape, checked further as said.
     Value(Shape, Check),
     /// An MCA `NAME VALUE` pair of this project (looked up in the grammar's parameters).

@@ -149,6 +149,11 @@ pub enum Reply {
         code: Option<i32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signal: Option<i32>,
+        /// The agent stopped prted because its pod was told to end by this signal (the pod
+        /// deleted, evicted or preempted) while the pod's DVM was up: the daemon did not end of
+        /// PRRTE's accord, whatever its status says.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        told_to_end: Option<i32>,
     },
     Pong {},
     Status {

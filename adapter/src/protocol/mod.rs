@@ -90,7 +90,9 @@
 //! Replies (agent → client, see [`Reply`]):
 //! * `started {pid}` or `failed {reason}` for a launch (refused request, busy agent, exec error);
 //! * later, on the same connection, `exited {pid, code}` or `exited {pid, signal}` once prted
-//!   and everything left in its process group are gone;
+//!   and everything left in its process group are gone; with `"told_to_end":SIGNUM` when the
+//!   agent stopped prted because its pod was told to end by that signal while the DVM was up
+//!   (deleted, evicted, preempted: prted's own status, often 0 after SIGTERM, does not say so);
 //! * `failed {reason}` for a `kill` that has nothing to kill, or a request that could not be parsed;
 //! * `pong {}`, `status {running, pid, launched_by}`, `ack {}`;
 //! * `preempt {seconds}`, unasked, on the connection that launched the running prted and on

@@ -203,7 +203,7 @@ pub(crate) async fn serve(
         }
         end => {
             info!(%peer, pid, status = %status, ran_ms, "exec: the program ended");
-            let _ = client.send(exited_reply(pid, status)).await;
+            let _ = client.send(exited_reply(pid, status, None)).await;
             match end {
                 End::Stopping => "agent shutting down".into(),
                 End::Killed => "program killed on request".into(),

@@ -64,6 +64,10 @@ pub fn check(g: &Grammar, argv: &[String], ctx: &Ctx<'_>) -> Result<Vec<String>,
             return Err(unknown(g, ctx, i, a));
         };
         let (taken, passed) = match arg {
+            Arg::Dropped => {
+                i += 1;
+                continue;
+            }
             Arg::Flag => (1, None),
             Arg::Value(shape, check) => (2, value(g, argv, i, *shape, *check, ctx)?),
             Arg::Mca(project) => match mca(g, argv, i, *project, ctx)? {

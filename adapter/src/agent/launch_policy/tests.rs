@@ -630,8 +630,10 @@ fn what_prrte5s_ssh_launcher_sends_passes_by_its_profile() {
     let rsh = inst.bin("prrte-k8s-rsh").display().to_string();
     let first = prrte5_first(&rsh);
     let out = exec_check_by(prrte5(), &inst, "prted", &first, "10.0.0.2").unwrap();
-    assert_eq!(out.len(), first.len());
-    assert_eq!(out[37], "prterun-mpi-0-30385@0.0;tcp://10.0.0.2:52791:24");
+    // prted runs in the foreground under its agent: --daemonize is admitted, not executed.
+    assert_eq!(out.len(), first.len() - 1);
+    assert_eq!(out[..4], first[1..5]);
+    assert_eq!(out[36], "prterun-mpi-0-30385@0.0;tcp://10.0.0.2:52791:24");
     // As root, and with the debug flags its launcher passes on instead of --daemonize.
     for flags in [
         &["--daemonize", "--allow-run-as-root"][..],
@@ -641,7 +643,14 @@ fn what_prrte5s_ssh_launcher_sends_passes_by_its_profile() {
     ] {
         let mut v = s(flags);
         v.extend(first[1..].iter().cloned());
-        exec_check_by(prrte5(), &inst, "prted", &v, "10.0.0.2").unwrap();
+        let out = exec_check_by(prrte5(), &inst, "prted", &v, "10.0.0.2").unwrap();
+        let kept: Vec<&str> = flags
+            .iter()
+            .copied()
+            .filter(|f| *f != "--daemonize")
+            .collect();
+        assert_eq!(out[..kept.len()], kept[..], "{flags:?}");
+        assert!(!out.iter().any(|a| a == "--daemonize"), "{out:?}");
     }
     // Tree spawn: the daemon adds its own URI as the parent's and PMIx's silence flag.
     let mut second = first[..31].to_vec();
@@ -654,7 +663,8 @@ fn what_prrte5s_ssh_launcher_sends_passes_by_its_profile() {
         "--prtemca", "prte_parent_uri", "prterun-mpi-0-30385@0.1;tcp://10.0.0.3:36687:24",
     ]));
     let out = exec_check_by(prrte5(), &inst, "prted", &second, "10.0.0.3").unwrap();
-    assert_eq!(out.len(), second.len() - 3);
+    // The ancestor's parent URI (3) and --daemonize (1) are left out.
+    assert_eq!(out.len(), second.len() - 4);
     assert_eq!(
         out.last().unwrap(),
         "prterun-mpi-0-30385@0.1;tcp://10.0.0.3:36687:24"

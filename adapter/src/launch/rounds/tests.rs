@@ -322,6 +322,67 @@ fn a_lost_daemon_ends_the_dvm_naming_its_pod() {
     assert_eq!(effects(&got), vec![Action::SetExitStatus(1)]);
 }
 
+/// prted exits 0 on its agent's SIGTERM when the pod is deleted or evicted: still a loss the
+/// DVM cannot go on without, named with its cause; and in every phase before the final sweep.
+#[test]
+fn a_daemon_stopped_because_its_pod_was_told_to_end_is_named() {
+    let told = |code| ExitDesc::of_exited(Some(code), None, Some(15)).unwrap();
+    let (mut rounds, prrte) = (Rounds::new(), Prrte::default());
+    let g = begin(&mut rounds, &[1, 2, 3, 4]);
+    for id in [1, 2, 3, 4] {
+        prrte.set(id, DaemonState::Running);
+    }
+    let got = prrte.apply(rounds.on_event(g, exited(1, told(0)), &prrte));
+    assert_eq!(
+        got,
+        vec![
+            Action::SetExitStatus(1),
+            report(
+                "PRRTE's daemon in pod job-1-xyz ended while the DVM was running.".into(),
+                "Daemon 1 (node w-1): its pod was told to end (SIGTERM: deleted, evicted or \
+                 preempted) and its agent stopped it (exit code 0). PRRTE will now shut the DVM \
+                 down."
+                    .into()
+            ),
+        ]
+    );
+    // The notice of pod 3's end comes while the DVM runs (the agent holds prted for the grace
+    // period); PRRTE then notices daemons 2 and 3 end before their agents' reports arrive: both
+    // named, pod 3's end as a cause, pod 2's as the likely one.
+    let preempt = LaunchEvent::Preempt {
+        id: 3,
+        pod: "job-3-xyz".into(),
+        seconds: 24,
+    };
+    assert!(!rounds.on_event(g, preempt, &prrte).is_empty());
+    rounds.shutting_down();
+    let got = rounds.on_event(g, exited(2, told(0)), &prrte);
+    assert_eq!(effects(&got), vec![Action::SetExitStatus(1)]);
+    assert_eq!(
+        errors(&got)[0].0,
+        "PRRTE's daemon in pod job-2-xyz ended as the DVM shut down."
+    );
+    let got = rounds.on_event(g, exited(3, told(1)), &prrte);
+    assert_eq!(
+        errors(&got),
+        vec![(
+            "PRRTE's daemon in pod job-3-xyz ended while the DVM was running.".into(),
+            "Daemon 3 (node w-3): its pod was told to end (SIGTERM: deleted, evicted or \
+             preempted) and its agent stopped it (exit code 1). PRRTE is shutting the DVM down."
+                .into()
+        )]
+    );
+    // After the final sweep too: the launcher's own kill is never reported so.
+    rounds.final_sweep();
+    let got = rounds.on_event(g, exited(4, told(0)), &prrte);
+    assert!(
+        errors(&got)[0].1.contains("its pod was told to end"),
+        "{got:?}"
+    );
+    rounds.finalized();
+    assert!(rounds.on_event(g, exited(4, told(0)), &prrte).is_empty());
+}
+
 #[test]
 fn the_startup_timeout_names_the_missing_pods_and_fails_their_daemons() {
     let (mut rounds, prrte) = (Rounds::new(), Prrte::default());
