@@ -17,6 +17,10 @@ pub struct Profile {
     /// The release of the line the k8s components are built for, if any.
     pub components: Option<Components>,
     pub(crate) features: Features,
+    /// Parameters the pods set under PRRTE 3.0's name (`PRTE_MCA_<old>`, in every rendered pod)
+    /// that this line reads only under another, as `(old, new)`: the agent gives this line's
+    /// launcher both.
+    pub(crate) renamed: &'static [(&'static str, &'static str)],
 }
 
 /// The release the k8s components are built for.

@@ -165,7 +165,10 @@ fn lines_differ_only_where_their_launchers_do() {
             .map(|p| p.name)
             .collect()
     };
-    assert_eq!(only_in(v5, COMPONENTS), ["prte_default_hostfile"]);
+    assert_eq!(
+        only_in(v5, COMPONENTS),
+        ["prte_default_hostfile", "prte_dynamic_ipv4_ports"]
+    );
     assert!(only_in(COMPONENTS, v5).is_empty());
     assert!(COMPONENTS.features.launch_thread_race);
     assert!(!v5.features.launch_thread_race);
@@ -204,4 +207,32 @@ fn the_components_release_is_written_in_one_production_file() {
         }
     }
     assert_eq!(found, ["adapter/src/profile/built.rs"]);
+}
+
+#[test]
+fn a_renamed_parameter_reaches_the_daemons_under_both_names() {
+    // The pods set PRRTE 3.0's names; a line that reads another gets both, and its launcher
+    // hands every PRTE_MCA_ variable to prted, so both must pass its allowlist.
+    for prof in PROFILES {
+        for (old, new) in prof.renamed {
+            let l = [prof.params];
+            assert!(
+                lookup(&l, Project::Prte, old).is_some(),
+                "{} {old}",
+                prof.line
+            );
+            assert!(
+                lookup(&l, Project::Prte, new).is_some(),
+                "{} {new}",
+                prof.line
+            );
+            assert_ne!(old, new);
+        }
+    }
+    let v5 = Profile::of("5.0.0").map(|p| p.renamed);
+    assert_eq!(
+        v5,
+        Some(&[("oob_tcp_dynamic_ipv4_ports", "prte_dynamic_ipv4_ports")][..])
+    );
+    assert_eq!(COMPONENTS.renamed, &[][..]);
 }

@@ -115,6 +115,7 @@ pub(super) const PROFILE: Profile = Profile {
             comm_failed: 56,
         },
     }),
+    renamed: &[],
     features: Features {
         launch_thread_race: true,
     },

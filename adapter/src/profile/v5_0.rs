@@ -13,7 +13,8 @@
 //! ancestor's, and `--pmixmca compress_base_silence_warning 1`). Unlike 3.0's, its launcher
 //! sends no `--debug` or `--test-suicide`.
 //!
-//! The launch threads' race of the 3.0 lines is fixed upstream in this line.
+//! The launch threads' race of the 3.0 lines is fixed upstream in this line. The OOB's port
+//! range is `prte_dynamic_ipv4_ports` here (3.0: `oob_tcp_dynamic_ipv4_ports`, no synonym).
 //!
 //! The agent executes prted without `--daemonize` (admitted, then dropped): 5.0's prted
 //! detaches itself only when told to, and a daemon that detached would leave its exec request
@@ -50,6 +51,8 @@ const PARAMS: &[Param] = &[
     p("oob_tcp_if_include", Prte, Shape::Interfaces, Both),
     p("oob_tcp_if_exclude", Prte, Shape::Interfaces, Both),
     p("oob_tcp_dynamic_ipv4_ports", Prte, Shape::Ports, Both),
+    // 3.0's `oob_tcp_dynamic_ipv4_ports` under 5.0's name (see `PROFILE.renamed`).
+    p("prte_dynamic_ipv4_ports", Prte, Shape::Ports, Both),
     p("odls_base_max_threads", Prte, Shape::Uint, Both),
     p("odls_base_num_threads", Prte, Shape::Uint, Both),
     p("hwloc_default_binding_policy", Prte, Shape::Policy, Both),
@@ -92,4 +95,8 @@ pub(super) const PROFILE: Profile = Profile {
     features: Features {
         launch_thread_race: false,
     },
+    // 5.0 moved the OOB's port range into PRRTE's base, without a synonym for the old name:
+    // set only under 3.0's, prterun and its daemons listen on random ports, which the job's
+    // NetworkPolicy does not open.
+    renamed: &[("oob_tcp_dynamic_ipv4_ports", "prte_dynamic_ipv4_ports")],
 };

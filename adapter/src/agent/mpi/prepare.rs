@@ -12,7 +12,8 @@
 //! - **PRRTE's ssh launcher**: `PRTE_MCA_plm_ssh_agent=<runtime>/bin/prrte-k8s-rsh`,
 //!   `PRTE_MCA_prte_default_hostfile=<hostfile>`, and where the line's profile says its launch
 //!   threads race (the short-job hang of the unpatched 3.0.x lines)
-//!   `PRTE_MCA_odls_base_max_threads=0`.
+//!   `PRTE_MCA_odls_base_max_threads=0`; a parameter the pod sets under 3.0's name that the
+//!   line reads under another (its profile's `renamed`) also under the new name.
 //! - **ORTE**: `OMPI_MCA_plm_rsh_agent`, `OMPI_MCA_orte_default_hostfile`,
 //!   `OMPI_MCA_plm_rsh_no_tree_spawn=1` (mpirun starts every orted itself),
 //!   `OMPI_MCA_orte_leave_session_attached=1` (each orted stays the program of its exec
@@ -181,6 +182,12 @@ impl Prepared {
                     .is_some_and(|prof| prof.features.launch_thread_race);
                 if race {
                     put("PRTE_MCA_odls_base_max_threads", "0".into());
+                }
+                let renamed = p.plan.prrte_profile().map_or(&[][..], |prof| prof.renamed);
+                for (old, new) in renamed {
+                    if let Ok(v) = std::env::var(format!("PRTE_MCA_{old}")) {
+                        put(&format!("PRTE_MCA_{new}"), v);
+                    }
                 }
             }
             Launch::OrteRsh => {
