@@ -183,12 +183,6 @@ impl Prepared {
                 if race {
                     put("PRTE_MCA_odls_base_max_threads", "0".into());
                 }
-                let renamed = p.plan.prrte_profile().map_or(&[][..], |prof| prof.renamed);
-                for (old, new) in renamed {
-                    if let Ok(v) = std::env::var(format!("PRTE_MCA_{old}")) {
-                        put(&format!("PRTE_MCA_{new}"), v);
-                    }
-                }
             }
             Launch::OrteRsh => {
                 put("OMPI_MCA_plm_rsh_agent", rsh);
@@ -215,8 +209,8 @@ impl Prepared {
         Ok(p)
     }
 
-    /// The command's variables (the plan's, `I_MPI_PERHOST` from `alloc`, the `PATH` with the
-    /// runtime appended), each only where `current` (the agent's
+    /// The command's variables (the plan's, `I_MPI_PERHOST` from `alloc`, a renamed PRRTE
+    /// parameter under its line's name, the `PATH` with the runtime appended), each only where `current` (the agent's
     /// environment) does not set it, `PATH` always.
     pub(crate) fn command_env(
         &self,
@@ -230,6 +224,20 @@ impl Prepared {
             .filter(|(k, _)| !set(k))
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
+        if self.plan.launch == Launch::PrrteRsh {
+            // A parameter the pod sets under PRRTE 3.0's name, also under the line's own.
+            let renamed = self
+                .plan
+                .prrte_profile()
+                .map_or(&[][..], |prof| prof.renamed);
+            for (old, new) in renamed {
+                let new = format!("PRTE_MCA_{new}");
+                let value = current(&format!("PRTE_MCA_{old}")).filter(|v| !v.is_empty());
+                if let (false, Some(v)) = (set(&new), value) {
+                    out.push((new.into(), v));
+                }
+            }
+        }
         if self.plan.launch == Launch::IntelHydra && !set("I_MPI_PERHOST") {
             if let Some(n) = alloc.and_then(uniform_slots) {
                 out.push(("I_MPI_PERHOST".into(), n.to_string().into()));

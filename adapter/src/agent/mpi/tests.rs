@@ -285,6 +285,24 @@ async fn open_mpi_6_on_prrte_5_goes_through_rsh_by_its_profile() {
     assert!(env_of(&p, "PRTE_MCA_plm_ssh_agent").is_some());
     assert!(env_of(&p, "PRTE_MCA_prte_default_hostfile").is_some());
     assert_eq!(env_of(&p, "PRTE_MCA_odls_base_max_threads"), None);
+    // The pod's OOB port under 3.0's name reaches 5.0's launcher under 5.0's name too.
+    let port = |set_new: bool| {
+        let cmd = p.command_env(None, |k| match k {
+            "PRTE_MCA_oob_tcp_dynamic_ipv4_ports" => Some("7121".into()),
+            "PRTE_MCA_prte_dynamic_ipv4_ports" if set_new => Some("7300".into()),
+            _ => None,
+        });
+        cmd.iter()
+            .find(|(n, _)| n == "PRTE_MCA_prte_dynamic_ipv4_ports")
+            .map(|(_, v)| v.to_string_lossy().into_owned())
+    };
+    assert_eq!(port(false).as_deref(), Some("7121"));
+    // The pod spec wins.
+    assert_eq!(port(true), None);
+    assert!(p
+        .command_env(None, |_| None)
+        .iter()
+        .all(|(n, _)| n != "PRTE_MCA_prte_dynamic_ipv4_ports"));
 }
 
 #[tokio::test]
