@@ -1,8 +1,11 @@
 //! Finding a kubectl to drive the sandbox with, and running it against a sandbox cluster.
 
 use crate::cluster::Cluster;
+use anyhow::{Context, Result};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 /// Where the setup script extracts Debian's kubernetes-client package.
 pub const DEBIAN_KUBECTL: &str = "/opt/prrte-k8s/kubernetes-client/usr/bin/kubectl";
@@ -47,6 +50,33 @@ pub fn run(cluster: &Cluster, args: &[&str]) -> (bool, String, String) {
         .unwrap_or_else(|e| panic!("cannot run kubectl {args:?}: {e}"));
     let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
     (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// Runs `kubectl` against `cluster` (`KUBECONFIG`): with `stdin` closed, bounded to 60 s;
+/// given `stdin`, fed that text (as `kubectl apply -f -` reads it).
+pub fn with_input(
+    kubectl: &Path,
+    cluster: &Cluster,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Result<Output> {
+    let mut c = Command::new(kubectl);
+    c.env("KUBECONFIG", cluster.kubeconfig()).args(args);
+    let Some(input) = stdin else {
+        return crate::harness::run_with_timeout(c, Duration::from_secs(60));
+    };
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("spawn kubectl")?;
+    child
+        .stdin
+        .take()
+        .context("kubectl's stdin")?
+        .write_all(input.as_bytes())?;
+    Ok(child.wait_with_output()?)
 }
 
 /// [`run`], which must succeed: its stdout; panics with kubectl's stderr otherwise.

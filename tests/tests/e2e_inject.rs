@@ -17,9 +17,8 @@ use sandbox::cluster::{Cluster, ClusterOptions};
 use sandbox::harness::{self, TestDir};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -158,19 +157,7 @@ impl Sandbox {
     }
 
     fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<Output> {
-        let mut c = Command::new(&self.kubectl);
-        c.env("KUBECONFIG", self.cluster.kubeconfig()).args(args);
-        let Some(input) = stdin else {
-            return harness::run_with_timeout(c, Duration::from_secs(60));
-        };
-        let mut child = c
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("spawn kubectl")?;
-        child.stdin.take().unwrap().write_all(input.as_bytes())?;
-        Ok(child.wait_with_output()?)
+        sandbox::kubectl::with_input(&self.kubectl, &self.cluster, args, stdin)
     }
 
     /// `prrte-k8s manifest --from-mpijob FILE` of `yaml`, then `kubectl apply -f -`.
