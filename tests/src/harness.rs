@@ -322,3 +322,13 @@ pub fn pids_named(comm: &str) -> Vec<u32> {
     }
     out
 }
+
+/// Sets its flag when dropped: a sampling thread told to stop by the flag ends even when the
+/// test body that would have set it panics (else `std::thread::scope` waits for it forever).
+pub struct StopOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use sandbox::api::resources::PODS;
 use sandbox::app_images::{app_image, check_pi, AppImage, INJECT_IMAGE};
 use sandbox::cluster::{pod_ready, Cluster, ClusterOptions};
-use sandbox::harness::{self, TestDir};
+use sandbox::harness::{self, StopOnDrop, TestDir};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -323,10 +323,11 @@ impl Installed {
         let stop = AtomicBool::new(false);
         let (seen, job) = std::thread::scope(|s| {
             let watch = s.spawn(|| watch_pods(&self.cluster, &stop));
+            let stopping = StopOnDrop(&stop);
             self.apply(yaml);
             during();
             let job = self.wait(name, "Succeeded", 300);
-            stop.store(true, Ordering::Relaxed);
+            drop(stopping);
             (watch.join().unwrap_or_default(), job)
         });
         let pods = self.pods(name);

@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use sandbox::api::resources::{JOBS, PODS};
 use sandbox::app_images::{app_image, check_pi, AppImage, INJECT_IMAGE};
 use sandbox::cluster::{Cluster, ClusterOptions};
-use sandbox::harness::{self, TestDir};
+use sandbox::harness::{self, StopOnDrop, TestDir};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -323,10 +323,11 @@ async fn run_mpijob(
     let stop = AtomicBool::new(false);
     let (seen, done) = std::thread::scope(|s| {
         let watch = s.spawn(|| watch_pods(&sb.cluster, &stop));
+        let stopping = StopOnDrop(&stop);
         let done = sb
             .apply_mpijob(test, &yaml)
             .and_then(|_| sb.wait_job(test, condition, 240));
-        stop.store(true, Ordering::Relaxed);
+        drop(stopping);
         (watch.join().unwrap_or_default(), done)
     });
     if let Err(e) = done {

@@ -47,7 +47,8 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
 }
 
 /// What the controller does in every namespace, and nothing else (named verbs and resources):
-/// - MPIJobs: watched (kube-runtime's `Controller` lists and watches), their status patched;
+/// - MPIJobs: watched (kube-runtime's `Controller` lists and watches), their status patched,
+///   and read once before a job's objects are made (the cache may lag behind a delete);
 /// - the Jobs it owns: watched, read, created, patched (`spec.suspend`, the templates Kueue
 ///   changes while suspended);
 /// - the Jobs' pods: watched and listed (the status counts them);
@@ -60,7 +61,7 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
 /// `escalate` or `bind`).
 pub(crate) fn cluster_rules() -> Vec<PolicyRule> {
     vec![
-        rule("kubeflow.org", &["mpijobs"], &["list", "watch"]),
+        rule("kubeflow.org", &["mpijobs"], &["get", "list", "watch"]),
         rule("kubeflow.org", &["mpijobs/status"], &["patch"]),
         rule(
             "batch",

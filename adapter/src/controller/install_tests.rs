@@ -120,7 +120,7 @@ fn the_cluster_role_creates_every_object_of_a_job_and_holds_what_its_role_grants
     }
     // The watches and reads of reconcile and run: MPIJobs, their status, Jobs, pods, events.
     for (g, r, verbs) in [
-        ("kubeflow.org", "mpijobs", &["list", "watch"][..]),
+        ("kubeflow.org", "mpijobs", &["get", "list", "watch"][..]),
         ("kubeflow.org", "mpijobs/status", &["patch"]),
         ("batch", "jobs", &["get", "list", "watch", "patch"]),
         ("", "pods", &["list", "watch"]),
