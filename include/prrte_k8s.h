@@ -68,6 +68,11 @@ void prrte_k8s_shim_activate_proc_state(void *proc_name, int state);
 /* PRTE_UPDATE_EXIT_STATUS(status). */
 void prrte_k8s_shim_update_exit_status(int status);
 
+/* Replaces the callback of the job state `state` in PRRTE's state machine (prte_job_states) with
+ * cb, and stores the one it had in *previous (NULL if none). PRRTE status: PRTE_ERR_NOT_FOUND if
+ * the state has no entry (nothing changed). Main thread, after the state module's init. */
+int prrte_k8s_shim_wrap_job_state(int state, prrte_k8s_fd_cb_t cb, prrte_k8s_fd_cb_t *previous);
+
 /* A persistent read event on PRRTE's event base; NULL on failure. */
 void *prrte_k8s_shim_fd_event_new(int fd, prrte_k8s_fd_cb_t cb, void *arg);
 /* Delete and free an event made by prrte_k8s_shim_fd_event_new. */

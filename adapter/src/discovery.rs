@@ -368,6 +368,22 @@ fn leave_out_self(
     Ok(())
 }
 
+/// The namespace of the job's pods: `explicit` (ras_k8s_namespace) if set, else the service
+/// account's (the pod we run in), else the kubeconfig context's of `client`, else "default".
+pub(crate) fn pods_namespace(
+    explicit: Option<&str>,
+    env: &Environment,
+    client: &client::ApiClient,
+) -> String {
+    explicit
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(String::from)
+        .or_else(|| env.service_account_namespace())
+        .or_else(|| client.context_namespace.clone())
+        .unwrap_or_else(|| "default".to_string())
+}
+
 /// The API client of a discovery (bounded by `deadline`), and the namespace of the pods:
 /// ras_k8s_namespace, else the service account's, else the kubeconfig context's, else
 /// "default".
@@ -393,15 +409,7 @@ async fn connect(
             }
         };
     let client = client::client_from_config(resolved, connect_timeout)?;
-    let namespace = cfg
-        .namespace
-        .as_deref()
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .map(String::from)
-        .or_else(|| env.service_account_namespace())
-        .or_else(|| client.context_namespace.clone())
-        .unwrap_or_else(|| "default".to_string());
+    let namespace = pods_namespace(cfg.namespace.as_deref(), env, &client);
     let ctx = Ctx {
         api: client,
         deadline,

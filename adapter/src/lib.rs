@@ -10,7 +10,7 @@
 //! parts); a type a public signature names stays `pub` too. Everything else is `pub(crate)`.
 //! - `cabi` (`prte_mca_ras_k8s.so`, `prte_mca_plm_k8s.so`): [`discovery`] (`discover`,
 //!   `DiscoveryConfig`, `Allocation`, `DiscoveryError`), [`launch`] (the round state machine
-//!   [`launch::rounds`], `Launcher`, [`launch::targets`]' pod table, [`launch::added`], [`launch::prted_args`],
+//!   [`launch::rounds`], `Launcher`, [`launch::targets`]' pod table, [`launch::added`], [`launch::prted_args`], [`launch::daemons_up`],
 //!   the round settings), [`settings::mca`] (the MCA parameter tables it registers) and
 //!   [`protocol::DEFAULT_SECRET_FILE`].
 //! - `prrte-k8s-agent`: [`agent`] (`AgentArgs`, `AgentConfig`, `ExecPolicy`,

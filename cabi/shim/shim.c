@@ -82,6 +82,20 @@ void prrte_k8s_shim_update_exit_status(int status)
     PRTE_UPDATE_EXIT_STATUS(status);
 }
 
+int prrte_k8s_shim_wrap_job_state(int state, prrte_k8s_fd_cb_t cb, prrte_k8s_fd_cb_t *previous)
+{
+    prte_state_t *st;
+    PMIX_LIST_FOREACH(st, &prte_job_states, prte_state_t) {
+        if (st->job_state == (prte_job_state_t) state) {
+            *previous = st->cbfunc;
+            st->cbfunc = cb;
+            return PRTE_SUCCESS;
+        }
+    }
+    *previous = NULL;
+    return PRTE_ERR_NOT_FOUND;
+}
+
 void *prrte_k8s_shim_fd_event_new(int fd, prrte_k8s_fd_cb_t cb, void *arg)
 {
     /* prte_event_new is declared by PRRTE 3.0.8 but not defined; use libevent's event_new on

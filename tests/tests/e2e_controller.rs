@@ -461,6 +461,13 @@ async fn mpi_operators_pi_with_managed_by_succeeds_through_the_installed_control
     for reason in ["MPIJobCreated", "MPIJobRunning", "MPIJobSucceeded"] {
         assert!(ev.contains(reason), "no {reason} event in:\n{describe}");
     }
+    // The launcher's: PRRTE's daemons (prte's and one prted per worker) all reported.
+    let up: Vec<&str> = ev.lines().filter(|l| l.contains("DaemonsUp")).collect();
+    assert_eq!(up.len(), 1, "one DaemonsUp event in:\n{describe}");
+    assert!(
+        up[0].contains("prrte-k8s-launcher") && up[0].contains("all 3 of PRRTE's daemons are up"),
+        "{describe}"
+    );
     let row = sandbox::kubectl::get_row(&sb.cluster, "mpijob", "pi");
     assert_eq!(
         sandbox::kubectl::cell(&row, "STATE"),

@@ -1,9 +1,11 @@
 //! What an MPIJob should have in the cluster, computed without one: which MPIJobs are ours
 //! ([`managed`]), the objects `--from-mpijob` renders for it, each owned by the MPIJob
-//! ([`desired`]), and the change a Job already made needs ([`job_update`]).
+//! ([`desired`]; the launcher is told the MPIJob, to record its `DaemonsUp` event there, and
+//! its Role may create Events), and the change a Job already made needs ([`job_update`]).
 
 use serde_json::{json, Map, Value};
 
+use crate::launch::daemons_up::MpiJobRef;
 use crate::manifest::api_server::ApiServer;
 use crate::manifest::mpijob::{from_mpijob, MpiJobError, Note, Overrides, CONTROLLER_NAME};
 use crate::manifest::{objects, ManifestError};
@@ -73,6 +75,19 @@ pub(crate) fn owner_reference(obj: &Value) -> Value {
     })
 }
 
+/// The MPIJob `obj` as its launcher names it to record events there (its `DaemonsUp`); None
+/// without a name and uid (an object the API server did not return).
+fn events_to(obj: &Value) -> Option<MpiJobRef> {
+    let m = &obj["metadata"];
+    match (m["name"].as_str(), m["uid"].as_str()) {
+        (Some(name), Some(uid)) if !name.is_empty() && !uid.is_empty() => Some(MpiJobRef {
+            name: name.to_string(),
+            uid: uid.to_string(),
+        }),
+        _ => None,
+    }
+}
+
 /// The objects `--from-mpijob` renders for the MPIJob `obj` (as the API server returns it),
 /// each owned by it; `key` is the Secret's (made in the controller, used only if the Secret is
 /// created).
@@ -83,7 +98,8 @@ pub fn desired(obj: &Value, s: &Settings, key: &str) -> Result<Desired, DesiredE
         api_server: s.api_server.clone(),
         ..Default::default()
     };
-    let (plan, notes) = from_mpijob(&obj.to_string(), &overrides)?;
+    let (mut plan, notes) = from_mpijob(&obj.to_string(), &overrides)?;
+    plan.events_to = events_to(obj);
     let owner = owner_reference(obj);
     let mut others = Vec::new();
     let mut job = Value::Null;

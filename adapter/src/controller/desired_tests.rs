@@ -95,6 +95,7 @@ fn the_same_objects_as_from_mpijob_each_owned_by_the_mpijob() {
                 "uid": "1f1e5c7a-0000-4000-8000-000000000001", "controller": true, "blockOwnerDeletion": true}])
         );
         assert_eq!(o["metadata"]["namespace"], "team");
+        strip_events_to(o);
         assert!(
             rendered.contains(o),
             "{} differs from the rendered one",
@@ -105,6 +106,69 @@ fn the_same_objects_as_from_mpijob_each_owned_by_the_mpijob() {
     assert!(d.job["spec"].get("managedBy").is_none());
     assert!(d.job["spec"].get("suspend").is_none());
     assert_eq!(d.job["spec"]["parallelism"], 3);
+}
+
+/// What only the controller's objects have, removed after it is checked: the Role's rule that
+/// lets the launcher record events (`create` on `events`, nothing more), the pods' variable
+/// naming the MPIJob.
+fn strip_events_to(o: &mut Value) {
+    if o["kind"] == "Role" {
+        let rules = o["rules"].as_array_mut().unwrap();
+        let events: Vec<Value> = rules
+            .iter()
+            .filter(|r| r["resources"] == json!(["events"]))
+            .cloned()
+            .collect();
+        assert_eq!(
+            events,
+            [json!({"apiGroups": [""], "resources": ["events"], "verbs": ["create"]})]
+        );
+        rules.retain(|r| r["resources"] != json!(["events"]));
+    }
+    if o["kind"] == "Job" {
+        for c in o["spec"]["template"]["spec"]["containers"]
+            .as_array_mut()
+            .unwrap()
+        {
+            let env = c["env"].as_array_mut().unwrap();
+            let ours: Vec<&Value> = env
+                .iter()
+                .filter(|e| e["name"] == "PRRTE_K8S_MPIJOB")
+                .collect();
+            assert_eq!(
+                ours,
+                [
+                    &json!({"name": "PRRTE_K8S_MPIJOB", "value": "pi:1f1e5c7a-0000-4000-8000-000000000001"})
+                ]
+            );
+            env.retain(|e| e["name"] != "PRRTE_K8S_MPIJOB");
+        }
+    }
+}
+
+#[test]
+fn the_mpijobs_own_variable_wins_over_the_jobs() {
+    let mut obj = served(None, false);
+    obj["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "PRRTE_K8S_MPIJOB", "value": "other:uid"}]);
+    let d = desired(
+        &obj,
+        &Settings {
+            manage_all: true,
+            ..settings()
+        },
+        "k",
+    )
+    .unwrap();
+    let env = &d.job["spec"]["template"]["spec"]["containers"][0]["env"];
+    let ours: Vec<&Value> = env
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "PRRTE_K8S_MPIJOB")
+        .collect();
+    assert_eq!(ours.len(), 1, "{env}");
+    assert_eq!(ours[0]["value"], "pi:1f1e5c7a-0000-4000-8000-000000000001");
 }
 
 #[test]

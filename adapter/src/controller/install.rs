@@ -56,9 +56,9 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
 ///   left as it is: the Secret keeps its key);
 /// - events on the MPIJobs (kube-runtime's recorder creates them and patches a repeated one).
 ///
-/// The job's own Role grants its pods `get`, `list`, `watch` on pods and `get` on its Job; the
-/// controller holds those itself, as Kubernetes requires of whoever creates a Role (no
-/// `escalate` or `bind`).
+/// The job's own Role grants its pods `get`, `list`, `watch` on pods, `get` on its Job and
+/// `create` on core `events` (the launcher's `DaemonsUp` on the MPIJob); the controller holds
+/// those itself, as Kubernetes requires of whoever creates a Role (no `escalate` or `bind`).
 pub(crate) fn cluster_rules() -> Vec<PolicyRule> {
     vec![
         rule("kubeflow.org", &["mpijobs"], &["get", "list", "watch"]),
@@ -77,6 +77,7 @@ pub(crate) fn cluster_rules() -> Vec<PolicyRule> {
         ),
         rule("networking.k8s.io", &["networkpolicies"], &["create"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
+        rule("", &["events"], &["create"]),
     ]
 }
 

@@ -140,6 +140,8 @@ fn the_cluster_role_creates_every_object_of_a_job_and_holds_what_its_role_grants
                 ("kubeflow.org", "mpijobs/status"),
                 ("", "pods"),
                 ("events.k8s.io", "events"),
+                // Granted to the launcher by the job's Role (checked above).
+                ("", "events"),
             ]
             .map(|(g, r)| (g.to_string(), r.to_string())),
         )

@@ -36,6 +36,7 @@ use crate::protocol::{
 
 pub mod added;
 mod connect;
+pub mod daemons_up;
 mod error;
 mod event;
 pub mod prted_args;

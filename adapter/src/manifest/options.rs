@@ -252,6 +252,7 @@ impl ManifestArgs {
             max_pods: self.max_pods.filter(|_| self.elastic),
             origin: Vec::new(),
             api_server: self.api_server(),
+            events_to: None,
             pod: PodPlan {
                 labels: Map::new(),
                 annotations: Map::new(),

@@ -5,6 +5,7 @@
 use clap::ValueEnum;
 use serde_json::{Map, Value};
 
+use crate::launch::daemons_up::MpiJobRef;
 use crate::workload::{Success, WorkloadKind};
 
 /// Parts of the output.
@@ -90,6 +91,10 @@ pub struct JobPlan {
     pub origin: Vec<String>,
     /// Where the pods may reach the Kubernetes API (the NetworkPolicy's egress).
     pub api_server: super::api_server::ApiServer,
+    /// The MPIJob the controller made the job for: the launcher records its `DaemonsUp`
+    /// event there (the pods get `PRRTE_K8S_MPIJOB`, the Role `create` on `events`). None
+    /// for every job `prrte-k8s manifest` renders.
+    pub(crate) events_to: Option<MpiJobRef>,
     pub pod: PodPlan,
 }
 

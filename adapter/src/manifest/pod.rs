@@ -20,6 +20,7 @@ use super::layout::{
 };
 use super::meta::{job_label, names, own_labels, workload_label};
 use super::plan::{JobPlan, Launch};
+use crate::launch::daemons_up::MPIJOB_ENV;
 use crate::settings::{agent, Setting};
 use crate::workload::WorkloadKind;
 
@@ -118,7 +119,14 @@ pub(super) fn own_env(kind: WorkloadKind, launch: &Launch) -> Vec<EnvVar> {
 /// of the same name).
 fn pod_env(a: &JobPlan) -> Result<Vec<Value>, serde_json::Error> {
     let mut env = values(own_env(a.kind, &a.pod.launch))?;
-    for e in &a.pod.env {
+    // The MPIJob the launcher records its events on (the controller's jobs only): the
+    // controller's, whatever the job's own environment says.
+    let mpijob = a
+        .events_to
+        .as_ref()
+        .map(|r| serde_json::to_value(value_env(MPIJOB_ENV, r.env_value())))
+        .transpose()?;
+    for e in a.pod.env.iter().chain(&mpijob) {
         env.retain(|o| o["name"] != e["name"]);
         env.push(e.clone());
     }

@@ -4,7 +4,8 @@
 //! a StatefulSet's through its `scale` subresource alone (`get`, `patch` on
 //! `statefulsets/scale`: the token cannot touch the StatefulSet's template), a Job's (which has
 //! no scale subresource) by `patch` on the Job, which the admission policy of
-//! [`super::admission`] narrows to its parallelism and completions within its max-pods.
+//! [`super::admission`] narrows to its parallelism and completions within its max-pods. A job
+//! the controller made for an MPIJob may also `create` Events (its launcher's `DaemonsUp`).
 
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -30,9 +31,17 @@ pub(super) fn rbac(a: &JobPlan) -> Result<Vec<Value>, serde_json::Error> {
     };
     // Discovery reads one owner, by name: the workload itself.
     let owner = a.kind.role_rules(&a.name, a.max_pods.is_some());
+    // A job the controller made records its launcher's events on the MPIJob: `create` on
+    // `events`, nothing more (no read, no update).
+    let events = a.events_to.as_ref().map(|_| PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["events".into()]),
+        verbs: vec!["create".into()],
+        ..Default::default()
+    });
     let role = Role {
         metadata: meta(a, &n.role),
-        rules: Some(std::iter::once(pods).chain(owner).collect()),
+        rules: Some(std::iter::once(pods).chain(owner).chain(events).collect()),
     };
     let binding = RoleBinding {
         metadata: meta(a, &n.role),

@@ -5,9 +5,11 @@
 //! reads what each `LAUNCH_DAEMONS` activation needs from PRRTE, hands it to the rounds' state
 //! machine (`prrte_k8s::launch::rounds`) and the launcher, and carries out in PRRTE what the state
 //! machine decides about the outcomes; [`daemons`] holds what it reads from and tells PRRTE's
-//! daemon job; [`preempt`] tells the ranks when a pod is told to end.
+//! daemon job; [`preempt`] tells the ranks when a pod is told to end; [`daemons_up`] records
+//! on the MPIJob (a job the controller made) when PRRTE's daemons have all reported.
 pub mod component;
 pub mod daemons;
+pub mod daemons_up;
 pub mod module;
 pub mod preempt;
 pub mod rounds;

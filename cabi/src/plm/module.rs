@@ -1,9 +1,10 @@
 //! The `plm k8s` module functions.
 //!
 //! At `init` we register our own state callback for `LAUNCH_DAEMONS`; PRRTE activates it on its
-//! event thread, and [`rounds::launch_round`] takes it from there. Everything else (naming the
+//! event thread, and [`rounds::launch_round`] takes it from there. `DAEMONS_REPORTED` passes
+//! through [`daemons_up`] on its way to PRRTE's own callback. Everything else (naming the
 //! DVM master, terminating jobs, signalling procs) is PRRTE's own base code.
-use super::rounds;
+use super::{daemons_up, rounds};
 use crate::boundary::boundary;
 use crate::prrte::JobRef;
 use crate::{ffi, mainloop, prrte};
@@ -46,11 +47,16 @@ unsafe extern "C" fn init() -> c_int {
             let add = ffi::prte_state
                 .add_job_state
                 .expect("PRRTE's state module has add_job_state");
-            add(
+            let rc = add(
                 ffi::PRTE_JOB_STATE_LAUNCH_DAEMONS as ffi::prte_job_state_t,
                 Some(launch_daemons),
-            )
+            );
+            if rc != prrte::SUCCESS {
+                return rc;
+            }
         }
+        daemons_up::hook();
+        prrte::SUCCESS
     })
 }
 

@@ -85,6 +85,7 @@ pub fn finalize() {
     plm().running.clear();
     let watcher = plm().watcher.take();
     drop(watcher);
+    super::daemons_up::finalize();
 }
 
 /// Why the launch could not even be handed to the agents.
@@ -105,6 +106,7 @@ fn daemons_reported_now(job: JobRef) {
 
 /// Launches the daemons `jdata` needs (PRRTE's `LAUNCH_DAEMONS` state, main thread).
 pub fn launch_round(jdata: JobRef) {
+    super::daemons_up::launch_began();
     let Some(dvm) = prrte::daemons_job() else {
         return launch_error(jdata, "PRRTE has no daemon job object");
     };

@@ -122,6 +122,8 @@ pub(crate) fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Not
             job.name, job.slots_per_worker, job.mpi
         )],
         api_server: o.api_server.clone(),
+        // The controller names the MPIJob itself (its uid is the cluster's).
+        events_to: None,
         pod: PodPlan {
             labels: p.labels,
             annotations: p.annotations,
