@@ -27,8 +27,9 @@
 //!   ranks' TCP BTL on the pod network, not what the image's own `openmpi-mca-params.conf`
 //!   chose (Debian's Open MPI 6.0.0~rc2 ships `btl_tcp_if_include=lo` there, a single-host
 //!   setting with which ranks on two pods find no reachable pair of interfaces). mpirun hands
-//!   its `OMPI_MCA_*` to every rank; a pod spec setting `OMPI_MCA_btl_tcp_if_exclude` keeps it
-//!   out (Open MPI takes only one of the two).
+//!   its `OMPI_MCA_*` to every rank, the launcher pod's interface name with them (the
+//!   container runtime names every pod's interface alike, `eth0`); a pod spec setting
+//!   `OMPI_MCA_btl_tcp_if_exclude` keeps it out (Open MPI takes only one of the two).
 //!
 //! Every variable is set only where the agent's own environment does not set it (the pod spec
 //! wins). `PATH` gets the injected runtime's `bin/` appended (and the MPI's directory when it
