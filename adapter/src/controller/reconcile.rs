@@ -130,6 +130,13 @@ pub(crate) async fn reconcile(
             return Err(msg);
         }
     }
+    if job.is_none() && !still_there(&ctx, &ns, &name, &uid).await? {
+        // The cache lagged behind a delete: making the objects now would leave them to the
+        // garbage collector (their owner is gone); there is nothing to do.
+        ctx.metrics.set_phase(&key, None);
+        ctx.forget(&key);
+        return Ok(Action::await_change());
+    }
     // The key is used only if the Secret is made now; it never leaves this process otherwise.
     let invalid = match desired(&value, &ctx.settings, &fresh_key()) {
         Err(e) => Some(e.to_string()),
@@ -157,13 +164,24 @@ pub(crate) async fn reconcile(
     let out = next_status(&old, &observed, &now());
     if out.status != old {
         let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &ctx.resource);
-        api.patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": out.status})),
-        )
-        .await
-        .map_err(api_error(format!("writing the status of the MPIJob {key}")))?;
+        match api
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": out.status})),
+            )
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                // Deleted since it was read: its objects go with it.
+                ctx.metrics.set_phase(&key, None);
+                ctx.forget(&key);
+                return Ok(Action::await_change());
+            }
+            r => {
+                r.map_err(api_error(format!("writing the status of the MPIJob {key}")))?;
+            }
+        }
     }
     for end in pod_ends(&pods, job.as_ref()) {
         if ctx.first_post(&key, &end.uid) {
@@ -202,6 +220,24 @@ pub(crate) fn error_policy(
         obj.name_any()
     );
     Action::requeue(Duration::from_secs(5))
+}
+
+/// Whether the MPIJob `ns/name` is still stored with `uid` and not being deleted, read from
+/// the API server (not the cache, which may lag behind a delete).
+async fn still_there(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> Result<bool, ReconcileError> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ctx.resource);
+    let cur = api
+        .get_opt(name)
+        .await
+        .map_err(api_error(format!("reading the MPIJob {ns}/{name}")))?;
+    Ok(cur.is_some_and(|o| {
+        o.metadata.uid.as_deref() == Some(uid) && o.metadata.deletion_timestamp.is_none()
+    }))
 }
 
 /// Whether the object `o`'s controller is the MPIJob of `uid`.

@@ -373,3 +373,31 @@ async fn a_worker_deleted_by_hand_is_one_event_naming_it() {
         "{note}"
     );
 }
+
+/// A reconcile of a cached MPIJob that was deleted (or deleted and made again: another uid)
+/// makes nothing: the objects would belong to an owner that is gone.
+#[tokio::test]
+async fn a_deleted_mpijob_seen_through_a_lagging_cache_makes_nothing() {
+    for recreated in [false, true] {
+        let store: Shared = Default::default();
+        mpijob(&store, |_| {});
+        let ctx = context(&store);
+        let cached: DynamicObject =
+            serde_json::from_value(store.lock().unwrap().objects[MPIJOB].clone()).unwrap();
+        {
+            let mut s = store.lock().unwrap();
+            let gone = s.objects.remove(MPIJOB).unwrap();
+            if recreated {
+                let mut again = gone;
+                again["metadata"]["uid"] = json!("another-uid");
+                s.objects.insert(MPIJOB.into(), again);
+            }
+        }
+        reconcile(Arc::new(cached), ctx.clone()).await.unwrap();
+        assert_eq!(
+            writes(&store),
+            Vec::<String>::new(),
+            "recreated: {recreated}"
+        );
+    }
+}

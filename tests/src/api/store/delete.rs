@@ -130,6 +130,69 @@ impl Store {
         }
     }
 
+    /// The garbage collector's work on an object whose owners went before it was made (or
+    /// before it named them: a controller acting on a stale view does this): if none of its
+    /// owners exists (by kind, name and uid, in its namespace), it is deleted in the
+    /// background; if only some are gone, it loses the references to those. An owner of a
+    /// kind the store does not know counts as existing. Returns whether anything changed.
+    pub fn collect_dangling(&self, rt: &'static ResourceType, ns: &str, name: &str) -> bool {
+        let mut g = self.lock();
+        let Ok(cur) = g.stored(rt, ns, name) else {
+            return false;
+        };
+        let refs = owner_refs(&cur);
+        if refs.is_empty() || !cur["metadata"]["deletionTimestamp"].is_null() {
+            return false;
+        }
+        let gone: Vec<&Value> = refs
+            .iter()
+            .filter(|r| stored_owner(&g, ns, r).is_none())
+            .collect();
+        if gone.is_empty() {
+            return false;
+        }
+        if gone.len() == refs.len() {
+            return self
+                .delete_locked(&mut g, rt, ns, name, &DeleteOptions::default())
+                .is_ok();
+        }
+        let gone: Vec<Value> = gone.into_iter().map(|r| r["uid"].clone()).collect();
+        let mut doc = (*cur).clone();
+        if let Some(a) = doc
+            .pointer_mut("/metadata/ownerReferences")
+            .and_then(Value::as_array_mut)
+        {
+            a.retain(|o| !gone.contains(&o["uid"]));
+        }
+        self.update_locked(&mut g, rt, ns, name, doc, Part::Main, false, false)
+            .is_ok()
+    }
+
+    /// [`Store::collect_dangling`] for every stored object that names an owner: what the
+    /// collector does when it starts, or after it lost track of events.
+    pub fn collect_all_dangling(&self) {
+        let named: Vec<(&'static ResourceType, String, String)> = {
+            let g = self.lock();
+            g.kinds()
+                .filter(|r| r.stored && r.view.is_none())
+                .flat_map(|r| {
+                    g.tables
+                        .get(r.key())
+                        .map(|t| {
+                            t.iter()
+                                .filter(|(_, o)| !owner_refs(o).is_empty())
+                                .map(|(k, _)| (r, k.0.clone(), k.1.clone()))
+                                .collect::<Vec<_>>()
+                        })
+                        .unwrap_or_default()
+                })
+                .collect()
+        };
+        for (rt, ns, name) in named {
+            self.collect_dangling(rt, &ns, &name);
+        }
+    }
+
     /// Removes every object of the resources CRD `crd` registers, as the API server does
     /// before a CRD goes (finalizers are not waited for).
     fn remove_custom_objects(&self, g: &mut Inner, crd: &Value) {
@@ -230,16 +293,23 @@ fn owner_refs(obj: &Value) -> Vec<Value> {
 /// its dependents to go. An owner of a kind the store does not know counts as existing: the
 /// collector cannot tell it is gone.
 fn owner_exists(g: &Inner, ns: &str, r: &Value) -> bool {
+    stored_owner(g, ns, r).is_some_and(|o| !waits_for_dependents(&o))
+}
+
+/// The owner `r` names (from a dependent in `ns`), if it is stored with that uid; an owner of
+/// a kind the store does not know is taken as stored (the collector cannot tell it is gone).
+fn stored_owner(g: &Inner, ns: &str, r: &Value) -> Option<Obj> {
     let (av, kind) = (
         r["apiVersion"].as_str().unwrap_or(""),
         r["kind"].as_str().unwrap_or(""),
     );
     let Some(ort) = g.kind_of(av, kind) else {
-        return true;
+        return Some(Arc::new(Value::Null));
     };
     let ons = if ort.namespaced { ns } else { "" };
     g.stored(ort, ons, r["name"].as_str().unwrap_or(""))
-        .is_ok_and(|o| meta_str(&o, "uid") == r["uid"].as_str() && !waits_for_dependents(&o))
+        .ok()
+        .filter(|o| meta_str(o, "uid") == r["uid"].as_str())
 }
 
 /// Whether `obj` is being deleted in the foreground (finalizer `foregroundDeletion`).

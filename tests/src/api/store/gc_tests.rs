@@ -242,3 +242,104 @@ fn custom_owners_and_dependents() {
     );
     assert_eq!(s.get(rt, "default", "w").unwrap_err().code, 404);
 }
+
+/// An object made after its owner went (a controller acting on a stale view of the owner):
+/// with every owner gone it is deleted, with one of two gone it loses that reference; an
+/// owner of the same name but another uid is gone too; owners that exist, or of a kind the
+/// store does not know, keep it.
+#[test]
+fn dependents_of_owners_already_gone_are_collected() {
+    let s = store();
+    let a = s
+        .create(
+            &SECRETS,
+            "default",
+            json!({"metadata": {"name": "a"}}),
+            false,
+        )
+        .unwrap();
+    let b = s
+        .create(
+            &SECRETS,
+            "default",
+            json!({"metadata": {"name": "b"}}),
+            false,
+        )
+        .unwrap();
+    delete(&s, &SECRETS, "a", "Background");
+    s.create(
+        &CONFIGMAPS,
+        "default",
+        owned_by("late", &[(&a, false)]),
+        false,
+    )
+    .unwrap();
+    s.create(
+        &CONFIGMAPS,
+        "default",
+        owned_by("half", &[(&a, false), (&b, false)]),
+        false,
+    )
+    .unwrap();
+    s.create(
+        &CONFIGMAPS,
+        "default",
+        owned_by("kept", &[(&b, false)]),
+        false,
+    )
+    .unwrap();
+    // Same name as a live owner, but the uid of one deleted before.
+    s.create(
+        &SECRETS,
+        "default",
+        json!({"metadata": {"name": "a"}}),
+        false,
+    )
+    .unwrap();
+    s.create(
+        &CONFIGMAPS,
+        "default",
+        owned_by("stale", &[(&a, false)]),
+        false,
+    )
+    .unwrap();
+    let mut foreign = owned_by("foreign", &[]);
+    foreign["metadata"]["ownerReferences"] = json!([{"apiVersion": "example.com/v9",
+        "kind": "Unknown", "name": "x", "uid": "0000"}]);
+    s.create(&CONFIGMAPS, "default", foreign, false).unwrap();
+    for name in ["late", "half", "kept", "stale", "foreign"] {
+        let changed = s.collect_dangling(&CONFIGMAPS, "default", name);
+        assert_eq!(changed, matches!(name, "late" | "half" | "stale"), "{name}");
+    }
+    for gone in ["late", "stale"] {
+        assert_eq!(s.get(&CONFIGMAPS, "default", gone).unwrap_err().code, 404);
+    }
+    let half = s.get(&CONFIGMAPS, "default", "half").unwrap();
+    assert_eq!(
+        half["metadata"]["ownerReferences"][0]["uid"],
+        b["metadata"]["uid"]
+    );
+    assert_eq!(
+        half["metadata"]["ownerReferences"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(s.get(&CONFIGMAPS, "default", "kept").is_ok());
+    assert!(s.get(&CONFIGMAPS, "default", "foreign").is_ok());
+    // Nothing left to do: the sweep changes nothing more.
+    s.create(
+        &CONFIGMAPS,
+        "default",
+        owned_by("late2", &[(&a, false)]),
+        false,
+    )
+    .unwrap();
+    s.collect_all_dangling();
+    assert_eq!(
+        s.get(&CONFIGMAPS, "default", "late2").unwrap_err().code,
+        404
+    );
+    assert!(s.get(&CONFIGMAPS, "default", "half").is_ok());
+}

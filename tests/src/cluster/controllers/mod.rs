@@ -1,6 +1,8 @@
 //! The Job, StatefulSet, JobSet, Deployment and ReplicaSet controllers: they expand those
 //! objects into pods (a JobSet into Jobs, a Deployment into ReplicaSets) as the real
-//! controllers do and keep their status up to date. They only use the store, so they also run
+//! controllers do and keep their status up to date; and the garbage collector's sweep of
+//! objects whose owners went before them (the store collects the dependents of an object
+//! deleted later itself). They only use the store, so they also run
 //! next to an API server without pods ([`spawn`]).
 //!
 //! This file routes store events to the controllers; one file per controller (`job`,
@@ -59,6 +61,13 @@ async fn run(store: Store) {
         match ev {
             Ok(ev) => {
                 let (ns, name) = (ev.namespace.as_str(), ev.name.as_str());
+                // The garbage collector: an object made after its owner went goes too.
+                if ev.kind != crate::api::EventType::Deleted
+                    && ev.object.pointer("/metadata/ownerReferences").is_some()
+                    && store.collect_dangling(ev.resource, ns, name)
+                {
+                    continue;
+                }
                 if std::ptr::eq(ev.resource, &JOBS) {
                     if ev.kind != crate::api::EventType::Deleted {
                         reconcile_job(&store, ns, name);
@@ -111,6 +120,7 @@ async fn run(store: Store) {
 }
 
 fn reconcile_all(store: &Store) {
+    store.collect_all_dangling();
     job_tracking::release_orphans(store);
     for (rt, f) in [
         (&JOBS, reconcile_job as fn(&Store, &str, &str)),

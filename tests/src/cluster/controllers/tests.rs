@@ -684,3 +684,53 @@ fn tracking_finalizers_are_released_with_the_job() {
     super::reconcile_all(&s);
     assert!(s.get(&PODS, "default", other).is_err());
 }
+
+/// The collector running beside the controllers: a Job made after its owner was deleted goes,
+/// with any pod it got, as Kubernetes' garbage collector removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_made_after_its_owner_went_is_collected_with_its_pods() {
+    let s = store();
+    let owner = s
+        .create(
+            &crate::api::resources::SECRETS,
+            "default",
+            json!({"metadata": {"name": "owner"}}),
+            false,
+        )
+        .unwrap();
+    let controllers = super::spawn(s.clone());
+    s.delete(
+        &crate::api::resources::SECRETS,
+        "default",
+        "owner",
+        &DeleteOptions::default(),
+    )
+    .unwrap();
+    s.create(
+        &JOBS,
+        "default",
+        json!({"metadata": {"name": "late", "ownerReferences": [{"apiVersion": "v1",
+            "kind": "Secret", "name": "owner", "uid": owner["metadata"]["uid"],
+            "controller": true}]},
+            "spec": {"completions": 2, "parallelism": 2, "completionMode": "Indexed",
+            "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "i"}]}}}}),
+        false,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let job = s.get(&JOBS, "default", "late");
+        let pods = names(&s);
+        if job.is_err() && pods.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still there: job {:?}, pods {pods:?}",
+            job.map(|j| j["metadata"]["name"].clone())
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    controllers.abort();
+}
