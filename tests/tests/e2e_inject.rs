@@ -465,8 +465,10 @@ async fn mpijob_of_bookworm_openmpi4_runs_ranks_on_the_workers_through_orte() {
 /// PRRTE, so its mpirun starts a prted on each worker pod through PRRTE's ssh launcher and
 /// `prrte-k8s-rsh`, and the workers' agents admit that prted's command line by the PRRTE 5.0
 /// profile (`--daemonize` and the hostfile it hands on, which PRRTE 3.0's launcher never sends).
+/// The image's `/etc/openmpi/openmpi-mca-params.conf` pins the TCP BTL to `lo`; the agent's
+/// `OMPI_MCA_btl_tcp_if_include` (the pod's interface), which mpirun hands to the ranks, puts
+/// it on the pod network.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: the daemons now start and reach prterun and the ranks are launched on the workers, but Open MPI 6.0.0~rc2's TCP BTL finds no reachable pairing between two pods' interfaces (\"Unable to find reachable pairing\"); run with --ignored"]
 async fn mpijob_of_sid_openmpi6_runs_ranks_on_the_workers_through_prrte_rsh() {
     let (_sb, f) = run_mpijob(
         "injompi6",

@@ -41,6 +41,14 @@ impl Launch {
         }
     }
 
+    /// An Open MPI's launch path (PRRTE or ORTE), whose ranks read `OMPI_MCA_*`.
+    pub(crate) fn is_open_mpi(self) -> bool {
+        matches!(
+            self,
+            Launch::Components | Launch::PrrteRsh | Launch::OrteRsh
+        )
+    }
+
     /// What it means, for the log.
     pub fn describe(self) -> &'static str {
         match self {

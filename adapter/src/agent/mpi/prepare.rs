@@ -22,6 +22,14 @@
 //!   the orteds as `-mca` arguments, which the exec allowlist admits.
 //! - **Hydra**: see `hydra::hydra_env`; Intel MPI also `I_MPI_PERHOST=<slots>` when
 //!   every pod has the same number of slots (its `-f` host file carries no counts).
+//! - **Every Open MPI** (the three above that are not Hydra):
+//!   `OMPI_MCA_btl_tcp_if_include=<the interface holding POD_IP>`, as Hydra's interface: the
+//!   ranks' TCP BTL on the pod network, not what the image's own `openmpi-mca-params.conf`
+//!   chose (Debian's Open MPI 6.0.0~rc2 ships `btl_tcp_if_include=lo` there, a single-host
+//!   setting with which ranks on two pods find no reachable pair of interfaces). mpirun hands
+//!   its `OMPI_MCA_*` to every rank, the launcher pod's interface name with them (the
+//!   container runtime names every pod's interface alike, `eth0`); a pod spec setting
+//!   `OMPI_MCA_btl_tcp_if_exclude` keeps it out (Open MPI takes only one of the two).
 //!
 //! Every variable is set only where the agent's own environment does not set it (the pod spec
 //! wins). `PATH` gets the injected runtime's `bin/` appended (and the MPI's directory when it
@@ -41,6 +49,11 @@ use crate::hostfile::{render, Use};
 
 /// `PATH` for the command when the agent has none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The interfaces of Open MPI's TCP BTL: the pod's, for every Open MPI.
+const TCP_IF_INCLUDE: &str = "OMPI_MCA_btl_tcp_if_include";
+/// Open MPI refuses it beside an include list: a pod spec that sets it keeps ours out.
+const TCP_IF_EXCLUDE: &str = "OMPI_MCA_btl_tcp_if_exclude";
 
 /// The plan with the agent's files in place.
 #[derive(Debug)]
@@ -143,6 +156,9 @@ impl Prepared {
             .as_ref()
             .map(|h| h.display().to_string())
             .unwrap_or_default();
+        // The interface holding the pod's address: the pod network, where the NetworkPolicy
+        // admits the MPI's ports.
+        let iface = pod_ip.and_then(interface_of);
         let mut env: Vec<(String, String)> = Vec::new();
         let mut put = |k: &str, v: String| env.push((k.to_owned(), v));
         match p.plan.launch {
@@ -196,12 +212,19 @@ impl Prepared {
                 } else {
                     MpiKind::Mpich
                 };
-                let iface = pod_ip.and_then(interface_of);
                 let rsh = p.plan.rsh();
                 let h = hostfile.clone().unwrap_or_default();
                 for (k, v) in hydra_env(kind, &rsh, &h, iface.as_deref()) {
                     put(&k, v);
                 }
+            }
+        }
+        if p.plan.launch.is_open_mpi() {
+            // Open MPI's TCP BTL on the pod network, whatever the image's own parameter file
+            // says: Debian's Open MPI 6.0 packages pin it to `lo` there, which leaves ranks on
+            // different pods without a reachable pairing of interfaces.
+            if let Some(i) = &iface {
+                put(TCP_IF_INCLUDE, i.clone());
             }
         }
         p.env = env;
@@ -210,18 +233,21 @@ impl Prepared {
     }
 
     /// The command's variables (the plan's, `I_MPI_PERHOST` from `alloc`, a renamed PRRTE
-    /// parameter under its line's name, the `PATH` with the runtime appended), each only where `current` (the agent's
-    /// environment) does not set it, `PATH` always.
+    /// parameter under its line's name, the `PATH` with the runtime appended), each only where
+    /// `current` (the agent's environment) does not set it (nor, for the TCP BTL's include
+    /// list, its exclude list), `PATH` always.
     pub(crate) fn command_env(
         &self,
         alloc: Option<&Allocation>,
         current: impl Fn(&str) -> Option<OsString>,
     ) -> Vec<(OsString, OsString)> {
         let set = |k: &str| current(k).is_some_and(|v| !v.is_empty());
+        // The pod spec's own value, or (for the TCP BTL's include list) its exclude list.
+        let pod_sets = |k: &str| set(k) || (k == TCP_IF_INCLUDE && set(TCP_IF_EXCLUDE));
         let mut out: Vec<(OsString, OsString)> = self
             .env
             .iter()
-            .filter(|(k, _)| !set(k))
+            .filter(|(k, _)| !pod_sets(k))
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
         if self.plan.launch == Launch::PrrteRsh {

@@ -303,6 +303,73 @@ async fn open_mpi_6_on_prrte_5_goes_through_rsh_by_its_profile() {
         .command_env(None, |_| None)
         .iter()
         .all(|(n, _)| n != "PRTE_MCA_prte_dynamic_ipv4_ports"));
+    // The ranks' TCP BTL on the interface holding the pod's address (the fake pod's is on
+    // `lo`), not on what the image's parameter file names (Debian's 6.0 packages: `lo`).
+    assert_eq!(
+        env_of(&p, "OMPI_MCA_btl_tcp_if_include").as_deref(),
+        Some("lo")
+    );
+}
+
+/// Every Open MPI's TCP BTL gets the interface holding the pod's address, unless the pod spec
+/// names interfaces itself, either way (Open MPI takes an include or an exclude list, not
+/// both); Hydra gets its own variable; an address no interface holds sets nothing.
+#[tokio::test]
+async fn open_mpis_tcp_btl_gets_the_pods_interface_unless_the_pod_spec_names_one() {
+    let f = Fake::new();
+    f.trixie_openmpi();
+    let p = f.prepare(f.plan(MpiChoice::Auto).await.unwrap());
+    assert_eq!(p.plan.launch, Launch::Components);
+    let include = |k: &str, v: &str| {
+        p.command_env(None, |n| (n == k).then(|| v.into()))
+            .into_iter()
+            .find(|(n, _)| n == "OMPI_MCA_btl_tcp_if_include")
+            .map(|(_, v)| v.to_string_lossy().into_owned())
+    };
+    assert_eq!(include("PATH", "/bin").as_deref(), Some("lo"));
+    assert_eq!(include("OMPI_MCA_btl_tcp_if_include", "eth1"), None);
+    assert_eq!(include("OMPI_MCA_btl_tcp_if_exclude", "lo,docker0"), None);
+    // An empty exclude list is no list: the pod's interface still goes in.
+    assert_eq!(
+        include("OMPI_MCA_btl_tcp_if_exclude", "").as_deref(),
+        Some("lo")
+    );
+    assert!(p
+        .report()
+        .contains(&"env: OMPI_MCA_btl_tcp_if_include=lo".to_string()));
+    drop(p);
+
+    // An address the pod does not hold (TEST-NET-1): nothing to name, Open MPI chooses.
+    let plan = f.plan(MpiChoice::Auto).await.unwrap();
+    let p = Prepared::new(
+        plan,
+        &f.path("tmp"),
+        Some(Ipv4Addr::new(192, 0, 2, 1).into()),
+    )
+    .unwrap();
+    assert_eq!(env_of(&p, "OMPI_MCA_btl_tcp_if_include"), None);
+    drop(p);
+
+    let f = Fake::new();
+    f.prog("orted", "exit 1");
+    f.prog("ompi_info", "echo 'Open MPI v4.1.4'");
+    let p = f.prepare(f.plan(MpiChoice::Auto).await.unwrap());
+    assert_eq!(p.plan.launch, Launch::OrteRsh);
+    assert_eq!(
+        env_of(&p, "OMPI_MCA_btl_tcp_if_include").as_deref(),
+        Some("lo")
+    );
+    drop(p);
+
+    let f = Fake::new();
+    f.prog("hydra_pmi_proxy", "exit 1");
+    f.prog(
+        "mpiexec.hydra",
+        "echo 'HYDRA build details:'; echo '    Version:                                 4.2.1'",
+    );
+    let p = f.prepare(f.plan(MpiChoice::Auto).await.unwrap());
+    assert_eq!(p.plan.launch, Launch::MpichHydra);
+    assert_eq!(env_of(&p, "OMPI_MCA_btl_tcp_if_include"), None);
 }
 
 #[tokio::test]
