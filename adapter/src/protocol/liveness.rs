@@ -8,7 +8,7 @@
 //! with `pong`; once a `ping` came on a connection its client sends heartbeats, so its silence
 //! for the agent's `--heartbeat-timeout` means that it is gone.
 //!
-//! Silence is counted by a [`SilenceClock`]: the time since the peer was last heard of, less the
+//! Silence is counted by a `SilenceClock`: the time since the peer was last heard of, less the
 //! time the watcher itself was held up (how late it woke for each of its wake-ups). A host so
 //! loaded that the watcher could not run is one on which the peer (on the same node) or the
 //! watcher's reading of the peer's frames was held up too: a starved peer is not a gone one.
