@@ -77,7 +77,7 @@ fn up_exec_kill_status_down() {
     let net = &gateway[..gateway.rfind('.').unwrap()];
     for (name, ip, idx) in &pods {
         assert!(name.starts_with(&format!("cli-{idx}-")), "{name}");
-        assert!(ip.starts_with(&format!("{net}.")), "{ip} in {net}.0/24");
+        assert!(ip.starts_with(&format!("{net}.")), "{ip} in {net}.0/23");
     }
 
     // exec: output, exit status and stdin pass through.
@@ -202,10 +202,13 @@ fn up_reports_failing_pods_and_cleans_up() {
 
 #[test]
 fn max_pods_leaves_the_pods_beyond_it_pending() {
-    let out = sandbox(Path::new("/nonexistent"), &["up", "--max-pods", "254"]);
+    let out = sandbox(Path::new("/nonexistent"), &["up", "--max-pods", "510"]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
-    assert!(err.contains("--max-pods") && err.contains("/24"), "{err}");
+    assert!(
+        err.contains("--max-pods") && err.contains("/23") && err.contains("509"),
+        "{err}"
+    );
 
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");

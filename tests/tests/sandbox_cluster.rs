@@ -100,7 +100,7 @@ spec:
             .pod_run(&n, &["ip", "-4", "-o", "addr", "show", "dev", "eth0"])
             .unwrap();
         assert!(
-            addr.contains(&format!("inet {ip}/24")),
+            addr.contains(&format!("inet {ip}/23")),
             "pod {n} has {ip}: {addr}"
         );
         let (_, env, _) = cluster

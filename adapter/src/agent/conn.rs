@@ -390,6 +390,9 @@ impl Conn {
                 }
                 // Last: a frame that arrived during a stall counts before the silence.
                 _ = tokio::time::sleep_until(deadline), if watch => {
+                    if !self.silence.woke(deadline) {
+                        continue;
+                    }
                     let reason = self.silence.reason("the launcher");
                     self.shared.metrics.heartbeats_missed(metrics::Peer::Launcher);
                     warn!(%peer, %reason, "closing the connection (and stopping its prted, if any)");

@@ -7,6 +7,12 @@
 //! all) for more than [`Heartbeat::misses`] intervals for lost. The agent answers each `ping`
 //! with `pong`; once a `ping` came on a connection its client sends heartbeats, so its silence
 //! for the agent's `--heartbeat-timeout` means that it is gone.
+//!
+//! Silence is counted by a `SilenceClock`: the time since the peer was last heard of, less the
+//! time the watcher itself was held up (how late it woke for each of its wake-ups). A host so
+//! loaded that the watcher could not run is one on which the peer (on the same node) or the
+//! watcher's reading of the peer's frames was held up too: a starved peer is not a gone one.
+//! A peer silent while the watcher ran on time is.
 
 use std::time::Duration;
 
@@ -96,7 +102,7 @@ pub(crate) struct HeartbeatSender {
     heartbeat: Heartbeat,
     /// `None`: not beating (heartbeats off, or not begun).
     ticks: Option<Interval>,
-    heard: Instant,
+    clock: SilenceClock,
 }
 
 impl HeartbeatSender {
@@ -113,7 +119,7 @@ impl HeartbeatSender {
         HeartbeatSender {
             heartbeat,
             ticks: None,
-            heard: Instant::now(),
+            clock: SilenceClock::new(),
         }
     }
 
@@ -129,14 +135,16 @@ impl HeartbeatSender {
 
     /// A frame came from the peer.
     pub fn heard(&mut self) {
-        self.heard = Instant::now();
+        self.clock.heard();
     }
 
-    /// Resolves when the next heartbeat is due; never while not beating. Cancel-safe.
+    /// Resolves when the next heartbeat is due; never while not beating. Cancel-safe. How late
+    /// it resolves (this side held up) does not count as the peer's silence.
     pub async fn due(&mut self) {
         match &mut self.ticks {
             Some(ticks) => {
-                ticks.tick().await;
+                let due = ticks.tick().await;
+                self.clock.woke(due);
             }
             None => std::future::pending().await,
         }
@@ -150,7 +158,7 @@ impl HeartbeatSender {
         session: &mut Session,
         timeout: Duration,
     ) -> Result<(), Lost> {
-        let silent = self.heard.elapsed();
+        let silent = self.clock.silent();
         if self.heartbeat.silence_limit().is_some_and(|l| silent > l) {
             return Err(Lost::Silent(Silence {
                 silent,
@@ -162,16 +170,69 @@ impl HeartbeatSender {
     }
 }
 
+/// How long a peer has been silent as far as the watcher can tell: the time since it was last
+/// heard of, less the time the watcher was held up since then (how late it woke for a wake-up it
+/// had set). A watcher that could not run (its host starved of CPU, its process stopped) saw
+/// nothing of the peer in that time, so that time is not the peer's silence.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SilenceClock {
+    heard: Instant,
+    /// How late the watcher woke, summed, since the peer was last heard of.
+    held_up: Duration,
+}
+
+impl SilenceClock {
+    /// The peer heard of now.
+    pub fn new() -> SilenceClock {
+        SilenceClock {
+            heard: Instant::now(),
+            held_up: Duration::ZERO,
+        }
+    }
+
+    /// A frame came from the peer.
+    pub fn heard(&mut self) {
+        *self = SilenceClock::new();
+    }
+
+    /// The watcher woke for a wake-up due at `due`: how late it is (since the peer was last
+    /// heard of) was the watcher's own delay.
+    pub fn woke(&mut self, due: Instant) {
+        let late = Instant::now().saturating_duration_since(due.max(self.heard));
+        self.held_up += late;
+    }
+
+    /// The silence that counts: since the peer was heard of, less the watcher's own delays.
+    pub fn silent(&self) -> Duration {
+        self.heard.elapsed().saturating_sub(self.held_up)
+    }
+
+    /// The time since the peer was heard of, delays included.
+    pub fn since_heard(&self) -> Duration {
+        self.heard.elapsed()
+    }
+
+    /// When the silence that counts reaches `limit` if the watcher runs on time until then.
+    pub fn reaches(&self, limit: Duration) -> Instant {
+        self.heard + self.held_up + limit
+    }
+}
+
 /// Effectively never (a deadline that is not meant to pass).
 const FAR: Duration = Duration::from_secs(86_400 * 365);
 
+/// How often at most a [`SilenceWatch`] wakes to measure its own delays while it waits.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
 /// The receiving side (the agent): when the client was last heard of, and whether it sends
 /// heartbeats (a `ping` came). Only then does its silence for more than the limit (the agent's
-/// `--heartbeat-timeout`) mean that it is gone.
+/// `--heartbeat-timeout`) mean that it is gone. The silence is a [`SilenceClock`]'s: the
+/// watch wakes every [`CHECK_EVERY`] (a quarter of the limit if shorter) to see whether it was
+/// itself held up.
 #[derive(Debug)]
 pub(crate) struct SilenceWatch {
     limit: Option<Duration>,
-    last: Instant,
+    clock: SilenceClock,
     beating: bool,
 }
 
@@ -180,14 +241,14 @@ impl SilenceWatch {
     pub fn new(limit: Option<Duration>) -> SilenceWatch {
         SilenceWatch {
             limit,
-            last: Instant::now(),
+            clock: SilenceClock::new(),
             beating: false,
         }
     }
 
     /// A frame came from the client.
     pub fn heard(&mut self) {
-        self.last = Instant::now();
+        self.clock.heard();
     }
 
     /// The client sent a `ping`: from now on its silence counts. True for the first.
@@ -200,16 +261,41 @@ impl SilenceWatch {
         self.beating && self.limit.is_some()
     }
 
-    /// When the client's silence exceeds the limit (far away without one).
+    /// When to wake next: when the client's silence reaches the limit if this side runs on time,
+    /// or sooner to measure this side's delays (far away without a limit). Then call
+    /// [`woke`](Self::woke) with it.
     pub fn deadline(&self) -> Instant {
-        self.last + self.limit.unwrap_or(FAR)
+        match self.limit {
+            Some(limit) => {
+                let check = CHECK_EVERY.min(limit / 4).max(Duration::from_millis(10));
+                self.clock.reaches(limit).min(Instant::now() + check)
+            }
+            None => Instant::now() + FAR,
+        }
+    }
+
+    /// Woke for the wake-up [`deadline`](Self::deadline) gave (`due`): whether the client has now
+    /// been silent for the limit, this side's own delays not counted.
+    pub fn woke(&mut self, due: Instant) -> bool {
+        self.clock.woke(due);
+        self.limit.is_some_and(|l| self.clock.silent() >= l)
     }
 
     /// Why the connection ends at the deadline; `who` is "the launcher", "the client".
     pub fn reason(&self, who: &str) -> String {
+        let (silent, since) = (self.clock.silent(), self.clock.since_heard());
+        let held_up = if since > silent + Duration::from_millis(50) {
+            format!(
+                "; {:.1} s since a frame, of which this agent was held up {:.1} s",
+                since.as_secs_f64(),
+                (since - silent).as_secs_f64()
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "{who} was silent for {:.1} s (heartbeats stopped; --heartbeat-timeout): its pod is cut off or gone",
-            self.last.elapsed().as_secs_f64()
+            "{who} was silent for {:.1} s{held_up} (heartbeats stopped; --heartbeat-timeout): its pod is cut off or gone",
+            silent.as_secs_f64()
         )
     }
 }
@@ -328,7 +414,8 @@ mod tests {
         assert!(w.ping(), "the first ping");
         assert!(!w.ping(), "not the first");
         assert!(w.watched());
-        assert_eq!(w.deadline(), Instant::now() + Duration::from_secs(10));
+        // It wakes within a second to measure its own delays.
+        assert_eq!(w.deadline(), Instant::now() + Duration::from_secs(1));
         tokio::time::advance(Duration::from_secs(12)).await;
         assert_eq!(
             w.reason("the launcher"),
@@ -337,5 +424,113 @@ mod tests {
         let mut unlimited = SilenceWatch::new(None);
         unlimited.ping();
         assert!(!unlimited.watched());
+        let due = unlimited.deadline();
+        assert!(due > Instant::now() + Duration::from_secs(86_400));
+    }
+
+    /// Runs a watch on time (each wake-up when due) until it takes the client for gone;
+    /// returns how many wake-ups that took.
+    async fn watch_on_time(w: &mut SilenceWatch) -> u32 {
+        let mut wakes = 0;
+        loop {
+            let due = w.deadline();
+            tokio::time::sleep_until(due).await;
+            wakes += 1;
+            if w.woke(due) {
+                return wakes;
+            }
+            assert!(wakes < 1000, "never taken for gone");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_silent_while_the_watch_ran_on_time_is_gone_at_the_limit() {
+        let mut w = SilenceWatch::new(Some(Duration::from_secs(10)));
+        w.ping();
+        let t0 = Instant::now();
+        let wakes = watch_on_time(&mut w).await;
+        assert_eq!(t0.elapsed(), Duration::from_secs(10));
+        assert_eq!(wakes, 10, "a wake-up a second");
+        assert_eq!(
+            w.reason("the launcher"),
+            "the launcher was silent for 10.0 s (heartbeats stopped; --heartbeat-timeout): its pod is cut off or gone"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_held_up_for_longer_than_the_limit_does_not_count_that_time() {
+        let mut w = SilenceWatch::new(Some(Duration::from_secs(10)));
+        w.ping();
+        let t0 = Instant::now();
+        // The agent is not scheduled for 30 s (a starved host, a stopped process): its wake-up
+        // due after 1 s comes 29 s late.
+        let due = w.deadline();
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert!(
+            !w.woke(due),
+            "its own delay counted as the client's silence"
+        );
+        // A frame then resets everything.
+        w.heard();
+        let t1 = Instant::now();
+        watch_on_time(&mut w).await;
+        assert_eq!(t1.elapsed(), Duration::from_secs(10));
+        // Held up again half-way: only the time it ran on time counts.
+        w.heard();
+        let t2 = Instant::now();
+        for _ in 0..5 {
+            let due = w.deadline();
+            tokio::time::sleep_until(due).await;
+            assert!(!w.woke(due));
+        }
+        let due = w.deadline();
+        tokio::time::advance(Duration::from_secs(20)).await;
+        // 5 s on time, the next wake-up (due at 6 s) 19 s late.
+        assert!(!w.woke(due), "5 s on time, then held up");
+        watch_on_time(&mut w).await;
+        assert_eq!(t2.elapsed(), Duration::from_secs(29));
+        assert_eq!(
+            w.reason("the launcher"),
+            "the launcher was silent for 10.0 s; 29.0 s since a frame, of which this agent was held up 19.0 s (heartbeats stopped; --heartbeat-timeout): its pod is cut off or gone"
+        );
+        assert_eq!(t0.elapsed(), Duration::from_secs(69));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sender_held_up_for_longer_than_the_silence_limit_keeps_its_peer() {
+        let (mut conn, mut session, mut peer, _peer_session) = pair();
+        let hb = Heartbeat {
+            interval: Duration::from_secs(2),
+            misses: 4,
+        };
+        let mut sender = HeartbeatSender::start(hb);
+        let t0 = Instant::now();
+        sender.due().await;
+        sender
+            .beat(&mut conn, &mut session, hb.interval)
+            .await
+            .unwrap();
+        // The launcher's thread is not scheduled for 20 s (more than the 8 s allowed): its next
+        // heartbeat, due after 2 s, comes 18 s late. The peer is not lost for that.
+        tokio::time::advance(Duration::from_secs(20)).await;
+        sender.due().await;
+        assert_eq!(t0.elapsed(), Duration::from_secs(20));
+        sender
+            .beat(&mut conn, &mut session, hb.interval)
+            .await
+            .expect("the sender's own delay counted as the peer's silence");
+        // From then on time: lost once silent for more than 8 s it could watch (2 + 4 * 2 s).
+        let lost = loop {
+            sender.due().await;
+            if let Err(e) = sender.beat(&mut conn, &mut session, hb.interval).await {
+                break e;
+            }
+            let _ = super::super::recv_frame(&mut peer, None).await.unwrap();
+        };
+        match lost {
+            Lost::Silent(s) => assert_eq!(s.silent, Duration::from_secs(10)),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(t0.elapsed(), Duration::from_secs(28));
     }
 }

@@ -126,7 +126,8 @@ fn max_pods(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if (1..=max).contains(&n) => Ok(n),
         _ => Err(format!(
-            "{s:?} is not a pod count from 1 to {max}: the sandbox's pod network is a /24 with {max} pod addresses"
+            "{s:?} is not a pod count from 1 to {max}: the sandbox's pod network is a /{} with {max} pod addresses",
+            crate::podnet::PREFIX_LEN
         )),
     }
 }

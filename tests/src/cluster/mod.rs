@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 
 pub use kubelet::{ExecInfo, SA_MOUNT};
 
-/// The most pods the node can run at once: the pod network is a /24, whose `.2`-`.254` are
-/// the pods' addresses (`.1` is the gateway and the API server).
-pub const MAX_NODE_PODS: usize = 253;
+/// The most pods the node can run at once: the pod network is a /23 (a node's pod CIDR for
+/// more than 254 pods), all of whose addresses but the first, the gateway's (also the API
+/// server's) and the last are the pods'.
+pub const MAX_NODE_PODS: usize = crate::podnet::MAX_PODS;
 
 /// How to start a [`Cluster`].
 #[derive(Clone, Debug)]
@@ -68,8 +69,9 @@ impl Cluster {
     pub async fn start(opts: ClusterOptions) -> Result<Cluster> {
         if opts.max_pods > MAX_NODE_PODS {
             bail!(
-                "max_pods {} is more than the node's pod network holds: its /24 has {MAX_NODE_PODS} pod addresses; ask for at most {MAX_NODE_PODS} pods",
-                opts.max_pods
+                "max_pods {} is more than the node's pod network holds: its /{} has {MAX_NODE_PODS} pod addresses; ask for at most {MAX_NODE_PODS} pods",
+                opts.max_pods,
+                crate::podnet::PREFIX_LEN
             );
         }
         let (tmp, dir) = match &opts.dir {

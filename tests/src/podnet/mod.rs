@@ -40,11 +40,12 @@
 //! is left alone: pods only talk to each other and to the gateway address, and nothing leaves the
 //! machine.
 //!
-//! The rest: `network` (the bridge and its addresses, starting pods), `mounts` (the
+//! The rest: `network` (the bridge, starting pods), `cidr` (its /23 and pod addresses), `mounts` (the
 //! host-filesystem setup program), `state` (what a pod and its network share), `pod`
 //! ([`RunningPod`], `exec`), `host` and `procfs` (host tools, mounts, /proc), `names`,
 //! `leftovers`.
 
+mod cidr;
 #[cfg(test)]
 mod container_tests;
 mod host;
@@ -62,6 +63,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+pub use cidr::{PodCidr, MAX_PODS, PREFIX_LEN};
 pub use leftovers::{cleanup_leftovers, leftovers, Leftovers};
 pub use network::Network;
 pub use pod::{exec_command, RunningPod};

@@ -1,6 +1,7 @@
-//! The pods' network: a bridge with a /24 and the gateway address, the addresses it hands out,
+//! The pods' network: a bridge with a /23 and the gateway address, the addresses it hands out,
 //! and starting pods on it.
 
+use super::cidr::{PodCidr, PREFIX_LEN};
 use super::host::{
     delete_link, host_lock, ip, list_dir_names, pods_state_dir, require_root, tools,
 };
@@ -17,7 +18,8 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::{Arc, Mutex, Weak};
 
-/// A bridge with a /24 out of 10.250.0.0/16; the host holds the gateway address `.1` on it.
+/// A bridge with a /23 out of 10.250.0.0/16 ([`PodCidr`]: 509 pod addresses, as a node's pod
+/// CIDR for more than 254 pods); the host holds the gateway address (the second) on it.
 ///
 /// Pods on the network reach each other over the bridge and the host (anything listening on
 /// [`Network::gateway`]) directly; there is no NAT and no route off the machine. Dropping the
@@ -25,14 +27,14 @@ use std::sync::{Arc, Mutex, Weak};
 pub struct Network {
     id: String,
     bridge: String,
-    subnet: u8,
+    cidr: PodCidr,
     state: Arc<Mutex<NetState>>,
     torn_down: bool,
 }
 
 impl Network {
-    /// Creates a bridge `pk8s<6 hex>` with a /24 in 10.250.0.0/16 that no host interface
-    /// address or route uses, puts the gateway `.1` on it and brings it up.
+    /// Creates a bridge `pk8s<6 hex>` with a /23 in 10.250.0.0/16 that no host interface
+    /// address or route uses, puts the gateway on it and brings it up.
     pub fn create() -> Result<Network> {
         require_root()?;
         tools()?;
@@ -53,19 +55,16 @@ impl Network {
         let bridge = format!("{NAME_PREFIX}{id}");
 
         let used = used_ipv4_prefixes()?;
-        let start: u8 = rand::random::<u8>() % 254 + 1;
-        let subnet = (0..254u16)
-            .map(|i| ((start as u16 - 1 + i) % 254 + 1) as u8)
-            .find(|&n| {
-                let cand = (u32::from(Ipv4Addr::new(10, 250, n, 0)), 24u8);
-                !used.iter().any(|&u| prefixes_overlap(u, cand))
-            })
-            .ok_or_else(|| anyhow!("no free /24 left in 10.250.0.0/16 on this host"))?;
+        let start = rand::random::<u16>() % PodCidr::CANDIDATES;
+        let cidr = (0..PodCidr::CANDIDATES)
+            .map(|i| PodCidr::candidate((start + i) % PodCidr::CANDIDATES))
+            .find(|c| !used.iter().any(|&u| prefixes_overlap(u, c.prefix())))
+            .ok_or_else(|| anyhow!("no free /{PREFIX_LEN} left in 10.250.0.0/16 on this host"))?;
 
         let net = Network {
             id,
             bridge,
-            subnet,
+            cidr,
             state: Arc::new(Mutex::new(NetState {
                 reserved: BTreeSet::new(),
                 in_use: BTreeSet::new(),
@@ -133,7 +132,7 @@ impl Network {
         }
         // The sandbox network is IPv4 only.
         let _ = fs::write(format!("/proc/sys/net/ipv6/conf/{br}/disable_ipv6"), "1");
-        let gw = format!("{}/24", self.gateway());
+        let gw = format!("{}/{PREFIX_LEN}", self.gateway());
         ip(&["addr", "add", &gw, "dev", br]).context("adding the gateway address")?;
         ip(&["link", "set", "dev", br, "up"]).context("bringing the bridge up")?;
         Ok(())
@@ -165,26 +164,24 @@ impl Network {
         &self.bridge
     }
 
-    /// The host's address on the bridge (`.1`); pods route through it, and a server bound to it
-    /// is reachable from every pod.
+    /// The host's address on the bridge (the /23's second); pods route through it, and a
+    /// server bound to it is reachable from every pod.
     pub fn gateway(&self) -> Ipv4Addr {
-        Ipv4Addr::new(10, 250, self.subnet, 1)
+        self.cidr.gateway()
     }
 
-    /// `10.250.N.0/24`.
+    /// `10.250.N.0/23`.
     pub fn cidr(&self) -> String {
-        format!("10.250.{}.0/24", self.subnet)
+        self.cidr.to_string()
     }
 
-    /// Reserves and returns the lowest address in `.2`-`.254` that is neither reserved nor used
-    /// by a running pod. Addresses return to the pool when the pod using them is torn down.
+    /// Reserves and returns the lowest pod address that is neither reserved nor used by a
+    /// running pod. Addresses return to the pool when the pod using them is torn down.
     pub fn alloc_ip(&self) -> Result<Ipv4Addr> {
         let mut st = lock(&self.state);
-        let host = (2..=254u8)
-            .find(|h| !st.reserved.contains(h) && !st.in_use.contains(h))
-            .ok_or_else(|| anyhow!("no free address left in {}", self.cidr()))?;
+        let host = self.cidr.lowest_free(&st.reserved, &st.in_use)?;
         st.reserved.insert(host);
-        Ok(Ipv4Addr::new(10, 250, self.subnet, host))
+        Ok(self.cidr.addr(host))
     }
 
     /// Creates the pod's namespaces and veth, starts its containers in order (see
@@ -216,7 +213,7 @@ impl Network {
             bail!("network {} is torn down", self.bridge);
         }
         tools()?;
-        let host = spec.validate(self.subnet, &self.cidr())?;
+        let host = spec.validate(&self.cidr)?;
         let seq = self.take_address(host, spec)?;
         let pod = self.new_pod(spec, host, seq);
         // Registered first, so that a failed start is cleaned up by the pod's Drop and a
@@ -229,7 +226,7 @@ impl Network {
 
     /// Marks the pod's address (host part `host`) as used and numbers the pod: its names on
     /// the host carry the number.
-    fn take_address(&self, host: u8, spec: &PodSpec) -> Result<u32> {
+    fn take_address(&self, host: u16, spec: &PodSpec) -> Result<u32> {
         let mut st = lock(&self.state);
         if st.in_use.contains(&host) {
             bail!("address {} is already used by a running pod", spec.ip);
@@ -244,7 +241,7 @@ impl Network {
     }
 
     /// The pod, named on the host, before anything of it exists.
-    fn new_pod(&self, spec: &PodSpec, host: u8, seq: u32) -> RunningPod {
+    fn new_pod(&self, spec: &PodSpec, host: u16, seq: u32) -> RunningPod {
         let prefix = self.prefix();
         let netns = format!("{prefix}-{seq:04x}-{}", sanitize_name(&spec.name, 32));
         let veth = format!("{prefix}v{seq:04x}");
@@ -322,7 +319,7 @@ impl fmt::Debug for Network {
 
 /// IPv4 prefixes of the host's interface addresses and routes (all tables). Prefixes shorter
 /// than /16 are left out: a route covering all of 10.250.0.0/16 (say 10.0.0.0/8) would rule out
-/// every candidate, yet the more specific /24 on the bridge still keeps pod traffic local.
+/// every candidate, yet the more specific /23 on the bridge still keeps pod traffic local.
 fn used_ipv4_prefixes() -> Result<Vec<(u32, u8)>> {
     let mut v = Vec::new();
     for line in ip(&["-o", "-4", "addr", "show"])?.lines() {

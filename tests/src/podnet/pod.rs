@@ -33,7 +33,7 @@ pub struct RunningPod {
     pub(super) veth: String,
     pub(super) inner: Arc<Mutex<PodInner>>,
     pub(super) net: Weak<Mutex<NetState>>,
-    pub(super) host: u8,
+    pub(super) host: u16,
 }
 
 /// What `exec` needs of a running container.

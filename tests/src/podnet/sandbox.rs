@@ -5,6 +5,7 @@
 //! namespace), the pod's `/etc/hosts`, its memory-backed volumes (a tmpfs each, mounted in the
 //! state directory), and the state directory on the host.
 
+use super::cidr::PREFIX_LEN;
 use super::host::{delete_link, delete_netns, host_lock, ip, run, tools, unmount_below};
 use anyhow::{Context, Result};
 use nix::mount::{mount, MsFlags};
@@ -55,14 +56,14 @@ impl PodSandbox {
     }
 
     /// Creates the network namespace and the veth pair, and configures both ends: `eth0` with
-    /// `pod_ip`/24 and a default route via `gateway`, the host end on `bridge`.
+    /// `pod_ip`/23 ([`PREFIX_LEN`]) and a default route via `gateway`, the host end on `bridge`.
     pub(super) fn connect(&self, bridge: &str, gateway: Ipv4Addr, pod_ip: Ipv4Addr) -> Result<()> {
         {
             let _guard = host_lock()?;
             ip(&["netns", "add", &self.netns])?;
         }
         let gw = gateway.to_string();
-        let addr = format!("{pod_ip}/24");
+        let addr = format!("{pod_ip}/{PREFIX_LEN}");
         let n = self.netns.as_str();
         let veth = self.veth.as_str();
         let steps: [&[&str]; 7] = [

@@ -1,5 +1,6 @@
 //! What to run in a pod: the pod's identity on the network and its containers.
 
+use super::cidr::PodCidr;
 use crate::container::Container;
 use anyhow::{bail, Context, Result};
 use std::fs;
@@ -56,20 +57,19 @@ pub struct ContainerSpec {
 }
 
 impl PodSpec {
-    /// The host part of the pod's address, once the pod's identity is checked against the
-    /// network's `10.250.<subnet>.0/24` (`cidr`). The containers are checked when they start.
-    pub(super) fn validate(&self, subnet: u8, cidr: &str) -> Result<u8> {
+    /// The host number of the pod's address, once the pod's identity is checked against the
+    /// network's `cidr`. The containers are checked when they start.
+    pub(super) fn validate(&self, cidr: &PodCidr) -> Result<u16> {
         if self.name.is_empty() {
             bail!("pod name is empty");
         }
-        let o = self.ip.octets();
-        if o[0] != 10 || o[1] != 250 || o[2] != subnet || !(2..=254).contains(&o[3]) {
+        let Some(host) = cidr.pod_host(self.ip) else {
             bail!(
-                "pod {}: address {} is not a host address .2-.254 of {cidr}",
+                "pod {}: address {} is not a pod address of {cidr} (neither its first, the gateway's nor its last)",
                 self.name,
                 self.ip,
             );
-        }
+        };
         if self.hostname.is_empty()
             || self.hostname.len() > 64
             || !self
@@ -79,7 +79,7 @@ impl PodSpec {
         {
             bail!("pod {}: invalid hostname {:?}", self.name, self.hostname);
         }
-        Ok(o[3])
+        Ok(host)
     }
 }
 

@@ -17,9 +17,9 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The network's addresses and the pods started on it.
 pub(super) struct NetState {
     /// Addresses handed out by `alloc_ip` and not yet released.
-    pub(super) reserved: BTreeSet<u8>,
+    pub(super) reserved: BTreeSet<u16>,
     /// Addresses of pods that have not been torn down.
-    pub(super) in_use: BTreeSet<u8>,
+    pub(super) in_use: BTreeSet<u16>,
     pub(super) pods: Vec<Weak<Mutex<PodInner>>>,
     pub(super) next_seq: u32,
 }

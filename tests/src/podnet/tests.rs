@@ -83,7 +83,7 @@ fn podnet_eight_pods_have_own_identity() {
     let net = Network::create().unwrap();
     let prefix = net.prefix();
     assert!(net.bridge().len() <= 15 && net.bridge().starts_with("pk8s"));
-    assert!(net.cidr().starts_with("10.250.") && net.cidr().ends_with(".0/24"));
+    assert!(net.cidr().starts_with("10.250.") && net.cidr().ends_with(".0/23"));
     let mut pods = Vec::new();
     for i in 0..8 {
         let mut sp = spec(&net, dir.path(), &format!("pod-{i}"), &["sleep", "1000"]);
@@ -95,7 +95,7 @@ fn podnet_eight_pods_have_own_identity() {
     for (i, pod) in pods.iter().enumerate() {
         assert_eq!(ok_in(pod, &["hostname"]).trim(), format!("worker-{i}"));
         let addr = ok_in(pod, &["ip", "-4", "-o", "addr", "show", "eth0"]);
-        assert!(addr.contains(&format!("inet {}/24", pod.ip())), "{addr}");
+        assert!(addr.contains(&format!("inet {}/23", pod.ip())), "{addr}");
         assert_eq!(
             ok_in(pod, &["cat", "/proc/1/cmdline"]),
             "sleep\u{0}1000\u{0}"
@@ -168,9 +168,20 @@ fn podnet_tcp_between_pods_and_to_gateway() {
     let a = net
         .start_pod(spec(&net, dir.path(), "server", &["sleep", "1000"]))
         .unwrap();
-    let b = net
-        .start_pod(spec(&net, dir.path(), "client", &["sleep", "1000"]))
-        .unwrap();
+    // Pod b's address is past the first 256 of the /23 (host number 300, as the 299th pod's
+    // would be): pods on both halves and the gateway reach each other.
+    let base: Ipv4Addr = net.cidr().split('/').next().unwrap().parse().unwrap();
+    let mut sb = spec(&net, dir.path(), "client", &["sleep", "1000"]);
+    sb.ip = Ipv4Addr::from(u32::from(base) + 300);
+    let b = net.start_pod(sb).unwrap();
+    assert_eq!(b.ip().octets()[2], base.octets()[2] + 1);
+    let mut beyond = spec(&net, dir.path(), "beyond", &["sleep", "1000"]);
+    beyond.ip = Ipv4Addr::from(u32::from(base) + 511);
+    let e = format!("{:#}", net.start_pod(beyond).unwrap_err());
+    assert!(
+        e.contains("is not a pod address of") && e.contains("/23"),
+        "{e}"
+    );
 
     // Pod-to-pod: a listener in pod a, a client in pod b.
     let listener_py = "import socket,sys\n\

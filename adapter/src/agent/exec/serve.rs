@@ -314,6 +314,7 @@ async fn pump(
         if status.is_some() && out.is_none() && err.is_none() {
             return (End::Done, status);
         }
+        let due = liveness.deadline();
         let output = tokio::select! {
             n = read_opt(&mut out, &mut obuf) => match n {
                 Some(n) if n > 0 => Some((1, n)),
@@ -330,7 +331,10 @@ async fn pump(
                 None
             }
             _ = &mut drain, if status.is_some() => return (End::Done, status),
-            _ = tokio::time::sleep_until(liveness.deadline()), if liveness.watched() => {
+            _ = tokio::time::sleep_until(due), if liveness.watched() => {
+                if !liveness.woke(due) {
+                    continue;
+                }
                 // A frame that arrived during a stall of this process counts before the
                 // silence (the read is cancel-safe, so a frame is never lost here).
                 match recv_frame(client.conn, Some(Duration::from_millis(1))).await {

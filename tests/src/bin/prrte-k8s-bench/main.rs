@@ -247,7 +247,10 @@ fn ready_to_run(args: &mut Args) -> Result<()> {
     }
     let most = sandbox::cluster::MAX_NODE_PODS;
     if let Some(n) = args.pods.iter().find(|n| **n > most) {
-        bail!("--pods {n}: the sandbox node holds at most {most} pods (its pod network is a /24); ask for at most {most}");
+        bail!(
+            "--pods {n}: the sandbox node holds at most {most} pods (its pod network is a /{}); ask for at most {most}",
+            sandbox::podnet::PREFIX_LEN
+        );
     }
     if args.grow.contains(&0) {
         bail!("every --grow size must be at least 1 new pod");
@@ -256,7 +259,7 @@ fn ready_to_run(args: &mut Args) -> Result<()> {
         bail!("the sandbox pods need root");
     }
     // prte in pod 0 inherits this limit: with ssh it holds pipes to one client per pod, and a
-    // socket per daemon either way (at 253 pods more than a login's 1,024 descriptors).
+    // socket per daemon either way (at 256 pods more than a login's 1,024 descriptors).
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("reading the open-file limit")?;
     if soft < hard {
