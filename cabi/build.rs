@@ -53,6 +53,16 @@ fn main() {
         ));
     }
     println!("cargo:rerun-if-changed={}", prte_config.display());
+    // Patch 0003 (patch level k8s2) gives the RAS module `modify`: the layout tests check that
+    // bindgen's module is the five-entry one exactly then (src/ras/layout.rs).
+    let ras_h = src.join("src/mca/ras/ras.h");
+    println!("cargo:rerun-if-changed={}", ras_h.display());
+    println!("cargo::rustc-check-cfg=cfg(prrte_ras_modify)");
+    let ras_header = std::fs::read_to_string(&ras_h)
+        .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}; {remedy}", ras_h.display())));
+    if ras_header.contains("prte_ras_base_module_modify_fn_t") {
+        println!("cargo:rustc-cfg=prrte_ras_modify");
+    }
 
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let include_dir = manifest.join("../include");

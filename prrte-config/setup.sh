@@ -65,7 +65,7 @@ else
     die "rustup is missing: the project's Rust toolchain comes from rustup (https://rustup.rs), which also adds the $MUSL_TARGET target the static programs need"
 fi
 
-PRRTE_K8S_PREFIX=${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s1} bash "$here/build-prrte.sh"
+PRRTE_K8S_PREFIX=${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s2} bash "$here/build-prrte.sh"
 
 if [[ -x "$KUBECTL_DIR/usr/bin/kubectl" ]]; then
     say "Debian's kubectl present in $KUBECTL_DIR"
@@ -115,4 +115,4 @@ wheel_venv() {
 wheel_venv mpich "$MPICH_WHEEL" "$MPICH_VENV" bin/hydra_pmi_proxy
 wheel_venv impi-rt "$IMPI_RT" "$IMPI_VENV" bin/hydra_pmi_proxy
 
-say "ready: PRRTE in ${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s1}, MPI venv in $VENV, kubectl in $KUBECTL_DIR/usr/bin"
+say "ready: PRRTE in ${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s2}, MPI venv in $VENV, kubectl in $KUBECTL_DIR/usr/bin"

@@ -8,7 +8,8 @@
 //! names it: the binaries, `cabi`, the sandbox crate (`tests/`), the benches, or the
 //! integration tests in `adapter/tests` (which also reach the agent's and the protocol's
 //! parts); a type a public signature names stays `pub` too. Everything else is `pub(crate)`.
-//! - `cabi` (`prte_mca_ras_k8s.so`, `prte_mca_plm_k8s.so`): [`discovery`] (`discover`,
+//! - `cabi` (`prte_mca_ras_k8s.so`, `prte_mca_plm_k8s.so`): [`allocreq`] (PMIx allocation
+//!   requests: what one asks, its refusals), [`discovery`] (`discover`,
 //!   `DiscoveryConfig`, `Allocation`, `DiscoveryError`), [`launch`] (the round state machine
 //!   [`launch::rounds`], `Launcher`, [`launch::targets`]' pod table, [`launch::added`], [`launch::prted_args`], [`launch::daemons_up`],
 //!   the round settings), [`settings::mca`] (the MCA parameter tables it registers) and
@@ -27,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod allocreq;
 pub mod bundle;
 pub mod controller;
 pub mod discovery;

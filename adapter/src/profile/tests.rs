@@ -54,11 +54,8 @@ fn only_the_components_line_has_a_k8s_plm_grammar_and_states() {
 
 /// Patches written for the next patch level and not applied yet: applying one changes the
 /// prefix's name, so it moves into the profile's list when build-prrte.sh applies it
-/// (docs/pmix-allocation-requests.md, "Remaining steps"; docs/prrte-spawn-double-free.md).
-const STAGED: &[&str] = &[
-    "0003-ras-modify-allocation-requests.patch",
-    "0004-connect-release-info-bounds.patch",
-];
+/// (docs/pmix-allocation-requests.md, "Remaining steps").
+const STAGED: &[&str] = &[];
 
 /// The profile's patches are the ones in prrte-config/patches that build-prrte.sh applies (the
 /// staged ones aside, which it does not apply yet), and the script builds the profile's release.

@@ -107,6 +107,8 @@ pub(super) const PROFILE: Profile = Profile {
         patches: &[
             "0001-odls-gate-child-until-pid-stored.patch",
             "0002-never-running-after-terminated.patch",
+            "0003-ras-modify-allocation-requests.patch",
+            "0004-connect-release-info-bounds.patch",
         ],
         proc_states: ProcStates {
             running: 4,

@@ -1,6 +1,8 @@
 //! RAS `k8s`: PRRTE's allocation comes from the job's pods.
 //!
 //! [`component`] registers the `ras_k8s_*` parameters and answers PRRTE's selection query;
-//! [`module`] holds the module functions PRRTE calls once the component is selected.
+//! [`module`] holds the module functions PRRTE calls once the component is selected, in the
+//! module layout ([`layout`]) of the PRRTE it is loaded into.
 pub mod component;
+pub mod layout;
 pub mod module;

@@ -4,6 +4,7 @@
 //! the readiness watch) runs on our own thread, and its result is applied on PRRTE's event
 //! thread: nodes inserted, `ALLOCATION_COMPLETE` activated, or the allocation failed with our
 //! message.
+use super::layout::{self, Module4, Module5};
 use crate::boundary::boundary;
 use crate::cstr::cstring;
 use crate::prrte::JobRef;
@@ -12,16 +13,31 @@ use crate::{ffi, mainloop, params, pods, prrte};
 use prrte_k8s::discovery::{self, Allocation, DiscoveryConfig, DiscoveryError};
 use std::os::raw::{c_int, c_void};
 
-static mut MODULE: ffi::prte_ras_base_module_t = ffi::prte_ras_base_module_t {
+static mut MODULE: Module4 = Module4 {
     init: Some(init),
     allocate: Some(allocate),
     deallocate: None,
     finalize: Some(finalize),
 };
 
-/// The module PRRTE gets from `query`.
+/// The module for a PRRTE with patch 0003. Its `modify` is not served yet: PRRTE answers every
+/// allocation request `PMIX_ERR_NOT_SUPPORTED`, as for a module without one.
+static mut MODULE_WITH_MODIFY: Module5 = Module5 {
+    init: Some(init),
+    allocate: Some(allocate),
+    deallocate: None,
+    modify: None,
+    finalize: Some(finalize),
+};
+
+/// The module PRRTE gets from `query`, in the layout of the PRRTE this process runs
+/// ([`layout`]).
 pub fn module_ptr() -> *const ffi::prte_ras_base_module_t {
-    std::ptr::addr_of!(MODULE)
+    if layout::prrte_has_modify() {
+        std::ptr::addr_of!(MODULE_WITH_MODIFY).cast()
+    } else {
+        std::ptr::addr_of!(MODULE).cast()
+    }
 }
 
 unsafe extern "C" fn init() -> c_int {
