@@ -2,7 +2,7 @@
 //! for ([`prrte_k8s::launch::daemons_up`]): only when the controller named it in the launcher's
 //! environment.
 //!
-//! At PLM init [`hook`] puts [`on_daemons_reported`] in place of the state machine's callback
+//! At PLM init [`hook`] puts `on_daemons_reported` in place of the state machine's callback
 //! for `DAEMONS_REPORTED` (PRRTE activates that state once every daemon of a launch reported);
 //! it hands the event to a thread of its own and then calls PRRTE's callback, as before. Nothing
 //! waits on the network here; a daemon count already recorded is not recorded again (later
@@ -105,7 +105,7 @@ fn record_if_new(dvm: JobRef) {
 }
 
 /// At PLM finalize (PRRTE's event loop stopped): a post still under way gets up to
-/// [`FINAL_POST_WAIT`] before prte exits (a short job may end right after its daemons).
+/// `FINAL_POST_WAIT` before prte exits (a short job may end right after its daemons).
 pub fn finalize() {
     let posting = POSTING.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(p) = posting {
