@@ -155,6 +155,24 @@ pub fn reconcile_job_seeing(
             release(store, p);
         }
     }
+    // An Indexed Job lowered (an elastic one: completions and parallelism together) loses its
+    // pods whose index is now out of range, as Kubernetes' Job controller deletes them: they
+    // count neither as failed nor as succeeded, and it lets go of them (the tracking
+    // finalizer) at once.
+    if state.indexed && !release_all && !state.suspended {
+        let out = |p: &Value| {
+            state
+                .completions
+                .is_some_and(|c| index_of(p).is_some_and(|i| i >= c))
+        };
+        for p in pods.iter().filter(|p| tracked(p) && out(p)) {
+            release(store, p);
+            if is_active(p) {
+                let pn = p["metadata"]["name"].as_str().unwrap_or("");
+                let _ = store.delete(&PODS, ns, pn, &DeleteOptions::default());
+            }
+        }
+    }
     if terminate || finished {
         for p in &state.active {
             let pn = p["metadata"]["name"].as_str().unwrap_or("");

@@ -734,3 +734,69 @@ async fn a_job_made_after_its_owner_went_is_collected_with_its_pods() {
     }
     controllers.abort();
 }
+
+#[test]
+fn an_indexed_job_lowered_deletes_its_highest_pods_and_counts_none() {
+    let s = store();
+    s.set_node_terminates_pods("n1", true);
+    let pods = indexed_job(
+        &s,
+        "el",
+        4,
+        json!({"backoffLimit": 0, "template": {"spec": {"nodeName": "n1", "restartPolicy": "Never", "containers": [{"name": "c", "command": ["true"]}]}}}),
+    );
+    assert_eq!(pods.len(), 4);
+    s.modify(&JOBS, "default", "el", Part::Main, |j| {
+        j["spec"]["parallelism"] = json!(2);
+        j["spec"]["completions"] = json!(2);
+    })
+    .unwrap();
+    reconcile_job(&s, "default", "el");
+    // Indexes 2 and 3 are being deleted, without the tracking finalizer; 0 and 1 run on.
+    for p in &pods[2..] {
+        let name = p["metadata"]["name"].as_str().unwrap();
+        // (Gone already is as good.)
+        if let Ok(now) = s.get(&PODS, "default", name) {
+            assert!(!now["metadata"]["deletionTimestamp"].is_null(), "{now}");
+            let fins = now["metadata"]["finalizers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            assert!(!fins.iter().any(|f| f == TRACKING_FINALIZER), "{now}");
+            // The kubelet ends it as a deleted pod ends.
+            kubelet_ends(&s, name, Some(143));
+            reconcile_job(&s, "default", "el");
+        }
+    }
+    reconcile_job(&s, "default", "el");
+    for p in &pods[..2] {
+        let now = s
+            .get(&PODS, "default", p["metadata"]["name"].as_str().unwrap())
+            .unwrap();
+        assert!(now["metadata"]["deletionTimestamp"].is_null(), "{now}");
+    }
+    let j = s.get(&JOBS, "default", "el").unwrap();
+    assert_eq!(j["status"]["failed"].as_i64().unwrap_or(0), 0, "{j}");
+    assert!(cond(&j, "Failed").is_none(), "{j}");
+    assert!(cond(&j, "Complete").is_none(), "{j}");
+    assert_eq!(j["status"]["active"], 2, "{j}");
+    // No pod is made again for the indexes that went.
+    reconcile_job(&s, "default", "el");
+    let idx: BTreeSet<String> = s
+        .list(&PODS, Some("default"), &Default::default())
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .map(|p| {
+            p["metadata"]["labels"][INDEX_KEY]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        idx,
+        ["0".to_string(), "1".to_string()].into_iter().collect()
+    );
+}
