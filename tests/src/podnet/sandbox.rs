@@ -82,6 +82,10 @@ impl PodSandbox {
         for args in steps {
             ip(args)?;
         }
+        // A pod that gets the address of a pod gone before announces itself (a gratuitous
+        // ARP), as a node's CNI makes it do: its neighbours forget the old pod's MAC at once
+        // instead of after their ARP timeouts.
+        announce(n, pod_ip)?;
         let _ = fs::write(format!("/proc/sys/net/ipv6/conf/{veth}/disable_ipv6"), "1");
         Ok(())
     }
@@ -173,4 +177,32 @@ impl PodSandbox {
 /// Whether `binds` already mount something on `/etc/hosts`.
 pub(super) fn mounts_hosts(binds: &[(PathBuf, PathBuf)]) -> bool {
     binds.iter().any(|(_, d)| d == Path::new("/etc/hosts"))
+}
+
+/// Gratuitous ARP (a request and a reply for its own address) from `eth0` in `netns`.
+const GARP_PY: &str = r#"
+import socket, struct, sys
+ip = socket.inet_aton(sys.argv[1])
+mac = bytes.fromhex(open("/sys/class/net/eth0/address").read().strip().replace(":", ""))
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind(("eth0", 0))
+for op, tha in ((1, b"\x00" * 6), (2, b"\xff" * 6)):
+    arp = struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, op, mac, ip, tha, ip)
+    s.send(b"\xff" * 6 + mac + b"\x08\x06" + arp)
+"#;
+
+/// Sends [`GARP_PY`]'s gratuitous ARP for `pod_ip` in `netns`.
+fn announce(netns: &str, pod_ip: Ipv4Addr) -> Result<()> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", netns, "python3", "-c", GARP_PY])
+        .arg(pod_ip.to_string())
+        .output()
+        .context("running ip netns exec python3")?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "announcing {pod_ip} in {netns}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
 }

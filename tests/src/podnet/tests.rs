@@ -500,3 +500,48 @@ fn podnet_cleanup_leftovers_after_a_lost_network() {
     assert_eq!(cleaned.netns, found.netns);
     assert_clean(&prefix);
 }
+
+#[test]
+fn podnet_a_pod_reusing_a_gone_pods_address_is_reached_at_once() {
+    need_root();
+    let dir = tempfile::tempdir().unwrap();
+    let net = Network::create().unwrap();
+    let prefix = net.prefix();
+    let a = net
+        .start_pod(spec(&net, dir.path(), "asker", &["sleep", "1000"]))
+        .unwrap();
+    let first = spec(&net, dir.path(), "first", &["sleep", "1000"]);
+    let ip = first.ip;
+    let b = net.start_pod(first).unwrap();
+    // A TCP connection attempt (refused: nothing listens) needs the peer's MAC address; it
+    // hangs while pod a sends to a MAC that is gone.
+    let knock = format!("timeout 2 bash -c ': </dev/tcp/{ip}/1' 2>/dev/null; echo rc=$?");
+    // Pod a learns pod b's MAC address.
+    assert_eq!(ok_in(&a, &["bash", "-c", &knock]).trim(), "rc=1");
+    let neigh = ok_in(&a, &["ip", "neigh", "show", &ip.to_string()]);
+    assert!(neigh.contains("lladdr"), "{neigh}");
+    // (A neighbour entry learnt in the last second is not overridden: the kernel's locktime.)
+    sleep(Duration::from_millis(1500));
+    drop(b);
+    // Another pod with the same address (a Job's pod for an index that came back).
+    let mut again = spec(&net, dir.path(), "again", &["sleep", "1000"]);
+    again.ip = ip;
+    let c = net.start_pod(again).unwrap();
+    let mac = ok_in(&c, &["cat", "/sys/class/net/eth0/address"]);
+    let started = Instant::now();
+    assert_eq!(ok_in(&a, &["bash", "-c", &knock]).trim(), "rc=1");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "pod a reached the new pod only after {:?}",
+        started.elapsed()
+    );
+    let neigh = ok_in(&a, &["ip", "neigh", "show", &ip.to_string()]);
+    assert!(
+        neigh.contains(mac.trim()),
+        "{neigh} (new pod {})",
+        mac.trim()
+    );
+    drop((a, c));
+    drop(net);
+    assert_clean(&prefix);
+}
