@@ -389,15 +389,35 @@ impl Roles {
     }
 }
 
+/// SIGTERM and SIGINT, listened for from the agent's first moments: the agent is a pod's
+/// PID 1, and a signal to PID 1 that has no handler yet is dropped by the kernel, so a pod
+/// deleted while its agent starts (or detects the image's MPI) would wait out its grace period
+/// and be killed. A signal that comes before the agent serves ends it as soon as it does.
+pub struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs the handlers (within a Tokio runtime).
+    pub fn install() -> Result<Signals, ServeError> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).map_err(ServeError::Signals)?,
+            int: signal(SignalKind::interrupt()).map_err(ServeError::Signals)?,
+        })
+    }
+}
+
 /// Binds, serves until SIGTERM or SIGINT (or a batch job's end), stops prted, returns the
-/// agent's exit code; `exec_policy` names the programs `exec` requests may run.
+/// agent's exit code; `exec_policy` names the programs `exec` requests may run; `signals`
+/// installed as early as the caller could.
 pub async fn run_until_signalled_with_exec(
     config: AgentConfig,
     exec_policy: exec::ExecPolicy,
+    signals: Signals,
 ) -> Result<u8, ServeError> {
     limits::raise_nofile_limit();
-    let mut term = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
+    let Signals { mut term, mut int } = signals;
     let agent = Agent::bind_with_exec(config, exec_policy).await?;
     let shared = agent.shared.clone();
     agent

@@ -35,6 +35,17 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // First of all: a pod deleted while the agent starts must not lose its SIGTERM.
+    let signals = {
+        let _in = runtime.enter();
+        match agent::Signals::install() {
+            Ok(s) => s,
+            Err(e) => {
+                error!("{e}");
+                return ExitCode::from(1);
+            }
+        }
+    };
     let env = |k: &str| std::env::var(k).ok();
     // --mpi (or no --prted): find the image's MPI before the arguments are checked, since it
     // decides --prted, --prte and --exec-allow.
@@ -95,7 +106,11 @@ fn main() -> ExitCode {
     if let Some(profile) = config.mpi.as_ref().and_then(|m| m.plan.prrte_profile()) {
         exec_policy.prrte = profile;
     }
-    match runtime.block_on(agent::run_until_signalled_with_exec(config, exec_policy)) {
+    match runtime.block_on(agent::run_until_signalled_with_exec(
+        config,
+        exec_policy,
+        signals,
+    )) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             error!("{e}");
