@@ -46,6 +46,9 @@ pub struct Request {
     pub req_id: Option<String>,
     /// Keys of attributes given that `ras k8s` cannot honour (`PMIX_ALLOC_TIME`, ...).
     pub unhonoured: Vec<String>,
+    /// `PMIX_TIMEOUT` (seconds): how long an `EXTEND` waits for its pods at most (never longer
+    /// than `ras k8s`'s own pod timeout; 0: that timeout).
+    pub timeout_s: Option<u64>,
 }
 
 /// The PMIx status of a refusal (cabi turns it into PMIx's number).
@@ -263,6 +266,26 @@ pub fn release_targets(ask: &Ask, pool: &[PoolNode]) -> Result<Vec<String>, Refu
     Ok(highest.iter().map(|p| p.hostname.clone()).collect())
 }
 
+/// PRRTE 3.0.8 adds hosts to a managed allocation only while every node of its pool has the
+/// same slots (`prte_ras_base_add_hosts`); a job run with `--host NODE` without a count leaves
+/// that node with 1. Checked before the workload is raised, so such a DVM is refused with the
+/// reason instead of growing pods it cannot use. `nodes`: every node of the pool (any state),
+/// name and slots.
+pub fn uniform_slots(nodes: &[(String, i32)]) -> Result<(), Refusal> {
+    let Some((first, slots)) = nodes.first() else {
+        return Ok(());
+    };
+    match nodes.iter().find(|(_, s)| s != slots) {
+        None => Ok(()),
+        Some((name, s)) => Err(refuse(
+            Status::Error,
+            format!(
+                "PRRTE adds nodes only while all of its nodes have the same slots, but node {first} has {slots} and node {name} has {s} (a job given `--host {name}` without a count sets its slots to 1): run jobs with `--host {name}:{slots}`, or restart the DVM"
+            ),
+        )),
+    }
+}
+
 /// A refused growth as the requester is answered.
 pub fn from_grow(e: &GrowError) -> Refusal {
     let status = match e {
@@ -324,6 +347,11 @@ impl Gate {
         }
     }
 }
+
+pub mod extend;
+pub mod info;
+pub mod release;
+pub mod support;
 
 #[cfg(test)]
 mod tests;

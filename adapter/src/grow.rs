@@ -156,12 +156,12 @@ fn api_error(what: &'static str, w: &Workload, source: kube::Error) -> GrowError
 }
 
 /// A dynamic API for the kind of `w`.
-fn api_of(client: &kube::Client, ns: &str, kind: WorkloadKind) -> Api<DynamicObject> {
+pub(crate) fn api_of(client: &kube::Client, ns: &str, kind: WorkloadKind) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &kind.api_resource())
 }
 
 /// Reads the workload of our own pod.
-async fn read_workload(
+pub(crate) async fn read_workload(
     client: &kube::Client,
     ns: &str,
     wref: WorkloadRef,
@@ -199,7 +199,18 @@ fn annotation(m: &kube::api::ObjectMeta) -> Option<String> {
 }
 
 /// Patches `w` to `pods` with its kind's scale patch.
-async fn raise(client: &kube::Client, w: &Workload, pods: u32) -> Result<(), GrowError> {
+pub(crate) async fn raise(client: &kube::Client, w: &Workload, pods: u32) -> Result<(), GrowError> {
+    set_pods(client, w, pods, false).await
+}
+
+/// Patches `w` to `pods` (up or down) with its kind's scale patch; `dry_run`: the API server
+/// checks and admits it without making it (a server-side dry run).
+pub(crate) async fn set_pods(
+    client: &kube::Client,
+    w: &Workload,
+    pods: u32,
+    dry_run: bool,
+) -> Result<(), GrowError> {
     let Some(patch) = w.kind.scale_patch(pods) else {
         return Err(GrowError::Fixed {
             kind: w.kind,
@@ -209,7 +220,10 @@ async fn raise(client: &kube::Client, w: &Workload, pods: u32) -> Result<(), Gro
     };
     let (api, pp, patch) = (
         api_of(client, &w.namespace, w.kind),
-        PatchParams::default(),
+        PatchParams {
+            dry_run,
+            ..PatchParams::default()
+        },
         Patch::Merge(patch),
     );
     // A kind with a scale subresource is raised through it alone: its job's Role may patch

@@ -215,3 +215,20 @@ fn a_refused_growth_keeps_grows_reason_with_a_pmix_status() {
     assert_eq!(from_grow(&beyond).status, Status::OutOfResource);
     assert_eq!(from_grow(&GrowError::Zero).status, Status::BadParam);
 }
+
+#[test]
+fn extending_needs_uniform_slots_as_prrte_does() {
+    let n = |v: &[(&str, i32)]| {
+        v.iter()
+            .map(|(h, s)| (h.to_string(), *s))
+            .collect::<Vec<_>>()
+    };
+    assert!(uniform_slots(&n(&[("a", 2), ("b", 2)])).is_ok());
+    assert!(uniform_slots(&[]).is_ok());
+    let (status, reason) = refused(uniform_slots(&n(&[("a", 2), ("b", 1), ("c", 2)])));
+    assert_eq!(status, Status::Error);
+    assert!(
+        reason.contains("node b has 1") && reason.contains("--host b:2"),
+        "{reason}"
+    );
+}

@@ -1,0 +1,390 @@
+//! `PMIX_ALLOC_EXTEND` carried out: the job's workload raised as `prrte-k8s grow` raises it,
+//! the new pods awaited with `ras k8s`'s readiness rules (or the request's shorter
+//! `PMIX_TIMEOUT`), and then handed to the DVM through PRRTE's own add-host path (`prun
+//! --add-host HOST:SLOTS,... -n 1 true` against prte's PMIx server, which makes the k8s PLM
+//! start a daemon in each new pod only). A request cancelled while its pods are awaited, pods
+//! that never come, or an add-host that fails lower the workload back to its size before:
+//! nothing is left half-changed.
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use super::{from_grow, refuse, Refusal, Status};
+use crate::discovery::{discover_with, own_workload, DiscoveryConfig, Environment, PodNode};
+use crate::grow::{add_host_arg, check, new_nodes, raise, read_workload, GrowError, Grown};
+
+/// Cancels an extension while its pods are awaited ([`cancellation`]).
+#[derive(Debug)]
+pub struct Canceller(tokio::sync::oneshot::Sender<()>);
+
+/// The waiting side of a [`Canceller`].
+#[derive(Debug)]
+pub struct Cancelled(tokio::sync::oneshot::Receiver<()>);
+
+/// A cancellation: the [`Canceller`] for whoever may cancel, [`Cancelled`] for
+/// [`grow_for_request`].
+pub fn cancellation() -> (Canceller, Cancelled) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    (Canceller(tx), Cancelled(rx))
+}
+
+impl Canceller {
+    pub fn cancel(self) {
+        let _ = self.0.send(());
+    }
+}
+
+impl Cancelled {
+    /// Completes when cancelled; never when the [`Canceller`] was dropped unused.
+    pub async fn wait(self) {
+        if self.0.await.is_err() {
+            std::future::pending::<()>().await
+        }
+    }
+}
+
+/// The workload of the pod this runs in, raised by `by` pods, with the new pods Ready. `cancel`
+/// completing while they are awaited cancels the request: the workload is lowered back and
+/// the answer is `PMIX_ERR_JOB_CANCELED`. `timeout`: the request's own bound on the wait
+/// (never longer than `cfg.timeout`).
+pub async fn grow_for_request(
+    cfg: &DiscoveryConfig,
+    env: &Environment,
+    by: u32,
+    timeout: Option<Duration>,
+    cancel: Cancelled,
+) -> Result<Grown, Refusal> {
+    let refused = |e: GrowError| from_grow(&e);
+    if by == 0 {
+        return Err(refused(GrowError::Zero));
+    }
+    let own = own_workload(cfg, env)
+        .await
+        .map_err(|e| refused(e.into()))?;
+    let wref = own.workload.ok_or_else(|| refused(GrowError::NoWorkload))?;
+    let w = read_workload(&own.client, &own.namespace, wref)
+        .await
+        .map_err(refused)?;
+    let pods = check(&w, by).map_err(refused)?;
+    let fixed = DiscoveryConfig {
+        expected_pods: Some(w.pods),
+        exclude_self: false,
+        ..cfg.clone()
+    };
+    let before = discover_with(&fixed, env, &mut |_| {})
+        .await
+        .map_err(|e| refused(e.into()))?;
+    raise(&own.client, &w, pods).await.map_err(refused)?;
+    let wait = DiscoveryConfig {
+        expected_pods: Some(pods),
+        timeout: timeout
+            .filter(|t| !t.is_zero())
+            .map_or(cfg.timeout, |t| t.min(cfg.timeout)),
+        ..fixed
+    };
+    let mut quiet = |_: &crate::discovery::Progress| {};
+    let waited = tokio::select! {
+        r = discover_with(&wait, env, &mut quiet) => Some(r),
+        () = cancel.wait() => None,
+    };
+    let failure = match waited {
+        Some(Ok(after)) => {
+            return Ok(Grown {
+                new: new_nodes(&before, &after),
+                workload: w,
+                pods,
+            })
+        }
+        Some(Err(e)) => from_grow(&GrowError::Discovery(e)),
+        None => refuse(
+            Status::Canceled,
+            format!(
+                "the request was cancelled while {} new pod(s) of {} {} were awaited",
+                by, w.kind, w.name
+            ),
+        ),
+    };
+    let back = raise(&own.client, &w, w.pods).await;
+    Err(with_rollback(failure, &w.name, w.pods, back.err()))
+}
+
+/// Lowers the workload of `grown` back to its size before (the pods came, but could not join
+/// the DVM).
+pub async fn roll_back(cfg: &DiscoveryConfig, env: &Environment, grown: &Grown) -> Option<String> {
+    let own = match own_workload(cfg, env).await {
+        Ok(o) => o,
+        Err(e) => return Some(e.to_string()),
+    };
+    raise(&own.client, &grown.workload, grown.workload.pods)
+        .await
+        .err()
+        .map(|e| e.to_string())
+}
+
+/// `failure`, saying whether the workload was lowered back to `pods`.
+pub fn with_rollback(
+    failure: Refusal,
+    name: &str,
+    pods: u32,
+    rollback_error: Option<GrowError>,
+) -> Refusal {
+    let then = match rollback_error {
+        None => format!("{name} was lowered back to {pods} pods"),
+        Some(e) => format!(
+            "lowering {name} back to {pods} pods failed too ({e}): lower it by hand (kubectl scale or patch)"
+        ),
+    };
+    Refusal {
+        status: failure.status,
+        reason: format!("{}; {then}", failure.reason),
+    }
+}
+
+/// Environment variables of prte that would make `prun` take itself for one of prte's clients,
+/// or listen where prte listens (prte's own `--pmixmca ptl_base_*` settings).
+fn strips(key: &str) -> bool {
+    key == "PMIX_NAMESPACE"
+        || key == "PMIX_RANK"
+        || key.starts_with("PMIX_SERVER_URI")
+        || key.starts_with("PMIX_MCA_ptl_")
+}
+
+/// prun refuses to run as root without it (prte, run as root, was given it too).
+fn root_flag(root: bool) -> &'static [&'static str] {
+    if root {
+        &["--allow-run-as-root"]
+    } else {
+        &[]
+    }
+}
+
+const EXIT_MARK: &str = "prrte-k8s-add-host-exit=";
+
+/// Adds `nodes` to the DVM whose PMIx server is at `dvm_uri` with `prun` (prte's own
+/// add-host path: a trivial job that brings the hosts in, whose launch starts their daemons),
+/// within `limit`. The exit status travels on prun's standard output through a shell, not
+/// through `waitpid`: inside prte, prte's own child reaper may collect any child first.
+pub fn add_to_dvm(
+    prun: &Path,
+    dvm_uri: &str,
+    nodes: &[PodNode],
+    limit: Duration,
+) -> Result<(), String> {
+    if nodes.is_empty() {
+        return Ok(());
+    }
+    let script = format!("\"$@\" & echo \"pid=$!\"; wait $!; echo \"{EXIT_MARK}$?\"");
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(script)
+        .arg("sh")
+        .arg(prun)
+        .args(["--dvm-uri", dvm_uri, "--add-host", &add_host_arg(nodes)])
+        .args(root_flag(nix::unistd::geteuid().is_root()))
+        .args(["-n", "1", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, _) in std::env::vars_os() {
+        if k.to_str().is_some_and(strips) {
+            cmd.env_remove(k);
+        }
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", prun.display()))?;
+    let (tx, rx) = mpsc::channel::<Line>();
+    let out = child.stdout.take().map(|s| reader(s, tx.clone(), true));
+    let err = child.stderr.take().map(|s| reader(s, tx, false));
+    let deadline = std::time::Instant::now() + limit;
+    let (mut pid, mut code, mut said) = (None, None, Vec::new());
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(Line::Out(l)) => {
+                if let Some(p) = l.strip_prefix("pid=") {
+                    pid = p.trim().parse::<i32>().ok();
+                } else if let Some(c) = l.strip_prefix(EXIT_MARK) {
+                    code = c.trim().parse::<i32>().ok();
+                } else {
+                    said.push(l);
+                }
+            }
+            Ok(Line::Err(l)) => said.push(l),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if let Some(p) = pid.filter(|p| *p > 1) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(p),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                let _ = child.kill();
+                let _ = child.try_wait();
+                return Err(format!(
+                    "prun --add-host did not finish within {} s and was killed{}",
+                    limit.as_secs(),
+                    tail(&said)
+                ));
+            }
+        }
+    }
+    for h in [out, err].into_iter().flatten() {
+        let _ = h.join();
+    }
+    // Reaped by prte's reaper or here; the status came on the pipe.
+    let _ = child.try_wait();
+    match code {
+        Some(0) => Ok(()),
+        Some(c) => Err(format!("prun --add-host exited {c}{}", tail(&said))),
+        None => Err(format!(
+            "prun --add-host ended without an exit status{}",
+            tail(&said)
+        )),
+    }
+}
+
+enum Line {
+    Out(String),
+    Err(String),
+}
+
+fn reader(
+    s: impl Read + Send + 'static,
+    tx: mpsc::Sender<Line>,
+    out: bool,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for l in BufReader::new(s).lines().map_while(Result::ok) {
+            let _ = tx.send(if out { Line::Out(l) } else { Line::Err(l) });
+        }
+    })
+}
+
+/// The last lines prun printed, for the reason.
+fn tail(said: &[String]) -> String {
+    let last: Vec<&str> = said
+        .iter()
+        .rev()
+        .take(5)
+        .rev()
+        .map(String::as_str)
+        .collect();
+    if last.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", last.join(" | "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn node(h: &str) -> PodNode {
+        PodNode {
+            pod: format!("{h}-pod"),
+            namespace: "ns".into(),
+            uid: h.into(),
+            ip: Ipv4Addr::new(10, 0, 0, 2),
+            hostname: h.into(),
+            slots: 2,
+            index: Some(2),
+            is_self: false,
+        }
+    }
+
+    fn script(dir: &Path, body: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join("prun");
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    #[test]
+    fn prun_gets_the_uri_and_the_hosts_and_its_status_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = dir.path().join("args");
+        let prun = script(
+            dir.path(),
+            &format!("echo \"$@\" > {}; exit 0", args.display()),
+        );
+        add_to_dvm(
+            &prun,
+            "prte@0.0;tcp4://10.0.0.1:1",
+            &[node("a"), node("b")],
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        let root = if nix::unistd::geteuid().is_root() {
+            " --allow-run-as-root"
+        } else {
+            ""
+        };
+        assert_eq!(
+            std::fs::read_to_string(&args).unwrap().trim(),
+            format!("--dvm-uri prte@0.0;tcp4://10.0.0.1:1 --add-host a:2,b:2{root} -n 1 true")
+        );
+        assert_eq!(add_to_dvm(&prun, "u", &[], Duration::from_secs(1)), Ok(()));
+    }
+
+    #[test]
+    fn a_failing_prun_is_an_error_with_what_it_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let prun = script(dir.path(), "echo 'no such host' >&2; exit 3");
+        let e = add_to_dvm(&prun, "u", &[node("a")], Duration::from_secs(10)).unwrap_err();
+        assert!(e.contains("exited 3") && e.contains("no such host"), "{e}");
+    }
+
+    #[test]
+    fn a_prun_that_hangs_is_killed_at_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let prun = script(
+            dir.path(),
+            &format!("echo $$ > {}; exec sleep 60", pidfile.display()),
+        );
+        let t = std::time::Instant::now();
+        let e = add_to_dvm(&prun, "u", &[node("a")], Duration::from_millis(500)).unwrap_err();
+        assert!(e.contains("did not finish"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(10));
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // The killed prun is gone (reaped by its shell, which was killed too).
+        std::thread::sleep(Duration::from_millis(200));
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false);
+        assert!(!alive, "prun {pid} still runs");
+    }
+
+    #[test]
+    fn a_rollback_is_said_in_the_reason() {
+        let r = with_rollback(
+            refuse(Status::Timeout, "2 pods never became ready"),
+            "el",
+            2,
+            None,
+        );
+        assert_eq!(r.status, Status::Timeout);
+        assert!(
+            r.reason.ends_with("el was lowered back to 2 pods"),
+            "{}",
+            r.reason
+        );
+    }
+
+    #[test]
+    fn prte_s_own_pmix_identity_is_not_handed_to_prun() {
+        assert!(strips("PMIX_NAMESPACE") && strips("PMIX_RANK") && strips("PMIX_SERVER_URI41"));
+        assert!(strips("PMIX_MCA_ptl_base_ipv4_port"));
+        assert!(!strips("PMIX_MCA_gds") && !strips("TMPDIR"));
+    }
+}
