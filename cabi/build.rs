@@ -24,6 +24,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=PRRTE_K8S_PREFIX");
     println!("cargo:rerun-if-env-changed=PRRTE_SRC");
     println!("cargo:rerun-if-changed=shim/shim.c");
+    println!("cargo:rerun-if-changed=shim/alloc.c");
     println!("cargo:rerun-if-changed=shim/prrte_headers.h");
     println!("cargo:rerun-if-changed=../include/prrte_k8s.h");
     println!("cargo:rerun-if-changed=../include/prrte_k8s_preempt.h");
@@ -60,7 +61,8 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(prrte_ras_modify)");
     let ras_header = std::fs::read_to_string(&ras_h)
         .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}; {remedy}", ras_h.display())));
-    if ras_header.contains("prte_ras_base_module_modify_fn_t") {
+    let ras_modify = ras_header.contains("prte_ras_base_module_modify_fn_t");
+    if ras_modify {
         println!("cargo:rustc-cfg=prrte_ras_modify");
     }
 
@@ -73,6 +75,8 @@ fn main() {
     let mut build = cc::Build::new();
     build
         .file(shim_dir.join("shim.c"))
+        // The allocation request's fields exist only with the RAS modify patch.
+        .files(ras_modify.then(|| shim_dir.join("alloc.c")))
         .define("HAVE_CONFIG_H", None)
         .define("NDEBUG", None);
     for a in &inc_args {
@@ -93,6 +97,7 @@ fn main() {
         .allowlist_var("PRRTE_K8S_PREEMPT_.*")
         .allowlist_function("PMIx_Notify_event|PMIx_Info_create|PMIx_Info_free|PMIx_Info_load")
         .allowlist_var("PMIX_JCTRL_PREEMPT_ALERT|PMIX_RANGE_SESSION|PMIX_UINT32|PMIX_EVENT_NON_DEFAULT|PMIX_EVENT_TEXT_MESSAGE|PMIX_OPERATION_SUCCEEDED")
+        .allowlist_var("PMIX_ALLOC_(ID|NODE_LIST|NUM_NODES|NUM_CPUS|REQ_ID)|PMIX_ERROR|PMIX_ERR_(TIMEOUT|BAD_PARAM|RESOURCE_BUSY|OUT_OF_RESOURCE|NOT_FOUND|NOT_SUPPORTED|JOB_CANCELED)")
         .allowlist_function("prrte_k8s_shim_.*")
         .allowlist_type("prrte_k8s_type_id_t|prrte_k8s_fd_cb_t|prrte_k8s_tools_cb_t")
         .allowlist_var("PRRTE_K8S_VAR_SOURCE_.*")

@@ -128,6 +128,29 @@ int prrte_k8s_shim_job_launch_proxy(void *jdata, char *nspace, uint32_t *rank);
  * them ended, and the job then ends and frees its slots. PRRTE status. */
 int prrte_k8s_shim_kill_job(void *jdata);
 
+/* ---- allocation requests (PMIx_Allocation_request through the RAS module's modify) ---------- */
+
+/* A pmix_info_t array as opaque memory: item i's key (NULL past the end is not checked: the
+ * caller passes i < n), its value as an unsigned number (PMIX_VALUE_GET_NUMBER: 0 and *out set,
+ * or a PMIx error for a value that is no number), and its value as a string (NULL if it is not a
+ * PMIX_STRING). */
+const char *prrte_k8s_shim_info_key(const void *info, size_t i);
+int prrte_k8s_shim_info_number(const void *info, size_t i, uint64_t *out);
+const char *prrte_k8s_shim_info_string(const void *info, size_t i);
+/* PMIX_INFO_CREATE(n) and PMIX_INFO_LOAD(&info[i], key, value, PMIX_STRING). */
+void *prrte_k8s_shim_info_create(size_t n);
+int prrte_k8s_shim_info_load_string(void *info, size_t i, const char *key, const char *value);
+/* PMIX_INFO_FREE(info, n), for an array never handed to PRRTE. */
+void prrte_k8s_shim_info_free(void *info, size_t n);
+
+/* The allocation request PRRTE hands the RAS module's modify (its pmix_server_req_t, which only
+ * a PRRTE with the RAS modify patch has; compiled only against such headers, in shim/alloc.c):
+ * its directive (pmix_alloc_directive_t), its info array and count, and its requester (nspace of
+ * PMIX_MAX_NSLEN + 1 bytes, rank). */
+int prrte_k8s_shim_req_directive(const void *req);
+const void *prrte_k8s_shim_req_info(const void *req, size_t *ninfo);
+void prrte_k8s_shim_req_requester(const void *req, char *nspace, uint32_t *rank);
+
 /* ---- implemented in Rust, callable from C ---------------------------------------------------- */
 
 /* The module structs the components hand PRRTE (prte_ras_base_module_t / prte_plm_base_module_t),

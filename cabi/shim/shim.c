@@ -287,3 +287,45 @@ int prrte_k8s_shim_kill_job(void *jdata)
     PMIX_DESTRUCT(&procs);
     return rc;
 }
+
+const char *prrte_k8s_shim_info_key(const void *info, size_t i)
+{
+    return ((const pmix_info_t *) info)[i].key;
+}
+
+int prrte_k8s_shim_info_number(const void *info, size_t i, uint64_t *out)
+{
+    pmix_status_t rc;
+    const pmix_value_t *v = &((const pmix_info_t *) info)[i].value;
+    uint64_t n = 0;
+
+    PMIX_VALUE_GET_NUMBER(rc, v, n, uint64_t);
+    if (PMIX_SUCCESS == rc) {
+        *out = n;
+    }
+    return rc;
+}
+
+const char *prrte_k8s_shim_info_string(const void *info, size_t i)
+{
+    const pmix_value_t *v = &((const pmix_info_t *) info)[i].value;
+    return (PMIX_STRING == v->type) ? v->data.string : NULL;
+}
+
+void *prrte_k8s_shim_info_create(size_t n)
+{
+    pmix_info_t *info;
+    PMIX_INFO_CREATE(info, n);
+    return info;
+}
+
+int prrte_k8s_shim_info_load_string(void *info, size_t i, const char *key, const char *value)
+{
+    return PMIx_Info_load(&((pmix_info_t *) info)[i], key, value, PMIX_STRING);
+}
+
+void prrte_k8s_shim_info_free(void *info, size_t n)
+{
+    pmix_info_t *p = (pmix_info_t *) info;
+    PMIX_INFO_FREE(p, n);
+}

