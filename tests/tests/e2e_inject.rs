@@ -426,6 +426,8 @@ async fn mpijob_of_trixie_openmpi_runs_ranks_on_the_workers_through_the_componen
     )
     .await;
     assert_detected(&f, "prrte-components", "Open MPI 5.0");
+    // Debian's stock PRRTE cannot serve allocation requests, and the agent says why.
+    assert_detected(&f, "prrte-components", "lacks prrte-k8s's patch 0003");
     assert_pi_on_workers(&f, 4, 2, "/usr/bin/prted");
 }
 

@@ -8,7 +8,8 @@
 //! from any pod: the DVM URI comes from the file the agent publishes (`dvm-uri` prints it). An
 //! interrupted or timed-out `prrte-k8s prun` kills its job in the DVM (PRRTE's own prun leaves it
 //! running).
-//! `prrte-k8s grow N` adds N pods to a running elastic job and its DVM.
+//! `prrte-k8s grow N` adds N pods to a running elastic job and its DVM; `prrte-k8s shrink N`
+//! gives its N highest pods back.
 //! `prrte-k8s doctor` checks what PRRTE's k8s components need, one line per check.
 //! `prrte-k8s manifest [OPTIONS] [-- COMMAND...]` prints a complete job for `kubectl apply -f -`.
 //! `prrte-k8s controller` reconciles kubeflow.org/v2beta1 MPIJobs; `prrte-k8s crd` prints their
@@ -21,6 +22,8 @@ mod doctor;
 mod grow;
 #[path = "prrte-k8s/prun.rs"]
 mod prun;
+#[path = "prrte-k8s/shrink.rs"]
+mod shrink;
 #[path = "prrte-k8s/tools.rs"]
 mod tools;
 
@@ -62,6 +65,10 @@ enum Command {
     /// --max-pods M`): raises the workload, waits for the new pods to be Ready, adds them to
     /// the DVM and prints their host names.
     Grow(GrowArgs),
+    /// Give the job's N highest pods back (a job rendered with `manifest --elastic`): their
+    /// daemons end, their nodes leave the DVM and the workload is lowered, through the DVM's
+    /// PMIx allocation request path (PMIx's palloc; needs PRRTE with prrte-k8s's patches).
+    Shrink(ShrinkArgs),
     /// Run PRRTE's pterm against the job's DVM (stops the DVM).
     Pterm(tools::ToolArgs),
     /// Check cluster access, RBAC, the job's pods and agents, and the PRRTE install.
@@ -179,6 +186,15 @@ struct GrowArgs {
     pods: u32,
     #[command(flatten)]
     discover: DiscoverArgs,
+    #[arg(long, setting = &prrte_k8s::settings::agent::DVM_URI_FILE)]
+    file: PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct ShrinkArgs {
+    /// How many pods to give back (the highest indexes or ordinals; never pod 0's DVM head)
+    #[arg(value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pods: u32,
     #[arg(long, setting = &prrte_k8s::settings::agent::DVM_URI_FILE)]
     file: PathBuf,
 }
@@ -417,6 +433,7 @@ fn main() -> ExitCode {
         Command::DvmUri(args) => tools::dvm_uri(args),
         Command::Prun(args) => prun::run(args),
         Command::Grow(args) => grow::run(args.discover.config(), args.pods, args.file),
+        Command::Shrink(args) => shrink::run(args.pods, args.file),
         Command::Pterm(args) => tools::exec_tool("pterm", args),
         Command::Doctor(args) => doctor::run(args),
         Command::Manifest(args) => manifest(*args),

@@ -82,6 +82,9 @@ pub struct PrrteInfo {
     pub(crate) dl_support: Option<bool>,
     /// The directory PRRTE loads its components from by default.
     pub pkglibdir: Option<PathBuf>,
+    /// Whether it serves PMIx allocation requests (our patch 0003; see
+    /// [`crate::allocreq::support`]); None when its library was not found.
+    pub allocation_requests: Option<bool>,
 }
 
 /// One MPI found in the image.
@@ -120,6 +123,14 @@ impl Found {
                     None => "unknown",
                 }
             ));
+            match p.allocation_requests {
+                Some(true) => s.push_str("; allocation requests served"),
+                Some(false) => {
+                    s.push_str("; ");
+                    s.push_str(crate::allocreq::support::NOT_SERVED);
+                }
+                None => {}
+            }
         }
         s
     }

@@ -63,6 +63,7 @@ pub(crate) fn parse_prte_info(text: &str) -> PrrteInfo {
         pmix,
         dl_support,
         pkglibdir,
+        allocation_requests: None,
     }
 }
 
@@ -108,6 +109,8 @@ pub(crate) async fn probe_prrte(dir: &Path, prted: &Path) -> Result<PrrteInfo, P
     if info == PrrteInfo::default() && !errors.is_empty() {
         return Err(ProbesFailed(errors));
     }
+    info.allocation_requests =
+        crate::allocreq::support::serves_installation(dir, info.pkglibdir.as_deref());
     Ok(info)
 }
 
@@ -238,6 +241,7 @@ mod tests {
             pmix: Some("5.0.5".into()),
             dl_support: Some(true),
             pkglibdir: None,
+            allocation_requests: None,
         };
         components_fit(&ok).unwrap();
         let no_dl = PrrteInfo {

@@ -397,6 +397,7 @@ fn check_prrte(r: &mut Report) {
         );
     }
     check_launch_threads(r, &prefix);
+    check_allocation_requests(r, &prefix);
     let (dir, how) = match env_path("PRTE_PKGLIBDIR") {
         Some(d) => (d, "$PRTE_PKGLIBDIR"),
         None => (prefix.join("lib/prte"), "the prefix"),
@@ -417,6 +418,26 @@ fn check_prrte(r: &mut Report) {
             &format!("k8s components: not installed: {} missing ({how})", missing.join(", ")),
             "install them with prrte-config/install-components.sh (or `make install`), or point PRTE_PKGLIBDIR at the directory holding them",
         );
+    }
+}
+
+/// Whether the PRRTE of `prefix` can serve PMIx allocation requests (our patch 0003).
+fn check_allocation_requests(r: &mut Report, prefix: &Path) {
+    use prrte_k8s::allocreq::support;
+    match support::serves_installation(&prefix.join("bin"), None) {
+        Some(true) => r.ok(&format!(
+            "PRRTE: serves PMIx allocation requests ({} in {})",
+            support::SYMBOL,
+            prefix.join("lib").display()
+        )),
+        Some(false) => r.warn(
+            "PRRTE: does not serve PMIx allocation requests",
+            support::NOT_SERVED,
+        ),
+        None => r.skip(&format!(
+            "PRRTE allocation requests: no libprrte.so in {}",
+            prefix.join("lib").display()
+        )),
     }
 }
 
