@@ -1,7 +1,8 @@
 //! The launch benchmark's ssh baseline works at all (not timed): with an sshd and an agent in
 //! each of two pods, a DVM through the agents and then prte with `plm ssh` (tree spawn and not)
 //! reach "DVM ready", pterm ends each, and no prted or ssh session is left; and the benchmark
-//! binary runs end to end at 4 pods, writing its JSON and plot, and grows a DVM of 2 pods by 1.
+//! binary runs end to end at 4 pods, writing its JSON and plot, and grows a DVM of 2 pods by 1
+//! (with `prrte-k8s grow` and with a PMIx allocation request, released after).
 #![forbid(unsafe_code)]
 use sandbox::mpijob::{Job, JobSpec};
 use sandbox::sshd::{self, Spawn, SshBaseline};
@@ -220,7 +221,12 @@ fn bench_binary_writes_json_and_plot_of_its_profile() {
         "patched_to_ready_s",
         "ready_to_in_dvm_s",
     ];
-    for k in phases.iter().chain(&["total_s", "plain_dvm_ready_s"]) {
+    for k in phases.iter().chain(&[
+        "total_s",
+        "plain_dvm_ready_s",
+        "alloc_extend_s",
+        "alloc_release_s",
+    ]) {
         assert!(sample(k) > 0.0 && sample(k) < 120.0, "{k}: {grow}");
     }
     let sum: f64 = phases.iter().map(|k| sample(k)).sum();

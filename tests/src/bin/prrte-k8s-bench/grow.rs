@@ -6,6 +6,10 @@
 //! DVM start through the agents at the grown size (START + N pods: what restarting the DVM at
 //! the new size would cost instead).
 //!
+//! In the same run, the same growth through a PMIx allocation request (`PMIX_ALLOC_EXTEND` of
+//! N nodes from a tool in pod 1, answered by `ras k8s`'s `modify`), and its `PMIX_ALLOC_RELEASE`
+//! afterwards, each timed request to answer.
+//!
 //! The phases come from one clock, this program's: the request (the grow command spawned), the
 //! Job's `parallelism` seen raised in the cluster's store, every pod of the Job seen Ready
 //! there, and the grow command's exit (it exits once `prun --add-host` returns, i.e. the new
@@ -46,10 +50,24 @@ pub struct GrowSample {
     pub daemons: usize,
 }
 
-/// One grow size: the grows, and the plain DVM start of the grown size (DVM-ready seconds).
+/// One allocation request pair through `ras k8s`'s `modify`: `PMIX_ALLOC_EXTEND` of N nodes,
+/// then `PMIX_ALLOC_RELEASE` of the same N, each request to answer as the requesting tool
+/// measures it (tests/programs/alloc_request.c, run in pod 1).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AllocSample {
+    /// `EXTEND` sent until answered: the workload raised, the pods Ready, their daemons in the
+    /// DVM.
+    pub extend: f64,
+    /// `RELEASE` sent until answered: the daemons ended, the workload lowered, the pods gone.
+    pub release: f64,
+}
+
+/// One grow size: the grows, the allocation requests of the same size, and the plain DVM start
+/// of the grown size (DVM-ready seconds).
 pub struct GrowRow {
     pub new_pods: usize,
     pub grows: Vec<GrowSample>,
+    pub allocs: Vec<AllocSample>,
     pub plain: Vec<f64>,
     pub load: f64,
 }
@@ -173,6 +191,66 @@ async fn one_grow(n: usize, limit: Duration) -> Result<GrowSample> {
     })
 }
 
+/// The answer's `ELAPSED_MS` of one request through the tool, in seconds; fails unless it
+/// succeeded.
+fn request(
+    job: &Job,
+    tool: &std::path::Path,
+    uri: &str,
+    args: &[&str],
+    limit: Duration,
+) -> Result<f64> {
+    let mut argv = vec![tool.to_str().context("the tool's path")?, uri];
+    argv.extend(args);
+    let out = job.exec_in_pod(1, &argv, limit)?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!(
+            "allocation request {} failed: {text}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let ms: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ELAPSED_MS="))
+        .context("the tool printed no ELAPSED_MS")?
+        .trim()
+        .parse()?;
+    Ok(ms / 1e3)
+}
+
+/// One fresh DVM of [`START`] pods extended by `n` nodes and released by the same `n` through
+/// PMIx allocation requests; the DVM ended afterwards.
+async fn one_alloc(n: usize, tool: &std::path::Path, limit: Duration) -> Result<AllocSample> {
+    let job = ElasticJob::start(spec(START), START + n).await?;
+    register_dir(&job.dir);
+    for i in 0..START {
+        let uri = job.pod_tmp(i).join("dvm/dvm.uri");
+        wait_for_text(&uri, "tcp4://", limit).context("the DVM of the first pods")?;
+    }
+    let uri = std::fs::read_to_string(job.pod_tmp(0).join("dvm/dvm.uri"))?;
+    let uri = uri.trim();
+    let nodes = format!("nodes={n}");
+    let extend = request(&job, tool, uri, &["extend", &nodes], limit)?;
+    if parallelism(&job) != START + n {
+        bail!(
+            "the extension answered but the Job has {} pods",
+            parallelism(&job)
+        );
+    }
+    let release = request(&job, tool, uri, &["release", &nodes], limit)?;
+    if parallelism(&job) != START {
+        bail!(
+            "the release answered but the Job has {} pods",
+            parallelism(&job)
+        );
+    }
+    prrte_k8s(&job, 0, &["pterm"], limit)?;
+    job.wait_no_prteds(Duration::from_secs(30))?;
+    Ok(AllocSample { extend, release })
+}
+
 /// Every grow size: `runs` grows from a fresh DVM, then the plain DVM start through the
 /// agents at the grown size, `runs` times.
 pub async fn bench_grow(sizes: &[usize], runs: usize, limit: Duration) -> Result<Vec<GrowRow>> {
@@ -191,6 +269,21 @@ pub async fn bench_grow(sizes: &[usize], runs: usize, limit: Duration) -> Result
                     .with_context(|| format!("grow by {n}, run {r}"))?,
             );
         }
+        let mut allocs = Vec::new();
+        let dir = harness::TestDir::new("bench-alloc")?;
+        let tool =
+            harness::pmix_program(dir.path(), "alloc_request", &["-O1", "-Wall", "-Werror"])?;
+        for r in 0..runs {
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                bail!("interrupted");
+            }
+            eprintln!("[allocation request +{n} / -{n}] run {r}");
+            allocs.push(
+                one_alloc(n, &tool, limit)
+                    .await
+                    .with_context(|| format!("allocation requests of {n}, run {r}"))?,
+            );
+        }
         let row = bench_pods(START + n, runs, 0, &[Variant::Agent], limit)
             .await
             .with_context(|| format!("the plain DVM start of {} pods", START + n))?;
@@ -198,6 +291,7 @@ pub async fn bench_grow(sizes: &[usize], runs: usize, limit: Duration) -> Result
         rows.push(GrowRow {
             new_pods: n,
             grows,
+            allocs,
             plain,
             load,
         });
