@@ -5,11 +5,12 @@
 //! more than `grow` does: any update of the Job by that account must leave everything but
 //! `spec.parallelism` and `spec.completions` unchanged (labels, annotations (the max-pods
 //! limit among them), finalizers, owner references, `suspend`, the deadlines, the limits and
-//! policies of failure and success, the pod template), keep the two equal, and not lower them
-//! nor raise them past the Job's `prrte-k8s.io/max-pods`. Updates by anyone else (a person, a
+//! policies of failure and success, the pod template), keep the two equal, and neither lower
+//! them below 1 (a release gives the highest pods back, never pod 0's DVM head) nor raise them
+//! past the Job's `prrte-k8s.io/max-pods`. Updates by anyone else (a person, a
 //! controller, Kueue) are not matched. A StatefulSet's token may patch only its `scale`
 //! subresource (the Role sees to that); its policy keeps the Scale's replicas from being
-//! lowered or raised past the max-pods rendered (a Scale carries no annotation to read it
+//! lowered below 1 or raised past the max-pods rendered (a Scale carries no annotation to read it
 //! from: raising the limit of a running StatefulSet means applying its policy anew).
 //!
 //! The policy and its binding are cluster-scoped (applying them needs the right to create
@@ -86,9 +87,9 @@ pub(super) fn validations(a: &JobPlan) -> Vec<(String, String)> {
             .into(),
     ));
     v.push((
-        "has(oldObject.spec.parallelism) && object.spec.parallelism >= oldObject.spec.parallelism"
+        "has(object.spec.parallelism) && object.spec.parallelism >= 1".into(),
+        "the job's own service account may not lower the Job's parallelism below 1 (pod 0 runs the DVM)"
             .into(),
-        "the job's own service account may not lower the Job's parallelism".into(),
     ));
     v.push((
         format!(
@@ -104,14 +105,13 @@ pub(super) fn validations(a: &JobPlan) -> Vec<(String, String)> {
 }
 
 /// The validations of an elastic StatefulSet's policy, on its Scale (which carries no
-/// annotation, so the limit is the rendered one): not lowered, not raised past M.
+/// annotation, so the limit is the rendered one): not below 1, not raised past M.
 pub(super) fn scale_validations(a: &JobPlan, max: u32) -> Vec<(String, String)> {
     vec![
         (
-            "has(object.spec.replicas) && has(oldObject.spec.replicas) \
-             && object.spec.replicas >= oldObject.spec.replicas"
+            "has(object.spec.replicas) && object.spec.replicas >= 1".into(),
+            "the job's own service account may not lower the StatefulSet's replicas below 1 (pod 0 runs the DVM)"
                 .into(),
-            "the job's own service account may not lower the StatefulSet's replicas".into(),
         ),
         (
             format!("has(object.spec.replicas) && object.spec.replicas <= {max}"),

@@ -103,9 +103,7 @@ fn an_elastic_statefulset_may_patch_only_its_scale() {
         expression(policy, "past its prrte-k8s.io/max-pods (3)"),
         "has(object.spec.replicas) && object.spec.replicas <= 3"
     );
-    assert!(
-        expression(policy, "lower").ends_with("object.spec.replicas >= oldObject.spec.replicas")
-    );
+    assert!(expression(policy, "lower").ends_with("object.spec.replicas >= 1"));
     assert_eq!(
         of_kind(&objs, "ValidatingAdmissionPolicyBinding")["spec"]["policyName"],
         policy["metadata"]["name"]
@@ -231,12 +229,11 @@ fn an_elastic_jobs_own_token_may_only_raise_its_counts_within_max_pods() {
     for field in ["labels", "finalizers", "ownerReferences"] {
         expression(policy, &format!("metadata.{field}"));
     }
-    // The counts only: equal, not lowered, not past the limit as it was before the update.
+    // The counts only: equal, at least 1, not past the limit as it was before the update.
     assert!(
         expression(policy, "equal").contains("object.spec.parallelism == object.spec.completions")
     );
-    assert!(expression(policy, "lower")
-        .contains("object.spec.parallelism >= oldObject.spec.parallelism"));
+    assert!(expression(policy, "lower").contains("object.spec.parallelism >= 1"));
     assert!(expression(policy, "past its prrte-k8s.io/max-pods").ends_with(
         "object.spec.parallelism <= int(oldObject.metadata.annotations['prrte-k8s.io/max-pods'])"
     ));
@@ -408,6 +405,11 @@ fn the_rendered_policies_admit_a_growth_and_refuse_the_attacks() {
         by_token(json!({"spec": {"parallelism": 8, "completions": 8}})),
         Ok(())
     );
+    // What a release does (the highest pods given back).
+    assert_eq!(
+        by_token(json!({"spec": {"parallelism": 2, "completions": 2}})),
+        Ok(())
+    );
     // What a compromised rank would do with the token.
     for (attack, refusal) in [
         (
@@ -420,7 +422,7 @@ fn the_rendered_policies_admit_a_growth_and_refuse_the_attacks() {
         ),
         (json!({"spec": {"parallelism": 6}}), "equal"),
         (
-            json!({"spec": {"parallelism": 2, "completions": 2}}),
+            json!({"spec": {"parallelism": 0, "completions": 0}}),
             "lower",
         ),
         (json!({"spec": {"suspend": true}}), "spec.suspend"),
@@ -452,7 +454,7 @@ fn the_rendered_policies_admit_a_growth_and_refuse_the_attacks() {
         Ok(())
     );
 
-    // A StatefulSet's Scale: up to the rendered max-pods, never down.
+    // A StatefulSet's Scale: up to the rendered max-pods, down to 1.
     let objs = objects(&[
         "--name",
         "s",
@@ -475,7 +477,8 @@ fn the_rendered_policies_admit_a_growth_and_refuse_the_attacks() {
     let by_token = |to: i64| admit(policy, &scale(2), &scale(to), &token, "default");
     assert_eq!(by_token(3), Ok(()));
     assert!(by_token(4).unwrap_err()[0].contains("past its prrte-k8s.io/max-pods (3)"));
-    assert!(by_token(1).unwrap_err()[0].contains("lower"));
+    assert_eq!(by_token(1), Ok(()));
+    assert!(by_token(0).unwrap_err()[0].contains("lower"));
     assert_eq!(
         admit(policy, &scale(2), &scale(10), "kubernetes-admin", "default"),
         Ok(())
