@@ -555,7 +555,7 @@ fn extend_thread(
             return undo(Refusal {
                 status: Status::NotSupported,
                 reason: format!(
-                    "the new pod(s) {} take the place of nodes this DVM gave back before, and PRRTE 3.0.8 cannot take a released node back into a running DVM: start a new DVM (pterm, then the job's pod 0 starts one) to use more pods than it has now",
+                    "the new pod(s) {} take the place of nodes this DVM gave back before, and this PRRTE cannot take a released node back into a running DVM: start a new DVM (pterm, then the job's pod 0 starts one) to use more pods than it has now",
                     back.join(",")
                 ),
             });
