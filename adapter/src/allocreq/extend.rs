@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use super::{from_grow, refuse, Refusal, Status};
+use super::rules::{from_grow, refuse, Refusal, Status};
 use crate::discovery::{discover_with, own_workload, DiscoveryConfig, Environment, PodNode};
 use crate::grow::{add_host_arg, check, new_nodes, raise, read_workload, GrowError, Grown};
 

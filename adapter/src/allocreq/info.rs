@@ -1,6 +1,6 @@
 //! A request's `pmix_info_t` array as `cabi` reads it, turned into a [`Request`], and the keys
 //! of an answer.
-use super::{Directive, Request};
+use super::rules::{Directive, Request};
 
 /// `PMIX_ALLOC_NUM_NODES` and the other keys `ras k8s` reads or writes (PMIx 5.0.5's strings).
 pub const NUM_NODES: &str = "pmix.alloc.nnodes";

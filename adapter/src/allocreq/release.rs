@@ -4,7 +4,7 @@
 //! server-side dry run, and then the workload lowered and the pods awaited gone.
 use std::time::Duration;
 
-use super::{from_grow, refuse, Refusal, Status};
+use super::rules::{from_grow, refuse, Refusal, Status};
 use crate::discovery::{discover_with, own_workload, DiscoveryConfig, Environment};
 use crate::grow::{read_workload, set_pods, GrowError, Workload};
 use k8s_openapi::api::core::v1::Pod;

@@ -340,7 +340,7 @@ fn serve(req: Req) {
     if let Ask::Cancel(id) = &ask {
         return cancel(req, id, &who);
     }
-    let cfg = match super::module::config_from(&params::ras()) {
+    let cfg = match DiscoveryConfig::from_params(&params::ras()) {
         Ok(c) => c,
         Err(e) => {
             return refuse(Refusal {
