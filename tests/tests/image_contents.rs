@@ -49,6 +49,37 @@ impl Ctr {
     /// `buildah run` with host directories mounted (`host:path[:ro]`); the exit code and
     /// stdout followed by stderr.
     fn run_with(&self, volumes: &[String], argv: &[&str]) -> (Option<i32>, String) {
+        let (code, stdout, stderr) = self.run_split(volumes, argv);
+        (code, format!("{stdout}{stderr}"))
+    }
+
+    /// [`Ctr::run_with`] for a program that always prints on stdout (the agent's
+    /// `--detect-only`): run again, at most twice more, when stdout came back empty. Debian's
+    /// buildah 1.28 can lose a program's stdout under `--isolation chroot` (its chroot runtime
+    /// reads the program's output pipe only after it has taken the exit status, and may end
+    /// first): with 6 `buildah run`s side by side, 1-2 runs of the agent's `--detect-only` in
+    /// 60-90 came back with an empty stdout, while the same agent run directly never lost a
+    /// line in 120. Every attempt must end with the same exit code.
+    fn run_printing(&self, volumes: &[String], argv: &[&str]) -> (Option<i32>, String) {
+        let mut lost = Vec::new();
+        for _ in 0..3 {
+            let (code, stdout, stderr) = self.run_split(volumes, argv);
+            if !stdout.is_empty() {
+                if let Some(first) = lost.first() {
+                    assert_eq!(
+                        *first, code,
+                        "the attempt whose stdout was lost ended otherwise: {stderr}"
+                    );
+                }
+                return (code, format!("{stdout}{stderr}"));
+            }
+            lost.push(code);
+        }
+        panic!("{argv:?} printed nothing on stdout in 3 runs (exit codes {lost:?})");
+    }
+
+    /// `buildah run`: the exit code, stdout and stderr.
+    fn run_split(&self, volumes: &[String], argv: &[&str]) -> (Option<i32>, String, String) {
         let mut cmd = Command::new("buildah");
         cmd.args(["run", "--isolation", "chroot"]);
         for v in volumes {
@@ -63,11 +94,8 @@ impl Ctr {
             .expect("run buildah");
         (
             out.status.code(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     }
 }
@@ -382,7 +410,7 @@ fn static_programs_run_and_install_in_an_image_without_libc() {
         code == Some(255) && out.contains("usage: prrte-k8s-rsh"),
         "{code:?} {out}"
     );
-    let (code, out) = c.run_with(
+    let (code, out) = c.run_printing(
         &vols,
         &[
             "/opt/prrte-k8s/bin/prrte-k8s-agent",
@@ -437,7 +465,7 @@ fn the_static_agent_detects_the_mpi_of_each_user_image() {
         let image = app_image(app).unwrap();
         let c = Ctr::from(&image);
         let want = app.expected();
-        let (code, out) = c.run_with(
+        let (code, out) = c.run_printing(
             &vols,
             &[
                 "/opt/prrte-k8s/bin/prrte-k8s-agent",
