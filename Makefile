@@ -54,8 +54,12 @@ bench-controller: setup image
 
 # Release build (cargo's bench profile); SCALE_ARGS e.g. "discovery --pods 1000" (--help).
 # Writes bench-scale.json here (cargo bench runs the bench in adapter/, hence the absolute path).
+# The footprint is that of the agent the runtime image carries (Cargo.toml's `agent` profile).
+AGENT_BIN = $(abspath $(or $(CARGO_TARGET_DIR),target))/agent/prrte-k8s-agent
 bench-scale: setup
-	cargo bench -p prrte-k8s --bench scale -- --json $(CURDIR)/bench-scale.json $(SCALE_ARGS)
+	cargo build --profile agent -p prrte-k8s --bin prrte-k8s-agent
+	cargo bench -p prrte-k8s --bench scale -- --json $(CURDIR)/bench-scale.json \
+		--footprint-agent $(AGENT_BIN) $(SCALE_ARGS)
 
 image: setup
 	bash prrte-config/image/build.sh

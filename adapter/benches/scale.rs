@@ -45,6 +45,11 @@ struct Cli {
     /// Timed runs per size (the median is reported).
     #[arg(long, global = true, default_value_t = 5)]
     runs: usize,
+    /// The agent whose footprint is measured (default: the one built with this bench, of its
+    /// profile); `make bench-scale` gives the build of the `agent` profile, which the runtime
+    /// image carries.
+    #[arg(long, global = true, value_name = "PATH")]
+    footprint_agent: Option<PathBuf>,
     /// Cargo passes --bench to bench targets; ignored.
     #[arg(long, hide = true, global = true)]
     bench: bool,
@@ -988,7 +993,10 @@ fn bench_channel(runs: usize, connections: usize) -> Value {
 #[path = "support/fanout.rs"]
 #[allow(dead_code)] // shared with tests/fanout_auth.rs, which reads more of it
 mod fanout;
-use fanout::{fanout_round, secret_file, self_cpu, start_agents, stub_prted, Agents};
+use fanout::{
+    agent_bin, fanout_round, secret_file, self_cpu, start_agents, start_agents_of, stub_prted,
+    Agents,
+};
 
 /// (busy, total) jiffies of all CPUs, from /proc/stat.
 fn machine_jiffies() -> (u64, u64) {
@@ -1275,17 +1283,19 @@ fn rss_by_mapping(pid: u32) -> Vec<(String, u64)> {
     out
 }
 
-fn bench_footprint() -> Result<Value> {
-    println!(
-        "## Agent footprint ({} build of prrte-k8s-agent)\n",
-        profile()
-    );
+fn bench_footprint(agent: Option<&Path>) -> Result<Value> {
+    let bin = agent.map_or_else(agent_bin, Path::to_path_buf);
+    let build = match agent {
+        None => format!("{} build of prrte-k8s-agent", profile()),
+        Some(p) => format!("prrte-k8s-agent {}", p.display()),
+    };
+    println!("## Agent footprint ({build})\n");
     let dir = tempfile::Builder::new()
         .prefix("prrte-k8s-footprint-")
         .tempdir()?;
     let (secret_path, secret) = secret_file(dir.path())?;
     let prted = stub_prted(dir.path(), "exec sleep 1")?;
-    let agents = start_agents(1, dir.path(), &secret_path, &prted)?;
+    let agents = start_agents_of(&bin, 1, dir.path(), &secret_path, &prted)?;
     let pid = agents.pids[0];
     std::thread::sleep(Duration::from_millis(300));
     let idle_rss = status_kib(pid, "VmRSS").unwrap_or(0);
@@ -1370,6 +1380,7 @@ fn bench_footprint() -> Result<Value> {
     }
     Ok(json!({
         "profile": profile(),
+        "agent": bin.display().to_string(),
         "idle_rss_kib": idle_rss, "idle_hwm_kib": idle_hwm,
         "during_launch_rss_kib": during_rss, "launch_hwm_kib": hwm, "after_rss_kib": after_rss,
         "idle": mem_json(idle), "during_launch": mem_json(during), "after_launch": mem_json(after),
@@ -1393,14 +1404,14 @@ fn main() -> Result<()> {
     match what {
         What::Discovery { pods } => out["discovery"] = bench_discovery(&pods, cli.runs)?,
         What::Fanout { agents, perf } => out["fanout"] = bench_fanout(&agents, cli.runs, perf)?,
-        What::Footprint => out["footprint"] = bench_footprint()?,
+        What::Footprint => out["footprint"] = bench_footprint(cli.footprint_agent.as_deref())?,
         What::Channel { connections } => out["channel"] = bench_channel(cli.runs, connections),
         What::All => {
             out["discovery"] = bench_discovery(&[1000, 10000], cli.runs)?;
             println!();
             out["fanout"] = bench_fanout(&[256, 1024], cli.runs, false)?;
             println!();
-            out["footprint"] = bench_footprint()?;
+            out["footprint"] = bench_footprint(cli.footprint_agent.as_deref())?;
             println!();
             out["channel"] = bench_channel(cli.runs, 2000);
         }

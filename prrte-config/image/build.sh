@@ -4,7 +4,8 @@
 #   1. PMIx 5.0.5 + PRRTE 3.0.8 (build-prrte.sh) and Open MPI 5.0.7 + an mpi4py wheel on them
 #      (build-ompi.sh), cached under /opt/prrte-k8s by version;
 #   2. the Rust artifacts (prrte-k8s, prrte-k8s-agent, prrte-k8s-rsh, the components' library),
-#      `cargo build --release` with the project's toolchain, in $CARGO_TARGET_DIR; and the
+#      `cargo build --release` (the agent: `--profile agent`) with the project's toolchain, in
+#      $CARGO_TARGET_DIR; and the
 #      three programs again as static executables (x86_64-unknown-linux-musl, static-pie) for
 #      the injected runtime, which must run in any image;
 #   3. the base image docker.io/library/debian:bookworm-slim made with mmdebstrap (base.sh);
@@ -61,7 +62,10 @@ timed "Open MPI + mpi4py (build-ompi.sh)" bash -c 'bash "$1" | tee "$2"' _ "$rep
 OMPI_PREFIX=$(sed -n 's/^OMPI_PREFIX=//p' "$ompi_out" | tail -1)
 [[ -n "$OMPI_PREFIX" && -x "$OMPI_PREFIX/bin/mpicc" ]] || die "build-ompi.sh did not report an Open MPI prefix"
 timed "Rust release build (cargo)" bash -c 'cd "$1" && cargo build --release -q -p prrte-k8s -p prrte-k8s-cabi' _ "$repo"
-rust=("$target/release/prrte-k8s" "$target/release/prrte-k8s-agent" "$target/release/prrte-k8s-rsh"
+# The agent idles in every pod: its own profile (Cargo.toml: fat LTO, one codegen unit) keeps
+# its resident set small.
+timed "Rust agent build (cargo, agent profile)" bash -c 'cd "$1" && cargo build --profile agent -q -p prrte-k8s --bin prrte-k8s-agent' _ "$repo"
+rust=("$target/release/prrte-k8s" "$target/agent/prrte-k8s-agent" "$target/release/prrte-k8s-rsh"
       "$target/release/libprrte_k8s_cabi.so")
 for f in "${rust[@]}"; do [[ -f "$f" ]] || die "$f was not built"; done
 command -v musl-gcc >/dev/null || die "musl-gcc is missing (prrte-config/setup.sh installs Debian's musl-tools)"

@@ -80,6 +80,17 @@ pub fn loopback(i: usize) -> Ipv4Addr {
 /// Starts `n` agents (release build, `--cgroup off`, stub prted `prted`) and waits until every
 /// one accepts connections.
 pub fn start_agents(n: usize, dir: &Path, secret: &Path, prted: &Path) -> Result<Agents> {
+    start_agents_of(&agent_bin(), n, dir, secret, prted)
+}
+
+/// [`start_agents`] of another build of the agent (`bin`).
+pub fn start_agents_of(
+    bin: &Path,
+    n: usize,
+    dir: &Path,
+    secret: &Path,
+    prted: &Path,
+) -> Result<Agents> {
     let port: u16 = 20_000 + rand::random::<u16>() % 30_000;
     let mut agents = Agents {
         children: Vec::new(),
@@ -101,7 +112,7 @@ pub fn start_agents(n: usize, dir: &Path, secret: &Path, prted: &Path) -> Result
                 "--kill-child=SIGTERM",
                 "--",
             ])
-            .arg(agent_bin())
+            .arg(bin)
             .arg("--listen")
             .arg(addr.to_string())
             .args(["--health-listen", "off", "--cgroup", "off"])

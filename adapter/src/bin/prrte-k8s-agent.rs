@@ -7,20 +7,27 @@ use std::process::ExitCode;
 use clap::Parser;
 use prrte_k8s::agent::{self, mpi, AgentArgs, AgentConfig, LogFormat};
 use tracing::{error, info, warn};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// The agent's log filter: `PRRTE_K8S_LOG` as levels per target (`debug`,
+/// `prrte_k8s=debug,warn`), else `info`. A [`Targets`] filter rather than an `EnvFilter`, whose
+/// parser builds regular expressions at start: the agent has no use for span or field filters.
+fn log_filter() -> Targets {
+    std::env::var(prrte_k8s::settings::tools::LOG.var())
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO))
+}
 
 fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_env(prrte_k8s::settings::tools::LOG.var())
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(log_filter());
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => builder.with_ansi(false).init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
+        LogFormat::Text => registry.with(layer.with_ansi(false)).init(),
+        LogFormat::Json => registry
+            .with(layer.json().flatten_event(true).with_current_span(false))
             .init(),
     }
 }
