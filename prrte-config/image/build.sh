@@ -5,9 +5,9 @@
 #      (build-ompi.sh), cached under /opt/prrte-k8s by version;
 #   2. the Rust artifacts (prrte-k8s, prrte-k8s-agent, prrte-k8s-rsh, the components' library),
 #      `cargo build --release` (the agent: `--profile agent`) with the project's toolchain, in
-#      $CARGO_TARGET_DIR; and the
-#      three programs again as static executables (x86_64-unknown-linux-musl, static-pie) for
-#      the injected runtime, which must run in any image;
+#      $CARGO_TARGET_DIR; and the three programs again as static executables
+#      (x86_64-unknown-linux-musl, static-pie) for the injected runtime, which must run in any
+#      image;
 #   3. the base image docker.io/library/debian:bookworm-slim made with mmdebstrap (base.sh);
 #   4. the images, each built with `buildah bud --isolation chroot` from a staging directory and
 #      labelled with a key hashed from everything that goes into it; an image whose label already
@@ -64,7 +64,7 @@ OMPI_PREFIX=$(sed -n 's/^OMPI_PREFIX=//p' "$ompi_out" | tail -1)
 timed "Rust release build (cargo)" bash -c 'cd "$1" && cargo build --release -q -p prrte-k8s -p prrte-k8s-cabi' _ "$repo"
 # The agent idles in every pod: its own profile (Cargo.toml: fat LTO, one codegen unit) keeps
 # its resident set small.
-timed "Rust agent build (cargo, agent profile)" bash -c 'cd "$1" && cargo build --profile agent -q -p prrte-k8s --bin prrte-k8s-agent' _ "$repo"
+timed "Rust agent build (agent profile)" bash -c 'cd "$1" && cargo build --profile agent -q -p prrte-k8s --bin prrte-k8s-agent' _ "$repo"
 rust=("$target/release/prrte-k8s" "$target/agent/prrte-k8s-agent" "$target/release/prrte-k8s-rsh"
       "$target/release/libprrte_k8s_cabi.so")
 for f in "${rust[@]}"; do [[ -f "$f" ]] || die "$f was not built"; done
