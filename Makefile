@@ -64,5 +64,9 @@ bench-scale: setup
 image: setup
 	bash prrte-config/image/build.sh
 
+# what killed test runs and sandboxes left on the host (live ones are left alone)
+clean-leftovers:
+	cargo run -q -p prrte-k8s-sandbox --bin prrte-k8s-sandbox -- sweep
+
 demo: setup
 	bash prrte-config/demo.sh

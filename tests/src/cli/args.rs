@@ -62,6 +62,10 @@ pub enum Cmd {
     /// Stop the sandbox: kill every pod, remove the network, stop the API server, and wait
     /// until all of it is gone.
     Down,
+    /// Remove what killed sandboxes and test runs left on the host (pods' processes, network
+    /// namespaces, links, state directories, nftables tables of every network whose owning
+    /// process is gone), and print it. Live sandboxes and test runs are left alone.
+    Sweep,
     /// Run the sandbox in the foreground (what `up` starts in the background).
     Serve {
         /// Manifests to apply once the cluster is up.

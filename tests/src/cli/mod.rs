@@ -40,6 +40,7 @@ pub fn main() -> i32 {
         Cmd::Kill { pod } => kill(&state, &pod).map(|_| 0),
         Cmd::Status => status(&state).map(|_| 0),
         Cmd::Down => down(&state).map(|_| 0),
+        Cmd::Sweep => sweep().map(|_| 0),
         Cmd::Serve {
             apply,
             ready_timeout,
@@ -54,6 +55,17 @@ pub fn main() -> i32 {
             1
         }
     }
+}
+
+fn sweep() -> Result<()> {
+    let removed = crate::podnet::cleanup_dead_networks()?;
+    if removed.is_empty() {
+        println!("prrte-k8s-sandbox sweep: nothing left by a dead sandbox or test run");
+    }
+    for (prefix, what) in removed {
+        println!("prrte-k8s-sandbox sweep: removed what {prefix} (owner gone) left: {what}");
+    }
+    Ok(())
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {

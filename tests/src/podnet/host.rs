@@ -127,6 +127,45 @@ pub(super) fn host_lock() -> Result<Flock<File>> {
         .map_err(|(_, e)| anyhow!("locking {}: {e}", path.display()))
 }
 
+/// Where a network's owner lock lives: `/run/prrte-k8s-sandbox/nets/<prefix>.lock`.
+pub(super) fn owner_lock_path(prefix: &str) -> PathBuf {
+    Path::new(STATE_DIR)
+        .join("nets")
+        .join(format!("{prefix}.lock"))
+}
+
+/// Takes the owner lock of the network named `prefix` (without waiting). The process holding
+/// it owns everything named with the prefix; the kernel releases it when that process ends,
+/// however it ends, which is how [`super::cleanup_dead_networks`] tells a live network from
+/// what a killed one left. The file is opened close-on-exec: pods do not inherit it.
+pub(super) fn take_owner_lock(prefix: &str) -> Result<Flock<File>> {
+    let path = owner_lock_path(prefix);
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    Flock::lock(file, FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| anyhow!("locking {}: {e}", path.display()))
+}
+
+/// Whether a live process holds the owner lock of the network named `prefix`. A network with
+/// no lock file has no owner (as the names made before owner locks existed).
+pub(super) fn owner_alive(prefix: &str) -> bool {
+    let path = owner_lock_path(prefix);
+    let Ok(file) = OpenOptions::new().write(true).open(&path) else {
+        return false;
+    };
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(_released_on_drop) => false,
+        Err((_, e)) => e == nix::errno::Errno::EWOULDBLOCK,
+    }
+}
+
 pub(super) fn pods_state_dir() -> PathBuf {
     Path::new(STATE_DIR).join("pods")
 }

@@ -2,7 +2,8 @@
 //! containers, nftables tables), and removing it.
 
 use super::host::{
-    delete_link, delete_netns, list_dir_names, pods_state_dir, require_root, unmount_below,
+    delete_link, delete_netns, host_lock, list_dir_names, owner_alive, owner_lock_path,
+    pods_state_dir, require_root, unmount_below,
 };
 use super::names::NAME_PREFIX;
 use super::procfs::{all_pids, cmdline, comm, describe_process, ns_id};
@@ -174,5 +175,70 @@ pub fn cleanup_leftovers(prefix: &str) -> Result<Leftovers> {
         Ok(found)
     } else {
         bail!("cleaning up {prefix}: {}", errors.join("; "))
+    }
+}
+
+/// The network prefixes (`pk8s` and 6 hex digits) that names on the host carry: namespaces,
+/// links, pod state directories, nftables tables and owner locks.
+fn network_prefixes() -> Vec<String> {
+    let lock_dir = owner_lock_path("x");
+    let lock_dir = lock_dir.parent().map(|d| d.to_string_lossy().into_owned());
+    let mut names: Vec<String> = list_dir_names("/run/netns");
+    names.extend(list_dir_names("/sys/class/net"));
+    names.extend(list_dir_names(&pods_state_dir().to_string_lossy()));
+    names.extend(crate::netpol::tables(NAME_PREFIX));
+    if let Some(d) = lock_dir {
+        names.extend(list_dir_names(&d));
+    }
+    let mut prefixes: Vec<String> = names
+        .iter()
+        .filter_map(|n| network_prefix_of(n))
+        .map(str::to_string)
+        .collect();
+    prefixes.sort();
+    prefixes.dedup();
+    prefixes
+}
+
+/// `pk8s` and the 6 hex digits of a network id at the start of `name`, if it has them.
+fn network_prefix_of(name: &str) -> Option<&str> {
+    let len = NAME_PREFIX.len() + 6;
+    let p = name.get(..len)?;
+    (p.starts_with(NAME_PREFIX)
+        && p[NAME_PREFIX.len()..]
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit()))
+    .then_some(p)
+}
+
+/// Removes what networks whose owner is gone left on the host (a test run or sandbox that was
+/// killed before it could tear down): for every network prefix found on the host whose owner
+/// lock no live process holds, [`cleanup_leftovers`] and the lock file. Networks of live
+/// processes (another test run, a running sandbox) are left alone. Returns what was removed,
+/// per prefix.
+pub fn cleanup_dead_networks() -> Result<Vec<(String, Leftovers)>> {
+    require_root()?;
+    // No network is being created meanwhile (creation takes its owner lock under this lock).
+    let _guard = host_lock()?;
+    let mut removed = Vec::new();
+    let mut errors = Vec::new();
+    for prefix in network_prefixes() {
+        if owner_alive(&prefix) {
+            continue;
+        }
+        match cleanup_leftovers(&prefix) {
+            Ok(found) => {
+                let _ = fs::remove_file(owner_lock_path(&prefix));
+                if !found.is_empty() {
+                    removed.push((prefix, found));
+                }
+            }
+            Err(e) => errors.push(format!("{e:#}")),
+        }
+    }
+    if errors.is_empty() {
+        Ok(removed)
+    } else {
+        bail!("{}", errors.join("; "))
     }
 }

@@ -32,7 +32,9 @@
 //! POSIX shell program that prepares the container before it `exec`s its command. All names
 //! a [`Network`] creates (bridge, veths, network namespaces, state directories) start with
 //! [`Network::prefix`], which is what [`leftovers()`] takes to check that nothing stayed behind;
-//! [`cleanup_leftovers`] removes what a killed test run left.
+//! [`cleanup_leftovers`] removes what a killed test run left. A network's owner holds a lock
+//! named with its prefix while it lives, so [`cleanup_dead_networks`] finds and removes what
+//! killed runs left without touching the networks of live ones.
 //!
 //! Everything here needs root and blocks (it runs host tools and polls /proc); async code calls
 //! it through `spawn_blocking`. Host settings touched: the `bridge-nf-call-*` sysctls are set to
@@ -64,7 +66,7 @@ mod state;
 mod tests;
 
 pub use cidr::{PodCidr, MAX_PODS, PREFIX_LEN};
-pub use leftovers::{cleanup_leftovers, leftovers, Leftovers};
+pub use leftovers::{cleanup_dead_networks, cleanup_leftovers, leftovers, Leftovers};
 pub use network::Network;
 pub use pod::{exec_command, RunningPod};
 pub use process::PodExit;

@@ -3,7 +3,8 @@
 
 use super::cidr::{PodCidr, PREFIX_LEN};
 use super::host::{
-    delete_link, host_lock, ip, list_dir_names, pods_state_dir, require_root, tools,
+    delete_link, host_lock, ip, list_dir_names, owner_alive, owner_lock_path, pods_state_dir,
+    require_root, take_owner_lock, tools,
 };
 use super::names::NAME_PREFIX;
 use super::pod::RunningPod;
@@ -30,6 +31,8 @@ pub struct Network {
     cidr: PodCidr,
     state: Arc<Mutex<NetState>>,
     torn_down: bool,
+    /// Held while the network lives (see [`super::cleanup_dead_networks`]).
+    owner: Option<nix::fcntl::Flock<fs::File>>,
 }
 
 impl Network {
@@ -46,13 +49,17 @@ impl Network {
             .map(|_| format!("{:06x}", rand::random::<u32>() & 0x00ff_ffff))
             .find(|id| {
                 let p = format!("{NAME_PREFIX}{id}");
-                !existing_links.iter().any(|l| l.starts_with(&p))
+                !owner_alive(&p)
+                    && !existing_links.iter().any(|l| l.starts_with(&p))
                     && !list_dir_names("/run/netns")
                         .iter()
                         .any(|n| n.starts_with(&p))
             })
             .ok_or_else(|| anyhow!("could not pick an unused network id"))?;
         let bridge = format!("{NAME_PREFIX}{id}");
+        // Taken before anything is named with the prefix, under the host lock that a sweep of
+        // dead networks also holds.
+        let owner = take_owner_lock(&bridge)?;
 
         let used = used_ipv4_prefixes()?;
         let start = rand::random::<u16>() % PodCidr::CANDIDATES;
@@ -72,6 +79,7 @@ impl Network {
                 next_seq: 0,
             })),
             torn_down: false,
+            owner: Some(owner),
         };
         // From here on, Drop deletes the bridge if anything fails. Its MAC address is set, so
         // that it is kept: a bridge whose address was not set takes the lowest of its ports',
@@ -147,6 +155,14 @@ impl Network {
             std::str::from_utf8(&id[2..4]).unwrap_or("00"),
             std::str::from_utf8(&id[4..6]).unwrap_or("00")
         )
+    }
+
+    /// As if the owning process had been killed: the owner lock is released and nothing is
+    /// torn down.
+    #[cfg(test)]
+    pub(super) fn abandon(mut self) {
+        self.owner = None;
+        std::mem::forget(self);
     }
 
     /// Random hex id of this network (part of every name it creates).
@@ -288,6 +304,11 @@ impl Network {
         if let Err(e) = delete_link(&self.bridge) {
             errors.push(format!("{e:#}"));
         }
+        if errors.is_empty() {
+            let _ = fs::remove_file(owner_lock_path(&self.bridge));
+        }
+        // Released even when something was left: a sweep may then remove it.
+        self.owner = None;
         if errors.is_empty() {
             Ok(())
         } else {

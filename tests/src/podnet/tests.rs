@@ -1,5 +1,5 @@
 use super::host::tools;
-use super::leftovers::{cleanup_leftovers, leftovers};
+use super::leftovers::{cleanup_dead_networks, cleanup_leftovers, leftovers};
 use super::names::NAME_PREFIX;
 use super::network::Network;
 use super::pod::RunningPod;
@@ -487,7 +487,8 @@ fn podnet_cleanup_leftovers_after_a_lost_network() {
         .start_pod(spec(&net, dir.path(), "lost", &["sleep", "1000"]))
         .unwrap();
     let pid1 = pod.host_pid();
-    // As if the test process had died: nothing gets torn down.
+    // As if the test process had died: nothing gets torn down. (The owner lock stays held, so
+    // that the sweep test running beside this one leaves the network to this test.)
     std::mem::forget(pod);
     std::mem::forget(net);
     let found = leftovers(&prefix);
@@ -499,6 +500,46 @@ fn podnet_cleanup_leftovers_after_a_lost_network() {
     let cleaned = cleanup_leftovers(&prefix).unwrap();
     assert_eq!(cleaned.netns, found.netns);
     assert_clean(&prefix);
+    let _ = std::fs::remove_file(super::host::owner_lock_path(&prefix));
+}
+
+#[test]
+fn podnet_sweep_removes_dead_networks_only() {
+    need_root();
+    let dir = tempfile::tempdir().unwrap();
+    let dead = Network::create().unwrap();
+    let dead_prefix = dead.prefix();
+    let pod = dead
+        .start_pod(spec(&dead, dir.path(), "dead", &["sleep", "1000"]))
+        .unwrap();
+    let dead_pid = pod.host_pid();
+    std::mem::forget(pod);
+    dead.abandon();
+    let live = Network::create().unwrap();
+    let live_prefix = live.prefix();
+    let live_pod = live
+        .start_pod(spec(&live, dir.path(), "live", &["sleep", "1000"]))
+        .unwrap();
+
+    let removed = cleanup_dead_networks().unwrap();
+    let (_, what) = removed
+        .iter()
+        .find(|(p, _)| *p == dead_prefix)
+        .unwrap_or_else(|| panic!("{dead_prefix} not swept: {removed:?}"));
+    assert_eq!(what.netns.len(), 1, "{what}");
+    assert!(what.processes.iter().any(|(p, _)| *p == dead_pid), "{what}");
+    assert!(
+        removed.iter().all(|(p, _)| *p != live_prefix),
+        "a live network was swept: {removed:?}"
+    );
+    assert_clean(&dead_prefix);
+    // The live network and its pod are untouched.
+    let still = leftovers(&live_prefix);
+    assert_eq!(still.netns.len(), 1, "{still}");
+    assert!(live_pod.try_wait().unwrap().is_none());
+    drop(live_pod);
+    drop(live);
+    assert_clean(&live_prefix);
 }
 
 #[test]
