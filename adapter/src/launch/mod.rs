@@ -44,6 +44,7 @@ mod request;
 pub mod rounds;
 pub(crate) mod settings;
 pub mod targets;
+mod timing;
 mod watch;
 
 pub(crate) use connect::{agent_name, connect_authenticated, recv_reply, send_request};
@@ -52,6 +53,7 @@ pub use error::PrtedArgsError;
 pub(crate) use error::{AgentError, NotSent};
 pub use event::{ExitDesc, LaunchEvent};
 pub use request::{LaunchOptions, LaunchRequest, LaunchTarget};
+pub use timing::{RoundSummary, Spread};
 pub use watch::{own_pod_target, Watcher};
 
 type Sink = Box<dyn Fn(LaunchEvent) + Send + Sync>;
@@ -174,11 +176,13 @@ impl Launcher {
             }
         };
         let opts = Arc::new(opts);
+        let times = Arc::new(timing::RoundTimes::new(targets.len()));
         for (target, request) in targets {
             let guard = DoneGuard(progress.clone());
             let (opts, control, emitter) = (opts.clone(), control.clone(), emitter.clone());
+            let times = times.clone();
             runtime.spawn(async move {
-                run_target(target, request, &opts, &control, &emitter).await;
+                run_target(target, request, &opts, &control, &emitter, &times).await;
                 drop(guard);
             });
         }
@@ -229,6 +233,7 @@ async fn run_target(
     opts: &LaunchOptions,
     control: &Control,
     emitter: &Emitter,
+    times: &timing::RoundTimes,
 ) {
     let (id, pod) = (target.id, target.pod.clone());
     let launched = tokio::select! {
@@ -243,11 +248,20 @@ async fn run_target(
             target.pod, target.addr
         )),
     };
+    let summed_up = |summary: Option<timing::RoundSummary>| {
+        if let Some(summary) = summary {
+            tracing::info!("{summary}");
+        }
+    };
     let (mut conn, mut session, pid) = match launched {
-        Ok(x) => x,
+        Ok(x) => {
+            summed_up(times.started(x.3.connect, x.3.start));
+            (x.0, x.1, x.2)
+        }
         Err(reason) => {
             tracing::warn!(vpid = id, "{reason}");
             emitter.emit(LaunchEvent::Failed { id, pod, reason });
+            summed_up(times.failed());
             return;
         }
     };
@@ -286,11 +300,19 @@ async fn run_target(
     emitter.emit(LaunchEvent::Exited { id, pod, status });
 }
 
+/// How long a target's launch took, step by step.
+struct Took {
+    /// Connecting and authenticating (retries included).
+    connect: Duration,
+    /// From sending the request to the agent's `started`.
+    start: Duration,
+}
+
 async fn launch_one(
     target: &LaunchTarget,
     request: &LaunchRequest,
     opts: &LaunchOptions,
-) -> Result<(FramedConn<TcpStream>, Session, u32), AgentError> {
+) -> Result<(FramedConn<TcpStream>, Session, u32, Took), AgentError> {
     let not_sent = |source: NotSent| AgentError::NotSent {
         pod: target.pod.clone(),
         source,
@@ -301,7 +323,9 @@ async fn launch_one(
     if let Some(uri) = &dvm_uri {
         protocol::validate_dvm_uri(uri).map_err(|e| not_sent(e.into()))?;
     }
+    let t0 = Instant::now();
     let (mut conn, mut session) = connect_authenticated(target, opts).await?;
+    let connect = t0.elapsed();
 
     let who = agent_name(target);
     let launch = Request::Launch {
@@ -310,12 +334,16 @@ async fn launch_one(
         dvm_uri,
     };
     let (what, timeout) = ("the launch request", opts.request_timeout);
+    let t1 = Instant::now();
     send_request(&mut conn, &mut session, &launch, what, &who, timeout).await?;
     // One bound for the answer, however many unrelated replies come first.
     let deadline = Instant::now() + timeout;
     loop {
         match recv_reply(&mut conn, &mut session, what, &who, deadline, timeout).await? {
-            Reply::Started { pid } => return Ok((conn, session, pid)),
+            Reply::Started { pid } => {
+                let start = t1.elapsed();
+                return Ok((conn, session, pid, Took { connect, start }));
+            }
             Reply::Failed { reason } => return Err(AgentError::NotStarted { who, reason }),
             Reply::Error { reason } => return Err(AgentError::Reported { who, reason }),
             // Not an answer to `launch`; keep waiting.

@@ -26,6 +26,7 @@ mod controller;
 mod grow;
 mod grow_report;
 mod host;
+mod launch_round;
 mod phases;
 mod plot;
 mod report;

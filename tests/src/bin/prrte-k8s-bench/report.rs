@@ -30,6 +30,17 @@ pub fn json_report(rows: &[Row], runs: usize) -> serde_json::Value {
                             "first_to_last_prted": stats(&get(|s| s.phases.spread)),
                             "last_prted_to_ready": stats(&get(|s| s.phases.wire_up)),
                         },
+                        "launcher_round_s": if *v == Variant::Agent {
+                            serde_json::json!({
+                                "all_started": stats(&get(|s| s.launch.total)),
+                                "connect_handshake_median": stats(&get(|s| s.launch.connect_median)),
+                                "connect_handshake_max": stats(&get(|s| s.launch.connect_max)),
+                                "request_to_started_median": stats(&get(|s| s.launch.start_median)),
+                                "request_to_started_max": stats(&get(|s| s.launch.start_max)),
+                            })
+                        } else {
+                            serde_json::Value::Null
+                        },
                         "launcher_cpu_per_daemon_ms": stats(&per),
                         "agents_idle_cpu_ms_per_s": stats(&get(|s| s.agents_idle)),
                     }),

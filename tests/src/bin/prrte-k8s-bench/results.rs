@@ -1,6 +1,7 @@
 //! What the benchmark measures: the launch methods, one DVM start's figures, the peak memory
 //! of the pods' processes, and one pod count's results.
 
+use crate::launch_round::LaunchRound;
 use crate::phases::Phases;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +46,8 @@ pub struct Sample {
     pub job_many: f64,
     /// Where the DVM-ready time went.
     pub phases: Phases,
+    /// The launcher's own account of its round (plm k8s only).
+    pub launch: LaunchRound,
     /// user+system CPU seconds of prte and everything it started (prteds excluded) at "DVM
     /// ready".
     pub cpu: f64,

@@ -108,7 +108,13 @@ impl Methods<'_> {
     /// prte's options for `variant`.
     fn prte_args(&self, variant: Variant) -> Result<Vec<String>> {
         Ok(match variant {
-            Variant::Agent => sandbox::mpijob::K8S.iter().map(|s| s.to_string()).collect(),
+            // The launcher's summary of its round (crate::launch_round) is printed on
+            // plm_base_verbose 2, with a line per pod.
+            Variant::Agent => sandbox::mpijob::K8S
+                .iter()
+                .chain(&["--prtemca", "plm_base_verbose", "2"])
+                .map(|s| s.to_string())
+                .collect(),
             Variant::Ssh => self.ssh.prte_args(Spawn::Tree),
             Variant::SshNoTree => self.ssh.prte_args(Spawn::NoTree),
             Variant::LowerBound => {
@@ -166,6 +172,16 @@ impl Methods<'_> {
                 .with_context(|| format!("{tag}: ssh sessions left"))?;
         }
         sample.ready = cycle.ready.as_secs_f64();
+        if variant == Variant::Agent {
+            let out = ["out", "err"]
+                .map(|ext| {
+                    std::fs::read_to_string(job.dir.path().join(format!("{tag}.{ext}")))
+                        .unwrap_or_default()
+                })
+                .concat();
+            sample.launch = crate::launch_round::first_round(&out)
+                .with_context(|| format!("{tag}: no launch round in prte's output:\n{out}"))?;
+        }
         if let Some(s) = starts {
             sample.phases = s.phases(sample.ready);
         }

@@ -12,6 +12,7 @@ pub fn print_tables(rows: &[Row], runs: usize) {
     print_setting(rows);
     print_ready(rows, &variants, runs);
     print_phases(rows, &variants);
+    print_launcher(rows);
     print_per_run(rows, &variants);
     if variants.contains(&Variant::Ssh) {
         print_rss(rows);
@@ -159,6 +160,39 @@ fn print_phases(rows: &[Row], variants: &[Variant]) {
             );
         }
         println!("{line}");
+    }
+}
+
+/// The agents' fan-out as the launcher saw it (plm k8s's summary of its round).
+fn print_launcher(rows: &[Row]) {
+    println!();
+    println!("The launcher's round (agent method) [{PROFILE}]: until every prted started, and per pod the connection with its handshake and the launch request until the agent's `started` (prted exec'd); seconds, medians over runs of the round's median / max over pods");
+    let head = format!(
+        "{:>5} | {:>11} | {:>21} | {:>21}",
+        "pods", "all started", "connect+handshake", "request -> started"
+    );
+    println!("{head}");
+    println!("{}", "-".repeat(head.len()));
+    for row in rows {
+        let Some((_, t)) = row.times.iter().find(|(v, _)| *v == Variant::Agent) else {
+            continue;
+        };
+        let m = |f: fn(&Sample) -> f64| median(&t.iter().map(f).collect::<Vec<_>>());
+        println!(
+            "{:>5} | {:>11.3} | {:>21} | {:>21}",
+            row.pods,
+            m(|s| s.launch.total),
+            format!(
+                "{:.3} / {:.3}",
+                m(|s| s.launch.connect_median),
+                m(|s| s.launch.connect_max)
+            ),
+            format!(
+                "{:.3} / {:.3}",
+                m(|s| s.launch.start_median),
+                m(|s| s.launch.start_max)
+            ),
+        );
     }
 }
 
