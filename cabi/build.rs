@@ -115,6 +115,7 @@ fn main() {
         .allowlist_function("prte_job_state_to_str|prte_proc_state_to_str")
         .allowlist_var("prte_managed_allocation|prte_do_not_resolve|prte_plm_globals|prte_state|prte_process_info")
         .allowlist_var("prte_exit_status|prte_plm|prte_num_allocated_nodes|prte_node_pool")
+        .allowlist_var("prte_prteds_term_ordered|PRTE_JOB_FLAG_ABORTED")
         .allowlist_var("PRTE_(SUCCESS|ERROR|ERR_[A-Z_]+)|PMIX_SUCCESS")
         .allowlist_var("PRTE_(JOB|PROC|NODE)_STATE_[A-Z_]+|PRTE_NODE_FLAG_[A-Z_]+|PRTE_PROC_MASTER|PRTE_JOB_DO_NOT_LAUNCH")
         .allowlist_var("PRTE_(MAJOR|MINOR|RELEASE)_VERSION|PMIX_MCA_BASE_VERSION_MAJOR|PMIX_MCA_BASE_VERSION_MINOR|PMIX_MCA_BASE_VERSION_RELEASE")

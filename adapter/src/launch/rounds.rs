@@ -185,6 +185,8 @@ pub struct Rounds {
     preempt_signal: Option<i32>,
     /// The ranks were told of a preemption (they are told once per DVM).
     preempted: bool,
+    /// PRRTE ordered its daemons to exit with no daemon lost before (`pterm`, the DVM's end).
+    halt: bool,
 }
 
 impl Default for Rounds {
@@ -201,6 +203,7 @@ impl Rounds {
             phase: Phase::Running,
             preempt_signal: None,
             preempted: false,
+            halt: false,
         }
     }
 
@@ -314,6 +317,22 @@ impl Rounds {
             return self.on_preempt(id, pod, seconds);
         }
         let shutting_down = self.phase >= Phase::ShuttingDown;
+        if let (
+            true,
+            LaunchEvent::Exited {
+                id,
+                pod,
+                status: ExitDesc::Code(1),
+            },
+        ) = (self.halt, &event)
+        {
+            // What a prted below another prted in PRRTE's routing tree does when its parent
+            // relayed the order to exit and ended first: "lifeline lost", exit code 1.
+            return vec![verbose(
+                2,
+                format!("plm:k8s: daemon {id} in pod {pod} exited with code 1 as the DVM halted (its parent in PRRTE's routing tree ended first)"),
+            )];
+        }
         match self.rounds.get_mut(&generation) {
             Some(round) => round.on_event(event, states, shutting_down),
             None => Vec::new(),
@@ -352,6 +371,20 @@ impl Rounds {
                 signal: self.preempt_signal,
             },
         ]
+    }
+
+    /// What PRRTE's state says before an event is handled: whether it ordered its daemons to
+    /// exit (`pterm`'s halt, which does not go through the PLM, or the DVM's end), and whether
+    /// its daemon job was aborted (a daemon was lost first). An order with no loss before it
+    /// is a halt: a prted below another prted in PRRTE's routing tree (beyond the radix's
+    /// first level, 64 by default) then exits with code 1 when its parent relayed the order
+    /// and ended first ("lifeline lost"), which is expected. After a loss, every end is
+    /// reported as before.
+    pub fn prrte_state(&mut self, exit_ordered: bool, aborted: bool) {
+        if exit_ordered && !aborted {
+            self.halt = true;
+            self.advance(Phase::ShuttingDown);
+        }
     }
 
     /// PRRTE ordered the daemons to exit.

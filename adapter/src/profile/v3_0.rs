@@ -50,6 +50,8 @@ const PARAMS: &[Param] = &[
     p("oob_tcp_dynamic_ipv4_ports", Prte, Shape::Ports, Both),
     p("odls_base_max_threads", Prte, Shape::Uint, Both),
     p("odls_base_num_threads", Prte, Shape::Uint, Both),
+    // The routing tree's fan-out: prte and every prted must agree on it.
+    p("rml_base_radix", Prte, Shape::Uint, Both),
     p("hwloc_default_binding_policy", Prte, Shape::Policy, Both),
     p("rmaps_default_mapping_policy", Prte, Shape::Policy, Both),
     p("rmaps_default_ranking_policy", Prte, Shape::Policy, Both),

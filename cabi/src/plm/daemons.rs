@@ -207,6 +207,13 @@ impl Procs {
     }
 }
 
+impl Procs {
+    /// The daemon job.
+    pub fn dvm(&self) -> JobRef {
+        self.dvm
+    }
+}
+
 impl DaemonStates for Procs {
     fn state(&self, vpid: u32) -> Option<DaemonState> {
         // SAFETY: a live proc object of the daemon job, main thread.

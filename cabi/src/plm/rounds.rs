@@ -337,7 +337,19 @@ fn decide(f: impl FnOnce(&mut Rounds, &Procs) -> Vec<Action>) {
 }
 
 fn on_event(generation: u64, event: LaunchEvent) {
-    decide(|rounds, procs| rounds.on_event(generation, event, procs));
+    decide(|rounds, procs| {
+        // `pterm` halts the DVM without calling the PLM's terminate_orteds: PRRTE's own flag
+        // tells that it ordered its daemons to exit (HALT_VM, EXIT, prted_exit).
+        // SAFETY: PRRTE globals and the live daemon job, read on the main thread.
+        let (ordered, aborted) = unsafe {
+            (
+                ffi::prte_prteds_term_ordered,
+                (*procs.dvm().as_ptr()).flags & ffi::PRTE_JOB_FLAG_ABORTED as u16 != 0,
+            )
+        };
+        rounds.prrte_state(ordered, aborted);
+        rounds.on_event(generation, event, procs)
+    });
 }
 
 fn on_timeout(generation: u64) {

@@ -457,6 +457,52 @@ fn shutting_down_reports_only_abnormal_ends() {
     );
 }
 
+/// `pterm` halts a DVM of more than 64 daemons: those below another daemon in PRRTE's routing
+/// tree exit with code 1 when their parent relayed the halt and ended first. That is not a
+/// failure; other ends still are, and after a loss nothing is taken for a halt.
+#[test]
+fn a_halt_with_no_loss_before_it_takes_exit_code_1_as_expected() {
+    let (mut rounds, prrte) = (Rounds::new(), Prrte::default());
+    let g = begin(&mut rounds, &[1, 2, 3, 4]);
+    for id in [1, 2, 3, 4] {
+        prrte.set(id, DaemonState::Running);
+    }
+    // Not ordered yet: nothing changes.
+    rounds.prrte_state(false, false);
+    assert_eq!(rounds.phase(), Phase::Running);
+    rounds.prrte_state(true, false);
+    assert_eq!(rounds.phase(), Phase::ShuttingDown);
+    let got = rounds.on_event(g, exited(1, ExitDesc::Code(1)), &prrte);
+    assert!(errors(&got).is_empty(), "{got:?}");
+    assert!(
+        !got.iter().any(|a| matches!(a, Action::SetExitStatus(_))),
+        "{got:?}"
+    );
+    assert!(
+        format!("{got:?}").contains("exited with code 1 as the DVM halted"),
+        "{got:?}"
+    );
+    assert!(rounds
+        .on_event(g, exited(2, ExitDesc::Code(0)), &prrte)
+        .is_empty());
+    // A signal or another code is still abnormal.
+    let got = rounds.on_event(g, exited(3, ExitDesc::Signal(9)), &prrte);
+    assert_eq!(effects(&got)[0], Action::SetExitStatus(1), "{got:?}");
+    let got = rounds.on_event(g, exited(4, ExitDesc::Code(3)), &prrte);
+    assert!(errors(&got)[0].1.contains("exit code 3"), "{got:?}");
+
+    // Ordered after a daemon was lost (the job aborted): exit code 1 is reported as before.
+    let (mut rounds, prrte) = (Rounds::new(), Prrte::default());
+    let g = begin(&mut rounds, &[1, 2]);
+    for id in [1, 2] {
+        prrte.set(id, DaemonState::Running);
+    }
+    rounds.prrte_state(true, true);
+    let got = rounds.on_event(g, exited(1, ExitDesc::Code(1)), &prrte);
+    assert_eq!(effects(&got), vec![Action::SetExitStatus(1)], "{got:?}");
+    assert!(errors(&got)[0].1.contains("exit code 1"), "{got:?}");
+}
+
 #[test]
 fn after_the_final_sweep_our_own_stops_are_not_reported() {
     let (mut rounds, prrte) = (Rounds::new(), Prrte::default());
