@@ -202,6 +202,15 @@ impl SshBaseline {
             "prte_launch_agent".into(),
             prted.to_string_lossy().into_owned(),
         ]);
+        // Each launch's ssh client (nsenter for the lower bound) stays until its prted ends
+        // (prted's parent waits for a "DVM ready" that only prte writes), and PRRTE's ssh
+        // launcher runs at most plm_ssh_num_concurrent (128) of them at once: with more daemons
+        // than that the DVM never becomes ready. Raised past the sandbox's pod limit.
+        a.extend([
+            "--prtemca".into(),
+            "plm_ssh_num_concurrent".into(),
+            "1024".into(),
+        ]);
         if spawn == Spawn::NoTree {
             a.extend([
                 "--prtemca".into(),

@@ -76,6 +76,14 @@ struct Args {
     /// Seconds one DVM may take to become ready.
     #[arg(long, default_value_t = 120)]
     timeout: u64,
+    /// A PRRTE parameter for every method's prte, NAME=VALUE (repeatable), passed as
+    /// `--prtemca NAME VALUE`: e.g. `rml_base_radix=256` for a flat routing tree.
+    #[arg(long = "prtemca", value_name = "NAME=VALUE", value_parser = mca_setting)]
+    prtemca: Vec<(String, String)>,
+    /// Leave out the agents (plm k8s): to look at the other methods alone; no ratio to the
+    /// agents is printed then.
+    #[arg(long)]
+    no_agent: bool,
     /// Leave out the lower bound (plm ssh with a namespace-exec agent).
     #[arg(long)]
     no_lower_bound: bool,
@@ -165,6 +173,7 @@ async fn main() {
             eprintln!("prrte-k8s-bench: interrupted; tearing down the pods (bounded waits)");
         }
     });
+    run::set_prte_settings(&args.prtemca);
     if args.controller_only {
         return controller_main(&args).await;
     }
@@ -273,10 +282,20 @@ fn ready_to_run(args: &mut Args) -> Result<()> {
     harness::require_prrte()
 }
 
-/// The methods to measure: the agents, and ssh (tree), ssh (no tree) and the lower bound
-/// unless left out.
+fn mca_setting(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((n, v)) if !n.is_empty() && !v.is_empty() => Ok((n.to_string(), v.to_string())),
+        _ => Err(format!("{s:?} is not NAME=VALUE")),
+    }
+}
+
+/// The methods to measure: the agents, ssh (tree), ssh (no tree) and the lower bound, unless
+/// left out.
 fn variants(args: &Args) -> Vec<Variant> {
-    let mut variants = vec![Variant::Agent];
+    let mut variants = Vec::new();
+    if !args.no_agent {
+        variants.push(Variant::Agent);
+    }
     if !args.no_ssh {
         variants.push(Variant::Ssh);
     }

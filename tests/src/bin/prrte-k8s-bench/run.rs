@@ -105,8 +105,16 @@ struct Methods<'a> {
 }
 
 impl Methods<'_> {
-    /// prte's options for `variant`.
+    /// prte's options for `variant`, with the settings given for every method.
     fn prte_args(&self, variant: Variant) -> Result<Vec<String>> {
+        let mut args = self.method_args(variant)?;
+        for (name, value) in PRTE_SETTINGS.get().into_iter().flatten() {
+            args.extend(["--prtemca".into(), name.clone(), value.clone()]);
+        }
+        Ok(args)
+    }
+
+    fn method_args(&self, variant: Variant) -> Result<Vec<String>> {
         Ok(match variant {
             // The launcher's summary of its round (crate::launch_round) is printed on
             // plm_base_verbose 2, with a line per pod.
@@ -343,6 +351,14 @@ fn true_job(job: &Job, uri: &Path, tag: &str, per_pod: usize) -> Result<f64> {
 
 /// Every method on `n` pods: the pods (agent and sshd in each), a warm-up, then `runs` timed
 /// rounds; `ranks` ranks per pod in the second `true` job.
+/// PRRTE parameters every method's prte gets (`--prtemca NAME=VALUE`).
+static PRTE_SETTINGS: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+
+/// Sets the PRRTE parameters every method's prte gets; once, before anything runs.
+pub fn set_prte_settings(settings: &[(String, String)]) {
+    let _ = PRTE_SETTINGS.set(settings.to_vec());
+}
+
 pub async fn bench_pods(
     n: usize,
     runs: usize,
