@@ -244,6 +244,82 @@ async fn persistent_dvm_runs_several_jobs_then_pterm() {
     job.wait_no_prteds(Duration::from_secs(10)).unwrap();
 }
 
+/// A DVM deeper than PRRTE's routing radix (radix 2 over 5 daemons: daemons 3 to 5 sit below
+/// daemons 1 and 2, as daemons 65 and up do below others at the default radix 64): the radix
+/// reaches every prted, jobs run through the tree, and `pterm` ends it cleanly although the
+/// prteds below another prted exit with code 1 when their parent relays the halt and ends
+/// first ("lifeline lost"), which is what PRRTE's halt does, not a failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dvm_deeper_than_its_routing_radix_runs_jobs_and_halts_cleanly() {
+    let mut spec = JobSpec::new("deep", 6);
+    spec.cpus = vec!["2"; 6];
+    let job = Job::start(spec).await.unwrap();
+    let uri = job.dir.path().join("dvm.uri");
+    let mut prte = job
+        .start_prte(
+            &[
+                "--prtemca",
+                "rml_base_radix",
+                "2",
+                "--report-uri",
+                uri.to_str().unwrap(),
+            ],
+            Duration::from_secs(60),
+        )
+        .unwrap();
+    // The radix is on the prteds' command lines: prte and its daemons agree on the tree.
+    for i in 1..6 {
+        let prteds = job.pids_in_pod(i, "prted").unwrap();
+        let [p] = prteds[..] else {
+            panic!("pod {i}: prteds {prteds:?}");
+        };
+        let argv = std::fs::read(format!("/proc/{p}/cmdline")).unwrap();
+        let argv: Vec<&[u8]> = argv.split(|&b| b == 0).collect();
+        assert!(
+            argv.windows(2)
+                .any(|w| w[0] == b"rml_base_radix" && w[1] == b"2"),
+            "pod {i}'s prted: {:?}",
+            String::from_utf8_lossy(&argv.join(&b' '))
+        );
+    }
+    let dvm = format!("file:{}", uri.display());
+    for round in 0..2 {
+        let out = job
+            .run_in_pod(
+                0,
+                "prun",
+                &[
+                    "--allow-run-as-root",
+                    "--dvm-uri",
+                    &dvm,
+                    "-n",
+                    "12",
+                    "hostname",
+                ],
+                Duration::from_secs(60),
+            )
+            .unwrap();
+        let t = text(&out);
+        assert!(out.status.success(), "prun round {round}: {t}");
+        let hosts: BTreeSet<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+        assert_eq!(hosts.len(), 6, "round {round}: every pod runs ranks: {t}");
+    }
+    let out = job
+        .run_in_pod(0, "pterm", &["--dvm-uri", &dvm], Duration::from_secs(60))
+        .unwrap();
+    assert!(out.status.success(), "pterm: {}", text(&out));
+    let st = prte.wait_timeout(Duration::from_secs(20)).unwrap();
+    let out = std::fs::read_to_string(job.dir.path().join("prte.out")).unwrap()
+        + &std::fs::read_to_string(job.dir.path().join("prte.err")).unwrap();
+    assert!(st.is_some(), "prte did not exit after pterm: {out}");
+    assert!(st.unwrap().success(), "prte's exit after pterm: {out}");
+    assert!(
+        !out.contains("daemon in pod"),
+        "a clean halt reports no failure: {out}"
+    );
+    job.wait_no_prteds(Duration::from_secs(10)).unwrap();
+}
+
 /// SIGKILL (the agents see their connections drop) or SIGTERM (prte finalizes) of prte: no
 /// prted is left in any pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
