@@ -211,6 +211,14 @@ impl SshBaseline {
             "plm_ssh_num_concurrent".into(),
             "1024".into(),
         ]);
+        // As plm k8s's prteds: processes started on the daemons' main threads (PRRTE 3.0's
+        // launch threads can lose a short job's end: docs/prrte-short-job-hang.md). ras k8s
+        // sets it inside prte, which PRRTE's ssh launcher does not pass on.
+        a.extend([
+            "--prtemca".into(),
+            "odls_base_max_threads".into(),
+            "0".into(),
+        ]);
         if spawn == Spawn::NoTree {
             a.extend([
                 "--prtemca".into(),
