@@ -53,7 +53,6 @@ pub use error::PrtedArgsError;
 pub(crate) use error::{AgentError, NotSent};
 pub use event::{ExitDesc, LaunchEvent};
 pub use request::{LaunchOptions, LaunchRequest, LaunchTarget};
-pub use timing::{RoundSummary, Spread};
 pub use watch::{own_pod_target, Watcher};
 
 type Sink = Box<dyn Fn(LaunchEvent) + Send + Sync>;
@@ -254,9 +253,9 @@ async fn run_target(
         }
     };
     let (mut conn, mut session, pid) = match launched {
-        Ok(x) => {
-            summed_up(times.started(x.3.connect, x.3.start));
-            (x.0, x.1, x.2)
+        Ok((conn, session, pid, took)) => {
+            summed_up(times.started(took.connect, took.start));
+            (conn, session, pid)
         }
         Err(reason) => {
             tracing::warn!(vpid = id, "{reason}");

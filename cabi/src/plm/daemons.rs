@@ -205,9 +205,7 @@ impl Procs {
             states: &version_guard::components().proc_states,
         }
     }
-}
 
-impl Procs {
     /// The daemon job.
     pub fn dvm(&self) -> JobRef {
         self.dvm

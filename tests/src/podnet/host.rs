@@ -113,33 +113,8 @@ pub(super) fn require_root() -> Result<()> {
     Ok(())
 }
 
-/// Exclusive lock shared by every process that creates networks or network namespaces.
-pub(super) fn host_lock() -> Result<Flock<File>> {
-    fs::create_dir_all(STATE_DIR).with_context(|| format!("creating {STATE_DIR}"))?;
-    let path = Path::new(STATE_DIR).join("net.lock");
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    Flock::lock(file, FlockArg::LockExclusive)
-        .map_err(|(_, e)| anyhow!("locking {}: {e}", path.display()))
-}
-
-/// Where a network's owner lock lives: `/run/prrte-k8s-sandbox/nets/<prefix>.lock`.
-pub(super) fn owner_lock_path(prefix: &str) -> PathBuf {
-    Path::new(STATE_DIR)
-        .join("nets")
-        .join(format!("{prefix}.lock"))
-}
-
-/// Takes the owner lock of the network named `prefix` (without waiting). The process holding
-/// it owns everything named with the prefix; the kernel releases it when that process ends,
-/// however it ends, which is how [`super::cleanup_dead_networks`] tells a live network from
-/// what a killed one left. The file is opened close-on-exec: pods do not inherit it.
-pub(super) fn take_owner_lock(prefix: &str) -> Result<Flock<File>> {
-    let path = owner_lock_path(prefix);
+/// Locks the file at `path` (created with its directory if missing; close-on-exec) as `how`.
+fn lock_file(path: &Path, how: FlockArg) -> Result<Flock<File>> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -147,10 +122,35 @@ pub(super) fn take_owner_lock(prefix: &str) -> Result<Flock<File>> {
         .create(true)
         .truncate(false)
         .write(true)
-        .open(&path)
+        .open(path)
         .with_context(|| format!("opening {}", path.display()))?;
-    Flock::lock(file, FlockArg::LockExclusiveNonblock)
-        .map_err(|(_, e)| anyhow!("locking {}: {e}", path.display()))
+    Flock::lock(file, how).map_err(|(_, e)| anyhow!("locking {}: {e}", path.display()))
+}
+
+/// Exclusive lock shared by every process that creates networks or network namespaces.
+pub(super) fn host_lock() -> Result<Flock<File>> {
+    lock_file(
+        &Path::new(STATE_DIR).join("net.lock"),
+        FlockArg::LockExclusive,
+    )
+}
+
+/// Where the networks' owner locks live: `/run/prrte-k8s-sandbox/nets`.
+pub(super) fn owner_lock_dir() -> PathBuf {
+    Path::new(STATE_DIR).join("nets")
+}
+
+/// Where a network's owner lock lives: `/run/prrte-k8s-sandbox/nets/<prefix>.lock`.
+pub(super) fn owner_lock_path(prefix: &str) -> PathBuf {
+    owner_lock_dir().join(format!("{prefix}.lock"))
+}
+
+/// Takes the owner lock of the network named `prefix` (without waiting). The process holding
+/// it owns everything named with the prefix; the kernel releases it when that process ends,
+/// however it ends, which is how [`super::cleanup_dead_networks`] tells a live network from
+/// what a killed one left. The file is opened close-on-exec: pods do not inherit it.
+pub(super) fn take_owner_lock(prefix: &str) -> Result<Flock<File>> {
+    lock_file(&owner_lock_path(prefix), FlockArg::LockExclusiveNonblock)
 }
 
 /// Whether a live process holds the owner lock of the network named `prefix`. A network with

@@ -2,8 +2,8 @@
 //! containers, nftables tables), and removing it.
 
 use super::host::{
-    delete_link, delete_netns, host_lock, list_dir_names, owner_alive, owner_lock_path,
-    pods_state_dir, require_root, unmount_below,
+    delete_link, delete_netns, host_lock, list_dir_names, owner_alive, owner_lock_dir,
+    owner_lock_path, pods_state_dir, require_root, unmount_below,
 };
 use super::names::NAME_PREFIX;
 use super::procfs::{all_pids, cmdline, comm, describe_process, ns_id};
@@ -181,15 +181,11 @@ pub fn cleanup_leftovers(prefix: &str) -> Result<Leftovers> {
 /// The network prefixes (`pk8s` and 6 hex digits) that names on the host carry: namespaces,
 /// links, pod state directories, nftables tables and owner locks.
 fn network_prefixes() -> Vec<String> {
-    let lock_dir = owner_lock_path("x");
-    let lock_dir = lock_dir.parent().map(|d| d.to_string_lossy().into_owned());
     let mut names: Vec<String> = list_dir_names("/run/netns");
     names.extend(list_dir_names("/sys/class/net"));
     names.extend(list_dir_names(&pods_state_dir().to_string_lossy()));
     names.extend(crate::netpol::tables(NAME_PREFIX));
-    if let Some(d) = lock_dir {
-        names.extend(list_dir_names(&d));
-    }
+    names.extend(list_dir_names(&owner_lock_dir().to_string_lossy()));
     let mut prefixes: Vec<String> = names
         .iter()
         .filter_map(|n| network_prefix_of(n))

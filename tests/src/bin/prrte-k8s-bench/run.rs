@@ -349,8 +349,6 @@ fn true_job(job: &Job, uri: &Path, tag: &str, per_pod: usize) -> Result<f64> {
     Ok(took)
 }
 
-/// Every method on `n` pods: the pods (agent and sshd in each), a warm-up, then `runs` timed
-/// rounds; `ranks` ranks per pod in the second `true` job.
 /// PRRTE parameters every method's prte gets (`--prtemca NAME=VALUE`).
 static PRTE_SETTINGS: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
 
@@ -359,6 +357,8 @@ pub fn set_prte_settings(settings: &[(String, String)]) {
     let _ = PRTE_SETTINGS.set(settings.to_vec());
 }
 
+/// Every method on `n` pods: the pods (agent and sshd in each), a warm-up, then `runs` timed
+/// rounds; `ranks` ranks per pod in the second `true` job.
 pub async fn bench_pods(
     n: usize,
     runs: usize,
