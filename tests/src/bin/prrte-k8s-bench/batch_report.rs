@@ -61,7 +61,7 @@ pub fn print_batch(rows: &[BatchRow], runs: usize) {
     println!();
     println!("Batch Job end to end [{PROFILE} build of the images' agent and components]: `prrte-k8s manifest --pods N -- mpirun -n N true`");
     println!("applied until the Job is Complete; seconds, median of {runs} runs [min-max]. \"in DVM\": `prrte-k8s prun -n N true` into a running");
-    println!("DVM of N pods; overhead: apply -> Complete minus pods Ready minus in DVM (goal <= {GOAL_OVERHEAD} s at 16 and 32 pods)");
+    println!("DVM of N pods; overhead: apply -> Complete minus pods Ready minus in DVM (goal <= {GOAL_OVERHEAD} s, up to 64 pods)");
     let mut head = format!("{:>5} | {:>5}", "pods", "load");
     for (name, ..) in PHASES {
         head += &format!(" | {name:<19}");
