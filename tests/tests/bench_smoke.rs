@@ -200,9 +200,16 @@ fn bench_binary_writes_json_and_plot_of_its_profile() {
         med("total_s") > med("pods_ready_s") + med("command_s"),
         "{batch}"
     );
-    for k in ["ready_to_command_s", "ended_to_complete_s", "overhead_s"] {
+    for k in [
+        "ready_to_command_s",
+        "ended_to_workers_done_s",
+        "workers_done_to_complete_s",
+        "overhead_s",
+    ] {
         assert!(med(k).is_finite(), "{k}: {batch}");
     }
+    // The launcher waited for its worker's pod to be finished before it exited.
+    assert!(med("ended_to_workers_done_s") > 0.0, "{batch}");
     let batch_png = dir.path().join("b-batch.png");
     assert!(
         is_png(&batch_png),

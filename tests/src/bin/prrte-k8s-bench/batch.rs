@@ -29,6 +29,8 @@ const POLL: Duration = Duration::from_millis(5);
 /// The launcher's log lines that open and close the command's run.
 const STARTED: &str = "batch launcher: running the job's command";
 const ENDED: &str = "batch launcher: the job's command ended";
+/// The launcher's log line once the API shows every worker's pod finished (it then exits).
+const WORKERS_DONE: &str = "batch launcher: every worker pod is finished";
 
 /// Where the seconds of one batch Job went, from `kubectl apply` on.
 #[derive(Clone, Copy, Debug, Default)]
@@ -39,7 +41,11 @@ pub struct BatchSample {
     pub to_command: f64,
     /// The command's run in the launcher (`mpirun`: DVM start, the ranks, the DVM's end).
     pub command: f64,
-    /// The command ended until the Job is Complete.
+    /// The command ended until the launcher sees every worker's pod finished in the API (the
+    /// workers' agents exit, their kubelet reports it); 0 without that log line.
+    pub to_workers_done: f64,
+    /// Then until the Job is Complete (the launcher exits, its pod succeeds, the Job
+    /// controller marks the Job).
     pub to_complete: f64,
     /// Apply until Complete.
     pub total: f64,
@@ -176,12 +182,15 @@ fn one_job(cluster: &Cluster, name: &str, pods: usize, limit: Duration) -> Resul
     let (Some(started), Some(ended)) = (logged_at(&log, STARTED), logged_at(&log, ENDED)) else {
         bail!("the launcher's log of Job {name} lacks {STARTED:?} or {ENDED:?}:\n{log}");
     };
+    // Without workers (or when they were not seen finished) the launcher exits at once.
+    let workers_done = logged_at(&log, WORKERS_DONE).unwrap_or(ended);
     let complete = complete.0;
     Ok(BatchSample {
         pods_ready: secs(applied, ready),
         to_command: secs(ready, started),
         command: secs(started, ended),
-        to_complete: secs(ended, complete),
+        to_workers_done: secs(ended, workers_done),
+        to_complete: secs(workers_done, complete),
         total: secs(applied, complete),
     })
 }

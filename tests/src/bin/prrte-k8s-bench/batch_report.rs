@@ -21,7 +21,7 @@ type Phase = (
     &'static str,
     RGBColor,
 );
-const PHASES: [Phase; 4] = [
+const PHASES: [Phase; 5] = [
     (
         "pods Ready",
         |s| s.pods_ready,
@@ -36,10 +36,16 @@ const PHASES: [Phase; 4] = [
     ),
     ("command", |s| s.command, "command_s", RGBColor(30, 90, 210)),
     (
-        "ended -> Complete",
-        |s| s.to_complete,
-        "ended_to_complete_s",
+        "-> workers done",
+        |s| s.to_workers_done,
+        "ended_to_workers_done_s",
         RGBColor(150, 60, 170),
+    ),
+    (
+        "-> Complete",
+        |s| s.to_complete,
+        "workers_done_to_complete_s",
+        RGBColor(210, 60, 120),
     ),
 ];
 const IN_DVM: RGBColor = RGBColor(30, 150, 60);
