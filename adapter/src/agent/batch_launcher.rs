@@ -221,7 +221,7 @@ pub(crate) async fn wait_pods_finished(
 ) -> Result<Vec<String>, PeersError> {
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::Pod;
-    use kube::runtime::watcher::{self, watcher, Event};
+    use kube::runtime::watcher::{watcher, Event};
     use kube::runtime::WatchStreamExt;
     use kube::Api;
     let mut left = Unfinished::new(pods);
@@ -236,11 +236,7 @@ pub(crate) async fn wait_pods_finished(
     .await
     .map_err(|_| PeersError::NoClient(limit))??;
     let pods_api: Api<Pod> = Api::namespaced(api.client, namespace);
-    // The server ends each watch call after this long; the watcher then resumes it.
-    let secs = u32::try_from(limit.as_secs().saturating_add(1))
-        .unwrap_or(u32::MAX)
-        .clamp(1, 290);
-    let config = watcher::Config::default().labels(selector).timeout(secs);
+    let config = crate::discovery::wait::watch_config(selector, limit);
     let events = watcher(pods_api, config).default_backoff();
     let mut events = std::pin::pin!(events);
     let finished = |p: &Pod| {

@@ -32,6 +32,15 @@ use super::tracker::PodTracker;
 /// How many not-ready pods a [`Progress::Ready`] report names (the count says how many more).
 pub const WAITING_FOR_SHOWN: usize = 16;
 
+/// A watch of the pods `selector` selects for a wait of at most `remaining`: the server ends
+/// each watch call after about that long (1 to 290 s), and the watcher then resumes it.
+pub fn watch_config(selector: &str, remaining: std::time::Duration) -> watcher::Config {
+    let secs = u32::try_from(remaining.as_secs().saturating_add(1))
+        .unwrap_or(u32::MAX)
+        .clamp(1, 290);
+    watcher::Config::default().labels(selector).timeout(secs)
+}
+
 fn name(p: &PodRecord) -> String {
     p.metadata.name.clone().unwrap_or_default()
 }
@@ -194,14 +203,8 @@ impl Waiter<'_> {
         }
         let deadline = self.ctx.deadline;
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-        // The server ends each watch call after this long; the watcher then resumes it.
-        let secs = u32::try_from(remaining.as_secs().saturating_add(1))
-            .unwrap_or(u32::MAX)
-            .clamp(1, 290);
         let api: Api<Pod> = Api::namespaced(self.ctx.api.client.clone(), self.namespace);
-        let config = watcher::Config::default()
-            .labels(self.selector)
-            .timeout(secs);
+        let config = watch_config(self.selector, remaining);
         let (store, writer) = reflector::store();
         let events = reflector(writer, watcher(api, config)).default_backoff();
         let mut events = std::pin::pin!(events);
