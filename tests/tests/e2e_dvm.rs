@@ -207,41 +207,14 @@ async fn persistent_dvm_runs_several_jobs_then_pterm() {
     }
     let dvm = format!("file:{}", uri.display());
     for round in 0..3 {
-        let out = job
-            .run_in_pod(
-                0,
-                "prun",
-                &[
-                    "--allow-run-as-root",
-                    "--dvm-uri",
-                    &dvm,
-                    "-n",
-                    "8",
-                    prog.to_str().unwrap(),
-                ],
-                Duration::from_secs(60),
-            )
-            .unwrap();
+        let out = prun(&job, &dvm, 8, prog.to_str().unwrap());
         let t = text(&out);
         assert!(out.status.success(), "prun round {round}: {t}");
         let lines = allreduce_lines(&String::from_utf8_lossy(&out.stdout));
         assert_eq!(lines.len(), 8, "round {round}: {t}");
         assert!(lines.iter().all(|l| l.3), "round {round}: {t}");
     }
-    let out = job
-        .run_in_pod(0, "pterm", &["--dvm-uri", &dvm], Duration::from_secs(60))
-        .unwrap();
-    assert!(out.status.success(), "pterm: {}", text(&out));
-    let st = prte.wait_timeout(Duration::from_secs(20)).unwrap();
-    assert!(st.is_some(), "prte did not exit after pterm");
-    assert!(st.unwrap().success(), "prte's exit after pterm");
-    let out = std::fs::read_to_string(job.dir.path().join("prte.out")).unwrap()
-        + &std::fs::read_to_string(job.dir.path().join("prte.err")).unwrap();
-    assert!(
-        !out.contains("daemon in pod"),
-        "a clean shutdown reports no failure: {out}"
-    );
-    job.wait_no_prteds(Duration::from_secs(10)).unwrap();
+    halt_cleanly(&job, &mut prte, &dvm);
 }
 
 /// A DVM deeper than PRRTE's routing radix (radix 2 over 5 daemons: daemons 3 to 5 sit below
@@ -284,33 +257,32 @@ async fn a_dvm_deeper_than_its_routing_radix_runs_jobs_and_halts_cleanly() {
     }
     let dvm = format!("file:{}", uri.display());
     for round in 0..2 {
-        let out = job
-            .run_in_pod(
-                0,
-                "prun",
-                &[
-                    "--allow-run-as-root",
-                    "--dvm-uri",
-                    &dvm,
-                    "-n",
-                    "12",
-                    "hostname",
-                ],
-                Duration::from_secs(60),
-            )
-            .unwrap();
+        let out = prun(&job, &dvm, 12, "hostname");
         let t = text(&out);
         assert!(out.status.success(), "prun round {round}: {t}");
         let hosts: BTreeSet<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
         assert_eq!(hosts.len(), 6, "round {round}: every pod runs ranks: {t}");
     }
+    halt_cleanly(&job, &mut prte, &dvm);
+}
+
+/// `prun -n N PROGRAM` from pod 0 into the DVM at `dvm` (bounded).
+fn prun(job: &Job, dvm: &str, n: usize, program: &str) -> std::process::Output {
+    let n = n.to_string();
+    let args = ["--allow-run-as-root", "--dvm-uri", dvm, "-n", &n, program];
+    job.run_in_pod(0, "prun", &args, Duration::from_secs(60))
+        .unwrap()
+}
+
+/// `pterm` from pod 0 ends the DVM at `dvm`: prte (started by [`Job::start_prte`]) exits with
+/// success, reports no lost daemon, and no prted is left in any pod.
+fn halt_cleanly(job: &Job, prte: &mut harness::Guarded, dvm: &str) {
     let out = job
-        .run_in_pod(0, "pterm", &["--dvm-uri", &dvm], Duration::from_secs(60))
+        .run_in_pod(0, "pterm", &["--dvm-uri", dvm], Duration::from_secs(60))
         .unwrap();
     assert!(out.status.success(), "pterm: {}", text(&out));
     let st = prte.wait_timeout(Duration::from_secs(20)).unwrap();
-    let out = std::fs::read_to_string(job.dir.path().join("prte.out")).unwrap()
-        + &std::fs::read_to_string(job.dir.path().join("prte.err")).unwrap();
+    let out = job.output_of("prte");
     assert!(st.is_some(), "prte did not exit after pterm: {out}");
     assert!(st.unwrap().success(), "prte's exit after pterm: {out}");
     assert!(

@@ -222,7 +222,7 @@ impl Job {
 
     /// What a process spawned by [`harness::Guarded::spawn`] into the job's directory as `tag`
     /// has printed so far (stdout, then stderr).
-    fn output_of(&self, tag: &str) -> String {
+    pub fn output_of(&self, tag: &str) -> String {
         let read = |ext: &str| {
             std::fs::read_to_string(self.dir.path().join(format!("{tag}.{ext}")))
                 .unwrap_or_default()
