@@ -78,9 +78,13 @@ say "building Open MPI (make -j$JOBS)"
 say "make + install took $(elapsed "$t")"
 
 # Check that what was built uses our PRRTE and PMIx.
-"$PREFIX/bin/ompi_info" --parsable 2>/dev/null | grep -q "^ompi:version:full:${OMPI_VERSION}$" \
+# (each output is read whole before it is searched: with pipefail, `cmd | grep -q` fails when grep
+# stops reading at its match and cmd still writes, which a loaded machine makes likely)
+info=$("$PREFIX/bin/ompi_info" --parsable 2>/dev/null) || info=""
+grep -q "^ompi:version:full:${OMPI_VERSION}$" <<<"$info" \
   || die "the installed ompi_info does not run or reports another version"
-ldd "$PREFIX/lib/libmpi.so" | grep -q "$PRRTE_PREFIX/lib/libpmix.so" \
+libs=$(ldd "$PREFIX/lib/libmpi.so") || libs=""
+grep -q "$PRRTE_PREFIX/lib/libpmix.so" <<<"$libs" \
   || die "libmpi does not link the PMIx of $PRRTE_PREFIX"
 
 t=$SECONDS

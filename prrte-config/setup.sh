@@ -55,7 +55,7 @@ fi
 # The injected runtime's programs are static (musl) executables: they run in any image.
 MUSL_TARGET=x86_64-unknown-linux-musl
 if command -v rustup >/dev/null; then
-    if rustup target list --installed 2>/dev/null | grep -qx "$MUSL_TARGET"; then
+    if grep -qx "$MUSL_TARGET" <<<"$(rustup target list --installed 2>/dev/null)"; then
         say "Rust target $MUSL_TARGET present"
     else
         say "adding the Rust target $MUSL_TARGET"

@@ -69,14 +69,16 @@ rust=("$target/release/prrte-k8s" "$target/agent/prrte-k8s-agent" "$target/relea
       "$target/release/libprrte_k8s_cabi.so")
 for f in "${rust[@]}"; do [[ -f "$f" ]] || die "$f was not built"; done
 command -v musl-gcc >/dev/null || die "musl-gcc is missing (prrte-config/setup.sh installs Debian's musl-tools)"
-rustup target list --installed 2>/dev/null | grep -qx "$MUSL" \
+grep -qx "$MUSL" <<<"$(rustup target list --installed 2>/dev/null)" \
     || die "the Rust target $MUSL is missing (prrte-config/setup.sh adds it: rustup target add $MUSL)"
 timed "Rust static build (cargo, musl)" bash -c 'cd "$1" && cargo build --release -q --target "$2" -p prrte-k8s --bins' _ "$repo" "$MUSL"
 static=("$target/$MUSL/release/prrte-k8s" "$target/$MUSL/release/prrte-k8s-agent" "$target/$MUSL/release/prrte-k8s-rsh")
 for f in "${static[@]}"; do
     [[ -f "$f" ]] || die "$f was not built"
     # Static: no program interpreter (PT_INTERP), so no loader or libc is needed in the image.
-    if LC_ALL=C readelf -lW "$f" | grep -q 'Requesting program interpreter'; then
+    # (readelf's output read whole first: with pipefail, `readelf | grep -q` can fail on SIGPIPE)
+    headers=$(LC_ALL=C readelf -lW "$f") || die "readelf could not read $f"
+    if grep -q 'Requesting program interpreter' <<<"$headers"; then
         die "$f is not statically linked (it names a program interpreter)"
     fi
 done
