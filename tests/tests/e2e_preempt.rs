@@ -241,8 +241,7 @@ fn evict_pod_2(job: &Job) -> (u128, u32) {
         ),
     )
     .unwrap();
-    let kubectl =
-        sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh unpacks Debian's)");
+    let kubectl = sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
     let t0 = now_ms();
     let out = Command::new(kubectl)
         .arg("--kubeconfig")

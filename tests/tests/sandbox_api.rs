@@ -776,15 +776,15 @@ async fn object_semantics() {
         .is_empty());
 }
 
-/// kubectl (Debian's 1.20 when present, and the one on PATH) against the API server.
+/// kubectl (the one setup installs when present, and the one on PATH) against the API server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_wide_watch_and_delete() {
     use tokio::io::AsyncBufReadExt;
     let kubectls = sandbox::kubectl::all();
     assert!(
         !kubectls.is_empty(),
-        "no kubectl found: set PRRTE_K8S_KUBECTL or extract Debian's kubernetes-client to {}",
-        sandbox::kubectl::DEBIAN_KUBECTL
+        "no kubectl found: set PRRTE_K8S_KUBECTL or run prrte-config/setup.sh (it installs {})",
+        sandbox::kubectl::SETUP_KUBECTL
     );
     let server = ApiServer::start(ApiOptions::default()).await.unwrap();
     let c = admin(&server).await;

@@ -469,7 +469,7 @@ async fn kubectl(
     stdin: Option<&str>,
 ) -> (bool, String, String) {
     use tokio::io::AsyncWriteExt;
-    let exe = sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh unpacks Debian's)");
+    let exe = sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
     let mut cmd = tokio::process::Command::new(exe);
     cmd.arg("--kubeconfig")
         .arg(server.admin_kubeconfig())

@@ -19,8 +19,7 @@ fn ok_in(c: &Cluster, pod: &str, script: &str) -> String {
 
 /// `kubectl get pod NAME` (the table kubectl prints).
 fn kubectl_get(c: &Cluster, ns: &str, pod: &str) -> String {
-    let kubectl =
-        sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh unpacks Debian's)");
+    let kubectl = sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
     let cache = tempfile::tempdir().unwrap();
     let out = Command::new(&kubectl)
         .arg("--kubeconfig")

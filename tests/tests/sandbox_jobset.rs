@@ -1,4 +1,4 @@
-//! JobSet (jobset.x-k8s.io/v1alpha2) in the sandbox, driven with Debian's kubectl: a JobSet's
+//! JobSet (jobset.x-k8s.io/v1alpha2) in the sandbox, driven with kubectl: a JobSet's
 //! child Jobs `<jobset>-<replicatedJob>-<index>` with JobSet's labels, Completed by its success
 //! policy; a child Job's failure restarting the whole JobSet (`failurePolicy.maxRestarts`: the
 //! earlier attempt's pods get SIGTERM and are gone before the next attempt's start, every

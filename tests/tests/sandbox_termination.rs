@@ -1,4 +1,4 @@
-//! Graceful termination, as a kubelet does it, driven with Debian's kubectl: a deleted pod
+//! Graceful termination, as a kubelet does it, driven with kubectl: a deleted pod
 //! shows `deletionTimestamp` and `deletionGracePeriodSeconds` while its containers get SIGTERM
 //! and the grace period (`--grace-period`, else `terminationGracePeriodSeconds`), then SIGKILL;
 //! it disappears once they have ended. The same through the `pods/eviction` subresource, for

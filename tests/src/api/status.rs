@@ -108,7 +108,7 @@ impl ApiError {
     }
     pub fn unsupported_media_type(ct: &str) -> Self {
         if ct.contains("protobuf") {
-            return Self::new(415, "UnsupportedMediaType", format!("the sandbox API server reads JSON and YAML request bodies, not {ct:?}: kubectl 1.32 and later send protobuf for typed commands such as `kubectl create namespace`; use `kubectl create -f FILE` or `kubectl apply -f FILE` instead, or Debian's kubectl 1.20"));
+            return Self::new(415, "UnsupportedMediaType", format!("the sandbox API server reads JSON and YAML request bodies, not {ct:?}: kubectl 1.32 and later send protobuf for typed commands such as `kubectl create namespace`; use `kubectl create -f FILE` or `kubectl apply -f FILE` instead"));
         }
         Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/merge-patch+json, application/strategic-merge-patch+json, application/json-patch+json, application/apply-patch+yaml (got {ct:?})"))
     }
