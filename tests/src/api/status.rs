@@ -127,6 +127,10 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty() {
+            // An error the API server has no reason for (reason Unknown) leaves it out.
+            s.as_object_mut().map(|m| m.remove("reason"));
+        }
         if let Some(d) = &self.details {
             s["details"] = d.clone();
         }

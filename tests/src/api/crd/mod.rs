@@ -4,13 +4,16 @@
 //! declares one), each object checked against the version's structural schema (`schema`:
 //! types, required fields, enums, bounds, defaults; unknown fields pruned unless
 //! `x-kubernetes-preserve-unknown-fields`) and shown in tables with its
-//! `additionalPrinterColumns` (`columns`). Deleting the CRD deletes its objects.
+//! `additionalPrinterColumns` (`columns`). Deleting the CRD deletes its objects. The unknown
+//! fields of a write ([`unknown_fields`]) are what its `fieldValidation` judges; each served
+//! version is published as OpenAPI (`openapi`).
 //!
 //! The sandbox serves a CRD's storage version only, does not run `x-kubernetes-validations`
 //! (CEL) rules or conversion webhooks, and keeps the resource types it registered allocated
 //! for the life of the process (a changed schema replaces the old one in place).
 
 mod columns;
+pub mod openapi;
 mod schema;
 
 pub use columns::{cells, column_definitions};
@@ -75,6 +78,16 @@ pub fn admit(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
         1,
     );
     Err(e)
+}
+
+/// The fields of `obj` (a whole object, or a merge patch of one) that the schema of custom
+/// resource `rt` does not declare: what pruning would drop (`spec.foo`), sorted. None for a
+/// resource that is not a CRD's.
+pub fn unknown_fields(rt: &ResourceType, obj: &Value) -> Vec<String> {
+    match rt.crd {
+        Some(info) => schema::unknown_fields(&info.schema(), obj),
+        None => Vec::new(),
+    }
 }
 
 fn admit_definition(crd: &mut Value) -> Result<(), ApiError> {

@@ -312,3 +312,50 @@ fn combinators(s: &Value, v: &Value, path: &str, shown: &str, causes: &mut Cause
         ));
     }
 }
+
+/// The fields of `v` that the root schema `s` does not declare (what pruning drops), as the
+/// API server names them in a strict decoding error: `spec.foo`, `spec.items[0].bar`. A null
+/// is no field; `v` is left as it is.
+pub(super) fn unknown_fields(s: &Value, v: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    unknown(s, v, "", true, &mut out);
+    out.sort();
+    out
+}
+
+fn unknown(s: &Value, v: &Value, path: &str, root: bool, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            let props = s["properties"].as_object();
+            let additional = s.get("additionalProperties");
+            let open = s["x-kubernetes-preserve-unknown-fields"] == true
+                || additional == Some(&Value::Bool(true));
+            let embedded = root || s["x-kubernetes-embedded-resource"] == true;
+            for (k, x) in m {
+                if x.is_null()
+                    || (embedded
+                        && ["apiVersion", "kind", "metadata"].contains(&k.as_str())
+                        && (root || props.is_none_or(|p| !p.contains_key(k))))
+                {
+                    continue;
+                }
+                match props
+                    .and_then(|p| p.get(k))
+                    .or(additional.filter(|a| a.is_object()))
+                {
+                    Some(cs) => unknown(cs, x, &join(path, k), false, out),
+                    None if open => {}
+                    None => out.push(join(path, k)),
+                }
+            }
+        }
+        Value::Array(a) => {
+            if let Some(items) = s.get("items").filter(|i| i.is_object()) {
+                for (i, x) in a.iter().enumerate() {
+                    unknown(items, x, &format!("{path}[{i}]"), false, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}

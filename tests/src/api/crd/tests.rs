@@ -114,6 +114,32 @@ fn a_crd_registers_its_resource() {
     );
 }
 
+/// The unknown fields a strict write names are those pruning drops: not the preserved ones,
+/// nor nulls, nor the root's or an embedded object's apiVersion/kind/metadata; array items by
+/// index; and the object is left as it was.
+#[test]
+fn unknown_fields_are_what_pruning_drops() {
+    let s = store_with_widgets();
+    let rt = s.lookup("example.com", "v1", "widgets").unwrap();
+    let mut o = widget(
+        "w",
+        json!({"size": 3, "bogus": 1, "note": null, "gone": null,
+        "template": {"spec": {"containers": [{"name": "x", "anything": true}]}},
+        "labels": {"a": "b"}, "names": ["abc"]}),
+    );
+    o["status"] = json!({"extra": 1, "conditions": [{"type": "Ready", "bad": 1}]});
+    o["metadata"]["whatever"] = json!(1);
+    let before = o.clone();
+    assert_eq!(
+        super::unknown_fields(rt, &o),
+        ["spec.bogus", "status.conditions[0].bad", "status.extra"],
+        "{o}"
+    );
+    assert_eq!(o, before);
+    // Not a CRD's resource: nothing is judged.
+    assert!(super::unknown_fields(&CRDS, &json!({"spec": {"x": 1}})).is_empty());
+}
+
 /// Objects are checked against the schema (each cause named), unknown fields pruned except
 /// where preserved, defaults and nullable honoured.
 #[test]

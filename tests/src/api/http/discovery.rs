@@ -95,9 +95,11 @@ pub(super) fn group_list(store: &Store) -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-/// An OpenAPI v2 document without schemas: kubectl downloads one before creating objects from
-/// files, and skips client-side validation of kinds it does not describe.
-pub(super) fn openapi_v2(headers: &HeaderMap) -> Response<Body> {
+/// The OpenAPI v2 document: as JSON, with the definitions of the CRDs' kinds
+/// ([`super::openapi`]); as protobuf (what kubectl asks for), without schemas, so that kubectl
+/// skips client-side validation of kinds it does not describe (it learns from `/openapi/v3`
+/// that the server validates custom resources' fields itself).
+pub(super) fn openapi_v2(store: &Store, headers: &HeaderMap) -> Response<Body> {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -122,6 +124,6 @@ pub(super) fn openapi_v2(headers: &HeaderMap) -> Response<Body> {
     }
     json_response(
         200,
-        &json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.33.0"}, "paths": {}, "definitions": {}}),
+        &json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.33.0"}, "paths": {}, "definitions": super::openapi::v2_definitions(store)}),
     )
 }

@@ -3,7 +3,7 @@
 //!
 //! This file is the entry ([`handle`]: injected faults, the request record); `state` is the
 //! server's state, `record` a request's record, `response` the responses; `route` dispatches
-//! by path to `discovery` or to `resource`, which names the target and verb and authorizes it,
+//! by path to `discovery` (and `openapi`) or to `resource`, which names the target and verb and authorizes it,
 //! and `verbs` answers it (with `watch`, `logs`, `tokens`, `reviews`, `scale`, `eviction`); `request` reads queries
 //! and bodies, `authn` tells who is asking.
 
@@ -16,7 +16,9 @@ use std::sync::Arc;
 mod authn;
 mod discovery;
 mod eviction;
+mod fields;
 mod logs;
+mod openapi;
 mod record;
 mod request;
 mod resource;

@@ -1,7 +1,8 @@
-//! Routing a request by its path: discovery, health, and resource requests.
+//! Routing a request by its path: discovery, OpenAPI, health, and resource requests.
 
 use super::authn::authenticate;
 use super::discovery::{group_list, openapi_v2, resource_list, version_info};
+use super::openapi;
 use super::request::parse_query;
 use super::resource::resource_request;
 use super::response::{json_response, text_response, Body};
@@ -25,9 +26,20 @@ pub(super) async fn route(
         ["healthz"] | ["livez"] | ["readyz"] => return Ok(text_response(200, "ok")),
         _ => {}
     }
-    if let ["openapi", "v2"] = segs.as_slice() {
-        authenticate(st, &parts.headers)?;
-        return Ok(openapi_v2(&parts.headers));
+    match segs.as_slice() {
+        ["openapi", "v2"] => {
+            authenticate(st, &parts.headers)?;
+            return Ok(openapi_v2(&st.store, &parts.headers));
+        }
+        ["openapi", "v3"] => {
+            authenticate(st, &parts.headers)?;
+            return Ok(openapi::v3_index(&st.store));
+        }
+        ["openapi", "v3", "apis", g, v] => {
+            authenticate(st, &parts.headers)?;
+            return openapi::v3_group_version(&st.store, g, v);
+        }
+        _ => {}
     }
     let id = authenticate(st, &parts.headers)?;
     if parts.method != Method::GET

@@ -2,6 +2,7 @@
 //! delete and deletecollection, in the shape the client accepts.
 
 use super::eviction::evict;
+use super::fields::{self, Write};
 use super::logs::pod_log;
 use super::request::{
     delete_options_from, dry_run, field_selector, list_query, parse_body, read_body, Shape,
@@ -150,10 +151,11 @@ impl Call<'_> {
         if !rt.stored {
             return review(st, self.id, rt, v);
         }
+        let warnings = self.check_fields(Write::Object, &v, "CreateOptions")?;
         let obj = st
             .store
             .create(rt, &self.ns_str(), v, dry_run(&self.query))?;
-        Ok(json_response(201, &obj))
+        Ok(with_warnings(json_response(201, &obj), &warnings))
     }
 
     pub(super) async fn update(&self, body: Incoming) -> Answer {
@@ -162,6 +164,7 @@ impl Call<'_> {
         if self.sub == "scale" {
             return self.scale(ScaleChange::Replace(v));
         }
+        let warnings = self.check_fields(Write::Object, &v, "UpdateOptions")?;
         let obj = self.st.store.update(
             self.rt,
             &self.ns_str(),
@@ -170,7 +173,7 @@ impl Call<'_> {
             self.part(),
             dry_run(&self.query),
         )?;
-        Ok(json_response(200, &obj))
+        Ok(with_warnings(json_response(200, &obj), &warnings))
     }
 
     pub(super) async fn patch(&self, body: Incoming) -> Answer {
@@ -186,6 +189,15 @@ impl Call<'_> {
         if self.sub == "scale" {
             return self.scale(ScaleChange::Patch(patch));
         }
+        let warnings = match &patch {
+            Patch::Merge(v) => self.check_fields(Write::MergePatch, v, "PatchOptions")?,
+            Patch::Apply(v) => self.check_fields(Write::Apply, v, "PatchOptions")?,
+            // A JSON patch's unknown fields are pruned unchecked.
+            Patch::Json(_) => {
+                fields::directive(&self.query, "PatchOptions")?;
+                Vec::new()
+            }
+        };
         let obj = self.st.store.patch_as(
             self.rt,
             &self.ns_str(),
@@ -195,7 +207,23 @@ impl Call<'_> {
             dry_run(&self.query),
             Some(&self.field_owner()),
         )?;
-        Ok(json_response(200, &obj))
+        Ok(with_warnings(json_response(200, &obj), &warnings))
+    }
+
+    /// The unknown fields of the write's body `v`, by its `fieldValidation` ([`fields`]): the
+    /// warnings to send, or the error that refuses it.
+    fn check_fields(
+        &self,
+        write: Write,
+        v: &Value,
+        options: &str,
+    ) -> Result<Vec<String>, ApiError> {
+        let directive = fields::directive(&self.query, options)?;
+        let name = match &self.name {
+            Some(n) => n.clone(),
+            None => v["metadata"]["name"].as_str().unwrap_or("").to_string(),
+        };
+        fields::check(self.rt, &self.ns_str(), &name, directive, write, v)
     }
 
     /// Who writes: the `fieldManager` parameter, else the client's name from its User-Agent
@@ -275,6 +303,14 @@ impl Call<'_> {
         }
         Ok(opts)
     }
+}
+
+/// `r` with a `Warning` header per warning.
+fn with_warnings(mut r: Response<Body>, warnings: &[String]) -> Response<Body> {
+    for h in fields::warning_headers(warnings) {
+        r.headers_mut().append(header::WARNING, h);
+    }
+    r
 }
 
 /// A patch body of media type `media`.
