@@ -85,7 +85,7 @@ fn watch_pods(cluster: &Cluster, stop: &AtomicBool) -> BTreeMap<String, BTreeSet
 struct Installed {
     cluster: Cluster,
     kubectl: PathBuf,
-    _dir: TestDir,
+    dir: TestDir,
 }
 
 impl Installed {
@@ -99,30 +99,7 @@ impl Installed {
     }
 
     async fn try_start(test: &str, manage_all: bool) -> Result<Installed> {
-        for image in [CONTROLLER_IMAGE, INJECT_IMAGE] {
-            if sandbox::images::inspect(image)?.is_none() {
-                bail!("the image {image} is not in the local store; run `make image`");
-            }
-        }
-        let app = app_image(AppImage::TrixieOpenmpi)?;
-        let out = Command::new("buildah")
-            .args(["tag", &app, PI_IMAGE])
-            .output()?;
-        if !out.status.success() {
-            bail!("buildah tag {app} {PI_IMAGE}: {}", text(&out));
-        }
-        let kubectl = sandbox::kubectl::find().context("no kubectl; run prrte-config/setup.sh")?;
-        let dir = TestDir::new(test)?;
-        let cluster = Cluster::start(ClusterOptions {
-            dir: Some(dir.path().join("cluster")),
-            ..Default::default()
-        })
-        .await?;
-        let me = Installed {
-            cluster,
-            kubectl,
-            _dir: dir,
-        };
+        let me = Self::bare(test).await?;
         if manage_all {
             let mut c = Command::new(harness::workspace_bin("prrte-k8s")?);
             c.args(["manifest", "--controller"]);
@@ -144,6 +121,34 @@ impl Installed {
         }
         me.controller_pod(None).await?;
         Ok(me)
+    }
+
+    /// A sandbox of its own, the images in the local store, nothing installed.
+    async fn bare(test: &str) -> Result<Installed> {
+        for image in [CONTROLLER_IMAGE, INJECT_IMAGE] {
+            if sandbox::images::inspect(image)?.is_none() {
+                bail!("the image {image} is not in the local store; run `make image`");
+            }
+        }
+        let app = app_image(AppImage::TrixieOpenmpi)?;
+        let out = Command::new("buildah")
+            .args(["tag", &app, PI_IMAGE])
+            .output()?;
+        if !out.status.success() {
+            bail!("buildah tag {app} {PI_IMAGE}: {}", text(&out));
+        }
+        let kubectl = sandbox::kubectl::find().context("no kubectl; run prrte-config/setup.sh")?;
+        let dir = TestDir::new(test)?;
+        let cluster = Cluster::start(ClusterOptions {
+            dir: Some(dir.path().join("cluster")),
+            ..Default::default()
+        })
+        .await?;
+        Ok(Installed {
+            cluster,
+            kubectl,
+            dir,
+        })
     }
 
     fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<Output> {
@@ -764,5 +769,130 @@ async fn twenty_mpijobs_at_once_all_succeed() {
     for n in &names {
         sb.wait(n, "Succeeded", 900);
     }
+    sb.cluster.shutdown().unwrap();
+}
+
+/// The commands of a ```sh block: its lines but comments and blank ones.
+fn commands(block: &str) -> Vec<String> {
+    block
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect()
+}
+
+/// The first ```sh block after the heading `heading` of the Markdown `doc`.
+fn sh_block_after(doc: &str, heading: &str) -> String {
+    let rest = &doc[doc
+        .find(heading)
+        .unwrap_or_else(|| panic!("no heading {heading:?}"))..];
+    let start = rest.find("```sh\n").expect("a ```sh block") + "```sh\n".len();
+    let len = rest[start..].find("```").expect("the block's end");
+    rest[start..start + len].to_string()
+}
+
+/// The inline `kubectl ...` commands of the README's paragraph on the controller, each with its
+/// words on one line.
+fn readme_controller_commands(readme: &str) -> Vec<String> {
+    let para = readme
+        .split("\n\n")
+        .find(|p| p.contains("Or leave the MPIJob") && p.contains("to the controller"))
+        .expect("the README's paragraph on the controller");
+    para.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|c| c.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|c| c.starts_with("kubectl "))
+        .collect()
+}
+
+/// The guide's commands for the controller (docs/user-guide.md, which the README's own commands
+/// are part of), word for word through bash with the kubectl the tests use first on PATH, in a
+/// directory with `prrte-config/deploy` and mpi-operator's `pi.yaml` with `managedBy` added:
+/// each succeeds, `explain` describes the field, `wait` sees `Succeeded`, `logs` is pi's
+/// output and `describe` shows the controller's events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guides_controller_commands_run_word_for_word() {
+    let guide = std::fs::read_to_string(repo().join("docs/user-guide.md")).unwrap();
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let block = commands(&sh_block_after(
+        &guide,
+        "## The MPIJob controller: `prrte-k8s controller`",
+    ));
+    let from_readme = readme_controller_commands(&readme);
+    assert!(from_readme.len() >= 2, "{from_readme:?}");
+    for c in &from_readme {
+        assert!(
+            block.iter().any(|b| b.starts_with(c.as_str())),
+            "the README's {c:?} is not among the guide's commands {block:?}"
+        );
+    }
+    let sb = Installed::bare("ctlguide")
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let (major, minor, git) = sandbox::kubectl::client_version(&sb.kubectl).unwrap();
+    assert!(
+        major == 1 && minor >= sandbox::kubectl::MIN_KUBECTL_MINOR,
+        "kubectl {git}"
+    );
+    // The user's directory: the repository's deploy/ and their pi.yaml.
+    let work = sb.dir.sub("user").unwrap();
+    std::fs::create_dir_all(work.join("prrte-config")).unwrap();
+    let out = Command::new("cp")
+        .arg("-r")
+        .arg(repo().join("prrte-config/deploy"))
+        .arg(work.join("prrte-config/"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cp: {}", text(&out));
+    std::fs::write(work.join("pi.yaml"), pi("pi", Some(MANAGED_BY), |_| {})).unwrap();
+    let bin = sb.kubectl.parent().unwrap().to_path_buf();
+    let path = std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .unwrap();
+    let mut outputs = Vec::new();
+    for line in &block {
+        let mut c = Command::new("bash");
+        c.args(["-c", line])
+            .current_dir(&work)
+            .env("PATH", &path)
+            .env("KUBECONFIG", sb.cluster.kubeconfig())
+            .env("KUBECACHEDIR", work.join(".kube-cache"));
+        let out = harness::run_with_timeout(c, Duration::from_secs(660))
+            .unwrap_or_else(|e| panic!("{line}: {e:#}"));
+        assert!(
+            out.status.success(),
+            "{line}: {}\n{}",
+            text(&out),
+            sb.describe("pi")
+        );
+        outputs.push((
+            line.clone(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        ));
+    }
+    let said = |prefix: &str| -> String {
+        outputs
+            .iter()
+            .find(|(l, _)| l.starts_with(prefix))
+            .map(|(_, o)| o.clone())
+            .unwrap_or_else(|| panic!("no command {prefix:?} in the guide: {block:?}"))
+    };
+    assert!(
+        said("kubectl explain mpijob.spec.runPolicy").contains("FIELD: runPolicy <Object>"),
+        "{outputs:?}"
+    );
+    assert!(
+        said("kubectl wait --for=condition=Succeeded mpijob/pi").contains("condition met"),
+        "{outputs:?}"
+    );
+    check_pi(&said("kubectl logs"), 2).unwrap_or_else(|e| panic!("{e:#}\n{outputs:?}"));
+    let describe = said("kubectl describe mpijob pi");
+    assert!(
+        events(&describe).join("\n").contains("MPIJobSucceeded"),
+        "{describe}"
+    );
     sb.cluster.shutdown().unwrap();
 }
