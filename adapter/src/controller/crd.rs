@@ -45,6 +45,12 @@ pub(crate) struct MpiJobSpec {
     /// Run ranks in the launcher's pod too (default: false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) run_launcher_as_worker: Option<bool>,
+    /// How the job runs (one line in the schema: `kubectl explain` wraps it).
+    #[schemars(
+        description = "How the job runs: its deadline and the time its finished Job is kept, \
+                       its pods' cleanup, retries and scheduling, whether it is suspended, and \
+                       which controller reconciles it (`managedBy`)."
+    )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) run_policy: Option<RunPolicy>,
     /// `Launcher` and `Worker`.
@@ -64,15 +70,29 @@ pub(crate) struct MpiJobSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RunPolicy {
-    /// `None`, `Running` or `All`.
+    #[schemars(
+        description = "Which pods are deleted when the job ends: `None`, `Running` or `All`. \
+                       Running pods are stopped when the Job ends; finished ones stay until \
+                       `ttlSecondsAfterFinished`."
+    )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) clean_pod_policy: Option<String>,
+    /// Seconds after the job finished until its Job and pods are deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) ttl_seconds_after_finished: Option<i32>,
+    /// Seconds from the job's start after which it is stopped and fails (`DeadlineExceeded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) active_deadline_seconds: Option<i64>,
+    #[schemars(
+        description = "Retries before the job fails: not honoured, the job runs once (a retried \
+                       pod cannot rejoin a running MPI job)."
+    )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) backoff_limit: Option<i32>,
+    #[schemars(
+        description = "Gang scheduling: the Kueue queue (`queue`), the priority class and the \
+                       minimum of pods and resources."
+    )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) scheduling_policy: Option<SchedulingPolicy>,
     /// No pod runs while true (Kueue's admission).
