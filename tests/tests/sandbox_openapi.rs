@@ -4,7 +4,8 @@
 //! mpijob.spec.runPolicy` prints the field; unknown fields of a custom object follow the
 //! write's `fieldValidation` (kubectl's `--validate`): `Strict` refuses the object naming
 //! them, `Warn` keeps it with a warning, `Ignore` prunes them silently, and a server-side
-//! apply with one fails. The kubectl is the one `prrte-config/setup.sh` installs.
+//! apply with one fails. Built-in kinds are published for reading only. The kubectl is the one
+//! `prrte-config/setup.sh` installs.
 #![forbid(unsafe_code)]
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -383,5 +384,92 @@ async fn unknown_fields_of_an_mpijob_follow_kubectls_validate() {
     assert!(
         e.contains("fieldValidation: Unsupported value: \"Sometimes\""),
         "{e}"
+    );
+}
+
+/// Built-in kinds are published for reading (`kubectl explain pod.spec.containers`, a
+/// Deployment's field through its `PodSpec`), without `PATCH`: kubectl keeps computing
+/// strategic merge patches itself, so a re-applied Deployment merges its containers' `env` by
+/// name, with nothing said on stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn built_in_kinds_are_explained_and_still_applied_with_strategic_merge() {
+    let sb = Sandbox::start("builtin").await;
+    let (ok, out, err) = sb.kubectl(&["explain", "pod.spec.containers.resources"], None);
+    assert!(ok, "{err}");
+    for want in [
+        "KIND:       Pod",
+        "VERSION:    v1",
+        "FIELD: resources <ResourceRequirements>",
+        "limits\t<map[string]Quantity>",
+    ] {
+        assert!(out.contains(want), "no {want:?} in:\n{out}");
+    }
+    let (ok, out, err) = sb.kubectl(&["explain", "deployments.spec.template.spec"], None);
+    assert!(
+        ok && out.contains("GROUP:      apps") && out.contains("FIELD: spec <PodSpec>"),
+        "{out}{err}"
+    );
+    let index = sb.get("/openapi/v3").await;
+    for gv in [
+        "api/v1",
+        "apis/apps/v1",
+        "apis/batch/v1",
+        "apis/kubeflow.org/v2beta1",
+    ] {
+        assert!(
+            index["paths"][gv]["serverRelativeURL"].is_string(),
+            "{gv}: {index}"
+        );
+    }
+    let url = index["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let doc = sb.get(&url).await;
+    let pods = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"];
+    assert_eq!(
+        pods["get"]["x-kubernetes-group-version-kind"]["kind"],
+        "Pod"
+    );
+    assert!(pods.get("patch").is_none(), "{pods}");
+    assert_eq!(
+        doc["components"]["schemas"]["io.k8s.api.core.v1.Pod"]["x-kubernetes-group-version-kind"],
+        json!([{"group": "", "version": "v1", "kind": "Pod"}])
+    );
+    let deployment = |env: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: d}}\nspec:\n  replicas: 0\n  selector: {{matchLabels: {{a: b}}}}\n  template:\n    metadata: {{labels: {{a: b}}}}\n    spec:\n      containers: [{{name: c, image: x, env: [{env}]}}]\n"
+        )
+    };
+    let (ok, _, err) = sb.kubectl(
+        &["apply", "-f", "-"],
+        Some(&deployment(r#"{name: A, value: "1"}"#)),
+    );
+    assert!(ok, "{err}");
+    let (ok, out, err) = sb.kubectl(
+        &["apply", "-f", "-"],
+        Some(&deployment(
+            r#"{name: A, value: "2"}, {name: B, value: "3"}"#,
+        )),
+    );
+    assert!(
+        ok && out.contains("configured") && err.is_empty(),
+        "{out}{err}"
+    );
+    let (ok, out, err) = sb.kubectl(
+        &[
+            "get",
+            "deployment",
+            "d",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].env}",
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+    let env: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        env,
+        json!([{"name": "A", "value": "2"}, {"name": "B", "value": "3"}])
     );
 }

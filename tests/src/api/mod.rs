@@ -3,6 +3,7 @@
 //! kubectl use.
 
 pub mod auth;
+pub mod builtin_openapi;
 pub mod crd;
 pub mod custom;
 pub mod defaults;

@@ -39,6 +39,10 @@ pub(super) async fn route(
             authenticate(st, &parts.headers)?;
             return openapi::v3_group_version(&st.store, g, v);
         }
+        ["openapi", "v3", "api", v] => {
+            authenticate(st, &parts.headers)?;
+            return openapi::v3_group_version(&st.store, "", v);
+        }
         _ => {}
     }
     let id = authenticate(st, &parts.headers)?;
