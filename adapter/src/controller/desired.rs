@@ -3,11 +3,14 @@
 //! ([`desired`]; the launcher is told the MPIJob, to record its `DaemonsUp` event there, and
 //! its Role may create Events), and the change a Job already made needs ([`job_update`]).
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{Resource, ResourceExt};
 use serde_json::{json, Map, Value};
 
 use crate::launch::daemons_up::MpiJobRef;
 use crate::manifest::api_server::ApiServer;
-use crate::manifest::mpijob::{from_mpijob, MpiJobError, Note, Overrides, CONTROLLER_NAME};
+use crate::manifest::mpijob::model::MpiJob;
+use crate::manifest::mpijob::{from_model, MpiJobError, Note, Overrides, CONTROLLER_NAME};
 use crate::manifest::{objects, ManifestError};
 
 /// Why an MPIJob's objects cannot be made.
@@ -19,6 +22,10 @@ pub(crate) enum DesiredError {
     /// The converted job could not be rendered into objects.
     #[error(transparent)]
     Render(#[from] ManifestError),
+    /// The MPIJob has no name or uid: not one the API server returned, so nothing can name it
+    /// as its owner.
+    #[error("the MPIJob has no name or uid: it was not read from the API server")]
+    Unsaved,
 }
 
 /// What the command line gives every conversion.
@@ -35,15 +42,17 @@ pub(crate) struct Settings {
     pub(crate) manage_all: bool,
 }
 
-/// Whether the controller reconciles the MPIJob `obj`: its `spec.runPolicy.managedBy` names
+/// Whether the controller reconciles the MPIJob `job`: its `spec.runPolicy.managedBy` names
 /// [`CONTROLLER_NAME`], or names nothing (absent or empty) and `manage_all` is set. Every other
 /// value belongs to another controller (mpi-operator's `kubeflow.org/mpi-operator`, Kueue's
 /// `kueue.x-k8s.io/multikueue`).
-pub fn managed(obj: &Value, manage_all: bool) -> bool {
-    match obj
-        .pointer("/spec/runPolicy/managedBy")
-        .and_then(Value::as_str)
-    {
+pub fn managed(job: &MpiJob, manage_all: bool) -> bool {
+    let by = job
+        .spec
+        .run_policy
+        .as_ref()
+        .and_then(|p| p.managed_by.as_deref());
+    match by {
         Some(m) if !m.is_empty() => m == CONTROLLER_NAME,
         _ => manage_all,
     }
@@ -61,57 +70,46 @@ pub struct Desired {
     pub notes: Vec<Note>,
 }
 
-/// The owner reference every object of the MPIJob `obj` carries: deleting the MPIJob deletes
-/// them (garbage collection), and the MPIJob is their controller.
-pub(crate) fn owner_reference(obj: &Value) -> Value {
-    let m = &obj["metadata"];
-    json!({
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "name": m["name"],
-        "uid": m["uid"],
-        "controller": true,
-        "blockOwnerDeletion": true,
+/// The MPIJob `job` as its launcher names it to record events there (its `DaemonsUp`).
+fn events_to(job: &MpiJob) -> Option<MpiJobRef> {
+    Some(MpiJobRef {
+        name: job.metadata.name.clone().filter(|n| !n.is_empty())?,
+        uid: job.uid().filter(|u| !u.is_empty())?,
     })
 }
 
-/// The MPIJob `obj` as its launcher names it to record events there (its `DaemonsUp`); None
-/// without a name and uid (an object the API server did not return).
-fn events_to(obj: &Value) -> Option<MpiJobRef> {
-    let m = &obj["metadata"];
-    match (m["name"].as_str(), m["uid"].as_str()) {
-        (Some(name), Some(uid)) if !name.is_empty() && !uid.is_empty() => Some(MpiJobRef {
-            name: name.to_string(),
-            uid: uid.to_string(),
-        }),
-        _ => None,
-    }
-}
-
-/// The objects `--from-mpijob` renders for the MPIJob `obj` (as the API server returns it),
-/// each owned by it; `key` is the Secret's (made in the controller, used only if the Secret is
-/// created).
-pub fn desired(obj: &Value, s: &Settings, key: &str) -> Result<Desired, DesiredError> {
+/// The objects `--from-mpijob` renders for the MPIJob `job` (as the API server returns it),
+/// each controlled by it (`controller: true`: deleting the MPIJob deletes them); `key` is the
+/// Secret's (made in the controller, used only if the Secret is created).
+pub fn desired(job: &MpiJob, s: &Settings, key: &str) -> Result<Desired, DesiredError> {
     let overrides = Overrides {
         inject_image: s.inject_image.clone(),
         pull_policy: s.pull_policy.clone(),
         api_server: s.api_server.clone(),
         ..Default::default()
     };
-    let (mut plan, notes) = from_mpijob(&obj.to_string(), &overrides)?;
-    plan.events_to = events_to(obj);
-    let owner = owner_reference(obj);
+    let (mut plan, notes) = from_model(job, &overrides)?;
+    plan.events_to = Some(events_to(job).ok_or(DesiredError::Unsaved)?);
+    let owner = OwnerReference {
+        // The MPIJob's deletion in the foreground waits for them.
+        block_owner_deletion: Some(true),
+        ..job.controller_owner_ref(&()).ok_or(DesiredError::Unsaved)?
+    };
     let mut others = Vec::new();
-    let mut job = Value::Null;
+    let mut made = Value::Null;
     for mut o in objects(&plan, Some(key))? {
         o["metadata"]["ownerReferences"] = json!([owner]);
         if o["kind"] == "Job" {
-            job = o;
+            made = o;
         } else {
             others.push(o);
         }
     }
-    Ok(Desired { others, job, notes })
+    Ok(Desired {
+        others,
+        job: made,
+        notes,
+    })
 }
 
 /// A JSON merge patch that turns `old` into `new` (None: they are equal): removed keys become

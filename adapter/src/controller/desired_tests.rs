@@ -3,6 +3,7 @@
 use serde_json::{json, Value};
 
 use super::desired::{desired, job_finished, job_update, managed, merge_diff, Settings};
+use crate::manifest::mpijob::model::MpiJob;
 use crate::manifest::mpijob::{from_mpijob, Overrides};
 use crate::manifest::{objects, INJECT_IMAGE};
 
@@ -27,6 +28,11 @@ fn served(managed_by: Option<&str>, suspend: bool) -> Value {
     v
 }
 
+/// The document as the controller reads it.
+fn model(v: &Value) -> MpiJob {
+    serde_json::from_value(v.clone()).unwrap()
+}
+
 fn settings() -> Settings {
     Settings {
         inject_image: INJECT_IMAGE.into(),
@@ -42,21 +48,22 @@ fn ours_by_managed_by_and_manage_all() {
     let mpi_operator = served(Some("kubeflow.org/mpi-operator"), false);
     let multikueue = served(Some("kueue.x-k8s.io/multikueue"), false);
     for manage_all in [false, true] {
-        assert!(managed(&ours, manage_all));
-        assert!(!managed(&mpi_operator, manage_all));
-        assert!(!managed(&multikueue, manage_all));
-        assert_eq!(managed(&none, manage_all), manage_all);
-        assert_eq!(managed(&empty, manage_all), manage_all);
+        assert!(managed(&model(&ours), manage_all));
+        assert!(!managed(&model(&mpi_operator), manage_all));
+        assert!(!managed(&model(&multikueue), manage_all));
+        assert_eq!(managed(&model(&none), manage_all), manage_all);
+        assert_eq!(managed(&model(&empty), manage_all), manage_all);
     }
 }
 
 #[test]
 fn the_same_objects_as_from_mpijob_each_owned_by_the_mpijob() {
     let obj = served(Some("prrte-k8s.io/controller"), false);
-    let d = desired(&obj, &settings(), "k3y").unwrap();
-    // One conversion: what `manifest --from-mpijob` renders for the same document.
+    let d = desired(&model(&obj), &settings(), "k3y").unwrap();
+    // One conversion: what `manifest --from-mpijob` renders for the same document, as the
+    // model reads it (a quantity `cpu: 1` is "1", as the API server returns it).
     let (plan, notes) = from_mpijob(
-        &obj.to_string(),
+        &serde_json::to_string(&model(&obj)).unwrap(),
         &Overrides {
             inject_image: INJECT_IMAGE.into(),
             ..Default::default()
@@ -152,7 +159,7 @@ fn the_mpijobs_own_variable_wins_over_the_jobs() {
     obj["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["env"] =
         json!([{"name": "PRRTE_K8S_MPIJOB", "value": "other:uid"}]);
     let d = desired(
-        &obj,
+        &model(&obj),
         &Settings {
             manage_all: true,
             ..settings()
@@ -173,7 +180,7 @@ fn the_mpijobs_own_variable_wins_over_the_jobs() {
 
 #[test]
 fn a_suspended_mpijob_makes_a_suspended_job() {
-    let d = desired(&served(None, true), &settings(), "k").unwrap();
+    let d = desired(&model(&served(None, true)), &settings(), "k").unwrap();
     assert_eq!(d.job["spec"]["suspend"], true);
 }
 
@@ -181,14 +188,18 @@ fn a_suspended_mpijob_makes_a_suspended_job() {
 fn what_the_conversion_refuses_is_an_error_naming_the_field() {
     let mut obj = served(None, false);
     obj["spec"]["mpiImplementation"] = json!("LAM");
-    let e = desired(&obj, &settings(), "k").unwrap_err().to_string();
+    let e = desired(&model(&obj), &settings(), "k")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("mpiImplementation") && e.contains("LAM"), "{e}");
     let mut obj = served(None, false);
     obj["spec"]["mpiReplicaSpecs"]["Worker"]
         .as_object_mut()
         .unwrap()
         .remove("replicas");
-    let e = desired(&obj, &settings(), "k").unwrap_err().to_string();
+    let e = desired(&model(&obj), &settings(), "k")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("Worker.replicas"), "{e}");
 }
 
@@ -216,7 +227,9 @@ fn existing(job: &Value, suspend: bool) -> Value {
 
 #[test]
 fn kueues_admission_reaches_a_suspended_job_and_resumes_it() {
-    let suspended = desired(&served(None, true), &settings(), "k").unwrap().job;
+    let suspended = desired(&model(&served(None, true)), &settings(), "k")
+        .unwrap()
+        .job;
     let job = existing(&suspended, true);
     // Nothing changed: nothing to do.
     assert_eq!(job_update(&job, &suspended), None);
@@ -228,7 +241,7 @@ fn kueues_admission_reaches_a_suspended_job_and_resumes_it() {
         t["spec"]["tolerations"] = json!([{"key": "pool", "operator": "Exists"}]);
         t["metadata"]["labels"] = json!({"kueue.x-k8s.io/podset": role.to_lowercase()});
     }
-    let want = desired(&admitted, &settings(), "k").unwrap().job;
+    let want = desired(&model(&admitted), &settings(), "k").unwrap().job;
     let patch = job_update(&job, &want).unwrap();
     assert_eq!(patch["spec"]["suspend"], false);
     let t = &patch["spec"]["template"];
@@ -252,7 +265,7 @@ fn kueues_admission_reaches_a_suspended_job_and_resumes_it() {
     let mut own = served(None, true);
     own["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] =
         json!({"disk": "ssd"});
-    let own = desired(&own, &settings(), "k").unwrap().job;
+    let own = desired(&model(&own), &settings(), "k").unwrap().job;
     let mut both = existing(&own, true);
     both["spec"]["template"]["spec"]["nodeSelector"]["pool"] = json!("a");
     let patch = job_update(&both, &own).unwrap();
@@ -264,14 +277,16 @@ fn kueues_admission_reaches_a_suspended_job_and_resumes_it() {
 
 #[test]
 fn a_running_job_only_follows_suspend_and_a_finished_one_nothing() {
-    let running = desired(&served(None, false), &settings(), "k").unwrap().job;
+    let running = desired(&model(&served(None, false)), &settings(), "k")
+        .unwrap()
+        .job;
     let job = existing(&running, false);
     assert_eq!(job_update(&job, &running), None);
     // A template change of a running Job is not Kubernetes' to make: only suspend follows.
     let mut changed = served(None, true);
     changed["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] =
         json!({"x": "y"});
-    let want = desired(&changed, &settings(), "k").unwrap().job;
+    let want = desired(&model(&changed), &settings(), "k").unwrap().job;
     assert_eq!(
         job_update(&job, &want),
         Some(json!({"spec": {"suspend": true}}))

@@ -23,7 +23,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResourceExt;
 use serde_json::Value;
 
-use super::crd::MpiJobResource;
+use crate::manifest::mpijob::model::MpiJob;
 
 /// The controller's name: its ServiceAccount, roles, Deployment and Lease.
 pub const NAME: &str = "prrte-k8s-controller";
@@ -243,7 +243,7 @@ pub fn objects() -> Result<Vec<Value>, serde_json::Error> {
         name: NAME.into(),
     };
     Ok(vec![
-        serde_json::to_value(MpiJobResource::crd())?,
+        serde_json::to_value(MpiJob::crd())?,
         serde_json::to_value(Namespace {
             metadata: ns,
             ..Default::default()

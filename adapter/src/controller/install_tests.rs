@@ -95,7 +95,12 @@ fn the_cluster_role_creates_every_object_of_a_job_and_holds_what_its_role_grants
     };
     let mut made = BTreeSet::new();
     for text in [PI, RICH] {
-        let d = desired(&served(text), &settings, "a-key").unwrap();
+        let d = desired(
+            &serde_json::from_value(served(text)).unwrap(),
+            &settings,
+            "a-key",
+        )
+        .unwrap();
         for o in d.others.iter().chain(std::iter::once(&d.job)) {
             let (g, r) = resource_of(o);
             assert!(allows(&rules, &g, &r, "create"), "create {r}.{g}");

@@ -18,11 +18,11 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{json, Value};
 
-use super::crd::MpiJobStatus;
 use super::desired::{desired, job_update, managed, Settings};
 use super::metrics::Metrics;
 use super::pod_ends::pod_ends;
 use super::status::{finished, next_status, phase, Notice, Observed};
+use crate::manifest::mpijob::model::MpiJob;
 use crate::manifest::{fresh_key, JOB_LABEL};
 
 /// What every reconcile shares.
@@ -31,8 +31,6 @@ pub struct Context {
     pub settings: Settings,
     pub recorder: Recorder,
     pub(crate) metrics: Arc<Metrics>,
-    /// The MPIJob resource.
-    pub resource: ApiResource,
     /// The pods whose end was posted, by MPIJob (`namespace/name`): each is posted once while
     /// this controller leads (one that restarts mid-job may post a pod's end once more).
     pub posted: Mutex<HashMap<String, HashSet<String>>>,
@@ -84,7 +82,7 @@ fn now() -> Time {
 
 /// Reconciles the MPIJob `obj`.
 pub(crate) async fn reconcile(
-    obj: Arc<DynamicObject>,
+    obj: Arc<MpiJob>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
     ctx.metrics.reconciled();
@@ -93,14 +91,12 @@ pub(crate) async fn reconcile(
         .namespace()
         .ok_or_else(|| ReconcileError::NoNamespace(name.clone()))?;
     let key = format!("{ns}/{name}");
-    let value = serde_json::to_value(&*obj).unwrap_or(Value::Null);
-    if !managed(&value, ctx.settings.manage_all) || obj.metadata.deletion_timestamp.is_some() {
+    if !managed(&obj, ctx.settings.manage_all) || obj.metadata.deletion_timestamp.is_some() {
         ctx.metrics.set_phase(&key, None);
         ctx.forget(&key);
         return Ok(Action::await_change());
     }
-    // A status this controller cannot read (written by another) is started afresh.
-    let old: MpiJobStatus = serde_json::from_value(value["status"].clone()).unwrap_or_default();
+    let old = obj.status.clone().unwrap_or_default();
     if finished(&old) && old.completion_time.is_some() {
         // Nothing is made again, even after the Job's TTL deleted it.
         ctx.metrics.set_phase(&key, Some(phase(&old)));
@@ -138,7 +134,7 @@ pub(crate) async fn reconcile(
         return Ok(Action::await_change());
     }
     // The key is used only if the Secret is made now; it never leaves this process otherwise.
-    let invalid = match desired(&value, &ctx.settings, &fresh_key()) {
+    let invalid = match desired(&obj, &ctx.settings, &fresh_key()) {
         Err(e) => Some(e.to_string()),
         Ok(d) => {
             job = Some(ensure(&ctx, &ns, &d.others, &d.job, job).await?);
@@ -152,18 +148,26 @@ pub(crate) async fn reconcile(
     let observed = Observed {
         name: &name,
         namespace: &ns,
-        suspend: value.pointer("/spec/runPolicy/suspend") == Some(&json!(true)),
-        workers: value
-            .pointer("/spec/mpiReplicaSpecs/Worker/replicas")
-            .and_then(Value::as_u64)
-            .unwrap_or(0) as u32,
+        suspend: obj
+            .spec
+            .run_policy
+            .as_ref()
+            .and_then(|p| p.suspend)
+            .unwrap_or(false),
+        workers: obj
+            .spec
+            .mpi_replica_specs
+            .get("Worker")
+            .and_then(|w| w.replicas)
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0),
         job: job.as_ref(),
         pods: &pods,
         invalid: invalid.as_deref(),
     };
     let out = next_status(&old, &observed, &now());
     if out.status != old {
-        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &ctx.resource);
+        let api: Api<MpiJob> = Api::namespaced(ctx.client.clone(), &ns);
         match api
             .patch_status(
                 &name,
@@ -208,11 +212,7 @@ pub(crate) async fn reconcile(
 }
 
 /// After a failed reconcile: counted, logged, retried in 5 s.
-pub(crate) fn error_policy(
-    obj: Arc<DynamicObject>,
-    e: &ReconcileError,
-    ctx: Arc<Context>,
-) -> Action {
+pub(crate) fn error_policy(obj: Arc<MpiJob>, e: &ReconcileError, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed();
     tracing::warn!(
         "MPIJob {}/{}: {e}",
@@ -230,7 +230,7 @@ async fn still_there(
     name: &str,
     uid: &str,
 ) -> Result<bool, ReconcileError> {
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ctx.resource);
+    let api: Api<MpiJob> = Api::namespaced(ctx.client.clone(), ns);
     let cur = api
         .get_opt(name)
         .await
@@ -343,7 +343,7 @@ async fn pods_of(
 }
 
 /// Publishes an event on the MPIJob (a failure is logged, never fatal).
-async fn publish(ctx: &Context, obj: &DynamicObject, n: &Notice) {
+async fn publish(ctx: &Context, obj: &MpiJob, n: &Notice) {
     let ev = Event {
         type_: if n.warning {
             EventType::Warning
@@ -355,7 +355,7 @@ async fn publish(ctx: &Context, obj: &DynamicObject, n: &Notice) {
         action: "Reconcile".into(),
         secondary: None,
     };
-    let reference = obj.object_ref(&ctx.resource);
+    let reference = obj.object_ref(&());
     if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
         tracing::warn!(
             "cannot record the event {} on {}: {e}",

@@ -8,16 +8,14 @@ use std::sync::{Arc, Mutex};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use kube::api::DynamicObject;
-use kube::core::ApiResource;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::Client;
 use serde_json::{json, Value};
 
-use super::crd::MpiJobResource;
 use super::desired::Settings;
 use super::metrics::Metrics;
 use super::reconcile::{reconcile, Context};
+use crate::manifest::mpijob::model::MpiJob;
 use crate::manifest::INJECT_IMAGE;
 
 /// The objects by path, and every request (method, path, body).
@@ -147,13 +145,12 @@ fn context(store: &Shared) -> Arc<Context> {
             },
         ),
         metrics: Arc::new(Metrics::new()),
-        resource: ApiResource::erase::<MpiJobResource>(&()),
         posted: Default::default(),
     })
 }
 
 async fn reconcile_now(store: &Shared, ctx: &Arc<Context>) {
-    let obj: DynamicObject =
+    let obj: MpiJob =
         serde_json::from_value(store.lock().unwrap().objects[MPIJOB].clone()).unwrap();
     reconcile(Arc::new(obj), ctx.clone()).await.unwrap();
 }
@@ -382,7 +379,7 @@ async fn a_deleted_mpijob_seen_through_a_lagging_cache_makes_nothing() {
         let store: Shared = Default::default();
         mpijob(&store, |_| {});
         let ctx = context(&store);
-        let cached: DynamicObject =
+        let cached: MpiJob =
             serde_json::from_value(store.lock().unwrap().objects[MPIJOB].clone()).unwrap();
         {
             let mut s = store.lock().unwrap();

@@ -8,19 +8,18 @@ use std::sync::Arc;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject};
-use kube::core::ApiResource;
+use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Client, ResourceExt};
 use kube_lease_manager::LeaseManagerBuilder;
 
-use super::crd::MpiJobResource;
 use super::desired::Settings;
 use super::metrics::{serve, Metrics};
 use super::reconcile::{error_policy, reconcile, Context};
 use crate::manifest::api_server::{self, ApiServer};
+use crate::manifest::mpijob::model::MpiJob;
 use crate::manifest::{INJECT_IMAGE, JOB_LABEL};
 
 /// The controller's name: its events' reporting controller and its Lease's default name.
@@ -164,7 +163,6 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
         // Dropping the channel ends the manager's task, which gives the Lease up.
         drop(leader);
     };
-    let resource = ApiResource::erase::<MpiJobResource>(&());
     let ctx = Arc::new(Context {
         client: client.clone(),
         settings: Settings {
@@ -181,21 +179,19 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
             },
         ),
         metrics,
-        resource: resource.clone(),
         posted: Default::default(),
     });
-    let mpijobs: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let mpijobs: Api<MpiJob> = Api::all(client.clone());
     // The Jobs and pods of every prrte-k8s job (the controller's own and others'): a change
     // wakes the MPIJob of the same name, if there is one.
     let jobs = watcher::Config::default().labels("app.kubernetes.io/name=prrte-k8s");
     let pods = watcher::Config::default().labels(JOB_LABEL);
-    let of_pod = resource.clone();
-    Controller::new_with(mpijobs, watcher::Config::default(), resource)
+    Controller::new(mpijobs, watcher::Config::default())
         .owns_with(Api::<Job>::all(client.clone()), (), jobs)
         .watches(Api::<Pod>::all(client), pods, move |p: Pod| {
             let ns = p.namespace();
             p.labels().get(JOB_LABEL).map(|name| {
-                let r = ObjectRef::new_with(name, of_pod.clone());
+                let r = ObjectRef::<MpiJob>::new(name);
                 match &ns {
                     Some(ns) => r.within(ns),
                     None => r,

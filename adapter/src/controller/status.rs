@@ -13,8 +13,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
-use super::crd::{JobCondition, MpiJobStatus, ReplicaStatus};
 use crate::discovery::keys::JOB_COMPLETION_INDEX;
+use crate::manifest::mpijob::model::{JobCondition, MpiJobStatus, ReplicaStatus};
 use crate::manifest::JOB_LABEL;
 
 /// What the cluster shows of one MPIJob.

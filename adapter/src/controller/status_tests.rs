@@ -3,8 +3,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{json, Value};
 
-use super::crd::MpiJobStatus;
 use super::status::{condition, is_true, next_status, phase, Observed, Outcome, INVALID};
+use crate::manifest::mpijob::model::MpiJobStatus;
 
 fn at(s: &str) -> Time {
     Time(s.parse().unwrap())

@@ -5,7 +5,8 @@
 use serde_json::{json, Map, Value};
 
 use super::error::{MpiJobError, Note};
-use super::parse::{parse, MpiJob, API_VERSION, CONTROLLER_NAME, MPI_OPERATOR};
+use super::model::MpiJob;
+use super::parse::{document, parse, Parsed, API_VERSION, CONTROLLER_NAME, MPI_OPERATOR};
 use super::pods::pods;
 use crate::manifest::options::{preempt_env, valid_name, DEFAULT_GRACE};
 use crate::manifest::plan::{JobPlan, Launch, Part, PodPlan};
@@ -43,8 +44,19 @@ pub(crate) struct Overrides {
 /// The job an MPIJob (YAML or JSON `text`) describes, and the notes on what it changed or
 /// cannot honour.
 pub(crate) fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Note>), MpiJobError> {
+    convert(&document(text)?, o)
+}
+
+/// The job of the MPIJob `job` as the API server returned it (the controller's), as
+/// [`from_mpijob`] converts its document.
+pub(crate) fn from_model(job: &MpiJob, o: &Overrides) -> Result<(JobPlan, Vec<Note>), MpiJobError> {
+    let doc = serde_json::to_value(job).map_err(MpiJobError::Render)?;
+    convert(&doc, o)
+}
+
+fn convert(doc: &Value, o: &Overrides) -> Result<(JobPlan, Vec<Note>), MpiJobError> {
     let mut notes = Vec::new();
-    let job = parse(text, &mut notes)?;
+    let job = parse(doc, &mut notes)?;
     let name = o.name.clone().unwrap_or_else(|| job.name.clone());
     if !valid_name(&name) {
         return Err(MpiJobError::field(
@@ -103,19 +115,25 @@ pub(crate) fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Not
         pods: workers + 1,
         command: p.command,
         success: Success::Index0,
-        deadline: job.run_policy.deadline,
-        ttl: job.run_policy.ttl,
+        deadline: job
+            .run_policy
+            .active_deadline_seconds
+            .and_then(|n| u64::try_from(n).ok()),
+        ttl: job
+            .run_policy
+            .ttl_seconds_after_finished
+            .and_then(|n| u64::try_from(n).ok()),
         max_restarts: 0,
         only: o.only.clone(),
         labels,
         annotations: job.annotations.clone(),
-        suspend: job.run_policy.suspend,
+        suspend: job.run_policy.suspend.unwrap_or(false),
         managed_by: job
             .run_policy
             .managed_by
+            .clone()
             // The Job itself is the Job controller's, whichever controller made it.
-            .filter(|m| *m != MPI_OPERATOR && *m != CONTROLLER_NAME)
-            .map(String::from),
+            .filter(|m| m != MPI_OPERATOR && m != CONTROLLER_NAME),
         max_pods: None,
         origin: vec![format!(
             "from the MPIJob {} ({API_VERSION}): pod 0 is the launcher, {pods_text}; {ranks}, slotsPerWorker {}; the agent's --mpi {}",
@@ -152,7 +170,7 @@ pub(crate) fn from_mpijob(text: &str, o: &Overrides) -> Result<(JobPlan, Vec<Not
 /// pod template's `terminationGracePeriodSeconds`, else [`DEFAULT_GRACE`]; set in `spec`, so
 /// the agents hold the ranks for as long as the pod has (their `--preempt-grace`).
 fn grace_period(
-    job: &MpiJob,
+    job: &Parsed,
     spec: &mut Map<String, Value>,
     given: Option<u64>,
     notes: &mut Vec<Note>,
@@ -186,7 +204,7 @@ fn grace_period(
 }
 
 /// Notes each of the job's own variables the MPIJob's environment replaces.
-fn own_env_replaced(env: &[Value], launch: &Launch, job: &MpiJob, notes: &mut Vec<Note>) {
+fn own_env_replaced(env: &[Value], launch: &Launch, job: &Parsed, notes: &mut Vec<Note>) {
     let own = crate::manifest::pod::own_env(WorkloadKind::Job, launch);
     let base = job.worker.as_ref().unwrap_or(&job.launcher);
     for e in env {
@@ -208,7 +226,7 @@ fn own_env_replaced(env: &[Value], launch: &Launch, job: &MpiJob, notes: &mut Ve
 
 /// `spec.runPolicy` onto the Job (`labels`: the Job's; `spec`: the pods').
 fn run_policy(
-    job: &MpiJob,
+    job: &Parsed,
     labels: &mut Map<String, Value>,
     spec: &mut Map<String, Value>,
     notes: &mut Vec<Note>,
@@ -222,7 +240,7 @@ fn run_policy(
         )),
         _ => {}
     }
-    match p.clean_pod_policy {
+    match p.clean_pod_policy.as_deref() {
         Some("None") => notes.push(Note::new(
             format!("{at}.cleanPodPolicy"),
             "None not honoured: the workers end with the launcher, and the Job controller stops any pod still running when the Job ends (as Running); finished pods stay until ttlSecondsAfterFinished",
@@ -233,9 +251,9 @@ fn run_policy(
         )),
         _ => {}
     }
-    let s = &p.scheduling;
+    let s = p.scheduling_policy.clone().unwrap_or_default();
     let sp = format!("{at}.schedulingPolicy");
-    if let Some(queue) = &s.queue {
+    if let Some(queue) = s.queue.as_ref().filter(|q| !q.is_empty()) {
         match labels.get(QUEUE_LABEL) {
             Some(l) if l != &json!(queue) => {
                 return Err(MpiJobError::field(
@@ -252,7 +270,7 @@ fn run_policy(
             }
         }
     }
-    if let Some(pc) = &s.priority_class {
+    if let Some(pc) = s.priority_class.as_ref().filter(|p| !p.is_empty()) {
         match spec.get("priorityClassName") {
             Some(t) if t != &json!(pc) => notes.push(Note::new(
                 format!("{sp}.priorityClass"),
@@ -278,7 +296,7 @@ fn run_policy(
             "not honoured: it sizes a PodGroup of volcano or scheduler-plugins, and none is rendered",
         ));
     }
-    if let Some(n) = s.schedule_timeout {
+    if let Some(n) = s.schedule_timeout_seconds {
         notes.push(Note::new(
             format!("{sp}.scheduleTimeoutSeconds"),
             format!("{n} not honoured: no PodGroup is rendered (activeDeadlineSeconds bounds the whole Job)"),
@@ -288,7 +306,7 @@ fn run_policy(
 }
 
 /// The replicas' restartPolicy: one try.
-fn replica_policies(job: &MpiJob, notes: &mut Vec<Note>) {
+fn replica_policies(job: &Parsed, notes: &mut Vec<Note>) {
     for r in std::iter::once(&job.launcher).chain(job.worker.as_ref()) {
         if r.restart_policy == Some("OnFailure") {
             notes.push(Note::new(

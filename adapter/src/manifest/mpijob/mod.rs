@@ -21,13 +21,15 @@
 //! resources...) is named in a note: pod 0 gets the Worker's, so a launcher on a smaller pod
 //! than its workers costs one worker's resources more here.
 //!
-//! Layout: `parse` reads and checks the document (`reader` reads fields with their paths),
-//! `pods` makes the pod template's parts (`volumes` checks and renames the Worker's volumes),
+//! Layout: `model` is the MPIJob's types (the controller's too, and its CRD's); `parse`
+//! checks the document field by field (`reader` reads fields with their paths) and reads it
+//! into the model, `pods` makes the pod template's parts (`volumes` checks and renames the Worker's volumes),
 //! `harden` their security contexts, `convert` the job; `error` holds the refusals and the notes.
 
 mod convert;
 mod error;
 mod harden;
+pub(crate) mod model;
 mod parse;
 #[cfg(test)]
 mod pod_tests;
@@ -37,6 +39,6 @@ mod reader;
 mod tests;
 mod volumes;
 
-pub(crate) use convert::{from_mpijob, Overrides};
+pub(crate) use convert::{from_model, from_mpijob, Overrides};
 pub(crate) use error::{MpiJobError, Note};
 pub(crate) use parse::CONTROLLER_NAME;

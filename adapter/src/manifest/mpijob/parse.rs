@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::error::{MpiJobError, Note};
+use super::model::RunPolicy;
 use super::reader::Obj;
 
 pub(super) const API_VERSION: &str = "kubeflow.org/v2beta1";
@@ -16,28 +17,6 @@ pub(crate) const CONTROLLER_NAME: &str = "prrte-k8s.io/controller";
 
 /// mpi-operator's own `managedBy`.
 pub(super) const MPI_OPERATOR: &str = "kubeflow.org/mpi-operator";
-
-/// `spec.runPolicy.schedulingPolicy`.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub(super) struct Scheduling {
-    pub(crate) min_available: Option<i64>,
-    pub queue: Option<String>,
-    pub(crate) min_resources: Option<Value>,
-    pub(crate) priority_class: Option<String>,
-    pub(crate) schedule_timeout: Option<i64>,
-}
-
-/// `spec.runPolicy`.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub(super) struct RunPolicy {
-    pub(crate) clean_pod_policy: Option<&'static str>,
-    pub ttl: Option<u64>,
-    pub deadline: Option<u64>,
-    pub(crate) backoff_limit: Option<u64>,
-    pub suspend: bool,
-    pub(crate) managed_by: Option<&'static str>,
-    pub scheduling: Scheduling,
-}
 
 /// One of `spec.mpiReplicaSpecs`.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,9 +33,10 @@ pub(super) struct Replica {
     pub path: String,
 }
 
-/// An MPIJob.
+/// An MPIJob, checked, as the conversion reads it: the model's fields with mpi-operator's
+/// defaults applied, and the pod templates as the document gives them.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct MpiJob {
+pub(super) struct Parsed {
     pub name: String,
     pub namespace: Option<String>,
     pub labels: Map<String, Value>,
@@ -65,13 +45,14 @@ pub(super) struct MpiJob {
     pub(crate) run_launcher_as_worker: bool,
     /// The agent's `--mpi` for `mpiImplementation`.
     pub mpi: &'static str,
+    /// `spec.runPolicy` (its fields checked).
     pub(crate) run_policy: RunPolicy,
     pub launcher: Replica,
     pub worker: Option<Replica>,
 }
 
 /// The one document of `text` (YAML or JSON).
-fn document(text: &str) -> Result<Value, MpiJobError> {
+pub(super) fn document(text: &str) -> Result<Value, MpiJobError> {
     let mut docs = Vec::new();
     for d in serde_yaml::Deserializer::from_str(text) {
         let v = Value::deserialize(d).map_err(MpiJobError::Yaml)?;
@@ -102,10 +83,10 @@ const SERVER_METADATA: &[&str] = &[
 /// The annotation `kubectl apply` keeps its last input in (not carried over).
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// Reads and checks an MPIJob; `notes` gets what is dropped on the way.
-pub(super) fn parse(text: &str, notes: &mut Vec<Note>) -> Result<MpiJob, MpiJobError> {
-    let doc = document(text)?;
-    let top = Obj::new(&doc, "")?;
+/// Checks the MPIJob document `doc` field by field (each refusal names the field's path), then
+/// reads it into the model; `notes` gets what is dropped on the way.
+pub(super) fn parse(doc: &Value, notes: &mut Vec<Note>) -> Result<Parsed, MpiJobError> {
+    let top = Obj::new(doc, "")?;
     let kind = top.text("kind")?.unwrap_or("");
     if kind != "MPIJob" {
         return Err(MpiJobError::NotMpiJob(kind.to_string()));
@@ -139,12 +120,22 @@ pub(super) fn parse(text: &str, notes: &mut Vec<Note>) -> Result<MpiJob, MpiJobE
         "launcherCreationPolicy",
         &["AtStartup", "WaitForWorkersReady"],
     )?;
-    let run_policy = match spec.obj("runPolicy")? {
-        Some(p) => run_policy(&p)?,
-        None => RunPolicy::default(),
-    };
+    if let Some(p) = spec.obj("runPolicy")? {
+        check_run_policy(&p)?;
+    }
     let (launcher, worker, run_launcher_as_worker) = replicas(&spec)?;
-    Ok(MpiJob {
+    let run_policy = match spec.get("runPolicy") {
+        None => RunPolicy::default(),
+        // Every field checked: the model takes it as it is.
+        Some(p) => serde_json::from_value(p.clone()).map_err(|e| {
+            MpiJobError::field(
+                spec.at("runPolicy"),
+                format!("does not fit kubeflow.org/v2beta1: {e}"),
+                "give each field as mpi-operator's MPIJob types it",
+            )
+        })?,
+    };
+    Ok(Parsed {
         name,
         namespace,
         labels,
@@ -303,8 +294,8 @@ fn metadata(top: &Obj, notes: &mut Vec<Note>) -> Result<Metadata, MpiJobError> {
     Ok((name, namespace, labels, annotations))
 }
 
-/// `spec.runPolicy`.
-fn run_policy(p: &Obj) -> Result<RunPolicy, MpiJobError> {
+/// Checks `spec.runPolicy`.
+fn check_run_policy(p: &Obj) -> Result<(), MpiJobError> {
     p.only(&[
         "cleanPodPolicy",
         "ttlSecondsAfterFinished",
@@ -314,48 +305,35 @@ fn run_policy(p: &Obj) -> Result<RunPolicy, MpiJobError> {
         "suspend",
         "managedBy",
     ])?;
-    let deadline = p.int("activeDeadlineSeconds", 0)?;
-    if deadline == Some(0) {
+    if p.int("activeDeadlineSeconds", 0)? == Some(0) {
         return Err(MpiJobError::field(
             p.at("activeDeadlineSeconds"),
             "is 0: the Job would fail at once",
             "give a positive number of seconds, or leave it out",
         ));
     }
-    let scheduling = match p.obj("schedulingPolicy")? {
-        None => Scheduling::default(),
-        Some(s) => {
-            s.only(&[
-                "minAvailable",
-                "queue",
-                "minResources",
-                "priorityClass",
-                "scheduleTimeoutSeconds",
-            ])?;
-            Scheduling {
-                min_available: s.int("minAvailable", 0)?,
-                queue: s.text("queue")?.filter(|q| !q.is_empty()).map(String::from),
-                min_resources: s.get("minResources").cloned(),
-                priority_class: s
-                    .text("priorityClass")?
-                    .filter(|q| !q.is_empty())
-                    .map(String::from),
-                schedule_timeout: s.int("scheduleTimeoutSeconds", 0)?,
-            }
-        }
-    };
-    Ok(RunPolicy {
-        clean_pod_policy: p.choice("cleanPodPolicy", &["None", "Running", "All"])?,
-        ttl: p.int("ttlSecondsAfterFinished", 0)?.map(|n| n as u64),
-        deadline: deadline.map(|n| n as u64),
-        backoff_limit: p.int("backoffLimit", 0)?.map(|n| n as u64),
-        suspend: p.flag("suspend")?.unwrap_or(false),
-        managed_by: p.choice(
-            "managedBy",
-            &[MPI_OPERATOR, "kueue.x-k8s.io/multikueue", CONTROLLER_NAME],
-        )?,
-        scheduling,
-    })
+    if let Some(s) = p.obj("schedulingPolicy")? {
+        s.only(&[
+            "minAvailable",
+            "queue",
+            "minResources",
+            "priorityClass",
+            "scheduleTimeoutSeconds",
+        ])?;
+        s.int("minAvailable", 0)?;
+        s.text("queue")?;
+        s.text("priorityClass")?;
+        s.int("scheduleTimeoutSeconds", 0)?;
+    }
+    p.choice("cleanPodPolicy", &["None", "Running", "All"])?;
+    p.int("ttlSecondsAfterFinished", 0)?;
+    p.int("backoffLimit", 0)?;
+    p.flag("suspend")?;
+    p.choice(
+        "managedBy",
+        &[MPI_OPERATOR, "kueue.x-k8s.io/multikueue", CONTROLLER_NAME],
+    )?;
+    Ok(())
 }
 
 /// One replica spec.

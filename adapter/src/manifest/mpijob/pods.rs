@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use super::error::{MpiJobError, Note};
 use super::harden::{self, Identity};
-use super::parse::{MpiJob, Replica};
+use super::parse::{Parsed, Replica};
 use super::reader::show;
 use super::volumes::{check_mounts, check_volumes, rename_volumes};
 use crate::manifest::inject::INSTALL_CONTAINER;
@@ -197,7 +197,7 @@ fn keyed_strings(
 /// the launcher's pod out of the allocation; `pull_policy`: the command line's
 /// imagePullPolicy, if any).
 pub(super) fn pods(
-    job: &MpiJob,
+    job: &Parsed,
     exclude_self: Option<Value>,
     pull_policy: Option<&str>,
     notes: &mut Vec<Note>,
