@@ -1,11 +1,15 @@
 //! What an MPIJob should have in the cluster, computed without one: which MPIJobs are ours
 //! ([`managed`]), the objects `--from-mpijob` renders for it, each owned by the MPIJob
 //! ([`desired`]; the launcher is told the MPIJob, to record its `DaemonsUp` event there, and
-//! its Role may create Events), and the change a Job already made needs ([`job_update`]).
+//! its Role may create Events), and the Job a Job already made becomes ([`job_update`]).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::DynamicObject;
+use kube::core::dynamic::ParseDynamicObjectError;
 use kube::{Resource, ResourceExt};
-use serde_json::{json, Map, Value};
+
+use super::observe::job_finished;
 
 use crate::launch::daemons_up::MpiJobRef;
 use crate::manifest::api_server::ApiServer;
@@ -26,6 +30,24 @@ pub(crate) enum DesiredError {
     /// as its owner.
     #[error("the MPIJob has no name or uid: it was not read from the API server")]
     Unsaved,
+    /// A rendered object does not read back as the object it is (a bug).
+    #[error("a rendered object does not read back: {0}; this is a bug in prrte-k8s")]
+    Object(String),
+    /// The rendering made no Job (a bug).
+    #[error("the rendering made no Job; this is a bug in prrte-k8s")]
+    NoJob,
+}
+
+impl From<serde_json::Error> for DesiredError {
+    fn from(e: serde_json::Error) -> Self {
+        DesiredError::Object(e.to_string())
+    }
+}
+
+impl From<ParseDynamicObjectError> for DesiredError {
+    fn from(e: ParseDynamicObjectError) -> Self {
+        DesiredError::Object(e.to_string())
+    }
 }
 
 /// What the command line gives every conversion.
@@ -58,14 +80,14 @@ pub fn managed(job: &MpiJob, manage_all: bool) -> bool {
     }
 }
 
-/// The objects of one MPIJob.
+/// The objects of one MPIJob, each controlled by it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Desired {
-    /// The ServiceAccount, Role, RoleBinding, Secret and NetworkPolicy: created if absent,
-    /// never changed (the Secret keeps the key it was made with).
-    pub others: Vec<Value>,
-    /// The Indexed Job, created last (its pods need the others).
-    pub job: Value,
+    /// The ServiceAccount, Role, RoleBinding, Secret and NetworkPolicy: made while the Job is
+    /// absent, never changed (the Secret keeps the key it was made with).
+    pub others: Vec<DynamicObject>,
+    /// The Indexed Job, made last (its pods need the others).
+    pub job: Job,
     /// What the conversion changed or cannot honour.
     pub notes: Vec<Note>,
 }
@@ -96,92 +118,76 @@ pub fn desired(job: &MpiJob, s: &Settings, key: &str) -> Result<Desired, Desired
         ..job.controller_owner_ref(&()).ok_or(DesiredError::Unsaved)?
     };
     let mut others = Vec::new();
-    let mut made = Value::Null;
-    for mut o in objects(&plan, Some(key))? {
-        o["metadata"]["ownerReferences"] = json!([owner]);
-        if o["kind"] == "Job" {
-            made = o;
+    let mut made = None;
+    for o in objects(&plan, Some(key))? {
+        let mut o: DynamicObject = serde_json::from_value(o)?;
+        o.metadata.owner_references = Some(vec![owner.clone()]);
+        if o.types.as_ref().is_some_and(|t| t.kind == "Job") {
+            made = Some(o.try_parse::<Job>()?);
         } else {
             others.push(o);
         }
     }
     Ok(Desired {
         others,
-        job: made,
+        job: made.ok_or(DesiredError::NoJob)?,
         notes,
     })
 }
 
-/// A JSON merge patch that turns `old` into `new` (None: they are equal): removed keys become
-/// null, objects are patched key by key, anything else is replaced.
-pub(crate) fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
-    match (old, new) {
-        (Value::Object(o), Value::Object(n)) => {
-            let mut out = Map::new();
-            for k in o.keys().filter(|k| !n.contains_key(*k)) {
-                out.insert(k.clone(), Value::Null);
-            }
-            for (k, v) in n {
-                if let Some(d) = merge_diff(o.get(k).unwrap_or(&Value::Null), v) {
-                    out.insert(k.clone(), d);
-                }
-            }
-            (!out.is_empty()).then_some(Value::Object(out))
-        }
-        _ if old == new => None,
-        _ => Some(new.clone()),
-    }
-}
-
-/// The fields of a suspended Job's pod template Kubernetes lets change (its scheduling
-/// directives), which Kueue writes into the MPIJob's templates before it admits the job.
-const SCHEDULING: &[&str] = &["nodeSelector", "tolerations", "affinity", "schedulingGates"];
-
-/// Whether the Job has finished (`Complete` or `Failed`).
-pub(crate) fn job_finished(job: &Value) -> bool {
-    job.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True"
-            })
-        })
-}
-
-/// The merge patch the Job `existing` needs to follow `desired` (None: nothing to change).
-/// Only `spec.suspend` follows the MPIJob once the Job runs; while it is suspended, the pod
-/// template's scheduling directives, labels and annotations follow too (what Kueue writes
-/// when it admits the job reaches the pods). A finished Job is left alone.
-pub(crate) fn job_update(existing: &Value, desired: &Value) -> Option<Value> {
+/// The Job `existing` brought in line with `want` (None: nothing to change), as the body of
+/// the controller's apply: the Job as it is (so that the apply keeps every field, its own and
+/// the ones others set, e.g. a growth's parallelism) with `spec.suspend` following the MPIJob,
+/// and, while it is suspended, the pod template's scheduling directives (replaced: a key Kueue
+/// removed goes) and its labels and annotations (added or changed: the Job controller adds its
+/// own) too, so that what Kueue writes when it admits the job reaches the pods. A finished Job
+/// is left alone.
+pub(crate) fn job_update(existing: &Job, want: &Job) -> Option<Job> {
     if job_finished(existing) {
         return None;
     }
-    let suspended = existing["spec"]["suspend"] == true;
-    let want = desired["spec"]["suspend"] == true;
-    let mut patch = json!({});
-    if suspended {
-        let old = &existing["spec"]["template"];
-        let new = &desired["spec"]["template"];
-        for f in SCHEDULING {
-            let (o, n) = (&old["spec"][f], &new["spec"][f]);
-            // Keys Kueue removed become null, so no stale one stays.
-            if let Some(d) = merge_diff(o, n) {
-                patch["spec"]["template"]["spec"][f] = d;
-            }
-        }
-        // Labels and annotations are only added or changed: the Job controller adds its own.
-        for m in ["labels", "annotations"] {
-            if let Some(n) = new["metadata"][m].as_object() {
-                for (k, v) in n {
-                    if old["metadata"][m].get(k) != Some(v) {
-                        patch["spec"]["template"]["metadata"][m][k] = v.clone();
-                    }
-                }
+    let have = existing.spec.as_ref()?;
+    let new = want.spec.as_ref()?;
+    let mut next = have.clone();
+    if have.suspend == Some(true) {
+        let (t, w) = (&mut next.template, &new.template);
+        let (ts, ws) = (
+            t.spec.get_or_insert_with(Default::default),
+            w.spec.clone().unwrap_or_default(),
+        );
+        ts.node_selector = ws.node_selector;
+        ts.tolerations = ws.tolerations;
+        ts.affinity = ws.affinity;
+        ts.scheduling_gates = ws.scheduling_gates;
+        let meta = t.metadata.get_or_insert_with(Default::default);
+        let wm = w.metadata.clone().unwrap_or_default();
+        for (mine, theirs) in [
+            (&mut meta.labels, wm.labels),
+            (&mut meta.annotations, wm.annotations),
+        ] {
+            if let Some(add) = theirs.filter(|m| !m.is_empty()) {
+                mine.get_or_insert_with(Default::default).extend(add);
             }
         }
     }
-    if suspended != want {
-        patch["spec"]["suspend"] = json!(want);
+    let suspend = new.suspend == Some(true);
+    if have.suspend.unwrap_or(false) != suspend {
+        next.suspend = Some(suspend);
     }
-    (patch != json!({})).then_some(patch)
+    if &next == have {
+        return None;
+    }
+    let m = &existing.metadata;
+    Some(Job {
+        metadata: ObjectMeta {
+            name: m.name.clone(),
+            namespace: m.namespace.clone(),
+            labels: m.labels.clone(),
+            annotations: m.annotations.clone(),
+            owner_references: m.owner_references.clone(),
+            ..Default::default()
+        },
+        spec: Some(next),
+        status: None,
+    })
 }

@@ -1,8 +1,10 @@
 //! The objects an MPIJob gets, who owns them, which MPIJobs are ours, and the Job's updates.
 
+use k8s_openapi::api::batch::v1::Job;
 use serde_json::{json, Value};
 
-use super::desired::{desired, job_finished, job_update, managed, merge_diff, Settings};
+use super::desired::{desired, job_update, managed, Settings};
+use super::observe::job_finished;
 use crate::manifest::mpijob::model::MpiJob;
 use crate::manifest::mpijob::{from_mpijob, Overrides};
 use crate::manifest::{objects, INJECT_IMAGE};
@@ -75,7 +77,7 @@ fn the_same_objects_as_from_mpijob_each_owned_by_the_mpijob() {
     let kinds: Vec<&str> = d
         .others
         .iter()
-        .map(|o| o["kind"].as_str().unwrap())
+        .map(|o| o.types.as_ref().unwrap().kind.as_str())
         .collect();
     assert_eq!(
         kinds,
@@ -87,8 +89,12 @@ fn the_same_objects_as_from_mpijob_each_owned_by_the_mpijob() {
             "NetworkPolicy"
         ]
     );
-    let mut ours: Vec<Value> = d.others.clone();
-    ours.push(d.job.clone());
+    let mut ours: Vec<Value> = d
+        .others
+        .iter()
+        .map(|o| serde_json::to_value(o).unwrap())
+        .collect();
+    ours.push(json(&d.job));
     assert_eq!(ours.len(), rendered.len());
     for o in &mut ours {
         let refs = o["metadata"]
@@ -110,9 +116,10 @@ fn the_same_objects_as_from_mpijob_each_owned_by_the_mpijob() {
         );
     }
     // The Job is the Job controller's, and runs now.
-    assert!(d.job["spec"].get("managedBy").is_none());
-    assert!(d.job["spec"].get("suspend").is_none());
-    assert_eq!(d.job["spec"]["parallelism"], 3);
+    let spec = d.job.spec.as_ref().unwrap();
+    assert!(spec.managed_by.is_none());
+    assert!(spec.suspend.is_none());
+    assert_eq!(spec.parallelism, Some(3));
 }
 
 /// What only the controller's objects have, removed after it is checked: the Role's rule that
@@ -167,7 +174,7 @@ fn the_mpijobs_own_variable_wins_over_the_jobs() {
         "k",
     )
     .unwrap();
-    let env = &d.job["spec"]["template"]["spec"]["containers"][0]["env"];
+    let env = &json(&d.job)["spec"]["template"]["spec"]["containers"][0]["env"];
     let ours: Vec<&Value> = env
         .as_array()
         .unwrap()
@@ -181,7 +188,7 @@ fn the_mpijobs_own_variable_wins_over_the_jobs() {
 #[test]
 fn a_suspended_mpijob_makes_a_suspended_job() {
     let d = desired(&model(&served(None, true)), &settings(), "k").unwrap();
-    assert_eq!(d.job["spec"]["suspend"], true);
+    assert_eq!(d.job.spec.unwrap().suspend, Some(true));
 }
 
 #[test]
@@ -203,26 +210,21 @@ fn what_the_conversion_refuses_is_an_error_naming_the_field() {
     assert!(e.contains("Worker.replicas"), "{e}");
 }
 
-#[test]
-fn merge_diff_removes_replaces_and_recurses() {
-    assert_eq!(merge_diff(&json!({"a": 1}), &json!({"a": 1})), None);
-    assert_eq!(
-        merge_diff(
-            &json!({"a": 1, "b": {"c": 1, "d": 2}}),
-            &json!({"b": {"c": 1}, "e": [1]})
-        ),
-        Some(json!({"a": null, "b": {"d": null}, "e": [1]}))
-    );
-    assert_eq!(merge_diff(&json!([1, 2]), &json!([2])), Some(json!([2])));
-    assert_eq!(merge_diff(&json!("x"), &Value::Null), Some(Value::Null));
-}
-
 /// A Job as the API server holds it: the Job controller's labels on its template.
-fn existing(job: &Value, suspend: bool) -> Value {
-    let mut j = job.clone();
+fn existing(job: &Job, suspend: bool) -> Job {
+    let mut j = json(job);
     j["spec"]["suspend"] = json!(suspend);
     j["spec"]["template"]["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] = json!("u");
-    j
+    serde_json::from_value(j).unwrap()
+}
+
+fn json(job: &Job) -> Value {
+    serde_json::to_value(job).unwrap()
+}
+
+/// The body of the apply `job_update` makes.
+fn update(have: &Job, want: &Job) -> Option<Value> {
+    job_update(have, want).map(|j| json(&j))
 }
 
 #[test]
@@ -232,7 +234,7 @@ fn kueues_admission_reaches_a_suspended_job_and_resumes_it() {
         .job;
     let job = existing(&suspended, true);
     // Nothing changed: nothing to do.
-    assert_eq!(job_update(&job, &suspended), None);
+    assert_eq!(update(&job, &suspended), None);
     // Kueue admits: node selector, tolerations and a label in the templates, then suspend false.
     let mut admitted = served(None, false);
     for role in ["Launcher", "Worker"] {
@@ -242,36 +244,49 @@ fn kueues_admission_reaches_a_suspended_job_and_resumes_it() {
         t["metadata"]["labels"] = json!({"kueue.x-k8s.io/podset": role.to_lowercase()});
     }
     let want = desired(&model(&admitted), &settings(), "k").unwrap().job;
-    let patch = job_update(&job, &want).unwrap();
-    assert_eq!(patch["spec"]["suspend"], false);
-    let t = &patch["spec"]["template"];
+    let body = update(&job, &want).unwrap();
+    assert_eq!(body["spec"]["suspend"], false);
+    let t = &body["spec"]["template"];
     assert_eq!(t["spec"]["nodeSelector"], json!({"pool": "a"}));
     assert_eq!(
         t["spec"]["tolerations"],
         json!([{"key": "pool", "operator": "Exists"}])
     );
     assert_eq!(t["metadata"]["labels"]["kueue.x-k8s.io/podset"], "worker");
-    // The Job controller's own label is never removed.
-    assert!(t["metadata"]["labels"]
-        .get("batch.kubernetes.io/controller-uid")
-        .is_none());
-    // Kueue suspends again and takes its node selector back: the field is removed (null in
-    // the merge patch), or only the key Kueue added.
+    // The apply holds the Job as it is: the Job controller's label stays, and so does the rest
+    // of the Job (its owner, its command).
+    assert_eq!(
+        t["metadata"]["labels"]["batch.kubernetes.io/controller-uid"],
+        "u"
+    );
+    assert_eq!(
+        body["metadata"]["ownerReferences"],
+        json(&job)["metadata"]["ownerReferences"]
+    );
+    assert_eq!(
+        t["spec"]["containers"],
+        json(&job)["spec"]["template"]["spec"]["containers"]
+    );
+    assert!(body.get("status").is_none());
+    // Kueue suspends again and takes its node selector back: the apply leaves the field out
+    // (so the API server removes it), or keeps only the MPIJob's own keys.
     let with_pool = existing(&want, true);
-    let patch = job_update(&with_pool, &suspended).unwrap();
-    let t = patch["spec"]["template"]["spec"].as_object().unwrap();
-    assert_eq!(t.get("nodeSelector"), Some(&Value::Null));
-    assert!(patch["spec"].get("suspend").is_none());
+    let body = update(&with_pool, &suspended).unwrap();
+    assert!(body["spec"]["template"]["spec"]
+        .get("nodeSelector")
+        .is_none());
+    assert_eq!(body["spec"]["suspend"], true);
     let mut own = served(None, true);
     own["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] =
         json!({"disk": "ssd"});
     let own = desired(&model(&own), &settings(), "k").unwrap().job;
-    let mut both = existing(&own, true);
+    let mut both = json(&existing(&own, true));
     both["spec"]["template"]["spec"]["nodeSelector"]["pool"] = json!("a");
-    let patch = job_update(&both, &own).unwrap();
+    let both: Job = serde_json::from_value(both).unwrap();
+    let body = update(&both, &own).unwrap();
     assert_eq!(
-        patch["spec"]["template"]["spec"]["nodeSelector"],
-        json!({"pool": null})
+        body["spec"]["template"]["spec"]["nodeSelector"],
+        json!({"disk": "ssd"})
     );
 }
 
@@ -281,18 +296,19 @@ fn a_running_job_only_follows_suspend_and_a_finished_one_nothing() {
         .unwrap()
         .job;
     let job = existing(&running, false);
-    assert_eq!(job_update(&job, &running), None);
+    assert_eq!(update(&job, &running), None);
     // A template change of a running Job is not Kubernetes' to make: only suspend follows.
     let mut changed = served(None, true);
     changed["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] =
         json!({"x": "y"});
     let want = desired(&model(&changed), &settings(), "k").unwrap().job;
-    assert_eq!(
-        job_update(&job, &want),
-        Some(json!({"spec": {"suspend": true}}))
-    );
-    let mut done = job.clone();
+    let mut expected = json(&job);
+    expected["spec"]["suspend"] = json!(true);
+    let body = update(&job, &want).unwrap();
+    assert_eq!(body["spec"], expected["spec"]);
+    let mut done = json(&job);
     done["status"]["conditions"] = json!([{"type": "Complete", "status": "True"}]);
+    let done: Job = serde_json::from_value(done).unwrap();
     assert!(job_finished(&done));
-    assert_eq!(job_update(&done, &want), None);
+    assert_eq!(update(&done, &want), None);
 }

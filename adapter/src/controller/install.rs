@@ -49,11 +49,13 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
 /// What the controller does in every namespace, and nothing else (named verbs and resources):
 /// - MPIJobs: watched (kube-runtime's `Controller` lists and watches), their status patched,
 ///   and read once before a job's objects are made (the cache may lag behind a delete);
-/// - the Jobs it owns: watched, read, created, patched (`spec.suspend`, the templates Kueue
-///   changes while suspended);
-/// - the Jobs' pods: watched and listed (the status counts them);
-/// - the other objects of each job: created only, never read or changed (an existing one is
-///   left as it is: the Secret keeps its key);
+/// - the Jobs it owns: watched, read, made and updated with server-side apply (`spec.suspend`,
+///   the templates Kueue changes while suspended);
+/// - the Jobs' pods: watched (the status counts them, from the controller's cache);
+/// - the other objects of each job: read by name before they are made (one that exists and is
+///   not this MPIJob's is never taken over), and made with server-side apply (an apply is a
+///   patch; one that makes the object needs create too); never changed once made (the Secret
+///   keeps its key);
 /// - events on the MPIJobs (kube-runtime's recorder creates them and patches a repeated one).
 ///
 /// The job's own Role grants its pods `get`, `list`, `watch` on pods, `get` on its Job and
@@ -69,13 +71,21 @@ pub(crate) fn cluster_rules() -> Vec<PolicyRule> {
             &["get", "list", "watch", "create", "patch"],
         ),
         rule("", &["pods"], &["get", "list", "watch"]),
-        rule("", &["serviceaccounts", "secrets"], &["create"]),
+        rule(
+            "",
+            &["serviceaccounts", "secrets"],
+            &["get", "create", "patch"],
+        ),
         rule(
             "rbac.authorization.k8s.io",
             &["roles", "rolebindings"],
-            &["create"],
+            &["get", "create", "patch"],
         ),
-        rule("networking.k8s.io", &["networkpolicies"], &["create"]),
+        rule(
+            "networking.k8s.io",
+            &["networkpolicies"],
+            &["get", "create", "patch"],
+        ),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
         rule("", &["events"], &["create"]),
     ]

@@ -101,9 +101,18 @@ fn the_cluster_role_creates_every_object_of_a_job_and_holds_what_its_role_grants
             "a-key",
         )
         .unwrap();
-        for o in d.others.iter().chain(std::iter::once(&d.job)) {
+        let all = d
+            .others
+            .iter()
+            .map(|o| serde_json::to_value(o).unwrap())
+            .chain(std::iter::once(serde_json::to_value(&d.job).unwrap()));
+        for o in &all.collect::<Vec<Value>>() {
             let (g, r) = resource_of(o);
-            assert!(allows(&rules, &g, &r, "create"), "create {r}.{g}");
+            // Server-side apply: patch, and create for a new object; get before it is made,
+            // so that another's object of the same name is never taken over.
+            for verb in ["get", "create", "patch"] {
+                assert!(allows(&rules, &g, &r, verb), "{verb} {r}.{g}");
+            }
             made.insert((g, r));
             // The controller may create a Role only with the permissions it holds itself.
             if o["kind"] == "Role" {

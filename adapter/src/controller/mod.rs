@@ -25,6 +25,7 @@ pub mod install;
 #[cfg(test)]
 mod install_tests;
 pub(crate) mod metrics;
+pub(crate) mod observe;
 pub(crate) mod pod_ends;
 pub(crate) mod reconcile;
 #[cfg(test)]

@@ -6,10 +6,13 @@
 //! once ([`super::reconcile`]). Evictions and disruptions are named by the `Failed`
 //! condition's events ([`super::status`]), and a launcher's failure by the Job's own message.
 
-use serde_json::Value;
+use std::sync::Arc;
 
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+
+use super::observe::{disrupted, index, job_has, name, phase};
 use super::status::Notice;
-use crate::discovery::keys::JOB_COMPLETION_INDEX;
 
 /// The event reason of a pod deleted while its job ran.
 pub(crate) const POD_DELETED: &str = "MPIJobPodDeleted";
@@ -24,44 +27,28 @@ pub(crate) struct PodEnd {
     pub notice: Notice,
 }
 
-fn disrupted(p: &Value) -> bool {
-    p["status"]["reason"] == "Evicted"
-        || p.pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c["type"] == "DisruptionTarget" && c["status"] == "True")
-            })
-}
-
 /// Whether the Job itself ends its pods (failed or completed): its deletions are not news.
-fn job_ending(job: Option<&Value>) -> bool {
-    job.and_then(|j| j.pointer("/status/conditions"))
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                ["FailureTarget", "Failed", "SuccessCriteriaMet", "Complete"]
-                    .contains(&c["type"].as_str().unwrap_or(""))
-                    && c["status"] == "True"
-            })
-        })
+fn job_ending(job: Option<&Job>) -> bool {
+    job.is_some_and(|j| {
+        job_has(
+            j,
+            &["FailureTarget", "Failed", "SuccessCriteriaMet", "Complete"],
+        )
+    })
 }
 
 /// The first container that ended with a non-zero code: "container C exited with code N
 /// (REASON): MESSAGE".
-fn exit_of(p: &Value) -> Option<String> {
-    let statuses = p.pointer("/status/containerStatuses")?.as_array()?;
+fn exit_of(p: &Pod) -> Option<String> {
+    let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
     statuses.iter().find_map(|c| {
-        let t = c.pointer("/state/terminated")?;
-        let code = t["exitCode"].as_i64().filter(|c| *c != 0)?;
-        let mut s = format!(
-            "container {} exited with code {code}",
-            c["name"].as_str().unwrap_or("?")
-        );
-        if let Some(r) = t["reason"].as_str().filter(|r| !r.is_empty()) {
+        let t = c.state.as_ref()?.terminated.as_ref()?;
+        let code = Some(t.exit_code).filter(|c| *c != 0)?;
+        let mut s = format!("container {} exited with code {code}", c.name);
+        if let Some(r) = t.reason.as_deref().filter(|r| !r.is_empty()) {
             s.push_str(&format!(" ({r})"));
         }
-        if let Some(m) = t["message"].as_str().filter(|m| !m.is_empty()) {
+        if let Some(m) = t.message.as_deref().filter(|m| !m.is_empty()) {
             let m: String = m.chars().take(300).collect();
             s.push_str(&format!(": {}", m.trim_end()));
         }
@@ -70,30 +57,27 @@ fn exit_of(p: &Value) -> Option<String> {
 }
 
 /// The ends worth an event among `pods`, the pods of the MPIJob's Job `job`.
-pub(crate) fn pod_ends(pods: &[Value], job: Option<&Value>) -> Vec<PodEnd> {
+pub(crate) fn pod_ends(pods: &[Arc<Pod>], job: Option<&Job>) -> Vec<PodEnd> {
     let ending = job_ending(job);
     pods.iter()
         .filter(|p| !disrupted(p))
         .filter_map(|p| {
-            let name = p["metadata"]["name"].as_str().unwrap_or("?");
-            let uid = p["metadata"]["uid"].as_str().unwrap_or(name).to_string();
-            let index = p
-                .pointer("/metadata/labels")
-                .and_then(|l| l.get(JOB_COMPLETION_INDEX))
-                .and_then(Value::as_str);
-            let role = if index == Some("0") {
+            let name = name(p);
+            let uid = p.metadata.uid.as_deref().unwrap_or(name).to_string();
+            let role = if index(p) == Some("0") {
                 "launcher"
             } else {
                 "worker"
             };
-            let phase = p["status"]["phase"].as_str().unwrap_or("");
+            let phase = phase(p);
             let exit = exit_of(p);
-            let notice = if p["metadata"]["deletionTimestamp"].is_string() {
+            let notice = if p.metadata.deletion_timestamp.is_some() {
                 if phase == "Succeeded" || ending {
                     return None;
                 }
-                let grace = p["metadata"]["deletionGracePeriodSeconds"]
-                    .as_i64()
+                let grace = p
+                    .metadata
+                    .deletion_grace_period_seconds
                     .map(|g| format!(", grace period {g} s"))
                     .unwrap_or_default();
                 let end = exit.map(|e| format!("; {e}")).unwrap_or_default();
@@ -104,8 +88,11 @@ pub(crate) fn pod_ends(pods: &[Value], job: Option<&Value>) -> Vec<PodEnd> {
                 }
             } else if phase == "Failed" && role == "worker" {
                 let why = exit.unwrap_or_else(|| {
-                    let r = p["status"]["reason"].as_str().unwrap_or("no exit code");
-                    let m = p["status"]["message"].as_str().unwrap_or("");
+                    let st = p.status.as_ref();
+                    let r = st
+                        .and_then(|s| s.reason.as_deref())
+                        .unwrap_or("no exit code");
+                    let m = st.and_then(|s| s.message.as_deref()).unwrap_or("");
                     format!("{r} {m}").trim().to_string()
                 });
                 Notice {
@@ -127,12 +114,22 @@ pub(crate) fn pod_ends(pods: &[Value], job: Option<&Value>) -> Vec<PodEnd> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn pod(index: u32, phase: &str) -> Value {
         json!({"metadata": {"name": format!("pi-{index}-x"), "uid": format!("u{index}"),
                 "labels": {"batch.kubernetes.io/job-completion-index": index.to_string()}},
                "status": {"phase": phase}})
+    }
+
+    /// `pod_ends` of the pods and the Job given as JSON.
+    fn ends_of(pods: &[Value], job: Option<&Value>) -> Vec<PodEnd> {
+        let pods: Vec<Arc<Pod>> = pods
+            .iter()
+            .map(|p| Arc::new(serde_json::from_value(p.clone()).unwrap()))
+            .collect();
+        let job: Option<Job> = job.map(|j| serde_json::from_value(j.clone()).unwrap());
+        pod_ends(&pods, job.as_ref())
     }
 
     fn failed_with(mut p: Value, code: i64) -> Value {
@@ -162,14 +159,14 @@ mod tests {
     #[test]
     fn running_and_succeeded_pods_say_nothing() {
         let pods = [pod(0, "Running"), pod(1, "Succeeded"), pod(2, "Pending")];
-        assert!(pod_ends(&pods, None).is_empty());
+        assert!(ends_of(&pods, None).is_empty());
     }
 
     #[test]
     fn a_worker_deleted_by_hand_is_named_with_its_grace_period() {
         let pods = [pod(0, "Running"), deleted(pod(1, "Running"))];
         assert_eq!(
-            messages(&pod_ends(&pods, None)),
+            messages(&ends_of(&pods, None)),
             [(
                 "u1",
                 POD_DELETED,
@@ -177,7 +174,7 @@ mod tests {
             )]
         );
         let ended = [failed_with(deleted(pod(0, "Failed")), 143)];
-        let m = &pod_ends(&ended, None)[0].notice;
+        let m = &ends_of(&ended, None)[0].notice;
         assert_eq!(m.reason, POD_DELETED);
         assert!(
             m.message.starts_with("launcher pod pi-0-x was deleted"),
@@ -198,7 +195,7 @@ mod tests {
             failed_with(pod(0, "Failed"), 1),
             failed_with(pod(2, "Failed"), 1),
         ];
-        let ends = pod_ends(&pods, None);
+        let ends = ends_of(&pods, None);
         assert_eq!(
             messages(&ends),
             [(
@@ -211,7 +208,7 @@ mod tests {
         assert!(ends[0].notice.warning);
         let mut bare = pod(3, "Failed");
         bare["status"]["reason"] = json!("NodeLost");
-        let ends = pod_ends(&[bare], None);
+        let ends = ends_of(&[bare], None);
         assert!(
             ends[0].notice.message.contains("failed: NodeLost"),
             "{ends:?}"
@@ -224,20 +221,20 @@ mod tests {
         evicted["status"]["conditions"] = json!([{"type": "DisruptionTarget", "status": "True"}]);
         let mut by_kubelet = failed_with(pod(2, "Failed"), 137);
         by_kubelet["status"]["reason"] = json!("Evicted");
-        assert!(pod_ends(&[evicted, by_kubelet], None).is_empty());
+        assert!(ends_of(&[evicted, by_kubelet], None).is_empty());
         let failing =
             json!({"status": {"conditions": [{"type": "FailureTarget", "status": "True"}]}});
-        assert!(pod_ends(&[deleted(pod(1, "Running"))], Some(&failing)).is_empty());
+        assert!(ends_of(&[deleted(pod(1, "Running"))], Some(&failing)).is_empty());
         let running = json!({"status": {"conditions": [{"type": "Suspended", "status": "False"}]}});
         assert_eq!(
-            pod_ends(&[deleted(pod(1, "Running"))], Some(&running)).len(),
+            ends_of(&[deleted(pod(1, "Running"))], Some(&running)).len(),
             1
         );
         // A worker the Job stops after its launcher failed is not news; one that failed by
         // itself is, whatever the Job shows by then.
         let stopped = failed_with(deleted(pod(1, "Failed")), 143);
-        assert!(pod_ends(&[stopped], Some(&failing)).is_empty());
+        assert!(ends_of(&[stopped], Some(&failing)).is_empty());
         let cut_off = failed_with(pod(2, "Failed"), 1);
-        assert_eq!(pod_ends(&[cut_off], Some(&failing)).len(), 1);
+        assert_eq!(ends_of(&[cut_off], Some(&failing)).len(), 1);
     }
 }

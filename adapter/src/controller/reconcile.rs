@@ -1,8 +1,12 @@
 //! One reconcile of one MPIJob, against the API: read what is there, make what is missing
-//! ([`super::desired`]), write the status ([`super::status`]) and its events. Every write is
-//! idempotent: objects are created only if absent (an existing Secret keeps its key), the Job
-//! is patched only where it differs, the status only when it changed, so a controller
-//! restarted mid-job changes nothing and duplicates nothing.
+//! ([`super::desired`]), write the status ([`super::status`]) and its events. Every object is
+//! written with server-side apply under one field manager, [`MANAGER`], and every write is
+//! idempotent: the objects are made only while the Job is absent and only where they are
+//! absent (an existing Secret keeps its key), the Job is applied again only where it differs,
+//! the status only when it changed, so a controller restarted mid-job changes nothing and
+//! duplicates nothing. An object of a job's name that this MPIJob does not control (another
+//! owner's, or an earlier MPIJob's of the same name still being deleted) is never taken over:
+//! nothing is made, and a warning event names it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -10,15 +14,15 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::desired::{desired, job_update, managed, Settings};
+use super::desired::{desired, job_update, managed, Desired, Settings};
 use super::metrics::Metrics;
 use super::pod_ends::pod_ends;
 use super::status::{finished, next_status, phase, Notice, Observed};
@@ -64,13 +68,27 @@ pub(crate) enum ReconcileError {
     },
     #[error("the MPIJob {0} has no namespace")]
     NoNamespace(String),
-    #[error("the Job {0} exists and is not this MPIJob's (another owner, or an earlier MPIJob of the same name still being deleted); retrying")]
-    NotOurs(String),
+    #[error("the {kind} {key} exists and is not this MPIJob's (another owner, or an earlier MPIJob of the same name still being deleted): nothing is made; retrying")]
+    NotOurs { kind: String, key: String },
 }
 
 fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ReconcileError {
     let what = what.into();
     move |source| ReconcileError::Api { what, source }
+}
+
+/// The field manager of every object the controller writes (its server-side applies): the
+/// controller's name.
+pub(crate) const MANAGER: &str = "prrte-k8s-controller";
+
+/// The parameters of an apply: forced where the controller owns the fields it writes.
+fn apply_params(force: bool) -> PatchParams {
+    let p = PatchParams::apply(MANAGER);
+    if force {
+        p.force()
+    } else {
+        p
+    }
 }
 
 /// How often a live MPIJob is looked at even when nothing it watches changed.
@@ -107,23 +125,11 @@ pub(crate) async fn reconcile(
     let mut job = jobs
         .get_opt(&name)
         .await
-        .map_err(api_error(format!("reading the Job {key}")))?
-        .map(|j| serde_json::to_value(j).unwrap_or(Value::Null));
+        .map_err(api_error(format!("reading the Job {key}")))?;
     let uid = obj.metadata.uid.clone().unwrap_or_default();
     if let Some(j) = &job {
-        if !owned_by(j, &uid) {
-            let msg = ReconcileError::NotOurs(key.clone());
-            publish(
-                &ctx,
-                &obj,
-                &Notice {
-                    warning: true,
-                    reason: "ErrResourceExists".into(),
-                    message: msg.to_string(),
-                },
-            )
-            .await;
-            return Err(msg);
+        if !controlled_by(&j.metadata, &uid) {
+            return Err(not_ours(&ctx, &obj, "Job", &key).await);
         }
     }
     if job.is_none() && !still_there(&ctx, &ns, &name, &uid).await? {
@@ -137,7 +143,7 @@ pub(crate) async fn reconcile(
     let invalid = match desired(&obj, &ctx.settings, &fresh_key()) {
         Err(e) => Some(e.to_string()),
         Ok(d) => {
-            job = Some(ensure(&ctx, &ns, &d.others, &d.job, job).await?);
+            job = Some(ensure(&ctx, &obj, &ns, d, job).await?);
             None
         }
     };
@@ -240,81 +246,89 @@ async fn still_there(
     }))
 }
 
-/// Whether the object `o`'s controller is the MPIJob of `uid`.
-fn owned_by(o: &Value, uid: &str) -> bool {
-    o.pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .is_some_and(|rs| {
-            rs.iter()
-                .any(|r| r["controller"] == true && r["uid"] == uid)
-        })
+/// Whether the object of `meta` is controlled by the object of `uid`.
+fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.controller == Some(true) && r.uid == uid)
+}
+
+/// The error (and its warning event on the MPIJob) of an object this MPIJob does not control.
+async fn not_ours(ctx: &Context, obj: &MpiJob, kind: &str, key: &str) -> ReconcileError {
+    let e = ReconcileError::NotOurs {
+        kind: kind.into(),
+        key: key.into(),
+    };
+    let notice = Notice {
+        warning: true,
+        reason: "ErrResourceExists".into(),
+        message: e.to_string(),
+    };
+    publish(ctx, obj, &notice).await;
+    e
 }
 
 /// Makes the objects that are missing and brings the Job in line; returns the Job.
 async fn ensure(
     ctx: &Context,
+    obj: &MpiJob,
     ns: &str,
-    others: &[Value],
-    want: &Value,
-    job: Option<Value>,
-) -> Result<Value, ReconcileError> {
+    d: Desired,
+    job: Option<Job>,
+) -> Result<Job, ReconcileError> {
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
-    let name = want["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    match job {
-        None => {
-            // The Job last: its pods need the others. Whatever an earlier, interrupted
-            // reconcile made is left as it is.
-            for o in others {
-                create_if_absent(ctx, ns, o).await?;
-            }
-            create_if_absent(ctx, ns, want).await?;
-            let j = jobs
-                .get(&name)
+    let name = d.job.name_any();
+    let key = format!("{ns}/{name}");
+    let Some(existing) = job else {
+        // The Job last: its pods need the others. What an earlier, interrupted reconcile made
+        // is left as it is; what another made stops it all.
+        let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+        let mut missing = Vec::new();
+        for o in &d.others {
+            let (api, kind) = api_of(ctx, ns, o);
+            let at = format!("{ns}/{}", o.name_any());
+            match api
+                .get_opt(&o.name_any())
                 .await
-                .map_err(api_error(format!("reading the Job {ns}/{name}")))?;
-            Ok(serde_json::to_value(j).unwrap_or(Value::Null))
-        }
-        Some(existing) => match job_update(&existing, want) {
-            None => Ok(existing),
-            Some(patch) => {
-                let j = jobs
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                    .map_err(api_error(format!("updating the Job {ns}/{name}")))?;
-                Ok(serde_json::to_value(j).unwrap_or(Value::Null))
+                .map_err(api_error(format!("reading the {kind} {at}")))?
+            {
+                None => missing.push((api, kind, o)),
+                Some(cur) if controlled_by(&cur.metadata, uid) => {}
+                Some(_) => return Err(not_ours(ctx, obj, &kind, &at).await),
             }
-        },
+        }
+        // Made now, so the controller's alone (no force: another writer's field is a conflict).
+        for (api, kind, o) in missing {
+            // Never the object in an error: the Secret's holds its key.
+            let what = format!("making the {kind} {ns}/{}", o.name_any());
+            api.patch(&o.name_any(), &apply_params(false), &Patch::Apply(o))
+                .await
+                .map_err(api_error(what))?;
+        }
+        return jobs
+            .patch(&name, &apply_params(false), &Patch::Apply(&d.job))
+            .await
+            .map_err(api_error(format!("making the Job {key}")));
+    };
+    match job_update(&existing, &d.job) {
+        None => Ok(existing),
+        // The fields that change (suspend, the template's scheduling) are the controller's,
+        // made from the MPIJob: forced.
+        Some(next) => jobs
+            .patch(&name, &apply_params(true), &Patch::Apply(&next))
+            .await
+            .map_err(api_error(format!("updating the Job {key}"))),
     }
 }
 
-/// Creates `o` in `ns` unless an object of its kind and name is there.
-async fn create_if_absent(ctx: &Context, ns: &str, o: &Value) -> Result<(), ReconcileError> {
-    let (group, version) = match o["apiVersion"].as_str().unwrap_or("v1").split_once('/') {
-        Some((g, v)) => (g.to_string(), v.to_string()),
-        None => (
-            String::new(),
-            o["apiVersion"].as_str().unwrap_or("v1").to_string(),
-        ),
-    };
-    let kind = o["kind"].as_str().unwrap_or_default();
-    let name = o["metadata"]["name"].as_str().unwrap_or_default();
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, &version, kind));
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ar);
-    // Never the object in an error: the Secret's holds its key.
-    let what = format!("creating the {kind} {ns}/{name}");
-    let obj: DynamicObject =
-        serde_json::from_value(o.clone()).map_err(|e| ReconcileError::Api {
-            what: what.clone(),
-            source: kube::Error::SerdeError(e),
-        })?;
-    match api.create(&PostParams::default(), &obj).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(api_error(what)(e)),
-    }
+/// The API of the object `o` (of a kind the rendering makes), and its kind.
+fn api_of(ctx: &Context, ns: &str, o: &DynamicObject) -> (Api<DynamicObject>, String) {
+    let t = o.types.clone().unwrap_or_default();
+    let gvk = GroupVersionKind::try_from(&t)
+        .unwrap_or_else(|_| GroupVersionKind::gvk("", &t.api_version, &t.kind));
+    let api = Api::namespaced_with(ctx.client.clone(), ns, &ApiResource::from_gvk(&gvk));
+    (api, t.kind)
 }
 
 /// The pods of the Job `job` (by the job's label, and owned by that Job).
@@ -322,23 +336,19 @@ async fn pods_of(
     ctx: &Context,
     ns: &str,
     name: &str,
-    job: &Value,
-) -> Result<Vec<Value>, ReconcileError> {
+    job: &Job,
+) -> Result<Vec<Arc<Pod>>, ReconcileError> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let list = pods
         .list(&ListParams::default().labels(&format!("{JOB_LABEL}={name}")))
         .await
         .map_err(api_error(format!("listing the pods of {ns}/{name}")))?;
-    let uid = job["metadata"]["uid"].as_str().unwrap_or_default();
+    let uid = job.metadata.uid.as_deref().unwrap_or_default();
     Ok(list
         .items
         .into_iter()
-        .map(|p| serde_json::to_value(p).unwrap_or(Value::Null))
-        .filter(|p| {
-            p.pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array)
-                .is_some_and(|rs| rs.iter().any(|r| r["uid"] == uid))
-        })
+        .filter(|p| p.owner_references().iter().any(|r| r.uid == uid))
+        .map(Arc::new)
         .collect())
 }
 

@@ -76,10 +76,19 @@ fn answer(store: &Shared, method: &str, path: &str, query: &str, body: &str) -> 
         "PATCH" => {
             let target = path.trim_end_matches("/status");
             let patch: Value = serde_json::from_str(body).unwrap();
+            let apply = query.contains("fieldManager=prrte-k8s-controller");
             match s.objects.get_mut(target) {
                 Some(o) => {
                     json_patch::merge(o, &patch);
                     (200, o.clone())
+                }
+                // An apply makes the object it names.
+                None if apply && target == path => {
+                    let mut o = patch;
+                    s.next_uid += 1;
+                    o["metadata"]["uid"] = json!(format!("uid-{}", s.next_uid));
+                    s.objects.insert(path.to_string(), o.clone());
+                    (201, o)
                 }
                 None => (404, status(404, "NotFound")),
             }
@@ -192,10 +201,16 @@ async fn makes_the_objects_once_owned_by_the_mpijob_and_keeps_the_key_to_the_sec
     ] {
         assert!(
             made.iter()
-                .any(|w| w.starts_with("POST") && w.contains(kind.trim_end_matches('/'))),
+                .any(|w| w.starts_with("PATCH") && w.contains(kind.trim_end_matches('/'))),
             "{kind}: {made:?}"
         );
     }
+    assert!(
+        !made
+            .iter()
+            .any(|w| w.starts_with("POST") && !w.contains("/events")),
+        "every object is applied: {made:?}"
+    );
     assert!(
         made.iter().any(|w| w == &format!("PATCH {MPIJOB}/status")),
         "{made:?}"
@@ -232,7 +247,7 @@ async fn makes_the_objects_once_owned_by_the_mpijob_and_keeps_the_key_to_the_sec
             .filter(|(_, _, b)| b.contains(&key) || b.contains(data))
             .map(|(_, p, _)| p)
             .collect();
-        assert_eq!(with_key, [&"/api/v1/namespaces/team/secrets".to_string()]);
+        assert_eq!(with_key, [&SECRET.to_string()]);
         let st = &s.objects[MPIJOB]["status"];
         assert_eq!(st["conditions"][0]["type"], "Created");
         assert!(st["startTime"].is_string());
@@ -301,7 +316,7 @@ async fn a_refused_mpijob_fails_with_the_reason_and_nothing_is_made() {
     assert_eq!(
         writes(&store)
             .iter()
-            .filter(|w| w.starts_with("POST") && !w.contains("/events"))
+            .filter(|w| !w.contains("/events") && !w.ends_with("/status"))
             .count(),
         0
     );
@@ -397,4 +412,49 @@ async fn a_deleted_mpijob_seen_through_a_lagging_cache_makes_nothing() {
             "recreated: {recreated}"
         );
     }
+}
+
+/// An object of the job's name that the MPIJob does not control (here: a Secret someone else
+/// made) is never taken over: nothing is made, and a warning event names it.
+#[tokio::test]
+async fn an_object_of_the_same_name_made_by_another_is_never_taken_over() {
+    let store: Shared = Arc::default();
+    mpijob(&store, |_| {});
+    let theirs = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "pi-prrte", "namespace": "team", "uid": "theirs"},
+        "data": {"key": "dGhlaXJz"}});
+    store
+        .lock()
+        .unwrap()
+        .objects
+        .insert(SECRET.into(), theirs.clone());
+    let ctx = context(&store);
+    let obj: MpiJob =
+        serde_json::from_value(store.lock().unwrap().objects[MPIJOB].clone()).unwrap();
+    let e = reconcile(Arc::new(obj), ctx.clone()).await.unwrap_err();
+    assert!(
+        e.to_string().contains("the Secret team/pi-prrte exists"),
+        "{e}"
+    );
+    let made: Vec<String> = writes(&store)
+        .into_iter()
+        .filter(|w| !w.contains("/events"))
+        .collect();
+    assert_eq!(made, Vec::<String>::new());
+    let s = store.lock().unwrap();
+    assert_eq!(s.objects[SECRET], theirs);
+    let ev = s
+        .objects
+        .iter()
+        .find(|(k, _)| k.contains("/events/"))
+        .map(|(_, v)| v.clone())
+        .expect("an event");
+    assert_eq!(
+        (ev["type"].as_str(), ev["reason"].as_str()),
+        (Some("Warning"), Some("ErrResourceExists"))
+    );
+    assert!(ev["note"]
+        .as_str()
+        .unwrap()
+        .contains("Secret team/pi-prrte"));
 }

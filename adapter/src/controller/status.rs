@@ -10,9 +10,13 @@
 //! One difference: `Running` needs the launcher running and every worker *ready* (its agent
 //! up), not only running, so that it tells the job can start its daemons.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use serde_json::Value;
+use std::sync::Arc;
 
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::observe::{disrupted, index, job_condition, name, phase as pod_phase, ready};
 use crate::discovery::keys::JOB_COMPLETION_INDEX;
 use crate::manifest::mpijob::model::{JobCondition, MpiJobStatus, ReplicaStatus};
 use crate::manifest::JOB_LABEL;
@@ -27,9 +31,9 @@ pub(crate) struct Observed<'a> {
     /// How many workers the MPIJob asks for.
     pub workers: u32,
     /// The Job made for it, if any.
-    pub job: Option<&'a Value>,
+    pub job: Option<&'a Job>,
     /// The Job's pods.
-    pub pods: &'a [Value],
+    pub pods: &'a [Arc<Pod>],
     /// Why the MPIJob cannot run (the conversion's refusal), if it cannot.
     pub invalid: Option<&'a str>,
 }
@@ -155,43 +159,9 @@ fn set(
     true
 }
 
-fn pod_index(p: &Value) -> Option<&str> {
-    p.pointer("/metadata/labels")
-        .and_then(|l| l.get(JOB_COMPLETION_INDEX))
-        .and_then(Value::as_str)
-}
-
-fn pod_name(p: &Value) -> &str {
-    p["metadata"]["name"].as_str().unwrap_or("?")
-}
-
-fn ready(p: &Value) -> bool {
-    p.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
-}
-
-/// Evicted or disrupted (preempted, deleted by the API's eviction, drained).
-fn evicted(p: &Value) -> bool {
-    p["status"]["reason"] == "Evicted"
-        || p.pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c["type"] == "DisruptionTarget" && c["status"] == "True")
-            })
-}
-
 /// The replica status of `pods` (`active`: running; `selector`: which pods).
-fn replica(pods: &[&Value], selector: String) -> ReplicaStatus {
-    let count = |phase: &str| {
-        pods.iter()
-            .filter(|p| p["status"]["phase"] == phase)
-            .count() as i32
-    };
+fn replica(pods: &[&Arc<Pod>], selector: String) -> ReplicaStatus {
+    let count = |phase: &str| pods.iter().filter(|p| pod_phase(p) == phase).count() as i32;
     ReplicaStatus {
         active: count("Running"),
         succeeded: count("Succeeded"),
@@ -199,18 +169,6 @@ fn replica(pods: &[&Value], selector: String) -> ReplicaStatus {
         label_selector: None,
         selector: Some(selector),
     }
-}
-
-/// The Job's condition of `type_` if true: (reason, message, lastTransitionTime).
-fn job_condition<'a>(job: &'a Value, type_: &str) -> Option<&'a Value> {
-    job.pointer("/status/conditions")
-        .and_then(Value::as_array)?
-        .iter()
-        .find(|c| c["type"] == type_ && c["status"] == "True")
-}
-
-fn time_of(v: &Value) -> Option<Time> {
-    serde_json::from_value(v.clone()).ok()
 }
 
 /// The status after `old`, from what `o` shows, at `now`.
@@ -269,8 +227,8 @@ pub(crate) fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outco
         s.start_time = Some(now.clone());
     }
 
-    let (launchers, workers): (Vec<&Value>, Vec<&Value>) =
-        o.pods.iter().partition(|p| pod_index(p) == Some("0"));
+    let (launchers, workers): (Vec<&Arc<Pod>>, Vec<&Arc<Pod>>) =
+        o.pods.iter().partition(|p| index(p) == Some("0"));
     let base = format!("{JOB_LABEL}={}", o.name);
     let launcher = replica(&launchers, format!("{base},{JOB_COMPLETION_INDEX}=0"));
     let worker = replica(&workers, format!("{base},{JOB_COMPLETION_INDEX}!=0"));
@@ -286,23 +244,32 @@ pub(crate) fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outco
                 l.succeeded = 1;
                 l.active = 0;
             }
-            s.completion_time = time_of(&job["status"]["completionTime"])
-                .or_else(|| time_of(&c["lastTransitionTime"]))
+            s.completion_time = job
+                .status
+                .as_ref()
+                .and_then(|st| st.completion_time.clone())
+                .or_else(|| c.last_transition_time.clone())
                 .or_else(|| Some(now.clone()));
             if set(&mut s, "Succeeded", true, "MPIJobSucceeded", &msg, now) {
                 notices.push(Notice::normal("MPIJobSucceeded", msg));
             }
         } else if let Some(c) = job_condition(job, "Failed") {
-            let reason = c["reason"]
-                .as_str()
+            let reason = c
+                .reason
+                .as_deref()
                 .filter(|r| !r.is_empty())
                 .unwrap_or("MPIJobFailed");
-            let mut msg = c["message"]
-                .as_str()
+            let mut msg = c
+                .message
+                .clone()
                 .filter(|m| !m.is_empty())
-                .map(String::from)
                 .unwrap_or_else(|| format!("MPIJob {job_id} has failed"));
-            let gone: Vec<&str> = o.pods.iter().filter(|p| evicted(p)).map(pod_name).collect();
+            let gone: Vec<&str> = o
+                .pods
+                .iter()
+                .filter(|p| disrupted(p))
+                .map(|p| name(p))
+                .collect();
             if !gone.is_empty() && !msg.contains(gone[0]) {
                 msg = format!("{msg} (evicted: {})", gone.join(", "));
             }

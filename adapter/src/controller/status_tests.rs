@@ -1,5 +1,9 @@
 //! The status an MPIJob gets from its Job and pods, step by step through a job's life.
 
+use std::sync::Arc;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{json, Value};
 
@@ -14,17 +18,28 @@ const T0: &str = "2026-12-03T12:00:00Z";
 const T1: &str = "2026-12-03T12:00:05Z";
 const T2: &str = "2026-12-03T12:00:30Z";
 
-fn pod(index: u32, phase: &str, ready: bool) -> Value {
+fn pod_json(index: u32, phase: &str, ready: bool) -> Value {
     json!({"metadata": {"name": format!("pi-{index}-x"), "labels": {
             "prrte-k8s.io/job": "pi", "batch.kubernetes.io/job-completion-index": index.to_string()}},
         "status": {"phase": phase, "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}})
 }
 
-fn job(conditions: Value) -> Value {
-    json!({"metadata": {"name": "pi"}, "status": {"conditions": conditions, "completionTime": T2}})
+fn typed(v: Value) -> Arc<Pod> {
+    Arc::new(serde_json::from_value(v).unwrap())
 }
 
-fn observe<'a>(job: Option<&'a Value>, pods: &'a [Value], suspend: bool) -> Observed<'a> {
+fn pod(index: u32, phase: &str, ready: bool) -> Arc<Pod> {
+    typed(pod_json(index, phase, ready))
+}
+
+fn job(conditions: Value) -> Job {
+    serde_json::from_value(
+        json!({"metadata": {"name": "pi"}, "status": {"conditions": conditions, "completionTime": T2}}),
+    )
+    .unwrap()
+}
+
+fn observe<'a>(job: Option<&'a Job>, pods: &'a [Arc<Pod>], suspend: bool) -> Observed<'a> {
     Observed {
         name: "pi",
         namespace: "team",
@@ -150,9 +165,13 @@ fn an_eviction_is_named() {
     let failed = job(
         json!([{"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": msg}]),
     );
-    let mut gone = pod(1, "Failed", false);
+    let mut gone = pod_json(1, "Failed", false);
     gone["status"]["reason"] = json!("Evicted");
-    let pods = [pod(0, "Running", true), gone, pod(2, "Running", true)];
+    let pods = [
+        pod(0, "Running", true),
+        typed(gone),
+        pod(2, "Running", true),
+    ];
     let o = next_status(
         &MpiJobStatus::default(),
         &observe(Some(&failed), &pods, false),
