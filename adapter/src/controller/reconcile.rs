@@ -26,7 +26,7 @@ use super::desired::{desired, job_update, managed, Desired, Settings};
 use super::metrics::Metrics;
 use super::pod_ends::pod_ends;
 use super::status::{finished, next_status, phase, Notice, Observed};
-use crate::manifest::mpijob::model::MpiJob;
+use crate::manifest::mpijob::model::{MpiJob, MpiJobStatus};
 use crate::manifest::{fresh_key, JOB_LABEL};
 
 /// What every reconcile shares.
@@ -177,8 +177,8 @@ pub(crate) async fn reconcile(
         match api
             .patch_status(
                 &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": out.status})),
+                &apply_params(true),
+                &Patch::Apply(status_of(&out.status)),
             )
             .await
         {
@@ -226,6 +226,16 @@ pub(crate) fn error_policy(obj: Arc<MpiJob>, e: &ReconcileError, ctx: Arc<Contex
         obj.name_any()
     );
     Action::requeue(Duration::from_secs(5))
+}
+
+/// The body of the status' apply: the whole status, which is the controller's (forced: a
+/// status written by another, e.g. before `managedBy` named this controller, is taken over).
+fn status_of(status: &MpiJobStatus) -> serde_json::Value {
+    json!({
+        "apiVersion": MpiJob::api_version(&()),
+        "kind": MpiJob::kind(&()),
+        "status": status,
+    })
 }
 
 /// Whether the MPIJob `ns/name` is still stored with `uid` and not being deleted, read from

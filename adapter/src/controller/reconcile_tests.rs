@@ -76,7 +76,13 @@ fn answer(store: &Shared, method: &str, path: &str, query: &str, body: &str) -> 
         "PATCH" => {
             let target = path.trim_end_matches("/status");
             let patch: Value = serde_json::from_str(body).unwrap();
+            // Every write is an apply of the controller's field manager; the status' is forced.
             let apply = query.contains("fieldManager=prrte-k8s-controller");
+            let forced = query.contains("force=true");
+            let event = path.contains("/events/");
+            if !event && (!apply || (path.ends_with("/status") && !forced)) {
+                return (400, status(400, "NotAnApplyOfTheController"));
+            }
             match s.objects.get_mut(target) {
                 Some(o) => {
                     json_patch::merge(o, &patch);
