@@ -15,10 +15,11 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
@@ -35,6 +36,8 @@ pub struct Context {
     pub settings: Settings,
     pub recorder: Recorder,
     pub(crate) metrics: Arc<Metrics>,
+    /// The pods of every prrte-k8s job, as the controller's pod watch keeps them.
+    pub pods: Store<Pod>,
     /// The pods whose end was posted, by MPIJob (`namespace/name`): each is posted once while
     /// this controller leads (one that restarts mid-job may post a pod's end once more).
     pub posted: Mutex<HashMap<String, HashSet<String>>>,
@@ -66,6 +69,8 @@ pub(crate) enum ReconcileError {
         #[source]
         source: kube::Error,
     },
+    #[error("the pod cache has not listed the pods yet (the controller's pod watch is failing: see its log)")]
+    PodCache,
     #[error("the MPIJob {0} has no namespace")]
     NoNamespace(String),
     #[error("the {kind} {key} exists and is not this MPIJob's (another owner, or an earlier MPIJob of the same name still being deleted): nothing is made; retrying")]
@@ -341,26 +346,30 @@ fn api_of(ctx: &Context, ns: &str, o: &DynamicObject) -> (Api<DynamicObject>, St
     (api, t.kind)
 }
 
-/// The pods of the Job `job` (by the job's label, and owned by that Job).
+/// The pods of the Job `job` in `ns` (by the job's label, and owned by that Job), from the
+/// controller's pod cache: the watch that wakes the MPIJobs fills it.
 async fn pods_of(
     ctx: &Context,
     ns: &str,
     name: &str,
     job: &Job,
 ) -> Result<Vec<Arc<Pod>>, ReconcileError> {
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let list = pods
-        .list(&ListParams::default().labels(&format!("{JOB_LABEL}={name}")))
+    // Before the first list is in, the cache would show no pod at all.
+    tokio::time::timeout(CACHE_WAIT, ctx.pods.wait_until_ready())
         .await
-        .map_err(api_error(format!("listing the pods of {ns}/{name}")))?;
+        .ok()
+        .and_then(Result::ok)
+        .ok_or(ReconcileError::PodCache)?;
     let uid = job.metadata.uid.as_deref().unwrap_or_default();
-    Ok(list
-        .items
-        .into_iter()
-        .filter(|p| p.owner_references().iter().any(|r| r.uid == uid))
-        .map(Arc::new)
-        .collect())
+    Ok(ctx.pods.state_filter(|p| {
+        p.metadata.namespace.as_deref() == Some(ns)
+            && p.labels().get(JOB_LABEL).map(String::as_str) == Some(name)
+            && p.owner_references().iter().any(|r| r.uid == uid)
+    }))
 }
+
+/// How long a reconcile waits for the pod cache's first list.
+const CACHE_WAIT: Duration = Duration::from_secs(30);
 
 /// Publishes an event on the MPIJob (a failure is logged, never fatal).
 async fn publish(ctx: &Context, obj: &MpiJob, n: &Notice) {

@@ -8,7 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::watcher;
 use kube::Client;
 use serde_json::{json, Value};
 
@@ -18,12 +21,14 @@ use super::reconcile::{reconcile, Context};
 use crate::manifest::mpijob::model::MpiJob;
 use crate::manifest::INJECT_IMAGE;
 
-/// The objects by path, and every request (method, path, body).
+/// The objects by path, every request (method, path, body), and the controller's pod cache
+/// (what its pod watch would fill).
 #[derive(Default)]
 struct Store {
     objects: BTreeMap<String, Value>,
     requests: Vec<(String, String, String)>,
     next_uid: u32,
+    pods: Option<Writer<Pod>>,
 }
 
 type Shared = Arc<Mutex<Store>>;
@@ -38,22 +43,6 @@ fn answer(store: &Shared, method: &str, path: &str, query: &str, body: &str) -> 
     s.requests.push((method.into(), path.into(), body.into()));
     let path = path.trim_end_matches('/');
     match method {
-        "GET" if path.ends_with("/pods") => {
-            let items: Vec<Value> = s
-                .objects
-                .iter()
-                .filter(|(k, _)| k.starts_with(&format!("{path}/")))
-                .map(|(_, v)| v.clone())
-                .filter(|p| {
-                    let sel = query.contains("labelSelector=prrte-k8s.io%2Fjob%3Dpi");
-                    sel && p["metadata"]["labels"]["prrte-k8s.io/job"] == "pi"
-                })
-                .collect();
-            (
-                200,
-                json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}),
-            )
-        }
         "GET" => match s.objects.get(path) {
             Some(o) => (200, o.clone()),
             None => (404, status(404, "NotFound")),
@@ -146,6 +135,8 @@ fn mpijob(store: &Shared, edit: impl FnOnce(&mut Value)) {
 
 fn context(store: &Shared) -> Arc<Context> {
     let client = client(store.clone());
+    let (pods, writer) = reflector::store();
+    store.lock().unwrap().pods = Some(writer);
     Arc::new(Context {
         client: client.clone(),
         settings: Settings {
@@ -160,14 +151,36 @@ fn context(store: &Shared) -> Arc<Context> {
             },
         ),
         metrics: Arc::new(Metrics::new()),
+        pods,
         posted: Default::default(),
     })
 }
 
+/// Reconciles the MPIJob once, its pods' cache holding the pods the API holds (as a relist of
+/// the controller's pod watch would); a reconcile never lists pods itself.
 async fn reconcile_now(store: &Shared, ctx: &Arc<Context>) {
-    let obj: MpiJob =
-        serde_json::from_value(store.lock().unwrap().objects[MPIJOB].clone()).unwrap();
+    let obj: MpiJob = {
+        let mut s = store.lock().unwrap();
+        let pods: Vec<Pod> = s
+            .objects
+            .iter()
+            .filter(|(k, _)| k.contains("/pods/"))
+            .map(|(_, v)| serde_json::from_value(v.clone()).unwrap())
+            .collect();
+        let w = s.pods.as_mut().unwrap();
+        w.apply_watcher_event(&watcher::Event::Init);
+        for p in pods {
+            w.apply_watcher_event(&watcher::Event::InitApply(p));
+        }
+        w.apply_watcher_event(&watcher::Event::InitDone);
+        serde_json::from_value(s.objects[MPIJOB].clone()).unwrap()
+    };
     reconcile(Arc::new(obj), ctx.clone()).await.unwrap();
+    let s = store.lock().unwrap();
+    assert!(
+        !s.requests.iter().any(|(_, p, _)| p.ends_with("/pods")),
+        "pods listed live"
+    );
 }
 
 fn writes(store: &Shared) -> Vec<String> {

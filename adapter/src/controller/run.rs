@@ -1,5 +1,6 @@
 //! `prrte-k8s controller`: serves `/metrics`, waits to hold the Lease, then runs kube-runtime's
-//! `Controller` over the MPIJobs, the Jobs they own and those Jobs' pods until the Lease is lost
+//! `Controller` over the MPIJobs, the Jobs they own and those Jobs' pods (through a reflector,
+//! whose store the reconciles read the pods from) until the Lease is lost
 //! (the process then exits, and its Deployment starts it again as a follower) or a signal.
 
 use std::net::SocketAddr;
@@ -10,8 +11,8 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{watcher, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use kube_lease_manager::LeaseManagerBuilder;
 
@@ -163,6 +164,18 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
         // Dropping the channel ends the manager's task, which gives the Lease up.
         drop(leader);
     };
+    // The pods of every prrte-k8s job, watched once: each change wakes the MPIJob of the same
+    // name, if there is one, and the store it fills is what the reconciles read them from.
+    let (pods, pod_writer) = reflector::store();
+    let pod_events = reflector::reflector(
+        pod_writer,
+        watcher(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default().labels(JOB_LABEL),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
     let ctx = Arc::new(Context {
         client: client.clone(),
         settings: Settings {
@@ -179,16 +192,16 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
             },
         ),
         metrics,
+        pods,
         posted: Default::default(),
     });
     let mpijobs: Api<MpiJob> = Api::all(client.clone());
-    // The Jobs and pods of every prrte-k8s job (the controller's own and others'): a change
-    // wakes the MPIJob of the same name, if there is one.
+    // The Jobs of every prrte-k8s job (the controller's own and others'): a change wakes the
+    // MPIJob that owns it.
     let jobs = watcher::Config::default().labels("app.kubernetes.io/name=prrte-k8s");
-    let pods = watcher::Config::default().labels(JOB_LABEL);
     Controller::new(mpijobs, watcher::Config::default())
         .owns_with(Api::<Job>::all(client.clone()), (), jobs)
-        .watches(Api::<Pod>::all(client), pods, move |p: Pod| {
+        .watches_stream(pod_events, move |p: Pod| {
             let ns = p.namespace();
             p.labels().get(JOB_LABEL).map(|name| {
                 let r = ObjectRef::<MpiJob>::new(name);
