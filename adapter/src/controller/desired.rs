@@ -191,3 +191,6 @@ pub(crate) fn job_update(existing: &Job, want: &Job) -> Option<Job> {
         status: None,
     })
 }
+
+#[cfg(test)]
+mod tests;

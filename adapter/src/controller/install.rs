@@ -325,3 +325,6 @@ pub fn yaml() -> Result<String, serde_yaml::Error> {
         &objects,
     )
 }
+
+#[cfg(test)]
+mod tests;

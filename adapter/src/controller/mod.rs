@@ -19,21 +19,13 @@
 
 pub(crate) mod crd;
 pub(crate) mod desired;
-#[cfg(test)]
-mod desired_tests;
 pub mod install;
-#[cfg(test)]
-mod install_tests;
 pub(crate) mod metrics;
 pub(crate) mod observe;
 pub(crate) mod pod_ends;
 pub(crate) mod reconcile;
-#[cfg(test)]
-mod reconcile_tests;
 pub mod run;
 pub(crate) mod status;
-#[cfg(test)]
-mod status_tests;
 
 pub use crd::crd_yaml;
 pub use run::{run, ControllerArgs};

@@ -393,3 +393,6 @@ async fn publish(ctx: &Context, obj: &MpiJob, n: &Notice) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests;

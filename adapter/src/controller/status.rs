@@ -311,3 +311,6 @@ pub(crate) fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outco
         started_running,
     }
 }
+
+#[cfg(test)]
+mod tests;

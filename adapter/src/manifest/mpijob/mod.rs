@@ -31,8 +31,6 @@ mod error;
 mod harden;
 pub(crate) mod model;
 mod parse;
-#[cfg(test)]
-mod pod_tests;
 mod pods;
 mod reader;
 #[cfg(test)]

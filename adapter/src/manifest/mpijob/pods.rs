@@ -585,3 +585,6 @@ fn launcher_differences(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,15 +9,15 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
 
-use super::crd::crd_yaml;
-use super::desired::{desired, Settings};
-use super::install::{
+use crate::controller::crd::crd_yaml;
+use crate::controller::desired::{desired, Settings};
+use crate::controller::install::{
     cluster_rules, files, lease_rules, objects, yaml, CRD_FILE, IMAGE, NAME, NAMESPACE,
 };
 use crate::manifest::INJECT_IMAGE;
 
-const PI: &str = include_str!("../manifest/mpijob/examples/pi.yaml");
-const RICH: &str = include_str!("../manifest/mpijob/examples/rich.yaml");
+const PI: &str = include_str!("../../manifest/mpijob/examples/pi.yaml");
+const RICH: &str = include_str!("../../manifest/mpijob/examples/rich.yaml");
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../prrte-config/deploy")

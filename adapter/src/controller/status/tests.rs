@@ -7,7 +7,9 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{json, Value};
 
-use super::status::{condition, is_true, next_status, phase, Observed, Outcome, INVALID};
+use crate::controller::status::{
+    condition, is_true, next_status, phase, Observed, Outcome, INVALID,
+};
 use crate::manifest::mpijob::model::MpiJobStatus;
 
 fn at(s: &str) -> Time {

@@ -15,9 +15,9 @@ use kube::runtime::watcher;
 use kube::Client;
 use serde_json::{json, Value};
 
-use super::desired::Settings;
-use super::metrics::Metrics;
-use super::reconcile::{reconcile, Context};
+use crate::controller::desired::Settings;
+use crate::controller::metrics::Metrics;
+use crate::controller::reconcile::{reconcile, Context};
 use crate::manifest::mpijob::model::MpiJob;
 use crate::manifest::INJECT_IMAGE;
 
@@ -124,7 +124,7 @@ const SECRET: &str = "/api/v1/namespaces/team/secrets/pi-prrte";
 
 fn mpijob(store: &Shared, edit: impl FnOnce(&mut Value)) {
     let mut v: Value =
-        serde_yaml::from_str(include_str!("../manifest/mpijob/examples/pi.yaml")).unwrap();
+        serde_yaml::from_str(include_str!("../../manifest/mpijob/examples/pi.yaml")).unwrap();
     v["metadata"]["namespace"] = json!("team");
     v["metadata"]["uid"] = json!("mpijob-uid");
     v["metadata"]["creationTimestamp"] = json!("2026-12-03T12:00:00Z");

@@ -3,13 +3,13 @@
 use k8s_openapi::api::batch::v1::Job;
 use serde_json::{json, Value};
 
-use super::desired::{desired, job_update, managed, Settings};
-use super::observe::job_finished;
+use crate::controller::desired::{desired, job_update, managed, Settings};
+use crate::controller::observe::job_finished;
 use crate::manifest::mpijob::model::MpiJob;
 use crate::manifest::mpijob::{from_mpijob, Overrides};
 use crate::manifest::{objects, INJECT_IMAGE};
 
-const PI: &str = include_str!("../manifest/mpijob/examples/pi.yaml");
+const PI: &str = include_str!("../../manifest/mpijob/examples/pi.yaml");
 
 /// mpi-operator's pi as the API server returns it: namespace, uid, server fields, a status.
 fn served(managed_by: Option<&str>, suspend: bool) -> Value {

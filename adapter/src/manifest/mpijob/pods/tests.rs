@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::tests::{convert, field, job, mpijob};
+use crate::manifest::mpijob::tests::{convert, field, job, mpijob};
 use crate::manifest::restricted::violations;
 
 #[test]
