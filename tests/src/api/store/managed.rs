@@ -187,6 +187,46 @@ pub(super) fn record(
     Ok(())
 }
 
+/// Removes from `doc` (the object after an apply by `owner` of `applied`) the fields the
+/// manager's earlier apply set and this one leaves out, unless another manager owns them too:
+/// as Kubernetes documents it, a field dropped from the applied configuration is deleted when
+/// no other manager owns it.
+pub(super) fn drop_released(old: &Value, doc: &mut Value, applied: &Value, owner: &FieldOwner) {
+    let list = entries(old);
+    let now = leaf_set(applied);
+    let mine = list
+        .iter()
+        .filter(|e| e.manager == owner.manager && e.operation == "Apply")
+        .flat_map(|e| e.fields.iter());
+    for p in mine.filter(|p| !now.contains(*p)) {
+        let shared = list.iter().any(|e| {
+            !(e.manager == owner.manager && e.operation == "Apply") && e.fields.contains(p)
+        });
+        if !shared {
+            remove(doc, p);
+        }
+    }
+}
+
+/// Removes the field at `p`, and each object on its path that it leaves empty (the map that
+/// held only released fields goes with them, as a map the apply set is owned with its keys).
+fn remove(doc: &mut Value, p: &[String]) {
+    let Some((first, rest)) = p.split_first() else {
+        return;
+    };
+    let Some(m) = doc.as_object_mut() else { return };
+    if rest.is_empty() {
+        m.remove(first);
+        return;
+    }
+    if let Some(child) = m.get_mut(first) {
+        remove(child, rest);
+        if child.as_object().is_some_and(|c| c.is_empty()) {
+            m.remove(first);
+        }
+    }
+}
+
 /// Whether the write changed field `p` (a forced apply takes over only the fields it
 /// changes; the others it shares).
 fn value_changed(old: Option<&Value>, new: &Value, p: &[String]) -> bool {
@@ -271,5 +311,30 @@ mod tests {
         let mut taken = released.clone();
         json_patch::merge(&mut taken, &c);
         record(Some(&released), &mut taken, Some(&c), &owner("c", false)).unwrap();
+    }
+
+    /// A field an apply no longer sets is deleted, unless another manager owns it too.
+    #[test]
+    fn a_field_left_out_of_the_next_apply_is_deleted_unless_shared() {
+        let old = json!({"apiVersion": "v1", "kind": "T", "metadata": {"name": "t", "managedFields": [
+            {"manager": "c", "operation": "Apply", "fieldsV1": {"f:spec": {
+                "f:nodeSelector": {"f:zone": {}, "f:disk": {}}, "f:x": {}, "f:y": {}}}},
+            {"manager": "u", "operation": "Update", "fieldsV1": {"f:spec": {"f:x": {}}}},
+        ]}, "spec": {"nodeSelector": {"zone": "a", "disk": "ssd"}, "x": 1, "y": 2}});
+        let next = json!({"spec": {"nodeSelector": {"zone": "b"}}});
+        let mut doc = old.clone();
+        json_patch::merge(&mut doc, &next);
+        drop_released(&old, &mut doc, &next, &owner("c", false));
+        assert_eq!(doc["spec"], json!({"nodeSelector": {"zone": "b"}, "x": 1}));
+        // A map whose keys are all released goes with them.
+        let none = json!({"spec": {"x": 1}});
+        let mut doc = old.clone();
+        json_patch::merge(&mut doc, &none);
+        drop_released(&old, &mut doc, &none, &owner("c", false));
+        assert_eq!(doc["spec"], json!({"x": 1}));
+        // Another manager's apply releases nothing of c's.
+        let mut doc = old.clone();
+        drop_released(&old, &mut doc, &next, &owner("d", false));
+        assert_eq!(doc, old);
     }
 }

@@ -168,6 +168,9 @@ impl Store {
         let rv_in_patch =
             meta_str(&doc, "resourceVersion") != meta_str(&current, "resourceVersion");
         if let (Some(o), Part::Main) = (owner, part) {
+            if let Some(body) = &applied {
+                super::managed::drop_released(&current, &mut doc, body, o);
+            }
             super::managed::record(Some(&current), &mut doc, applied.as_ref(), o)?;
         }
         let doc = super::kinds::to_storage(rt, doc)?;
