@@ -3,19 +3,23 @@
 //! `spec.runPolicy.managedBy` is `prrte-k8s.io/controller` (mpi-operator skips every value but
 //! its own), or, with `--manage-all`, when it names none.
 //!
-//! Each MPIJob gets the plan `prrte-k8s manifest --from-mpijob` renders (the same conversion,
-//! `manifest::mpijob`): ServiceAccount, Role, RoleBinding, a Secret whose key is made
-//! here and never printed, the Indexed Job and its NetworkPolicy, every one owned by the MPIJob
-//! (`controller: true`), so deleting the MPIJob deletes them. `runPolicy.suspend` suspends the
-//! Job; what Kueue writes into the templates while it is suspended reaches the Job's pods. The
-//! status and the events are mpi-operator's. Replicas elect a leader through a Lease.
+//! Each MPIJob gets the plan `prrte-k8s manifest --from-mpijob` renders (the same conversion
+//! of the same typed model, `manifest::mpijob`): ServiceAccount, Role, RoleBinding, a Secret
+//! whose key is made here and never printed, the Indexed Job and its NetworkPolicy, every one
+//! controlled by the MPIJob (`controller_owner_ref`), so deleting the MPIJob deletes them. Every
+//! object and the status are written with server-side apply under one field manager; an object
+//! of the same name that the MPIJob does not control is never taken over. `runPolicy.suspend`
+//! suspends the Job; what Kueue writes into the templates while it is suspended reaches the
+//! Job's pods. The status and the events are mpi-operator's. Replicas elect a leader through a
+//! Lease.
 //!
-//! Layout: `crd` the MPIJob's types and CRD; `desired` the objects an MPIJob should have and
-//! the Job's update (pure); `status` the status from the Job and its pods (pure); `pod_ends` the events
-//! of pods deleted or failed while the job runs (pure); `metrics` the
-//! Prometheus metrics and their endpoint; `reconcile` one reconcile against the API; `run` the
-//! command: leader election and kube-runtime's `Controller`; `install` the objects that install
-//! the controller (`prrte-k8s manifest --controller`, `prrte-config/deploy/`).
+//! Layout: `crd` the CRD generated from the model; `desired` the objects an MPIJob should have
+//! and the Job's next apply (pure); `observe` what is read of a Job and its pods; `status` the
+//! status from them (pure); `pod_ends` the events of pods deleted or failed while the job runs
+//! (pure); `metrics` the Prometheus metrics and their endpoint; `reconcile` one reconcile
+//! against the API; `run` the command: leader election, kube-runtime's `Controller` and the pod
+//! store; `install` the objects that install the controller (`prrte-k8s manifest
+//! --controller`, `prrte-config/deploy/`).
 
 pub(crate) mod crd;
 pub(crate) mod desired;
