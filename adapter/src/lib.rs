@@ -8,8 +8,8 @@
 //! names it: the binaries, `cabi`, the sandbox crate (`tests/`), the benches, or the
 //! integration tests in `adapter/tests` (which also reach the agent's and the protocol's
 //! parts); a type a public signature names stays `pub` too. Everything else is `pub(crate)`.
-//! - `cabi` (`prte_mca_ras_k8s.so`, `prte_mca_plm_k8s.so`): [`allocreq`] (PMIx allocation
-//!   requests: what one asks, its refusals), [`discovery`] (`discover`,
+//! - `cabi` (`prte_mca_ras_k8s.so`, `prte_mca_plm_k8s.so`): [`elastic::allocreq`] (PMIx
+//!   allocation requests: what one asks, its refusals), [`discovery`] (`discover`,
 //!   `DiscoveryConfig`, `Allocation`, `DiscoveryError`), [`launch`] (the round state machine
 //!   [`launch::rounds`], `Launcher`, [`launch::targets`]' pod table, [`launch::added`], [`launch::prted_args`], [`launch::daemons_up`],
 //!   the round settings), [`settings::mca`] (the MCA parameter tables it registers) and
@@ -18,8 +18,8 @@
 //!   `run_until_signalled_with_exec`), [`runtime`],
 //!   [`settings`].
 //! - `prrte-k8s-rsh`: [`rsh::main`], [`runtime`].
-//! - `prrte-k8s` (pods, hostfile, manifest, doctor, prun, grow and the PRRTE tools):
-//!   [`discovery`], [`grow`], [`hostfile`], [`manifest`], [`launch::ping_agent`], [`protocol`] (the secret file, the DVM
+//! - `prrte-k8s` (pods, hostfile, manifest, doctor, prun, grow, shrink and the PRRTE tools):
+//!   [`discovery`], [`elastic`] (grow, shrink), [`hostfile`], [`manifest`], [`launch::ping_agent`], [`protocol`] (the secret file, the DVM
 //!   URI's check), [`settings`], [`runtime`].
 //! - `prrte-k8s controller` (and `crd`): [`controller`], which converts with [`manifest`].
 //! - [`text`] makes peers' text safe to log, for all of them.
@@ -28,11 +28,10 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
-pub mod allocreq;
 pub mod bundle;
 pub mod controller;
 pub mod discovery;
-pub mod grow;
+pub mod elastic;
 pub mod hostfile;
 pub mod launch;
 pub mod manifest;

@@ -12,7 +12,8 @@ use discovery_support::Fixture;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
 use prrte_k8s::discovery::client::Environment;
-use prrte_k8s::launch::daemons_up::{self, MpiJobRef, Target, POST_TIMEOUT};
+use prrte_k8s::launch::daemons_up::{self, Target, POST_TIMEOUT};
+use prrte_k8s::settings::mpijob::MpiJobRef;
 use sandbox::api::Rule;
 
 fn target(f: &Fixture, token: &str) -> Target {

@@ -16,7 +16,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use prrte_k8s::discovery::{DiscoveryConfig, Environment};
-use prrte_k8s::grow::{add_host_arg, grow, GrowError};
+use prrte_k8s::elastic::grow::{add_host_arg, grow, GrowError};
 use prrte_k8s::workload::WorkloadKind;
 use serde_json::json;
 use std::collections::BTreeMap;

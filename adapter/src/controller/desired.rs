@@ -11,11 +11,11 @@ use kube::{Resource, ResourceExt};
 
 use super::observe::job_finished;
 
-use crate::launch::daemons_up::MpiJobRef;
 use crate::manifest::api_server::ApiServer;
 use crate::manifest::mpijob::model::MpiJob;
 use crate::manifest::mpijob::{from_model, MpiJobError, Note, Overrides, CONTROLLER_NAME};
 use crate::manifest::{objects, ManifestError};
+use crate::settings::mpijob::MpiJobRef;
 
 /// Why an MPIJob's objects cannot be made.
 #[derive(Debug, thiserror::Error)]

@@ -4,7 +4,7 @@
 //! long their launch took.
 //!
 //! Only jobs the controller made carry [`MPIJOB_ENV`] (the MPIJob's name and uid, see
-//! [`MpiJobRef`]); their Role lets the launcher `create` Events, nothing more. Posting runs on a
+//! [`MpiJobRef`], both in [`crate::settings::mpijob`]); their Role lets the launcher `create` Events, nothing more. Posting runs on a
 //! thread of its own ([`post`]), never on PRRTE's event loop, and is best effort: every request
 //! is bounded by [`POST_TIMEOUT`], and a failure is logged, never fails the job. A launcher
 //! that ends soon after may give a post under way a bounded time ([`Posting::wait`]).
@@ -19,10 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 
 use crate::discovery::client::{self, Environment};
-
-/// The launcher's environment variable naming the MPIJob the job was made for, as
-/// `NAME:UID` (a Kubernetes name holds no `:`). Set by the controller only.
-pub const MPIJOB_ENV: &str = "PRRTE_K8S_MPIJOB";
+use crate::settings::mpijob::{MpiJobRef, MPIJOB_ENV};
 
 /// The Event's reason.
 pub const REASON: &str = "DaemonsUp";
@@ -36,30 +33,6 @@ pub const POST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The MPIJob's API version and kind, as the Event's `involvedObject` names them.
 const API_VERSION: &str = "kubeflow.org/v2beta1";
 const KIND: &str = "MPIJob";
-
-/// The MPIJob a job was made for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MpiJobRef {
-    pub name: String,
-    pub uid: String,
-}
-
-impl MpiJobRef {
-    /// The value of [`MPIJOB_ENV`].
-    pub fn env_value(&self) -> String {
-        format!("{}:{}", self.name, self.uid)
-    }
-
-    /// The MPIJob named by a value of [`MPIJOB_ENV`]; None if it is not `NAME:UID` with both
-    /// parts non-empty.
-    pub fn parse(value: &str) -> Option<MpiJobRef> {
-        let (name, uid) = value.trim().split_once(':')?;
-        (!name.is_empty() && !uid.is_empty() && !uid.contains(':')).then(|| MpiJobRef {
-            name: name.to_string(),
-            uid: uid.to_string(),
-        })
-    }
-}
 
 /// What the Event says: `daemons` reported (prte's own among them), `seconds` after their
 /// launch began.
@@ -217,19 +190,6 @@ pub fn post(target: Target, text: String) -> Posting {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_variable_names_the_mpijob_both_ways() {
-        let r = MpiJobRef {
-            name: "pi".into(),
-            uid: "0b1c-2d".into(),
-        };
-        assert_eq!(r.env_value(), "pi:0b1c-2d");
-        assert_eq!(MpiJobRef::parse(&r.env_value()), Some(r));
-        for bad in ["", "pi", "pi:", ":uid", "pi:a:b"] {
-            assert_eq!(MpiJobRef::parse(bad), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn only_a_job_naming_its_mpijob_posts() {

@@ -5,7 +5,7 @@
 use clap::ValueEnum;
 use serde_json::{Map, Value};
 
-use crate::launch::daemons_up::MpiJobRef;
+use crate::settings::mpijob::MpiJobRef;
 use crate::workload::{Success, WorkloadKind};
 
 /// Parts of the output.

@@ -20,7 +20,7 @@ use super::layout::{
 };
 use super::meta::{job_label, names, own_labels, workload_label};
 use super::plan::{JobPlan, Launch};
-use crate::launch::daemons_up::MPIJOB_ENV;
+use crate::settings::mpijob::MPIJOB_ENV;
 use crate::settings::{agent, Setting};
 use crate::workload::WorkloadKind;
 

@@ -14,6 +14,7 @@
 //! ([`Profile::with_components`]); the agent's detection the image's ([`Profile::of`]). A new
 //! patch level or a later PRRTE is a new profile here, nothing elsewhere.
 
+pub mod allocation_requests;
 pub mod built;
 mod model;
 mod v3_0;

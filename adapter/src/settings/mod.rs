@@ -35,6 +35,7 @@ macro_rules! mca_param {
 mod table;
 pub mod agent;
 pub mod mca;
+pub mod mpijob;
 #[cfg(test)]
 mod readme;
 mod setting;

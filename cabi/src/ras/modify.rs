@@ -2,7 +2,7 @@
 //! from a rank through its prted, or PMIx's `palloc`) answered by the job's workload.
 //!
 //! On prte's event loop: the request is read, checked against the DVM's nodes and decided by
-//! [`prrte_k8s::allocreq`] (a refusal is answered at once, with its reason); the slow part runs on
+//! [`prrte_k8s::elastic::allocreq`] (a refusal is answered at once, with its reason); the slow part runs on
 //! a thread of its own: an `EXTEND` raises the workload, awaits the new pods and hands them to
 //! the DVM through PRRTE's add-host path; a `RELEASE` sends the daemons of the highest pods the
 //! exit command (`prte_ras_base_release_node`, on the loop), waits for them to be gone, then
@@ -17,8 +17,10 @@ use crate::boundary::boundary;
 use crate::cstr::cstring;
 use crate::shim::{self, Framework};
 use crate::{ffi, mainloop, params, prrte};
-use prrte_k8s::allocreq::{self, extend, info, release, Ask, Gate, PoolNode, Refusal, Status};
 use prrte_k8s::discovery::{DiscoveryConfig, Environment};
+use prrte_k8s::elastic::allocreq::{
+    self, extend, info, release, Ask, Gate, PoolNode, Refusal, Status,
+};
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::{mpsc, Mutex, OnceLock};
@@ -450,7 +452,7 @@ fn alloc_id(name: &str, seq: u64) -> String {
     format!("{name}#{seq}")
 }
 
-fn hostnames(grown: &prrte_k8s::grow::Grown) -> String {
+fn hostnames(grown: &prrte_k8s::elastic::grow::Grown) -> String {
     grown
         .new
         .iter()

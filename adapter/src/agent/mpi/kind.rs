@@ -83,7 +83,7 @@ pub struct PrrteInfo {
     /// The directory PRRTE loads its components from by default.
     pub pkglibdir: Option<PathBuf>,
     /// Whether it serves PMIx allocation requests (our patch 0003; see
-    /// [`crate::allocreq::support`]); None when its library was not found.
+    /// [`crate::profile::allocation_requests`]); None when its library was not found.
     pub allocation_requests: Option<bool>,
 }
 
@@ -127,7 +127,7 @@ impl Found {
                 Some(true) => s.push_str("; allocation requests served"),
                 Some(false) => {
                     s.push_str("; ");
-                    s.push_str(crate::allocreq::support::NOT_SERVED);
+                    s.push_str(crate::profile::allocation_requests::NOT_SERVED);
                 }
                 None => {}
             }

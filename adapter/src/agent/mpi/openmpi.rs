@@ -110,7 +110,7 @@ pub(crate) async fn probe_prrte(dir: &Path, prted: &Path) -> Result<PrrteInfo, P
         return Err(ProbesFailed(errors));
     }
     info.allocation_requests =
-        crate::allocreq::support::serves_installation(dir, info.pkglibdir.as_deref());
+        crate::profile::allocation_requests::serves_installation(dir, info.pkglibdir.as_deref());
     Ok(info)
 }
 

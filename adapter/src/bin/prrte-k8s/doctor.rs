@@ -423,7 +423,7 @@ fn check_prrte(r: &mut Report) {
 
 /// Whether the PRRTE of `prefix` can serve PMIx allocation requests (our patch 0003).
 fn check_allocation_requests(r: &mut Report, prefix: &Path) {
-    use prrte_k8s::allocreq::support;
+    use prrte_k8s::profile::allocation_requests as support;
     match support::serves_installation(&prefix.join("bin"), None) {
         Some(true) => r.ok(&format!(
             "PRRTE: serves PMIx allocation requests ({} in {})",

@@ -1,6 +1,6 @@
 //! `prrte-k8s grow N`: N more pods for the running job, added to its DVM.
 //!
-//! The workload is raised and the new pods awaited by [`prrte_k8s::grow`]; then the DVM gets
+//! The workload is raised and the new pods awaited by [`prrte_k8s::elastic::grow`]; then the DVM gets
 //! them through `prun --add-host HOST:SLOTS,...` with a trivial job (`true`), which makes prte
 //! add the hosts to its pool and its k8s PLM start a daemon in each new pod only (the running
 //! daemons are untouched). The new pods' host names are printed, one a line; the next
@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use prrte_k8s::discovery::{DiscoveryConfig, Environment};
-use prrte_k8s::grow::{add_host_arg, grow, GrowError};
+use prrte_k8s::elastic::grow::{add_host_arg, grow, GrowError};
 
 use crate::prun;
 use crate::tools::{read_dvm_uri, ToolArgs};

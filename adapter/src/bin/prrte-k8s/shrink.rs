@@ -1,27 +1,12 @@
-//! `prrte-k8s shrink N`: the running job gives its N highest pods back, through the path a
-//! rank's `PMIx_Allocation_request(PMIX_ALLOC_RELEASE)` takes: PMIx's `palloc` sends the request
-//! to prte, whose `ras k8s` ends the daemons of those pods, takes their nodes out of the DVM and
-//! lowers the workload (docs/pmix-allocation-requests.md). Needs a PRRTE with our patch 0003;
-//! another one refuses every request (`PMIX_ERR_NOT_SUPPORTED`).
+//! `prrte-k8s shrink N`: runs `palloc --shrink` against the job's DVM; what the release does
+//! and what `palloc`'s answer means are [`prrte_k8s::elastic::shrink`]'s.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use crate::tools::{read_dvm_uri, tool_path, tool_remedy};
+use prrte_k8s::elastic::shrink::outcome;
 
-/// What `palloc` said: granted, or the PMIx status it was refused with.
-pub fn outcome(text: &str) -> Result<(), String> {
-    if text
-        .lines()
-        .any(|l| l.starts_with("Allocation") && l.ends_with("granted"))
-    {
-        return Ok(());
-    }
-    Err(text
-        .lines()
-        .find_map(|l| l.strip_prefix("Allocation request failed: "))
-        .map_or_else(|| text.trim().to_string(), |s| s.trim().to_string()))
-}
+use crate::tools::{read_dvm_uri, tool_path, tool_remedy};
 
 /// Releases `by` pods of the job whose DVM URI is in `file`.
 pub fn run(by: u32, file: PathBuf) -> i32 {
@@ -64,23 +49,5 @@ pub fn run(by: u32, file: PathBuf) -> i32 {
             );
             1
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn palloc_s_answer_is_read() {
-        assert_eq!(outcome("Allocation (null) granted\n"), Ok(()));
-        assert_eq!(
-            outcome("Allocation request failed: PMIX_ERR_BAD_PARAM\n"),
-            Err("PMIX_ERR_BAD_PARAM".into())
-        );
-        assert_eq!(
-            outcome("PMIx_tool_init failed: PMIX_ERR_UNREACH\n"),
-            Err("PMIx_tool_init failed: PMIX_ERR_UNREACH".into())
-        );
     }
 }

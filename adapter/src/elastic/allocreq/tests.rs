@@ -1,5 +1,5 @@
 use super::*;
-use crate::grow::GrowError;
+use crate::elastic::grow::GrowError;
 use crate::workload::WorkloadKind;
 
 fn req(d: Directive) -> Request {

@@ -1,7 +1,7 @@
 //! The rules: what a request asks, the nodes a release may take, one request at a time, and
 //! each refusal's PMIx status and reason.
 
-use crate::grow::GrowError;
+use crate::elastic::grow::GrowError;
 
 /// `pmix_alloc_directive_t` (PMIx 5.0.5's numbers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,13 +4,12 @@
 //! `ras k8s` serves the requests"). Decisions only, no I/O: `cabi` reads the request's
 //! attributes into a [`Request`] on prte's event loop, asks [`ask`] and [`release_targets`],
 //! and carries the work out; the workload's own limits (elastic, `--max-pods`) are
-//! [`crate::grow::check`]'s, turned into a [`Refusal`] by [`from_grow`].
+//! [`crate::elastic::grow::check`]'s, turned into a [`Refusal`] by [`from_grow`].
 
 pub mod extend;
 pub mod info;
 pub mod release;
 mod rules;
-pub mod support;
 
 pub use rules::{
     ask, from_grow, release_targets, uniform_slots, Ask, Directive, Gate, PoolNode, Refusal,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::rules::{from_grow, refuse, Refusal, Status};
 use crate::discovery::{discover_with, own_workload, DiscoveryConfig, Environment};
-use crate::grow::{read_workload, set_pods, GrowError, Workload};
+use crate::elastic::grow::{read_workload, set_pods, GrowError, Workload};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 
