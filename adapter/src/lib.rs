@@ -14,8 +14,9 @@
 //!   [`launch::rounds`], `Launcher`, [`launch::targets`]' pod table, [`launch::added`], [`launch::prted_args`], [`launch::daemons_up`],
 //!   the round settings), [`settings::mca`] (the MCA parameter tables it registers) and
 //!   [`protocol::DEFAULT_SECRET_FILE`].
-//! - `prrte-k8s-agent`: [`agent`] (`AgentArgs`, `AgentConfig`, `ExecPolicy`,
-//!   `run_until_signalled_with_exec`), [`runtime`],
+//! - `prrte-k8s-agent`: [`agent`] (`AgentArgs`, `AgentConfig`, `ExecPolicy`, `Launches`,
+//!   `run_until_signalled_with_exec`), [`launch::AGENT_LAUNCHES`] (the DVM head, batch mode's
+//!   launcher), [`runtime`],
 //!   [`settings`].
 //! - `prrte-k8s-rsh`: [`rsh::main`], [`runtime`].
 //! - `prrte-k8s` (pods, hostfile, manifest, doctor, prun, grow, shrink and the PRRTE tools):

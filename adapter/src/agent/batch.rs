@@ -29,14 +29,14 @@
 //! While the command runs, the launcher notices a worker whose agent goes away (its attached
 //! connection ends: the pod was evicted, deleted or killed). If the command then fails (mpirun
 //! has lost a daemon), the launcher waits
-//! `batch_launcher::LOST_PEER_DELAY` before it tells the other workers
+//! `crate::launch::batch::LOST_PEER_DELAY` before it tells the other workers
 //! and exits, so that the Job controller first sees the disrupted pod (and fails the Job for
 //! its `DisruptionTarget`, naming it) rather than this pod's exit status, which is only a
 //! consequence.
 //!
 //! After a successful command the launcher exits only once every told worker's pod is finished
 //! (its connection closed and the pod's phase `Succeeded` or `Failed` in the API, bounded by
-//! `batch_launcher::WORKER_EXIT_WAIT`): with `successPolicy` on
+//! `crate::launch::batch::WORKER_EXIT_WAIT`): with `successPolicy` on
 //! index 0 the Job controller stops every pod still running when pod 0 succeeds, so a worker
 //! that exited a moment after pod 0 would be deleted instead of being shown `Completed`. It
 //! waits the same way for the pod of every worker that went away while the command ran (told
@@ -101,7 +101,7 @@ impl BatchState {
         *self.exit_code.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(super) fn exit(&self, code: i32) {
+    pub(crate) fn exit(&self, code: i32) {
         self.exit_code
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -111,7 +111,7 @@ impl BatchState {
 
     /// The job's command ended with `code`, the agent's exit status unless one was decided
     /// already; the agent exits later ([`BatchState::exit`]).
-    pub(super) fn decide(&self, code: i32) {
+    pub(crate) fn decide(&self, code: i32) {
         self.exit_code
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -278,139 +278,4 @@ pub(crate) async fn run_worker(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn statuses_as_a_shell_reports_them() {
-        assert_eq!(shell_status(ExitStatus::Code(3)), 3);
-        assert_eq!(shell_status(ExitStatus::Signal(9)), 137);
-        assert_eq!(process_exit_code(3), 3);
-        assert_eq!(process_exit_code(300), 1);
-        assert_eq!(process_exit_code(-1), 1);
-    }
-
-    #[test]
-    fn link_state_follows_attach_close_and_finish() {
-        let d = tempfile::tempdir().unwrap();
-        let mut config = test_config(d.path());
-        let b = BatchState::default();
-        let peer: SocketAddr = "10.0.0.1:4000".parse().unwrap();
-        // Not in batch mode: refused.
-        assert!(matches!(b.attach(&config, 1, peer).0, Reply::Failed { .. }));
-        config.batch = Some(BatchConfig::Worker {
-            launcher_wait: Duration::from_secs(1),
-        });
-        assert_eq!(b.attach(&config, 1, peer).0, Reply::Ack {});
-        assert_eq!(b.link(), Link::Attached { conn: 1, peer });
-        b.connection_closed(2);
-        assert_eq!(
-            b.link(),
-            Link::Attached { conn: 1, peer },
-            "another connection"
-        );
-        b.connection_closed(1);
-        assert_eq!(b.link(), Link::Lost { peer });
-        assert_eq!(b.finish(&config, peer, 3).0, Reply::Ack {});
-        assert_eq!(b.link(), Link::Finished { code: 3 });
-        assert!(matches!(b.attach(&config, 3, peer).0, Reply::Failed { .. }));
-        b.finish(&config, peer, 0);
-        assert_eq!(
-            b.link(),
-            Link::Finished { code: 3 },
-            "the first word counts"
-        );
-    }
-
-    #[test]
-    fn a_pod_told_to_end_before_the_job_ended_does_not_succeed() {
-        // Told to end while the command runs: its later success does not count.
-        let b = BatchState::default();
-        assert!(b.told_to_end(15));
-        assert!(!b.done().is_cancelled(), "the command is not stopped by it");
-        b.exit(0);
-        assert_eq!(b.exit_code(), Some(143));
-        // Told to end once the job had ended: its status stays.
-        let b = BatchState::default();
-        b.exit(0);
-        assert!(!b.told_to_end(15));
-        assert_eq!(b.exit_code(), Some(0));
-        // ... also while the agent still waits to exit after the command's end.
-        let b = BatchState::default();
-        b.decide(0);
-        assert!(!b.done().is_cancelled());
-        assert!(!b.told_to_end(15));
-        b.exit(0);
-        assert_eq!(b.exit_code(), Some(0));
-        let b = BatchState::default();
-        assert!(b.told_to_end(2));
-        assert_eq!(b.exit_code(), Some(130));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn worker_exits_on_finish_lost_launcher_or_none() {
-        let stop = CancellationToken::new();
-        let peer: SocketAddr = "10.0.0.1:4000".parse().unwrap();
-        // Finished with success: at once, 0.
-        let b = Arc::new(BatchState::default());
-        b.link.send_replace(Link::Finished { code: 0 });
-        run_worker(b.clone(), Duration::from_secs(600), stop.clone()).await;
-        assert_eq!(b.exit_code(), Some(0));
-        // Finished with failure: after the delay, with the code.
-        let b = Arc::new(BatchState::default());
-        b.link.send_replace(Link::Finished { code: 3 });
-        let t0 = tokio::time::Instant::now();
-        run_worker(b.clone(), Duration::from_secs(600), stop.clone()).await;
-        assert_eq!(b.exit_code(), Some(3));
-        assert!(t0.elapsed() >= FAIL_DELAY);
-        // Launcher lost: 1 after the grace period.
-        let b = Arc::new(BatchState::default());
-        b.link.send_replace(Link::Lost { peer });
-        let t0 = tokio::time::Instant::now();
-        run_worker(b.clone(), Duration::from_secs(600), stop.clone()).await;
-        assert_eq!(b.exit_code(), Some(1));
-        assert!(t0.elapsed() >= LINK_GRACE && t0.elapsed() < LINK_GRACE * 2);
-        // Nobody attached: 1 after launcher_wait.
-        let b = Arc::new(BatchState::default());
-        let t0 = tokio::time::Instant::now();
-        run_worker(b.clone(), Duration::from_secs(42), stop.clone()).await;
-        assert_eq!(b.exit_code(), Some(1));
-        assert!(t0.elapsed() >= Duration::from_secs(42));
-        // Attached, then finish arrives later.
-        let b = Arc::new(BatchState::default());
-        b.link.send_replace(Link::Attached { conn: 1, peer });
-        let w = tokio::spawn(run_worker(b.clone(), Duration::from_secs(1), stop.clone()));
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        assert_eq!(
-            b.exit_code(),
-            None,
-            "an attached worker waits past launcher_wait"
-        );
-        b.link.send_replace(Link::Finished { code: 0 });
-        w.await.unwrap();
-        assert_eq!(b.exit_code(), Some(0));
-    }
-
-    fn test_config(dir: &std::path::Path) -> AgentConfig {
-        AgentConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            health_listen: None,
-            metrics_listen: None,
-            prted: "/bin/true".into(),
-            secret: None,
-            secret_file: "/nonexistent".into(),
-            tmpdir: dir.to_owned(),
-            kill_grace: Duration::from_secs(1),
-            preempt_grace: Duration::ZERO,
-            max_frame: 4096,
-            pass_env: vec![],
-            dvm_uri_file: dir.join("dvm.uri"),
-            head: None,
-            batch: None,
-            cgroup: false,
-            limits: Default::default(),
-            heartbeat_timeout: None,
-            mpi: None,
-        }
-    }
-}
+mod tests;

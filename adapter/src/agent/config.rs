@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::{Args, Parser, ValueEnum};
 
 use crate::settings::{agent, ArgExt, Kind};
 
@@ -92,7 +92,7 @@ pub struct AgentArgs {
     pub prted: Option<PathBuf>,
 
     #[arg(long, setting = &agent::MPI, value_enum)]
-    pub mpi: Option<super::mpi::MpiChoice>,
+    pub mpi: Option<MpiChoice>,
 
     #[arg(long, setting = &agent::RUNTIME_DIR)]
     pub(crate) runtime_dir: Option<PathBuf>,
@@ -174,8 +174,34 @@ pub struct AgentArgs {
     pub(crate) heartbeat_timeout: u64,
 
     #[command(flatten)]
-    pub exec: super::exec::ExecArgs,
+    pub exec: ExecArgs,
 
     #[arg(long, setting = &agent::LOG_FORMAT, value_enum)]
     pub log_format: LogFormat,
+}
+
+/// `--mpi`: which MPI of the image the agent serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MpiChoice {
+    /// Whichever of the others the image has.
+    Auto,
+    /// Open MPI 5 (PRRTE) or Open MPI 3/4 (ORTE).
+    Openmpi,
+    /// MPICH (Hydra), also its derivatives that keep Hydra (MVAPICH).
+    Mpich,
+    /// Intel MPI (its Hydra, with hydra_bstrap_proxy).
+    Intel,
+}
+
+/// The agent's exec settings (`prrte-k8s-agent --exec-allow ...`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct ExecArgs {
+    #[arg(long, setting = &agent::EXEC_ALLOW, value_delimiter = ',')]
+    pub allow: Vec<String>,
+
+    #[arg(long, setting = &agent::EXEC_DIR)]
+    pub dir: Option<PathBuf>,
+
+    #[arg(long, setting = &agent::MAX_EXEC)]
+    pub max: usize,
 }

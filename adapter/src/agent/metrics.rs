@@ -12,8 +12,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::exec::error::ExecError;
-
 /// How a daemon was started.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub(crate) enum Via {
@@ -42,19 +40,6 @@ pub enum Refusal {
     Busy,
     /// The program could not be started.
     SpawnFailed,
-}
-
-impl From<&ExecError> for Refusal {
-    fn from(e: &ExecError) -> Self {
-        match e {
-            ExecError::NoProgram => Refusal::NoProgram,
-            ExecError::Template { .. } => Refusal::Template,
-            ExecError::NotAllowed { .. } => Refusal::NotAllowed,
-            ExecError::Env { .. } => Refusal::Environment,
-            ExecError::Cwd { .. } => Refusal::Cwd,
-            ExecError::Arguments(_) => Refusal::Arguments,
-        }
-    }
 }
 
 /// Whose heartbeats stopped.
@@ -196,8 +181,8 @@ mod tests {
         m.daemon_started(Via::Launch);
         m.daemon_started(Via::Exec);
         m.exec_refused(Refusal::NotAllowed);
-        m.exec_refused(Refusal::from(&ExecError::Cwd { dir: "x".into() }));
-        m.exec_refused(Refusal::from(&ExecError::NoProgram));
+        m.exec_refused(Refusal::Cwd);
+        m.exec_refused(Refusal::NoProgram);
         m.exec_refused(Refusal::NoProgram);
         m.heartbeats_missed(Peer::Launcher);
         let t = m.text();

@@ -31,7 +31,6 @@
 //!   `preempt`).
 
 pub(crate) mod batch;
-pub(crate) mod batch_launcher;
 pub(crate) mod cgroup;
 pub(crate) mod checked_config;
 pub(crate) mod child_env;
@@ -41,11 +40,10 @@ pub(crate) mod dvm_uri;
 pub mod exec;
 pub(crate) mod exit_status;
 pub(crate) mod handshake;
-pub(crate) mod head;
 pub(crate) mod health;
 pub mod launch_policy;
+pub(crate) mod launches;
 pub mod limits;
-pub(crate) mod local_launch;
 pub(crate) mod metrics;
 pub mod mpi;
 pub(crate) mod preempt;
@@ -72,6 +70,7 @@ pub use checked_config::{AgentConfig, BatchConfig, ConfigError};
 pub use config::{AgentArgs, LogFormat};
 use conn::{handle_connection, Shared};
 pub use dvm_uri::write_dvm_uri_file;
+pub use launches::Launches;
 use limits::Pending;
 use process::Reaper;
 use tracking::Tracking;
@@ -103,20 +102,23 @@ pub struct Agent {
     listener: TcpListener,
     health: Option<TcpListener>,
     metrics: Option<TcpListener>,
+    launches: Launches,
 }
 
 impl Agent {
     /// Binds the launch and health listeners. Must run inside a tokio runtime. `exec`
-    /// requests may run only the configured prted.
-    pub async fn bind(config: AgentConfig) -> Result<Agent, ServeError> {
+    /// requests may run only the configured prted; `launches` are what the agent starts
+    /// itself when its configuration asks (the DVM head, batch mode's launcher).
+    pub async fn bind(config: AgentConfig, launches: Launches) -> Result<Agent, ServeError> {
         let policy = exec::ExecPolicy::only(&config.prted);
-        Agent::bind_with_exec(config, policy).await
+        Agent::bind_with_exec(config, policy, launches).await
     }
 
     /// As [`bind`](Agent::bind), with the programs `exec` requests may run.
     pub(crate) async fn bind_with_exec(
         config: AgentConfig,
         exec_policy: exec::ExecPolicy,
+        launches: Launches,
     ) -> Result<Agent, ServeError> {
         let listener =
             TcpListener::bind(config.listen)
@@ -152,6 +154,7 @@ impl Agent {
             listener,
             health,
             metrics,
+            launches,
         })
     }
 
@@ -180,6 +183,7 @@ impl Agent {
             listener,
             health,
             metrics,
+            launches,
         } = self;
         let sigchld = signal(SignalKind::child()).map_err(ServeError::Signals)?;
         let reaper_task = tokio::spawn(shared.reaper.clone().run(sigchld));
@@ -212,7 +216,7 @@ impl Agent {
         log_listening(&shared.config, addr, health_addr, metrics_addr);
 
         let stop = CancellationToken::new();
-        let roles = Roles::spawn(&shared, health_addr, &stop);
+        let roles = Roles::spawn(&shared, launches, health_addr, &stop);
         let mut conns = accept_until(&shared, &listener, &stop, shutdown).await;
 
         serving.store(false, Ordering::SeqCst);
@@ -341,11 +345,12 @@ struct Roles {
 impl Roles {
     fn spawn(
         shared: &Arc<Shared>,
+        launches: Launches,
         health_addr: Option<SocketAddr>,
         stop: &CancellationToken,
     ) -> Roles {
         let head = shared.config.head.clone().map(|head| {
-            tokio::spawn(head::run(
+            tokio::spawn((launches.head)(
                 head,
                 shared.config.clone(),
                 shared.reaper.clone(),
@@ -356,7 +361,7 @@ impl Roles {
             ))
         });
         let batch = shared.config.batch.clone().map(|b| match b {
-            BatchConfig::Launcher { .. } => tokio::spawn(batch_launcher::run_launcher(
+            BatchConfig::Launcher { .. } => tokio::spawn((launches.batch_launcher)(
                 shared.config.clone(),
                 shared.reaper.clone(),
                 health_addr,
@@ -410,15 +415,16 @@ impl Signals {
 
 /// Binds, serves until SIGTERM or SIGINT (or a batch job's end), stops prted, returns the
 /// agent's exit code; `exec_policy` names the programs `exec` requests may run; `signals`
-/// installed as early as the caller could.
+/// installed as early as the caller could; `launches` as for [`Agent::bind`].
 pub async fn run_until_signalled_with_exec(
     config: AgentConfig,
     exec_policy: exec::ExecPolicy,
     signals: Signals,
+    launches: Launches,
 ) -> Result<u8, ServeError> {
     limits::raise_nofile_limit();
     let Signals { mut term, mut int } = signals;
-    let agent = Agent::bind_with_exec(config, exec_policy).await?;
+    let agent = Agent::bind_with_exec(config, exec_policy, launches).await?;
     let shared = agent.shared.clone();
     agent
         .run(async move {
@@ -530,18 +536,24 @@ mod tests {
         }
     }
 
+    /// Launches that end at once: the test binds agents without a head or a batch launcher.
+    const NONE: Launches = Launches {
+        head: |_, _, _, _, _, _, _| Box::pin(async {}),
+        batch_launcher: |_, _, _, _, _| Box::pin(async {}),
+    };
+
     #[tokio::test]
     async fn told_to_end_under_a_running_dvm_is_not_a_success() {
         let d = tempfile::tempdir().unwrap();
         let policy = exec::ExecPolicy::only(std::path::Path::new("/bin/true"));
         // An idle interactive agent (no DVM, or one ended by pterm): 0.
-        let agent = Agent::bind_with_exec(config(d.path(), None), policy.clone())
+        let agent = Agent::bind_with_exec(config(d.path(), None), policy.clone(), NONE)
             .await
             .unwrap();
         assert!(!told_to_end(&agent.shared, 15));
         assert_eq!(agent.shared.batch.exit_code(), None);
         // With the DVM head's prte up: 128 + the signal, kept when prte ends after.
-        let agent = Agent::bind_with_exec(config(d.path(), None), policy.clone())
+        let agent = Agent::bind_with_exec(config(d.path(), None), policy.clone(), NONE)
             .await
             .unwrap();
         agent.shared.head_up.store(true, Ordering::SeqCst);
@@ -550,7 +562,7 @@ mod tests {
         assert!(!told_to_end(&agent.shared, 2), "decided once");
         assert_eq!(agent.shared.batch.exit_code(), Some(143));
         // With a prted of the DVM running: the same.
-        let agent = Agent::bind_with_exec(config(d.path(), None), policy.clone())
+        let agent = Agent::bind_with_exec(config(d.path(), None), policy.clone(), NONE)
             .await
             .unwrap();
         *agent.shared.slot() = Some(conn::Slot {
@@ -565,7 +577,7 @@ mod tests {
         let worker = Some(BatchConfig::Worker {
             launcher_wait: Duration::from_secs(1),
         });
-        let agent = Agent::bind_with_exec(config(d.path(), worker), policy)
+        let agent = Agent::bind_with_exec(config(d.path(), worker), policy, NONE)
             .await
             .unwrap();
         agent.shared.batch.decide(0);

@@ -117,6 +117,7 @@ fn main() -> ExitCode {
         config,
         exec_policy,
         signals,
+        prrte_k8s::launch::AGENT_LAUNCHES,
     )) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

@@ -300,7 +300,7 @@ fn discover(args: &DiscoverArgs, what: Output) -> i32 {
         Ok(alloc) => {
             let text = match what {
                 Output::Hostfile(format, name_by) => {
-                    prrte_k8s::hostfile::render(&alloc, format, name_by)
+                    prrte_k8s::hostfile::render(&alloc.hosts(), format, name_by)
                 }
                 Output::Json => render::json(&alloc) + "\n",
                 Output::PrrteHostfile => render::hostfile(&alloc),

@@ -7,6 +7,7 @@ use super::record::PodRecord;
 use super::error::DiscoveryError;
 use super::slots::{self, SlotsPolicy};
 use super::{order, readiness};
+use crate::hostfile::Host;
 
 /// One pod as a PRRTE node.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -33,6 +34,18 @@ pub struct Allocation {
 }
 
 impl Allocation {
+    /// The nodes as a hostfile's lines, in allocation order.
+    pub fn hosts(&self) -> Vec<Host> {
+        self.nodes
+            .iter()
+            .map(|n| Host {
+                ip: n.ip,
+                hostname: n.hostname.clone(),
+                slots: n.slots,
+            })
+            .collect()
+    }
+
     /// Sum of the nodes' slots.
     pub fn total_slots(&self) -> u64 {
         self.nodes.iter().map(|n| u64::from(n.slots)).sum()

@@ -7,6 +7,10 @@
 //! [`targets`] (hosts added to a running DVM by [`added`]) and prted's command line adapted by [`prted_args`]. `connect` holds the
 //! connection to one agent, which the batch launcher, `prrte-k8s-rsh` and `doctor` use too.
 //!
+//! The launches an agent starts itself in its own pod are the launcher's too, above the agent:
+//! the DVM head's prte (`head`) and batch mode's launcher (`batch`), with what they share
+//! (`local`); the agent binary hands them to the agent ([`AGENT_LAUNCHES`]).
+//!
 //! [`Launcher::start`] returns at once; all network work runs on the launcher's own tokio
 //! runtime (two worker threads), and results arrive through the `sink` callback.
 //!
@@ -35,10 +39,13 @@ use crate::protocol::{
 };
 
 pub mod added;
+pub(crate) mod batch;
 mod connect;
 pub mod daemons_up;
 mod error;
 mod event;
+pub(crate) mod head;
+pub(crate) mod local;
 pub mod prted_args;
 mod request;
 pub mod rounds;
@@ -54,6 +61,23 @@ pub(crate) use error::{AgentError, NotSent};
 pub use event::{ExitDesc, LaunchEvent};
 pub use request::{LaunchOptions, LaunchRequest, LaunchTarget};
 pub use watch::{own_pod_target, Watcher};
+
+/// The launches an agent starts itself, for the agent binary to hand in
+/// ([`crate::agent::Launches`]): the DVM head (`head`) and batch mode's launcher (`batch`).
+pub const AGENT_LAUNCHES: crate::agent::Launches = crate::agent::Launches {
+    head: |head, config, reaper, tracking, health, stop, up| {
+        Box::pin(head::run(head, config, reaper, tracking, health, stop, up))
+    },
+    batch_launcher: |config, reaper, health, batch_state, stop| {
+        Box::pin(batch::run_launcher(
+            config,
+            reaper,
+            health,
+            batch_state,
+            stop,
+        ))
+    },
+};
 
 type Sink = Box<dyn Fn(LaunchEvent) + Send + Sync>;
 

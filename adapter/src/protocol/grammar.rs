@@ -6,6 +6,12 @@
 
 use super::params::{Param, Shape};
 
+/// ssh's options that take an argument (`prrte-k8s-rsh` takes ssh's command line).
+pub(crate) const SSH_OPTS_WITH_ARG: &str = "BbcDEeFIiJLlmOoPpQRSWw";
+/// ssh's options without one: what `prrte-k8s-rsh` accepts and ignores, and the only flags the
+/// agent admits after `prrte-k8s-rsh` in a launcher's ssh agent setting.
+pub(crate) const SSH_FLAGS: &str = "1246AaCfGgKkMNnqsTtVvXxYy";
+
 /// What an option of a grammar takes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Arg {

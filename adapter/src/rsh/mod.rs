@@ -33,6 +33,7 @@ use tokio::sync::mpsc;
 
 use crate::launch::{connect_authenticated, LaunchOptions, LaunchTarget};
 use crate::protocol::exec::{decode_data, encode_data, CHUNK};
+use crate::protocol::grammar::{SSH_FLAGS, SSH_OPTS_WITH_ARG};
 use crate::protocol::liveness::{Heartbeat, HeartbeatSender, Lost};
 use crate::protocol::{
     decode_message, recv_frame, send_frame, signal_name, ProtocolError, Reply, Request,
@@ -42,11 +43,6 @@ pub(crate) use error::{ResolveError, RshError, UsageError};
 
 /// Exit status for our own failures (as ssh's).
 pub(crate) const EXIT_FAILURE: i32 = 255;
-
-/// ssh options that take an argument.
-const SSH_OPTS_WITH_ARG: &str = "BbcDEeFIiJLlmOoPpQRSWw";
-/// ssh options without one.
-pub(crate) const SSH_FLAGS: &str = "1246AaCfGgKkMNnqsTtVvXxYy";
 
 /// The parsed command line.
 #[derive(Debug, Clone, PartialEq, Eq)]

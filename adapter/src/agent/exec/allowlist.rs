@@ -4,25 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::Args;
+use crate::agent::config::ExecArgs;
 
 use super::error::{ExecConfigError, ExecError};
 use crate::agent::launch_policy::path::{canonical, PathProblem};
 use crate::profile::{self, Profile};
-use crate::settings::{agent, ArgExt};
-
-/// The agent's exec settings (`prrte-k8s-agent --exec-allow ...`).
-#[derive(Debug, Clone, Default, Args)]
-pub struct ExecArgs {
-    #[arg(long, setting = &agent::EXEC_ALLOW, value_delimiter = ',')]
-    pub allow: Vec<String>,
-
-    #[arg(long, setting = &agent::EXEC_DIR)]
-    pub dir: Option<PathBuf>,
-
-    #[arg(long, setting = &agent::MAX_EXEC)]
-    pub max: usize,
-}
+use crate::settings::agent;
 
 /// Default of `--max-exec`.
 pub(crate) const DEFAULT_MAX_EXEC: usize = agent::MAX_EXEC.default_u64() as usize;

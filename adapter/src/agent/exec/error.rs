@@ -2,6 +2,7 @@
 //! and what to do.
 
 use crate::agent::launch_policy::error::PolicyError;
+use crate::agent::metrics::Refusal;
 use crate::settings::agent::EXEC_ALLOW;
 use crate::text::printable;
 
@@ -34,6 +35,20 @@ pub enum ExecError {
     Arguments(#[from] PolicyError),
 }
 
+/// The reason `/metrics` counts a refused request under.
+impl From<&ExecError> for Refusal {
+    fn from(e: &ExecError) -> Self {
+        match e {
+            ExecError::NoProgram => Refusal::NoProgram,
+            ExecError::Template { .. } => Refusal::Template,
+            ExecError::NotAllowed { .. } => Refusal::NotAllowed,
+            ExecError::Env { .. } => Refusal::Environment,
+            ExecError::Cwd { .. } => Refusal::Cwd,
+            ExecError::Arguments(_) => Refusal::Arguments,
+        }
+    }
+}
+
 /// Wrong exec settings of the agent (it refuses to start).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecConfigError {
@@ -47,4 +62,21 @@ pub enum ExecConfigError {
         "--exec-allow {0}: a shell or `env` would run any program; allow the programs themselves"
     )]
     Shell(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_refusal_is_counted_under_its_reason() {
+        let cwd = ExecError::Cwd { dir: "x".into() };
+        assert_eq!(Refusal::from(&cwd), Refusal::Cwd);
+        assert_eq!(Refusal::from(&ExecError::NoProgram), Refusal::NoProgram);
+        let env = ExecError::Env {
+            name: "LD_PRELOAD".into(),
+            why: "x",
+        };
+        assert_eq!(Refusal::from(&env), Refusal::Environment);
+    }
 }

@@ -19,7 +19,7 @@ pub(crate) mod error;
 pub(crate) mod prepare;
 pub(crate) mod serve;
 
-pub use allowlist::{ExecArgs, ExecPolicy};
+pub use allowlist::ExecPolicy;
 pub(crate) use prepare::Ctx;
 pub(crate) use prepare::{ExecRequest, ExecState};
 pub(crate) use serve::serve;

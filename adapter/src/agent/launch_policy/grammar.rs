@@ -243,7 +243,9 @@ fn rsh(index: usize, name: &str, value: &str, ctx: &Ctx<'_>) -> Result<String, P
     let flags_only = flags.iter().all(|w| {
         w.len() > 1
             && w.starts_with('-')
-            && w[1..].chars().all(|c| crate::rsh::SSH_FLAGS.contains(c))
+            && w[1..]
+                .chars()
+                .all(|c| crate::protocol::grammar::SSH_FLAGS.contains(c))
     });
     match passed {
         Some(p) if found.is_some_and(|f| f == installed) && flags_only => {

@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 
 use super::error::MpiError;
 use super::hydra::probe_hydra_version;
-use super::kind::{Found, MpiChoice, MpiKind};
+use super::kind::{Found, MpiKind};
 use super::openmpi::{probe_ompi_version, probe_prrte};
+use crate::agent::config::MpiChoice;
 
 /// Directories MPIs are installed to off `PATH` (searched after `PATH`).
 pub(crate) const WELL_KNOWN_DIRS: &[&str] = &[

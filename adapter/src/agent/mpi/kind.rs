@@ -3,20 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::ValueEnum;
-
-/// `--mpi`: which MPI of the image the agent serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum MpiChoice {
-    /// Whichever of the others the image has.
-    Auto,
-    /// Open MPI 5 (PRRTE) or Open MPI 3/4 (ORTE).
-    Openmpi,
-    /// MPICH (Hydra), also its derivatives that keep Hydra (MVAPICH).
-    Mpich,
-    /// Intel MPI (its Hydra, with hydra_bstrap_proxy).
-    Intel,
-}
+use crate::agent::config::MpiChoice;
 
 /// The runtime an MPI found in the image launches with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,7 +27,6 @@ pub(crate) mod probe;
 pub mod select;
 
 pub use detect::DetectEnv;
-pub(crate) use kind::MpiChoice;
 pub use plan::{Launch, Plan};
 pub use prepare::Prepared;
 pub use select::{resolve, wants_detection};

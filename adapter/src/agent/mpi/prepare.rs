@@ -44,8 +44,7 @@ use super::hydra::hydra_env;
 use super::kind::MpiKind;
 use super::openmpi::parse_param_file;
 use super::plan::{Launch, Plan};
-use crate::discovery::Allocation;
-use crate::hostfile::{render, Use};
+use crate::hostfile::{render, Host, Use};
 
 /// `PATH` for the command when the agent has none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -232,13 +231,13 @@ impl Prepared {
         Ok(p)
     }
 
-    /// The command's variables (the plan's, `I_MPI_PERHOST` from `alloc`, a renamed PRRTE
+    /// The command's variables (the plan's, `I_MPI_PERHOST` from `hosts` (the job's pods), a renamed PRRTE
     /// parameter under its line's name, the `PATH` with the runtime appended), each only where
     /// `current` (the agent's environment) does not set it (nor, for the TCP BTL's include
     /// list, its exclude list), `PATH` always.
     pub(crate) fn command_env(
         &self,
-        alloc: Option<&Allocation>,
+        hosts: Option<&[Host]>,
         current: impl Fn(&str) -> Option<OsString>,
     ) -> Vec<(OsString, OsString)> {
         let set = |k: &str| current(k).is_some_and(|v| !v.is_empty());
@@ -265,7 +264,7 @@ impl Prepared {
             }
         }
         if self.plan.launch == Launch::IntelHydra && !set("I_MPI_PERHOST") {
-            if let Some(n) = alloc.and_then(uniform_slots) {
+            if let Some(n) = hosts.and_then(uniform_slots) {
                 out.push(("I_MPI_PERHOST".into(), n.to_string().into()));
             }
         }
@@ -284,16 +283,13 @@ impl Prepared {
         out
     }
 
-    /// Writes the hostfile (if the plan has one) from the allocation: one line per pod in
-    /// allocation order, by IP (no DNS), atomically (the command never sees half a file).
-    pub(crate) fn write_hostfile(
-        &self,
-        alloc: &Allocation,
-    ) -> Result<Option<&Path>, HostfileError> {
+    /// Writes the hostfile (if the plan has one) of `hosts` (the job's pods): one line per pod
+    /// in allocation order, by IP (no DNS), atomically (the command never sees half a file).
+    pub(crate) fn write_hostfile(&self, hosts: &[Host]) -> Result<Option<&Path>, HostfileError> {
         let (Some(path), Some(format)) = (&self.hostfile, self.plan.hostfile_format()) else {
             return Ok(None);
         };
-        let text = render(alloc, format, Use::Ips);
+        let text = render(hosts, format, Use::Ips);
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, text)
             .and_then(|()| std::fs::rename(&tmp, path))
@@ -349,9 +345,9 @@ pub(crate) struct HostfileError {
 }
 
 /// The slots of every pod, when they are all the same.
-fn uniform_slots(a: &Allocation) -> Option<u32> {
-    let first = a.nodes.first()?.slots;
-    a.nodes.iter().all(|n| n.slots == first).then_some(first)
+fn uniform_slots(hosts: &[Host]) -> Option<u32> {
+    let first = hosts.first()?.slots;
+    hosts.iter().all(|n| n.slots == first).then_some(first)
 }
 
 impl Drop for Prepared {

@@ -7,9 +7,8 @@ use std::path::{Path, PathBuf};
 
 use super::detect::{detect, DetectEnv};
 use super::error::MpiError;
-use super::kind::MpiChoice;
 use super::plan::{Launch, Plan};
-use crate::agent::config::{AgentArgs, DvmHead};
+use crate::agent::config::{AgentArgs, DvmHead, MpiChoice};
 
 /// Whether the arguments ask for detection: `--mpi` given, or no `--prted` (then `--mpi auto`).
 pub fn wants_detection(args: &AgentArgs) -> bool {

@@ -11,12 +11,12 @@ use clap::Parser;
 
 use super::detect::{detect, DetectEnv};
 use super::error::MpiError;
-use super::kind::{MpiChoice, MpiKind};
+use super::kind::MpiKind;
 use super::plan::{Launch, Plan};
 use super::prepare::Prepared;
 use super::select::resolve;
-use crate::agent::config::AgentArgs;
-use crate::discovery::{Allocation, PodNode};
+use crate::agent::config::{AgentArgs, MpiChoice};
+use crate::hostfile::Host;
 
 const TRIXIE_PRTE_INFO: &str = r#"case "$1" in
 --path) echo "               Pkglibdir: $PKGLIBDIR" ;;
@@ -134,25 +134,16 @@ fn env_of(p: &Prepared, k: &str) -> Option<String> {
     p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
 }
 
-fn alloc(slots: &[u32]) -> Allocation {
-    Allocation {
-        namespace: "ns".into(),
-        selector: "job=x".into(),
-        nodes: slots
-            .iter()
-            .enumerate()
-            .map(|(i, s)| PodNode {
-                pod: format!("x-{i}-abc"),
-                namespace: "ns".into(),
-                hostname: format!("x-{i}"),
-                ip: Ipv4Addr::new(10, 9, 0, 2 + i as u8),
-                slots: *s,
-                index: Some(i as u64),
-                is_self: i == 0,
-                uid: String::new(),
-            })
-            .collect(),
-    }
+fn alloc(slots: &[u32]) -> Vec<Host> {
+    slots
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Host {
+            hostname: format!("x-{i}"),
+            ip: Ipv4Addr::new(10, 9, 0, 2 + i as u8),
+            slots: *s,
+        })
+        .collect()
 }
 
 #[tokio::test]
@@ -443,7 +434,7 @@ async fn mpich_and_intel_hydra_get_the_rsh_and_a_machinefile() {
     assert_eq!(plan.exec_allow(), [f.bin().join("hydra_bstrap_proxy")]);
     let p = f.prepare(plan);
     assert_eq!(env_of(&p, "I_MPI_HYDRA_BOOTSTRAP").as_deref(), Some("ssh"));
-    let perhost = |a: &Allocation| {
+    let perhost = |a: &[Host]| {
         p.command_env(Some(a), |_| None)
             .into_iter()
             .find(|(k, _)| k == "I_MPI_PERHOST")

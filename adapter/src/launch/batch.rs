@@ -1,5 +1,5 @@
 //! Batch mode's launcher (the agent of the pod with index 0, or `--batch-role launcher`; see
-//! [`super::batch`] for the whole of batch mode): it attaches to the other agents, runs the
+//! [`crate::agent::batch`] for the whole of batch mode): it attaches to the other agents, runs the
 //! job's command and tells them how it ended.
 
 use std::net::SocketAddr;
@@ -10,23 +10,22 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use super::batch::{shell_status, BatchState};
-use super::checked_config::{AgentConfig, BatchConfig};
-use super::local_launch::{launcher_command, wait_health};
-use super::mpi::prepare::HostfileError;
-use super::process::{Job, Reaper};
+use super::connect::{agent_name, connect_authenticated, recv_reply, send_request};
+use super::error::AgentError;
+use super::local::{launcher_command, wait_health};
+use super::request::{LaunchOptions, LaunchTarget};
+use crate::agent::batch::{shell_status, BatchState};
+use crate::agent::checked_config::{AgentConfig, BatchConfig};
+use crate::agent::mpi::prepare::HostfileError;
+use crate::agent::process::{Job, Reaper};
 use crate::discovery::{self, Allocation, DiscoveryConfig, DiscoveryError};
-use crate::launch::{
-    agent_name, connect_authenticated, recv_reply, send_request, AgentError, LaunchOptions,
-    LaunchTarget,
-};
 use crate::protocol::liveness::{Heartbeat, HeartbeatSender, Lost};
 use crate::protocol::{FramedConn, Reply, Request, Session};
 
 /// Bound on each connect, `attach` and `finish` exchange of the launcher.
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 /// When the command failed after a worker's agent went away, how long the launcher waits before
-/// it tells the others and exits (see [`super::batch`]).
+/// it tells the others and exits (see [`crate::agent::batch`]).
 pub(crate) const LOST_PEER_DELAY: Duration = Duration::from_secs(5);
 /// After a successful command, how long the launcher waits for the workers' pods to be
 /// finished before it exits itself (see [`wait_workers_finished`]).
@@ -202,7 +201,7 @@ fn write_hostfile(
             why: why.to_owned(),
         });
     };
-    if let Some(path) = m.write_hostfile(alloc)? {
+    if let Some(path) = m.write_hostfile(&alloc.hosts())? {
         info!(hostfile = %path.display(), pods = alloc.nodes.len(), slots = alloc.nodes.iter().map(|n| n.slots).sum::<u32>(), "batch launcher: wrote the hostfile from discovery");
     }
     Ok(())
@@ -591,7 +590,8 @@ async fn run_command(
     let Some((exe, args)) = command.split_first() else {
         return 127;
     };
-    let mut cmd = launcher_command(exe, args, config, alloc);
+    let hosts = alloc.map(Allocation::hosts);
+    let mut cmd = launcher_command(exe, args, config, hosts.as_deref());
     // The job's launcher allocates and launches through the Kubernetes components. Set here,
     // for this command only, never in the pod's environment: every prted inherits that, and a
     // prted told to use `plm k8s` (which only the launcher can select) has no PLM and exits.

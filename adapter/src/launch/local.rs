@@ -13,8 +13,8 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::checked_config::AgentConfig;
-use crate::discovery::Allocation;
+use crate::agent::checked_config::AgentConfig;
+use crate::hostfile::Host;
 
 /// How long the agent waits for its own health endpoint before it starts its launcher anyway.
 const HEALTH_WAIT: Duration = Duration::from_secs(30);
@@ -59,12 +59,12 @@ pub(crate) async fn wait_health(addr: Option<SocketAddr>, stop: &CancellationTok
 /// group, stdin from `/dev/null`, stdout and stderr the agent's (the pod's log), the agent's
 /// environment plus `TMPDIR` (`--tmpdir`), unless set the agent's secret file and port for
 /// the k8s PLM ([`AgentConfig::launcher_env`]), and with `--mpi` what the image's MPI needs
-/// ([`crate::agent::mpi::prepare`]; `alloc` is the job's pods where they are known).
+/// ([`crate::agent::mpi::prepare`]; `hosts` are the job's pods where they are known).
 pub(crate) fn launcher_command<S: AsRef<OsStr>>(
     program: impl AsRef<OsStr>,
     args: impl IntoIterator<Item = S>,
     config: &AgentConfig,
-    alloc: Option<&Allocation>,
+    hosts: Option<&[Host]>,
 ) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(args)
@@ -79,22 +79,22 @@ pub(crate) fn launcher_command<S: AsRef<OsStr>>(
     let components = config
         .mpi
         .as_ref()
-        .is_none_or(|m| m.plan.launch == super::mpi::Launch::Components);
+        .is_none_or(|m| m.plan.launch == crate::agent::mpi::Launch::Components);
     if components {
         for (name, value) in config.launcher_env(|k| std::env::var_os(k).is_some()) {
             cmd.env(name, value);
         }
     }
     if let Some(hold) =
-        super::preempt::Preemption::hold_for(config.preempt_grace, config.kill_grace)
+        crate::agent::preempt::Preemption::hold_for(config.preempt_grace, config.kill_grace)
     {
         cmd.env(
-            super::child_env::PREEMPT_SECONDS,
+            crate::agent::child_env::PREEMPT_SECONDS,
             hold.as_secs().to_string(),
         );
     }
     if let Some(m) = &config.mpi {
-        for (name, value) in m.command_env(alloc, |k| std::env::var_os(k)) {
+        for (name, value) in m.command_env(hosts, |k| std::env::var_os(k)) {
             cmd.env(name, value);
         }
     }

@@ -23,11 +23,11 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
-use super::checked_config::{AgentConfig, HeadConfig};
-use super::dvm_uri::{publish_dvm_uri_dir, unpublish_dvm_uri};
-use super::local_launch::{launcher_command, wait_health};
-use super::process::Reaper;
-use super::tracking::Tracking;
+use super::local::{launcher_command, wait_health};
+use crate::agent::checked_config::{AgentConfig, HeadConfig};
+use crate::agent::dvm_uri::{publish_dvm_uri_dir, unpublish_dvm_uri};
+use crate::agent::process::Reaper;
+use crate::agent::tracking::Tracking;
 
 /// prte's command line (after the executable).
 pub fn prte_args(head: &HeadConfig, config: &AgentConfig, root: bool) -> Vec<String> {
