@@ -57,8 +57,6 @@
 
 mod admission;
 pub mod api_server;
-#[cfg(test)]
-mod elastic_tests;
 mod error;
 mod header;
 mod inject;
@@ -69,8 +67,6 @@ mod network_policy;
 mod options;
 mod plan;
 mod pod;
-#[cfg(test)]
-mod preempt_tests;
 mod rbac;
 mod render;
 pub mod restricted;

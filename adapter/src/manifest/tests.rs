@@ -1,4 +1,11 @@
-use super::error::ManifestError;
+//! The manifest's unit tests: whole jobs rendered from options (here), elastic jobs
+//! (`elastic`), the preemption notice and the Role's hints (`preempt`); their shared helpers in
+//! `support`.
+
+mod elastic;
+mod preempt;
+mod support;
+
 use super::header::quote;
 use super::layout::SECRET_DIR;
 use super::options::{parse_env, ManifestArgs};
@@ -7,23 +14,7 @@ use super::render;
 use super::secret::fresh_key;
 use clap::Parser;
 use serde_json::{json, Value};
-
-#[derive(Parser)]
-pub(super) struct T {
-    #[command(flatten)]
-    pub(super) a: ManifestArgs,
-}
-
-pub(super) fn args(v: &[&str]) -> ManifestArgs {
-    let mut argv = vec!["manifest"];
-    argv.extend(v);
-    T::try_parse_from(argv).unwrap().a
-}
-
-/// The objects of the job `a` describes.
-pub(super) fn objects(a: &ManifestArgs, key: Option<&str>) -> Result<Vec<Value>, ManifestError> {
-    render::objects(&a.plan()?, key)
-}
+use support::{args, objects, T};
 
 fn plan(a: &ManifestArgs) -> JobPlan {
     a.plan().unwrap()

@@ -1,9 +1,9 @@
 //! The notice of preemption and the Role as the options render them: the pod's grace period
 //! and the site's preemption signal, and discovery's 403 hints matching the Role rule for rule.
 
-use super::options::ManifestArgs;
-use super::secret::fresh_key;
-use super::tests::{args, objects, T};
+use super::support::{args, objects, T};
+use crate::manifest::options::ManifestArgs;
+use crate::manifest::secret::fresh_key;
 use clap::Parser;
 use serde_json::{json, Value};
 
@@ -126,8 +126,8 @@ fn from_mpijob_carries_grace_period_and_preempt_signal() {
         argv.extend(opts);
         let a = args(&argv);
         let text = mpijob(grace);
-        let (plan, notes) = super::render::prepare(&a, &mut text.as_bytes()).unwrap();
-        let job = super::render::objects(&plan, None)
+        let (plan, notes) = crate::manifest::render::prepare(&a, &mut text.as_bytes()).unwrap();
+        let job = crate::manifest::render::objects(&plan, None)
             .unwrap()
             .into_iter()
             .find(|o| o["kind"] == "Job")
@@ -173,7 +173,7 @@ fn from_mpijob_carries_grace_period_and_preempt_signal() {
     );
     let bad = "          terminationGracePeriodSeconds: soon\n";
     let a = args(&["--from-mpijob", "-"]);
-    let e = super::render::prepare(&a, &mut mpijob(bad).as_bytes())
+    let e = crate::manifest::render::prepare(&a, &mut mpijob(bad).as_bytes())
         .unwrap_err()
         .to_string();
     assert!(

@@ -1,10 +1,10 @@
 //! Elastic jobs (`--elastic --max-pods M`): what the Role grants, the workload's annotations,
 //! and the options refused.
 
-use super::error::ManifestError;
-use super::meta::MAX_PODS_ANNOTATION;
-use super::options::ManifestArgs;
-use super::render;
+use crate::manifest::error::ManifestError;
+use crate::manifest::meta::MAX_PODS_ANNOTATION;
+use crate::manifest::options::ManifestArgs;
+use crate::manifest::render;
 use crate::workload::KUEUE_ELASTIC_ANNOTATION;
 use clap::Parser;
 use serde_json::{json, Value};
