@@ -36,7 +36,7 @@
 //!
 //! After a successful command the launcher exits only once every told worker's pod is finished
 //! (its connection closed and the pod's phase `Succeeded` or `Failed` in the API, bounded by
-//! `crate::launch::batch::WORKER_EXIT_WAIT`): with `successPolicy` on
+//! `crate::launch::batch::pods::WORKER_EXIT_WAIT`): with `successPolicy` on
 //! index 0 the Job controller stops every pod still running when pod 0 succeeds, so a worker
 //! that exited a moment after pod 0 would be deleted instead of being shown `Completed`. It
 //! waits the same way for the pod of every worker that went away while the command ran (told

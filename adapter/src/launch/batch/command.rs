@@ -1,0 +1,145 @@
+//! The job's command: the hostfile its MPI reads written first, then the command run in its own
+//! process group while the workers' links are watched.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::super::local::launcher_command;
+use super::peers::{beat_until_gone, heartbeat, Attached};
+use crate::agent::batch::shell_status;
+use crate::agent::checked_config::AgentConfig;
+use crate::agent::mpi::prepare::HostfileError;
+use crate::agent::process::{Job, Reaper};
+use crate::discovery::Allocation;
+
+/// Why the batch launcher cannot write the hostfile its MPI needs (it does not run the command).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum HostfileNotWritten {
+    #[error("{mpi} needs the job's pods for its hostfile, but discovery failed: {why}")]
+    NoPods { mpi: String, why: String },
+    #[error(transparent)]
+    Write(#[from] HostfileError),
+}
+
+/// Writes the hostfile the image's MPI reads (`--mpi` with a launcher that needs one) from the
+/// allocation. Without an allocation such a launcher would run the whole job in this pod, so
+/// that is an error naming why.
+pub(super) fn write_hostfile(
+    config: &AgentConfig,
+    alloc: Option<&Allocation>,
+    why: &str,
+) -> Result<(), HostfileNotWritten> {
+    let Some(m) = &config.mpi else { return Ok(()) };
+    if m.hostfile.is_none() {
+        return Ok(());
+    }
+    let Some(alloc) = alloc else {
+        return Err(HostfileNotWritten::NoPods {
+            mpi: m
+                .plan
+                .found
+                .version
+                .clone()
+                .unwrap_or_else(|| m.plan.found.kind.describe().into()),
+            why: why.to_owned(),
+        });
+    };
+    if let Some(path) = m.write_hostfile(&alloc.hosts())? {
+        info!(hostfile = %path.display(), pods = alloc.nodes.len(), slots = alloc.nodes.iter().map(|n| n.slots).sum::<u32>(), "batch launcher: wrote the hostfile from discovery");
+    }
+    Ok(())
+}
+
+/// Runs the command; returns its status and the pods of the workers whose agents went away
+/// meanwhile.
+pub(super) async fn run_watching(
+    command: &[String],
+    config: &AgentConfig,
+    alloc: Option<&Allocation>,
+    reaper: &Reaper,
+    stop: &CancellationToken,
+    links: &mut [Attached],
+) -> (i32, Vec<String>) {
+    let lost: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let code = {
+        // While the command runs, notice a worker whose agent goes away: a worker sends nothing
+        // unasked but `pong`s, so any end of its connection means its pod was evicted, deleted
+        // or killed, and its silence that its pod is cut off.
+        let beat = heartbeat();
+        let watch = async {
+            futures::future::join_all(links.iter_mut().map(|l| {
+                let lost = &lost;
+                async move {
+                    let why = beat_until_gone(l, beat).await;
+                    warn!(pod = %l.target.pod, %why, "batch launcher: a worker's agent went away while the job's command runs");
+                    lost.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(l.target.pod.clone());
+                }
+            }))
+            .await;
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            c = run_command(command, config, alloc, reaper, stop) => c,
+            () = watch => unreachable!("the watch never ends"),
+        }
+    };
+    (code, lost.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// Runs the command to its end (or until `stop`); its status as a shell reports it.
+async fn run_command(
+    command: &[String],
+    config: &AgentConfig,
+    alloc: Option<&Allocation>,
+    reaper: &Reaper,
+    stop: &CancellationToken,
+) -> i32 {
+    let Some((exe, args)) = command.split_first() else {
+        return 127;
+    };
+    let hosts = alloc.map(Allocation::hosts);
+    let mut cmd = launcher_command(exe, args, config, hosts.as_deref());
+    // The job's launcher allocates and launches through the Kubernetes components. Set here,
+    // for this command only, never in the pod's environment: every prted inherits that, and a
+    // prted told to use `plm k8s` (which only the launcher can select) has no PLM and exits.
+    // prterun itself never forwards `plm` to the daemons it starts. With `--mpi` the plan of
+    // the image's MPI decides (it sets these for an Open MPI 5 the components serve).
+    if config.mpi.is_none() {
+        for (name, value) in [("PRTE_MCA_ras", "k8s"), ("PRTE_MCA_plm", "k8s")] {
+            if std::env::var_os(name).is_none() {
+                cmd.env(name, value);
+            }
+        }
+    }
+    let (pid, exit_rx) = match reaper.spawn(&mut cmd) {
+        Ok(x) => x,
+        Err(e) => {
+            error!(command = %exe, error = %e, "cannot run the job's command");
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+        }
+    };
+    let started = Instant::now();
+    let mut job = Job::new(pid, exit_rx);
+    let status = tokio::select! {
+        s = job.wait_exit() => {
+            // Stop whatever the command left in its process group.
+            job.terminate(config.kill_grace, reaper).await;
+            s
+        }
+        _ = stop.cancelled() => {
+            warn!(pid, "the agent is stopping: stopping the job's command");
+            job.terminate(config.kill_grace, reaper).await
+        }
+    };
+    info!(pid, %status, ran_ms = started.elapsed().as_millis() as u64, "the job's command ended");
+    shell_status(status)
+}
