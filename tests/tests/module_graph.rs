@@ -1,8 +1,7 @@
-//! Two rules for the modules of each crate (`adapter`, `cabi`, `tests`):
+//! Three rules for the modules of the crates (`adapter`, `cabi`, `tests`; the third for the adapter's):
 //!
-//! 1. **No import cycles**, apart from a module and its own ancestors: the data path reads one
-//!    way (cabi → discovery → allocation → launch → protocol ← agent → prted), and a cycle
-//!    between two files is where that breaks down.
+//! 1. **No import cycles**, apart from a module and its own ancestors: a cycle between two
+//!    files is where the layers of rule 3 break down.
 //! 2. **A parent does not serve its children.** A module uses no item defined in the file of
 //!    one of its ancestors (its parent, the parent's parent, up to the crate root). A parent
 //!    names its children (`mod x;`) and may use them; if a child also reached back for the
@@ -29,6 +28,15 @@
 //!    imports included: the parent's items are what it tests, and nothing imports a test module,
 //!    so no cycle can come of it. Only its own parent's: a `tests` module reaching further up
 //!    is judged as any other module.
+//!
+//! 3. **Layers.** The adapter's modules are layered as `docs/architecture.md` draws them
+//!    ([`LAYERS`], lowest first): a module may use only modules of lower layers, not one of
+//!    its own layer nor one above. The agent's children are layered the same way. A use counts
+//!    as one of the module that defines the item (re-exports followed, as for rule 1); every
+//!    module of a layered scope must be declared in a layer. So the agent, which starts prted
+//!    for a launcher, uses none of the launcher's side (`launch`, `discovery`, `elastic`,
+//!    `rsh`), and a launcher's own launches in the agent's pod (the DVM head, batch mode) are
+//!    handed to the agent from above.
 //!
 //! The references come from the `crate::` and `super::` paths in each file's code (comments and
 //! the insides of string literals are left out), each resolved to the deepest module file it
@@ -717,6 +725,150 @@ fn show(m: &Module) -> String {
     }
 }
 
+/// The layers of the modules below one module of a crate (its children), lowest first.
+struct Layers {
+    krate: &'static str,
+    /// The module whose children are layered (`""`: the crate root's).
+    scope: &'static str,
+    layers: &'static [&'static [&'static str]],
+}
+
+/// Rule 3: the layers the docs draw (`docs/architecture.md`, "The module graph and its
+/// rules"). A module may use only modules of lower layers: not one of its own layer, not one
+/// above.
+const LAYERS: &[Layers] = &[
+    Layers {
+        krate: "adapter",
+        scope: "",
+        layers: &[
+            &["hostfile", "runtime", "settings", "text", "workload"],
+            &["protocol"],
+            &["profile"],
+            &["agent", "discovery"],
+            &["launch"],
+            &["manifest", "rsh"],
+            &["bundle", "controller", "elastic"],
+        ],
+    },
+    Layers {
+        krate: "adapter",
+        scope: "agent",
+        layers: &[
+            &[
+                "config",
+                "dvm_uri",
+                "exit_status",
+                "launch_policy",
+                "limits",
+                "metrics",
+                "preempt",
+                "proc_stat",
+                "prted_cmd",
+            ],
+            &["cgroup", "health", "mpi"],
+            &["checked_config", "tracking"],
+            &["batch", "child_env", "handshake", "process"],
+            &["exec", "launches"],
+            &["conn"],
+        ],
+    },
+];
+
+impl Layers {
+    /// The layer of the child `name` of the scope, if declared.
+    fn layer_of(&self, name: &str) -> Option<usize> {
+        self.layers.iter().position(|l| l.contains(&name))
+    }
+
+    /// The child of the scope `m` lies in, if any (`m` below the scope, not the scope's own
+    /// unit tests).
+    fn child_of<'m>(&self, m: &'m Module) -> Option<&'m str> {
+        let scope = self.scope_module();
+        let child = m.get(scope.len()).filter(|_| m.starts_with(&scope))?;
+        (child != "tests").then_some(child.as_str())
+    }
+
+    fn scope_module(&self) -> Module {
+        m(self.scope)
+    }
+
+    /// What the layers are of, for messages.
+    fn name(&self) -> &'static str {
+        if self.scope.is_empty() {
+            "the crate"
+        } else {
+            self.scope
+        }
+    }
+
+    /// Whether a module of layer `from` may use one of layer `to`.
+    fn allows(&self, from: &str, to: &str) -> bool {
+        match (self.layer_of(from), self.layer_of(to)) {
+            (Some(f), Some(t)) => t < f,
+            _ => false,
+        }
+    }
+}
+
+impl Crate {
+    /// Rule 3: the uses of a module of a higher or the same layer, one line each, and the
+    /// children of the scope no layer declares.
+    fn layer_breaches(&self, layers: &Layers) -> Vec<String> {
+        let scope = layers.scope_module();
+        let shown = |name: &str| {
+            let layer = layers
+                .layer_of(name)
+                .map_or("no layer".into(), |l| format!("layer {}", l + 1));
+            format!(
+                "{} ({layer})",
+                show(&[scope.clone(), vec![name.into()]].concat())
+            )
+        };
+        let mut found = vec![];
+        let mut undeclared = BTreeSet::new();
+        for module in self.all.keys() {
+            let Some(from) = layers.child_of(module) else {
+                continue;
+            };
+            if layers.layer_of(from).is_none() {
+                undeclared.insert(from.to_string());
+                continue;
+            }
+            for r in refs(module, &self.text[module], &self.all) {
+                let target = self.resolve(&r);
+                let Some(to) = layers.child_of(&target) else {
+                    continue; // outside the scope, or the scope itself
+                };
+                if to == from || layers.allows(from, to) {
+                    continue;
+                }
+                found.push(format!(
+                    "{}:{}: `crate::{}`: {} uses {}; a module may use only modules of lower layers",
+                    self.file(module),
+                    r.line,
+                    r.path.join("::"),
+                    shown(from),
+                    shown(to),
+                ));
+            }
+        }
+        found.extend(undeclared.into_iter().map(|u| {
+            format!(
+                "{}: no layer declares it (add it to the layers of {} in module_graph.rs and \
+                 docs/architecture.md)",
+                show(&[scope.clone(), vec![u]].concat()),
+                if layers.scope.is_empty() {
+                    "the crate"
+                } else {
+                    layers.scope
+                }
+            )
+        }));
+        found.dedup();
+        found
+    }
+}
+
 fn crates() -> Vec<(&'static str, Crate)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     ["adapter", "cabi", "tests"]
@@ -763,6 +915,152 @@ fn m(s: &str) -> Module {
         .filter(|s| !s.is_empty())
         .map(String::from)
         .collect()
+}
+
+#[test]
+fn modules_use_only_lower_layers() {
+    let crates = crates();
+    let mut found = vec![];
+    for layers in LAYERS {
+        let (_, c) = crates
+            .iter()
+            .find(|(k, _)| *k == layers.krate)
+            .expect("a crate of the workspace");
+        found.extend(
+            c.layer_breaches(layers)
+                .into_iter()
+                .map(|f| format!("{}/src/{f}", layers.krate)),
+        );
+    }
+    assert!(
+        found.is_empty(),
+        "modules using a module of their own or a higher layer (the layers are declared in \
+         LAYERS and drawn in docs/architecture.md): {found:#?}"
+    );
+}
+
+/// `docs/architecture.md` states the layers exactly as [`LAYERS`] declares them: each layer as
+/// a numbered item listing its modules, the crate's first, then the agent's.
+#[test]
+fn the_docs_state_the_enforced_layers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let section = doc
+        .split("\n## The module graph and its rules\n")
+        .nth(1)
+        .expect("docs/architecture.md has the module graph's section");
+    let section = section.split("\n## ").next().unwrap();
+    let text = section.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut at = 0;
+    for layers in LAYERS {
+        for (i, layer) in layers.layers.iter().enumerate() {
+            let names: Vec<String> = layer.iter().map(|n| format!("`{n}`")).collect();
+            let item = format!(" {}. {}", i + 1, names.join(", "));
+            let found = text[at..]
+                .match_indices(&item)
+                .map(|(j, _)| at + j + item.len())
+                .find(|&end| !text[end..].starts_with(','));
+            let Some(end) = found else {
+                panic!(
+                    "docs/architecture.md does not state layer {} of {} as {item:?} (after what \
+                     it states before)",
+                    i + 1,
+                    layers.name()
+                );
+            };
+            at = end;
+        }
+    }
+}
+
+/// The layers keep the agent below the launcher: it uses none of the launcher's side.
+#[test]
+fn the_agent_is_below_the_launcher() {
+    let crate_layers = &LAYERS[0];
+    assert_eq!((crate_layers.krate, crate_layers.scope), ("adapter", ""));
+    for above in [
+        "launch",
+        "discovery",
+        "elastic",
+        "rsh",
+        "manifest",
+        "controller",
+    ] {
+        assert!(
+            !crate_layers.allows("agent", above),
+            "agent may use {above}"
+        );
+    }
+    for below in ["protocol", "profile", "settings", "hostfile", "text"] {
+        assert!(
+            crate_layers.allows("agent", below),
+            "agent may not use {below}"
+        );
+    }
+    assert!(crate_layers.allows("launch", "agent"));
+}
+
+/// The layer check reports a use of a higher layer and of the same one, by file, line and
+/// path, and a module no layer declares; a use of a lower layer, of the module's own
+/// descendants and of modules outside the scope passes.
+#[test]
+fn the_checker_finds_a_use_of_a_higher_layer() {
+    let files = [
+        ("", "mod low; mod mid; mod high; mod side; mod stray;"),
+        ("low", "pub struct L;\nuse crate::mid::M;"),
+        ("mid", "mod inner;\npub use inner::M;\nuse crate::low::L;"),
+        (
+            "mid::inner",
+            "pub struct M;\nuse crate::low::L;\nuse super::super::side::S;",
+        ),
+        ("high", "use crate::mid::M;\nuse crate::low::L;"),
+        ("side", "pub struct S;"),
+        ("stray", "use crate::high::H;"),
+    ];
+    let all: BTreeMap<Module, PathBuf> = files
+        .iter()
+        .map(|(n, _)| (m(n), PathBuf::from(format!("{}.rs", n.replace("::", "/")))))
+        .collect();
+    let text = files.iter().map(|(n, t)| (m(n), t.to_string())).collect();
+    let c = Crate::new(all, text, Path::new(""));
+    let layers = Layers {
+        krate: "x",
+        scope: "",
+        layers: &[&["low"], &["mid", "side"], &["high"]],
+    };
+    let found = c.layer_breaches(&layers);
+    assert_eq!(found.len(), 3, "{found:#?}");
+    assert_eq!(
+        found[0],
+        "low.rs:2: `crate::mid::M`: low (layer 1) uses mid (layer 2); a module may use only \
+         modules of lower layers"
+    );
+    assert!(
+        found[1].starts_with("mid/inner.rs:3: `crate::side::S`: mid (layer 2) uses side (layer 2)"),
+        "{found:#?}"
+    );
+    assert!(
+        found[2].starts_with("stray: no layer declares it"),
+        "{found:#?}"
+    );
+    // Layers of one module's children: uses outside it are the crate's layers' business.
+    let inner = Layers {
+        krate: "x",
+        scope: "mid",
+        layers: &[&["inner"]],
+    };
+    assert!(c.layer_breaches(&inner).is_empty());
+    let none = Layers {
+        krate: "x",
+        scope: "mid",
+        layers: &[],
+    };
+    let found = c.layer_breaches(&none);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        found[0].starts_with("mid::inner: no layer declares it"),
+        "{found:#?}"
+    );
 }
 
 /// The checker sees a cycle when there is one, ignores parent/child imports and comments.
