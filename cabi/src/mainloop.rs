@@ -10,7 +10,8 @@ use std::os::fd::AsRawFd;
 use std::os::raw::{c_int, c_short, c_void};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{mpsc, Mutex, OnceLock};
+use std::time::Duration;
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -92,6 +93,19 @@ pub fn post(f: impl FnOnce() + Send + 'static) {
         .push_back(Box::new(f));
     // One byte per post; if the socket buffer is full the loop is already due to wake.
     let _ = (&m.tx).write(&[1u8]);
+}
+
+/// Runs `f` on PRRTE's event thread and waits up to `limit` for its result (`None` when it did
+/// not come in time). From our own threads only: on the event thread it would wait for itself.
+pub fn call<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+    limit: Duration,
+) -> Option<T> {
+    let (tx, rx) = mpsc::channel();
+    post(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).ok()
 }
 
 /// Run what has been posted but not yet run (main thread; used at finalize, when PRRTE's event

@@ -1,0 +1,204 @@
+//! `EXTEND`: the workload raised by the pods asked for, on a thread of its own: the new pods
+//! awaited (a `REQ_CANCEL` may stop the wait), recorded for the PLM and handed to the DVM through
+//! PRRTE's add-host path; on any failure after the raise, the workload lowered back.
+use super::inflight::{alloc_id, fail, finish, say, verbose, with_state};
+use super::pool::{node_named, on_loop};
+use crate::ffi;
+use prrte_k8s::discovery::{DiscoveryConfig, Environment};
+use prrte_k8s::elastic::allocreq::{extend, info, Refusal, Status};
+use std::os::raw::c_int;
+use std::time::Duration;
+
+/// The bound on adding ready pods to the DVM (their daemons start through the agents).
+const ADD_LIMIT: Duration = Duration::from_secs(120);
+
+/// Starts the thread that extends the job by `by` pods for request `seq`.
+pub fn start(
+    seq: u64,
+    cfg: DiscoveryConfig,
+    by: u32,
+    timeout: Option<Duration>,
+    cancelled: extend::Cancelled,
+) -> std::io::Result<()> {
+    let uri = crate::shim::server_uri();
+    let prun = std::env::current_exe()
+        .map(|e| e.with_file_name("prun"))
+        .unwrap_or_else(|_| "prun".into());
+    std::thread::Builder::new()
+        .name("prrte-k8s-extend".into())
+        .spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                extend_thread(seq, cfg, by, timeout, cancelled, uri, prun)
+            }));
+            if r.is_err() {
+                finish(seq, ffi::PMIX_ERROR as c_int, &[]);
+            }
+        })
+        .map(drop)
+}
+
+fn hostnames(grown: &prrte_k8s::elastic::grow::Grown) -> String {
+    grown
+        .new
+        .iter()
+        .map(|n| n.hostname.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn extend_thread(
+    seq: u64,
+    cfg: DiscoveryConfig,
+    by: u32,
+    timeout: Option<Duration>,
+    cancelled: extend::Cancelled,
+    uri: Option<String>,
+    prun: std::path::PathBuf,
+) {
+    let what = format!("extending the job by {by} pod(s)");
+    let rt = match prrte_k8s::runtime::current_thread() {
+        Ok(rt) => rt,
+        Err(e) => {
+            return fail(
+                seq,
+                &what,
+                Refusal {
+                    status: Status::Error,
+                    reason: format!("cannot start the async runtime: {e}"),
+                },
+            )
+        }
+    };
+    let env = Environment::from_process();
+    let grown = match rt.block_on(extend::grow_for_request(&cfg, &env, by, timeout, cancelled)) {
+        Ok(g) => g,
+        Err(r) => return fail(seq, &what, r),
+    };
+    // Past the wait: a cancel that came meanwhile still wins, else none is taken any more.
+    let cancelled_meanwhile = with_state(|s| match s.inflight.as_mut() {
+        Some(i) if i.seq == seq => i.cancel.take().is_none(),
+        _ => true,
+    });
+    let w = &grown.workload;
+    let undo = |r: Refusal| {
+        let back = rt.block_on(extend::roll_back(&cfg, &env, &grown));
+        let r = Refusal {
+            status: r.status,
+            reason: match back {
+                None => format!(
+                    "{}; {} was lowered back to {} pods",
+                    r.reason, w.name, w.pods
+                ),
+                Some(e) => format!(
+                    "{}; lowering {} back to {} pods failed too ({e}): lower it by hand",
+                    r.reason, w.name, w.pods
+                ),
+            },
+        };
+        fail(seq, &what, r)
+    };
+    if cancelled_meanwhile {
+        return undo(Refusal {
+            status: Status::Canceled,
+            reason: "the request was cancelled".into(),
+        });
+    }
+    if grown.new.is_empty() {
+        return undo(Refusal {
+            status: Status::Error,
+            reason: format!(
+                "{} {} has {} pods but none is new: it was raised by someone else at the same time",
+                w.kind, w.name, grown.pods
+            ),
+        });
+    }
+    let Some(uri) = uri else {
+        return undo(Refusal {
+            status: Status::Error,
+            reason: "prte's PMIx server URI is unknown: the new pods cannot be added".into(),
+        });
+    };
+    // The PLM finds each new node's agent by its pod: a pod that comes again under a name
+    // given back before is another pod, at another address.
+    for n in &grown.new {
+        crate::pods::record(
+            &n.hostname,
+            crate::pods::PodAddr {
+                pod: n.pod.clone(),
+                namespace: n.namespace.clone(),
+                ip: n.ip,
+            },
+        );
+    }
+    let names: Vec<String> = grown.new.iter().map(|n| n.hostname.clone()).collect();
+    match on_loop(move || given_back_before(&names)) {
+        Some(back) if back.is_empty() => {}
+        Some(back) => {
+            return undo(Refusal {
+                status: Status::NotSupported,
+                reason: format!(
+                    "the new pod(s) {} take the place of nodes this DVM gave back before, and this PRRTE cannot take a released node back into a running DVM: start a new DVM (pterm, then the job's pod 0 starts one) to use more pods than it has now",
+                    back.join(",")
+                ),
+            });
+        }
+        None => {
+            return undo(Refusal {
+                status: Status::Error,
+                reason: "prte's event loop did not answer".into(),
+            })
+        }
+    }
+    verbose(format!(
+        "ras:k8s: {} {} raised from {} to {} pods; adding {} to the DVM",
+        w.kind,
+        w.name,
+        w.pods,
+        grown.pods,
+        hostnames(&grown)
+    ));
+    if let Err(e) = extend::add_to_dvm(&prun, &uri, &grown.new, ADD_LIMIT) {
+        return undo(Refusal {
+            status: Status::Error,
+            reason: format!("the new pods are Ready, but adding them to the DVM failed: {e}"),
+        });
+    }
+    for n in &grown.new {
+        crate::pods::record_slots(&n.hostname, n.slots);
+    }
+    let nodes = hostnames(&grown);
+    say(format!(
+        "ras:k8s: allocation extended by {} pod(s): {nodes}",
+        grown.new.len()
+    ));
+    finish(
+        seq,
+        ffi::PMIX_SUCCESS as c_int,
+        &[
+            (info::ALLOC_ID, alloc_id(&w.name, seq)),
+            (info::NODE_LIST, nodes),
+        ],
+    );
+}
+
+/// On the loop: the nodes among `hosts` that this DVM gave back before (down, their daemon
+/// ended). A pod that comes again after a release has its old name (Kubernetes reuses the
+/// index or ordinal), and PRRTE 3.0.8 cannot take such a node back: it keeps the node with its
+/// ended daemon, and a DVM that lost daemons does not launch on daemons that join after them.
+fn given_back_before(hosts: &[String]) -> Vec<String> {
+    let ended = crate::version_guard::components().proc_states.unterminated;
+    hosts
+        .iter()
+        .filter(|h| {
+            node_named(h, false).is_some_and(|node| {
+                // SAFETY: a live node of the pool and its daemon proc, on prte's loop.
+                unsafe {
+                    let d = (*node).daemon;
+                    (*node).state as u32 == ffi::PRTE_NODE_STATE_DOWN
+                        && (d.is_null() || (*d).state >= ended)
+                }
+            })
+        })
+        .cloned()
+        .collect()
+}

@@ -1,0 +1,74 @@
+//! The one request being served, from its admission by the gate to its answer, and the lines
+//! its worker prints on the way (from any thread, printed on prte's loop).
+use super::request::{self, Req};
+use crate::mainloop;
+use crate::shim::{self, Framework};
+use prrte_k8s::elastic::allocreq::{extend, Gate, Refusal};
+use std::os::raw::c_int;
+use std::sync::Mutex;
+
+/// The request being served.
+pub struct Inflight {
+    pub seq: u64,
+    pub req: Req,
+    /// Fires the cancellation of an `EXTEND` while its pods are awaited; taken (None) once the
+    /// request is past that point.
+    pub cancel: Option<extend::Canceller>,
+}
+
+#[derive(Default)]
+pub struct State {
+    pub gate: Gate,
+    pub inflight: Option<Inflight>,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+pub fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> R {
+    let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    f(g.get_or_insert_with(State::default))
+}
+
+/// Answers the request in flight `seq` (if it still is: finalize may have answered it) and
+/// admits the next one.
+pub fn finish(seq: u64, status: c_int, items: &[(&str, String)]) {
+    let req = with_state(|s| {
+        s.gate.finish(seq);
+        match s.inflight.take() {
+            Some(i) if i.seq == seq => Some(i.req),
+            other => {
+                s.inflight = other;
+                None
+            }
+        }
+    });
+    if let Some(req) = req {
+        request::answer(req, status, items);
+    }
+}
+
+/// The request in flight `seq` failed doing `what`: a line on prte's output, and the refusal as
+/// its answer.
+pub fn fail(seq: u64, what: &str, r: Refusal) {
+    say(format!("ras:k8s: {what} failed: {}", r.reason));
+    finish(
+        seq,
+        request::pmix_status(r.status),
+        &request::refusal_items(&r),
+    );
+}
+
+/// The allocation id an answer names: the workload and the request's number.
+pub fn alloc_id(name: &str, seq: u64) -> String {
+    format!("{name}#{seq}")
+}
+
+/// A line on prte's error output, from any thread (printed on prte's loop).
+pub fn say(msg: String) {
+    mainloop::post(move || shim::output(&msg));
+}
+
+/// A line on the ras framework's verbose stream (level 1), from any thread.
+pub fn verbose(msg: String) {
+    mainloop::post(move || shim::verbose(Framework::Ras, 1, &msg));
+}
