@@ -10,10 +10,11 @@
 //! name (`--add-host`) are first resolved to the job's ready pods by a discovery on a thread of
 //! our own ([`prrte_k8s::launch::added`]).
 use super::daemons::{self, Procs};
+use crate::boundary::{self, WorkerError};
 use crate::prrte::JobRef;
 use crate::shim::{self, Framework};
 use crate::{dvm, ffi, mainloop, params, pods, prrte};
-use prrte_k8s::discovery::{self, DiscoveryConfig};
+use prrte_k8s::discovery::{self, DiscoveryConfig, DiscoveryError};
 use prrte_k8s::launch::added;
 use prrte_k8s::launch::prted_args::PrtedTemplate;
 use prrte_k8s::launch::rounds::{Action, RoundLaunch, RoundRequest, Rounds, Start};
@@ -168,16 +169,21 @@ fn resolve_added_then_begin(
     // releases it.
     unsafe { ffi::prrte_k8s_shim_retain(jdata.as_ptr() as *mut c_void) };
     let (job, daemons) = (jdata.as_ptr() as usize, dvm.as_ptr() as usize);
-    let spawned = std::thread::Builder::new()
-        .name("prrte-k8s-add-hosts".into())
-        .spawn(move || {
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                discovery::discover_blocking(&cfg)
-            }))
-            .map_err(|_| {
-                "the discovery of the added hosts panicked; please report this as a bug".to_string()
-            })
-            .and_then(|r| r.map_err(|e| e.to_string()))
+    let spawned = boundary::spawn_worker(
+        "prrte-k8s-add-hosts",
+        move |rt| rt.block_on(discovery::discover(&cfg)),
+        move |outcome| {
+            let result = match outcome {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(WorkerError::Panicked(_)) => Err(
+                    "the discovery of the added hosts panicked; please report this as a bug"
+                        .to_string(),
+                ),
+                Err(e) => Err(DiscoveryError::Internal {
+                    detail: e.to_string(),
+                }
+                .to_string()),
+            }
             .and_then(|alloc| added::resolve_added(&unknown, &alloc).map_err(|e| e.to_string()));
             mainloop::post(move || {
                 // SAFETY: the job object was retained above and is released just below; the
@@ -207,7 +213,8 @@ fn resolve_added_then_begin(
                 // SAFETY: releases the reference taken above (`jdata` is not used after this).
                 unsafe { ffi::prrte_k8s_shim_release(jdata.as_ptr() as *mut c_void) };
             })
-        });
+        },
+    );
     if let Err(e) = spawned {
         // SAFETY: undo the retain above.
         unsafe { ffi::prrte_k8s_shim_release(jdata.as_ptr() as *mut c_void) };

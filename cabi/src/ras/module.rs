@@ -5,7 +5,7 @@
 //! thread: nodes inserted, `ALLOCATION_COMPLETE` activated, or the allocation failed with our
 //! message.
 use super::layout::{self, Module4, Module5};
-use crate::boundary::boundary;
+use crate::boundary::{self, boundary, WorkerError};
 use crate::cstr::cstring;
 use crate::prrte::JobRef;
 use crate::shim::{self, Framework};
@@ -110,22 +110,20 @@ unsafe extern "C" fn allocate(jdata: *mut ffi::prte_job_t, _nodes: *mut ffi::pmi
             1,
             "ras:k8s: discovering the job's pods on a background thread",
         );
-        let spawned = std::thread::Builder::new()
-            .name("prrte-k8s-ras".into())
-            .spawn(move || {
-                run_discovery(
-                    || discovery::discover_blocking(&cfg),
-                    |result| {
-                        mainloop::post(move || {
-                            // SAFETY: the job object was retained above and is released only
-                            // by `complete`; the mailbox runs this on the main thread.
-                            if let Some(job) = unsafe { JobRef::new(job as *mut ffi::prte_job_t) } {
-                                complete(job, result);
-                            }
-                        })
-                    },
-                )
-            });
+        let spawned = boundary::spawn_worker(
+            "prrte-k8s-ras",
+            move |rt| rt.block_on(discovery::discover(&cfg)),
+            move |outcome| {
+                let result = discovery_result(outcome);
+                mainloop::post(move || {
+                    // SAFETY: the job object was retained above and is released only by
+                    // `complete`; the mailbox runs this on the main thread.
+                    if let Some(job) = unsafe { JobRef::new(job as *mut ffi::prte_job_t) } {
+                        complete(job, result);
+                    }
+                })
+            },
+        );
         if let Err(e) = spawned {
             // SAFETY: undo the retain above.
             unsafe { ffi::prrte_k8s_shim_release(jdata as *mut c_void) };
@@ -139,23 +137,22 @@ unsafe extern "C" fn allocate(jdata: *mut ffi::prte_job_t, _nodes: *mut ffi::pmi
     })
 }
 
-/// The body of the discovery thread: runs `discover` and hands its result to `deliver` exactly
-/// once. A panic in `discover` becomes an internal error, so the allocation fails with a message
-/// instead of leaving PRRTE waiting for a result that never comes.
-fn run_discovery(
-    discover: impl FnOnce() -> Result<Allocation, DiscoveryError>,
-    deliver: impl FnOnce(Result<Allocation, DiscoveryError>),
-) {
-    let result =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(discover)).unwrap_or_else(|p| {
-            Err(DiscoveryError::Internal {
-                detail: format!(
-                    "the discovery thread panicked ({}); please report this as a bug",
-                    crate::boundary::panic_text(&*p)
-                ),
-            })
-        });
-    deliver(result);
+/// What the discovery thread delivers: discovery's result, or an internal error when it gave
+/// none (its runtime could not start, or it panicked), so that the allocation fails with a
+/// message instead of leaving PRRTE waiting for a result that never comes.
+fn discovery_result(
+    outcome: Result<Result<Allocation, DiscoveryError>, WorkerError>,
+) -> Result<Allocation, DiscoveryError> {
+    outcome.unwrap_or_else(|e| {
+        Err(DiscoveryError::Internal {
+            detail: match e {
+                WorkerError::Panicked(text) => {
+                    format!("the discovery thread panicked ({text}); please report this as a bug")
+                }
+                runtime => runtime.to_string(),
+            },
+        })
+    })
 }
 
 /// On PRRTE's event thread: apply the discovery result, then release the reference to the job
@@ -281,10 +278,15 @@ mod tests {
         discover: impl FnOnce() -> Result<Allocation, DiscoveryError> + Send + 'static,
     ) -> Vec<Result<Allocation, DiscoveryError>> {
         let (tx, rx) = std::sync::mpsc::channel();
-        // On a thread of its own, as in `allocate`.
-        let t = std::thread::spawn(move || run_discovery(discover, |r| tx.send(r).unwrap()));
-        let _ = t.join();
-        rx.try_iter().collect()
+        // On a worker thread, as in `allocate`.
+        boundary::spawn_worker(
+            "prrte-k8s-ras-test",
+            |_| discover(),
+            move |o| tx.send(discovery_result(o)).unwrap(),
+        )
+        .unwrap();
+        let first = rx.recv_timeout(std::time::Duration::from_secs(10));
+        first.into_iter().chain(rx.iter()).collect()
     }
 
     #[test]

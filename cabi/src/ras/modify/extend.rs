@@ -1,16 +1,30 @@
 //! `EXTEND`: the workload raised by the pods asked for, on a thread of its own: the new pods
 //! awaited (a `REQ_CANCEL` may stop the wait), recorded for the PLM and handed to the DVM through
 //! PRRTE's add-host path; on any failure after the raise, the workload lowered back.
-use super::inflight::{alloc_id, fail, finish, say, verbose, with_state};
+use super::inflight::{alloc_id, conclude, say, verbose, with_state, Items};
 use super::pool::{node_named, on_loop};
-use crate::ffi;
+use crate::{boundary, ffi};
 use prrte_k8s::discovery::{DiscoveryConfig, Environment};
 use prrte_k8s::elastic::allocreq::{extend, info, Refusal, Status};
-use std::os::raw::c_int;
+use std::path::PathBuf;
 use std::time::Duration;
+use tokio::runtime::Runtime;
 
 /// The bound on adding ready pods to the DVM (their daemons start through the agents).
 const ADD_LIMIT: Duration = Duration::from_secs(120);
+
+/// What an extension's thread is given.
+struct Extension {
+    seq: u64,
+    cfg: DiscoveryConfig,
+    by: u32,
+    timeout: Option<Duration>,
+    cancelled: extend::Cancelled,
+    /// prte's PMIx server URI, through which the new pods are added.
+    uri: Option<String>,
+    /// The `prun` that adds them.
+    prun: PathBuf,
+}
 
 /// Starts the thread that extends the job by `by` pods for request `seq`.
 pub fn start(
@@ -20,21 +34,23 @@ pub fn start(
     timeout: Option<Duration>,
     cancelled: extend::Cancelled,
 ) -> std::io::Result<()> {
-    let uri = crate::shim::server_uri();
-    let prun = std::env::current_exe()
-        .map(|e| e.with_file_name("prun"))
-        .unwrap_or_else(|_| "prun".into());
-    std::thread::Builder::new()
-        .name("prrte-k8s-extend".into())
-        .spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                extend_thread(seq, cfg, by, timeout, cancelled, uri, prun)
-            }));
-            if r.is_err() {
-                finish(seq, ffi::PMIX_ERROR as c_int, &[]);
-            }
-        })
-        .map(drop)
+    let x = Extension {
+        seq,
+        cfg,
+        by,
+        timeout,
+        cancelled,
+        uri: crate::shim::server_uri(),
+        prun: std::env::current_exe()
+            .map(|e| e.with_file_name("prun"))
+            .unwrap_or_else(|_| "prun".into()),
+    };
+    let what = format!("extending the job by {by} pod(s)");
+    boundary::spawn_worker(
+        "prrte-k8s-extend",
+        move |rt| run(rt, x),
+        move |outcome| conclude(seq, &what, outcome),
+    )
 }
 
 fn hostnames(grown: &prrte_k8s::elastic::grow::Grown) -> String {
@@ -46,34 +62,20 @@ fn hostnames(grown: &prrte_k8s::elastic::grow::Grown) -> String {
         .join(",")
 }
 
-fn extend_thread(
-    seq: u64,
-    cfg: DiscoveryConfig,
-    by: u32,
-    timeout: Option<Duration>,
-    cancelled: extend::Cancelled,
-    uri: Option<String>,
-    prun: std::path::PathBuf,
-) {
-    let what = format!("extending the job by {by} pod(s)");
-    let rt = match prrte_k8s::runtime::current_thread() {
-        Ok(rt) => rt,
-        Err(e) => {
-            return fail(
-                seq,
-                &what,
-                Refusal {
-                    status: Status::Error,
-                    reason: format!("cannot start the async runtime: {e}"),
-                },
-            )
-        }
-    };
+/// The extension, on its thread: the answer's items, or why it failed (the workload lowered back
+/// if it was raised).
+fn run(rt: &Runtime, x: Extension) -> Result<Items, Refusal> {
+    let Extension {
+        seq,
+        cfg,
+        by,
+        timeout,
+        cancelled,
+        uri,
+        prun,
+    } = x;
     let env = Environment::from_process();
-    let grown = match rt.block_on(extend::grow_for_request(&cfg, &env, by, timeout, cancelled)) {
-        Ok(g) => g,
-        Err(r) => return fail(seq, &what, r),
-    };
+    let grown = rt.block_on(extend::grow_for_request(&cfg, &env, by, timeout, cancelled))?;
     // Past the wait: a cancel that came meanwhile still wins, else none is taken any more.
     let cancelled_meanwhile = with_state(|s| match s.inflight.as_mut() {
         Some(i) if i.seq == seq => i.cancel.take().is_none(),
@@ -95,7 +97,7 @@ fn extend_thread(
                 ),
             },
         };
-        fail(seq, &what, r)
+        Err(r)
     };
     if cancelled_meanwhile {
         return undo(Refusal {
@@ -171,14 +173,10 @@ fn extend_thread(
         "ras:k8s: allocation extended by {} pod(s): {nodes}",
         grown.new.len()
     ));
-    finish(
-        seq,
-        ffi::PMIX_SUCCESS as c_int,
-        &[
-            (info::ALLOC_ID, alloc_id(&w.name, seq)),
-            (info::NODE_LIST, nodes),
-        ],
-    );
+    Ok(vec![
+        (info::ALLOC_ID, alloc_id(&w.name, seq)),
+        (info::NODE_LIST, nodes),
+    ])
 }
 
 /// On the loop: the nodes among `hosts` that this DVM gave back before (down, their daemon

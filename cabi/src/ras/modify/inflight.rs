@@ -1,9 +1,10 @@
 //! The one request being served, from its admission by the gate to its answer, and the lines
 //! its worker prints on the way (from any thread, printed on prte's loop).
 use super::request::{self, Req};
-use crate::mainloop;
+use crate::boundary::WorkerError;
 use crate::shim::{self, Framework};
-use prrte_k8s::elastic::allocreq::{extend, Gate, Refusal};
+use crate::{ffi, mainloop};
+use prrte_k8s::elastic::allocreq::{extend, Gate, Refusal, Status};
 use std::os::raw::c_int;
 use std::sync::Mutex;
 
@@ -49,13 +50,34 @@ pub fn finish(seq: u64, status: c_int, items: &[(&str, String)]) {
 
 /// The request in flight `seq` failed doing `what`: a line on prte's output, and the refusal as
 /// its answer.
-pub fn fail(seq: u64, what: &str, r: Refusal) {
+fn fail(seq: u64, what: &str, r: Refusal) {
     say(format!("ras:k8s: {what} failed: {}", r.reason));
     finish(
         seq,
         request::pmix_status(r.status),
         &request::refusal_items(&r),
     );
+}
+
+/// The items of a successful answer (key, string value).
+pub type Items = Vec<(&'static str, String)>;
+
+/// The end of a request's worker doing `what`: its answer, its refusal (with a line on prte's
+/// output), or, when the worker gave neither (it panicked), `PMIX_ERROR`.
+pub fn conclude(seq: u64, what: &str, outcome: Result<Result<Items, Refusal>, WorkerError>) {
+    match outcome {
+        Ok(Ok(items)) => finish(seq, ffi::PMIX_SUCCESS as c_int, &items),
+        Ok(Err(r)) => fail(seq, what, r),
+        Err(WorkerError::Panicked(_)) => finish(seq, ffi::PMIX_ERROR as c_int, &[]),
+        Err(e) => fail(
+            seq,
+            what,
+            Refusal {
+                status: Status::Error,
+                reason: e.to_string(),
+            },
+        ),
+    }
 }
 
 /// The allocation id an answer names: the workload and the request's number.

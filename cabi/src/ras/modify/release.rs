@@ -5,15 +5,16 @@
 //!
 //! `prte_ras_base_release_node` exists only in a PRRTE with patch 0003, so it is looked up in the
 //! process.
-use super::inflight::{alloc_id, fail, finish, say};
+use super::inflight::{alloc_id, conclude, say, Items};
 use super::pool::{busy_with, node_named, on_loop};
 use super::request::symbol;
-use crate::{ffi, prrte};
+use crate::{boundary, ffi, prrte};
 use prrte_k8s::discovery::{DiscoveryConfig, Environment};
 use prrte_k8s::elastic::allocreq::{info, release, Refusal, Status};
 use std::os::raw::{c_char, c_int};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+use tokio::runtime::Runtime;
 
 /// `prte_ras_base_release_node(node, &busy)`.
 type ReleaseFn =
@@ -32,17 +33,12 @@ const GONE_LIMIT: Duration = Duration::from_secs(30);
 
 /// Starts the thread that gives back `hosts` (the DVM's highest nodes) for request `seq`.
 pub fn start(seq: u64, cfg: DiscoveryConfig, hosts: Vec<String>) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("prrte-k8s-release".into())
-        .spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                release_thread(seq, cfg, hosts)
-            }));
-            if r.is_err() {
-                finish(seq, ffi::PMIX_ERROR as c_int, &[]);
-            }
-        })
-        .map(drop)
+    let what = format!("releasing {}", hosts.join(","));
+    boundary::spawn_worker(
+        "prrte-k8s-release",
+        move |rt| run(rt, seq, cfg, hosts),
+        move |outcome| conclude(seq, &what, outcome),
+    )
 }
 
 /// On the loop: the daemons of `hosts` get the exit command; their nodes go down. All or none:
@@ -94,39 +90,20 @@ fn daemons_gone(hosts: &[String]) -> bool {
     })
 }
 
-fn release_thread(seq: u64, cfg: DiscoveryConfig, hosts: Vec<String>) {
-    let what = format!("releasing {}", hosts.join(","));
-    let rt = match prrte_k8s::runtime::current_thread() {
-        Ok(rt) => rt,
-        Err(e) => {
-            return fail(
-                seq,
-                &what,
-                Refusal {
-                    status: Status::Error,
-                    reason: format!("cannot start the async runtime: {e}"),
-                },
-            )
-        }
-    };
+/// The release, on its thread: the answer's items, or why it failed (and what was changed).
+fn run(rt: &Runtime, seq: u64, cfg: DiscoveryConfig, hosts: Vec<String>) -> Result<Items, Refusal> {
     let env = Environment::from_process();
     let by = hosts.len() as u32;
     // What Kubernetes will remove must be what PRRTE gives back, checked before anything
     // changes (and the job's right to lower its workload, by a dry run).
-    let plan = match rt.block_on(release::plan(&cfg, &env, by)) {
-        Ok(p) => p,
-        Err(r) => return fail(seq, &what, r),
-    };
+    let plan = rt.block_on(release::plan(&cfg, &env, by))?;
     let going = plan.removed.clone();
     let mut want = hosts.clone();
     want.sort();
     let mut have = going.clone();
     have.sort();
     if want != have {
-        return fail(
-            seq,
-            &what,
-            Refusal {
+        return Err(Refusal {
                 status: Status::BadParam,
                 reason: format!(
                     "Kubernetes would remove {} but the DVM's highest nodes are {}: nothing was changed",
@@ -140,24 +117,16 @@ fn release_thread(seq: u64, cfg: DiscoveryConfig, hosts: Vec<String>) {
     match on_loop(move || release_on_loop(h)) {
         Some(Ok(())) => {}
         Some(Err(reason)) => {
-            return fail(
-                seq,
-                &what,
-                Refusal {
-                    status: Status::ResourceBusy,
-                    reason: format!("{reason}: nothing was changed"),
-                },
-            )
+            return Err(Refusal {
+                status: Status::ResourceBusy,
+                reason: format!("{reason}: nothing was changed"),
+            })
         }
         None => {
-            return fail(
-                seq,
-                &what,
-                Refusal {
-                    status: Status::Error,
-                    reason: "prte's event loop did not run the release".into(),
-                },
-            )
+            return Err(Refusal {
+                status: Status::Error,
+                reason: "prte's event loop did not run the release".into(),
+            })
         }
     }
     let start = Instant::now();
@@ -167,10 +136,7 @@ fn release_thread(seq: u64, cfg: DiscoveryConfig, hosts: Vec<String>) {
             break;
         }
         if start.elapsed() > GONE_LIMIT {
-            return fail(
-                seq,
-                &what,
-                Refusal {
+            return Err(Refusal {
                     status: Status::Timeout,
                     reason: format!(
                         "the daemons of {} were told to exit but did not within {} s; their nodes are out of the DVM, the workload was not lowered",
@@ -183,10 +149,7 @@ fn release_thread(seq: u64, cfg: DiscoveryConfig, hosts: Vec<String>) {
         std::thread::sleep(Duration::from_millis(100));
     }
     if let Err(r) = rt.block_on(release::apply(&cfg, &plan)) {
-        return fail(
-            seq,
-            &what,
-            Refusal {
+        return Err(Refusal {
                 status: Status::Error,
                 reason: format!(
                     "the daemons of {} ended and their nodes left the DVM, but lowering the workload failed: {}",
@@ -202,12 +165,8 @@ fn release_thread(seq: u64, cfg: DiscoveryConfig, hosts: Vec<String>) {
         "ras:k8s: allocation released: {} (the workload lowered by {by})",
         hosts.join(",")
     ));
-    finish(
-        seq,
-        ffi::PMIX_SUCCESS as c_int,
-        &[
-            (info::ALLOC_ID, alloc_id(&plan.workload, seq)),
-            (info::NODE_LIST, hosts.join(",")),
-        ],
-    );
+    Ok(vec![
+        (info::ALLOC_ID, alloc_id(&plan.workload, seq)),
+        (info::NODE_LIST, hosts.join(",")),
+    ])
 }
