@@ -172,7 +172,7 @@ struct JobEntry {
 fn jobs_with_tools() -> Vec<JobEntry> {
     let daemons = prrte::daemons_job();
     // SAFETY: PRRTE's job table, live for the life of prte; main thread.
-    let jobs = unsafe { ffi::prrte_k8s_shim_jobs() } as *mut ffi::pmix_pointer_array_t;
+    let jobs: *mut ffi::pmix_pointer_array_t = unsafe { ffi::prrte_k8s_shim_jobs() }.cast();
     if jobs.is_null() {
         return Vec::new();
     }
@@ -189,7 +189,7 @@ fn jobs_with_tools() -> Vec<JobEntry> {
         if Some(job) == daemons {
             continue;
         }
-        let mut ns = [0 as c_char; ffi::PMIX_MAX_NSLEN as usize + 1];
+        let mut ns = prrte::nspace_buffer();
         let mut rank: u32 = 0;
         // SAFETY: main thread; a live job; the shim writes at most PMIX_MAX_NSLEN + 1 bytes.
         let has = unsafe {

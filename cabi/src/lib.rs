@@ -26,6 +26,7 @@ pub mod mainloop;
 pub mod params;
 pub mod plm;
 pub mod pods;
+pub mod pointers;
 pub mod prrte;
 pub mod ras;
 pub mod shim;

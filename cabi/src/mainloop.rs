@@ -9,7 +9,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::raw::{c_int, c_short, c_void};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -22,8 +22,8 @@ struct Mailbox {
 }
 
 static MAILBOX: OnceLock<Mailbox> = OnceLock::new();
-/// The libevent event (as an address) while registered; 0 when not.
-static EVENT: AtomicUsize = AtomicUsize::new(0);
+/// The libevent event while registered; NULL when not.
+static EVENT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Why the wake-up event cannot be set up.
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +56,7 @@ fn mailbox() -> Result<&'static Mailbox, MainloopError> {
 /// Register the wake-up event on PRRTE's event base. Main thread only; idempotent.
 pub fn ensure() -> Result<(), MainloopError> {
     let m = mailbox()?;
-    if EVENT.load(Ordering::Acquire) != 0 {
+    if !EVENT.load(Ordering::Acquire).is_null() {
         return Ok(());
     }
     // SAFETY: called on PRRTE's event thread after the event base exists (our components run
@@ -71,16 +71,16 @@ pub fn ensure() -> Result<(), MainloopError> {
     if ev.is_null() {
         return Err(MainloopError::Event);
     }
-    EVENT.store(ev as usize, Ordering::Release);
+    EVENT.store(ev, Ordering::Release);
     Ok(())
 }
 
 /// Remove the wake-up event (main thread, at finalize). Later posts are kept but never run.
 pub fn shutdown() {
-    let ev = EVENT.swap(0, Ordering::AcqRel);
-    if ev != 0 {
+    let ev = EVENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if !ev.is_null() {
         // SAFETY: `ev` came from prrte_k8s_shim_fd_event_new and is freed exactly once (swap).
-        unsafe { crate::ffi::prrte_k8s_shim_event_free(ev as *mut c_void) };
+        unsafe { crate::ffi::prrte_k8s_shim_event_free(ev) };
     }
 }
 

@@ -107,7 +107,7 @@ unsafe fn register<P: McaParams>(component: *const ffi::pmix_mca_base_component_
             Field::Int(_) => ffi::pmix_mca_base_var_type_t_PMIX_MCA_BASE_VAR_TYPE_INT,
             Field::Bool(_) => ffi::pmix_mca_base_var_type_t_PMIX_MCA_BASE_VAR_TYPE_BOOL,
         };
-        let storage = slot as *mut Slot as *mut c_void;
+        let storage: *mut c_void = std::ptr::from_mut(slot).cast();
         let (name, help) = name_and_help(param);
         // SAFETY: `component` is one of our static component structs (our caller's promise), the
         // strings are static, and `storage` points to a leaked slot that lives for the whole process and holds the

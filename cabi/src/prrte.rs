@@ -1,6 +1,7 @@
 //! Small typed helpers over PRRTE globals and objects. Main thread only.
 use crate::ffi;
-use std::os::raw::{c_int, c_void};
+use crate::pointers::Carried;
+use std::os::raw::{c_char, c_int};
 use std::ptr::NonNull;
 
 pub const SUCCESS: c_int = ffi::PRTE_SUCCESS as c_int;
@@ -33,6 +34,11 @@ pub fn selection_names(selection: Option<&str>, name: &str) -> bool {
         Some(s) if s.trim_start().starts_with('^') => false,
         Some(s) => s.split(',').any(|c| c.trim() == name),
     }
+}
+
+/// A zeroed buffer the shim writes an nspace into: PMIx's longest and its NUL.
+pub fn nspace_buffer() -> [c_char; ffi::PMIX_MAX_NSLEN as usize + 1] {
+    [0; ffi::PMIX_MAX_NSLEN as usize + 1]
 }
 
 /// The daemons' job object (the DVM job), which lives until prte exits.
@@ -81,13 +87,44 @@ impl JobRef {
         self.0.as_ptr()
     }
 
+    /// The job's address, to carry through our threads back to the main thread
+    /// ([`JobRef::arrived`]).
+    pub fn carry(self) -> Carried<ffi::prte_job_t> {
+        Carried::from_non_null(self.0)
+    }
+
+    /// A job carried back to the main thread.
+    ///
+    /// # Safety
+    ///
+    /// As for [`JobRef::new`] of the carried pointer: a live job object, used on the main thread.
+    pub unsafe fn arrived(job: Carried<ffi::prte_job_t>) -> JobRef {
+        JobRef(NonNull::from(job))
+    }
+
+    /// Takes a reference to the job object (`PMIX_RETAIN`): it stays alive, whatever PRRTE does
+    /// with the job meanwhile, until [`JobRef::release`].
+    pub fn retain(self) {
+        // SAFETY: the job is live and we are on the main thread (`JobRef::new`'s contract).
+        unsafe { ffi::prrte_k8s_shim_retain(self.as_ptr().cast()) }
+    }
+
+    /// Drops a reference to the job object (`PMIX_RELEASE`).
+    ///
+    /// # Safety
+    ///
+    /// The reference was taken by [`JobRef::retain`] and is dropped once; the `JobRef` (and its
+    /// copies) is not used after unless other references keep the job alive.
+    pub unsafe fn release(self) {
+        // SAFETY: as promised by our caller; main thread.
+        unsafe { ffi::prrte_k8s_shim_release(self.as_ptr().cast()) }
+    }
+
     /// Activates `state` of the job in PRRTE's state machine.
     pub fn activate(self, state: u32) {
         // SAFETY: the job is live and we are on the main thread (`JobRef::new`'s contract); the
         // state machine copies what it needs.
-        unsafe {
-            ffi::prrte_k8s_shim_activate_job_state(self.as_ptr() as *mut c_void, state as c_int)
-        }
+        unsafe { ffi::prrte_k8s_shim_activate_job_state(self.as_ptr().cast(), state as c_int) }
     }
 
     /// Sets the job's state field without activating anything (as PRRTE's launchers do).

@@ -26,7 +26,7 @@
 //! The recorded versions can be overridden at build time with `PRRTE_K8S_RECORD_PRRTE_VERSION`
 //! (`X.Y.Z`) and `PRRTE_K8S_RECORD_PMIX_VERSION` (`X.Y`); that exists to test the guard.
 use crate::boundary::boundary;
-use crate::ffi;
+use crate::{ffi, pointers};
 use prrte_k8s::profile::{Components, Profile, COMPONENTS_RELEASE};
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
@@ -85,16 +85,12 @@ pub fn parse_pmix(text: &str) -> Option<String> {
     numeric_prefix(after, 2)
 }
 
-/// Look a symbol up among the libraries already loaded into the process.
-fn symbol(name: &CStr) -> *mut libc::c_void {
-    // SAFETY: dlsym with RTLD_DEFAULT only searches the loaded objects; `name` is NUL-terminated.
-    unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
-}
-
 /// The versions of the PRRTE and PMIx this process runs (`None` where a library does not say).
 pub fn running() -> (Option<String>, Option<String>) {
     let prrte = {
-        let p = symbol(c"prte_version_string") as *const c_char;
+        let p = pointers::symbol(c"prte_version_string")
+            .cast_const()
+            .cast::<c_char>();
         if p.is_null() {
             None
         } else {
@@ -102,23 +98,13 @@ pub fn running() -> (Option<String>, Option<String>) {
             parse_prrte(&unsafe { CStr::from_ptr(p) }.to_string_lossy())
         }
     };
-    let pmix = {
-        let f = symbol(c"PMIx_Get_version");
-        if f.is_null() {
-            None
-        } else {
-            // SAFETY: PMIx_Get_version is `const char *(void)` in every PMIx release; the result is
-            // a static NUL-terminated string.
-            let get: extern "C" fn() -> *const c_char = unsafe { std::mem::transmute(f) };
-            let p = get();
-            if p.is_null() {
-                None
-            } else {
-                // SAFETY: as above, a static NUL-terminated string owned by libpmix.
-                parse_pmix(&unsafe { CStr::from_ptr(p) }.to_string_lossy())
-            }
-        }
-    };
+    // SAFETY: PMIx_Get_version is `const char *(void)` in every PMIx release.
+    let get =
+        unsafe { pointers::function::<extern "C" fn() -> *const c_char>(c"PMIx_Get_version") };
+    let pmix = get.map(|get| get()).filter(|p| !p.is_null()).and_then(|p| {
+        // SAFETY: PMIx_Get_version's result: a static NUL-terminated string owned by libpmix.
+        parse_pmix(&unsafe { CStr::from_ptr(p) }.to_string_lossy())
+    });
     (prrte, pmix)
 }
 

@@ -2,6 +2,7 @@
 //! need a daemon, prted's command line from PRRTE's own helpers, the daemons' states, and the
 //! two ways the PLM tells PRRTE about a daemon (failed to start, lost).
 use crate::cstr;
+use crate::pointers::Carried;
 use crate::prrte::JobRef;
 use crate::shim::{self, Framework};
 use crate::{ffi, prrte, version_guard};
@@ -119,7 +120,7 @@ pub fn build_template() -> Result<PrtedTemplate, DaemonsError> {
             ffi::prte_plm_base_prted_append_basic_args(
                 &mut argc,
                 &mut argv,
-                ess.as_ptr() as *mut _,
+                ess.as_ptr().cast_mut(),
                 &mut vpid_index,
             )
         }
@@ -153,10 +154,10 @@ pub fn build_template() -> Result<PrtedTemplate, DaemonsError> {
 }
 
 /// The daemon job, on the main thread, once a round has recorded it.
-pub fn daemon_job(addr: usize) -> Option<JobRef> {
-    // SAFETY: `addr` is 0 or the daemon job object a round recorded, which lives until prte
-    // exits; rounds' outcomes are handled on the main thread (posted through the mailbox).
-    unsafe { JobRef::new(addr as *mut ffi::prte_job_t) }
+pub fn daemon_job(recorded: Option<Carried<ffi::prte_job_t>>) -> Option<JobRef> {
+    // SAFETY: the daemon job object a round recorded, which lives until prte exits; rounds'
+    // outcomes are handled on the main thread (posted through the mailbox).
+    recorded.map(|dvm| unsafe { JobRef::arrived(dvm) })
 }
 
 /// A daemon proc of the daemon job, if it exists.

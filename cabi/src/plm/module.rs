@@ -7,7 +7,7 @@
 use super::{daemons_up, rounds};
 use crate::boundary::boundary;
 use crate::prrte::JobRef;
-use crate::{ffi, mainloop, prrte};
+use crate::{ffi, mainloop, pointers, prrte};
 use std::os::raw::{c_int, c_short, c_void};
 
 static mut MODULE: ffi::prte_plm_base_module_t = ffi::prte_plm_base_module_t {
@@ -109,7 +109,7 @@ unsafe extern "C" fn finalize() -> c_int {
 /// thread.
 unsafe extern "C" fn launch_daemons(_fd: c_int, _args: c_short, cbdata: *mut c_void) {
     boundary("plm k8s launch_daemons", (), || {
-        let caddy = cbdata as *mut ffi::prte_state_caddy_t;
+        let caddy = pointers::state_caddy(cbdata);
         // SAFETY: PRRTE passes the state caddy of this activation (our caller's promise).
         let jdata = unsafe { (*caddy).jdata };
         // SAFETY: the caddy holds the job object, which PRRTE keeps alive while the job runs;
@@ -118,6 +118,6 @@ unsafe extern "C" fn launch_daemons(_fd: c_int, _args: c_short, cbdata: *mut c_v
             rounds::launch_round(job);
         }
         // SAFETY: the caddy is ours to release (PMIX_RELEASE), as every state callback does.
-        unsafe { ffi::prrte_k8s_shim_release(caddy as *mut c_void) };
+        unsafe { ffi::prrte_k8s_shim_release(caddy.cast()) };
     })
 }

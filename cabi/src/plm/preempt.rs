@@ -88,7 +88,7 @@ fn notify_event(pod: &str, seconds: u64) -> Result<(), NotifyError> {
         if info.is_null() {
             return Err(NotifyError::NoInfos);
         }
-        let nondefault = (&yes as *const bool).cast();
+        let nondefault = std::ptr::from_ref(&yes).cast();
         load(
             info,
             0,
@@ -96,7 +96,7 @@ fn notify_event(pod: &str, seconds: u64) -> Result<(), NotifyError> {
             nondefault,
             ffi::PMIX_BOOL,
         );
-        let secs_p = (&secs as *const u32).cast();
+        let secs_p = std::ptr::from_ref(&secs).cast();
         load(
             info,
             1,

@@ -11,6 +11,7 @@
 //! our own ([`prrte_k8s::launch::added`]).
 use super::daemons::{self, Procs};
 use crate::boundary::{self, WorkerError};
+use crate::pointers::Carried;
 use crate::prrte::JobRef;
 use crate::shim::{self, Framework};
 use crate::{dvm, ffi, mainloop, params, pods, prrte};
@@ -20,7 +21,6 @@ use prrte_k8s::launch::prted_args::PrtedTemplate;
 use prrte_k8s::launch::rounds::{Action, RoundLaunch, RoundRequest, Rounds, Start};
 use prrte_k8s::launch::targets::DaemonNode;
 use prrte_k8s::launch::{own_pod_target, LaunchEvent, Launcher, Watcher};
-use std::os::raw::c_void;
 use std::sync::{mpsc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -37,9 +37,9 @@ struct Running {
 /// The PLM's rounds and what runs for them.
 struct Plm {
     rounds: Rounds,
-    /// The daemon job object (an address: the launcher's threads never touch it); it lives until
-    /// prte exits. 0 before the first round.
-    dvm: usize,
+    /// The daemon job object (carried: the launcher's threads never touch it); it lives until
+    /// prte exits. None before the first round.
+    dvm: Option<Carried<ffi::prte_job_t>>,
     running: Vec<Running>,
     /// The watch of our own pod's agent (its preemption notice), from the first round on.
     watcher: Option<Watcher>,
@@ -47,7 +47,7 @@ struct Plm {
 
 static PLM: Mutex<Plm> = Mutex::new(Plm {
     rounds: Rounds::new(),
-    dvm: 0,
+    dvm: None,
     running: Vec::new(),
     watcher: None,
 });
@@ -165,10 +165,9 @@ fn resolve_added_then_begin(
             unknown.join(", ")
         ),
     );
-    // SAFETY: `jdata` is live (PRRTE's state callback); kept alive until the completion below
-    // releases it.
-    unsafe { ffi::prrte_k8s_shim_retain(jdata.as_ptr() as *mut c_void) };
-    let (job, daemons) = (jdata.as_ptr() as usize, dvm.as_ptr() as usize);
+    // Kept alive until the completion below releases it.
+    jdata.retain();
+    let (job, daemons) = (jdata.carry(), dvm.carry());
     let spawned = boundary::spawn_worker(
         "prrte-k8s-add-hosts",
         move |rt| rt.block_on(discovery::discover(&cfg)),
@@ -188,15 +187,7 @@ fn resolve_added_then_begin(
             mainloop::post(move || {
                 // SAFETY: the job object was retained above and is released just below; the
                 // daemon job lives until prte exits; the mailbox runs this on the main thread.
-                let (jdata, dvm) = unsafe {
-                    (
-                        JobRef::new(job as *mut ffi::prte_job_t),
-                        JobRef::new(daemons as *mut ffi::prte_job_t),
-                    )
-                };
-                let (Some(jdata), Some(dvm)) = (jdata, dvm) else {
-                    return;
-                };
+                let (jdata, dvm) = unsafe { (JobRef::arrived(job), JobRef::arrived(daemons)) };
                 match result {
                     Ok(found) => {
                         for (host, addr) in found {
@@ -211,13 +202,14 @@ fn resolve_added_then_begin(
                     }
                 }
                 // SAFETY: releases the reference taken above (`jdata` is not used after this).
-                unsafe { ffi::prrte_k8s_shim_release(jdata.as_ptr() as *mut c_void) };
+                unsafe { jdata.release() };
             })
         },
     );
     if let Err(e) = spawned {
-        // SAFETY: undo the retain above.
-        unsafe { ffi::prrte_k8s_shim_release(jdata.as_ptr() as *mut c_void) };
+        // SAFETY: undoes the retain above; the job stays alive for PRRTE's state callback, which
+        // holds its own reference.
+        unsafe { jdata.release() };
         launch_error(
             jdata,
             &format!("cannot start the thread resolving added hosts: {e}"),
@@ -234,7 +226,7 @@ fn begin_round(jdata: JobRef, dvm: JobRef, nodes: Vec<DaemonNode>, prted: &Prted
     );
     let begun = {
         let mut plm = plm();
-        plm.dvm = dvm.as_ptr() as usize;
+        plm.dvm = Some(dvm.carry());
         pods::with(|pods| {
             plm.rounds.begin(RoundRequest {
                 params: &params,

@@ -40,11 +40,7 @@ pub const MODIFY_SYMBOL: &std::ffi::CStr = c"prte_ras_base_modify_complete";
 /// Whether the PRRTE this process runs has patch 0003 (the RAS module's `modify`).
 pub fn prrte_has_modify() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| {
-        // SAFETY: dlsym with the pseudo-handle RTLD_DEFAULT and a NUL-terminated name only looks
-        // the name up among the objects already loaded; the address is not used.
-        !unsafe { libc::dlsym(libc::RTLD_DEFAULT, MODIFY_SYMBOL.as_ptr()) }.is_null()
-    })
+    *HAS.get_or_init(|| !crate::pointers::symbol(MODIFY_SYMBOL).is_null())
 }
 
 /// Whether the headers this library was compiled against have patch 0003 (build.rs found

@@ -11,7 +11,7 @@ use crate::prrte::JobRef;
 use crate::shim::{self, Framework};
 use crate::{ffi, mainloop, params, pods, prrte};
 use prrte_k8s::discovery::{self, Allocation, DiscoveryConfig, DiscoveryError};
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_int;
 
 static mut MODULE: Module4 = Module4 {
     init: Some(init),
@@ -79,9 +79,11 @@ enum InsertError {
 /// `jdata` is the live job object PRRTE allocates for; main thread.
 unsafe extern "C" fn allocate(jdata: *mut ffi::prte_job_t, _nodes: *mut ffi::pmix_list_t) -> c_int {
     boundary("ras k8s allocate", prrte::ERROR, || {
-        if jdata.is_null() {
+        // SAFETY: `jdata` is NULL or the live job object PRRTE allocates for (our caller's
+        // promise), on the main thread.
+        let Some(job) = (unsafe { JobRef::new(jdata) }) else {
             return prrte::ERROR;
-        }
+        };
         let cfg = match config_from(&params::ras()) {
             Ok(c) => c,
             Err(e) => {
@@ -102,9 +104,9 @@ unsafe extern "C" fn allocate(jdata: *mut ffi::prte_job_t, _nodes: *mut ffi::pmi
         // short-job hang of PRRTE's launch threads); jobs of departed tools end.
         crate::dvm::launch_on_main_thread(Framework::Ras);
         crate::dvm::watch_tools(Framework::Ras);
-        // SAFETY: `jdata` is live (our caller's promise); keep it alive until our completion runs.
-        unsafe { ffi::prrte_k8s_shim_retain(jdata as *mut c_void) };
-        let job = jdata as usize;
+        // Kept alive until our completion runs.
+        job.retain();
+        let carried = job.carry();
         shim::verbose(
             Framework::Ras,
             1,
@@ -118,15 +120,13 @@ unsafe extern "C" fn allocate(jdata: *mut ffi::prte_job_t, _nodes: *mut ffi::pmi
                 mainloop::post(move || {
                     // SAFETY: the job object was retained above and is released only by
                     // `complete`; the mailbox runs this on the main thread.
-                    if let Some(job) = unsafe { JobRef::new(job as *mut ffi::prte_job_t) } {
-                        complete(job, result);
-                    }
+                    complete(unsafe { JobRef::arrived(carried) }, result);
                 })
             },
         );
         if let Err(e) = spawned {
-            // SAFETY: undo the retain above.
-            unsafe { ffi::prrte_k8s_shim_release(jdata as *mut c_void) };
+            // SAFETY: undoes the retain above; `job` is not used after.
+            unsafe { job.release() };
             prrte::error_box(
                 "The k8s RAS component could not start its discovery thread.",
                 &e.to_string(),
@@ -178,7 +178,7 @@ fn complete(job: JobRef, result: Result<Allocation, DiscoveryError>) {
         }
     }
     // SAFETY: releases the reference taken in `allocate` (the `JobRef` is not used after this).
-    unsafe { ffi::prrte_k8s_shim_release(job.as_ptr() as *mut c_void) };
+    unsafe { job.release() };
 }
 
 /// Inserts the pods as PRRTE nodes and completes the allocation.
@@ -196,8 +196,8 @@ fn insert(job: JobRef, alloc: &Allocation) -> Result<(), InsertError> {
         let name = cstring(&n.hostname);
         let ip = cstring(&n.ip.to_string());
         // SAFETY: the shim strdup's both strings.
-        let node = unsafe { ffi::prrte_k8s_shim_node_new(name.as_ptr(), ip.as_ptr()) }
-            as *mut ffi::prte_node_t;
+        let node: *mut ffi::prte_node_t =
+            unsafe { ffi::prrte_k8s_shim_node_new(name.as_ptr(), ip.as_ptr()) }.cast();
         if node.is_null() {
             // SAFETY: release the list and what is on it.
             unsafe { ffi::prrte_k8s_shim_list_release(list) };
@@ -209,7 +209,7 @@ fn insert(job: JobRef, alloc: &Allocation) -> Result<(), InsertError> {
             (*node).slots = n.slots as i32;
             (*node).slots_max = 0;
             (*node).flags |= ffi::PRTE_NODE_FLAG_SLOTS_GIVEN as ffi::prte_node_flags_t;
-            ffi::prrte_k8s_shim_list_append(list, node as *mut c_void);
+            ffi::prrte_k8s_shim_list_append(list, node.cast());
         }
         pods::record_slots(&n.hostname, n.slots);
         pods::record(
@@ -240,7 +240,7 @@ fn insert(job: JobRef, alloc: &Allocation) -> Result<(), InsertError> {
     unsafe {
         ffi::prte_managed_allocation = true;
         ffi::prte_do_not_resolve = true;
-        let rc = ffi::prte_ras_base_node_insert(list as *mut ffi::pmix_list_t, jdata);
+        let rc = ffi::prte_ras_base_node_insert(list.cast(), jdata);
         ffi::prrte_k8s_shim_list_release(list);
         if rc != prrte::SUCCESS {
             return Err(InsertError::Prrte(rc));

@@ -38,13 +38,17 @@ use std::time::Duration;
 /// `req` is the request PRRTE hands over (a `pmix_server_req_t`), live until answered; called on
 /// prte's event loop.
 pub unsafe extern "C" fn modify(req: *mut c_void) -> c_int {
-    boundary("ras k8s modify", ffi::PMIX_ERROR as c_int, || {
-        if req.is_null() || request::complete_fn().is_none() {
-            return ffi::PMIX_ERR_NOT_SUPPORTED as c_int;
-        }
-        serve(Req(req as usize));
-        ffi::PMIX_SUCCESS as c_int
-    })
+    boundary(
+        "ras k8s modify",
+        ffi::PMIX_ERROR as c_int,
+        || match Req::new(req) {
+            Some(req) if request::complete_fn().is_some() => {
+                serve(req);
+                ffi::PMIX_SUCCESS as c_int
+            }
+            _ => ffi::PMIX_ERR_NOT_SUPPORTED as c_int,
+        },
+    )
 }
 
 /// Serves one request, on prte's loop.

@@ -7,8 +7,7 @@
 //! process.
 use super::inflight::{alloc_id, conclude, say, Items};
 use super::pool::{busy_with, node_named, on_loop};
-use super::request::symbol;
-use crate::{boundary, ffi, prrte};
+use crate::{boundary, ffi, pointers, prrte};
 use prrte_k8s::discovery::{DiscoveryConfig, Environment};
 use prrte_k8s::elastic::allocreq::{info, release, Refusal, Status};
 use std::os::raw::{c_char, c_int};
@@ -20,12 +19,12 @@ use tokio::runtime::Runtime;
 type ReleaseFn =
     unsafe extern "C" fn(node: *mut ffi::prte_node_t, busy: *mut *const c_char) -> c_int;
 
+/// `prte_ras_base_release_node`, if this PRRTE has it.
 fn release_fn() -> Option<ReleaseFn> {
-    static F: OnceLock<usize> = OnceLock::new();
-    let f = *F.get_or_init(|| symbol(c"prte_ras_base_release_node"));
-    // SAFETY: the symbol patch 0003 exports with exactly this signature (its base.h:
+    static F: OnceLock<Option<ReleaseFn>> = OnceLock::new();
+    // SAFETY: the function patch 0003 exports with exactly this signature (its base.h:
     // `int prte_ras_base_release_node(prte_node_t *, const char **)`).
-    (f != 0).then(|| unsafe { std::mem::transmute::<usize, ReleaseFn>(f) })
+    *F.get_or_init(|| unsafe { pointers::function(c"prte_ras_base_release_node") })
 }
 
 /// How long released daemons may take to exit.

@@ -7,31 +7,32 @@
 //! [`crate::ras::layout`]).
 use crate::cstr::cstring;
 use crate::ffi;
+use crate::pointers::{self, Carried};
 use prrte_k8s::elastic::allocreq::{self, info, Refusal, Status};
-use std::ffi::CStr;
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_int, c_void};
 use std::sync::OnceLock;
 
 /// `prte_ras_base_modify_complete(req, status, info, ninfo)`.
 type CompleteFn =
     unsafe extern "C" fn(req: *mut c_void, status: c_int, info: *mut c_void, n: usize);
 
-pub fn symbol(name: &CStr) -> usize {
-    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks the name up among the
-    // objects already loaded.
-    unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) as usize }
-}
-
+/// `prte_ras_base_modify_complete`, if this PRRTE has it.
 pub fn complete_fn() -> Option<CompleteFn> {
-    static F: OnceLock<usize> = OnceLock::new();
-    let f = *F.get_or_init(|| symbol(crate::ras::layout::MODIFY_SYMBOL));
-    // SAFETY: the symbol patch 0003 exports with exactly this signature (its base.h).
-    (f != 0).then(|| unsafe { std::mem::transmute::<usize, CompleteFn>(f) })
+    static F: OnceLock<Option<CompleteFn>> = OnceLock::new();
+    // SAFETY: the function patch 0003 exports with exactly this signature (its base.h).
+    *F.get_or_init(|| unsafe { pointers::function(crate::ras::layout::MODIFY_SYMBOL) })
 }
 
 /// A request PRRTE handed `modify`, kept until it is answered (PRRTE keeps it alive until then).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Req(pub usize);
+#[derive(Debug, Clone, Copy)]
+pub struct Req(Carried<c_void>);
+
+impl Req {
+    /// The request PRRTE handed `modify`; `None` for NULL.
+    pub fn new(p: *mut c_void) -> Option<Req> {
+        Carried::new(p).map(Req)
+    }
+}
 
 /// PMIx's number for a status.
 pub fn pmix_status(s: Status) -> c_int {
@@ -70,7 +71,7 @@ pub fn answer(req: Req, status: c_int, items: &[(&str, String)]) {
     // SAFETY: `req` is the request PRRTE handed `modify`, not answered before (every answer
     // goes through `finish` or is given before the request is recorded); the request takes
     // ownership of `array`.
-    unsafe { complete(req.0 as *mut c_void, status, array, n) };
+    unsafe { complete(req.0.get(), status, array, n) };
 }
 
 /// The items of an answer that refuses: the reason, as the message PMIx hands the requester.
@@ -80,7 +81,7 @@ pub fn refusal_items(r: &Refusal) -> Vec<(&'static str, String)> {
 
 /// The request's directive and attributes, and who asked.
 pub fn read(req: Req) -> (allocreq::Request, String) {
-    let p = req.0 as *const c_void;
+    let p = req.0.get().cast_const();
     // SAFETY: `p` is the live request (`modify`'s contract); the shim reads its fields.
     let directive = unsafe { ffi::prrte_k8s_shim_req_directive(p) };
     let mut n = 0usize;
@@ -105,7 +106,7 @@ pub fn read(req: Req) -> (allocreq::Request, String) {
         };
         attrs.push((key.unwrap_or_default(), value));
     }
-    let mut nspace = [0 as c_char; ffi::PMIX_MAX_NSLEN as usize + 1];
+    let mut nspace = crate::prrte::nspace_buffer();
     let mut rank = 0u32;
     // SAFETY: `nspace` has PMIX_MAX_NSLEN + 1 bytes, as the shim requires.
     unsafe { ffi::prrte_k8s_shim_req_requester(p, nspace.as_mut_ptr(), &mut rank) };
