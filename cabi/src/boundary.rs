@@ -5,7 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use tokio::runtime::Runtime;
 
 /// The text of a panic payload.
-pub fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = p.downcast_ref::<String>() {
@@ -17,7 +17,7 @@ pub fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 
 /// Runs `f`; a panic is reported on PRRTE's error output and turned into `on_panic` instead of
 /// unwinding into C.
-pub fn boundary<T>(what: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
+pub(crate) fn boundary<T>(what: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(p) => {
@@ -33,7 +33,7 @@ pub fn boundary<T>(what: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
 
 /// Why a worker's work gave no result.
 #[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
+pub(crate) enum WorkerError {
     /// The worker's async runtime could not be built.
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] io::Error),
@@ -44,7 +44,7 @@ pub enum WorkerError {
 
 /// Starts thread `name`, which runs `work` with an async runtime of its own and hands `deliver`
 /// its result, or why there is none ([`run_worker`]).
-pub fn spawn_worker<T: 'static>(
+pub(crate) fn spawn_worker<T: 'static>(
     name: &str,
     work: impl FnOnce(&Runtime) -> T + Send + 'static,
     deliver: impl FnOnce(Result<T, WorkerError>) + Send + 'static,
@@ -58,7 +58,7 @@ pub fn spawn_worker<T: 'static>(
 /// A worker thread's body: `work` on an async runtime on the calling thread; its result, or why
 /// there is none (the runtime could not be built, or `work` panicked: the panic stops here), goes
 /// to `deliver`, exactly once, before the runtime is dropped.
-pub fn run_worker<T>(
+pub(crate) fn run_worker<T>(
     work: impl FnOnce(&Runtime) -> T,
     deliver: impl FnOnce(Result<T, WorkerError>),
 ) {

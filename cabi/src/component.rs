@@ -23,10 +23,10 @@ const fn name<const N: usize>(s: &str) -> [c_char; N] {
 }
 
 /// Our component version (reported by prte_info).
-pub const VERSION: (c_int, c_int, c_int) = (0, 1, 0);
+pub(crate) const VERSION: (c_int, c_int, c_int) = (0, 1, 0);
 
 /// The component struct of framework `type_name` (framework API `type_version`), named `k8s`.
-pub const fn component(
+pub(crate) const fn component(
     type_name: &str,
     type_version: (c_int, c_int, c_int),
     query: ffi::pmix_mca_base_query_component_2_0_0_fn_t,
@@ -57,11 +57,11 @@ pub const fn component(
 }
 
 /// A component's answer to the selection query.
-pub struct Offer {
+pub(crate) struct Offer {
     /// The module PRRTE gets if the component is selected.
-    pub module: *const ffi::pmix_mca_base_module_t,
+    pub(crate) module: *const ffi::pmix_mca_base_module_t,
     /// The component's `<framework>_k8s_priority`.
-    pub priority: c_int,
+    pub(crate) priority: c_int,
 }
 
 /// Answers PMIx's `query_component` the way both components do: only in prte (the DVM master),
@@ -73,7 +73,7 @@ pub struct Offer {
 ///
 /// `module` and `priority` are NULL or valid out-pointers (PMIx passes valid ones), and
 /// `framework` points to PRRTE's registered framework struct of `fw`.
-pub unsafe fn query(
+pub(crate) unsafe fn query(
     module: *mut *mut ffi::pmix_mca_base_module_t,
     priority: *mut c_int,
     fw: Framework,

@@ -3,7 +3,7 @@ use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
 
 /// A `CString` from text that may contain NUL bytes (they are replaced).
-pub fn cstring(s: &str) -> CString {
+pub(crate) fn cstring(s: &str) -> CString {
     CString::new(s.replace('\0', "\\0")).expect("NUL bytes were replaced")
 }
 
@@ -12,7 +12,7 @@ pub fn cstring(s: &str) -> CString {
 /// # Safety
 ///
 /// `p` is NULL or points to a NUL-terminated string that stays valid during the call.
-pub unsafe fn string(p: *const c_char) -> Option<String> {
+pub(crate) unsafe fn string(p: *const c_char) -> Option<String> {
     if p.is_null() {
         None
     } else {

@@ -20,11 +20,11 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The parameter (PRRTE's `odls_base_max_threads`).
-pub const LAUNCH_THREADS: &str = "odls_base_max_threads";
+pub(crate) const LAUNCH_THREADS: &str = "odls_base_max_threads";
 
 /// Who decides the number of launch threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LaunchThreads {
+pub(crate) enum LaunchThreads {
     /// PRRTE's default was in force: we set 0, in prte and for the prteds.
     OursZero,
     /// The site set it (named source); left alone.
@@ -35,13 +35,13 @@ pub enum LaunchThreads {
 
 impl LaunchThreads {
     /// Whether prted's command line must carry `odls_base_max_threads 0`.
-    pub fn for_prteds(self) -> bool {
+    pub(crate) fn for_prteds(self) -> bool {
         !matches!(self, LaunchThreads::Site(_))
     }
 }
 
 /// The decision from the parameter's source (a `PRRTE_K8S_VAR_SOURCE_*`, or -1: unregistered).
-pub fn decide(source: c_int) -> LaunchThreads {
+pub(crate) fn decide(source: c_int) -> LaunchThreads {
     let s = |v: u32| v as c_int;
     match source {
         x if x < 0 => LaunchThreads::Unregistered,
@@ -62,7 +62,7 @@ static DECIDED: OnceLock<LaunchThreads> = OnceLock::new();
 /// Main thread, after PRRTE's init (the odls framework has registered its parameters) and
 /// before prte's first local launch (the RAS allocation and the daemons' launch both are).
 /// The decision is taken once.
-pub fn launch_on_main_thread(fw: Framework) -> LaunchThreads {
+pub(crate) fn launch_on_main_thread(fw: Framework) -> LaunchThreads {
     *DECIDED.get_or_init(|| {
         let (prte, odls, base, name) = (
             cstr::cstring("prte"),
@@ -121,11 +121,6 @@ pub fn launch_on_main_thread(fw: Framework) -> LaunchThreads {
     })
 }
 
-/// What [`launch_on_main_thread`] decided, if it ran.
-pub fn launch_threads() -> Option<LaunchThreads> {
-    DECIDED.get().copied()
-}
-
 static WATCHING: AtomicBool = AtomicBool::new(false);
 
 /// How often the jobs of departed tools are looked for.
@@ -136,7 +131,7 @@ const TOOL_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// PMIx still has a connection to. (PMIx 5.0.5 reports a tool's lost connection to a server's
 /// own event handlers only on some paths, so PRRTE's own handler for it never runs here; the
 /// list of connected peers is what PMIx keeps exactly.) Main thread; idempotent.
-pub fn watch_tools(fw: Framework) {
+pub(crate) fn watch_tools(fw: Framework) {
     if WATCHING.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -264,7 +259,7 @@ unsafe extern "C" fn on_connected_tools(tools: *const c_char, _arg: *mut std::ff
 }
 
 /// "nspace:rank" lines.
-pub fn parse_tools(text: &str) -> Vec<(String, u32)> {
+pub(crate) fn parse_tools(text: &str) -> Vec<(String, u32)> {
     text.lines()
         .filter_map(|l| {
             let (ns, r) = l.trim().rsplit_once(':')?;
@@ -274,7 +269,7 @@ pub fn parse_tools(text: &str) -> Vec<(String, u32)> {
 }
 
 /// The jobs among `jobs` whose tool is not among `connected`.
-pub fn orphans<'a>(jobs: &'a [ToolJob], connected: &[(String, u32)]) -> Vec<&'a ToolJob> {
+pub(crate) fn orphans<'a>(jobs: &'a [ToolJob], connected: &[(String, u32)]) -> Vec<&'a ToolJob> {
     jobs.iter()
         .filter(|(_, tool, rank)| !connected.iter().any(|(t, r)| t == tool && r == rank))
         .collect()
@@ -407,7 +402,7 @@ fn complete_if_stuck(name: &str, step: Completion) {
 
 /// What to do with a running job whose tool is gone, by its state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Orphan {
+pub(crate) enum Orphan {
     /// Still being allocated or mapped: look again later.
     Launching,
     /// Running: kill it.
@@ -418,7 +413,7 @@ pub enum Orphan {
 
 /// A job is killable once its launch message went to the daemons: from then on it has (or may
 /// have) processes, and a job whose launch reports were lost stays there.
-pub fn orphan_action(state: u32) -> Orphan {
+pub(crate) fn orphan_action(state: u32) -> Orphan {
     if state < ffi::PRTE_JOB_STATE_SEND_LAUNCH_MSG {
         Orphan::Launching
     } else if state < ffi::PRTE_JOB_STATE_UNTERMINATED {

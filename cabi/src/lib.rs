@@ -6,28 +6,32 @@
 //!
 //! Layout, as PRRTE lays out its own components: `ras/` and `plm/` each hold the component
 //! (registration of its MCA parameters and the selection query, `component.rs`) apart from the
-//! module functions PRRTE calls once the component is selected (`module.rs`). Around them:
-//! [`component`] (the component struct and the query both components answer the same way),
-//! [`params`] (the MCA parameter tables), [`ffi`] (bindgen's view of PRRTE and of our C shim),
-//! [`shim`] (safe wrappers of the shim), [`prrte`] (typed access to PRRTE objects),
-//! [`mainloop`] (waking PRRTE's event loop from our threads), [`boundary`] (the panic boundary)
-//! and [`cstr`] (C string helpers). [`dvm`] keeps a DVM usable with a site's defaults (launches
-//! on the daemons' main threads, jobs of departed tools ended). [`abi`] holds the functions exported to C besides the
-//! component structs.
+//! module functions PRRTE calls once the component is selected (`module.rs`); the RAS module's
+//! `modify` has a file per verb under `ras/modify/`. Around them: `component` (the component
+//! struct and the query both components answer the same way), `params` (the MCA parameter
+//! tables), [`ffi`] (bindgen's view of PRRTE and of our C shim), `shim` (safe wrappers of the
+//! shim), `prrte` (typed access to PRRTE objects), `mainloop` (waking PRRTE's event loop from our
+//! threads), `boundary` (the panic boundary, and the worker threads' top), `pointers` (the
+//! pointer conversions, named) and `cstr` (C string helpers). `dvm` keeps a DVM usable with a
+//! site's defaults (launches on the daemons' main threads, jobs of departed tools ended). `abi`
+//! holds the functions exported to C besides the component structs.
+//!
+//! Everything is internal to the crate but what PRRTE and C see: the exported symbols (the two
+//! component structs, `prrte_k8s_ras_module`, `prrte_k8s_plm_module`) and [`ffi`].
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
-pub mod abi;
-pub mod boundary;
-pub mod component;
-pub mod cstr;
-pub mod dvm;
+mod abi;
+mod boundary;
+mod component;
+mod cstr;
+mod dvm;
 pub mod ffi;
-pub mod logging;
-pub mod mainloop;
-pub mod params;
-pub mod plm;
-pub mod pods;
-pub mod pointers;
-pub mod prrte;
-pub mod ras;
-pub mod shim;
-pub mod version_guard;
+mod logging;
+mod mainloop;
+mod params;
+mod plm;
+mod pods;
+mod pointers;
+mod prrte;
+mod ras;
+mod shim;
+mod version_guard;

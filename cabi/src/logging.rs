@@ -32,7 +32,7 @@ fn verbosity(fw: Framework) -> &'static AtomicI32 {
 
 /// Routes log events to `fw`'s verbose stream from now on (main thread, once the framework is
 /// open: at RAS allocate, at PLM init). Installs the process-wide subscriber the first time.
-pub fn route(fw: Framework) {
+pub(crate) fn route(fw: Framework) {
     // SAFETY: main thread, the framework is open (our module runs), so its output stream id is
     // set; PMIx only reads its table of streams here.
     let level = unsafe {
@@ -54,12 +54,12 @@ pub fn route(fw: Framework) {
 }
 
 /// Sets the verbosity events for `fw` are filtered against.
-pub fn set_verbosity(fw: Framework, level: i32) {
+pub(crate) fn set_verbosity(fw: Framework, level: i32) {
     verbosity(fw).store(level, Ordering::Relaxed);
 }
 
 /// The verbose level an event of `level` is printed at.
-pub fn verbose_level(level: Level) -> i32 {
+pub(crate) fn verbose_level(level: Level) -> i32 {
     match level {
         Level::ERROR | Level::WARN => 1,
         Level::INFO => 2,
@@ -70,7 +70,7 @@ pub fn verbose_level(level: Level) -> i32 {
 
 /// The framework an event belongs to: by the thread it happens on (discovery's, the launcher's),
 /// else by the module that logged it.
-pub fn framework_of(meta: &Metadata<'_>, thread: Option<&str>) -> Option<Framework> {
+pub(crate) fn framework_of(meta: &Metadata<'_>, thread: Option<&str>) -> Option<Framework> {
     match thread {
         Some(t) if t.starts_with("prrte-k8s-ras") => return Some(Framework::Ras),
         Some(t) if t.starts_with("prrte-k8s-launch") => return Some(Framework::Plm),
@@ -99,8 +99,8 @@ fn wanted(meta: &Metadata<'_>) -> Option<(Framework, i32)> {
 }
 
 /// The layer that formats wanted events and hands them to `emit`.
-pub struct ToVerbose<E: Fn(Framework, i32, String) + Send + Sync + 'static> {
-    pub emit: E,
+pub(crate) struct ToVerbose<E: Fn(Framework, i32, String) + Send + Sync + 'static> {
+    pub(crate) emit: E,
 }
 
 impl<S: Subscriber, E: Fn(Framework, i32, String) + Send + Sync + 'static> Layer<S>
@@ -127,7 +127,7 @@ impl<S: Subscriber, E: Fn(Framework, i32, String) + Send + Sync + 'static> Layer
 }
 
 /// `ras:k8s: warning: MESSAGE (field=value, ...)`.
-pub fn format_event(fw: Framework, event: &Event<'_>) -> String {
+pub(crate) fn format_event(fw: Framework, event: &Event<'_>) -> String {
     let mut v = Fields::default();
     event.record(&mut v);
     let mut out = format!("{}:k8s: ", fw.name());

@@ -10,8 +10,7 @@ use std::os::fd::AsRawFd;
 use std::os::raw::{c_int, c_short, c_void};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{mpsc, Mutex, OnceLock};
-use std::time::Duration;
+use std::sync::{Mutex, OnceLock};
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -27,7 +26,7 @@ static EVENT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Why the wake-up event cannot be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum MainloopError {
+pub(crate) enum MainloopError {
     #[error("cannot create the wake-up socket pair: {0}")]
     SocketPair(#[source] std::io::Error),
     #[error("{0}")]
@@ -54,7 +53,7 @@ fn mailbox() -> Result<&'static Mailbox, MainloopError> {
 }
 
 /// Register the wake-up event on PRRTE's event base. Main thread only; idempotent.
-pub fn ensure() -> Result<(), MainloopError> {
+pub(crate) fn ensure() -> Result<(), MainloopError> {
     let m = mailbox()?;
     if !EVENT.load(Ordering::Acquire).is_null() {
         return Ok(());
@@ -76,7 +75,7 @@ pub fn ensure() -> Result<(), MainloopError> {
 }
 
 /// Remove the wake-up event (main thread, at finalize). Later posts are kept but never run.
-pub fn shutdown() {
+pub(crate) fn shutdown() {
     let ev = EVENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
     if !ev.is_null() {
         // SAFETY: `ev` came from prrte_k8s_shim_fd_event_new and is freed exactly once (swap).
@@ -85,7 +84,7 @@ pub fn shutdown() {
 }
 
 /// Run `f` on PRRTE's event thread. Callable from any thread; never blocks on the network.
-pub fn post(f: impl FnOnce() + Send + 'static) {
+pub(crate) fn post(f: impl FnOnce() + Send + 'static) {
     let Ok(m) = mailbox() else { return };
     m.queue
         .lock()
@@ -95,22 +94,9 @@ pub fn post(f: impl FnOnce() + Send + 'static) {
     let _ = (&m.tx).write(&[1u8]);
 }
 
-/// Runs `f` on PRRTE's event thread and waits up to `limit` for its result (`None` when it did
-/// not come in time). From our own threads only: on the event thread it would wait for itself.
-pub fn call<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-    limit: Duration,
-) -> Option<T> {
-    let (tx, rx) = mpsc::channel();
-    post(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(limit).ok()
-}
-
 /// Run what has been posted but not yet run (main thread; used at finalize, when PRRTE's event
 /// loop no longer runs, so that outcomes that arrived during shutdown are still reported).
-pub fn run_pending() {
+pub(crate) fn run_pending() {
     drain();
 }
 

@@ -18,7 +18,7 @@ use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::OnceLock;
 
-pub use prrte_k8s::settings::mca::{PlmParams, RasParams};
+pub(crate) use prrte_k8s::settings::mca::{PlmParams, RasParams};
 
 /// A string PMIx may keep for the life of the process.
 fn leaked(s: &str) -> &'static CStr {
@@ -172,7 +172,7 @@ fn opt_string(p: *mut c_char) -> Option<String> {
 /// # Safety
 ///
 /// `component` points to the RAS component struct; main thread.
-pub unsafe fn register_ras(component: *const ffi::pmix_mca_base_component_t) {
+pub(crate) unsafe fn register_ras(component: *const ffi::pmix_mca_base_component_t) {
     // SAFETY: as promised by our caller.
     RAS.get_or_init(|| unsafe { register::<RasParams>(component) });
 }
@@ -182,18 +182,18 @@ pub unsafe fn register_ras(component: *const ffi::pmix_mca_base_component_t) {
 /// # Safety
 ///
 /// `component` points to the PLM component struct; main thread.
-pub unsafe fn register_plm(component: *const ffi::pmix_mca_base_component_t) {
+pub(crate) unsafe fn register_plm(component: *const ffi::pmix_mca_base_component_t) {
     // SAFETY: as promised by our caller.
     PLM.get_or_init(|| unsafe { register::<PlmParams>(component) });
 }
 
 /// The RAS parameters as set now (the defaults before registration).
-pub fn ras() -> RasParams {
+pub(crate) fn ras() -> RasParams {
     snapshot(RAS.get())
 }
 
 /// The PLM parameters as set now (the defaults before registration).
-pub fn plm() -> PlmParams {
+pub(crate) fn plm() -> PlmParams {
     snapshot(PLM.get())
 }
 

@@ -3,21 +3,23 @@
 //! itself: [`PodTable`]).
 use std::sync::Mutex;
 
-pub use prrte_k8s::launch::targets::{PodAddr, PodTable};
+pub(crate) use prrte_k8s::launch::targets::{PodAddr, PodTable};
 
 static TABLE: Mutex<PodTable> = Mutex::new(PodTable::new());
 /// The slots each pod was handed to PRRTE with, by node name.
 static SLOTS: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
 
 /// Records the slots of the pod behind node `node_name` (as the RAS handed it to PRRTE).
-pub fn record_slots(node_name: &str, slots: u32) {
+pub(crate) fn record_slots(node_name: &str, slots: u32) {
     let mut t = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
     t.retain(|(n, _)| n != node_name);
     t.push((node_name.to_string(), slots));
 }
 
-/// The slots the pod behind `node_name` was handed to PRRTE with, if recorded.
-pub fn slots_of(node_name: &str) -> Option<u32> {
+/// The slots the pod behind `node_name` was handed to PRRTE with, if recorded (read by the RAS
+/// module's `modify`, which exists only with the headers of patch 0003).
+#[cfg(prrte_ras_modify)]
+pub(crate) fn slots_of(node_name: &str) -> Option<u32> {
     SLOTS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -27,7 +29,7 @@ pub fn slots_of(node_name: &str) -> Option<u32> {
 }
 
 /// Records the pod behind node `node_name` (the RAS, for every pod it allocates).
-pub fn record(node_name: &str, addr: PodAddr) {
+pub(crate) fn record(node_name: &str, addr: PodAddr) {
     TABLE
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -35,7 +37,7 @@ pub fn record(node_name: &str, addr: PodAddr) {
 }
 
 /// Runs `f` with the pods recorded so far.
-pub fn with<R>(f: impl FnOnce(&PodTable) -> R) -> R {
+pub(crate) fn with<R>(f: impl FnOnce(&PodTable) -> R) -> R {
     f(&TABLE.lock().unwrap_or_else(|e| e.into_inner()))
 }
 

@@ -10,7 +10,7 @@ use std::ptr::NonNull;
 /// The address of a PRRTE or PMIx object, carried through our threads (in a closure posted back
 /// to PRRTE's event loop, in a request's state) and used again only on PRRTE's event thread.
 /// Only the address travels: nothing reads the object on the way.
-pub struct Carried<T>(NonNull<T>);
+pub(crate) struct Carried<T>(NonNull<T>);
 
 impl<T> Clone for Carried<T> {
     fn clone(&self) -> Self {
@@ -19,12 +19,6 @@ impl<T> Clone for Carried<T> {
 }
 
 impl<T> Copy for Carried<T> {}
-
-impl<T> From<Carried<T>> for NonNull<T> {
-    fn from(c: Carried<T>) -> NonNull<T> {
-        c.0
-    }
-}
 
 impl<T> std::fmt::Debug for Carried<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -37,29 +31,24 @@ impl<T> std::fmt::Debug for Carried<T> {
 unsafe impl<T> Send for Carried<T> {}
 
 impl<T> Carried<T> {
-    /// `None` for NULL.
-    pub fn new(p: *mut T) -> Option<Carried<T>> {
-        NonNull::new(p).map(Carried)
-    }
-
-    /// An address known not to be NULL.
-    pub fn from_non_null(p: NonNull<T>) -> Carried<T> {
+    /// The address of the object `p` points to.
+    pub(crate) fn new(p: NonNull<T>) -> Carried<T> {
         Carried(p)
     }
 
     /// The pointer again, to be used on PRRTE's event thread.
-    pub fn get(self) -> *mut T {
-        self.0.as_ptr()
+    pub(crate) fn get(self) -> NonNull<T> {
+        self.0
     }
 }
 
 /// The state caddy PRRTE's state machine hands a state callback as its `void *` argument.
-pub fn state_caddy(cbdata: *mut c_void) -> *mut ffi::prte_state_caddy_t {
+pub(crate) fn state_caddy(cbdata: *mut c_void) -> *mut ffi::prte_state_caddy_t {
     cbdata.cast()
 }
 
 /// The address of `name` among the objects loaded into the process; NULL if none exports it.
-pub fn symbol(name: &CStr) -> *mut c_void {
+pub(crate) fn symbol(name: &CStr) -> *mut c_void {
     // SAFETY: dlsym with the pseudo-handle RTLD_DEFAULT and a NUL-terminated name only looks the
     // name up among the objects already loaded.
     unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
@@ -71,7 +60,7 @@ pub fn symbol(name: &CStr) -> *mut c_void {
 /// # Safety
 ///
 /// `F` is an `extern "C" fn` pointer type that matches the C declaration of `name`.
-pub unsafe fn function<F: Copy>(name: &CStr) -> Option<F> {
+pub(crate) unsafe fn function<F: Copy>(name: &CStr) -> Option<F> {
     const {
         assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>());
     }

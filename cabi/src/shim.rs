@@ -7,14 +7,14 @@ use std::os::raw::c_int;
 
 /// The framework whose verbose stream a message goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framework {
+pub(crate) enum Framework {
     Ras,
     Plm,
 }
 
 impl Framework {
     /// The header's `PRRTE_K8S_FRAMEWORK_*` value.
-    pub fn id(self) -> c_int {
+    pub(crate) fn id(self) -> c_int {
         let id = match self {
             Framework::Ras => ffi::PRRTE_K8S_FRAMEWORK_RAS,
             Framework::Plm => ffi::PRRTE_K8S_FRAMEWORK_PLM,
@@ -23,7 +23,7 @@ impl Framework {
     }
 
     /// The framework's name, as in `ras:k8s` messages.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Framework::Ras => "ras",
             Framework::Plm => "plm",
@@ -32,14 +32,14 @@ impl Framework {
 }
 
 /// PRRTE's error output (stderr of prte), one message.
-pub fn output(msg: &str) {
+pub(crate) fn output(msg: &str) {
     let c = cstring(msg);
     // SAFETY: `c` is a valid NUL-terminated string that outlives the call; the shim only reads it.
     unsafe { ffi::prrte_k8s_shim_output(c.as_ptr()) }
 }
 
 /// Verbose output on the ras or plm framework's stream (shown with `--prtemca <fw>_base_verbose N`).
-pub fn verbose(framework: Framework, level: c_int, msg: &str) {
+pub(crate) fn verbose(framework: Framework, level: c_int, msg: &str) {
     let c = cstring(msg);
     // SAFETY: as in `output`; the framework stream exists once the framework is open, which it is
     // whenever our component code runs.
@@ -47,7 +47,7 @@ pub fn verbose(framework: Framework, level: c_int, msg: &str) {
 }
 
 /// The URI of prte's PMIx listener (what `--report-uri` writes), if PMIx knows it.
-pub fn server_uri() -> Option<String> {
+pub(crate) fn server_uri() -> Option<String> {
     // SAFETY: the shim returns a malloc'ed NUL-terminated string or NULL.
     let p = unsafe { ffi::prrte_k8s_shim_server_uri() };
     // SAFETY: `p` is NULL or the NUL-terminated string just returned, freed only below.
@@ -60,7 +60,7 @@ pub fn server_uri() -> Option<String> {
 }
 
 /// PRRTE's exit status becomes `status` (`PRTE_UPDATE_EXIT_STATUS`); main thread.
-pub fn update_exit_status(status: c_int) {
+pub(crate) fn update_exit_status(status: c_int) {
     // SAFETY: the macro sets a plain global int PRRTE reports as its exit status.
     unsafe { ffi::prrte_k8s_shim_update_exit_status(status) }
 }

@@ -34,19 +34,19 @@ use std::sync::{Once, OnceLock};
 
 /// What the components' profile says of the release they are built for (its process states
 /// are checked against the headers' when this crate is compiled, see `plm::daemons`).
-pub const BUILT: Components = COMPONENTS_RELEASE;
+pub(crate) const BUILT: Components = COMPONENTS_RELEASE;
 
 /// The versions the library was built for, or the ones it runs in.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Versions {
+pub(crate) struct Versions {
     /// PRRTE major.minor.release, e.g. `3.0.11`.
-    pub prrte: String,
+    pub(crate) prrte: String,
     /// PMIx major.minor, e.g. `5.0`.
-    pub pmix: String,
+    pub(crate) pmix: String,
 }
 
 /// What this library was built against (from the configured tree's headers).
-pub fn built_for() -> Versions {
+pub(crate) fn built_for() -> Versions {
     let prrte = option_env!("PRRTE_K8S_RECORD_PRRTE_VERSION")
         .map(str::to_string)
         .unwrap_or_else(|| {
@@ -64,7 +64,7 @@ pub fn built_for() -> Versions {
 }
 
 /// The leading `N.N[.N...]` of a version string, cut to `parts` numbers.
-pub fn numeric_prefix(s: &str, parts: usize) -> Option<String> {
+pub(crate) fn numeric_prefix(s: &str, parts: usize) -> Option<String> {
     let nums: Vec<&str> = s
         .split(|c: char| !(c.is_ascii_digit() || c == '.'))
         .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))?
@@ -75,18 +75,18 @@ pub fn numeric_prefix(s: &str, parts: usize) -> Option<String> {
 }
 
 /// PRRTE's version from the text of `prte_version_string`.
-pub fn parse_prrte(ident: &str) -> Option<String> {
+pub(crate) fn parse_prrte(ident: &str) -> Option<String> {
     numeric_prefix(ident.trim(), 3)
 }
 
 /// PMIx major.minor from the text `PMIx_Get_version()` returns (`OpenPMIx 5.0.5 (...)`).
-pub fn parse_pmix(text: &str) -> Option<String> {
+pub(crate) fn parse_pmix(text: &str) -> Option<String> {
     let after = text.trim().strip_prefix("OpenPMIx").unwrap_or(text);
     numeric_prefix(after, 2)
 }
 
 /// The versions of the PRRTE and PMIx this process runs (`None` where a library does not say).
-pub fn running() -> (Option<String>, Option<String>) {
+pub(crate) fn running() -> (Option<String>, Option<String>) {
     let prrte = {
         let p = pointers::symbol(c"prte_version_string")
             .cast_const()
@@ -120,17 +120,17 @@ pub fn running() -> (Option<String>, Option<String>) {
     shown(prrte),
     shown(pmix)
 )]
-pub struct VersionMismatch {
-    pub built: Versions,
+pub(crate) struct VersionMismatch {
+    pub(crate) built: Versions,
     /// The running PRRTE's version, if it could be read.
-    pub prrte: Option<String>,
+    pub(crate) prrte: Option<String>,
     /// The running PMIx's major.minor, if it could be read.
-    pub pmix: Option<String>,
+    pub(crate) pmix: Option<String>,
 }
 
 /// Why the components do not run here; displays as the one line to print.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     #[error(transparent)]
     Mismatch(#[from] VersionMismatch),
     #[error(
@@ -146,7 +146,7 @@ fn shown(v: &Option<String>) -> &str {
 }
 
 /// Compare what we were built for with what runs.
-pub fn check(
+pub(crate) fn check(
     built: &Versions,
     running: &(Option<String>, Option<String>),
 ) -> Result<(), VersionMismatch> {
@@ -164,7 +164,7 @@ pub fn check(
 }
 
 /// The profile of the PRRTE built for, if the running PRRTE and PMIx are the ones built for.
-pub fn choose(
+pub(crate) fn choose(
     built: &Versions,
     running: &(Option<String>, Option<String>),
 ) -> Result<&'static Profile, Refusal> {
@@ -181,19 +181,19 @@ fn decision() -> &'static Result<&'static Profile, Refusal> {
 
 /// The profile the components work by: the one the guard chose (the components run only once it
 /// admitted them).
-pub fn profile() -> Option<&'static Profile> {
+pub(crate) fn profile() -> Option<&'static Profile> {
     decision().as_ref().ok().copied()
 }
 
 /// The components' release as the chosen profile describes it.
-pub fn components() -> &'static Components {
+pub(crate) fn components() -> &'static Components {
     profile()
         .and_then(|p| p.components.as_ref())
         .unwrap_or(&BUILT)
 }
 
 /// Whether the components may run here; on the first refusal prints the one line to stderr.
-pub fn admitted() -> bool {
+pub(crate) fn admitted() -> bool {
     static REPORTED: Once = Once::new();
     match decision() {
         Ok(_) => true,
@@ -209,10 +209,10 @@ pub fn admitted() -> bool {
 }
 
 /// What a component answers PMIx when the guard refuses: `PMIX_ERR_NOT_AVAILABLE`.
-pub const DECLINE: c_int = ffi::PMIX_ERR_NOT_AVAILABLE as c_int;
+pub(crate) const DECLINE: c_int = ffi::PMIX_ERR_NOT_AVAILABLE as c_int;
 
 /// [`admitted`] behind the panic boundary, for a component's `register` step (`what` names it).
-pub fn admits(what: &str) -> bool {
+pub(crate) fn admits(what: &str) -> bool {
     boundary(what, false, admitted)
 }
 
@@ -221,7 +221,7 @@ pub fn admits(what: &str) -> bool {
 /// # Safety
 ///
 /// Called by PMIx on the main thread, like every MCA callback.
-pub unsafe extern "C" fn open() -> c_int {
+pub(crate) unsafe extern "C" fn open() -> c_int {
     if admits("k8s version guard") {
         ffi::PMIX_SUCCESS as c_int
     } else {

@@ -11,7 +11,7 @@ use std::os::raw::c_int;
 pub static mut prte_mca_plm_k8s_component: ffi::pmix_mca_base_component_t =
     component::component("plm", (2, 0, 0), Some(query), Some(register_params));
 
-pub fn component_ptr() -> *const ffi::pmix_mca_base_component_t {
+pub(crate) fn component_ptr() -> *const ffi::pmix_mca_base_component_t {
     std::ptr::addr_of!(prte_mca_plm_k8s_component)
 }
 
@@ -21,7 +21,7 @@ pub fn component_ptr() -> *const ffi::pmix_mca_base_component_t {
 /// # Safety
 ///
 /// Called by PMIx on the main thread, like every MCA callback.
-pub unsafe extern "C" fn register_params() -> c_int {
+pub(crate) unsafe extern "C" fn register_params() -> c_int {
     if !version_guard::admits("plm k8s version guard") {
         return version_guard::DECLINE;
     }
@@ -37,7 +37,7 @@ pub unsafe extern "C" fn register_params() -> c_int {
 /// # Safety
 ///
 /// `module` and `priority` are NULL or valid out-pointers, as PMIx passes them.
-pub unsafe extern "C" fn query(
+pub(crate) unsafe extern "C" fn query(
     module: *mut *mut ffi::pmix_mca_base_module_t,
     priority: *mut c_int,
 ) -> c_int {

@@ -15,7 +15,7 @@ use std::os::raw::c_int;
 
 /// Why PRRTE's daemon job cannot be read or prted's command line not built.
 #[derive(Debug, thiserror::Error)]
-pub enum DaemonsError {
+pub(crate) enum DaemonsError {
     #[error("setting up the virtual machine failed (PRRTE error {0})")]
     VirtualMachine(c_int),
     #[error("the daemon job has no map")]
@@ -28,7 +28,7 @@ pub enum DaemonsError {
 
 /// Sets up the virtual machine and reads the nodes of the daemon map that need a daemon; `None`
 /// when PRRTE needs no new daemons.
-pub fn nodes_needing_daemons(
+pub(crate) fn nodes_needing_daemons(
     jdata: JobRef,
     dvm: JobRef,
 ) -> Result<Option<Vec<DaemonNode>>, DaemonsError> {
@@ -106,7 +106,7 @@ unsafe fn map_nodes(map: *mut ffi::prte_job_map_t) -> Vec<DaemonNode> {
 }
 
 /// prted's arguments (without the executable), from PRRTE's own helpers.
-pub fn build_template() -> Result<PrtedTemplate, DaemonsError> {
+pub(crate) fn build_template() -> Result<PrtedTemplate, DaemonsError> {
     let mut argc: c_int = 0;
     let mut argv: *mut *mut std::os::raw::c_char = std::ptr::null_mut();
     let mut vpid_index: c_int = -1;
@@ -154,7 +154,7 @@ pub fn build_template() -> Result<PrtedTemplate, DaemonsError> {
 }
 
 /// The daemon job, on the main thread, once a round has recorded it.
-pub fn daemon_job(recorded: Option<Carried<ffi::prte_job_t>>) -> Option<JobRef> {
+pub(crate) fn daemon_job(recorded: Option<Carried<ffi::prte_job_t>>) -> Option<JobRef> {
     // SAFETY: the daemon job object a round recorded, which lives until prte exits; rounds'
     // outcomes are handled on the main thread (posted through the mailbox).
     recorded.map(|dvm| unsafe { JobRef::arrived(dvm) })
@@ -193,14 +193,14 @@ fn classify(states: &ProcStates, state: u32) -> DaemonState {
 }
 
 /// The daemons' states in PRRTE's daemon job.
-pub struct Procs {
+pub(crate) struct Procs {
     dvm: JobRef,
     states: &'static ProcStates,
 }
 
 impl Procs {
     /// The daemon job's procs, read by the chosen profile's process states.
-    pub fn new(dvm: JobRef) -> Procs {
+    pub(crate) fn new(dvm: JobRef) -> Procs {
         Procs {
             dvm,
             states: &version_guard::components().proc_states,
@@ -208,7 +208,7 @@ impl Procs {
     }
 
     /// The daemon job.
-    pub fn dvm(&self) -> JobRef {
+    pub(crate) fn dvm(&self) -> JobRef {
         self.dvm
     }
 }
@@ -221,7 +221,7 @@ impl DaemonStates for Procs {
 }
 
 /// Mark a daemon failed to start, the way PRRTE's launchers do; PRRTE then aborts the DVM.
-pub fn fail_daemon(dvm: JobRef, vpid: u32) {
+pub(crate) fn fail_daemon(dvm: JobRef, vpid: u32) {
     let Some(proc_) = daemon_proc(dvm, vpid) else {
         return;
     };
@@ -242,7 +242,7 @@ pub fn fail_daemon(dvm: JobRef, vpid: u32) {
 /// A later round refused before anything was launched: its daemons leave the routing tree and
 /// their nodes are marked down, so the running DVM neither routes messages to daemons that never
 /// started nor maps processes onto their nodes.
-pub fn drop_unlaunched(dvm: JobRef, vpids: &[u32]) {
+pub(crate) fn drop_unlaunched(dvm: JobRef, vpids: &[u32]) {
     for &vpid in vpids {
         let Some(proc_) = daemon_proc(dvm, vpid) else {
             continue;
@@ -261,7 +261,7 @@ pub fn drop_unlaunched(dvm: JobRef, vpids: &[u32]) {
 
 /// Tell PRRTE a running daemon is lost (`COMM_FAILED`), as its OOB does when a daemon's
 /// connection breaks.
-pub fn lost_daemon(dvm: JobRef, vpid: u32) {
+pub(crate) fn lost_daemon(dvm: JobRef, vpid: u32) {
     let Some(proc_) = daemon_proc(dvm, vpid) else {
         return;
     };

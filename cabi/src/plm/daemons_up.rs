@@ -33,7 +33,7 @@ static BEGAN: Mutex<Option<Instant>> = Mutex::new(None);
 
 /// Puts our callback for `DAEMONS_REPORTED` in place (main thread, PLM init: PRRTE's state
 /// module has registered its states). Without one, nothing is recorded and PRRTE's runs alone.
-pub fn hook() {
+pub(crate) fn hook() {
     let mut previous: ffi::prrte_k8s_fd_cb_t = None;
     // SAFETY: main thread at PLM init, after the state module's init; the shim swaps the
     // callback of an entry of PRRTE's state list and stores the old one in `previous`.
@@ -56,7 +56,7 @@ pub fn hook() {
 }
 
 /// A launch of daemons begins (main thread): the first one starts the clock.
-pub fn launch_began() {
+pub(crate) fn launch_began() {
     let mut began = BEGAN.lock().unwrap_or_else(|e| e.into_inner());
     began.get_or_insert_with(Instant::now);
 }
@@ -106,7 +106,7 @@ fn record_if_new(dvm: JobRef) {
 
 /// At PLM finalize (PRRTE's event loop stopped): a post still under way gets up to
 /// `FINAL_POST_WAIT` before prte exits (a short job may end right after its daemons).
-pub fn finalize() {
+pub(crate) fn finalize() {
     let posting = POSTING.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(p) = posting {
         if !p.wait(FINAL_POST_WAIT) {

@@ -7,9 +7,9 @@
 //! machine decides about the outcomes; [`daemons`] holds what it reads from and tells PRRTE's
 //! daemon job; [`preempt`] tells the ranks when a pod is told to end; [`daemons_up`] records
 //! on the MPIJob (a job the controller made) when PRRTE's daemons have all reported.
-pub mod component;
-pub mod daemons;
-pub mod daemons_up;
-pub mod module;
-pub mod preempt;
-pub mod rounds;
+pub(crate) mod component;
+pub(crate) mod daemons;
+pub(crate) mod daemons_up;
+pub(crate) mod module;
+pub(crate) mod preempt;
+pub(crate) mod rounds;

@@ -23,7 +23,7 @@ static mut MODULE: ffi::prte_plm_base_module_t = ffi::prte_plm_base_module_t {
 };
 
 /// The module PRRTE gets from `query`.
-pub fn module_ptr() -> *const ffi::prte_plm_base_module_t {
+pub(crate) fn module_ptr() -> *const ffi::prte_plm_base_module_t {
     std::ptr::addr_of!(MODULE)
 }
 

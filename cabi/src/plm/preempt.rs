@@ -12,7 +12,7 @@ use std::os::raw::c_void;
 const NINFO: usize = 4;
 
 /// Tells the ranks that `pod` is told to end, `seconds` left.
-pub fn tell_ranks(pod: &str, seconds: u64, signal: Option<i32>) {
+pub(crate) fn tell_ranks(pod: &str, seconds: u64, signal: Option<i32>) {
     match notify_event(pod, seconds) {
         Ok(()) => shim::verbose(
             Framework::Plm,

@@ -57,13 +57,13 @@ fn plm() -> MutexGuard<'static, Plm> {
 }
 
 /// PRRTE ordered the daemons to exit: from now on a daemon ending is expected.
-pub fn shutting_down() {
+pub(crate) fn shutting_down() {
     plm().rounds.shutting_down();
 }
 
 /// At PLM finalize (main thread, PRRTE's event loop stopped): report what is still pending, ask
 /// every agent to stop its daemon, report the final outcomes, and drop every round.
-pub fn finalize() {
+pub(crate) fn finalize() {
     plm().rounds.shutting_down();
     // Outcomes that arrived while PRRTE was shutting down (e.g. the agent's report of the
     // daemon whose loss made PRRTE stop) are reported before anything else is torn down.
@@ -106,7 +106,7 @@ fn daemons_reported_now(job: JobRef) {
 }
 
 /// Launches the daemons `jdata` needs (PRRTE's `LAUNCH_DAEMONS` state, main thread).
-pub fn launch_round(jdata: JobRef) {
+pub(crate) fn launch_round(jdata: JobRef) {
     super::daemons_up::launch_began();
     let Some(dvm) = prrte::daemons_job() else {
         return launch_error(jdata, "PRRTE has no daemon job object");

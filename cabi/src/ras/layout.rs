@@ -13,44 +13,44 @@ use std::os::raw::c_int;
 use std::sync::OnceLock;
 
 /// `modify(prte_pmix_server_req_t *req)` as patch 0003 declares it: the request is opaque here.
-pub type ModifyFn = Option<unsafe extern "C" fn(req: *mut std::os::raw::c_void) -> c_int>;
+pub(crate) type ModifyFn = Option<unsafe extern "C" fn(req: *mut std::os::raw::c_void) -> c_int>;
 
 /// PRRTE 3.0.8's `prte_ras_base_module_t`.
 #[repr(C)]
-pub struct Module4 {
-    pub init: ffi::prte_ras_base_module_init_fn_t,
-    pub allocate: ffi::prte_ras_base_module_allocate_fn_t,
-    pub deallocate: ffi::prte_ras_base_module_dealloc_fn_t,
-    pub finalize: ffi::prte_ras_base_module_finalize_fn_t,
+pub(crate) struct Module4 {
+    pub(crate) init: ffi::prte_ras_base_module_init_fn_t,
+    pub(crate) allocate: ffi::prte_ras_base_module_allocate_fn_t,
+    pub(crate) deallocate: ffi::prte_ras_base_module_dealloc_fn_t,
+    pub(crate) finalize: ffi::prte_ras_base_module_finalize_fn_t,
 }
 
 /// The module with patch 0003 (and PRRTE 4.1's): `modify` before `finalize`.
 #[repr(C)]
-pub struct Module5 {
-    pub init: ffi::prte_ras_base_module_init_fn_t,
-    pub allocate: ffi::prte_ras_base_module_allocate_fn_t,
-    pub deallocate: ffi::prte_ras_base_module_dealloc_fn_t,
-    pub modify: ModifyFn,
-    pub finalize: ffi::prte_ras_base_module_finalize_fn_t,
+pub(crate) struct Module5 {
+    pub(crate) init: ffi::prte_ras_base_module_init_fn_t,
+    pub(crate) allocate: ffi::prte_ras_base_module_allocate_fn_t,
+    pub(crate) deallocate: ffi::prte_ras_base_module_dealloc_fn_t,
+    pub(crate) modify: ModifyFn,
+    pub(crate) finalize: ffi::prte_ras_base_module_finalize_fn_t,
 }
 
 /// The symbol that tells a PRRTE with patch 0003 apart.
-pub const MODIFY_SYMBOL: &std::ffi::CStr = c"prte_ras_base_modify_complete";
+pub(crate) const MODIFY_SYMBOL: &std::ffi::CStr = c"prte_ras_base_modify_complete";
 
 /// Whether the PRRTE this process runs has patch 0003 (the RAS module's `modify`).
-pub fn prrte_has_modify() -> bool {
+pub(crate) fn prrte_has_modify() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();
     *HAS.get_or_init(|| !crate::pointers::symbol(MODIFY_SYMBOL).is_null())
 }
-
-/// Whether the headers this library was compiled against have patch 0003 (build.rs found
-/// `modify` in the configured tree's `ras.h`).
-pub const BUILT_WITH_MODIFY: bool = cfg!(prrte_ras_modify);
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::mem::{offset_of, size_of};
+
+    /// Whether the headers this library was compiled against have patch 0003 (build.rs found
+    /// `modify` in the configured tree's `ras.h`).
+    const BUILT_WITH_MODIFY: bool = cfg!(prrte_ras_modify);
 
     /// The layout bindgen read from the build's headers is the one of ours that matches them,
     /// entry by entry; the other differs in size and in `finalize`'s place.

@@ -36,7 +36,7 @@ static mut MODULE_WITH_MODIFY: Module5 = Module5 {
 
 /// The module PRRTE gets from `query`, in the layout of the PRRTE this process runs
 /// ([`layout`]).
-pub fn module_ptr() -> *const ffi::prte_ras_base_module_t {
+pub(crate) fn module_ptr() -> *const ffi::prte_ras_base_module_t {
     if layout::prrte_has_modify() {
         std::ptr::addr_of!(MODULE_WITH_MODIFY).cast()
     } else {
@@ -57,7 +57,7 @@ unsafe extern "C" fn finalize() -> c_int {
 }
 
 /// The discovery configuration from our MCA parameters; a clear message for bad values.
-pub fn config_from(p: &params::RasParams) -> Result<DiscoveryConfig, DiscoveryError> {
+pub(crate) fn config_from(p: &params::RasParams) -> Result<DiscoveryConfig, DiscoveryError> {
     DiscoveryConfig::from_params(p)
 }
 

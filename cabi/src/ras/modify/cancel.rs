@@ -9,7 +9,7 @@ use prrte_k8s::elastic::allocreq::{Refusal, Status};
 use std::os::raw::c_int;
 
 /// Cancels the `EXTEND` whose request id is `id`, for `who`, and answers `req`.
-pub fn cancel(req: Req, id: &str, who: &str) {
+pub(crate) fn cancel(req: Req, id: &str, who: &str) {
     let outcome = with_state(|s| {
         let seq = s.gate.find(id)?;
         match s.inflight.as_mut().filter(|i| i.seq == seq).and_then(|i| i.cancel.take()) {

@@ -27,7 +27,7 @@ struct Extension {
 }
 
 /// Starts the thread that extends the job by `by` pods for request `seq`.
-pub fn start(
+pub(crate) fn start(
     seq: u64,
     cfg: DiscoveryConfig,
     by: u32,

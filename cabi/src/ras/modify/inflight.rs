@@ -9,30 +9,30 @@ use std::os::raw::c_int;
 use std::sync::Mutex;
 
 /// The request being served.
-pub struct Inflight {
-    pub seq: u64,
-    pub req: Req,
+pub(crate) struct Inflight {
+    pub(crate) seq: u64,
+    pub(crate) req: Req,
     /// Fires the cancellation of an `EXTEND` while its pods are awaited; taken (None) once the
     /// request is past that point.
-    pub cancel: Option<extend::Canceller>,
+    pub(crate) cancel: Option<extend::Canceller>,
 }
 
 #[derive(Default)]
-pub struct State {
-    pub gate: Gate,
-    pub inflight: Option<Inflight>,
+pub(crate) struct State {
+    pub(crate) gate: Gate,
+    pub(crate) inflight: Option<Inflight>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
-pub fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> R {
+pub(crate) fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> R {
     let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
     f(g.get_or_insert_with(State::default))
 }
 
 /// Answers the request in flight `seq` (if it still is: finalize may have answered it) and
 /// admits the next one.
-pub fn finish(seq: u64, status: c_int, items: &[(&str, String)]) {
+pub(crate) fn finish(seq: u64, status: c_int, items: &[(&str, String)]) {
     let req = with_state(|s| {
         s.gate.finish(seq);
         match s.inflight.take() {
@@ -60,11 +60,11 @@ fn fail(seq: u64, what: &str, r: Refusal) {
 }
 
 /// The items of a successful answer (key, string value).
-pub type Items = Vec<(&'static str, String)>;
+pub(crate) type Items = Vec<(&'static str, String)>;
 
 /// The end of a request's worker doing `what`: its answer, its refusal (with a line on prte's
 /// output), or, when the worker gave neither (it panicked), `PMIX_ERROR`.
-pub fn conclude(seq: u64, what: &str, outcome: Result<Result<Items, Refusal>, WorkerError>) {
+pub(crate) fn conclude(seq: u64, what: &str, outcome: Result<Result<Items, Refusal>, WorkerError>) {
     match outcome {
         Ok(Ok(items)) => finish(seq, ffi::PMIX_SUCCESS as c_int, &items),
         Ok(Err(r)) => fail(seq, what, r),
@@ -81,16 +81,16 @@ pub fn conclude(seq: u64, what: &str, outcome: Result<Result<Items, Refusal>, Wo
 }
 
 /// The allocation id an answer names: the workload and the request's number.
-pub fn alloc_id(name: &str, seq: u64) -> String {
+pub(crate) fn alloc_id(name: &str, seq: u64) -> String {
     format!("{name}#{seq}")
 }
 
 /// A line on prte's error output, from any thread (printed on prte's loop).
-pub fn say(msg: String) {
+pub(crate) fn say(msg: String) {
     mainloop::post(move || shim::output(&msg));
 }
 
 /// A line on the ras framework's verbose stream (level 1), from any thread.
-pub fn verbose(msg: String) {
+pub(crate) fn verbose(msg: String) {
     mainloop::post(move || shim::verbose(Framework::Ras, 1, &msg));
 }

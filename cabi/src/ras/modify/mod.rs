@@ -37,7 +37,7 @@ use std::time::Duration;
 ///
 /// `req` is the request PRRTE hands over (a `pmix_server_req_t`), live until answered; called on
 /// prte's event loop.
-pub unsafe extern "C" fn modify(req: *mut c_void) -> c_int {
+pub(crate) unsafe extern "C" fn modify(req: *mut c_void) -> c_int {
     boundary(
         "ras k8s modify",
         ffi::PMIX_ERROR as c_int,
@@ -121,7 +121,7 @@ fn serve(req: Req) {
 
 /// At finalize: a request still in flight is answered `PMIX_ERR_JOB_CANCELED` now (its thread's
 /// later answer is dropped) and an awaited extension is cancelled.
-pub fn finalize() {
+pub(crate) fn finalize() {
     let left = with_state(|s| s.inflight.take());
     if let Some(mut i) = left {
         if let Some(tx) = i.cancel.take() {

@@ -2,14 +2,19 @@
 //! running on each, their slots; and a way for the requests' threads to ask it, bounded.
 use crate::{ffi, mainloop, prrte};
 use prrte_k8s::elastic::allocreq::PoolNode;
+use std::sync::mpsc;
 use std::time::Duration;
 
 /// How long a request's thread waits for prte's loop to answer it.
 const LOOP_ANSWERS_WITHIN: Duration = Duration::from_secs(30);
 
 /// Runs `f` on prte's loop and waits for its result (bounded).
-pub fn on_loop<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    mainloop::call(f, LOOP_ANSWERS_WITHIN)
+pub(crate) fn on_loop<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = mpsc::channel();
+    mainloop::post(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(LOOP_ANSWERS_WITHIN).ok()
 }
 
 /// The nodes of prte's pool, in pool order (main thread).
@@ -30,7 +35,7 @@ fn pool_nodes() -> Vec<*mut ffi::prte_node_t> {
 
 /// The nodes of prte's pool that are up, in pool order (prte's first), with the job still
 /// running processes on each; and the slots of a pod.
-pub fn pool() -> (Vec<PoolNode>, u32) {
+pub(crate) fn pool() -> (Vec<PoolNode>, u32) {
     let mut out = Vec::new();
     let mut slots = 1u32;
     for node in pool_nodes() {
@@ -57,7 +62,7 @@ pub fn pool() -> (Vec<PoolNode>, u32) {
 /// A node out of the DVM (released, or never launched) keeps whatever slots a job's `--host`
 /// left on it; PRRTE still counts it when it checks that all nodes have the same slots before
 /// it adds hosts. It gets its pod's own slots back (main thread).
-pub fn restore_slots_of_down_nodes() {
+pub(crate) fn restore_slots_of_down_nodes() {
     for node in pool_nodes() {
         // SAFETY: a live node of the pool; its name is PRRTE's C string; its slots a plain
         // field no job maps by while the node is down.
@@ -74,7 +79,7 @@ pub fn restore_slots_of_down_nodes() {
 }
 
 /// Every node of prte's pool, whatever its state, with its slots.
-pub fn all_slots() -> Vec<(String, i32)> {
+pub(crate) fn all_slots() -> Vec<(String, i32)> {
     pool_nodes()
         .into_iter()
         // SAFETY: a live node of the pool; its name is PRRTE's C string.
@@ -92,7 +97,7 @@ pub fn all_slots() -> Vec<(String, i32)> {
 /// # Safety
 ///
 /// `procs` is NULL or a live node's procs array; main thread.
-pub unsafe fn busy_with(procs: *mut ffi::pmix_pointer_array_t) -> Option<String> {
+pub(crate) unsafe fn busy_with(procs: *mut ffi::pmix_pointer_array_t) -> Option<String> {
     // SAFETY: prte_process_info is set at init.
     let me = unsafe {
         crate::cstr::string(
@@ -125,7 +130,7 @@ pub unsafe fn busy_with(procs: *mut ffi::pmix_pointer_array_t) -> Option<String>
 }
 
 /// The node of the pool named `host` (only if up, with `up_only`). Main thread.
-pub fn node_named(host: &str, up_only: bool) -> Option<*mut ffi::prte_node_t> {
+pub(crate) fn node_named(host: &str, up_only: bool) -> Option<*mut ffi::prte_node_t> {
     pool_nodes()
         .into_iter()
         // SAFETY: a live node of the pool.

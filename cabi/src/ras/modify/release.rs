@@ -31,7 +31,7 @@ fn release_fn() -> Option<ReleaseFn> {
 const GONE_LIMIT: Duration = Duration::from_secs(30);
 
 /// Starts the thread that gives back `hosts` (the DVM's highest nodes) for request `seq`.
-pub fn start(seq: u64, cfg: DiscoveryConfig, hosts: Vec<String>) -> std::io::Result<()> {
+pub(crate) fn start(seq: u64, cfg: DiscoveryConfig, hosts: Vec<String>) -> std::io::Result<()> {
     let what = format!("releasing {}", hosts.join(","));
     boundary::spawn_worker(
         "prrte-k8s-release",

@@ -10,6 +10,7 @@ use crate::ffi;
 use crate::pointers::{self, Carried};
 use prrte_k8s::elastic::allocreq::{self, info, Refusal, Status};
 use std::os::raw::{c_int, c_void};
+use std::ptr::NonNull;
 use std::sync::OnceLock;
 
 /// `prte_ras_base_modify_complete(req, status, info, ninfo)`.
@@ -17,7 +18,7 @@ type CompleteFn =
     unsafe extern "C" fn(req: *mut c_void, status: c_int, info: *mut c_void, n: usize);
 
 /// `prte_ras_base_modify_complete`, if this PRRTE has it.
-pub fn complete_fn() -> Option<CompleteFn> {
+pub(crate) fn complete_fn() -> Option<CompleteFn> {
     static F: OnceLock<Option<CompleteFn>> = OnceLock::new();
     // SAFETY: the function patch 0003 exports with exactly this signature (its base.h).
     *F.get_or_init(|| unsafe { pointers::function(crate::ras::layout::MODIFY_SYMBOL) })
@@ -25,17 +26,17 @@ pub fn complete_fn() -> Option<CompleteFn> {
 
 /// A request PRRTE handed `modify`, kept until it is answered (PRRTE keeps it alive until then).
 #[derive(Debug, Clone, Copy)]
-pub struct Req(Carried<c_void>);
+pub(crate) struct Req(Carried<c_void>);
 
 impl Req {
     /// The request PRRTE handed `modify`; `None` for NULL.
-    pub fn new(p: *mut c_void) -> Option<Req> {
-        Carried::new(p).map(Req)
+    pub(crate) fn new(p: *mut c_void) -> Option<Req> {
+        NonNull::new(p).map(|p| Req(Carried::new(p)))
     }
 }
 
 /// PMIx's number for a status.
-pub fn pmix_status(s: Status) -> c_int {
+pub(crate) fn pmix_status(s: Status) -> c_int {
     (match s {
         Status::NotSupported => ffi::PMIX_ERR_NOT_SUPPORTED,
         Status::BadParam => ffi::PMIX_ERR_BAD_PARAM,
@@ -49,7 +50,7 @@ pub fn pmix_status(s: Status) -> c_int {
 }
 
 /// Answers `req` with `status` and `items` (key, string value). Any thread.
-pub fn answer(req: Req, status: c_int, items: &[(&str, String)]) {
+pub(crate) fn answer(req: Req, status: c_int, items: &[(&str, String)]) {
     let Some(complete) = complete_fn() else {
         return;
     };
@@ -71,17 +72,17 @@ pub fn answer(req: Req, status: c_int, items: &[(&str, String)]) {
     // SAFETY: `req` is the request PRRTE handed `modify`, not answered before (every answer
     // goes through `finish` or is given before the request is recorded); the request takes
     // ownership of `array`.
-    unsafe { complete(req.0.get(), status, array, n) };
+    unsafe { complete(req.0.get().as_ptr(), status, array, n) };
 }
 
 /// The items of an answer that refuses: the reason, as the message PMIx hands the requester.
-pub fn refusal_items(r: &Refusal) -> Vec<(&'static str, String)> {
+pub(crate) fn refusal_items(r: &Refusal) -> Vec<(&'static str, String)> {
     vec![(info::TEXT_MESSAGE, r.reason.clone())]
 }
 
 /// The request's directive and attributes, and who asked.
-pub fn read(req: Req) -> (allocreq::Request, String) {
-    let p = req.0.get().cast_const();
+pub(crate) fn read(req: Req) -> (allocreq::Request, String) {
+    let p = req.0.get().as_ptr().cast_const();
     // SAFETY: `p` is the live request (`modify`'s contract); the shim reads its fields.
     let directive = unsafe { ffi::prrte_k8s_shim_req_directive(p) };
     let mut n = 0usize;
