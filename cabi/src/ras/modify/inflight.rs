@@ -17,6 +17,7 @@ pub(crate) struct Inflight {
     pub(crate) cancel: Option<extend::Canceller>,
 }
 
+/// The gate that admits one request at a time, and the request it admitted.
 #[derive(Default)]
 pub(crate) struct State {
     pub(crate) gate: Gate,
@@ -25,6 +26,7 @@ pub(crate) struct State {
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
+/// Runs `f` with the state (any thread; never while waiting on anything).
 pub(crate) fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> R {
     let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
     f(g.get_or_insert_with(State::default))
