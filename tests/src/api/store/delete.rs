@@ -1,7 +1,9 @@
-//! Deletes: preconditions, namespace contents, garbage collection of dependents (or orphaning).
+//! Deletes: preconditions, namespace contents, a CRD's objects; what a delete starts for the
+//! objects it owns is the garbage collector's (`gc`).
 
+use super::gc::waits_for_dependents;
 use super::object::{meta_str, Obj};
-use super::params::{DeleteOptions, ListQuery, Part};
+use super::params::{DeleteOptions, ListQuery};
 use super::state::{Inner, Store};
 use crate::api::defaults::now_rfc3339;
 use crate::api::resources::{self, ResourceType};
@@ -80,117 +82,6 @@ impl Store {
             self.collect_dependents(g, &uid, orphan);
         }
         Ok(deleted)
-    }
-
-    /// The garbage collector's work once the object with `uid` is gone or going: each object
-    /// it owns is deleted, unless another of its owners still exists (then only the reference
-    /// to `uid` is removed); with `orphan`, every dependent only loses that reference. A
-    /// dependent that blocks its owner's deletion (`blockOwnerDeletion`) while the owner waits
-    /// for it (Foreground) is deleted in the foreground too, as the real collector does.
-    pub(super) fn collect_dependents(&self, g: &mut Inner, uid: &str, orphan: bool) {
-        let deps: Vec<(&'static str, String, String)> = g
-            .dependents
-            .get(uid)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default();
-        if deps.is_empty() {
-            return;
-        }
-        let owner_waits = owner_waits_for_dependents(g, uid);
-        for (k, dns, dname) in deps {
-            let Some(drt) = g.kind_by_key(k) else {
-                continue;
-            };
-            let dkey = (dns.clone(), dname.clone());
-            let Some(cur) = g.tables.get(k).and_then(|t| t.get(&dkey)).cloned() else {
-                continue;
-            };
-            let other_owner = owner_refs(&cur)
-                .iter()
-                .any(|o| o["uid"].as_str() != Some(uid) && owner_exists(g, &dns, o));
-            if !orphan && !other_owner {
-                let blocks = owner_refs(&cur).iter().any(|o| {
-                    o["uid"].as_str() == Some(uid) && o["blockOwnerDeletion"] == json!(true)
-                });
-                let opts = DeleteOptions {
-                    propagation: (owner_waits && blocks).then(|| "Foreground".to_string()),
-                    ..Default::default()
-                };
-                let _ = self.delete_locked(g, drt, &dns, &dname, &opts);
-                continue;
-            }
-            let mut doc = (*cur).clone();
-            if let Some(a) = doc
-                .pointer_mut("/metadata/ownerReferences")
-                .and_then(Value::as_array_mut)
-            {
-                a.retain(|o| o.get("uid").and_then(Value::as_str) != Some(uid));
-            }
-            let _ = self.update_locked(g, drt, &dns, &dname, doc, Part::Main, false, false);
-        }
-    }
-
-    /// The garbage collector's work on an object whose owners went before it was made (or
-    /// before it named them: a controller acting on a stale view does this): if none of its
-    /// owners exists (by kind, name and uid, in its namespace), it is deleted in the
-    /// background; if only some are gone, it loses the references to those. An owner of a
-    /// kind the store does not know counts as existing. Returns whether anything changed.
-    pub fn collect_dangling(&self, rt: &'static ResourceType, ns: &str, name: &str) -> bool {
-        let mut g = self.lock();
-        let Ok(cur) = g.stored(rt, ns, name) else {
-            return false;
-        };
-        let refs = owner_refs(&cur);
-        if refs.is_empty() || !cur["metadata"]["deletionTimestamp"].is_null() {
-            return false;
-        }
-        let gone: Vec<&Value> = refs
-            .iter()
-            .filter(|r| stored_owner(&g, ns, r).is_none())
-            .collect();
-        if gone.is_empty() {
-            return false;
-        }
-        if gone.len() == refs.len() {
-            return self
-                .delete_locked(&mut g, rt, ns, name, &DeleteOptions::default())
-                .is_ok();
-        }
-        let gone: Vec<Value> = gone.into_iter().map(|r| r["uid"].clone()).collect();
-        let mut doc = (*cur).clone();
-        if let Some(a) = doc
-            .pointer_mut("/metadata/ownerReferences")
-            .and_then(Value::as_array_mut)
-        {
-            a.retain(|o| !gone.contains(&o["uid"]));
-        }
-        self.update_locked(&mut g, rt, ns, name, doc, Part::Main, false, false)
-            .is_ok()
-    }
-
-    /// [`Store::collect_dangling`] for every stored object that names an owner: what the
-    /// collector does when it starts, or after it lost track of events.
-    pub fn collect_all_dangling(&self) {
-        let named: Vec<(&'static ResourceType, String, String)> = {
-            let g = self.lock();
-            g.kinds()
-                .filter(|r| r.stored && r.view.is_none())
-                .flat_map(|r| {
-                    g.tables
-                        .get(r.key())
-                        .map(|t| {
-                            t.iter()
-                                .filter(|(_, o)| !owner_refs(o).is_empty())
-                                .map(|(k, _)| (r, k.0.clone(), k.1.clone()))
-                                .collect::<Vec<_>>()
-                        })
-                        .unwrap_or_default()
-                })
-                .collect()
-        };
-        for (rt, ns, name) in named {
-            self.collect_dangling(rt, &ns, &name);
-        }
     }
 
     /// Removes every object of the resources CRD `crd` registers, as the API server does
@@ -279,52 +170,6 @@ fn check_preconditions(
         }
     }
     Ok(())
-}
-
-/// The owner references of `obj`.
-fn owner_refs(obj: &Value) -> Vec<Value> {
-    obj.pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
-}
-
-/// Whether the owner `r` names (from a dependent in `ns`) exists and is not itself waiting for
-/// its dependents to go. An owner of a kind the store does not know counts as existing: the
-/// collector cannot tell it is gone.
-fn owner_exists(g: &Inner, ns: &str, r: &Value) -> bool {
-    stored_owner(g, ns, r).is_some_and(|o| !waits_for_dependents(&o))
-}
-
-/// The owner `r` names (from a dependent in `ns`), if it is stored with that uid; an owner of
-/// a kind the store does not know is taken as stored (the collector cannot tell it is gone).
-fn stored_owner(g: &Inner, ns: &str, r: &Value) -> Option<Obj> {
-    let (av, kind) = (
-        r["apiVersion"].as_str().unwrap_or(""),
-        r["kind"].as_str().unwrap_or(""),
-    );
-    let Some(ort) = g.kind_of(av, kind) else {
-        return Some(Arc::new(Value::Null));
-    };
-    let ons = if ort.namespaced { ns } else { "" };
-    g.stored(ort, ons, r["name"].as_str().unwrap_or(""))
-        .ok()
-        .filter(|o| meta_str(o, "uid") == r["uid"].as_str())
-}
-
-/// Whether `obj` is being deleted in the foreground (finalizer `foregroundDeletion`).
-pub(super) fn waits_for_dependents(obj: &Value) -> bool {
-    obj.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|f| f.iter().any(|x| x == super::graceful::FOREGROUND_FINALIZER))
-}
-
-/// Whether the object with `uid` is stored and being deleted in the foreground.
-fn owner_waits_for_dependents(g: &Inner, uid: &str) -> bool {
-    g.tables
-        .values()
-        .flat_map(|t| t.values())
-        .any(|o| meta_str(o, "uid") == Some(uid) && waits_for_dependents(o))
 }
 
 /// Every namespaced object in namespace `ns`: (resource, name).

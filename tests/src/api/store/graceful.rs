@@ -3,13 +3,14 @@
 //! not removed: it gets `deletionTimestamp` (now plus its grace period) and
 //! `deletionGracePeriodSeconds`, and stays until its kubelet has stopped its containers
 //! (SIGTERM, SIGKILL once the grace period is over) and deletes it with grace period 0. A
-//! second delete can only shorten the grace period. An owner deleted with propagation
-//! Foreground stays (finalizer `foregroundDeletion`) until its dependents are gone. An object
-//! with other finalizers (a Job's pod: `batch.kubernetes.io/job-tracking`) stays, marked
-//! deleted, until they are removed; the update that removes the last one removes it.
+//! second delete can only shorten the grace period. An object with finalizers (a Job's pod:
+//! `batch.kubernetes.io/job-tracking`; the garbage collector's `foregroundDeletion` is `gc`'s)
+//! stays, marked deleted, until they are removed; the update that removes the last one removes
+//! it.
 
 use super::event::EventType;
-use super::object::{meta_str, Obj};
+use super::gc::held_by_finalizers;
+use super::object::Obj;
 use super::params::DeleteOptions;
 use super::state::{Inner, Store};
 use crate::api::defaults::{now_secs, rfc3339};
@@ -17,9 +18,6 @@ use crate::api::resources::ResourceType;
 use crate::api::status::ApiError;
 use serde_json::{json, Value};
 use std::sync::Arc;
-
-/// The finalizer of an owner waiting for its dependents (propagation Foreground).
-pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 
 /// A pod's grace period when none is given or set (the API's default).
 const DEFAULT_GRACE: i64 = 30;
@@ -100,101 +98,6 @@ impl Store {
         Some(self.commit(g, rt, EventType::Modified, doc, Some(old.clone())))
     }
 
-    /// Starts the Foreground deletion of `old`, which has dependents: it gets its
-    /// `deletionTimestamp` and the finalizer, its dependents are deleted, and it goes with the
-    /// last of them.
-    pub(super) fn delete_in_foreground(
-        &self,
-        g: &mut Inner,
-        rt: &'static ResourceType,
-        old: &Obj,
-        uid: &str,
-        opts: &DeleteOptions,
-    ) -> Obj {
-        let mut doc = (**old).clone();
-        let m = &mut doc["metadata"];
-        if m["deletionTimestamp"].is_null() {
-            m["deletionTimestamp"] = json!(rfc3339(now_secs()));
-            m["deletionGracePeriodSeconds"] = json!(0);
-        }
-        if !m["finalizers"].is_array() {
-            m["finalizers"] = json!([]);
-        }
-        let f = m["finalizers"].as_array_mut().expect("an array");
-        if !f.iter().any(|x| x == FOREGROUND_FINALIZER) {
-            f.push(json!(FOREGROUND_FINALIZER));
-        }
-        if opts.dry_run {
-            return Arc::new(doc);
-        }
-        let marked = self.commit(g, rt, EventType::Modified, doc, Some(old.clone()));
-        self.collect_dependents(g, uid, false);
-        if !has_blocking_dependents(g, uid) {
-            // Nothing (left) to wait for.
-            let ns = meta_str(&marked, "namespace").unwrap_or("").to_string();
-            let name = meta_str(&marked, "name").unwrap_or("").to_string();
-            if let Ok(cur) = g.stored(rt, &ns, &name) {
-                if meta_str(&cur, "uid") == Some(uid) {
-                    return self.release_foreground(g, rt, &cur).unwrap_or(cur);
-                }
-            }
-        }
-        marked
-    }
-
-    /// Ends the foreground wait of `owner`: it loses the finalizer `foregroundDeletion` and
-    /// is removed, unless other finalizers still hold it.
-    fn release_foreground(
-        &self,
-        g: &mut Inner,
-        rt: &'static ResourceType,
-        owner: &Obj,
-    ) -> Option<Obj> {
-        let mut doc = (**owner).clone();
-        if let Some(f) = doc["metadata"]["finalizers"].as_array_mut() {
-            f.retain(|x| x != FOREGROUND_FINALIZER);
-        }
-        if held_by_finalizers(&doc) {
-            return Some(self.commit(g, rt, EventType::Modified, doc, Some(owner.clone())));
-        }
-        self.remove_locked(g, rt, owner).ok()
-    }
-
-    /// After `gone` was removed: each of its owners that waits for its dependents
-    /// (Foreground) and has no blocking one (`blockOwnerDeletion`) left is released.
-    pub(super) fn finish_foreground_owners(&self, g: &mut Inner, gone: &Value) {
-        let ns = meta_str(gone, "namespace").unwrap_or("").to_string();
-        let owners: Vec<Value> = gone
-            .pointer("/metadata/ownerReferences")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        for o in owners {
-            let uid = o["uid"].as_str().unwrap_or("");
-            if has_blocking_dependents(g, uid) {
-                continue;
-            }
-            let (av, kind) = (
-                o["apiVersion"].as_str().unwrap_or(""),
-                o["kind"].as_str().unwrap_or(""),
-            );
-            let Some(ort) = g.kind_of(av, kind) else {
-                continue;
-            };
-            let oname = o["name"].as_str().unwrap_or("");
-            let ons = if ort.namespaced { ns.as_str() } else { "" };
-            let Ok(owner) = g.stored(ort, ons, oname) else {
-                continue;
-            };
-            let waiting = owner["metadata"]["finalizers"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == FOREGROUND_FINALIZER));
-            if meta_str(&owner, "uid") == Some(uid) && waiting {
-                let _ = self.release_foreground(g, ort, &owner);
-            }
-        }
-    }
-
     /// Removes `old` from the store now (the last step of every delete).
     pub(super) fn remove_locked(
         &self,
@@ -211,34 +114,6 @@ impl Store {
         self.finish_foreground_owners(g, old);
         Ok(deleted)
     }
-}
-
-/// Whether the object with `uid` has a dependent that blocks its deletion
-/// (`blockOwnerDeletion: true` in the reference to it).
-fn has_blocking_dependents(g: &Inner, uid: &str) -> bool {
-    let Some(deps) = g.dependents.get(uid) else {
-        return false;
-    };
-    deps.iter().any(|(k, ns, name)| {
-        g.tables
-            .get(k)
-            .and_then(|t| t.get(&(ns.clone(), name.clone())))
-            .and_then(|o| o.pointer("/metadata/ownerReferences"))
-            .and_then(Value::as_array)
-            .is_some_and(|refs| {
-                refs.iter().any(|r| {
-                    r["uid"].as_str() == Some(uid) && r["blockOwnerDeletion"] == json!(true)
-                })
-            })
-    })
-}
-
-/// Whether `obj` has a finalizer other than `foregroundDeletion` (which its dependents' end
-/// completes): its deletion waits for whoever set it.
-pub(super) fn held_by_finalizers(obj: &Value) -> bool {
-    obj.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|f| f.iter().any(|x| x != FOREGROUND_FINALIZER))
 }
 
 /// Whether `obj`, being deleted, waits only for finalizers and has none left: an update that

@@ -3,13 +3,14 @@
 //!
 //! `state` is the store itself and the commit of a change, `object` a stored object's helpers,
 //! `event` the changes watchers see, `params` what the operations take and give; one file per
-//! kind of operation (`create`, `read`, `update`, `delete` with `graceful`, and `typed` for k8s-openapi types).
+//! kind of operation (`create`, `read`, `update`, `delete` with `graceful`, and `typed` for
+//! k8s-openapi types); `gc` the garbage collector (dependents of a deleted object, Foreground
+//! deletion, objects whose owners are gone).
 
 mod create;
 mod delete;
 mod event;
-#[cfg(test)]
-mod gc_tests;
+mod gc;
 mod graceful;
 mod kinds;
 mod managed;
@@ -23,7 +24,7 @@ mod typed;
 mod update;
 
 pub use event::{EventType, StoreEvent, WatchStart};
-pub use graceful::FOREGROUND_FINALIZER;
+pub use gc::FOREGROUND_FINALIZER;
 pub use managed::FieldOwner;
 pub use object::{from_obj, Obj};
 pub use params::{DeleteOptions, ListQuery, ListResult, Part, Patch};

@@ -1,9 +1,9 @@
 //! The Job, StatefulSet, JobSet, Deployment and ReplicaSet controllers: they expand those
 //! objects into pods (a JobSet into Jobs, a Deployment into ReplicaSets) as the real
-//! controllers do and keep their status up to date; and the garbage collector's sweep of
-//! objects whose owners went before them (the store collects the dependents of an object
-//! deleted later itself). They only use the store, so they also run
-//! next to an API server without pods ([`spawn`]).
+//! controllers do and keep their status up to date. Their event loop also hands each change to
+//! the store's garbage collector (`api::store::gc`: an object whose owners went before it was
+//! made goes too). They only use the store, so they also run next to an API server without
+//! pods ([`spawn`]).
 //!
 //! This file routes store events to the controllers; one file per controller (`job`,
 //! `statefulset`, `jobset`, `deployment` with the ReplicaSet's), with the Job's policies (`job_policy`) and index sets (`indexes`) beside
@@ -62,10 +62,7 @@ async fn run(store: Store) {
             Ok(ev) => {
                 let (ns, name) = (ev.namespace.as_str(), ev.name.as_str());
                 // The garbage collector: an object made after its owner went goes too.
-                if ev.kind != crate::api::EventType::Deleted
-                    && ev.object.pointer("/metadata/ownerReferences").is_some()
-                    && store.collect_dangling(ev.resource, ns, name)
-                {
+                if store.collect_if_dangling(&ev) {
                     continue;
                 }
                 if std::ptr::eq(ev.resource, &JOBS) {

@@ -1,9 +1,9 @@
 //! Garbage collection through ownerReferences, for every kind (custom ones too).
 
-use super::graceful::FOREGROUND_FINALIZER;
-use super::params::{DeleteOptions, Part};
-use super::state::Store;
+use super::FOREGROUND_FINALIZER;
 use crate::api::resources::{CONFIGMAPS, CUSTOMRESOURCEDEFINITIONS, NAMESPACES, PODS, SECRETS};
+use crate::api::store::params::{DeleteOptions, Part};
+use crate::api::store::state::Store;
 use serde_json::{json, Value};
 
 fn store() -> Store {
