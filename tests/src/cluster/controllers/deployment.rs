@@ -12,6 +12,9 @@ use crate::api::{DeleteOptions, Part, Store};
 use serde_json::{json, Value};
 use std::hash::{Hash, Hasher};
 
+#[cfg(test)]
+mod tests;
+
 /// The label a Deployment's ReplicaSets and their pods carry.
 const HASH_LABEL: &str = "pod-template-hash";
 

@@ -17,8 +17,6 @@ use tokio::sync::broadcast::error::RecvError;
 
 mod conditions;
 mod deployment;
-#[cfg(test)]
-mod deployment_tests;
 mod indexes;
 mod job;
 mod job_policy;

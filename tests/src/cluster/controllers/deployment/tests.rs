@@ -1,7 +1,7 @@
 //! The Deployment and ReplicaSet controllers against a store (no kubelet: pods are marked
 //! running and ready by hand).
 
-use super::deployment::{reconcile_deployment, reconcile_replicaset};
+use super::{reconcile_deployment, reconcile_replicaset};
 use crate::api::resources::{DEPLOYMENTS, NAMESPACES, PODS, REPLICASETS};
 use crate::api::{DeleteOptions, ListQuery, Part, Store};
 use serde_json::{json, Value};
