@@ -157,7 +157,7 @@ fn up_exec_kill_status_down() {
         stat.is_empty() || stat.contains(") Z "),
         "server still running: {stat}"
     );
-    let left = sandbox::podnet::leftovers(&prefix);
+    let left = sandbox::runtime::podnet::leftovers(&prefix);
     assert!(left.is_empty(), "left behind: {left}");
     let out = sandbox(&state, &["status"]);
     assert!(

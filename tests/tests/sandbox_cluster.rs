@@ -4,7 +4,7 @@
 use sandbox::api::Obj;
 use sandbox::cluster::{Cluster, ClusterOptions};
 use sandbox::harness::unique;
-use sandbox::podnet;
+use sandbox::runtime::podnet;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -5,7 +5,8 @@
 use sandbox::api::Obj;
 use sandbox::cluster::{Cluster, ClusterOptions};
 use sandbox::harness::unique;
-use sandbox::{images, podnet};
+use sandbox::images;
+use sandbox::runtime::podnet;
 use std::process::Command;
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 
 use sandbox::cluster::{Cluster, ClusterOptions};
 use sandbox::harness::unique;
-use sandbox::podnet;
+use sandbox::runtime::podnet;
 use std::net::{SocketAddr, TcpStream};
 use std::process::Stdio;
 use std::time::{Duration, Instant};

@@ -8,7 +8,8 @@
 use sandbox::api::Obj;
 use sandbox::cluster::{Cluster, ClusterOptions};
 use sandbox::harness::unique;
-use sandbox::{images, podnet};
+use sandbox::images;
+use sandbox::runtime::podnet;
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

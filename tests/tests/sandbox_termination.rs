@@ -11,7 +11,7 @@ use sandbox::api::{EventType, Obj, StoreEvent};
 use sandbox::cluster::{Cluster, ClusterOptions};
 use sandbox::harness::unique;
 use sandbox::kubectl::{run as kubectl, run_ok as kubectl_ok};
-use sandbox::podnet;
+use sandbox::runtime::podnet;
 use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;

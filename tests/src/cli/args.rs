@@ -131,7 +131,7 @@ fn max_pods(s: &str) -> Result<usize, String> {
         Ok(n) if (1..=max).contains(&n) => Ok(n),
         _ => Err(format!(
             "{s:?} is not a pod count from 1 to {max}: the sandbox's pod network is a /{} with {max} pod addresses",
-            crate::podnet::PREFIX_LEN
+            crate::runtime::podnet::PREFIX_LEN
         )),
     }
 }

@@ -49,7 +49,7 @@ pub(super) fn exec(dir: &Path, pod: &str, argv: &[String]) -> Result<i32> {
     if !pid_alive(info.pid) {
         bail!("pod {} is not running any more", p.name);
     }
-    let status = crate::podnet::exec_command(
+    let status = crate::runtime::podnet::exec_command(
         info.pid,
         Path::new(&info.workdir),
         info.container.as_deref(),
@@ -133,10 +133,10 @@ pub(super) fn down(dir: &Path) -> Result<()> {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    let left = crate::podnet::leftovers(&s.network_prefix);
+    let left = crate::runtime::podnet::leftovers(&s.network_prefix);
     if !left.is_empty() {
         cleanup_stale(dir, &s)?;
-        let again = crate::podnet::leftovers(&s.network_prefix);
+        let again = crate::runtime::podnet::leftovers(&s.network_prefix);
         if !again.is_empty() {
             bail!("could not remove everything the sandbox made: {again}");
         }

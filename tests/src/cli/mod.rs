@@ -58,7 +58,7 @@ pub fn main() -> i32 {
 }
 
 fn sweep() -> Result<()> {
-    let removed = crate::podnet::cleanup_dead_networks()?;
+    let removed = crate::runtime::podnet::cleanup_dead_networks()?;
     if removed.is_empty() {
         println!("prrte-k8s-sandbox sweep: nothing left by a dead sandbox or test run");
     }

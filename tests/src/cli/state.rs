@@ -56,7 +56,7 @@ pub(super) fn running(dir: &Path) -> Result<StateFile> {
 
 pub(super) fn cleanup_stale(dir: &Path, s: &StateFile) -> Result<()> {
     if !s.network_prefix.is_empty() {
-        let l = crate::podnet::cleanup_leftovers(&s.network_prefix)
+        let l = crate::runtime::podnet::cleanup_leftovers(&s.network_prefix)
             .context("removing what a dead sandbox left behind")?;
         if !l.is_empty() {
             eprintln!("prrte-k8s-sandbox: removed leftovers of a dead sandbox: {l}");

@@ -7,7 +7,7 @@ pub mod security;
 
 use crate::api::resources::{NODES, PODS};
 use crate::api::{ApiOptions, ApiServer, Obj, Part, Store};
-use crate::podnet::Network;
+use crate::runtime::podnet::Network;
 use anyhow::{anyhow, bail, Context, Result};
 use kubelet::Kubelet;
 use serde_json::{json, Value};
@@ -22,7 +22,7 @@ pub use kubelet::{ExecInfo, SA_MOUNT};
 /// The most pods the node can run at once: the pod network is a /23 (a node's pod CIDR for
 /// more than 254 pods), all of whose addresses but the first, the gateway's (also the API
 /// server's) and the last are the pods'.
-pub const MAX_NODE_PODS: usize = crate::podnet::MAX_PODS;
+pub const MAX_NODE_PODS: usize = crate::runtime::podnet::MAX_PODS;
 
 /// How to start a [`Cluster`].
 #[derive(Clone, Debug)]
@@ -71,7 +71,7 @@ impl Cluster {
             bail!(
                 "max_pods {} is more than the node's pod network holds: its /{} has {MAX_NODE_PODS} pod addresses; ask for at most {MAX_NODE_PODS} pods",
                 opts.max_pods,
-                crate::podnet::PREFIX_LEN
+                crate::runtime::podnet::PREFIX_LEN
             );
         }
         let (tmp, dir) = match &opts.dir {

@@ -2,8 +2,8 @@
 //! CRI runtime (containerd) compute it: user, groups, capabilities, `no_new_privs`, read-only
 //! root; and the kubelet's `runAsNonRoot` check with its own error messages.
 
-use crate::container::{cap_name, DEFAULT_CAPABILITIES};
 use crate::images::{self, ImageConfig};
+use crate::runtime::container::{cap_name, DEFAULT_CAPABILITIES};
 use serde_json::Value;
 use std::path::Path;
 

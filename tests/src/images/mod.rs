@@ -6,7 +6,7 @@
 //! from a `buildah from --pull-never` working container, mounted once per image and sandbox
 //! (`buildah mount`) and removed when the sandbox stops; every pod stacks its own writable
 //! layer on it. The working containers are named after the sandbox's network prefix, so
-//! [`crate::podnet::leftovers`] finds them if a sandbox was killed.
+//! [`crate::runtime::podnet::leftovers`] finds them if a sandbox was killed.
 
 mod buildah;
 mod test_image;

@@ -263,7 +263,7 @@ fn ready_to_run(args: &mut Args) -> Result<()> {
     if let Some(n) = args.pods.iter().find(|n| **n > most) {
         bail!(
             "--pods {n}: the sandbox node holds at most {most} pods (its pod network is a /{}); ask for at most {most}",
-            sandbox::podnet::PREFIX_LEN
+            sandbox::runtime::podnet::PREFIX_LEN
         );
     }
     if args.grow.contains(&0) {

@@ -2,7 +2,7 @@
 //! previous run and the `terminated` object of a container that ended.
 
 use super::containers::PodContainer;
-use crate::podnet::PodExit;
+use crate::runtime::podnet::PodExit;
 use serde_json::{json, Value};
 
 /// A container's state.

@@ -1,6 +1,6 @@
 //! What the node keeps per pod it runs, and the messages it sends the pod's worker thread.
 
-use crate::podnet::RunningPod;
+use crate::runtime::podnet::RunningPod;
 use anyhow::Result;
 use std::path::PathBuf;
 use std::sync::mpsc::Sender;

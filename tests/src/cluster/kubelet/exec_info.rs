@@ -14,7 +14,7 @@ pub struct ExecInfo {
     pub workdir: String,
     pub env: Vec<(String, String)>,
     /// The init program's configuration when the pod runs an image (exec then enters the
-    /// container's root as its user: see [`crate::podnet::exec_command`]).
+    /// container's root as its user: see [`crate::runtime::podnet::exec_command`]).
     #[serde(default)]
     pub container: Option<PathBuf>,
 }

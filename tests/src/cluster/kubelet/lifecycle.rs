@@ -14,7 +14,7 @@ use super::worker::{initial_statuses, Worker, PREPARE_RETRY};
 use crate::api::defaults::now_rfc3339;
 use crate::api::resources::PODS;
 use crate::api::Part;
-use crate::podnet::PodSpec;
+use crate::runtime::podnet::PodSpec;
 use anyhow::{anyhow, Context, Result};
 use serde_json::{json, Value};
 use std::collections::HashSet;

@@ -16,7 +16,7 @@ use crate::api::defaults::now_rfc3339;
 use crate::api::resources::PODS;
 use crate::api::{ApiServer, EventType, Part, Store};
 use crate::images::ImageStore;
-use crate::podnet::Network;
+use crate::runtime::podnet::Network;
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 use std::collections::HashMap;

@@ -9,7 +9,7 @@ use crate::api::defaults::now_rfc3339;
 use crate::api::resources::{EVENTS, PODS};
 use crate::api::{ApiServer, Part, Store};
 use crate::images::ImageStore;
-use crate::podnet::{Network, RunningPod};
+use crate::runtime::podnet::{Network, RunningPod};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::mpsc::Receiver;

@@ -9,7 +9,7 @@ use super::prepare::{PrepareError, Prepared};
 use super::probe::Readiness;
 use super::worker::{PodFailure, Worker, PREPARE_RETRY};
 use crate::api::defaults::now_rfc3339;
-use crate::podnet::ContainerSpec;
+use crate::runtime::podnet::ContainerSpec;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

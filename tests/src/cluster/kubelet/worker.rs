@@ -11,7 +11,7 @@ use super::prepare::PodPrep;
 use super::probe::Readiness;
 use super::status::{set_cond_reason, PodView};
 use crate::api::defaults::now_rfc3339;
-use crate::podnet::{PodExit, RunningPod};
+use crate::runtime::podnet::{PodExit, RunningPod};
 use serde_json::json;
 use std::net::Ipv4Addr;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};

@@ -8,8 +8,8 @@ use super::prepared::Prepared;
 use super::volumes::Mounts;
 use crate::cluster::kubelet::containers::PodContainer;
 use crate::cluster::security::Security;
-use crate::container::Container;
 use crate::images::MountedImage;
+use crate::runtime::container::Container;
 use std::path::{Path, PathBuf};
 
 type Env = Vec<(String, String)>;
@@ -114,7 +114,7 @@ fn on_host(
         .rev()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| crate::podnet::DEFAULT_PATH.to_string());
+        .unwrap_or_else(|| crate::runtime::podnet::DEFAULT_PATH.to_string());
     if !executable_exists(&command[0], &path_var) {
         return Err(fatal(format!(
             "failed to start container {cname}: exec: {:?}: executable file not found in $PATH ({path_var}); sandbox pods run programs of the host filesystem",

@@ -2,7 +2,7 @@
 //! in.
 
 use super::volumes::Volumes;
-use crate::container::Container;
+use crate::runtime::container::Container;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 

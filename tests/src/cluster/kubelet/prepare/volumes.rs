@@ -8,7 +8,7 @@ use crate::api::resources::{CONFIGMAPS, SECRETS, SERVICEACCOUNTS};
 use crate::cluster::kubelet::containers::PodContainer;
 use crate::cluster::kubelet::fields::s;
 use crate::cluster::kubelet::pod::PodCtx;
-use crate::container::Tmpfs;
+use crate::runtime::container::Tmpfs;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;

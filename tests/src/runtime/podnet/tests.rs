@@ -6,7 +6,7 @@ use super::pod::RunningPod;
 use super::process::PodExit;
 use super::procfs::{comm, ns_id, parent_of};
 use super::spec::{ContainerSpec, PodSpec};
-use crate::container::DEFAULT_PATH;
+use crate::runtime::container::DEFAULT_PATH;
 use std::collections::HashSet;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};

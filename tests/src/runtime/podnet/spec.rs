@@ -1,7 +1,7 @@
 //! What to run in a pod: the pod's identity on the network and its containers.
 
 use super::cidr::PodCidr;
-use crate::container::Container;
+use crate::runtime::container::Container;
 use anyhow::{bail, Context, Result};
 use std::fs;
 use std::net::Ipv4Addr;
@@ -52,7 +52,7 @@ pub struct ContainerSpec {
     /// program's error messages.
     pub log_path: PathBuf,
     /// Run in an image's root filesystem with these settings instead of the host's filesystem
-    /// (see [`crate::container`]).
+    /// (see [`crate::runtime::container`]).
     pub image: Option<Container>,
 }
 

@@ -23,7 +23,7 @@
 //!   host are created only inside the container: the nearest existing ancestor directory is
 //!   covered by a private tmpfs that keeps the ancestor's entries visible through bind mounts,
 //!   and the missing directories are made on that tmpfs. A container with an image runs in the
-//!   image's root filesystem instead (see [`crate::container`]). Two containers that mount the
+//!   image's root filesystem instead (see [`crate::runtime::container`]). Two containers that mount the
 //!   same host directory (an emptyDir) see the same files;
 //! * its own **PID namespace**: the container command is PID 1, and killing it ends every
 //!   process of the container, including the ones started later with [`RunningPod::exec_in`].
@@ -48,8 +48,6 @@
 //! `leftovers`.
 
 mod cidr;
-#[cfg(test)]
-mod container_tests;
 mod host;
 mod leftovers;
 mod mounts;
@@ -74,4 +72,4 @@ pub use spec::{ContainerSpec, PodSpec};
 
 pub use names::{DEFAULT_HOME, NAME_PREFIX, STATE_DIR};
 
-pub use crate::container::DEFAULT_PATH;
+pub use crate::runtime::container::DEFAULT_PATH;

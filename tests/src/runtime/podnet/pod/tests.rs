@@ -1,10 +1,11 @@
-//! Several containers in one pod: what they share (network, hostname, IPC, mounted host
-//! directories) and what each has of its own (processes, restarts).
+//! Several containers in one pod ([`RunningPod::start_container`]): what they share (network,
+//! hostname, IPC, mounted host directories) and what each has of its own (processes,
+//! restarts).
 
-use super::leftovers::leftovers;
-use super::network::Network;
-use super::pod::RunningPod;
-use super::spec::{ContainerSpec, PodSpec};
+use super::RunningPod;
+use crate::runtime::podnet::leftovers::leftovers;
+use crate::runtime::podnet::network::Network;
+use crate::runtime::podnet::spec::{ContainerSpec, PodSpec};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::thread::sleep;
@@ -195,7 +196,7 @@ fn podnet_a_restart_does_not_wait_for_a_namespace_that_took_the_ended_one_s_name
         .unwrap();
     let pidns = |c: &str| {
         let pid = pod.container_pid(c).expect("a running container's PID 1");
-        super::procfs::ns_id(pid, "pid").expect("its PID namespace")
+        crate::runtime::podnet::procfs::ns_id(pid, "pid").expect("its PID namespace")
     };
     let until_go = "until [ -e /srv/pk8s-shared/go ]; do sleep 0.05; done";
     let once = container(dir.path(), "once", &["sh", "-c", until_go], &shared);

@@ -1,6 +1,6 @@
 //! Containers: sandbox pods that run in an image's root filesystem.
 //!
-//! A container with an [`crate::podnet::ContainerSpec::image`] does not share the host's
+//! A container with an [`crate::runtime::podnet::ContainerSpec::image`] does not share the host's
 //! filesystem. Its PID 1 starts as the small program `prrte-k8s-sandbox-init` (a binary of this
 //! crate), which, inside the container's fresh mount and PID namespaces (in the pod's network,
 //! UTS and IPC namespaces) and as root:

@@ -9,7 +9,7 @@ use super::sandbox::mounts_hosts;
 use super::spawn::{start_container, Launch};
 use super::spec::ContainerSpec;
 use super::state::{lock, NetState, PodInner};
-use crate::container::Container;
+use crate::runtime::container::Container;
 use anyhow::{bail, Result};
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -18,6 +18,9 @@ use std::process::Command;
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+
+#[cfg(test)]
+mod tests;
 
 /// A pod started by [`super::Network::start_pod`] or [`super::Network::start_sandbox`].
 /// Dropping it kills everything in the pod and deletes its network namespace and veth.
@@ -359,7 +362,7 @@ pub fn exec_command(
         .unwrap_or_else(|_| PathBuf::from("/usr/bin/nsenter"));
     let mut c = Command::new(nsenter);
     c.arg("--target").arg(pid1.to_string());
-    match (container, crate::container::init_binary()) {
+    match (container, crate::runtime::container::init_binary()) {
         (Some(config), Ok(init)) => {
             // The init program enters the mount namespace itself (its own path is a host path)
             // and drops to the container's user.

@@ -1,6 +1,6 @@
 //! Starting a container's process in its pod: PID 1 of fresh mount and PID namespaces inside
 //! the pod's network, UTS and IPC namespaces, set up by the host-filesystem setup program
-//! ([`super::mounts`]) or by the image init program ([`crate::container`]), then waiting until
+//! ([`super::mounts`]) or by the image init program ([`crate::runtime::container`]), then waiting until
 //! it has become the container command.
 
 use super::host::Tools;
@@ -11,7 +11,7 @@ use super::procfs::{children_of, cmdline, ns_id, runtime_errors, tail_of, PidNs}
 use super::sandbox::PodSandbox;
 use super::spec::ContainerSpec;
 use super::state::{lock, PodInner};
-use crate::container::{Container, InitConfig, DEFAULT_PATH};
+use crate::runtime::container::{Container, InitConfig, DEFAULT_PATH};
 use anyhow::{bail, Context, Result};
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -137,7 +137,7 @@ fn image_stage(
     env: &[(String, String)],
     ready: &Path,
 ) -> Result<Stage> {
-    let init = crate::container::init_binary()?;
+    let init = crate::runtime::container::init_binary()?;
     let config = l.dir.join("container.json");
     let ic = InitConfig {
         container: image.clone(),
