@@ -10,7 +10,7 @@
 //! sideways, so the daemons stay in pod 0's (they are found there); a mount namespace cannot be
 //! pinned in a shared mount, so they keep pod 0's (the paths they use are the host's, the same
 //! in every pod).
-use crate::mpijob::{Job, NS};
+use crate::harness::mpijob::{Job, NS};
 use anyhow::{bail, Context, Result};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

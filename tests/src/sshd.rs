@@ -7,7 +7,7 @@
 //! generated key, no PAM), starts `sshd -D` in the background, waits until it listens, and
 //! runs the agent next to it. The sshd dies with the pod's PID namespace.
 use crate::harness;
-use crate::mpijob::{Job, JobSpec};
+use crate::harness::mpijob::{Job, JobSpec};
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;

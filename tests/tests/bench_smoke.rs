@@ -4,7 +4,7 @@
 //! binary runs end to end at 4 pods, writing its JSON and plot, and grows a DVM of 2 pods by 1
 //! (with `prrte-k8s grow` and with a PMIx allocation request, released after).
 #![forbid(unsafe_code)]
-use sandbox::mpijob::{Job, JobSpec};
+use sandbox::harness::mpijob::{Job, JobSpec};
 use sandbox::sshd::{self, Spawn, SshBaseline};
 use std::time::Duration;
 
@@ -24,7 +24,10 @@ async fn ssh_baseline_reaches_dvm_ready_and_pterm_ends_it() {
         );
     }
     // The agents' path first: an agent stopping its prted must leave the pod's sshd alone.
-    let agent_args: Vec<String> = sandbox::mpijob::K8S.iter().map(|s| s.to_string()).collect();
+    let agent_args: Vec<String> = sandbox::harness::mpijob::K8S
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     job.dvm_cycle(
         "prte-agent",
         &agent_args,

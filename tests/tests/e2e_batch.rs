@@ -7,10 +7,10 @@
 //! admits only the pinned ports, only from the job's pods).
 #![forbid(unsafe_code)]
 use sandbox::api::resources::{JOBS, PODS};
-use sandbox::batch_job::{condition, text, BatchJob, NS};
 use sandbox::cluster::Cluster;
 use sandbox::harness;
-use sandbox::mpijob::allreduce_lines;
+use sandbox::harness::batch_job::{condition, text, BatchJob, NS};
+use sandbox::harness::mpijob::allreduce_lines;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::process::Stdio;

@@ -37,7 +37,7 @@ fn text(o: &Output) -> String {
 }
 
 fn repo() -> PathBuf {
-    sandbox::mpijob::repo()
+    sandbox::harness::mpijob::repo()
 }
 
 /// mpi-operator's pi.yaml named `name`, `managedBy` added unless None, its `runPolicy` and
@@ -137,7 +137,8 @@ impl Installed {
         if !out.status.success() {
             bail!("buildah tag {app} {PI_IMAGE}: {}", text(&out));
         }
-        let kubectl = sandbox::kubectl::find().context("no kubectl; run prrte-config/setup.sh")?;
+        let kubectl =
+            sandbox::harness::kubectl::find().context("no kubectl; run prrte-config/setup.sh")?;
         let dir = TestDir::new(test)?;
         let cluster = Cluster::start(ClusterOptions {
             dir: Some(dir.path().join("cluster")),
@@ -152,7 +153,7 @@ impl Installed {
     }
 
     fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<Output> {
-        sandbox::kubectl::with_input(&self.kubectl, &self.cluster, args, stdin)
+        sandbox::harness::kubectl::with_input(&self.kubectl, &self.cluster, args, stdin)
     }
 
     fn kubectl_ok(&self, args: &[&str], stdin: Option<&str>) -> Result<String> {
@@ -473,9 +474,9 @@ async fn mpi_operators_pi_with_managed_by_succeeds_through_the_installed_control
         up[0].contains("prrte-k8s-launcher") && up[0].contains("all 3 of PRRTE's daemons are up"),
         "{describe}"
     );
-    let row = sandbox::kubectl::get_row(&sb.cluster, "mpijob", "pi");
+    let row = sandbox::harness::kubectl::get_row(&sb.cluster, "mpijob", "pi");
     assert_eq!(
-        sandbox::kubectl::cell(&row, "STATE"),
+        sandbox::harness::kubectl::cell(&row, "STATE"),
         "Succeeded",
         "{row:?}"
     );
@@ -831,9 +832,9 @@ async fn the_guides_controller_commands_run_word_for_word() {
     let sb = Installed::bare("ctlguide")
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
-    let (major, minor, git) = sandbox::kubectl::client_version(&sb.kubectl).unwrap();
+    let (major, minor, git) = sandbox::harness::kubectl::client_version(&sb.kubectl).unwrap();
     assert!(
-        major == 1 && minor >= sandbox::kubectl::MIN_KUBECTL_MINOR,
+        major == 1 && minor >= sandbox::harness::kubectl::MIN_KUBECTL_MINOR,
         "kubectl {git}"
     );
     // The user's directory: the repository's deploy/ and their pi.yaml.

@@ -160,7 +160,8 @@ async fn agent_killed_mid_launch_fails_naming_the_pod() {
 async fn missing_rbac_names_the_permission() {
     let job = Job::start(JobSpec::new("norbac", 2)).await.unwrap();
     // Take the launcher's rights away: delete its RoleBinding.
-    let kubectl = sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
+    let kubectl =
+        sandbox::harness::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
     let out = harness::run_with_timeout(
         {
             let mut c = std::process::Command::new(&kubectl);

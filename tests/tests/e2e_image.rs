@@ -5,8 +5,8 @@
 //! mpi4py. Nothing from the host is mounted into the pods.
 #![forbid(unsafe_code)]
 use sandbox::cluster::{Cluster, ClusterOptions};
+use sandbox::harness::mpijob::{allreduce_lines, text, NS};
 use sandbox::harness::{run_with_timeout, TestDir};
-use sandbox::mpijob::{allreduce_lines, text, NS};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -101,7 +101,7 @@ async fn indexed_job_from_the_image_runs_mpirun_with_ras_and_plm_k8s_as_uid_1000
     })
     .await
     .unwrap();
-    let rbac = sandbox::mpijob::rbac_yaml(&job).unwrap();
+    let rbac = sandbox::harness::mpijob::rbac_yaml(&job).unwrap();
     cluster.apply_yaml(&rbac).unwrap();
     let secret = format!("{:032x}", rand::random::<u128>());
     cluster.apply_yaml(&job_yaml(&job, &secret)).unwrap();

@@ -142,7 +142,8 @@ impl Sandbox {
         if sandbox::images::inspect(INJECT_IMAGE)?.is_none() {
             bail!("the image {INJECT_IMAGE} is not in the local store; run `make image`");
         }
-        let kubectl = sandbox::kubectl::find().context("no kubectl; run prrte-config/setup.sh")?;
+        let kubectl =
+            sandbox::harness::kubectl::find().context("no kubectl; run prrte-config/setup.sh")?;
         let dir = TestDir::new(test)?;
         let cluster = Cluster::start(ClusterOptions {
             dir: Some(dir.path().join("cluster")),
@@ -157,7 +158,7 @@ impl Sandbox {
     }
 
     fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<Output> {
-        sandbox::kubectl::with_input(&self.kubectl, &self.cluster, args, stdin)
+        sandbox::harness::kubectl::with_input(&self.kubectl, &self.cluster, args, stdin)
     }
 
     /// `prrte-k8s manifest --from-mpijob FILE` of `yaml`, then `kubectl apply -f -`.

@@ -8,8 +8,8 @@
 #![forbid(unsafe_code)]
 use anyhow::{bail, Context, Result};
 use sandbox::api::resources::{JOBSETS, PODS};
-use sandbox::batch_job::{condition, text, NS};
 use sandbox::cluster::{pod_ready, Cluster, ClusterOptions};
+use sandbox::harness::batch_job::{condition, text, NS};
 use sandbox::harness::{self, Guarded, TestDir};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -148,7 +148,8 @@ async fn deleting_a_worker_pod_restarts_the_interactive_jobset_and_pod_0_names_i
     harness::require_prrte().unwrap();
     let js = harness::unique("idel");
     let dir = TestDir::new(&js).unwrap();
-    let kubectl_bin = sandbox::kubectl::find().expect("no kubectl; run prrte-config/setup.sh");
+    let kubectl_bin =
+        sandbox::harness::kubectl::find().expect("no kubectl; run prrte-config/setup.sh");
     let cluster = Cluster::start(ClusterOptions {
         dir: Some(dir.path().join("cluster")),
         ..Default::default()

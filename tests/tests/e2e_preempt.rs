@@ -241,7 +241,8 @@ fn evict_pod_2(job: &Job) -> (u128, u32) {
         ),
     )
     .unwrap();
-    let kubectl = sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
+    let kubectl =
+        sandbox::harness::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
     let t0 = now_ms();
     let out = Command::new(kubectl)
         .arg("--kubeconfig")

@@ -13,9 +13,9 @@
 #![forbid(unsafe_code)]
 use anyhow::{bail, Result};
 use sandbox::api::resources::{JOBS, JOBSETS, PODS};
-use sandbox::batch_job::{condition, text, BatchJob, NS};
+use sandbox::harness::batch_job::{condition, text, BatchJob, NS};
+use sandbox::harness::kubectl::{cell, get_row};
 use sandbox::harness::TestDir;
-use sandbox::kubectl::{cell, get_row};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -247,7 +247,8 @@ async fn doctor_names_failures_and_remedies() {
         "exactly the three broken things: {t}"
     );
 
-    let kubectl = sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
+    let kubectl =
+        sandbox::harness::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
     let mut c = std::process::Command::new(&kubectl);
     c.arg("--kubeconfig").arg(job.cluster.kubeconfig()).args([
         "delete",

@@ -780,11 +780,11 @@ async fn object_semantics() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_wide_watch_and_delete() {
     use tokio::io::AsyncBufReadExt;
-    let kubectls = sandbox::kubectl::all();
+    let kubectls = sandbox::harness::kubectl::all();
     assert!(
         !kubectls.is_empty(),
         "no kubectl found: set PRRTE_K8S_KUBECTL or run prrte-config/setup.sh (it installs {})",
-        sandbox::kubectl::SETUP_KUBECTL
+        sandbox::harness::kubectl::SETUP_KUBECTL
     );
     let server = ApiServer::start(ApiOptions::default()).await.unwrap();
     let c = admin(&server).await;

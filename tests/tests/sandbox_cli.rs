@@ -120,7 +120,7 @@ fn up_exec_kill_status_down() {
     );
 
     // The kubeconfig works for kubectl.
-    if let Some(kubectl) = sandbox::kubectl::find() {
+    if let Some(kubectl) = sandbox::harness::kubectl::find() {
         let out = Command::new(kubectl)
             .arg("--kubeconfig")
             .arg(&kubeconfig)

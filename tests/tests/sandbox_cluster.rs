@@ -343,7 +343,7 @@ spec:
     let sleeper = format!("{t}-sleeper");
     let pids = cluster.pod_host_pids(&sleeper).unwrap();
     assert!(!pids.is_empty());
-    if let Some(kubectl) = sandbox::kubectl::find() {
+    if let Some(kubectl) = sandbox::harness::kubectl::find() {
         let out = Command::new(&kubectl)
             .arg("--kubeconfig")
             .arg(cluster.kubeconfig())

@@ -469,7 +469,8 @@ async fn kubectl(
     stdin: Option<&str>,
 ) -> (bool, String, String) {
     use tokio::io::AsyncWriteExt;
-    let exe = sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
+    let exe =
+        sandbox::harness::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
     let mut cmd = tokio::process::Command::new(exe);
     cmd.arg("--kubeconfig")
         .arg(server.admin_kubeconfig())

@@ -38,7 +38,7 @@ spec:
         .wait_ready("default", &selector, 2, WAIT)
         .await
         .unwrap();
-    let (ok, out, err) = sandbox::kubectl::run(
+    let (ok, out, err) = sandbox::harness::kubectl::run(
         &cluster,
         &[
             "rollout",
@@ -48,7 +48,7 @@ spec:
         ],
     );
     assert!(ok && out.contains("successfully rolled out"), "{out} {err}");
-    let row = sandbox::kubectl::get_row(&cluster, "deployment", &name);
+    let row = sandbox::harness::kubectl::get_row(&cluster, "deployment", &name);
     assert!(
         row.iter().any(|(h, v)| h == "READY" && v == "2/2"),
         "{row:?}"
@@ -58,7 +58,7 @@ spec:
     let victim = pods[0]["metadata"]["name"].as_str().unwrap().to_string();
     let victim_pids = cluster.pod_host_pids(&victim).unwrap();
     assert!(!victim_pids.is_empty());
-    sandbox::kubectl::run_ok(&cluster, &["delete", "pod", &victim, "--wait=false"]);
+    sandbox::harness::kubectl::run_ok(&cluster, &["delete", "pod", &victim, "--wait=false"]);
     let now = sandbox::cluster::wait_pods(&cluster.store(), "default", &selector, WAIT, |ps| {
         let fresh: Vec<_> = ps
             .iter()
@@ -91,7 +91,7 @@ spec:
                 .unwrap()
         })
         .collect();
-    sandbox::kubectl::run_ok(&cluster, &["delete", "deployment", &name]);
+    sandbox::harness::kubectl::run_ok(&cluster, &["delete", "deployment", &name]);
     let deadline = Instant::now() + WAIT;
     loop {
         let left = cluster

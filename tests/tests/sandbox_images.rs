@@ -20,7 +20,8 @@ fn ok_in(c: &Cluster, pod: &str, script: &str) -> String {
 
 /// `kubectl get pod NAME` (the table kubectl prints).
 fn kubectl_get(c: &Cluster, ns: &str, pod: &str) -> String {
-    let kubectl = sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
+    let kubectl =
+        sandbox::harness::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
     let cache = tempfile::tempdir().unwrap();
     let out = Command::new(&kubectl)
         .arg("--kubeconfig")

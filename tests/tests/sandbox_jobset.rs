@@ -9,8 +9,8 @@
 use sandbox::api::resources::{JOBS, JOBSETS, PODS};
 use sandbox::api::{EventType, Obj};
 use sandbox::cluster::{Cluster, ClusterOptions};
+use sandbox::harness::kubectl::{cell, get_row as row, run_ok as kubectl_ok};
 use sandbox::harness::unique;
-use sandbox::kubectl::{cell, get_row as row, run_ok as kubectl_ok};
 use sandbox::runtime::podnet;
 use serde_json::Value;
 use std::path::Path;

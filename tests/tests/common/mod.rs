@@ -1,4 +1,4 @@
-//! The end-to-end tests' MPI job fixture lives in the library (`sandbox::mpijob`), shared with
+//! The end-to-end tests' MPI job fixture lives in the library (`sandbox::harness::mpijob`), shared with
 //! the launch benchmark.
 #![allow(unused_imports)]
-pub use sandbox::mpijob::*;
+pub use sandbox::harness::mpijob::*;

@@ -22,7 +22,7 @@ use anyhow::{bail, Context, Result};
 use sandbox::api::resources::{JOBS, PODS};
 use sandbox::cluster::pod_ready;
 use sandbox::harness;
-use sandbox::mpijob::{wait_for_text, ElasticJob, Job, JobSpec, NS};
+use sandbox::harness::mpijob::{wait_for_text, ElasticJob, Job, JobSpec, NS};
 use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

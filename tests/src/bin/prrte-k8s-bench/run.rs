@@ -5,8 +5,8 @@ use crate::host::{load_avg, own_cpu, tree_cpu, PROFILE};
 use crate::phases::{pss_kb, Starts};
 use crate::results::{Row, Rss, Sample, Variant};
 use anyhow::{bail, Context, Result};
+use sandbox::harness::mpijob::{Job, JobSpec};
 use sandbox::harness::{self, TestDir};
-use sandbox::mpijob::{Job, JobSpec};
 use sandbox::nsexec::NsPins;
 use sandbox::sshd::{self, Spawn, SshBaseline};
 use std::path::Path;
@@ -118,7 +118,7 @@ impl Methods<'_> {
         Ok(match variant {
             // The launcher's summary of its round (crate::launch_round) is printed on
             // plm_base_verbose 2, with a line per pod.
-            Variant::Agent => sandbox::mpijob::K8S
+            Variant::Agent => sandbox::harness::mpijob::K8S
                 .iter()
                 .chain(&["--prtemca", "plm_base_verbose", "2"])
                 .map(|s| s.to_string())
@@ -314,7 +314,7 @@ fn first_job(job: &Job, uri: &Path, tag: &str) -> Result<f64> {
         bail!(
             "first job ({tag}): {lines} lines of {} expected, {}",
             2 * n,
-            sandbox::mpijob::text(&o)
+            sandbox::harness::mpijob::text(&o)
         );
     }
     Ok(took)
@@ -343,7 +343,7 @@ fn true_job(job: &Job, uri: &Path, tag: &str, per_pod: usize) -> Result<f64> {
     if !o.status.success() {
         bail!(
             "job of {np} x true ({per_pod} per pod, {tag}) failed: {}",
-            sandbox::mpijob::text(&o)
+            sandbox::harness::mpijob::text(&o)
         );
     }
     Ok(took)

@@ -66,7 +66,8 @@ impl BatchJob {
         if crate::images::inspect(APP)?.is_none() {
             bail!("the image {APP} is not in the local store; run `make image`");
         }
-        let kubectl = crate::kubectl::find().context("no kubectl; run prrte-config/setup.sh")?;
+        let kubectl =
+            crate::harness::kubectl::find().context("no kubectl; run prrte-config/setup.sh")?;
         let dir = TestDir::new(name)?;
         let cluster = Cluster::start(ClusterOptions {
             dir: Some(dir.path().join("cluster")),
