@@ -934,10 +934,10 @@ fn breakdown(n: usize) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // the agent channel's cryptography
 
-/// The channel's CPU per connection (`sandbox::channel_cost`), and what encryption adds to a
-/// DVM's start at a few sizes.
+/// The channel's CPU per connection (`sandbox::bench::channel_cost`), and what encryption adds
+/// to a DVM's start at a few sizes.
 fn bench_channel(runs: usize, connections: usize) -> Value {
-    let c = sandbox::channel_cost::measure(runs, connections);
+    let c = sandbox::bench::channel_cost::measure(runs, connections);
     println!(
         "== agent channel: CPU per connection, µs, median [min-max] of {runs} runs of \
          {connections} connections (launch request sealed: {} bytes)",

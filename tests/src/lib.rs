@@ -5,18 +5,16 @@
 //! kubelet; `runtime` the container runtime the kubelet drives (the pod network `podnet`, image
 //! containers); `netpol` NetworkPolicy enforcement on that network; `images` and `app_images`
 //! the local images; `cli` the `prrte-k8s-sandbox` command. `harness` is what the end-to-end
-//! tests need besides the cluster.
+//! tests need besides the cluster, `bench` what the benchmarks measure prrte-k8s against.
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod app_images;
-pub mod channel_cost;
+pub mod bench;
 pub mod cli;
 pub mod cluster;
 pub mod cutoff;
 pub mod harness;
 pub mod images;
 pub mod netpol;
-pub mod nsexec;
 pub mod runtime;
-pub mod sshd;

@@ -4,8 +4,8 @@
 //! binary runs end to end at 4 pods, writing its JSON and plot, and grows a DVM of 2 pods by 1
 //! (with `prrte-k8s grow` and with a PMIx allocation request, released after).
 #![forbid(unsafe_code)]
+use sandbox::bench::sshd::{self, Spawn, SshBaseline};
 use sandbox::harness::mpijob::{Job, JobSpec};
-use sandbox::sshd::{self, Spawn, SshBaseline};
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,11 +1,11 @@
 //! What the agent channel's encryption adds to DVM-ready time: the channel's cryptography timed
-//! per connection in this run (`sandbox::channel_cost`), multiplied by each DVM's daemons and
-//! held against the DVM-ready time the agents took in the same run.
+//! per connection in this run (`sandbox::bench::channel_cost`), multiplied by each DVM's
+//! daemons and held against the DVM-ready time the agents took in the same run.
 
 use crate::host::PROFILE;
 use crate::results::{Row, Variant};
 use crate::stats::{cell, col, median};
-use sandbox::channel_cost::ChannelCost;
+use sandbox::bench::channel_cost::ChannelCost;
 use serde_json::{json, Value};
 
 /// Timed runs and connections per run of the measurement.

@@ -198,7 +198,7 @@ async fn main() {
     }
     // The channel's cryptography, timed in this run, against the DVM-ready times above.
     let channel = (!rows.is_empty())
-        .then(|| sandbox::channel_cost::measure(channel::RUNS, channel::CONNECTIONS));
+        .then(|| sandbox::bench::channel_cost::measure(channel::RUNS, channel::CONNECTIONS));
     print_tables(&rows, args.runs);
     if let Some(c) = &channel {
         channel::print_channel(&rows, c);
@@ -335,7 +335,7 @@ async fn run_all(args: &Args) -> (Vec<Row>, Option<anyhow::Error>) {
 fn write_report(
     args: &Args,
     rows: &[Row],
-    channel: Option<&sandbox::channel_cost::ChannelCost>,
+    channel: Option<&sandbox::bench::channel_cost::ChannelCost>,
     batch: &[batch::BatchRow],
     grown: &[grow::GrowRow],
     failed: &mut Option<anyhow::Error>,

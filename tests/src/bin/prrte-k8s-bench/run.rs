@@ -5,10 +5,10 @@ use crate::host::{load_avg, own_cpu, tree_cpu, PROFILE};
 use crate::phases::{pss_kb, Starts};
 use crate::results::{Row, Rss, Sample, Variant};
 use anyhow::{bail, Context, Result};
+use sandbox::bench::nsexec::NsPins;
+use sandbox::bench::sshd::{self, Spawn, SshBaseline};
 use sandbox::harness::mpijob::{Job, JobSpec};
 use sandbox::harness::{self, TestDir};
-use sandbox::nsexec::NsPins;
-use sandbox::sshd::{self, Spawn, SshBaseline};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -249,7 +249,7 @@ impl Methods<'_> {
 fn check_daemons(job: &Job, variant: Variant) -> Result<Vec<u32>> {
     let n = job.pods.len();
     if variant == Variant::LowerBound {
-        // The daemons live in pod 0's PID namespace (see sandbox::nsexec).
+        // The daemons live in pod 0's PID namespace (see sandbox::bench::nsexec).
         let prteds = job.pids_in_pod(0, "prted")?;
         if prteds.len() < n - 1 {
             bail!("DVM ready but fewer than {} prteds run", n - 1);
