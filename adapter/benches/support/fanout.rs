@@ -1,4 +1,4 @@
-//! The fan-out harness shared by the scale benchmark (`benches/scale.rs`) and its test
+//! The fan-out harness shared by the scale benchmark (`benches/scale/`) and its test
 //! (`tests/fanout_auth.rs`): real `prrte-k8s-agent` processes, each in its own PID namespace on
 //! its own loopback address with a stub prted, and the launcher (`prrte_k8s::launch::Launcher`,
 //! what plm k8s runs) sending them authenticated launch requests.
