@@ -1,4 +1,8 @@
-//! The end-to-end tests' MPI job fixture lives in the library (`sandbox::harness::mpijob`), shared with
-//! the launch benchmark.
-#![allow(unused_imports)]
+//! What the integration tests share: the end-to-end tests' MPI job fixture, which lives in the
+//! library (`sandbox::harness::mpijob`, shared with the launch benchmark), and the API tests'
+//! clients and helpers (`api`). Each test uses only some of it.
+#![allow(unused_imports, dead_code)]
+
+pub mod api;
+
 pub use sandbox::harness::mpijob::*;
