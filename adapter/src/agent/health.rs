@@ -2,28 +2,61 @@
 //! /healthz` answers `200 ok` while the agent serves launch connections and `503` once it is
 //! shutting down) and, when enabled, Prometheus' (`GET /metrics`, [`super::metrics`]). Each
 //! answers its own paths only, reads a bounded request head within a deadline, and closes the
-//! connection after one answer.
+//! connection after one answer. The controller serves its metrics and probes the same way
+//! (`crate::controller::metrics`). A failed accept (out of descriptors, a connection aborted
+//! before it was taken) never ends a port: it is logged and, when descriptors or memory ran
+//! out, followed by a short pause.
 
 use std::borrow::Cow;
+use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::limits::Pending;
 use super::metrics::AgentMetrics;
+
+/// Metrics a port serves as OpenMetrics text.
+pub(crate) trait Scrape: Send + Sync {
+    fn text(&self) -> String;
+}
+
+impl Scrape for AgentMetrics {
+    fn text(&self) -> String {
+        AgentMetrics::text(self)
+    }
+}
 
 /// What a port answers.
 #[derive(Clone)]
 pub(crate) enum Endpoint {
     /// `GET`/`HEAD` `/healthz` and `/readyz`: 200 while the flag is set, else 503.
     Health(Arc<AtomicBool>),
-    /// `GET /metrics`: the agent's counters as OpenMetrics text.
-    Metrics(Arc<AgentMetrics>),
+    /// `GET /metrics`: the counters as OpenMetrics text.
+    Metrics(Arc<dyn Scrape>),
 }
+
+/// Where a port's connections come from: its listener (a test's own elsewhere).
+pub(crate) trait Accept: Send + Sync + 'static {
+    fn accept(&self) -> impl Future<Output = std::io::Result<(TcpStream, SocketAddr)>> + Send;
+}
+
+impl Accept for TcpListener {
+    fn accept(&self) -> impl Future<Output = std::io::Result<(TcpStream, SocketAddr)>> + Send {
+        TcpListener::accept(self)
+    }
+}
+
+/// How long a port pauses after an accept failed for want of descriptors or memory (the
+/// connections in progress end or are dropped meanwhile), instead of spinning on the error.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// Failed accepts are logged at most once in this interval, with how many failed in all.
+const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// An answer: status line, body, content type.
 type Answer = (&'static str, Cow<'static, str>, &'static str);
@@ -39,13 +72,23 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(3);
 /// The time the answer has to be taken.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves `endpoint` on `listener` forever. At most as many requests as `pending` admits are in
-/// progress (the oldest is dropped beyond), each with one overall deadline.
-pub async fn serve(listener: TcpListener, endpoint: Endpoint, pending: Arc<Pending>) {
+/// Serves `endpoint` on `listener` forever, whatever an accept fails with. At most as many
+/// requests as `pending` admits are in progress (the oldest is dropped beyond), each with one
+/// overall deadline.
+pub async fn serve(listener: impl Accept, endpoint: Endpoint, pending: Arc<Pending>) {
+    let mut failed = FailedAccepts::default();
     loop {
-        let Ok((stream, peer)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                failed.note(&e, pending.what());
+                if out_of_resources(&e) {
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                } else {
+                    tokio::task::yield_now().await;
+                }
+                continue;
+            }
         };
         let endpoint = endpoint.clone();
         let ticket = pending.admit(peer.ip());
@@ -59,6 +102,35 @@ pub async fn serve(listener: TcpListener, endpoint: Endpoint, pending: Arc<Pendi
                 _ = ticket.cancel.cancelled() => debug!(%peer, "HTTP request dropped (too many in progress)"),
             }
         });
+    }
+}
+
+/// Whether `e` says the process or the system ran out of descriptors or memory (EMFILE,
+/// ENFILE, ENOBUFS, ENOMEM): accepting again at once would fail again.
+fn out_of_resources(e: &std::io::Error) -> bool {
+    use nix::errno::Errno;
+    e.raw_os_error().is_some_and(|n| {
+        [Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM].contains(&Errno::from_raw(n))
+    })
+}
+
+/// The failed accepts of a port, logged at most once every [`ACCEPT_LOG_EVERY`].
+#[derive(Default)]
+struct FailedAccepts {
+    total: u64,
+    logged: Option<Instant>,
+}
+
+impl FailedAccepts {
+    fn note(&mut self, e: &std::io::Error, port: &str) {
+        self.total += 1;
+        if self
+            .logged
+            .is_none_or(|at| at.elapsed() >= ACCEPT_LOG_EVERY)
+        {
+            self.logged = Some(Instant::now());
+            warn!(port, error = %e, failed_so_far = self.total, "accepting a connection failed; serving on");
+        }
     }
 }
 
@@ -167,7 +239,7 @@ mod tests {
     #[test]
     fn each_port_answers_its_own_paths_only() {
         let health = Endpoint::Health(Arc::new(AtomicBool::new(true)));
-        let metrics = Arc::new(AgentMetrics::new());
+        let metrics = Arc::new(crate::agent::metrics::AgentMetrics::new());
         metrics.daemon_started(crate::agent::metrics::Via::Launch);
         let scrape = Endpoint::Metrics(metrics);
         let status = |e: &Endpoint, head: &str| route(head.as_bytes(), e).0;

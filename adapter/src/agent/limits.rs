@@ -248,6 +248,11 @@ impl Pending {
         t.trusted.insert(ip, Instant::now());
     }
 
+    /// What the table is for ("launch", "health", "metrics").
+    pub fn what(&self) -> &'static str {
+        self.what
+    }
+
     /// How many connections are pending now.
     pub fn len(&self) -> usize {
         self.lock().entries.len()

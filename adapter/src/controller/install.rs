@@ -1,8 +1,9 @@
 //! What installs the controller: the MPIJob CRD, the Namespace `prrte-k8s-system` (restricted
 //! pod security enforced), the ServiceAccount, the ClusterRole with exactly the verbs and
 //! resources the controller uses and its binding, a Role for the Lease in its own namespace,
+//! its NetworkPolicy (in, only Prometheus to the metrics port; out, only the Kubernetes API),
 //! and the Deployment of the `FROM scratch` image holding the static `prrte-k8s` at the
-//! restricted level. One source: `prrte-k8s manifest --controller` prints [`objects`], and
+//! restricted level, probed on a port of its own. One source: `prrte-k8s manifest --controller` prints [`objects`], and
 //! `prrte-config/deploy/` (the kustomization of `kubectl apply -k`) holds the same objects,
 //! checked by a test.
 
@@ -14,6 +15,10 @@ use k8s_openapi::api::core::v1::{
     ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
     SeccompProfile, SecurityContext, ServiceAccount,
 };
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
@@ -23,7 +28,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResourceExt;
 use serde_json::Value;
 
+use crate::manifest::api_server::ApiServer;
 use crate::manifest::mpijob::model::MpiJob;
+use crate::manifest::network_policy::api_egress;
 
 /// The controller's name: its ServiceAccount, roles, Deployment and Lease.
 pub const NAME: &str = "prrte-k8s-controller";
@@ -33,6 +40,11 @@ pub const NAMESPACE: &str = "prrte-k8s-system";
 pub(crate) const IMAGE: &str = "localhost/prrte-k8s-controller:latest";
 /// The port of its `/metrics`.
 pub(crate) const METRICS_PORT: i32 = 8080;
+/// The port of its probes' `/healthz` and `/readyz`.
+pub(crate) const HEALTH_PORT: i32 = 8081;
+/// The namespace whose pods may scrape `/metrics` (its NetworkPolicy's default: where
+/// kube-prometheus runs Prometheus; a site names its own with a kustomize patch).
+pub const PROMETHEUS_NAMESPACE: &str = "monitoring";
 /// The user the image runs as (no root: the restricted level).
 pub const USER: i64 = 65532;
 
@@ -151,6 +163,59 @@ fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
         .collect()
 }
 
+/// An HTTP probe of `path` on the health port every `period` seconds.
+fn probe(path: &str, period: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("health".into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        ..Default::default()
+    }
+}
+
+/// The controller's NetworkPolicy: in, only the metrics port, only from the pods of
+/// [`PROMETHEUS_NAMESPACE`] (the kubelet's probes come from the pod's own node, which the
+/// usual network plugins admit whatever the policy); out, only to the Kubernetes API (any
+/// address but link-local ones, ports 443 and 6443, as a job's pods by default). Nothing in
+/// the cluster can reach the probes' port, nor the metrics port from elsewhere.
+fn network_policy() -> NetworkPolicy {
+    let selector: BTreeMap<String, String> =
+        [("app.kubernetes.io/name".to_string(), NAME.to_string())].into();
+    let prometheus: BTreeMap<String, String> = [(
+        "kubernetes.io/metadata.name".to_string(),
+        PROMETHEUS_NAMESPACE.to_string(),
+    )]
+    .into();
+    NetworkPolicy {
+        metadata: meta(NAME, Some(NAMESPACE)),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(selector),
+                ..Default::default()
+            }),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(vec![NetworkPolicyPeer {
+                    namespace_selector: Some(LabelSelector {
+                        match_labels: Some(prometheus),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ports: Some(vec![NetworkPolicyPort {
+                    protocol: Some("TCP".into()),
+                    port: Some(IntOrString::String("metrics".into())),
+                    end_port: None,
+                }]),
+            }]),
+            egress: Some(vec![api_egress(&ApiServer::default())]),
+        }),
+    }
+}
+
 /// The controller's Deployment: one replica (more are safe: the Lease elects one leader), its
 /// pod at the restricted level with a read-only root filesystem.
 fn deployment() -> Deployment {
@@ -170,21 +235,23 @@ fn deployment() -> Deployment {
                 ..Default::default()
             },
         ]),
-        ports: Some(vec![ContainerPort {
-            name: Some("metrics".into()),
-            container_port: METRICS_PORT,
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
-        liveness_probe: Some(Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some("/metrics".into()),
-                port: IntOrString::String("metrics".into()),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some("metrics".into()),
+                container_port: METRICS_PORT,
+                protocol: Some("TCP".into()),
                 ..Default::default()
-            }),
-            period_seconds: Some(20),
-            ..Default::default()
-        }),
+            },
+            ContainerPort {
+                name: Some("health".into()),
+                container_port: HEALTH_PORT,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+        ]),
+        // The probes' own port: cheap, and out of reach of connections to the metrics port.
+        liveness_probe: Some(probe("/healthz", 20)),
+        readiness_probe: Some(probe("/readyz", 10)),
         resources: Some(ResourceRequirements {
             requests: Some(quantities(&[("cpu", "50m"), ("memory", "64Mi")])),
             limits: Some(quantities(&[("memory", "256Mi")])),
@@ -281,6 +348,7 @@ pub fn objects() -> Result<Vec<Value>, serde_json::Error> {
             subjects: Some(vec![subject()]),
             role_ref: role_ref("Role"),
         })?,
+        serde_json::to_value(network_policy())?,
         serde_json::to_value(deployment())?,
     ])
 }
@@ -320,7 +388,7 @@ pub fn yaml() -> Result<String, serde_yaml::Error> {
     let objects = objects().map_err(<serde_yaml::Error as serde::ser::Error>::custom)?;
     stream(
         "# Generated by: prrte-k8s manifest --controller\n\
-         # The prrte-k8s controller: the MPIJob CRD, its namespace, RBAC and Deployment (the\n\
+         # The prrte-k8s controller: the MPIJob CRD, its namespace, RBAC, NetworkPolicy and Deployment (the\n\
          # objects of `kubectl apply -k prrte-config/deploy`).\n",
         &objects,
     )

@@ -2,9 +2,10 @@
 //! `prrte_k8s_controller_reconciles_total`, `prrte_k8s_controller_reconcile_errors_total`,
 //! `prrte_k8s_controller_mpijobs{phase}` (the MPIJobs it manages, by phase) and
 //! `prrte_k8s_controller_creation_to_running_seconds` (from an MPIJob's creation to its
-//! `Running` condition).
+//! `Running` condition). The probes' endpoint is on a port of its own ([`serve`]).
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::text::encode;
@@ -13,6 +14,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+
+use crate::agent::health::{self, Accept, Endpoint, Scrape};
+use crate::agent::limits::Pending;
 
 type Phase = Vec<(String, String)>;
 
@@ -112,47 +116,34 @@ impl Metrics {
     }
 }
 
-/// Serves `GET /metrics` on `listener` until the task is dropped.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    metrics: Arc<Metrics>,
-) -> std::io::Result<()> {
-    use http_body_util::Full;
-    use hyper::body::Bytes;
-    use hyper::service::service_fn;
-    use hyper::{Method, Request, Response, StatusCode};
-
-    loop {
-        let (stream, _) = listener.accept().await?;
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req: Request<hyper::body::Incoming>| {
-                let metrics = metrics.clone();
-                async move {
-                    let mut resp = Response::new(Full::new(Bytes::new()));
-                    if req.method() == Method::GET && req.uri().path() == "/metrics" {
-                        *resp.body_mut() = Full::new(Bytes::from(metrics.text()));
-                        resp.headers_mut().insert(
-                            hyper::header::CONTENT_TYPE,
-                            hyper::header::HeaderValue::from_static(
-                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            ),
-                        );
-                    } else {
-                        *resp.status_mut() = StatusCode::NOT_FOUND;
-                    }
-                    Ok::<_, std::convert::Infallible>(resp)
-                }
-            });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(io, service)
-                .await
-            {
-                tracing::debug!("metrics connection: {e}");
-            }
-        });
+impl Scrape for Metrics {
+    fn text(&self) -> String {
+        Metrics::text(self)
     }
+}
+
+/// Requests in progress at once on the metrics port, overall and from one address (a
+/// Prometheus scrapes one request at a time; a pair of them two).
+const METRICS_MAX_PENDING: usize = 8;
+const METRICS_MAX_PENDING_PER_PEER: usize = 4;
+/// Requests in progress at once on the probes' port (the kubelet sends one at a time).
+const HEALTH_MAX_PENDING: usize = 32;
+const HEALTH_MAX_PENDING_PER_PEER: usize = 8;
+
+/// Serves `GET /metrics` on `metrics_at` and the probes' `GET /healthz` and `/readyz` on
+/// `health_at` (200 while the process runs: nothing is encoded or asked of the API, and
+/// connections to the metrics port cannot take the probes' places) until the task is
+/// dropped. Both are the agent's endpoints: a bounded request head read within a deadline,
+/// one answer per connection, at most a few requests in progress per port (beyond, those of
+/// the address holding the most are dropped), and no accept error ends either.
+pub async fn serve(metrics_at: impl Accept, health_at: impl Accept, metrics: Arc<Metrics>) {
+    let scrape = Pending::new("metrics", METRICS_MAX_PENDING, METRICS_MAX_PENDING_PER_PEER);
+    let probes = Pending::new("health", HEALTH_MAX_PENDING, HEALTH_MAX_PENDING_PER_PEER);
+    let up = Arc::new(AtomicBool::new(true));
+    tokio::join!(
+        health::serve(metrics_at, Endpoint::Metrics(metrics), scrape),
+        health::serve(health_at, Endpoint::Health(up), probes),
+    );
 }
 
 #[cfg(test)]
@@ -197,35 +188,172 @@ mod tests {
         );
     }
 
+    use std::net::SocketAddr;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+    /// The answer to `GET path` on `addr`, from the source address `from`.
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out))
+            .await
+            .unwrap_or_else(|_| panic!("no answer to {path} on {addr}"))
+            .unwrap();
+        out
+    }
+
+    /// The metrics and health ports, served.
+    async fn started(m: Arc<Metrics>) -> (SocketAddr, SocketAddr, tokio::task::JoinHandle<()>) {
+        let metrics_at = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let health_at = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addrs = (
+            metrics_at.local_addr().unwrap(),
+            health_at.local_addr().unwrap(),
+        );
+        (
+            addrs.0,
+            addrs.1,
+            tokio::spawn(serve(metrics_at, health_at, m)),
+        )
+    }
+
     #[tokio::test]
-    async fn the_endpoint_serves_the_text_and_nothing_else() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn the_endpoints_serve_their_own_paths_and_nothing_else() {
         let m = Arc::new(Metrics::new());
         m.reconciled();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(serve(listener, m));
-        let get = |path: &'static str| async move {
-            for _ in 0..100 {
-                if let Ok(mut s) = tokio::net::TcpStream::connect(addr).await {
-                    let req =
-                        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-                    s.write_all(req.as_bytes()).await.unwrap();
-                    let mut out = String::new();
-                    s.read_to_string(&mut out).await.unwrap();
-                    return out;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            panic!("no metrics server on {addr}");
-        };
-        let ok = get("/metrics").await;
+        let (metrics, health, server) = started(m).await;
+        let ok = get(metrics, "/metrics").await;
         assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
         assert!(
             ok.contains("prrte_k8s_controller_reconciles_total 1"),
             "{ok}"
         );
-        assert!(get("/other").await.starts_with("HTTP/1.1 404"));
+        assert!(get(metrics, "/other").await.starts_with("HTTP/1.1 404"));
+        assert!(get(metrics, "/healthz").await.starts_with("HTTP/1.1 404"));
+        for probe in ["/healthz", "/readyz"] {
+            let ok = get(health, probe).await;
+            assert!(ok.starts_with("HTTP/1.1 200"), "{probe}: {ok}");
+        }
+        assert!(get(health, "/metrics").await.starts_with("HTTP/1.1 404"));
+        server.abort();
+    }
+
+    /// A connection to `to` from the loopback address `from` that sends nothing.
+    async fn idle(from: [u8; 4], to: SocketAddr) -> TcpStream {
+        let s = TcpSocket::new_v4().unwrap();
+        s.bind(SocketAddr::from((from, 0))).unwrap();
+        s.connect(to).await.unwrap()
+    }
+
+    /// Whether the server closed `s` (end of stream, or reset) within `within`.
+    async fn closed(mut s: TcpStream, within: Duration) -> bool {
+        let mut b = [0u8; 64];
+        loop {
+            match tokio::time::timeout(within, s.read(&mut b)).await {
+                Err(_) => return false,
+                Ok(Ok(0)) | Ok(Err(_)) => return true,
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// The attack on the controller's pod: thousands of connections that never send a request
+    /// once held a descriptor each for ever (no deadline, no cap) and made the liveness probe,
+    /// which asked /metrics, wait behind them. Each port now holds a few at most, drops each
+    /// within its head deadline, and answers the scrape and the probes meanwhile.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn thousands_of_idle_connections_leave_metrics_and_probes_answering() {
+        crate::agent::limits::raise_nofile_limit();
+        const IDLE: usize = 2_000;
+        let started_at = std::time::Instant::now();
+        let (metrics, health, server) = started(Arc::new(Metrics::new())).await;
+        // The flood comes from 127.0.0.2, Prometheus and the kubelet from 127.0.0.1.
+        let mut flood = Vec::with_capacity(2 * IDLE);
+        for _ in 0..IDLE {
+            flood.push(idle([127, 0, 0, 2], metrics).await);
+            flood.push(idle([127, 0, 0, 2], health).await);
+        }
+        let scrape = get(metrics, "/metrics").await;
+        assert!(scrape.starts_with("HTTP/1.1 200"), "{scrape}");
+        assert!(scrape.contains("# EOF"), "{scrape}");
+        for probe in ["/healthz", "/readyz"] {
+            let ok = get(health, probe).await;
+            assert!(ok.starts_with("HTTP/1.1 200"), "{probe}: {ok}");
+        }
+        // Every idle connection is closed by the server, the last within the head deadline.
+        let held = futures::future::join_all(
+            flood
+                .into_iter()
+                .map(|s| closed(s, Duration::from_secs(10))),
+        )
+        .await;
+        let open = held.iter().filter(|c| !**c).count();
+        assert_eq!(
+            open,
+            0,
+            "{open} of {} idle connections still held",
+            2 * IDLE
+        );
+        // And the ports still answer after the flood.
+        assert!(get(metrics, "/metrics").await.starts_with("HTTP/1.1 200"));
+        assert!(get(health, "/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(
+            started_at.elapsed() < Duration::from_secs(60),
+            "{:?}",
+            started_at.elapsed()
+        );
+        server.abort();
+    }
+
+    /// A listener whose first accepts fail as a pod out of descriptors sees them (EMFILE), or
+    /// as a client that gave up before its connection was taken (ECONNABORTED).
+    struct Failing {
+        listener: TcpListener,
+        failures: AtomicUsize,
+    }
+
+    impl Accept for Failing {
+        async fn accept(&self) -> std::io::Result<(TcpStream, SocketAddr)> {
+            let left = self.failures.load(Ordering::SeqCst);
+            if left > 0 {
+                self.failures.store(left - 1, Ordering::SeqCst);
+                let errno = if left.is_multiple_of(2) {
+                    nix::errno::Errno::EMFILE
+                } else {
+                    nix::errno::Errno::ECONNABORTED
+                };
+                return Err(std::io::Error::from_raw_os_error(errno as i32));
+            }
+            self.listener.accept().await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_accept_does_not_end_the_server() {
+        let failing = |l: TcpListener| Failing {
+            listener: l,
+            failures: AtomicUsize::new(6),
+        };
+        let metrics_at = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let health_at = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (metrics, health) = (
+            metrics_at.local_addr().unwrap(),
+            health_at.local_addr().unwrap(),
+        );
+        let server = tokio::spawn(serve(
+            failing(metrics_at),
+            failing(health_at),
+            Arc::new(Metrics::new()),
+        ));
+        assert!(get(metrics, "/metrics").await.starts_with("HTTP/1.1 200"));
+        assert!(get(health, "/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(!server.is_finished());
         server.abort();
     }
 }

@@ -1,4 +1,4 @@
-//! `prrte-k8s controller`: serves `/metrics`, waits to hold the Lease, then runs kube-runtime's
+//! `prrte-k8s controller`: serves `/metrics` and the probes' `/healthz`, waits to hold the Lease, then runs kube-runtime's
 //! `Controller` over the MPIJobs, the Jobs they own and those Jobs' pods (through a reflector,
 //! whose store the reconciles read the pods from) until the Lease is lost
 //! (the process then exits, and its Deployment starts it again as a follower) or a signal.
@@ -53,6 +53,10 @@ pub struct ControllerArgs {
     /// Where to serve GET /metrics.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub(crate) metrics_address: SocketAddr,
+    /// Where to serve the probes' GET /healthz and /readyz (a port of their own, so that
+    /// connections to the metrics port cannot starve them).
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub(crate) health_address: SocketAddr,
     /// The coordination.k8s.io/v1 Lease the replicas elect their leader with.
     #[arg(long, default_value = CONTROLLER)]
     pub(crate) lease_name: String,
@@ -77,6 +81,8 @@ pub enum ControllerError {
     Client(#[source] kube::Error),
     #[error("cannot serve /metrics on {0}: {1} (give another --metrics-address)")]
     Metrics(SocketAddr, #[source] std::io::Error),
+    #[error("cannot serve /healthz on {0}: {1} (give another --health-address)")]
+    Health(SocketAddr, #[source] std::io::Error),
     #[error("the Lease {0}: {1} (the controller's Role must allow get, create and patch on leases.coordination.k8s.io in that namespace)")]
     Lease(String, String),
     #[error(
@@ -121,7 +127,13 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
     let listener = tokio::net::TcpListener::bind(args.metrics_address)
         .await
         .map_err(|e| ControllerError::Metrics(args.metrics_address, e))?;
-    let server = tokio::spawn(serve(listener, metrics.clone()));
+    let health = tokio::net::TcpListener::bind(args.health_address)
+        .await
+        .map_err(|e| ControllerError::Health(args.health_address, e))?;
+    // A flood of connections must not run the controller out of descriptors before the
+    // endpoints' caps act.
+    crate::agent::limits::raise_nofile_limit();
+    let server = tokio::spawn(serve(listener, health, metrics.clone()));
     let identity = args.identity.clone().unwrap_or_else(host_name);
     let lease_ns = args.lease_namespace.clone().unwrap_or_else(own_namespace);
     let lease_id = format!("{lease_ns}/{}", args.lease_name);

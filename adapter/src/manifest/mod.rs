@@ -63,7 +63,7 @@ mod inject;
 mod layout;
 mod meta;
 pub(crate) mod mpijob;
-mod network_policy;
+pub(crate) mod network_policy;
 mod options;
 mod plan;
 mod pod;

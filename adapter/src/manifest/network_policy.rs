@@ -10,6 +10,7 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::api_server::ApiServer;
 use super::layout::{AGENT_PORT, BTL_PORT_MIN, BTL_PORT_RANGE, HEALTH_PORT, OOB_PORT, TOOL_PORT};
 use super::meta::{job_label, meta, names};
 use super::plan::JobPlan;
@@ -27,30 +28,38 @@ const DNS_PORT: u16 = 53;
 
 /// The peers the pods may reach the API server at: the given ranges (or those the cluster
 /// named), else any IPv4 address but link-local ones.
-fn api_peers(a: &JobPlan) -> Vec<NetworkPolicyPeer> {
+fn api_peers(api: &ApiServer) -> Vec<NetworkPolicyPeer> {
     let block = |cidr: String, except: Option<Vec<String>>| NetworkPolicyPeer {
         ip_block: Some(IPBlock { cidr, except }),
         ..Default::default()
     };
-    if a.api_server.cidrs.is_empty() {
+    if api.cidrs.is_empty() {
         return vec![block("0.0.0.0/0".into(), Some(vec![LINK_LOCAL.into()]))];
     }
-    a.api_server
-        .cidrs
+    api.cidrs
         .iter()
         .map(|n| block(n.trunc().to_string(), None))
         .collect()
 }
 
 /// The API server's ports: the given ones (or those the cluster named), else [`API_PORTS`].
-fn api_ports(a: &JobPlan) -> Vec<NetworkPolicyPort> {
-    let given = &a.api_server.ports;
+fn api_ports(api: &ApiServer) -> Vec<NetworkPolicyPort> {
+    let given = &api.ports;
     let ports = if given.is_empty() {
         &API_PORTS[..]
     } else {
         given
     };
     ports.iter().map(|p| port("TCP", *p)).collect()
+}
+
+/// Out to the Kubernetes API only, where a job's pods may reach it: the controller's own
+/// NetworkPolicy.
+pub(crate) fn api_egress(api: &ApiServer) -> NetworkPolicyEgressRule {
+    NetworkPolicyEgressRule {
+        to: Some(api_peers(api)),
+        ports: Some(api_ports(api)),
+    }
 }
 
 /// `port` of `protocol`.
@@ -122,7 +131,7 @@ pub(super) fn network_policy(a: &JobPlan) -> NetworkPolicy {
                     vec![dns],
                     vec![port("UDP", DNS_PORT), port("TCP", DNS_PORT)],
                 ),
-                egress(api_peers(a), api_ports(a)),
+                egress(api_peers(&a.api_server), api_ports(&a.api_server)),
             ]),
         }),
     }

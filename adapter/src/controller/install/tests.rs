@@ -205,6 +205,7 @@ fn the_deployment_is_restricted_and_runs_the_controller_image() {
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",
+            "NetworkPolicy",
             "Deployment"
         ]
     );
@@ -212,7 +213,7 @@ fn the_deployment_is_restricted_and_runs_the_controller_image() {
         objects[1]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
         "restricted"
     );
-    let d = &objects[7];
+    let d = &objects[8];
     assert_eq!(d["metadata"]["namespace"], NAMESPACE);
     let t = &d["spec"]["template"];
     assert_eq!(
@@ -232,4 +233,51 @@ fn the_deployment_is_restricted_and_runs_the_controller_image() {
             assert_eq!(s[0]["namespace"], NAMESPACE);
         }
     }
+}
+
+#[test]
+fn the_probes_have_a_port_of_their_own_and_the_namespace_a_network_policy() {
+    let objects = objects().unwrap();
+    let d = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        c["ports"],
+        json!([
+            {"name": "metrics", "containerPort": 8080, "protocol": "TCP"},
+            {"name": "health", "containerPort": 8081, "protocol": "TCP"},
+        ])
+    );
+    // Neither probe goes to the metrics port: its connections cannot starve them.
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        assert_eq!(c[probe]["httpGet"]["port"], "health", "{probe}");
+        assert_eq!(c[probe]["httpGet"]["path"], path, "{probe}");
+    }
+    let p = objects
+        .iter()
+        .find(|o| o["kind"] == "NetworkPolicy")
+        .unwrap();
+    assert_eq!(p["metadata"]["namespace"], NAMESPACE);
+    let spec = &p["spec"];
+    // It selects the controller's pods.
+    assert_eq!(
+        spec["podSelector"]["matchLabels"],
+        d["spec"]["selector"]["matchLabels"]
+    );
+    assert_eq!(spec["policyTypes"], json!(["Ingress", "Egress"]));
+    // In: the metrics port alone, from Prometheus' namespace alone.
+    assert_eq!(
+        spec["ingress"],
+        json!([{
+            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+            "ports": [{"protocol": "TCP", "port": "metrics"}],
+        }])
+    );
+    // Out: the Kubernetes API alone (no link-local address: no cloud metadata).
+    assert_eq!(
+        spec["egress"],
+        json!([{
+            "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}],
+            "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}],
+        }])
+    );
 }

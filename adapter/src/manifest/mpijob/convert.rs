@@ -66,6 +66,7 @@ fn convert(doc: &Value, o: &Overrides) -> Result<(JobPlan, Vec<Note>), MpiJobErr
         ));
     }
     let workers = job.worker.as_ref().map_or(0, |w| w.replicas);
+    let pod_count = job_pods(workers)?;
     // mpi-operator runs ranks on the workers only, unless the launcher is a worker too: the
     // launcher's pod is then left out of the allocation (it is the pod mpirun runs in).
     let exclude_self = (!job.run_launcher_as_worker)
@@ -99,7 +100,7 @@ fn convert(doc: &Value, o: &Overrides) -> Result<(JobPlan, Vec<Note>), MpiJobErr
         }
     }
     let ranks = if job.run_launcher_as_worker {
-        format!("ranks on all {} pods (runLauncherAsWorker)", workers + 1)
+        format!("ranks on all {pod_count} pods (runLauncherAsWorker)")
     } else {
         "ranks on the workers only".to_string()
     };
@@ -112,7 +113,7 @@ fn convert(doc: &Value, o: &Overrides) -> Result<(JobPlan, Vec<Note>), MpiJobErr
         name,
         namespace: o.namespace.clone().or_else(|| job.namespace.clone()),
         kind: WorkloadKind::Job,
-        pods: workers + 1,
+        pods: pod_count,
         command: p.command,
         success: Success::Index0,
         deadline: job
@@ -166,6 +167,42 @@ fn convert(doc: &Value, o: &Overrides) -> Result<(JobPlan, Vec<Note>), MpiJobErr
     Ok((plan, notes))
 }
 
+/// The most pods an Indexed Job may have (Kubernetes refuses more completions or parallelism).
+pub(crate) const MAX_JOB_PODS: u32 = 100_000;
+
+/// The Job's pods for `workers` workers: the launcher's and theirs, within [`MAX_JOB_PODS`].
+fn job_pods(workers: u32) -> Result<u32, MpiJobError> {
+    workers
+        .checked_add(1)
+        .filter(|p| *p <= MAX_JOB_PODS)
+        .ok_or_else(|| {
+            MpiJobError::field(
+                "spec.mpiReplicaSpecs.Worker.replicas",
+                format!(
+                    "is {workers}: with the launcher more than the {MAX_JOB_PODS} pods an Indexed Job may have"
+                ),
+                format!("give at most {} workers", MAX_JOB_PODS - 1),
+            )
+        })
+}
+
+/// `value` of `field`, refused past `max` (`what`: the limit's name).
+fn at_most(
+    value: Option<u64>,
+    field: &str,
+    max: u64,
+    what: &str,
+) -> Result<Option<u64>, MpiJobError> {
+    match value {
+        Some(v) if v > max => Err(MpiJobError::field(
+            field,
+            format!("is {v}: more than {max}, {what}"),
+            format!("give at most {max}"),
+        )),
+        v => Ok(v),
+    }
+}
+
 /// The pods' grace period: `--grace-period` (noted when it replaces the template's), else the
 /// pod template's `terminationGracePeriodSeconds`, else [`DEFAULT_GRACE`]; set in `spec`, so
 /// the agents hold the ranks for as long as the pod has (their `--preempt-grace`).
@@ -192,13 +229,24 @@ fn grace_period(
     };
     let grace = match (given, own) {
         (Some(g), Some(t)) if g != t => {
-            notes.push(Note::new(at, format!("{t} replaced by --grace-period {g}")));
+            notes.push(Note::new(
+                at.clone(),
+                format!("{t} replaced by --grace-period {g}"),
+            ));
             g
         }
         (Some(g), _) => g,
         (None, Some(t)) => t,
         (None, None) => DEFAULT_GRACE,
     };
+    let max = i64::MAX as u64;
+    let grace = at_most(
+        Some(grace),
+        &at,
+        max,
+        "the largest a pod's grace period takes",
+    )?
+    .unwrap_or(grace);
     spec.insert("terminationGracePeriodSeconds".into(), json!(grace));
     Ok(grace)
 }

@@ -437,3 +437,66 @@ fn name_namespace_labels_and_overrides() {
         ]
     );
 }
+
+#[test]
+fn counts_past_what_a_job_takes_are_refused_naming_the_field_and_the_limit() {
+    let base = mpijob("");
+    let workers = |n: &str| base.replace("      replicas: 2\n", &format!("      replicas: {n}\n"));
+    // u32::MAX workers: the launcher's pod once overflowed the count (a panic, or a Job of 0 pods).
+    for n in ["4294967295", "100000"] {
+        match from_mpijob(&workers(n), &overrides()) {
+            Err(MpiJobError::Field {
+                field,
+                cause,
+                remedy,
+            }) => {
+                assert_eq!(field, "spec.mpiReplicaSpecs.Worker.replicas");
+                assert!(cause.contains(n) && cause.contains("100000"), "{cause}");
+                assert!(remedy.contains("at most 99999"), "{remedy}");
+            }
+            other => panic!("{n} workers: {other:?}"),
+        }
+    }
+    // The most there may be: 99999 workers and the launcher.
+    let (plan, _) = convert(&workers("99999"));
+    assert_eq!(plan.pods, 100_000);
+    assert_eq!(job(&plan)["spec"]["parallelism"], 100_000);
+    // The runPolicy's seconds past what a Job's field holds are refused (the typed model's
+    // int32), not clamped.
+    let policy = |p: &str| base.replace("spec:\n\n", &format!("spec:\n  runPolicy:\n    {p}\n"));
+    for (p, needles) in [
+        (
+            "ttlSecondsAfterFinished: 2147483648",
+            ["spec.runPolicy", "2147483648"],
+        ),
+        (
+            "activeDeadlineSeconds: 9223372036854775807",
+            ["activeDeadlineSeconds", "9223372036854775807"],
+        ),
+    ] {
+        let r = from_mpijob(&policy(p), &overrides());
+        if p.starts_with("active") {
+            // The largest int64 a Job takes is taken.
+            assert!(r.is_ok(), "{p}: {r:?}");
+            continue;
+        }
+        let e = r.expect_err(p).to_string();
+        for n in needles {
+            assert!(e.contains(n), "{n:?} missing in {e}");
+        }
+    }
+    let (plan, _) = convert(&policy("ttlSecondsAfterFinished: 2147483647"));
+    assert_eq!(job(&plan)["spec"]["ttlSecondsAfterFinished"], 2_147_483_647);
+    // A grace period past an int64.
+    let o = Overrides {
+        grace_period: Some(u64::MAX),
+        ..overrides()
+    };
+    let e = from_mpijob(&base, &o)
+        .expect_err("u64::MAX seconds")
+        .to_string();
+    assert!(
+        e.contains("terminationGracePeriodSeconds") && e.contains("9223372036854775807"),
+        "{e}"
+    );
+}

@@ -269,7 +269,12 @@ fn start_controller(cluster: &Cluster, dir: &TestDir) -> Result<ControllerProc> 
     let log = std::fs::File::create(dir.path().join("controller.log"))?;
     let child = Command::new(&bin)
         .args(["controller", "--lease-namespace", NS, "--identity", "bench"])
-        .args(["--metrics-address", "127.0.0.1:0"])
+        .args([
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--health-address",
+            "127.0.0.1:0",
+        ])
         .args(["--image-pull-policy", "Never"])
         .env("KUBECONFIG", cluster.kubeconfig())
         .env("RUST_LOG", "warn")
