@@ -94,7 +94,13 @@ fn managed_by_is_read_leniently_or_refused_when_it_is_itself_of_another_type() {
         v["spec"]["slotsPerWorker"] = json!("two");
     });
     assert_eq!(stored.managed_by(), Ok(None));
-    assert_eq!(stored.model().unwrap_err().path, "spec.slotsPerWorker");
+    assert_eq!(
+        stored.model().unwrap_err(),
+        unfit(
+            "spec.slotsPerWorker",
+            "invalid type: string \"two\", expected i32"
+        )
+    );
     let stored = pi(|v| v["spec"]["runPolicy"]["managedBy"] = json!(7));
     assert_eq!(
         stored.managed_by().unwrap_err().path,
