@@ -74,6 +74,12 @@ pub fn managed(job: &MpiJob, manage_all: bool) -> bool {
         .run_policy
         .as_ref()
         .and_then(|p| p.managed_by.as_deref());
+    managed_by(by, manage_all)
+}
+
+/// Whether the controller reconciles an MPIJob whose `spec.runPolicy.managedBy` is `by`
+/// ([`managed`]'s rule).
+pub(crate) fn managed_by(by: Option<&str>, manage_all: bool) -> bool {
     match by {
         Some(m) if !m.is_empty() => m == CONTROLLER_NAME,
         _ => manage_all,

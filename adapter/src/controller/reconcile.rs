@@ -7,6 +7,11 @@
 //! duplicates nothing. An object of a job's name that this MPIJob does not control (another
 //! owner's, or an earlier MPIJob's of the same name still being deleted) is never taken over:
 //! nothing is made, and a warning event names it.
+//!
+//! MPIJobs are watched as they are stored ([`StoredMpiJob`]) and read into the model one at a
+//! time, here: one that does not fit it (a field of another type) stops no other MPIJob's
+//! reconcile. When it is the controller's, its status gets the condition `Failed` naming the
+//! field, with a warning event, and nothing is made for it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -23,11 +28,12 @@ use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
-use super::desired::{desired, job_update, managed, Desired, Settings};
+use super::desired::{desired, job_update, managed, managed_by, Desired, Settings};
 use super::metrics::Metrics;
 use super::pod_ends::pod_ends;
 use super::status::{finished, next_status, phase, Notice, Observed};
 use crate::manifest::mpijob::model::{MpiJob, MpiJobStatus};
+use crate::manifest::mpijob::stored::{StoredMpiJob, Unfit};
 use crate::manifest::{fresh_key, JOB_LABEL};
 
 /// What every reconcile shares.
@@ -103,12 +109,20 @@ fn now() -> Time {
     Time(jiff::Timestamp::now())
 }
 
-/// Reconciles the MPIJob `obj`.
+/// Reconciles the MPIJob `stored`: as the model when it fits it, else as one that cannot run.
 pub(crate) async fn reconcile(
-    obj: Arc<MpiJob>,
+    stored: Arc<StoredMpiJob>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
     ctx.metrics.reconciled();
+    match stored.model() {
+        Ok(obj) => reconcile_model(obj, &ctx).await,
+        Err(unfit) => reconcile_unfit(&stored, &unfit, &ctx).await,
+    }
+}
+
+/// Reconciles the MPIJob `obj`, read into the model.
+async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, ReconcileError> {
     let name = obj.name_any();
     let ns = obj
         .namespace()
@@ -134,10 +148,10 @@ pub(crate) async fn reconcile(
     let uid = obj.metadata.uid.clone().unwrap_or_default();
     if let Some(j) = &job {
         if !controlled_by(&j.metadata, &uid) {
-            return Err(not_ours(&ctx, &obj, "Job", &key).await);
+            return Err(not_ours(ctx, &obj, "Job", &key).await);
         }
     }
-    if job.is_none() && !still_there(&ctx, &ns, &name, &uid).await? {
+    if job.is_none() && !still_there(ctx, &ns, &name, &uid).await? {
         // The cache lagged behind a delete: making the objects now would leave them to the
         // garbage collector (their owner is gone); there is nothing to do.
         ctx.metrics.set_phase(&key, None);
@@ -148,12 +162,12 @@ pub(crate) async fn reconcile(
     let invalid = match desired(&obj, &ctx.settings, &fresh_key()) {
         Err(e) => Some(e.to_string()),
         Ok(d) => {
-            job = Some(ensure(&ctx, &obj, &ns, d, job).await?);
+            job = Some(ensure(ctx, &obj, &ns, d, job).await?);
             None
         }
     };
     let pods = match &job {
-        Some(j) => pods_of(&ctx, &ns, &name, j).await?,
+        Some(j) => pods_of(ctx, &ns, &name, j).await?,
         None => Vec::new(),
     };
     let observed = Observed {
@@ -177,34 +191,19 @@ pub(crate) async fn reconcile(
         invalid: invalid.as_deref(),
     };
     let out = next_status(&old, &observed, &now());
-    if out.status != old {
-        let api: Api<MpiJob> = Api::namespaced(ctx.client.clone(), &ns);
-        match api
-            .patch_status(
-                &name,
-                &apply_params(true),
-                &Patch::Apply(status_of(&out.status)),
-            )
-            .await
-        {
-            Err(kube::Error::Api(e)) if e.code == 404 => {
-                // Deleted since it was read: its objects go with it.
-                ctx.metrics.set_phase(&key, None);
-                ctx.forget(&key);
-                return Ok(Action::await_change());
-            }
-            r => {
-                r.map_err(api_error(format!("writing the status of the MPIJob {key}")))?;
-            }
-        }
+    if out.status != old && !write_status(ctx, &ns, &name, &out.status).await? {
+        // Deleted since it was read: its objects go with it.
+        ctx.metrics.set_phase(&key, None);
+        ctx.forget(&key);
+        return Ok(Action::await_change());
     }
     for end in pod_ends(&pods, job.as_ref()) {
         if ctx.first_post(&key, &end.uid) {
-            publish(&ctx, &obj, &end.notice).await;
+            publish(ctx, &obj, &end.notice).await;
         }
     }
     for n in &out.notices {
-        publish(&ctx, &obj, n).await;
+        publish(ctx, &obj, n).await;
     }
     if out.started_running {
         if let Some(created) = &obj.metadata.creation_timestamp {
@@ -222,8 +221,83 @@ pub(crate) async fn reconcile(
     })
 }
 
+/// Reconciles the MPIJob `obj`, which does not fit the model (`unfit`): when it is the
+/// controller's (its `managedBy`, read however the rest is shaped), its status gets the
+/// condition `Failed` (reason `ValidationError`) naming the field, and a warning event says the
+/// same, once; nothing is made for it. It is looked at again when it changes.
+async fn reconcile_unfit(
+    obj: &StoredMpiJob,
+    unfit: &Unfit,
+    ctx: &Context,
+) -> Result<Action, ReconcileError> {
+    let name = obj.name_any();
+    let ns = obj
+        .namespace()
+        .ok_or_else(|| ReconcileError::NoNamespace(name.clone()))?;
+    let key = format!("{ns}/{name}");
+    let ours = obj
+        .managed_by()
+        .is_ok_and(|by| managed_by(by.as_deref(), ctx.settings.manage_all));
+    if !ours || obj.metadata.deletion_timestamp.is_some() {
+        ctx.metrics.set_phase(&key, None);
+        ctx.forget(&key);
+        return Ok(Action::await_change());
+    }
+    tracing::warn!("MPIJob {key} does not fit the MPIJob type: {unfit}");
+    let old = obj.status().unwrap_or_default();
+    let why = format!(
+        "{unfit} (the MPIJob does not fit {} {})",
+        MpiJob::api_version(&()),
+        MpiJob::kind(&())
+    );
+    let observed = Observed {
+        name: &name,
+        namespace: &ns,
+        suspend: false,
+        workers: 0,
+        job: None,
+        pods: &[],
+        invalid: Some(&why),
+    };
+    let out = next_status(&old, &observed, &now());
+    if out.status != old && !write_status(ctx, &ns, &name, &out.status).await? {
+        ctx.metrics.set_phase(&key, None);
+        ctx.forget(&key);
+        return Ok(Action::await_change());
+    }
+    for n in &out.notices {
+        publish(ctx, obj, n).await;
+    }
+    ctx.metrics.set_phase(&key, Some(phase(&out.status)));
+    Ok(Action::await_change())
+}
+
+/// Applies `status` to the MPIJob `ns/name`; false when the MPIJob is gone.
+async fn write_status(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    status: &MpiJobStatus,
+) -> Result<bool, ReconcileError> {
+    // Read back as stored: the answer need not fit the model.
+    let api: Api<StoredMpiJob> = Api::namespaced(ctx.client.clone(), ns);
+    match api
+        .patch_status(name, &apply_params(true), &Patch::Apply(status_of(status)))
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        r => r.map(|_| true).map_err(api_error(format!(
+            "writing the status of the MPIJob {ns}/{name}"
+        ))),
+    }
+}
+
 /// After a failed reconcile: counted, logged, retried in 5 s.
-pub(crate) fn error_policy(obj: Arc<MpiJob>, e: &ReconcileError, ctx: Arc<Context>) -> Action {
+pub(crate) fn error_policy(
+    obj: Arc<StoredMpiJob>,
+    e: &ReconcileError,
+    ctx: Arc<Context>,
+) -> Action {
     ctx.metrics.failed();
     tracing::warn!(
         "MPIJob {}/{}: {e}",
@@ -251,7 +325,7 @@ async fn still_there(
     name: &str,
     uid: &str,
 ) -> Result<bool, ReconcileError> {
-    let api: Api<MpiJob> = Api::namespaced(ctx.client.clone(), ns);
+    let api: Api<StoredMpiJob> = Api::namespaced(ctx.client.clone(), ns);
     let cur = api
         .get_opt(name)
         .await
@@ -372,7 +446,7 @@ async fn pods_of(
 const CACHE_WAIT: Duration = Duration::from_secs(30);
 
 /// Publishes an event on the MPIJob (a failure is logged, never fatal).
-async fn publish(ctx: &Context, obj: &MpiJob, n: &Notice) {
+async fn publish<K: Resource<DynamicType = ()>>(ctx: &Context, obj: &K, n: &Notice) {
     let ev = Event {
         type_: if n.warning {
             EventType::Warning
@@ -389,7 +463,7 @@ async fn publish(ctx: &Context, obj: &MpiJob, n: &Notice) {
         tracing::warn!(
             "cannot record the event {} on {}: {e}",
             n.reason,
-            obj.name_any()
+            obj.meta().name.as_deref().unwrap_or_default()
         );
     }
 }

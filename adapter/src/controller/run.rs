@@ -20,7 +20,7 @@ use super::desired::Settings;
 use super::metrics::{serve, Metrics};
 use super::reconcile::{error_policy, reconcile, Context};
 use crate::manifest::api_server::{self, ApiServer};
-use crate::manifest::mpijob::model::MpiJob;
+use crate::manifest::mpijob::stored::StoredMpiJob;
 use crate::manifest::{INJECT_IMAGE, JOB_LABEL};
 
 /// The controller's name: its events' reporting controller and its Lease's default name.
@@ -207,7 +207,9 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
         pods,
         posted: Default::default(),
     });
-    let mpijobs: Api<MpiJob> = Api::all(client.clone());
+    // As stored, not as the model: one MPIJob that does not fit it fails no list or watch (the
+    // reconcile reads each into the model, and reports one that does not fit on itself).
+    let mpijobs: Api<StoredMpiJob> = Api::all(client.clone());
     // The Jobs of every prrte-k8s job (the controller's own and others'): a change wakes the
     // MPIJob that owns it.
     let jobs = watcher::Config::default().labels("app.kubernetes.io/name=prrte-k8s");
@@ -216,7 +218,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
         .watches_stream(pod_events, move |p: Pod| {
             let ns = p.namespace();
             p.labels().get(JOB_LABEL).map(|name| {
-                let r = ObjectRef::<MpiJob>::new(name);
+                let r = ObjectRef::<StoredMpiJob>::new(name);
                 match &ns {
                     Some(ns) => r.within(ns),
                     None => r,

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use crate::controller::desired::Settings;
 use crate::controller::metrics::Metrics;
 use crate::controller::reconcile::{reconcile, Context};
-use crate::manifest::mpijob::model::MpiJob;
+use crate::manifest::mpijob::stored::StoredMpiJob;
 use crate::manifest::INJECT_IMAGE;
 
 /// The objects by path, every request (method, path, body), and the controller's pod cache
@@ -159,7 +159,7 @@ fn context(store: &Shared) -> Arc<Context> {
 /// Reconciles the MPIJob once, its pods' cache holding the pods the API holds (as a relist of
 /// the controller's pod watch would); a reconcile never lists pods itself.
 async fn reconcile_now(store: &Shared, ctx: &Arc<Context>) {
-    let obj: MpiJob = {
+    let obj: StoredMpiJob = {
         let mut s = store.lock().unwrap();
         let pods: Vec<Pod> = s
             .objects
@@ -352,6 +352,56 @@ async fn a_refused_mpijob_fails_with_the_reason_and_nothing_is_made() {
     assert_eq!(event_reasons(&store), ["MPIJobCreated", "ValidationError"]);
 }
 
+/// An MPIJob that does not fit the model (a CRD that lets in a field of another type) is the
+/// controller's by its managedBy all the same: it fails naming the field, with one warning
+/// event, and nothing is made; another controller's such MPIJob is not touched.
+#[tokio::test]
+async fn an_mpijob_that_does_not_fit_the_model_fails_naming_the_field() {
+    let store: Shared = Arc::default();
+    mpijob(&store, |v| v["spec"]["runPolicy"]["suspend"] = json!("yes"));
+    let ctx = context(&store);
+    reconcile_now(&store, &ctx).await;
+    assert_eq!(
+        writes(&store)
+            .iter()
+            .filter(|w| !w.contains("/events"))
+            .cloned()
+            .collect::<Vec<_>>(),
+        [format!("PATCH {MPIJOB}/status")]
+    );
+    let st = store.lock().unwrap().objects[MPIJOB]["status"].clone();
+    let failed = st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .unwrap()
+        .clone();
+    assert_eq!(failed["status"], "True");
+    assert_eq!(failed["reason"], "ValidationError");
+    let message = failed["message"].as_str().unwrap();
+    assert!(
+        message
+            .contains("spec.runPolicy.suspend: invalid type: string \"yes\", expected a boolean"),
+        "{message}"
+    );
+    assert!(st["completionTime"].is_string(), "{st}");
+    assert_eq!(event_reasons(&store), ["MPIJobCreated", "ValidationError"]);
+    // Once: the next reconcile writes nothing.
+    store.lock().unwrap().requests.clear();
+    reconcile_now(&store, &ctx).await;
+    assert_eq!(writes(&store), Vec::<String>::new());
+
+    let store: Shared = Arc::default();
+    mpijob(&store, |v| {
+        v["spec"]["runPolicy"]["suspend"] = json!("yes");
+        v["spec"]["runPolicy"]["managedBy"] = json!("kubeflow.org/mpi-operator");
+    });
+    let ctx = context(&store);
+    reconcile_now(&store, &ctx).await;
+    assert!(store.lock().unwrap().requests.is_empty());
+}
+
 #[tokio::test]
 async fn another_controllers_mpijob_is_left_alone() {
     let store: Shared = Arc::default();
@@ -413,7 +463,7 @@ async fn a_deleted_mpijob_seen_through_a_lagging_cache_makes_nothing() {
         let store: Shared = Default::default();
         mpijob(&store, |_| {});
         let ctx = context(&store);
-        let cached: MpiJob =
+        let cached: StoredMpiJob =
             serde_json::from_value(store.lock().unwrap().objects[MPIJOB].clone()).unwrap();
         {
             let mut s = store.lock().unwrap();
@@ -448,7 +498,7 @@ async fn an_object_of_the_same_name_made_by_another_is_never_taken_over() {
         .objects
         .insert(SECRET.into(), theirs.clone());
     let ctx = context(&store);
-    let obj: MpiJob =
+    let obj: StoredMpiJob =
         serde_json::from_value(store.lock().unwrap().objects[MPIJOB].clone()).unwrap();
     let e = reconcile(Arc::new(obj), ctx.clone()).await.unwrap_err();
     assert!(

@@ -25,6 +25,8 @@
 //! checks the document field by field (`reader` reads fields with their paths) and reads it
 //! into the model, `pods` makes the pod template's parts (`volumes` checks and renames the Worker's volumes),
 //! `harden` their security contexts, `convert` the job; `error` holds the refusals and the notes.
+//! `stored` is an MPIJob as the controller watches it (its spec and status read into the model
+//! one MPIJob at a time, so that one that does not fit names its field and stops no other).
 
 mod convert;
 mod error;
@@ -33,6 +35,7 @@ pub(crate) mod model;
 mod parse;
 mod pods;
 mod reader;
+pub(crate) mod stored;
 #[cfg(test)]
 mod tests;
 mod volumes;
