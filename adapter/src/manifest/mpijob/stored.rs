@@ -134,82 +134,20 @@ impl From<&MpiJob> for StoredMpiJob {
     }
 }
 
-/// `v` (found at `at`) as a `T`, or where it does not fit.
+/// `v` (found at `at`) as a `T`, or where it does not fit: the path serde was at when it
+/// failed (for a missing field, the object that lacks it).
 fn read<T: DeserializeOwned>(v: &Value, at: &str) -> Result<T, Unfit> {
-    T::deserialize(v).map_err(|e| {
-        let problem = e.to_string();
-        let path = culprit::<T>(v, &problem)
-            .iter()
-            .fold(at.to_string(), |mut p, step| {
-                match step {
-                    Step::Key(k) => {
-                        p.push('.');
-                        p.push_str(k);
-                    }
-                    Step::Index(i) => p.push_str(&format!("[{i}]")),
-                }
-                p
-            });
-        Unfit { path, problem }
-    })
-}
-
-/// One step down a JSON document.
-#[derive(Debug, Clone)]
-enum Step {
-    Key(String),
-    Index(usize),
-}
-
-/// The path, under `root`, of the value that makes reading `root` as a `T` fail with
-/// `problem`: the deepest value whose removal makes that failure go (reading then succeeds, or
-/// fails otherwise). A field that is missing is told by the object that lacks it.
-fn culprit<T: DeserializeOwned>(root: &Value, problem: &str) -> Vec<Step> {
-    let mut path = Vec::new();
-    'down: loop {
-        let children: Vec<Step> = match at(root, &path) {
-            Some(Value::Object(m)) => m.keys().cloned().map(Step::Key).collect(),
-            Some(Value::Array(a)) => (0..a.len()).map(Step::Index).collect(),
-            _ => break,
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let below = e.path().to_string();
+        let path = match below.as_str() {
+            "." => at.to_string(),
+            b if b.starts_with('[') => format!("{at}{b}"),
+            b => format!("{at}.{b}"),
         };
-        for child in children {
-            let mut without = root.clone();
-            if let Some(parent) = at_mut(&mut without, &path) {
-                match (parent, &child) {
-                    (Value::Object(m), Step::Key(k)) => {
-                        m.remove(k);
-                    }
-                    (Value::Array(a), Step::Index(i)) => {
-                        a.remove(*i);
-                    }
-                    _ => continue,
-                }
-            }
-            let same = match T::deserialize(&without) {
-                Ok(_) => false,
-                Err(e) => e.to_string() == problem,
-            };
-            if !same {
-                path.push(child);
-                continue 'down;
-            }
+        Unfit {
+            path,
+            problem: e.into_inner().to_string(),
         }
-        break;
-    }
-    path
-}
-
-fn at<'a>(v: &'a Value, path: &[Step]) -> Option<&'a Value> {
-    path.iter().try_fold(v, |v, s| match s {
-        Step::Key(k) => v.get(k),
-        Step::Index(i) => v.get(i),
-    })
-}
-
-fn at_mut<'a>(v: &'a mut Value, path: &[Step]) -> Option<&'a mut Value> {
-    path.iter().try_fold(v, |v, s| match s {
-        Step::Key(k) => v.get_mut(k),
-        Step::Index(i) => v.get_mut(i),
     })
 }
 
