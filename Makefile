@@ -10,7 +10,7 @@
 #               burst of 20 MPIJobs (release build; bench-controller.json)
 #   make bench-scale  discovery of 1,000/10,000 pods, fan-out to 256/1,024 agents, agent RSS
 SHELL := /bin/bash
-export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s2
+export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s3
 
 .PHONY: setup build lint image test demo bench bench-controller bench-scale clean-leftovers
 

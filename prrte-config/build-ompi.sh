@@ -6,7 +6,7 @@
 # `prterun`, which loads our k8s components from $PRRTE_K8S_PREFIX/lib/prte.
 # Lean: C and C++ bindings only (no Fortran, no OpenSHMEM, no ROMIO: MPI-IO uses ompio, no Java).
 #
-#   PRRTE_K8S_PREFIX   the PMIx/PRRTE prefix (default /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s2)
+#   PRRTE_K8S_PREFIX   the PMIx/PRRTE prefix (default /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s3)
 #   PRRTE_K8S_ROOT     cache root (default /opt/prrte-k8s)
 #   PRRTE_K8S_JOBS     parallel make jobs (default: nproc)
 #
@@ -19,7 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/ompi-source.sh"
 
 ROOT=${PRRTE_K8S_ROOT:-/opt/prrte-k8s}
-PRRTE_PREFIX=${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s2}
+PRRTE_PREFIX=${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s3}
 MPI4PY_VERSION=4.1.2
 JOBS=${PRRTE_K8S_JOBS:-$(nproc)}
 KEY="ompi-${OMPI_VERSION}-$(basename "$PRRTE_PREFIX")"

@@ -5,7 +5,7 @@
 # (prrte-config/patches/, each verified by sha256 first): they fix the short-job hang of
 # PRRTE 3.0.8 (docs/prrte-short-job-hang.md).
 #
-#   PRRTE_K8S_PREFIX   install prefix (default /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s2, the
+#   PRRTE_K8S_PREFIX   install prefix (default /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s3, the
 #                      patch level is part of the name; with PRRTE_K8S_PATCHES=none
 #                      /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5)
 #   PRRTE_K8S_PATCHES  "none" builds upstream PRRTE 3.0.8 unpatched (to reproduce the hang)
@@ -19,11 +19,11 @@ PMIX_VERSION=5.0.5
 PRRTE_VERSION=3.0.8
 # Our PRRTE patches, in order, with their sha256. Changing the set means a new PATCHLEVEL, and
 # so a new default prefix: a build never changes a PRRTE someone is running.
-PATCHLEVEL=k8s2
+PATCHLEVEL=k8s3
 PATCHES=(
     "prrte-3.0.8-0001-odls-gate-child-until-pid-stored.patch a190c2aacabbd91df9801975da51eac0bfae7d9e4bdd1d6a7a09c5ab528ab957"
     "prrte-3.0.8-0002-never-running-after-terminated.patch 3778782bb9ebc4a18f2df14cf79bcfe0b4d40d458c346842e9b905d787ab0938"
-    "prrte-3.0.8-0003-ras-modify-allocation-requests.patch a7e4f21fc19c54e34a42e726e2abb7857814cd7ab5b922ef01d2f11c4961139c"
+    "prrte-3.0.8-0003-ras-modify-allocation-requests.patch fe010c09b1d6b90e41ac8314ad2084144c09bc0480b247e7b97e75dede8ef73b"
     "prrte-3.0.8-0004-connect-release-info-bounds.patch e6a281c5ee0000df8001acb5af95534152b218a677034f71da9d2ae3fbed1082"
 )
 case "${PRRTE_K8S_PATCHES:-all}" in

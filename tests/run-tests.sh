@@ -3,7 +3,7 @@
 # the agent, the components inside real PRRTE), then a check that nothing was left behind.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PRRTE_K8S_PREFIX=${PRRTE_K8S_PREFIX:-/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s2}
+export PRRTE_K8S_PREFIX=${PRRTE_K8S_PREFIX:-/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s3}
 [[ $(id -u) -eq 0 ]] || { echo "run-tests: the tests create network namespaces; run as root" >&2; exit 1; }
 
 # What a killed earlier run (or sandbox) left would fail the check below: remove it first, and

@@ -30,7 +30,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 ROOT=${PRRTE_K8S_ROOT:-/opt/prrte-k8s}
-export PRRTE_K8S_PREFIX=${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s2}
+export PRRTE_K8S_PREFIX=${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s3}
 PRRTE_PREFIX=$PRRTE_K8S_PREFIX
 BASE=docker.io/library/debian:bookworm-slim
 RUNTIME=localhost/prrte-k8s:latest

@@ -8,7 +8,7 @@ pub const PRRTE: &str = "3.0.8";
 /// The PMIx release it is built with (the guard requires its major.minor).
 pub(crate) const PMIX: &str = "5.0.5";
 /// Our patch level on top of it (`prrte-config/patches`).
-pub(crate) const PATCH_LEVEL: &str = "k8s2";
+pub(crate) const PATCH_LEVEL: &str = "k8s3";
 /// Where `prrte-config/build-prrte.sh` installs it: `/opt/prrte-k8s/prrte-<PRRTE>-pmix-<PMIX>-<PATCH_LEVEL>`.
 pub(crate) const PREFIX_ROOT: &str = "/opt/prrte-k8s";
 

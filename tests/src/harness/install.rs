@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 pub fn prefix() -> PathBuf {
     PathBuf::from(
         std::env::var("PRRTE_K8S_PREFIX")
-            .unwrap_or_else(|_| "/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s2".into()),
+            .unwrap_or_else(|_| "/opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s3".into()),
     )
 }
 
