@@ -5,7 +5,8 @@
 //! kubelet; `runtime` the container runtime the kubelet drives (the pod network `podnet`, image
 //! containers); `netpol` NetworkPolicy enforcement on that network; `images` and `app_images`
 //! the local images; `cli` the `prrte-k8s-sandbox` command. `harness` is what the end-to-end
-//! tests need besides the cluster, `bench` what the benchmarks measure prrte-k8s against.
+//! tests need besides the cluster, `bench` what the benchmarks measure prrte-k8s against, `forge`
+//! a hostile peer on a PRRTE DVM's out-of-band network.
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -14,6 +15,7 @@ pub mod bench;
 pub mod cli;
 pub mod cluster;
 pub mod cutoff;
+pub mod forge;
 pub mod harness;
 pub mod images;
 pub mod netpol;
