@@ -97,7 +97,7 @@ fn main() {
         .allowlist_var("PRRTE_K8S_PREEMPT_.*")
         .allowlist_function("PMIx_Notify_event|PMIx_Info_create|PMIx_Info_free|PMIx_Info_load")
         .allowlist_var("PMIX_JCTRL_PREEMPT_ALERT|PMIX_RANGE_SESSION|PMIX_UINT32|PMIX_EVENT_NON_DEFAULT|PMIX_EVENT_TEXT_MESSAGE|PMIX_OPERATION_SUCCEEDED")
-        .allowlist_var("PMIX_ALLOC_(ID|NODE_LIST|NUM_NODES|NUM_CPUS|REQ_ID)|PMIX_ERROR|PMIX_ERR_(TIMEOUT|BAD_PARAM|RESOURCE_BUSY|OUT_OF_RESOURCE|NOT_FOUND|NOT_SUPPORTED|JOB_CANCELED)")
+        .allowlist_var("PMIX_ALLOC_(ID|NODE_LIST|NUM_NODES|NUM_CPUS|REQ_ID)|PMIX_ERROR|PMIX_ERR_(TIMEOUT|BAD_PARAM|RESOURCE_BUSY|OUT_OF_RESOURCE|NOT_FOUND|NOT_SUPPORTED|JOB_CANCELED|NO_PERMISSIONS|WOULD_BLOCK)")
         .allowlist_function("prrte_k8s_shim_.*")
         .allowlist_type("prrte_k8s_type_id_t|prrte_k8s_fd_cb_t|prrte_k8s_tools_cb_t")
         .allowlist_var("PRRTE_K8S_VAR_SOURCE_.*")

@@ -110,6 +110,9 @@ impl DiscoveryConfig {
                 .map_err(|e| DiscoveryError::from(e.setting_error()))?,
         };
         let expected = mca::EXPECTED_PODS.int(&p.expected_pods.to_string())?;
+        // Read by the allocation requests (`elastic::allocreq::RateLimit`); a bad value fails
+        // the DVM's allocation here, naming the parameter, rather than each request later.
+        mca::ALLOC_REQUESTS_PER_MINUTE.int(&p.alloc_requests_per_minute.to_string())?;
         Ok(DiscoveryConfig {
             namespace: p.namespace.clone(),
             selector: p.selector.clone(),

@@ -16,6 +16,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use prrte_k8s::discovery::{DiscoveryConfig, Environment};
+use prrte_k8s::elastic::allocreq::{extend, Status};
 use prrte_k8s::elastic::grow::{add_host_arg, grow, GrowError};
 use prrte_k8s::workload::WorkloadKind;
 use serde_json::json;
@@ -192,6 +193,67 @@ async fn an_elastic_job_grows_and_the_rest_is_refused_unchanged() {
     assert!(matches!(e, GrowError::NotElastic { .. }), "{e}");
     assert!(e.to_string().contains("--elastic --max-pods M"), "{e}");
     assert_eq!(spec_counts(&jobs.get("fixed").await.unwrap()), (2, 2));
+    kubelet.abort();
+    controllers.abort();
+}
+
+/// An allocation request's extension (`ras k8s`'s `EXTEND`) whose new pod would take the name of
+/// a node the DVM gave back before is refused before the workload is raised: no pod is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_onto_a_given_back_name_is_refused_before_any_pod_is_made() {
+    let f = Fixture::new("grow-back").await;
+    let controllers = sandbox::cluster::controllers::spawn(f.server.store().clone());
+    let kubelet = kubelet(&f);
+    let jobs: Api<Job> = Api::namespaced(f.client.clone(), &f.ns);
+    jobs.create(&PostParams::default(), &job("back", 2, Some(4)))
+        .await
+        .unwrap();
+    let first = ready_pods(&f, "back", 2).await;
+    let cfg = DiscoveryConfig {
+        self_pod: Some(first[0].0.clone()),
+        ..f.config()
+    };
+    let env = Environment::default();
+    let generation = |j: &Job| j.metadata.generation.unwrap_or(0);
+
+    // The DVM gave back back-3: a new pod named back-2 is not that node.
+    let given_back = vec!["back-3".to_string()];
+    let (_keep, cancelled) = extend::cancellation();
+    let grown = extend::grow_for_request(&cfg, &env, 1, None, &given_back, cancelled)
+        .await
+        .unwrap();
+    let hosts: Vec<&str> = grown.new.iter().map(|n| n.hostname.as_str()).collect();
+    assert_eq!(hosts, ["back-2"]);
+    ready_pods(&f, "back", 3).await;
+    let before = jobs.get("back").await.unwrap();
+    assert_eq!(spec_counts(&before), (3, 3));
+
+    // One more would be back-3: refused, the Job never raised, no pod made.
+    let (_keep, cancelled) = extend::cancellation();
+    let r = extend::grow_for_request(&cfg, &env, 1, None, &given_back, cancelled)
+        .await
+        .unwrap_err();
+    assert_eq!(r.status, Status::NotSupported);
+    assert!(
+        r.reason.contains("back-3")
+            && r.reason.contains("cannot take a released node back")
+            && r.reason.contains("nothing was changed"),
+        "{}",
+        r.reason
+    );
+    let after = jobs.get("back").await.unwrap();
+    assert_eq!(spec_counts(&after), (3, 3));
+    assert_eq!(
+        generation(&after),
+        generation(&before),
+        "the Job was changed"
+    );
+    let pods = f
+        .pods()
+        .list(&ListParams::default().labels("job-name=back"))
+        .await
+        .unwrap();
+    assert_eq!(pods.items.len(), 3);
     kubelet.abort();
     controllers.abort();
 }

@@ -4,7 +4,8 @@
 //!   asks for 2 nodes (`PMIX_ALLOC_EXTEND`), gets the 2 new pods' host names, spawns children
 //!   there, and gives them back (`PMIX_ALLOC_RELEASE`): the Job is back at 2 pods, the pods are
 //!   gone, `prun -n 4 hostname` runs 2 per pod on the 2 left, and 10 more jobs run.
-//!   The released pods cannot come back into the same DVM: refused with the reason.
+//!   The released pods cannot come back into the same DVM: refused with the reason, the Job
+//!   never raised.
 //! - PMIx's own `palloc` does the same from a pod's shell, and `prrte-k8s shrink N`.
 //! - Requests refused, each with its PMIx status and reason, the Job unchanged after each.
 #![forbid(unsafe_code)]
@@ -14,7 +15,7 @@ use common::*;
 use sandbox::harness;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 const TOOL_LIMIT: Duration = Duration::from_secs(180);
@@ -63,6 +64,16 @@ fn parallelism(job: &Job) -> i64 {
         .unwrap();
     assert_eq!(j["spec"]["completions"], j["spec"]["parallelism"]);
     j["spec"]["parallelism"].as_i64().unwrap()
+}
+
+/// The Job's `metadata.generation` (each change of its spec counts one).
+fn generation(job: &Job) -> i64 {
+    let j = job
+        .cluster
+        .store()
+        .get(&sandbox::api::resources::JOBS, NS, &job.name)
+        .unwrap();
+    j["metadata"]["generation"].as_i64().unwrap_or(0)
 }
 
 /// The names of the Job's pods in the API, by completion index.
@@ -178,6 +189,18 @@ fn hosts_of(out: &Output) -> BTreeMap<String, usize> {
     per_host
 }
 
+/// Kills a spawned command's process group when the test ends, however it ends.
+struct KillGroupOnDrop(u32);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(self.0 as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
 /// The pmix tool sending one request (tests/programs/alloc_request.c).
 fn request_tool(dir: &Path) -> PathBuf {
     harness::pmix_program(dir, "alloc_request", &["-O1", "-Wall", "-Werror"]).unwrap()
@@ -243,9 +266,10 @@ async fn a_rank_extends_spawns_onto_the_new_pods_and_releases_them() {
     );
 
     // The released pods cannot come back into this DVM (PRRTE 3.0.8 keeps their nodes with
-    // their ended daemons): refused with the reason, the Job back at 2 pods.
+    // their ended daemons): refused with the reason before the Job is raised (no pod made).
     let dir = harness::TestDir::new("alloc-again").unwrap();
     let tool = request_tool(dir.path());
+    let before = generation(&job);
     let (got, t) = ask(&job, &tool, &["extend", "nodes=1"]);
     assert_eq!(got, "PMIX_ERR_NOT_SUPPORTED", "{t}");
     let log = job.cluster.pod_log(NS, &job.pods[0]).expect("pod 0's log");
@@ -255,6 +279,7 @@ async fn a_rank_extends_spawns_onto_the_new_pods_and_releases_them() {
         Duration::from_secs(10),
     )
     .unwrap();
+    assert_eq!(generation(&job), before, "the Job was raised");
     assert_eq!(parallelism(&job), 2);
     wait_pods(&job, &["0", "1"], Duration::from_secs(30));
     let out = prrte_k8s(&job, 1, &["prun", "-n", "4", "hostname"]);
@@ -442,7 +467,8 @@ async fn refused_requests_say_why_and_change_nothing() {
     // an extension waits for them, so what happens meanwhile is certain.
     probe_port(&job, 7999);
     let uri = dvm_uri(&job);
-    let first = job
+    // The first request's own process cancels it, once its standard input ends.
+    let mut first = job
         .cluster
         .pod_exec(
             &job.pods[1],
@@ -452,10 +478,22 @@ async fn refused_requests_say_why_and_change_nothing() {
                 "extend",
                 "nodes=1",
                 "reqid=one",
+                "then=cancel",
             ],
         )
         .unwrap();
-    let first = std::thread::spawn(move || harness::run_with_timeout(first, TOOL_LIMIT).unwrap());
+    std::os::unix::process::CommandExt::process_group(&mut first, 0);
+    first
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut first = first.spawn().unwrap();
+    let _group = KillGroupOnDrop(first.id());
+    let go = first.stdin.take().unwrap();
+    let (tx, first_done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(first.wait_with_output());
+    });
     let start = Instant::now();
     while parallelism(&job) != 3 {
         assert!(
@@ -486,12 +524,25 @@ async fn refused_requests_say_why_and_change_nothing() {
     let (got, t) = ask(&job, &tool, &["extend", "nodes=1"]);
     assert_eq!(got, "PMIX_ERR_RESOURCE_BUSY", "{t}");
     wait_for_text(&log, "request one is being served", Duration::from_secs(10)).unwrap();
-    // The first one cancelled: the cancel succeeds, the extension ends cancelled, the Job is
-    // back at 2 pods and the pod that never came is gone.
+    // Another process cannot cancel it: refused, the request kept.
     let (got, t) = ask(&job, &tool, &["cancel", "reqid=one"]);
-    assert_eq!(got, "PMIX_SUCCESS", "{t}");
-    let first = first.join().unwrap();
+    assert_eq!(got, "PMIX_ERR_NO_PERMISSIONS", "{t}");
+    wait_for_text(
+        &log,
+        "only the process that made it may cancel it",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    assert_eq!(parallelism(&job), 3);
+    // The first one cancelled by its own process: the cancel succeeds, the extension ends
+    // cancelled, the Job is back at 2 pods and the pod that never came is gone.
+    drop(go);
+    let first = first_done
+        .recv_timeout(TOOL_LIMIT)
+        .expect("the first request's tool ended")
+        .unwrap();
     let t1 = text(&first);
+    assert!(t1.contains("CANCEL status=PMIX_SUCCESS"), "{t1}");
     assert!(t1.contains("ANSWER status=PMIX_ERR_JOB_CANCELED"), "{t1}");
     assert_eq!(parallelism(&job), 2);
     wait_pods(&job, &["0", "1"], Duration::from_secs(30));

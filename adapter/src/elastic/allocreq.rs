@@ -7,13 +7,15 @@
 //! [`crate::elastic::grow::check`]'s, turned into a [`Refusal`] by [`from_grow`].
 
 pub mod extend;
+mod gate;
 pub mod info;
 pub mod release;
 mod rules;
 
+pub use gate::{Gate, RateLimit, Requester, TURN};
 pub use rules::{
-    ask, from_grow, release_targets, uniform_slots, Ask, Directive, Gate, PoolNode, Refusal,
-    Request, Status,
+    ask, check_given_back, from_grow, next_hostnames, release_targets, uniform_slots, Ask,
+    Directive, PoolNode, Refusal, Request, Status,
 };
 
 #[cfg(test)]

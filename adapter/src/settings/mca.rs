@@ -119,6 +119,15 @@ pub(crate) const RAS_PRIORITY: Setting = Setting {
     ..Setting::NONE
 };
 
+pub const ALLOC_REQUESTS_PER_MINUTE: Setting = Setting {
+    mca: mca_param!("ras", "alloc_requests_per_minute"),
+    value_name: "N",
+    default: "6",
+    help: "PMIx allocation requests (EXTEND, RELEASE) one job or tool may have served per minute: N at once, then one every 60/N s; more are answered PMIX_ERR_WOULD_BLOCK",
+    kind: Kind::Int { min: 1, max: 600 },
+    ..Setting::NONE
+};
+
 pub const SECRET_FILE: Setting = Setting {
     mca: mca_param!("plm", "secret_file"),
     env: &["PRRTE_K8S_SECRET_FILE"],
@@ -225,6 +234,7 @@ mca_table! {
         exclude_self: Bool = EXCLUDE_SELF,
         priority: Int = RAS_PRIORITY,
         bind_none: Bool = BIND_NONE,
+        alloc_requests_per_minute: Int = ALLOC_REQUESTS_PER_MINUTE,
     }
 }
 

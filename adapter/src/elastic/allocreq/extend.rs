@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use super::rules::{from_grow, refuse, Refusal, Status};
+use super::rules::{check_given_back, from_grow, refuse, Refusal, Status};
 use crate::discovery::{discover_with, own_workload, DiscoveryConfig, Environment, PodNode};
 use crate::elastic::grow::{
     add_host_arg, check, new_nodes, raise, read_workload, GrowError, Grown,
@@ -50,12 +50,15 @@ impl Cancelled {
 /// The workload of the pod this runs in, raised by `by` pods, with the new pods Ready. `cancel`
 /// completing while they are awaited cancels the request: the workload is lowered back and
 /// the answer is `PMIX_ERR_JOB_CANCELED`. `timeout`: the request's own bound on the wait
-/// (never longer than `cfg.timeout`).
+/// (never longer than `cfg.timeout`). `given_back`: the host names of the nodes the DVM gave
+/// back before; new pods that would take one of those names are refused before the workload
+/// is raised ([`check_given_back`]).
 pub async fn grow_for_request(
     cfg: &DiscoveryConfig,
     env: &Environment,
     by: u32,
     timeout: Option<Duration>,
+    given_back: &[String],
     cancel: Cancelled,
 ) -> Result<Grown, Refusal> {
     let refused = |e: GrowError| from_grow(&e);
@@ -78,6 +81,7 @@ pub async fn grow_for_request(
     let before = discover_with(&fixed, env, &mut |_| {})
         .await
         .map_err(|e| refused(e.into()))?;
+    check_given_back(&before.nodes, w.pods, by, given_back)?;
     raise(&own.client, &w, pods).await.map_err(refused)?;
     let wait = DiscoveryConfig {
         expected_pods: Some(pods),

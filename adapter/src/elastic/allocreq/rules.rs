@@ -1,6 +1,7 @@
-//! The rules: what a request asks, the nodes a release may take, one request at a time, and
-//! each refusal's PMIx status and reason.
+//! The rules: what a request asks, the nodes a release may take, and each refusal's PMIx status
+//! and reason (who is served when: [`super::gate`]).
 
+use crate::discovery::PodNode;
 use crate::elastic::grow::GrowError;
 
 /// `pmix_alloc_directive_t` (PMIx 5.0.5's numbers).
@@ -56,6 +57,10 @@ pub enum Status {
     NotFound,
     Timeout,
     Canceled,
+    /// A cancel of another process's request.
+    NoPermissions,
+    /// Past the requester's budget of requests per minute.
+    RateLimited,
     Error,
 }
 
@@ -299,46 +304,64 @@ pub fn from_grow(e: &GrowError) -> Refusal {
     refuse(status, e.to_string())
 }
 
-/// One request at a time: while one is served, others are refused `PMIX_ERR_RESOURCE_BUSY`
-/// (nothing half-changed stays simple); a cancel names the request it cancels.
-#[derive(Debug, Default)]
-pub struct Gate {
-    next: u64,
-    current: Option<(u64, Option<String>)>,
+/// The host names the next `by` pods of a workload of `pods` pods get, told from its pods now
+/// (`nodes`): Kubernetes adds an Indexed Job's and a StatefulSet's lowest missing indexes, and
+/// names the pods of both `<name>-<index>`. `None` when the pods' host names do not all read
+/// `<one prefix>-<their index>`.
+pub fn next_hostnames(nodes: &[PodNode], pods: u32, by: u32) -> Option<Vec<String>> {
+    let mut prefix: Option<&str> = None;
+    for n in nodes {
+        let p = n.hostname.strip_suffix(&format!("-{}", n.index?))?;
+        if prefix.is_some_and(|q| q != p) {
+            return None;
+        }
+        prefix = Some(p);
+    }
+    let prefix = prefix?;
+    Some(
+        (u64::from(pods)..u64::from(pods) + u64::from(by))
+            .map(|i| format!("{prefix}-{i}"))
+            .collect(),
+    )
 }
 
-impl Gate {
-    /// Admits a request with its `PMIX_ALLOC_REQ_ID`: its sequence number.
-    pub fn begin(&mut self, req_id: Option<&str>) -> Result<u64, Refusal> {
-        if let Some((seq, id)) = &self.current {
-            return Err(refuse(
-                Status::ResourceBusy,
-                format!(
-                    "allocation request {} is being served: one at a time; ask again when it is answered",
-                    id.clone().unwrap_or_else(|| format!("#{seq}"))
-                ),
-            ));
-        }
-        self.next += 1;
-        self.current = Some((self.next, req_id.map(String::from)));
-        Ok(self.next)
+/// Refuses, before anything changes, an extension by `by` of a workload of `pods` pods (`nodes`)
+/// whose new pods would take the names of nodes the DVM gave back before (`given_back`):
+/// Kubernetes reuses a released pod's index and name, and PRRTE 3.0.8 cannot take such a node
+/// back into a running DVM. When the new names cannot be told and the DVM gave nodes back, it is
+/// refused too: no pod is made that would have to be deleted again.
+pub fn check_given_back(
+    nodes: &[PodNode],
+    pods: u32,
+    by: u32,
+    given_back: &[String],
+) -> Result<(), Refusal> {
+    if given_back.is_empty() {
+        return Ok(());
     }
-
-    /// The request `seq` is answered.
-    pub fn finish(&mut self, seq: u64) {
-        if matches!(self.current, Some((s, _)) if s == seq) {
-            self.current = None;
-        }
+    const REMEDY: &str = "this PRRTE cannot take a released node back into a running DVM: start a new DVM (pterm, then the job's pod 0 starts one) to use more pods than it has now; nothing was changed";
+    let Some(next) = next_hostnames(nodes, pods, by) else {
+        return Err(refuse(
+            Status::NotSupported,
+            format!(
+                "this DVM gave back {} before, and the names of the {by} new pod(s) cannot be told from the job's pods' names: they may take those nodes' places, and {REMEDY}",
+                given_back.join(",")
+            ),
+        ));
+    };
+    let back: Vec<&str> = next
+        .iter()
+        .filter(|h| given_back.contains(h))
+        .map(String::as_str)
+        .collect();
+    if back.is_empty() {
+        return Ok(());
     }
-
-    /// The sequence number of the request in flight whose id is `req_id`.
-    pub fn find(&self, req_id: &str) -> Result<u64, Refusal> {
-        match &self.current {
-            Some((seq, Some(id))) if id == req_id => Ok(*seq),
-            _ => Err(refuse(
-                Status::NotFound,
-                format!("no allocation request {req_id:?} is waiting: it was answered already, or never made"),
-            )),
-        }
-    }
+    Err(refuse(
+        Status::NotSupported,
+        format!(
+            "the new pod(s) {} would take the place of nodes this DVM gave back before, and {REMEDY}",
+            back.join(",")
+        ),
+    ))
 }

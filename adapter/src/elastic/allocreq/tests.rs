@@ -174,27 +174,6 @@ fn a_cancel_names_its_request() {
 }
 
 #[test]
-fn one_request_at_a_time() {
-    let mut g = Gate::default();
-    let first = g.begin(Some("grow-1")).unwrap();
-    let (s, why) = refused(g.begin(None));
-    assert_eq!(s, Status::ResourceBusy);
-    assert!(
-        why.starts_with("allocation request grow-1 is being served"),
-        "{why}"
-    );
-    assert_eq!(g.find("grow-1"), Ok(first));
-    assert_eq!(refused(g.find("grow-2")).0, Status::NotFound);
-    g.finish(first + 1); // not the one in flight: nothing changes
-    assert!(g.begin(None).is_err());
-    g.finish(first);
-    assert_eq!(refused(g.find("grow-1")).0, Status::NotFound);
-    let second = g.begin(None).unwrap();
-    assert!(second > first);
-    assert!(refused(g.begin(None)).1.contains(&format!("#{second}")));
-}
-
-#[test]
 fn a_refused_growth_keeps_grows_reason_with_a_pmix_status() {
     let not_elastic = GrowError::NotElastic {
         kind: WorkloadKind::Job,
@@ -232,4 +211,66 @@ fn extending_needs_uniform_slots_as_prrte_does() {
         reason.contains("node b has 1") && reason.contains("--host b:2"),
         "{reason}"
     );
+}
+
+fn pods_named(names: &[(&str, Option<u64>)]) -> Vec<crate::discovery::PodNode> {
+    names
+        .iter()
+        .map(|(h, i)| crate::discovery::PodNode {
+            pod: format!("{h}-x7k2p"),
+            namespace: "ns".into(),
+            hostname: h.to_string(),
+            ip: std::net::Ipv4Addr::new(10, 0, 0, 2),
+            slots: 2,
+            index: *i,
+            is_self: false,
+            uid: h.to_string(),
+        })
+        .collect()
+}
+
+#[test]
+fn the_new_pods_names_are_told_from_the_pods_now() {
+    let now = pods_named(&[("el-0", Some(0)), ("el-1", Some(1))]);
+    assert_eq!(next_hostnames(&now, 2, 2).unwrap(), ["el-2", "el-3"]);
+    // A name with dashes of its own.
+    let now = pods_named(&[("my-job-0", Some(0)), ("my-job-1", Some(1))]);
+    assert_eq!(next_hostnames(&now, 2, 1).unwrap(), ["my-job-2"]);
+    // No index, a name not ending in its index, two prefixes, no pod: cannot be told.
+    assert_eq!(next_hostnames(&pods_named(&[("el-0", None)]), 1, 1), None);
+    assert_eq!(
+        next_hostnames(&pods_named(&[("host-a", Some(0))]), 1, 1),
+        None
+    );
+    assert_eq!(
+        next_hostnames(&pods_named(&[("a-0", Some(0)), ("b-1", Some(1))]), 2, 1),
+        None
+    );
+    assert_eq!(next_hostnames(&[], 0, 1), None);
+}
+
+#[test]
+fn an_extension_onto_a_given_back_name_is_refused_before_anything_changes() {
+    let now = pods_named(&[("el-0", Some(0)), ("el-1", Some(1))]);
+    let back = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(check_given_back(&now, 2, 2, &[]), Ok(()));
+    assert_eq!(check_given_back(&now, 2, 2, &back(&["el-7"])), Ok(()));
+    let r = check_given_back(&now, 2, 2, &back(&["el-3", "el-4"])).unwrap_err();
+    assert_eq!(r.status, Status::NotSupported);
+    assert!(
+        r.reason.starts_with(
+            "the new pod(s) el-3 would take the place of nodes this DVM gave back before"
+        ) && r
+            .reason
+            .contains("cannot take a released node back into a running DVM")
+            && r.reason.ends_with("nothing was changed"),
+        "{}",
+        r.reason
+    );
+    // Names that cannot be told, and nodes given back: refused rather than risked.
+    let odd = pods_named(&[("host-a", Some(0))]);
+    assert_eq!(check_given_back(&odd, 1, 1, &[]), Ok(()));
+    let r = check_given_back(&odd, 1, 1, &back(&["host-b"])).unwrap_err();
+    assert_eq!(r.status, Status::NotSupported);
+    assert!(r.reason.contains("cannot be told"), "{}", r.reason);
 }

@@ -1,17 +1,18 @@
 //! `REQ_CANCEL`: the `EXTEND` named stops while its pods are awaited (its own answer is
 //! `PMIX_ERR_JOB_CANCELED`, once the workload is lowered back); the cancel itself is answered
-//! at once, on prte's loop.
+//! at once, on prte's loop. Only the process that made the request may cancel it
+//! ([`prrte_k8s::elastic::allocreq::Gate::find`]): another is answered `PMIX_ERR_NO_PERMISSIONS`.
 use super::inflight::{verbose, with_state};
 use super::request::{self, Req};
 use crate::ffi;
 use crate::shim;
-use prrte_k8s::elastic::allocreq::{Refusal, Status};
+use prrte_k8s::elastic::allocreq::{Refusal, Requester, Status};
 use std::os::raw::c_int;
 
-/// Cancels the `EXTEND` whose request id is `id`, for `who`, and answers `req`.
-pub(crate) fn cancel(req: Req, id: &str, who: &str) {
+/// Cancels the `EXTEND` whose request id is `id`, if `who` made it, and answers `req`.
+pub(crate) fn cancel(req: Req, id: &str, who: &Requester) {
     let outcome = with_state(|s| {
-        let seq = s.gate.find(id)?;
+        let seq = s.gate.find(id, who)?;
         match s.inflight.as_mut().filter(|i| i.seq == seq).and_then(|i| i.cancel.take()) {
             Some(tx) => {
                 tx.cancel();

@@ -1,9 +1,10 @@
 //! `EXTEND`: the workload raised by the pods asked for, on a thread of its own: the new pods
 //! awaited (a `REQ_CANCEL` may stop the wait), recorded for the PLM and handed to the DVM through
-//! PRRTE's add-host path; on any failure after the raise, the workload lowered back.
+//! PRRTE's add-host path; on any failure after the raise, the workload lowered back. New pods
+//! that would take the names of nodes the DVM gave back before are refused before the raise
+//! ([`prrte_k8s::elastic::allocreq::check_given_back`], with [`super::pool::given_back`]).
 use super::inflight::{alloc_id, conclude, say, verbose, with_state, Items};
-use super::pool::{node_named, on_loop};
-use crate::{boundary, ffi};
+use crate::boundary;
 use prrte_k8s::discovery::{DiscoveryConfig, Environment};
 use prrte_k8s::elastic::allocreq::{extend, info, Refusal, Status};
 use std::path::PathBuf;
@@ -19,6 +20,8 @@ struct Extension {
     cfg: DiscoveryConfig,
     by: u32,
     timeout: Option<Duration>,
+    /// The nodes the DVM gave back before (the new pods may not take their names).
+    given_back: Vec<String>,
     cancelled: extend::Cancelled,
     /// prte's PMIx server URI, through which the new pods are added.
     uri: Option<String>,
@@ -32,6 +35,7 @@ pub(crate) fn start(
     cfg: DiscoveryConfig,
     by: u32,
     timeout: Option<Duration>,
+    given_back: Vec<String>,
     cancelled: extend::Cancelled,
 ) -> std::io::Result<()> {
     let x = Extension {
@@ -39,6 +43,7 @@ pub(crate) fn start(
         cfg,
         by,
         timeout,
+        given_back,
         cancelled,
         uri: crate::shim::server_uri(),
         prun: std::env::current_exe()
@@ -70,12 +75,20 @@ fn run(rt: &Runtime, x: Extension) -> Result<Items, Refusal> {
         cfg,
         by,
         timeout,
+        given_back,
         cancelled,
         uri,
         prun,
     } = x;
     let env = Environment::from_process();
-    let grown = rt.block_on(extend::grow_for_request(&cfg, &env, by, timeout, cancelled))?;
+    let grown = rt.block_on(extend::grow_for_request(
+        &cfg,
+        &env,
+        by,
+        timeout,
+        &given_back,
+        cancelled,
+    ))?;
     // Past the wait: a cancel that came meanwhile still wins, else none is taken any more.
     let cancelled_meanwhile = with_state(|s| match s.inflight.as_mut() {
         Some(i) if i.seq == seq => i.cancel.take().is_none(),
@@ -132,25 +145,6 @@ fn run(rt: &Runtime, x: Extension) -> Result<Items, Refusal> {
             },
         );
     }
-    let names: Vec<String> = grown.new.iter().map(|n| n.hostname.clone()).collect();
-    match on_loop(move || given_back_before(&names)) {
-        Some(back) if back.is_empty() => {}
-        Some(back) => {
-            return undo(Refusal {
-                status: Status::NotSupported,
-                reason: format!(
-                    "the new pod(s) {} take the place of nodes this DVM gave back before, and this PRRTE cannot take a released node back into a running DVM: start a new DVM (pterm, then the job's pod 0 starts one) to use more pods than it has now",
-                    back.join(",")
-                ),
-            });
-        }
-        None => {
-            return undo(Refusal {
-                status: Status::Error,
-                reason: "prte's event loop did not answer".into(),
-            })
-        }
-    }
     verbose(format!(
         "ras:k8s: {} {} raised from {} to {} pods; adding {} to the DVM",
         w.kind,
@@ -177,26 +171,4 @@ fn run(rt: &Runtime, x: Extension) -> Result<Items, Refusal> {
         (info::ALLOC_ID, alloc_id(&w.name, seq)),
         (info::NODE_LIST, nodes),
     ])
-}
-
-/// On the loop: the nodes among `hosts` that this DVM gave back before (down, their daemon
-/// ended). A pod that comes again after a release has its old name (Kubernetes reuses the
-/// index or ordinal), and PRRTE 3.0.8 cannot take such a node back: it keeps the node with its
-/// ended daemon, and a DVM that lost daemons does not launch on daemons that join after them.
-fn given_back_before(hosts: &[String]) -> Vec<String> {
-    let ended = crate::version_guard::components().proc_states.unterminated;
-    hosts
-        .iter()
-        .filter(|h| {
-            node_named(h, false).is_some_and(|node| {
-                // SAFETY: a live node of the pool and its daemon proc, on prte's loop.
-                unsafe {
-                    let d = (*node).daemon;
-                    (*node).state as u32 == ffi::PRTE_NODE_STATE_DOWN
-                        && (d.is_null() || (*d).state >= ended)
-                }
-            })
-        })
-        .cloned()
-        .collect()
 }

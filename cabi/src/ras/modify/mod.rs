@@ -8,7 +8,9 @@
 //! highest pods the exit command (`prte_ras_base_release_node`, on the loop), waits for them to
 //! be gone, then lowers the workload. Every request is answered exactly once through
 //! `prte_ras_base_modify_complete`, which PRRTE makes safe to call from any thread. One request
-//! at a time; a `REQ_CANCEL` stops an `EXTEND` while its pods are awaited.
+//! at a time, within each requester's budget per minute, the one served last waiting for another
+//! that asked meanwhile; a `REQ_CANCEL` from the process that made an `EXTEND` stops it while
+//! its pods are awaited ([`prrte_k8s::elastic::allocreq::Gate`]).
 //!
 //! As PRRTE's own `ras/slurm` splits its dynamic allocation by verb, each verb has its file:
 //! [`extend`], [`release`] and [`cancel`]; around them [`request`] (a request read, and its one
@@ -25,10 +27,10 @@ use crate::boundary::boundary;
 use crate::{ffi, params, shim};
 use inflight::{finish, verbose, with_state, Inflight};
 use prrte_k8s::discovery::DiscoveryConfig;
-use prrte_k8s::elastic::allocreq::{self, info, Ask, Refusal, Status};
+use prrte_k8s::elastic::allocreq::{self, info, Ask, RateLimit, Refusal, Status};
 use request::{answer, pmix_status, refusal_items, Req};
 use std::os::raw::{c_int, c_void};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The module's `modify` (patch 0003's contract: return `PMIX_SUCCESS` and answer through
 /// `prte_ras_base_modify_complete`, exactly once).
@@ -73,20 +75,30 @@ fn serve(req: Req) {
     if let Ask::Cancel(id) = &ask {
         return cancel::cancel(req, id, &who);
     }
-    let cfg = match DiscoveryConfig::from_params(&params::ras()) {
+    let p = params::ras();
+    let checked = DiscoveryConfig::from_params(&p)
+        .map_err(|e| e.to_string())
+        .and_then(|cfg| {
+            RateLimit::from_params(&p)
+                .map(|limit| (cfg, limit))
+                .map_err(|e| e.to_string())
+        });
+    let (cfg, limit) = match checked {
         Ok(c) => c,
-        Err(e) => {
+        Err(reason) => {
             return refuse(Refusal {
                 status: Status::BadParam,
-                reason: e.to_string(),
+                reason,
             })
         }
     };
+    let mut given_back = Vec::new();
     if matches!(ask, Ask::Extend(_)) {
         pool::restore_slots_of_down_nodes();
         if let Err(r) = allocreq::uniform_slots(&pool::all_slots()) {
             return refuse(r);
         }
+        given_back = pool::given_back();
     }
     let targets = match allocreq::release_targets(&ask, &pool) {
         Ok(t) => t,
@@ -94,7 +106,9 @@ fn serve(req: Req) {
     };
     let (tx, rx) = allocreq::extend::cancellation();
     let seq = match with_state(|s| {
-        let seq = s.gate.begin(request.req_id.as_deref())?;
+        let seq = s
+            .gate
+            .begin(&who, request.req_id.as_deref(), limit, Instant::now())?;
         s.inflight = Some(Inflight {
             seq,
             req,
@@ -107,7 +121,7 @@ fn serve(req: Req) {
     };
     let timeout = request.timeout_s.map(Duration::from_secs);
     let spawned = match ask {
-        Ask::Extend(n) => extend::start(seq, cfg, n, timeout, rx),
+        Ask::Extend(n) => extend::start(seq, cfg, n, timeout, given_back, rx),
         _ => release::start(seq, cfg, targets),
     };
     if let Err(e) = spawned {

@@ -138,3 +138,24 @@ pub(crate) fn node_named(host: &str, up_only: bool) -> Option<*mut ffi::prte_nod
         // SAFETY: a live node.
         .find(|n| unsafe { crate::cstr::string((**n).name) }.as_deref() == Some(host))
 }
+
+/// The nodes this DVM gave back before (down, their daemon ended), on the loop. A pod that comes
+/// again after a release has its old name (Kubernetes reuses the index or ordinal), and PRRTE
+/// 3.0.8 cannot take such a node back: it keeps the node with its ended daemon, and a DVM that
+/// lost daemons does not launch on daemons that join after them.
+pub(crate) fn given_back() -> Vec<String> {
+    let ended = crate::version_guard::components().proc_states.unterminated;
+    pool_nodes()
+        .into_iter()
+        .filter(|&node| {
+            // SAFETY: a live node of the pool and its daemon proc, on prte's loop.
+            unsafe {
+                let d = (*node).daemon;
+                (*node).state as u32 == ffi::PRTE_NODE_STATE_DOWN
+                    && (d.is_null() || (*d).state >= ended)
+            }
+        })
+        // SAFETY: a live node; its name is PRRTE's C string.
+        .filter_map(|node| unsafe { crate::cstr::string((*node).name) })
+        .collect()
+}

@@ -8,7 +8,7 @@
 use crate::cstr::cstring;
 use crate::ffi;
 use crate::pointers::{self, Carried};
-use prrte_k8s::elastic::allocreq::{self, info, Refusal, Status};
+use prrte_k8s::elastic::allocreq::{self, info, Refusal, Requester, Status};
 use std::os::raw::{c_int, c_void};
 use std::ptr::NonNull;
 use std::sync::OnceLock;
@@ -45,6 +45,8 @@ pub(crate) fn pmix_status(s: Status) -> c_int {
         Status::NotFound => ffi::PMIX_ERR_NOT_FOUND,
         Status::Timeout => ffi::PMIX_ERR_TIMEOUT,
         Status::Canceled => ffi::PMIX_ERR_JOB_CANCELED,
+        Status::NoPermissions => ffi::PMIX_ERR_NO_PERMISSIONS,
+        Status::RateLimited => ffi::PMIX_ERR_WOULD_BLOCK,
         Status::Error => ffi::PMIX_ERROR,
     }) as c_int
 }
@@ -80,8 +82,8 @@ pub(crate) fn refusal_items(r: &Refusal) -> Vec<(&'static str, String)> {
     vec![(info::TEXT_MESSAGE, r.reason.clone())]
 }
 
-/// The request's directive and attributes, and who asked.
-pub(crate) fn read(req: Req) -> (allocreq::Request, String) {
+/// The request's directive and attributes, and who asked (`req->tproc`).
+pub(crate) fn read(req: Req) -> (allocreq::Request, Requester) {
     let p = req.0.get().as_ptr().cast_const();
     // SAFETY: `p` is the live request (`modify`'s contract); the shim reads its fields.
     let directive = unsafe { ffi::prrte_k8s_shim_req_directive(p) };
@@ -112,11 +114,9 @@ pub(crate) fn read(req: Req) -> (allocreq::Request, String) {
     // SAFETY: `nspace` has PMIX_MAX_NSLEN + 1 bytes, as the shim requires.
     unsafe { ffi::prrte_k8s_shim_req_requester(p, nspace.as_mut_ptr(), &mut rank) };
     // SAFETY: the shim NUL-terminated it.
-    let ns = unsafe { crate::cstr::string(nspace.as_ptr()) }.unwrap_or_default();
-    let who = if rank == u32::MAX - 1 {
-        format!("{ns}:*")
-    } else {
-        format!("{ns}:{rank}")
-    };
-    (info::request(directive as u8, attrs), who)
+    let nspace = unsafe { crate::cstr::string(nspace.as_ptr()) }.unwrap_or_default();
+    (
+        info::request(directive as u8, attrs),
+        Requester { nspace, rank },
+    )
 }
