@@ -1,6 +1,6 @@
 //! The Job controller: a Job's pods (Indexed or not) and its status and conditions.
 
-use super::conditions::{condition_true, seconds_since, set_condition};
+use super::conditions::{condition_true, ensure_condition_status, seconds_since, set_condition};
 use super::indexes::{compress_indexes, parse_indexes};
 use super::job_policy::{pod_failure_rule, success_rule_met};
 use super::job_tracking::{release, tracked, TRACKING_FINALIZER};
@@ -40,6 +40,13 @@ pub(super) const INDEX_KEY: &str = "batch.kubernetes.io/job-completion-index";
 ///
 /// Once a Job has finished, or while it is being deleted, its pods are released (no
 /// finalizer), and so is a pod whose Job is gone.
+///
+/// `spec.suspend` (as Kubernetes' `manageJob` and `syncJob`): a suspended Job makes no pod;
+/// its active pods are released and deleted (so they count neither as failed nor towards
+/// completions, however they end), its `startTime` is cleared (the deadline does not run) and
+/// it gets the condition `Suspended` True (`JobSuspended`, "Job suspended"). Resumed, the
+/// condition turns False (`JobResumed`, "Job resumed"; a Job never suspended gets none) and
+/// `startTime` is now: `activeDeadlineSeconds` counts from there.
 pub fn reconcile_job(store: &Store, ns: &str, name: &str) {
     reconcile_job_seeing(store, ns, name, None, false);
 }
@@ -130,6 +137,30 @@ pub fn reconcile_job_seeing(
     } else {
         (false, false)
     };
+    let live = !finished && !done_now && job["metadata"]["deletionTimestamp"].is_null();
+    let mut resumed = false;
+    if live && state.suspended {
+        for p in &state.active {
+            release(store, p);
+            let pn = p["metadata"]["name"].as_str().unwrap_or("");
+            let _ = store.delete(&PODS, ns, pn, &DeleteOptions::default());
+        }
+        ensure_condition_status(
+            &mut new_conds,
+            "Suspended",
+            true,
+            "JobSuspended",
+            "Job suspended",
+        );
+    } else if live {
+        resumed = ensure_condition_status(
+            &mut new_conds,
+            "Suspended",
+            false,
+            "JobResumed",
+            "Job resumed",
+        );
+    }
     let failed_now = done_now && new_conds.iter().any(|c| c["type"] == "Failed");
     if failed_now {
         // When the Job fails, the pods still running count as failed.
@@ -146,6 +177,7 @@ pub fn reconcile_job_seeing(
         &new_conds,
         done_now || finished,
         done_now,
+        resumed,
     );
     // The counted pods, and all of them once the Job has finished or is being deleted, are
     // released; no pod stays running once the Job has finished.
@@ -389,7 +421,8 @@ fn decide(store: &Store, job: &Value, state: &JobState, conds: &mut Vec<Value>) 
 }
 
 /// Writes the Job's status: counts, completed indexes, conditions (`ended`: the Job has
-/// finished or does now, `done_now`: now).
+/// finished or does now, `done_now`: now; `resumed`: it was resumed now, its start time is now;
+/// suspended and not ended, it has none).
 fn write_status(
     store: &Store,
     job: &Value,
@@ -397,6 +430,7 @@ fn write_status(
     conds: &[Value],
     ended: bool,
     done_now: bool,
+    resumed: bool,
 ) {
     let ns = job["metadata"]["namespace"].as_str().unwrap_or("");
     let name = job["metadata"]["name"].as_str().unwrap_or("");
@@ -412,8 +446,13 @@ fn write_status(
         if !st.is_object() {
             *st = json!({});
         }
-        if st.get("startTime").is_none() && !state.suspended {
+        if resumed || (st.get("startTime").is_none() && !state.suspended) {
             st["startTime"] = json!(now_rfc3339());
+        }
+        if state.suspended && !ended {
+            if let Some(m) = st.as_object_mut() {
+                m.remove("startTime");
+            }
         }
         st["active"] = json!(if ended { 0 } else { active_now });
         st["ready"] = json!(ready);

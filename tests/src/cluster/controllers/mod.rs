@@ -26,6 +26,8 @@ mod pods;
 mod statefulset;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_suspend;
 
 pub use deployment::{reconcile_deployment, reconcile_replicaset};
 pub use indexes::{compress_indexes, parse_indexes};

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-fn store() -> Store {
+pub(super) fn store() -> Store {
     let s = Store::new();
     s.create(
         &NAMESPACES,
@@ -112,7 +112,7 @@ fn indexed_job_expands_and_completes() {
         .is_empty());
 }
 
-fn indexed_job(s: &Store, name: &str, n: i64, extra: Value) -> Vec<Arc<Value>> {
+pub(super) fn indexed_job(s: &Store, name: &str, n: i64, extra: Value) -> Vec<Arc<Value>> {
     let mut spec = json!({
         "completionMode": "Indexed", "completions": n, "parallelism": n, "backoffLimit": 0,
         "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "command": ["true"]}]}}});
@@ -142,7 +142,7 @@ fn indexed_job(s: &Store, name: &str, n: i64, extra: Value) -> Vec<Arc<Value>> {
     pods
 }
 
-fn end_pod(s: &Store, p: &Value, phase: &str, code: i64, conds: Value) {
+pub(super) fn end_pod(s: &Store, p: &Value, phase: &str, code: i64, conds: Value) {
     s.modify(
         &PODS,
         "default",
@@ -158,13 +158,13 @@ fn end_pod(s: &Store, p: &Value, phase: &str, code: i64, conds: Value) {
     .unwrap();
 }
 
-fn cond<'a>(j: &'a Value, ty: &str) -> Option<&'a Value> {
+pub(super) fn cond<'a>(j: &'a Value, ty: &str) -> Option<&'a Value> {
     j["status"]["conditions"]
         .as_array()
         .and_then(|a| a.iter().find(|c| c["type"] == ty && c["status"] == "True"))
 }
 
-fn names(s: &Store) -> Vec<String> {
+pub(super) fn names(s: &Store) -> Vec<String> {
     s.list(&PODS, Some("default"), &Default::default())
         .unwrap()
         .items
@@ -438,7 +438,7 @@ fn statefulset_ordered_ready() {
 
 /// How a pod deleted by hand ends, as the kubelet reports it: exit code `Some(c)` (phase
 /// Succeeded for 0, else Failed), or None: it never started (Failed, its container waiting).
-fn kubelet_ends(s: &Store, name: &str, exit: Option<i64>) -> Arc<Value> {
+pub(super) fn kubelet_ends(s: &Store, name: &str, exit: Option<i64>) -> Arc<Value> {
     s.modify(&PODS, "default", name, Part::Status, |v| {
         v["status"]["phase"] = json!(if exit == Some(0) {
             "Succeeded"
