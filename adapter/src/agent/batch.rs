@@ -19,7 +19,10 @@
 //!     killed): with 1 after `LINK_GRACE`;
 //!   - when no launcher attached within `--launcher-wait` seconds: with 1.
 //!
-//!   So a worker never waits forever, even without a Job controller to end it.
+//!   So a worker never waits forever, even without a Job controller to end it. With
+//!   `--workers-stay` (an MPIJob's `cleanPodPolicy: None`) a worker told `finish` goes on
+//!   serving instead, until its pod is told to end (then it exits with the command's status),
+//!   and the launcher does not wait for the workers' pods to finish.
 //!
 //! An agent whose pod is told to end (SIGTERM or SIGINT) before the job ended exits with 128 +
 //! the signal even when the command, holding on through the preemption notice, then succeeds:
@@ -169,7 +172,7 @@ impl BatchState {
             Some(BatchConfig::Worker { .. }) => {}
             _ => return not_a_worker(config, "finish"),
         }
-        info!(%peer, code, "the job's command ended; this agent exits");
+        info!(%peer, code, "the job's command ended");
         self.decide(code);
         self.link.send_modify(|l| {
             if !matches!(l, Link::Finished { .. }) {
@@ -222,10 +225,12 @@ pub(crate) fn process_exit_code(code: i32) -> u8 {
     u8::try_from(code).unwrap_or(1)
 }
 
-/// A worker: exits on `finish`, a lost launcher, or no launcher within `launcher_wait`.
+/// A worker: exits on `finish` (with `stay`, only once its pod is told to end), a lost
+/// launcher, or no launcher within `launcher_wait`.
 pub(crate) async fn run_worker(
     batch: Arc<BatchState>,
     launcher_wait: Duration,
+    stay: bool,
     stop: CancellationToken,
 ) {
     let mut rx = batch.link.subscribe();
@@ -261,6 +266,12 @@ pub(crate) async fn run_worker(
                     }
                     _ = stop.cancelled() => return,
                 }
+            }
+            Link::Finished { code } if stay => {
+                info!(code, "the job's command ended; this agent stays up until its pod is deleted (--workers-stay)");
+                stop.cancelled().await;
+                batch.exit(code);
+                return;
             }
             Link::Finished { code } => {
                 if code != 0 {

@@ -83,9 +83,12 @@ pub enum BatchConfig {
         pods_timeout: Duration,
         /// Why this agent is the launcher (for the log).
         reason: String,
+        /// The workers stay up after the command (`--workers-stay`): not waited for.
+        workers_stay: bool,
     },
-    /// Wait for the launcher's `attach` (at most `launcher_wait`) and `finish`, then exit.
-    Worker { launcher_wait: Duration },
+    /// Wait for the launcher's `attach` (at most `launcher_wait`) and `finish`, then exit (or,
+    /// with `stay`, `--workers-stay`, go on serving until the pod is told to end).
+    Worker { launcher_wait: Duration, stay: bool },
 }
 
 /// How the DVM head (prte started by the agent) runs.
@@ -434,10 +437,12 @@ fn batch_config(
             command,
             pods_timeout: Duration::from_secs(args.pods_timeout),
             reason,
+            workers_stay: args.workers_stay,
         }))
     } else {
         Ok(Some(BatchConfig::Worker {
             launcher_wait: Duration::from_secs(args.launcher_wait),
+            stay: args.workers_stay,
         }))
     }
 }

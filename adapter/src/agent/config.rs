@@ -151,6 +151,9 @@ pub struct AgentArgs {
     #[arg(long, setting = &agent::LAUNCHER_WAIT)]
     pub(crate) launcher_wait: u64,
 
+    #[arg(long, setting = &agent::WORKERS_STAY)]
+    pub(crate) workers_stay: bool,
+
     #[arg(long, setting = &agent::PODS_TIMEOUT)]
     pub(crate) pods_timeout: u64,
 

@@ -368,9 +368,13 @@ impl Roles {
                 shared.batch.clone(),
                 stop.clone(),
             )),
-            BatchConfig::Worker { launcher_wait } => tokio::spawn(batch::run_worker(
+            BatchConfig::Worker {
+                launcher_wait,
+                stay,
+            } => tokio::spawn(batch::run_worker(
                 shared.batch.clone(),
                 launcher_wait,
+                stay,
                 stop.clone(),
             )),
         });
@@ -576,6 +580,7 @@ mod tests {
         // Batch mode keeps its own rule (the job's end decides).
         let worker = Some(BatchConfig::Worker {
             launcher_wait: Duration::from_secs(1),
+            stay: false,
         });
         let agent = Agent::bind_with_exec(config(d.path(), worker), policy, NONE)
             .await

@@ -63,7 +63,8 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
 ///   and read once before a job's objects are made (the cache may lag behind a delete);
 /// - the Jobs it owns: watched, read, made and updated with server-side apply (`spec.suspend`,
 ///   the templates Kueue changes while suspended);
-/// - the Jobs' pods: watched (the status counts them, from the controller's cache);
+/// - the Jobs' pods: watched (the status counts them, from the controller's cache), and the
+///   workers deleted after the end of an MPIJob whose `runPolicy.cleanPodPolicy` is `All`;
 /// - the other objects of each job: read by name before they are made (one that exists and is
 ///   not this MPIJob's is never taken over), and made with server-side apply (an apply is a
 ///   patch; one that makes the object needs create too); never changed once made (the Secret
@@ -82,7 +83,7 @@ pub(crate) fn cluster_rules() -> Vec<PolicyRule> {
             &["jobs"],
             &["get", "list", "watch", "create", "patch"],
         ),
-        rule("", &["pods"], &["get", "list", "watch"]),
+        rule("", &["pods"], &["get", "list", "watch", "delete"]),
         rule(
             "",
             &["serviceaccounts", "secrets"],

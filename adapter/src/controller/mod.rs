@@ -10,7 +10,8 @@
 //! object and the status are written with server-side apply under one field manager; an object
 //! of the same name that the MPIJob does not control is never taken over. `runPolicy.suspend`
 //! suspends the Job; what Kueue writes into the templates while it is suspended reaches the
-//! Job's pods. The status and the events are mpi-operator's. Replicas elect a leader through a
+//! Job's pods; `runPolicy.cleanPodPolicy: All` deletes the workers after the end. The status
+//! and the events are mpi-operator's, the replica counts kept right after the end. Replicas elect a leader through a
 //! Lease.
 //!
 //! Layout: `crd` the CRD generated from the model; `desired` the objects an MPIJob should have

@@ -27,13 +27,15 @@ pub(crate) struct PodEnd {
     pub notice: Notice,
 }
 
-/// Whether the Job itself ends its pods (failed or completed): its deletions are not news.
+/// Whether the Job itself ends its pods (failed, completed, or suspended): its deletions are
+/// not news.
 fn job_ending(job: Option<&Job>) -> bool {
     job.is_some_and(|j| {
-        job_has(
-            j,
-            &["FailureTarget", "Failed", "SuccessCriteriaMet", "Complete"],
-        )
+        j.spec.as_ref().and_then(|s| s.suspend) == Some(true)
+            || job_has(
+                j,
+                &["FailureTarget", "Failed", "SuccessCriteriaMet", "Complete"],
+            )
     })
 }
 
@@ -230,6 +232,9 @@ mod tests {
             ends_of(&[deleted(pod(1, "Running"))], Some(&running)).len(),
             1
         );
+        // Nor are the pods a suspended Job deletes.
+        let suspended = json!({"spec": {"suspend": true, "template": {}}});
+        assert!(ends_of(&[deleted(pod(1, "Running"))], Some(&suspended)).is_empty());
         // A worker the Job stops after its launcher failed is not news; one that failed by
         // itself is, whatever the Job shows by then.
         let stopped = failed_with(deleted(pod(1, "Failed")), 143);

@@ -138,7 +138,7 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
         // Nothing is made again, even after the Job's TTL deleted it.
         ctx.metrics.set_phase(&key, Some(phase(&old)));
         ctx.forget(&key);
-        return Ok(Action::await_change());
+        return after_end(&obj, &old, &ns, ctx).await;
     }
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let mut job = jobs
@@ -219,6 +219,71 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
     } else {
         Action::requeue(RESYNC)
     })
+}
+
+/// After the MPIJob's end (`old`, the status that says it): its replica counts are made again
+/// while its Job is there (the conditions and `completionTime` stay), and
+/// `runPolicy.cleanPodPolicy: All` deletes its workers, finished ones too (`Running`, the
+/// default: the Job has stopped those still running; `None`: the workers stay up, their agents
+/// told so when the Job was made).
+async fn after_end(
+    obj: &MpiJob,
+    old: &MpiJobStatus,
+    ns: &str,
+    ctx: &Context,
+) -> Result<Action, ReconcileError> {
+    let name = obj.name_any();
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let uid = obj.metadata.uid.clone().unwrap_or_default();
+    let job = jobs
+        .get_opt(&name)
+        .await
+        .map_err(api_error(format!("reading the Job {ns}/{name}")))?
+        .filter(|j| controlled_by(&j.metadata, &uid));
+    let Some(job) = job else {
+        return Ok(Action::await_change());
+    };
+    let pods = pods_of(ctx, ns, &name, &job).await?;
+    if clean_all(obj) {
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+        let workers = pods.iter().filter(|p| {
+            super::observe::index(p) != Some("0") && p.metadata.deletion_timestamp.is_none()
+        });
+        for p in workers {
+            match api.delete(&p.name_any(), &Default::default()).await {
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                r => {
+                    r.map_err(api_error(format!(
+                        "deleting the worker pod {ns}/{}",
+                        p.name_any()
+                    )))?;
+                }
+            }
+        }
+    }
+    let observed = Observed {
+        name: &name,
+        namespace: ns,
+        suspend: false,
+        workers: 0,
+        job: Some(&job),
+        pods: &pods,
+        invalid: None,
+    };
+    let out = next_status(old, &observed, &now());
+    if out.status != *old {
+        write_status(ctx, ns, &name, &out.status).await?;
+    }
+    Ok(Action::await_change())
+}
+
+/// Whether the MPIJob's `runPolicy.cleanPodPolicy` is `All`.
+fn clean_all(obj: &MpiJob) -> bool {
+    obj.spec
+        .run_policy
+        .as_ref()
+        .and_then(|p| p.clean_pod_policy.as_deref())
+        == Some("All")
 }
 
 /// Reconciles the MPIJob `obj`, which does not fit the model (`unfit`): when it is the
@@ -309,7 +374,24 @@ pub(crate) fn error_policy(
 
 /// The body of the status' apply: the whole status, which is the controller's (forced: a
 /// status written by another, e.g. before `managedBy` named this controller, is taken over).
+/// Every replica count is named, a zero too: a count that fell to zero is then written as
+/// such whatever the server keeps of an earlier apply (an API server that merges a status
+/// apply would keep the old count).
 fn status_of(status: &MpiJobStatus) -> serde_json::Value {
+    let mut status = json!(status);
+    if let Some(replicas) = status
+        .get_mut("replicaStatuses")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        for r in replicas
+            .values_mut()
+            .filter_map(serde_json::Value::as_object_mut)
+        {
+            for k in ["active", "succeeded", "failed"] {
+                r.entry(k).or_insert(json!(0));
+            }
+        }
+    }
     json!({
         "apiVersion": MpiJob::api_version(&()),
         "kind": MpiJob::kind(&()),

@@ -4,8 +4,19 @@
 //! `MPIJobRunning`, `MPIJobSuspended`, `MPIJobResumed`, `MPIJobSucceeded`; a failure keeps the
 //! Job's own reason and message, which name the pod and its exit code or disruption),
 //! `replicaStatuses` for `Launcher` (pod 0) and `Worker` (pods 1..N), `startTime` and
-//! `completionTime`; and the events that go with each change. `Restarting` is never set:
+//! `completionTime`; and the events that go with each change. `Succeeded` comes with the Job's
+//! `Complete`, or, with `cleanPodPolicy: None` (the workers stay up, so the Job does not
+//! complete), with index 0 among its completed indexes. `Restarting` is never set:
 //! every pod runs once (a failed pod fails the job).
+//!
+//! `replicaStatuses` count each pod once, by its phase; a pod being deleted is not active.
+//! Once the Job has finished they are mpi-operator's, from the Job alone: the launcher
+//! `succeeded: 1` (the Job complete, or index 0 among its completed indexes) or else `failed:
+//! 1` (the launcher runs once; the Job counts a pod it stops as failed, even once it is gone),
+//! and the workers nothing (mpi-operator stops counting them when the launcher's Job ends and
+//! zeroes them when it cleans them up). After the end the conditions and `completionTime` stay
+//! as they are; the counts are made again while the Job is there (one written wrong is
+//! corrected).
 //!
 //! One difference: `Running` needs the launcher running and every worker *ready* (its agent
 //! up), not only running, so that it tells the job can start its daemons.
@@ -159,16 +170,69 @@ fn set(
     true
 }
 
-/// The replica status of `pods` (`active`: running; `selector`: which pods).
+/// The replica status of `pods` (`active`: running and not being deleted; `selector`: which
+/// pods).
 fn replica(pods: &[&Arc<Pod>], selector: String) -> ReplicaStatus {
-    let count = |phase: &str| pods.iter().filter(|p| pod_phase(p) == phase).count() as i32;
+    let count = |f: &dyn Fn(&Pod) -> bool| pods.iter().filter(|p| f(p)).count() as i32;
     ReplicaStatus {
-        active: count("Running"),
-        succeeded: count("Succeeded"),
-        failed: count("Failed"),
+        active: count(&|p| pod_phase(p) == "Running" && p.metadata.deletion_timestamp.is_none()),
+        succeeded: count(&|p| pod_phase(p) == "Succeeded"),
+        failed: count(&|p| pod_phase(p) == "Failed"),
         label_selector: None,
         selector: Some(selector),
     }
+}
+
+/// How the job ended: `Some(true)` succeeded (the Job complete, or, not failed, its index 0
+/// done: with `cleanPodPolicy: None` the workers stay up and the Job does not complete),
+/// `Some(false)` failed, None not yet (or no Job).
+fn job_end(job: Option<&Job>) -> Option<bool> {
+    let job = job?;
+    if job_condition(job, "Complete").is_some() {
+        Some(true)
+    } else if job_condition(job, "Failed").is_some() {
+        Some(false)
+    } else if index_0_completed(job) {
+        Some(true)
+    } else {
+        None
+    }
+}
+
+/// Whether index 0 (the launcher) is among the Job's `completedIndexes` ("0", "0-2,5", ...).
+fn index_0_completed(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.completed_indexes.as_deref())
+        .and_then(|c| c.split([',', '-']).next())
+        == Some("0")
+}
+
+/// The replica statuses of `Launcher` and `Worker` from the Job and its pods, and how many
+/// workers are ready.
+fn replicas(o: &Observed) -> (ReplicaStatus, ReplicaStatus, usize) {
+    let (launchers, workers): (Vec<&Arc<Pod>>, Vec<&Arc<Pod>>) =
+        o.pods.iter().partition(|p| index(p) == Some("0"));
+    let base = format!("{JOB_LABEL}={}", o.name);
+    let mut launcher = replica(&launchers, format!("{base},{JOB_COMPLETION_INDEX}=0"));
+    let mut worker = replica(&workers, format!("{base},{JOB_COMPLETION_INDEX}!=0"));
+    let workers_ready = workers.iter().filter(|p| ready(p)).count();
+    if let (Some(job), Some(complete)) = (o.job, job_end(o.job)) {
+        // The launcher runs once: it succeeded (its index completed) or the Job counts it
+        // failed, even once its pod is gone.
+        let succeeded = complete || index_0_completed(job);
+        launcher = ReplicaStatus {
+            succeeded: i32::from(succeeded),
+            failed: i32::from(!succeeded),
+            selector: launcher.selector,
+            ..Default::default()
+        };
+        worker = ReplicaStatus {
+            selector: worker.selector,
+            ..Default::default()
+        };
+    }
+    (launcher, worker, workers_ready)
 }
 
 /// The status after `old`, from what `o` shows, at `now`.
@@ -182,6 +246,12 @@ pub(crate) fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outco
         notices.push(Notice::normal("MPIJobCreated", msg));
     }
     if finished(&s) && s.completion_time.is_some() {
+        // The end is written: only the counts are made again, while the Job is there.
+        if o.job.is_some() {
+            let (launcher, worker, _) = replicas(o);
+            s.replica_statuses.insert("Launcher".into(), launcher);
+            s.replica_statuses.insert("Worker".into(), worker);
+        }
         return Outcome {
             status: s,
             notices,
@@ -227,28 +297,21 @@ pub(crate) fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outco
         s.start_time = Some(now.clone());
     }
 
-    let (launchers, workers): (Vec<&Arc<Pod>>, Vec<&Arc<Pod>>) =
-        o.pods.iter().partition(|p| index(p) == Some("0"));
-    let base = format!("{JOB_LABEL}={}", o.name);
-    let launcher = replica(&launchers, format!("{base},{JOB_COMPLETION_INDEX}=0"));
-    let worker = replica(&workers, format!("{base},{JOB_COMPLETION_INDEX}!=0"));
+    let (launcher, worker, workers_ready) = replicas(o);
     let launcher_running = launcher.active >= 1;
-    let workers_ready = workers.iter().filter(|p| ready(p)).count();
     s.replica_statuses.insert("Launcher".into(), launcher);
     s.replica_statuses.insert("Worker".into(), worker);
 
     if let Some(job) = o.job {
-        if let Some(c) = job_condition(job, "Complete") {
+        if job_end(Some(job)) == Some(true) {
             let msg = format!("MPIJob {job_id} successfully completed.");
-            if let Some(l) = s.replica_statuses.get_mut("Launcher") {
-                l.succeeded = 1;
-                l.active = 0;
-            }
             s.completion_time = job
                 .status
                 .as_ref()
                 .and_then(|st| st.completion_time.clone())
-                .or_else(|| c.last_transition_time.clone())
+                .or_else(|| {
+                    job_condition(job, "Complete").and_then(|c| c.last_transition_time.clone())
+                })
                 .or_else(|| Some(now.clone()));
             if set(&mut s, "Succeeded", true, "MPIJobSucceeded", &msg, now) {
                 notices.push(Notice::normal("MPIJobSucceeded", msg));

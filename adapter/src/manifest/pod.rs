@@ -22,7 +22,7 @@ use super::meta::{job_label, names, own_labels, workload_label};
 use super::plan::{JobPlan, Launch};
 use crate::settings::mpijob::MPIJOB_ENV;
 use crate::settings::{agent, Setting};
-use crate::workload::WorkloadKind;
+use crate::workload::{Success, WorkloadKind};
 
 /// The JSON of each of `items` (the typed parts of ours, beside the plan's untyped ones).
 fn values<T: Serialize>(
@@ -158,6 +158,9 @@ fn agent_command(a: &JobPlan, batch: bool) -> Vec<String> {
         }
     };
     if batch {
+        if a.success == Success::Index0WorkersStay {
+            command.push(flag(&agent::WORKERS_STAY));
+        }
         command.push(flag(&agent::RUN));
         command.push("--".into());
         command.extend(a.command.iter().cloned());

@@ -233,6 +233,13 @@ pub(crate) const LAUNCHER_WAIT: Setting = Setting {
     ..Setting::NONE
 };
 
+pub(crate) const WORKERS_STAY: Setting = Setting {
+    flag: "workers-stay",
+    help: "Batch mode: the workers' agents stay up when the command ends, until their pods are deleted, and the launcher does not wait for them to end (an MPIJob's cleanPodPolicy None)",
+    kind: Kind::Bool,
+    ..Setting::NONE
+};
+
 pub(crate) const PODS_TIMEOUT: Setting = Setting {
     env: &["PRRTE_K8S_BATCH_PODS_TIMEOUT"],
     flag: "pods-timeout",
@@ -367,6 +374,7 @@ pub const ALL: &[&Setting] = &[
     &RUN_SHELL,
     &BATCH_ROLE,
     &LAUNCHER_WAIT,
+    &WORKERS_STAY,
     &PODS_TIMEOUT,
     &CGROUP,
     &MAX_PENDING,

@@ -103,6 +103,7 @@ pub(crate) const AGENT_HEAD_AND_BATCH: AgentTable = AgentTable {
         &agent::RUN_SHELL,
         &agent::BATCH_ROLE,
         &agent::LAUNCHER_WAIT,
+        &agent::WORKERS_STAY,
         &agent::PODS_TIMEOUT,
     ],
 };

@@ -14,6 +14,12 @@ pub enum Success {
     Index0,
     /// When every pod succeeded.
     All,
+    /// An MPIJob's `cleanPodPolicy: None`: the pod with index 0 succeeding is the job's
+    /// success, and the other pods stay up after it (their agents' `--workers-stay`), so the
+    /// Job has no success policy and does not complete while they run (the MPIJob's controller
+    /// reads the success off index 0). Not a `--success` choice.
+    #[value(skip)]
+    Index0WorkersStay,
 }
 
 /// The parts of one workload object.

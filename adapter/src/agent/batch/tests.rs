@@ -19,6 +19,7 @@ fn link_state_follows_attach_close_and_finish() {
     assert!(matches!(b.attach(&config, 1, peer).0, Reply::Failed { .. }));
     config.batch = Some(BatchConfig::Worker {
         launcher_wait: Duration::from_secs(1),
+        stay: false,
     });
     assert_eq!(b.attach(&config, 1, peer).0, Reply::Ack {});
     assert_eq!(b.link(), Link::Attached { conn: 1, peer });
@@ -73,32 +74,37 @@ async fn worker_exits_on_finish_lost_launcher_or_none() {
     // Finished with success: at once, 0.
     let b = Arc::new(BatchState::default());
     b.link.send_replace(Link::Finished { code: 0 });
-    run_worker(b.clone(), Duration::from_secs(600), stop.clone()).await;
+    run_worker(b.clone(), Duration::from_secs(600), false, stop.clone()).await;
     assert_eq!(b.exit_code(), Some(0));
     // Finished with failure: after the delay, with the code.
     let b = Arc::new(BatchState::default());
     b.link.send_replace(Link::Finished { code: 3 });
     let t0 = tokio::time::Instant::now();
-    run_worker(b.clone(), Duration::from_secs(600), stop.clone()).await;
+    run_worker(b.clone(), Duration::from_secs(600), false, stop.clone()).await;
     assert_eq!(b.exit_code(), Some(3));
     assert!(t0.elapsed() >= FAIL_DELAY);
     // Launcher lost: 1 after the grace period.
     let b = Arc::new(BatchState::default());
     b.link.send_replace(Link::Lost { peer });
     let t0 = tokio::time::Instant::now();
-    run_worker(b.clone(), Duration::from_secs(600), stop.clone()).await;
+    run_worker(b.clone(), Duration::from_secs(600), false, stop.clone()).await;
     assert_eq!(b.exit_code(), Some(1));
     assert!(t0.elapsed() >= LINK_GRACE && t0.elapsed() < LINK_GRACE * 2);
     // Nobody attached: 1 after launcher_wait.
     let b = Arc::new(BatchState::default());
     let t0 = tokio::time::Instant::now();
-    run_worker(b.clone(), Duration::from_secs(42), stop.clone()).await;
+    run_worker(b.clone(), Duration::from_secs(42), false, stop.clone()).await;
     assert_eq!(b.exit_code(), Some(1));
     assert!(t0.elapsed() >= Duration::from_secs(42));
     // Attached, then finish arrives later.
     let b = Arc::new(BatchState::default());
     b.link.send_replace(Link::Attached { conn: 1, peer });
-    let w = tokio::spawn(run_worker(b.clone(), Duration::from_secs(1), stop.clone()));
+    let w = tokio::spawn(run_worker(
+        b.clone(),
+        Duration::from_secs(1),
+        false,
+        stop.clone(),
+    ));
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(
         b.exit_code(),
@@ -108,6 +114,32 @@ async fn worker_exits_on_finish_lost_launcher_or_none() {
     b.link.send_replace(Link::Finished { code: 0 });
     w.await.unwrap();
     assert_eq!(b.exit_code(), Some(0));
+}
+
+/// `--workers-stay` (cleanPodPolicy None): a worker told the job ended goes on serving, past
+/// any delay, until its pod is told to end; then it exits with the command's status.
+#[tokio::test(start_paused = true)]
+async fn a_worker_that_stays_exits_only_when_told_to_end() {
+    for code in [0, 3] {
+        let stop = CancellationToken::new();
+        let b = Arc::new(BatchState::default());
+        b.decide(code);
+        b.link.send_replace(Link::Finished { code });
+        let w = tokio::spawn(run_worker(
+            b.clone(),
+            Duration::from_secs(1),
+            true,
+            stop.clone(),
+        ));
+        tokio::time::sleep(LINK_GRACE + FAIL_DELAY + Duration::from_secs(600)).await;
+        assert!(!w.is_finished() && !b.done().is_cancelled(), "still up");
+        // The pod is deleted: SIGTERM.
+        assert!(!b.told_to_end(15), "the job had ended");
+        stop.cancel();
+        w.await.unwrap();
+        assert!(b.done().is_cancelled());
+        assert_eq!(b.exit_code(), Some(code));
+    }
 }
 
 fn test_config(dir: &std::path::Path) -> AgentConfig {

@@ -138,7 +138,7 @@ fn the_cluster_role_creates_every_object_of_a_job_and_holds_what_its_role_grants
         ("kubeflow.org", "mpijobs", &["get", "list", "watch"][..]),
         ("kubeflow.org", "mpijobs/status", &["patch"]),
         ("batch", "jobs", &["get", "list", "watch", "patch"]),
-        ("", "pods", &["list", "watch"]),
+        ("", "pods", &["list", "watch", "delete"]),
         ("events.k8s.io", "events", &["create", "patch"]),
     ] {
         for v in verbs {
@@ -146,7 +146,8 @@ fn the_cluster_role_creates_every_object_of_a_job_and_holds_what_its_role_grants
         }
     }
     // Nothing else: no wildcard, no resource the controller does not touch, no delete (the
-    // garbage collector deletes what the MPIJob owns), no update.
+    // garbage collector deletes what the MPIJob owns) but of pods (`cleanPodPolicy: All`), no
+    // update.
     let touched: BTreeSet<(String, String)> = made
         .into_iter()
         .chain(
@@ -162,9 +163,11 @@ fn the_cluster_role_creates_every_object_of_a_job_and_holds_what_its_role_grants
         )
         .collect();
     for rule in rules.iter().chain(lease_rules().iter()) {
+        let pods = rule.resources.iter().flatten().all(|r| r == "pods");
         for v in &rule.verbs {
             assert!(
-                ["get", "list", "watch", "create", "patch"].contains(&v.as_str()),
+                ["get", "list", "watch", "create", "patch"].contains(&v.as_str())
+                    || (pods && v == "delete"),
                 "verb {v}"
             );
         }

@@ -88,6 +88,10 @@ fn answer(store: &Shared, method: &str, path: &str, query: &str, body: &str) -> 
                 None => (404, status(404, "NotFound")),
             }
         }
+        "DELETE" => match s.objects.remove(path) {
+            Some(o) => (200, o),
+            None => (404, status(404, "NotFound")),
+        },
         _ => (405, status(405, "MethodNotAllowed")),
     }
 }
@@ -312,8 +316,15 @@ async fn the_jobs_end_and_its_pods_make_the_status() {
         .clone();
     assert_eq!(succeeded["status"], "True");
     assert_eq!(st["completionTime"], "2026-12-03T12:01:00Z");
-    assert_eq!(st["replicaStatuses"]["Launcher"]["succeeded"], 1);
-    assert_eq!(st["replicaStatuses"]["Worker"]["failed"], 2);
+    // mpi-operator's counts after the end: the launcher succeeded, the workers not counted;
+    // every count written, a zero too.
+    assert_eq!(
+        st["replicaStatuses"]["Launcher"],
+        json!({"active": 0, "succeeded": 1, "failed": 0,
+               "selector": "prrte-k8s.io/job=pi,batch.kubernetes.io/job-completion-index=0"})
+    );
+    assert_eq!(st["replicaStatuses"]["Worker"]["failed"], 0);
+    assert_eq!(st["replicaStatuses"]["Worker"]["active"], 0);
     assert!(event_reasons(&store).contains(&"MPIJobSucceeded".to_string()));
     assert!(ctx
         .metrics
@@ -324,6 +335,62 @@ async fn the_jobs_end_and_its_pods_make_the_status() {
     store.lock().unwrap().requests.clear();
     reconcile_now(&store, &ctx).await;
     assert_eq!(writes(&store), Vec::<String>::new());
+}
+
+/// After the end: with `cleanPodPolicy: All` the workers are deleted, finished ones too, the
+/// launcher's pod kept; counts written wrong are corrected; the conditions stay.
+#[tokio::test]
+async fn after_the_end_clean_pod_policy_all_deletes_the_workers() {
+    for policy in ["All", "Running"] {
+        let store: Shared = Arc::default();
+        mpijob(&store, |v| {
+            v["spec"]["runPolicy"]["cleanPodPolicy"] = json!(policy)
+        });
+        let ctx = context(&store);
+        reconcile_now(&store, &ctx).await;
+        {
+            let mut s = store.lock().unwrap();
+            let job_uid = s.objects[JOB]["metadata"]["uid"].clone();
+            for i in 0..3 {
+                s.objects.insert(
+                    format!("/api/v1/namespaces/team/pods/pi-{i}"),
+                    json!({"metadata": {"name": format!("pi-{i}"), "namespace": "team",
+                        "labels": {"prrte-k8s.io/job": "pi", "batch.kubernetes.io/job-completion-index": i.to_string()},
+                        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "pi", "uid": job_uid, "controller": true}]},
+                        "status": {"phase": "Succeeded"}}),
+                );
+            }
+            let job = s.objects.get_mut(JOB).unwrap();
+            job["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}], "completionTime": "2026-12-03T12:01:00Z"});
+        }
+        reconcile_now(&store, &ctx).await;
+        let done = store.lock().unwrap().objects[MPIJOB]["status"].clone();
+        // Written wrong (as an older controller left it), then reconciled after the end.
+        store.lock().unwrap().objects.get_mut(MPIJOB).unwrap()["status"]["replicaStatuses"]
+            ["Worker"]["active"] = json!(1);
+        store.lock().unwrap().requests.clear();
+        reconcile_now(&store, &ctx).await;
+        let mut deleted: Vec<String> = writes(&store)
+            .into_iter()
+            .filter(|w| w.starts_with("DELETE"))
+            .collect();
+        deleted.sort();
+        if policy == "All" {
+            assert_eq!(
+                deleted,
+                [
+                    "DELETE /api/v1/namespaces/team/pods/pi-1",
+                    "DELETE /api/v1/namespaces/team/pods/pi-2"
+                ]
+            );
+        } else {
+            assert!(deleted.is_empty(), "{deleted:?}");
+        }
+        let st = store.lock().unwrap().objects[MPIJOB]["status"].clone();
+        assert_eq!(st["replicaStatuses"]["Worker"]["active"], 0, "{policy}");
+        assert_eq!(st["conditions"], done["conditions"]);
+        assert_eq!(st["completionTime"], done["completionTime"]);
+    }
 }
 
 #[tokio::test]

@@ -119,7 +119,7 @@ fn created_running_succeeded_with_one_event_each() {
     let r = condition(&o4.status, "Running").unwrap();
     assert_eq!(r.status, "False");
     assert_eq!(o4.status.replica_statuses["Launcher"].succeeded, 1);
-    // Finished: nothing changes any more.
+    // Finished, the Job gone (its TTL): nothing changes any more.
     let o5 = next_status(&o4.status, &observe(None, &[], false), &at(T2));
     assert_eq!(o5.status, o4.status);
     assert!(o5.notices.is_empty());
@@ -155,7 +155,9 @@ fn a_failure_keeps_the_jobs_reason_naming_the_pod_and_exit_code() {
     );
     assert_eq!(reasons(&o), ["MPIJobCreated", "PodFailurePolicy"]);
     assert!(o.notices[1].warning);
-    assert_eq!(o.status.replica_statuses["Worker"].failed, 1);
+    // mpi-operator's counts once the launcher's Job failed: the launcher failed, no worker.
+    assert_eq!(counts(&o.status, "Launcher"), (0, 0, 1));
+    assert_eq!(counts(&o.status, "Worker"), (0, 0, 0));
     assert_eq!(phase(&o.status), "Failed");
     // Never Running, finished: Running false at the completion time, as mpi-operator does.
     assert_eq!(condition(&o.status, "Running").unwrap().status, "False");
@@ -233,4 +235,208 @@ fn a_long_message_is_cut_to_what_an_event_takes() {
     let out = next_status(&MpiJobStatus::default(), &o, &at(T0));
     let m = &out.notices[1].message;
     assert!(m.len() <= 1024 && m.ends_with("..."));
+}
+
+/// (active, succeeded, failed) of the replica type `role`.
+fn counts(s: &MpiJobStatus, role: &str) -> (i32, i32, i32) {
+    let r = &s.replica_statuses[role];
+    (r.active, r.succeeded, r.failed)
+}
+
+/// A pod being deleted (by the Job that ended, or suspended).
+fn deleting(index: u32, phase: &str) -> Arc<Pod> {
+    let mut p = pod_json(index, phase, false);
+    p["metadata"]["deletionTimestamp"] = json!(T1);
+    typed(p)
+}
+
+/// The status of the pi example (a launcher, 2 workers) running, all pods up.
+fn running_pi() -> MpiJobStatus {
+    let j = job(json!([]));
+    let up = [
+        pod(0, "Running", true),
+        pod(1, "Running", true),
+        pod(2, "Running", true),
+    ];
+    let o = next_status(
+        &MpiJobStatus::default(),
+        &observe(Some(&j), &up, false),
+        &at(T0),
+    );
+    assert_eq!(counts(&o.status, "Launcher"), (1, 0, 0));
+    assert_eq!(counts(&o.status, "Worker"), (2, 0, 0));
+    o.status
+}
+
+/// The end of `running` seen through `pods` and the Job's `conditions`, then seen again
+/// later: the counts may change, the conditions and completionTime do not.
+fn end_then_settle(
+    conditions: Value,
+    at_end: &[Arc<Pod>],
+    settled: &[Arc<Pod>],
+) -> (MpiJobStatus, MpiJobStatus) {
+    let j = job(conditions);
+    let end = next_status(&running_pi(), &observe(Some(&j), at_end, false), &at(T1)).status;
+    let later = next_status(&end, &observe(Some(&j), settled, false), &at(T2)).status;
+    assert_eq!(later.conditions, end.conditions);
+    assert_eq!(later.completion_time, end.completion_time);
+    (end, later)
+}
+
+/// mpi-operator's pi example succeeded: its final replicaStatuses are `Launcher {succeeded:
+/// 1}`, `Worker {}`, as its integration test `TestMPIJobSuccess` and unit test
+/// `TestLauncherSucceeded` expect (updateMPIJobStatus: the launcher's Job complete sets
+/// `succeeded: 1` on a fresh status; the workers are not counted once the launcher's Job has
+/// finished, and cleanUpWorkerPods zeroes them).
+#[test]
+fn after_pi_succeeded_the_counts_are_mpi_operators() {
+    let complete = json!([{"type": "SuccessCriteriaMet", "status": "True"},
+                          {"type": "Complete", "status": "True"}]);
+    // At the end the cache may still show the launcher running and a worker ending.
+    let at_end = [
+        pod(0, "Running", true),
+        pod(1, "Succeeded", false),
+        deleting(2, "Running"),
+    ];
+    let settled = [
+        pod(0, "Succeeded", false),
+        pod(1, "Succeeded", false),
+        pod(2, "Succeeded", false),
+    ];
+    let (end, later) = end_then_settle(complete, &at_end, &settled);
+    for s in [&end, &later] {
+        assert!(is_true(s, "Succeeded"));
+        assert_eq!(counts(s, "Launcher"), (0, 1, 0));
+        assert_eq!(counts(s, "Worker"), (0, 0, 0));
+    }
+}
+
+/// The conditions of a Job failed by its deadline.
+fn failed_conditions() -> Value {
+    json!([{"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded"},
+        {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
+         "message": "Job was active longer than specified deadline"}])
+}
+
+/// The deadline passed: the Job failed (`DeadlineExceeded`) and stops every pod. mpi-operator's
+/// counts (`TestMPIJobFailure`, `TestLauncherFailed`): the launcher's `failed` is its Job's
+/// `status.failed` (the launcher pod the Job stopped counts as failed, gone or not), the
+/// workers nothing.
+#[test]
+fn after_the_deadline_the_counts_are_mpi_operators() {
+    let failed = failed_conditions();
+    let at_end = [
+        deleting(0, "Running"),
+        deleting(1, "Running"),
+        deleting(2, "Running"),
+    ];
+    let settled = [pod(0, "Failed", false)];
+    let (end, later) = end_then_settle(failed, &at_end, &settled);
+    for s in [&end, &later] {
+        assert_eq!(
+            condition(s, "Failed").unwrap().reason.as_deref(),
+            Some("DeadlineExceeded")
+        );
+        assert_eq!(counts(s, "Launcher"), (0, 0, 1));
+        assert_eq!(counts(s, "Worker"), (0, 0, 0));
+    }
+    // Every pod gone: the same (the Job's own counts, not the pods').
+    let j = job(failed_conditions());
+    let gone = next_status(&later, &observe(Some(&j), &[], false), &at(T2));
+    assert_eq!(counts(&gone.status, "Launcher"), (0, 0, 1));
+    assert_eq!(counts(&gone.status, "Worker"), (0, 0, 0));
+}
+
+/// mpi-operator's "has malformed command" e2e case: the launcher fails (mpirun cannot run the
+/// command) and its Job fails. The launcher's `failed` is the launcher pods that failed (ours
+/// runs once: 1; mpi-operator's `backoffLimit: 1` there retries it once: 2), the workers
+/// nothing.
+#[test]
+fn after_a_malformed_command_the_counts_are_mpi_operators() {
+    let msg = "Container prrte-k8s for pod team/pi-0-x failed with exit code 1 matching FailJob rule at index 1";
+    let failed = json!([{"type": "FailureTarget", "status": "True", "reason": "PodFailurePolicy", "message": msg},
+        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": msg}]);
+    let at_end = [
+        pod(0, "Failed", false),
+        deleting(1, "Running"),
+        pod(2, "Running", true),
+    ];
+    let settled = [
+        pod(0, "Failed", false),
+        pod(1, "Failed", false),
+        pod(2, "Failed", false),
+    ];
+    let (end, later) = end_then_settle(failed, &at_end, &settled);
+    for s in [&end, &later] {
+        assert_eq!(counts(s, "Launcher"), (0, 0, 1));
+        assert_eq!(counts(s, "Worker"), (0, 0, 0));
+    }
+}
+
+/// Counts written wrong at the end (each pod's earlier counts kept) are made right while the
+/// Job is there; its conditions and completionTime stay.
+#[test]
+fn a_finished_status_with_wrong_counts_is_corrected() {
+    let complete = job(json!([{"type": "Complete", "status": "True"}]));
+    let settled = [
+        pod(0, "Succeeded", false),
+        pod(1, "Succeeded", false),
+        pod(2, "Succeeded", false),
+    ];
+    let mut wrong = next_status(
+        &running_pi(),
+        &observe(Some(&complete), &settled, false),
+        &at(T1),
+    )
+    .status;
+    for r in wrong.replica_statuses.values_mut() {
+        r.active = 1;
+    }
+    let fixed = next_status(&wrong, &observe(Some(&complete), &settled, false), &at(T2));
+    assert_eq!(counts(&fixed.status, "Launcher"), (0, 1, 0));
+    assert_eq!(counts(&fixed.status, "Worker"), (0, 0, 0));
+    assert_eq!(fixed.status.conditions, wrong.conditions);
+    assert!(fixed.notices.is_empty());
+}
+
+/// Each pod counts once, by its phase; one being deleted is not active (a suspended job's
+/// pods, mpi-operator's `Launcher {}`, `Worker {}` once they are gone).
+#[test]
+fn a_pod_being_deleted_is_not_active() {
+    let j = job(json!([]));
+    let pods = [
+        deleting(0, "Running"),
+        pod(1, "Running", true),
+        deleting(2, "Running"),
+    ];
+    let o = next_status(&running_pi(), &observe(Some(&j), &pods, true), &at(T1));
+    assert_eq!(counts(&o.status, "Launcher"), (0, 0, 0));
+    assert_eq!(counts(&o.status, "Worker"), (1, 0, 0));
+    assert_eq!(phase(&o.status), "Suspended");
+}
+
+/// `cleanPodPolicy: None`: the workers stay up, so the Job neither completes nor fails; the
+/// launcher's index done is the MPIJob's success (mpi-operator: its launcher Job complete),
+/// the running workers counted as mpi-operator counts them after the end (not at all).
+#[test]
+fn with_clean_pod_policy_none_the_launchers_index_is_the_success() {
+    let j: Job = serde_json::from_value(json!({"metadata": {"name": "pi"},
+        "status": {"completedIndexes": "0", "active": 2}}))
+    .unwrap();
+    let pods = [
+        pod(0, "Succeeded", false),
+        pod(1, "Running", true),
+        pod(2, "Running", true),
+    ];
+    let o = next_status(&running_pi(), &observe(Some(&j), &pods, false), &at(T2));
+    assert_eq!(reasons(&o), ["MPIJobSucceeded"]);
+    assert_eq!(o.status.completion_time, Some(at(T2)));
+    assert_eq!(counts(&o.status, "Launcher"), (0, 1, 0));
+    assert_eq!(counts(&o.status, "Worker"), (0, 0, 0));
+    // Index 1 done is not the job's success.
+    let j1: Job = serde_json::from_value(json!({"metadata": {"name": "pi"},
+        "status": {"completedIndexes": "1"}}))
+    .unwrap();
+    let o = next_status(&running_pi(), &observe(Some(&j1), &pods, false), &at(T2));
+    assert!(!is_true(&o.status, "Succeeded"));
 }

@@ -40,6 +40,7 @@ pub(crate) async fn run_launcher(
         command,
         pods_timeout,
         reason,
+        workers_stay,
     }) = config.batch.clone()
     else {
         return;
@@ -101,7 +102,8 @@ pub(crate) async fn run_launcher(
         workers = n,
         "batch launcher: the job's command ended"
     );
-    if code == 0 && !(told.is_empty() && lost.is_empty()) {
+    // Workers that stay up (`--workers-stay`) are not waited for: their pods do not end.
+    if code == 0 && !workers_stay && !(told.is_empty() && lost.is_empty()) {
         tokio::select! {
             _ = wait_workers_finished(&namespace, &selector, told, lost) => {}
             _ = stop.cancelled() => {}

@@ -115,7 +115,12 @@ fn convert(doc: &Value, o: &Overrides) -> Result<(JobPlan, Vec<Note>), MpiJobErr
         kind: WorkloadKind::Job,
         pods: pod_count,
         command: p.command,
-        success: Success::Index0,
+        // cleanPodPolicy None: the workers stay up after the launcher (see `run_policy`).
+        success: if job.run_policy.clean_pod_policy.as_deref() == Some("None") {
+            Success::Index0WorkersStay
+        } else {
+            Success::Index0
+        },
         deadline: job
             .run_policy
             .active_deadline_seconds
@@ -291,11 +296,11 @@ fn run_policy(
     match p.clean_pod_policy.as_deref() {
         Some("None") => notes.push(Note::new(
             format!("{at}.cleanPodPolicy"),
-            "None not honoured: the workers end with the launcher, and the Job controller stops any pod still running when the Job ends (as Running); finished pods stay until ttlSecondsAfterFinished",
+            "None: the workers stay up after the launcher succeeds (their agents' --workers-stay), until the Job is deleted; so the Job does not complete (no success policy) and index 0's pod tells the success (prrte-k8s controller sets the MPIJob's Succeeded from it); a failed launcher still fails the Job, which stops them",
         )),
         Some("All") => notes.push(Note::new(
             format!("{at}.cleanPodPolicy"),
-            "All not fully honoured: running pods are stopped when the Job ends, but finished pods (and their logs) stay until ttlSecondsAfterFinished deletes the Job",
+            "All not fully honoured without the controller: running pods are stopped when the Job ends, but finished pods (and their logs) stay until ttlSecondsAfterFinished deletes the Job (prrte-k8s controller deletes the workers after the end)",
         )),
         _ => {}
     }

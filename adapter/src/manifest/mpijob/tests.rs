@@ -278,7 +278,7 @@ fn every_run_policy_field_is_mapped_or_named() {
     ));
     for (f, needle) in [
         ("runPolicy.backoffLimit", "3 not honoured"),
-        ("runPolicy.cleanPodPolicy", "None not honoured"),
+        ("runPolicy.cleanPodPolicy", "None: the workers stay up"),
         ("schedulingPolicy.minAvailable", "no PodGroup"),
         ("schedulingPolicy.minResources", "PodGroup"),
         ("schedulingPolicy.scheduleTimeoutSeconds", "60 not honoured"),
@@ -290,7 +290,29 @@ fn every_run_policy_field_is_mapped_or_named() {
     assert!(field(&notes, "cleanPodPolicy")
         .unwrap()
         .what
-        .contains("All not fully honoured"));
+        .contains("All not fully honoured without the controller"));
+    // None: no success policy (the Job must not stop the workers when the launcher succeeds),
+    // and every agent is told the workers stay; Running (or nothing): index 0's success policy.
+    let agent_args = |plan: &JobPlan| -> Vec<String> {
+        let c = &job(plan)["spec"]["template"]["spec"]["containers"][0];
+        serde_json::from_value(c["command"].clone()).unwrap_or_default()
+    };
+    let (none, _) = convert(&mpijob("  runPolicy:\n    cleanPodPolicy: None"));
+    assert!(job(&none)["spec"].get("successPolicy").is_none());
+    let args = agent_args(&none);
+    let stay = args.iter().position(|a| a == "--workers-stay");
+    let run = args.iter().position(|a| a == "--run");
+    assert!(stay.is_some() && stay < run, "{args:?}");
+    for policy in ["Running", "All"] {
+        let (plan, _) = convert(&mpijob(&format!(
+            "  runPolicy:\n    cleanPodPolicy: {policy}"
+        )));
+        assert_eq!(
+            job(&plan)["spec"]["successPolicy"]["rules"][0]["succeededIndexes"],
+            "0"
+        );
+        assert!(!agent_args(&plan).contains(&"--workers-stay".to_string()));
+    }
     // The queue as the MPIJob's own Kueue label works the same; two different queues are refused.
     let labelled = mpijob("").replace(
         "  name: j\n",
