@@ -9,8 +9,11 @@
 //! itself (the sandbox does not judge their unknown fields). JobSets are no k8s-openapi type
 //! and are not published.
 
+use super::admission;
 use super::resources::{self, ResourceType};
-use k8s_openapi::api::{apps, batch, coordination, core, discovery, events, networking, rbac};
+use k8s_openapi::api::{
+    admissionregistration, apps, batch, coordination, core, discovery, events, networking, rbac,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use schemars::{Schema, SchemaGenerator};
 use serde_json::{json, Map, Value};
@@ -60,6 +63,12 @@ fn table() -> Vec<(&'static ResourceType, Add)> {
             g.subschema_for::<apiextensions::CustomResourceDefinition>()
         }),
         (&EVENTS_V1, |g| g.subschema_for::<events::v1::Event>()),
+        (&admission::VALIDATINGADMISSIONPOLICIES, |g| {
+            g.subschema_for::<admissionregistration::v1::ValidatingAdmissionPolicy>()
+        }),
+        (&admission::VALIDATINGADMISSIONPOLICYBINDINGS, |g| {
+            g.subschema_for::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>()
+        }),
     ]
 }
 

@@ -155,6 +155,7 @@ pub fn apply(rt: &ResourceType, obj: &mut Value, creating: bool) {
         ("", "secrets") => secret_defaults(obj),
         ("batch", "jobs") => job_defaults(obj, creating),
         ("apps", "statefulsets") => statefulset_defaults(obj, creating),
+        ("admissionregistration.k8s.io", _) => crate::api::admission::defaults(rt, obj),
         ("apps", "deployments" | "replicasets") => {
             for (ptr, v) in super::replicas::defaults(rt.plural) {
                 set_default(obj, ptr, v);

@@ -2,6 +2,7 @@
 //! service accounts, and real Kubernetes JSON for the resources PRRTE's components and
 //! kubectl use.
 
+pub mod admission;
 pub mod auth;
 pub mod builtin_openapi;
 pub mod crd;

@@ -138,7 +138,7 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let mut causes = Vec::new();
+    let mut causes = crate::api::admission::validate(rt, obj);
     check_labels(obj, &mut causes);
     match (rt.group, rt.plural) {
         ("", "pods") => check_pod(obj, old, &mut causes),

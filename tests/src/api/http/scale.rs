@@ -1,6 +1,7 @@
 //! The `scale` subresource (autoscaling/v1 `Scale`) of the resources that have one: what
 //! `kubectl scale` reads and patches. Writing it sets the object's `spec.replicas`.
 
+use crate::api::admission::{self, Attributes, UserInfo};
 use crate::api::resources::ResourceType;
 use crate::api::status::ApiError;
 use crate::api::store::{Part, Patch, Store};
@@ -38,7 +39,8 @@ pub(super) fn write_scale(
     name: &str,
     change: ScaleChange,
     dry_run: bool,
-) -> Result<Value, ApiError> {
+    user: &UserInfo,
+) -> Result<(Value, Vec<String>), ApiError> {
     let current = store.get(rt, ns, name)?;
     let mut scale = scale_of(&current);
     match change {
@@ -71,12 +73,47 @@ pub(super) fn write_scale(
         .pointer("/metadata/resourceVersion")
         .filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
         .cloned();
+    let old = scale_of(&current);
+    let mut new = old.clone();
+    new["spec"]["replicas"] = json!(replicas);
+    let warnings = admit_scale(store, rt, &old, &new, dry_run, user)?;
     let mut p = json!({"spec": {"replicas": replicas}});
     if let Some(rv) = rv {
         p["metadata"] = json!({"resourceVersion": rv});
     }
     let obj = store.patch(rt, ns, name, Patch::Merge(p), Part::Main, dry_run)?;
-    Ok(scale_of(&obj))
+    Ok((scale_of(&obj), warnings))
+}
+
+/// Admits `user`'s write of a Scale from `old` to `new`: the warnings to send, or the denial.
+fn admit_scale(
+    store: &Store,
+    rt: &'static ResourceType,
+    old: &Value,
+    new: &Value,
+    dry_run: bool,
+    user: &UserInfo,
+) -> Result<Vec<String>, ApiError> {
+    let ns = old["metadata"]["namespace"].as_str().unwrap_or("");
+    let policies = store.admission_policies(ns);
+    if policies.bindings.is_empty() {
+        return Ok(Vec::new());
+    }
+    admission::admit(
+        &policies,
+        &Attributes {
+            resource: rt,
+            subresource: "scale",
+            kind: ("autoscaling", "v1", "Scale"),
+            operation: "UPDATE",
+            namespace: ns,
+            name: old["metadata"]["name"].as_str().unwrap_or(""),
+            user,
+            dry_run,
+            object: Some(new),
+            old_object: Some(old),
+        },
+    )
 }
 
 /// How a Scale is written: replaced (PUT) or patched.

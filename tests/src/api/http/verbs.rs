@@ -13,6 +13,7 @@ use super::scale::{scale_of, write_scale, ScaleChange};
 use super::state::State;
 use super::tokens::token_request;
 use super::watch::start_watch;
+use crate::api::admission;
 use crate::api::auth::Identity;
 use crate::api::resources::ResourceType;
 use crate::api::status::ApiError;
@@ -151,11 +152,11 @@ impl Call<'_> {
         if !rt.stored {
             return review(st, self.id, rt, v);
         }
-        let warnings = self.check_fields(Write::Object, &v, "CreateOptions")?;
-        let obj = st
-            .store
-            .create(rt, &self.ns_str(), v, dry_run(&self.query))?;
-        Ok(with_warnings(json_response(201, &obj), &warnings))
+        let mut warnings = self.check_fields(Write::Object, &v, "CreateOptions")?;
+        let (obj, admitted) =
+            self.admitted(|| st.store.create(rt, &self.ns_str(), v, dry_run(&self.query)));
+        warnings.extend(admitted);
+        Ok(with_warnings(json_response(201, &*obj?), &warnings))
     }
 
     pub(super) async fn update(&self, body: Incoming) -> Answer {
@@ -164,16 +165,19 @@ impl Call<'_> {
         if self.sub == "scale" {
             return self.scale(ScaleChange::Replace(v));
         }
-        let warnings = self.check_fields(Write::Object, &v, "UpdateOptions")?;
-        let obj = self.st.store.update(
-            self.rt,
-            &self.ns_str(),
-            self.name_str(),
-            v,
-            self.part(),
-            dry_run(&self.query),
-        )?;
-        Ok(with_warnings(json_response(200, &obj), &warnings))
+        let mut warnings = self.check_fields(Write::Object, &v, "UpdateOptions")?;
+        let (obj, admitted) = self.admitted(|| {
+            self.st.store.update(
+                self.rt,
+                &self.ns_str(),
+                self.name_str(),
+                v,
+                self.part(),
+                dry_run(&self.query),
+            )
+        });
+        warnings.extend(admitted);
+        Ok(with_warnings(json_response(200, &*obj?), &warnings))
     }
 
     pub(super) async fn patch(&self, body: Incoming) -> Answer {
@@ -189,7 +193,7 @@ impl Call<'_> {
         if self.sub == "scale" {
             return self.scale(ScaleChange::Patch(patch));
         }
-        let warnings = match &patch {
+        let mut warnings = match &patch {
             Patch::Merge(v) => self.check_fields(Write::MergePatch, v, "PatchOptions")?,
             Patch::Apply(v) => self.check_fields(Write::Apply, v, "PatchOptions")?,
             // A JSON patch's unknown fields are pruned unchecked.
@@ -198,16 +202,34 @@ impl Call<'_> {
                 Vec::new()
             }
         };
-        let obj = self.st.store.patch_as(
-            self.rt,
-            &self.ns_str(),
-            self.name_str(),
-            patch,
-            self.part(),
-            dry_run(&self.query),
-            Some(&self.field_owner()),
-        )?;
-        Ok(with_warnings(json_response(200, &obj), &warnings))
+        let (obj, admitted) = self.admitted(|| {
+            self.st.store.patch_as(
+                self.rt,
+                &self.ns_str(),
+                self.name_str(),
+                patch,
+                self.part(),
+                dry_run(&self.query),
+                Some(&self.field_owner()),
+            )
+        });
+        warnings.extend(admitted);
+        Ok(with_warnings(json_response(200, &*obj?), &warnings))
+    }
+
+    /// Runs the store write `f` as this request ([`admission::during`]): the objects it
+    /// writes are admitted. Returns `f`'s result and the admission's warnings.
+    fn admitted<T>(&self, f: impl FnOnce() -> T) -> (T, Vec<String>) {
+        admission::during(self.user_info(), &self.sub, dry_run(&self.query), f)
+    }
+
+    /// The requester as admission sees it.
+    fn user_info(&self) -> admission::UserInfo {
+        admission::UserInfo {
+            username: self.id.user.clone(),
+            uid: self.id.uid.clone(),
+            groups: self.id.groups.clone(),
+        }
     }
 
     /// The unknown fields of the write's body `v`, by its `fieldValidation` ([`fields`]): the
@@ -247,12 +269,14 @@ impl Call<'_> {
         }
     }
 
-    /// A write of the scale subresource.
+    /// A write of the scale subresource (admitted as a write of the Scale).
     fn scale(&self, change: ScaleChange) -> Answer {
         let (ns, name) = (self.ns_str(), self.name_str());
         let dry = dry_run(&self.query);
-        let scale = write_scale(&self.st.store, self.rt, &ns, name, change, dry)?;
-        Ok(json_response(200, &scale))
+        let user = self.user_info();
+        let (scale, warnings) =
+            write_scale(&self.st.store, self.rt, &ns, name, change, dry, &user)?;
+        Ok(with_warnings(json_response(200, &scale), &warnings))
     }
 
     /// `delete` of one object (`one`), or `deletecollection`.

@@ -62,6 +62,7 @@ impl Store {
             admit_pod(g, ns, &name, &obj)?;
         }
         let obj = normalize(rt, obj)?;
+        g.admit(rt, ns, None, &obj)?;
         if dry_run {
             return Ok(Arc::new(obj));
         }
@@ -69,7 +70,9 @@ impl Store {
         if rt.is("", "namespaces") {
             // As the service-account controller does: every namespace gets a "default" SA.
             let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}});
-            let _ = self.create_locked(g, &resources::SERVICEACCOUNTS, &name, sa, false);
+            let _ = crate::api::admission::as_server(|| {
+                self.create_locked(g, &resources::SERVICEACCOUNTS, &name, sa, false)
+            });
         }
         Ok(created)
     }

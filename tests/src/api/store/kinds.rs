@@ -10,10 +10,12 @@ use serde_json::Value;
 use std::sync::Arc;
 
 impl Inner {
-    /// Every served resource: the built-in ones, then the custom ones.
+    /// Every served resource: the built-in ones (admission policies among them), then the
+    /// custom ones.
     pub(super) fn kinds(&self) -> impl Iterator<Item = &'static ResourceType> + '_ {
         resources::ALL
             .iter()
+            .chain(crate::api::admission::KINDS)
             .copied()
             .chain(self.custom.iter().copied())
     }

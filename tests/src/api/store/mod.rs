@@ -4,9 +4,10 @@
 //! `state` is the store itself and the commit of a change, `object` a stored object's helpers,
 //! `event` the changes watchers see, `params` what the operations take and give; one file per
 //! kind of operation (`create`, `read`, `update`, `delete` with `graceful`, and `typed` for
-//! k8s-openapi types); `gc` the garbage collector (dependents of a deleted object, Foreground
+//! k8s-openapi types); `admit` the validating admission of what a request writes; `gc` the garbage collector (dependents of a deleted object, Foreground
 //! deletion, objects whose owners are gone).
 
+mod admit;
 mod create;
 mod delete;
 mod event;

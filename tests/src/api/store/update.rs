@@ -78,6 +78,7 @@ impl Store {
                 .unwrap_or(0);
             new["metadata"]["generation"] = json!(gen + 1);
         }
+        g.admit(rt, ns, Some(old.as_ref()), &new)?;
         if without_rv(&new) == without_rv(&old) {
             return Ok(old);
         }
