@@ -5,7 +5,9 @@
 //! of a job not rendered elastic is refused with the reason, nothing changed. With the
 //! ServiceAccount, Role and RoleBinding `prrte-k8s manifest --elastic` renders for a
 //! StatefulSet, its token grows it (through the scale subresource) but cannot patch the
-//! StatefulSet itself. A stand-in kubelet makes every pod of the namespace Ready.
+//! StatefulSet itself, nor scale it past the rendered admission policy; an elastic Job's token
+//! grows it through its rendered admission policy, which refuses the token's other patches. A
+//! stand-in kubelet makes every pod of the namespace Ready.
 #![forbid(unsafe_code)]
 
 mod discovery_support;
@@ -382,6 +384,7 @@ async fn an_elastic_statefulsets_token_grows_it_but_cannot_rewrite_it() {
         .create(&pp, &serde_json::from_value(of("RoleBinding")).unwrap())
         .await
         .unwrap();
+    create_admission_policy(&f, &objs).await;
     let controllers = sandbox::cluster::controllers::spawn(f.server.store().clone());
     let kubelet = kubelet(&f);
     let sets: Api<StatefulSet> = Api::namespaced(f.client.clone(), &f.ns);
@@ -426,6 +429,22 @@ async fn an_elastic_statefulsets_token_grows_it_but_cannot_rewrite_it() {
             "{attack}: {e}"
         );
     }
+    // Its Scale, which the Role lets it patch: not past max-pods, not below 1 (the policy).
+    for replicas in [5, 0] {
+        let e = as_rank
+            .patch_scale(
+                "tok",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .expect_err("the token scaled its StatefulSet past its policy");
+        assert!(
+            matches!(&e, kube::Error::Api(s) if s.code == 403
+                && s.message.contains("ValidatingAdmissionPolicy 'prrte-k8s.grow-rbac.tok' with binding 'prrte-k8s.grow-rbac.tok' denied request")),
+            "{replicas}: {e}"
+        );
+    }
     let sts = sets.get("tok").await.unwrap();
     assert_eq!(
         sts.spec.as_ref().unwrap().template,
@@ -439,6 +458,126 @@ async fn an_elastic_statefulsets_token_grows_it_but_cannot_rewrite_it() {
         "4"
     );
     assert_eq!(replicas(&sets.get("tok").await.unwrap()), 3);
+    kubelet.abort();
+    controllers.abort();
+}
+
+/// Creates the ValidatingAdmissionPolicy and its binding among `objs` (as the admin).
+async fn create_admission_policy(f: &Fixture, objs: &[serde_json::Value]) {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let of = |kind: &str| {
+        objs.iter()
+            .find(|o| o["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} rendered"))
+            .clone()
+    };
+    let pp = PostParams::default();
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(f.client.clone());
+    policies
+        .create(
+            &pp,
+            &serde_json::from_value(of("ValidatingAdmissionPolicy")).unwrap(),
+        )
+        .await
+        .unwrap();
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(f.client.clone());
+    bindings
+        .create(
+            &pp,
+            &serde_json::from_value(of("ValidatingAdmissionPolicyBinding")).unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+/// A compromised rank holds the token of an elastic Job's service account: `grow` with it
+/// raises the Job through the rendered admission policy, and the same token's other patches
+/// of the Job (its template, suspension, max-pods) are refused by the API server naming the
+/// policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elastic_jobs_token_grows_it_through_its_admission_policy_and_nothing_else() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let f = Fixture::new("grow-vap").await;
+    let objs = rendered(&[
+        "--name",
+        "el",
+        "--pods",
+        "2",
+        "--elastic",
+        "--max-pods",
+        "4",
+        "-n",
+        "grow-vap",
+    ]);
+    let of = |kind: &str| {
+        objs.iter()
+            .find(|o| o["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} rendered"))
+            .clone()
+    };
+    let pp = PostParams::default();
+    let sa: ServiceAccount = serde_json::from_value(of("ServiceAccount")).unwrap();
+    Api::<ServiceAccount>::namespaced(f.client.clone(), &f.ns)
+        .create(&pp, &sa)
+        .await
+        .unwrap();
+    Api::<Role>::namespaced(f.client.clone(), &f.ns)
+        .create(&pp, &serde_json::from_value(of("Role")).unwrap())
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(f.client.clone(), &f.ns)
+        .create(&pp, &serde_json::from_value(of("RoleBinding")).unwrap())
+        .await
+        .unwrap();
+    create_admission_policy(&f, &objs).await;
+    let controllers = sandbox::cluster::controllers::spawn(f.server.store().clone());
+    let kubelet = kubelet(&f);
+    let jobs: Api<Job> = Api::namespaced(f.client.clone(), &f.ns);
+    jobs.create(&pp, &job("el", 2, Some(4))).await.unwrap();
+    let first = ready_pods(&f, "el", 2).await;
+
+    let token = f
+        .server
+        .service_account_token(&f.ns, sa.metadata.name.as_deref().unwrap());
+    let kubeconfig = f.kubeconfig_for(&token);
+    let cfg = DiscoveryConfig {
+        self_pod: Some(first[1].0.clone()),
+        kubeconfig: Some(kubeconfig.clone()),
+        ..f.config()
+    };
+    // grow's own patch passes the policy.
+    let grown = grow(&cfg, &Environment::default(), 1)
+        .await
+        .unwrap_or_else(|e| panic!("grow through the rendered policy: {e}"));
+    assert_eq!((grown.workload.pods, grown.pods), (2, 3));
+    assert_eq!(spec_counts(&jobs.get("el").await.unwrap()), (3, 3));
+
+    let before = jobs.get("el").await.unwrap();
+    let rank = discovery_support::client_for(&kubeconfig).await;
+    let as_rank: Api<Job> = Api::namespaced(rank, &f.ns);
+    for attack in [
+        json!({"spec": {"template": {"spec": {"serviceAccountName": "other"}}}}),
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "attacker/any"}]}}}}),
+        json!({"spec": {"suspend": true}}),
+        json!({"metadata": {"annotations": {"prrte-k8s.io/max-pods": "1000"}}}),
+        json!({"spec": {"parallelism": 5, "completions": 5}}),
+    ] {
+        let e = as_rank
+            .patch("el", &PatchParams::default(), &Patch::Merge(&attack))
+            .await
+            .expect_err("the policy let the token change its Job");
+        assert!(
+            matches!(&e, kube::Error::Api(s) if s.code == 403
+                && s.message.starts_with("jobs.batch \"el\" is forbidden: ValidatingAdmissionPolicy 'prrte-k8s.grow-vap.el' with binding 'prrte-k8s.grow-vap.el' denied request: the job's own service account")),
+            "{attack}: {e}"
+        );
+    }
+    let after = jobs.get("el").await.unwrap();
+    assert_eq!(after.spec, before.spec, "the token changed the Job");
+    assert_eq!(after.metadata.annotations, before.metadata.annotations);
     kubelet.abort();
     controllers.abort();
 }

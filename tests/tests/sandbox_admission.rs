@@ -172,6 +172,12 @@ async fn kubectl_creates_reads_applies_and_deletes_policies_and_bindings() {
     assert!(got["metadata"].get("namespace").is_none(), "{got}");
     let out = sb.kubectl_ok(&["get", "validatingadmissionpolicybindings"], None);
     assert!(out.contains("no-forbidden-b"), "{out}");
+    // Explained from the server's OpenAPI documents, as on a cluster.
+    let out = sb.kubectl_ok(
+        &["explain", "validatingadmissionpolicy.spec.matchConstraints"],
+        None,
+    );
+    assert!(out.contains("resourceRules"), "{out}");
     // Applied again, changed: client-side, then server-side.
     let changed = configmap_policy("no-forbidden", json!({"failurePolicy": "Ignore"}));
     let out = sb.kubectl_ok(&["apply", "-f", "-"], Some(&changed));
