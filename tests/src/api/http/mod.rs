@@ -59,6 +59,10 @@ pub async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
+    // Who asked, for the record (the route authenticates again, and refuses whom it must).
+    let user = authn::authenticate(&st, req.headers())
+        .map(|id| id.user)
+        .unwrap_or_default();
     let watch = super::faults::is_watch(req.uri().query());
     let fault = st.faults.pick(method.as_str(), req.uri().path(), watch);
     let resp = match fault {
@@ -101,7 +105,7 @@ pub async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         _ => resp,
     };
     tracing::debug!(%method, %path, %ct, %accept, status = resp.status().as_u16(), "request");
-    record(&st, &method, &uri, &resp, started);
+    record(&st, &method, &uri, user, &resp, started);
     resp
 }
 
@@ -109,6 +113,7 @@ fn record(
     st: &State,
     method: &Method,
     uri: &http::Uri,
+    user: String,
     resp: &Response<Body>,
     started: std::time::Instant,
 ) {
@@ -117,6 +122,7 @@ fn record(
         method: method.to_string(),
         path: uri.path().to_string(),
         query: uri.query().unwrap_or("").to_string(),
+        user,
         status: resp.status().as_u16(),
         body_bytes: resp.body().size_hint().exact().unwrap_or(0),
         server_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),

@@ -8,6 +8,9 @@ pub struct RequestRecord {
     pub path: String,
     /// The raw query string ("" when none).
     pub query: String,
+    /// The authenticated user (an impersonated one when the request impersonated), "" when
+    /// the request had no valid token.
+    pub user: String,
     pub status: u16,
     /// Bytes of the response body when it was sent whole (0 for streams such as watches).
     pub body_bytes: u64,

@@ -5,6 +5,7 @@ fn rec(method: &str, path: &str, query: &str) -> RequestRecord {
         method: method.into(),
         path: path.into(),
         query: query.into(),
+        user: "admin".into(),
         status: 200,
         body_bytes: 0,
         server_us: 0,
