@@ -15,7 +15,9 @@
 //! Lease.
 //!
 //! Layout: `crd` the CRD generated from the model; `desired` the objects an MPIJob should have
-//! and the Job's next apply (pure); `observe` what is read of a Job and its pods; `status` the
+//! and the Job's next apply (pure); `head` what the MPIJob store keeps of each MPIJob (its
+//! name, versions and `managedBy`, never its spec or status) and the reconcile that reads one
+//! the controller manages in full; `observe` what is read of a Job and its pods; `status` the
 //! status from them (pure); `pod_ends` the events of pods deleted or failed while the job runs
 //! (pure); `metrics` the Prometheus metrics and their endpoint; `reconcile` one reconcile
 //! against the API; `run` the command: leader election, kube-runtime's `Controller` and the pod
@@ -24,6 +26,7 @@
 
 pub(crate) mod crd;
 pub(crate) mod desired;
+pub(crate) mod head;
 pub mod install;
 pub(crate) mod metrics;
 pub(crate) mod observe;

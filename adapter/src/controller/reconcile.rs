@@ -8,8 +8,9 @@
 //! owner's, or an earlier MPIJob's of the same name still being deleted) is never taken over:
 //! nothing is made, and a warning event names it.
 //!
-//! MPIJobs are watched as they are stored ([`StoredMpiJob`]) and read into the model one at a
-//! time, here: one that does not fit it (a field of another type) stops no other MPIJob's
+//! MPIJobs are watched as their heads ([`super::head`]), each the controller manages read
+//! from the API server as it is stored ([`StoredMpiJob`]) and into the model one at a time,
+//! here: one that does not fit it (a field of another type) stops no other MPIJob's
 //! reconcile. When it is the controller's, its status gets the condition `Failed` naming the
 //! field, with a warning event, and nothing is made for it.
 
@@ -60,7 +61,7 @@ impl Context {
     }
 
     /// MPIJob `key` is done (or gone): its pods are forgotten.
-    fn forget(&self, key: &str) {
+    pub(super) fn forget(&self, key: &str) {
         let mut posted = self.posted.lock().unwrap_or_else(|p| p.into_inner());
         posted.remove(key);
     }
@@ -358,8 +359,8 @@ async fn write_status(
 }
 
 /// After a failed reconcile: counted, logged, retried in 5 s.
-pub(crate) fn error_policy(
-    obj: Arc<StoredMpiJob>,
+pub(crate) fn error_policy<K: Resource>(
+    obj: Arc<K>,
     e: &ReconcileError,
     ctx: Arc<Context>,
 ) -> Action {

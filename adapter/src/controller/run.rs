@@ -1,6 +1,7 @@
 //! `prrte-k8s controller`: serves `/metrics` and the probes' `/healthz`, waits to hold the Lease, then runs kube-runtime's
-//! `Controller` over the MPIJobs, the Jobs they own and those Jobs' pods (through a reflector,
-//! whose store the reconciles read the pods from) until the Lease is lost
+//! `Controller` over the MPIJobs (kept as their heads, `controller::head`), the Jobs they own
+//! (their metadata) and those Jobs' pods (through a reflector, whose store the reconciles read
+//! the pods from, trimmed to what they read) until the Lease is lost
 //! (the process then exits, and its Deployment starts it again as a follower) or a signal.
 
 use std::net::SocketAddr;
@@ -9,7 +10,8 @@ use std::sync::Arc;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{watcher, Controller, WatchStreamExt};
@@ -17,10 +19,10 @@ use kube::{Client, ResourceExt};
 use kube_lease_manager::LeaseManagerBuilder;
 
 use super::desired::Settings;
+use super::head::{reconcile_head, MpiJobHead};
 use super::metrics::{serve, Metrics};
-use super::reconcile::{error_policy, reconcile, Context};
+use super::reconcile::{error_policy, Context};
 use crate::manifest::api_server::{self, ApiServer};
-use crate::manifest::mpijob::stored::StoredMpiJob;
 use crate::manifest::{INJECT_IMAGE, JOB_LABEL};
 
 /// The controller's name: its events' reporting controller and its Lease's default name.
@@ -183,8 +185,11 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
         pod_writer,
         watcher(
             Api::<Pod>::all(client.clone()),
-            watcher::Config::default().labels(JOB_LABEL),
-        ),
+            watcher::Config::default()
+                .labels(JOB_LABEL)
+                .page_size(LIST_PAGE),
+        )
+        .modify(trim_pod),
     )
     .default_backoff()
     .touched_objects();
@@ -207,18 +212,29 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
         pods,
         posted: Default::default(),
     });
-    // As stored, not as the model: one MPIJob that does not fit it fails no list or watch (the
-    // reconcile reads each into the model, and reports one that does not fit on itself).
-    let mpijobs: Api<StoredMpiJob> = Api::all(client.clone());
-    // The Jobs of every prrte-k8s job (the controller's own and others'): a change wakes the
-    // MPIJob that owns it.
-    let jobs = watcher::Config::default().labels("app.kubernetes.io/name=prrte-k8s");
-    Controller::new(mpijobs, watcher::Config::default())
-        .owns_with(Api::<Job>::all(client.clone()), (), jobs)
+    // Every MPIJob of the cluster, kept as its head (name, uid, versions, managedBy: a few
+    // hundred bytes whatever its size or shape); the reconcile of one the controller manages
+    // reads it in full. Listed a page at a time, so that a list of big objects is never held
+    // whole.
+    let mpijobs: Api<MpiJobHead> = Api::all(client.clone());
+    // The Jobs of every prrte-k8s job (the controller's own and others'), their metadata
+    // only: a change wakes the MPIJob that owns it.
+    let job_events = watcher(
+        Api::<PartialObjectMeta<Job>>::all(client.clone()),
+        watcher::Config::default()
+            .labels("app.kubernetes.io/name=prrte-k8s")
+            .page_size(LIST_PAGE),
+    )
+    .default_backoff()
+    .touched_objects();
+    Controller::new(mpijobs, watcher::Config::default().page_size(LIST_PAGE))
+        .watches_stream(job_events, |j: PartialObjectMeta<Job>| {
+            mpijob_owners(&j.metadata)
+        })
         .watches_stream(pod_events, move |p: Pod| {
             let ns = p.namespace();
             p.labels().get(JOB_LABEL).map(|name| {
-                let r = ObjectRef::<StoredMpiJob>::new(name);
+                let r = ObjectRef::<MpiJobHead>::new(name);
                 match &ns {
                     Some(ns) => r.within(ns),
                     None => r,
@@ -227,7 +243,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
         })
         .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrency))
         .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile_head, error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
         .await;
     server.abort();
@@ -236,6 +252,36 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
         return Err(ControllerError::LostLease(lease_id));
     }
     Ok(())
+}
+
+/// Objects per page of the initial lists (and relists) of the MPIJobs, the Jobs and the pods:
+/// a page is read whole before its objects are, so it bounds what a list holds at once
+/// (objects are at most the API server's 1.5 MiB request limit).
+pub(crate) const LIST_PAGE: u32 = 10;
+
+/// The MPIJobs among the owners of the object of `meta` (in its namespace).
+fn mpijob_owners(meta: &ObjectMeta) -> Vec<ObjectRef<MpiJobHead>> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .filter(|r| r.kind == "MPIJob" && r.api_version.split('/').next() == Some("kubeflow.org"))
+        .map(|r| {
+            let o = ObjectRef::<MpiJobHead>::new(&r.name);
+            match &meta.namespace {
+                Some(ns) => o.within(ns),
+                None => o,
+            }
+        })
+        .collect()
+}
+
+/// What the pod store keeps of a pod: the status, the labels and the owners the reconciles
+/// read, not the spec (the MPIJob's pod template, whatever its size), the annotations or the
+/// managed fields.
+fn trim_pod(p: &mut Pod) {
+    p.spec = None;
+    p.metadata.annotations = None;
+    p.metadata.managed_fields = None;
 }
 
 /// SIGTERM or SIGINT.
