@@ -8,11 +8,13 @@
 #   make bench-controller  an MPIJob through `prrte-k8s controller` against `prrte-k8s manifest
 #               --from-mpijob` applied, 4 and 16 pods, and the controller's CPU and RSS for a
 #               burst of 20 MPIJobs (release build; bench-controller.json)
+#   make bench-controller-scale  2,000 MPIJobs at once through the controller, half another's,
+#               the controller killed midway (release build; bench-controller-scale.json)
 #   make bench-scale  discovery of 1,000/10,000 pods, fan-out to 256/1,024 agents, agent RSS
 SHELL := /bin/bash
 export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s3
 
-.PHONY: setup build lint image test demo bench bench-controller bench-scale clean-leftovers
+.PHONY: setup build lint image test demo bench bench-controller bench-controller-scale bench-scale clean-leftovers
 
 setup:
 	bash prrte-config/setup.sh
@@ -51,6 +53,13 @@ bench-controller: setup image
 	cargo run --release -q -p prrte-k8s-sandbox --bin prrte-k8s-bench -- --controller-only \
 		--pods $(CONTROLLER_PODS) --runs $(CONTROLLER_RUNS) --burst $(CONTROLLER_BURST) \
 		--json bench-controller.json
+
+# CONTROLLER_MPIJOBS (2000): MPIJobs created at once, suspended (no pods, no images needed).
+CONTROLLER_MPIJOBS ?= 2000
+bench-controller-scale: setup
+	cargo build --release -p prrte-k8s -p prrte-k8s-sandbox
+	cargo run --release -q -p prrte-k8s-sandbox --bin prrte-k8s-bench -- \
+		--controller-scale $(CONTROLLER_MPIJOBS) --json bench-controller-scale.json
 
 # Release build (cargo's bench profile); SCALE_ARGS e.g. "discovery --pods 1000" (--help).
 # Writes bench-scale.json here (cargo bench runs the bench in adapter/, hence the absolute path).

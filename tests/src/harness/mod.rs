@@ -2,9 +2,11 @@
 //! install, the built components and binaries, MPI test programs (`install`), a private
 //! directory (and TMPDIR) per test (`test_dir`), processes that are killed when a test ends,
 //! however it ends (`process`); kubectl against a sandbox cluster (`kubectl`), an MPI job of
-//! agent pods (`mpijob`) and a batch job applied from `prrte-k8s manifest` (`batch_job`).
+//! agent pods (`mpijob`), a batch job applied from `prrte-k8s manifest` (`batch_job`) and
+//! `prrte-k8s controller` as a process against a sandbox API server (`controller`).
 
 pub mod batch_job;
+pub mod controller;
 mod install;
 pub mod kubectl;
 pub mod mpijob;

@@ -17,12 +17,13 @@
 //! measure, `host` what they ran on, `stats` the medians and ranges, `tables`, `report` and
 //! `plot` the output; `batch` and `batch_report` the batch Jobs; `grow` and `grow_report` the
 //! grown DVMs; `phases` where a DVM start's seconds went and the pods' memory; `controller`
-//! the MPIJobs through the controller.
+//! the MPIJobs through the controller; `controller_scale` thousands of them at once.
 #![forbid(unsafe_code)]
 mod batch;
 mod batch_report;
 mod channel;
 mod controller;
+mod controller_scale;
 mod grow;
 mod grow_report;
 mod host;
@@ -107,6 +108,10 @@ struct Args {
     /// then a burst of --burst MPIJobs of 2 pods with the controller's CPU time and RSS.
     #[arg(long, conflicts_with = "batch_only")]
     controller_only: bool,
+    /// Only the controller at scale: N MPIJobs created at once, suspended, half of them another
+    /// controller's, the controller killed midway and started again (no pods, no images).
+    #[arg(long, value_name = "N", conflicts_with_all = ["controller_only", "batch_only", "grow_only"])]
+    controller_scale: Option<usize>,
     /// MPIJobs of 2 pods applied at once in the controller's burst (0: none).
     #[arg(long, default_value_t = 20)]
     burst: usize,
@@ -177,6 +182,9 @@ async fn main() {
     if args.controller_only {
         return controller_main(&args).await;
     }
+    if let Some(n) = args.controller_scale {
+        return controller_scale_main(&args, n).await;
+    }
     let (rows, mut failed) = if args.batch_only || args.grow_only {
         (Vec::new(), None)
     } else {
@@ -239,6 +247,31 @@ async fn controller_main(args: &Args) {
         let report = serde_json::json!({
             "profile": PROFILE,
             "controller": controller::controller_json(&rows, burst.as_ref()),
+        });
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        if let Err(e) = std::fs::write(p, text + "\n") {
+            eprintln!("prrte-k8s-bench: writing {}: {e}", p.display());
+            std::process::exit(1);
+        }
+        println!("wrote {} ({PROFILE} build)", p.display());
+    }
+}
+
+/// `--controller-scale N`: the controller at scale, its numbers and its JSON report.
+async fn controller_scale_main(args: &Args, mpijobs: usize) {
+    let limit = Duration::from_secs(args.timeout.max(600));
+    let r = match controller_scale::bench_controller_scale(mpijobs, limit).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("prrte-k8s-bench: controller at scale: {e:#}");
+            std::process::exit(1);
+        }
+    };
+    controller_scale::print_controller_scale(&r);
+    if let Some(p) = &args.json {
+        let report = serde_json::json!({
+            "profile": PROFILE,
+            "controller_scale": controller_scale::controller_scale_json(&r),
         });
         let text = serde_json::to_string_pretty(&report).unwrap_or_default();
         if let Err(e) = std::fs::write(p, text + "\n") {
