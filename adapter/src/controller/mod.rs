@@ -8,21 +8,24 @@
 //! whose key is made here and never printed, the Indexed Job and its NetworkPolicy, every one
 //! controlled by the MPIJob (`controller_owner_ref`), so deleting the MPIJob deletes them. Every
 //! object and the status are written with server-side apply under one field manager; an object
-//! of the same name that the MPIJob does not control is never taken over. `runPolicy.suspend`
+//! of the same name that is not the MPIJob's own (another's, or printed by `prrte-k8s
+//! manifest`) is never taken over: the MPIJob fails naming it. `runPolicy.suspend`
 //! suspends the Job; what Kueue writes into the templates while it is suspended reaches the
 //! Job's pods; `runPolicy.cleanPodPolicy: All` deletes the workers after the end. The status
 //! and the events are mpi-operator's, the replica counts kept right after the end. Replicas elect a leader through a
 //! Lease.
 //!
 //! Layout: `crd` the CRD generated from the model; `desired` the objects an MPIJob should have
-//! and the Job's next apply (pure); `head` what the MPIJob store keeps of each MPIJob (its
-//! name, versions and `managedBy`, never its spec or status) and the reconcile that reads one
-//! the controller manages in full; `observe` what is read of a Job and its pods; `status` the
-//! status from them (pure); `pod_ends` the events of pods deleted or failed while the job runs
-//! (pure); `metrics` the Prometheus metrics and their endpoint; `reconcile` one reconcile
-//! against the API; `run` the command: leader election, kube-runtime's `Controller` and the pod
-//! store; `install` the objects that install the controller (`prrte-k8s manifest
-//! --controller`, `prrte-config/deploy/`).
+//! and the Job's next apply (pure), `pod_policy` what a site refuses in its pod templates
+//! (pure); `head` what the MPIJob store keeps of each MPIJob (its name, versions and
+//! `managedBy`, never its spec or status) and the reconcile that reads one the controller
+//! manages in full; `observe` what is read of a Job and its pods; `status` the status from them
+//! (pure); `pod_ends` the events of pods deleted or failed while the job runs (pure); `metrics`
+//! the Prometheus metrics and their endpoint; `ownership` whose an object of a job's name is
+//! (pure); `retry` why a reconcile fails, which errors fail the MPIJob and the backoff of the
+//! others; `reconcile` one reconcile against the API; `run` the command: leader election,
+//! kube-runtime's `Controller` and the pod store; `install` the objects that install the
+//! controller (`prrte-k8s manifest --controller`, `prrte-config/deploy/`).
 
 pub(crate) mod crd;
 pub(crate) mod desired;
@@ -30,8 +33,11 @@ pub(crate) mod head;
 pub mod install;
 pub(crate) mod metrics;
 pub(crate) mod observe;
+pub(crate) mod ownership;
 pub(crate) mod pod_ends;
+pub(crate) mod pod_policy;
 pub(crate) mod reconcile;
+pub(crate) mod retry;
 pub mod run;
 pub(crate) mod status;
 

@@ -4,9 +4,12 @@
 //! idempotent: the objects are made only while the Job is absent and only where they are
 //! absent (an existing Secret keeps its key), the Job is applied again only where it differs,
 //! the status only when it changed, so a controller restarted mid-job changes nothing and
-//! duplicates nothing. An object of a job's name that this MPIJob does not control (another
-//! owner's, or an earlier MPIJob's of the same name still being deleted) is never taken over:
-//! nothing is made, and a warning event names it.
+//! duplicates nothing. An object of a job's name that is not this MPIJob's own
+//! ([`super::ownership`]) is never taken over: nothing is made; when it goes by itself (an
+//! earlier MPIJob's of the same name still being deleted) a warning event names it and the
+//! reconcile is retried, else the MPIJob fails (`Failed`, reason `ErrResourceExists`) naming it
+//! and the remedy. What the API server refuses (422, or 400 on an apply) fails the MPIJob with
+//! the server's message; other errors are retried with a backoff ([`super::retry`]).
 //!
 //! MPIJobs are watched as their heads ([`super::head`]), each the controller manages read
 //! from the API server as it is stored ([`StoredMpiJob`]) and into the model one at a time,
@@ -31,8 +34,10 @@ use serde_json::json;
 
 use super::desired::{desired, job_update, managed, managed_by, Desired, Settings};
 use super::metrics::Metrics;
+use super::ownership::{not_managed, owned, passing};
 use super::pod_ends::pod_ends;
-use super::status::{finished, next_status, phase, Notice, Observed};
+use super::retry::{api_error, backoff, Failures, ReconcileError};
+use super::status::{finished, next_status, phase, refused, Notice, Observed, INVALID};
 use crate::manifest::mpijob::model::{MpiJob, MpiJobStatus};
 use crate::manifest::mpijob::stored::{StoredMpiJob, Unfit};
 use crate::manifest::{fresh_key, JOB_LABEL};
@@ -48,6 +53,8 @@ pub struct Context {
     /// The pods whose end was posted, by MPIJob (`namespace/name`): each is posted once while
     /// this controller leads (one that restarts mid-job may post a pod's end once more).
     pub posted: Mutex<HashMap<String, HashSet<String>>>,
+    /// The failed reconciles in a row of each MPIJob (its retries' backoff).
+    pub(crate) failures: Failures,
 }
 
 impl Context {
@@ -65,28 +72,6 @@ impl Context {
         let mut posted = self.posted.lock().unwrap_or_else(|p| p.into_inner());
         posted.remove(key);
     }
-}
-
-/// Why a reconcile failed (it is retried).
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ReconcileError {
-    #[error("{what}: {source}")]
-    Api {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("the pod cache has not listed the pods yet (the controller's pod watch is failing: see its log)")]
-    PodCache,
-    #[error("the MPIJob {0} has no namespace")]
-    NoNamespace(String),
-    #[error("the {kind} {key} exists and is not this MPIJob's (another owner, or an earlier MPIJob of the same name still being deleted): nothing is made; retrying")]
-    NotOurs { kind: String, key: String },
-}
-
-fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ReconcileError {
-    let what = what.into();
-    move |source| ReconcileError::Api { what, source }
 }
 
 /// The field manager of every object the controller writes (its server-side applies): the
@@ -116,10 +101,19 @@ pub(crate) async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
     ctx.metrics.reconciled();
-    match stored.model() {
+    let out = match stored.model() {
         Ok(obj) => reconcile_model(obj, &ctx).await,
         Err(unfit) => reconcile_unfit(&stored, &unfit, &ctx).await,
+    };
+    if out.is_ok() {
+        ctx.failures.succeeded(&key_of(&stored));
     }
+    out
+}
+
+/// `namespace/name` of `obj`.
+fn key_of(obj: &StoredMpiJob) -> String {
+    format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
 }
 
 /// Reconciles the MPIJob `obj`, read into the model.
@@ -142,16 +136,11 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
         return after_end(&obj, &old, &ns, ctx).await;
     }
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut job = jobs
+    let job = jobs
         .get_opt(&name)
         .await
         .map_err(api_error(format!("reading the Job {key}")))?;
     let uid = obj.metadata.uid.clone().unwrap_or_default();
-    if let Some(j) = &job {
-        if !controlled_by(&j.metadata, &uid) {
-            return Err(not_ours(ctx, &obj, "Job", &key).await);
-        }
-    }
     if job.is_none() && !still_there(ctx, &ns, &name, &uid).await? {
         // The cache lagged behind a delete: making the objects now would leave them to the
         // garbage collector (their owner is gone); there is nothing to do.
@@ -159,13 +148,13 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
         ctx.forget(&key);
         return Ok(Action::await_change());
     }
-    // The key is used only if the Secret is made now; it never leaves this process otherwise.
-    let invalid = match desired(&obj, &ctx.settings, &fresh_key()) {
-        Err(e) => Some(e.to_string()),
-        Ok(d) => {
-            job = Some(ensure(ctx, &obj, &ns, d, job).await?);
-            None
-        }
+    // What cannot be made is the MPIJob's to fix: it fails, naming why.
+    let (job, refusal) = match make(ctx, &obj, &ns, job).await {
+        Ok(j) => (Some(j), None),
+        Err(e) => match e.refusal() {
+            Some(r) => (None, Some(r)),
+            None => return Err(e),
+        },
     };
     let pods = match &job {
         Some(j) => pods_of(ctx, &ns, &name, j).await?,
@@ -189,9 +178,12 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
             .unwrap_or(0),
         job: job.as_ref(),
         pods: &pods,
-        invalid: invalid.as_deref(),
+        invalid: None,
     };
-    let out = next_status(&old, &observed, &now());
+    let out = match &refusal {
+        Some((reason, why)) => refused(&old, &key, reason, why, &now()),
+        None => next_status(&old, &observed, &now()),
+    };
     if out.status != old && !write_status(ctx, &ns, &name, &out.status).await? {
         // Deleted since it was read: its objects go with it.
         ctx.metrics.set_phase(&key, None);
@@ -240,7 +232,7 @@ async fn after_end(
         .get_opt(&name)
         .await
         .map_err(api_error(format!("reading the Job {ns}/{name}")))?
-        .filter(|j| controlled_by(&j.metadata, &uid));
+        .filter(|j| owned(&j.metadata, &uid));
     let Some(job) = job else {
         return Ok(Action::await_change());
     };
@@ -358,19 +350,22 @@ async fn write_status(
     }
 }
 
-/// After a failed reconcile: counted, logged, retried in 5 s.
+/// After a failed reconcile: counted, logged, retried after a backoff that doubles with each
+/// failure of the MPIJob in a row (5 s to 5 min).
 pub(crate) fn error_policy<K: Resource>(
     obj: Arc<K>,
     e: &ReconcileError,
     ctx: Arc<Context>,
 ) -> Action {
     ctx.metrics.failed();
-    tracing::warn!(
-        "MPIJob {}/{}: {e}",
-        obj.namespace().unwrap_or_default(),
-        obj.name_any()
+    let key = format!(
+        "{}/{}",
+        obj.meta().namespace.as_deref().unwrap_or_default(),
+        obj.meta().name.as_deref().unwrap_or_default()
     );
-    Action::requeue(Duration::from_secs(5))
+    let wait = backoff(ctx.failures.failed(&key));
+    tracing::warn!("MPIJob {key}: {e} (retried in {} s)", wait.as_secs());
+    Action::requeue(wait)
 }
 
 /// The body of the status' apply: the whole status, which is the controller's (forced: a
@@ -418,27 +413,63 @@ async fn still_there(
     }))
 }
 
-/// Whether the object of `meta` is controlled by the object of `uid`.
-fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .any(|r| r.controller == Some(true) && r.uid == uid)
-}
-
-/// The error (and its warning event on the MPIJob) of an object this MPIJob does not control.
-async fn not_ours(ctx: &Context, obj: &MpiJob, kind: &str, key: &str) -> ReconcileError {
+/// The error of the `kind` `key` (`namespace/name`, of `meta`), which is not the MPIJob's own:
+/// retried, with a warning event on the MPIJob, when it goes by itself; else a refusal
+/// (`ErrResourceExists`) naming it.
+async fn not_ours(
+    ctx: &Context,
+    obj: &MpiJob,
+    kind: &str,
+    key: &str,
+    meta: &ObjectMeta,
+) -> ReconcileError {
+    let name = obj.name_any();
+    if !passing(meta, &name) {
+        let job = format!("{}/{name}", obj.namespace().unwrap_or_default());
+        return ReconcileError::Refused {
+            reason: EXISTS,
+            why: not_managed(kind, key, meta, &job),
+        };
+    }
     let e = ReconcileError::NotOurs {
         kind: kind.into(),
         key: key.into(),
     };
     let notice = Notice {
         warning: true,
-        reason: "ErrResourceExists".into(),
+        reason: EXISTS.into(),
         message: e.to_string(),
     };
     publish(ctx, obj, &notice).await;
     e
+}
+
+/// The reason of the condition `Failed` of an MPIJob an object of whose names is another's
+/// (mpi-operator's event reason for the same).
+const EXISTS: &str = "ErrResourceExists";
+
+/// Makes what the MPIJob `obj` should have and is missing, and brings its Job (`job`, as read)
+/// in line; returns the Job. An existing Job that is not its own, or an MPIJob the conversion
+/// refuses, is an error.
+async fn make(
+    ctx: &Context,
+    obj: &MpiJob,
+    ns: &str,
+    job: Option<Job>,
+) -> Result<Job, ReconcileError> {
+    let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+    if let Some(j) = &job {
+        if !owned(&j.metadata, uid) {
+            let at = format!("{ns}/{}", obj.name_any());
+            return Err(not_ours(ctx, obj, "Job", &at, &j.metadata).await);
+        }
+    }
+    // The key is used only if the Secret is made now; it never leaves this process otherwise.
+    let d = desired(obj, &ctx.settings, &fresh_key()).map_err(|e| ReconcileError::Refused {
+        reason: INVALID,
+        why: e.to_string(),
+    })?;
+    ensure(ctx, obj, ns, d, job).await
 }
 
 /// Makes the objects that are missing and brings the Job in line; returns the Job.
@@ -466,8 +497,8 @@ async fn ensure(
                 .map_err(api_error(format!("reading the {kind} {at}")))?
             {
                 None => missing.push((api, kind, o)),
-                Some(cur) if controlled_by(&cur.metadata, uid) => {}
-                Some(_) => return Err(not_ours(ctx, obj, &kind, &at).await),
+                Some(cur) if owned(&cur.metadata, uid) => {}
+                Some(cur) => return Err(not_ours(ctx, obj, &kind, &at, &cur.metadata).await),
             }
         }
         // Made now, so the controller's alone (no force: another writer's field is a conflict).

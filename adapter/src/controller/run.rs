@@ -1,8 +1,10 @@
 //! `prrte-k8s controller`: serves `/metrics` and the probes' `/healthz`, waits to hold the Lease, then runs kube-runtime's
 //! `Controller` over the MPIJobs (kept as their heads, `controller::head`), the Jobs they own
 //! (their metadata) and those Jobs' pods (through a reflector, whose store the reconciles read
-//! the pods from, trimmed to what they read) until the Lease is lost
-//! (the process then exits, and its Deployment starts it again as a follower) or a signal.
+//! the pods from, trimmed to what they read), of every namespace or, with `--namespace`, one
+//! `Controller` for each namespace named (the install's Roles then grant no more), until the
+//! Lease is lost (the process then exits, and its Deployment starts it again as a follower) or
+//! a signal.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,6 +23,7 @@ use kube_lease_manager::LeaseManagerBuilder;
 use super::desired::Settings;
 use super::head::{reconcile_head, MpiJobHead};
 use super::metrics::{serve, Metrics};
+use super::pod_policy::PodPolicy;
 use super::reconcile::{error_policy, Context};
 use crate::manifest::api_server::{self, ApiServer};
 use crate::manifest::{INJECT_IMAGE, JOB_LABEL};
@@ -71,9 +74,23 @@ pub struct ControllerArgs {
     /// Seconds a Lease holds without renewal.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=300))]
     pub(crate) lease_seconds: u64,
-    /// How many MPIJobs are reconciled at once.
+    /// How many MPIJobs are reconciled at once (in each namespace of --namespace).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub concurrency: u16,
+    /// Watch only the MPIJobs, Jobs and pods of these namespaces (repeatable, or a comma
+    /// list): the install then grants the controller a Role in each instead of its
+    /// ClusterRole. Default: every namespace.
+    #[arg(long = "namespace", value_name = "NS", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+    /// Refuse (condition Failed, naming the field) an MPIJob whose pod templates mount or read
+    /// a Secret that is not the job's own (a Secret or projected volume, envFrom, valueFrom,
+    /// a CSI volume's secret reference).
+    #[arg(long)]
+    pub(crate) refuse_foreign_secrets: bool,
+    /// Refuse (condition Failed, naming the field) an MPIJob whose pod templates set nodeName
+    /// (which bypasses the scheduler).
+    #[arg(long)]
+    pub(crate) refuse_node_name: bool,
 }
 
 /// Why the controller stopped.
@@ -178,13 +195,91 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
         // Dropping the channel ends the manager's task, which gives the Lease up.
         drop(leader);
     };
+    let settings = Settings {
+        inject_image: args.inject_image.clone(),
+        pull_policy: args.image_pull_policy.clone(),
+        api_server,
+        manage_all: args.manage_all,
+        pod_policy: PodPolicy {
+            foreign_secrets: args.refuse_foreign_secrets,
+            node_name: args.refuse_node_name,
+        },
+    };
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: CONTROLLER.into(),
+            instance: Some(identity),
+        },
+    );
+    // Every namespace, or one controller for each namespace named, all ending together.
+    let scopes: Vec<Option<String>> = if args.namespaces.is_empty() {
+        vec![None]
+    } else {
+        let mut named: Vec<String> = args.namespaces.clone();
+        named.sort();
+        named.dedup();
+        named.into_iter().map(Some).collect()
+    };
+    let stop = futures::FutureExt::shared(Box::pin(stop));
+    let runs = scopes.into_iter().map(|scope| {
+        if let Some(ns) = &scope {
+            tracing::info!("watching the namespace {ns}");
+        }
+        let shared = Shared {
+            client: client.clone(),
+            settings: settings.clone(),
+            recorder: recorder.clone(),
+            metrics: metrics.clone(),
+        };
+        watch(scope, shared, args.concurrency, stop.clone())
+    });
+    futures::future::join_all(runs).await;
+    server.abort();
+    let _ = lease_task.await;
+    if lost.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(ControllerError::LostLease(lease_id));
+    }
+    Ok(())
+}
+
+/// The API of `K` in the namespace `scope`, or in all.
+fn api<K>(client: &Client, scope: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match scope {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// What the controllers of every namespace share.
+struct Shared {
+    client: Client,
+    settings: Settings,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+}
+
+/// Runs kube-runtime's `Controller` over the MPIJobs of the namespace `scope` (None: all), the
+/// Jobs they own and those Jobs' pods, until `stop`.
+async fn watch(
+    scope: Option<String>,
+    shared: Shared,
+    concurrency: u16,
+    stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let scope = scope.as_deref();
+    let client = shared.client.clone();
     // The pods of every prrte-k8s job, watched once: each change wakes the MPIJob of the same
     // name, if there is one, and the store it fills is what the reconciles read them from.
     let (pods, pod_writer) = reflector::store();
     let pod_events = reflector::reflector(
         pod_writer,
         watcher(
-            Api::<Pod>::all(client.clone()),
+            api::<Pod>(&client, scope),
             watcher::Config::default()
                 .labels(JOB_LABEL)
                 .page_size(LIST_PAGE),
@@ -195,32 +290,22 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
     .touched_objects();
     let ctx = Arc::new(Context {
         client: client.clone(),
-        settings: Settings {
-            inject_image: args.inject_image.clone(),
-            pull_policy: args.image_pull_policy.clone(),
-            api_server,
-            manage_all: args.manage_all,
-        },
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: CONTROLLER.into(),
-                instance: Some(identity),
-            },
-        ),
-        metrics,
+        settings: shared.settings,
+        recorder: shared.recorder,
+        metrics: shared.metrics,
         pods,
         posted: Default::default(),
+        failures: Default::default(),
     });
-    // Every MPIJob of the cluster, kept as its head (name, uid, versions, managedBy: a few
+    // Every MPIJob of the scope, kept as its head (name, uid, versions, managedBy: a few
     // hundred bytes whatever its size or shape); the reconcile of one the controller manages
     // reads it in full. Listed a page at a time, so that a list of big objects is never held
     // whole.
-    let mpijobs: Api<MpiJobHead> = Api::all(client.clone());
+    let mpijobs = api::<MpiJobHead>(&client, scope);
     // The Jobs of every prrte-k8s job (the controller's own and others'), their metadata
     // only: a change wakes the MPIJob that owns it.
     let job_events = watcher(
-        Api::<PartialObjectMeta<Job>>::all(client.clone()),
+        api::<PartialObjectMeta<Job>>(&client, scope),
         watcher::Config::default()
             .labels("app.kubernetes.io/name=prrte-k8s")
             .page_size(LIST_PAGE),
@@ -241,17 +326,11 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
                 }
             })
         })
-        .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrency))
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(stop)
         .run(reconcile_head, error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
         .await;
-    server.abort();
-    let _ = lease_task.await;
-    if lost.load(std::sync::atomic::Ordering::SeqCst) {
-        return Err(ControllerError::LostLease(lease_id));
-    }
-    Ok(())
 }
 
 /// Objects per page of the initial lists (and relists) of the MPIJobs, the Jobs and the pods:

@@ -235,6 +235,34 @@ fn replicas(o: &Observed) -> (ReplicaStatus, ReplicaStatus, usize) {
     (launcher, worker, workers_ready)
 }
 
+/// The status after `old` of the MPIJob `job_id` (`namespace/name`) that cannot run: the
+/// condition `Failed` with `reason` and the message "MPIJob `job_id` cannot run: `why`", its
+/// completion time (nothing is made for it again), and a warning event saying the same.
+pub(crate) fn refused(
+    old: &MpiJobStatus,
+    job_id: &str,
+    reason: &str,
+    why: &str,
+    now: &Time,
+) -> Outcome {
+    let mut s = old.clone();
+    let msg = truncate(format!("MPIJob {job_id} cannot run: {why}"));
+    let mut notices = Vec::new();
+    if s.conditions.is_empty() {
+        let created = format!("MPIJob {job_id} is created.");
+        set(&mut s, "Created", true, "MPIJobCreated", &created, now);
+        notices.push(Notice::normal("MPIJobCreated", created));
+    }
+    set(&mut s, "Failed", true, reason, &msg, now);
+    s.completion_time = Some(now.clone());
+    notices.push(Notice::warning(reason, msg));
+    Outcome {
+        status: s,
+        notices,
+        started_running: false,
+    }
+}
+
 /// The status after `old`, from what `o` shows, at `now`.
 pub(crate) fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outcome {
     let mut s = old.clone();
@@ -259,15 +287,10 @@ pub(crate) fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outco
         };
     }
     if let Some(why) = o.invalid {
-        let msg = truncate(format!("MPIJob {job_id} cannot run: {why}"));
-        set(&mut s, "Failed", true, INVALID, &msg, now);
-        s.completion_time = Some(now.clone());
-        notices.push(Notice::warning(INVALID, msg));
-        return Outcome {
-            status: s,
-            notices,
-            started_running: false,
-        };
+        let mut out = refused(&s, &job_id, INVALID, why, now);
+        notices.append(&mut out.notices);
+        out.notices = notices;
+        return out;
     }
     if s.start_time.is_none() && !o.suspend {
         s.start_time = Some(now.clone());

@@ -71,14 +71,34 @@ pub(super) fn workload_meta(a: &JobPlan) -> Result<Value, serde_json::Error> {
     Ok(m)
 }
 
-/// The label every pod of the job carries with the job's name, set by the manifest alone (no
+/// The label every pod of the job carries with the job's name, set by the manifest (no
 /// controller or chart puts it on other pods): what the StatefulSet and the NetworkPolicy
-/// select. Not `app.kubernetes.io/instance`, which Helm puts on every pod of a release.
+/// select. Not `app.kubernetes.io/instance`, which Helm puts on every pod of a release. It
+/// selects, it does not authenticate: anyone who may create pods in the namespace may set it
+/// (the agent's key is what authenticates a peer).
 pub(crate) const JOB_LABEL: &str = "prrte-k8s.io/job";
 
 /// The annotation of an elastic job's workload object: the most pods it may grow to (what
 /// `prrte-k8s grow` reads; absent: the job does not grow).
 pub(crate) const MAX_PODS_ANNOTATION: &str = "prrte-k8s.io/max-pods";
+
+/// The annotation every object `prrte-k8s manifest` prints carries (value [`RENDERED_BY_VALUE`]):
+/// an object made by hand from a rendering, which the MPIJob controller never takes for its
+/// own, even with an ownerReference naming an MPIJob (the controller's objects do not carry it).
+pub(crate) const RENDERED_BY: &str = "prrte-k8s.io/rendered-by";
+
+/// [`RENDERED_BY`]'s value: the command that printed the object.
+pub(crate) const RENDERED_BY_VALUE: &str = "prrte-k8s-manifest";
+
+/// The object `o` (a rendered object's JSON) marked with [`RENDERED_BY`].
+pub(super) fn mark_rendered(o: &mut Value) {
+    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        let a = m.entry("annotations").or_insert_with(|| json!({}));
+        if let Some(a) = a.as_object_mut() {
+            a.insert(RENDERED_BY.into(), json!(RENDERED_BY_VALUE));
+        }
+    }
+}
 
 /// [`JOB_LABEL`] and its value.
 pub(super) fn job_label(p: &JobPlan) -> (&'static str, String) {

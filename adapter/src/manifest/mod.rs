@@ -7,7 +7,8 @@
 //! NetworkPolicy that admits exactly the job's pinned ports, only from the job's own pods, and
 //! lets them connect only to each other, the cluster DNS and the Kubernetes API
 //! (`--api-server-cidr`). Every pod carries `JOB_LABEL` with the job's name, which the
-//! StatefulSet and the NetworkPolicy select.
+//! StatefulSet and the NetworkPolicy select. Every object printed carries the annotation
+//! `RENDERED_BY`, which the MPIJob controller never takes for its own.
 //!
 //! Every pod runs `prrte-k8s-agent` as its entrypoint under Kubernetes' "restricted" pod
 //! security: non-root uid, no privilege escalation, every capability dropped, the runtime's
@@ -78,7 +79,7 @@ pub(crate) use error::ManifestError;
 pub use header::quote;
 pub use inject::INJECT_IMAGE;
 pub use layout::{AGENT_PORT, CONTAINER};
-pub(crate) use meta::{JOB_LABEL, MAX_PODS_ANNOTATION};
+pub(crate) use meta::{JOB_LABEL, MAX_PODS_ANNOTATION, RENDERED_BY};
 pub use options::{check, ManifestArgs};
 pub use plan::{Launch, Part};
 pub use render::{objects, prepare, render};

@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::error::ManifestError;
 use super::layout::CONTAINER;
-use super::meta::{job_label, workload_meta};
+use super::meta::{job_label, mark_rendered, workload_meta};
 use super::mpijob::{from_mpijob, MpiJobError, Note, Overrides};
 use super::options::ManifestArgs;
 use super::plan::{JobPlan, Part};
@@ -92,10 +92,12 @@ pub fn objects(a: &JobPlan, key: Option<&str>) -> Result<Vec<Value>, ManifestErr
 }
 
 /// Renders the manifest: a header of comments (the command line `argv_text`, and how to make
-/// the Secret if it is left out), then the objects as YAML documents.
+/// the Secret if it is left out), then the objects as YAML documents, each marked as printed
+/// (`RENDERED_BY`: the MPIJob controller never takes such an object for its own).
 pub fn render(a: &JobPlan, argv_text: &str, key: Option<&str>) -> Result<String, ManifestError> {
     let mut text = header::header(a, argv_text, key);
-    for o in objects(a, key)? {
+    for mut o in objects(a, key)? {
+        mark_rendered(&mut o);
         text.push_str("---\n");
         text.push_str(&serde_yaml::to_string(&o)?);
     }

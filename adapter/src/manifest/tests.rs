@@ -584,3 +584,60 @@ fn inject_puts_the_runtime_into_any_image() {
         assert!(T::try_parse_from(&argv).is_err(), "{bad:?} is refused");
     }
 }
+
+/// Every object `prrte-k8s manifest` prints, of every kind (elastic ones and their admission
+/// policies too), carries the annotation the MPIJob controller refuses to adopt; the objects
+/// the controller renders for itself (`objects`) do not.
+#[test]
+fn every_printed_object_is_marked_as_rendered() {
+    use super::meta::{RENDERED_BY, RENDERED_BY_VALUE};
+    use serde::Deserialize;
+    for v in [
+        &["--name", "m", "--", "hostname"][..],
+        &["--name", "m", "--kind", "statefulset"],
+        &["--name", "m", "--kind", "jobset", "--", "hostname"],
+        &[
+            "--name",
+            "m",
+            "--elastic",
+            "--max-pods",
+            "4",
+            "--",
+            "hostname",
+        ],
+        &[
+            "--name",
+            "m",
+            "--kind",
+            "statefulset",
+            "--elastic",
+            "--max-pods",
+            "4",
+        ],
+    ] {
+        let p = plan(&args(v));
+        let text = render(&p, &v.join(" "), Some(&fresh_key())).unwrap();
+        let printed: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+            .map(|d| Value::deserialize(d).unwrap())
+            .filter(|d| !d.is_null())
+            .collect();
+        assert_eq!(
+            printed.len(),
+            objects(&args(v), Some("k")).unwrap().len(),
+            "{v:?}"
+        );
+        for o in &printed {
+            assert_eq!(
+                o["metadata"]["annotations"][RENDERED_BY], RENDERED_BY_VALUE,
+                "{v:?}: {} {}",
+                o["kind"], o["metadata"]["name"]
+            );
+        }
+        for o in objects(&args(v), Some("k")).unwrap() {
+            assert!(
+                o["metadata"]["annotations"].get(RENDERED_BY).is_none(),
+                "{o}"
+            );
+        }
+    }
+}

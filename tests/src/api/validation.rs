@@ -101,6 +101,20 @@ fn check_pod_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<(String, St
             }
         }
     }
+    // As Kubernetes' ValidatePodSpec: the node selector's keys and values are labels'.
+    if let Some(m) = spec.get("nodeSelector").and_then(Value::as_object) {
+        let at = format!("{path}.nodeSelector");
+        for (k, v) in m {
+            if let Err(e) = check_label_key(k) {
+                causes.push((at.clone(), e));
+            }
+            match v.as_str().map(check_label_value) {
+                Some(Ok(())) => {}
+                Some(Err(e)) => causes.push((format!("{at}[{k}]"), e)),
+                None => causes.push((format!("{at}[{k}]"), "values must be strings".into())),
+            }
+        }
+    }
     if let Some(rp) = spec.get("restartPolicy").and_then(Value::as_str) {
         if !["Always", "OnFailure", "Never"].contains(&rp) {
             causes.push((
@@ -358,5 +372,36 @@ mod tests {
         assert!(check_name(p, "A").is_err());
         assert!(check_name(p, "").is_err());
         assert!(check_name(&super::super::resources::NAMESPACES, "a.b").is_err());
+    }
+
+    /// A node selector's keys and values are labels' (Kubernetes answers 422 otherwise).
+    #[test]
+    fn a_node_selector_is_labels() {
+        let job = |sel: serde_json::Value| {
+            serde_json::json!({"metadata": {"name": "j"}, "spec": {"template": {"spec": {
+                "restartPolicy": "Never", "nodeSelector": sel,
+                "containers": [{"name": "c", "image": "i"}]}}}})
+        };
+        let rt = &super::super::resources::JOBS;
+        assert!(validate(
+            rt,
+            &job(serde_json::json!({"kubernetes.io/os": "linux"})),
+            None
+        )
+        .is_ok());
+        let e = validate(rt, &job(serde_json::json!({"bad key!": "x"})), None).unwrap_err();
+        assert_eq!(e.code, 422);
+        assert!(
+            e.message
+                .contains("spec.template.spec.nodeSelector: invalid label key \"bad key!\""),
+            "{}",
+            e.message
+        );
+        let e = validate(rt, &job(serde_json::json!({"k": "not a value"})), None).unwrap_err();
+        assert!(
+            e.message.contains("spec.template.spec.nodeSelector[k]"),
+            "{}",
+            e.message
+        );
     }
 }

@@ -29,6 +29,8 @@ struct Store {
     requests: Vec<(String, String, String)>,
     next_uid: u32,
     pods: Option<Writer<Pod>>,
+    /// A write the API server refuses: the path it ends with, and the code and message.
+    refuse: Option<(String, u16, String)>,
 }
 
 type Shared = Arc<Mutex<Store>>;
@@ -61,6 +63,16 @@ fn answer(store: &Shared, method: &str, path: &str, query: &str, body: &str) -> 
             o["metadata"]["uid"] = json!(format!("uid-{}", s.next_uid));
             s.objects.insert(at, o.clone());
             (201, o)
+        }
+        "PATCH"
+            if s.refuse
+                .as_ref()
+                .is_some_and(|(p, _, _)| path.ends_with(p.as_str())) =>
+        {
+            let (_, code, message) = s.refuse.clone().unwrap();
+            let mut st = status(code, "Invalid");
+            st["message"] = json!(message);
+            (code, st)
         }
         "PATCH" => {
             let target = path.trim_end_matches("/status");
@@ -157,6 +169,7 @@ fn context(store: &Shared) -> Arc<Context> {
         metrics: Arc::new(Metrics::new()),
         pods,
         posted: Default::default(),
+        failures: Default::default(),
     })
 }
 
@@ -550,20 +563,86 @@ async fn a_deleted_mpijob_seen_through_a_lagging_cache_makes_nothing() {
     }
 }
 
-/// An object of the job's name that the MPIJob does not control (here: a Secret someone else
-/// made) is never taken over: nothing is made, and a warning event names it.
+fn failed(store: &Shared) -> Value {
+    let st = store.lock().unwrap().objects[MPIJOB]["status"].clone();
+    st["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Failed" && c["status"] == "True")
+        .cloned()
+        .unwrap_or_else(|| panic!("no Failed condition: {st}"))
+}
+
+fn event_notes(store: &Shared, reason: &str) -> Vec<String> {
+    let s = store.lock().unwrap();
+    s.objects
+        .iter()
+        .filter(|(k, v)| k.contains("/events/") && v["reason"] == reason)
+        .map(|(_, v)| v["note"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// An object of the job's name that is not the MPIJob's (here: a Secret someone else made, or
+/// one `prrte-k8s manifest` printed and someone gave an ownerReference to the MPIJob) is never
+/// taken over: nothing is made, the MPIJob fails naming the object and the remedy, with a
+/// warning event saying the same, and it is not retried.
 #[tokio::test]
 async fn an_object_of_the_same_name_made_by_another_is_never_taken_over() {
+    let forged = json!({"ownerReferences": [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+        "name": "pi", "uid": "mpijob-uid", "controller": true}],
+        "annotations": {"prrte-k8s.io/rendered-by": "prrte-k8s-manifest"}});
+    for extra in [json!({}), forged] {
+        let store: Shared = Arc::default();
+        mpijob(&store, |_| {});
+        let mut theirs = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "pi-prrte", "namespace": "team", "uid": "theirs"},
+            "data": {"key": "dGhlaXJz"}});
+        json_patch::merge(&mut theirs["metadata"], &extra);
+        store
+            .lock()
+            .unwrap()
+            .objects
+            .insert(SECRET.into(), theirs.clone());
+        let ctx = context(&store);
+        reconcile_now(&store, &ctx).await;
+        let made: Vec<String> = writes(&store)
+            .into_iter()
+            .filter(|w| !w.contains("/events"))
+            .collect();
+        assert_eq!(made, [format!("PATCH {MPIJOB}/status")], "{extra}");
+        assert_eq!(store.lock().unwrap().objects[SECRET], theirs);
+        let f = failed(&store);
+        assert_eq!(f["reason"], "ErrResourceExists");
+        let m = f["message"].as_str().unwrap();
+        assert!(
+            m.contains(
+                "the Secret team/pi-prrte already exists and is not managed by MPIJob team/pi"
+            ) && m.contains("give the MPIJob another name"),
+            "{m}"
+        );
+        let notes = event_notes(&store, "ErrResourceExists");
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("Secret team/pi-prrte"), "{notes:?}");
+        // Failed: nothing more is asked of the API.
+        store.lock().unwrap().requests.clear();
+        reconcile_now(&store, &ctx).await;
+        assert_eq!(writes(&store), Vec::<String>::new());
+    }
+}
+
+/// An object an earlier MPIJob of the same name controls (deleted, its objects not yet
+/// collected) goes by itself: the reconcile is retried, with an event naming it, and the
+/// MPIJob does not fail.
+#[tokio::test]
+async fn an_earlier_mpijobs_object_is_waited_for() {
     let store: Shared = Arc::default();
     mpijob(&store, |_| {});
-    let theirs = json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "pi-prrte", "namespace": "team", "uid": "theirs"},
-        "data": {"key": "dGhlaXJz"}});
-    store
-        .lock()
-        .unwrap()
-        .objects
-        .insert(SECRET.into(), theirs.clone());
+    let earlier = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "pi-prrte", "namespace": "team", "uid": "theirs",
+            "ownerReferences": [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+                "name": "pi", "uid": "earlier-uid", "controller": true}]}});
+    store.lock().unwrap().objects.insert(SECRET.into(), earlier);
     let ctx = context(&store);
     let obj: StoredMpiJob =
         serde_json::from_value(store.lock().unwrap().objects[MPIJOB].clone()).unwrap();
@@ -572,25 +651,65 @@ async fn an_object_of_the_same_name_made_by_another_is_never_taken_over() {
         e.to_string().contains("the Secret team/pi-prrte exists"),
         "{e}"
     );
-    let made: Vec<String> = writes(&store)
-        .into_iter()
-        .filter(|w| !w.contains("/events"))
-        .collect();
-    assert_eq!(made, Vec::<String>::new());
-    let s = store.lock().unwrap();
-    assert_eq!(s.objects[SECRET], theirs);
-    let ev = s
-        .objects
-        .iter()
-        .find(|(k, _)| k.contains("/events/"))
-        .map(|(_, v)| v.clone())
-        .expect("an event");
-    assert_eq!(
-        (ev["type"].as_str(), ev["reason"].as_str()),
-        (Some("Warning"), Some("ErrResourceExists"))
+    assert!(store.lock().unwrap().objects[MPIJOB]
+        .get("status")
+        .is_none());
+    assert_eq!(event_notes(&store, "ErrResourceExists").len(), 1);
+}
+
+/// What the API server refuses (422) fails the MPIJob with the server's message, once: it is
+/// not retried.
+#[tokio::test]
+async fn a_job_the_api_server_refuses_fails_the_mpijob_with_its_message() {
+    let store: Shared = Arc::default();
+    mpijob(&store, |_| {});
+    let message =
+        "Job.batch \"pi\" is invalid: spec.template.spec.nodeSelector: Invalid value: \"bad key!\"";
+    store.lock().unwrap().refuse = Some(("/jobs/pi".into(), 422, message.into()));
+    let ctx = context(&store);
+    reconcile_now(&store, &ctx).await;
+    let f = failed(&store);
+    assert_eq!(f["reason"], "ValidationError");
+    let m = f["message"].as_str().unwrap();
+    assert!(
+        m.contains("making the Job team/pi: the API server refused it (422 Invalid)")
+            && m.contains(message),
+        "{m}"
     );
-    assert!(ev["note"]
-        .as_str()
-        .unwrap()
-        .contains("Secret team/pi-prrte"));
+    assert_eq!(event_notes(&store, "ValidationError").len(), 1);
+    store.lock().unwrap().requests.clear();
+    reconcile_now(&store, &ctx).await;
+    assert_eq!(writes(&store), Vec::<String>::new());
+}
+
+/// Other failures are retried after a backoff of their own MPIJob's that doubles (5 s to
+/// 5 min), and starts again after a reconcile that succeeds.
+#[tokio::test]
+async fn other_failures_back_off_per_mpijob() {
+    use crate::controller::reconcile::error_policy;
+    use crate::controller::retry::ReconcileError;
+    use kube::runtime::controller::Action;
+    use std::time::Duration;
+    let store: Shared = Arc::default();
+    mpijob(&store, |_| {});
+    let ctx = context(&store);
+    let obj: Arc<StoredMpiJob> =
+        Arc::new(serde_json::from_value(store.lock().unwrap().objects[MPIJOB].clone()).unwrap());
+    let mut other: Value = store.lock().unwrap().objects[MPIJOB].clone();
+    other["metadata"]["name"] = json!("other");
+    let other: Arc<StoredMpiJob> = Arc::new(serde_json::from_value(other).unwrap());
+    let e = ReconcileError::PodCache;
+    let mut waits = Vec::new();
+    for _ in 0..8 {
+        waits.push(error_policy(obj.clone(), &e, ctx.clone()));
+    }
+    let secs = |s: &[u64]| {
+        s.iter()
+            .map(|&n| Action::requeue(Duration::from_secs(n)))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(waits, secs(&[5, 10, 20, 40, 80, 160, 300, 300]));
+    assert_eq!(error_policy(other, &e, ctx.clone()), secs(&[5])[0]);
+    reconcile_now(&store, &ctx).await;
+    assert_eq!(error_policy(obj, &e, ctx.clone()), secs(&[5])[0]);
 }
