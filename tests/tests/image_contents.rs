@@ -59,23 +59,22 @@ impl Ctr {
     /// reads the program's output pipe only after it has taken the exit status, and may end
     /// first): with 6 `buildah run`s side by side, 1-2 runs of the agent's `--detect-only` in
     /// 60-90 came back with an empty stdout, while the same agent run directly never lost a
-    /// line in 120. Every attempt must end with the same exit code.
+    /// line in 120. Such an attempt tells nothing of the program: its exit status may be
+    /// buildah's own (seen once in a full run: 1, where the next attempt of the same program
+    /// printed and exited 0), so it is reported on stderr and the next attempt decides.
     fn run_printing(&self, volumes: &[String], argv: &[&str]) -> (Option<i32>, String) {
         let mut lost = Vec::new();
         for _ in 0..3 {
             let (code, stdout, stderr) = self.run_split(volumes, argv);
             if !stdout.is_empty() {
-                if let Some(first) = lost.first() {
-                    assert_eq!(
-                        *first, code,
-                        "the attempt whose stdout was lost ended otherwise: {stderr}"
-                    );
+                if !lost.is_empty() {
+                    eprintln!("{argv:?}: stdout lost by buildah in {lost:?}, then exit {code:?}");
                 }
                 return (code, format!("{stdout}{stderr}"));
             }
-            lost.push(code);
+            lost.push((code, stderr));
         }
-        panic!("{argv:?} printed nothing on stdout in 3 runs (exit codes {lost:?})");
+        panic!("{argv:?} printed nothing on stdout in 3 runs (exit codes and stderr: {lost:?})");
     }
 
     /// `buildah run`: the exit code, stdout and stderr.
