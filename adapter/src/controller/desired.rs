@@ -1,7 +1,8 @@
 //! What an MPIJob should have in the cluster, computed without one: which MPIJobs are ours
-//! ([`managed`]), the objects `--from-mpijob` renders for it, each owned by the MPIJob
-//! ([`desired`]; the launcher is told the MPIJob, to record its `DaemonsUp` event there, and
-//! its Role may create Events), and the Job a Job already made becomes ([`job_update`]).
+//! ([`managed`]), the objects `--from-mpijob` renders for it, and with `--gang-scheduler` its
+//! PodGroup ([`super::gang`]), each owned by the MPIJob ([`desired`]; the launcher is told the
+//! MPIJob, to record its `DaemonsUp` event there, and its Role may create Events), and the Job
+//! a Job already made becomes ([`job_update`]).
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -9,6 +10,7 @@ use kube::api::DynamicObject;
 use kube::core::dynamic::ParseDynamicObjectError;
 use kube::{Resource, ResourceExt};
 
+use super::gang::{self, GangError, GangScheduler};
 use super::observe::job_finished;
 use super::pod_policy::{check, PodPolicy};
 
@@ -27,6 +29,9 @@ pub(crate) enum DesiredError {
     /// The converted job could not be rendered into objects.
     #[error(transparent)]
     Render(#[from] ManifestError),
+    /// The PodGroup cannot be sized (a quantity that is not one).
+    #[error(transparent)]
+    Gang(#[from] GangError),
     /// The pod templates ask what the site refuses (`--refuse-foreign-secrets`,
     /// `--refuse-node-name`).
     #[error("{0}")]
@@ -69,6 +74,8 @@ pub(crate) struct Settings {
     pub(crate) manage_all: bool,
     /// What the pod templates may not ask.
     pub(crate) pod_policy: PodPolicy,
+    /// `--gang-scheduler`: the scheduler whose PodGroup each MPIJob gets.
+    pub(crate) gang: Option<GangScheduler>,
 }
 
 /// Whether the controller reconciles the MPIJob `job`: its `spec.runPolicy.managedBy` names
@@ -96,8 +103,10 @@ pub(crate) fn managed_by(by: Option<&str>, manage_all: bool) -> bool {
 /// The objects of one MPIJob, each controlled by it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Desired {
-    /// The ServiceAccount, Role, RoleBinding, Secret and NetworkPolicy: made while the Job is
-    /// absent, never changed (the Secret keeps the key it was made with).
+    /// The ServiceAccount, Role, RoleBinding, Secret, NetworkPolicy and, with a gang
+    /// scheduler, the PodGroup: made while the Job is absent, never changed (the Secret keeps
+    /// the key it was made with; the Job's pods are never more nor fewer than the PodGroup
+    /// was sized for).
     pub others: Vec<DynamicObject>,
     /// The Indexed Job, made last (its pods need the others).
     pub job: Job,
@@ -126,7 +135,8 @@ pub fn desired(job: &MpiJob, s: &Settings, key: &str) -> Result<Desired, Desired
         api_server: s.api_server.clone(),
         ..Default::default()
     };
-    let (mut plan, notes) = from_model(job, &overrides)?;
+    let gang = s.gang.as_ref();
+    let (mut plan, mut notes) = from_model(&gang::for_conversion(job, gang), &overrides)?;
     plan.events_to = Some(events_to(job).ok_or(DesiredError::Unsaved)?);
     let owner = OwnerReference {
         // The MPIJob's deletion in the foreground waits for them.
@@ -144,9 +154,19 @@ pub fn desired(job: &MpiJob, s: &Settings, key: &str) -> Result<Desired, Desired
             others.push(o);
         }
     }
+    let mut made = made.ok_or(DesiredError::NoJob)?;
+    if let Some(g) = gang {
+        // Before the Job, whose pods it groups.
+        let mut group = gang::pod_group(job, g)?;
+        group.metadata.owner_references = Some(vec![owner]);
+        if let Some(spec) = made.spec.as_mut() {
+            notes.extend(gang::stamp(&mut spec.template, g, &group.name_any()));
+        }
+        others.push(group);
+    }
     Ok(Desired {
         others,
-        job: made.ok_or(DesiredError::NoJob)?,
+        job: made,
         notes,
     })
 }

@@ -70,7 +70,8 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
 /// - the other objects of each job: read by name before they are made (one that exists and is
 ///   not this MPIJob's is never taken over), and made with server-side apply (an apply is a
 ///   patch; one that makes the object needs create too); never changed once made (the Secret
-///   keeps its key);
+///   keeps its key); with `--gang-scheduler`, the PodGroup of scheduler-plugins or Volcano
+///   among them;
 /// - events on the MPIJobs (kube-runtime's recorder creates them and patches a repeated one).
 ///
 /// The job's own Role grants its pods `get`, `list`, `watch` on pods, `get` on its Job and
@@ -99,6 +100,16 @@ pub(crate) fn cluster_rules() -> Vec<PolicyRule> {
         rule(
             "networking.k8s.io",
             &["networkpolicies"],
+            &["get", "create", "patch"],
+        ),
+        rule(
+            "scheduling.x-k8s.io",
+            &["podgroups"],
+            &["get", "create", "patch"],
+        ),
+        rule(
+            "scheduling.volcano.sh",
+            &["podgroups"],
             &["get", "create", "patch"],
         ),
         rule("events.k8s.io", &["events"], &["create", "patch"]),

@@ -6,7 +6,9 @@
 //! Each MPIJob gets the plan `prrte-k8s manifest --from-mpijob` renders (the same conversion
 //! of the same typed model, `manifest::mpijob`): ServiceAccount, Role, RoleBinding, a Secret
 //! whose key is made here and never printed, the Indexed Job and its NetworkPolicy, every one
-//! controlled by the MPIJob (`controller_owner_ref`), so deleting the MPIJob deletes them. Every
+//! controlled by the MPIJob (`controller_owner_ref`), so deleting the MPIJob deletes them; with
+//! `--gang-scheduler`, a PodGroup of Volcano or scheduler-plugins sized as mpi-operator sizes
+//! it, made before the Job. Every
 //! object and the status are written with server-side apply under one field manager; an object
 //! of the same name that is not the MPIJob's own (another's, or printed by `prrte-k8s
 //! manifest`) is never taken over: the MPIJob fails naming it. `runPolicy.suspend`
@@ -16,7 +18,8 @@
 //! Lease.
 //!
 //! Layout: `crd` the CRD generated from the model; `desired` the objects an MPIJob should have
-//! and the Job's next apply (pure), `pod_policy` what a site refuses in its pod templates
+//! and the Job's next apply (pure), `gang` the PodGroup of `--gang-scheduler` and the stamp of
+//! its pods (pure), `pod_policy` what a site refuses in its pod templates
 //! (pure); `head` what the MPIJob store keeps of each MPIJob (its name, versions and
 //! `managedBy`, never its spec or status) and the reconcile that reads one the controller
 //! manages in full; `observe` what is read of a Job and its pods; `status` the status from them
@@ -29,6 +32,7 @@
 
 pub(crate) mod crd;
 pub(crate) mod desired;
+pub(crate) mod gang;
 pub(crate) mod head;
 pub mod install;
 pub(crate) mod metrics;

@@ -91,6 +91,12 @@ pub struct ControllerArgs {
     /// (which bypasses the scheduler).
     #[arg(long)]
     pub(crate) refuse_node_name: bool,
+    /// Gang scheduling, as mpi-operator's --gang-scheduling: each MPIJob gets a PodGroup sized
+    /// by its runPolicy.schedulingPolicy, made before its Job, and its pods the scheduler's
+    /// name. "volcano": Volcano's (scheduling.volcano.sh); any other NAME: scheduler-plugins'
+    /// coscheduling (scheduling.x-k8s.io) in the scheduler of that name. Default: none.
+    #[arg(long, value_name = "NAME", value_parser = super::gang::parse_scheduler)]
+    pub(crate) gang_scheduler: Option<super::gang::GangScheduler>,
 }
 
 /// Why the controller stopped.
@@ -204,6 +210,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
             foreign_secrets: args.refuse_foreign_secrets,
             node_name: args.refuse_node_name,
         },
+        gang: args.gang_scheduler.clone(),
     };
     let recorder = Recorder::new(
         client.clone(),

@@ -4,6 +4,7 @@ use k8s_openapi::api::batch::v1::Job;
 use serde_json::{json, Value};
 
 use crate::controller::desired::{desired, job_update, managed, Settings};
+use crate::controller::gang::GangScheduler;
 use crate::controller::observe::job_finished;
 use crate::manifest::mpijob::model::MpiJob;
 use crate::manifest::mpijob::{from_mpijob, Overrides};
@@ -311,4 +312,85 @@ fn a_running_job_only_follows_suspend_and_a_finished_one_nothing() {
     let done: Job = serde_json::from_value(done).unwrap();
     assert!(job_finished(&done));
     assert_eq!(update(&done, &want), None);
+}
+
+/// With `--gang-scheduler`: the PodGroup among the objects made before the Job, owned by the
+/// MPIJob, sized by the MPIJob (pi: 3 pods of 1 CPU and 1Gi each, from their limits); the Job's
+/// pods stamped; the policy the PodGroup honours noted no more, and Volcano's queue not
+/// Kueue's.
+#[test]
+fn a_gang_scheduler_adds_the_podgroup_and_stamps_the_pods() {
+    let mut obj = served(None, false);
+    obj["spec"]["runPolicy"]["schedulingPolicy"] =
+        json!({"minAvailable": 3, "scheduleTimeoutSeconds": 30, "queue": "gpu"});
+    for (gang, api_version) in [
+        (
+            GangScheduler::SchedulerPlugins("coscheduler".into()),
+            "scheduling.x-k8s.io/v1alpha1",
+        ),
+        (GangScheduler::Volcano, "scheduling.volcano.sh/v1beta1"),
+    ] {
+        let s = Settings {
+            gang: Some(gang.clone()),
+            ..settings()
+        };
+        let d = desired(&model(&obj), &s, "k").unwrap();
+        let group = serde_json::to_value(d.others.last().unwrap()).unwrap();
+        assert_eq!(group["apiVersion"], api_version);
+        assert_eq!(group["kind"], "PodGroup");
+        assert_eq!(group["metadata"]["name"], "pi");
+        assert_eq!(group["metadata"]["namespace"], "team");
+        assert_eq!(
+            group["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "pi",
+                "uid": "1f1e5c7a-0000-4000-8000-000000000001", "controller": true, "blockOwnerDeletion": true}])
+        );
+        assert_eq!(group["spec"]["minMember"], 3);
+        assert_eq!(
+            group["spec"]["minResources"],
+            json!({"cpu": "3", "memory": "3Gi"})
+        );
+        let job = json(&d.job);
+        let t = &job["spec"]["template"];
+        assert_eq!(t["spec"]["schedulerName"], gang.scheduler_name());
+        let fields = |n: &str| d.notes.iter().any(|x| x.field.ends_with(n));
+        assert!(
+            !fields("minAvailable") && !fields("scheduleTimeoutSeconds"),
+            "{:?}",
+            d.notes
+        );
+        match gang {
+            GangScheduler::SchedulerPlugins(_) => {
+                assert_eq!(
+                    t["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"],
+                    "pi"
+                );
+                assert_eq!(group["spec"]["scheduleTimeoutSeconds"], 30);
+                assert_eq!(
+                    job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"],
+                    "gpu"
+                );
+            }
+            GangScheduler::Volcano => {
+                assert_eq!(
+                    t["metadata"]["annotations"]["scheduling.k8s.io/group-name"],
+                    "pi"
+                );
+                assert_eq!(group["spec"]["queue"], "gpu");
+                assert!(job["metadata"]["labels"]
+                    .get("kueue.x-k8s.io/queue-name")
+                    .is_none());
+            }
+        }
+    }
+    // Without one: no PodGroup, the pods the default scheduler's, the policy noted.
+    let d = desired(&model(&obj), &settings(), "k").unwrap();
+    assert!(d
+        .others
+        .iter()
+        .all(|o| o.types.as_ref().unwrap().kind != "PodGroup"));
+    assert!(json(&d.job)["spec"]["template"]["spec"]
+        .get("schedulerName")
+        .is_none());
+    assert!(d.notes.iter().any(|n| n.field.ends_with("minAvailable")));
 }

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use crate::controller::crd::crd_yaml;
 use crate::controller::desired::{desired, Settings};
+use crate::controller::gang::GangScheduler;
 use crate::controller::install::{
     cluster_rules, files, lease_rules, objects, yaml, CRD_FILE, IMAGE, NAME, NAMESPACE,
 };
@@ -89,12 +90,22 @@ fn the_deploy_files_are_the_renderers_and_the_crd_is_generated() {
 #[test]
 fn the_cluster_role_creates_every_object_of_a_job_and_holds_what_its_role_grants() {
     let rules = cluster_rules();
-    let settings = Settings {
-        inject_image: INJECT_IMAGE.into(),
-        ..Default::default()
-    };
     let mut made = BTreeSet::new();
-    for text in [PI, RICH] {
+    // Without a gang scheduler, and with each kind of PodGroup.
+    let gangs = [
+        None,
+        Some(GangScheduler::Volcano),
+        Some(GangScheduler::SchedulerPlugins("coscheduler".into())),
+    ];
+    for (text, gang) in [PI, RICH]
+        .into_iter()
+        .flat_map(|t| gangs.iter().map(move |g| (t, g.clone())))
+    {
+        let settings = Settings {
+            inject_image: INJECT_IMAGE.into(),
+            gang,
+            ..Default::default()
+        };
         let d = desired(
             &serde_json::from_value(served(text)).unwrap(),
             &settings,

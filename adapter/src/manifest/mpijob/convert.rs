@@ -340,19 +340,19 @@ fn run_policy(
     if let Some(n) = s.min_available {
         notes.push(Note::new(
             format!("{sp}.minAvailable"),
-            format!("{n} not honoured: no PodGroup is rendered; all the Job's pods are needed and the launcher waits for them (gang admission: a Kueue queue, schedulingPolicy.queue)"),
+            format!("{n} not honoured without a gang scheduler: it sizes a PodGroup, which prrte-k8s controller --gang-scheduler renders; here all the Job's pods are needed and the launcher waits for them (gang admission: a Kueue queue, schedulingPolicy.queue)"),
         ));
     }
     if s.min_resources.is_some() {
         notes.push(Note::new(
             format!("{sp}.minResources"),
-            "not honoured: it sizes a PodGroup of volcano or scheduler-plugins, and none is rendered",
+            "not honoured without a gang scheduler: it sizes a PodGroup of Volcano or scheduler-plugins, which prrte-k8s controller --gang-scheduler renders",
         ));
     }
     if let Some(n) = s.schedule_timeout_seconds {
         notes.push(Note::new(
             format!("{sp}.scheduleTimeoutSeconds"),
-            format!("{n} not honoured: no PodGroup is rendered (activeDeadlineSeconds bounds the whole Job)"),
+            format!("{n} not honoured without a gang scheduler: it is a scheduler-plugins PodGroup's, which prrte-k8s controller --gang-scheduler renders (activeDeadlineSeconds bounds the whole Job)"),
         ));
     }
     Ok(())

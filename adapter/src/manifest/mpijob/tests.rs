@@ -279,7 +279,7 @@ fn every_run_policy_field_is_mapped_or_named() {
     for (f, needle) in [
         ("runPolicy.backoffLimit", "3 not honoured"),
         ("runPolicy.cleanPodPolicy", "None: the workers stay up"),
-        ("schedulingPolicy.minAvailable", "no PodGroup"),
+        ("schedulingPolicy.minAvailable", "--gang-scheduler"),
         ("schedulingPolicy.minResources", "PodGroup"),
         ("schedulingPolicy.scheduleTimeoutSeconds", "60 not honoured"),
     ] {
