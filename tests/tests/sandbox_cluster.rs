@@ -464,6 +464,40 @@ async fn pods_beyond_capacity_wait_and_other_nodes_pods_are_left_alone() {
     assert!(cluster
         .pod_exec(&format!("{t}-elsewhere"), &["true"])
         .is_err());
+    // Room for one more pod: a pod naming a scheduler that does not run here stays
+    // unscheduled (no node, no condition) and leaves the room to the pod made after it.
+    store
+        .delete(
+            &sandbox::api::resources::PODS,
+            "default",
+            &format!("{t}-b"),
+            &sandbox::api::DeleteOptions {
+                grace_period: Some(0),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let gang = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {t}-gang}}\nspec:\n  schedulerName: volcano\n  containers: [{{name: c, command: [sleep, \"600\"]}}]\n");
+    cluster
+        .apply_yaml(&[gang, pod("d", "")].join("---\n"))
+        .unwrap();
+    let ready = cluster
+        .wait_ready("default", &format!("app={t}"), 2, WAIT)
+        .await
+        .unwrap();
+    assert!(ready
+        .iter()
+        .any(|p| p["metadata"]["name"] == format!("{t}-d").as_str()));
+    let g = store
+        .get(
+            &sandbox::api::resources::PODS,
+            "default",
+            &format!("{t}-gang"),
+        )
+        .unwrap();
+    assert_eq!(g["status"]["phase"], "Pending", "{g}");
+    assert!(g["spec"]["nodeName"].is_null(), "{g}");
+    assert!(g["status"]["conditions"].is_null(), "{g}");
     drop(cluster);
     assert_no_leftovers(&prefix);
 }

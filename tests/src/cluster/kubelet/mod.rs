@@ -1,5 +1,5 @@
-//! The kubelet: runs the pods bound to (or unbound and so scheduled onto) its node as podnet
-//! pods, and reports their status like the real kubelet.
+//! The kubelet: runs the pods bound to (or unbound, of the default scheduler, and so scheduled
+//! onto) its node as podnet pods, and reports their status like the real kubelet.
 //!
 //! This file is the node: it watches pods, admits them up to its capacity, keeps a worker
 //! thread per pod (`pod`, `control`) and serves `exec`, eviction and logs. A pod's worker goes
@@ -58,6 +58,9 @@ pub use prepare::expand;
 pub use prepare::sources::field_ref;
 pub use prepare::SA_MOUNT;
 use status::set_cond_reason;
+
+/// The scheduler the node stands in for (the API server's default `spec.schedulerName`).
+const DEFAULT_SCHEDULER: &str = "default-scheduler";
 use sync::lock;
 
 /// Pods the node runs at once by default (the kubelet's default maxPods).
@@ -148,6 +151,13 @@ impl Kubelet {
         let uid = s(pod, "/metadata/uid");
         let node = s(pod, "/spec/nodeName");
         if uid.is_empty() || (!node.is_empty() && node != self.node) {
+            return;
+        }
+        // The node plays the default scheduler only: an unbound pod that names another
+        // (`volcano`, a scheduler-plugins scheduler) stays unscheduled, with no condition, as
+        // in a cluster where that scheduler does not run.
+        let scheduler = s(pod, "/spec/schedulerName");
+        if node.is_empty() && !scheduler.is_empty() && scheduler != DEFAULT_SCHEDULER {
             return;
         }
         if matches!(s(pod, "/status/phase").as_str(), "Succeeded" | "Failed")
