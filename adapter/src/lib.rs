@@ -42,4 +42,5 @@ pub mod rsh;
 pub mod runtime;
 pub mod settings;
 pub mod text;
+pub mod workflow;
 pub mod workload;

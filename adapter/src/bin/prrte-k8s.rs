@@ -8,6 +8,8 @@
 //! from any pod: the DVM URI comes from the file the agent publishes (`dvm-uri` prints it). An
 //! interrupted or timed-out `prrte-k8s prun` kills its job in the DVM (PRRTE's own prun leaves it
 //! running).
+//! `prrte-k8s submit --tasks FILE --results FILE` runs many tasks through one PMIx tool
+//! connection to the DVM, one JSON result line per task.
 //! `prrte-k8s grow N` adds N pods to a running elastic job and its DVM; `prrte-k8s shrink N`
 //! gives its N highest pods back.
 //! `prrte-k8s doctor` checks what PRRTE's k8s components need, one line per check.
@@ -24,6 +26,8 @@ mod grow;
 mod prun;
 #[path = "prrte-k8s/shrink.rs"]
 mod shrink;
+#[path = "prrte-k8s/submit.rs"]
+mod submit;
 #[path = "prrte-k8s/tools.rs"]
 mod tools;
 
@@ -61,6 +65,9 @@ enum Command {
     /// Interrupted (SIGINT, SIGTERM, SIGHUP) or out of time, it kills its job in the DVM, so the
     /// job's slots are freed.
     Prun(prun::PrunArgs),
+    /// Run many tasks through one PMIx tool connection to the job's DVM: `prrte-k8s submit
+    /// --tasks FILE --results FILE` (one command line a task, one JSON result line each).
+    Submit(submit::SubmitArgs),
     /// Add N pods to the running job and its DVM (a job rendered with `manifest --elastic
     /// --max-pods M`): raises the workload, waits for the new pods to be Ready, adds them to
     /// the DVM and prints their host names.
@@ -432,6 +439,7 @@ fn main() -> ExitCode {
         Command::Hostfile(args) => hostfile(args),
         Command::DvmUri(args) => tools::dvm_uri(args),
         Command::Prun(args) => prun::run(args),
+        Command::Submit(args) => submit::run(args),
         Command::Grow(args) => grow::run(args.discover.config(), args.pods, args.file),
         Command::Shrink(args) => shrink::run(args.pods, args.file),
         Command::Pterm(args) => tools::exec_tool("pterm", args),
