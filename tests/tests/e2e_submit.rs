@@ -1,0 +1,259 @@
+//! `prrte-k8s submit`: many tasks through one PMIx tool connection into the job's DVM.
+//!
+//! One DVM (run by the pod-0 agent) of 16 pods with 2 slots each; the submitter runs in pod 1,
+//! finding the DVM as `prrte-k8s prun` does. 500 single-rank `/bin/true`, three failing tasks and
+//! one that hangs past its `--timeout`: every task has exactly one result, the failures are
+//! named, the hang is reported as `timeout` and killed, and the DVM serves a `prun` afterwards.
+//! A submitter killed midway and run again with `--resume` runs only the tasks without a
+//! result. Every PRRTE process runs with its pod's private TMPDIR (under the test directory).
+#![forbid(unsafe_code)]
+mod common;
+
+use common::*;
+use sandbox::harness;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const PODS: usize = 16;
+const TRUE_TASKS: usize = 500;
+const FAILING: [usize; 3] = [100, 250, 400];
+/// Where the hanging task sits in the list.
+const HANG: usize = 300;
+/// A bound far above what the run takes (500 tasks end in well under a minute here).
+const RUN_LIMIT: Duration = Duration::from_secs(300);
+
+fn spec(name: &str) -> JobSpec<'_> {
+    let mut spec = JobSpec::new(name, PODS);
+    spec.cpus = vec!["2"; PODS];
+    spec.agent_args = vec![vec!["--dvm-head".into(), "auto".into()]];
+    spec.env.extend([
+        (
+            "PRRTE_K8S_PREFIX".into(),
+            harness::prefix().display().to_string(),
+        ),
+        ("PRTE_PKGLIBDIR".into(), "@COMPONENTS@".into()),
+        ("PRRTE_K8S_SECRET_FILE".into(), "@SECRET@".into()),
+    ]);
+    spec
+}
+
+fn wait_for_dvm(job: &Job) {
+    for i in 0..job.pods.len() {
+        let f = job.pod_tmp(i).join("dvm.uri");
+        wait_for_text(&f, "tcp4://", Duration::from_secs(120)).unwrap();
+    }
+}
+
+fn cli() -> String {
+    harness::workspace_bin("prrte-k8s")
+        .unwrap()
+        .display()
+        .to_string()
+}
+
+/// The parseable result lines of a results file, by index (every index once, or the test fails).
+fn results(path: &Path) -> BTreeMap<usize, serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut by_index = BTreeMap::new();
+    for l in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
+            continue;
+        };
+        let i = v["index"].as_u64().expect("index") as usize;
+        assert!(
+            by_index.insert(i, v).is_none(),
+            "task {i} has more than one result in {}",
+            path.display()
+        );
+    }
+    by_index
+}
+
+/// Host pids of live `sleep` processes in any pod.
+fn sleepers(job: &Job) -> Vec<u32> {
+    (0..job.pods.len())
+        .flat_map(|i| job.pids_in_pod(i, "sleep").unwrap())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .map(|s| !s.contains(") Z "))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+fn write_tasks(dir: &Path, name: &str, lines: &[String]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_runs_every_task_once_names_failures_and_kills_a_hang() {
+    let job = Job::start(spec("submit")).await.unwrap();
+    wait_for_dvm(&job);
+    let exe = cli();
+    let dir = job.dir.path().to_path_buf();
+
+    // 1. 500 true, three failing, one hanging (its own --timeout), comments and blank lines.
+    let mut lines = vec!["# a workflow".to_string(), String::new()];
+    let total = TRUE_TASKS + FAILING.len() + 1;
+    for i in 0..total {
+        lines.push(if FAILING.contains(&i) {
+            "sh -c 'exit 3'".into()
+        } else if i == HANG {
+            "--timeout 5 sleep 1000".into()
+        } else {
+            "/bin/true".into()
+        });
+    }
+    let tasks = write_tasks(&dir, "tasks.txt", &lines);
+    let res = dir.join("results.json");
+    let (tasks_s, res_s) = (tasks.display().to_string(), res.display().to_string());
+    let started = Instant::now();
+    let out = job
+        .exec_in_pod(
+            1,
+            &[
+                &exe,
+                "submit",
+                "--tasks",
+                &tasks_s,
+                "--results",
+                &res_s,
+                "--max-in-flight",
+                "24",
+            ],
+            RUN_LIMIT,
+        )
+        .unwrap();
+    let secs = started.elapsed().as_secs_f64();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    eprintln!(
+        "{total} tasks in {secs:.1} s ({:.1} tasks/s end to end)\n{err}",
+        total as f64 / secs
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "failed tasks make the exit non-zero\n{}",
+        text(&out)
+    );
+    let r = results(&res);
+    assert_eq!(r.len(), total, "one result per task\n{err}");
+    for (i, v) in &r {
+        let want: serde_json::Value = if FAILING.contains(i) {
+            3.into()
+        } else if *i == HANG {
+            "timeout".into()
+        } else {
+            0.into()
+        };
+        assert_eq!(v["exit"], want, "task {i}: {v}");
+        assert!(v["start"].is_string() && v["end"].is_string(), "{v}");
+        let pods = v["pods"].as_array().expect("pods");
+        assert!(
+            pods.iter()
+                .all(|p| job.hostnames.iter().any(|h| Some(h.as_str()) == p.as_str())),
+            "task {i} names pods not of the job: {v}"
+        );
+    }
+    assert!(
+        r.values()
+            .any(|v| !v["pods"].as_array().unwrap().is_empty()),
+        "no result names its pod"
+    );
+    for i in FAILING.iter().chain([&HANG]) {
+        assert!(
+            err.contains(&format!("{i} (exit ")),
+            "failed task {i} not named:\n{err}"
+        );
+    }
+    assert!(
+        sleepers(&job).is_empty(),
+        "the timed-out task still runs: {:?}",
+        sleepers(&job)
+    );
+
+    // The DVM still serves: a prun of 32 ranks over every pod.
+    let out = job
+        .exec_in_pod(
+            2,
+            &[&exe, "prun", "-n", "32", "/bin/true"],
+            Duration::from_secs(60),
+        )
+        .unwrap();
+    assert!(out.status.success(), "prun after submit\n{}", text(&out));
+
+    // 2. A submitter killed midway, then --resume: only the tasks without a result run.
+    let n = 400;
+    let lines: Vec<String> = (0..n).map(|_| "/bin/true".to_string()).collect();
+    let tasks = write_tasks(&dir, "resume.txt", &lines);
+    let res = dir.join("resume.json");
+    let (tasks_s, res_s) = (tasks.display().to_string(), res.display().to_string());
+    let argv = [
+        exe.as_str(),
+        "submit",
+        "--tasks",
+        &tasks_s,
+        "--results",
+        &res_s,
+        "--max-in-flight",
+        "8",
+    ];
+    let mut first = harness::Guarded::spawn(
+        job.cluster.pod_exec(&job.pods[3], &argv).unwrap(),
+        "first",
+        &dir,
+    )
+    .unwrap();
+    let deadline = Instant::now() + RUN_LIMIT;
+    while results(&res).len() < 50 {
+        assert!(
+            Instant::now() < deadline,
+            "the first submitter wrote no 50 results"
+        );
+        assert!(
+            first
+                .wait_timeout(Duration::from_millis(20))
+                .unwrap()
+                .is_none(),
+            "ended early"
+        );
+    }
+    first.signal(nix::sys::signal::Signal::SIGKILL);
+    assert!(first
+        .wait_timeout(Duration::from_secs(20))
+        .unwrap()
+        .is_some());
+    let before = results(&res);
+    assert!(
+        before.len() < n,
+        "killed after all {n} results: nothing to resume"
+    );
+    let mut resume = argv.to_vec();
+    resume.push("--resume");
+    let out = job.exec_in_pod(4, &resume, RUN_LIMIT).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "resume\n{}", text(&out));
+    let after = results(&res);
+    assert_eq!(after.len(), n, "{err}");
+    for (i, v) in &before {
+        assert_eq!(&after[i], v, "task {i}'s first result was replaced");
+    }
+    let ran = format!(
+        "{} of {} tasks ended ({} already had a result)",
+        n - before.len(),
+        n - before.len(),
+        before.len()
+    );
+    assert!(
+        err.contains(&ran),
+        "the resumed run ran other tasks than the missing ones (want {ran:?}):\n{err}"
+    );
+    eprintln!(
+        "killed after {} results; the resumed run ran {}",
+        before.len(),
+        n - before.len()
+    );
+}
