@@ -3,7 +3,8 @@
 //! One DVM (run by the pod-0 agent) of 16 pods with 2 slots each; the submitter runs in pod 1,
 //! finding the DVM as `prrte-k8s prun` does. 500 single-rank `/bin/true`, three failing tasks and
 //! one that hangs past its `--timeout`: every task has exactly one result, the failures are
-//! named, the hang is reported as `timeout` and killed, and the DVM serves a `prun` afterwards.
+//! named, the hang is reported as `timeout` and killed, each task's output is kept apart
+//! (`--output`), and the DVM serves a `prun` afterwards.
 //! A submitter killed midway and run again with `--resume` runs only the tasks without a
 //! result. Every PRRTE process runs with its pod's private TMPDIR (under the test directory).
 #![forbid(unsafe_code)]
@@ -100,7 +101,7 @@ async fn submit_runs_every_task_once_names_failures_and_kills_a_hang() {
     let total = TRUE_TASKS + FAILING.len() + 1;
     for i in 0..total {
         lines.push(if FAILING.contains(&i) {
-            "sh -c 'exit 3'".into()
+            format!("sh -c 'echo task-{i}; echo oops-{i} >&2; exit 3'")
         } else if i == HANG {
             "--timeout 5 sleep 1000".into()
         } else {
@@ -109,7 +110,9 @@ async fn submit_runs_every_task_once_names_failures_and_kills_a_hang() {
     }
     let tasks = write_tasks(&dir, "tasks.txt", &lines);
     let res = dir.join("results.json");
+    let outdir = dir.join("output");
     let (tasks_s, res_s) = (tasks.display().to_string(), res.display().to_string());
+    let out_s = outdir.display().to_string();
     let started = Instant::now();
     let out = job
         .exec_in_pod(
@@ -123,6 +126,8 @@ async fn submit_runs_every_task_once_names_failures_and_kills_a_hang() {
                 &res_s,
                 "--max-in-flight",
                 "24",
+                "--output",
+                &out_s,
             ],
             RUN_LIMIT,
         )

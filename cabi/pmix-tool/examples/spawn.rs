@@ -1,5 +1,5 @@
 //! Spawns a command N times into a DVM through one tool connection and prints each end:
-//! `spawn URI LIBPMIX N CMD [ARGS...]`.
+//! `spawn URI LIBPMIX N CMD [ARGS...]` (`SPAWN_CAPTURE=1`: the tasks' output through the tool).
 use std::sync::mpsc::channel;
 
 use prrte_k8s_pmix_tool::{Dvm, Task, Update};
@@ -9,7 +9,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let [uri, lib, n, cmd @ ..] = a.as_slice() else {
         return Err("usage: spawn URI LIBPMIX N CMD [ARGS...]".into());
     };
-    let dvm = Dvm::connect(uri, lib.as_ref())?;
+    let capture = std::env::var_os("SPAWN_CAPTURE").is_some();
+    let dvm = Dvm::connect_with(uri, lib.as_ref(), capture)?;
     let (tx, rx) = channel();
     let n: usize = n.parse()?;
     let t0 = std::time::Instant::now();
@@ -19,7 +20,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut done = 0;
     while done < n {
         let (id, u) = rx.recv()?;
-        if !matches!(u, Update::Started { .. }) {
+        if let Update::Output { bytes, .. } = &u {
+            println!("{id}: output {:?}", String::from_utf8_lossy(bytes));
+        } else if !matches!(u, Update::Started { .. }) {
             println!("{id}: {u:?}");
             done += 1;
         }

@@ -33,6 +33,13 @@ pub(crate) enum Raw {
     },
     /// The connection to the DVM is gone.
     Lost { status: i32 },
+    /// Output of a rank, forwarded by the DVM.
+    Output {
+        nspace: String,
+        rank: u32,
+        stderr: bool,
+        bytes: Vec<u8>,
+    },
 }
 
 /// Where callbacks post. One tool connection per process (PMIx's rule), so one sink.
@@ -219,4 +226,30 @@ pub(crate) unsafe extern "C" fn control_cb(
         // SAFETY: PMIx's release function for the info it passed, with its own cbdata.
         unsafe { f(release_cbdata) };
     }
+}
+
+/// `pmix_iof_cbfunc_t` for the output pull: copies the bytes and who wrote them.
+pub(crate) unsafe extern "C" fn iof_cb(
+    _id: usize,
+    channel: ffi::pmix_iof_channel_t,
+    source: *mut ffi::pmix_proc_t,
+    payload: *mut ffi::pmix_byte_object_t,
+    _info: *mut ffi::pmix_info_t,
+    _ninfo: usize,
+) {
+    // SAFETY: PMIx passes the source proc and the payload valid for the callback (or NULL).
+    let (Some(src), Some(bo)) = (unsafe { source.as_ref() }, unsafe { payload.as_ref() }) else {
+        return;
+    };
+    if bo.bytes.is_null() || bo.size == 0 {
+        return;
+    }
+    // SAFETY: the byte object holds `size` bytes at `bytes` (checked non-NULL above).
+    let bytes = unsafe { std::slice::from_raw_parts(bo.bytes.cast::<u8>(), bo.size) }.to_vec();
+    post(Raw::Output {
+        nspace: buf_str(&src.nspace),
+        rank: src.rank,
+        stderr: u32::from(channel) & ffi::PMIX_FWD_STDERR_CHANNEL != 0,
+        bytes,
+    });
 }

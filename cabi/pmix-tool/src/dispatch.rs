@@ -49,7 +49,15 @@ pub(crate) struct Dispatcher {
     /// Ends of jobs whose spawn answer has not come yet (or that are not ours).
     early: HashMap<String, Ended>,
     lost: Option<i32>,
+    /// Output of jobs not (yet) matched to a task.
+    early_output: HashMap<String, Vec<(u32, bool, Vec<u8>)>>,
+    /// Ended jobs whose late output still goes to their task (the oldest forgotten first).
+    ended: HashMap<String, (u64, Sender<(u64, Update)>)>,
+    ended_order: std::collections::VecDeque<String>,
 }
+
+/// Bound on remembered ended jobs for late output.
+const ENDED_MAX: usize = 10_000;
 
 /// Bound on remembered ends of unknown jobs (another tool's jobs end too).
 const EARLY_MAX: usize = 100_000;
@@ -109,6 +117,16 @@ impl Dispatcher {
                     },
                 ));
                 e.nspace = Some(nspace.clone());
+                for (rank, stderr, bytes) in self.early_output.remove(&nspace).unwrap_or_default() {
+                    let _ = e.tx.send((
+                        key,
+                        Update::Output {
+                            rank,
+                            stderr,
+                            bytes,
+                        },
+                    ));
+                }
                 if let Some(end) = self.early.remove(&nspace) {
                     e.end = Some((end, Instant::now()));
                 }
@@ -151,6 +169,38 @@ impl Dispatcher {
                 }
                 self.finish(key);
             }
+            Msg::Raw(Raw::Output {
+                nspace,
+                rank,
+                stderr,
+                bytes,
+            }) => {
+                let to = match self.by_nspace.get(&nspace) {
+                    Some(key) => self.tasks.get(key).map(|e| (*key, e.tx.clone())),
+                    None => self.ended.get(&nspace).cloned(),
+                };
+                match to {
+                    Some((key, tx)) => {
+                        let _ = tx.send((
+                            key,
+                            Update::Output {
+                                rank,
+                                stderr,
+                                bytes,
+                            },
+                        ));
+                    }
+                    None => {
+                        if self.early_output.len() >= EARLY_MAX {
+                            self.early_output.clear();
+                        }
+                        self.early_output
+                            .entry(nspace)
+                            .or_default()
+                            .push((rank, stderr, bytes));
+                    }
+                }
+            }
             Msg::Raw(Raw::Lost { status }) => {
                 self.lost = Some(status);
                 for (key, e) in self.tasks.drain() {
@@ -174,6 +224,13 @@ impl Dispatcher {
     fn send_end(&mut self, key: u64, e: Entry) {
         if let Some(ns) = &e.nspace {
             self.by_nspace.remove(ns);
+            if self.ended_order.len() >= ENDED_MAX {
+                if let Some(old) = self.ended_order.pop_front() {
+                    self.ended.remove(&old);
+                }
+            }
+            self.ended.insert(ns.clone(), (key, e.tx.clone()));
+            self.ended_order.push_back(ns.clone());
         }
         if let Some((mut end, _)) = e.end {
             end.pods = e.hosts.unwrap_or_default();

@@ -88,10 +88,17 @@ impl Dvm {
     /// Loads `libpmix` from `libpmix` (the DVM's install's `lib/libpmix.so.2`) and connects to
     /// the DVM's PMIx server at `uri` (`<nspace>.<rank>;tcp4://<ip>:<port>`, what prte reports).
     pub fn connect(uri: &str, libpmix: &Path) -> Result<Dvm, Error> {
+        Self::connect_with(uri, libpmix, false)
+    }
+
+    /// As [`Dvm::connect`]; with `capture_output` every job's output comes to its task as
+    /// [`Update::Output`] (a PMIx IOF pull of every rank of every job) instead of this process's
+    /// stdout/stderr.
+    pub fn connect_with(uri: &str, libpmix: &Path, capture_output: bool) -> Result<Dvm, Error> {
         if CONNECTED.swap(true, Ordering::SeqCst) {
             return Err(Error::AlreadyConnected);
         }
-        let r = Self::connect_once(uri, libpmix);
+        let r = Self::connect_once(uri, libpmix, capture_output);
         if r.is_err() {
             callbacks::set_sink(None);
             CONNECTED.store(false, Ordering::SeqCst);
@@ -99,13 +106,17 @@ impl Dvm {
         r
     }
 
-    fn connect_once(uri: &str, libpmix: &Path) -> Result<Dvm, Error> {
+    fn connect_once(uri: &str, libpmix: &Path, capture_output: bool) -> Result<Dvm, Error> {
         let api = load(libpmix)?;
         let (tx, rx): (Sender<Msg>, Receiver<Msg>) = channel();
         callbacks::set_sink(Some(tx.clone()));
         let mut me = proc_name("", 0);
         let mut info = InfoList::new();
         info.push(ffi::PMIX_SERVER_URI, Value::Str(uri.to_owned()));
+        if capture_output {
+            // Output no pull claims is not copied to our own stdout/stderr.
+            info.push(ffi::PMIX_IOF_LOCAL_OUTPUT, Value::Bool(false));
+        }
         // SAFETY: `me` and the info array are valid for the call; PMIx copies what it keeps.
         let rc = unsafe { api.PMIx_tool_init(&mut me, info.as_mut_ptr(), info.len()) };
         check(api, "PMIx_tool_init", rc)?;
@@ -165,6 +176,9 @@ impl Dvm {
             .map_err(|_| Error::Lost)?;
         if let Ok(mut g) = dvm.dispatcher.lock() {
             *g = Some(handle);
+        }
+        if capture_output {
+            dvm.capture_output()?;
         }
         Ok(dvm)
     }
@@ -254,6 +268,30 @@ impl Dvm {
         check(self.api, "PMIx_Job_control_nb", rc)
     }
 
+    /// Every job's output to its task: a PMIx IOF pull of every rank of every job.
+    fn capture_output(&self) -> Result<(), Error> {
+        let every = proc_name("", ffi::PMIX_RANK_WILDCARD);
+        let channels = (ffi::PMIX_FWD_STDOUT_CHANNEL | ffi::PMIX_FWD_STDERR_CHANNEL) as u16;
+        // SAFETY: `every` is valid for the call (PMIx copies it); `iof_cb` is valid for the life
+        // of the process; without a registration callback the call blocks until registered.
+        let rc = unsafe {
+            self.api.PMIx_IOF_pull(
+                &every,
+                1,
+                std::ptr::null(),
+                0,
+                channels,
+                Some(callbacks::iof_cb),
+                None,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            check(self.api, "PMIx_IOF_pull", rc)?;
+        }
+        Ok(())
+    }
+
     /// PMIx's name for a status code.
     pub fn status_name(&self, status: i32) -> String {
         status_name(self.api, status)
@@ -312,7 +350,7 @@ impl Completion {
     pub fn wait(self) -> Result<Ended, Error> {
         loop {
             match self.rx.recv() {
-                Ok((_, Update::Started { .. })) => continue,
+                Ok((_, Update::Started { .. } | Update::Output { .. })) => continue,
                 Ok((_, Update::Ended(e))) => return Ok(e),
                 Ok((_, Update::SpawnFailed { status, message })) => {
                     return Err(Error::Pmix {

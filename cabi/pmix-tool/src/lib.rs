@@ -90,6 +90,13 @@ pub enum Update {
     SpawnFailed { status: i32, message: String },
     /// The connection to the DVM was lost; the job's fate is unknown.
     Lost { status: i32 },
+    /// Output of one of the job's ranks (only with [`Dvm::connect_with`]'s `capture_output`); may come after
+    /// `Ended`.
+    Output {
+        rank: u32,
+        stderr: bool,
+        bytes: Vec<u8>,
+    },
 }
 
 /// Why a call failed.

@@ -31,6 +31,10 @@ pub struct SubmitArgs {
     /// `--timeout` wins).
     #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
     pub timeout: Option<f64>,
+    /// Keep each task's standard output and error in DIR/<index>.out and DIR/<index>.err
+    /// (forwarded by the DVM to this process) instead of this process's own.
+    #[arg(long, value_name = "DIR")]
+    pub output: Option<PathBuf>,
     /// Run only the tasks that have no result in --results yet (after an interrupted run).
     #[arg(long)]
     pub resume: bool,
@@ -50,6 +54,8 @@ fn positive_seconds(s: &str) -> Result<f64, String> {
 
 /// How long a killed task's end is awaited before it is reported as timed out anyway.
 const KILL_GRACE: Duration = Duration::from_secs(10);
+/// How long the output stream must be quiet after the last task's end before we exit.
+const OUTPUT_QUIET: Duration = Duration::from_millis(300);
 /// PMIx's status when the DVM cannot place a job now (its slots are taken).
 const FAILED_TO_MAP: i32 = -179;
 
@@ -185,7 +191,12 @@ fn submit(args: SubmitArgs) -> Result<i32, String> {
         None => crate::tools::read_dvm_uri(&args.file).map_err(|e| e.to_string())?,
     };
     if planned > 0 {
-        let dvm = Dvm::connect(&uri, &libpmix()).map_err(|e| format!("{e}"))?;
+        if let Some(dir) = &args.output {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        let dvm = Dvm::connect_with(&uri, &libpmix(), args.output.is_some())
+            .map_err(|e| format!("{e}"))?;
         drive(&dvm, &mut todo, &mut sink, &args)?;
     }
     let left = todo.len();
@@ -218,6 +229,8 @@ fn drive(
 ) -> Result<(), String> {
     let (tx, rx) = channel();
     let mut running: HashMap<u64, Running> = HashMap::new();
+    // Every submitted task's index by id: output may come after a task's end.
+    let mut index_of: HashMap<u64, usize> = HashMap::new();
     let max = args.max_in_flight as usize;
     let default_timeout = args.timeout.map(Duration::from_secs_f64);
     let tty = std::io::stderr().is_terminal();
@@ -231,6 +244,7 @@ fn drive(
             let start = now();
             match dvm.submit_to(&to_task(&t), tx.clone()) {
                 Ok(id) => {
+                    index_of.insert(id, t.index);
                     let deadline = t.timeout.or(default_timeout).map(|d| Instant::now() + d);
                     running.insert(
                         id,
@@ -293,6 +307,9 @@ fn drive(
                             ))?;
                         }
                     }
+                    Update::Output { stderr, bytes, .. } => {
+                        save_output(args.output.as_deref(), index_of.get(&id), stderr, &bytes);
+                    }
                     Update::Lost { .. } => {
                         let r = running.remove(&id).ok_or("task vanished")?;
                         lost = true;
@@ -329,6 +346,14 @@ fn drive(
             progress(sink, running.len(), began);
         }
     }
+    if args.output.is_some() {
+        // Output forwarded after a task's end: until the stream has been quiet a moment.
+        while let Ok((id, u)) = rx.recv_timeout(OUTPUT_QUIET) {
+            if let Update::Output { stderr, bytes, .. } = u {
+                save_output(args.output.as_deref(), index_of.get(&id), stderr, &bytes);
+            }
+        }
+    }
     if tty {
         progress(sink, running.len(), began);
         eprintln!();
@@ -340,6 +365,23 @@ fn drive(
         sink.done as f64 / secs.max(1e-9)
     );
     Ok(())
+}
+
+/// Appends a task's output to DIR/<index>.out or .err; a write that fails is reported once a
+/// file, the run goes on.
+fn save_output(dir: Option<&Path>, index: Option<&usize>, stderr: bool, bytes: &[u8]) {
+    let (Some(dir), Some(i)) = (dir, index) else {
+        return;
+    };
+    let path = dir.join(format!("{i}.{}", if stderr { "err" } else { "out" }));
+    let r = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(bytes));
+    if let Err(e) = r {
+        eprintln!("prrte-k8s submit: cannot write {}: {e}", path.display());
+    }
 }
 
 fn kill(dvm: &Dvm, nspace: &str, r: &mut Running) {

@@ -178,3 +178,35 @@ fn an_end_whose_proc_table_never_comes_is_reported_after_the_grace() {
     d.expire(Instant::now() + HOSTS_GRACE);
     assert_eq!(rx.try_recv().ok(), Some((1, ended(0, &[]))));
 }
+
+fn output(ns: &str, text: &str) -> Msg {
+    Msg::Raw(Raw::Output {
+        nspace: ns.into(),
+        rank: 0,
+        stderr: false,
+        bytes: text.as_bytes().to_vec(),
+    })
+}
+
+#[test]
+fn output_goes_to_its_task_before_during_and_after_its_run() {
+    let (mut d, a) = (Dispatcher::default(), FakeAsker::default());
+    let rx = registered(&mut d, &a, &[1]);
+    d.handle(output("j@1", "early"), &a);
+    d.handle(spawned(1, "j@1"), &a);
+    d.handle(output("j@1", "during"), &a);
+    d.handle(end("j@1", 0), &a);
+    d.handle(hosts(1, &["p0"]), &a);
+    d.handle(output("j@1", "late"), &a);
+    d.handle(output("other@9", "not ours"), &a);
+    let texts: Vec<String> = rx
+        .try_iter()
+        .filter_map(|(k, u)| match u {
+            Update::Output { bytes, .. } => {
+                Some(format!("{k}:{}", String::from_utf8_lossy(&bytes)))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, ["1:early", "1:during", "1:late"]);
+}
