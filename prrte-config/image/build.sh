@@ -144,10 +144,13 @@ timings+=("$(printf '%-34s %4d s' "runtime image" $((SECONDS - t)))")
 t=$SECONDS
 builder_key=$( { cat "$here/Containerfile.builder"; image_id "$RUNTIME"; } | sha256sum | cut -c1-16)
 if [[ "$(image_key "$BUILDER")" != "$builder_key" ]]; then
-    rm -rf "$stage/ompi-include" && mkdir -p "$stage/ompi-include"
+    rm -rf "$stage/ompi-include" "$stage/pmix-include" && mkdir -p "$stage/ompi-include" "$stage/pmix-include"
     cp -a "$OMPI_PREFIX/include/." "$stage/ompi-include/"
+    # PMIx's headers (pmixcc's -I<include> -I<include>/pmix), not PRRTE's
+    cp -a "$PRRTE_PREFIX"/include/pmix*.h "$PRRTE_PREFIX/include/pmix" "$stage/pmix-include/"
     build_image "$BUILDER" "$builder_key" "$here/Containerfile.builder" "$stage" \
-        --build-arg "RUNTIME=$RUNTIME" --build-arg "OMPI_PREFIX=$OMPI_PREFIX"
+        --build-arg "RUNTIME=$RUNTIME" --build-arg "OMPI_PREFIX=$OMPI_PREFIX" \
+        --build-arg "PRRTE_PREFIX=$PRRTE_PREFIX"
 else
     say "$BUILDER is up to date (key $builder_key)"
 fi

@@ -182,6 +182,54 @@ fn builder_image_compiles_with_the_runtime_images_mpi() {
     assert!(ok && uid.trim() != "0", "{uid}");
 }
 
+/// PMIx's headers ship in the builder: `pmixcc` builds a PMIx tool and a PMIx client there,
+/// linked to the image's own libpmix; the tool runs (initialized without a server to connect to)
+/// and the client, started outside any PMIx server, fails to initialize with PMIx's error.
+#[test]
+fn builder_image_builds_pmix_tools_and_clients_with_pmixcc() {
+    let c = Ctr::from(BUILDER);
+    let tool = r#"#include <stdio.h>
+#include <pmix_tool.h>
+int main(void) {
+    pmix_proc_t me; pmix_info_t info;
+    PMIX_INFO_LOAD(&info, PMIX_TOOL_DO_NOT_CONNECT, NULL, PMIX_BOOL);
+    pmix_status_t rc = PMIx_tool_init(&me, &info, 1);
+    printf("tool init: %s\n", PMIx_Error_string(rc));
+    if (PMIX_SUCCESS == rc) PMIx_tool_finalize();
+    return PMIX_SUCCESS == rc ? 0 : 1;
+}
+"#;
+    let client = r#"#include <stdio.h>
+#include <pmix.h>
+int main(void) {
+    pmix_proc_t me;
+    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
+    printf("client init: %s\n", PMIx_Error_string(rc));
+    if (PMIX_SUCCESS == rc) PMIx_Finalize(NULL, 0);
+    return 0;
+}
+"#;
+    for (name, src) in [("tool", tool), ("client", client)] {
+        let script = format!(
+            "cat >/tmp/{name}.c <<'EOF'\n{src}EOF\npmixcc -o /tmp/{name} /tmp/{name}.c && ldd /tmp/{name} && TMPDIR=$(mktemp -d) /tmp/{name}"
+        );
+        let (ok, text) = c.run(&["sh", "-c", &script]);
+        assert!(ok, "pmixcc {name} in the builder: {text}");
+        assert!(
+            text.contains("libpmix.so.2 => /opt/prrte-k8s/prrte-"),
+            "{name} links the image's own libpmix: {text}"
+        );
+        match name {
+            "tool" => assert!(text.contains("tool init: PMIX_SUCCESS"), "{text}"),
+            _ => assert!(
+                text.contains("client init: PMIX_ERR")
+                    && !text.contains("client init: PMIX_SUCCESS"),
+                "{text}"
+            ),
+        }
+    }
+}
+
 /// The example application image (builder's mpicc, runtime base) runs a real MPI job inside the
 /// image: PRRTE's local launcher (the k8s components decline outside Kubernetes when not
 /// selected; the site file selects them, so the command line deselects them here).
