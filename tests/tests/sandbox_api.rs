@@ -250,6 +250,79 @@ async fn object_semantics() {
         .is_empty());
 }
 
+/// Server-side apply of a status, as Kubernetes does it: the write through the status
+/// subresource is recorded in an entry of its own (`subresource: status`); a field the
+/// manager's next status apply leaves out is deleted, unless another manager owns it too; an
+/// apply of the main resource by the same manager releases no status field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_apply_deletes_the_fields_it_leaves_out() {
+    let server = ApiServer::start(ApiOptions::default()).await.unwrap();
+    let c = admin(&server).await;
+    let ns = unique("ssa-status");
+    make_ns(&c, &ns).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
+    pods.create(&PostParams::default(), &pod("a", json!({})))
+        .await
+        .unwrap();
+    let apply = |status: serde_json::Value| {
+        Patch::Apply(json!({"apiVersion": "v1", "kind": "Pod", "status": status}))
+    };
+    let ctl = PatchParams::apply("ctl").force();
+    pods.patch_status(
+        "a",
+        &ctl,
+        &apply(
+            json!({"phase": "Running", "podIP": "10.1.2.3", "hostIP": "10.0.0.1", "message": "m"}),
+        ),
+    )
+    .await
+    .unwrap();
+    let p = pods.get_status("a").await.unwrap();
+    let entry = p
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .find(|e| e.manager.as_deref() == Some("ctl"))
+        .expect("ctl's entry");
+    assert_eq!(
+        (entry.operation.as_deref(), entry.subresource.as_deref()),
+        (Some("Apply"), Some("status"))
+    );
+    // Another manager applies the host IP too (the same value: both own it).
+    let own = PatchParams::apply("other").force();
+    pods.patch_status("a", &own, &apply(json!({"hostIP": "10.0.0.1"})))
+        .await
+        .unwrap();
+    // The same manager's apply of the main resource keeps every status field.
+    pods.patch(
+        "a",
+        &PatchParams::apply("ctl"),
+        &Patch::Apply(
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"l": "1"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let s = pods.get_status("a").await.unwrap().status.unwrap();
+    assert_eq!(s.pod_ip.as_deref(), Some("10.1.2.3"));
+    // ctl's next status apply leaves out the pod IP, the host IP and the message.
+    pods.patch_status("a", &ctl, &apply(json!({"phase": "Succeeded"})))
+        .await
+        .unwrap();
+    let s = pods.get_status("a").await.unwrap().status.unwrap();
+    assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(s.pod_ip, None, "released: nobody else owns it");
+    assert_eq!(s.message, None, "released: nobody else owns it");
+    assert_eq!(s.host_ip.as_deref(), Some("10.0.0.1"), "shared: kept");
+    let p = pods.get("a").await.unwrap();
+    assert_eq!(p.metadata.labels.unwrap_or_default()["l"], "1");
+    Api::<Namespace>::all(c.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
 /// kubectl (the one setup installs when present, and the one on PATH) against the API server.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,9 +2,13 @@
 //! patch names: an apply owns the fields it sets, and one that would change a field another
 //! manager owns fails with 409 Conflict unless forced (which takes the field over); any other
 //! write makes its manager the owner of what it changed. Lists are owned whole (no merge keys).
+//! A write through the status subresource owns status fields only, in an entry of its own
+//! (`subresource: status`), and one through the main resource never a status field: so a
+//! status apply that leaves a field out deletes it, as an apply of the main resource does.
 //! Leader election through a Lease (kube-lease-manager) relies on this: of two candidates that
 //! apply themselves as holder of a free Lease, the second gets the conflict.
 
+use super::params::Part;
 use crate::api::defaults::now_rfc3339;
 use crate::api::status::ApiError;
 use serde_json::{json, Map, Value};
@@ -20,36 +24,56 @@ pub struct FieldOwner {
 
 type Path = Vec<String>;
 
-/// What the server sets or keeps itself: never owned.
-fn ignored(p: &[String]) -> bool {
-    matches!(
-        p.first().map(String::as_str),
-        Some("apiVersion" | "kind" | "status")
-    ) || (p.first().map(String::as_str) == Some("metadata")
-        && !matches!(p.get(1).map(String::as_str), Some("labels" | "annotations")))
+/// What a write through `part` cannot own: what the server sets or keeps itself, and the
+/// other part's fields (the status is the status subresource's alone).
+fn ignored(p: &[String], part: Part) -> bool {
+    let first = p.first().map(String::as_str);
+    let server = matches!(first, Some("apiVersion" | "kind"))
+        || (first == Some("metadata")
+            && !matches!(p.get(1).map(String::as_str), Some("labels" | "annotations")));
+    server
+        || match part {
+            Part::Main => first == Some("status"),
+            Part::Status => first != Some("status"),
+        }
 }
 
-/// The leaves (non-object values) of `v`, as paths.
-fn leaves(v: &Value, prefix: &mut Path, out: &mut BTreeSet<Path>) {
+/// The leaves (non-object values) of `v` a write through `part` owns, as paths.
+fn leaves(v: &Value, part: Part, prefix: &mut Path, out: &mut BTreeSet<Path>) {
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, x) in m {
                 prefix.push(k.clone());
-                leaves(x, prefix, out);
+                leaves(x, part, prefix, out);
                 prefix.pop();
             }
         }
-        _ if !ignored(prefix) && !prefix.is_empty() => {
+        _ if !ignored(prefix, part) && !prefix.is_empty() => {
             out.insert(prefix.clone());
         }
         _ => {}
     }
 }
 
-fn leaf_set(v: &Value) -> BTreeSet<Path> {
+fn leaf_set(v: &Value, part: Part) -> BTreeSet<Path> {
     let mut out = BTreeSet::new();
-    leaves(v, &mut Vec::new(), &mut out);
+    leaves(v, part, &mut Vec::new(), &mut out);
     out
+}
+
+/// The leaves of `v` some write may own (through either part).
+fn owned_leaves(v: &Value) -> BTreeSet<Path> {
+    let mut out = leaf_set(v, Part::Main);
+    out.extend(leaf_set(v, Part::Status));
+    out
+}
+
+/// The `subresource` of the managed fields' entry of a write through `part`.
+fn subresource(part: Part) -> &'static str {
+    match part {
+        Part::Main => "",
+        Part::Status => "status",
+    }
 }
 
 fn value_at<'a>(v: &'a Value, p: &[String]) -> Option<&'a Value> {
@@ -89,8 +113,18 @@ fn to_fields(paths: &BTreeSet<Path>) -> Value {
 struct Entry {
     manager: String,
     operation: String,
+    subresource: String,
     raw: Value,
     fields: BTreeSet<Path>,
+}
+
+impl Entry {
+    /// Whether this is the entry of `owner`'s `operation` through `part`.
+    fn of(&self, owner: &FieldOwner, operation: &str, part: Part) -> bool {
+        self.manager == owner.manager
+            && self.operation == operation
+            && self.subresource == subresource(part)
+    }
 }
 
 fn entries(obj: &Value) -> Vec<Entry> {
@@ -104,6 +138,7 @@ fn entries(obj: &Value) -> Vec<Entry> {
             Entry {
                 manager: e["manager"].as_str().unwrap_or("").to_string(),
                 operation: e["operation"].as_str().unwrap_or("").to_string(),
+                subresource: e["subresource"].as_str().unwrap_or("").to_string(),
                 raw: e.clone(),
                 fields,
             }
@@ -111,25 +146,23 @@ fn entries(obj: &Value) -> Vec<Entry> {
         .collect()
 }
 
-/// Records the write of `new` over `old` (None: a create) by `owner` in `new`'s managed
-/// fields; `applied` is the body of an apply. A conflict with another manager fails an
-/// unforced apply.
+/// Records the write through `part` of `new` over `old` (None: a create) by `owner` in
+/// `new`'s managed fields; `applied` is the body of an apply. A conflict with another manager
+/// fails an unforced apply.
 pub(super) fn record(
     old: Option<&Value>,
     new: &mut Value,
     applied: Option<&Value>,
     owner: &FieldOwner,
+    part: Part,
 ) -> Result<(), ApiError> {
     let mut list = old.map(entries).unwrap_or_default();
     let operation = if applied.is_some() { "Apply" } else { "Update" };
     let mine = match applied {
         Some(body) => {
-            let set = leaf_set(body);
+            let set = leaf_set(body, part);
             let mut conflicts = Vec::new();
-            for e in list
-                .iter()
-                .filter(|e| !(e.manager == owner.manager && e.operation == "Apply"))
-            {
+            for e in list.iter().filter(|e| !e.of(owner, "Apply", part)) {
                 for p in set.intersection(&e.fields) {
                     let before = old.and_then(|o| value_at(o, p));
                     if before != value_at(body, p) {
@@ -143,7 +176,8 @@ pub(super) fn record(
             set
         }
         None => {
-            let (a, b) = (old.map(leaf_set).unwrap_or_default(), leaf_set(new));
+            let set = |v: &Value| leaf_set(v, part);
+            let (a, b) = (old.map(set).unwrap_or_default(), set(new));
             a.symmetric_difference(&b)
                 .chain(
                     b.iter()
@@ -154,11 +188,11 @@ pub(super) fn record(
                 .collect()
         }
     };
-    let present = leaf_set(new);
+    let present = owned_leaves(new);
     let mut out = Vec::new();
     let mut merged = mine.clone();
     for mut e in list.drain(..) {
-        if e.manager == owner.manager && e.operation == operation {
+        if e.of(owner, operation, part) {
             if operation == "Update" {
                 merged.extend(e.fields.iter().cloned());
             }
@@ -174,34 +208,44 @@ pub(super) fn record(
     }
     merged.retain(|p| present.contains(p));
     if !merged.is_empty() {
-        out.push(json!({
+        let mut entry = json!({
             "manager": owner.manager,
             "operation": operation,
             "apiVersion": new["apiVersion"],
             "time": now_rfc3339(),
             "fieldsType": "FieldsV1",
             "fieldsV1": to_fields(&merged),
-        }));
+        });
+        if part == Part::Status {
+            entry["subresource"] = json!(subresource(part));
+        }
+        out.push(entry);
     }
     new["metadata"]["managedFields"] = Value::Array(out);
     Ok(())
 }
 
-/// Removes from `doc` (the object after an apply by `owner` of `applied`) the fields the
-/// manager's earlier apply set and this one leaves out, unless another manager owns them too:
-/// as Kubernetes documents it, a field dropped from the applied configuration is deleted when
-/// no other manager owns it.
-pub(super) fn drop_released(old: &Value, doc: &mut Value, applied: &Value, owner: &FieldOwner) {
+/// Removes from `doc` (the object after an apply through `part` by `owner` of `applied`) the
+/// fields the manager's earlier apply through that part set and this one leaves out, unless
+/// another manager owns them too: as Kubernetes documents it, a field dropped from the applied
+/// configuration is deleted when no other manager owns it.
+pub(super) fn drop_released(
+    old: &Value,
+    doc: &mut Value,
+    applied: &Value,
+    owner: &FieldOwner,
+    part: Part,
+) {
     let list = entries(old);
-    let now = leaf_set(applied);
+    let now = leaf_set(applied, part);
     let mine = list
         .iter()
-        .filter(|e| e.manager == owner.manager && e.operation == "Apply")
+        .filter(|e| e.of(owner, "Apply", part))
         .flat_map(|e| e.fields.iter());
     for p in mine.filter(|p| !now.contains(*p)) {
-        let shared = list.iter().any(|e| {
-            !(e.manager == owner.manager && e.operation == "Apply") && e.fields.contains(p)
-        });
+        let shared = list
+            .iter()
+            .any(|e| !e.of(owner, "Apply", part) && e.fields.contains(p));
         if !shared {
             remove(doc, p);
         }
@@ -274,7 +318,14 @@ mod tests {
         let a = json!({"spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}});
         let mut new = old.clone();
         json_patch::merge(&mut new, &a);
-        record(Some(&old), &mut new, Some(&a), &owner("a", false)).unwrap();
+        record(
+            Some(&old),
+            &mut new,
+            Some(&a),
+            &owner("a", false),
+            Part::Main,
+        )
+        .unwrap();
         assert_eq!(
             new["metadata"]["managedFields"][0]["fieldsV1"],
             json!({"f:spec": {"f:holderIdentity": {}, "f:leaseDurationSeconds": {}}})
@@ -282,14 +333,28 @@ mod tests {
         let b = json!({"spec": {"holderIdentity": "b", "leaseDurationSeconds": 15}});
         let mut newer = new.clone();
         json_patch::merge(&mut newer, &b);
-        let e = record(Some(&new), &mut newer.clone(), Some(&b), &owner("b", false)).unwrap_err();
+        let e = record(
+            Some(&new),
+            &mut newer.clone(),
+            Some(&b),
+            &owner("b", false),
+            Part::Main,
+        )
+        .unwrap_err();
         assert_eq!(e.code, 409);
         assert_eq!(
             e.message,
             "Apply failed with 1 conflict: conflict with \"a\": .spec.holderIdentity"
         );
         // Forced: b owns the holder; a keeps the duration (same value: shared).
-        record(Some(&new), &mut newer, Some(&b), &owner("b", true)).unwrap();
+        record(
+            Some(&new),
+            &mut newer,
+            Some(&b),
+            &owner("b", true),
+            Part::Main,
+        )
+        .unwrap();
         let mf = newer["metadata"]["managedFields"]
             .as_array()
             .unwrap()
@@ -306,11 +371,25 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("holderIdentity");
-        record(Some(&newer), &mut released, None, &owner("a", false)).unwrap();
+        record(
+            Some(&newer),
+            &mut released,
+            None,
+            &owner("a", false),
+            Part::Main,
+        )
+        .unwrap();
         let c = json!({"spec": {"holderIdentity": "c"}});
         let mut taken = released.clone();
         json_patch::merge(&mut taken, &c);
-        record(Some(&released), &mut taken, Some(&c), &owner("c", false)).unwrap();
+        record(
+            Some(&released),
+            &mut taken,
+            Some(&c),
+            &owner("c", false),
+            Part::Main,
+        )
+        .unwrap();
     }
 
     /// A field an apply no longer sets is deleted, unless another manager owns it too.
@@ -324,17 +403,17 @@ mod tests {
         let next = json!({"spec": {"nodeSelector": {"zone": "b"}}});
         let mut doc = old.clone();
         json_patch::merge(&mut doc, &next);
-        drop_released(&old, &mut doc, &next, &owner("c", false));
+        drop_released(&old, &mut doc, &next, &owner("c", false), Part::Main);
         assert_eq!(doc["spec"], json!({"nodeSelector": {"zone": "b"}, "x": 1}));
         // A map whose keys are all released goes with them.
         let none = json!({"spec": {"x": 1}});
         let mut doc = old.clone();
         json_patch::merge(&mut doc, &none);
-        drop_released(&old, &mut doc, &none, &owner("c", false));
+        drop_released(&old, &mut doc, &none, &owner("c", false), Part::Main);
         assert_eq!(doc["spec"], json!({"x": 1}));
         // Another manager's apply releases nothing of c's.
         let mut doc = old.clone();
-        drop_released(&old, &mut doc, &next, &owner("d", false));
+        drop_released(&old, &mut doc, &next, &owner("d", false), Part::Main);
         assert_eq!(doc, old);
     }
 }

@@ -130,7 +130,7 @@ impl Store {
                 body["metadata"]["name"] = json!(name);
                 if let Some(o) = owner {
                     let applied = body.clone();
-                    super::managed::record(None, &mut body, Some(&applied), o)?;
+                    super::managed::record(None, &mut body, Some(&applied), o, part)?;
                 }
                 let body = super::kinds::to_storage(rt, body)?;
                 let created = self.create_locked(&mut g, stored, ns, body, dry_run)?;
@@ -168,11 +168,11 @@ impl Store {
         // A resourceVersion in the patch is a precondition.
         let rv_in_patch =
             meta_str(&doc, "resourceVersion") != meta_str(&current, "resourceVersion");
-        if let (Some(o), Part::Main) = (owner, part) {
+        if let Some(o) = owner {
             if let Some(body) = &applied {
-                super::managed::drop_released(&current, &mut doc, body, o);
+                super::managed::drop_released(&current, &mut doc, body, o, part);
             }
-            super::managed::record(Some(&current), &mut doc, applied.as_ref(), o)?;
+            super::managed::record(Some(&current), &mut doc, applied.as_ref(), o, part)?;
         }
         let doc = super::kinds::to_storage(rt, doc)?;
         let patched =
@@ -255,6 +255,10 @@ fn replaced(rt: &ResourceType, part: Part, obj: Value, old: &Value) -> Value {
         Part::Status => {
             let mut new = old.clone();
             set_status(&mut new, obj.get("status"));
+            // The status' own entries of the managed fields, as the write recorded them.
+            if let Some(mf) = obj.pointer("/metadata/managedFields") {
+                new["metadata"]["managedFields"] = mf.clone();
+            }
             new
         }
     }
