@@ -370,24 +370,10 @@ pub(crate) fn error_policy<K: Resource>(
 
 /// The body of the status' apply: the whole status, which is the controller's (forced: a
 /// status written by another, e.g. before `managedBy` named this controller, is taken over).
-/// Every replica count is named, a zero too: a count that fell to zero is then written as
-/// such whatever the server keeps of an earlier apply (an API server that merges a status
-/// apply would keep the old count).
+/// A replica count of zero is left out, as mpi-operator leaves it out: the count the
+/// controller's earlier apply set goes with it (server-side apply deletes the fields a
+/// manager's apply no longer sets).
 fn status_of(status: &MpiJobStatus) -> serde_json::Value {
-    let mut status = json!(status);
-    if let Some(replicas) = status
-        .get_mut("replicaStatuses")
-        .and_then(serde_json::Value::as_object_mut)
-    {
-        for r in replicas
-            .values_mut()
-            .filter_map(serde_json::Value::as_object_mut)
-        {
-            for k in ["active", "succeeded", "failed"] {
-                r.entry(k).or_insert(json!(0));
-            }
-        }
-    }
     json!({
         "apiVersion": MpiJob::api_version(&()),
         "kind": MpiJob::kind(&()),
