@@ -62,10 +62,10 @@ async fn mpi_job_test_suspend_resume() {
         Some(("False".into(), "MPIJobResumed".into()))
     );
     assert_ne!(done["status"]["startTime"], started, "a new start time");
-    let describe = sb.describe("pause");
-    for reason in ["MPIJobSuspended", "MPIJobResumed", "MPIJobSucceeded"] {
-        assert!(describe.contains(reason), "no {reason} event:\n{describe}");
-    }
+    sb.assert_events(
+        "pause",
+        &["MPIJobSuspended", "MPIJobResumed", "MPIJobSucceeded"],
+    );
     sb.shutdown();
 }
 

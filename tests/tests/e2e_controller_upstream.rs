@@ -327,10 +327,10 @@ async fn test_mpi_job_success() {
             assert!(r[role].get(*k).is_none(), "{role}.{k} written: {r}");
         }
     }
-    let describe = sb.describe("job");
-    for reason in ["MPIJobCreated", "MPIJobRunning", "MPIJobSucceeded"] {
-        assert!(describe.contains(reason), "no {reason} event:\n{describe}");
-    }
+    sb.assert_events(
+        "job",
+        &["MPIJobCreated", "MPIJobRunning", "MPIJobSucceeded"],
+    );
     sb.shutdown();
 }
 

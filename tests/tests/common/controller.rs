@@ -217,6 +217,14 @@ impl Sandbox {
         )
     }
 
+    /// Asserts that `kubectl describe` shows an event of each reason on the MPIJob `name`.
+    pub fn assert_events(&self, name: &str, reasons: &[&str]) {
+        let describe = self.describe(name);
+        for reason in reasons {
+            assert!(describe.contains(reason), "no {reason} event:\n{describe}");
+        }
+    }
+
     /// Waits up to `secs` until `ok` holds of the MPIJob `name`; returns it then.
     pub fn wait_for(
         &self,
