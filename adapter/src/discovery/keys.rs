@@ -8,7 +8,7 @@
 pub use crate::workload::JOB_COMPLETION_INDEX;
 pub(crate) use crate::workload::{
     JOBSET_JOB_GLOBAL_INDEX, JOBSET_JOB_INDEX, JOBSET_NAME_LABEL, JOBSET_REPLICATED_JOB_LABEL,
-    STATEFULSET_POD_INDEX,
+    NODE_GROUP_ANNOTATION, STATEFULSET_POD_INDEX,
 };
 
 /// Pod annotation giving the slot count explicitly.
@@ -19,8 +19,9 @@ pub(crate) const SLOTS_ANNOTATION: &str = "prrte-k8s.io/slots";
 pub(crate) const DEPRECATED_SLOTS_ANNOTATION: &str = "prrte.k8s.io/slots";
 
 /// Every key above: those a record keeps.
-pub(crate) const KEPT_KEYS: [&str; 8] = [
+pub(crate) const KEPT_KEYS: [&str; 9] = [
     JOB_COMPLETION_INDEX,
+    NODE_GROUP_ANNOTATION,
     STATEFULSET_POD_INDEX,
     JOBSET_JOB_INDEX,
     JOBSET_JOB_GLOBAL_INDEX,

@@ -4,7 +4,9 @@
 //!
 //! * `batch.kubernetes.io/job-completion-index` (Indexed Jobs),
 //! * `apps.kubernetes.io/pod-index` (StatefulSets),
-//! * `jobset.sigs.k8s.io/job-global-index`, else `jobset.sigs.k8s.io/job-index` (JobSets).
+//! * `prrte-k8s.io/node-group` (an MPIJob's JobSet: its launcher's pod 0, its workers' 1,
+//!   whichever order the JobSet lists them in), else `jobset.sigs.k8s.io/job-global-index`,
+//!   else `jobset.sigs.k8s.io/job-index` (JobSets).
 //!
 //! A JobSet pod carries both a job index (which child Job) and a completion index (which pod
 //! of that Job). Such pods sort by the pair (job index, completion index), which is the order of
@@ -21,7 +23,9 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 pub use super::keys::JOB_COMPLETION_INDEX;
-pub(crate) use super::keys::{JOBSET_JOB_GLOBAL_INDEX, JOBSET_JOB_INDEX, STATEFULSET_POD_INDEX};
+pub(crate) use super::keys::{
+    JOBSET_JOB_GLOBAL_INDEX, JOBSET_JOB_INDEX, NODE_GROUP_ANNOTATION, STATEFULSET_POD_INDEX,
+};
 use super::record::PodRecord;
 
 /// The index of a pod within its workload.
@@ -54,7 +58,9 @@ fn lookup(pod: &PodRecord, key: &str) -> Option<u64> {
 /// Reads a pod's workload index from its labels or annotations.
 pub fn pod_index(pod: &PodRecord) -> Option<PodIndex> {
     let completion = lookup(pod, JOB_COMPLETION_INDEX);
-    let jobset_job = lookup(pod, JOBSET_JOB_GLOBAL_INDEX).or_else(|| lookup(pod, JOBSET_JOB_INDEX));
+    let jobset_job = lookup(pod, NODE_GROUP_ANNOTATION)
+        .or_else(|| lookup(pod, JOBSET_JOB_GLOBAL_INDEX))
+        .or_else(|| lookup(pod, JOBSET_JOB_INDEX));
     match (jobset_job, completion) {
         (Some(j), Some(c)) => Some(PodIndex::Pair(j, c)),
         (None, Some(c)) => Some(PodIndex::Single(c)),
@@ -363,6 +369,33 @@ mod tests {
         assert_eq!(
             pod_index(&pod("z", &[(JOBSET_JOB_INDEX, "4")], &[])),
             Some(PodIndex::Single(4))
+        );
+    }
+
+    #[test]
+    fn an_mpijobs_launcher_comes_first_whichever_job_the_jobset_lists_first() {
+        // Workers listed (and started) first: their Job's global index is 0, the launcher's 1.
+        let p = |name: &str, global: &str, c: &str, group: &str| {
+            pod(
+                name,
+                &[(JOBSET_JOB_GLOBAL_INDEX, global), (JOB_COMPLETION_INDEX, c)],
+                &[(NODE_GROUP_ANNOTATION, group)],
+            )
+        };
+        let mut pods = vec![
+            p("pi-worker-0-1", "0", "1", "1"),
+            p("pi-worker-0-0", "0", "0", "1"),
+            p("pi-launcher-0-0", "1", "0", "0"),
+        ];
+        sort_pods(&mut pods);
+        assert_eq!(
+            names(&pods),
+            ["pi-launcher-0-0", "pi-worker-0-0", "pi-worker-0-1"]
+        );
+        assert_eq!(
+            pod_index(&pods[0]),
+            Some(PodIndex::Pair(0, 0)),
+            "the group replaces the global index"
         );
     }
 

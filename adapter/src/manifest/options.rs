@@ -47,10 +47,9 @@ pub const DEFAULT_GRACE: u64 = 30;
 pub(crate) const DEFAULT_NAME: &str = "mpi";
 
 /// What an MPIJob gives, so the options for it are refused with --from-mpijob.
-const FROM_MPIJOB: [&str; 17] = [
+const FROM_MPIJOB: [&str; 16] = [
     "pods",
     "image",
-    "kind",
     "cpu",
     "memory",
     "gpus",
@@ -87,7 +86,8 @@ pub struct ManifestArgs {
     /// imagePullPolicy of the container [default: Kubernetes' own]
     #[arg(long, value_name = "POLICY", value_parser = ["Always", "IfNotPresent", "Never"])]
     pub(crate) image_pull_policy: Option<String>,
-    /// Workload kind
+    /// Workload kind (with --from-mpijob: job, one Indexed Job whose pod 0 is the launcher,
+    /// or jobset, the launcher in a pod of its own from the Launcher's template)
     #[arg(long, value_enum, default_value = "job")]
     pub kind: WorkloadKind,
     /// CPU request and limit of each pod (whole CPUs are its MPI slots unless --slots or --gpus)
@@ -270,6 +270,7 @@ impl ManifestArgs {
                 uid: self.uid,
                 gid: Some(self.uid),
             },
+            launcher: None,
         })
     }
 

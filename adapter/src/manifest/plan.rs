@@ -96,6 +96,20 @@ pub struct JobPlan {
     /// for every job `prrte-k8s manifest` renders.
     pub(crate) events_to: Option<MpiJobRef>,
     pub pod: PodPlan,
+    /// An MPIJob's launcher as a pod of its own, beside the `pods - 1` workers that
+    /// [`Self::pod`] then describes (a JobSet's replicated jobs `launcher` and `worker`).
+    /// None: every pod has [`Self::pod`], and the pod with index 0 is the launcher.
+    pub(crate) launcher: Option<LauncherPlan>,
+}
+
+/// The launcher's own pod.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LauncherPlan {
+    /// Its pod, from the Launcher's template.
+    pub(crate) pod: PodPlan,
+    /// Made only once every worker is ready (`launcherCreationPolicy: WaitForWorkersReady`),
+    /// else with them.
+    pub(crate) after_workers: bool,
 }
 
 impl JobPlan {

@@ -10,7 +10,7 @@ use super::options::ManifestArgs;
 use super::plan::{JobPlan, Part};
 use super::pod::pod_template;
 use super::{admission, header, network_policy, rbac, secret};
-use crate::workload::Parts;
+use crate::workload::{LauncherParts, Parts, WorkloadKind};
 
 /// The workload object of the chosen kind.
 fn workload(a: &JobPlan) -> Result<Value, ManifestError> {
@@ -30,6 +30,19 @@ fn workload(a: &JobPlan) -> Result<Value, ManifestError> {
         suspend: a.suspend,
         managed_by: a.managed_by.clone(),
         max_restarts: a.max_restarts,
+        launcher: match &a.launcher {
+            Some(l) => Some(LauncherParts {
+                template: pod_template(
+                    &JobPlan {
+                        pod: l.pod.clone(),
+                        ..a.clone()
+                    },
+                    batch,
+                )?,
+                after_workers: l.after_workers,
+            }),
+            None => None,
+        },
     };
     Ok(a.kind.render(&parts)?)
 }
@@ -55,6 +68,13 @@ pub fn prepare(
         std::fs::File::open(file).and_then(|mut f| std::io::Read::read_to_string(&mut f, &mut text))
     }
     .map_err(|e| fail(MpiJobError::Read(e)))?;
+    if a.kind == WorkloadKind::StatefulSet {
+        return Err(fail(MpiJobError::field(
+            "--kind",
+            "statefulset restarts the pods when they exit: an MPIJob runs to completion",
+            "give --kind job or jobset",
+        )));
+    }
     let overrides = Overrides {
         name: a.name.clone(),
         namespace: a.namespace.clone(),
@@ -65,6 +85,7 @@ pub fn prepare(
         api_server: a.api_server(),
         grace_period: a.grace_period,
         preempt_signal: a.preempt_signal.clone(),
+        jobset: a.kind == WorkloadKind::JobSet,
     };
     from_mpijob(&text, &overrides).map_err(fail)
 }

@@ -1,5 +1,6 @@
-//! The JobSet (jobset.x-k8s.io/v1alpha2) with one replicated Job. k8s-openapi has no type for
-//! it: the part rendered here is a small typed struct of ours.
+//! The JobSet (jobset.x-k8s.io/v1alpha2): one replicated Job, or an MPIJob's two, `launcher`
+//! (its own pod) and `worker`. k8s-openapi has no type for it: the part rendered here is a
+//! small typed struct of ours.
 
 use std::collections::BTreeSet;
 
@@ -9,7 +10,7 @@ use serde_json::Value;
 
 use super::job::spec_with_template;
 use super::kind::{rule, Kind};
-use super::parts::Parts;
+use super::parts::{LauncherParts, Parts, Success};
 
 /// The JobSet a pod belongs to.
 pub(crate) const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
@@ -25,6 +26,16 @@ pub(super) struct JobSetKind;
 
 /// The one replicated Job of a rendered JobSet.
 const NODE: &str = "node";
+/// An MPIJob's replicated Job of the launcher's pod.
+pub(crate) const LAUNCHER: &str = "launcher";
+/// An MPIJob's replicated Job of the workers' pods.
+pub(crate) const WORKER: &str = "worker";
+
+/// The pod annotation that places a pod's replicated Job in allocation order (discovery reads
+/// it before the JobSet's `job-global-index`, which follows the order the JobSet lists its
+/// replicated Jobs in): an MPIJob's launcher is 0 and its workers 1, also when the workers are
+/// listed first to be started first.
+pub(crate) const NODE_GROUP_ANNOTATION: &str = "prrte-k8s.io/node-group";
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -46,6 +57,10 @@ struct JobSetSpec {
     ttl_seconds_after_finished: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     startup_policy: Option<StartupPolicy>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    suspend: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    managed_by: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -151,8 +166,12 @@ impl Kind for JobSetKind {
     }
 
     /// One replicated Job `node` (the Indexed Job's spec), restarted as a whole up to
-    /// `max_restarts` times when it fails.
+    /// `max_restarts` times when it fails; or an MPIJob's `launcher` and `worker`
+    /// ([`Parts::launcher`], see [`two_roles`]).
     fn render(&self, p: &Parts) -> Result<Value, serde_json::Error> {
+        if let Some(l) = &p.launcher {
+            return serde_json::to_value(two_roles(self, p, l)?);
+        }
         let js = JobSet {
             api_version: self.api_version(),
             kind: self.name(),
@@ -176,10 +195,83 @@ impl Kind for JobSetKind {
                 startup_policy: p.batch.then_some(StartupPolicy {
                     startup_policy_order: "AnyOrder",
                 }),
+                suspend: None,
+                managed_by: None,
             },
         };
         serde_json::to_value(js)
     }
+}
+
+/// An MPIJob's JobSet: the replicated Job `launcher` (one Indexed Job of one pod, the
+/// launcher's template) and `worker` (one Indexed Job of the workers, their template), each
+/// Job failing at its pod's first failure or disruption (naming it) and the JobSet with it
+/// (`maxRestarts` 0: a restart is the controller's, the whole MPI job made again). It succeeds
+/// when the launcher's Job does (the workers still running are then stopped), or, with the
+/// workers staying up (`cleanPodPolicy: None`), never by itself: the controller reads the
+/// launcher's pod. Suspended and managed as a whole (`spec.suspend`, `spec.managedBy`: one
+/// workload for Kueue). With `after_workers` the workers are listed first and started first
+/// (`startupPolicy: InOrder`): the launcher's Job is made once they are all ready.
+fn two_roles(kind: &JobSetKind, p: &Parts, l: &LauncherParts) -> Result<JobSet, serde_json::Error> {
+    let child = |pods: u32, template: &Value, group: &str| {
+        let mut template = template.clone();
+        template["metadata"]["annotations"][NODE_GROUP_ANNOTATION] = Value::from(group);
+        spec_with_template(&Parts {
+            pods,
+            template,
+            // One pod, or every worker's success: no success policy on the workers' Job.
+            success: Success::All,
+            suspend: false,
+            managed_by: None,
+            launcher: None,
+            ..p.clone()
+        })
+    };
+    let launcher = ReplicatedJob {
+        name: LAUNCHER,
+        replicas: 1,
+        template: JobTemplate {
+            spec: child(1, &l.template, "0")?,
+        },
+    };
+    let worker = ReplicatedJob {
+        name: WORKER,
+        replicas: 1,
+        template: JobTemplate {
+            spec: child(p.pods.saturating_sub(1).max(1), &p.template, "1")?,
+        },
+    };
+    let (replicated_jobs, order) = if l.after_workers {
+        (vec![worker, launcher], "InOrder")
+    } else {
+        (vec![launcher, worker], "AnyOrder")
+    };
+    let success_policy = match p.success {
+        Success::Index0 => SuccessPolicy {
+            operator: "Any",
+            target_replicated_jobs: vec![LAUNCHER],
+        },
+        Success::All | Success::Index0WorkersStay => SuccessPolicy {
+            operator: "All",
+            target_replicated_jobs: vec![LAUNCHER, WORKER],
+        },
+    };
+    Ok(JobSet {
+        api_version: kind.api_version(),
+        kind: kind.name(),
+        metadata: p.metadata.clone(),
+        spec: JobSetSpec {
+            replicated_jobs,
+            success_policy,
+            failure_policy: FailurePolicy { max_restarts: 0 },
+            ttl_seconds_after_finished: p.ttl,
+            startup_policy: Some(StartupPolicy {
+                startup_policy_order: order,
+            }),
+            suspend: p.suspend.then_some(true),
+            managed_by: p.managed_by.clone(),
+        },
+    })
 }
 
 #[cfg(test)]

@@ -49,4 +49,16 @@ pub struct Parts {
     pub(crate) managed_by: Option<String>,
     /// How many times a JobSet restarts as a whole.
     pub(crate) max_restarts: u32,
+    /// An MPIJob's launcher with a pod of its own: its pod template ([`Parts::template`] is
+    /// then the workers', [`Parts::pods`] counting the launcher's too). A JobSet only.
+    pub(crate) launcher: Option<LauncherParts>,
+}
+
+/// The launcher's own pod.
+#[derive(Debug, Clone)]
+pub(crate) struct LauncherParts {
+    /// Its pod template.
+    pub(crate) template: Value,
+    /// Made only once every worker is ready (else with them).
+    pub(crate) after_workers: bool,
 }

@@ -1,18 +1,20 @@
-//! An MPIJob as the job to render ([`from_mpijob`]): one Indexed Job whose pod 0 is the
-//! launcher and pods 1..N the workers, its `runPolicy` mapped onto the Job, and every field it
-//! cannot honour named in a note.
+//! An MPIJob as the job to render ([`from_mpijob`]): a JobSet whose replicated jobs
+//! `launcher` and `worker` get the Launcher's and the Worker's pod templates
+//! ([`Overrides::jobset`]), or one Indexed Job whose pod 0 is the launcher and pods 1..N the
+//! workers, all with the Worker's template; its `runPolicy` mapped onto the workload, and
+//! every field it cannot honour named in a note.
 
 use serde_json::{json, Map, Value};
 
 use super::error::{MpiJobError, Note};
 use super::model::MpiJob;
 use super::parse::{document, parse, Parsed, API_VERSION, CONTROLLER_NAME, MPI_OPERATOR};
-use super::pods::pods;
+use super::pods::{pods, For, Pods};
 use crate::manifest::options::{preempt_env, valid_name, DEFAULT_GRACE};
-use crate::manifest::plan::{JobPlan, Launch, Part, PodPlan};
+use crate::manifest::plan::{JobPlan, Launch, LauncherPlan, Part, PodPlan};
 use crate::manifest::pod::pod_template;
 use crate::manifest::restricted::violations;
-use crate::settings::mca;
+use crate::settings::{agent, mca};
 use crate::workload::{Success, WorkloadKind};
 
 /// Kueue's label naming the LocalQueue a Job is submitted to.
@@ -39,6 +41,9 @@ pub(crate) struct Overrides {
     pub grace_period: Option<u64>,
     /// `--preempt-signal`.
     pub preempt_signal: Option<String>,
+    /// A JobSet (`--kind jobset`; the controller where the cluster serves JobSets): the
+    /// launcher gets a pod of its own from the Launcher's template. Else one Indexed Job.
+    pub(crate) jobset: bool,
 }
 
 /// The job an MPIJob (YAML or JSON `text`) describes, and the notes on what it changed or
@@ -71,20 +76,53 @@ fn convert(doc: &Value, o: &Overrides) -> Result<(JobPlan, Vec<Note>), MpiJobErr
     // launcher's pod is then left out of the allocation (it is the pod mpirun runs in).
     let exclude_self = (!job.run_launcher_as_worker)
         .then(|| json!({"name": mca::EXCLUDE_SELF.mca.map_or("", |m| m.env), "value": "true"}));
-    let mut p = pods(&job, exclude_self, o.pull_policy.as_deref(), &mut notes)?;
-    let grace = grace_period(&job, &mut p.spec, o.grace_period, &mut notes)?;
-    p.env
-        .extend(preempt_env(grace, o.preempt_signal.as_deref()));
-    p.env
-        .extend(o.env.iter().map(|(k, v)| json!({"name": k, "value": v})));
+    // The launcher's own pod: a JobSet of two replicated jobs (without workers, the one pod
+    // is the launcher's and gets its template either way).
+    let split = o.jobset && job.worker.is_some();
+    let which = if split { For::Workers } else { For::All };
+    let mut p = pods(
+        &job,
+        which,
+        exclude_self.clone(),
+        o.pull_policy.as_deref(),
+        &mut notes,
+    )?;
     let launch = Launch::Injected {
         image: o.inject_image.clone(),
         mpi: job.mpi.to_string(),
     };
-    own_env_replaced(&p.env, &launch, &job, &mut notes);
+    let base_path = job.worker.as_ref().unwrap_or(&job.launcher).path.clone();
+    let grace = grace_period(&base_path, &mut p.spec, o.grace_period, &mut notes)?;
+    finish_env(&mut p, grace, o, split.then_some("worker"));
+    own_env_replaced(&p.env, &launch, &base_path, &mut notes);
     let mut labels = job.labels.clone();
-    let mut spec = p.spec;
-    run_policy(&job, &mut labels, &mut spec, &mut notes)?;
+    run_policy(&job, &mut labels, &mut p.spec, &mut notes)?;
+    let launcher = if split {
+        let mut l = pods(
+            &job,
+            For::Launcher,
+            exclude_self,
+            o.pull_policy.as_deref(),
+            &mut notes,
+        )?;
+        let grace = grace_period(&job.launcher.path, &mut l.spec, o.grace_period, &mut notes)?;
+        finish_env(&mut l, grace, o, Some("launcher"));
+        own_env_replaced(&l.env, &launch, &job.launcher.path, &mut notes);
+        // The same policy on the launcher's pod, its notes given once (for the workers').
+        run_policy(&job, &mut labels.clone(), &mut l.spec, &mut Vec::new())?;
+        Some(LauncherPlan {
+            pod: pod_plan(l, &job, &launch, o),
+            after_workers: job.wait_for_workers,
+        })
+    } else {
+        if job.wait_for_workers && job.worker.is_some() {
+            notes.push(Note::new(
+                "spec.launcherCreationPolicy",
+                "WaitForWorkersReady not honoured: pod 0 (the launcher) is one of the Indexed Job's pods and starts with the workers (a JobSet gives it a pod of its own, made once they are ready); its agent waits for them before the command runs",
+            ));
+        }
+        None
+    };
     replica_policies(&job, &mut notes);
     let slots_annotation = crate::discovery::SLOTS_ANNOTATION;
     if let Some(v) = p.annotations.get(slots_annotation) {
@@ -104,17 +142,21 @@ fn convert(doc: &Value, o: &Overrides) -> Result<(JobPlan, Vec<Note>), MpiJobErr
     } else {
         "ranks on the workers only".to_string()
     };
-    let pods_text = match workers {
-        0 => "no workers".to_string(),
-        1 => "pod 1 the worker".to_string(),
-        n => format!("pods 1-{n} the workers"),
+    let pods_text = match (workers, split) {
+        (0, _) => "pod 0 is the launcher, no workers".to_string(),
+        (n, true) => format!(
+            "a JobSet: replicated job launcher (its pod from the Launcher's template{}), worker ({n} pods from the Worker's)",
+            if job.wait_for_workers { ", made once the workers are ready" } else { "" }
+        ),
+        (1, false) => "pod 0 is the launcher, pod 1 the worker (one Indexed Job: every pod from the Worker's template)".to_string(),
+        (n, false) => format!("pod 0 is the launcher, pods 1-{n} the workers (one Indexed Job: every pod from the Worker's template)"),
     };
     let plan = JobPlan {
         name,
         namespace: o.namespace.clone().or_else(|| job.namespace.clone()),
-        kind: WorkloadKind::Job,
+        kind: if split { WorkloadKind::JobSet } else { WorkloadKind::Job },
         pods: pod_count,
-        command: p.command,
+        command: p.command.clone(),
         // cleanPodPolicy None: the workers stay up after the launcher (see `run_policy`).
         success: if job.run_policy.clean_pod_policy.as_deref() == Some("None") {
             Success::Index0WorkersStay
@@ -142,34 +184,61 @@ fn convert(doc: &Value, o: &Overrides) -> Result<(JobPlan, Vec<Note>), MpiJobErr
             .filter(|m| m != MPI_OPERATOR && m != CONTROLLER_NAME),
         max_pods: None,
         origin: vec![format!(
-            "from the MPIJob {} ({API_VERSION}): pod 0 is the launcher, {pods_text}; {ranks}, slotsPerWorker {}; the agent's --mpi {}",
+            "from the MPIJob {} ({API_VERSION}): {pods_text}; {ranks}, slotsPerWorker {}; the agent's --mpi {}",
             job.name, job.slots_per_worker, job.mpi
         )],
         api_server: o.api_server.clone(),
         // The controller names the MPIJob itself (its uid is the cluster's).
         events_to: None,
-        pod: PodPlan {
-            labels: p.labels,
-            annotations: p.annotations,
-            slots: Some(job.slots_per_worker),
-            spec,
-            container: p.container,
-            env: p.env,
-            mounts: p.mounts,
-            volumes: p.volumes,
-            init_containers: p.init_containers,
-            launch,
-            runtime_pull_policy: o.pull_policy.clone(),
-            uid: p.identity.uid,
-            gid: p.identity.gid,
-        },
+        pod: pod_plan(p, &job, &launch, o),
+        launcher,
     };
-    let template = pod_template(&plan, true).map_err(MpiJobError::Render)?;
-    let broken = violations(&template);
+    let mut broken = violations(&pod_template(&plan, true).map_err(MpiJobError::Render)?);
+    if let Some(l) = &plan.launcher {
+        let own = JobPlan {
+            pod: l.pod.clone(),
+            ..plan.clone()
+        };
+        broken.extend(violations(
+            &pod_template(&own, true).map_err(MpiJobError::Render)?,
+        ));
+    }
     if !broken.is_empty() {
         return Err(MpiJobError::NotRestricted(broken.join("; ")));
     }
     Ok((plan, notes))
+}
+
+/// The pods' environment completed: the preemption notice for `grace`, the command line's
+/// variables, and the agent's batch role where each role has pods of its own (`role`).
+fn finish_env(p: &mut Pods, grace: u64, o: &Overrides, role: Option<&str>) {
+    p.env
+        .extend(preempt_env(grace, o.preempt_signal.as_deref()));
+    if let Some(role) = role {
+        p.env
+            .push(json!({"name": agent::BATCH_ROLE.var(), "value": role}));
+    }
+    p.env
+        .extend(o.env.iter().map(|(k, v)| json!({"name": k, "value": v})));
+}
+
+/// The plan's pods from their parts.
+fn pod_plan(p: Pods, job: &Parsed, launch: &Launch, o: &Overrides) -> PodPlan {
+    PodPlan {
+        labels: p.labels,
+        annotations: p.annotations,
+        slots: Some(job.slots_per_worker),
+        spec: p.spec,
+        container: p.container,
+        env: p.env,
+        mounts: p.mounts,
+        volumes: p.volumes,
+        init_containers: p.init_containers,
+        launch: launch.clone(),
+        runtime_pull_policy: o.pull_policy.clone(),
+        uid: p.identity.uid,
+        gid: p.identity.gid,
+    }
 }
 
 /// The most pods an Indexed Job may have (Kubernetes refuses more completions or parallelism).
@@ -212,13 +281,12 @@ fn at_most(
 /// pod template's `terminationGracePeriodSeconds`, else [`DEFAULT_GRACE`]; set in `spec`, so
 /// the agents hold the ranks for as long as the pod has (their `--preempt-grace`).
 fn grace_period(
-    job: &Parsed,
+    base: &str,
     spec: &mut Map<String, Value>,
     given: Option<u64>,
     notes: &mut Vec<Note>,
 ) -> Result<u64, MpiJobError> {
-    let base = job.worker.as_ref().unwrap_or(&job.launcher);
-    let at = format!("{}.terminationGracePeriodSeconds", base.path);
+    let at = format!("{base}.terminationGracePeriodSeconds");
     let own = match spec.get("terminationGracePeriodSeconds") {
         None => None,
         Some(v) => Some(v.as_u64().ok_or_else(|| {
@@ -256,10 +324,10 @@ fn grace_period(
     Ok(grace)
 }
 
-/// Notes each of the job's own variables the MPIJob's environment replaces.
-fn own_env_replaced(env: &[Value], launch: &Launch, job: &Parsed, notes: &mut Vec<Note>) {
+/// Notes each of the job's own variables the MPIJob's environment (of the pods of `base`, a
+/// template's spec path) replaces.
+fn own_env_replaced(env: &[Value], launch: &Launch, base: &str, notes: &mut Vec<Note>) {
     let own = crate::manifest::pod::own_env(WorkloadKind::Job, launch);
-    let base = job.worker.as_ref().unwrap_or(&job.launcher);
     for e in env {
         if let Some(o) = own.iter().find(|o| e["name"] == o.name.as_str()) {
             let was = match &o.value {
@@ -267,7 +335,7 @@ fn own_env_replaced(env: &[Value], launch: &Launch, job: &Parsed, notes: &mut Ve
                 None => serde_json::to_value(&o.value_from).unwrap_or_default(),
             };
             notes.push(Note::new(
-                format!("{}.containers[0].env[{}]", base.path, o.name),
+                format!("{base}.containers[0].env[{}]", o.name),
                 format!(
                     "replaces the job's own {} (the NetworkPolicy admits only the job's pinned ports and the TCP BTL; a change may need the policy changed too)",
                     super::reader::show(&was)

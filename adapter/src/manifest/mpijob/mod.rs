@@ -29,6 +29,7 @@
 //! one MPIJob at a time, so that one that does not fit names its field and stops no other).
 
 mod convert;
+mod differences;
 mod error;
 mod harden;
 pub(crate) mod model;
@@ -38,6 +39,8 @@ mod reader;
 pub(crate) mod stored;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_jobset;
 mod volumes;
 
 pub(crate) use convert::{from_model, from_mpijob, Overrides};

@@ -49,6 +49,8 @@ pub(super) struct Parsed {
     pub(crate) run_policy: RunPolicy,
     pub launcher: Replica,
     pub worker: Option<Replica>,
+    /// `launcherCreationPolicy: WaitForWorkersReady`.
+    pub(crate) wait_for_workers: bool,
 }
 
 /// The one document of `text` (YAML or JSON).
@@ -116,10 +118,10 @@ pub(super) fn parse(doc: &Value, notes: &mut Vec<Note>) -> Result<Parsed, MpiJob
     let slots_per_worker = slots_per_worker(&spec)?;
     let mpi = mpi_implementation(&spec)?;
     spec.text("sshAuthMountPath")?;
-    spec.choice(
+    let wait_for_workers = spec.choice(
         "launcherCreationPolicy",
         &["AtStartup", "WaitForWorkersReady"],
-    )?;
+    )? == Some("WaitForWorkersReady");
     if let Some(p) = spec.obj("runPolicy")? {
         check_run_policy(&p)?;
     }
@@ -146,6 +148,7 @@ pub(super) fn parse(doc: &Value, notes: &mut Vec<Note>) -> Result<Parsed, MpiJob
         run_policy,
         launcher,
         worker,
+        wait_for_workers,
     })
 }
 

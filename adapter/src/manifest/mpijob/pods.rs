@@ -1,7 +1,8 @@
-//! The pods of the converted job: one pod template for the launcher (pod 0) and the workers,
-//! made from the Worker's template (the Launcher's when there are no workers), with what the
-//! Launcher adds that the Worker lacks (environment variables, volumes, mounts: what its
-//! command may need) and every other difference named in a note.
+//! The pods of the converted job: either one pod template for the launcher (pod 0) and the
+//! workers, made from the Worker's template (the Launcher's when there are no workers), with
+//! what the Launcher adds that the Worker lacks (environment variables, volumes, mounts: what
+//! its command may need) and every other difference named in a note ([`For::All`]); or each
+//! role's pods from its own template ([`For::Launcher`], [`For::Workers`]).
 
 use serde_json::{json, Map, Value};
 
@@ -13,7 +14,7 @@ use super::volumes::{check_mounts, check_volumes, rename_volumes};
 use crate::manifest::inject::INSTALL_CONTAINER;
 
 /// The fields of the application container the agent's own parts replace.
-const REPLACED: &[&str] = &[
+pub(super) const REPLACED: &[&str] = &[
     "name",
     "command",
     "args",
@@ -73,7 +74,7 @@ pub(super) struct Pods {
 }
 
 /// The first container of a replica's pod spec, as an object.
-fn first_container(r: &Replica) -> Result<&Map<String, Value>, MpiJobError> {
+pub(super) fn first_container(r: &Replica) -> Result<&Map<String, Value>, MpiJobError> {
     match r.spec.get("containers").and_then(|c| c.get(0)) {
         Some(Value::Object(c)) => Ok(c),
         other => Err(MpiJobError::field(
@@ -193,18 +194,37 @@ fn keyed_strings(
     }
 }
 
-/// Builds the pods' parts from the MPIJob (`exclude_self`: the job's own variable that keeps
-/// the launcher's pod out of the allocation; `pull_policy`: the command line's
-/// imagePullPolicy, if any).
+/// Which pods the parts are for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum For {
+    /// Every pod (one template): the Worker's, with what the Launcher adds.
+    All,
+    /// The launcher's own pod: the Launcher's template.
+    Launcher,
+    /// The workers' pods: the Worker's template.
+    Workers,
+}
+
+/// Builds the pods' parts from the MPIJob for the pods `which` (`exclude_self`: the job's own
+/// variable that keeps the launcher's pod out of the allocation; `pull_policy`: the command
+/// line's imagePullPolicy, if any).
 pub(super) fn pods(
     job: &Parsed,
+    which: For,
     exclude_self: Option<Value>,
     pull_policy: Option<&str>,
     notes: &mut Vec<Note>,
 ) -> Result<Pods, MpiJobError> {
     let launcher = &job.launcher;
-    let base = job.worker.as_ref().unwrap_or(launcher);
-    let other = job.worker.as_ref().map(|_| launcher);
+    let base = match which {
+        For::Launcher => launcher,
+        For::All | For::Workers => job.worker.as_ref().unwrap_or(launcher),
+    };
+    let other = job
+        .worker
+        .as_ref()
+        .filter(|_| which == For::All)
+        .map(|_| launcher);
     let at = base.path.clone();
     let containers = base
         .spec
@@ -230,7 +250,7 @@ pub(super) fn pods(
             "give the image that holds the MPI program",
         ));
     }
-    if other.is_some() {
+    if job.worker.is_some() && which != For::Launcher {
         note_worker_command(app, &app_at, notes)?;
     }
     note_dropped_fields(app, &app_at, notes);
@@ -260,7 +280,7 @@ pub(super) fn pods(
     harden_init_containers(&mut init_containers, &at, notes)?;
     let spec = pod_spec(base, pod_sc, notes);
     if let Some(l) = other {
-        launcher_differences(l, base, notes)?;
+        super::differences::launcher_differences(l, base, notes)?;
     }
     Ok(Pods {
         labels: base.labels.clone(),
@@ -492,98 +512,6 @@ fn pod_spec(
     }
 
     spec
-}
-
-/// `...template.spec` → `...template`.
-fn template_of(spec_path: &str) -> &str {
-    spec_path.strip_suffix(".spec").unwrap_or(spec_path)
-}
-
-/// Notes every field of the Launcher's pod (besides its command, and the environment,
-/// volumes and mounts it adds) that pod 0 does not get because it differs from the Worker's.
-fn launcher_differences(
-    l: &Replica,
-    w: &Replica,
-    notes: &mut Vec<Note>,
-) -> Result<(), MpiJobError> {
-    let why = "one Indexed Job has one pod template";
-    let mut differ = |field: String, a: Option<&Value>, b: Option<&Value>| {
-        if a == b {
-            return;
-        }
-        let worker = b.map(show).unwrap_or_else(|| "none".into());
-        let what = match a {
-            None => format!("unset, so pod 0 (the launcher) gets the Worker's {worker} ({why})"),
-            Some(a) => format!(
-                "{} not used: pod 0 (the launcher) gets the Worker's {worker} ({why})",
-                show(a)
-            ),
-        };
-        notes.push(Note::new(field, what));
-    };
-    let lc = first_container(l)?;
-    let wc = first_container(w)?;
-    // What the agent's parts replace is not compared, but for the security context: the
-    // Worker's is made restricted, and a Launcher's that differs is named.
-    let ignored = |k: &str| k != "securityContext" && REPLACED.contains(&k);
-    let mut keys: Vec<&String> = lc
-        .keys()
-        .chain(wc.keys())
-        .filter(|k| !ignored(k.as_str()))
-        .collect();
-    keys.sort();
-    keys.dedup();
-    for k in keys {
-        differ(
-            format!("{}.containers[0].{k}", l.path),
-            lc.get(k),
-            wc.get(k),
-        );
-    }
-    let skip = [
-        "containers",
-        "volumes",
-        "restartPolicy",
-        "hostname",
-        "subdomain",
-    ];
-    let mut keys: Vec<&String> = l
-        .spec
-        .keys()
-        .chain(w.spec.keys())
-        .filter(|k| !skip.contains(&k.as_str()))
-        .collect();
-    keys.sort();
-    keys.dedup();
-    for k in keys {
-        differ(format!("{}.{k}", l.path), l.spec.get(k), w.spec.get(k));
-    }
-    for (what, lm, wm) in [
-        ("labels", &l.labels, &w.labels),
-        ("annotations", &l.annotations, &w.annotations),
-    ] {
-        for (k, v) in lm {
-            if wm.get(k) != Some(v) {
-                differ(
-                    format!("{}.metadata.{what}[{k}]", template_of(&l.path)),
-                    Some(v),
-                    wm.get(k),
-                );
-            }
-        }
-    }
-    if let Some(Value::Array(cs)) = l.spec.get("containers") {
-        for (i, c) in cs.iter().enumerate().skip(1) {
-            notes.push(Note::new(
-                format!("{}.containers[{i}]", l.path),
-                format!(
-                    "{} not used: pod 0 (the launcher) runs the Worker's containers ({why})",
-                    show(&c["name"])
-                ),
-            ));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
