@@ -5,7 +5,9 @@
 //! `maxRestarts` used up) or restarted: `status.restarts` goes up, the Jobs of the earlier
 //! attempt are deleted in the foreground (their pods terminated gracefully first) and made
 //! again with the next `restart-attempt`. A finished JobSet's running Jobs are deleted, and
-//! `ttlSecondsAfterFinished` removes the JobSet itself.
+//! `ttlSecondsAfterFinished` removes the JobSet itself. `spec.suspend` suspends and resumes
+//! the child Jobs (their controller stops and starts the pods), and `startupPolicy` `InOrder`
+//! makes each replicated Job's Jobs once those listed before it are ready.
 
 use super::conditions::{condition_true, seconds_since};
 use super::pods::{owned, owner_ref};
@@ -126,7 +128,7 @@ fn decide(
         return;
     }
     if old_gone {
-        create_jobs(store, js, current, restarts);
+        create_jobs(store, js, current, restarts, status);
     }
 }
 
@@ -196,8 +198,19 @@ fn replicated_jobs(js: &Value) -> Vec<(String, i64)> {
         .unwrap_or_default()
 }
 
-/// Creates the child Jobs of this attempt that do not exist.
-fn create_jobs(store: &Store, js: &Value, current: &[&Arc<Value>], attempt: i64) {
+/// Creates the child Jobs of this attempt that do not exist, and makes the existing ones'
+/// `spec.suspend` follow the JobSet's. With `startupPolicy.startupPolicyOrder: InOrder`
+/// (JobSet's `startup_policy.go`), a replicated Job's Jobs are made (or resumed) only once
+/// every Job of the ones listed before it is ready (as many ready or succeeded pods as its
+/// parallelism); until then the JobSet has `StartupPolicyInProgress`, then
+/// `StartupPolicyCompleted`.
+fn create_jobs(
+    store: &Store,
+    js: &Value,
+    current: &[&Arc<Value>],
+    attempt: i64,
+    status: &mut Map<String, Value>,
+) {
     let ns = js["metadata"]["namespace"].as_str().unwrap_or("");
     let global: i64 = replicated_jobs(js).iter().map(|(_, n)| n).sum();
     let mut global_index = 0;
@@ -205,9 +218,25 @@ fn create_jobs(store: &Store, js: &Value, current: &[&Arc<Value>], attempt: i64)
         .as_array()
         .cloned()
         .unwrap_or_default();
+    let suspend = js["spec"]["suspend"] == true;
+    let in_order = js["spec"]["startupPolicy"]["startupPolicyOrder"] == "InOrder";
+    let mut earlier_ready = true;
     for rj in &rjs {
         let rname = rj["name"].as_str().unwrap_or("");
         let replicas = rj["replicas"].as_i64().unwrap_or(1).max(0);
+        if in_order && !earlier_ready && !suspend {
+            break;
+        }
+        let mine: Vec<&&Arc<Value>> = current
+            .iter()
+            .filter(|j| j["metadata"]["labels"][REPLICATED_JOB_NAME] == rname)
+            .collect();
+        for j in &mine {
+            if !job_done(j) && (j["spec"]["suspend"] == true) != suspend {
+                set_job_suspend(store, j, suspend);
+            }
+        }
+        earlier_ready = mine.len() as i64 == replicas && mine.iter().all(|j| job_ready(j));
         for i in 0..replicas {
             let at = Placement {
                 rj: rname,
@@ -223,6 +252,60 @@ fn create_jobs(store: &Store, js: &Value, current: &[&Arc<Value>], attempt: i64)
             }
         }
     }
+    if in_order {
+        let started = earlier_ready && !suspend;
+        let (ty, gone, reason, message) = if started {
+            (
+                "StartupPolicyCompleted",
+                "StartupPolicyInProgress",
+                "InOrderStartupPolicyCompleted",
+                "in order startup policy has completed",
+            )
+        } else {
+            (
+                "StartupPolicyInProgress",
+                "StartupPolicyCompleted",
+                "InOrderStartupPolicyInProgress",
+                "in order startup policy is in progress",
+            )
+        };
+        let mut conds: Vec<Value> = status
+            .get("conditions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if condition_true(&conds, ty).is_none() {
+            conds.retain(|c| c["type"] != ty && c["type"] != gone);
+            conds.push(json!({
+                "type": ty, "status": "True", "reason": reason, "message": message,
+                "lastTransitionTime": now_rfc3339(),
+            }));
+            status.insert("conditions".into(), json!(conds));
+        }
+    }
+}
+
+/// Whether the child Job has as many ready or succeeded pods as its parallelism (at most its
+/// completions): JobSet's readiness of a Job for its startup policy.
+fn job_ready(j: &Value) -> bool {
+    let parallelism = j["spec"]["parallelism"].as_i64().unwrap_or(1);
+    let want = j["spec"]["completions"]
+        .as_i64()
+        .map_or(parallelism, |c| c.min(parallelism));
+    let st = &j["status"];
+    st["ready"].as_i64().unwrap_or(0) + st["succeeded"].as_i64().unwrap_or(0) >= want
+}
+
+/// Sets the child Job's `spec.suspend` (its controller then stops or starts its pods).
+fn set_job_suspend(store: &Store, j: &Value, suspend: bool) {
+    let name = j["metadata"]["name"].as_str().unwrap_or("");
+    let ns = j["metadata"]["namespace"].as_str().unwrap_or("");
+    let uid = j["metadata"]["uid"].clone();
+    let _ = store.modify(&JOBS, ns, name, Part::Main, |v| {
+        if v["metadata"]["uid"] == uid {
+            v["spec"]["suspend"] = json!(suspend);
+        }
+    });
 }
 
 /// Where a child Job sits in its JobSet.
