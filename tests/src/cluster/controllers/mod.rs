@@ -27,6 +27,8 @@ mod statefulset;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_jobset;
+#[cfg(test)]
 mod tests_suspend;
 
 pub use deployment::{reconcile_deployment, reconcile_replicaset};
