@@ -16,7 +16,12 @@ pub(super) fn header(a: &JobPlan, argv_text: &str, key: Option<&str>) -> String 
             .to_string()
     } else {
         format!(
-            "batch: pod 0 runs `{}`; the job ends when it does",
+            "batch: {} runs `{}`; the job ends when it does",
+            if a.launcher.is_some() {
+                "the launcher's pod"
+            } else {
+                "pod 0"
+            },
             a.command
                 .iter()
                 .map(|c| quote(c))

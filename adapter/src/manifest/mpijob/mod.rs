@@ -21,9 +21,15 @@
 //! resources...) is named in a note: pod 0 gets the Worker's, so a launcher on a smaller pod
 //! than its workers costs one worker's resources more here.
 //!
+//! **Or a JobSet** (`--kind jobset`): the launcher's pod of its own, from the Launcher's
+//! template (replicated job `launcher`), beside the workers' (`worker`), each pod's agent told
+//! its batch role, the JobSet one workload failing with its first failed Job
+//! (`crate::workload`'s JobSet renderer).
+//!
 //! Layout: `model` is the MPIJob's types (the controller's too, and its CRD's); `parse`
 //! checks the document field by field (`reader` reads fields with their paths) and reads it
-//! into the model, `pods` makes the pod template's parts (`volumes` checks and renames the Worker's volumes),
+//! into the model, `pods` makes the pod templates' parts (`differences` names what pod 0 does not
+//! get of the Launcher's in one Job) (`volumes` checks and renames the Worker's volumes),
 //! `harden` their security contexts, `convert` the job; `error` holds the refusals and the notes.
 //! `stored` is an MPIJob as the controller watches it (its spec and status read into the model
 //! one MPIJob at a time, so that one that does not fit names its field and stops no other).

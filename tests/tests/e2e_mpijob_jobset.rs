@@ -1,0 +1,329 @@
+//! An MPIJob whose launcher has a pod of its own: `prrte-k8s manifest --from-mpijob FILE
+//! --kind jobset` applied with `kubectl apply -f -` in the sandbox cluster (its JobSet
+//! controller). A GPU-style MPIJob, a small launcher (`limits.cpu: 1`, its image named
+//! otherwise) and workers with more CPU: the launcher's pod gets the Launcher's template and
+//! the workers' the Worker's, the JobSet completes with every rank's output in the launcher's
+//! log and no rank on the launcher's pod. With `launcherCreationPolicy: WaitForWorkersReady`
+//! the launcher's pod is made only once every worker is ready.
+#![forbid(unsafe_code)]
+use anyhow::{bail, Context, Result};
+use sandbox::api::resources::{JOBSETS, PODS};
+use sandbox::app_images::{app_image, check_pi, AppImage, INJECT_IMAGE};
+use sandbox::cluster::{Cluster, ClusterOptions};
+use sandbox::harness::{self, TestDir};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const NS: &str = "default";
+const REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+
+fn text(o: &Output) -> String {
+    format!(
+        "--- stdout\n{}\n--- stderr\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The GPU-style MPIJob `name`: a launcher of `launcher_image` limited to 1 CPU running
+/// `mpirun -n 4 pi`, 2 workers of `image` with 2 CPUs and 2 slots each.
+fn mpijob(name: &str, launcher_image: &str, image: &str, policy: &str) -> String {
+    format!(
+        r#"apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata:
+  name: {name}
+spec:
+  slotsPerWorker: 2
+  launcherCreationPolicy: {policy}
+  runPolicy:
+    cleanPodPolicy: Running
+  mpiReplicaSpecs:
+    Launcher:
+      replicas: 1
+      template:
+        spec:
+          containers:
+            - name: mpi-launcher
+              image: {launcher_image}
+              command: [mpirun, -n, "4", /home/mpiuser/pi]
+              securityContext: {{runAsUser: 1000}}
+              resources:
+                limits: {{cpu: 1, memory: 512Mi}}
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+            - name: mpi-worker
+              image: {image}
+              command: [/usr/sbin/sshd]
+              args: [-De, -f, /home/mpiuser/.sshd_config]
+              securityContext: {{runAsUser: 1000}}
+              resources:
+                limits: {{cpu: 2, memory: 1Gi}}
+"#
+    )
+}
+
+/// A sandbox cluster of its own and kubectl on it.
+struct Sandbox {
+    cluster: Cluster,
+    kubectl: PathBuf,
+    dir: TestDir,
+}
+
+impl Sandbox {
+    async fn start(test: &str) -> Result<Sandbox> {
+        if sandbox::images::inspect(INJECT_IMAGE)?.is_none() {
+            bail!("the image {INJECT_IMAGE} is not in the local store; run `make image`");
+        }
+        let kubectl =
+            sandbox::harness::kubectl::find().context("no kubectl; run prrte-config/setup.sh")?;
+        let dir = TestDir::new(test)?;
+        let cluster = Cluster::start(ClusterOptions {
+            dir: Some(dir.path().join("cluster")),
+            ..Default::default()
+        })
+        .await?;
+        Ok(Sandbox {
+            cluster,
+            kubectl,
+            dir,
+        })
+    }
+
+    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<Output> {
+        sandbox::harness::kubectl::with_input(&self.kubectl, &self.cluster, args, stdin)
+    }
+
+    /// `prrte-k8s manifest --from-mpijob FILE --kind jobset` of `yaml`, then `kubectl apply`.
+    fn apply(&self, name: &str, yaml: &str) -> Result<String> {
+        let file = self.dir.path().join(format!("{name}.mpijob.yaml"));
+        std::fs::write(&file, yaml)?;
+        let mut c = Command::new(harness::workspace_bin("prrte-k8s")?);
+        c.arg("manifest")
+            .arg("--from-mpijob")
+            .arg(&file)
+            .args(["--kind", "jobset"]);
+        let out = harness::run_with_timeout(c, Duration::from_secs(30))?;
+        if !out.status.success() {
+            bail!("prrte-k8s manifest --from-mpijob failed: {}", text(&out));
+        }
+        let rendered = String::from_utf8(out.stdout)?;
+        let out = self.kubectl(&["apply", "-f", "-"], Some(&rendered))?;
+        if !out.status.success() {
+            bail!("kubectl apply -f - failed: {}\n{rendered}", text(&out));
+        }
+        Ok(rendered)
+    }
+
+    /// Waits until the JobSet has finished (`Completed` or `Failed`); its condition's type.
+    fn wait_finished(&self, name: &str, secs: u64) -> Result<String> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let js = self.cluster.store().get(&JOBSETS, NS, name);
+            let ended = js.as_ref().ok().and_then(|j| {
+                j["status"]["conditions"].as_array()?.iter().find_map(|c| {
+                    (c["status"] == "True" && (c["type"] == "Completed" || c["type"] == "Failed"))
+                        .then(|| c["type"].as_str().unwrap_or("").to_string())
+                })
+            });
+            if let Some(e) = ended {
+                return Ok(e);
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "JobSet {name} not finished within {secs} s\n{}",
+                    self.describe(name)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The JobSet's pods of the replicated job `rj`, by name.
+    fn pods(&self, name: &str, rj: &str) -> Vec<Arc<Value>> {
+        let mut pods: Vec<Arc<Value>> = self
+            .cluster
+            .store()
+            .list(&PODS, Some(NS), &Default::default())
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| {
+                p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == name
+                    && p["metadata"]["labels"][REPLICATED_JOB] == rj
+            })
+            .collect();
+        pods.sort_by_key(|p| pod_name(p));
+        pods
+    }
+
+    fn logs(&self, pod: &str) -> String {
+        match self.kubectl(&["logs", pod, "-c", "mpi"], None) {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+            Ok(o) => format!("(kubectl logs {pod} failed: {})", text(&o)),
+            Err(e) => format!("(kubectl logs {pod}: {e:#})"),
+        }
+    }
+
+    fn describe(&self, name: &str) -> String {
+        let status = self
+            .cluster
+            .store()
+            .get(&JOBSETS, NS, name)
+            .map(|j| serde_json::to_string_pretty(&j["status"]).unwrap_or_default());
+        let pods: Vec<String> = ["launcher", "worker"]
+            .iter()
+            .flat_map(|rj| self.pods(name, rj))
+            .map(|p| {
+                let n = pod_name(&p);
+                format!("== {n} {}\n{}", p["status"]["phase"], self.logs(&n))
+            })
+            .collect();
+        format!("jobset status: {status:?}\npods:\n{}", pods.join("\n"))
+    }
+}
+
+fn pod_name(p: &Value) -> String {
+    p["metadata"]["name"].as_str().unwrap_or("").to_string()
+}
+
+fn container(p: &Value) -> &Value {
+    &p["spec"]["containers"][0]
+}
+
+/// The time of the pod's `Ready` condition turning true.
+fn ready_at(p: &Value) -> Option<String> {
+    p["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready" && c["status"] == "True")
+        .and_then(|c| c["lastTransitionTime"].as_str().map(String::from))
+}
+
+/// The pod's host name (an Indexed Job's pod has one of its Job and index).
+fn hostname(p: &Value) -> String {
+    p["spec"]["hostname"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| pod_name(p))
+}
+
+/// What a finished run left.
+struct Run {
+    _sb: Sandbox,
+    launcher: Arc<Value>,
+    /// The workers' pods as they were when the launcher's pod was first seen.
+    workers_at_launch: Vec<Arc<Value>>,
+}
+
+/// Runs the GPU-style MPIJob `name` with `policy` to its end.
+async fn run(name: &str, policy: &str) -> Run {
+    let image = app_image(AppImage::TrixieOpenmpi).unwrap();
+    // The same image named otherwise (no tag): the launcher's own image reference.
+    let launcher_image = image.trim_end_matches(":latest").to_string();
+    assert_ne!(launcher_image, image);
+    let sb = Sandbox::start(name).await.unwrap();
+    sb.apply(name, &mpijob(name, &launcher_image, &image, policy))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let workers_at_launch = loop {
+        // The workers first: a launcher seen next was made no earlier than this read.
+        let workers = sb.pods(name, "worker");
+        if !sb.pods(name, "launcher").is_empty() {
+            break workers;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no launcher pod: {}",
+            sb.describe(name)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let ended = sb.wait_finished(name, 240).unwrap();
+    assert_eq!(ended, "Completed", "{}", sb.describe(name));
+    let launchers = sb.pods(name, "launcher");
+    let workers = sb.pods(name, "worker");
+    assert_eq!(
+        (launchers.len(), workers.len()),
+        (1, 2),
+        "{}",
+        sb.describe(name)
+    );
+    let launcher = launchers[0].clone();
+    // The Launcher's template on the launcher's pod, the Worker's on the workers'.
+    let lc = container(&launcher);
+    assert_eq!(lc["image"], launcher_image.as_str());
+    assert_eq!(lc["resources"]["limits"]["cpu"], "1");
+    for w in &workers {
+        assert_eq!(container(w)["image"], image.as_str());
+        assert_eq!(container(w)["resources"]["limits"]["cpu"], "2");
+    }
+    // Every rank's output in the launcher's log, none on the launcher's pod, 2 per worker.
+    let log = sb.logs(&pod_name(&launcher));
+    let pi = check_pi(&log, 4).unwrap_or_else(|e| panic!("{e:#}\n{}", sb.describe(name)));
+    assert!(
+        !pi.hosts.contains(&hostname(&launcher)),
+        "a rank on the launcher: {:?}",
+        pi.hosts
+    );
+    for w in &workers {
+        assert_eq!(
+            pi.hosts.iter().filter(|h| **h == hostname(w)).count(),
+            2,
+            "2 ranks on {}: {:?}",
+            hostname(w),
+            pi.hosts
+        );
+    }
+    Run {
+        _sb: sb,
+        launcher,
+        workers_at_launch,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_style_mpijob_gives_the_launcher_its_own_template_and_the_ranks_to_the_workers() {
+    let r = run("jsgpu", "AtStartup").await;
+    let env = container(&r.launcher)["env"].as_array().unwrap().clone();
+    assert!(
+        env.iter()
+            .any(|e| e["name"] == "PRRTE_K8S_BATCH_ROLE" && e["value"] == "launcher"),
+        "{env:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_workers_ready_makes_the_launcher_after_every_worker_is_ready() {
+    let r = run("jswait", "WaitForWorkersReady").await;
+    let created = r.launcher["metadata"]["creationTimestamp"]
+        .as_str()
+        .expect("a creation time")
+        .to_string();
+    assert_eq!(
+        r.workers_at_launch.len(),
+        2,
+        "both workers before the launcher"
+    );
+    for w in &r.workers_at_launch {
+        let ready = ready_at(w).unwrap_or_else(|| {
+            panic!(
+                "{} not Ready when the launcher's pod was made: {w}",
+                pod_name(w)
+            )
+        });
+        // RFC 3339 times of one format: their order is their text's.
+        assert_eq!(ready.len(), created.len(), "{ready} {created}");
+        assert!(
+            created >= ready,
+            "the launcher's pod made at {created}, before {} was ready at {ready}",
+            pod_name(w)
+        );
+    }
+}
