@@ -4,10 +4,12 @@
 //! otherwise) and workers with more CPU: the launcher's pod gets the Launcher's template and
 //! the workers' the Worker's, the JobSet completes with every rank's output in the launcher's
 //! log and no rank on the launcher's pod. With `launcherCreationPolicy: WaitForWorkersReady`
-//! the launcher's pod is made only once every worker is ready.
+//! the launcher's pod is made only once every worker is ready. A worker evicted while the ranks
+//! run fails the whole JobSet at once, its worker Job naming the pod. Created suspended
+//! (`runPolicy.suspend`, as Kueue holds it), no pod runs until the JobSet is resumed.
 #![forbid(unsafe_code)]
 use anyhow::{bail, Context, Result};
-use sandbox::api::resources::{JOBSETS, PODS};
+use sandbox::api::resources::{JOBS, JOBSETS, PODS};
 use sandbox::app_images::{app_image, check_pi, AppImage, INJECT_IMAGE};
 use sandbox::cluster::{Cluster, ClusterOptions};
 use sandbox::harness::{self, TestDir};
@@ -31,6 +33,26 @@ fn text(o: &Output) -> String {
 /// The GPU-style MPIJob `name`: a launcher of `launcher_image` limited to 1 CPU running
 /// `mpirun -n 4 pi`, 2 workers of `image` with 2 CPUs and 2 slots each.
 fn mpijob(name: &str, launcher_image: &str, image: &str, policy: &str) -> String {
+    mpijob_running(
+        name,
+        launcher_image,
+        image,
+        policy,
+        "/home/mpiuser/pi",
+        false,
+    )
+}
+
+/// [`mpijob`] whose ranks run `program` (its words in a YAML flow list), created suspended or
+/// not.
+fn mpijob_running(
+    name: &str,
+    launcher_image: &str,
+    image: &str,
+    policy: &str,
+    program: &str,
+    suspend: bool,
+) -> String {
     format!(
         r#"apiVersion: kubeflow.org/v2beta1
 kind: MPIJob
@@ -41,6 +63,7 @@ spec:
   launcherCreationPolicy: {policy}
   runPolicy:
     cleanPodPolicy: Running
+    suspend: {suspend}
   mpiReplicaSpecs:
     Launcher:
       replicas: 1
@@ -49,7 +72,7 @@ spec:
           containers:
             - name: mpi-launcher
               image: {launcher_image}
-              command: [mpirun, -n, "4", /home/mpiuser/pi]
+              command: [mpirun, -n, "4", {program}]
               securityContext: {{runAsUser: 1000}}
               resources:
                 limits: {{cpu: 1, memory: 512Mi}}
@@ -326,4 +349,146 @@ async fn wait_for_workers_ready_makes_the_launcher_after_every_worker_is_ready()
             pod_name(w)
         );
     }
+}
+
+/// The JobSet's condition `ty`, once true.
+fn condition(sb: &Sandbox, name: &str, ty: &str) -> Value {
+    let js = sb.cluster.store().get(&JOBSETS, NS, name).unwrap();
+    js["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == ty && c["status"] == "True"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no {ty} condition: {}", sb.describe(name)))
+}
+
+/// Waits until every worker pod runs 2 processes `comm`.
+fn wait_for_ranks(sb: &Sandbox, name: &str, comm: &str) {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let workers = sb.pods(name, "worker");
+        let ranks = |p: &Value| {
+            sb.cluster
+                .pod_host_pids(&pod_name(p))
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|pid| {
+                    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                        .is_ok_and(|c| c.trim_end() == comm)
+                })
+                .count()
+        };
+        if workers.len() == 2 && workers.iter().all(|w| ranks(w) == 2) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no 2 ranks on each worker: {}",
+            sb.describe(name)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_worker_fails_the_whole_jobset_at_once_naming_the_pod() {
+    let name = "jsevict";
+    let image = app_image(AppImage::TrixieOpenmpi).unwrap();
+    let sb = Sandbox::start(name).await.unwrap();
+    let yaml = mpijob_running(name, &image, &image, "AtStartup", r#"sleep, "600""#, false);
+    sb.apply(name, &yaml).unwrap();
+    wait_for_ranks(&sb, name, "sleep");
+    let victim = pod_name(&sb.pods(name, "worker")[1]);
+    let evicted = Instant::now();
+    sb.cluster.evict(&victim).unwrap();
+    let ended = sb.wait_finished(name, 60).unwrap();
+    assert_eq!(ended, "Failed", "{}", sb.describe(name));
+    // At once: well within the 600 s the ranks would run.
+    assert!(evicted.elapsed() < Duration::from_secs(60));
+    let failed = condition(&sb, name, "Failed");
+    assert!(
+        failed["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("{name}-worker-0"))),
+        "the JobSet names the failed worker Job: {failed}"
+    );
+    let job = sb
+        .cluster
+        .store()
+        .get(&JOBS, NS, &format!("{name}-worker-0"))
+        .unwrap();
+    let job_failed = job["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Failed"))
+        .cloned()
+        .unwrap_or_default();
+    let message = job_failed["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains(&victim) && message.contains("DisruptionTarget"),
+        "the worker Job's Failed condition names the evicted pod {victim}: {job_failed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_mpijob_runs_no_pod_until_its_jobset_is_resumed() {
+    let name = "jssusp";
+    let image = app_image(AppImage::TrixieOpenmpi).unwrap();
+    let sb = Sandbox::start(name).await.unwrap();
+    let yaml = mpijob_running(name, &image, &image, "AtStartup", "/home/mpiuser/pi", true);
+    sb.apply(name, &yaml).unwrap();
+    // Both child Jobs made and suspended by their controller: then no pod is expected.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let suspended: Vec<String> = sb
+            .cluster
+            .store()
+            .list(&JOBS, Some(NS), &Default::default())
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .iter()
+            .filter(|j| {
+                j["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Suspended" && c["status"] == "True")
+                })
+            })
+            .map(|j| pod_name(j))
+            .collect();
+        if suspended.len() == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Jobs not suspended: {}",
+            sb.describe(name)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pods: Vec<Arc<Value>> = ["launcher", "worker"]
+        .iter()
+        .flat_map(|rj| sb.pods(name, rj))
+        .collect();
+    assert!(
+        pods.is_empty(),
+        "a pod while suspended: {}",
+        sb.describe(name)
+    );
+    let out = sb
+        .kubectl(
+            &[
+                "patch",
+                "jobset",
+                name,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"suspend":false}}"#,
+            ],
+            None,
+        )
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let ended = sb.wait_finished(name, 240).unwrap();
+    assert_eq!(ended, "Completed", "{}", sb.describe(name));
+    let launcher = sb.pods(name, "launcher");
+    check_pi(&sb.logs(&pod_name(&launcher[0])), 4)
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", sb.describe(name)));
 }
