@@ -1,18 +1,29 @@
-//! What the status and the events read of a Job and its pods, typed: a pod's index (0 is the
-//! launcher), phase, readiness and disruption, and the Job's true conditions.
+//! What the status and the events read of a Job and its pods, typed: whether a pod is the
+//! launcher's (index 0, or a JobSet's replicated job `launcher`), its phase, readiness and
+//! disruption, and the Job's true conditions.
 
 use k8s_openapi::api::batch::v1::{Job, JobCondition};
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::discovery::keys::JOB_COMPLETION_INDEX;
+use crate::discovery::keys::{JOBSET_REPLICATED_JOB_LABEL, JOB_COMPLETION_INDEX};
+use crate::workload::LAUNCHER;
 
-/// The pod's completion index (`"0"`: the launcher).
-pub(crate) fn index(p: &Pod) -> Option<&str> {
-    p.metadata
-        .labels
-        .as_ref()?
-        .get(JOB_COMPLETION_INDEX)
-        .map(String::as_str)
+/// The pod's completion index (in its Job).
+fn index(p: &Pod) -> Option<&str> {
+    label(p, JOB_COMPLETION_INDEX)
+}
+
+fn label<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
+    p.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+/// Whether the pod is the launcher's: in a JobSet, the pod of the replicated job `launcher`
+/// (each child Job has its own index 0); in the single Indexed Job, the pod with index 0.
+pub(crate) fn launcher(p: &Pod) -> bool {
+    match label(p, JOBSET_REPLICATED_JOB_LABEL) {
+        Some(rj) => rj == LAUNCHER,
+        None => index(p) == Some("0"),
+    }
 }
 
 /// The pod's name (`?` without one).
@@ -65,4 +76,34 @@ pub(crate) fn job_has(job: &Job, types: &[&str]) -> bool {
 /// Whether the Job has finished (`Complete` or `Failed`).
 pub(crate) fn job_finished(job: &Job) -> bool {
     job_has(job, &["Complete", "Failed"])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(labels: &[(&str, &str)]) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        p
+    }
+
+    #[test]
+    fn the_launcher_is_index_0_of_one_job_or_the_jobsets_launcher_job() {
+        assert!(launcher(&pod(&[(JOB_COMPLETION_INDEX, "0")])));
+        assert!(!launcher(&pod(&[(JOB_COMPLETION_INDEX, "1")])));
+        assert!(!launcher(&pod(&[])));
+        // In a JobSet every child Job has an index 0: the replicated job tells.
+        let js = |rj: &str, i: &str| {
+            pod(&[(JOBSET_REPLICATED_JOB_LABEL, rj), (JOB_COMPLETION_INDEX, i)])
+        };
+        assert!(launcher(&js("launcher", "0")));
+        assert!(!launcher(&js("worker", "0")));
+        assert!(!launcher(&js("worker", "1")));
+    }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::observe::{disrupted, index, job_has, name, phase};
+use super::observe::{disrupted, job_has, launcher, name, phase};
 use super::status::Notice;
 
 /// The event reason of a pod deleted while its job ran.
@@ -66,11 +66,7 @@ pub(crate) fn pod_ends(pods: &[Arc<Pod>], job: Option<&Job>) -> Vec<PodEnd> {
         .filter_map(|p| {
             let name = name(p);
             let uid = p.metadata.uid.as_deref().unwrap_or(name).to_string();
-            let role = if index(p) == Some("0") {
-                "launcher"
-            } else {
-                "worker"
-            };
+            let role = if launcher(p) { "launcher" } else { "worker" };
             let phase = phase(p);
             let exit = exit_of(p);
             let notice = if p.metadata.deletion_timestamp.is_some() {

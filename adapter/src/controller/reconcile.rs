@@ -239,9 +239,9 @@ async fn after_end(
     let pods = pods_of(ctx, ns, &name, &job).await?;
     if clean_all(obj) {
         let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-        let workers = pods.iter().filter(|p| {
-            super::observe::index(p) != Some("0") && p.metadata.deletion_timestamp.is_none()
-        });
+        let workers = pods
+            .iter()
+            .filter(|p| !super::observe::launcher(p) && p.metadata.deletion_timestamp.is_none());
         for p in workers {
             match api.delete(&p.name_any(), &Default::default()).await {
                 Err(kube::Error::Api(e)) if e.code == 404 => {}

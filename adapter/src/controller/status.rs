@@ -27,7 +27,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::observe::{disrupted, index, job_condition, name, phase as pod_phase, ready};
+use super::observe::{disrupted, job_condition, launcher, name, phase as pod_phase, ready};
 use crate::discovery::keys::JOB_COMPLETION_INDEX;
 use crate::manifest::mpijob::model::{JobCondition, MpiJobStatus, ReplicaStatus};
 use crate::manifest::JOB_LABEL;
@@ -212,7 +212,7 @@ fn index_0_completed(job: &Job) -> bool {
 /// workers are ready.
 fn replicas(o: &Observed) -> (ReplicaStatus, ReplicaStatus, usize) {
     let (launchers, workers): (Vec<&Arc<Pod>>, Vec<&Arc<Pod>>) =
-        o.pods.iter().partition(|p| index(p) == Some("0"));
+        o.pods.iter().partition(|p| launcher(p));
     let base = format!("{JOB_LABEL}={}", o.name);
     let mut launcher = replica(&launchers, format!("{base},{JOB_COMPLETION_INDEX}=0"));
     let mut worker = replica(&workers, format!("{base},{JOB_COMPLETION_INDEX}!=0"));
