@@ -79,6 +79,8 @@ impl ApiError {
             details: Some(details(rt, name)),
         }
     }
+    /// 422 Invalid: `causes` are (field, message) pairs, each message as a field error words
+    /// it (`Invalid value: ...`, `Required value`, `Forbidden: ...`), which gives its reason.
     pub fn invalid(rt: &ResourceType, name: &str, causes: &[(String, String)]) -> Self {
         let text: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
         let mut d = details(rt, name);
@@ -86,7 +88,7 @@ impl ApiError {
         d["causes"] = Value::Array(
             causes
                 .iter()
-                .map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f}))
+                .map(|(f, m)| json!({"reason": field_reason(m), "message": m, "field": f}))
                 .collect(),
         );
         ApiError {
@@ -145,4 +147,21 @@ pub fn success(details: Option<Value>) -> Value {
         s["details"] = d;
     }
     s
+}
+
+/// The reason of a field error (a `StatusCause`), from the words its message begins with.
+fn field_reason(message: &str) -> &'static str {
+    const REASONS: &[(&str, &str)] = &[
+        ("Required value", "FieldValueRequired"),
+        ("Forbidden", "FieldValueForbidden"),
+        ("Duplicate value", "FieldValueDuplicate"),
+        ("Unsupported value", "FieldValueNotSupported"),
+        ("Too long", "FieldValueTooLong"),
+        ("Too many", "FieldValueTooMany"),
+        ("Not found", "FieldValueNotFound"),
+    ];
+    REASONS
+        .iter()
+        .find(|(words, _)| message.starts_with(words))
+        .map_or("FieldValueInvalid", |(_, reason)| reason)
 }

@@ -4,7 +4,8 @@
 //! Kubernetes' `dyn()` besides the standard functions and macros (`has`, `all`, `exists`,
 //! `exists_one`, `map`, `filter`, `in`, `size`, `int`, `string`, `startsWith`, ...). JSON maps to
 //! CEL as Kubernetes maps it: objects to maps with string keys, integers to `int`, other
-//! numbers to `double`.
+//! numbers to `double`. The same environment evaluates CRDs' `x-kubernetes-validations`
+//! (`crate::api::crd`), with `self` and `oldSelf` for variables.
 
 use cel_interpreter::{Context, ExecutionError, Program, Value as Cel};
 use serde_json::Value;
@@ -12,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A JSON value as CEL sees it.
-pub(super) fn to_cel(v: &Value) -> Cel {
+pub(crate) fn to_cel(v: &Value) -> Cel {
     match v {
         Value::Null => Cel::Null,
         Value::Bool(b) => Cel::Bool(*b),
@@ -30,8 +31,48 @@ pub(super) fn to_cel(v: &Value) -> Cel {
     }
 }
 
+/// Compiles `expression`: a parse error, or a panic of the parser (which has some on
+/// malformed input, such as `a >`), as an error.
+pub(crate) fn compile(expression: &str) -> Result<Program, String> {
+    std::panic::catch_unwind(|| Program::compile(expression))
+        .map_err(|_| format!("Syntax error: {expression:?} does not parse"))?
+        .map_err(|e| e.to_string())
+}
+
+/// The functions the environment has besides the operators and macros: the ones an
+/// expression calls must be among these.
+pub(crate) const FUNCTIONS: &[&str] = &[
+    "contains",
+    "size",
+    "max",
+    "min",
+    "startsWith",
+    "endsWith",
+    "string",
+    "bytes",
+    "double",
+    "int",
+    "uint",
+    "matches",
+    "dyn",
+];
+
+/// The functions `program` calls that the environment does not have (operators, written
+/// `_==_`, `!_`, `@in`, are the interpreter's own).
+pub(crate) fn unknown_functions(program: &Program) -> Vec<String> {
+    let mut unknown: Vec<String> = program
+        .references()
+        .functions()
+        .into_iter()
+        .filter(|f| f.starts_with(|c: char| c.is_ascii_alphabetic()) && !FUNCTIONS.contains(f))
+        .map(String::from)
+        .collect();
+    unknown.sort();
+    unknown
+}
+
 /// A policy's evaluation context.
-pub(super) struct Env {
+pub(crate) struct Env {
     ctx: Context<'static>,
     variables: HashMap<String, Cel>,
 }
@@ -44,7 +85,7 @@ fn dyn_(v: Cel) -> Result<Cel, ExecutionError> {
 impl Env {
     /// The context of one request: `vars` are `object`, `oldObject`, `request`,
     /// `namespaceObject`.
-    pub(super) fn new(vars: &[(&str, &Value)]) -> Env {
+    pub(crate) fn new(vars: &[(&str, &Value)]) -> Env {
         let mut ctx = Context::default();
         ctx.add_function("dyn", dyn_);
         for (name, v) in vars {
@@ -62,10 +103,13 @@ impl Env {
     pub(super) fn eval(&self, expression: &str) -> Result<Cel, String> {
         let failed = |e: String| format!("expression '{expression}' resulted in error: {e}");
         let program =
-            Program::compile(expression).map_err(|e| failed(format!("compilation failed: {e}")))?;
-        program
-            .execute(&self.ctx)
-            .map_err(|e| failed(e.to_string()))
+            compile(expression).map_err(|e| failed(format!("compilation failed: {e}")))?;
+        self.run(&program).map_err(failed)
+    }
+
+    /// Runs a compiled program; the error as the interpreter words it.
+    pub(crate) fn run(&self, program: &Program) -> Result<Cel, String> {
+        program.execute(&self.ctx).map_err(|e| e.to_string())
     }
 
     /// Evaluates the policy's `variables` in order into `variables.NAME`; one that fails is

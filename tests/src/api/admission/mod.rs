@@ -18,7 +18,7 @@
 //! operations (never matched: the sandbox admits writes of objects only).
 
 mod attributes;
-mod cel;
+pub(crate) mod cel;
 mod check;
 mod dispatch;
 mod kinds;

@@ -4,16 +4,18 @@
 //! declares one), each object checked against the version's structural schema (`schema`:
 //! types, required fields, enums, bounds, defaults; unknown fields pruned unless
 //! `x-kubernetes-preserve-unknown-fields`) and shown in tables with its
-//! `additionalPrinterColumns` (`columns`). Deleting the CRD deletes its objects. The unknown
+//! `additionalPrinterColumns` (`columns`), then against the schema's `x-kubernetes-validations`
+//! CEL rules (`rules`; on an update with the old object for transition rules). Deleting the CRD deletes its objects. The unknown
 //! fields of a write ([`unknown_fields`]) are what its `fieldValidation` judges; each served
 //! version is published as OpenAPI (`openapi`).
 //!
-//! The sandbox serves a CRD's storage version only, does not run `x-kubernetes-validations`
-//! (CEL) rules or conversion webhooks, and keeps the resource types it registered allocated
+//! The sandbox serves a CRD's storage version only, does not run conversion webhooks, refuses a
+//! CRD whose CEL rules it cannot evaluate (see `rules`), and keeps the resource types it registered allocated
 //! for the life of the process (a changed schema replaces the old one in place).
 
 mod columns;
 pub mod openapi;
+mod rules;
 mod schema;
 
 pub use columns::{cells, column_definitions};
@@ -57,8 +59,9 @@ fn storage_version(crd: &Value) -> Option<&Value> {
         .find(|v| v["storage"] == json!(true))
 }
 
-/// Checks a CRD as the API server does, fills its defaults and sets its status.
-pub fn admit(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
+/// Checks a CRD as the API server does, fills its defaults and sets its status; or a custom
+/// object against its CRD's schema and rules (`old`: the stored object an update replaces).
+pub fn admit(rt: &ResourceType, obj: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
     if std::ptr::eq(rt, &CUSTOMRESOURCEDEFINITIONS) {
         return admit_definition(obj);
     }
@@ -66,7 +69,12 @@ pub fn admit(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
         return Ok(());
     };
     let mut causes = Vec::new();
-    schema::check_root(&info.schema(), obj, &mut causes);
+    let schema = info.schema();
+    schema::check_root(&schema, obj, &mut causes);
+    if causes.is_empty() {
+        // As the API server: the rules of an object that has the schema's shape.
+        rules::validate(&schema, obj, old, "", &mut causes);
+    }
     if causes.is_empty() {
         return Ok(());
     }
@@ -162,6 +170,9 @@ fn admit_definition(crd: &mut Value) -> Result<(), ApiError> {
                 format!("spec.versions[{i}].schema.openAPIV3Schema.type"),
                 "Unsupported value: must be object at the root".into(),
             ));
+        } else {
+            let at = format!("spec.versions[{i}].schema.openAPIV3Schema");
+            rules::check_definition(root, &at, &mut causes);
         }
     }
     if !causes.is_empty() {
@@ -324,5 +335,7 @@ fn normalize_custom(mut v: Value) -> Result<Value, String> {
     Ok(v)
 }
 
+#[cfg(test)]
+mod rules_tests;
 #[cfg(test)]
 pub(crate) mod tests;

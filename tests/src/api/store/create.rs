@@ -56,7 +56,7 @@ impl Store {
         }
         new_metadata(&mut obj, rt.crd.is_some());
         defaults::apply(rt, &mut obj, true);
-        crate::api::crd::admit(rt, &mut obj)?;
+        crate::api::crd::admit(rt, &mut obj, None)?;
         validation::validate(rt, &obj, None)?;
         if rt.is("", "pods") {
             admit_pod(g, ns, &name, &obj)?;

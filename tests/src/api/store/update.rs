@@ -68,7 +68,7 @@ impl Store {
         new["kind"] = json!(rt.kind);
         keep_metadata(&old, &mut new);
         defaults::apply(rt, &mut new, false);
-        crate::api::crd::admit(rt, &mut new)?;
+        crate::api::crd::admit(rt, &mut new, Some(old.as_ref()))?;
         validation::validate(rt, &new, Some(&old))?;
         let mut new = normalize(rt, new)?;
         if spec_changed(rt, &old, &new) {
