@@ -39,11 +39,6 @@ pub fn cache_dir() -> PathBuf {
         .join(format!("trainer-{TRAINER_VERSION}"))
 }
 
-/// The URL a CRD file of [`TRAINER_VERSION`] is downloaded from.
-pub fn url(file: &str) -> String {
-    format!("https://raw.githubusercontent.com/kubeflow/trainer/{TRAINER_VERSION}/manifests/base/crds/{file}")
-}
-
 fn sha256_of(path: &Path) -> Option<String> {
     std::fs::read(path)
         .ok()
@@ -53,12 +48,20 @@ fn sha256_of(path: &Path) -> Option<String> {
 /// The verified CRD files of [`TRAINER_VERSION`], in [`TRAINER_CRDS`]' order: from the
 /// cache, else downloaded (with `curl`), checked and cached.
 pub fn trainer_crds() -> Result<Vec<PathBuf>> {
-    let dir = cache_dir();
+    let base = format!(
+        "https://raw.githubusercontent.com/kubeflow/trainer/{TRAINER_VERSION}/manifests/base/crds"
+    );
+    verified(&cache_dir(), &base, TRAINER_CRDS)
+}
+
+/// `files` (name, sha256) kept verified in `dir`: each taken from there if its checksum
+/// matches, else fetched from `base/name` and kept only if it matches.
+fn verified(dir: &Path, base: &str, files: &[(&str, &str)]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    for (file, sha) in TRAINER_CRDS {
+    for (file, sha) in files {
         let cached = dir.join(file);
         if sha256_of(&cached).as_deref() != Some(*sha) {
-            download(&url(file), &cached, sha)?;
+            download(&format!("{base}/{file}"), &cached, sha)?;
         }
         out.push(cached);
     }
@@ -90,4 +93,30 @@ fn download(url: &str, dest: &Path, sha: &str) -> Result<()> {
         bail!("checksum mismatch for {url}: got {actual}, expected {sha}");
     }
     std::fs::rename(&part, dest).with_context(|| format!("keeping {}", dest.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file is fetched and kept when its checksum matches, read from the cache after that,
+    /// and refused (nothing kept) when it does not.
+    #[test]
+    fn only_verified_files_are_kept() {
+        let src = tempfile::tempdir().unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("a.yaml"), "kind: A\n").unwrap();
+        let sha = hex::encode(Sha256::digest(b"kind: A\n"));
+        let base = format!("file://{}", src.path().display());
+        let files = [("a.yaml", sha.as_str())];
+        let got = verified(cache.path(), &base, &files).unwrap();
+        assert_eq!(std::fs::read_to_string(&got[0]).unwrap(), "kind: A\n");
+        std::fs::remove_file(src.path().join("a.yaml")).unwrap();
+        verified(cache.path(), &base, &files).expect("read from the cache");
+        std::fs::write(src.path().join("b.yaml"), "kind: B\n").unwrap();
+        let e = verified(cache.path(), &base, &[("b.yaml", sha.as_str())]).unwrap_err();
+        assert!(e.to_string().contains("checksum mismatch"), "{e}");
+        assert!(!cache.path().join("b.yaml").exists());
+        assert!(!cache.path().join("b.part").exists());
+    }
 }
