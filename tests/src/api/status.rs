@@ -94,7 +94,7 @@ impl ApiError {
         ApiError {
             code: 422,
             reason: "Invalid",
-            message: format!("{} \"{}\" is invalid: {}", rt.kind, name, text.join(", ")),
+            message: format!("{} \"{}\" is invalid: {}", rt.kind, name, aggregate(&text)),
             details: Some(d),
         }
     }
@@ -147,6 +147,14 @@ pub fn success(details: Option<Value>) -> Value {
         s["details"] = d;
     }
     s
+}
+
+/// Errors as Kubernetes' aggregate prints them: one alone, several in brackets.
+fn aggregate(errors: &[String]) -> String {
+    match errors {
+        [one] => one.clone(),
+        _ => format!("[{}]", errors.join(", ")),
+    }
 }
 
 /// The reason of a field error (a `StatusCause`), from the words its message begins with.

@@ -296,3 +296,26 @@ fn rules_the_sandbox_cannot_evaluate_refuse_the_crd() {
     assert!(got[0].2.contains("has no function lowerAscii"), "{got:?}");
     assert!(got[1].2.contains("compilation failed"), "{got:?}");
 }
+
+/// Several failed rules are one 422 with a cause each, the message listing them in brackets
+/// as Kubernetes' aggregate error does.
+#[test]
+fn several_failures_are_one_refusal() {
+    let s = store();
+    let rt = s
+        .lookup("trainer.example.com", "v1alpha1", "trainjobs")
+        .unwrap();
+    let e = s
+        .create(
+            rt,
+            "default",
+            job("t", json!({"managedBy": "other", "numNodes": 9})),
+            false,
+        )
+        .unwrap_err();
+    assert_eq!(causes(&e).len(), 2, "{}", e.message);
+    assert_eq!(
+        e.message,
+        format!("TrainJob.trainer.example.com \"t\" is invalid: [spec.numNodes: Invalid value: \"object\": numNodes 9 is more than 8, spec.managedBy: Invalid value: \"string\": {MANAGED_BY}]")
+    );
+}
