@@ -13,7 +13,7 @@
 //! of the same name that is not the MPIJob's own (another's, or printed by `prrte-k8s
 //! manifest`) is never taken over: the MPIJob fails naming it. `runPolicy.suspend`
 //! suspends the Job; what Kueue writes into the templates while it is suspended reaches the
-//! Job's pods; `runPolicy.cleanPodPolicy: All` deletes the workers after the end. The status
+//! Job's pods; a failed Job is made again up to `runPolicy.backoffLimit` times; `runPolicy.cleanPodPolicy: All` deletes the workers after the end. The status
 //! and the events are mpi-operator's, the replica counts kept right after the end. Replicas elect a leader through a
 //! Lease.
 //!
@@ -23,7 +23,9 @@
 //! (pure); `head` what the MPIJob store keeps of each MPIJob (its name, versions and
 //! `managedBy`, never its spec or status) and the reconcile that reads one the controller
 //! manages in full; `observe` what is read of a Job and its pods; `status` the status from them
-//! (pure); `pod_ends` the events of pods deleted or failed while the job runs (pure); `metrics`
+//! (pure); `pod_ends` the events of pods deleted or failed while the job runs (pure); `restart`
+//! the restarts of a failed job up to `runPolicy.backoffLimit` (the decision pure, one delete);
+//! `status_write` the status' apply; `metrics`
 //! the Prometheus metrics and their endpoint; `ownership` whose an object of a job's name is
 //! (pure); `retry` why a reconcile fails, which errors fail the MPIJob and the backoff of the
 //! others; `reconcile` one reconcile against the API; `run` the command: leader election,
@@ -41,9 +43,11 @@ pub(crate) mod ownership;
 pub(crate) mod pod_ends;
 pub(crate) mod pod_policy;
 pub(crate) mod reconcile;
+pub(crate) mod restart;
 pub(crate) mod retry;
 pub mod run;
 pub(crate) mod status;
+pub(crate) mod status_write;
 
 pub use crd::crd_yaml;
 pub use run::{run, ControllerArgs};

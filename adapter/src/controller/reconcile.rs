@@ -30,14 +30,15 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
-use serde_json::json;
 
 use super::desired::{desired, job_update, managed, managed_by, Desired, Settings};
 use super::metrics::Metrics;
 use super::ownership::{not_managed, owned, passing};
 use super::pod_ends::pod_ends;
+use super::restart::{self, Verdict};
 use super::retry::{api_error, backoff, Failures, ReconcileError};
 use super::status::{finished, next_status, phase, refused, Notice, Observed, INVALID};
+use super::status_write::write_status;
 use crate::manifest::mpijob::model::{MpiJob, MpiJobStatus};
 use crate::manifest::mpijob::stored::{StoredMpiJob, Unfit};
 use crate::manifest::{fresh_key, JOB_LABEL};
@@ -79,7 +80,7 @@ impl Context {
 pub(crate) const MANAGER: &str = "prrte-k8s-controller";
 
 /// The parameters of an apply: forced where the controller owns the fields it writes.
-fn apply_params(force: bool) -> PatchParams {
+pub(super) fn apply_params(force: bool) -> PatchParams {
     let p = PatchParams::apply(MANAGER);
     if force {
         p.force()
@@ -141,6 +142,10 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
         .await
         .map_err(api_error(format!("reading the Job {key}")))?;
     let uid = obj.metadata.uid.clone().unwrap_or_default();
+    // A child being deleted (a restart's, or by hand) is waited for, then made again.
+    let going = job
+        .as_ref()
+        .is_some_and(|j| owned(&j.metadata, &uid) && restart::going(&j.metadata));
     if job.is_none() && !still_there(ctx, &ns, &name, &uid).await? {
         // The cache lagged behind a delete: making the objects now would leave them to the
         // garbage collector (their owner is gone); there is nothing to do.
@@ -148,9 +153,16 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
         ctx.forget(&key);
         return Ok(Action::await_change());
     }
+    let live = job.as_ref().filter(|_| !going).map(|j| &j.metadata);
+    let earlier = restart::earlier(live, &old);
     // What cannot be made is the MPIJob's to fix: it fails, naming why.
-    let (job, refusal) = match make(ctx, &obj, &ns, job).await {
-        Ok(j) => (Some(j), None),
+    let made = match job.filter(|_| !going) {
+        // Nothing is made while the last child goes.
+        None if going => Ok(None),
+        j => make(ctx, &obj, &ns, j, earlier).await.map(Some),
+    };
+    let (job, refusal) = match made {
+        Ok(j) => (j, None),
         Err(e) => match e.refusal() {
             Some(r) => (None, Some(r)),
             None => return Err(e),
@@ -160,6 +172,12 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
         Some(j) => pods_of(ctx, &ns, &name, j).await?,
         None => Vec::new(),
     };
+    let failure = job.as_ref().and_then(restart::job_failure);
+    let verdict = failure
+        .as_ref()
+        .map(|f| restart::verdict(f, earlier, restart::backoff_limit(&obj)));
+    // The failed attempt is over: the status is the next one's.
+    let restarting = going || matches!(verdict, Some(Verdict::Restart { .. }));
     let observed = Observed {
         name: &name,
         namespace: &ns,
@@ -176,14 +194,17 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
             .and_then(|w| w.replicas)
             .and_then(|n| u32::try_from(n).ok())
             .unwrap_or(0),
-        job: job.as_ref(),
-        pods: &pods,
+        job: job.as_ref().filter(|_| !restarting),
+        pods: if restarting { &[] } else { &pods },
         invalid: None,
     };
-    let out = match &refusal {
+    let mut out = match &refusal {
         Some((reason, why)) => refused(&old, &key, reason, why, &now()),
         None => next_status(&old, &observed, &now()),
     };
+    let next = u32::from(matches!(verdict, Some(Verdict::Restart { .. })));
+    let failed = failure.as_ref().zip(verdict.as_ref());
+    restart::apply(&mut out, &key, earlier + next, failed, &now());
     if out.status != old && !write_status(ctx, &ns, &name, &out.status).await? {
         // Deleted since it was read: its objects go with it.
         ctx.metrics.set_phase(&key, None);
@@ -207,12 +228,22 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
         }
     }
     ctx.metrics.set_phase(&key, Some(phase(&out.status)));
+    if let (Some(Verdict::Restart { .. }), Some(j)) = (&verdict, &job) {
+        let child = j.metadata.uid.as_deref().unwrap_or_default();
+        restart::delete_child(&ctx.client, &ns, &name, child).await?;
+    }
     Ok(if finished(&out.status) {
         Action::await_change()
+    } else if restarting {
+        // The child's deletion wakes it; this, should a watch event be missed.
+        Action::requeue(RESTART_CHECK)
     } else {
         Action::requeue(RESYNC)
     })
 }
+
+/// How often an MPIJob that restarts is looked at while its failed child goes.
+const RESTART_CHECK: Duration = Duration::from_secs(5);
 
 /// After the MPIJob's end (`old`, the status that says it): its replica counts are made again
 /// while its Job is there (the conditions and `completionTime` stay), and
@@ -263,7 +294,14 @@ async fn after_end(
         pods: &pods,
         invalid: None,
     };
-    let out = next_status(old, &observed, &now());
+    let mut out = next_status(old, &observed, &now());
+    restart::apply(
+        &mut out,
+        "",
+        restart::earlier(Some(&job.metadata), old),
+        None,
+        &now(),
+    );
     if out.status != *old {
         write_status(ctx, ns, &name, &out.status).await?;
     }
@@ -330,26 +368,6 @@ async fn reconcile_unfit(
     Ok(Action::await_change())
 }
 
-/// Applies `status` to the MPIJob `ns/name`; false when the MPIJob is gone.
-async fn write_status(
-    ctx: &Context,
-    ns: &str,
-    name: &str,
-    status: &MpiJobStatus,
-) -> Result<bool, ReconcileError> {
-    // Read back as stored: the answer need not fit the model.
-    let api: Api<StoredMpiJob> = Api::namespaced(ctx.client.clone(), ns);
-    match api
-        .patch_status(name, &apply_params(true), &Patch::Apply(status_of(status)))
-        .await
-    {
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
-        r => r.map(|_| true).map_err(api_error(format!(
-            "writing the status of the MPIJob {ns}/{name}"
-        ))),
-    }
-}
-
 /// After a failed reconcile: counted, logged, retried after a backoff that doubles with each
 /// failure of the MPIJob in a row (5 s to 5 min).
 pub(crate) fn error_policy<K: Resource>(
@@ -366,19 +384,6 @@ pub(crate) fn error_policy<K: Resource>(
     let wait = backoff(ctx.failures.failed(&key));
     tracing::warn!("MPIJob {key}: {e} (retried in {} s)", wait.as_secs());
     Action::requeue(wait)
-}
-
-/// The body of the status' apply: the whole status, which is the controller's (forced: a
-/// status written by another, e.g. before `managedBy` named this controller, is taken over).
-/// A replica count of zero is left out, as mpi-operator leaves it out: the count the
-/// controller's earlier apply set goes with it (server-side apply deletes the fields a
-/// manager's apply no longer sets).
-fn status_of(status: &MpiJobStatus) -> serde_json::Value {
-    json!({
-        "apiVersion": MpiJob::api_version(&()),
-        "kind": MpiJob::kind(&()),
-        "status": status,
-    })
 }
 
 /// Whether the MPIJob `ns/name` is still stored with `uid` and not being deleted, read from
@@ -435,13 +440,14 @@ async fn not_ours(
 const EXISTS: &str = "ErrResourceExists";
 
 /// Makes what the MPIJob `obj` should have and is missing, and brings its Job (`job`, as read)
-/// in line; returns the Job. An existing Job that is not its own, or an MPIJob the conversion
-/// refuses, is an error.
+/// in line; returns the Job. A Job made now is attempt `attempt` ([`restart::mark`]). An
+/// existing Job that is not its own, or an MPIJob the conversion refuses, is an error.
 async fn make(
     ctx: &Context,
     obj: &MpiJob,
     ns: &str,
     job: Option<Job>,
+    attempt: u32,
 ) -> Result<Job, ReconcileError> {
     let uid = obj.metadata.uid.as_deref().unwrap_or_default();
     if let Some(j) = &job {
@@ -451,10 +457,11 @@ async fn make(
         }
     }
     // The key is used only if the Secret is made now; it never leaves this process otherwise.
-    let d = desired(obj, &ctx.settings, &fresh_key()).map_err(|e| ReconcileError::Refused {
+    let mut d = desired(obj, &ctx.settings, &fresh_key()).map_err(|e| ReconcileError::Refused {
         reason: INVALID,
         why: e.to_string(),
     })?;
+    restart::mark(&mut d.job, attempt, restart::deadline_left(obj, &now()));
     ensure(ctx, obj, ns, d, job).await
 }
 

@@ -6,8 +6,8 @@
 //! `replicaStatuses` for `Launcher` (pod 0) and `Worker` (pods 1..N), `startTime` and
 //! `completionTime`; and the events that go with each change. `Succeeded` comes with the Job's
 //! `Complete`, or, with `cleanPodPolicy: None` (the workers stay up, so the Job does not
-//! complete), with index 0 among its completed indexes. `Restarting` is never set:
-//! every pod runs once (a failed pod fails the job).
+//! complete), with index 0 among its completed indexes. Every pod runs once (a failed pod fails
+//! the job); `Restarting`, and a failure after the last restart, are [`super::restart`]'s.
 //!
 //! `replicaStatuses` count each pod once, by its phase; a pod being deleted is not active.
 //! Once the Job has finished they are mpi-operator's, from the Job alone: the launcher
@@ -58,14 +58,14 @@ pub struct Notice {
 }
 
 impl Notice {
-    fn normal(reason: &str, message: String) -> Self {
+    pub(super) fn normal(reason: &str, message: String) -> Self {
         Self {
             warning: false,
             reason: reason.into(),
             message,
         }
     }
-    fn warning(reason: &str, message: String) -> Self {
+    pub(super) fn warning(reason: &str, message: String) -> Self {
         Self {
             warning: true,
             reason: reason.into(),
@@ -90,7 +90,7 @@ pub(crate) const INVALID: &str = "ValidationError";
 /// The longest event message Kubernetes takes.
 const MESSAGE_LIMIT: usize = 1024;
 
-fn truncate(mut m: String) -> String {
+pub(super) fn truncate(mut m: String) -> String {
     if m.len() > MESSAGE_LIMIT {
         let mut cut = MESSAGE_LIMIT - 3;
         while !m.is_char_boundary(cut) {
@@ -129,7 +129,7 @@ pub fn phase(s: &MpiJobStatus) -> &'static str {
 /// Sets a condition as mpi-operator does (`setCondition`): unchanged if its status and reason
 /// are; `lastTransitionTime` kept if its status is; `Running` and `Restarting` exclude each
 /// other; `Succeeded` or `Failed` turn `Running` false. Returns whether anything changed.
-fn set(
+pub(super) fn set(
     s: &mut MpiJobStatus,
     type_: &str,
     status: bool,

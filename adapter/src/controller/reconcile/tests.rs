@@ -723,3 +723,185 @@ async fn other_failures_back_off_per_mpijob() {
     reconcile_now(&store, &ctx).await;
     assert_eq!(error_policy(obj, &e, ctx.clone()), secs(&[5])[0]);
 }
+
+/// Fails the Job of the store (its launcher pod's exit, as the Job's failure policy says it),
+/// its pods with it.
+fn fail_the_job(store: &Shared) {
+    let mut s = store.lock().unwrap();
+    let job_uid = s.objects[JOB]["metadata"]["uid"].clone();
+    for i in 0..3 {
+        s.objects.insert(
+            format!("/api/v1/namespaces/team/pods/pi-{i}"),
+            json!({"metadata": {"name": format!("pi-{i}"), "namespace": "team", "uid": format!("{job_uid}-{i}"),
+                "labels": {"prrte-k8s.io/job": "pi", "batch.kubernetes.io/job-completion-index": i.to_string()},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "pi", "uid": job_uid, "controller": true}]},
+                "status": {"phase": "Failed"}}),
+        );
+    }
+    let job = s.objects.get_mut(JOB).unwrap();
+    job["status"] = json!({"conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+        "message": "Container agent for pod team/pi-0 failed with exit code 1"}]});
+}
+
+/// The Job's pods go with it (the garbage collector, after a foreground delete).
+fn pods_gone(store: &Shared) {
+    store
+        .lock()
+        .unwrap()
+        .objects
+        .retain(|k, _| !k.contains("/pods/"));
+}
+
+fn condition_of(store: &Shared, kind: &str) -> Option<(String, String, String)> {
+    let s = store.lock().unwrap();
+    s.objects[MPIJOB]["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+        .map(|c| {
+            let f = |k: &str| c[k].as_str().unwrap_or("").to_string();
+            (f("status"), f("reason"), f("message"))
+        })
+}
+
+fn attempt_label(store: &Shared) -> (Value, Value) {
+    let s = store.lock().unwrap();
+    let j = &s.objects[JOB];
+    (
+        j["metadata"]["labels"]["prrte-k8s.io/attempt"].clone(),
+        j["spec"]["template"]["metadata"]["labels"]["prrte-k8s.io/attempt"].clone(),
+    )
+}
+
+/// `backoffLimit: 1`: the first failure restarts the whole job (`Restarting`, its event, the
+/// failed Job deleted in the foreground and made again, attempt 1, nothing else made again);
+/// a child being deleted is waited for; the second failure is `Failed`
+/// `BackoffLimitExceeded`, both failures counted.
+#[tokio::test]
+async fn a_failed_job_is_made_again_up_to_the_backoff_limit() {
+    let store: Shared = Arc::default();
+    mpijob(&store, |v| {
+        v["spec"]["runPolicy"]["backoffLimit"] = json!(1)
+    });
+    let ctx = context(&store);
+    reconcile_now(&store, &ctx).await;
+    assert_eq!(attempt_label(&store), (json!("0"), json!("0")));
+    let first_uid = store.lock().unwrap().objects[JOB]["metadata"]["uid"].clone();
+    let secret = store.lock().unwrap().objects[SECRET].clone();
+
+    fail_the_job(&store);
+    store.lock().unwrap().requests.clear();
+    reconcile_now(&store, &ctx).await;
+    let (status, reason, message) = condition_of(&store, "Restarting").unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "MPIJobRestarting")
+    );
+    assert!(
+        message.contains("attempt 1 (PodFailurePolicy): Container agent for pod team/pi-0")
+            && message.contains("attempt 2 starts"),
+        "{message}"
+    );
+    assert!(condition_of(&store, "Failed").is_none());
+    assert_eq!(
+        event_notes(&store, "MPIJobRestarting"),
+        std::slice::from_ref(&message)
+    );
+    let deletes: Vec<(String, String)> = store
+        .lock()
+        .unwrap()
+        .requests
+        .iter()
+        .filter(|(m, _, _)| m == "DELETE")
+        .map(|(_, p, b)| (p.clone(), b.clone()))
+        .collect();
+    assert_eq!(deletes.len(), 1, "{deletes:?}");
+    assert_eq!(deletes[0].0, JOB);
+    let body: Value = serde_json::from_str(&deletes[0].1).unwrap();
+    assert_eq!(body["propagationPolicy"], "Foreground");
+    assert_eq!(body["preconditions"]["uid"], first_uid);
+    let st = store.lock().unwrap().objects[MPIJOB]["status"].clone();
+    assert_eq!(st["replicaStatuses"]["Launcher"]["failed"], 1);
+    // The failed attempt's workers are not counted (a zero is left out).
+    assert!(
+        st["replicaStatuses"]["Worker"].get("failed").is_none(),
+        "{st}"
+    );
+
+    // Still being deleted (the foreground waits for its pods): nothing is made or written.
+    {
+        let mut s = store.lock().unwrap();
+        let mut going = json!({"metadata": {"name": "pi", "namespace": "team", "uid": first_uid,
+            "deletionTimestamp": "2026-12-03T12:01:00Z", "finalizers": ["foregroundDeletion"],
+            "labels": {"prrte-k8s.io/attempt": "0"},
+            "ownerReferences": [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "pi",
+                "uid": "mpijob-uid", "controller": true}]}});
+        going["status"] = json!({"conditions": [{"type": "Failed", "status": "True"}]});
+        s.objects.insert(JOB.into(), going);
+        s.requests.clear();
+    }
+    reconcile_now(&store, &ctx).await;
+    assert_eq!(writes(&store), Vec::<String>::new());
+
+    // Gone: made again, attempt 1, the same Secret.
+    store.lock().unwrap().objects.remove(JOB);
+    pods_gone(&store);
+    store.lock().unwrap().requests.clear();
+    reconcile_now(&store, &ctx).await;
+    assert_eq!(
+        writes(&store),
+        ["PATCH /apis/batch/v1/namespaces/team/jobs/pi"]
+    );
+    assert_eq!(attempt_label(&store), (json!("1"), json!("1")));
+    assert_eq!(store.lock().unwrap().objects[SECRET], secret);
+    assert_eq!(condition_of(&store, "Restarting").unwrap().0, "True");
+    let st = store.lock().unwrap().objects[MPIJOB]["status"].clone();
+    assert_eq!(st["replicaStatuses"]["Launcher"]["failed"], 1);
+
+    fail_the_job(&store);
+    store.lock().unwrap().requests.clear();
+    reconcile_now(&store, &ctx).await;
+    let (status, reason, message) = condition_of(&store, "Failed").unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "BackoffLimitExceeded")
+    );
+    assert!(
+        message.starts_with("MPIJob team/pi has reached the specified backoff limit (1 restarts): attempt 2 (PodFailurePolicy): Container agent for pod team/pi-0"),
+        "{message}"
+    );
+    assert!(!writes(&store).iter().any(|w| w.starts_with("DELETE")));
+    let st = store.lock().unwrap().objects[MPIJOB]["status"].clone();
+    assert_eq!(st["replicaStatuses"]["Launcher"]["failed"], 2);
+    assert!(st["completionTime"].is_string());
+    assert_eq!(event_notes(&store, "BackoffLimitExceeded"), [message]);
+}
+
+/// Suspended while it restarts: the count is kept; the next attempt is made suspended, as
+/// attempt 1.
+#[tokio::test]
+async fn a_restart_suspended_keeps_its_count() {
+    let store: Shared = Arc::default();
+    mpijob(&store, |v| {
+        v["spec"]["runPolicy"]["backoffLimit"] = json!(3)
+    });
+    let ctx = context(&store);
+    reconcile_now(&store, &ctx).await;
+    fail_the_job(&store);
+    reconcile_now(&store, &ctx).await;
+    assert!(!store.lock().unwrap().objects.contains_key(JOB));
+    pods_gone(&store);
+    store.lock().unwrap().objects.get_mut(MPIJOB).unwrap()["spec"]["runPolicy"]["suspend"] =
+        json!(true);
+    reconcile_now(&store, &ctx).await;
+    assert_eq!(attempt_label(&store), (json!("1"), json!("1")));
+    assert_eq!(store.lock().unwrap().objects[JOB]["spec"]["suspend"], true);
+    assert_eq!(condition_of(&store, "Suspended").unwrap().0, "True");
+    let st = store.lock().unwrap().objects[MPIJOB]["status"].clone();
+    assert_eq!(st["replicaStatuses"]["Launcher"]["failed"], 1);
+    // A controller restarted now counts the same: from the Job's label.
+    let ctx = context(&store);
+    store.lock().unwrap().requests.clear();
+    reconcile_now(&store, &ctx).await;
+    assert_eq!(writes(&store), Vec::<String>::new());
+}

@@ -357,7 +357,7 @@ fn run_policy(
     match p.backoff_limit {
         Some(n) if n > 0 => notes.push(Note::new(
             format!("{at}.backoffLimit"),
-            format!("{n} not honoured: the job runs once, and a failed pod or rank fails it at once, naming it (a retried pod cannot rejoin a running MPI job); rerun it with kubectl"),
+            format!("{n}: prrte-k8s controller restarts the whole job after it failed (every pod made again, a new DVM; not after its deadline), up to {n} times, then fails it (BackoffLimitExceeded); the rendered Job alone runs once (backoffLimit: 0: a retried pod cannot rejoin a running MPI job), and a failed pod or rank fails it at once, naming it"),
         )),
         _ => {}
     }
@@ -426,13 +426,14 @@ fn run_policy(
     Ok(())
 }
 
-/// The replicas' restartPolicy: one try.
+/// The replicas' restartPolicy: no pod is restarted in place; the retries are the
+/// backoffLimit's, each of the whole job.
 fn replica_policies(job: &Parsed, notes: &mut Vec<Note>) {
     for r in std::iter::once(&job.launcher).chain(job.worker.as_ref()) {
         if r.restart_policy == Some("OnFailure") {
             notes.push(Note::new(
                 format!("spec.mpiReplicaSpecs.{}.restartPolicy", r.role),
-                "OnFailure not honoured: every pod runs once (restartPolicy Never); a failure fails the Job, naming the pod",
+                "OnFailure: no pod is restarted in place (restartPolicy Never: a restarted process cannot rejoin a running MPI job); as in mpi-operator, runPolicy.backoffLimit bounds the retries, and prrte-k8s controller retries the whole job (every pod made again)",
             ));
         }
     }

@@ -82,8 +82,9 @@ pub(crate) struct RunPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) active_deadline_seconds: Option<i64>,
     #[schemars(
-        description = "Retries before the job fails: not honoured, the job runs once (a retried \
-                       pod cannot rejoin a running MPI job)."
+        description = "Restarts of the whole job (every pod made again, a new DVM) after it \
+                       failed, before it fails with BackoffLimitExceeded (prrte-k8s controller; \
+                       not after activeDeadlineSeconds). Absent: 0, the first failure fails it."
     )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) backoff_limit: Option<i32>,

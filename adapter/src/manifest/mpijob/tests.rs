@@ -277,7 +277,10 @@ fn every_run_policy_field_is_mapped_or_named() {
       scheduleTimeoutSeconds: 60",
     ));
     for (f, needle) in [
-        ("runPolicy.backoffLimit", "3 not honoured"),
+        (
+            "runPolicy.backoffLimit",
+            "restarts the whole job after it failed",
+        ),
         ("runPolicy.cleanPodPolicy", "None: the workers stay up"),
         ("schedulingPolicy.minAvailable", "--gang-scheduler"),
         ("schedulingPolicy.minResources", "PodGroup"),
@@ -332,7 +335,7 @@ fn every_run_policy_field_is_mapped_or_named() {
         e.contains("queue") && e.contains("q1") && e.contains("q2"),
         "{e}"
     );
-    // restartPolicy OnFailure: one try.
+    // restartPolicy OnFailure: no pod restarted in place.
     let (_, notes) = convert(&mpijob("").replace(
         "    Launcher:\n",
         "    Launcher:\n      restartPolicy: OnFailure\n",
@@ -340,7 +343,7 @@ fn every_run_policy_field_is_mapped_or_named() {
     assert!(field(&notes, "Launcher.restartPolicy")
         .unwrap()
         .what
-        .contains("OnFailure not honoured"));
+        .contains("no pod is restarted in place"));
 }
 
 #[test]
