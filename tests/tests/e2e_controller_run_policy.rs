@@ -2,7 +2,8 @@
 //! expectations: `suspend` of a running MPIJob and its resume (its integration test
 //! `TestMPIJobResumingAndSuspending`), the status after the end (`TestMPIJobSuccess`,
 //! `TestMPIJobFailure`, its e2e case "has malformed command", a deadline), and
-//! `cleanPodPolicy` (`TestShutdownWorker`: `Running`, the default; `All`). The controller
+//! `cleanPodPolicy` (`TestShutdownWorker`: `Running`, the default; `All`), and `backoffLimit`
+//! (a launcher that fails twice then succeeds, one that always fails). The controller
 //! runs as a process of this build (`prrte-k8s controller`, the cluster's kubeconfig) against
 //! a sandbox of its own, the MPIJobs are mpi-operator's `pi.yaml` with `managedBy` added and
 //! its image the tests' trixie Open MPI image; `kubectl` is the real one.
@@ -10,7 +11,7 @@
 mod common;
 
 use common::controller::{end_of, launcher_args, pi, Sandbox};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
 /// mpi-operator's `TestMPIJobResumingAndSuspending` (and its e2e "suspended on creation"),
@@ -171,5 +172,192 @@ async fn clean_pod_policy_none() {
     assert_eq!(job["status"]["active"], 2, "{}", job["status"]);
     sb.kubectl_ok(&["delete", "mpijob", "none", "--wait=false"], None);
     sb.wait_pods("none", "gone", 90, |p| p.is_empty());
+    sb.shutdown();
+}
+
+/// The launcher runs `mpirun -n 2 sh -c 'test ATTEMPT -ge SUCCEEDS_FROM && exec pi'`, ATTEMPT
+/// the pod's attempt label read through a downward-API volume in every pod (the ranks' too):
+/// attempts before `succeeds_from` fail (the ranks exit 1), later ones run pi.
+fn fails_until(v: &mut Value, succeeds_from: u32) {
+    let script = format!(
+        "test \"$(cat /etc/attempt/attempt)\" -ge {succeeds_from} && exec /home/mpiuser/pi"
+    );
+    launcher_args(v, &["/bin/sh", "-c", &script]);
+    v["spec"]["runPolicy"]["backoffLimit"] = 2.into();
+    for role in ["Launcher", "Worker"] {
+        let spec = &mut v["spec"]["mpiReplicaSpecs"][role]["template"]["spec"];
+        spec["volumes"] = json!([{"name": "attempt", "downwardAPI": {"items": [
+            {"path": "attempt", "fieldRef": {"fieldPath": "metadata.labels['prrte-k8s.io/attempt']"}}]}}]);
+        spec["containers"][0]["volumeMounts"] =
+            json!([{"name": "attempt", "mountPath": "/etc/attempt", "readOnly": true}]);
+    }
+}
+
+impl Sandbox {
+    /// Applies `yaml`, the MPIJob `name`, and follows every change of it in the API server's
+    /// store (no write is missed, however short its state lasted) until its condition `end` is
+    /// True, within `secs`; returns it then, and the messages of the `Restarting` conditions
+    /// it showed on the way (each once, in order).
+    async fn through_restarts(
+        &self,
+        yaml: &str,
+        name: &str,
+        end: &str,
+        secs: u64,
+    ) -> (Value, Vec<String>) {
+        let mut feed = self.cluster.store().subscribe();
+        self.apply(yaml);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        let mut seen: Vec<String> = Vec::new();
+        loop {
+            let next = tokio::time::timeout_at(deadline, feed.recv()).await;
+            let ev = match next {
+                Ok(Ok(ev)) => ev,
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(n))) => {
+                    panic!("the store's feed dropped {n} changes")
+                }
+                _ => panic!(
+                    "MPIJob {name}: not {end} within {secs} s (restarts seen: {seen:?}):\n{}",
+                    self.describe(name)
+                ),
+            };
+            if ev.resource.plural != "mpijobs" || ev.name != name {
+                continue;
+            }
+            let j: &Value = &ev.object;
+            let restarting = j["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Restarting" && c["status"] == "True");
+            if let Some(m) = restarting.and_then(|c| c["message"].as_str()) {
+                if !seen.iter().any(|s| s == m) {
+                    seen.push(m.to_string());
+                }
+            }
+            if Self::condition(j, end).is_some_and(|(s, _)| s == "True") {
+                return (j.clone(), seen);
+            }
+        }
+    }
+
+    /// The events of `reason` on the MPIJob `name`, oldest first: (message, how many times it
+    /// was recorded). kube's recorder makes one event of a reason a series: a repeat counts,
+    /// its message is the first's.
+    fn events(&self, name: &str, reason: &str) -> Vec<(String, i64)> {
+        let out = self.kubectl_ok(
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                &format!("involvedObject.name={name},reason={reason}"),
+                "-o",
+                "json",
+            ],
+            None,
+        );
+        let v: Value = serde_json::from_str(&out).unwrap_or_default();
+        let mut evs: Vec<(String, String, i64)> = v["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|e| {
+                let note = e["message"].as_str().or(e["note"].as_str()).unwrap_or("");
+                let t = e["eventTime"]
+                    .as_str()
+                    .or(e["firstTimestamp"].as_str())
+                    .unwrap_or("");
+                let count = e["series"]["count"]
+                    .as_i64()
+                    .or(e["count"].as_i64())
+                    .unwrap_or(1);
+                (t.to_string(), note.to_string(), count)
+            })
+            .collect();
+        evs.sort();
+        evs.into_iter().map(|(_, m, n)| (m, n)).collect()
+    }
+}
+
+/// `backoffLimit: 2` and a launcher whose first two attempts fail: the MPIJob is `Restarting`
+/// twice (each naming the attempt that failed and the next), its event recorded twice, every pod
+/// made again each time (the attempt label 0, 1, 2), then `Succeeded`; the launcher's
+/// failures counted as mpi-operator counts its launcher Job's (`Launcher {succeeded: 1,
+/// failed: 2}`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backoff_limit_restarts_then_succeeds() {
+    let sb = Sandbox::start("ctl-backoff-ok").await;
+    let yaml = pi("retry", |v| fails_until(v, 2));
+    let (done, seen) = sb.through_restarts(&yaml, "retry", "Succeeded", 600).await;
+    assert_eq!(seen.len(), 2, "{seen:?}\n{}", sb.describe("retry"));
+    for (i, m) in seen.iter().enumerate() {
+        let (failed, next) = (i + 1, i + 2);
+        assert!(
+            m.contains(&format!("attempt {failed} ("))
+                && m.contains(&format!("attempt {next} starts")),
+            "{m}"
+        );
+    }
+    // One event of the reason, recorded twice (the first restart's message).
+    assert_eq!(
+        sb.events("retry", "MPIJobRestarting"),
+        [(seen[0].clone(), 2)]
+    );
+    assert!(Sandbox::condition(&done, "Failed").is_none());
+    assert!(
+        Sandbox::condition(&done, "Restarting").is_none(),
+        "Running replaced it"
+    );
+    let job = sb.kubectl_ok(&["get", "job", "retry", "-o", "json"], None);
+    let job: Value = serde_json::from_str(&job).unwrap();
+    assert_eq!(job["metadata"]["labels"]["prrte-k8s.io/attempt"], "2");
+    let log = sb.kubectl_ok(
+        &[
+            "logs",
+            "--tail=-1",
+            "-l",
+            "batch.kubernetes.io/job-name=retry,batch.kubernetes.io/job-completion-index=0",
+        ],
+        None,
+    );
+    assert!(log.contains("pi is approximately"), "{log}");
+    let settled = sb.wait_counts("retry", [(0, 1, 2), (0, 0, 0)]);
+    assert_eq!(end_of(&settled), end_of(&done));
+    sb.shutdown();
+}
+
+/// `backoffLimit: 2` and a launcher that always fails: `Restarting` twice, then `Failed` with
+/// reason `BackoffLimitExceeded`, its message naming the third attempt's failure (the pod and
+/// its exit code), and its event; the three failures counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backoff_limit_exceeded() {
+    let sb = Sandbox::start("ctl-backoff-exceeded").await;
+    let yaml = pi("doomed", |v| fails_until(v, 9));
+    let (done, seen) = sb.through_restarts(&yaml, "doomed", "Failed", 600).await;
+    assert_eq!(seen.len(), 2, "{seen:?}\n{}", sb.describe("doomed"));
+    let failed = done["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .unwrap()
+        .clone();
+    assert_eq!(failed["reason"], "BackoffLimitExceeded");
+    let msg = failed["message"].as_str().unwrap();
+    assert!(
+        msg.contains("backoff limit (2 restarts): attempt 3 (") && msg.contains("exit code 1"),
+        "{msg}"
+    );
+    assert_eq!(
+        sb.events("doomed", "BackoffLimitExceeded"),
+        [(msg.to_string(), 1)]
+    );
+    assert_eq!(
+        sb.events("doomed", "MPIJobRestarting"),
+        [(seen[0].clone(), 2)]
+    );
+    let settled = sb.wait_counts("doomed", [(0, 0, 3), (0, 0, 0)]);
+    assert_eq!(end_of(&settled), end_of(&done));
     sb.shutdown();
 }

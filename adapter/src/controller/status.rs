@@ -117,10 +117,10 @@ pub fn finished(s: &MpiJobStatus) -> bool {
     is_true(s, "Succeeded") || is_true(s, "Failed")
 }
 
-/// The phase for `kubectl get` and the metrics: `Failed`, `Succeeded`, `Suspended`, `Running`
-/// or `Created`.
+/// The phase for `kubectl get` and the metrics: `Failed`, `Succeeded`, `Suspended`,
+/// `Restarting`, `Running` or `Created`.
 pub fn phase(s: &MpiJobStatus) -> &'static str {
-    ["Failed", "Succeeded", "Suspended", "Running"]
+    ["Failed", "Succeeded", "Suspended", "Restarting", "Running"]
         .into_iter()
         .find(|t| is_true(s, t))
         .unwrap_or("Created")

@@ -157,6 +157,7 @@ fn a_restart_is_restarting_with_its_event_and_running_ends_it() {
          team/pi-0-x failed with exit code 1; attempt 2 starts, every pod made again"
     );
     assert!(condition(&out.status, "Failed").is_none());
+    assert_eq!(crate::controller::status::phase(&out.status), "Restarting");
     assert_eq!(out.status.replica_statuses["Launcher"].failed, 1);
     assert_eq!(
         out.notices
