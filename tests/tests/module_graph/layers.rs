@@ -20,7 +20,9 @@ pub(crate) const LAYERS: &[Layers] = &[
         krate: "adapter",
         scope: "",
         layers: &[
-            &["hostfile", "runtime", "settings", "text", "workload"],
+            &[
+                "hostfile", "runtime", "settings", "text", "workflow", "workload",
+            ],
             &["protocol"],
             &["profile"],
             &["agent", "discovery"],
