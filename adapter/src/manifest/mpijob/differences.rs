@@ -3,9 +3,9 @@
 
 use serde_json::Value;
 
+use super::container::{first_container, REPLACED};
 use super::error::{MpiJobError, Note};
 use super::parse::Replica;
-use super::pods::{first_container, REPLACED};
 use super::reader::show;
 
 /// `...template.spec` → `...template`.

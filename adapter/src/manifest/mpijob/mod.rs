@@ -34,6 +34,7 @@
 //! `stored` is an MPIJob as the controller watches it (its spec and status read into the model
 //! one MPIJob at a time, so that one that does not fit names its field and stops no other).
 
+mod container;
 mod convert;
 mod differences;
 mod error;

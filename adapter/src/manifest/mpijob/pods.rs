@@ -6,26 +6,13 @@
 
 use serde_json::{json, Map, Value};
 
+use super::container::{first_container, REPLACED};
 use super::error::{MpiJobError, Note};
 use super::harden::{self, Identity};
 use super::parse::{Parsed, Replica};
 use super::reader::show;
 use super::volumes::{check_mounts, check_volumes, rename_volumes};
 use crate::manifest::inject::INSTALL_CONTAINER;
-
-/// The fields of the application container the agent's own parts replace.
-pub(super) const REPLACED: &[&str] = &[
-    "name",
-    "command",
-    "args",
-    "env",
-    "volumeMounts",
-    "ports",
-    "readinessProbe",
-    "livenessProbe",
-    "startupProbe",
-    "securityContext",
-];
 
 /// The pod spec fields handled on their own (not compared or copied as they are).
 const POD_OWN: &[&str] = &[
@@ -71,21 +58,6 @@ pub(super) struct Pods {
     pub identity: Identity,
     /// The Launcher's command and args: the batch command.
     pub command: Vec<String>,
-}
-
-/// The first container of a replica's pod spec, as an object.
-pub(super) fn first_container(r: &Replica) -> Result<&Map<String, Value>, MpiJobError> {
-    match r.spec.get("containers").and_then(|c| c.get(0)) {
-        Some(Value::Object(c)) => Ok(c),
-        other => Err(MpiJobError::field(
-            format!("{}.containers[0]", r.path),
-            format!(
-                "is {}, not a container",
-                other.map(show).unwrap_or_default()
-            ),
-            "give the container that runs the MPI program",
-        )),
-    }
 }
 
 /// The entries of an array field of `obj` that are objects with a string `key` (env names,
