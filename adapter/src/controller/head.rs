@@ -19,8 +19,9 @@ use kube::{Resource, ResourceExt};
 use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use super::context::Context;
 use super::desired::managed_by;
-use super::reconcile::{reconcile, Context};
+use super::reconcile::reconcile;
 use super::retry::ReconcileError;
 use crate::manifest::mpijob::model::MpiJob;
 use crate::manifest::mpijob::stored::StoredMpiJob;

@@ -32,6 +32,7 @@
 //! kube-runtime's `Controller` and the pod store; `install` the objects that install the
 //! controller (`prrte-k8s manifest --controller`, `prrte-config/deploy/`).
 
+pub(crate) mod context;
 pub(crate) mod crd;
 pub(crate) mod desired;
 pub(crate) mod gang;

@@ -1,6 +1,6 @@
 //! One reconcile of one MPIJob, against the API: read what is there, make what is missing
 //! ([`super::desired`]), write the status ([`super::status`]) and its events. Every object is
-//! written with server-side apply under one field manager, [`MANAGER`], and every write is
+//! written with server-side apply under one field manager, [`MANAGER`](super::context::MANAGER), and every write is
 //! idempotent: the objects are made only while the Job is absent and only where they are
 //! absent (an existing Secret keeps its key), the Job is applied again only where it differs,
 //! the status only when it changed, so a controller restarted mid-job changes nothing and
@@ -17,77 +17,29 @@
 //! reconcile. When it is the controller's, its status gets the condition `Failed` naming the
 //! field, with a warning event, and nothing is made for it.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::Store;
-use kube::{Client, Resource, ResourceExt};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
 
-use super::desired::{desired, job_update, managed, managed_by, Desired, Settings};
-use super::metrics::Metrics;
+use super::context::{apply_params, Context};
+use super::desired::{desired, job_update, managed, managed_by, Desired};
 use super::ownership::{not_managed, owned, passing};
 use super::pod_ends::pod_ends;
 use super::restart::{self, Verdict};
-use super::retry::{api_error, backoff, Failures, ReconcileError};
+use super::retry::{api_error, backoff, ReconcileError};
 use super::status::{finished, next_status, phase, refused, Notice, Observed, INVALID};
 use super::status_write::write_status;
 use crate::manifest::mpijob::model::{MpiJob, MpiJobStatus};
 use crate::manifest::mpijob::stored::{StoredMpiJob, Unfit};
 use crate::manifest::{fresh_key, JOB_LABEL};
-
-/// What every reconcile shares.
-pub struct Context {
-    pub client: Client,
-    pub settings: Settings,
-    pub recorder: Recorder,
-    pub(crate) metrics: Arc<Metrics>,
-    /// The pods of every prrte-k8s job, as the controller's pod watch keeps them.
-    pub pods: Store<Pod>,
-    /// The pods whose end was posted, by MPIJob (`namespace/name`): each is posted once while
-    /// this controller leads (one that restarts mid-job may post a pod's end once more).
-    pub posted: Mutex<HashMap<String, HashSet<String>>>,
-    /// The failed reconciles in a row of each MPIJob (its retries' backoff).
-    pub(crate) failures: Failures,
-}
-
-impl Context {
-    /// Whether the end of pod `uid` of MPIJob `key` is news (and now it is not).
-    fn first_post(&self, key: &str, uid: &str) -> bool {
-        let mut posted = self.posted.lock().unwrap_or_else(|p| p.into_inner());
-        posted
-            .entry(key.to_string())
-            .or_default()
-            .insert(uid.to_string())
-    }
-
-    /// MPIJob `key` is done (or gone): its pods are forgotten.
-    pub(super) fn forget(&self, key: &str) {
-        let mut posted = self.posted.lock().unwrap_or_else(|p| p.into_inner());
-        posted.remove(key);
-    }
-}
-
-/// The field manager of every object the controller writes (its server-side applies): the
-/// controller's name.
-pub(crate) const MANAGER: &str = "prrte-k8s-controller";
-
-/// The parameters of an apply: forced where the controller owns the fields it writes.
-pub(super) fn apply_params(force: bool) -> PatchParams {
-    let p = PatchParams::apply(MANAGER);
-    if force {
-        p.force()
-    } else {
-        p
-    }
-}
 
 /// How often a live MPIJob is looked at even when nothing it watches changed.
 const RESYNC: Duration = Duration::from_secs(300);

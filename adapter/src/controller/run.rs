@@ -20,11 +20,12 @@ use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use kube_lease_manager::LeaseManagerBuilder;
 
+use super::context::Context;
 use super::desired::Settings;
 use super::head::{reconcile_head, MpiJobHead};
 use super::metrics::{serve, Metrics};
 use super::pod_policy::PodPolicy;
-use super::reconcile::{error_policy, Context};
+use super::reconcile::error_policy;
 use crate::manifest::api_server::{self, ApiServer};
 use crate::manifest::{INJECT_IMAGE, JOB_LABEL};
 

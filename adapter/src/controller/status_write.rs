@@ -5,7 +5,7 @@ use kube::api::{Api, Patch};
 use kube::Resource;
 use serde_json::json;
 
-use super::reconcile::{apply_params, Context};
+use super::context::{apply_params, Context};
 use super::retry::{api_error, ReconcileError};
 use crate::manifest::mpijob::model::{MpiJob, MpiJobStatus};
 use crate::manifest::mpijob::stored::StoredMpiJob;

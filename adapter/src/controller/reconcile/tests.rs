@@ -15,9 +15,10 @@ use kube::runtime::watcher;
 use kube::Client;
 use serde_json::{json, Value};
 
+use crate::controller::context::Context;
 use crate::controller::desired::Settings;
 use crate::controller::metrics::Metrics;
-use crate::controller::reconcile::{reconcile, Context};
+use crate::controller::reconcile::reconcile;
 use crate::manifest::mpijob::stored::StoredMpiJob;
 use crate::manifest::INJECT_IMAGE;
 
