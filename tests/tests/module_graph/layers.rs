@@ -45,7 +45,6 @@ pub(crate) const LAYERS: &[Layers] = &[
                 "preempt",
                 "proc_stat",
                 "prted_cmd",
-                "rank_output",
             ],
             &["cgroup", "health", "mpi"],
             &["checked_config", "tracking"],
