@@ -1,17 +1,18 @@
 //! What an MPIJob should have in the cluster, computed without one: which MPIJobs are ours
 //! ([`managed`]), the objects `--from-mpijob` renders for it, and with `--gang-scheduler` its
 //! PodGroup ([`super::gang`]), each owned by the MPIJob ([`desired`]; the launcher is told the
-//! MPIJob, to record its `DaemonsUp` event there, and its Role may create Events), and the Job
-//! a Job already made becomes ([`job_update`]).
+//! MPIJob, to record its `DaemonsUp` event there, and its Role may create Events). Its child is
+//! the Indexed Job, or with `--launcher-pod jobset` (where the cluster serves JobSets) a JobSet
+//! whose launcher has a pod of its own ([`super::child`], which also brings a child already made
+//! in line).
 
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
 use kube::core::dynamic::ParseDynamicObjectError;
 use kube::{Resource, ResourceExt};
 
+use super::child::Child;
 use super::gang::{self, GangError, GangScheduler};
-use super::observe::job_finished;
 use super::pod_policy::{check, PodPolicy};
 
 use crate::manifest::api_server::ApiServer;
@@ -43,8 +44,8 @@ pub(crate) enum DesiredError {
     /// A rendered object does not read back as the object it is (a bug).
     #[error("a rendered object does not read back: {0}; this is a bug in prrte-k8s")]
     Object(String),
-    /// The rendering made no Job (a bug).
-    #[error("the rendering made no Job; this is a bug in prrte-k8s")]
+    /// The rendering made no Job nor JobSet (a bug).
+    #[error("the rendering made no Job nor JobSet; this is a bug in prrte-k8s")]
     NoJob,
 }
 
@@ -76,6 +77,9 @@ pub(crate) struct Settings {
     pub(crate) pod_policy: PodPolicy,
     /// `--gang-scheduler`: the scheduler whose PodGroup each MPIJob gets.
     pub(crate) gang: Option<GangScheduler>,
+    /// The launcher in a pod of its own: each MPIJob with workers gets a JobSet (the cluster
+    /// serves them), else the one Indexed Job.
+    pub(crate) jobset: bool,
 }
 
 /// Whether the controller reconciles the MPIJob `job`: its `spec.runPolicy.managedBy` names
@@ -104,12 +108,12 @@ pub(crate) fn managed_by(by: Option<&str>, manage_all: bool) -> bool {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Desired {
     /// The ServiceAccount, Role, RoleBinding, Secret, NetworkPolicy and, with a gang
-    /// scheduler, the PodGroup: made while the Job is absent, never changed (the Secret keeps
-    /// the key it was made with; the Job's pods are never more nor fewer than the PodGroup
-    /// was sized for).
+    /// scheduler, the PodGroup: made while the child is absent, never changed (the Secret
+    /// keeps the key it was made with; the child's pods are never more nor fewer than the
+    /// PodGroup was sized for).
     pub others: Vec<DynamicObject>,
-    /// The Indexed Job, made last (its pods need the others).
-    pub job: Job,
+    /// The child, the Indexed Job or the JobSet, made last (its pods need the others).
+    pub child: Child,
     /// What the conversion changed or cannot honour.
     pub notes: Vec<Note>,
 }
@@ -133,6 +137,7 @@ pub fn desired(job: &MpiJob, s: &Settings, key: &str) -> Result<Desired, Desired
         inject_image: s.inject_image.clone(),
         pull_policy: s.pull_policy.clone(),
         api_server: s.api_server.clone(),
+        jobset: s.jobset,
         ..Default::default()
     };
     let gang = s.gang.as_ref();
@@ -148,83 +153,32 @@ pub fn desired(job: &MpiJob, s: &Settings, key: &str) -> Result<Desired, Desired
     for o in objects(&plan, Some(key))? {
         let mut o: DynamicObject = serde_json::from_value(o)?;
         o.metadata.owner_references = Some(vec![owner.clone()]);
-        if o.types.as_ref().is_some_and(|t| t.kind == "Job") {
-            made = Some(o.try_parse::<Job>()?);
+        let is_child = o
+            .types
+            .as_ref()
+            .is_some_and(|t| t.kind == "Job" || t.kind == super::child::JOBSET_KIND);
+        if is_child && made.is_none() {
+            made = Child::from_object(o)?;
         } else {
             others.push(o);
         }
     }
     let mut made = made.ok_or(DesiredError::NoJob)?;
     if let Some(g) = gang {
-        // Before the Job, whose pods it groups.
+        // Before the child, whose pods it groups.
         let mut group = gang::pod_group(job, g)?;
         group.metadata.owner_references = Some(vec![owner]);
-        if let Some(spec) = made.spec.as_mut() {
-            notes.extend(gang::stamp(&mut spec.template, g, &group.name_any()));
-        }
+        let mut stamped = Vec::new();
+        made.each_template(|t| stamped.extend(gang::stamp(t, g, &group.name_any())));
+        // The same note of each template once.
+        stamped.dedup();
+        notes.extend(stamped);
         others.push(group);
     }
     Ok(Desired {
         others,
-        job: made,
+        child: made,
         notes,
-    })
-}
-
-/// The Job `existing` brought in line with `want` (None: nothing to change), as the body of
-/// the controller's apply: the Job as it is (so that the apply keeps every field, its own and
-/// the ones others set, e.g. a growth's parallelism) with `spec.suspend` following the MPIJob,
-/// and, while it is suspended, the pod template's scheduling directives (replaced: a key Kueue
-/// removed goes) and its labels and annotations (added or changed: the Job controller adds its
-/// own) too, so that what Kueue writes when it admits the job reaches the pods. A finished Job
-/// is left alone.
-pub(crate) fn job_update(existing: &Job, want: &Job) -> Option<Job> {
-    if job_finished(existing) {
-        return None;
-    }
-    let have = existing.spec.as_ref()?;
-    let new = want.spec.as_ref()?;
-    let mut next = have.clone();
-    if have.suspend == Some(true) {
-        let (t, w) = (&mut next.template, &new.template);
-        let (ts, ws) = (
-            t.spec.get_or_insert_with(Default::default),
-            w.spec.clone().unwrap_or_default(),
-        );
-        ts.node_selector = ws.node_selector;
-        ts.tolerations = ws.tolerations;
-        ts.affinity = ws.affinity;
-        ts.scheduling_gates = ws.scheduling_gates;
-        let meta = t.metadata.get_or_insert_with(Default::default);
-        let wm = w.metadata.clone().unwrap_or_default();
-        for (mine, theirs) in [
-            (&mut meta.labels, wm.labels),
-            (&mut meta.annotations, wm.annotations),
-        ] {
-            if let Some(add) = theirs.filter(|m| !m.is_empty()) {
-                mine.get_or_insert_with(Default::default).extend(add);
-            }
-        }
-    }
-    let suspend = new.suspend == Some(true);
-    if have.suspend.unwrap_or(false) != suspend {
-        next.suspend = Some(suspend);
-    }
-    if &next == have {
-        return None;
-    }
-    let m = &existing.metadata;
-    Some(Job {
-        metadata: ObjectMeta {
-            name: m.name.clone(),
-            namespace: m.namespace.clone(),
-            labels: m.labels.clone(),
-            annotations: m.annotations.clone(),
-            owner_references: m.owner_references.clone(),
-            ..Default::default()
-        },
-        spec: Some(next),
-        status: None,
     })
 }
 

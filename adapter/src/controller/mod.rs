@@ -5,7 +5,9 @@
 //!
 //! Each MPIJob gets the plan `prrte-k8s manifest --from-mpijob` renders (the same conversion
 //! of the same typed model, `manifest::mpijob`): ServiceAccount, Role, RoleBinding, a Secret
-//! whose key is made here and never printed, the Indexed Job and its NetworkPolicy, every one
+//! whose key is made here and never printed, the child (the Indexed Job, or with
+//! `--launcher-pod` where the cluster serves JobSets a JobSet whose launcher has a pod of its
+//! own) and its NetworkPolicy, every one
 //! controlled by the MPIJob (`controller_owner_ref`), so deleting the MPIJob deletes them; with
 //! `--gang-scheduler`, a PodGroup of Volcano or scheduler-plugins sized as mpi-operator sizes
 //! it, made before the Job. Every
@@ -18,11 +20,12 @@
 //! Lease.
 //!
 //! Layout: `crd` the CRD generated from the model; `desired` the objects an MPIJob should have
-//! and the Job's next apply (pure), `gang` the PodGroup of `--gang-scheduler` and the stamp of
+//! (pure); `child` the Job or JobSet its pods run under, all that is done to it (read, marked
+//! with its attempt, brought in line, applied, deleted), `gang` the PodGroup of `--gang-scheduler` and the stamp of
 //! its pods (pure), `pod_policy` what a site refuses in its pod templates
 //! (pure); `head` what the MPIJob store keeps of each MPIJob (its name, versions and
 //! `managedBy`, never its spec or status) and the reconcile that reads one the controller
-//! manages in full; `observe` what is read of a Job and its pods; `status` the status from them
+//! manages in full; `observe` what is read of a Job's pods; `status` the status from them
 //! (pure); `pod_ends` the events of pods deleted or failed while the job runs (pure); `restart`
 //! the restarts of a failed job up to `runPolicy.backoffLimit` (the decision pure, one delete);
 //! `status_write` the status' apply; `metrics`
@@ -32,6 +35,7 @@
 //! kube-runtime's `Controller` and the pod store; `install` the objects that install the
 //! controller (`prrte-k8s manifest --controller`, `prrte-config/deploy/`).
 
+pub(crate) mod child;
 pub(crate) mod context;
 pub(crate) mod crd;
 pub(crate) mod desired;

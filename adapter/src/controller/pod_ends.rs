@@ -1,4 +1,4 @@
-//! The ends of an MPIJob's pods that its Job alone does not tell (pure): a pod of the job
+//! The ends of an MPIJob's pods that its child alone does not tell (pure): a pod of the job
 //! deleted while the job runs (by hand, or a node drained without the eviction API), and a
 //! worker that failed (a worker cut off from its launcher ends so: its agent stops prted when
 //! the launcher's heartbeats stop, and exits non-zero). Each is one event on the MPIJob,
@@ -8,10 +8,9 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::observe::{disrupted, job_has, launcher, name, phase};
+use super::observe::{disrupted, launcher, name, phase};
 use super::status::Notice;
 
 /// The event reason of a pod deleted while its job ran.
@@ -25,18 +24,6 @@ pub(crate) struct PodEnd {
     /// The pod's uid (its name where it has none): what the event is posted once for.
     pub uid: String,
     pub notice: Notice,
-}
-
-/// Whether the Job itself ends its pods (failed, completed, or suspended): its deletions are
-/// not news.
-fn job_ending(job: Option<&Job>) -> bool {
-    job.is_some_and(|j| {
-        j.spec.as_ref().and_then(|s| s.suspend) == Some(true)
-            || job_has(
-                j,
-                &["FailureTarget", "Failed", "SuccessCriteriaMet", "Complete"],
-            )
-    })
 }
 
 /// The first container that ended with a non-zero code: "container C exited with code N
@@ -58,9 +45,9 @@ fn exit_of(p: &Pod) -> Option<String> {
     })
 }
 
-/// The ends worth an event among `pods`, the pods of the MPIJob's Job `job`.
-pub(crate) fn pod_ends(pods: &[Arc<Pod>], job: Option<&Job>) -> Vec<PodEnd> {
-    let ending = job_ending(job);
+/// The ends worth an event among `pods`, the pods of the MPIJob's child, which ends them
+/// itself when `ending` ([`super::child::Child::ending`]).
+pub(crate) fn pod_ends(pods: &[Arc<Pod>], ending: bool) -> Vec<PodEnd> {
     pods.iter()
         .filter(|p| !disrupted(p))
         .filter_map(|p| {
@@ -112,6 +99,7 @@ pub(crate) fn pod_ends(pods: &[Arc<Pod>], job: Option<&Job>) -> Vec<PodEnd> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::batch::v1::Job;
     use serde_json::{json, Value};
 
     fn pod(index: u32, phase: &str) -> Value {
@@ -127,7 +115,8 @@ mod tests {
             .map(|p| Arc::new(serde_json::from_value(p.clone()).unwrap()))
             .collect();
         let job: Option<Job> = job.map(|j| serde_json::from_value(j.clone()).unwrap());
-        pod_ends(&pods, job.as_ref())
+        let ending = job.is_some_and(|j| crate::controller::child::Child::Job(j).ending());
+        pod_ends(&pods, ending)
     }
 
     fn failed_with(mut p: Value, code: i64) -> Value {

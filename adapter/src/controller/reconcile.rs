@@ -20,7 +20,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, DynamicObject, Patch};
@@ -29,13 +28,14 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
+use super::child::{self, Child};
 use super::context::{apply_params, Context};
-use super::desired::{desired, job_update, managed, managed_by, Desired};
+use super::desired::{desired, managed, managed_by, Desired};
 use super::ownership::{not_managed, owned, passing};
 use super::pod_ends::pod_ends;
 use super::restart::{self, Verdict};
-use super::retry::{api_error, backoff, ReconcileError};
-use super::status::{finished, next_status, phase, refused, Notice, Observed, INVALID};
+use super::retry::{api_error, backoff, ReconcileError, INVALID};
+use super::status::{finished, next_status, phase, refused, Notice, Observed};
 use super::status_write::write_status;
 use crate::manifest::mpijob::model::{MpiJob, MpiJobStatus};
 use crate::manifest::mpijob::stored::{StoredMpiJob, Unfit};
@@ -88,16 +88,12 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
         ctx.forget(&key);
         return after_end(&obj, &old, &ns, ctx).await;
     }
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
-    let job = jobs
-        .get_opt(&name)
-        .await
-        .map_err(api_error(format!("reading the Job {key}")))?;
+    let job = child::read(&ctx.client, &ns, &name, ctx.settings.jobset).await?;
     let uid = obj.metadata.uid.clone().unwrap_or_default();
     // A child being deleted (a restart's, or by hand) is waited for, then made again.
     let going = job
         .as_ref()
-        .is_some_and(|j| owned(&j.metadata, &uid) && restart::going(&j.metadata));
+        .is_some_and(|j| owned(j.meta(), &uid) && restart::going(j.meta()));
     if job.is_none() && !still_there(ctx, &ns, &name, &uid).await? {
         // The cache lagged behind a delete: making the objects now would leave them to the
         // garbage collector (their owner is gone); there is nothing to do.
@@ -105,7 +101,7 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
         ctx.forget(&key);
         return Ok(Action::await_change());
     }
-    let live = job.as_ref().filter(|_| !going).map(|j| &j.metadata);
+    let live = job.as_ref().filter(|_| !going).map(Child::meta);
     let earlier = restart::earlier(live, &old);
     // What cannot be made is the MPIJob's to fix: it fails, naming why.
     let made = match job.filter(|_| !going) {
@@ -124,7 +120,7 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
         Some(j) => pods_of(ctx, &ns, &name, j).await?,
         None => Vec::new(),
     };
-    let failure = job.as_ref().and_then(restart::job_failure);
+    let failure = job.as_ref().and_then(Child::failure);
     let verdict = failure
         .as_ref()
         .map(|f| restart::verdict(f, earlier, restart::backoff_limit(&obj)));
@@ -163,7 +159,7 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
         ctx.forget(&key);
         return Ok(Action::await_change());
     }
-    for end in pod_ends(&pods, job.as_ref()) {
+    for end in pod_ends(&pods, job.as_ref().is_some_and(Child::ending)) {
         if ctx.first_post(&key, &end.uid) {
             publish(ctx, &obj, &end.notice).await;
         }
@@ -181,8 +177,7 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
     }
     ctx.metrics.set_phase(&key, Some(phase(&out.status)));
     if let (Some(Verdict::Restart { .. }), Some(j)) = (&verdict, &job) {
-        let child = j.metadata.uid.as_deref().unwrap_or_default();
-        restart::delete_child(&ctx.client, &ns, &name, child).await?;
+        child::delete(&ctx.client, &ns, j).await?;
     }
     Ok(if finished(&out.status) {
         Action::await_change()
@@ -198,10 +193,10 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
 const RESTART_CHECK: Duration = Duration::from_secs(5);
 
 /// After the MPIJob's end (`old`, the status that says it): its replica counts are made again
-/// while its Job is there (the conditions and `completionTime` stay), and
+/// while its child is there (the conditions and `completionTime` stay), and
 /// `runPolicy.cleanPodPolicy: All` deletes its workers, finished ones too (`Running`, the
-/// default: the Job has stopped those still running; `None`: the workers stay up, their agents
-/// told so when the Job was made).
+/// default: the child has stopped those still running; `None`: the workers stay up, their
+/// agents told so when the child was made).
 async fn after_end(
     obj: &MpiJob,
     old: &MpiJobStatus,
@@ -209,13 +204,10 @@ async fn after_end(
     ctx: &Context,
 ) -> Result<Action, ReconcileError> {
     let name = obj.name_any();
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     let uid = obj.metadata.uid.clone().unwrap_or_default();
-    let job = jobs
-        .get_opt(&name)
-        .await
-        .map_err(api_error(format!("reading the Job {ns}/{name}")))?
-        .filter(|j| owned(&j.metadata, &uid));
+    let job = child::read(&ctx.client, ns, &name, ctx.settings.jobset)
+        .await?
+        .filter(|j| owned(j.meta(), &uid));
     let Some(job) = job else {
         return Ok(Action::await_change());
     };
@@ -250,7 +242,7 @@ async fn after_end(
     restart::apply(
         &mut out,
         "",
-        restart::earlier(Some(&job.metadata), old),
+        restart::earlier(Some(job.meta()), old),
         None,
         &now(),
     );
@@ -391,21 +383,22 @@ async fn not_ours(
 /// (mpi-operator's event reason for the same).
 const EXISTS: &str = "ErrResourceExists";
 
-/// Makes what the MPIJob `obj` should have and is missing, and brings its Job (`job`, as read)
-/// in line; returns the Job. A Job made now is attempt `attempt` ([`restart::mark`]). An
-/// existing Job that is not its own, or an MPIJob the conversion refuses, is an error.
+/// Makes what the MPIJob `obj` should have and is missing, and brings its child (`job`, as
+/// read) in line; returns the child. A child made now is attempt `attempt`
+/// ([`Child::mark`]). An existing child that is not its own, or an MPIJob the conversion
+/// refuses, is an error.
 async fn make(
     ctx: &Context,
     obj: &MpiJob,
     ns: &str,
-    job: Option<Job>,
+    job: Option<Child>,
     attempt: u32,
-) -> Result<Job, ReconcileError> {
+) -> Result<Child, ReconcileError> {
     let uid = obj.metadata.uid.as_deref().unwrap_or_default();
     if let Some(j) = &job {
-        if !owned(&j.metadata, uid) {
+        if !owned(j.meta(), uid) {
             let at = format!("{ns}/{}", obj.name_any());
-            return Err(not_ours(ctx, obj, "Job", &at, &j.metadata).await);
+            return Err(not_ours(ctx, obj, j.kind(), &at, j.meta()).await);
         }
     }
     // The key is used only if the Secret is made now; it never leaves this process otherwise.
@@ -413,23 +406,20 @@ async fn make(
         reason: INVALID,
         why: e.to_string(),
     })?;
-    restart::mark(&mut d.job, attempt, restart::deadline_left(obj, &now()));
+    d.child.mark(attempt, restart::deadline_left(obj, &now()));
     ensure(ctx, obj, ns, d, job).await
 }
 
-/// Makes the objects that are missing and brings the Job in line; returns the Job.
+/// Makes the objects that are missing and brings the child in line; returns the child.
 async fn ensure(
     ctx: &Context,
     obj: &MpiJob,
     ns: &str,
     d: Desired,
-    job: Option<Job>,
-) -> Result<Job, ReconcileError> {
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
-    let name = d.job.name_any();
-    let key = format!("{ns}/{name}");
+    job: Option<Child>,
+) -> Result<Child, ReconcileError> {
     let Some(existing) = job else {
-        // The Job last: its pods need the others. What an earlier, interrupted reconcile made
+        // The child last: its pods need the others. What an earlier, interrupted reconcile made
         // is left as it is; what another made stops it all.
         let uid = obj.metadata.uid.as_deref().unwrap_or_default();
         let mut missing = Vec::new();
@@ -454,19 +444,13 @@ async fn ensure(
                 .await
                 .map_err(api_error(what))?;
         }
-        return jobs
-            .patch(&name, &apply_params(false), &Patch::Apply(&d.job))
-            .await
-            .map_err(api_error(format!("making the Job {key}")));
+        return child::apply(&ctx.client, ns, &d.child, &apply_params(false), "making").await;
     };
-    match job_update(&existing, &d.job) {
+    match Child::update(&existing, &d.child) {
         None => Ok(existing),
         // The fields that change (suspend, the template's scheduling) are the controller's,
         // made from the MPIJob: forced.
-        Some(next) => jobs
-            .patch(&name, &apply_params(true), &Patch::Apply(&next))
-            .await
-            .map_err(api_error(format!("updating the Job {key}"))),
+        Some(next) => child::apply(&ctx.client, ns, &next, &apply_params(true), "updating").await,
     }
 }
 
@@ -479,13 +463,14 @@ fn api_of(ctx: &Context, ns: &str, o: &DynamicObject) -> (Api<DynamicObject>, St
     (api, t.kind)
 }
 
-/// The pods of the Job `job` in `ns` (by the job's label, and owned by that Job), from the
-/// controller's pod cache: the watch that wakes the MPIJobs fills it.
+/// The pods of the child `job` in `ns` (by the job's label, and the child's own:
+/// [`Child::owns_pod`]), from the controller's pod cache: the watch that wakes the MPIJobs
+/// fills it.
 async fn pods_of(
     ctx: &Context,
     ns: &str,
     name: &str,
-    job: &Job,
+    job: &Child,
 ) -> Result<Vec<Arc<Pod>>, ReconcileError> {
     // Before the first list is in, the cache would show no pod at all.
     tokio::time::timeout(CACHE_WAIT, ctx.pods.wait_until_ready())
@@ -493,11 +478,10 @@ async fn pods_of(
         .ok()
         .and_then(Result::ok)
         .ok_or(ReconcileError::PodCache)?;
-    let uid = job.metadata.uid.as_deref().unwrap_or_default();
     Ok(ctx.pods.state_filter(|p| {
         p.metadata.namespace.as_deref() == Some(ns)
             && p.labels().get(JOB_LABEL).map(String::as_str) == Some(name)
-            && p.owner_references().iter().any(|r| r.uid == uid)
+            && job.owns_pod(p)
     }))
 }
 

@@ -1,6 +1,6 @@
 //! Restarts of an MPIJob whose child failed (`runPolicy.backoffLimit`), decided without the
-//! API ([`verdict`], [`earlier`], [`mark`], [`apply`]) and carried out by one call
-//! ([`delete_child`]). mpi-operator gives `backoffLimit` to its launcher's Job, which makes the
+//! API ([`verdict`], [`earlier`], [`apply`]) and carried out by the child's own calls
+//! ([`super::child`]: its mark, its foreground delete). mpi-operator gives `backoffLimit` to its launcher's Job, which makes the
 //! failed launcher pod again (a new pod with `restartPolicy: Never`, the same one restarted with
 //! `OnFailure`) up to that many times, the workers running on; it counts the launcher's
 //! failures (`replicaStatuses.Launcher.failed`) across the retries and ends `Failed` with
@@ -21,41 +21,18 @@
 //! MPIJob with reason `BackoffLimitExceeded`, the message naming the last failure; without a
 //! `backoffLimit` (or 0) the first failure does, with the child's own reason, as before.
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, DeleteParams, Preconditions};
-use kube::Client;
 
-use super::observe::job_condition;
-use super::retry::{api_error, ReconcileError};
+use super::child::{Failure, ATTEMPT_LABEL};
 use super::status::{condition, set, truncate, Notice, Outcome};
 use crate::manifest::mpijob::model::{MpiJob, MpiJobStatus};
 
-/// The label of a child (and of its pods' template) with its attempt: 0, then 1 after the
-/// first restart, and so on.
-pub(crate) const ATTEMPT_LABEL: &str = "prrte-k8s.io/attempt";
 /// The reason of the condition `Restarting` and of its event.
 pub(crate) const RESTARTING: &str = "MPIJobRestarting";
 /// The reason of the condition `Failed` after the last restart (mpi-operator's, the Job's).
 pub(crate) const EXCEEDED: &str = "BackoffLimitExceeded";
 /// The reason of a child that failed on its deadline: never restarted.
 const DEADLINE: &str = "DeadlineExceeded";
-
-/// How a child failed: its reason and message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Failure {
-    pub reason: String,
-    pub message: String,
-}
-
-/// The failure of the Job `job` (its condition `Failed`), if it failed.
-pub(crate) fn job_failure(job: &Job) -> Option<Failure> {
-    let c = job_condition(job, "Failed")?;
-    Some(Failure {
-        reason: c.reason.clone().unwrap_or_default(),
-        message: c.message.clone().unwrap_or_default(),
-    })
-}
 
 /// What follows a child's failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,26 +105,6 @@ pub(crate) fn deadline_left(obj: &MpiJob, now: &Time) -> Option<i64> {
     let start = obj.status.as_ref().and_then(|s| s.start_time.as_ref());
     let spent = start.map_or(0, |s| now.0.duration_since(s.0).as_secs().max(0));
     Some((d - spent).max(1))
-}
-
-/// Marks the Job `job` (its metadata and its pods') with its `attempt`; an attempt after the
-/// first gets what is left of the deadline (`left`).
-pub(crate) fn mark(job: &mut Job, attempt: u32, left: Option<i64>) {
-    let value = attempt.to_string();
-    job.metadata
-        .labels
-        .get_or_insert_with(Default::default)
-        .insert(ATTEMPT_LABEL.into(), value.clone());
-    let spec = job.spec.get_or_insert_with(JobSpec::default);
-    spec.template
-        .metadata
-        .get_or_insert_with(Default::default)
-        .labels
-        .get_or_insert_with(Default::default)
-        .insert(ATTEMPT_LABEL.into(), value);
-    if attempt > 0 && spec.active_deadline_seconds.is_some() {
-        spec.active_deadline_seconds = left.or(spec.active_deadline_seconds);
-    }
 }
 
 /// What the restarts add to `out`, the status of MPIJob `job_id` computed from the child that
@@ -228,30 +185,6 @@ fn exceeded(out: &mut Outcome, job_id: &str, f: &Failure, failed: u32, limit: u3
         .filter(|n| n.warning && n.reason == own)
     {
         *n = Notice::warning(EXCEEDED, msg.clone());
-    }
-}
-
-/// Deletes the failed child Job `ns/name` of uid `uid` in the foreground (its pods go first;
-/// the Job is made again once it is gone); one already gone, or another of the name, is left.
-pub(crate) async fn delete_child(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    uid: &str,
-) -> Result<(), ReconcileError> {
-    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: Some(uid.to_string()),
-            resource_version: None,
-        }),
-        ..DeleteParams::foreground()
-    };
-    match jobs.delete(name, &params).await {
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
-        r => r
-            .map(|_| ())
-            .map_err(api_error(format!("deleting the failed Job {ns}/{name}"))),
     }
 }
 

@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::status::INVALID;
+/// The reason of a refused MPIJob's `Failed` condition (mpi-operator's event reason for the
+/// same).
+pub(crate) const INVALID: &str = "ValidationError";
 
 /// The first retry's delay.
 pub(crate) const FIRST: Duration = Duration::from_secs(5);

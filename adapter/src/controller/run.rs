@@ -1,6 +1,7 @@
 //! `prrte-k8s controller`: serves `/metrics` and the probes' `/healthz`, waits to hold the Lease, then runs kube-runtime's
-//! `Controller` over the MPIJobs (kept as their heads, `controller::head`), the Jobs they own
-//! (their metadata) and those Jobs' pods (through a reflector, whose store the reconciles read
+//! `Controller` over the MPIJobs (kept as their heads, `controller::head`), the Jobs and, where
+//! the launcher gets a pod of its own (`--launcher-pod`), the JobSets they own (their metadata)
+//! and those children's pods (through a reflector, whose store the reconciles read
 //! the pods from, trimmed to what they read), of every namespace or, with `--namespace`, one
 //! `Controller` for each namespace named (the install's Roles then grant no more), until the
 //! Lease is lost (the process then exits, and its Deployment starts it again as a follower) or
@@ -13,13 +14,14 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PartialObjectMeta};
+use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use kube_lease_manager::LeaseManagerBuilder;
 
+use super::child::jobset_resource;
 use super::context::Context;
 use super::desired::Settings;
 use super::head::{reconcile_head, MpiJobHead};
@@ -98,6 +100,33 @@ pub struct ControllerArgs {
     /// coscheduling (scheduling.x-k8s.io) in the scheduler of that name. Default: none.
     #[arg(long, value_name = "NAME", value_parser = super::gang::parse_scheduler)]
     pub(crate) gang_scheduler: Option<super::gang::GangScheduler>,
+    /// Where an MPIJob's launcher runs: "shared", pod 0 of the one Indexed Job, from the
+    /// Worker's template; "jobset", a pod of its own from the Launcher's template (each MPIJob
+    /// with workers gets a JobSet, jobset.x-k8s.io, replicated jobs launcher and worker);
+    /// "auto", jobset where the cluster serves JobSets (asked at start), else shared.
+    #[arg(long, value_enum, default_value_t = LauncherPod::Shared)]
+    pub(crate) launcher_pod: LauncherPod,
+}
+
+/// `--launcher-pod`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LauncherPod {
+    /// A JobSet where the cluster serves them, else the Indexed Job.
+    Auto,
+    /// A JobSet: the launcher's pod of its own.
+    Jobset,
+    /// The Indexed Job: the launcher is its pod 0.
+    Shared,
+}
+
+/// Whether the API server serves JobSets (jobset.x-k8s.io/v1alpha2, resource jobsets).
+async fn serves_jobsets(client: &Client) -> Result<bool, ControllerError> {
+    let gv = format!("{}/v1alpha2", super::child::JOBSET_GROUP);
+    match client.list_api_group_resources(&gv).await {
+        Ok(list) => Ok(list.resources.iter().any(|r| r.name == "jobsets")),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(ControllerError::Client(e)),
+    }
 }
 
 /// Why the controller stopped.
@@ -212,7 +241,20 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
             node_name: args.refuse_node_name,
         },
         gang: args.gang_scheduler.clone(),
+        jobset: match args.launcher_pod {
+            LauncherPod::Jobset => true,
+            LauncherPod::Shared => false,
+            LauncherPod::Auto => serves_jobsets(&client).await?,
+        },
     };
+    tracing::info!(
+        "{}",
+        if settings.jobset {
+            "each MPIJob with workers gets a JobSet: the launcher in a pod of its own"
+        } else {
+            "each MPIJob gets one Indexed Job: the launcher is its pod 0"
+        }
+    );
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -296,6 +338,7 @@ async fn watch(
     )
     .default_backoff()
     .touched_objects();
+    let jobset = shared.settings.jobset;
     let ctx = Arc::new(Context {
         client: client.clone(),
         settings: shared.settings,
@@ -320,10 +363,28 @@ async fn watch(
     )
     .default_backoff()
     .touched_objects();
+    // The JobSets likewise, where the children are JobSets (their metadata: a change wakes
+    // the MPIJob that owns it); else a stream that never yields.
+    let jobset_owners = if jobset {
+        let ar = jobset_resource();
+        let api: Api<PartialObjectMeta<DynamicObject>> = match scope {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        watcher(api, watcher::Config::default().page_size(LIST_PAGE))
+            .default_backoff()
+            .touched_objects()
+            .filter_map(|r| futures::future::ready(r.ok()))
+            .flat_map(|j| futures::stream::iter(mpijob_owners(&j.metadata)))
+            .boxed()
+    } else {
+        futures::stream::pending().boxed()
+    };
     Controller::new(mpijobs, watcher::Config::default().page_size(LIST_PAGE))
         .watches_stream(job_events, |j: PartialObjectMeta<Job>| {
             mpijob_owners(&j.metadata)
         })
+        .reconcile_on(jobset_owners)
         .watches_stream(pod_events, move |p: Pod| {
             let ns = p.namespace();
             p.labels().get(JOB_LABEL).map(|name| {

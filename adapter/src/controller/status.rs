@@ -3,10 +3,13 @@
 //! `Created`, `Running`, `Suspended`, `Succeeded` and `Failed` with its reasons (`MPIJobCreated`,
 //! `MPIJobRunning`, `MPIJobSuspended`, `MPIJobResumed`, `MPIJobSucceeded`; a failure keeps the
 //! Job's own reason and message, which name the pod and its exit code or disruption),
-//! `replicaStatuses` for `Launcher` (pod 0) and `Worker` (pods 1..N), `startTime` and
-//! `completionTime`; and the events that go with each change. `Succeeded` comes with the Job's
-//! `Complete`, or, with `cleanPodPolicy: None` (the workers stay up, so the Job does not
-//! complete), with index 0 among its completed indexes. Every pod runs once (a failed pod fails
+//! `replicaStatuses` for `Launcher` (pod 0, or the JobSet's replicated job `launcher`) and
+//! `Worker` (pods 1..N, or the replicated job `worker`), `startTime` and `completionTime`; and
+//! the events that go with each change, read from the MPIJob's child ([`Child`]: the Job or
+//! the JobSet). `Succeeded` comes with the Job's `Complete` (the JobSet's `Completed`), or,
+//! with `cleanPodPolicy: None` (the workers stay up, so the child does not complete), with
+//! the launcher done (index 0 among the Job's completed indexes, the JobSet's `launcher`
+//! succeeded). Every pod runs once (a failed pod fails
 //! the job); `Restarting`, and a failure after the last restart, are [`super::restart`]'s.
 //!
 //! `replicaStatuses` count each pod once, by its phase; a pod being deleted is not active.
@@ -23,14 +26,16 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::observe::{disrupted, job_condition, launcher, name, phase as pod_phase, ready};
-use crate::discovery::keys::JOB_COMPLETION_INDEX;
+use super::child::Child;
+use super::observe::{disrupted, launcher, name, phase as pod_phase, ready};
+use super::retry::INVALID;
+use crate::discovery::keys::{JOBSET_REPLICATED_JOB_LABEL, JOB_COMPLETION_INDEX};
 use crate::manifest::mpijob::model::{JobCondition, MpiJobStatus, ReplicaStatus};
 use crate::manifest::JOB_LABEL;
+use crate::workload::{LAUNCHER, WORKER};
 
 /// What the cluster shows of one MPIJob.
 #[derive(Debug, Clone, Copy)]
@@ -41,9 +46,9 @@ pub(crate) struct Observed<'a> {
     pub suspend: bool,
     /// How many workers the MPIJob asks for.
     pub workers: u32,
-    /// The Job made for it, if any.
-    pub job: Option<&'a Job>,
-    /// The Job's pods.
+    /// The child made for it (its Job or JobSet), if any.
+    pub job: Option<&'a Child>,
+    /// The child's pods.
     pub pods: &'a [Arc<Pod>],
     /// Why the MPIJob cannot run (the conversion's refusal), if it cannot.
     pub invalid: Option<&'a str>,
@@ -82,10 +87,6 @@ pub struct Outcome {
     /// `Running` became true now (the metrics' creation-to-running time).
     pub(crate) started_running: bool,
 }
-
-/// The reason of a refused MPIJob's `Failed` condition (mpi-operator's event reason for the
-/// same).
-pub(crate) const INVALID: &str = "ValidationError";
 
 /// The longest event message Kubernetes takes.
 const MESSAGE_LIMIT: usize = 1024;
@@ -183,29 +184,37 @@ fn replica(pods: &[&Arc<Pod>], selector: String) -> ReplicaStatus {
     }
 }
 
-/// How the job ended: `Some(true)` succeeded (the Job complete, or, not failed, its index 0
-/// done: with `cleanPodPolicy: None` the workers stay up and the Job does not complete),
-/// `Some(false)` failed, None not yet (or no Job).
-fn job_end(job: Option<&Job>) -> Option<bool> {
+/// How the job ended: `Some(true)` succeeded (the child complete, or, not failed, its
+/// launcher done: with `cleanPodPolicy: None` the workers stay up and the child does not
+/// complete), `Some(false)` failed, None not yet (or no child).
+fn job_end(job: Option<&Child>) -> Option<bool> {
     let job = job?;
-    if job_condition(job, "Complete").is_some() {
+    if job.complete().is_some() {
         Some(true)
-    } else if job_condition(job, "Failed").is_some() {
+    } else if job.failed().is_some() {
         Some(false)
-    } else if index_0_completed(job) {
+    } else if job.launcher_done() {
         Some(true)
     } else {
         None
     }
 }
 
-/// Whether index 0 (the launcher) is among the Job's `completedIndexes` ("0", "0-2,5", ...).
-fn index_0_completed(job: &Job) -> bool {
-    job.status
-        .as_ref()
-        .and_then(|s| s.completed_indexes.as_deref())
-        .and_then(|c| c.split([',', '-']).next())
-        == Some("0")
+/// The selectors of the launcher's and the workers' pods: by completion index in the one
+/// Job, by replicated job in the JobSet.
+fn selectors(o: &Observed) -> (String, String) {
+    let base = format!("{JOB_LABEL}={}", o.name);
+    if o.job.is_some_and(Child::is_jobset) {
+        (
+            format!("{base},{JOBSET_REPLICATED_JOB_LABEL}={LAUNCHER}"),
+            format!("{base},{JOBSET_REPLICATED_JOB_LABEL}={WORKER}"),
+        )
+    } else {
+        (
+            format!("{base},{JOB_COMPLETION_INDEX}=0"),
+            format!("{base},{JOB_COMPLETION_INDEX}!=0"),
+        )
+    }
 }
 
 /// The replica statuses of `Launcher` and `Worker` from the Job and its pods, and how many
@@ -213,14 +222,14 @@ fn index_0_completed(job: &Job) -> bool {
 fn replicas(o: &Observed) -> (ReplicaStatus, ReplicaStatus, usize) {
     let (launchers, workers): (Vec<&Arc<Pod>>, Vec<&Arc<Pod>>) =
         o.pods.iter().partition(|p| launcher(p));
-    let base = format!("{JOB_LABEL}={}", o.name);
-    let mut launcher = replica(&launchers, format!("{base},{JOB_COMPLETION_INDEX}=0"));
-    let mut worker = replica(&workers, format!("{base},{JOB_COMPLETION_INDEX}!=0"));
+    let (to_launcher, to_workers) = selectors(o);
+    let mut launcher = replica(&launchers, to_launcher);
+    let mut worker = replica(&workers, to_workers);
     let workers_ready = workers.iter().filter(|p| ready(p)).count();
     if let (Some(job), Some(complete)) = (o.job, job_end(o.job)) {
         // The launcher runs once: it succeeded (its index completed) or the Job counts it
         // failed, even once its pod is gone.
-        let succeeded = complete || index_0_completed(job);
+        let succeeded = complete || job.launcher_done();
         launcher = ReplicaStatus {
             succeeded: i32::from(succeeded),
             failed: i32::from(!succeeded),
@@ -328,18 +337,11 @@ pub(crate) fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outco
     if let Some(job) = o.job {
         if job_end(Some(job)) == Some(true) {
             let msg = format!("MPIJob {job_id} successfully completed.");
-            s.completion_time = job
-                .status
-                .as_ref()
-                .and_then(|st| st.completion_time.clone())
-                .or_else(|| {
-                    job_condition(job, "Complete").and_then(|c| c.last_transition_time.clone())
-                })
-                .or_else(|| Some(now.clone()));
+            s.completion_time = job.completion_time().or_else(|| Some(now.clone()));
             if set(&mut s, "Succeeded", true, "MPIJobSucceeded", &msg, now) {
                 notices.push(Notice::normal("MPIJobSucceeded", msg));
             }
-        } else if let Some(c) = job_condition(job, "Failed") {
+        } else if let Some(c) = job.failed() {
             let reason = c
                 .reason
                 .as_deref()

@@ -37,7 +37,7 @@ pub(crate) use job::KUEUE_ELASTIC_ANNOTATION;
 pub(crate) use job::{JOB_NAME_LABEL, LEGACY_JOB_NAME_LABEL};
 pub(crate) use jobset::{
     JOBSET_JOB_GLOBAL_INDEX, JOBSET_JOB_INDEX, JOBSET_NAME_LABEL, JOBSET_REPLICATED_JOB_LABEL,
-    LAUNCHER, NODE_GROUP_ANNOTATION,
+    LAUNCHER, NODE_GROUP_ANNOTATION, WORKER,
 };
 pub use kind::Kind;
 pub(crate) use parts::LauncherParts;

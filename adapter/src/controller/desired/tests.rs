@@ -3,7 +3,8 @@
 use k8s_openapi::api::batch::v1::Job;
 use serde_json::{json, Value};
 
-use crate::controller::desired::{desired, job_update, managed, Settings};
+use crate::controller::child::job_update;
+use crate::controller::desired::{desired, managed, Desired, Settings};
 use crate::controller::gang::GangScheduler;
 use crate::controller::observe::job_finished;
 use crate::manifest::mpijob::model::MpiJob;
@@ -34,6 +35,11 @@ fn served(managed_by: Option<&str>, suspend: bool) -> Value {
 /// The document as the controller reads it.
 fn model(v: &Value) -> MpiJob {
     serde_json::from_value(v.clone()).unwrap()
+}
+
+/// The Job of `d` (the one Indexed Job).
+fn job_of(d: &Desired) -> &Job {
+    d.child.job().expect("a Job")
 }
 
 fn settings() -> Settings {
@@ -95,7 +101,7 @@ fn the_same_objects_as_from_mpijob_each_owned_by_the_mpijob() {
         .iter()
         .map(|o| serde_json::to_value(o).unwrap())
         .collect();
-    ours.push(json(&d.job));
+    ours.push(json(job_of(&d)));
     assert_eq!(ours.len(), rendered.len());
     for o in &mut ours {
         let refs = o["metadata"]
@@ -117,7 +123,7 @@ fn the_same_objects_as_from_mpijob_each_owned_by_the_mpijob() {
         );
     }
     // The Job is the Job controller's, and runs now.
-    let spec = d.job.spec.as_ref().unwrap();
+    let spec = job_of(&d).spec.as_ref().unwrap();
     assert!(spec.managed_by.is_none());
     assert!(spec.suspend.is_none());
     assert_eq!(spec.parallelism, Some(3));
@@ -175,7 +181,7 @@ fn the_mpijobs_own_variable_wins_over_the_jobs() {
         "k",
     )
     .unwrap();
-    let env = &json(&d.job)["spec"]["template"]["spec"]["containers"][0]["env"];
+    let env = &json(job_of(&d))["spec"]["template"]["spec"]["containers"][0]["env"];
     let ours: Vec<&Value> = env
         .as_array()
         .unwrap()
@@ -189,7 +195,7 @@ fn the_mpijobs_own_variable_wins_over_the_jobs() {
 #[test]
 fn a_suspended_mpijob_makes_a_suspended_job() {
     let d = desired(&model(&served(None, true)), &settings(), "k").unwrap();
-    assert_eq!(d.job.spec.unwrap().suspend, Some(true));
+    assert_eq!(job_of(&d).spec.as_ref().unwrap().suspend, Some(true));
 }
 
 #[test]
@@ -232,7 +238,10 @@ fn update(have: &Job, want: &Job) -> Option<Value> {
 fn kueues_admission_reaches_a_suspended_job_and_resumes_it() {
     let suspended = desired(&model(&served(None, true)), &settings(), "k")
         .unwrap()
-        .job;
+        .child
+        .job()
+        .unwrap()
+        .clone();
     let job = existing(&suspended, true);
     // Nothing changed: nothing to do.
     assert_eq!(update(&job, &suspended), None);
@@ -244,7 +253,12 @@ fn kueues_admission_reaches_a_suspended_job_and_resumes_it() {
         t["spec"]["tolerations"] = json!([{"key": "pool", "operator": "Exists"}]);
         t["metadata"]["labels"] = json!({"kueue.x-k8s.io/podset": role.to_lowercase()});
     }
-    let want = desired(&model(&admitted), &settings(), "k").unwrap().job;
+    let want = desired(&model(&admitted), &settings(), "k")
+        .unwrap()
+        .child
+        .job()
+        .unwrap()
+        .clone();
     let body = update(&job, &want).unwrap();
     assert_eq!(body["spec"]["suspend"], false);
     let t = &body["spec"]["template"];
@@ -280,7 +294,12 @@ fn kueues_admission_reaches_a_suspended_job_and_resumes_it() {
     let mut own = served(None, true);
     own["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] =
         json!({"disk": "ssd"});
-    let own = desired(&model(&own), &settings(), "k").unwrap().job;
+    let own = desired(&model(&own), &settings(), "k")
+        .unwrap()
+        .child
+        .job()
+        .unwrap()
+        .clone();
     let mut both = json(&existing(&own, true));
     both["spec"]["template"]["spec"]["nodeSelector"]["pool"] = json!("a");
     let both: Job = serde_json::from_value(both).unwrap();
@@ -295,14 +314,22 @@ fn kueues_admission_reaches_a_suspended_job_and_resumes_it() {
 fn a_running_job_only_follows_suspend_and_a_finished_one_nothing() {
     let running = desired(&model(&served(None, false)), &settings(), "k")
         .unwrap()
-        .job;
+        .child
+        .job()
+        .unwrap()
+        .clone();
     let job = existing(&running, false);
     assert_eq!(update(&job, &running), None);
     // A template change of a running Job is not Kubernetes' to make: only suspend follows.
     let mut changed = served(None, true);
     changed["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] =
         json!({"x": "y"});
-    let want = desired(&model(&changed), &settings(), "k").unwrap().job;
+    let want = desired(&model(&changed), &settings(), "k")
+        .unwrap()
+        .child
+        .job()
+        .unwrap()
+        .clone();
     let mut expected = json(&job);
     expected["spec"]["suspend"] = json!(true);
     let body = update(&job, &want).unwrap();
@@ -350,7 +377,7 @@ fn a_gang_scheduler_adds_the_podgroup_and_stamps_the_pods() {
             group["spec"]["minResources"],
             json!({"cpu": "3", "memory": "3Gi"})
         );
-        let job = json(&d.job);
+        let job = json(job_of(&d));
         let t = &job["spec"]["template"];
         assert_eq!(t["spec"]["schedulerName"], gang.scheduler_name());
         let fields = |n: &str| d.notes.iter().any(|x| x.field.ends_with(n));
@@ -389,8 +416,107 @@ fn a_gang_scheduler_adds_the_podgroup_and_stamps_the_pods() {
         .others
         .iter()
         .all(|o| o.types.as_ref().unwrap().kind != "PodGroup"));
-    assert!(json(&d.job)["spec"]["template"]["spec"]
+    assert!(json(job_of(&d))["spec"]["template"]["spec"]
         .get("schedulerName")
         .is_none());
     assert!(d.notes.iter().any(|n| n.field.ends_with("minAvailable")));
+}
+
+/// The usual GPU MPIJob: a small launcher of another image, workers with more.
+fn gpu_style(workers: Option<u32>) -> Value {
+    let mut v = served(None, false);
+    let specs = &mut v["spec"]["mpiReplicaSpecs"];
+    let l = &mut specs["Launcher"]["template"]["spec"]["containers"][0];
+    l["image"] = json!("launcher:1");
+    l["resources"]["limits"] = json!({"cpu": "1", "memory": "1Gi"});
+    let w = &mut specs["Worker"]["template"]["spec"]["containers"][0];
+    w["resources"]["limits"] = json!({"cpu": "2", "memory": "2Gi"});
+    match workers {
+        Some(n) => specs["Worker"]["replicas"] = json!(n),
+        None => {
+            specs.as_object_mut().unwrap().remove("Worker");
+            v["spec"]["runLauncherAsWorker"] = json!(true);
+        }
+    }
+    v
+}
+
+/// The images and cpu limits of the containers of the pod template `t`.
+fn images_and_cpus(t: &Value) -> Vec<(String, String)> {
+    t["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["image"].as_str().unwrap_or("").to_string(),
+                c["resources"]["limits"]["cpu"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+/// With the launcher in a pod of its own, the child is a JobSet owned by the MPIJob: the
+/// replicated job `launcher` (one pod, the Launcher's template) and `worker` (the workers, the
+/// Worker's), suspended and managed as a whole; with a gang scheduler both templates are
+/// stamped with the one PodGroup. Without workers it stays the one Job.
+#[test]
+fn the_launchers_own_pod_is_a_jobsets_replicated_job() {
+    let s = Settings {
+        jobset: true,
+        ..settings()
+    };
+    let d = desired(&model(&gpu_style(Some(2))), &s, "k").unwrap();
+    assert_eq!(d.child.kind(), "JobSet");
+    let js = serde_json::to_value(&d.child).unwrap();
+    assert_eq!(js["apiVersion"], "jobset.x-k8s.io/v1alpha2");
+    assert_eq!(js["metadata"]["ownerReferences"][0]["kind"], "MPIJob");
+    assert_eq!(js["metadata"]["ownerReferences"][0]["controller"], true);
+    let rjs = js["spec"]["replicatedJobs"].as_array().unwrap();
+    let rj = |name: &str| rjs.iter().find(|r| r["name"] == name).unwrap().clone();
+    let (l, w) = (rj("launcher"), rj("worker"));
+    assert_eq!(l["template"]["spec"]["parallelism"], 1);
+    assert_eq!(w["template"]["spec"]["parallelism"], 2);
+    let lt = &l["template"]["spec"]["template"];
+    let wt = &w["template"]["spec"]["template"];
+    assert!(images_and_cpus(lt).contains(&("launcher:1".into(), "1".into())));
+    assert!(images_and_cpus(wt).contains(&("mpioperator/mpi-pi:openmpi".into(), "2".into())));
+    assert!(!images_and_cpus(wt).iter().any(|(i, _)| i == "launcher:1"));
+    for t in [lt, wt] {
+        assert_eq!(t["metadata"]["labels"][crate::manifest::JOB_LABEL], "pi");
+    }
+    // A restart is the controller's: the JobSet never restarts by itself.
+    assert_eq!(js["spec"]["failurePolicy"]["maxRestarts"], 0);
+    // Suspended as a whole.
+    let mut suspended = gpu_style(Some(2));
+    suspended["spec"]["runPolicy"]["suspend"] = json!(true);
+    let d = desired(&model(&suspended), &s, "k").unwrap();
+    assert_eq!(
+        serde_json::to_value(&d.child).unwrap()["spec"]["suspend"],
+        true
+    );
+    // Gang scheduling stamps both templates.
+    let gang = Settings {
+        gang: Some(GangScheduler::Volcano),
+        ..s.clone()
+    };
+    let d = desired(&model(&gpu_style(Some(2))), &gang, "k").unwrap();
+    let js = serde_json::to_value(&d.child).unwrap();
+    for rj in js["spec"]["replicatedJobs"].as_array().unwrap() {
+        let t = &rj["template"]["spec"]["template"];
+        assert_eq!(t["spec"]["schedulerName"], "volcano", "{}", rj["name"]);
+        assert_eq!(
+            t["metadata"]["annotations"]["scheduling.k8s.io/group-name"],
+            "pi"
+        );
+    }
+    // Without workers, the one pod is the launcher's: the Job.
+    let d = desired(&model(&gpu_style(None)), &s, "k").unwrap();
+    assert_eq!(d.child.kind(), "Job");
+    // Without the setting, the Job whatever the MPIJob.
+    let d = desired(&model(&gpu_style(Some(2))), &settings(), "k").unwrap();
+    assert_eq!(d.child.kind(), "Job");
 }

@@ -91,19 +91,21 @@ fn the_deploy_files_are_the_renderers_and_the_crd_is_generated() {
 fn the_cluster_role_creates_every_object_of_a_job_and_holds_what_its_role_grants() {
     let rules = cluster_rules();
     let mut made = BTreeSet::new();
-    // Without a gang scheduler, and with each kind of PodGroup.
+    // Without a gang scheduler, and with each kind of PodGroup; the child a Job or a JobSet.
     let gangs = [
         None,
         Some(GangScheduler::Volcano),
         Some(GangScheduler::SchedulerPlugins("coscheduler".into())),
     ];
-    for (text, gang) in [PI, RICH]
+    for ((text, gang), jobset) in [PI, RICH]
         .into_iter()
         .flat_map(|t| gangs.iter().map(move |g| (t, g.clone())))
+        .flat_map(|tg| [(tg.clone(), false), (tg, true)])
     {
         let settings = Settings {
             inject_image: INJECT_IMAGE.into(),
             gang,
+            jobset,
             ..Default::default()
         };
         let d = desired(
@@ -116,7 +118,7 @@ fn the_cluster_role_creates_every_object_of_a_job_and_holds_what_its_role_grants
             .others
             .iter()
             .map(|o| serde_json::to_value(o).unwrap())
-            .chain(std::iter::once(serde_json::to_value(&d.job).unwrap()));
+            .chain(std::iter::once(serde_json::to_value(&d.child).unwrap()));
         for o in &all.collect::<Vec<Value>>() {
             let (g, r) = resource_of(o);
             // Server-side apply: patch, and create for a new object; get before it is made,
@@ -144,11 +146,15 @@ fn the_cluster_role_creates_every_object_of_a_job_and_holds_what_its_role_grants
             }
         }
     }
-    // The watches and reads of reconcile and run: MPIJobs, their status, Jobs, pods, events.
+    assert!(made.contains(&("jobset.x-k8s.io".to_string(), "jobsets".to_string())));
+    // The watches and reads of reconcile and run: MPIJobs, their status, the children (Jobs,
+    // JobSets: a failed one deleted to be made again), pods, events.
+    let child = &["get", "list", "watch", "patch", "delete"][..];
     for (g, r, verbs) in [
         ("kubeflow.org", "mpijobs", &["get", "list", "watch"][..]),
         ("kubeflow.org", "mpijobs/status", &["patch"]),
-        ("batch", "jobs", &["get", "list", "watch", "patch"]),
+        ("batch", "jobs", child),
+        ("jobset.x-k8s.io", "jobsets", child),
         ("", "pods", &["list", "watch", "delete"]),
         ("events.k8s.io", "events", &["create", "patch"]),
     ] {
@@ -157,8 +163,8 @@ fn the_cluster_role_creates_every_object_of_a_job_and_holds_what_its_role_grants
         }
     }
     // Nothing else: no wildcard, no resource the controller does not touch, no delete (the
-    // garbage collector deletes what the MPIJob owns) but of pods (`cleanPodPolicy: All`), no
-    // update.
+    // garbage collector deletes what the MPIJob owns) but of pods (`cleanPodPolicy: All`) and
+    // of the children (a restart's), no update.
     let touched: BTreeSet<(String, String)> = made
         .into_iter()
         .chain(
@@ -174,11 +180,15 @@ fn the_cluster_role_creates_every_object_of_a_job_and_holds_what_its_role_grants
         )
         .collect();
     for rule in rules.iter().chain(lease_rules().iter()) {
-        let pods = rule.resources.iter().flatten().all(|r| r == "pods");
+        let deleted = rule
+            .resources
+            .iter()
+            .flatten()
+            .all(|r| ["pods", "jobs", "jobsets"].contains(&r.as_str()));
         for v in &rule.verbs {
             assert!(
                 ["get", "list", "watch", "create", "patch"].contains(&v.as_str())
-                    || (pods && v == "delete"),
+                    || (deleted && v == "delete"),
                 "verb {v}"
             );
         }

@@ -5,7 +5,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::json;
 
 use super::*;
+use crate::controller::child::Child;
 use crate::controller::status::{next_status, Observed};
+
+/// The failure of the Job `j`, as its child reads it.
+fn job_failure(j: &Job) -> Option<Failure> {
+    Child::Job(j.clone()).failure()
+}
+
+/// The Job `j` marked as its child marks it.
+fn mark(j: &mut Job, attempt: u32, left: Option<i64>) {
+    let mut c = Child::Job(j.clone());
+    c.mark(attempt, left);
+    *j = c.job().unwrap().clone();
+}
 
 fn at(s: &str) -> Time {
     Time(s.parse().unwrap())
@@ -31,7 +44,7 @@ fn failed_job(reason: &str) -> Job {
     .unwrap()
 }
 
-fn observe<'a>(job: Option<&'a Job>) -> Observed<'a> {
+fn observe<'a>(job: Option<&'a Child>) -> Observed<'a> {
     Observed {
         name: "pi",
         namespace: "team",
@@ -184,7 +197,7 @@ fn a_restart_is_restarting_with_its_event_and_running_ends_it() {
     assert_eq!(second.notices.len(), 1);
     assert_eq!(second.status.replica_statuses["Launcher"].failed, 2);
     // Attempt 3 runs: `Running` replaces `Restarting`; the count stays.
-    let job: Job = serde_json::from_value(json!({"metadata": {"name": "pi"}})).unwrap();
+    let job = Child::Job(serde_json::from_value(json!({"metadata": {"name": "pi"}})).unwrap());
     let pods: Vec<_> = (0..3)
         .map(|i| {
             std::sync::Arc::new(
@@ -221,7 +234,7 @@ fn a_failure_after_the_last_restart_is_backoff_limit_exceeded() {
     let job = failed_job("PodFailurePolicy");
     let f = job_failure(&job).unwrap();
     let v = verdict(&f, 2, 2);
-    let mut out = next_status(&s0, &observe(Some(&job)), &at(T1));
+    let mut out = next_status(&s0, &observe(Some(&Child::Job(job.clone()))), &at(T1));
     apply(&mut out, "team/pi", 2, Some((&f, &v)), &at(T1));
     let c = condition(&out.status, "Failed").unwrap();
     assert_eq!(c.reason.as_deref(), Some(EXCEEDED));
@@ -243,7 +256,7 @@ fn a_failure_after_the_last_restart_is_backoff_limit_exceeded() {
         let job = failed_job(reason);
         let f = job_failure(&job).unwrap();
         let v = verdict(&f, 0, limit);
-        let mut out = next_status(&s0, &observe(Some(&job)), &at(T1));
+        let mut out = next_status(&s0, &observe(Some(&Child::Job(job.clone()))), &at(T1));
         apply(&mut out, "team/pi", 0, Some((&f, &v)), &at(T1));
         let c = condition(&out.status, "Failed").unwrap();
         assert_eq!(c.reason.as_deref(), Some(reason));

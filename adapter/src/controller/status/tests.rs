@@ -2,14 +2,13 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{json, Value};
 
-use crate::controller::status::{
-    condition, is_true, next_status, phase, Observed, Outcome, INVALID,
-};
+use crate::controller::child::Child;
+use crate::controller::retry::INVALID;
+use crate::controller::status::{condition, is_true, next_status, phase, Observed, Outcome};
 use crate::manifest::mpijob::model::MpiJobStatus;
 
 fn at(s: &str) -> Time {
@@ -34,14 +33,16 @@ fn pod(index: u32, phase: &str, ready: bool) -> Arc<Pod> {
     typed(pod_json(index, phase, ready))
 }
 
-fn job(conditions: Value) -> Job {
-    serde_json::from_value(
-        json!({"metadata": {"name": "pi"}, "status": {"conditions": conditions, "completionTime": T2}}),
+fn job(conditions: Value) -> Child {
+    Child::Job(
+        serde_json::from_value(
+            json!({"metadata": {"name": "pi"}, "status": {"conditions": conditions, "completionTime": T2}}),
+        )
+        .unwrap(),
     )
-    .unwrap()
 }
 
-fn observe<'a>(job: Option<&'a Job>, pods: &'a [Arc<Pod>], suspend: bool) -> Observed<'a> {
+fn observe<'a>(job: Option<&'a Child>, pods: &'a [Arc<Pod>], suspend: bool) -> Observed<'a> {
     Observed {
         name: "pi",
         namespace: "team",
@@ -420,9 +421,11 @@ fn a_pod_being_deleted_is_not_active() {
 /// the running workers counted as mpi-operator counts them after the end (not at all).
 #[test]
 fn with_clean_pod_policy_none_the_launchers_index_is_the_success() {
-    let j: Job = serde_json::from_value(json!({"metadata": {"name": "pi"},
-        "status": {"completedIndexes": "0", "active": 2}}))
-    .unwrap();
+    let j = Child::Job(
+        serde_json::from_value(json!({"metadata": {"name": "pi"},
+            "status": {"completedIndexes": "0", "active": 2}}))
+        .unwrap(),
+    );
     let pods = [
         pod(0, "Succeeded", false),
         pod(1, "Running", true),
@@ -434,9 +437,92 @@ fn with_clean_pod_policy_none_the_launchers_index_is_the_success() {
     assert_eq!(counts(&o.status, "Launcher"), (0, 1, 0));
     assert_eq!(counts(&o.status, "Worker"), (0, 0, 0));
     // Index 1 done is not the job's success.
-    let j1: Job = serde_json::from_value(json!({"metadata": {"name": "pi"},
-        "status": {"completedIndexes": "1"}}))
-    .unwrap();
+    let j1 = Child::Job(
+        serde_json::from_value(json!({"metadata": {"name": "pi"},
+            "status": {"completedIndexes": "1"}}))
+        .unwrap(),
+    );
     let o = next_status(&running_pi(), &observe(Some(&j1), &pods, false), &at(T2));
     assert!(!is_true(&o.status, "Succeeded"));
+}
+
+/// A JobSet child's pods: the replicated job `launcher` (index 0 of its own Job) and `worker`.
+fn jobset_pod(rj: &str, index: u32, phase: &str, ready: bool) -> Arc<Pod> {
+    let mut p = pod_json(index, phase, ready);
+    p["metadata"]["name"] = json!(format!("pi-{rj}-0-{index}-x"));
+    p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] = json!(rj);
+    typed(p)
+}
+
+fn jobset(status: Value) -> Child {
+    Child::from_object(
+        serde_json::from_value(json!({"apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet", "metadata": {"name": "pi"}, "spec": {}, "status": status}))
+        .unwrap(),
+    )
+    .unwrap()
+    .unwrap()
+}
+
+/// The JobSet child: the launcher counted by its replicated job (every child Job of a JobSet
+/// has an index 0), the selectors naming the replicated job; `Running`, then `Succeeded` with
+/// the JobSet's `Completed` (or, the workers staying up, the launcher's job succeeded), and
+/// `Failed` with its reason and the evicted worker named.
+#[test]
+fn a_jobsets_pods_and_conditions_make_the_status() {
+    let running = jobset(json!({}));
+    let up = [
+        jobset_pod("launcher", 0, "Running", true),
+        jobset_pod("worker", 0, "Running", true),
+        jobset_pod("worker", 1, "Running", true),
+    ];
+    let o = next_status(
+        &MpiJobStatus::default(),
+        &observe(Some(&running), &up, false),
+        &at(T0),
+    );
+    assert!(is_true(&o.status, "Running"), "{:?}", o.status);
+    assert_eq!(counts(&o.status, "Launcher"), (1, 0, 0));
+    assert_eq!(counts(&o.status, "Worker"), (2, 0, 0));
+    let sel = |r: &str| o.status.replica_statuses[r].selector.clone().unwrap();
+    assert_eq!(
+        sel("Launcher"),
+        "prrte-k8s.io/job=pi,jobset.sigs.k8s.io/replicatedjob-name=launcher"
+    );
+    assert_eq!(
+        sel("Worker"),
+        "prrte-k8s.io/job=pi,jobset.sigs.k8s.io/replicatedjob-name=worker"
+    );
+    let done = jobset(
+        json!({"conditions": [{"type": "Completed", "status": "True",
+        "reason": "AllJobsCompleted", "lastTransitionTime": T2}]}),
+    );
+    let end = next_status(&o.status, &observe(Some(&done), &[], false), &at(T2));
+    assert!(is_true(&end.status, "Succeeded"));
+    assert_eq!(end.status.completion_time, Some(at(T2)));
+    assert_eq!(counts(&end.status, "Launcher"), (0, 1, 0));
+    // The workers stay up (cleanPodPolicy: None): the launcher's job succeeded is the end.
+    let launcher_done = jobset(json!({"replicatedJobsStatus": [
+        {"name": "launcher", "succeeded": 1}, {"name": "worker", "succeeded": 0}]}));
+    let end = next_status(
+        &o.status,
+        &observe(Some(&launcher_done), &up, false),
+        &at(T2),
+    );
+    assert!(is_true(&end.status, "Succeeded"));
+    let failed = jobset(json!({"conditions": [{"type": "Failed", "status": "True",
+        "reason": "FailedJobs", "message": "jobset failed due to one or more job failures"}]}));
+    let mut evicted = pod_json(1, "Failed", false);
+    evicted["metadata"]["name"] = json!("pi-worker-0-1-x");
+    evicted["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] = json!("worker");
+    evicted["status"]["reason"] = json!("Evicted");
+    let pods = [jobset_pod("launcher", 0, "Failed", false), typed(evicted)];
+    let end = next_status(&o.status, &observe(Some(&failed), &pods, false), &at(T2));
+    let c = condition(&end.status, "Failed").unwrap();
+    assert_eq!(c.reason.as_deref(), Some("FailedJobs"));
+    assert!(
+        c.message.as_deref().unwrap().contains("pi-worker-0-1-x"),
+        "{c:?}"
+    );
+    assert_eq!(counts(&end.status, "Launcher"), (0, 0, 1));
 }
