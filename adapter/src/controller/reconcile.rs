@@ -120,7 +120,13 @@ async fn reconcile_model(obj: MpiJob, ctx: &Context) -> Result<Action, Reconcile
         Some(j) => pods_of(ctx, &ns, &name, j).await?,
         None => Vec::new(),
     };
-    let failure = job.as_ref().and_then(Child::failure);
+    let failure = job.as_ref().and_then(|j| {
+        let f = j.failure()?;
+        Some(match j.is_jobset() {
+            true => restart::of_jobset(f, restart::deadline_passed(&obj, &now())),
+            false => f,
+        })
+    });
     let verdict = failure
         .as_ref()
         .map(|f| restart::verdict(f, earlier, restart::backoff_limit(&obj)));

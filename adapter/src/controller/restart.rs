@@ -107,6 +107,35 @@ pub(crate) fn deadline_left(obj: &MpiJob, now: &Time) -> Option<i64> {
     Some((d - spent).max(1))
 }
 
+/// Whether the MPIJob's `activeDeadlineSeconds`, counted from its `startTime`, has passed at
+/// `now`.
+pub(crate) fn deadline_passed(obj: &MpiJob, now: &Time) -> bool {
+    let Some(d) = obj
+        .spec
+        .run_policy
+        .as_ref()
+        .and_then(|p| p.active_deadline_seconds)
+    else {
+        return false;
+    };
+    let start = obj.status.as_ref().and_then(|s| s.start_time.as_ref());
+    start.is_some_and(|s| now.0.duration_since(s.0).as_secs() >= d)
+}
+
+/// The failure `f` of a JobSet child, whose reason says only that one of its Jobs failed
+/// (`FailedJobs`): on the deadline (`deadline_passed`), the Jobs' own reason, never
+/// restarted.
+pub(crate) fn of_jobset(f: Failure, deadline_passed: bool) -> Failure {
+    if deadline_passed {
+        Failure {
+            reason: DEADLINE.into(),
+            ..f
+        }
+    } else {
+        f
+    }
+}
+
 /// What the restarts add to `out`, the status of MPIJob `job_id` computed from the child that
 /// runs now (or none, while one restarts) at `now`: `Launcher.failed` counts the attempts
 /// failed before it (`earlier`); after the failure `f`, as `v` says, `Restarting` with its

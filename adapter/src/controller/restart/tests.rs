@@ -264,3 +264,24 @@ fn a_failure_after_the_last_restart_is_backoff_limit_exceeded() {
         assert_eq!(out.status.replica_statuses["Launcher"].failed, 1);
     }
 }
+
+/// A JobSet's failure names no deadline: past the MPIJob's, it is one (never restarted).
+#[test]
+fn a_jobset_failed_past_the_deadline_is_not_restarted() {
+    let obj: MpiJob = serde_json::from_value(json!({"apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob", "metadata": {"name": "pi"},
+        "spec": {"runPolicy": {"activeDeadlineSeconds": 30}, "mpiReplicaSpecs": {}},
+        "status": {"startTime": T0}}))
+    .unwrap();
+    assert!(!deadline_passed(&obj, &at(T0)));
+    assert!(deadline_passed(&obj, &at(T1)));
+    let f = failure("FailedJobs");
+    assert_eq!(
+        verdict(&of_jobset(f.clone(), false), 0, 2),
+        Verdict::Restart { failed: 0 }
+    );
+    assert_eq!(verdict(&of_jobset(f, true), 0, 2), Verdict::Fail);
+    let mut no_deadline = obj.clone();
+    no_deadline.spec.run_policy = None;
+    assert!(!deadline_passed(&no_deadline, &at(T1)));
+}
