@@ -287,7 +287,20 @@ impl Sandbox {
 /// failed: 2}`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backoff_limit_restarts_then_succeeds() {
-    let sb = Sandbox::start("ctl-backoff-ok").await;
+    restarts_then_succeed("ctl-backoff-ok", "shared").await;
+}
+
+/// The same with the launcher in a pod of its own: the JobSet is made again each time, its
+/// attempt label 2 at the end, the launcher's log in the replicated job `launcher`'s pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backoff_limit_restarts_a_jobset_then_succeeds() {
+    restarts_then_succeed("ctl-backoff-js", "jobset").await;
+}
+
+/// `backoffLimit: 2`, the first two attempts failing, with the controller's
+/// `--launcher-pod launcher_pod` (`shared`: the Indexed Job; `jobset`: the JobSet).
+async fn restarts_then_succeed(test: &str, launcher_pod: &str) {
+    let sb = Sandbox::start_with(test, launcher_pod).await;
     let yaml = pi("retry", |v| fails_until(v, 2));
     let (done, seen) = sb.through_restarts(&yaml, "retry", "Succeeded", 600).await;
     assert_eq!(seen.len(), 2, "{seen:?}\n{}", sb.describe("retry"));
@@ -309,18 +322,21 @@ async fn backoff_limit_restarts_then_succeeds() {
         Sandbox::condition(&done, "Restarting").is_none(),
         "Running replaced it"
     );
-    let job = sb.kubectl_ok(&["get", "job", "retry", "-o", "json"], None);
+    let (kind, launcher) = if launcher_pod == "jobset" {
+        (
+            "jobset",
+            "jobset.sigs.k8s.io/jobset-name=retry,jobset.sigs.k8s.io/replicatedjob-name=launcher",
+        )
+    } else {
+        (
+            "job",
+            "batch.kubernetes.io/job-name=retry,batch.kubernetes.io/job-completion-index=0",
+        )
+    };
+    let job = sb.kubectl_ok(&["get", kind, "retry", "-o", "json"], None);
     let job: Value = serde_json::from_str(&job).unwrap();
     assert_eq!(job["metadata"]["labels"]["prrte-k8s.io/attempt"], "2");
-    let log = sb.kubectl_ok(
-        &[
-            "logs",
-            "--tail=-1",
-            "-l",
-            "batch.kubernetes.io/job-name=retry,batch.kubernetes.io/job-completion-index=0",
-        ],
-        None,
-    );
+    let log = sb.kubectl_ok(&["logs", "--tail=-1", "-l", launcher], None);
     assert!(log.contains("pi is approximately"), "{log}");
     let settled = sb.wait_counts("retry", [(0, 1, 2), (0, 0, 0)]);
     assert_eq!(end_of(&settled), end_of(&done));

@@ -380,15 +380,16 @@ async fn test_new_launcher_and_worker_ttl_seconds_after_finished() {
 /// Integration `TestMPIJobWaitWorkers`: with `launcherCreationPolicy: WaitForWorkersReady`
 /// no launcher pod exists until every worker is ready; then it is made and the job succeeds.
 /// Whenever the launcher's pod is seen, every worker must already have been ready.
+/// The launcher has a pod of its own (`--launcher-pod jobset`): the JobSet lists the workers
+/// first and starts the launcher's Job once they are ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "launcherCreationPolicy WaitForWorkersReady needs the launcher in a pod of its own, made after the workers', which the one Indexed Job of the MPIJob cannot give"]
 async fn test_mpi_job_wait_workers() {
-    let sb = Sandbox::start("up-wait-workers").await;
+    let sb = Sandbox::start_with("up-wait-workers", "jobset").await;
     sb.apply(&pi("wait", |v| {
         v["spec"]["launcherCreationPolicy"] = json!("WaitForWorkersReady");
     }));
-    let index = |p: &Value| {
-        p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
+    let role = |p: &Value| {
+        p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"]
             .as_str()
             .unwrap_or("")
             .to_string()
@@ -409,9 +410,9 @@ async fn test_mpi_job_wait_workers() {
             break;
         }
         let pods = sb.pod_objects("wait");
-        if !launcher_seen && pods.iter().any(|p| index(p) == "0") {
+        if !launcher_seen && pods.iter().any(|p| role(p) == "launcher") {
             launcher_seen = true;
-            let workers: Vec<&Value> = pods.iter().filter(|p| index(p) != "0").collect();
+            let workers: Vec<&Value> = pods.iter().filter(|p| role(p) == "worker").collect();
             assert!(
                 workers.len() == 2 && workers.iter().all(|p| ready(p)),
                 "the launcher's pod before every worker was ready:\n{}",

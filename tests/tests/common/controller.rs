@@ -95,13 +95,21 @@ pub struct Sandbox {
 
 impl Sandbox {
     /// The sandbox of the test `test`, mpi-operator's Open MPI image tagged.
+    /// Its controller gives each MPIJob the one Indexed Job (`--launcher-pod shared`, the
+    /// default, said explicitly: the sandbox serves JobSets).
     pub async fn start(test: &str) -> Sandbox {
-        Self::try_start(test)
+        Self::start_with(test, "shared").await
+    }
+
+    /// The sandbox of the test `test` whose controller runs with `--launcher-pod launcher_pod`
+    /// (`jobset`, `shared`, `auto`; the sandbox serves JobSets).
+    pub async fn start_with(test: &str, launcher_pod: &str) -> Sandbox {
+        Self::try_start(test, launcher_pod)
             .await
             .unwrap_or_else(|e| panic!("{e:#}"))
     }
 
-    async fn try_start(test: &str) -> Result<Sandbox> {
+    async fn try_start(test: &str, launcher_pod: &str) -> Result<Sandbox> {
         if sandbox::images::inspect(INJECT_IMAGE)?.is_none() {
             bail!("the image {INJECT_IMAGE} is not in the local store; run `make image`");
         }
@@ -127,6 +135,7 @@ impl Sandbox {
             .args(["--metrics-address", "127.0.0.1:0"])
             .args(["--health-address", "127.0.0.1:0"])
             .args(["--image-pull-policy", "Never"])
+            .args(["--launcher-pod", launcher_pod])
             .env("KUBECONFIG", cluster.kubeconfig())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
