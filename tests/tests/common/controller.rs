@@ -72,12 +72,22 @@ pub fn tag(app: AppImage, name: &str) -> Result<()> {
 }
 
 /// The controller process; killed when dropped.
-struct ControllerProc(Child);
+struct ControllerProc(std::sync::Mutex<Child>);
+
+impl ControllerProc {
+    /// How it ended, if it has (a controller that exits, e.g. on a flag it does not know, fails
+    /// the test at once instead of leaving it waiting for a status nobody writes).
+    fn ended(&self) -> Option<std::process::ExitStatus> {
+        let mut child = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        child.try_wait().ok().flatten()
+    }
+}
 
 impl Drop for ControllerProc {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let child = self.0.get_mut().unwrap_or_else(|e| e.into_inner());
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
@@ -144,7 +154,7 @@ impl Sandbox {
             .spawn()
             .context("starting prrte-k8s controller")?;
         Ok(Sandbox {
-            controller: ControllerProc(child),
+            controller: ControllerProc(std::sync::Mutex::new(child)),
             cluster,
             kubectl,
             dir,
@@ -246,6 +256,12 @@ impl Sandbox {
         loop {
             if let Some(j) = self.mpijob(name).filter(|j| ok(j)) {
                 return j;
+            }
+            if let Some(status) = self.controller.ended() {
+                panic!(
+                    "MPIJob {name}: not {what}: the controller exited ({status}):\n{}",
+                    self.describe(name)
+                );
             }
             assert!(
                 Instant::now() < deadline,
