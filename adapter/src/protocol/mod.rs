@@ -14,7 +14,8 @@
 //! # Handshake (mutual challenge-response)
 //!
 //! Both sides hold the same per-job secret `K` (a Kubernetes Secret mounted as a file, read with
-//! [`read_secret_file`]). `MAC(...)` is HMAC-SHA256 keyed with
+//! [`read_secret_file`]; from a mounted ssh private key, as Kubeflow Trainer mounts one in every
+//! pod of an MPI TrainJob, `K` is derived with HKDF-SHA256). `MAC(...)` is HMAC-SHA256 keyed with
 //! `K`, nonces are 32 random bytes, hex-encoded on the wire, and `||` is concatenation.
 //!
 //! 1. agent → client, as soon as the connection is accepted:
@@ -122,6 +123,7 @@ pub(crate) mod params;
 mod secret;
 mod session;
 mod signal;
+mod ssh_key;
 mod validate;
 mod wire;
 

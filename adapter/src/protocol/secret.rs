@@ -59,8 +59,10 @@ const MIN_ESTIMATED_BITS: f64 = 80.0;
 /// Reads the per-job secret. For a text key (printable ASCII: hex, base64, a passphrase) trailing
 /// line breaks (`\n`, `\r\n`) are not part of the secret, so a key written with `echo` and one
 /// written without a newline work the same; a binary key is taken byte for byte, a last byte of
-/// `\n` included. Refuses keys others could replace and degenerate keys; warns (on the log) when
-/// others can read it.
+/// `\n` included. A PEM private key (an ssh key, as Kubeflow Trainer's `<trainjob>-mpi-ssh-auth`
+/// Secret mounts it) is not the secret itself: the secret is the 32 bytes HKDF-SHA256 derives
+/// from it (`ssh_key`). Refuses keys others could replace and degenerate keys; warns (on the
+/// log) when others can read it.
 pub fn read_secret_file(path: &Path) -> Result<Vec<u8>, SecretError> {
     let mut bytes = match std::fs::read(path) {
         Ok(b) => b,
@@ -77,6 +79,9 @@ pub fn read_secret_file(path: &Path) -> Result<Vec<u8>, SecretError> {
         }
     };
     check_file(path)?;
+    if super::ssh_key::is_private_key(&bytes) {
+        return Ok(super::ssh_key::derive(&bytes).to_vec());
+    }
     let text_end = bytes
         .iter()
         .rposition(|b| !matches!(b, b'\n' | b'\r'))
@@ -316,5 +321,26 @@ mod tests {
             let b64 = base64::engine::general_purpose::STANDARD.encode(raw);
             assert_eq!(degenerate(b64.as_bytes()), None);
         }
+    }
+
+    /// Trainer's mounted ssh key (mode 0640, as its Secret volume's item mode gives it): the
+    /// secret is derived from it, the same for every reader of the same key.
+    #[test]
+    fn an_ssh_private_key_gives_a_derived_secret() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("id_rsa");
+        let pem = b"-----BEGIN EC PRIVATE KEY-----\nMIHcAgEBBEIB\n-----END EC PRIVATE KEY-----\n";
+        write(&p, pem, 0o640);
+        let got = read_secret_file(&p).unwrap();
+        assert_eq!(got, super::super::ssh_key::derive(pem).to_vec());
+        assert_eq!(got.len(), 32);
+        let q = d.path().join("copy");
+        write(&q, pem, 0o400);
+        assert_eq!(read_secret_file(&q).unwrap(), got);
+        write(&p, pem, 0o660);
+        assert!(matches!(
+            read_secret_file(&p).unwrap_err(),
+            SecretError::Writable { .. }
+        ));
     }
 }
