@@ -8,27 +8,19 @@
 //! run fails the whole JobSet at once, its worker Job naming the pod. Created suspended
 //! (`runPolicy.suspend`, as Kueue holds it), no pod runs until the JobSet is resumed.
 #![forbid(unsafe_code)]
-use anyhow::{bail, Context, Result};
-use sandbox::api::resources::{JOBS, JOBSETS, PODS};
-use sandbox::app_images::{app_image, check_pi, AppImage, INJECT_IMAGE};
-use sandbox::cluster::{Cluster, ClusterOptions};
-use sandbox::harness::{self, TestDir};
+mod common;
+
+use anyhow::{bail, Result};
+use common::jobset::{hostname, pod_name, text, JobSetSandbox};
+use sandbox::api::resources::{JOBS, JOBSETS};
+use sandbox::app_images::{app_image, check_pi, AppImage};
+use sandbox::harness;
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const NS: &str = "default";
-const REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-name";
-
-fn text(o: &Output) -> String {
-    format!(
-        "--- stdout\n{}\n--- stderr\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// The GPU-style MPIJob `name`: a launcher of `launcher_image` limited to 1 CPU running
 /// `mpirun -n 4 pi`, 2 workers of `image` with 2 CPUs and 2 slots each.
@@ -92,35 +84,21 @@ spec:
     )
 }
 
-/// A sandbox cluster of its own and kubectl on it.
-struct Sandbox {
-    cluster: Cluster,
-    kubectl: PathBuf,
-    dir: TestDir,
+/// A JobSet sandbox ([`JobSetSandbox`]) that applies MPIJobs converted by `prrte-k8s manifest`.
+struct Sandbox(JobSetSandbox);
+
+impl std::ops::Deref for Sandbox {
+    type Target = JobSetSandbox;
+    fn deref(&self) -> &JobSetSandbox {
+        &self.0
+    }
 }
 
 impl Sandbox {
     async fn start(test: &str) -> Result<Sandbox> {
-        if sandbox::images::inspect(INJECT_IMAGE)?.is_none() {
-            bail!("the image {INJECT_IMAGE} is not in the local store; run `make image`");
-        }
-        let kubectl =
-            sandbox::harness::kubectl::find().context("no kubectl; run prrte-config/setup.sh")?;
-        let dir = TestDir::new(test)?;
-        let cluster = Cluster::start(ClusterOptions {
-            dir: Some(dir.path().join("cluster")),
-            ..Default::default()
-        })
-        .await?;
-        Ok(Sandbox {
-            cluster,
-            kubectl,
-            dir,
-        })
-    }
-
-    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<Output> {
-        sandbox::harness::kubectl::with_input(&self.kubectl, &self.cluster, args, stdin)
+        JobSetSandbox::start(test, NS, &["launcher", "worker"], "mpi")
+            .await
+            .map(Sandbox)
     }
 
     /// `prrte-k8s manifest --from-mpijob FILE --kind jobset` of `yaml`, then `kubectl apply`.
@@ -143,77 +121,6 @@ impl Sandbox {
         }
         Ok(rendered)
     }
-
-    /// Waits until the JobSet has finished (`Completed` or `Failed`); its condition's type.
-    fn wait_finished(&self, name: &str, secs: u64) -> Result<String> {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            let js = self.cluster.store().get(&JOBSETS, NS, name);
-            let ended = js.as_ref().ok().and_then(|j| {
-                j["status"]["conditions"].as_array()?.iter().find_map(|c| {
-                    (c["status"] == "True" && (c["type"] == "Completed" || c["type"] == "Failed"))
-                        .then(|| c["type"].as_str().unwrap_or("").to_string())
-                })
-            });
-            if let Some(e) = ended {
-                return Ok(e);
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "JobSet {name} not finished within {secs} s\n{}",
-                    self.describe(name)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// The JobSet's pods of the replicated job `rj`, by name.
-    fn pods(&self, name: &str, rj: &str) -> Vec<Arc<Value>> {
-        let mut pods: Vec<Arc<Value>> = self
-            .cluster
-            .store()
-            .list(&PODS, Some(NS), &Default::default())
-            .map(|l| l.items)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|p| {
-                p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == name
-                    && p["metadata"]["labels"][REPLICATED_JOB] == rj
-            })
-            .collect();
-        pods.sort_by_key(|p| pod_name(p));
-        pods
-    }
-
-    fn logs(&self, pod: &str) -> String {
-        match self.kubectl(&["logs", pod, "-c", "mpi"], None) {
-            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
-            Ok(o) => format!("(kubectl logs {pod} failed: {})", text(&o)),
-            Err(e) => format!("(kubectl logs {pod}: {e:#})"),
-        }
-    }
-
-    fn describe(&self, name: &str) -> String {
-        let status = self
-            .cluster
-            .store()
-            .get(&JOBSETS, NS, name)
-            .map(|j| serde_json::to_string_pretty(&j["status"]).unwrap_or_default());
-        let pods: Vec<String> = ["launcher", "worker"]
-            .iter()
-            .flat_map(|rj| self.pods(name, rj))
-            .map(|p| {
-                let n = pod_name(&p);
-                format!("== {n} {}\n{}", p["status"]["phase"], self.logs(&n))
-            })
-            .collect();
-        format!("jobset status: {status:?}\npods:\n{}", pods.join("\n"))
-    }
-}
-
-fn pod_name(p: &Value) -> String {
-    p["metadata"]["name"].as_str().unwrap_or("").to_string()
 }
 
 fn container(p: &Value) -> &Value {
@@ -227,14 +134,6 @@ fn ready_at(p: &Value) -> Option<String> {
         .iter()
         .find(|c| c["type"] == "Ready" && c["status"] == "True")
         .and_then(|c| c["lastTransitionTime"].as_str().map(String::from))
-}
-
-/// The pod's host name (an Indexed Job's pod has one of its Job and index).
-fn hostname(p: &Value) -> String {
-    p["spec"]["hostname"]
-        .as_str()
-        .map(str::to_string)
-        .unwrap_or_else(|| pod_name(p))
 }
 
 /// What a finished run left.
