@@ -469,3 +469,99 @@ fn the_namespaced_install_renders_with_roles_in_place_of_the_cluster_role() {
         .count();
     assert_eq!(passed, docs.len(), "{report}");
 }
+
+/// The Kubeflow Trainer runtimes (`prrte-config/trainer/`): their JobSet template as Jobs, the
+/// per-namespace objects, and the JobSets of the golden Trainer objects pass
+/// `kubernetes-validate --strict` (the runtimes themselves are checked against Trainer's CRDs
+/// in the sandbox, `e2e_trainer_runtime`); every pod template is at the restricted level; the
+/// MPICH and Intel MPI runtimes are the Open MPI one with only their MPI, label and image
+/// changed.
+#[test]
+fn trainer_runtimes_pass_kubernetes_validate_strict_and_are_restricted() {
+    let kv = validator();
+    assert!(
+        kv.is_file(),
+        "{} is missing: run prrte-config/setup.sh (it installs kubernetes-validate)",
+        kv.display()
+    );
+    let trainer = repo().join("prrte-config/trainer");
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+    let openmpi = read(&trainer.join("prrte-k8s-openmpi.yaml"));
+    let as_jobset = |text: &str| {
+        let rt: serde_json::Value = serde_yaml::from_str(text).unwrap();
+        assert_eq!(rt["kind"], "ClusterTrainingRuntime");
+        serde_yaml::to_string(&serde_json::json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": rt["metadata"]["name"]},
+            "spec": rt["spec"]["template"]["spec"],
+        }))
+        .unwrap()
+    };
+    let values = |text: &str| -> serde_json::Value { serde_yaml::from_str(text).unwrap() };
+    for (name, mpi, image) in [
+        (
+            "mpich",
+            "mpich",
+            "localhost/prrte-k8s-app/trixie-mpich:latest",
+        ),
+        ("intelmpi", "intel", "mpioperator/mpi-pi:intel"),
+    ] {
+        let other = read(&trainer.join(format!("prrte-k8s-{name}.yaml")));
+        let expected = openmpi
+            .replace("prrte-k8s-openmpi", &format!("prrte-k8s-{name}"))
+            .replace(
+                "trainer.kubeflow.org/framework: openmpi",
+                &format!("trainer.kubeflow.org/framework: {name}"),
+            )
+            .replace("value: openmpi", &format!("value: {mpi}"))
+            .replace("localhost/prrte-k8s-app/trixie-openmpi:latest", image);
+        assert_eq!(values(&other), values(&expected), "prrte-k8s-{name}.yaml");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut texts = vec![read(&trainer.join("namespace.yaml"))];
+    let mut jobsets = Vec::new();
+    for name in ["openmpi", "mpich", "intelmpi"] {
+        jobsets.push(as_jobset(&read(
+            &trainer.join(format!("prrte-k8s-{name}.yaml")),
+        )));
+    }
+    for case in ["openmpi", "mpich"] {
+        jobsets.push(read(
+            &repo().join(format!("tests/golden/trainer/{case}/jobset.yaml")),
+        ));
+    }
+    for js in &jobsets {
+        let v = restricted_violations(js);
+        assert!(v.is_empty(), "not restricted: {}\n{js}", v.join("; "));
+        texts.extend(jobset_templates(js));
+    }
+    let paths: Vec<PathBuf> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let p = dir.path().join(format!("trainer-{i}.yaml"));
+            std::fs::write(&p, t).unwrap();
+            p
+        })
+        .collect();
+    let out = Command::new(&kv)
+        .args(["--strict", "-k", "1.33.0"])
+        .args(&paths)
+        .output()
+        .unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && !report.contains("ERROR"),
+        "{report}"
+    );
+    let passed = report
+        .lines()
+        .filter(|l| l.contains(" passed for resource "))
+        .count();
+    // namespace.yaml's 4 objects, and 2 Jobs of each JobSet.
+    assert_eq!(passed, 4 + 2 * jobsets.len(), "{report}");
+}
