@@ -42,5 +42,6 @@ pub mod rsh;
 pub mod runtime;
 pub mod settings;
 pub mod text;
+pub mod trainjob;
 pub mod workflow;
 pub mod workload;

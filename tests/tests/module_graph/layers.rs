@@ -27,7 +27,7 @@ pub(crate) const LAYERS: &[Layers] = &[
             &["profile"],
             &["agent", "discovery"],
             &["launch"],
-            &["manifest", "rsh"],
+            &["manifest", "rsh", "trainjob"],
             &["bundle", "controller", "elastic"],
         ],
     },
