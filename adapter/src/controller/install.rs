@@ -73,7 +73,11 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
 ///   patch; one that makes the object needs create too); never changed once made (the Secret
 ///   keeps its key); with `--gang-scheduler`, the PodGroup of scheduler-plugins or Volcano
 ///   among them;
-/// - events on the MPIJobs (kube-runtime's recorder creates them and patches a repeated one).
+/// - events on the MPIJobs (kube-runtime's recorder creates them and patches a repeated one);
+/// - with `--trainjobs`: TrainJobs watched and their status patched, their runtimes read, the
+///   JobSets, Secrets and ConfigMaps they own read and applied (a JobSet deleted past the
+///   job's deadline), the pods of a failed JobSet listed, and the validating webhook
+///   configurations listed once at start (whether Trainer's controller is installed).
 ///
 /// The job's own Role grants its pods `get`, `list`, `watch` on pods, `get` on its Job and
 /// `create` on core `events` (the launcher's `DaemonsUp` on the MPIJob); the controller holds
@@ -120,6 +124,26 @@ pub(crate) fn cluster_rules() -> Vec<PolicyRule> {
         ),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
         rule("", &["events"], &["create"]),
+        // `--trainjobs`: Kubeflow Trainer's TrainJobs and their runtimes (their JobSets, Secrets
+        // and ConfigMaps: the rules above and below).
+        rule(
+            "trainer.kubeflow.org",
+            &["trainjobs"],
+            &["get", "list", "watch"],
+        ),
+        rule("trainer.kubeflow.org", &["trainjobs/status"], &["patch"]),
+        rule(
+            "trainer.kubeflow.org",
+            &["clustertrainingruntimes", "trainingruntimes"],
+            &["get"],
+        ),
+        rule("", &["configmaps"], &["get", "create", "patch"]),
+        // Whether Trainer's own controller is installed (its TrainJob webhook).
+        rule(
+            "admissionregistration.k8s.io",
+            &["validatingwebhookconfigurations"],
+            &["list"],
+        ),
     ]
 }
 

@@ -33,7 +33,8 @@
 //! (pure); `retry` why a reconcile fails, which errors fail the MPIJob and the backoff of the
 //! others; `reconcile` one reconcile against the API; `run` the command: leader election,
 //! kube-runtime's `Controller` and the pod store; `install` the objects that install the
-//! controller (`prrte-k8s manifest --controller`, `prrte-config/deploy/`).
+//! controller (`prrte-k8s manifest --controller`, `prrte-config/deploy/`); `trainjobs` the
+//! `--trainjobs` mode, Kubeflow Trainer's TrainJobs on prrte-k8s's runtimes.
 
 pub(crate) mod child;
 pub(crate) mod context;
@@ -53,6 +54,7 @@ pub(crate) mod retry;
 pub mod run;
 pub(crate) mod status;
 pub(crate) mod status_write;
+pub(crate) mod trainjobs;
 
 pub use crd::crd_yaml;
 pub use run::{run, ControllerArgs};

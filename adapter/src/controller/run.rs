@@ -106,6 +106,11 @@ pub struct ControllerArgs {
     /// "auto", jobset where the cluster serves JobSets (asked at start), else shared.
     #[arg(long, value_enum, default_value_t = LauncherPod::Shared)]
     pub(crate) launcher_pod: LauncherPod,
+    /// Also reconcile Kubeflow Trainer's TrainJobs whose runtime is prrte-k8s's (a name
+    /// starting prrte-k8s-), as Trainer's controller would: for clusters without it (the
+    /// controller refuses to start where Trainer's controller is installed).
+    #[arg(long)]
+    pub trainjobs: bool,
 }
 
 /// `--launcher-pod`.
@@ -144,6 +149,8 @@ pub enum ControllerError {
         "--api-server-from-cluster: {0} (give --api-server-cidr and --api-server-port instead)"
     )]
     ApiServer(#[source] api_server::ApiServerError),
+    #[error(transparent)]
+    Trainer(#[from] super::trainjobs::detect::DetectError),
     #[error("lost the Lease {0}: another replica leads now; exiting so that this one restarts as a follower")]
     LostLease(String),
 }
@@ -178,6 +185,9 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
             ports: args.api_server_port.clone(),
         }
     };
+    if args.trainjobs {
+        super::trainjobs::detect::refuse_if_trainer(&client).await?;
+    }
     let metrics = Arc::new(Metrics::new());
     let listener = tokio::net::TcpListener::bind(args.metrics_address)
         .await
@@ -282,7 +292,25 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
             recorder: recorder.clone(),
             metrics: metrics.clone(),
         };
-        watch(scope, shared, args.concurrency, stop.clone())
+        let trainjobs = args.trainjobs.then(|| {
+            let (client, recorder) = (client.clone(), recorder.clone());
+            super::trainjobs::watch::watch(
+                client,
+                recorder,
+                scope.clone(),
+                args.concurrency,
+                stop.clone(),
+            )
+        });
+        let mpijobs = watch(scope, shared, args.concurrency, stop.clone());
+        async move {
+            let trainjobs = async {
+                if let Some(t) = trainjobs {
+                    t.await
+                }
+            };
+            futures::join!(mpijobs, trainjobs);
+        }
     });
     futures::future::join_all(runs).await;
     server.abort();

@@ -175,6 +175,16 @@ fn the_cluster_role_creates_every_object_of_a_job_and_holds_what_its_role_grants
                 ("events.k8s.io", "events"),
                 // Granted to the launcher by the job's Role (checked above).
                 ("", "events"),
+                // `--trainjobs` (controller::trainjobs).
+                ("trainer.kubeflow.org", "trainjobs"),
+                ("trainer.kubeflow.org", "trainjobs/status"),
+                ("trainer.kubeflow.org", "clustertrainingruntimes"),
+                ("trainer.kubeflow.org", "trainingruntimes"),
+                ("", "configmaps"),
+                (
+                    "admissionregistration.k8s.io",
+                    "validatingwebhookconfigurations",
+                ),
             ]
             .map(|(g, r)| (g.to_string(), r.to_string())),
         )
