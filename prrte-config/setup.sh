@@ -13,6 +13,8 @@
 #   - a Python venv with the PyPI `kubernetes-validate` (schema checks of the manifests)
 #   - Python venvs with the PyPI `mpich` wheel (Hydra's mpiexec, mpicc) and the `impi-rt` Intel
 #     MPI runtime (mpiexec.hydra), for the prrte-k8s-rsh tests with launchers that use ssh
+#   - a Python venv with the Kubeflow SDK (PyPI `kubeflow`, with the Trainer API models and the
+#     official Kubernetes client it uses pinned), which the TrainJob tests drive the sandbox with
 # Everything lands under /opt/prrte-k8s, keyed by version; a second run does nothing.
 #
 #   PRRTE_K8S_ROOT   cache root (default /opt/prrte-k8s)
@@ -33,6 +35,11 @@ MPICH_VENV="$ROOT/venv-mpich-${MPICH_WHEEL}"
 # impi-rt 2021.17 and later need a `libfabric` distribution that PyPI does not have
 IMPI_RT=2021.16.1
 IMPI_VENV="$ROOT/venv-impi-rt-${IMPI_RT}"
+# the Kubeflow SDK matching Trainer v2.3.0, and the versions of what it talks to the API with
+KUBEFLOW_SDK=0.5.0
+KUBEFLOW_TRAINER_API=2.3.0
+KUBERNETES_CLIENT=35.0.0
+KUBEFLOW_VENV="$ROOT/venv-kubeflow-${KUBEFLOW_SDK}"
 
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -122,5 +129,16 @@ wheel_venv() {
 }
 wheel_venv mpich "$MPICH_WHEEL" "$MPICH_VENV" bin/hydra_pmi_proxy
 wheel_venv impi-rt "$IMPI_RT" "$IMPI_VENV" bin/hydra_pmi_proxy
+
+if [[ -x "$KUBEFLOW_VENV/bin/python" ]] && "$KUBEFLOW_VENV/bin/python" -c "import kubeflow.trainer" 2>/dev/null; then
+    say "Kubeflow SDK ${KUBEFLOW_SDK} present in $KUBEFLOW_VENV"
+else
+    say "creating Python venv $KUBEFLOW_VENV (kubeflow==${KUBEFLOW_SDK}, kubeflow-trainer-api==${KUBEFLOW_TRAINER_API}, kubernetes==${KUBERNETES_CLIENT})"
+    rm -rf "$KUBEFLOW_VENV"
+    python3 -m venv "$KUBEFLOW_VENV" || die "python3 -m venv failed"
+    "$KUBEFLOW_VENV/bin/pip" install -q --disable-pip-version-check "kubeflow==${KUBEFLOW_SDK}" \
+        "kubeflow-trainer-api==${KUBEFLOW_TRAINER_API}" "kubernetes==${KUBERNETES_CLIENT}" \
+      || { rm -rf "$KUBEFLOW_VENV"; die "pip install kubeflow==${KUBEFLOW_SDK} failed"; }
+fi
 
 say "ready: PRRTE in ${PRRTE_K8S_PREFIX:-$ROOT/prrte-3.0.8-pmix-5.0.5-k8s3}, MPI venv in $VENV, kubectl ${KUBECTL} in $KUBECTL_VENV/bin"
