@@ -12,6 +12,7 @@
 #   bookworm-openmpi   localhost/prrte-k8s-app/bookworm-openmpi    debian:bookworm-slim + openmpi-bin (Open MPI 4.1, ORTE)
 #   bullseye-mpich     localhost/prrte-k8s-app/bullseye-mpich      debian:bullseye-slim + mpich 3.4
 #   sid-openmpi        localhost/prrte-k8s-app/sid-openmpi         debian:sid-slim + openmpi-bin (Open MPI 6.0.0~rc2, PRRTE 5.0.0~rc1)
+#   trixie-openmpi-python  localhost/prrte-k8s-app/trixie-openmpi-python  trixie-openmpi + python3 as `python` (what the Kubeflow SDK's CustomTrainer runs)
 #   nolibc             localhost/prrte-k8s-app/nolibc              busybox-static in an empty image
 # (all :latest). The MPI images come from Containerfile.mpi-app with tests/programs/pi.cc and
 # spawn.c, the last from Containerfile.nolibc; their bases from base.sh (mmdebstrap). Each
@@ -22,7 +23,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 programs="$repo/tests/programs"
 REPO=localhost/prrte-k8s-app
-ALL=(trixie-openmpi trixie-mpich bookworm-openmpi bullseye-mpich sid-openmpi nolibc)
+ALL=(trixie-openmpi trixie-mpich bookworm-openmpi bullseye-mpich sid-openmpi trixie-openmpi-python nolibc)
 
 say() { printf '[app-images] %s\n' "$*"; }
 die() { printf '[app-images] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -40,6 +41,7 @@ build_one() {
         bookworm-openmpi) base=bookworm-slim; file=Containerfile.mpi-app; args=(MPI_RUN=openmpi-bin MPI_DEV=libopenmpi-dev) ;;
         bullseye-mpich)   base=bullseye-slim; file=Containerfile.mpi-app; args=(MPI_RUN=mpich MPI_DEV=libmpich-dev) ;;
         sid-openmpi)      base=sid-slim;      file=Containerfile.mpi-app; args=(MPI_RUN=openmpi-bin MPI_DEV=libopenmpi-dev) ;;
+        trixie-openmpi-python) base=trixie-slim; file=Containerfile.mpi-app; args=("MPI_RUN=openmpi-bin python3 python-is-python3" MPI_DEV=libopenmpi-dev) ;;
         nolibc)           base=trixie-slim;   file=Containerfile.nolibc ;;
         *) die "no test image $name (one of: ${ALL[*]})" ;;
     esac

@@ -38,6 +38,9 @@ pub enum AppImage {
     BullseyeMpich,
     /// Debian unstable + openmpi-bin: Open MPI 6.0.0~rc2 on PRRTE 5.0.0~rc1, PMIx 7.0.0~rc1.
     SidOpenmpi,
+    /// Debian trixie + openmpi-bin + python3 as `python`: what the Kubeflow SDK's
+    /// `CustomTrainer` runs its function with (`python FILE` under `mpirun`).
+    TrixieOpenmpiPython,
     /// Debian's busybox-static in an empty image: no libc, no MPI.
     NoLibc,
 }
@@ -55,12 +58,13 @@ pub struct Expected {
 }
 
 impl AppImage {
-    pub const ALL: [AppImage; 6] = [
+    pub const ALL: [AppImage; 7] = [
         AppImage::TrixieOpenmpi,
         AppImage::TrixieMpich,
         AppImage::BookwormOpenmpi,
         AppImage::BullseyeMpich,
         AppImage::SidOpenmpi,
+        AppImage::TrixieOpenmpiPython,
         AppImage::NoLibc,
     ];
 
@@ -77,6 +81,7 @@ impl AppImage {
             AppImage::BookwormOpenmpi => "bookworm-openmpi",
             AppImage::BullseyeMpich => "bullseye-mpich",
             AppImage::SidOpenmpi => "sid-openmpi",
+            AppImage::TrixieOpenmpiPython => "trixie-openmpi-python",
             AppImage::NoLibc => "nolibc",
         }
     }
@@ -84,7 +89,7 @@ impl AppImage {
     /// What the agent finds in it.
     pub fn expected(self) -> Expected {
         match self {
-            AppImage::TrixieOpenmpi => Expected {
+            AppImage::TrixieOpenmpi | AppImage::TrixieOpenmpiPython => Expected {
                 launch: "prrte-components",
                 mpi: "Open MPI 5.0",
                 daemon: "/usr/bin/prted",
