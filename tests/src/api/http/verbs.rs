@@ -5,7 +5,7 @@ use super::eviction::evict;
 use super::fields::{self, Write};
 use super::logs::pod_log;
 use super::request::{
-    delete_options_from, dry_run, field_selector, list_query, parse_body, read_body, Shape,
+    delete_options_from, dry_run, field_selector, flag, list_query, parse_body, read_body, Shape,
 };
 use super::response::{bytes_response, json_response, Body};
 use super::reviews::review;
@@ -265,7 +265,7 @@ impl Call<'_> {
                 .get("fieldManager")
                 .cloned()
                 .unwrap_or_else(|| agent.to_string()),
-            force: self.query.get("force").is_some_and(|f| f == "true"),
+            force: flag(&self.query, "force"),
         }
     }
 
