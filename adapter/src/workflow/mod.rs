@@ -3,6 +3,8 @@
 
 mod results;
 mod tasks;
+mod timing;
 
 pub use results::{completed_indices, exit_label, failed_summary, Exit, TaskResult};
 pub use tasks::{parse_tasks, TaskLine, TaskParseError};
+pub use timing::{quantile, PhaseTimes};

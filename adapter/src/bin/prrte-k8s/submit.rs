@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use prrte_k8s::settings::{agent, ArgExt};
 use prrte_k8s::workflow::{
-    completed_indices, failed_summary, parse_tasks, Exit, TaskLine, TaskResult,
+    completed_indices, failed_summary, parse_tasks, Exit, PhaseTimes, TaskLine, TaskResult,
 };
 use prrte_k8s_pmix_tool::{Dvm, Task, Update};
 
@@ -62,6 +62,9 @@ const FAILED_TO_MAP: i32 = -179;
 struct Running {
     task: TaskLine,
     start: jiff::Timestamp,
+    /// When the spawn was requested and when its answer came.
+    requested: Instant,
+    launched: Option<Instant>,
     deadline: Option<Instant>,
     nspace: Option<String>,
     killed: Option<Instant>,
@@ -238,6 +241,7 @@ fn drive(
     let mut last_progress = Instant::now();
     let mut hold = false;
     let mut lost = false;
+    let mut times = PhaseTimes::default();
     loop {
         while !hold && !lost && running.len() < max {
             let Some(t) = todo.pop_front() else { break };
@@ -251,6 +255,8 @@ fn drive(
                         Running {
                             task: t,
                             start,
+                            requested: Instant::now(),
+                            launched: None,
                             deadline,
                             nspace: None,
                             killed: None,
@@ -280,9 +286,11 @@ fn drive(
                             kill(dvm, &nspace, r);
                         }
                         r.nspace = Some(nspace);
+                        r.launched = Some(Instant::now());
                     }
                     Update::Ended(e) => {
                         let r = running.remove(&id).ok_or("task vanished")?;
+                        let ended = r.requested.elapsed();
                         let exit = if r.killed.is_some() {
                             Exit::Timeout
                         } else {
@@ -290,6 +298,8 @@ fn drive(
                         };
                         hold = false;
                         sink.write(result(&r.task, r.start, exit, e.pods, e.message))?;
+                        let launched = r.launched.map(|l| l.duration_since(r.requested));
+                        times.record(launched, ended, r.requested.elapsed());
                     }
                     Update::SpawnFailed { status, message } => {
                         let r = running.remove(&id).ok_or("task vanished")?;
@@ -364,6 +374,9 @@ fn drive(
         sink.done,
         sink.done as f64 / secs.max(1e-9)
     );
+    if !times.is_empty() {
+        eprintln!("prrte-k8s submit: {}", times.summary());
+    }
     Ok(())
 }
 
