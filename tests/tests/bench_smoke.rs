@@ -2,7 +2,8 @@
 //! each of two pods, a DVM through the agents and then prte with `plm ssh` (tree spawn and not)
 //! reach "DVM ready", pterm ends each, and no prted or ssh session is left; and the benchmark
 //! binary runs end to end at 4 pods, writing its JSON and plot, and grows a DVM of 2 pods by 1
-//! (with `prrte-k8s grow` and with a PMIx allocation request, released after).
+//! (with `prrte-k8s grow` and with a PMIx allocation request, released after); and its
+//! `--tasks` mode runs every method at a tiny size.
 #![forbid(unsafe_code)]
 use sandbox::bench::sshd::{self, Spawn, SshBaseline};
 use sandbox::harness::mpijob::{Job, JobSpec};
@@ -306,4 +307,55 @@ fn bench_binary_runs_mpijobs_through_the_controller() {
         burst["controller_peak_rss_kib"].as_u64().unwrap() > 1000,
         "{burst}"
     );
+}
+
+/// The workflow benchmark at a tiny size (not timed): one DVM of 16 pods, 40 single-rank and 4
+/// `-n 32` tasks through `prrte-k8s submit`, 4 tasks as a prun each (sequential, 16 at once) and
+/// 4 Kubernetes Jobs: every method's row has all its tasks, none failed, a positive rate and
+/// latency; submit's rows carry prte's CPU and the breakdown of a task's time.
+#[test]
+fn bench_binary_runs_tasks_through_one_dvm() {
+    let dir = sandbox::harness::TestDir::new("bench-smoke-tasks").unwrap();
+    let bench = env!("CARGO_BIN_EXE_prrte-k8s-bench");
+    let json_path = dir.path().join("t.json");
+    let o = std::process::Command::new(bench)
+        .args(["--tasks", "40", "--wide-tasks", "4", "--prun-tasks", "4"])
+        .args(["--k8s-jobs", "4", "--json"])
+        .arg(&json_path)
+        .env("TMPDIR", dir.tmpdir())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}\n{stdout}\n{stderr}", o.status);
+    assert!(stdout.contains("tasks/s"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let rows = report["tasks"].as_array().expect("tasks rows");
+    let want = [
+        ("submit, 1 rank", 40),
+        ("submit, -n 32", 4),
+        ("prun per task, sequential", 4),
+        ("prun per task, 16 at once", 4),
+        ("Kubernetes Job per task", 4),
+    ];
+    assert_eq!(rows.len(), want.len(), "{report}");
+    for (row, (method, n)) in rows.iter().zip(want) {
+        assert_eq!(row["method"], method, "{row}");
+        assert_eq!(row["tasks"], n, "{row}");
+        assert_eq!(row["failed"], 0, "{row}");
+        assert!(row["tasks_per_s"].as_f64().unwrap() > 0.0, "{row}");
+        let (med, p99) = (
+            row["median_ms"].as_f64().unwrap(),
+            row["p99_ms"].as_f64().unwrap(),
+        );
+        assert!(med > 0.0 && p99 >= med, "{row}");
+    }
+    for row in &rows[..2] {
+        assert!(row["prte_cpu_s"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(
+            row["phases"].as_str().unwrap().contains("spawn answered"),
+            "{row}"
+        );
+    }
 }

@@ -17,7 +17,8 @@
 //! measure, `host` what they ran on, `stats` the medians and ranges, `tables`, `report` and
 //! `plot` the output; `batch` and `batch_report` the batch Jobs; `grow` and `grow_report` the
 //! grown DVMs; `phases` where a DVM start's seconds went and the pods' memory; `controller`
-//! the MPIJobs through the controller; `controller_scale` thousands of them at once.
+//! the MPIJobs through the controller; `controller_scale` thousands of them at once; `tasks`
+//! many short tasks through one DVM (`--tasks`) against a prun or a Kubernetes Job per task.
 #![forbid(unsafe_code)]
 mod batch;
 mod batch_report;
@@ -35,6 +36,7 @@ mod results;
 mod run;
 mod stats;
 mod tables;
+mod tasks;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -112,6 +114,25 @@ struct Args {
     /// controller's, the controller killed midway and started again (no pods, no images).
     #[arg(long, value_name = "N", conflicts_with_all = ["controller_only", "batch_only", "grow_only"])]
     controller_scale: Option<usize>,
+    /// Only many short tasks through one DVM of 16 pods: N single-rank `/bin/true` tasks through
+    /// `prrte-k8s submit` (default 10000), then --wide-tasks `-n 32` tasks, --prun-tasks as
+    /// one `prun` per task (sequential and 16 at once), --k8s-jobs as one Kubernetes Job per
+    /// task; tasks/s, latency (median, p99) and prte's CPU.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "10000",
+          conflicts_with_all = ["controller_only", "batch_only", "grow_only"])]
+    tasks: Option<usize>,
+    /// `-n 32 /bin/true` tasks through submit in --tasks.
+    #[arg(long, default_value_t = 1000)]
+    wide_tasks: usize,
+    /// Single-rank tasks run as one `prrte-k8s prun` each in --tasks (sequential, then 16 at once).
+    #[arg(long, default_value_t = 1000)]
+    prun_tasks: usize,
+    /// Kubernetes Jobs of one `/bin/true` pod in --tasks (16 in flight).
+    #[arg(long, default_value_t = 1000)]
+    k8s_jobs: usize,
+    /// submit's --max-in-flight in --tasks.
+    #[arg(long, default_value_t = 32)]
+    max_in_flight: usize,
     /// MPIJobs of 2 pods applied at once in the controller's burst (0: none).
     #[arg(long, default_value_t = 20)]
     burst: usize,
@@ -184,6 +205,9 @@ async fn main() {
     }
     if let Some(n) = args.controller_scale {
         return controller_scale_main(&args, n).await;
+    }
+    if let Some(n) = args.tasks {
+        return tasks_main(&args, n).await;
     }
     let (rows, mut failed) = if args.batch_only || args.grow_only {
         (Vec::new(), None)
@@ -279,6 +303,43 @@ async fn controller_scale_main(args: &Args, mpijobs: usize) {
             std::process::exit(1);
         }
         println!("wrote {} ({PROFILE} build)", p.display());
+    }
+}
+
+/// `--tasks N`: the workflow benchmark, its table and its JSON report.
+async fn tasks_main(args: &Args, single: usize) {
+    let counts = tasks::Counts {
+        single,
+        wide: args.wide_tasks,
+        pruns: args.prun_tasks,
+        jobs: args.k8s_jobs,
+        in_flight: args.max_in_flight,
+    };
+    let rows = match tasks::bench_tasks(counts, Duration::from_secs(args.timeout)).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("prrte-k8s-bench: tasks: {e:#}");
+            std::process::exit(1);
+        }
+    };
+    tasks::print_tasks(&rows);
+    if let Some(p) = &args.json {
+        let report = serde_json::json!({
+            "profile": PROFILE,
+            "pods": tasks::PODS,
+            "tasks": tasks::tasks_json(&rows),
+        });
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        if let Err(e) = std::fs::write(p, text + "\n") {
+            eprintln!("prrte-k8s-bench: writing {}: {e}", p.display());
+            std::process::exit(1);
+        }
+        println!("wrote {} ({PROFILE} build)", p.display());
+    }
+    let left = own_prteds();
+    if !left.is_empty() {
+        eprintln!("prrte-k8s-bench: prted processes left: {left:?}");
+        std::process::exit(1);
     }
 }
 
