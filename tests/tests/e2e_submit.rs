@@ -6,7 +6,9 @@
 //! named, the hang is reported as `timeout` and killed, each task's output is kept apart
 //! (`--output`), and the DVM serves a `prun` afterwards.
 //! A submitter killed midway and run again with `--resume` runs only the tasks without a
-//! result. Every PRRTE process runs with its pod's private TMPDIR (under the test directory).
+//! result. A submitter killed while its tasks run (each a `sleep`): the DVM kills every one of
+//! them (no task process survives) and keeps serving: a `prun` over every slot and a new
+//! submit run. Every PRRTE process runs with its pod's private TMPDIR (under the test directory).
 #![forbid(unsafe_code)]
 mod common;
 
@@ -71,6 +73,9 @@ fn results(path: &Path) -> BTreeMap<usize, serde_json::Value> {
     by_index
 }
 
+/// How long the DVM may take to kill a lost tool's tasks (it looks for them every second).
+const ORPHANS_KILLED: Duration = Duration::from_secs(30);
+
 /// Host pids of live `sleep` processes in any pod.
 fn sleepers(job: &Job) -> Vec<u32> {
     (0..job.pods.len())
@@ -131,7 +136,14 @@ async fn submit_runs_every_task_once_names_failures_and_kills_a_hang() {
             ],
             RUN_LIMIT,
         )
-        .unwrap();
+        .unwrap_or_else(|e| {
+            let r = results(&res);
+            let missing: Vec<usize> = (0..total).filter(|i| !r.contains_key(i)).collect();
+            panic!(
+                "{e:#}\n{} of {total} results; without one: {missing:?}",
+                r.len()
+            )
+        });
     let secs = started.elapsed().as_secs_f64();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     eprintln!(
@@ -261,4 +273,87 @@ async fn submit_runs_every_task_once_names_failures_and_kills_a_hang() {
         before.len(),
         n - before.len()
     );
+
+    // 3. A submitter killed while its tasks run: the DVM kills them, then serves again.
+    let sleeping = 16;
+    let lines: Vec<String> = (0..sleeping).map(|_| "sleep 1000".to_string()).collect();
+    let tasks = write_tasks(&dir, "orphans.txt", &lines);
+    let res = dir.join("orphans.json");
+    let (tasks_s, res_s) = (tasks.display().to_string(), res.display().to_string());
+    let argv = [
+        exe.as_str(),
+        "submit",
+        "--tasks",
+        &tasks_s,
+        "--results",
+        &res_s,
+        "--max-in-flight",
+        "16",
+    ];
+    let mut submitter = harness::Guarded::spawn(
+        job.cluster.pod_exec(&job.pods[5], &argv).unwrap(),
+        "orphans",
+        &dir,
+    )
+    .unwrap();
+    let deadline = Instant::now() + RUN_LIMIT;
+    while sleepers(&job).len() < sleeping {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {sleeping} tasks started",
+            sleepers(&job).len()
+        );
+        assert!(
+            submitter
+                .wait_timeout(Duration::from_millis(50))
+                .unwrap()
+                .is_none(),
+            "the submitter ended with its tasks running"
+        );
+    }
+    submitter.signal(nix::sys::signal::Signal::SIGKILL);
+    assert!(submitter
+        .wait_timeout(Duration::from_secs(20))
+        .unwrap()
+        .is_some());
+    let killed_at = Instant::now();
+    while !sleepers(&job).is_empty() {
+        assert!(
+            killed_at.elapsed() < ORPHANS_KILLED,
+            "{} tasks of the killed submitter still run after {ORPHANS_KILLED:?}",
+            sleepers(&job).len()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "the killed submitter's {sleeping} tasks were gone {:.1} s after the kill",
+        killed_at.elapsed().as_secs_f64()
+    );
+    assert!(results(&res).is_empty(), "a killed submitter wrote results");
+    // Their slots are free again: a prun over all 32, and a new submitter's tasks.
+    let out = job
+        .exec_in_pod(
+            2,
+            &[&exe, "prun", "-n", "32", "/bin/true"],
+            Duration::from_secs(60),
+        )
+        .unwrap();
+    assert!(out.status.success(), "prun after the kill\n{}", text(&out));
+    let lines: Vec<String> = (0..64).map(|_| "/bin/true".to_string()).collect();
+    let tasks = write_tasks(&dir, "after.txt", &lines);
+    let res = dir.join("after.json");
+    let (tasks_s, res_s) = (tasks.display().to_string(), res.display().to_string());
+    let out = job
+        .exec_in_pod(
+            6,
+            &[&exe, "submit", "--tasks", &tasks_s, "--results", &res_s],
+            RUN_LIMIT,
+        )
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "submit after the kill\n{}",
+        text(&out)
+    );
+    assert_eq!(results(&res).len(), 64);
 }
