@@ -58,6 +58,23 @@ pub(crate) fn disrupted(p: &Pod) -> bool {
         || pod_condition(p, "DisruptionTarget")
 }
 
+/// The first failed rank, its pod and its exit code or signal, as the batch launcher wrote
+/// them in its container's termination message (`rank 2 in pod pi-2-x exited with code 7`),
+/// if `p` is the launcher's pod and its container ended with one.
+pub(crate) fn failed_rank(p: &Pod) -> Option<&str> {
+    if !launcher(p) {
+        return None;
+    }
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.as_deref())
+        .map(str::trim)
+        .find(|m| m.starts_with("rank ") && !m.contains('\n'))
+}
+
 /// The Job's condition of `type_`, if true.
 pub(crate) fn job_condition<'a>(job: &'a Job, type_: &str) -> Option<&'a JobCondition> {
     job.status

@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::child::Child;
-use super::observe::{disrupted, launcher, name, phase as pod_phase, ready};
+use super::observe::{disrupted, failed_rank, launcher, name, phase as pod_phase, ready};
 use super::retry::INVALID;
 use crate::discovery::keys::{JOBSET_REPLICATED_JOB_LABEL, JOB_COMPLETION_INDEX};
 use crate::manifest::mpijob::model::{JobCondition, MpiJobStatus, ReplicaStatus};
@@ -272,6 +272,15 @@ pub(crate) fn refused(
     }
 }
 
+/// A `Failed` message with the first failed rank, its pod and its exit code or signal, where the
+/// launcher's termination message names them.
+fn with_failed_rank(msg: String, o: &Observed) -> String {
+    match o.pods.iter().find_map(|p| failed_rank(p)) {
+        Some(rank) if !msg.contains(rank) => format!("{msg}: {rank}"),
+        _ => msg,
+    }
+}
+
 /// The status after `old`, from what `o` shows, at `now`.
 pub(crate) fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outcome {
     let mut s = old.clone();
@@ -361,6 +370,7 @@ pub(crate) fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outco
             if !gone.is_empty() && !msg.contains(gone[0]) {
                 msg = format!("{msg} (evicted: {})", gone.join(", "));
             }
+            msg = with_failed_rank(msg, o);
             let msg = truncate(msg);
             s.completion_time = Some(now.clone());
             if set(&mut s, "Failed", true, reason, &msg, now) {

@@ -133,6 +133,68 @@ fn created_running_succeeded_with_one_event_each() {
         .any(|c| c["type"] == "Succeeded" && c["status"] == "True"));
 }
 
+/// Pod 0 ended with the launcher's termination message `message`.
+fn launcher_ended(message: &str) -> Arc<Pod> {
+    let mut p = pod_json(0, "Failed", false);
+    p["status"]["containerStatuses"] = json!([{"name": "mpi", "image": "i", "imageID": "",
+        "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 7, "message": message}}}]);
+    typed(p)
+}
+
+#[test]
+fn a_failure_names_the_failed_rank_its_pod_and_how_it_ended() {
+    let msg = "Container mpi for pod team/pi-0-x failed with exit code 7 matching FailJob rule at index 1";
+    let failed = job(
+        json!([{"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": msg}]),
+    );
+    for (rank, pods) in [
+        (
+            "rank 2 in pod pi-2-x exited with code 7",
+            [
+                launcher_ended("rank 2 in pod pi-2-x exited with code 7\n"),
+                pod(1, "Running", true),
+                pod(2, "Running", true),
+            ],
+        ),
+        (
+            "rank 1 in pod pi-1-x was killed by signal 9 (Killed)",
+            [
+                launcher_ended("rank 1 in pod pi-1-x was killed by signal 9 (Killed)"),
+                pod(1, "Running", true),
+                pod(2, "Running", true),
+            ],
+        ),
+    ] {
+        let o = next_status(
+            &MpiJobStatus::default(),
+            &observe(Some(&failed), &pods, false),
+            &at(T1),
+        );
+        let f = condition(&o.status, "Failed").unwrap();
+        let want = format!("{msg}: {rank}");
+        assert_eq!(f.message.as_deref(), Some(want.as_str()));
+        assert_eq!(f.reason.as_deref(), Some("PodFailurePolicy"));
+        let event = o.notices.iter().find(|n| n.warning).unwrap();
+        assert_eq!(event.message, want);
+    }
+    // A worker's message, or one that is not the launcher's, is not quoted.
+    let mut w = pod_json(1, "Failed", false);
+    w["status"]["containerStatuses"] = json!([{"name": "mpi", "image": "i", "imageID": "",
+        "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 1, "message": "rank 9 in pod x exited with code 1"}}}]);
+    let pods = [launcher_ended("panic: something else"), typed(w)];
+    let o = next_status(
+        &MpiJobStatus::default(),
+        &observe(Some(&failed), &pods, false),
+        &at(T1),
+    );
+    assert_eq!(
+        condition(&o.status, "Failed").unwrap().message.as_deref(),
+        Some(msg)
+    );
+}
+
 #[test]
 fn a_failure_keeps_the_jobs_reason_naming_the_pod_and_exit_code() {
     let msg = "Container prrte-k8s for pod team/pi-2-x failed with exit code 3 matching FailJob rule at index 1";
