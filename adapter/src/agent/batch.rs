@@ -46,6 +46,7 @@
 //! to end, so ending `Failed`): the Job must see that failure before pod 0's success.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,6 +56,7 @@ use tracing::{error, info, warn};
 
 use super::checked_config::{AgentConfig, BatchConfig};
 use super::exit_status::ExitStatus;
+use super::rank_output::Following;
 use crate::protocol::Reply;
 
 /// How long a worker whose launcher connection ended without `finish` waits before exiting.
@@ -226,13 +228,42 @@ pub(crate) fn process_exit_code(code: i32) -> u8 {
 }
 
 /// A worker: exits on `finish` (with `stay`, only once its pod is told to end), a lost
-/// launcher, or no launcher within `launcher_wait`.
+/// launcher, or no launcher within `launcher_wait`. Meanwhile the ranks' output its prted
+/// writes under `rank_output` goes to the pod's log (see [`super::rank_output`]), all of it
+/// before the agent exits.
 pub(crate) async fn run_worker(
     batch: Arc<BatchState>,
     launcher_wait: Duration,
     stay: bool,
+    rank_output: Option<PathBuf>,
     stop: CancellationToken,
 ) {
+    let following = rank_output.and_then(|dir| match Following::start(dir.clone()) {
+        Ok(f) => {
+            info!(dir = %dir.display(), "batch worker: the ranks' output written there goes to this pod's log, each line prefixed [rank N]");
+            Some(f)
+        }
+        Err(e) => {
+            warn!(error = %e, "batch worker: cannot follow the ranks' output; it is only in the launcher pod's log");
+            None
+        }
+    });
+    let code = worker_link(&batch, launcher_wait, stay, &stop).await;
+    if let Some(f) = following {
+        f.finish().await;
+    }
+    if let Some(code) = code {
+        batch.exit(code);
+    }
+}
+
+/// Follows the launcher's link to its end: the agent's exit status, or None when stopped.
+async fn worker_link(
+    batch: &BatchState,
+    launcher_wait: Duration,
+    stay: bool,
+    stop: &CancellationToken,
+) -> Option<i32> {
     let mut rx = batch.link.subscribe();
     let wait_until = tokio::time::Instant::now() + launcher_wait;
     loop {
@@ -243,16 +274,15 @@ pub(crate) async fn run_worker(
                     _ = rx.changed() => {}
                     _ = tokio::time::sleep_until(wait_until) => {
                         error!("no batch launcher attached within {launcher_wait:?} (--launcher-wait): the agent of the pod with index 0 never ran the job's command here, or its pod is gone; exiting with status 1");
-                        batch.exit(1);
-                        return;
+                        return Some(1);
                     }
-                    _ = stop.cancelled() => return,
+                    _ = stop.cancelled() => return None,
                 }
             }
             Link::Attached { .. } => {
                 tokio::select! {
                     _ = rx.changed() => {}
-                    _ = stop.cancelled() => return,
+                    _ = stop.cancelled() => return None,
                 }
             }
             Link::Lost { peer } => {
@@ -261,17 +291,15 @@ pub(crate) async fn run_worker(
                     _ = rx.changed() => {}
                     _ = tokio::time::sleep(LINK_GRACE) => {
                         error!(%peer, "the batch launcher went away (its pod was evicted, deleted or killed?) without saying how the job ended; exiting with status 1");
-                        batch.exit(1);
-                        return;
+                        return Some(1);
                     }
-                    _ = stop.cancelled() => return,
+                    _ = stop.cancelled() => return None,
                 }
             }
             Link::Finished { code } if stay => {
                 info!(code, "the job's command ended; this agent stays up until its pod is deleted (--workers-stay)");
                 stop.cancelled().await;
-                batch.exit(code);
-                return;
+                return Some(code);
             }
             Link::Finished { code } => {
                 if code != 0 {
@@ -281,8 +309,7 @@ pub(crate) async fn run_worker(
                         _ = stop.cancelled() => {}
                     }
                 }
-                batch.exit(code);
-                return;
+                return Some(code);
             }
         }
     }

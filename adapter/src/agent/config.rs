@@ -154,6 +154,9 @@ pub struct AgentArgs {
     #[arg(long, setting = &agent::WORKERS_STAY)]
     pub(crate) workers_stay: bool,
 
+    #[arg(long, setting = &agent::RANK_OUTPUT)]
+    pub(crate) rank_output: Option<String>,
+
     #[arg(long, setting = &agent::PODS_TIMEOUT)]
     pub(crate) pods_timeout: u64,
 

@@ -50,6 +50,7 @@ pub(crate) mod preempt;
 pub mod proc_stat;
 pub(crate) mod process;
 pub(crate) mod prted_cmd;
+pub(crate) mod rank_output;
 pub(crate) mod tracking;
 
 use std::future::Future;
@@ -371,10 +372,12 @@ impl Roles {
             BatchConfig::Worker {
                 launcher_wait,
                 stay,
+                rank_output,
             } => tokio::spawn(batch::run_worker(
                 shared.batch.clone(),
                 launcher_wait,
                 stay,
+                rank_output,
                 stop.clone(),
             )),
         });
@@ -581,6 +584,7 @@ mod tests {
         let worker = Some(BatchConfig::Worker {
             launcher_wait: Duration::from_secs(1),
             stay: false,
+            rank_output: None,
         });
         let agent = Agent::bind_with_exec(config(d.path(), worker), policy, NONE)
             .await

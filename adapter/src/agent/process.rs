@@ -33,16 +33,27 @@ impl Reaper {
     }
 
     /// Spawns `cmd` and registers it; the receiver gets its exit status once it is reaped.
+    #[cfg(test)]
     pub fn spawn(
         &self,
         cmd: &mut Command,
     ) -> std::io::Result<(u32, oneshot::Receiver<ExitStatus>)> {
+        self.spawn_child(cmd).map(|(pid, rx, _)| (pid, rx))
+    }
+
+    /// Spawns `cmd` and registers it; the receiver gets its exit status once it is reaped.
+    /// The [`std::process::Child`] is returned for its stdio pipes (never wait on it: the
+    /// reaper collects the status).
+    pub(crate) fn spawn_child(
+        &self,
+        cmd: &mut Command,
+    ) -> std::io::Result<(u32, oneshot::Receiver<ExitStatus>, std::process::Child)> {
         let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
         let child = cmd.spawn()?;
         let pid = child.id();
         let (tx, rx) = oneshot::channel();
         waiters.insert(pid as i32, tx);
-        Ok((pid, rx))
+        Ok((pid, rx, child))
     }
 
     /// Spawns `cmd` as a tracked launch: inside a fresh cgroup when `tracking` has a cgroup base

@@ -240,6 +240,15 @@ pub(crate) const WORKERS_STAY: Setting = Setting {
     ..Setting::NONE
 };
 
+pub(crate) const RANK_OUTPUT: Setting = Setting {
+    env: &["PRRTE_K8S_RANK_OUTPUT"],
+    flag: "rank-output",
+    value_name: "DIR",
+    default: "",
+    help: "Batch mode: the directory (the same path in every pod) where each pod's prted writes its ranks' output, which the worker's agent writes to its pod's log, each line prefixed `[rank N] ` (empty: `prrte-k8s-ranks` in --tmpdir; `off`: none). The launcher adds `--output dir=DIR` to a command whose program is PRRTE's `mpirun`, `mpiexec`, `prterun` or `oshrun` and that sets no `--output` of its own",
+    ..Setting::NONE
+};
+
 pub(crate) const PODS_TIMEOUT: Setting = Setting {
     env: &["PRRTE_K8S_BATCH_PODS_TIMEOUT"],
     flag: "pods-timeout",
@@ -375,6 +384,7 @@ pub const ALL: &[&Setting] = &[
     &BATCH_ROLE,
     &LAUNCHER_WAIT,
     &WORKERS_STAY,
+    &RANK_OUTPUT,
     &PODS_TIMEOUT,
     &CGROUP,
     &MAX_PENDING,

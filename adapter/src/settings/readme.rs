@@ -104,6 +104,7 @@ pub(crate) const AGENT_HEAD_AND_BATCH: AgentTable = AgentTable {
         &agent::BATCH_ROLE,
         &agent::LAUNCHER_WAIT,
         &agent::WORKERS_STAY,
+        &agent::RANK_OUTPUT,
         &agent::PODS_TIMEOUT,
     ],
 };

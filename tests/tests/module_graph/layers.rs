@@ -45,6 +45,7 @@ pub(crate) const LAYERS: &[Layers] = &[
                 "preempt",
                 "proc_stat",
                 "prted_cmd",
+                "rank_output",
             ],
             &["cgroup", "health", "mpi"],
             &["checked_config", "tracking"],

@@ -1,6 +1,8 @@
 //! The job's command: the hostfile its MPI reads written first, then the command run in its own
 //! process group while the workers' links are watched.
 
+use std::path::Path;
+use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -9,10 +11,13 @@ use tracing::{error, info, warn};
 
 use super::super::local::launcher_command;
 use super::peers::{beat_until_gone, heartbeat, Attached};
+use super::relay::{Relay, Seen};
+use super::report::displays;
 use crate::agent::batch::shell_status;
 use crate::agent::checked_config::AgentConfig;
 use crate::agent::mpi::prepare::HostfileError;
 use crate::agent::process::{Job, Reaper};
+use crate::agent::rank_output::{prrte_launcher, with_output_dir};
 use crate::discovery::Allocation;
 
 /// Why the batch launcher cannot write the hostfile its MPI needs (it does not run the command).
@@ -53,10 +58,55 @@ pub(super) fn write_hostfile(
     Ok(())
 }
 
+/// The command as the launcher runs it, and whether its output is relayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Prepared {
+    pub command: Vec<String>,
+    /// Relay its stdout and stderr (reading the first failing rank), and whether the job
+    /// map's block is kept out of the log (the launcher's own `--display map`).
+    pub relay: Option<bool>,
+}
+
+/// For PRRTE's launcher where the components serve it (PRRTE 3.0.8): `--output dir=DIR`, so
+/// that each pod's prted writes its ranks' output where that pod's agent follows it (see
+/// [`crate::agent::rank_output`]; never over an `--output` of the command's own), and
+/// `--display map` (unless the command displays something itself), so that a failed rank's
+/// pod is known (see [`super::report`]). Any other command runs as given.
+pub(super) fn prepare(command: Vec<String>, dir: Option<&Path>, config: &AgentConfig) -> Prepared {
+    let components = config
+        .mpi
+        .as_ref()
+        .is_none_or(|m| m.plan.launch == crate::agent::mpi::Launch::Components);
+    if !components || !command.first().is_some_and(|p| prrte_launcher(p)) {
+        return Prepared {
+            command,
+            relay: None,
+        };
+    }
+    let mut command = command;
+    if let Some(dir) = dir {
+        match with_output_dir(&command, dir) {
+            Some(c) => {
+                info!(dir = %dir.display(), "batch launcher: each rank's output also goes to the log of the pod it runs in (mpirun --output dir=)");
+                command = c;
+            }
+            None => info!("batch launcher: the command sets --output itself: the ranks' output is only in this pod's log"),
+        }
+    }
+    let strip_map = !displays(&command);
+    if strip_map {
+        command.splice(1..1, ["--display".to_owned(), "map".to_owned()]);
+    }
+    Prepared {
+        command,
+        relay: Some(strip_map),
+    }
+}
+
 /// Runs the command; returns its status and the pods of the workers whose agents went away
 /// meanwhile.
 pub(super) async fn run_watching(
-    command: &[String],
+    command: &Prepared,
     config: &AgentConfig,
     alloc: Option<&Allocation>,
     reaper: &Reaper,
@@ -93,17 +143,20 @@ pub(super) async fn run_watching(
 
 /// Runs the command to its end (or until `stop`); its status as a shell reports it.
 async fn run_command(
-    command: &[String],
+    prepared: &Prepared,
     config: &AgentConfig,
     alloc: Option<&Allocation>,
     reaper: &Reaper,
     stop: &CancellationToken,
 ) -> i32 {
-    let Some((exe, args)) = command.split_first() else {
+    let Some((exe, args)) = prepared.command.split_first() else {
         return 127;
     };
     let hosts = alloc.map(Allocation::hosts);
     let mut cmd = launcher_command(exe, args, config, hosts.as_deref());
+    if prepared.relay.is_some() {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    }
     // The job's launcher allocates and launches through the Kubernetes components. Set here,
     // for this command only, never in the pod's environment: every prted inherits that, and a
     // prted told to use `plm k8s` (which only the launcher can select) has no PLM and exits.
@@ -116,7 +169,7 @@ async fn run_command(
             }
         }
     }
-    let (pid, exit_rx) = match reaper.spawn(&mut cmd) {
+    let (pid, exit_rx, mut child) = match reaper.spawn_child(&mut cmd) {
         Ok(x) => x,
         Err(e) => {
             error!(command = %exe, error = %e, "cannot run the job's command");
@@ -127,6 +180,13 @@ async fn run_command(
             };
         }
     };
+    let relay = prepared.relay.and_then(|strip| {
+        Some(Relay::start(
+            child.stdout.take()?,
+            child.stderr.take()?,
+            strip,
+        ))
+    });
     let started = Instant::now();
     let mut job = Job::new(pid, exit_rx);
     let status = tokio::select! {
@@ -141,5 +201,39 @@ async fn run_command(
         }
     };
     info!(pid, %status, ran_ms = started.elapsed().as_millis() as u64, "the job's command ended");
-    shell_status(status)
+    let code = shell_status(status);
+    if let Some(relay) = relay {
+        let seen = relay.finish().await;
+        if code != 0 {
+            if let Some(seen) = seen {
+                report_failure(&seen, alloc);
+            }
+        }
+    }
+    code
+}
+
+/// Where Kubernetes takes a container's termination message from (the default
+/// `terminationMessagePath`; the kubelet makes the file).
+const TERMINATION_LOG: &str = "/dev/termination-log";
+
+/// Logs the first failing rank with its pod and writes it as the container's termination
+/// message, which the MPIJob's `Failed` condition quotes.
+fn report_failure(seen: &Seen, alloc: Option<&Allocation>) {
+    let node = seen.failure.node.as_deref().or(seen.mapped.as_deref());
+    let pod = node.and_then(|n| {
+        alloc?
+            .nodes
+            .iter()
+            .find(|p| p.hostname == n || p.pod == n)
+            .map(|p| p.pod.as_str())
+    });
+    let text = seen.failure.describe(pod);
+    warn!(failure = %text, "batch launcher: the first rank to fail");
+    let path = std::path::Path::new(TERMINATION_LOG);
+    if path.is_file() {
+        if let Err(e) = std::fs::write(path, &text) {
+            warn!(error = %e, "batch launcher: cannot write the termination message {TERMINATION_LOG}");
+        }
+    }
 }

@@ -8,6 +8,8 @@
 mod command;
 mod peers;
 mod pods;
+mod relay;
+mod report;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,7 +22,7 @@ use super::local::wait_health;
 use crate::agent::batch::BatchState;
 use crate::agent::checked_config::{AgentConfig, BatchConfig};
 use crate::agent::process::Reaper;
-use command::{run_watching, write_hostfile};
+use command::{prepare, run_watching, write_hostfile};
 use peers::{attach_all, find_peers, finish_all};
 use pods::wait_workers_finished;
 
@@ -41,6 +43,7 @@ pub(crate) async fn run_launcher(
         pods_timeout,
         reason,
         workers_stay,
+        rank_output,
     }) = config.batch.clone()
     else {
         return;
@@ -73,8 +76,9 @@ pub(crate) async fn run_launcher(
         .unwrap_or_default();
     let mut links = attach_all(peers, &config).await;
     info!(workers = links.len(), command = ?command, "batch launcher: running the job's command");
+    let prepared = prepare(command, rank_output.as_deref(), &config);
     let (code, lost) = run_watching(
-        &command,
+        &prepared,
         &config,
         alloc.as_ref(),
         &reaper,
