@@ -124,13 +124,22 @@ async fn each_worker_pods_log_has_its_ranks_output_prefixed_and_pod_0s_is_unchan
     );
 }
 
-/// Pod 0's log names the first failed rank, its pod and how it ended.
+/// Pod 0's log and its container's termination message (which an MPIJob's `Failed` condition
+/// quotes) name the first failed rank, its pod and how it ended.
 fn assert_failure_named(job: &BatchJob, want: &str) {
     let pods = pod_names(job);
     let log0 = logs(job, &pods[0]);
     assert!(
         log0.contains(want),
         "pod 0's log names the failure {want:?}:\n{log0}"
+    );
+    let pod0 = &job.pods()[0];
+    assert_eq!(
+        pod0.pointer("/status/containerStatuses/0/state/terminated/message")
+            .and_then(serde_json::Value::as_str),
+        Some(want),
+        "pod 0's termination message:\n{}",
+        job.describe()
     );
 }
 
@@ -160,6 +169,6 @@ async fn a_rank_killed_by_sigkill_is_named_with_its_pod_and_signal() {
     let pods = pod_names(&job);
     assert_failure_named(
         &job,
-        &format!("rank 1 in pod {} was killed by signal 9", pods[1]),
+        &format!("rank 1 in pod {} was killed by signal 9 (Killed)", pods[1]),
     );
 }

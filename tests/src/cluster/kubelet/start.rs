@@ -68,12 +68,18 @@ impl Worker<'_> {
     /// Starts the prepared container `i` in the sandbox; it runs, or it ended at once.
     fn run_container(&mut self, i: usize, p: Prepared) {
         let c = &self.pod.containers[i];
+        let mut mounts = p.mounts;
+        if p.container.is_some() {
+            if let Some(bind) = termination_bind(&self.ctx.dir, &c.name, &c.spec) {
+                mounts.push(bind);
+            }
+        }
         let spec = ContainerSpec {
             name: c.name.clone(),
             command: p.command,
             env: p.env,
             workdir: p.workdir.clone(),
-            bind_mounts: p.mounts,
+            bind_mounts: mounts,
             log_path: container_log(&self.ctx.dir, &c.name),
             image: p.container,
         };
@@ -149,5 +155,31 @@ impl Worker<'_> {
             self.ctx.dir.join(EXEC_INFO),
             serde_json::to_vec_pretty(&info).unwrap_or_default(),
         );
+    }
+}
+
+/// An image container's termination message file: an empty host file the container may write
+/// (its user is not known here), bound at its `terminationMessagePath`, as the kubelet does.
+/// A container that runs on the host has none (the path would be the host's).
+fn termination_bind(
+    dir: &std::path::Path,
+    name: &str,
+    spec: &serde_json::Value,
+) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = spec["terminationMessagePath"]
+        .as_str()
+        .filter(|p| p.starts_with('/'))
+        .unwrap_or("/dev/termination-log");
+    let file = super::paths::termination_log(dir, name);
+    let made = std::fs::create_dir_all(file.parent()?)
+        .and_then(|()| std::fs::write(&file, b""))
+        .and_then(|()| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)));
+    match made {
+        Ok(()) => Some((file, std::path::PathBuf::from(path))),
+        Err(e) => {
+            tracing::warn!("container {name}: no termination message file: {e}");
+            None
+        }
     }
 }

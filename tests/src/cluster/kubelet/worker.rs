@@ -216,6 +216,9 @@ impl<'a> Worker<'a> {
         let now = now_rfc3339();
         let cid = self.cs[i].container_id.clone().unwrap_or_default();
         let mut term = terminated(exit, &self.sup[i].started_at, &now, &cid);
+        if let Some(m) = termination_message(&self.ctx.dir, &self.pod.containers[i].name) {
+            term["message"] = json!(m);
+        }
         if let Some(m) = start_error {
             term = json!({"exitCode": 128, "reason": "StartError", "message": m,
                 "startedAt": self.sup[i].started_at, "finishedAt": now, "containerID": cid});
@@ -408,4 +411,16 @@ pub(super) fn initial_statuses(pod: &Pod) -> Vec<CStatus> {
             CStatus::waiting(reason)
         })
         .collect()
+}
+
+/// What container `name` wrote to its termination message file, if anything (the first
+/// [`TERMINATION_MESSAGE_MAX`](super::paths::TERMINATION_MESSAGE_MAX) bytes).
+fn termination_message(dir: &std::path::Path, name: &str) -> Option<String> {
+    use std::io::Read;
+    let f = std::fs::File::open(super::paths::termination_log(dir, name)).ok()?;
+    let mut buf = Vec::new();
+    f.take(super::paths::TERMINATION_MESSAGE_MAX)
+        .read_to_end(&mut buf)
+        .ok()?;
+    (!buf.is_empty()).then(|| String::from_utf8_lossy(&buf).into_owned())
 }
