@@ -124,6 +124,48 @@ async fn each_worker_pods_log_has_its_ranks_output_prefixed_and_pod_0s_is_unchan
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_printed_just_before_a_rank_exits_is_in_its_pods_log_whole_and_in_order() {
+    // Every rank prints its lines as fast as it can and exits at once: the last of them reach
+    // mpirun while the rank's prted already reports it ended.
+    let job = start(
+        "rankburst",
+        "i=0; while [ $i -lt 300 ]; do echo \"out $PMIX_RANK $i\"; echo \"err $PMIX_RANK $i\" >&2; i=$((i+1)); done",
+    )
+    .await;
+    job.wait_for_condition("complete", 180);
+    let pods = pod_names(&job);
+    for (r, pod) in pods.iter().enumerate().skip(1) {
+        let log = logs(&job, pod);
+        for what in ["out", "err"] {
+            let got: Vec<&str> = log
+                .lines()
+                .filter_map(|l| l.strip_prefix(&format!("[rank {r}] {what} {r} ")))
+                .collect();
+            let want: Vec<String> = (0..300).map(|i| i.to_string()).collect();
+            assert_eq!(
+                got, want,
+                "pod {pod}'s log has rank {r}'s {what} lines whole and in order:\n{log}"
+            );
+        }
+        assert!(
+            !log.lines()
+                .any(|l| l.starts_with("[rank ") && !l.starts_with(&format!("[rank {r}] "))),
+            "pod {pod}'s log has no other rank's lines:\n{log}"
+        );
+    }
+    let log0 = logs(&job, &pods[0]);
+    for r in 0..3 {
+        assert_eq!(
+            log0.lines()
+                .filter(|l| l.starts_with(&format!("out {r} ")))
+                .count(),
+            300,
+            "pod 0's log has every line of rank {r}, unprefixed:\n{log0}"
+        );
+    }
+}
+
 /// Pod 0's log and its container's termination message (which an MPIJob's `Failed` condition
 /// quotes) name the first failed rank, its pod and how it ended.
 fn assert_failure_named(job: &BatchJob, want: &str) {

@@ -45,8 +45,8 @@
 //! waits the same way for the pod of every worker that went away while the command ran (told
 //! to end, so ending `Failed`): the Job must see that failure before pod 0's success.
 
+use std::io::{Stderr, Stdout};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,7 +56,7 @@ use tracing::{error, info, warn};
 
 use super::checked_config::{AgentConfig, BatchConfig};
 use super::exit_status::ExitStatus;
-use super::rank_output::Following;
+use super::rank_output::{RankLog, Stream};
 use crate::protocol::Reply;
 
 /// How long a worker whose launcher connection ended without `finish` waits before exiting.
@@ -83,6 +83,8 @@ pub(crate) struct BatchState {
     /// Cancelled when the agent should exit (with `exit_code`).
     done: CancellationToken,
     exit_code: Mutex<Option<i32>>,
+    /// The ranks' output the launcher sends, written to this agent's log.
+    ranks: Mutex<RankLog<Stdout, Stderr>>,
 }
 
 impl Default for BatchState {
@@ -91,6 +93,7 @@ impl Default for BatchState {
             link: watch::channel(Link::Waiting).0,
             done: CancellationToken::new(),
             exit_code: Mutex::new(None),
+            ranks: Mutex::new(RankLog::new(std::io::stdout(), std::io::stderr())),
         }
     }
 }
@@ -175,6 +178,12 @@ impl BatchState {
             _ => return not_a_worker(config, "finish"),
         }
         info!(%peer, code, "the job's command ended");
+        // Every rank's output came before `finish` on this connection: its unfinished last
+        // lines are all that is left.
+        self.ranks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .finish();
         self.decide(code);
         self.link.send_modify(|l| {
             if !matches!(l, Link::Finished { .. }) {
@@ -189,13 +198,40 @@ impl BatchState {
 
     /// A connection ended: if it was the attached launcher's, the launcher is lost.
     pub(crate) fn connection_closed(&self, conn: u64) {
-        self.link.send_if_modified(|l| match *l {
+        let lost = self.link.send_if_modified(|l| match *l {
             Link::Attached { conn: c, peer } if c == conn => {
                 *l = Link::Lost { peer };
                 true
             }
             _ => false,
         });
+        if lost {
+            self.ranks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .finish();
+        }
+    }
+
+    /// Handles `rank_output` on a connection (`attached`: the launcher's): writes the lines of
+    /// rank `rank` to this agent's log; why not, if it cannot.
+    pub(crate) fn rank_output(
+        &self,
+        attached: bool,
+        rank: u32,
+        fd: u8,
+        data: &str,
+    ) -> Result<(), String> {
+        if !attached {
+            return Err("`rank_output` comes on the batch launcher's attached connection".into());
+        }
+        let stream = Stream::from_fd(fd).ok_or_else(|| format!("no rank output on fd {fd}"))?;
+        let bytes = crate::protocol::exec::decode_data(data).map_err(|e| e.to_string())?;
+        self.ranks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(rank, stream, &bytes);
+        Ok(())
     }
 }
 
@@ -228,31 +264,16 @@ pub(crate) fn process_exit_code(code: i32) -> u8 {
 }
 
 /// A worker: exits on `finish` (with `stay`, only once its pod is told to end), a lost
-/// launcher, or no launcher within `launcher_wait`. Meanwhile the ranks' output its prted
-/// writes under `rank_output` goes to the pod's log (see [`super::rank_output`]), all of it
-/// before the agent exits.
+/// launcher, or no launcher within `launcher_wait`. Meanwhile the output of the ranks that run
+/// in its pod, which the launcher sends before `finish`, goes to the pod's log (see
+/// [`super::rank_output`]).
 pub(crate) async fn run_worker(
     batch: Arc<BatchState>,
     launcher_wait: Duration,
     stay: bool,
-    rank_output: Option<PathBuf>,
     stop: CancellationToken,
 ) {
-    let following = rank_output.and_then(|dir| match Following::start(dir.clone()) {
-        Ok(f) => {
-            info!(dir = %dir.display(), "batch worker: the ranks' output written there goes to this pod's log, each line prefixed [rank N]");
-            Some(f)
-        }
-        Err(e) => {
-            warn!(error = %e, "batch worker: cannot follow the ranks' output; it is only in the launcher pod's log");
-            None
-        }
-    });
-    let code = worker_link(&batch, launcher_wait, stay, &stop).await;
-    if let Some(f) = following {
-        f.finish().await;
-    }
-    if let Some(code) = code {
+    if let Some(code) = worker_link(&batch, launcher_wait, stay, &stop).await {
         batch.exit(code);
     }
 }

@@ -85,17 +85,12 @@ pub enum BatchConfig {
         reason: String,
         /// The workers stay up after the command (`--workers-stay`): not waited for.
         workers_stay: bool,
-        /// Where the ranks' output goes in every pod (`--rank-output`), if anywhere.
-        rank_output: Option<PathBuf>,
+        /// Each worker pod's log shows its ranks' output (`--rank-output`, not `off`).
+        rank_output: bool,
     },
     /// Wait for the launcher's `attach` (at most `launcher_wait`) and `finish`, then exit (or,
     /// with `stay`, `--workers-stay`, go on serving until the pod is told to end).
-    Worker {
-        launcher_wait: Duration,
-        stay: bool,
-        /// Where this pod's prted writes its ranks' output, followed into the pod's log.
-        rank_output: Option<PathBuf>,
-    },
+    Worker { launcher_wait: Duration, stay: bool },
 }
 
 /// How the DVM head (prte started by the agent) runs.
@@ -183,6 +178,8 @@ pub enum ConfigError {
     HealthListen(String),
     #[error("--metrics-listen {0:?}: expected ADDR:PORT, a PORT (on $POD_IP) or \"off\"")]
     MetricsListen(String),
+    #[error("--rank-output {0:?}: expected \"on\" or \"off\"")]
+    RankOutput(String),
     #[error("POD_IP {0:?} is not an IP address; set --listen explicitly")]
     PodIp(String),
     #[error("--prte {path}: {why} (the DVM head runs prte; give its absolute path with --prte or {})", agent::PRTE.var())]
@@ -260,7 +257,7 @@ impl AgentConfig {
             return Err(ConfigError::MaxFrame(args.max_frame));
         }
         let head = head_config(args, &env, pod_ip, listen)?;
-        let batch = batch_config(args, &env, head.is_some(), &tmpdir)?;
+        let batch = batch_config(args, &env, head.is_some())?;
         Ok(AgentConfig {
             listen,
             health_listen,
@@ -404,25 +401,19 @@ impl AgentConfig {
     }
 }
 
-/// `--rank-output`: empty, the default directory in TMPDIR; `off`, none; a relative path, in
-/// TMPDIR.
-fn rank_output_dir(value: &str, tmpdir: &Path) -> Option<PathBuf> {
-    match value.trim() {
-        "" => Some(tmpdir.join(super::rank_output::DEFAULT_SUBDIR)),
-        v if v.eq_ignore_ascii_case("off") => None,
-        v => Some(tmpdir.join(v)),
-    }
-}
-
 /// The batch part of the configuration: `--run` (or a command after `--`, or PRRTE_K8S_RUN)
 /// turns batch mode on; `--batch-role` (default: by pod index) picks launcher or worker.
 fn batch_config(
     args: &AgentArgs,
     env: &impl Fn(&str) -> Option<String>,
     head: bool,
-    tmpdir: &Path,
 ) -> Result<Option<BatchConfig>, ConfigError> {
-    let rank_output = rank_output_dir(args.rank_output.as_deref().unwrap_or(""), tmpdir);
+    let rank_output = match args.rank_output.as_deref().map(str::trim) {
+        None | Some("") => true,
+        Some(v) if v.eq_ignore_ascii_case("on") => true,
+        Some(v) if v.eq_ignore_ascii_case("off") => false,
+        Some(v) => return Err(ConfigError::RankOutput(v.to_owned())),
+    };
     let shell = env(agent::RUN_SHELL.var()).filter(|s| !s.trim().is_empty());
     let command: Vec<String> = if !args.command.is_empty() {
         args.command.clone()
@@ -463,7 +454,6 @@ fn batch_config(
         Ok(Some(BatchConfig::Worker {
             launcher_wait: Duration::from_secs(args.launcher_wait),
             stay: args.workers_stay,
-            rank_output,
         }))
     }
 }

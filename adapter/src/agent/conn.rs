@@ -269,6 +269,13 @@ impl Conn {
                 self.attached |= matches!(r.0, Reply::Ack {});
                 r
             }
+            Request::RankOutput { rank, fd, data } => {
+                let attached = self.attached;
+                return match self.shared.batch.rank_output(attached, rank, fd, &data) {
+                    Ok(()) => Next::Continue,
+                    Err(reason) => self.send_or_close(&Reply::Failed { reason }).await,
+                };
+            }
             Request::Finish { code } => {
                 self.shared
                     .batch

@@ -372,12 +372,10 @@ impl Roles {
             BatchConfig::Worker {
                 launcher_wait,
                 stay,
-                rank_output,
             } => tokio::spawn(batch::run_worker(
                 shared.batch.clone(),
                 launcher_wait,
                 stay,
-                rank_output,
                 stop.clone(),
             )),
         });
@@ -584,7 +582,6 @@ mod tests {
         let worker = Some(BatchConfig::Worker {
             launcher_wait: Duration::from_secs(1),
             stay: false,
-            rank_output: None,
         });
         let agent = Agent::bind_with_exec(config(d.path(), worker), policy, NONE)
             .await

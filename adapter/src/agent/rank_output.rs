@@ -1,48 +1,55 @@
 //! Each rank's output in the log of the pod it ran in (batch mode).
 //!
-//! The batch launcher runs an Open MPI 5 / PRRTE `mpirun` with `--output dir=DIR`
-//! ([`with_output_dir`]). PRRTE hands every rank's output to the PMIx server in the `prted` of
-//! the pod the rank runs in, which then writes it to `DIR/<nspace>/rank.<N>/stdout` and
-//! `.../stderr` *in that pod* (PMIx 5.0.5, `pmix_iof.c`), besides forwarding it to `mpirun` as
-//! always: pod 0's log keeps all the output, unprefixed. A worker's agent follows those files
-//! ([`Follower`], on a thread of its own) and writes each complete line to its own stdout or
-//! stderr as `[rank N] line`: the pod's log. prted writes a local file and never waits for the
-//! agent, so a slow reader cannot stall the job; each file is read in order from where the last
-//! read ended, so no line of a rank's stream is lost or reordered.
+//! The batch launcher runs an Open MPI 5 / PRRTE `mpirun` with `--output tag`
+//! ([`with_output_tag`]): mpirun, which prints every rank's output (PRRTE's daemons forward it
+//! to it), then starts each line with `[JOB,RANK]<stdout>: ` (or `<stderr>`). The launcher's
+//! relay reads the tag of each line ([`Untag`]), writes the line without it to pod 0's log
+//! (so that log stays as the command printed it) and sends it, on the connection it holds to
+//! the agent of the pod the rank ran in, as `rank_output`; that agent writes each complete
+//! line to its own stdout or stderr as `[rank N] line` ([`RankLog`]): the pod's log. The
+//! launcher sends everything it read before it sends `finish` on the same connection, so a
+//! worker has written all its ranks' output before it exits.
+//!
+//! PMIx 5.0.5's own per-rank files (`--output dir=`) are not used: a prted deregisters a job
+//! as soon as its last local rank has ended, and PMIx then drops what its write events still
+//! held for the job's files (`_deregister_nspace` releases the sinks unwritten), so the last
+//! lines of a short-lived rank were missing from them.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
-
-/// The subdirectory of the agent's TMPDIR that holds the ranks' output by default.
-pub const DEFAULT_SUBDIR: &str = "prrte-k8s-ranks";
-
-/// How often the follower looks for new output.
-const POLL: Duration = Duration::from_millis(100);
-
-/// At most this many polls after the ranks ended before the rest is written (5 s).
-const SETTLE_POLLS: usize = 50;
-
-/// At most this many bytes are read from one file per pass, so that one rank's burst does not
-/// keep the others waiting.
-const CHUNK: usize = 1 << 20;
+use std::io::Write;
+use std::path::Path;
 
 /// A line longer than this is written in parts (each prefixed), so that memory stays bounded.
-const MAX_LINE: usize = 64 << 10;
+pub const MAX_LINE: usize = 64 << 10;
 
-/// The launchers whose `--output dir=` PRRTE 3.0.8 (Open MPI 5's `mpirun`) takes.
+/// The launchers whose `--output tag` PRRTE 3.0.8 (Open MPI 5's `mpirun`) takes.
 const PRRTE_LAUNCHERS: &[&str] = &["mpirun", "mpiexec", "prterun", "oshrun"];
 
-/// Which of a rank's streams a file holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// Which of a rank's streams a line is from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Stream {
     Stdout,
     Stderr,
+}
+
+impl Stream {
+    /// The file descriptor of the stream (1 or 2), as `rank_output` carries it.
+    pub fn fd(self) -> u8 {
+        match self {
+            Stream::Stdout => 1,
+            Stream::Stderr => 2,
+        }
+    }
+
+    /// The stream of file descriptor `fd` (1 or 2).
+    pub fn from_fd(fd: u8) -> Option<Stream> {
+        match fd {
+            1 => Some(Stream::Stdout),
+            2 => Some(Stream::Stderr),
+            _ => None,
+        }
+    }
 }
 
 /// The prefix of each line of rank `rank`'s output in its pod's log.
@@ -58,10 +65,10 @@ pub fn prrte_launcher(program: &str) -> bool {
         .is_some_and(|n| PRRTE_LAUNCHERS.contains(&n))
 }
 
-/// `command` with `--output dir=DIR` after the program when the program is PRRTE's launcher
+/// `command` with `--output tag` after the program when the program is PRRTE's launcher
 /// (`mpirun`, `mpiexec`, `prterun`, `oshrun`) and the command sets no `--output` of its own
 /// (PRRTE takes one); None otherwise.
-pub fn with_output_dir(command: &[String], dir: &Path) -> Option<Vec<String>> {
+pub fn with_output_tag(command: &[String]) -> Option<Vec<String>> {
     let (program, args) = command.split_first()?;
     if !prrte_launcher(program) {
         return None;
@@ -76,21 +83,92 @@ pub fn with_output_dir(command: &[String], dir: &Path) -> Option<Vec<String>> {
     let mut out = Vec::with_capacity(command.len() + 2);
     out.push(program.clone());
     out.push("--output".to_owned());
-    out.push(format!("dir={}", dir.display()));
+    out.push("tag".to_owned());
     out.extend(args.iter().cloned());
     Some(out)
 }
 
-/// The rank and stream of an output file `DIR/<nspace>/rank.<N>/<stdout|stderr>`, from the
-/// path below `DIR`.
-pub fn parse_path(rank_dir: &OsStr, file: &OsStr) -> Option<(u32, Stream)> {
-    let rank = rank_dir.to_str()?.strip_prefix("rank.")?.parse().ok()?;
-    let stream = match file.to_str()? {
-        "stdout" => Stream::Stdout,
-        "stderr" => Stream::Stderr,
-        _ => return None,
-    };
-    Some((rank, stream))
+/// The rank and stream of a line tagged by `--output tag` (`[JOB,RANK]<stdout>: `, PMIx
+/// 5.0.5's `pmix_iof_prep_output`), and where the rank's own text starts.
+pub fn parse_tag(line: &[u8]) -> Option<(u32, Stream, usize)> {
+    let rest = line.strip_prefix(b"[")?;
+    let close = rest.iter().position(|&b| b == b']')?;
+    let inside = std::str::from_utf8(&rest[..close]).ok()?;
+    let (_, rank) = inside.rsplit_once(',')?;
+    let rank = rank.parse().ok()?;
+    let after = &rest[close + 1..];
+    for (tag, stream) in [
+        (&b"<stdout>: "[..], Stream::Stdout),
+        (&b"<stderr>: "[..], Stream::Stderr),
+        (&b"<stddiag>: "[..], Stream::Stderr),
+    ] {
+        if after.starts_with(tag) {
+            return Some((rank, stream, 1 + close + 1 + tag.len()));
+        }
+    }
+    None
+}
+
+/// A piece of mpirun's output with its tag taken off: the rank and stream it came from (None
+/// for mpirun's own lines), and its text (a line with its `\n`, or the part of one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    pub from: Option<(u32, Stream)>,
+    pub text: Vec<u8>,
+}
+
+/// Splits one of mpirun's streams, tagged by `--output tag`, into [`Piece`]s: whole lines,
+/// except that a line longer than [`MAX_LINE`] goes in parts and an unfinished last line at
+/// the end ([`Untag::finish`]).
+#[derive(Debug, Default)]
+pub struct Untag {
+    held: Vec<u8>,
+    /// The rank and stream of a line whose first part went out already.
+    cont: Option<Option<(u32, Stream)>>,
+}
+
+impl Untag {
+    /// The pieces that `data` completes.
+    pub fn push(&mut self, data: &[u8]) -> Vec<Piece> {
+        let mut out = Vec::new();
+        for &b in data {
+            self.held.push(b);
+            if b == b'\n' {
+                out.push(self.take());
+                self.cont = None;
+            } else if self.held.len() >= MAX_LINE {
+                let p = self.take();
+                self.cont = Some(p.from);
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    /// The held unfinished line, if any.
+    pub fn finish(&mut self) -> Option<Piece> {
+        if self.held.is_empty() {
+            return None;
+        }
+        let p = self.take();
+        self.cont = None;
+        Some(p)
+    }
+
+    fn take(&mut self) -> Piece {
+        let mut text = std::mem::take(&mut self.held);
+        let from = match self.cont {
+            Some(from) => from,
+            None => match parse_tag(&text) {
+                Some((rank, stream, start)) => {
+                    text.drain(..start);
+                    Some((rank, stream))
+                }
+                None => None,
+            },
+        };
+        Piece { from, text }
+    }
 }
 
 /// Splits a stream's bytes into lines, each prefixed; keeps an unfinished last line until it
@@ -141,108 +219,40 @@ impl Lines {
     }
 }
 
-/// One followed file.
-struct Tail {
-    stream: Stream,
-    offset: u64,
-    lines: Lines,
-}
-
-/// Follows the ranks' output files under a directory and writes their lines to `out` (stdout)
-/// and `err` (stderr).
-pub struct Follower<O: Write, E: Write> {
-    dir: PathBuf,
-    tails: BTreeMap<PathBuf, Tail>,
+/// A worker's side: the ranks' output the launcher sends (`rank_output`), written to `out`
+/// (stdout) and `err` (stderr) line by line, each prefixed with its rank.
+#[derive(Debug)]
+pub struct RankLog<O: Write, E: Write> {
+    lines: BTreeMap<(u32, Stream), Lines>,
     out: O,
     err: E,
 }
 
-impl<O: Write, E: Write> Follower<O, E> {
-    pub fn new(dir: PathBuf, out: O, err: E) -> Self {
-        Follower {
-            dir,
-            tails: BTreeMap::new(),
+impl<O: Write, E: Write> RankLog<O, E> {
+    pub fn new(out: O, err: E) -> Self {
+        RankLog {
+            lines: BTreeMap::new(),
             out,
             err,
         }
     }
 
-    /// One pass: finds new files, writes the complete lines each file gained. Returns how many
-    /// bytes were read.
-    pub fn pass(&mut self) -> usize {
-        self.discover();
-        let mut read = 0;
-        let paths: Vec<PathBuf> = self.tails.keys().cloned().collect();
-        for path in paths {
-            read += self.read_file(&path);
-        }
-        read
+    /// Writes the lines `data` completes of rank `rank`'s `stream`.
+    pub fn push(&mut self, rank: u32, stream: Stream, data: &[u8]) {
+        let bytes = self
+            .lines
+            .entry((rank, stream))
+            .or_insert_with(|| Lines::new(rank))
+            .push(data);
+        write_to(&mut self.out, &mut self.err, stream, &bytes);
     }
 
-    /// Reads everything there is, then writes every held unfinished line.
-    pub fn drain(&mut self) {
-        for _ in 0..SETTLE_POLLS {
-            if self.pass() == 0 {
-                break;
-            }
+    /// Writes every held unfinished line (the job's command ended, or its launcher went away).
+    pub fn finish(&mut self) {
+        for (&(_, stream), lines) in self.lines.iter_mut() {
+            let bytes = lines.finish();
+            write_to(&mut self.out, &mut self.err, stream, &bytes);
         }
-        for tail in self.tails.values_mut() {
-            let bytes = tail.lines.finish();
-            write_to(&mut self.out, &mut self.err, tail.stream, &bytes);
-        }
-    }
-
-    fn discover(&mut self) {
-        let Ok(jobs) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
-        for job in jobs.flatten() {
-            let Ok(ranks) = std::fs::read_dir(job.path()) else {
-                continue;
-            };
-            for rank in ranks.flatten() {
-                let Ok(files) = std::fs::read_dir(rank.path()) else {
-                    continue;
-                };
-                for file in files.flatten() {
-                    let path = file.path();
-                    if self.tails.contains_key(&path) {
-                        continue;
-                    }
-                    if let Some((r, stream)) = parse_path(&rank.file_name(), &file.file_name()) {
-                        self.tails.insert(
-                            path,
-                            Tail {
-                                stream,
-                                offset: 0,
-                                lines: Lines::new(r),
-                            },
-                        );
-                    }
-                }
-            }
-        }
-    }
-
-    fn read_file(&mut self, path: &Path) -> usize {
-        let Some(tail) = self.tails.get_mut(path) else {
-            return 0;
-        };
-        let Ok(mut f) = File::open(path) else {
-            return 0;
-        };
-        if f.seek(SeekFrom::Start(tail.offset)).is_err() {
-            return 0;
-        }
-        let mut buf = Vec::with_capacity(8192);
-        let n = match f.take(CHUNK as u64).read_to_end(&mut buf) {
-            Ok(n) => n,
-            Err(_) => return 0,
-        };
-        tail.offset += n as u64;
-        let bytes = tail.lines.push(&buf);
-        write_to(&mut self.out, &mut self.err, tail.stream, &bytes);
-        n
     }
 }
 
@@ -255,59 +265,6 @@ fn write_to(out: &mut impl Write, err: &mut impl Write, stream: Stream, bytes: &
         Stream::Stdout => out.write_all(bytes).and_then(|()| out.flush()),
         Stream::Stderr => err.write_all(bytes).and_then(|()| err.flush()),
     };
-}
-
-/// A follower running on a thread of its own, writing to the agent's stdout and stderr.
-pub struct Following {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Following {
-    /// Starts following `dir` (it may not exist yet).
-    pub fn start(dir: PathBuf) -> std::io::Result<Following> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("prrte-k8s-rank-output".into())
-            .spawn(move || {
-                let mut f = Follower::new(dir, std::io::stdout(), std::io::stderr());
-                while !flag.load(Ordering::Acquire) {
-                    if f.pass() == 0 {
-                        std::thread::sleep(POLL);
-                    }
-                }
-                // The ranks have ended: let prted's last writes land, then write the rest.
-                let mut quiet = 0;
-                for _ in 0..SETTLE_POLLS {
-                    if quiet == 3 {
-                        break;
-                    }
-                    std::thread::sleep(POLL);
-                    quiet = if f.pass() == 0 { quiet + 1 } else { 0 };
-                }
-                f.drain();
-            })?;
-        Ok(Following {
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    /// Writes what is left (once nothing new came for a few polls) and stops, on a blocking
-    /// thread of the runtime.
-    pub async fn finish(mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = tokio::task::spawn_blocking(move || t.join()).await;
-        }
-    }
-}
-
-impl Drop for Following {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-    }
 }
 
 #[cfg(test)]

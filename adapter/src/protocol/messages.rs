@@ -86,6 +86,14 @@ pub enum Request {
     Finish {
         code: i32,
     },
+    /// Batch mode: output of rank `rank` on `fd` 1 (stdout) or 2 (stderr), base64, for the log
+    /// of the worker's pod (each line prefixed `[rank N] `); sent on the attached connection
+    /// before `finish`, and not answered.
+    RankOutput {
+        rank: u32,
+        fd: u8,
+        data: String,
+    },
     /// Run a program from the agent's exec allowlist (see [`super::exec`] and `crate::agent::exec`);
     /// the connection then belongs to that program until it ends.
     Exec {
@@ -125,6 +133,7 @@ impl Request {
             Request::Watch {} => "watch",
             Request::Attach {} => "attach",
             Request::Finish { .. } => "finish",
+            Request::RankOutput { .. } => "rank_output",
             Request::Exec { .. } => "exec",
             Request::Stdin { .. } => "stdin",
             Request::StdinClose {} => "stdin_close",

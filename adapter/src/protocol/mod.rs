@@ -79,9 +79,12 @@
 //!   own pod's agent this way.
 //! * Batch mode only (agents started with `--run`): `{"v":1,"type":"attach"}` → `ack`, sent by
 //!   the agent that runs the job's command to every other pod's agent, on a connection it keeps
-//!   open for the whole run; then `{"v":1,"type":"finish","code":N}` → `ack` on that connection
-//!   when the command ended with exit status `N`, after which the worker's agent exits (see
-//!   `crate::agent::batch`). Agents not in batch mode answer both with `failed`.
+//!   open for the whole run; meanwhile `{"v":1,"type":"rank_output","rank":R,"fd":1,"data":B64}`
+//!   (not answered) carries the output of each rank that ran in the worker's pod, which its
+//!   agent writes to its own log, each line prefixed `[rank R] ` (see
+//!   `crate::agent::rank_output`); then `{"v":1,"type":"finish","code":N}` → `ack` on that
+//!   connection when the command ended with exit status `N`, after which the worker's agent
+//!   exits (see `crate::agent::batch`). Agents not in batch mode answer all three with `failed`.
 //!
 //! * `{"v":1,"type":"exec","argv":[...],"env":[[k,v],...],"cwd":...,"stdin":bool}` — run a
 //!   program from the agent's exec allowlist, never a shell; then `stdin {data}`,

@@ -243,9 +243,9 @@ pub(crate) const WORKERS_STAY: Setting = Setting {
 pub(crate) const RANK_OUTPUT: Setting = Setting {
     env: &["PRRTE_K8S_RANK_OUTPUT"],
     flag: "rank-output",
-    value_name: "DIR",
-    default: "",
-    help: "Batch mode: the directory (the same path in every pod) where each pod's prted writes its ranks' output, which the worker's agent writes to its pod's log, each line prefixed `[rank N] ` (empty: `prrte-k8s-ranks` in --tmpdir; `off`: none). The launcher adds `--output dir=DIR` to a command whose program is PRRTE's `mpirun`, `mpiexec`, `prterun` or `oshrun` and that sets no `--output` of its own",
+    value_name: "on|off",
+    default: "on",
+    help: "Batch mode: each worker pod's log shows the output of the ranks that ran in it, each line prefixed `[rank N] ` (`off`: only pod 0's log has it). The launcher adds `--output tag` to a command whose program is PRRTE's `mpirun`, `mpiexec`, `prterun` or `oshrun` and that sets no `--output` of its own, takes the tags off for its own log and sends each rank's lines to the agent of the pod the rank ran in",
     ..Setting::NONE
 };
 

@@ -20,7 +20,6 @@ fn link_state_follows_attach_close_and_finish() {
     config.batch = Some(BatchConfig::Worker {
         launcher_wait: Duration::from_secs(1),
         stay: false,
-        rank_output: None,
     });
     assert_eq!(b.attach(&config, 1, peer).0, Reply::Ack {});
     assert_eq!(b.link(), Link::Attached { conn: 1, peer });
@@ -75,54 +74,26 @@ async fn worker_exits_on_finish_lost_launcher_or_none() {
     // Finished with success: at once, 0.
     let b = Arc::new(BatchState::default());
     b.link.send_replace(Link::Finished { code: 0 });
-    run_worker(
-        b.clone(),
-        Duration::from_secs(600),
-        false,
-        None,
-        stop.clone(),
-    )
-    .await;
+    run_worker(b.clone(), Duration::from_secs(600), false, stop.clone()).await;
     assert_eq!(b.exit_code(), Some(0));
     // Finished with failure: after the delay, with the code.
     let b = Arc::new(BatchState::default());
     b.link.send_replace(Link::Finished { code: 3 });
     let t0 = tokio::time::Instant::now();
-    run_worker(
-        b.clone(),
-        Duration::from_secs(600),
-        false,
-        None,
-        stop.clone(),
-    )
-    .await;
+    run_worker(b.clone(), Duration::from_secs(600), false, stop.clone()).await;
     assert_eq!(b.exit_code(), Some(3));
     assert!(t0.elapsed() >= FAIL_DELAY);
     // Launcher lost: 1 after the grace period.
     let b = Arc::new(BatchState::default());
     b.link.send_replace(Link::Lost { peer });
     let t0 = tokio::time::Instant::now();
-    run_worker(
-        b.clone(),
-        Duration::from_secs(600),
-        false,
-        None,
-        stop.clone(),
-    )
-    .await;
+    run_worker(b.clone(), Duration::from_secs(600), false, stop.clone()).await;
     assert_eq!(b.exit_code(), Some(1));
     assert!(t0.elapsed() >= LINK_GRACE && t0.elapsed() < LINK_GRACE * 2);
     // Nobody attached: 1 after launcher_wait.
     let b = Arc::new(BatchState::default());
     let t0 = tokio::time::Instant::now();
-    run_worker(
-        b.clone(),
-        Duration::from_secs(42),
-        false,
-        None,
-        stop.clone(),
-    )
-    .await;
+    run_worker(b.clone(), Duration::from_secs(42), false, stop.clone()).await;
     assert_eq!(b.exit_code(), Some(1));
     assert!(t0.elapsed() >= Duration::from_secs(42));
     // Attached, then finish arrives later.
@@ -132,7 +103,6 @@ async fn worker_exits_on_finish_lost_launcher_or_none() {
         b.clone(),
         Duration::from_secs(1),
         false,
-        None,
         stop.clone(),
     ));
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -159,7 +129,6 @@ async fn a_worker_that_stays_exits_only_when_told_to_end() {
             b.clone(),
             Duration::from_secs(1),
             true,
-            None,
             stop.clone(),
         ));
         tokio::time::sleep(LINK_GRACE + FAIL_DELAY + Duration::from_secs(600)).await;
@@ -194,4 +163,17 @@ fn test_config(dir: &std::path::Path) -> AgentConfig {
         heartbeat_timeout: None,
         mpi: None,
     }
+}
+
+#[test]
+fn rank_output_comes_only_on_the_attached_connection_and_names_a_stream() {
+    let b = BatchState::default();
+    let data = crate::protocol::exec::encode_data(b"hello\n");
+    let e = b.rank_output(false, 1, 1, &data).unwrap_err();
+    assert!(e.contains("attached connection"), "{e}");
+    let e = b.rank_output(true, 1, 0, &data).unwrap_err();
+    assert!(e.contains("fd 0"), "{e}");
+    let e = b.rank_output(true, 1, 1, "not base64!").unwrap_err();
+    assert!(e.contains("base64"), "{e}");
+    assert_eq!(b.rank_output(true, 1, 2, &data), Ok(()));
 }

@@ -1,9 +1,8 @@
 //! The job's command: the hostfile its MPI reads written first, then the command run in its own
 //! process group while the workers' links are watched.
 
-use std::path::Path;
 use std::process::Stdio;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
@@ -13,11 +12,12 @@ use super::super::local::launcher_command;
 use super::peers::{beat_until_gone, heartbeat, Attached};
 use super::relay::{Relay, Seen};
 use super::report::displays;
+use super::route::Router;
 use crate::agent::batch::shell_status;
 use crate::agent::checked_config::AgentConfig;
 use crate::agent::mpi::prepare::HostfileError;
 use crate::agent::process::{Job, Reaper};
-use crate::agent::rank_output::{prrte_launcher, with_output_dir};
+use crate::agent::rank_output::{prrte_launcher, with_output_tag};
 use crate::discovery::Allocation;
 
 /// Why the batch launcher cannot write the hostfile its MPI needs (it does not run the command).
@@ -65,14 +65,17 @@ pub(super) struct Prepared {
     /// Relay its stdout and stderr (reading the first failing rank), and whether the job
     /// map's block is kept out of the log (the launcher's own `--display map`).
     pub relay: Option<bool>,
+    /// Its output is tagged by rank (the launcher's `--output tag`): the relays take the tags
+    /// off and send each rank's lines to its pod.
+    pub tagged: bool,
 }
 
-/// For PRRTE's launcher where the components serve it (PRRTE 3.0.8): `--output dir=DIR`, so
-/// that each pod's prted writes its ranks' output where that pod's agent follows it (see
-/// [`crate::agent::rank_output`]; never over an `--output` of the command's own), and
-/// `--display map` (unless the command displays something itself), so that a failed rank's
-/// pod is known (see [`super::report`]). Any other command runs as given.
-pub(super) fn prepare(command: Vec<String>, dir: Option<&Path>, config: &AgentConfig) -> Prepared {
+/// For PRRTE's launcher where the components serve it (PRRTE 3.0.8): with `rank_output`,
+/// `--output tag`, so that each line names its rank and goes to the log of the rank's pod too
+/// (see [`crate::agent::rank_output`]; never over an `--output` of the command's own), and
+/// `--display map` (unless the command displays something itself), so that a rank's pod is
+/// known (see [`super::report`]). Any other command runs as given.
+pub(super) fn prepare(command: Vec<String>, rank_output: bool, config: &AgentConfig) -> Prepared {
     let components = config
         .mpi
         .as_ref()
@@ -81,14 +84,17 @@ pub(super) fn prepare(command: Vec<String>, dir: Option<&Path>, config: &AgentCo
         return Prepared {
             command,
             relay: None,
+            tagged: false,
         };
     }
     let mut command = command;
-    if let Some(dir) = dir {
-        match with_output_dir(&command, dir) {
+    let mut tagged = false;
+    if rank_output {
+        match with_output_tag(&command) {
             Some(c) => {
-                info!(dir = %dir.display(), "batch launcher: each rank's output also goes to the log of the pod it runs in (mpirun --output dir=)");
+                info!("batch launcher: each rank's output also goes to the log of the pod it runs in (mpirun --output tag, the tags taken off here)");
                 command = c;
+                tagged = true;
             }
             None => info!("batch launcher: the command sets --output itself: the ranks' output is only in this pod's log"),
         }
@@ -100,13 +106,15 @@ pub(super) fn prepare(command: Vec<String>, dir: Option<&Path>, config: &AgentCo
     Prepared {
         command,
         relay: Some(strip_map),
+        tagged,
     }
 }
 
 /// Runs the command; returns its status and the pods of the workers whose agents went away
-/// meanwhile.
+/// meanwhile. With a `router`, each worker is sent its ranks' output meanwhile.
 pub(super) async fn run_watching(
     command: &Prepared,
+    router: Option<Router>,
     config: &AgentConfig,
     alloc: Option<&Allocation>,
     reaper: &Reaper,
@@ -114,36 +122,36 @@ pub(super) async fn run_watching(
     links: &mut [Attached],
 ) -> (i32, Vec<String>) {
     let lost: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let code = {
-        // While the command runs, notice a worker whose agent goes away: a worker sends nothing
-        // unasked but `pong`s, so any end of its connection means its pod was evicted, deleted
-        // or killed, and its silence that its pod is cut off.
-        let beat = heartbeat();
-        let watch = async {
-            futures::future::join_all(links.iter_mut().map(|l| {
-                let lost = &lost;
-                async move {
-                    let why = beat_until_gone(l, beat).await;
-                    warn!(pod = %l.target.pod, %why, "batch launcher: a worker's agent went away while the job's command runs");
-                    lost.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(l.target.pod.clone());
-                }
-            }))
-            .await;
-            std::future::pending::<()>().await
-        };
-        tokio::select! {
-            c = run_command(command, config, alloc, reaper, stop) => c,
-            () = watch => unreachable!("the watch never ends"),
+    // While the command runs, notice a worker whose agent goes away: a worker sends nothing
+    // unasked but `pong`s, so any end of its connection means its pod was evicted, deleted
+    // or killed, and its silence that its pod is cut off. Once the command has ended, each
+    // link's task stops between two frames (`done`), so the connection stays in step.
+    let beat = heartbeat();
+    let done = CancellationToken::new();
+    let watch = futures::future::join_all(links.iter_mut().map(|l| {
+        let (lost, done) = (&lost, &done);
+        async move {
+            if let Some(why) = beat_until_gone(l, beat, done).await {
+                warn!(pod = %l.target.pod, %why, "batch launcher: a worker's agent went away while the job's command runs");
+                lost.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(l.target.pod.clone());
+            }
         }
+    }));
+    let run = async {
+        let code = run_command(command, router.map(Arc::new), config, alloc, reaper, stop).await;
+        done.cancel();
+        code
     };
+    let (code, _) = tokio::join!(run, watch);
     (code, lost.into_inner().unwrap_or_else(|p| p.into_inner()))
 }
 
 /// Runs the command to its end (or until `stop`); its status as a shell reports it.
 async fn run_command(
     prepared: &Prepared,
+    router: Option<Arc<Router>>,
     config: &AgentConfig,
     alloc: Option<&Allocation>,
     reaper: &Reaper,
@@ -185,6 +193,7 @@ async fn run_command(
             child.stdout.take()?,
             child.stderr.take()?,
             strip,
+            router.filter(|_| prepared.tagged),
         ))
     });
     let started = Instant::now();

@@ -10,6 +10,7 @@ mod peers;
 mod pods;
 mod relay;
 mod report;
+mod route;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -76,9 +77,18 @@ pub(crate) async fn run_launcher(
         .unwrap_or_default();
     let mut links = attach_all(peers, &config).await;
     info!(workers = links.len(), command = ?command, "batch launcher: running the job's command");
-    let prepared = prepare(command, rank_output.as_deref(), &config);
+    let prepared = prepare(command, rank_output, &config);
+    let router = prepared.tagged.then(|| {
+        let pods: Vec<&str> = links.iter().map(|l| l.target.pod.as_str()).collect();
+        let (router, queues) = route::Router::new(alloc.as_ref(), &pods);
+        for (l, q) in links.iter_mut().zip(queues) {
+            l.output = Some(q);
+        }
+        router
+    });
     let (code, lost) = run_watching(
         &prepared,
+        router,
         &config,
         alloc.as_ref(),
         &reaper,

@@ -1,18 +1,24 @@
 //! The batch launcher's links to the workers' agents: the job's other pods found as `ras k8s`
 //! finds them, one authenticated connection to each agent (`attach`), heartbeats while the
-//! command runs, and `finish {code}` when it has ended.
+//! command runs, meanwhile the output of the ranks that run in each worker's pod
+//! (`rank_output`, queued by [`super::route`]), and `finish {code}` when it has ended, after
+//! the last of that output.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::super::connect::{agent_name, connect_authenticated, recv_reply, send_request};
 use super::super::error::AgentError;
 use super::super::request::{LaunchOptions, LaunchTarget};
+use super::route::{coalesce, Chunk};
 use crate::agent::checked_config::AgentConfig;
 use crate::discovery::{self, Allocation, DiscoveryConfig, DiscoveryError};
+use crate::protocol::exec::encode_data;
 use crate::protocol::liveness::{Heartbeat, HeartbeatSender, Lost};
 use crate::protocol::{FramedConn, Reply, Request, Session};
 
@@ -35,6 +41,8 @@ pub(super) struct Attached {
     pub(super) target: LaunchTarget,
     pub(super) conn: FramedConn<TcpStream>,
     pub(super) session: Session,
+    /// The output of the ranks that run in the worker's pod, to send it (see [`super::route`]).
+    pub(super) output: Option<UnboundedReceiver<Chunk>>,
 }
 
 async fn attach_one(target: LaunchTarget, opts: &LaunchOptions) -> Result<Attached, AgentError> {
@@ -64,6 +72,7 @@ async fn attach_one(target: LaunchTarget, opts: &LaunchOptions) -> Result<Attach
             target,
             conn,
             session,
+            output: None,
         }),
         Reply::Failed { reason } | Reply::Error { reason } => Err(AgentError::RequestRefused {
             what: "attach",
@@ -84,6 +93,8 @@ async fn finish_one(
 ) -> Result<(LaunchTarget, FramedConn<TcpStream>), (LaunchTarget, AgentError)> {
     let who = agent_name(&a.target);
     let r = async {
+        // The ranks' output first: the worker writes all of it before it acts on `finish`.
+        send_rest(&mut a).await?;
         send_request(
             &mut a.conn,
             &mut a.session,
@@ -191,9 +202,14 @@ pub(super) fn heartbeat() -> Heartbeat {
     })
 }
 
-/// Pings the attached worker every interval and returns why it is gone: its connection ended,
-/// or it was silent for longer than `beat` allows (its pod cut off from the network).
-pub(super) async fn beat_until_gone(l: &mut Attached, beat: Heartbeat) -> String {
+/// Pings the attached worker every interval, and sends it its ranks' output, until `done`
+/// (None) or it is gone: why (its connection ended, or it was silent for longer than `beat`
+/// allows: its pod cut off from the network). A frame being sent is never cut off by `done`.
+pub(super) async fn beat_until_gone(
+    l: &mut Attached,
+    beat: Heartbeat,
+    done: &CancellationToken,
+) -> Option<String> {
     let mut beats = HeartbeatSender::start(beat);
     loop {
         tokio::select! {
@@ -202,19 +218,25 @@ pub(super) async fn beat_until_gone(l: &mut Attached, beat: Heartbeat) -> String
                 // Every frame is opened, so the session stays in step for `finish`.
                 Ok(f) => match l.session.open(&f) {
                     Ok(_) => beats.heard(),
-                    Err(e) => return format!("it sent a frame that does not open: {e}"),
+                    Err(e) => return Some(format!("it sent a frame that does not open: {e}")),
                 },
-                Err(_) => return "its connection ended (its pod evicted, deleted or killed?)".into(),
+                Err(_) => return Some("its connection ended (its pod evicted, deleted or killed?)".into()),
             },
+            _ = done.cancelled() => return None,
             _ = beats.due() => match beats.beat(&mut l.conn, &mut l.session, PEER_TIMEOUT).await {
                 Ok(()) => {}
                 Err(e @ Lost::Silent(_)) => {
-                    return format!("it was {e}: its pod is cut off from the network, stopped or stalled")
+                    return Some(format!("it was {e}: its pod is cut off from the network, stopped or stalled"))
                 }
                 Err(Lost::Send(_)) => {
-                    return "a heartbeat could not be sent (its connection ended)".into()
+                    return Some("a heartbeat could not be sent (its connection ended)".into())
                 }
             },
+            Some(chunk) = next_queued(&mut l.output) => {
+                if let Err(e) = send_queued(l, chunk).await {
+                    return Some(format!("its ranks' output could not be sent: {e}"));
+                }
+            }
         }
     }
 }
@@ -236,4 +258,50 @@ pub(super) async fn finish_all(
         }
     }
     told
+}
+
+/// Takes the next piece queued for a worker; pending forever without a queue.
+async fn next_queued(output: &mut Option<UnboundedReceiver<Chunk>>) -> Option<Chunk> {
+    match output {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sends `first` and whatever else is queued now to the worker of `link`, adjacent pieces of
+/// the same rank and stream together (at most [`super::route::FRAME_DATA`] bytes a frame).
+async fn send_queued(link: &mut Attached, first: Chunk) -> Result<(), AgentError> {
+    let mut batch = vec![first];
+    if let Some(rx) = link.output.as_mut() {
+        while let Ok(c) = rx.try_recv() {
+            batch.push(c);
+        }
+    }
+    for c in coalesce(batch) {
+        let request = Request::RankOutput {
+            rank: c.rank,
+            fd: c.stream.fd(),
+            data: encode_data(&c.data),
+        };
+        let who = agent_name(&link.target);
+        send_request(
+            &mut link.conn,
+            &mut link.session,
+            &request,
+            "rank_output",
+            &who,
+            PEER_TIMEOUT,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Sends everything still queued for the worker of `link` (the relays have ended).
+async fn send_rest(link: &mut Attached) -> Result<(), AgentError> {
+    let first = match link.output.as_mut().map(|rx| rx.try_recv()) {
+        Some(Ok(c)) => c,
+        _ => return Ok(()),
+    };
+    send_queued(link, first).await
 }

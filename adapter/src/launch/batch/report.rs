@@ -157,12 +157,19 @@ pub struct MapFilter {
     mid_line: bool,
     node: Option<String>,
     ranks: BTreeMap<u32, String>,
+    /// A whole map was read.
+    complete: bool,
 }
 
 impl MapFilter {
     /// The node of `rank`, if a map named it.
     pub fn node_of(&self, rank: u32) -> Option<&str> {
         self.ranks.get(&rank).map(String::as_str)
+    }
+
+    /// Whether a whole map was read (a rank it does not name is in no map).
+    pub fn complete(&self) -> bool {
+        self.complete
     }
 
     /// Bytes of mpirun's stdout; returns what goes to the pod's log now.
@@ -232,6 +239,7 @@ impl MapFilter {
         let t = text.trim();
         if t == MAP_END {
             self.in_map = false;
+            self.complete = true;
         } else if let Some(rest) = t.strip_prefix("Data for node:") {
             self.node = rest.split_whitespace().next().map(str::to_owned);
         } else if let (Some(node), Some((_, r))) = (&self.node, t.split_once("Process rank:")) {

@@ -113,6 +113,7 @@ fn the_map_is_read_and_kept_out_of_the_log_whatever_the_chunks() {
         assert_eq!(f.node_of(0), Some("pi-0"));
         assert_eq!(f.node_of(2), Some("pi-1"));
         assert_eq!(f.node_of(3), None);
+        assert!(f.complete(), "chunks of {size}");
     }
 }
 
@@ -122,6 +123,7 @@ fn a_line_start_goes_out_at_once_unless_it_may_open_the_map() {
     assert_eq!(f.push(b"progress 10%"), b"progress 10%");
     assert_eq!(f.push(b" 20%\n===="), b" 20%\n");
     assert_eq!(f.push(b"x\n"), b"====x\n");
+    assert!(!f.complete(), "no map was read");
 }
 
 #[test]
