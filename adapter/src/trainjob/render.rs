@@ -21,6 +21,10 @@
 //!   `node` job (and the launcher's with `runLauncherAsNode`), the subdomain the template's
 //!   `network.subdomain` or the job's name.
 //!
+//! One field is added: the node pods' (and the launcher's with `runLauncherAsNode`) annotation
+//! `prrte-k8s.io/slots`, the slots, unless the runtime's template sets it (`ras k8s` reads a pod's
+//! slots there; Trainer writes them only into the hostfile and an ORTE variable).
+//!
 //! Not rendered: `runtimePatches` (refused), the GPU rule that makes a runtime's
 //! `numProcPerNode: 1` the GPU count, initializer jobs, pod-group policies. Every object is
 //! owned by the TrainJob (`controller: true`).
@@ -29,6 +33,7 @@ use serde_json::{json, Map, Value};
 
 use super::ssh::SshKeyPair;
 use super::types::{Runtime, RuntimeError, TrainJob, API_VERSION};
+use crate::discovery::keys::SLOTS_ANNOTATION;
 
 /// The label of a replicated job that names the step it is (`trainer`, the initializers').
 pub const ANCESTOR_LABEL: &str = "trainer.kubeflow.org/trainjob-ancestor-step";
@@ -154,6 +159,15 @@ pub fn render(
                 continue;
             }
             let launcher = rname == LAUNCHER;
+            if !launcher || as_node {
+                // The one field Trainer does not write: `ras k8s` reads a pod's slots from it
+                // (Trainer hands them to the hostfile and `OMPI_MCA_orte_set_default_slots`,
+                // which the batch launcher does not use). A runtime's own annotation is kept.
+                let meta = &mut rj["template"]["spec"]["template"]["metadata"];
+                if meta["annotations"][SLOTS_ANNOTATION].is_null() {
+                    meta["annotations"][SLOTS_ANNOTATION] = json!(slots.to_string());
+                }
+            }
             let pod = &mut rj["template"]["spec"]["template"]["spec"];
             upsert(&mut pod["volumes"], ssh_volume(&name), "name");
             if launcher {

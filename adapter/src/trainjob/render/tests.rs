@@ -242,3 +242,17 @@ fn without_trainer_fields_the_runtime_decides() {
         "pi-node-0-0.pi slots=1\n"
     );
 }
+
+fn slots_annotation(js: &Value, rj: &str) -> Value {
+    rjob(js, rj)["template"]["spec"]["template"]["metadata"]["annotations"]["prrte-k8s.io/slots"]
+        .clone()
+}
+
+#[test]
+fn the_node_pods_carry_the_slots_annotation_and_the_launcher_only_as_a_node() {
+    let r = render(&two_by_two(), &runtime(false, "OpenMPI"), Some(&keys())).unwrap();
+    assert_eq!(slots_annotation(&r.jobset, "node"), json!("2"));
+    assert_eq!(slots_annotation(&r.jobset, "launcher"), Value::Null);
+    let r = render(&two_by_two(), &runtime(true, "OpenMPI"), Some(&keys())).unwrap();
+    assert_eq!(slots_annotation(&r.jobset, "launcher"), json!("2"));
+}
