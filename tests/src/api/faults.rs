@@ -123,7 +123,7 @@ pub struct Faults {
 /// Whether a request is a watch, from its query string.
 pub fn is_watch(query: Option<&str>) -> bool {
     form_urlencoded::parse(query.unwrap_or("").as_bytes())
-        .any(|(k, v)| k == "watch" && super::query_true(&v))
+        .any(|(k, v)| k == "watch" && super::query::query_true(&v))
 }
 
 impl Faults {

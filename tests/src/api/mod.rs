@@ -13,6 +13,7 @@ pub mod faults;
 pub mod http;
 pub mod pod_table;
 mod protobuf;
+pub mod query;
 mod replicas;
 pub mod resources;
 pub mod selector;
@@ -24,12 +25,6 @@ pub mod validation;
 
 pub use auth::Rule;
 
-/// A boolean query parameter's value as a Kubernetes API server reads it (its
-/// `Convert_Slice_string_To_bool`): `0` and `false` in any case are false, any other value,
-/// the empty one included, is true. The Python client sends `follow=True`, `watch=True`.
-pub fn query_true(value: &str) -> bool {
-    value != "0" && !value.eq_ignore_ascii_case("false")
-}
 pub use http::RequestRecord;
 pub use status::ApiError;
 pub use store::{DeleteOptions, EventType, ListQuery, Obj, Part, Patch, Store, StoreEvent};

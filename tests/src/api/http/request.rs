@@ -138,9 +138,9 @@ pub(super) fn list_query(
     })
 }
 
-/// A boolean query parameter: absent is false, else as [`crate::api::query_true`] reads it.
+/// A boolean query parameter: absent is false, else as [`crate::api::query::query_true`] reads it.
 pub(super) fn flag(q: &HashMap<String, String>, k: &str) -> bool {
-    q.get(k).is_some_and(|v| crate::api::query_true(v))
+    q.get(k).is_some_and(|v| crate::api::query::query_true(v))
 }
 
 pub(super) fn dry_run(q: &HashMap<String, String>) -> bool {

@@ -41,10 +41,10 @@ fn records_tell_lists_gets_and_watches_apart() {
 #[test]
 fn boolean_query_values_read_as_an_api_server_reads_them() {
     for v in ["true", "True", "1", "", "yes"] {
-        assert!(crate::api::query_true(v), "{v:?} is true");
+        assert!(crate::api::query::query_true(v), "{v:?} is true");
     }
     for v in ["false", "False", "FALSE", "0"] {
-        assert!(!crate::api::query_true(v), "{v:?} is false");
+        assert!(!crate::api::query::query_true(v), "{v:?} is false");
     }
     let w = rec("GET", "/api/v1/namespaces/ns/pods", "watch=True");
     assert!(w.is_watch() && !w.is_list());
