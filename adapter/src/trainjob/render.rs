@@ -29,6 +29,7 @@
 //! `numProcPerNode: 1` the GPU count, initializer jobs, pod-group policies. Every object is
 //! owned by the TrainJob (`controller: true`).
 
+use base64::Engine;
 use serde_json::{json, Map, Value};
 
 use super::ssh::SshKeyPair;
@@ -266,7 +267,7 @@ pub fn render(
         (Some(_), Some(k)) => Some(json!({
             "apiVersion": "v1", "kind": "Secret", "metadata": object_meta(SSH_AUTH_SUFFIX),
             "type": "kubernetes.io/ssh-auth", "immutable": true,
-            "stringData": {"ssh-privatekey": k.private_pem, "ssh-publickey": k.public_openssh},
+            "data": {"ssh-privatekey": b64(&k.private_pem), "ssh-publickey": b64(&k.public_openssh)},
         })),
         _ => None,
     };
@@ -299,6 +300,11 @@ pub fn from_snapshot(configmap: &Value) -> Result<Runtime, RenderError> {
     serde_yaml::from_str(text)
         .map(Runtime::new)
         .map_err(|e| RenderError::Snapshot(e.to_string()))
+}
+
+/// A Secret's `data` value: Trainer writes the key pair as bytes (`WithData`), base64 in JSON.
+fn b64(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(text)
 }
 
 /// Open MPI's launcher environment, as Trainer sets it (ORTE names: Open MPI 5 reads none).

@@ -194,8 +194,10 @@ fn the_secret_is_immutable_ssh_auth_and_suspend_is_mirrored() {
     assert_eq!(s["metadata"]["name"], "pi-mpi-ssh-auth");
     assert_eq!(s["type"], "kubernetes.io/ssh-auth");
     assert_eq!(s["immutable"], true);
-    assert_eq!(s["stringData"]["ssh-privatekey"], "PRIVATE");
-    assert_eq!(s["stringData"]["ssh-publickey"], "PUBLIC\n");
+    // base64, as Trainer's `WithData` of the bytes
+    assert_eq!(s["data"]["ssh-privatekey"], "UFJJVkFURQ==");
+    assert_eq!(s["data"]["ssh-publickey"], "UFVCTElDCg==");
+    assert!(s.get("stringData").is_none());
 }
 
 #[test]
