@@ -14,17 +14,16 @@
 
 mod common;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use common::controller::text;
-use sandbox::api::resources::{CONFIGMAPS, JOBS, JOBSETS, PODS, SECRETS};
-use sandbox::app_images::{app_image, AppImage, INJECT_IMAGE};
-use sandbox::cluster::{Cluster, ClusterOptions};
-use sandbox::harness::{self, TestDir};
+use common::trainer::TrainerSandbox;
+use sandbox::app_images::{app_image, AppImage};
+use sandbox::harness;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 const NS: &str = "default";
 const RUNTIME: &str = "prrte-k8s-openmpi";
@@ -122,86 +121,6 @@ fn the_runtime_file_becomes_the_tests_runtime() {
     );
 }
 
-/// The controller process; killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-struct Sandbox {
-    // Dropped first: the controller stops before the cluster.
-    _controller: Proc,
-    cluster: Cluster,
-    dir: TestDir,
-}
-
-async fn start(test: &str, image: &str) -> Result<Sandbox> {
-    if sandbox::images::inspect(INJECT_IMAGE)?.is_none() {
-        bail!("the image {INJECT_IMAGE} is not in the local store; run `make image`");
-    }
-    let kubectl = harness::kubectl::find().context("no kubectl; run prrte-config/setup.sh")?;
-    let crds = harness::trainer::trainer_crds()?;
-    let rt = runtime(image)?;
-    let namespaced = std::fs::read_to_string(repo().join("prrte-config/trainer/namespace.yaml"))
-        .context("reading prrte-config/trainer/namespace.yaml")?;
-    let bin = harness::workspace_bin("prrte-k8s")?;
-    let dir = TestDir::new(test)?;
-    let cluster = Cluster::start(ClusterOptions {
-        dir: Some(dir.path().join("cluster")),
-        ..Default::default()
-    })
-    .await?;
-    // Trainer's CRDs are too large for a client-side apply (as Trainer's docs say): create.
-    for crd in &crds {
-        let path = crd.to_string_lossy();
-        let out = harness::kubectl::with_input(&kubectl, &cluster, &["create", "-f", &path], None)?;
-        if !out.status.success() {
-            bail!("kubectl create -f {path}: {}", text(&out));
-        }
-    }
-    let out = harness::kubectl::with_input(
-        &kubectl,
-        &cluster,
-        &["apply", "--server-side", "-f", "-"],
-        Some(&serde_json::to_string(&rt)?),
-    )?;
-    if !out.status.success() {
-        bail!("applying the runtime: {}", text(&out));
-    }
-    let out = harness::kubectl::with_input(
-        &kubectl,
-        &cluster,
-        &["apply", "-n", NS, "-f", "-"],
-        Some(&namespaced),
-    )?;
-    if !out.status.success() {
-        bail!("applying namespace.yaml: {}", text(&out));
-    }
-    let log = std::fs::File::create(dir.path().join("controller.log"))?;
-    let child = Command::new(&bin)
-        .args(["controller", "--trainjobs"])
-        .args(["--lease-namespace", NS, "--identity", test])
-        .args(["--metrics-address", "127.0.0.1:0"])
-        .args(["--health-address", "127.0.0.1:0"])
-        .args(["--image-pull-policy", "Never"])
-        .env("KUBECONFIG", cluster.kubeconfig())
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .context("starting prrte-k8s controller --trainjobs")?;
-    Ok(Sandbox {
-        _controller: Proc(child),
-        cluster,
-        dir,
-    })
-}
-
 /// The SDK script's report of one TrainJob.
 struct Job {
     name: String,
@@ -250,30 +169,6 @@ fn check_ranks(job: &Job, what: &str, key: &str) {
     );
 }
 
-/// What is left in the namespace of the TrainJob `name`: objects named after it.
-fn leftovers(cluster: &Cluster, name: &str) -> Vec<String> {
-    let store = cluster.store();
-    let mut left = Vec::new();
-    for (rt, kind) in [
-        (&PODS, "pod"),
-        (&JOBS, "job"),
-        (&JOBSETS, "jobset"),
-        (&SECRETS, "secret"),
-        (&CONFIGMAPS, "configmap"),
-    ] {
-        let Ok(list) = store.list(rt, Some(NS), &Default::default()) else {
-            continue;
-        };
-        for o in list.items {
-            let n = o["metadata"]["name"].as_str().unwrap_or_default();
-            if n == name || n.starts_with(&format!("{name}-")) {
-                left.push(format!("{kind}/{n}"));
-            }
-        }
-    }
-    left
-}
-
 /// What this test needs that a checkout may lack: the SDK's venv (prrte-config/setup.sh), the
 /// runtime (prrte-config/trainer/) and the controller's `--trainjobs`. None, or what is missing.
 fn missing() -> Option<String> {
@@ -309,7 +204,8 @@ async fn sdk_train_wait_logs_delete() {
     }
     let python = kubeflow_python();
     let image = app_image(AppImage::TrixieOpenmpiPython).unwrap();
-    let sb = start("trainer-sdk", &image)
+    let rt = runtime(&image).unwrap();
+    let sb = TrainerSandbox::start("trainer-sdk", NS, &rt)
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
     let script = repo().join("tests/python/trainer_sdk.py");
@@ -322,13 +218,11 @@ async fn sdk_train_wait_logs_delete() {
         .await
         .unwrap()
         .unwrap();
-    let controller_log =
-        || std::fs::read_to_string(sb.dir.path().join("controller.log")).unwrap_or_default();
     assert!(
         out.status.success(),
         "the SDK script: {}\n--- controller\n{}",
         text(&out),
-        controller_log()
+        sb.controller_log()
     );
     let reports: Vec<Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -384,19 +278,9 @@ async fn sdk_train_wait_logs_delete() {
         );
     }
     // Nothing of either TrainJob is left once the garbage collector has been through.
-    let deadline = Instant::now() + Duration::from_secs(60);
     for job in &jobs {
-        loop {
-            let left = leftovers(&sb.cluster, &job.name);
-            if left.is_empty() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} deleted, yet left: {left:?}",
-                job.name
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        sb.wait_nothing_left(&job.name, 60)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"));
     }
 }

@@ -71,13 +71,13 @@ pub fn tag(app: AppImage, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// The controller process; killed when dropped.
-struct ControllerProc(std::sync::Mutex<Child>);
+/// A controller process; killed when dropped.
+pub struct ControllerProc(pub std::sync::Mutex<Child>);
 
 impl ControllerProc {
     /// How it ended, if it has (a controller that exits, e.g. on a flag it does not know, fails
     /// the test at once instead of leaving it waiting for a status nobody writes).
-    fn ended(&self) -> Option<std::process::ExitStatus> {
+    pub fn ended(&self) -> Option<std::process::ExitStatus> {
         let mut child = self.0.lock().unwrap_or_else(|e| e.into_inner());
         child.try_wait().ok().flatten()
     }
