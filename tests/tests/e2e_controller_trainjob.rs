@@ -8,9 +8,10 @@
 //! - on `prrte-k8s-openmpi` and on `prrte-k8s-mpich` (whose `mpiImplementation` is OpenMPI, the
 //!   only one Trainer takes; the agent's `PRRTE_K8S_MPI=mpich` picks the MPI), the TrainJob
 //!   completes with 4 ranks in the launcher's log, 2 on each node pod and none on the
-//!   launcher's; its status is Trainer's (`Complete` with the JobSet's reason, no other
-//!   condition, `jobsStatus` of both replicated jobs with all six counts); once it is deleted
-//!   nothing of it is left (no pod, Job, JobSet, Secret or ConfigMap);
+//!   launcher's, no sshd started meanwhile; its status is Trainer's (`Complete` with the
+//!   JobSet's reason, no other condition, `jobsStatus` of both replicated jobs with all six
+//!   counts); once it is deleted nothing of it is left (no pod, Job, JobSet, Secret or
+//!   ConfigMap);
 //! - with `suspend: true` its Jobs are made suspended and no pod runs (`Suspended`, reason
 //!   `Suspended`) until it is resumed (`Suspended` False, reason `Resumed`); then it completes;
 //! - a launcher command that exits 3 ends the TrainJob `Failed`, the JobSet's reason, the
@@ -23,6 +24,7 @@ use common::jobset::{hostname, pod_name};
 use common::trainer::{condition, is_true, runtime_file, TrainerSandbox};
 use sandbox::api::resources::{JOBSETS, PODS};
 use sandbox::app_images::{app_image, check_pi, AppImage};
+use sandbox::harness;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -129,12 +131,20 @@ async fn completes_and_leaves_nothing(case: &str, image: AppImage) {
     let name = format!("pi-{case}");
     sb.create(&trainjob(case, &name).unwrap()).unwrap();
     let mut nodes = BTreeMap::new();
+    let sshd_before: BTreeSet<u32> = harness::pids_named("sshd").into_iter().collect();
+    let mut sshd = BTreeSet::new();
     let tj = sb
         .wait_trainjob(&name, "finished", RUN_SECS, finished, |sb| {
-            note_nodes(sb, &name, &mut nodes)
+            note_nodes(sb, &name, &mut nodes);
+            sshd.extend(
+                harness::pids_named("sshd")
+                    .into_iter()
+                    .filter(|p| !sshd_before.contains(p)),
+            );
         })
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(sshd.is_empty(), "an sshd ran: pids {sshd:?}");
     let describe = sb.describe_trainjob(&name).await;
     let complete = condition(&tj, "Complete")
         .unwrap_or_else(|| panic!("not Complete:\n{describe}"))
