@@ -8,7 +8,9 @@
 //! A submitter killed midway and run again with `--resume` runs only the tasks without a
 //! result. A submitter killed while its tasks run (each a `sleep`): the DVM kills every one of
 //! them (no task process survives) and keeps serving: a `prun` over every slot and a new
-//! submit run. Every PRRTE process runs with its pod's private TMPDIR (under the test directory).
+//! submit run. A DVM whose every slot another job holds: the submitter's spawns are refused for
+//! want of room, and it tries again until there is room (it never waits for an end that cannot
+//! come). Every PRRTE process runs with its pod's private TMPDIR (under the test directory).
 #![forbid(unsafe_code)]
 mod common;
 
@@ -27,8 +29,12 @@ const HANG: usize = 300;
 const RUN_LIMIT: Duration = Duration::from_secs(300);
 
 fn spec(name: &str) -> JobSpec<'_> {
-    let mut spec = JobSpec::new(name, PODS);
-    spec.cpus = vec!["2"; PODS];
+    spec_of(name, PODS)
+}
+
+fn spec_of(name: &str, pods: usize) -> JobSpec<'_> {
+    let mut spec = JobSpec::new(name, pods);
+    spec.cpus = vec!["2"; pods];
     spec.agent_args = vec![vec!["--dvm-head".into(), "auto".into()]];
     spec.env.extend([
         (
@@ -356,4 +362,63 @@ async fn submit_runs_every_task_once_names_failures_and_kills_a_hang() {
         text(&out)
     );
     assert_eq!(results(&res).len(), 64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_waits_for_room_in_a_dvm_another_job_fills() {
+    const SLOTS: usize = 4;
+    let job = Job::start(spec_of("submitfull", 2)).await.unwrap();
+    wait_for_dvm(&job);
+    let exe = cli();
+    let dir = job.dir.path().to_path_buf();
+    let blocker = job
+        .cluster
+        .pod_exec(&job.pods[1], &[&exe, "prun", "-n", "4", "sleep", "15"])
+        .unwrap();
+    let mut blocker = harness::Guarded::spawn(blocker, "blocker", &dir).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sleepers(&job).len() < SLOTS {
+        assert!(Instant::now() < deadline, "the blocking job did not start");
+        assert!(
+            blocker
+                .wait_timeout(Duration::from_millis(50))
+                .unwrap()
+                .is_none(),
+            "the blocking job ended early"
+        );
+    }
+    // Every spawn in flight is refused: none of the submitter's tasks runs to leave and free
+    // room, so it must try again on its own.
+    let lines: Vec<String> = (0..3).map(|_| "/bin/true".to_string()).collect();
+    let tasks = write_tasks(&dir, "full.txt", &lines);
+    let res = dir.join("full.json");
+    let (tasks_s, res_s) = (tasks.display().to_string(), res.display().to_string());
+    let argv = [
+        exe.as_str(),
+        "submit",
+        "--tasks",
+        &tasks_s,
+        "--results",
+        &res_s,
+        "--max-in-flight",
+        "3",
+    ];
+    let out = job
+        .exec_in_pod(0, &argv, Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("{e:#}\n{} results", results(&res).len()));
+    assert!(
+        out.status.success(),
+        "submit into a full DVM\n{}",
+        text(&out)
+    );
+    let r = results(&res);
+    assert_eq!(r.len(), 3, "{}", text(&out));
+    assert!(r.values().all(|v| v["exit"] == 0), "{r:?}");
+    assert!(
+        blocker
+            .wait_timeout(Duration::from_secs(30))
+            .unwrap()
+            .is_some_and(|s| s.success()),
+        "the blocking job did not end well"
+    );
 }

@@ -2,7 +2,7 @@
 //! `--max-in-flight` spawned at once, one JSON result line per task (see
 //! `prrte_k8s::workflow`), `--resume` running only the tasks without one.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, RecvTimeoutError};
@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use prrte_k8s::settings::{agent, ArgExt};
 use prrte_k8s::workflow::{
-    completed_indices, failed_summary, parse_tasks, Exit, PhaseTimes, TaskLine, TaskResult,
+    completed_indices, failed_summary, parse_tasks, Admission, Exit, NoRoom, PhaseTimes, TaskLine,
+    TaskResult,
 };
 use prrte_k8s_pmix_tool::{Dvm, Task, Update};
 
@@ -58,6 +59,9 @@ const KILL_GRACE: Duration = Duration::from_secs(10);
 const OUTPUT_QUIET: Duration = Duration::from_millis(300);
 /// PMIx's status when the DVM cannot place a job now (its slots are taken).
 const FAILED_TO_MAP: i32 = -179;
+/// How long a spawn may go unanswered before its task is reported failed (an answer names the
+/// job once the DVM has launched it, within seconds even under load).
+const SPAWN_ANSWER_WITHIN: Duration = Duration::from_secs(300);
 
 struct Running {
     task: TaskLine,
@@ -239,11 +243,13 @@ fn drive(
     let tty = std::io::stderr().is_terminal();
     let began = Instant::now();
     let mut last_progress = Instant::now();
-    let mut hold = false;
+    let mut admission = Admission::default();
+    // Tasks reported failed before their spawn was answered: a late answer's job is killed.
+    let mut abandoned: HashSet<u64> = HashSet::new();
     let mut lost = false;
     let mut times = PhaseTimes::default();
     loop {
-        while !hold && !lost && running.len() < max {
+        while !lost && running.len() < max && admission.may_spawn(Instant::now()) {
             let Some(t) = todo.pop_front() else { break };
             let start = now();
             match dvm.submit_to(&to_task(&t), tx.clone()) {
@@ -278,10 +284,19 @@ fn drive(
         match rx.recv_timeout(Duration::from_millis(100)) {
             Ok((id, update)) => {
                 let Some(r) = running.get_mut(&id) else {
+                    if let (true, Update::Started { nspace }) = (abandoned.remove(&id), &update) {
+                        if let Err(e) = dvm.kill(nspace) {
+                            eprintln!(
+                                "prrte-k8s submit: job {nspace} started after its task was \
+                                 reported failed and could not be killed: {e}"
+                            );
+                        }
+                    }
                     continue;
                 };
                 match update {
                     Update::Started { nspace } => {
+                        admission.placed(r.task.index);
                         if r.killed.is_none() && r.deadline.is_some_and(|d| Instant::now() >= d) {
                             kill(dvm, &nspace, r);
                         }
@@ -296,18 +311,22 @@ fn drive(
                         } else {
                             Exit::from_status(e.status, |s| dvm.status_name(s))
                         };
-                        hold = false;
+                        admission.left();
                         sink.write(result(&r.task, r.start, exit, e.pods, e.message))?;
                         let launched = r.launched.map(|l| l.duration_since(r.requested));
                         times.record(launched, ended, r.requested.elapsed());
                     }
                     Update::SpawnFailed { status, message } => {
                         let r = running.remove(&id).ok_or("task vanished")?;
-                        if status == FAILED_TO_MAP && !running.is_empty() {
-                            // The DVM's slots are taken by our own tasks: retry after one ends.
+                        let retry = status == FAILED_TO_MAP
+                            && admission.no_room(r.task.index, running.len(), Instant::now())
+                                != NoRoom::GiveUp;
+                        if retry {
+                            // The DVM's slots are taken (by our own tasks, or not yet released):
+                            // tried again when one of ours leaves, or after a pause.
                             todo.push_front(r.task);
-                            hold = true;
                         } else {
+                            admission.left();
                             sink.write(result(
                                 &r.task,
                                 r.start,
@@ -322,6 +341,7 @@ fn drive(
                     }
                     Update::Lost { .. } => {
                         let r = running.remove(&id).ok_or("task vanished")?;
+                        admission.left();
                         lost = true;
                         sink.write(result(&r.task, r.start, Exit::Lost, vec![], None))?;
                     }
@@ -338,17 +358,37 @@ fn drive(
                     let ns = ns.clone();
                     kill(dvm, &ns, r);
                 }
-                (_, Some(k), _) if t.duration_since(k) >= KILL_GRACE => gone.push(*id),
+                (_, Some(k), _) if t.duration_since(k) >= KILL_GRACE => {
+                    gone.push((*id, Exit::Timeout, timeout_unconfirmed()))
+                }
+                // Never answered: past its own timeout (and the grace a kill gets), or past
+                // the bound on any spawn's answer.
+                (d, None, None)
+                    if d.is_some_and(|d| t >= d + KILL_GRACE)
+                        || t.duration_since(r.requested) >= SPAWN_ANSWER_WITHIN =>
+                {
+                    let waited = t.duration_since(r.requested).as_secs();
+                    eprintln!(
+                        "prrte-k8s submit: warning: task {} got no answer to its spawn request \
+                         in {waited} s: reported failed (its job is killed if it starts later)",
+                        r.task.index
+                    );
+                    let msg = format!("the DVM did not answer its spawn request in {waited} s");
+                    let exit = if d.is_some_and(|d| t >= d) {
+                        Exit::Timeout
+                    } else {
+                        Exit::Error(msg.clone())
+                    };
+                    gone.push((*id, exit, msg));
+                    abandoned.insert(*id);
+                }
                 _ => {}
             }
         }
-        for id in gone {
+        for (id, exit, msg) in gone {
             if let Some(r) = running.remove(&id) {
-                hold = false;
-                let msg = format!(
-                    "killed after its timeout; its end was not confirmed within {KILL_GRACE:?}"
-                );
-                sink.write(result(&r.task, r.start, Exit::Timeout, vec![], Some(msg)))?;
+                admission.left();
+                sink.write(result(&r.task, r.start, exit, vec![], Some(msg)))?;
             }
         }
         if tty && last_progress.elapsed() >= Duration::from_millis(500) {
@@ -395,6 +435,10 @@ fn save_output(dir: Option<&Path>, index: Option<&usize>, stderr: bool, bytes: &
     if let Err(e) = r {
         eprintln!("prrte-k8s submit: cannot write {}: {e}", path.display());
     }
+}
+
+fn timeout_unconfirmed() -> String {
+    format!("killed after its timeout; its end was not confirmed within {KILL_GRACE:?}")
 }
 
 fn kill(dvm: &Dvm, nspace: &str, r: &mut Running) {
