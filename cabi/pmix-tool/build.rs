@@ -49,11 +49,12 @@ fn main() {
         )
         .allowlist_var("PMIX_ERR_(LOST_CONNECTION|UNREACH|JOB_TERMINATED|NOT_FOUND)")
         .allowlist_var("PMIX_EVENT_ACTION_COMPLETE|PMIX_FWD_STD(OUT|ERR)_CHANNEL")
+        .allowlist_var("PMIX_PROC_STATE_(UNDEF|UNTERMINATED)")
         .allowlist_var(
             "PMIX_(SERVER_URI|NOTIFY_COMPLETION|EVENT_AFFECTED_PROC|JOB_TERM_STATUS|\
              EVENT_TEXT_MESSAGE|EVENT_HDLR_NAME|JOB_CTRL_KILL|HOST|NSPACE|QUERY_PROC_TABLE|\
              FWD_STDOUT|FWD_STDERR|IOF_REDIRECT|TOOL_CONNECT_OPTIONAL|TOOL_DO_NOT_CONNECT|\
-             IOF_LOCAL_OUTPUT)",
+             IOF_LOCAL_OUTPUT|QUERY_REFRESH_CACHE)",
         )
         .derive_default(true)
         .layout_tests(true)

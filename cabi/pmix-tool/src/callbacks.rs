@@ -31,6 +31,8 @@ pub(crate) enum Raw {
         key: u64,
         hosts: Option<Vec<String>>,
     },
+    /// The answer to a quiet job's state probe (a proc table query).
+    Probe { key: u64, answer: ProbeAnswer },
     /// The connection to the DVM is gone.
     Lost { status: i32 },
     /// Output of a rank, forwarded by the DVM.
@@ -40,6 +42,18 @@ pub(crate) enum Raw {
         stderr: bool,
         bytes: Vec<u8>,
     },
+}
+
+/// What the DVM said about a job it was asked about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ProbeAnswer {
+    /// The DVM still holds the job: its ranks' hosts (rank order), and how many of its
+    /// processes it reports neither ended nor in an undefined state.
+    Known { hosts: Vec<String>, running: usize },
+    /// The DVM does not know the job (`PMIX_ERR_NOT_FOUND`): it ended and was cleaned up.
+    Unknown,
+    /// The question failed otherwise (PMIx's status).
+    Failed(i32),
 }
 
 /// Where callbacks post. One tool connection per process (PMIx's rule), so one sink.
@@ -76,7 +90,7 @@ pub(crate) unsafe extern "C" fn spawn_cb(status: i32, nspace: *mut c_char, cbdat
 pub(crate) unsafe extern "C" fn event_cb(
     _id: usize,
     status: i32,
-    _source: *const ffi::pmix_proc_t,
+    source: *const ffi::pmix_proc_t,
     info: *mut ffi::pmix_info_t,
     ninfo: usize,
     _results: *mut ffi::pmix_info_t,
@@ -110,6 +124,13 @@ pub(crate) unsafe extern "C" fn event_cb(
             {
                 // SAFETY: the value is a PMIX_STRING (checked), NUL-terminated or NULL.
                 message = unsafe { c_string(i.value.data.string) };
+            }
+        }
+        if nspace.is_empty() {
+            // PRRTE names the job as the event's source too (its rank 0).
+            // SAFETY: PMIx passes the source proc valid for the callback, or NULL.
+            if let Some(p) = unsafe { source.as_ref() } {
+                nspace = buf_str(&p.nspace);
             }
         }
         if !nspace.is_empty() {
@@ -173,7 +194,8 @@ pub(crate) unsafe extern "C" fn query_cb(
             {
                 // SAFETY: the value is a PMIX_DATA_ARRAY (checked); its array holds `size`
                 // `pmix_proc_info_t` when its type says so (checked below).
-                hosts = unsafe { proc_hosts(i.value.data.darray) };
+                hosts = unsafe { proc_infos(i.value.data.darray) }
+                    .map(|v| v.into_iter().map(|p| p.host).collect());
             }
         }
     }
@@ -185,11 +207,73 @@ pub(crate) unsafe extern "C" fn query_cb(
     }
 }
 
-/// The hostnames in a `pmix_proc_info_t` data array, in rank order.
+/// `pmix_info_cbfunc_t` for a quiet job's state probe: `cbdata` is a `Box<Query>` leaked by
+/// the caller, taken back here.
+pub(crate) unsafe extern "C" fn probe_cb(
+    status: i32,
+    info: *mut ffi::pmix_info_t,
+    ninfo: usize,
+    cbdata: *mut c_void,
+    release: ffi::pmix_release_cbfunc_t,
+    release_cbdata: *mut c_void,
+) {
+    // SAFETY: `cbdata` is the `Box<Query>` leaked by the probe for this one call.
+    let q = unsafe { Box::from_raw(cbdata.cast::<Query>()) };
+    let mut answer = ProbeAnswer::Failed(status);
+    if status == ffi::PMIX_ERR_NOT_FOUND {
+        answer = ProbeAnswer::Unknown;
+    } else if status == ffi::PMIX_SUCCESS as i32 && !info.is_null() {
+        // SAFETY: PMIx passes `ninfo` entries valid until `release` is called.
+        let infos = unsafe { std::slice::from_raw_parts(info, ninfo) };
+        for i in infos {
+            if has_key(i, ffi::PMIX_QUERY_PROC_TABLE)
+                && i.value.type_ == ffi::PMIX_DATA_ARRAY as u16
+            {
+                // SAFETY: as in `query_cb`.
+                if let Some(procs) = unsafe { proc_infos(i.value.data.darray) } {
+                    answer = known(procs);
+                }
+            }
+        }
+    }
+    post(Raw::Probe { key: q.key, answer });
+    drop(q);
+    if let Some(f) = release {
+        // SAFETY: PMIx's release function for the info it passed, with its own cbdata.
+        unsafe { f(release_cbdata) };
+    }
+}
+
+/// One rank of a proc table answer.
+pub(crate) struct ProcInfo {
+    pub(crate) rank: u32,
+    pub(crate) host: String,
+    /// PMIx's `pmix_proc_state_t`.
+    pub(crate) state: u8,
+}
+
+/// The probe answer for a job the DVM still holds. PRRTE 3.0.8 reports a normally ended
+/// process (and one whose exit was seen but not yet processed) as `PMIX_PROC_STATE_UNDEF`,
+/// so only states strictly between undefined and unterminated count as running.
+pub(crate) fn known(procs: Vec<ProcInfo>) -> ProbeAnswer {
+    let running = procs
+        .iter()
+        .filter(|p| {
+            u32::from(p.state) > ffi::PMIX_PROC_STATE_UNDEF
+                && u32::from(p.state) < ffi::PMIX_PROC_STATE_UNTERMINATED
+        })
+        .count();
+    ProbeAnswer::Known {
+        hosts: procs.into_iter().map(|p| p.host).collect(),
+        running,
+    }
+}
+
+/// The ranks in a `pmix_proc_info_t` data array, in rank order.
 ///
 /// # Safety
 /// `d` is NULL or a valid `pmix_data_array_t` whose `array` holds `size` elements of `type_`.
-unsafe fn proc_hosts(d: *const ffi::pmix_data_array_t) -> Option<Vec<String>> {
+unsafe fn proc_infos(d: *const ffi::pmix_data_array_t) -> Option<Vec<ProcInfo>> {
     // SAFETY: the caller's contract.
     let d = unsafe { d.as_ref() }?;
     if d.type_ != ffi::PMIX_PROC_INFO as u16 || d.array.is_null() {
@@ -198,18 +282,17 @@ unsafe fn proc_hosts(d: *const ffi::pmix_data_array_t) -> Option<Vec<String>> {
     // SAFETY: the array holds `size` proc infos (type checked above).
     let procs =
         unsafe { std::slice::from_raw_parts(d.array.cast::<ffi::pmix_proc_info_t>(), d.size) };
-    let mut v: Vec<(u32, String)> = procs
+    let mut v: Vec<ProcInfo> = procs
         .iter()
-        // SAFETY: hostname is NULL or a NUL-terminated string PMIx owns.
-        .map(|p| {
-            (
-                p.proc_.rank,
-                unsafe { c_string(p.hostname) }.unwrap_or_default(),
-            )
+        .map(|p| ProcInfo {
+            rank: p.proc_.rank,
+            // SAFETY: hostname is NULL or a NUL-terminated string PMIx owns.
+            host: unsafe { c_string(p.hostname) }.unwrap_or_default(),
+            state: p.state,
         })
         .collect();
-    v.sort();
-    Some(v.into_iter().map(|(_, h)| h).collect())
+    v.sort_by_key(|p| p.rank);
+    Some(v)
 }
 
 /// `pmix_info_cbfunc_t` for job control: nothing to report (the job's end event follows);

@@ -1,10 +1,19 @@
 //! The dispatcher thread: matches what PMIx's callbacks report (by task key and job namespace)
 //! to the submitted tasks and sends each task its [`Update`]s.
+//!
+//! A started job's end comes as a `PMIX_EVENT_JOB_END` event (registered for before any spawn,
+//! so none comes too early to be seen; one that comes before its spawn's answer is kept for
+//! it). Should one never come, a job quiet for [`PROBE_AFTER`] is asked about (its proc table,
+//! from the DVM): a DVM that no longer knows the job has ended it, and if its end still has not
+//! come [`SETTLE`] later the task ends as failed with an unknown status, with a warning naming
+//! it. A job the DVM still holds is left running (a task's own timeout ends it), with a warning
+//! when none of its processes is running any more.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
+use crate::callbacks::ProbeAnswer;
 use crate::{Ended, Update};
 
 /// What the dispatcher receives: from callbacks, and from [`crate::Dvm`].
@@ -28,26 +37,75 @@ pub(crate) trait Asker {
     /// Asks where `nspace`'s ranks run; the answer comes back as `Raw::Hosts { key }`. False if
     /// the question could not be sent.
     fn ask_hosts(&self, key: u64, nspace: &str) -> bool;
+    /// Asks the DVM about `nspace` (its proc table, fresh); the answer comes back as
+    /// `Raw::Probe { key }`. False if the question could not be sent.
+    fn ask_state(&self, key: u64, nspace: &str) -> bool;
     /// PMIx's name for a status.
     fn status_name(&self, status: i32) -> String;
+    /// Reports something the caller should know (a task whose end had to be recovered).
+    fn warn(&self, text: &str);
 }
 
 /// How long a job's end waits for the proc table answer before it is reported without pods.
 const HOSTS_GRACE: Duration = Duration::from_secs(5);
+/// How long a started job may be quiet (no end) before the DVM is asked about it.
+pub(crate) const PROBE_AFTER: Duration = Duration::from_secs(30);
+/// The longest gap between two questions about one quiet job (the gap doubles up to it).
+const PROBE_GAP_MAX: Duration = Duration::from_secs(300);
+/// How long after the DVM said it no longer knows a job its end event may still arrive (it is
+/// sent before the job is forgotten, but may be slower than the answer).
+pub(crate) const SETTLE: Duration = Duration::from_secs(20);
+/// How long a question about a quiet job may go unanswered before it is asked again.
+const PROBE_ANSWER_WITHIN: Duration = Duration::from_secs(60);
+/// How long a spawn may go unanswered before a warning names its task.
+pub(crate) const SPAWN_QUIET: Duration = Duration::from_secs(60);
+/// PMIx's `PMIX_ERR_NOT_FOUND`: the status of a job whose end was recovered from the DVM's
+/// not knowing it any more (its real status is lost).
+pub(crate) const END_UNKNOWN: i32 = crate::ffi::PMIX_ERR_NOT_FOUND;
 
 struct Entry {
     tx: Sender<(u64, Update)>,
     nspace: Option<String>,
     end: Option<(Ended, Instant)>,
     hosts: Option<Vec<String>>,
+    /// When the task was registered (before its spawn).
+    since: Instant,
+    /// When the DVM is next asked about the quiet job (`None` before it started).
+    next_probe: Option<Instant>,
+    probe_gap: Duration,
+    /// When the question about it still unanswered was asked.
+    probing: Option<Instant>,
+    /// When the DVM first said it no longer knows the job.
+    forgotten: Option<Instant>,
+    /// A warning about it was given (once a task).
+    warned: bool,
+}
+
+impl Entry {
+    fn new(tx: Sender<(u64, Update)>, now: Instant) -> Self {
+        Self {
+            tx,
+            nspace: None,
+            end: None,
+            hosts: None,
+            since: now,
+            next_probe: None,
+            probe_gap: PROBE_AFTER,
+            probing: None,
+            forgotten: None,
+            warned: false,
+        }
+    }
 }
 
 #[derive(Default)]
 pub(crate) struct Dispatcher {
     tasks: HashMap<u64, Entry>,
     by_nspace: HashMap<String, u64>,
-    /// Ends of jobs whose spawn answer has not come yet (or that are not ours).
-    early: HashMap<String, Ended>,
+    /// Ends of jobs whose spawn answer has not come yet (or that are not ours), with when they
+    /// came, oldest first in `early_order`.
+    early: HashMap<String, (Ended, Instant)>,
+    early_order: std::collections::VecDeque<(String, Instant)>,
     lost: Option<i32>,
     /// Output of jobs not (yet) matched to a task.
     early_output: HashMap<String, Vec<(u32, bool, Vec<u8>)>>,
@@ -61,6 +119,8 @@ const ENDED_MAX: usize = 10_000;
 
 /// Bound on remembered ends of unknown jobs (another tool's jobs end too).
 const EARLY_MAX: usize = 100_000;
+/// How long the end of a job not (yet) ours is kept for its spawn's answer.
+const EARLY_KEEP: Duration = Duration::from_secs(600);
 
 impl Dispatcher {
     pub(crate) fn run(mut self, rx: Receiver<Msg>, asker: &dyn Asker) {
@@ -70,7 +130,7 @@ impl Dispatcher {
                 Ok(m) => self.handle(m, asker),
                 Err(RecvTimeoutError::Timeout) => {}
             }
-            self.expire(Instant::now());
+            self.watch(Instant::now(), asker);
         }
     }
 
@@ -82,15 +142,7 @@ impl Dispatcher {
                     let _ = tx.send((key, Update::Lost { status }));
                     return;
                 }
-                self.tasks.insert(
-                    key,
-                    Entry {
-                        tx,
-                        nspace: None,
-                        end: None,
-                        hosts: None,
-                    },
-                );
+                self.tasks.insert(key, Entry::new(tx, Instant::now()));
             }
             Msg::Forget { key } => {
                 self.tasks.remove(&key);
@@ -104,7 +156,10 @@ impl Dispatcher {
                 let Some(e) = self.tasks.get_mut(&key) else {
                     return;
                 };
-                if status != 0 || nspace.is_empty() {
+                // A job that ends before its launch is reported is answered when it ends, with
+                // its exit status (positive) and its namespace: it did start, and its end event
+                // follows (or came). Negative statuses are the DVM's refusals and failures.
+                if status < 0 || nspace.is_empty() {
                     let message = asker.status_name(status);
                     let _ = e.tx.send((key, Update::SpawnFailed { status, message }));
                     self.tasks.remove(&key);
@@ -117,6 +172,7 @@ impl Dispatcher {
                     },
                 ));
                 e.nspace = Some(nspace.clone());
+                e.next_probe = Some(Instant::now() + e.probe_gap);
                 for (rank, stderr, bytes) in self.early_output.remove(&nspace).unwrap_or_default() {
                     let _ = e.tx.send((
                         key,
@@ -127,7 +183,7 @@ impl Dispatcher {
                         },
                     ));
                 }
-                if let Some(end) = self.early.remove(&nspace) {
+                if let Some((end, _)) = self.early.remove(&nspace) {
                     e.end = Some((end, Instant::now()));
                 }
                 if !asker.ask_hosts(key, &nspace) {
@@ -155,12 +211,7 @@ impl Dispatcher {
                         }
                         self.finish(key);
                     }
-                    None => {
-                        if self.early.len() >= EARLY_MAX {
-                            self.early.clear();
-                        }
-                        self.early.insert(nspace, end);
-                    }
+                    None => self.keep_early(nspace, end, Instant::now()),
                 }
             }
             Msg::Raw(Raw::Hosts { key, hosts }) => {
@@ -201,6 +252,7 @@ impl Dispatcher {
                     }
                 }
             }
+            Msg::Raw(Raw::Probe { key, answer }) => self.probed(key, answer, Instant::now(), asker),
             Msg::Raw(Raw::Lost { status }) => {
                 self.lost = Some(status);
                 for (key, e) in self.tasks.drain() {
@@ -208,6 +260,59 @@ impl Dispatcher {
                 }
                 self.by_nspace.clear();
             }
+        }
+    }
+
+    /// Keeps the end of a job not known to be ours, for its spawn's answer: the oldest are
+    /// dropped past [`EARLY_KEEP`] or [`EARLY_MAX`] (never all at once, which could drop the
+    /// end of a job whose answer is about to come).
+    fn keep_early(&mut self, nspace: String, end: Ended, now: Instant) {
+        self.early.insert(nspace.clone(), (end, now));
+        self.early_order.push_back((nspace, now));
+        while let Some((ns, at)) = self.early_order.front().cloned() {
+            let stale = now.saturating_duration_since(at) >= EARLY_KEEP;
+            if !stale && self.early_order.len() <= EARLY_MAX {
+                break;
+            }
+            self.early_order.pop_front();
+            if self.early.get(&ns).is_some_and(|(_, t)| *t == at) {
+                self.early.remove(&ns);
+            }
+        }
+    }
+
+    /// The DVM's answer about a quiet job.
+    fn probed(&mut self, key: u64, answer: ProbeAnswer, now: Instant, asker: &dyn Asker) {
+        let Some(e) = self.tasks.get_mut(&key) else {
+            return;
+        };
+        e.probing = None;
+        e.probe_gap = (e.probe_gap * 2).min(PROBE_GAP_MAX);
+        e.next_probe = Some(now + e.probe_gap);
+        if e.end.is_some() {
+            return;
+        }
+        let ns = e.nspace.clone().unwrap_or_default();
+        let quiet = now.saturating_duration_since(e.since).as_secs();
+        match answer {
+            ProbeAnswer::Unknown => {
+                e.forgotten.get_or_insert(now);
+            }
+            ProbeAnswer::Known { hosts, running } => {
+                if e.hosts.as_ref().is_none_or(Vec::is_empty) && !hosts.is_empty() {
+                    e.hosts = Some(hosts.clone());
+                }
+                if running == 0 && !hosts.is_empty() && !e.warned {
+                    e.warned = true;
+                    asker.warn(&format!(
+                        "task {key} (job {ns}): no end after {quiet} s, and the DVM still \
+                             holds the job although none of its {} processes is running (its \
+                             end was lost inside the DVM); waiting for it (a timeout ends it)",
+                        hosts.len()
+                    ));
+                }
+            }
+            ProbeAnswer::Failed(_) => {}
         }
     }
 
@@ -236,6 +341,65 @@ impl Dispatcher {
             end.pods = e.hosts.unwrap_or_default();
             let _ = e.tx.send((key, Update::Ended(end)));
         }
+    }
+
+    /// Ends waiting too long for their proc table are reported without pods; quiet jobs are
+    /// asked about, and those the DVM has forgotten without their end reaching us are ended.
+    pub(crate) fn watch(&mut self, now: Instant, asker: &dyn Asker) {
+        let mut recovered = Vec::new();
+        for (key, e) in self.tasks.iter_mut() {
+            if e.end.is_some() {
+                continue;
+            }
+            let quiet = now.saturating_duration_since(e.since).as_secs();
+            let Some(ns) = e.nspace.clone() else {
+                if !e.warned && now.saturating_duration_since(e.since) >= SPAWN_QUIET {
+                    e.warned = true;
+                    asker.warn(&format!(
+                        "task {key}: no answer to its spawn request after {quiet} s"
+                    ));
+                }
+                continue;
+            };
+            if e.forgotten
+                .is_some_and(|f| now.saturating_duration_since(f) >= SETTLE)
+            {
+                recovered.push(*key);
+                asker.warn(&format!(
+                    "task {key} (job {ns}): no end event after {quiet} s, and the DVM no longer \
+                     knows the job (it ended and was cleaned up): its end notification was \
+                     lost; reported failed, exit status unknown"
+                ));
+                e.end = Some((
+                    Ended {
+                        status: END_UNKNOWN,
+                        rank: None,
+                        message: Some(format!(
+                            "job {ns} ended in the DVM but its end was never reported to this \
+                             tool: exit status unknown"
+                        )),
+                        pods: Vec::new(),
+                    },
+                    now,
+                ));
+                e.hosts.get_or_insert_with(Vec::new);
+                continue;
+            }
+            let unanswered = e
+                .probing
+                .is_some_and(|t| now.saturating_duration_since(t) < PROBE_ANSWER_WITHIN);
+            if !unanswered && e.next_probe.is_some_and(|t| now >= t) {
+                if asker.ask_state(*key, &ns) {
+                    e.probing = Some(now);
+                } else {
+                    e.next_probe = Some(now + e.probe_gap);
+                }
+            }
+        }
+        for key in recovered {
+            self.finish(key);
+        }
+        self.expire(now);
     }
 
     /// Ends waiting too long for their proc table are reported without pods.

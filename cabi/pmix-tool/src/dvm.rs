@@ -20,8 +20,9 @@ static CONNECTED: AtomicBool = AtomicBool::new(false);
 
 struct PmixAsker(&'static ffi::PmixApi);
 
-impl Asker for PmixAsker {
-    fn ask_hosts(&self, key: u64, nspace: &str) -> bool {
+impl PmixAsker {
+    /// Asks for the proc table of `nspace`; PMIx answers through `cb` with the box as cbdata.
+    fn proc_table(&self, key: u64, nspace: &str, refresh: bool, cb: QueryCb) -> bool {
         let mut q = Box::new(Query {
             key,
             keys: Argv::new(&[crate::info::key_str(ffi::PMIX_QUERY_PROC_TABLE)]),
@@ -34,18 +35,20 @@ impl Asker for PmixAsker {
         });
         q.qualifiers
             .push(ffi::PMIX_NSPACE, Value::Str(nspace.to_owned()));
+        if refresh {
+            // Ask the DVM, not what this process may have cached about the job.
+            q.qualifiers
+                .push(ffi::PMIX_QUERY_REFRESH_CACHE, Value::Bool(true));
+        }
         q.query.keys = q.keys.as_mut_ptr();
         q.query.nqual = q.qualifiers.len();
         q.query.qualifiers = q.qualifiers.as_mut_ptr();
         let query: *mut ffi::pmix_query_t = &mut q.query;
         let raw = Box::into_raw(q);
-        // SAFETY: `query` points into the leaked box, which stays alive until `query_cb` takes it
+        // SAFETY: `query` points into the leaked box, which stays alive until `cb` takes it
         // back (PMIx keeps the pointer until it answers); on an immediate error PMIx never calls
         // back and the box is reclaimed below.
-        let rc = unsafe {
-            self.0
-                .PMIx_Query_info_nb(query, 1, Some(callbacks::query_cb), raw.cast())
-        };
+        let rc = unsafe { self.0.PMIx_Query_info_nb(query, 1, Some(cb), raw.cast()) };
         if rc != ffi::PMIX_SUCCESS as i32 {
             // SAFETY: PMIx refused the call, so it holds no pointer into the box.
             drop(unsafe { Box::from_raw(raw) });
@@ -53,9 +56,33 @@ impl Asker for PmixAsker {
         }
         true
     }
+}
+
+/// A `pmix_info_cbfunc_t` taking back a leaked `Box<Query>`.
+type QueryCb = unsafe extern "C" fn(
+    i32,
+    *mut ffi::pmix_info_t,
+    usize,
+    *mut c_void,
+    ffi::pmix_release_cbfunc_t,
+    *mut c_void,
+);
+
+impl Asker for PmixAsker {
+    fn ask_hosts(&self, key: u64, nspace: &str) -> bool {
+        self.proc_table(key, nspace, false, callbacks::query_cb)
+    }
+
+    fn ask_state(&self, key: u64, nspace: &str) -> bool {
+        self.proc_table(key, nspace, true, callbacks::probe_cb)
+    }
 
     fn status_name(&self, status: i32) -> String {
         status_name(self.0, status)
+    }
+
+    fn warn(&self, text: &str) {
+        eprintln!("prrte-k8s-pmix-tool: warning: {text}");
     }
 }
 
