@@ -336,15 +336,28 @@ async fn submit_runs_every_task_once_names_failures_and_kills_a_hang() {
         killed_at.elapsed().as_secs_f64()
     );
     assert!(results(&res).is_empty(), "a killed submitter wrote results");
-    // Their slots are free again: a prun over all 32, and a new submitter's tasks.
-    let out = job
-        .exec_in_pod(
-            2,
-            &[&exe, "prun", "-n", "32", "/bin/true"],
-            Duration::from_secs(60),
-        )
-        .unwrap();
-    assert!(out.status.success(), "prun after the kill\n{}", text(&out));
+    // Their slots are free again: a prun over all 32, and a new submitter's tasks. The DVM
+    // releases a killed job's slots once its daemons have reported it ended, a moment after its
+    // processes are gone: until then a prun over every slot is refused for want of room.
+    let freed_by = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = job
+            .exec_in_pod(
+                2,
+                &[&exe, "prun", "-n", "32", "/bin/true"],
+                Duration::from_secs(60),
+            )
+            .unwrap();
+        if out.status.success() {
+            break;
+        }
+        let refused = String::from_utf8_lossy(&out.stderr).contains("FAILED_TO_MAP");
+        assert!(
+            refused && Instant::now() < freed_by,
+            "prun after the kill\n{}",
+            text(&out)
+        );
+    }
     let lines: Vec<String> = (0..64).map(|_| "/bin/true".to_string()).collect();
     let tasks = write_tasks(&dir, "after.txt", &lines);
     let res = dir.join("after.json");
