@@ -61,7 +61,7 @@ const OUTPUT_QUIET: Duration = Duration::from_millis(300);
 const FAILED_TO_MAP: i32 = -179;
 /// How long a spawn may go unanswered before its task is reported failed (an answer names the
 /// job once the DVM has launched it, within seconds even under load).
-const SPAWN_ANSWER_WITHIN: Duration = Duration::from_secs(300);
+const SPAWN_ANSWER_WITHIN: Duration = Duration::from_secs(120);
 
 struct Running {
     task: TaskLine,
