@@ -27,7 +27,7 @@ pub enum NoRoom {
     RetryWhenOneLeaves,
     /// Queue it again; spawning waits until this instant.
     RetryAt(Instant),
-    /// It has been refused for [`GIVE_UP_AFTER`]: report it failed.
+    /// It has been refused for `GIVE_UP_AFTER` (a minute): report it failed.
     GiveUp,
 }
 
