@@ -100,6 +100,32 @@ fn write_tasks(dir: &Path, name: &str, lines: &[String]) -> PathBuf {
     p
 }
 
+/// `n` copies of the task `line` written to `<name>.txt`; the `submit` command line that runs
+/// them into `<name>.json` (with `--max-in-flight` when given), and that results file.
+fn submit_of(
+    exe: &str,
+    dir: &Path,
+    name: &str,
+    line: &str,
+    n: usize,
+    in_flight: Option<usize>,
+) -> (Vec<String>, PathBuf) {
+    let tasks = write_tasks(dir, &format!("{name}.txt"), &vec![line.to_string(); n]);
+    let res = dir.join(format!("{name}.json"));
+    let mut argv: Vec<String> = vec![exe.into(), "submit".into(), "--tasks".into()];
+    argv.push(tasks.display().to_string());
+    argv.extend(["--results".into(), res.display().to_string()]);
+    if let Some(k) = in_flight {
+        argv.extend(["--max-in-flight".into(), k.to_string()]);
+    }
+    (argv, res)
+}
+
+/// `argv` as the `&str`s the exec calls take.
+fn strs(argv: &[String]) -> Vec<&str> {
+    argv.iter().map(String::as_str).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_runs_every_task_once_names_failures_and_kills_a_hang() {
     let job = Job::start(spec("submit")).await.unwrap();
@@ -210,20 +236,8 @@ async fn submit_runs_every_task_once_names_failures_and_kills_a_hang() {
 
     // 2. A submitter killed midway, then --resume: only the tasks without a result run.
     let n = 400;
-    let lines: Vec<String> = (0..n).map(|_| "/bin/true".to_string()).collect();
-    let tasks = write_tasks(&dir, "resume.txt", &lines);
-    let res = dir.join("resume.json");
-    let (tasks_s, res_s) = (tasks.display().to_string(), res.display().to_string());
-    let argv = [
-        exe.as_str(),
-        "submit",
-        "--tasks",
-        &tasks_s,
-        "--results",
-        &res_s,
-        "--max-in-flight",
-        "8",
-    ];
+    let (argv, res) = submit_of(&exe, &dir, "resume", "/bin/true", n, Some(8));
+    let argv = strs(&argv);
     let mut first = harness::Guarded::spawn(
         job.cluster.pod_exec(&job.pods[3], &argv).unwrap(),
         "first",
@@ -282,20 +296,8 @@ async fn submit_runs_every_task_once_names_failures_and_kills_a_hang() {
 
     // 3. A submitter killed while its tasks run: the DVM kills them, then serves again.
     let sleeping = 16;
-    let lines: Vec<String> = (0..sleeping).map(|_| "sleep 1000".to_string()).collect();
-    let tasks = write_tasks(&dir, "orphans.txt", &lines);
-    let res = dir.join("orphans.json");
-    let (tasks_s, res_s) = (tasks.display().to_string(), res.display().to_string());
-    let argv = [
-        exe.as_str(),
-        "submit",
-        "--tasks",
-        &tasks_s,
-        "--results",
-        &res_s,
-        "--max-in-flight",
-        "16",
-    ];
+    let (argv, res) = submit_of(&exe, &dir, "orphans", "sleep 1000", sleeping, Some(16));
+    let argv = strs(&argv);
     let mut submitter = harness::Guarded::spawn(
         job.cluster.pod_exec(&job.pods[5], &argv).unwrap(),
         "orphans",
@@ -358,17 +360,8 @@ async fn submit_runs_every_task_once_names_failures_and_kills_a_hang() {
             text(&out)
         );
     }
-    let lines: Vec<String> = (0..64).map(|_| "/bin/true".to_string()).collect();
-    let tasks = write_tasks(&dir, "after.txt", &lines);
-    let res = dir.join("after.json");
-    let (tasks_s, res_s) = (tasks.display().to_string(), res.display().to_string());
-    let out = job
-        .exec_in_pod(
-            6,
-            &[&exe, "submit", "--tasks", &tasks_s, "--results", &res_s],
-            RUN_LIMIT,
-        )
-        .unwrap();
+    let (argv, res) = submit_of(&exe, &dir, "after", "/bin/true", 64, None);
+    let out = job.exec_in_pod(6, &strs(&argv), RUN_LIMIT).unwrap();
     assert!(
         out.status.success(),
         "submit after the kill\n{}",
@@ -402,22 +395,9 @@ async fn submit_waits_for_room_in_a_dvm_another_job_fills() {
     }
     // Every spawn in flight is refused: none of the submitter's tasks runs to leave and free
     // room, so it must try again on its own.
-    let lines: Vec<String> = (0..3).map(|_| "/bin/true".to_string()).collect();
-    let tasks = write_tasks(&dir, "full.txt", &lines);
-    let res = dir.join("full.json");
-    let (tasks_s, res_s) = (tasks.display().to_string(), res.display().to_string());
-    let argv = [
-        exe.as_str(),
-        "submit",
-        "--tasks",
-        &tasks_s,
-        "--results",
-        &res_s,
-        "--max-in-flight",
-        "3",
-    ];
+    let (argv, res) = submit_of(&exe, &dir, "full", "/bin/true", 3, Some(3));
     let out = job
-        .exec_in_pod(0, &argv, Duration::from_secs(120))
+        .exec_in_pod(0, &strs(&argv), Duration::from_secs(120))
         .unwrap_or_else(|e| panic!("{e:#}\n{} results", results(&res).len()));
     assert!(
         out.status.success(),
