@@ -14,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use discovery_support::Fixture;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
@@ -21,6 +22,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::{watcher, WatchStreamExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -231,25 +233,30 @@ async fn an_mpijob_never_adopts_a_rendered_job_and_fails_naming_what_it_cannot_m
             "{k} {n}"
         );
     }
+    // The event is posted after the status is written: watched for, bounded.
     let events: Api<Event> = Api::namespaced(fx.client.clone(), &fx.ns);
-    let notes: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("victim")
-                && e.reason.as_deref() == Some("ErrResourceExists")
-        })
-        .filter_map(|e| e.note)
-        .collect();
-    assert!(
-        notes
-            .iter()
-            .any(|n| n.contains("victim-prrte already exists")),
-        "{notes:?}"
-    );
+    let event = tokio::time::timeout(
+        WAIT,
+        watcher(events, watcher::Config::default())
+            .applied_objects()
+            .try_filter(|e| {
+                futures::future::ready(
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("victim")
+                        && e.reason.as_deref() == Some("ErrResourceExists"),
+                )
+            })
+            .boxed()
+            .try_next(),
+    )
+    .await;
+    let Ok(Ok(Some(event))) = event else {
+        panic!(
+            "no ErrResourceExists event on the MPIJob victim in {WAIT:?}: {event:?}\n{}",
+            logs()
+        );
+    };
+    let note = event.note.unwrap_or_default();
+    assert!(note.contains("victim-prrte already exists"), "{note}");
 
     let selector = failed("selector").await;
     assert_eq!(selector["reason"], "ValidationError", "{selector}");
