@@ -13,16 +13,13 @@ mod discovery_support;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use discovery_support::Fixture;
-use futures::{StreamExt, TryStreamExt};
+use discovery_support::{event_about, Fixture};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::wait::{await_condition, conditions};
-use kube::runtime::{watcher, WatchStreamExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -234,27 +231,9 @@ async fn an_mpijob_never_adopts_a_rendered_job_and_fails_naming_what_it_cannot_m
         );
     }
     // The event is posted after the status is written: watched for, bounded.
-    let events: Api<Event> = Api::namespaced(fx.client.clone(), &fx.ns);
-    let event = tokio::time::timeout(
-        WAIT,
-        watcher(events, watcher::Config::default())
-            .applied_objects()
-            .try_filter(|e| {
-                futures::future::ready(
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("victim")
-                        && e.reason.as_deref() == Some("ErrResourceExists"),
-                )
-            })
-            .boxed()
-            .try_next(),
-    )
-    .await;
-    let Ok(Ok(Some(event))) = event else {
-        panic!(
-            "no ErrResourceExists event on the MPIJob victim in {WAIT:?}: {event:?}\n{}",
-            logs()
-        );
-    };
+    let event = event_about(&fx.client, &fx.ns, "victim", "ErrResourceExists", WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
     let note = event.note.unwrap_or_default();
     assert!(note.contains("victim-prrte already exists"), "{note}");
 

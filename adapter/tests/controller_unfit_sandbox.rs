@@ -11,15 +11,12 @@ mod discovery_support;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use discovery_support::Fixture;
-use futures::{StreamExt, TryStreamExt};
+use discovery_support::{event_about, Fixture};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::wait::{await_condition, conditions};
-use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::{json, Value};
 
 const CLI: &str = env!("CARGO_BIN_EXE_prrte-k8s");
@@ -153,27 +150,10 @@ async fn an_mpijob_that_does_not_fit_fails_alone_and_a_good_one_beside_it_gets_i
     );
 
     // Its warning event says the same.
-    let events: Api<Event> = Api::namespaced(fx.client.clone(), &fx.ns);
-    let warning = tokio::time::timeout(
-        WAIT,
-        watcher(events, watcher::Config::default())
-            .applied_objects()
-            .try_filter(|e| {
-                futures::future::ready(
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("bad")
-                        && e.type_.as_deref() == Some("Warning"),
-                )
-            })
-            .boxed()
-            .try_next(),
-    )
-    .await;
-    let Ok(Ok(Some(warning))) = warning else {
-        panic!(
-            "no warning event on the bad MPIJob: {warning:?}\ncontroller log:\n{}",
-            logs()
-        );
-    };
+    let warning = event_about(&fx.client, &fx.ns, "bad", "ValidationError", WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\ncontroller log:\n{}", logs()));
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
     assert_eq!(warning.reason.as_deref(), Some("ValidationError"));
     assert!(
         warning

@@ -135,3 +135,38 @@ pub fn merge(doc: &mut Value, patch: &Value) {
 pub fn names(alloc: &prrte_k8s::discovery::Allocation) -> Vec<String> {
     alloc.nodes.iter().map(|n| n.pod.clone()).collect()
 }
+
+/// The first event of namespace `ns` about the object `name` with reason `reason` (watched for,
+/// so one posted after the caller's last read counts), within `within`; an error saying what
+/// was awaited otherwise.
+pub async fn event_about(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+    within: Duration,
+) -> Result<k8s_openapi::api::events::v1::Event, String> {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::runtime::{watcher, WatchStreamExt};
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    let first = tokio::time::timeout(
+        within,
+        watcher(events, watcher::Config::default())
+            .applied_objects()
+            .try_filter(|e| {
+                futures::future::ready(
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && e.reason.as_deref() == Some(reason),
+                )
+            })
+            .boxed()
+            .try_next(),
+    )
+    .await;
+    match first {
+        Ok(Ok(Some(e))) => Ok(e),
+        other => Err(format!(
+            "no event {reason} about {ns}/{name} in {within:?}: {other:?}"
+        )),
+    }
+}
