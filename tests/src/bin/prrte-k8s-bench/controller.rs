@@ -15,6 +15,7 @@ use sandbox::api::resources::JOBS;
 use sandbox::api::store::DeleteOptions;
 use sandbox::app_images::{app_image, AppImage, INJECT_IMAGE};
 use sandbox::cluster::{Cluster, ClusterOptions};
+use sandbox::harness::controller::{usage, Usage};
 use sandbox::harness::{self, TestDir};
 use serde_json::{json, Value};
 use std::process::{Child, Command, Stdio};
@@ -173,39 +174,12 @@ fn through_manifest(
     Ok(secs(applied, done))
 }
 
-/// The controller's CPU seconds (user + system) and its RSS and peak RSS (KiB), from /proc.
-fn usage(pid: u32) -> Result<(f64, u64, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the command's `)`.
-    let ticks: u64 = fields
-        .get(11..13)
-        .context("short /proc/PID/stat")?
-        .iter()
-        .map(|f| f.parse::<u64>().unwrap_or(0))
-        .sum();
-    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    Ok((ticks as f64 / hz, kib("VmRSS:"), kib("VmHWM:")))
-}
-
 /// `jobs` MPIJobs of 2 pods applied at once, until all have Succeeded.
 fn burst(cluster: &Cluster, image: &str, pid: u32, jobs: usize, limit: Duration) -> Result<Burst> {
     let names: Vec<String> = (0..jobs)
         .map(|i| harness::unique(&format!("b{i}")))
         .collect();
-    let (cpu0, _, _) = usage(pid)?;
+    let cpu0 = usage(pid)?.cpu_seconds;
     let t0 = SystemTime::now();
     for n in &names {
         cluster.apply_yaml(&mpijob(n, image, 2))?;
@@ -219,7 +193,11 @@ fn burst(cluster: &Cluster, image: &str, pid: u32, jobs: usize, limit: Duration)
             .collect();
         (finished.len() == names.len()).then(|| (SystemTime::now(), finished))
     })?;
-    let (cpu1, rss, peak) = usage(pid)?;
+    let Usage {
+        cpu_seconds: cpu1,
+        rss_kib: rss,
+        peak_rss_kib: peak,
+    } = usage(pid)?;
     let failed = done.1.iter().filter(|(s, _)| !s).count();
     if failed > 0 {
         bail!("{failed} of the {jobs} MPIJobs of the burst failed");
