@@ -43,6 +43,7 @@ pub use error::{DiscoveryError, ErrorKind, PODS_RULE};
 pub(crate) use infer::SelfIdentity;
 pub use progress::Progress;
 pub use slots::SlotsPolicy;
+pub(crate) use slots::MAX_SLOTS;
 pub(crate) use slots::SLOTS_ANNOTATION;
 
 use crate::settings::mca;
@@ -562,6 +563,15 @@ mod tests {
         assert_eq!(cfg.timeout, Duration::from_secs(20));
         assert_eq!(cfg.expected_pods, Some(3));
         assert_eq!(cfg.slots, SlotsPolicy::One);
+        let cfg = DiscoveryConfig::from_env(&vars(&[("PRTE_MCA_ras_k8s_slots", " 3 ")])).unwrap();
+        assert_eq!(cfg.slots, SlotsPolicy::Fixed(3));
+        let e = DiscoveryConfig::from_env(&vars(&[("PRTE_MCA_ras_k8s_slots", "0")])).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+        let e = e.to_string();
+        assert!(
+            e.contains("ras_k8s_slots") && e.contains("\"0\"") && e.contains("whole number"),
+            "{e}"
+        );
         let e = DiscoveryConfig::from_env(&vars(&[("PRTE_MCA_ras_k8s_exclude_self", "maybe")]))
             .unwrap_err()
             .to_string();

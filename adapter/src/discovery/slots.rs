@@ -20,7 +20,7 @@ pub(crate) const GPU_RESOURCES: &[&str] = &["nvidia.com/gpu", "amd.com/gpu"];
 /// Every policy gives at least one slot per pod. A malformed `prrte-k8s.io/slots` annotation is
 /// an error under `Auto` and `Annotation`; the other policies ignore the annotation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(into = "String", try_from = "String")]
 pub enum SlotsPolicy {
     /// The annotation if present, else GPUs requested if any, else whole CPUs requested, else 1.
     #[default]
@@ -33,31 +33,44 @@ pub enum SlotsPolicy {
     Cpu,
     /// One slot per pod.
     One,
+    /// This many slots per pod (from 1 to 1048576), whatever its annotation and
+    /// resources: a launcher that knows its processes per pod (a TrainJob's `numProcPerNode`).
+    Fixed(u32),
 }
 
 impl SlotsPolicy {
-    /// The accepted spellings, for messages and help texts.
+    /// The accepted words, for messages and help texts (besides a count of slots).
     #[cfg(test)]
     pub(crate) const VALID: &'static [&'static str] = crate::settings::mca::SLOTS_CHOICES;
-
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            SlotsPolicy::Auto => "auto",
-            SlotsPolicy::Annotation => "annotation",
-            SlotsPolicy::Gpu => "gpu",
-            SlotsPolicy::Cpu => "cpu",
-            SlotsPolicy::One => "one",
-        }
-    }
 }
 
 impl fmt::Display for SlotsPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        match self {
+            SlotsPolicy::Auto => f.write_str("auto"),
+            SlotsPolicy::Annotation => f.write_str("annotation"),
+            SlotsPolicy::Gpu => f.write_str("gpu"),
+            SlotsPolicy::Cpu => f.write_str("cpu"),
+            SlotsPolicy::One => f.write_str("one"),
+            SlotsPolicy::Fixed(n) => write!(f, "{n}"),
+        }
     }
 }
 
-/// An unknown slots policy name.
+impl From<SlotsPolicy> for String {
+    fn from(p: SlotsPolicy) -> String {
+        p.to_string()
+    }
+}
+
+impl TryFrom<String> for SlotsPolicy {
+    type Error = ParseSlotsPolicyError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+/// An unknown slots policy name, or a count of slots out of range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", self.setting_error())]
 pub struct ParseSlotsPolicyError {
@@ -74,17 +87,33 @@ impl ParseSlotsPolicyError {
 impl FromStr for SlotsPolicy {
     type Err = ParseSlotsPolicyError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" | "" => Ok(SlotsPolicy::Auto),
-            "annotation" => Ok(SlotsPolicy::Annotation),
-            "gpu" | "gpus" => Ok(SlotsPolicy::Gpu),
-            "cpu" | "cpus" => Ok(SlotsPolicy::Cpu),
-            "one" | "1" => Ok(SlotsPolicy::One),
-            _ => Err(ParseSlotsPolicyError {
-                value: s.to_string(),
-            }),
-        }
+        let bad = || ParseSlotsPolicyError {
+            value: s.to_string(),
+        };
+        let word = s.trim().to_ascii_lowercase();
+        Ok(match word.as_str() {
+            "auto" | "" => SlotsPolicy::Auto,
+            "annotation" => SlotsPolicy::Annotation,
+            "gpu" | "gpus" => SlotsPolicy::Gpu,
+            "cpu" | "cpus" => SlotsPolicy::Cpu,
+            "one" => SlotsPolicy::One,
+            _ => match slot_count(&word) {
+                Some(1) => SlotsPolicy::One,
+                Some(n) => SlotsPolicy::Fixed(n),
+                None => return Err(bad()),
+            },
+        })
     }
+}
+
+/// `text` as a count of slots: digits only, from 1 to [`MAX_SLOTS`].
+pub(crate) fn slot_count(text: &str) -> Option<u32> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX_SLOTS).contains(n))
 }
 
 /// A slot annotation that is not a positive integer.
@@ -96,7 +125,7 @@ pub(crate) struct BadSlotsAnnotation {
     pub reason: &'static str,
 }
 
-/// Largest slot count accepted from an annotation.
+/// Largest slot count accepted from an annotation or `ras_k8s_slots`.
 pub(crate) const MAX_SLOTS: u32 = 1 << 20;
 
 fn parse_annotation((annotation, value): (&'static str, &str)) -> Result<u32, BadSlotsAnnotation> {
@@ -201,6 +230,7 @@ pub(crate) fn pod_slots(pod: &PodRecord, policy: SlotsPolicy) -> Result<u32, Bad
     let annotation = slots_annotation(pod);
     match policy {
         SlotsPolicy::One => Ok(1),
+        SlotsPolicy::Fixed(n) => Ok(clamp_slots(u64::from(n))),
         SlotsPolicy::Annotation => annotation.map(parse_annotation).unwrap_or(Ok(1)),
         SlotsPolicy::Gpu => Ok(clamp_slots(gpus(pod))),
         SlotsPolicy::Cpu => Ok(clamp_slots(cpus(pod).unwrap_or(1))),
@@ -276,11 +306,72 @@ mod tests {
             "{e}"
         );
         for v in SlotsPolicy::VALID {
-            assert_eq!(v.parse::<SlotsPolicy>().unwrap().as_str(), *v);
+            assert_eq!(v.parse::<SlotsPolicy>().unwrap().to_string(), *v);
         }
         for v in crate::settings::mca::SLOTS_ALIASES {
             assert!(v.parse::<SlotsPolicy>().is_ok(), "{v}");
         }
+    }
+
+    #[test]
+    fn a_count_of_slots_is_a_policy() {
+        assert_eq!("3".parse::<SlotsPolicy>().unwrap(), SlotsPolicy::Fixed(3));
+        assert_eq!(
+            " 64 ".parse::<SlotsPolicy>().unwrap(),
+            SlotsPolicy::Fixed(64)
+        );
+        assert_eq!("1".parse::<SlotsPolicy>().unwrap(), SlotsPolicy::One);
+        assert_eq!(
+            "1048576".parse::<SlotsPolicy>().unwrap(),
+            SlotsPolicy::Fixed(MAX_SLOTS)
+        );
+        assert_eq!(SlotsPolicy::Fixed(3).to_string(), "3");
+        for bad in [
+            "0",
+            "-3",
+            "+3",
+            "1048577",
+            "99999999999",
+            "2.5",
+            "3 slots",
+            "0x10",
+        ] {
+            let e = bad.parse::<SlotsPolicy>().expect_err(bad).to_string();
+            assert!(
+                e.contains("ras_k8s_slots")
+                    && e.contains(&format!("{bad:?}"))
+                    && e.contains("auto, annotation, gpu, cpu, one")
+                    && e.contains("1 to 1048576"),
+                "{e}"
+            );
+        }
+        let json = serde_json::to_string(&SlotsPolicy::Fixed(7)).unwrap();
+        assert_eq!(json, "\"7\"");
+        assert_eq!(
+            serde_json::from_str::<SlotsPolicy>(&json).unwrap(),
+            SlotsPolicy::Fixed(7)
+        );
+        assert_eq!(
+            serde_json::from_str::<SlotsPolicy>("\"gpu\"").unwrap(),
+            SlotsPolicy::Gpu
+        );
+        assert!(serde_json::from_str::<SlotsPolicy>("\"0\"").is_err());
+    }
+
+    #[test]
+    fn a_count_of_slots_ignores_annotation_and_resources() {
+        let p = pod(
+            vec![res(&[("cpu", "8"), ("nvidia.com/gpu", "2")], &[])],
+            Some("5"),
+        );
+        assert_eq!(pod_slots(&p, SlotsPolicy::Fixed(3)), Ok(3));
+        // Not even a malformed annotation matters.
+        let p = pod(vec![res(&[("cpu", "500m")], &[])], Some("x"));
+        assert_eq!(pod_slots(&p, SlotsPolicy::Fixed(3)), Ok(3));
+        assert_eq!(
+            pod_slots(&PodRecord::default(), SlotsPolicy::Fixed(12)),
+            Ok(12)
+        );
     }
 
     #[test]

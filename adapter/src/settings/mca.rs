@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use super::setting::{Kind, Setting, SettingError};
 
-/// `ras_k8s_slots`'s words.
+/// `ras_k8s_slots`'s words (besides a count of slots, from 1 to `discovery`'s `MAX_SLOTS`).
 pub(crate) const SLOTS_CHOICES: &[&str] = &["auto", "annotation", "gpu", "cpu", "one"];
 /// Other spellings `ras_k8s_slots` accepts (as `discovery::SlotsPolicy` parses them).
-pub(crate) const SLOTS_ALIASES: &[&str] = &["gpus", "cpus", "1"];
+pub(crate) const SLOTS_ALIASES: &[&str] = &["gpus", "cpus"];
 
 pub const NAMESPACE: Setting = Setting {
     mca: mca_param!("ras", "namespace"),
@@ -67,8 +67,11 @@ pub const SLOTS: Setting = Setting {
     flag: "slots",
     value_name: "POLICY",
     default: "auto",
-    help: "How slots per pod are derived: auto (annotation prrte-k8s.io/slots, or the deprecated prrte.k8s.io/slots, else GPUs, else whole CPUs, else 1), annotation, gpu, cpu, one",
-    kind: Kind::Choice(SLOTS_CHOICES),
+    help: "How slots per pod are derived: auto (annotation prrte-k8s.io/slots, or the deprecated prrte.k8s.io/slots, else GPUs, else whole CPUs, else 1), annotation, gpu, cpu, one, or a number N (every pod offers N slots, whatever its annotation and resources)",
+    kind: Kind::ChoiceOrCount {
+        words: SLOTS_CHOICES,
+        max: crate::discovery::MAX_SLOTS,
+    },
     ..Setting::NONE
 };
 

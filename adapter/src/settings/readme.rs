@@ -127,6 +127,7 @@ fn flag_cell(s: &Setting) -> String {
     }
     let value = match s.kind {
         Kind::Choice(words) => words.join("|"),
+        Kind::ChoiceOrCount { words, .. } => format!("{}|N", words.join("|")),
         _ => s.value_name.to_owned(),
     };
     if value.is_empty() {

@@ -21,6 +21,11 @@ pub enum Kind {
     Port,
     /// One of these words.
     Choice(&'static [&'static str]),
+    /// One of these words, or a whole number from 1 to `max`.
+    ChoiceOrCount {
+        words: &'static [&'static str],
+        max: u32,
+    },
 }
 
 /// The longest duration accepted: a year.
@@ -37,6 +42,12 @@ impl Kind {
             Kind::Seconds => "a positive number of seconds (at most a year)".into(),
             Kind::Port => "a TCP port (1-65535)".into(),
             Kind::Choice(words) => format!("one of {}", words.join(", ")),
+            Kind::ChoiceOrCount { words, max } => {
+                format!(
+                    "one of {}, or a whole number from 1 to {max}",
+                    words.join(", ")
+                )
+            }
         }
     }
 }
@@ -221,6 +232,18 @@ impl Setting {
                 Some(w) => Value::Text((*w).to_owned()),
                 None => return Err(bad()),
             },
+            Kind::ChoiceOrCount { words, max } => {
+                match words.iter().find(|w| w.eq_ignore_ascii_case(t)) {
+                    Some(w) => Value::Text((*w).to_owned()),
+                    None if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => {
+                        match t.parse::<u32>() {
+                            Ok(n) if (1..=max).contains(&n) => Value::Int(i64::from(n)),
+                            _ => return Err(bad()),
+                        }
+                    }
+                    None => return Err(bad()),
+                }
+            }
         })
     }
 

@@ -85,7 +85,10 @@ fn mca_tables_are_the_registry_with_matching_types_and_defaults() {
                         s.name()
                     )
                 }
-                (Field::Str(f), Kind::Text | Kind::Path | Kind::Choice(_)) => assert_eq!(
+                (
+                    Field::Str(f),
+                    Kind::Text | Kind::Path | Kind::Choice(_) | Kind::ChoiceOrCount { .. },
+                ) => assert_eq!(
                     f(&mut defaults).as_deref(),
                     Some(s.default).filter(|d| !d.is_empty()),
                     "{}",
@@ -154,7 +157,27 @@ fn errors_name_the_setting_the_value_and_what_it_takes() {
     assert!(mca::AGENT_PORT.port("0").is_err());
     assert_eq!(mca::AGENT_PORT.port(" 9000 ").unwrap(), 9000);
     let e = mca::SLOTS.parse("cores").unwrap_err().to_string();
-    assert!(e.contains("one of auto, annotation, gpu, cpu, one"), "{e}");
+    assert!(
+        e.contains("one of auto, annotation, gpu, cpu, one, or a whole number from 1 to 1048576"),
+        "{e}"
+    );
+    assert_eq!(mca::SLOTS.parse(" 3 ").unwrap(), Value::Int(3));
+    assert_eq!(mca::SLOTS.parse("GPU").unwrap(), Value::Text("gpu".into()));
+    for bad in ["0", "1048577", "-2", "2.5", ""] {
+        let e = mca::SLOTS.parse(bad).unwrap_err().to_string();
+        assert!(
+            e.contains("ras_k8s_slots") && e.contains(&format!("{bad:?}")),
+            "{e}"
+        );
+    }
+    let problems =
+        |v: &str| mca::env_problems(&[("PRTE_MCA_ras_k8s_slots".to_string(), v.to_string())]);
+    assert!(problems("4").is_empty() && problems("cpus").is_empty());
+    let p = problems("0");
+    assert!(
+        p.len() == 1 && p[0].contains("$PRTE_MCA_ras_k8s_slots"),
+        "{p:?}"
+    );
     assert_eq!(
         mca::TIMEOUT.seconds("1.5").unwrap(),
         Duration::from_millis(1500)
