@@ -525,7 +525,7 @@ fn trainer_runtimes_pass_kubernetes_validate_strict_and_are_restricted() {
             &trainer.join(format!("prrte-k8s-{name}.yaml")),
         )));
     }
-    for case in ["openmpi", "mpich"] {
+    for case in ["openmpi", "mpich", "openmpi-procs"] {
         jobsets.push(read(
             &repo().join(format!("tests/golden/trainer/{case}/jobset.yaml")),
         ));

@@ -5,8 +5,12 @@
 //! (`tests/golden/trainer/<case>/`, derivation in its README) server-side applied with Trainer's
 //! field manager. The JobSet completes with 4 ranks on the 2 node pods (2 each, none on the
 //! launcher's), every rank's line in the launcher's log, the agent running in every node pod and
-//! no sshd anywhere; on Open MPI and on MPICH. Without pods: every runtime, and the namespaced
-//! TrainingRuntime form of it, is admitted by Trainer's CRDs with strict field validation.
+//! no sshd anywhere; on Open MPI and on MPICH. A TrainJob of 3 processes on each of 2 nodes,
+//! whose node pods have no slots annotation and request no CPU, runs 3 ranks on each node pod:
+//! the launcher's `mpirun` script passes Trainer's numProcPerNode on as `ras_k8s_slots`. Without
+//! pods: every runtime, and the namespaced TrainingRuntime form of it, is admitted by Trainer's
+//! CRDs with strict field validation; the `mpirun` script finds numProcPerNode where Trainer puts
+//! it (hostfile, else environment) and leaves a `ras_k8s_slots` of the user's alone.
 #![forbid(unsafe_code)]
 mod common;
 
@@ -14,8 +18,10 @@ use anyhow::{bail, Context, Result};
 use common::jobset::{hostname, pod_name, JobSetSandbox};
 use sandbox::app_images::{app_image, check_pi, AppImage};
 use sandbox::harness;
+use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 const NS: &str = "default";
@@ -76,8 +82,9 @@ fn apply(sb: &JobSetSandbox, yaml: &str, manager: &str) -> Result<String> {
     )
 }
 
-/// The sandbox with Trainer's CRDs, the runtime of `case` and the namespace's objects.
-async fn sandbox_with_runtime(case: &str) -> Result<JobSetSandbox> {
+/// The sandbox with Trainer's CRDs, the runtime `prrte-k8s-<runtime>` and the namespace's
+/// objects.
+async fn sandbox_with_runtime(case: &str, runtime: &str) -> Result<JobSetSandbox> {
     let sb = JobSetSandbox::start(
         &format!("trainer-{case}"),
         NS,
@@ -88,7 +95,7 @@ async fn sandbox_with_runtime(case: &str) -> Result<JobSetSandbox> {
     install_trainer_crds(&sb)?;
     apply(
         &sb,
-        &read(&trainer_config(&format!("prrte-k8s-{case}.yaml")))?,
+        &read(&trainer_config(&format!("prrte-k8s-{runtime}.yaml")))?,
         "kubectl",
     )?;
     apply(&sb, &read(&trainer_config("namespace.yaml"))?, "kubectl")?;
@@ -103,11 +110,12 @@ struct Finished {
     nodes: Vec<Value>,
 }
 
-/// Creates the TrainJob of `case`, applies Trainer's objects for it and runs it to its end,
-/// checking while it runs that no sshd runs and that the node pods run the agent.
-async fn run_case(case: &str, image: AppImage) -> Result<Finished> {
+/// Creates the TrainJob of `case` (on the runtime `prrte-k8s-<runtime>`), applies Trainer's
+/// objects for it and runs it to its end, checking while it runs that no sshd runs and that the
+/// node pods run the agent.
+async fn run_case(case: &str, runtime: &str, image: AppImage) -> Result<Finished> {
     app_image(image)?;
-    let sb = sandbox_with_runtime(case).await?;
+    let sb = sandbox_with_runtime(case, runtime).await?;
     let trainjob = read(&golden(case, "trainjob.yaml"))?;
     sb.kubectl_ok(&["create", "-f", "-"], Some(&trainjob))?;
     let tj: Value = serde_yaml::from_str(&trainjob)?;
@@ -188,11 +196,13 @@ async fn run_case(case: &str, image: AppImage) -> Result<Finished> {
     })
 }
 
-/// 4 ranks in the launcher's log, 2 on each node pod, none on the launcher's; the pods carry
-/// what the Kubeflow SDK reads (the JobSet's labels, the completion index, a `node` container).
-fn check_ranks(f: &Finished) {
+/// `per_node` ranks on each of the 2 node pods in the launcher's log, none on the launcher's;
+/// the pods carry what the Kubeflow SDK reads (the JobSet's labels, the completion index, a
+/// `node` container).
+fn check_ranks(f: &Finished, per_node: usize) {
     let log = f.sb.logs(&pod_name(&f.launcher));
-    let pi = check_pi(&log, 4).unwrap_or_else(|e| panic!("{e:#}\n{}", f.sb.describe(&f.name)));
+    let pi = check_pi(&log, 2 * per_node)
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", f.sb.describe(&f.name)));
     assert!(
         !pi.hosts.contains(&hostname(&f.launcher)),
         "a rank on the launcher: {:?}",
@@ -201,8 +211,8 @@ fn check_ranks(f: &Finished) {
     for n in &f.nodes {
         assert_eq!(
             pi.hosts.iter().filter(|h| **h == hostname(n)).count(),
-            2,
-            "2 ranks on {}: {:?}\n{log}",
+            per_node,
+            "{per_node} ranks on {}: {:?}\n{log}",
             hostname(n),
             pi.hosts
         );
@@ -220,14 +230,180 @@ fn check_ranks(f: &Finished) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openmpi_trainjob_runs_its_ranks_on_the_node_pods_without_sshd() {
-    let f = run_case("openmpi", AppImage::TrixieOpenmpi).await.unwrap();
-    check_ranks(&f);
+    let f = run_case("openmpi", "openmpi", AppImage::TrixieOpenmpi)
+        .await
+        .unwrap();
+    check_ranks(&f, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mpich_trainjob_runs_its_ranks_on_the_node_pods_without_sshd() {
-    let f = run_case("mpich", AppImage::TrixieMpich).await.unwrap();
-    check_ranks(&f);
+    let f = run_case("mpich", "mpich", AppImage::TrixieMpich)
+        .await
+        .unwrap();
+    check_ranks(&f, 2);
+}
+
+/// numProcPerNode 3 on node pods that would offer 1 slot each by their CPU requests (none) and
+/// carry no slots annotation: 3 ranks on each, as Trainer's hostfile says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn num_proc_per_node_ranks_run_on_each_node_pod_whatever_their_cpu_requests() {
+    let tj: Value =
+        serde_yaml::from_str(&read(&golden("openmpi-procs", "trainjob.yaml")).unwrap()).unwrap();
+    assert_eq!(tj["spec"]["trainer"]["numProcPerNode"], 3);
+    assert!(tj["spec"]["runtimePatches"].is_null());
+    let js: Value =
+        serde_yaml::from_str(&read(&golden("openmpi-procs", "jobset.yaml")).unwrap()).unwrap();
+    let node = js["spec"]["replicatedJobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["name"] == "node")
+        .unwrap();
+    let pod = &node["template"]["spec"]["template"];
+    assert!(pod["metadata"]["annotations"].is_null(), "{pod}");
+    for c in pod["spec"]["containers"].as_array().unwrap() {
+        assert!(c["resources"].is_null(), "{c}");
+    }
+    let f = run_case("openmpi-procs", "openmpi", AppImage::TrixieOpenmpi)
+        .await
+        .unwrap();
+    check_ranks(&f, 3);
+}
+
+/// The launcher's `mpirun` script of namespace.yaml with its absolute paths moved under `dir`:
+/// the agent a script that prints the `ras_k8s_slots` it gets and its arguments, the hostfile
+/// `dir/hostfile`, and an `mpirun` of the image next on PATH.
+fn wrapper_in(dir: &Path) -> PathBuf {
+    let text = read(&trainer_config("namespace.yaml")).unwrap();
+    let script = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .find(|d| d["kind"] == "ConfigMap")
+        .and_then(|cm| cm["data"]["mpirun"].as_str().map(str::to_owned))
+        .expect("namespace.yaml has the mpirun script");
+    let hostfile = dir.join("hostfile").display().to_string();
+    let agent = dir.join("agent").display().to_string();
+    assert!(script.contains("/etc/mpi/hostfile") && script.contains("/opt/prrte-k8s/bin/"));
+    let script = script
+        .replace("/etc/mpi/hostfile", &hostfile)
+        .replace("/opt/prrte-k8s/bin/prrte-k8s-agent", &agent);
+    let write = |path: PathBuf, text: &str| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    };
+    write(
+        dir.join("agent"),
+        "#!/bin/sh\necho \"slots=${PRTE_MCA_ras_k8s_slots-unset} $*\"\n",
+    );
+    write(dir.join("image/mpirun"), "#!/bin/sh\n");
+    write(dir.join("wrap/mpirun"), &script)
+}
+
+/// What the agent got from the script: `slots=<PRTE_MCA_ras_k8s_slots or unset> <arguments>`.
+fn through_wrapper(
+    dir: &Path,
+    hostfile: Option<&str>,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> String {
+    let path = dir.join("hostfile");
+    match hostfile {
+        Some(text) => std::fs::write(&path, text).unwrap(),
+        None => {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+    let out = std::process::Command::new(dir.join("wrap/mpirun"))
+        .args(args)
+        .env_clear()
+        .env(
+            "PATH",
+            format!(
+                "{}:{}:/usr/bin:/bin",
+                dir.join("wrap").display(),
+                dir.join("image").display()
+            ),
+        )
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().trim_end().to_owned()
+}
+
+#[test]
+fn the_mpirun_script_passes_num_proc_per_node_on_as_ras_k8s_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    wrapper_in(dir);
+    let hostfile = dir.join("hostfile").display().to_string();
+    let mpirun = dir.join("image/mpirun").display().to_string();
+    let default_slots = [("OMPI_MCA_orte_set_default_slots", "4")];
+    let agreeing = "a.t slots=3\nb.t slots=3\n";
+    // Trainer's hostfile, whose lines agree, wins over its environment; the option naming it
+    // is dropped.
+    assert_eq!(
+        through_wrapper(
+            dir,
+            Some(agreeing),
+            &default_slots,
+            &["--hostfile", &hostfile, "-n", "6", "pi"]
+        ),
+        format!("slots=3 --run -- {mpirun} -n 6 pi")
+    );
+    // Hydra's `HOST:N` lines, comments and blank lines.
+    assert_eq!(
+        through_wrapper(dir, Some("a.t:5\n\n# all\nb.t:5 # b\n"), &[], &["pi"]),
+        format!("slots=5 --run -- {mpirun} pi")
+    );
+    // Lines that disagree, or one without a count: the environment's count, else none.
+    for text in [
+        "a.t slots=3\nb.t slots=2\n",
+        "a.t slots=3\nb.t\n",
+        "a.t slots=0\n",
+        "",
+    ] {
+        assert_eq!(
+            through_wrapper(dir, Some(text), &default_slots, &["pi"]),
+            format!("slots=4 --run -- {mpirun} pi"),
+            "{text:?}"
+        );
+        assert_eq!(
+            through_wrapper(dir, Some(text), &[], &["pi"]),
+            format!("slots=unset --run -- {mpirun} pi"),
+            "{text:?}"
+        );
+    }
+    assert_eq!(
+        through_wrapper(dir, None, &default_slots, &["pi"]),
+        format!("slots=4 --run -- {mpirun} pi")
+    );
+    // A glob in the hostfile is not expanded.
+    assert_eq!(
+        through_wrapper(dir, Some("* slots=2\n/* slots=2\n"), &[], &["pi"]),
+        format!("slots=2 --run -- {mpirun} pi")
+    );
+    // The user's ras_k8s_slots, in the environment or on the command line, stays.
+    assert_eq!(
+        through_wrapper(
+            dir,
+            Some(agreeing),
+            &[("PRTE_MCA_ras_k8s_slots", "cpu")],
+            &["pi"]
+        ),
+        format!("slots=cpu --run -- {mpirun} pi")
+    );
+    assert_eq!(
+        through_wrapper(
+            dir,
+            Some(agreeing),
+            &[],
+            &["--prtemca", "ras_k8s_slots", "one", "pi"]
+        ),
+        format!("slots=unset --run -- {mpirun} --prtemca ras_k8s_slots one pi")
+    );
 }
 
 /// Every runtime we ship, and its namespaced TrainingRuntime form (the same object with

@@ -116,9 +116,10 @@ fn key_kinds(secret: &mut Value) -> (String, String) {
     (label, kind)
 }
 
-/// The golden TrainJob of `case` (its uid the goldens' placeholder) rendered on its runtime;
-/// and the TrainJob's `runtimePatches` it was rendered without.
-fn rendered(case: &str) -> (Rendered, Value) {
+/// The golden TrainJob of `case` (its uid the goldens' placeholder) rendered on the runtime
+/// `prrte-k8s-<runtime>`; and the TrainJob's `runtimePatches` it was rendered without (null
+/// if it has none).
+fn rendered(case: &str, runtime: &str) -> (Rendered, Value) {
     let mut tj = golden(case, "trainjob.yaml");
     tj["metadata"]["uid"] = UID_PLACEHOLDER.into();
     let patches = tj["spec"]
@@ -126,45 +127,52 @@ fn rendered(case: &str) -> (Rendered, Value) {
         .and_then(|s| s.remove("runtimePatches"))
         .unwrap_or_default();
     let job: TrainJob = serde_json::from_value(tj.clone()).unwrap();
-    let rt = yaml(&repo().join(format!("prrte-config/trainer/prrte-k8s-{case}.yaml")));
+    let rt = yaml(&repo().join(format!("prrte-config/trainer/prrte-k8s-{runtime}.yaml")));
     let runtime = Runtime::new(rt);
     let keys = ssh::generate().unwrap();
 
     // With its patches, the TrainJob is refused: the controller does not take runtimePatches.
-    tj["spec"]["runtimePatches"] = patches.clone();
-    let patched: TrainJob = serde_json::from_value(tj).unwrap();
-    assert_eq!(
-        render(&patched, &runtime, Some(&keys)),
-        Err(RenderError::RuntimePatches)
-    );
+    if !patches.is_null() {
+        tj["spec"]["runtimePatches"] = patches.clone();
+        let patched: TrainJob = serde_json::from_value(tj).unwrap();
+        assert_eq!(
+            render(&patched, &runtime, Some(&keys)),
+            Err(RenderError::RuntimePatches)
+        );
+    }
     (render(&job, &runtime, Some(&keys)).unwrap(), patches)
 }
 
-fn check_case(case: &str) {
-    let (r, patches) = rendered(case);
+fn check_case(case: &str, runtime: &str) {
+    let (r, patches) = rendered(case, runtime);
+    let procs = golden(case, "trainjob.yaml")["spec"]["trainer"]["numProcPerNode"].to_string();
+    let procs = Value::from(procs);
 
-    // The one patch of the goldens: the node pods' slots, numProcPerNode.
-    let patched_slots = patches[0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
-        ["template"]["spec"]["template"]["metadata"]["annotations"][SLOTS]
-        .clone();
-    assert_eq!(
-        patches.as_array().map(Vec::len),
-        Some(1),
-        "{case}: one runtime patch: {patches}"
-    );
-    assert_eq!(patched_slots, "2", "{case}: {patches}");
+    // The one patch of a golden that has one: the node pods' slots, numProcPerNode.
+    let patched_slots = (!patches.is_null()).then(|| {
+        assert_eq!(
+            patches.as_array().map(Vec::len),
+            Some(1),
+            "{case}: one runtime patch: {patches}"
+        );
+        let slots = patches[0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+            ["template"]["spec"]["template"]["metadata"]["annotations"][SLOTS]
+            .clone();
+        assert_eq!(slots, procs, "{case}: {patches}");
+        slots
+    });
 
     let mut jobset = r.jobset.clone();
     let mut golden_jobset = golden(case, "jobset.yaml");
     assert_eq!(
         take_node_slots(&mut jobset),
-        Some(patched_slots.clone()),
+        Some(procs),
         "{case}: the renderer gives the node pods numProcPerNode as their slots"
     );
     assert_eq!(
         take_node_slots(&mut golden_jobset),
-        Some(patched_slots),
-        "{case}: the golden JobSet has the patch's annotation"
+        patched_slots,
+        "{case}: the golden JobSet has the patch's annotation, if any"
     );
     assert_same(&format!("{case}: the JobSet"), &jobset, &golden_jobset);
 
@@ -208,18 +216,25 @@ fn check_case(case: &str) {
 
 #[test]
 fn openmpi_renders_what_trainer_makes() {
-    check_case("openmpi");
+    check_case("openmpi", "openmpi");
 }
 
 #[test]
 fn mpich_renders_what_trainer_makes() {
-    check_case("mpich");
+    check_case("mpich", "mpich");
+}
+
+/// Without runtimePatches, the golden node pods have no slots annotation; the renderer's is
+/// numProcPerNode (3).
+#[test]
+fn openmpi_procs_renders_what_trainer_makes() {
+    check_case("openmpi-procs", "openmpi");
 }
 
 /// The comparison sees a difference: a field changed in the rendered JobSet is reported.
 #[test]
 fn a_difference_is_reported_with_its_place() {
-    let (r, _) = rendered("openmpi");
+    let (r, _) = rendered("openmpi", "openmpi");
     let mut js = r.jobset;
     js["spec"]["replicatedJobs"][1]["template"]["spec"]["parallelism"] = 3.into();
     let mut d = Vec::new();
