@@ -2,6 +2,7 @@
 #   make demo   sandbox cluster, a DVM through ras k8s / plm k8s, a real MPI program across pods
 #   make test   everything the project tests
 #   make image  the container images (Open MPI 5 + PRRTE + the k8s components; prrte-config/image)
+#   make wheel  the Python module's wheel (pip + maturin), cached outside the clone
 #   make bench  DVM-ready time, daemons through the agents vs through an sshd in each pod,
 #               a batch Job end to end, a running DVM grown by 1/4/16 pods
 #               (release build; bench.json, bench.png, bench-batch.png)
@@ -14,7 +15,7 @@
 SHELL := /bin/bash
 export PRRTE_K8S_PREFIX ?= /opt/prrte-k8s/prrte-3.0.8-pmix-5.0.5-k8s3
 
-.PHONY: setup build lint image test demo bench bench-controller bench-controller-scale bench-scale clean-leftovers
+.PHONY: setup build lint image wheel test demo bench bench-controller bench-controller-scale bench-scale clean-leftovers
 
 setup:
 	bash prrte-config/setup.sh
@@ -29,8 +30,9 @@ lint: setup
 	cargo clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
-# the images are built (or found up to date in seconds) first: tests run pods from them
-test: build image
+# the images and the wheel are built (or found up to date in seconds) first: tests run pods
+# from the images, and a Python workflow in a pod from the wheel
+test: build image wheel
 	bash tests/run-tests.sh
 
 # BENCH_ARGS, e.g. "--quick" or "--pods 4,16 --runs 3" (prrte-k8s-bench --help)
@@ -72,6 +74,11 @@ bench-scale: setup
 
 image: setup
 	bash prrte-config/image/build.sh
+
+# `pip wheel adapter/python` into /var/cache/prrte-k8s/wheels/<version>-<hash of its sources>/;
+# prints the wheel's path (e2e_python_workflow installs it into a venv)
+wheel: setup
+	bash adapter/python/build-wheel.sh
 
 # what killed test runs and sandboxes left on the host (live ones are left alone)
 clean-leftovers:

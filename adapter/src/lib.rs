@@ -23,6 +23,8 @@
 //!   [`discovery`], [`elastic`] (grow, shrink), [`hostfile`], [`manifest`], [`launch::ping_agent`], [`protocol`] (the secret file, the DVM
 //!   URI's check), [`settings`], [`runtime`].
 //! - `prrte-k8s controller` (and `crd`): [`controller`], which converts with [`manifest`].
+//! - `prrte-k8s submit` and the Python module (`adapter/python/`): [`workflow`] (`Dvm`: many
+//!   tasks through one PMIx tool connection to the job's DVM, the task list, the results).
 //! - [`text`] makes peers' text safe to log, for all of them.
 //! - [`workload`] is each workload kind's one home (its pods, owner, growth, Role rule,
 //!   renderer): discovery, `grow`, the manifest and `prrte-k8s doctor` ask it.

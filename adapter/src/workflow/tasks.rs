@@ -21,6 +21,26 @@ pub struct TaskLine {
     pub env: Vec<String>,
 }
 
+impl TaskLine {
+    /// A single-rank task running `argv`, with no other option, as the `index`th of its list.
+    pub fn command<I, S>(index: usize, argv: I) -> TaskLine
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        TaskLine {
+            index,
+            line: index + 1,
+            argv: argv.into_iter().map(Into::into).collect(),
+            np: 1,
+            hosts: None,
+            timeout: None,
+            cwd: None,
+            env: Vec::new(),
+        }
+    }
+}
+
 /// Why a task list cannot be used; names the line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("task list line {line}: {why}")]

@@ -1,8 +1,9 @@
 //! Where a task's time goes, as the submitting process sees it: from the spawn request to the
 //! DVM's answer naming the job (prte has mapped it and sent the launch message to its daemons),
 //! from there to the job's end as reported to the tool (the daemons forked, the ranks ran and
-//! exited, the daemons reported, prte notified), and from the spawn request to the result line.
-//! Printed once at the end of a run as medians and 99th percentiles.
+//! exited, the daemons reported, prte notified), and from the spawn request to the task's result
+//! (handed over as its end is seen). `prrte-k8s submit` prints them once at the end of a run as
+//! medians and 99th percentiles.
 
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ pub struct PhaseTimes {
     launched: Vec<Duration>,
     /// Spawn answered → end reported (with the pods it ran in).
     ran: Vec<Duration>,
-    /// Spawn request → result written.
+    /// Spawn request → result handed over.
     total: Vec<Duration>,
 }
 

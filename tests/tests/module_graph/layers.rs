@@ -20,11 +20,9 @@ pub(crate) const LAYERS: &[Layers] = &[
         krate: "adapter",
         scope: "",
         layers: &[
-            &[
-                "hostfile", "runtime", "settings", "text", "workflow", "workload",
-            ],
+            &["hostfile", "runtime", "settings", "text", "workload"],
             &["protocol"],
-            &["profile"],
+            &["profile", "workflow"],
             &["agent", "discovery"],
             &["launch"],
             &["manifest", "rsh", "trainjob"],

@@ -5,8 +5,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use prrte_k8s::protocol::{validate_dvm_uri, InvalidDvmUri};
 use prrte_k8s::settings::{agent, tools, ArgExt};
+pub use prrte_k8s::workflow::{configured_prefix, read_dvm_uri};
 
 #[derive(Args, Debug)]
 pub struct DvmUriArgs {
@@ -28,62 +28,6 @@ pub struct ToolArgs {
     pub args: Vec<OsString>,
 }
 
-/// Why the published DVM URI cannot be used; each names the cause and the remedy.
-#[derive(Debug, thiserror::Error)]
-pub enum DvmUriError {
-    #[error(
-        "no DVM URI at {}: no DVM is running for this job, or it has not reached this pod. \
-         Start one (the pod-0 agent with --dvm-head auto, or `prte --prtemca ras k8s \
-         --prtemca plm k8s` in a pod of the job), wait until it is ready, and retry; if the \
-         agent publishes elsewhere, pass --{} or set {}",
-        file.display(),
-        agent::DVM_URI_FILE.flag,
-        agent::DVM_URI_FILE.var()
-    )]
-    Missing { file: PathBuf },
-    #[error("cannot read the DVM URI file {}: {source}", file.display())]
-    Unreadable {
-        file: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(
-        "the DVM URI file {} is empty: the DVM is still starting; retry in a moment",
-        file.display()
-    )]
-    Empty { file: PathBuf },
-    #[error("{}: {source}", file.display())]
-    Invalid {
-        file: PathBuf,
-        source: InvalidDvmUri,
-    },
-}
-
-/// Reads and checks the published DVM URI; the error names the cause and the remedy.
-pub fn read_dvm_uri(file: &Path) -> Result<String, DvmUriError> {
-    let file_ = || file.to_path_buf();
-    let text = match std::fs::read_to_string(file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(DvmUriError::Missing { file: file_() })
-        }
-        Err(source) => {
-            return Err(DvmUriError::Unreadable {
-                file: file_(),
-                source,
-            })
-        }
-    };
-    let uri = text.lines().next().unwrap_or("").trim().to_owned();
-    if uri.is_empty() {
-        return Err(DvmUriError::Empty { file: file_() });
-    }
-    validate_dvm_uri(&uri).map_err(|source| DvmUriError::Invalid {
-        file: file_(),
-        source,
-    })?;
-    Ok(uri)
-}
-
 pub fn dvm_uri(args: DvmUriArgs) -> i32 {
     match read_dvm_uri(&args.file) {
         Ok(uri) => {
@@ -102,16 +46,6 @@ fn env_path(s: &prrte_k8s::settings::Setting) -> Option<PathBuf> {
     std::env::var_os(s.var())
         .filter(|p| !p.is_empty())
         .map(PathBuf::from)
-}
-
-/// The PRRTE install prefix if one is configured: `$PRRTE_K8S_PREFIX`, else the directory
-/// above the one holding `$PRRTE_K8S_PRTED`.
-pub fn configured_prefix() -> Option<PathBuf> {
-    if let Some(p) = env_path(&tools::PREFIX) {
-        return Some(p);
-    }
-    let prted = env_path(&agent::PRTED)?;
-    Some(prted.parent()?.parent()?.to_path_buf())
 }
 
 /// Where a PRRTE tool is: `$PRRTE_K8S_PREFIX/bin/TOOL`, else next to `$PRRTE_K8S_PRTED`, else
