@@ -28,32 +28,6 @@ const HANG: usize = 300;
 /// A bound far above what the run takes (500 tasks end in well under a minute here).
 const RUN_LIMIT: Duration = Duration::from_secs(300);
 
-fn spec(name: &str) -> JobSpec<'_> {
-    spec_of(name, PODS)
-}
-
-fn spec_of(name: &str, pods: usize) -> JobSpec<'_> {
-    let mut spec = JobSpec::new(name, pods);
-    spec.cpus = vec!["2"; pods];
-    spec.agent_args = vec![vec!["--dvm-head".into(), "auto".into()]];
-    spec.env.extend([
-        (
-            "PRRTE_K8S_PREFIX".into(),
-            harness::prefix().display().to_string(),
-        ),
-        ("PRTE_PKGLIBDIR".into(), "@COMPONENTS@".into()),
-        ("PRRTE_K8S_SECRET_FILE".into(), "@SECRET@".into()),
-    ]);
-    spec
-}
-
-fn wait_for_dvm(job: &Job) {
-    for i in 0..job.pods.len() {
-        let f = job.pod_tmp(i).join("dvm.uri");
-        wait_for_text(&f, "tcp4://", Duration::from_secs(120)).unwrap();
-    }
-}
-
 fn cli() -> String {
     harness::workspace_bin("prrte-k8s")
         .unwrap()
@@ -64,19 +38,7 @@ fn cli() -> String {
 /// The parseable result lines of a results file, by index (every index once, or the test fails).
 fn results(path: &Path) -> BTreeMap<usize, serde_json::Value> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    let mut by_index = BTreeMap::new();
-    for l in text.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
-            continue;
-        };
-        let i = v["index"].as_u64().expect("index") as usize;
-        assert!(
-            by_index.insert(i, v).is_none(),
-            "task {i} has more than one result in {}",
-            path.display()
-        );
-    }
-    by_index
+    results_by_index(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// How long the DVM may take to kill a lost tool's tasks (it looks for them every second).
@@ -128,8 +90,8 @@ fn strs(argv: &[String]) -> Vec<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_runs_every_task_once_names_failures_and_kills_a_hang() {
-    let job = Job::start(spec("submit")).await.unwrap();
-    wait_for_dvm(&job);
+    let job = Job::start(JobSpec::dvm_head("submit", PODS)).await.unwrap();
+    job.wait_for_dvm(Duration::from_secs(120)).unwrap();
     let exe = cli();
     let dir = job.dir.path().to_path_buf();
 
@@ -373,8 +335,10 @@ async fn submit_runs_every_task_once_names_failures_and_kills_a_hang() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_waits_for_room_in_a_dvm_another_job_fills() {
     const SLOTS: usize = 4;
-    let job = Job::start(spec_of("submitfull", 2)).await.unwrap();
-    wait_for_dvm(&job);
+    let job = Job::start(JobSpec::dvm_head("submitfull", 2))
+        .await
+        .unwrap();
+    job.wait_for_dvm(Duration::from_secs(120)).unwrap();
     let exe = cli();
     let dir = job.dir.path().to_path_buf();
     let blocker = job

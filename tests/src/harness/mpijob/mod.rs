@@ -7,9 +7,11 @@ mod job;
 mod output;
 mod pod;
 mod setup;
+mod workflow;
 
 pub use elastic::ElasticJob;
 pub use job::{DvmCycle, Job};
 pub use output::{allreduce_lines, script, text, wait_for_text};
 pub use pod::JobSpec;
 pub use setup::{k8s_args, rbac_yaml, repo, K8S, NS, ROLEBINDING, SERVICE_ACCOUNT};
+pub use workflow::{python_wheel, results_by_index};
