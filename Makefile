@@ -30,9 +30,9 @@ lint: setup
 	cargo clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
-# the images and the wheel are built (or found up to date in seconds) first: tests run pods
-# from the images, and a Python workflow in a pod from the wheel
-test: build image wheel
+# the images are built (or found up to date in seconds) first: tests run pods from them (the
+# Python workflow test builds its own wheel with build-wheel.sh, in the dev profile)
+test: build image
 	bash tests/run-tests.sh
 
 # BENCH_ARGS, e.g. "--quick" or "--pods 4,16 --runs 3" (prrte-k8s-bench --help)
@@ -75,8 +75,8 @@ bench-scale: setup
 image: setup
 	bash prrte-config/image/build.sh
 
-# `pip wheel adapter/python` into /var/cache/prrte-k8s/wheels/<version>-<hash of its sources>/;
-# prints the wheel's path (e2e_python_workflow installs it into a venv)
+# `pip wheel adapter/python` (release, maturin from setup's venv) into
+# /var/cache/prrte-k8s/wheels/<version>-release-<hash of its sources>/; prints the wheel's path
 wheel: setup
 	bash adapter/python/build-wheel.sh
 

@@ -15,6 +15,8 @@
 #     MPI runtime (mpiexec.hydra), for the prrte-k8s-rsh tests with launchers that use ssh
 #   - a Python venv with the Kubeflow SDK (PyPI `kubeflow`, with the Trainer API models and the
 #     official Kubernetes client it uses pinned), which the TrainJob tests drive the sandbox with
+#   - a Python venv with maturin (PyPI), the build backend of the Python module's wheel
+#     (adapter/python/build-wheel.sh, `make wheel`)
 # Everything lands under /opt/prrte-k8s, keyed by version; a second run does nothing.
 #
 #   PRRTE_K8S_ROOT   cache root (default /opt/prrte-k8s)
@@ -40,6 +42,9 @@ KUBEFLOW_SDK=0.5.0
 KUBEFLOW_TRAINER_API=2.3.0
 KUBERNETES_CLIENT=35.0.0
 KUBEFLOW_VENV="$ROOT/venv-kubeflow-${KUBEFLOW_SDK}"
+# the Python module's build backend (adapter/python/build-wheel.sh names the same version)
+MATURIN=1.16.0
+MATURIN_VENV="$ROOT/venv-maturin-${MATURIN}"
 
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -129,6 +134,7 @@ wheel_venv() {
 }
 wheel_venv mpich "$MPICH_WHEEL" "$MPICH_VENV" bin/hydra_pmi_proxy
 wheel_venv impi-rt "$IMPI_RT" "$IMPI_VENV" bin/hydra_pmi_proxy
+wheel_venv maturin "$MATURIN" "$MATURIN_VENV" bin/maturin
 
 if [[ -x "$KUBEFLOW_VENV/bin/python" ]] && "$KUBEFLOW_VENV/bin/python" -c "import kubeflow.trainer" 2>/dev/null; then
     say "Kubeflow SDK ${KUBEFLOW_SDK} present in $KUBEFLOW_VENV"

@@ -59,14 +59,15 @@ pub fn results_by_index(text: &str) -> Result<BTreeMap<usize, serde_json::Value>
     Ok(by_index)
 }
 
-/// The Python module's wheel, built (or found in its cache) by `adapter/python/build-wheel.sh`,
-/// as `make wheel` builds it.
+/// The Python module's wheel, built with pip from the tree (or found in its cache) by
+/// `adapter/python/build-wheel.sh`, as `make wheel` builds it but in the dev profile, whose
+/// dependencies the test build has compiled already.
 pub fn python_wheel() -> Result<PathBuf> {
     let script = repo().join("adapter/python/build-wheel.sh");
     let out = harness::run_with_timeout(
         {
             let mut c = std::process::Command::new("bash");
-            c.arg(&script);
+            c.arg(&script).env("PRRTE_K8S_WHEEL_PROFILE", "dev");
             c
         },
         Duration::from_secs(3000),
