@@ -43,7 +43,6 @@ pub use error::{DiscoveryError, ErrorKind, PODS_RULE};
 pub(crate) use infer::SelfIdentity;
 pub use progress::Progress;
 pub use slots::SlotsPolicy;
-pub(crate) use slots::MAX_SLOTS;
 pub(crate) use slots::SLOTS_ANNOTATION;
 
 use crate::settings::mca;

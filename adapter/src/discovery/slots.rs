@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
 pub(crate) use super::keys::{DEPRECATED_SLOTS_ANNOTATION, SLOTS_ANNOTATION};
 use super::quantity::Quantity;
+use crate::settings::mca::MAX_SLOTS;
 
 /// Extended resources counted as GPUs.
 pub(crate) const GPU_RESOURCES: &[&str] = &["nvidia.com/gpu", "amd.com/gpu"];
@@ -124,9 +125,6 @@ pub(crate) struct BadSlotsAnnotation {
     pub value: String,
     pub reason: &'static str,
 }
-
-/// Largest slot count accepted from an annotation or `ras_k8s_slots`.
-pub(crate) const MAX_SLOTS: u32 = 1 << 20;
 
 fn parse_annotation((annotation, value): (&'static str, &str)) -> Result<u32, BadSlotsAnnotation> {
     let bad = |reason| BadSlotsAnnotation {

@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use super::setting::{Kind, Setting, SettingError};
 
-/// `ras_k8s_slots`'s words (besides a count of slots, from 1 to `discovery`'s `MAX_SLOTS`).
+/// Largest slot count accepted from an annotation or `ras_k8s_slots`.
+pub(crate) const MAX_SLOTS: u32 = 1 << 20;
+/// `ras_k8s_slots`'s words (besides a count of slots, from 1 to [`MAX_SLOTS`]).
 pub(crate) const SLOTS_CHOICES: &[&str] = &["auto", "annotation", "gpu", "cpu", "one"];
 /// Other spellings `ras_k8s_slots` accepts (as `discovery::SlotsPolicy` parses them).
 pub(crate) const SLOTS_ALIASES: &[&str] = &["gpus", "cpus"];
@@ -70,7 +72,7 @@ pub const SLOTS: Setting = Setting {
     help: "How slots per pod are derived: auto (annotation prrte-k8s.io/slots, or the deprecated prrte.k8s.io/slots, else GPUs, else whole CPUs, else 1), annotation, gpu, cpu, one, or a number N (every pod offers N slots, whatever its annotation and resources)",
     kind: Kind::ChoiceOrCount {
         words: SLOTS_CHOICES,
-        max: crate::discovery::MAX_SLOTS,
+        max: MAX_SLOTS,
     },
     ..Setting::NONE
 };
