@@ -281,6 +281,23 @@ fn with_failed_rank(msg: String, o: &Observed) -> String {
     }
 }
 
+/// The `Failed` condition, written before the launcher's pod showed the failed rank, names it
+/// once it does (its reason and time stay): the child can fail before the launcher's pod has
+/// ended, as when a JobSet's worker Job fails first and the JobSet then stops the launcher's.
+fn name_failed_rank_late(s: &mut MpiJobStatus, o: &Observed) {
+    let failed = s
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == "Failed" && c.status == "True");
+    if let Some(c) = failed {
+        let msg = c.message.clone().unwrap_or_default();
+        let named = with_failed_rank(msg.clone(), o);
+        if named != msg {
+            c.message = Some(truncate(named));
+        }
+    }
+}
+
 /// The status after `old`, from what `o` shows, at `now`.
 pub(crate) fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outcome {
     let mut s = old.clone();
@@ -292,11 +309,13 @@ pub(crate) fn next_status(old: &MpiJobStatus, o: &Observed, now: &Time) -> Outco
         notices.push(Notice::normal("MPIJobCreated", msg));
     }
     if finished(&s) && s.completion_time.is_some() {
-        // The end is written: only the counts are made again, while the Job is there.
+        // The end is written: only the counts are made again, while the Job is there, and a
+        // failed rank named once the launcher's pod shows it.
         if o.job.is_some() {
             let (launcher, worker, _) = replicas(o);
             s.replica_statuses.insert("Launcher".into(), launcher);
             s.replica_statuses.insert("Worker".into(), worker);
+            name_failed_rank_late(&mut s, o);
         }
         return Outcome {
             status: s,

@@ -588,3 +588,48 @@ fn a_jobsets_pods_and_conditions_make_the_status() {
     );
     assert_eq!(counts(&end.status, "Launcher"), (0, 0, 1));
 }
+
+/// A JobSet that failed by its worker's Job before the launcher's pod ended: the `Failed`
+/// condition written then names no rank; once the launcher's pod shows the failed rank, the
+/// condition names it (its reason and time kept), and then stays.
+#[test]
+fn a_failed_rank_the_launcher_shows_after_the_end_is_named_then() {
+    let failed = jobset(json!({"conditions": [{"type": "Failed", "status": "True",
+        "reason": "FailedJobs",
+        "message": "jobset failed due to one or more job failures (first failed job: pi-worker-0)"}]}));
+    let early = [
+        jobset_pod("launcher", 0, "Running", true),
+        jobset_pod("worker", 0, "Failed", false),
+        jobset_pod("worker", 1, "Failed", false),
+    ];
+    let end = next_status(
+        &MpiJobStatus::default(),
+        &observe(Some(&failed), &early, false),
+        &at(T1),
+    );
+    let first = condition(&end.status, "Failed").unwrap().clone();
+    assert!(
+        !first.message.as_deref().unwrap().contains("rank "),
+        "{first:?}"
+    );
+    let rank = "rank 1 in pod pi-worker-0-1-x exited with code 3";
+    let mut launcher = pod_json(0, "Failed", false);
+    launcher["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] = json!("launcher");
+    launcher["status"]["containerStatuses"] = json!([{"name": "mpi", "image": "i",
+        "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 3, "message": rank}}}]);
+    let late = [typed(launcher), early[1].clone(), early[2].clone()];
+    let after = next_status(&end.status, &observe(Some(&failed), &late, false), &at(T2));
+    let c = condition(&after.status, "Failed").unwrap();
+    let want = format!("{}: {rank}", first.message.as_deref().unwrap());
+    assert_eq!(c.message.as_deref(), Some(want.as_str()));
+    assert_eq!(c.reason, first.reason);
+    assert_eq!(c.last_transition_time, first.last_transition_time);
+    assert_eq!(after.status.completion_time, end.status.completion_time);
+    let again = next_status(
+        &after.status,
+        &observe(Some(&failed), &late, false),
+        &at(T2),
+    );
+    assert_eq!(again.status, after.status);
+}
