@@ -157,7 +157,30 @@ pub(crate) fn apply(
         Some((f, Verdict::Exceeded { failed, limit })) => {
             exceeded(out, job_id, f, *failed, *limit, now)
         }
+        Some((f, Verdict::Fail)) if f.reason == DEADLINE => deadline(out, now),
         _ => {}
+    }
+}
+
+/// `Failed` with [`DEADLINE`] where the child's own reason is another (a JobSet's, which says
+/// only that one of its Jobs failed), as mpi-operator's launcher Job gives it; the child's
+/// message and the condition's time stay, and its event takes the reason too.
+fn deadline(out: &mut Outcome, now: &Time) {
+    let Some(c) = condition(&out.status, "Failed").filter(|c| c.status == "True") else {
+        return;
+    };
+    let own = c.reason.clone().unwrap_or_default();
+    if own == DEADLINE {
+        return;
+    }
+    let msg = c.message.clone().unwrap_or_default();
+    set(&mut out.status, "Failed", true, DEADLINE, &msg, now);
+    for n in out
+        .notices
+        .iter_mut()
+        .filter(|n| n.warning && n.reason == own)
+    {
+        n.reason = DEADLINE.into();
     }
 }
 

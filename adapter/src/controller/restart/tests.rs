@@ -281,6 +281,30 @@ fn a_jobset_failed_past_the_deadline_is_not_restarted() {
         Verdict::Restart { failed: 0 }
     );
     assert_eq!(verdict(&of_jobset(f, true), 0, 2), Verdict::Fail);
+    // The MPIJob fails with DeadlineExceeded, the JobSet's message and the time kept.
+    let js = Child::from_object(
+        serde_json::from_value(json!({"apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet", "metadata": {"name": "pi"}, "spec": {},
+            "status": {"conditions": [{"type": "Failed", "status": "True",
+                "reason": "ReachedMaxRestarts",
+                "message": "jobset failed (first failed job: pi-launcher-0)"}]}}))
+        .unwrap(),
+    )
+    .unwrap()
+    .unwrap();
+    let s0 = next_status(&MpiJobStatus::default(), &observe(None), &at(T0)).status;
+    let mut out = next_status(&s0, &observe(Some(&js)), &at(T1));
+    let before = condition(&out.status, "Failed").unwrap().clone();
+    let late = of_jobset(js.failure().unwrap(), true);
+    let v = verdict(&late, 0, 2);
+    apply(&mut out, "team/pi", 0, Some((&late, &v)), &at(T1));
+    let c = condition(&out.status, "Failed").unwrap();
+    assert_eq!(c.reason.as_deref(), Some(DEADLINE));
+    assert_eq!(c.message, before.message);
+    assert_eq!(c.last_transition_time, before.last_transition_time);
+    let reasons: Vec<&str> = out.notices.iter().map(|n| n.reason.as_str()).collect();
+    assert!(reasons.contains(&DEADLINE), "{reasons:?}");
+    assert!(!reasons.contains(&"ReachedMaxRestarts"), "{reasons:?}");
     let mut no_deadline = obj.clone();
     no_deadline.spec.run_policy = None;
     assert!(!deadline_passed(&no_deadline, &at(T1)));
