@@ -180,6 +180,9 @@ async fn an_mpijob_never_adopts_a_rendered_job_and_fails_naming_what_it_cannot_m
             .args(["--health-address", "127.0.0.1:0"])
             .args(["--lease-namespace", &fx.ns, "--identity", "refusals-test"])
             .args(["--namespace", &fx.ns, "--refuse-node-name"])
+            // The one Indexed Job, whose template the API server validates (a JobSet's child
+            // Jobs are made, and refused, by the JobSet's controller, past the MPIJob).
+            .args(["--launcher-pod", "shared"])
             .env("KUBECONFIG", fx.server.admin_kubeconfig())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -190,6 +193,7 @@ async fn an_mpijob_never_adopts_a_rendered_job_and_fails_naming_what_it_cannot_m
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
     let failed = |name: &'static str| {
         let mpijobs = mpijobs.clone();
+        let log = log.clone();
         async move {
             let got = tokio::time::timeout(
                 WAIT,
@@ -200,7 +204,10 @@ async fn an_mpijob_never_adopts_a_rendered_job_and_fails_naming_what_it_cannot_m
             .await;
             match got {
                 Ok(Ok(Some(o))) => failed_condition(&o).unwrap(),
-                other => panic!("{name} did not fail in {WAIT:?}: {other:?}"),
+                other => panic!(
+                    "{name} did not fail in {WAIT:?}: {other:?}\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                ),
             }
         }
     };

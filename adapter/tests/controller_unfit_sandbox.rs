@@ -98,6 +98,9 @@ async fn an_mpijob_that_does_not_fit_fails_alone_and_a_good_one_beside_it_gets_i
         Command::new(CLI)
             .args(["controller", "--metrics-address", "127.0.0.1:0"])
             .args(["--lease-namespace", &fx.ns, "--identity", "unfit-test"])
+            // The one Indexed Job, which the test waits for (the API server serves JobSets,
+            // which the default would make).
+            .args(["--launcher-pod", "shared"])
             .env("KUBECONFIG", fx.server.admin_kubeconfig())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())

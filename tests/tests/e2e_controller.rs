@@ -292,7 +292,8 @@ impl Installed {
         format!("{d}\n{pods}\n{}", self.controller_logs())
     }
 
-    /// The pods of the MPIJob's Job, by completion index.
+    /// The pods of the MPIJob's child (the JobSet, or the one Indexed Job), by the label the
+    /// job's pods carry, the launcher's first, then the workers' by index.
     fn pods(&self, job: &str) -> Vec<Value> {
         let mut pods: Vec<Value> = self
             .cluster
@@ -302,14 +303,21 @@ impl Installed {
             .unwrap_or_default()
             .into_iter()
             .map(|p| (*p).clone())
-            .filter(|p| p["metadata"]["labels"]["batch.kubernetes.io/job-name"] == job)
+            .filter(|p| p["metadata"]["labels"]["prrte-k8s.io/job"] == job)
             .collect();
         pods.sort_by_key(|p| {
-            p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
+            let labels = &p["metadata"]["labels"];
+            let index = labels["batch.kubernetes.io/job-completion-index"]
                 .as_str()
                 .unwrap_or("")
                 .parse::<u32>()
-                .unwrap_or(u32::MAX)
+                .unwrap_or(u32::MAX);
+            // In a JobSet each replicated job counts from 0: the launcher's comes first.
+            match labels["jobset.sigs.k8s.io/replicatedjob-name"].as_str() {
+                Some("launcher") => 0,
+                Some(_) => index.saturating_add(1),
+                None => index,
+            }
         });
         pods
     }
@@ -618,6 +626,7 @@ async fn a_running_mpijob_deleted_leaves_no_object_and_no_process() {
         .unwrap()
         .to_string();
     let kinds = [
+        "jobsets",
         "jobs",
         "pods",
         "secrets",
@@ -702,8 +711,10 @@ async fn the_controller_pod_killed_mid_job_is_replaced_and_the_job_completes_onc
     let second = sb.controller_pod(Some(&first)).await.unwrap();
     assert_ne!(first, second);
     let uid = job["metadata"]["uid"].as_str().unwrap();
+    // One child, whichever the controller makes (a JobSet where the cluster serves them).
+    let children = sb.owned("jobsets", uid).len() + sb.owned("jobs", uid).len();
+    assert_eq!(children, 1, "one JobSet or Job of the MPIJob");
     for kind in [
-        "jobs",
         "secrets",
         "serviceaccounts",
         "roles",

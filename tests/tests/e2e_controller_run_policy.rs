@@ -5,7 +5,8 @@
 //! `cleanPodPolicy` (`TestShutdownWorker`: `Running`, the default; `All`), and `backoffLimit`
 //! (a launcher that fails twice then succeeds, one that always fails). The controller
 //! runs as a process of this build (`prrte-k8s controller`, the cluster's kubeconfig) against
-//! a sandbox of its own, the MPIJobs are mpi-operator's `pi.yaml` with `managedBy` added and
+//! a sandbox of its own, which serves JobSets (so each MPIJob with workers gets one, as the
+//! default `--launcher-pod auto` chooses; the Indexed Job where a test says so), the MPIJobs are mpi-operator's `pi.yaml` with `managedBy` added and
 //! its image the tests' trixie Open MPI image; `kubectl` is the real one.
 #![forbid(unsafe_code)]
 mod common;
@@ -46,14 +47,32 @@ async fn mpi_job_test_suspend_resume() {
         "suspending is no failure:\n{}",
         sb.describe("pause")
     );
-    let job = sb.kubectl_ok(&["get", "job", "pause", "-o", "json"], None);
-    let job: Value = serde_json::from_str(&job).unwrap();
-    assert_eq!(job["spec"]["suspend"], true);
-    assert!(
-        job["status"].get("startTime").is_none(),
-        "{}",
-        job["status"]
+    let (kind, child) = sb.child("pause").expect("the MPIJob's child");
+    assert_eq!(kind, "jobset");
+    assert_eq!(child["spec"]["suspend"], true);
+    // Its Jobs suspended, with no start time (the Job controller resets it).
+    let jobs = sb.kubectl_ok(
+        &[
+            "get",
+            "job",
+            "-l",
+            "jobset.sigs.k8s.io/jobset-name=pause",
+            "-o",
+            "json",
+        ],
+        None,
     );
+    let jobs: Value = serde_json::from_str(&jobs).unwrap();
+    let jobs = jobs["items"].as_array().cloned().unwrap_or_default();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    for job in &jobs {
+        assert_eq!(job["spec"]["suspend"], true);
+        assert!(
+            job["status"].get("startTime").is_none(),
+            "{}",
+            job["status"]
+        );
+    }
 
     std::thread::sleep(Duration::from_secs(1));
     sb.patch("pause", r#"{"spec":{"runPolicy":{"suspend":false}}}"#);
@@ -137,7 +156,7 @@ async fn test_mpi_job_failure() {
 }
 
 /// `cleanPodPolicy: None`: the launcher succeeds and the MPIJob is `Succeeded` while both
-/// workers stay up (their agents told the command ended; the Job does not complete), counted
+/// workers stay up (their agents told the command ended; the JobSet does not end), counted
 /// as mpi-operator counts them after the end; the MPIJob deleted, they go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clean_pod_policy_none() {
@@ -166,10 +185,18 @@ async fn clean_pod_policy_none() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    let job = sb.kubectl_ok(&["get", "job", "none", "-o", "json"], None);
-    let job: Value = serde_json::from_str(&job).unwrap();
-    assert!(job["spec"].get("successPolicy").is_none());
-    assert_eq!(job["status"]["active"], 2, "{}", job["status"]);
+    // The JobSet has not ended, its workers' Job active with both.
+    let (kind, js) = sb.child("none").expect("the MPIJob's child");
+    assert_eq!(kind, "jobset");
+    let ended = js["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["status"] == "True" && (c["type"] == "Completed" || c["type"] == "Failed"));
+    assert!(!ended, "{}", js["status"]);
+    let workers = sb.kubectl_ok(&["get", "job", "none-worker-0", "-o", "json"], None);
+    let workers: Value = serde_json::from_str(&workers).unwrap();
+    assert_eq!(workers["status"]["active"], 2, "{}", workers["status"]);
     sb.kubectl_ok(&["delete", "mpijob", "none", "--wait=false"], None);
     sb.wait_pods("none", "gone", 90, |p| p.is_empty());
     sb.shutdown();
@@ -361,13 +388,19 @@ async fn backoff_limit_exceeded() {
         .clone();
     assert_eq!(failed["reason"], "BackoffLimitExceeded");
     let msg = failed["message"].as_str().unwrap();
+    // The JobSet's launcher names the failed rank ("exited with code 1"), the Job's pod
+    // failure policy the pod ("failed with exit code 1").
     assert!(
-        msg.contains("backoff limit (2 restarts): attempt 3 (") && msg.contains("exit code 1"),
+        msg.contains("backoff limit (2 restarts): attempt 3 (")
+            && (msg.contains("exited with code 1") || msg.contains("exit code 1")),
         "{msg}"
     );
-    assert_eq!(
-        sb.events("doomed", "BackoffLimitExceeded"),
-        [(msg.to_string(), 1)]
+    // One event; the condition may name the failed rank after it, once the launcher's pod
+    // shows it.
+    let ev = sb.events("doomed", "BackoffLimitExceeded");
+    assert!(
+        ev.len() == 1 && ev[0].1 == 1 && msg.starts_with(&ev[0].0),
+        "{ev:?}\n{msg}"
     );
     assert_eq!(
         sb.events("doomed", "MPIJobRestarting"),

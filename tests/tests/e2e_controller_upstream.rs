@@ -7,7 +7,9 @@
 //! Each test is named after the case it mirrors. The MPIJobs are mpi-operator's examples with
 //! `managedBy` added, changed as the upstream case changes its MPIJob; the images are the tests'
 //! trixie Open MPI and MPICH images under the examples' names. The controller runs as a process
-//! of this build against a sandbox of its own (`common::controller`); `kubectl` is the real one.
+//! of this build against a sandbox of its own (`common::controller`), with its default
+//! `--launcher-pod` (the sandbox serves JobSets: each MPIJob with workers gets a JobSet, the
+//! launcher a pod of its own); `kubectl` is the real one.
 //! Suspend and resume, `cleanPodPolicy`, `TestShutdownWorker` and `TestMPIJobFailure` are in
 //! `e2e_controller_run_policy.rs`; the e2e case "suspended on creation" in `e2e_controller.rs`.
 #![forbid(unsafe_code)]
@@ -211,7 +213,8 @@ async fn has_malformed_command_should_fail() {
 /// MPIJobs whose `managedBy` is Kueue's MultiKueue (`kueue.x-k8s.io/multikueue`) or
 /// mpi-operator's own (`kubeflow.org/mpi-operator`, the e2e case "should succeed when explicitly
 /// managed by mpi-operator": another controller's here) are created and left alone: no
-/// status (no condition, no `startTime`), no Job, no pod, no Secret or other object of theirs.
+/// status (no condition, no `startTime`), no JobSet nor Job, no pod, no Secret or other object
+/// of theirs.
 /// That the controller has seen them is shown by an MPIJob of its own applied after them
 /// running to its end meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,6 +241,7 @@ async fn should_not_be_updated_when_managed_externally_only_created() {
             j["status"]
         );
         for kind in [
+            "jobset",
             "job",
             "secret",
             "serviceaccount",
@@ -337,8 +341,8 @@ async fn test_mpi_job_success() {
 /// Unit `TestNewLauncherAndWorker` ("overrides": the launcher Job gets the MPIJob's
 /// `runPolicy.ttlSecondsAfterFinished`), end to end: mpi-operator's Job controller then
 /// deletes the launcher's Job and its pods that long after the end, and the MPIJob stays,
-/// `Succeeded` with its `completionTime`. Here the MPIJob's one Job carries the TTL: after it,
-/// the Job and every pod are gone, the MPIJob keeps its end, and the controller makes nothing
+/// `Succeeded` with its `completionTime`. Here the MPIJob's JobSet carries the TTL: after it,
+/// the JobSet and every pod are gone, the MPIJob keeps its end, and the controller makes nothing
 /// again (a change to the MPIJob reconciled after changes nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_new_launcher_and_worker_ttl_seconds_after_finished() {
@@ -348,10 +352,11 @@ async fn test_new_launcher_and_worker_ttl_seconds_after_finished() {
         launcher_args(v, &["/bin/true"]);
     }));
     let done = sb.wait("ttl", "Succeeded", 300);
-    let job = sb.get("job", "ttl").expect("the Job, before its TTL");
+    let (kind, job) = sb.child("ttl").expect("the JobSet, before its TTL");
+    assert_eq!(kind, "jobset");
     assert_eq!(job["spec"]["ttlSecondsAfterFinished"], 5);
     let deadline = Instant::now() + Duration::from_secs(90);
-    while sb.get("job", "ttl").is_some() || !sb.pods("ttl").is_empty() {
+    while sb.child("ttl").is_some() || !sb.pods("ttl").is_empty() {
         assert!(
             Instant::now() < deadline,
             "the Job or its pods outlived their TTL: {:?}\n{}",
@@ -364,7 +369,7 @@ async fn test_new_launcher_and_worker_ttl_seconds_after_finished() {
     sb.kubectl_ok(&["annotate", "mpijob", "ttl", "touched=1"], None);
     let until = Instant::now() + Duration::from_secs(5);
     while Instant::now() < until {
-        assert!(sb.get("job", "ttl").is_none(), "{}", sb.describe("ttl"));
+        assert!(sb.child("ttl").is_none(), "{}", sb.describe("ttl"));
         assert!(sb.pods("ttl").is_empty(), "{}", sb.describe("ttl"));
         std::thread::sleep(Duration::from_millis(250));
     }

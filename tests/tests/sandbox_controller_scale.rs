@@ -35,6 +35,10 @@ async fn api(dir: &TestDir) -> Result<(ApiServer, std::path::PathBuf)> {
     Ok((api, kubeconfig))
 }
 
+/// The controller's arguments: each MPIJob the one Indexed Job, whose Job the tests await (the
+/// API server serves JobSets, for which the default `--launcher-pod auto` would make JobSets).
+const SHARED: &[&str] = &["--launcher-pod", "shared"];
+
 /// Waits up to `limit` until the MPIJob `name` has its Job, controlled by it, and the status
 /// condition `Created`.
 async fn await_reconciled(
@@ -98,7 +102,7 @@ async fn mpijobs_it_does_not_manage_cost_the_controller_no_memory() {
         .unwrap();
     }
     create_mpijob(&store, mpijob(NS, "mine", Some(MANAGED_BY), true, 0)).unwrap();
-    let mut proc = ControllerProcess::start(dir.path(), &kubeconfig, "memory", &[]).unwrap();
+    let mut proc = ControllerProcess::start(dir.path(), &kubeconfig, "memory", SHARED).unwrap();
     proc.await_leading(&store, "memory", Duration::from_secs(60))
         .unwrap();
     await_reconciled(&store, &mut proc, "mine", Duration::from_secs(120))
@@ -202,7 +206,7 @@ async fn ten_thousand_idle_connections_leave_the_controller_ready_and_reconcilin
     let dir = TestDir::new("controller-idle").unwrap();
     let (api, kubeconfig) = api(&dir).await.unwrap();
     let store = api.store();
-    let mut proc = ControllerProcess::start(dir.path(), &kubeconfig, "idle", &[]).unwrap();
+    let mut proc = ControllerProcess::start(dir.path(), &kubeconfig, "idle", SHARED).unwrap();
     proc.await_leading(&store, "idle", Duration::from_secs(60))
         .unwrap();
     let metrics = proc.metrics;

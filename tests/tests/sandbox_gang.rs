@@ -188,9 +188,10 @@ async fn gang_run(
         ours.iter()
             .position(|r| verb(r) == "patch" && r.path.ends_with(path) && r.status < 300)
     };
+    // The child: a JobSet where the API server serves them (`--launcher-pod auto`), else the Job.
     let (made_pg, made_job) = (
         first(&format!("/podgroups/{name}")),
-        first(&format!("/jobs/{name}")),
+        first(&format!("/jobsets/{name}")).or_else(|| first(&format!("/jobs/{name}"))),
     );
     assert!(
         made_pg.is_some() && made_pg < made_job,

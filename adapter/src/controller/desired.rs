@@ -80,6 +80,61 @@ pub(crate) struct Settings {
     /// The launcher in a pod of its own: each MPIJob with workers gets a JobSet (the cluster
     /// serves them), else the one Indexed Job.
     pub(crate) jobset: bool,
+    /// Why the launcher is pod 0 of the one Indexed Job (`jobset` false): the remedy the
+    /// warning on an MPIJob whose Launcher's template pod 0 does not get names.
+    pub(crate) shared_because: SharedBecause,
+}
+
+/// Why the launcher is pod 0 of the one Indexed Job, from the Worker's template.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum SharedBecause {
+    /// `--launcher-pod shared`.
+    #[default]
+    Chosen,
+    /// `--launcher-pod auto`, and the API server serves no JobSet.
+    NoJobSet,
+}
+
+/// The reason of the warning event on an MPIJob whose Launcher's template its launcher does
+/// not get (pod 0 of one Indexed Job is the Worker's template).
+pub(crate) const LAUNCHER_TEMPLATE_IGNORED: &str = "LauncherTemplateIgnored";
+
+/// How many of the Launcher's fields the warning names (then how many more).
+const FIELDS_NAMED: usize = 8;
+
+/// The warning for an MPIJob whose launcher is pod 0 of the one Indexed Job while its
+/// Launcher's template differs from the Worker's (`notes`, the conversion's): the fields pod 0
+/// does not get and the remedy (`shared_because`). None when the launcher gets its template.
+pub(crate) fn launcher_warning(notes: &[Note], shared_because: SharedBecause) -> Option<String> {
+    let lost: Vec<&str> = notes
+        .iter()
+        .filter(|n| n.launcher_lost)
+        .map(|n| n.field.as_str())
+        .collect();
+    let first = lost.first()?;
+    let prefix = first
+        .find(".template.")
+        .map_or("", |i| &first[..i + ".template.".len()]);
+    let named: Vec<&str> = lost
+        .iter()
+        .take(FIELDS_NAMED)
+        .map(|f| f.strip_prefix(prefix).unwrap_or(f))
+        .collect();
+    let more = lost.len().saturating_sub(FIELDS_NAMED);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    let remedy = match shared_because {
+        SharedBecause::NoJobSet => "the cluster serves no JobSet (jobset.x-k8s.io/v1alpha2), so the launcher cannot have a pod of its own: install JobSet and restart the controller (--launcher-pod auto, the default, then gives each MPIJob a JobSet), or run it with --launcher-pod jobset once JobSet is installed",
+        SharedBecause::Chosen => "the controller runs with --launcher-pod shared: run it with --launcher-pod auto (the default) or jobset where JobSet is installed, for the launcher to have a pod of its own",
+    };
+    Some(format!(
+        "the Launcher's pod template is not honoured: the launcher is pod 0 of one Indexed Job, made from the Worker's template, and the Launcher's differs in {}{more} ({}); {remedy}",
+        named.join(", "),
+        prefix.trim_end_matches('.'),
+    ))
 }
 
 /// Whether the controller reconciles the MPIJob `job`: its `spec.runPolicy.managedBy` names
@@ -116,6 +171,9 @@ pub struct Desired {
     pub child: Child,
     /// What the conversion changed or cannot honour.
     pub notes: Vec<Note>,
+    /// The warning that the launcher does not get the Launcher's template
+    /// ([`launcher_warning`]), when it does not.
+    pub launcher_warning: Option<String>,
 }
 
 /// The MPIJob `job` as its launcher names it to record events there (its `DaemonsUp`).
@@ -175,12 +233,20 @@ pub fn desired(job: &MpiJob, s: &Settings, key: &str) -> Result<Desired, Desired
         notes.extend(stamped);
         others.push(group);
     }
+    let launcher_warning = match made.is_jobset() {
+        true => None,
+        false => launcher_warning(&notes, s.shared_because),
+    };
     Ok(Desired {
         others,
         child: made,
         notes,
+        launcher_warning,
     })
 }
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_launcher;

@@ -30,7 +30,7 @@ use kube::{Resource, ResourceExt};
 
 use super::child::{self, Child};
 use super::context::{apply_params, Context};
-use super::desired::{desired, managed, managed_by, Desired};
+use super::desired::{desired, managed, managed_by, Desired, LAUNCHER_TEMPLATE_IGNORED};
 use super::ownership::{not_managed, owned, passing};
 use super::pod_ends::pod_ends;
 use super::restart::{self, Verdict};
@@ -413,7 +413,22 @@ async fn make(
         why: e.to_string(),
     })?;
     d.child.mark(attempt, restart::deadline_left(obj, &now()));
-    ensure(ctx, obj, ns, d, job).await
+    // Said once, when the first attempt's child is made.
+    let warning = d
+        .launcher_warning
+        .clone()
+        .filter(|_| job.is_none() && attempt == 0);
+    let made = ensure(ctx, obj, ns, d, job).await?;
+    if let Some(message) = warning {
+        tracing::warn!("MPIJob {ns}/{}: {message}", obj.name_any());
+        let notice = Notice {
+            warning: true,
+            reason: LAUNCHER_TEMPLATE_IGNORED.into(),
+            message,
+        };
+        publish(ctx, obj, &notice).await;
+    }
+    Ok(made)
 }
 
 /// Makes the objects that are missing and brings the child in line; returns the child.

@@ -23,7 +23,7 @@ use kube_lease_manager::LeaseManagerBuilder;
 
 use super::child::jobset_resource;
 use super::context::Context;
-use super::desired::Settings;
+use super::desired::{Settings, SharedBecause};
 use super::head::{reconcile_head, MpiJobHead};
 use super::metrics::{serve, Metrics};
 use super::pod_policy::PodPolicy;
@@ -100,11 +100,12 @@ pub struct ControllerArgs {
     /// coscheduling (scheduling.x-k8s.io) in the scheduler of that name. Default: none.
     #[arg(long, value_name = "NAME", value_parser = super::gang::parse_scheduler)]
     pub(crate) gang_scheduler: Option<super::gang::GangScheduler>,
-    /// Where an MPIJob's launcher runs: "shared", pod 0 of the one Indexed Job, from the
-    /// Worker's template; "jobset", a pod of its own from the Launcher's template (each MPIJob
-    /// with workers gets a JobSet, jobset.x-k8s.io, replicated jobs launcher and worker);
-    /// "auto", jobset where the cluster serves JobSets (asked at start), else shared.
-    #[arg(long, value_enum, default_value_t = LauncherPod::Shared)]
+    /// Where an MPIJob's launcher runs: "auto", jobset where the cluster serves JobSets (asked
+    /// at start), else shared; "jobset", a pod of its own from the Launcher's template (each
+    /// MPIJob with workers gets a JobSet, jobset.x-k8s.io, replicated jobs launcher and
+    /// worker); "shared", pod 0 of the one Indexed Job, from the Worker's template (an MPIJob
+    /// whose Launcher's template differs gets a warning event naming the fields).
+    #[arg(long, value_enum, default_value_t = LauncherPod::Auto)]
     pub(crate) launcher_pod: LauncherPod,
     /// Also reconcile Kubeflow Trainer's TrainJobs whose runtime is prrte-k8s's (a name
     /// starting prrte-k8s-), as Trainer's controller would: for clusters without it (the
@@ -251,20 +252,28 @@ pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
             node_name: args.refuse_node_name,
         },
         gang: args.gang_scheduler.clone(),
-        jobset: match args.launcher_pod {
-            LauncherPod::Jobset => true,
-            LauncherPod::Shared => false,
-            LauncherPod::Auto => serves_jobsets(&client).await?,
+        jobset: false,
+        shared_because: SharedBecause::Chosen,
+    };
+    let settings = match args.launcher_pod {
+        LauncherPod::Jobset => Settings {
+            jobset: true,
+            ..settings
+        },
+        LauncherPod::Shared => settings,
+        LauncherPod::Auto => Settings {
+            jobset: serves_jobsets(&client).await?,
+            shared_because: SharedBecause::NoJobSet,
+            ..settings
         },
     };
-    tracing::info!(
-        "{}",
-        if settings.jobset {
-            "each MPIJob with workers gets a JobSet: the launcher in a pod of its own"
-        } else {
-            "each MPIJob gets one Indexed Job: the launcher is its pod 0"
-        }
-    );
+    if settings.jobset {
+        tracing::info!("each MPIJob with workers gets a JobSet: the launcher in a pod of its own");
+    } else if settings.shared_because == SharedBecause::NoJobSet {
+        tracing::warn!("the cluster serves no JobSet (jobset.x-k8s.io/v1alpha2): each MPIJob gets one Indexed Job, the launcher its pod 0 from the Worker's template (an MPIJob whose Launcher's template differs gets a warning event); install JobSet and restart the controller for the launcher to have a pod of its own");
+    } else {
+        tracing::info!("each MPIJob gets one Indexed Job: the launcher is its pod 0");
+    }
     let recorder = Recorder::new(
         client.clone(),
         Reporter {

@@ -91,8 +91,27 @@ impl Drop for ControllerProc {
     }
 }
 
-/// One pod of an MPIJob's Job: (completion index, phase, being deleted).
+/// One pod of an MPIJob's child: (its index in the MPIJob, [`index_of`], phase, being
+/// deleted).
 pub type PodState = (String, String, bool);
+
+/// The replicated job of a JobSet's pod.
+pub const REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+
+/// The pod's index in its MPIJob, whichever its child: 0 the launcher, 1.. the workers. In the
+/// Indexed Job, its completion index; in a JobSet, 0 for the replicated job `launcher`'s pod,
+/// a `worker`'s completion index plus one.
+pub fn index_of(p: &Value) -> Option<u32> {
+    let labels = &p["metadata"]["labels"];
+    let index = labels["batch.kubernetes.io/job-completion-index"]
+        .as_str()
+        .and_then(|i| i.parse::<u32>().ok());
+    match labels[REPLICATED_JOB].as_str() {
+        Some("launcher") => Some(0),
+        Some(_) => index.map(|i| i + 1),
+        None => index,
+    }
+}
 
 /// A sandbox with the CRD and this build's controller, and kubectl on it.
 pub struct Sandbox {
@@ -105,21 +124,23 @@ pub struct Sandbox {
 
 impl Sandbox {
     /// The sandbox of the test `test`, mpi-operator's Open MPI image tagged.
-    /// Its controller gives each MPIJob the one Indexed Job (`--launcher-pod shared`, the
-    /// default, said explicitly: the sandbox serves JobSets).
+    /// Its controller runs with the default `--launcher-pod` (`auto`): the sandbox serves
+    /// JobSets, so each MPIJob with workers gets a JobSet, the launcher a pod of its own.
     pub async fn start(test: &str) -> Sandbox {
-        Self::start_with(test, "shared").await
+        Self::try_start(test, None)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"))
     }
 
     /// The sandbox of the test `test` whose controller runs with `--launcher-pod launcher_pod`
     /// (`jobset`, `shared`, `auto`; the sandbox serves JobSets).
     pub async fn start_with(test: &str, launcher_pod: &str) -> Sandbox {
-        Self::try_start(test, launcher_pod)
+        Self::try_start(test, Some(launcher_pod))
             .await
             .unwrap_or_else(|e| panic!("{e:#}"))
     }
 
-    async fn try_start(test: &str, launcher_pod: &str) -> Result<Sandbox> {
+    async fn try_start(test: &str, launcher_pod: Option<&str>) -> Result<Sandbox> {
         if sandbox::images::inspect(INJECT_IMAGE)?.is_none() {
             bail!("the image {INJECT_IMAGE} is not in the local store; run `make image`");
         }
@@ -145,7 +166,7 @@ impl Sandbox {
             .args(["--metrics-address", "127.0.0.1:0"])
             .args(["--health-address", "127.0.0.1:0"])
             .args(["--image-pull-policy", "Never"])
-            .args(["--launcher-pod", launcher_pod])
+            .args(launcher_pod.map_or(vec![], |l| vec!["--launcher-pod", l]))
             .env("KUBECONFIG", cluster.kubeconfig())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -292,23 +313,29 @@ impl Sandbox {
             .collect()
     }
 
-    /// The pods of the MPIJob's Job, sorted by index.
+    /// The MPIJob's child, whichever it is: ("jobset" or "job", the object).
+    pub fn child(&self, name: &str) -> Option<(&'static str, Value)> {
+        ["jobset", "job"]
+            .into_iter()
+            .find_map(|kind| self.get(kind, name).map(|o| (kind, o)))
+    }
+
+    /// The pods of the MPIJob's child, sorted by index ([`index_of`]).
     pub fn pods(&self, job: &str) -> Vec<PodState> {
         let mut pods: Vec<PodState> = self
             .pod_objects(job)
             .into_iter()
             .map(|p| {
                 (
-                    p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
-                        .as_str()
-                        .unwrap_or("")
-                        .to_string(),
+                    index_of(&p).map(|i| i.to_string()).unwrap_or_default(),
                     p["status"]["phase"].as_str().unwrap_or("").to_string(),
                     p["metadata"]["deletionTimestamp"].is_string(),
                 )
             })
             .collect();
-        pods.sort();
+        pods.sort_by_key(|(i, phase, going)| {
+            (i.parse::<u32>().unwrap_or(u32::MAX), phase.clone(), *going)
+        });
         pods
     }
 
@@ -322,15 +349,11 @@ impl Sandbox {
     }
 
     /// Checks pi's output in the launcher's log (`np` ranks, the right pi); returns the host of
-    /// each rank and the host of each pod of the job, by index.
+    /// each rank and the host of each pod of the job, by index ([`index_of`]: the launcher's
+    /// first).
     pub fn pi_ran(&self, name: &str, np: usize) -> (Vec<String>, Vec<String>) {
         let mut pods = self.pod_objects(name);
-        pods.sort_by_key(|p| {
-            p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
-                .as_str()
-                .and_then(|i| i.parse::<u32>().ok())
-                .unwrap_or(u32::MAX)
-        });
+        pods.sort_by_key(|p| index_of(p).unwrap_or(u32::MAX));
         let pod_name = |p: &Value| p["metadata"]["name"].as_str().unwrap_or("").to_string();
         let hosts: Vec<String> = pods
             .iter()

@@ -16,7 +16,7 @@ use kube::Client;
 use serde_json::{json, Value};
 
 use crate::controller::context::Context;
-use crate::controller::desired::Settings;
+use crate::controller::desired::{Settings, SharedBecause};
 use crate::controller::metrics::Metrics;
 use crate::controller::reconcile::reconcile;
 use crate::manifest::mpijob::stored::StoredMpiJob;
@@ -298,6 +298,45 @@ async fn makes_the_objects_once_owned_by_the_mpijob_and_keeps_the_key_to_the_sec
     assert_eq!(event_reasons(&store), ["MPIJobCreated"]);
 
     // Again, as after a restart: nothing is written.
+    store.lock().unwrap().requests.clear();
+    reconcile_now(&store, &ctx).await;
+    assert_eq!(writes(&store), Vec::<String>::new());
+}
+
+/// Where the cluster serves no JobSet (`--launcher-pod auto`), an MPIJob whose Launcher's
+/// template differs from the Worker's in what pod 0 does not get: one warning event when its
+/// Job is made, naming the fields and the remedy; reconciled again, nothing more is written.
+#[tokio::test]
+async fn a_launcher_template_pod_0_does_not_get_is_warned_of_once() {
+    let store: Shared = Arc::default();
+    mpijob(&store, |v| {
+        let l = &mut v["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"];
+        l["containers"][0]["image"] = json!("example/launcher:cpu");
+        l["nodeSelector"] = json!({"pool": "cpu"});
+    });
+    let mut ctx = context(&store);
+    Arc::get_mut(&mut ctx).unwrap().settings.shared_because = SharedBecause::NoJobSet;
+    reconcile_now(&store, &ctx).await;
+    let notes = event_notes(&store, "LauncherTemplateIgnored");
+    assert_eq!(notes.len(), 1, "{:?}", event_reasons(&store));
+    for part in [
+        "spec.containers[0].image",
+        "spec.nodeSelector",
+        "install JobSet and restart the controller",
+        "--launcher-pod jobset",
+    ] {
+        assert!(notes[0].contains(part), "no {part:?} in {}", notes[0]);
+    }
+    {
+        let s = store.lock().unwrap();
+        let ev = s
+            .objects
+            .iter()
+            .find(|(k, v)| k.contains("/events/") && v["reason"] == "LauncherTemplateIgnored")
+            .map(|(_, v)| v.clone())
+            .unwrap();
+        assert_eq!(ev["type"], "Warning");
+    }
     store.lock().unwrap().requests.clear();
     reconcile_now(&store, &ctx).await;
     assert_eq!(writes(&store), Vec::<String>::new());

@@ -33,7 +33,7 @@ pub(super) fn launcher_differences(
                 show(a)
             ),
         };
-        notes.push(Note::new(field, what));
+        notes.push(Note::launcher_lost(field, what));
     };
     let lc = first_container(l)?;
     let wc = first_container(w)?;
@@ -88,7 +88,7 @@ pub(super) fn launcher_differences(
     }
     if let Some(Value::Array(cs)) = l.spec.get("containers") {
         for (i, c) in cs.iter().enumerate().skip(1) {
-            notes.push(Note::new(
+            notes.push(Note::launcher_lost(
                 format!("{}.containers[{i}]", l.path),
                 format!(
                     "{} not used: pod 0 (the launcher) runs the Worker's containers ({why})",

@@ -48,6 +48,9 @@ impl MpiJobError {
 pub struct Note {
     pub field: String,
     pub what: String,
+    /// A field of the Launcher's pod template that the launcher does not get because one
+    /// Indexed Job's template (the Worker's) makes every pod (the controller warns of these).
+    pub launcher_lost: bool,
 }
 
 impl Note {
@@ -55,6 +58,15 @@ impl Note {
         Note {
             field: field.into(),
             what: what.into(),
+            launcher_lost: false,
+        }
+    }
+
+    /// The Launcher's `field`, which pod 0 of one Indexed Job does not get.
+    pub fn launcher_lost(field: impl Into<String>, what: impl Into<String>) -> Self {
+        Note {
+            launcher_lost: true,
+            ..Note::new(field, what)
         }
     }
 }

@@ -254,6 +254,9 @@ fn start_controller(cluster: &Cluster, dir: &TestDir) -> Result<ControllerProc> 
             "127.0.0.1:0",
         ])
         .args(["--image-pull-policy", "Never"])
+        // The one Indexed Job, as the manifest it is compared with (the sandbox serves
+        // JobSets, which the default `--launcher-pod auto` would choose).
+        .args(["--launcher-pod", "shared"])
         .env("KUBECONFIG", cluster.kubeconfig())
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())

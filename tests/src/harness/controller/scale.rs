@@ -111,6 +111,10 @@ fn others_job(mpijob: &Value) -> Value {
     })
 }
 
+/// The controller's arguments: each MPIJob the one Indexed Job, whose Jobs the runs count (the
+/// API server serves JobSets, for which the default `--launcher-pod auto` would make JobSets).
+const SHARED: &[&str] = &["--launcher-pod", "shared"];
+
 /// The MPIJobs by name: uid, resourceVersion, whether its status has `Created`.
 fn mpijobs(store: &Store) -> Result<HashMap<String, (String, String, bool)>> {
     let rt = store
@@ -197,7 +201,7 @@ pub async fn run(opts: &ScaleOptions) -> Result<ScaleReport> {
     let kubeconfig = controller_kubeconfig(&api, &opts.dir)?;
     let logs = opts.dir.join("logs");
     std::fs::create_dir_all(&logs)?;
-    let mut proc = ControllerProcess::start(&logs, &kubeconfig, IDENTITY, &[])?;
+    let mut proc = ControllerProcess::start(&logs, &kubeconfig, IDENTITY, SHARED)?;
     proc.await_leading(&store, IDENTITY, Duration::from_secs(60))?;
     let result = measure(opts, &api, &store, &mut proc).await;
     if result.is_err() {
@@ -255,7 +259,7 @@ async fn measure(
             let kubeconfig = opts.dir.join("controller.kubeconfig");
             killed = proc.kill()?;
             // The new process starts once the old one is gone (a container restarted).
-            *proc = ControllerProcess::start(&dir, &kubeconfig, IDENTITY, &[])?;
+            *proc = ControllerProcess::start(&dir, &kubeconfig, IDENTITY, SHARED)?;
             proc.await_leading(store, IDENTITY, Duration::from_secs(60))?;
             continue;
         }
