@@ -2,9 +2,10 @@
 //! ([`managed`]), the objects `--from-mpijob` renders for it, and with `--gang-scheduler` its
 //! PodGroup ([`super::gang`]), each owned by the MPIJob ([`desired`]; the launcher is told the
 //! MPIJob, to record its `DaemonsUp` event there, and its Role may create Events). Its child is
-//! the Indexed Job, or with `--launcher-pod jobset` (where the cluster serves JobSets) a JobSet
-//! whose launcher has a pod of its own ([`super::child`], which also brings a child already made
-//! in line).
+//! a JobSet whose launcher has a pod of its own where the cluster serves JobSets
+//! (`--launcher-pod`, by default), else the Indexed Job ([`super::child`], which also brings a
+//! child already made in line), with a warning where the Launcher's template is not honoured
+//! ([`launcher_warning`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;

@@ -63,9 +63,10 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
 /// What the controller does in every namespace, and nothing else (named verbs and resources):
 /// - MPIJobs: watched (kube-runtime's `Controller` lists and watches), their status patched,
 ///   and read once before a job's objects are made (the cache may lag behind a delete);
-/// - the children it owns, Jobs and (`--launcher-pod jobset`) JobSets: watched, read, made and
-///   updated with server-side apply (`spec.suspend`, the templates Kueue changes while
-///   suspended), and a failed one deleted to be made again (`runPolicy.backoffLimit`);
+/// - the children it owns, Jobs and (`--launcher-pod`, where JobSets are served) JobSets:
+///   watched, read, made and updated with server-side apply (`spec.suspend`, the templates
+///   Kueue changes while suspended), and a failed one deleted to be made again
+///   (`runPolicy.backoffLimit`);
 /// - the Jobs' pods: watched (the status counts them, from the controller's cache), and the
 ///   workers deleted after the end of an MPIJob whose `runPolicy.cleanPodPolicy` is `All`;
 /// - the other objects of each job: read by name before they are made (one that exists and is

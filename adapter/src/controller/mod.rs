@@ -5,9 +5,9 @@
 //!
 //! Each MPIJob gets the plan `prrte-k8s manifest --from-mpijob` renders (the same conversion
 //! of the same typed model, `manifest::mpijob`): ServiceAccount, Role, RoleBinding, a Secret
-//! whose key is made here and never printed, the child (the Indexed Job, or with
-//! `--launcher-pod` where the cluster serves JobSets a JobSet whose launcher has a pod of its
-//! own) and its NetworkPolicy, every one
+//! whose key is made here and never printed, the child (where the cluster serves JobSets, by
+//! default, a JobSet whose launcher has a pod of its own; else the Indexed Job, its launcher
+//! warned of where its template differs: `--launcher-pod`) and its NetworkPolicy, every one
 //! controlled by the MPIJob (`controller_owner_ref`), so deleting the MPIJob deletes them; with
 //! `--gang-scheduler`, a PodGroup of Volcano or scheduler-plugins sized as mpi-operator sizes
 //! it, made before the Job. Every
