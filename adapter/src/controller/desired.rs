@@ -248,6 +248,3 @@ pub fn desired(job: &MpiJob, s: &Settings, key: &str) -> Result<Desired, Desired
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod tests_launcher;
