@@ -46,14 +46,7 @@ fn run(cmd: Command, limit: Duration) {
 
 /// Host pids of live (not zombie) `sleep` processes in any pod.
 fn sleepers(job: &Job) -> Vec<u32> {
-    (0..job.pods.len())
-        .flat_map(|i| job.pids_in_pod(i, "sleep").unwrap())
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .map(|s| !s.contains(") Z "))
-                .unwrap_or(false)
-        })
-        .collect()
+    job.live_pids("sleep").unwrap()
 }
 
 #[test]

@@ -48,22 +48,14 @@ fn short_jobs() -> usize {
 /// `PODS` agent pods with 2 CPUs (2 slots) each. With `head`, the pod-0 agent runs the DVM
 /// (`--dvm-head auto`) and every pod has what `prrte-k8s prun` needs.
 fn spec(name: &str, pods: usize, head: bool) -> JobSpec<'_> {
-    let mut spec = JobSpec::new(name, pods);
+    let mut spec = match head {
+        true => JobSpec::dvm_head(name, pods),
+        false => JobSpec::new(name, pods),
+    };
     spec.cpus = vec!["2"; pods];
     // prte passes PRTE_MCA_* variables on to the prteds it starts.
     if let Some((k, v)) = site_param() {
         spec.env.push((format!("PRTE_MCA_{k}"), v));
-    }
-    if head {
-        spec.agent_args = vec![vec!["--dvm-head".into(), "auto".into()]];
-        spec.env.extend([
-            (
-                "PRRTE_K8S_PREFIX".into(),
-                harness::prefix().display().to_string(),
-            ),
-            ("PRTE_PKGLIBDIR".into(), "@COMPONENTS@".into()),
-            ("PRRTE_K8S_SECRET_FILE".into(), "@SECRET@".into()),
-        ]);
     }
     spec
 }

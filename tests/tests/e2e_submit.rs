@@ -44,16 +44,9 @@ fn results(path: &Path) -> BTreeMap<usize, serde_json::Value> {
 /// How long the DVM may take to kill a lost tool's tasks (it looks for them every second).
 const ORPHANS_KILLED: Duration = Duration::from_secs(30);
 
-/// Host pids of live `sleep` processes in any pod.
+/// Host pids of live (not zombie) `sleep` processes in any pod.
 fn sleepers(job: &Job) -> Vec<u32> {
-    (0..job.pods.len())
-        .flat_map(|i| job.pids_in_pod(i, "sleep").unwrap())
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .map(|s| !s.contains(") Z "))
-                .unwrap_or(false)
-        })
-        .collect()
+    job.live_pids("sleep").unwrap()
 }
 
 fn write_tasks(dir: &Path, name: &str, lines: &[String]) -> PathBuf {

@@ -78,21 +78,6 @@ fn prte_cpu(job: &Job) -> Option<f64> {
     Some(ticks / 100.0)
 }
 
-fn spec() -> JobSpec<'static> {
-    let mut spec = JobSpec::new("tasks", PODS);
-    spec.cpus = vec!["2"; PODS];
-    spec.agent_args = vec![vec!["--dvm-head".into(), "auto".into()]];
-    spec.env.extend([
-        (
-            "PRRTE_K8S_PREFIX".into(),
-            harness::prefix().display().to_string(),
-        ),
-        ("PRTE_PKGLIBDIR".into(), "@COMPONENTS@".into()),
-        ("PRRTE_K8S_SECRET_FILE".into(), "@SECRET@".into()),
-    ]);
-    spec
-}
-
 fn cli() -> Result<String> {
     Ok(harness::workspace_bin("prrte-k8s")?.display().to_string())
 }
@@ -318,7 +303,7 @@ fn k8s_jobs(job: &Job, n: usize, limit: Duration) -> Result<TaskRow> {
 
 /// Runs every method on one DVM of 16 pods.
 pub async fn bench_tasks(c: Counts, limit: Duration) -> Result<Vec<TaskRow>> {
-    let job = Job::start(spec()).await?;
+    let job = Job::start(JobSpec::dvm_head("tasks", PODS)).await?;
     tokio::task::block_in_place(|| {
         for i in 0..job.pods.len() {
             let f = job.pod_tmp(i).join("dvm.uri");

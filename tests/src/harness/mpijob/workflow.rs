@@ -32,6 +32,19 @@ impl<'a> JobSpec<'a> {
 }
 
 impl Job {
+    /// Host pids of the live (not zombie) processes named `comm` in any pod.
+    pub fn live_pids(&self, comm: &str) -> Result<Vec<u32>> {
+        let mut live = Vec::new();
+        for i in 0..self.pods.len() {
+            live.extend(self.pids_in_pod(i, comm)?.into_iter().filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .map(|s| !s.contains(") Z "))
+                    .unwrap_or(false)
+            }));
+        }
+        Ok(live)
+    }
+
     /// Waits until the DVM's URI is published in every pod.
     pub fn wait_for_dvm(&self, limit: Duration) -> Result<()> {
         for i in 0..self.pods.len() {
