@@ -18,6 +18,7 @@ use anyhow::{bail, Context, Result};
 use common::jobset::{hostname, pod_name, JobSetSandbox};
 use sandbox::app_images::{app_image, check_pi, AppImage};
 use sandbox::harness;
+use sandbox::harness::mpijob::repo;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -35,13 +36,6 @@ const OBJECTS: &[&str] = &[
 ];
 /// The placeholder of the TrainJob's uid in the golden objects.
 const UID_PLACEHOLDER: &str = "TRAINJOB-UID";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ is in the repository")
-        .to_path_buf()
-}
 
 fn trainer_config(file: &str) -> PathBuf {
     repo().join("prrte-config/trainer").join(file)

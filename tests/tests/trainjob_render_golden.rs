@@ -15,19 +15,13 @@
 use base64::Engine;
 use prrte_k8s::trainjob::render::{RenderError, Rendered};
 use prrte_k8s::trainjob::{render, ssh, Runtime, TrainJob};
+use sandbox::harness::mpijob::repo;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const SLOTS: &str = "prrte-k8s.io/slots";
 /// The owner's uid in the golden objects.
 const UID_PLACEHOLDER: &str = "TRAINJOB-UID";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ is in the repository")
-        .to_path_buf()
-}
 
 fn yaml(path: &Path) -> Value {
     let text =
